@@ -1,0 +1,35 @@
+# One entry point for people and CI. Every target bootstraps .venv on a fresh clone.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+export CDK_DISABLE_CLI_TELEMETRY := true
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: install run test synth demo bench torture clean
+
+install: $(STAMP)
+
+# Reinstall when the project definition changes, or when the venv's Python went away.
+$(STAMP): pyproject.toml
+	@if [ ! -x $(BIN)/python ] || ! $(BIN)/python -c 'import sys' >/dev/null 2>&1; then \
+	  rm -rf $(VENV); $(PY) -m venv $(VENV); fi
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+run: install
+	$(BIN)/leasefence local
+
+test: install
+	$(BIN)/python -m pytest -q
+
+synth: install
+	$(BIN)/python infra/app.py
+
+clean:
+	rm -rf $(VENV) cdk.out .pytest_cache

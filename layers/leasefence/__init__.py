@@ -1,0 +1,33 @@
+"""leasefence: leases for liveness, per-operation fences for safety, on DynamoDB."""
+
+from leasefence.engine import Engine
+from leasefence.errors import (
+    InvalidInput,
+    InvalidTransition,
+    LeaseFenceError,
+    NotFound,
+    PayloadConflict,
+    PayloadTooLarge,
+    StaleFence,
+    Unavailable,
+)
+from leasefence.model import Claim, EnqueueResult, Operation, Page, State, SweepResult, TargetClass
+
+__all__ = [
+    "Claim",
+    "Engine",
+    "EnqueueResult",
+    "InvalidInput",
+    "InvalidTransition",
+    "LeaseFenceError",
+    "NotFound",
+    "Operation",
+    "Page",
+    "PayloadConflict",
+    "PayloadTooLarge",
+    "StaleFence",
+    "State",
+    "SweepResult",
+    "TargetClass",
+    "Unavailable",
+]

@@ -1,0 +1,67 @@
+"""Domain errors. Everything the engine raises derives from :class:`LeaseFenceError`.
+
+Each error carries the contract's error ``code`` and HTTP ``status`` so the API maps them in one
+place, and so does the client SDK in reverse.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LeaseFenceError(Exception):
+    code = "internal_error"
+    status = 500
+    retryable = False
+
+    def __init__(self, message: str = "", **details: Any) -> None:
+        super().__init__(message or self.code)
+        self.message = message or self.code
+        self.details = details
+
+
+class InvalidInput(LeaseFenceError):
+    code = "invalid_request"
+    status = 422
+
+
+class PayloadTooLarge(InvalidInput):
+    code = "payload_too_large"
+    status = 413
+
+
+class NotFound(LeaseFenceError):
+    code = "not_found"
+    status = 404
+
+
+class PayloadConflict(LeaseFenceError):
+    """Same ``(tenant_id, operation_id)``, different payload hash. Nothing was changed."""
+
+    code = "payload_conflict"
+    status = 409
+
+
+class StaleFence(LeaseFenceError):
+    """The fence no longer holds the claim: stop, do not retry, start no new side effect."""
+
+    code = "stale_fence"
+    status = 409
+
+
+class InvalidTransition(LeaseFenceError):
+    code = "invalid_transition"
+    status = 409
+
+
+class Unavailable(LeaseFenceError):
+    """Throttling or a transient store failure. Safe to retry: every write is fenced or replayable."""
+
+    code = "unavailable"
+    status = 503
+    retryable = True
+
+
+class StoreMisconfigured(LeaseFenceError):
+    code = "store_misconfigured"
+    status = 500

@@ -1,0 +1,163 @@
+"""Domain values: states, target classes, and the records the engine returns."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from leasefence.clock import to_rfc3339
+
+
+class State(StrEnum):
+    QUEUED = "queued"
+    CLAIMED = "claimed"
+    SUCCEEDED = "succeeded"
+    FAILED_TERMINAL = "failed_terminal"
+    UNKNOWN = "unknown"
+    QUARANTINED = "quarantined"
+
+
+#: States an operator must resolve; nothing automatic leaves them.
+PARKED_STATES = frozenset({State.UNKNOWN, State.QUARANTINED})
+#: States that never change again (and get a retention TTL).
+TERMINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED_TERMINAL})
+
+
+class TargetClass(StrEnum):
+    """What the side-effect target can enforce (see README, "Target classes")."""
+
+    A = "A"  # same database: completion and business write in one transaction
+    B = "B"  # conditional-write store: the target rejects a lower fence inside the write
+    C = "C"  # external API with idempotency key and lookup: dedupe, not fencing
+    D = "D"  # no idempotency, no lookup: one attempt, ambiguity parks as unknown
+
+
+class Resolution(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED_TERMINAL = "failed_terminal"
+    REQUEUE = "requeue"
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _checkpoint(item: dict[str, Any]) -> Any:
+    raw = item.get("checkpoint")
+    return None if raw is None else json.loads(raw)
+
+
+@dataclass(frozen=True)
+class Operation:
+    tenant_id: str
+    operation_id: str
+    job_type: str
+    state: State
+    fence: int
+    attempts: int
+    max_attempts: int
+    target_class: TargetClass
+    payload_hash: str
+    payload_ref: str | None
+    outcome_code: str | None
+    lease_owner: str | None
+    lease_expires_at: int | None
+    created_at: int
+    updated_at: int
+    reason: str | None = None
+    checkpoint: Any = None
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> Operation:
+        return cls(
+            tenant_id=item["tenant_id"],
+            operation_id=item["operation_id"],
+            job_type=item["job_type"],
+            state=State(item["state"]),
+            fence=int(item["fence"]),
+            attempts=int(item["attempts"]),
+            max_attempts=int(item["max_attempts"]),
+            target_class=TargetClass(item["target_class"]),
+            payload_hash=item["payload_hash"],
+            payload_ref=item.get("payload_ref"),
+            outcome_code=item.get("outcome_code"),
+            lease_owner=item.get("lease_owner"),
+            lease_expires_at=_int(item.get("lease_expires_at")),
+            created_at=int(item["created_at"]),
+            updated_at=int(item["updated_at"]),
+            reason=item.get("reason"),
+            checkpoint=_checkpoint(item),
+        )
+
+    def to_public(self) -> dict[str, Any]:
+        """The contract's Operation resource (no tenant id: the caller knows its own)."""
+        return {
+            "operation_id": self.operation_id,
+            "job_type": self.job_type,
+            "state": self.state.value,
+            "fence": self.fence,
+            "attempts": self.attempts,
+            "max_attempts": self.max_attempts,
+            "target_class": self.target_class.value,
+            "payload_hash": self.payload_hash,
+            "payload_ref": self.payload_ref,
+            "outcome_code": self.outcome_code,
+            "lease_owner": self.lease_owner,
+            "lease_expires_at": to_rfc3339(self.lease_expires_at),
+            "created_at": to_rfc3339(self.created_at),
+            "updated_at": to_rfc3339(self.updated_at),
+        }
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    operation: Operation
+    created: bool
+
+
+@dataclass(frozen=True)
+class Claim:
+    tenant_id: str
+    operation_id: str
+    job_type: str
+    fence: int
+    attempts: int
+    lease_expires_at: int
+    lease_ms: int
+    payload_ref: str | None
+    payload_hash: str
+    target_class: TargetClass
+    reconcile_required: bool
+    checkpoint: Any
+    takeover: bool
+    worker_id: str
+
+    def to_public(self) -> dict[str, Any]:
+        return {
+            "operation_id": self.operation_id,
+            "job_type": self.job_type,
+            "fence": self.fence,
+            "attempts": self.attempts,
+            "lease_expires_at": to_rfc3339(self.lease_expires_at),
+            "payload_ref": self.payload_ref,
+            "payload_hash": self.payload_hash,
+            "target_class": self.target_class.value,
+            "reconcile_required": self.reconcile_required,
+            "checkpoint": self.checkpoint,
+        }
+
+
+@dataclass(frozen=True)
+class Page:
+    operations: list[Operation]
+    next_cursor: str | None
+
+
+@dataclass
+class SweepResult:
+    examined: int = 0
+    swept: int = 0
+    repaired: int = 0
+    swept_keys: list[tuple[str, str]] = field(default_factory=list)

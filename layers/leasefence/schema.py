@@ -1,0 +1,127 @@
+"""The operations table, defined once.
+
+The engine, the embedded DynamoDB, the tests and the CDK construct all read this module, so the
+key names, the two sparse indexes and their projections cannot drift apart.
+
+Layout (one item per operation):
+
+* table key: ``tenant_id`` (HASH) + ``operation_id`` (RANGE). Two attributes, no separator, so no
+  choice of characters in either id can make two identities collide.
+* ``due`` index (sparse): holds an operation while it is ``queued`` or ``claimed`` with attempts
+  left. Partition ``due_pk`` = ``<tenant_id>#<shard>`` (the shard is the last ``#`` field and is
+  all digits, so the encoding is unambiguous), sort ``due_at`` = when it becomes claimable
+  (available time when queued, lease expiry when claimed). A claimer queries one tenant's shard for
+  ``due_at <= now``: the cost is the page it reads, never the queue depth or table size.
+* ``sweep`` index (sparse): holds an operation while it is claimed on its last attempt. Partition
+  ``sweep_pk`` = ``sweep#<shard>``, sort ``sweep_at`` = lease expiry. The sweeper reads only what is
+  due there, across tenants.
+
+Heartbeats do not move index keys (that would cost an index delete plus put); a claimer or sweeper
+that meets an entry whose lease was extended repairs the entry instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+PARTITION_KEY = "tenant_id"
+SORT_KEY = "operation_id"
+
+DUE_INDEX = "due"
+DUE_PK = "due_pk"
+DUE_SK = "due_at"
+
+SWEEP_INDEX = "sweep"
+SWEEP_PK = "sweep_pk"
+SWEEP_SK = "sweep_at"
+
+#: TTL attribute (DynamoDB requires epoch *seconds* here; everything else in the item is ms).
+TTL_ATTRIBUTE = "expires_at_epoch_s"
+
+#: Non-key attributes copied into both indexes: enough for a claimer to build its conditional
+#: write without reading the item. None of them changes on a heartbeat, so heartbeats never
+#: write to an index.
+INDEX_PROJECTION = ("state", "fence", "attempts", "max_attempts", "job_type")
+
+DEFAULT_TABLE_NAME = "leasefence-operations"
+DEFAULT_DUE_SHARDS = 4
+DEFAULT_SWEEP_SHARDS = 4
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """Names and shard counts for one deployment of the operations table."""
+
+    table_name: str = DEFAULT_TABLE_NAME
+    due_shards: int = DEFAULT_DUE_SHARDS
+    sweep_shards: int = DEFAULT_SWEEP_SHARDS
+
+    def __post_init__(self) -> None:
+        if self.due_shards < 1 or self.sweep_shards < 1:
+            raise ValueError("shard counts must be at least 1")
+
+
+def attribute_definitions() -> list[dict[str, str]]:
+    return [
+        {"AttributeName": PARTITION_KEY, "AttributeType": "S"},
+        {"AttributeName": SORT_KEY, "AttributeType": "S"},
+        {"AttributeName": DUE_PK, "AttributeType": "S"},
+        {"AttributeName": DUE_SK, "AttributeType": "N"},
+        {"AttributeName": SWEEP_PK, "AttributeType": "S"},
+        {"AttributeName": SWEEP_SK, "AttributeType": "N"},
+    ]
+
+
+def key_schema() -> list[dict[str, str]]:
+    return [
+        {"AttributeName": PARTITION_KEY, "KeyType": "HASH"},
+        {"AttributeName": SORT_KEY, "KeyType": "RANGE"},
+    ]
+
+
+def global_secondary_indexes() -> list[dict[str, Any]]:
+    projection = {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(INDEX_PROJECTION)}
+    return [
+        {
+            "IndexName": DUE_INDEX,
+            "KeySchema": [
+                {"AttributeName": DUE_PK, "KeyType": "HASH"},
+                {"AttributeName": DUE_SK, "KeyType": "RANGE"},
+            ],
+            "Projection": projection,
+        },
+        {
+            "IndexName": SWEEP_INDEX,
+            "KeySchema": [
+                {"AttributeName": SWEEP_PK, "KeyType": "HASH"},
+                {"AttributeName": SWEEP_SK, "KeyType": "RANGE"},
+            ],
+            "Projection": projection,
+        },
+    ]
+
+
+def create_table_request(spec: TableSpec | None = None) -> dict[str, Any]:
+    """The ``CreateTable`` request for the embedded endpoint and tests (CDK mirrors it)."""
+    spec = spec or TableSpec()
+    return {
+        "TableName": spec.table_name,
+        "AttributeDefinitions": attribute_definitions(),
+        "KeySchema": key_schema(),
+        "GlobalSecondaryIndexes": global_secondary_indexes(),
+        "BillingMode": "PAY_PER_REQUEST",
+    }
+
+
+def create_table(client: Any, spec: TableSpec | None = None) -> None:
+    """Create the table (and enable TTL) unless it exists. For local endpoints and tests."""
+    spec = spec or TableSpec()
+    try:
+        client.create_table(**create_table_request(spec))
+    except client.exceptions.ResourceInUseException:
+        return
+    client.update_time_to_live(
+        TableName=spec.table_name,
+        TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
+    )

@@ -1,0 +1,205 @@
+"""The DynamoDB seam: typed items in, typed items out, domain errors only.
+
+Every call the engine makes to DynamoDB goes through :class:`Store`, and every botocore error is
+translated in one function, :func:`translate`. A failed condition becomes :class:`ConditionFailed`
+carrying the item as it is now (``ReturnValuesOnConditionCheckFailure=ALL_OLD``), so the loser of
+a race learns the current state without a second read.
+
+The boto3 client is injected, or created lazily on first use: importing this module connects to
+nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Callable
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, ReadTimeoutError
+
+from leasefence.errors import InvalidInput, LeaseFenceError, StoreMisconfigured, Unavailable
+
+_SERIALIZER = TypeSerializer()
+_DESERIALIZER = TypeDeserializer()
+
+_TRANSIENT = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "TransactionConflictException",
+        "TransactionInProgressException",
+    }
+)
+
+
+class ConditionFailed(Exception):
+    """A conditional write was refused. ``item`` is the item as it is now (None: no such item)."""
+
+    def __init__(self, item: dict[str, Any] | None, reasons: list[dict[str, Any] | None] | None = None):
+        super().__init__("condition failed")
+        self.item = item
+        #: For a transaction: the current item per action, None where that action's condition held.
+        self.reasons = reasons
+
+
+def to_attr(value: Any) -> dict[str, Any]:
+    return _SERIALIZER.serialize(value)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, set)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def from_item(item: dict[str, Any] | None) -> dict[str, Any] | None:
+    if item is None:
+        return None
+    return {k: _plain(_DESERIALIZER.deserialize(v)) for k, v in item.items()}
+
+
+def to_item(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: to_attr(v) for k, v in values.items() if v is not None}
+
+
+def translate(error: Exception) -> Exception:
+    """The one place where botocore errors become domain errors."""
+    if isinstance(error, ClientError):
+        code = error.response.get("Error", {}).get("Code", "")
+        message = error.response.get("Error", {}).get("Message", "")
+        if code == "ConditionalCheckFailedException":
+            return ConditionFailed(from_item(error.response.get("Item")))
+        if code == "TransactionCanceledException":
+            reasons = error.response.get("CancellationReasons") or []
+            if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
+                olds = [
+                    from_item(r.get("Item")) if r.get("Code") == "ConditionalCheckFailed" else None
+                    for r in reasons
+                ]
+                first = next((o for o in olds if o is not None), None)
+                return ConditionFailed(first, reasons=olds)
+            if any(r.get("Code") in _TRANSIENT or r.get("Code") == "TransactionConflict" for r in reasons):
+                return Unavailable("transaction conflict, retry")
+            return LeaseFenceError(f"transaction cancelled: {[r.get('Code') for r in reasons]}")
+        if code in _TRANSIENT:
+            return Unavailable(f"store busy ({code}), retry")
+        if code == "ResourceNotFoundException":
+            return StoreMisconfigured("operations table not found")
+        if code == "ValidationException" and "size" in message.lower():
+            return InvalidInput("item too large for the store")
+        return LeaseFenceError(f"store error {code}")
+    if isinstance(error, (ConnectionError, ReadTimeoutError)):
+        # Ambiguous: the write may have committed. Every engine write is fenced or replayable,
+        # so the caller retries and the engine recognizes its own earlier write.
+        return Unavailable("store unreachable or response lost, retry")
+    if isinstance(error, BotoCoreError):
+        return Unavailable(f"store client error: {type(error).__name__}")
+    return error
+
+
+@dataclass
+class QueryPage:
+    items: list[dict[str, Any]]
+    last_key: dict[str, Any] | None
+
+
+class Store:
+    """Thin, typed access to one DynamoDB table."""
+
+    def __init__(
+        self,
+        table_name: str,
+        client: Any = None,
+        client_factory: Callable[[], Any] | None = None,
+    ) -> None:
+        self.table_name = table_name
+        self._client = client
+        self._client_factory = client_factory or default_client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = self._client_factory()
+        return self._client
+
+    def _call(self, method: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            return getattr(self.client, method)(**kwargs)
+        except Exception as error:  # noqa: BLE001 - translated, never swallowed
+            raise translate(error) from error
+
+    def get(self, key: dict[str, Any], consistent: bool = True) -> dict[str, Any] | None:
+        response = self._call("get_item", TableName=self.table_name, Key=to_item(key), ConsistentRead=consistent)
+        return from_item(response.get("Item"))
+
+    def put_new(self, item: dict[str, Any], condition: str, names: dict[str, str]) -> None:
+        self._call(
+            "put_item",
+            TableName=self.table_name,
+            Item=to_item(item),
+            ConditionExpression=condition,
+            ExpressionAttributeNames=names,
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+
+    def update(
+        self,
+        key: dict[str, Any],
+        update: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        returns: str = "ALL_NEW",
+    ) -> dict[str, Any] | None:
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Key": to_item(key),
+            "UpdateExpression": update,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ReturnValues": returns,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if values:
+            kwargs["ExpressionAttributeValues"] = {k: to_attr(v) for k, v in values.items()}
+        response = self._call("update_item", **kwargs)
+        return from_item(response.get("Attributes"))
+
+    def query(self, **kwargs: Any) -> QueryPage:
+        values = kwargs.pop("values", None)
+        if values:
+            kwargs["ExpressionAttributeValues"] = {k: to_attr(v) for k, v in values.items()}
+        start = kwargs.pop("start", None)
+        if start:
+            kwargs["ExclusiveStartKey"] = to_item(start)
+        response = self._call("query", TableName=self.table_name, **kwargs)
+        return QueryPage(
+            items=[from_item(i) or {} for i in response.get("Items", [])],
+            last_key=from_item(response.get("LastEvaluatedKey")),
+        )
+
+    def transact(self, actions: list[dict[str, Any]]) -> None:
+        """``TransactWriteItems``; a refused condition raises :class:`ConditionFailed` with reasons."""
+        self._call("transact_write_items", TransactItems=actions)
+
+
+def default_client() -> Any:
+    """A DynamoDB client from the environment (``LEASEFENCE_DYNAMODB_ENDPOINT`` for local stacks)."""
+    import boto3
+    from botocore.config import Config
+
+    endpoint = os.environ.get("LEASEFENCE_DYNAMODB_ENDPOINT") or None
+    return boto3.client(
+        "dynamodb",
+        endpoint_url=endpoint,
+        config=Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=2, read_timeout=5),
+    )

@@ -1,0 +1,56 @@
+"""Shared fixtures: one embedded (serialized) AWS endpoint per test session, a fresh table per test."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from leasefence import Engine
+from leasefence.clock import ManualClock
+from leasefence.local.embedded import EmbeddedAws
+from leasefence.schema import TableSpec
+
+_tables = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def aws():
+    with EmbeddedAws() as server:
+        yield server
+
+
+@pytest.fixture
+def ddb(aws):
+    return aws.client()
+
+
+@pytest.fixture
+def spec(aws):
+    spec = TableSpec(table_name=f"ops-{next(_tables)}", due_shards=4, sweep_shards=2)
+    aws.create_tables(spec)
+    return spec
+
+
+@pytest.fixture
+def clock():
+    return ManualClock()
+
+
+class EventLog:
+    def __init__(self):
+        self.counts = {}
+
+    def __call__(self, name, value):
+        self.counts[name] = self.counts.get(name, 0) + value
+
+
+@pytest.fixture
+def events():
+    return EventLog()
+
+
+@pytest.fixture
+def engine(ddb, spec, clock, events):
+    return Engine(client=ddb, spec=spec, clock=clock, rng=random.Random(7), events=events)
