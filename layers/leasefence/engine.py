@@ -37,6 +37,7 @@ from leasefence.errors import (
     NotFound,
     PayloadConflict,
     StaleFence,
+    Unavailable,
 )
 from leasefence.model import (
     Claim,
@@ -392,7 +393,7 @@ class Engine:
             else:
                 update += ", #due = :exp"
             try:
-                item = self.store.update(self._key(tenant_id, operation_id), update, condition, names, values)
+                item = self._write_retrying(self._key(tenant_id, operation_id), update, condition, names, values)
             except ConditionFailed as refused:
                 current = refused.item
                 if current is None:
@@ -407,6 +408,18 @@ class Engine:
             return self._claimed(item, worker_id)
         self._repair_due_entry(snapshot, self.clock())
         return None
+
+    def _write_retrying(self, key: dict[str, Any], *args: Any, attempts: int = 3) -> dict[str, Any] | None:
+        """A claim write sent again when its answer was lost or the store was busy. Safe because
+        the write carries a claim token: if the first one committed, the retry is refused and
+        the refusal shows our token (recognized by the caller as our own claim)."""
+        for attempt in range(attempts):
+            try:
+                return self.store.update(key, *args)
+            except Unavailable:
+                if attempt == attempts - 1:
+                    raise
+        return None  # pragma: no cover
 
     def _claimed(self, item: dict[str, Any], worker_id: str) -> Claim:
         takeover = item.get("claimed_from") == State.CLAIMED
@@ -566,18 +579,18 @@ class Engine:
     def park_unknown(self, tenant_id: str, operation_id: str, fence: int, reason: str) -> Operation:
         """The outcome is ambiguous: park for reconciliation; nothing retries it automatically."""
         _validate_text("reason", reason, MAX_REASON_LENGTH)
-        operation = self._close(tenant_id, operation_id, fence, command="unknown", target=State.UNKNOWN, fields={"reason": reason})
-        self.events("UnknownParked", 1)
-        return operation
+        return self._close(
+            tenant_id, operation_id, fence, command="unknown", target=State.UNKNOWN, fields={"reason": reason},
+            event="UnknownParked",
+        )
 
     def quarantine(self, tenant_id: str, operation_id: str, fence: int, reason: str) -> Operation:
         """The input cannot be interpreted: park it for an operator."""
         _validate_text("reason", reason, MAX_REASON_LENGTH)
-        operation = self._close(
-            tenant_id, operation_id, fence, command="quarantine", target=State.QUARANTINED, fields={"reason": reason}
+        return self._close(
+            tenant_id, operation_id, fence, command="quarantine", target=State.QUARANTINED, fields={"reason": reason},
+            event="Quarantined",
         )
-        self.events("Quarantined", 1)
-        return operation
 
     @staticmethod
     def _fence(fence: Any) -> int:
@@ -594,6 +607,7 @@ class Engine:
         target: State,
         fields: dict[str, Any],
         delay_ms: int | None = None,
+        event: str | None = None,
     ) -> Operation:
         """Leave ``claimed`` for ``target``: one write conditional on the state and the fence."""
         validate_id("tenant_id", tenant_id)
@@ -647,6 +661,8 @@ class Engine:
                 raise _NoAttemptsLeft() from None
             raise self._refusal(current, fence) from None
         assert item is not None
+        if event:
+            self.events(event, 1)
         log.info("closed", extra={"op": self._tag(tenant_id, operation_id), "fence": fence, "state": target.value})
         return Operation.from_item(item)
 
@@ -733,7 +749,7 @@ class Engine:
             raise InvalidInput("resolution must be succeeded, failed_terminal or requeue") from error
         _validate_text("note", note, MAX_REASON_LENGTH, required=False)
         now = self.clock()
-        names = dict(_N)
+        names = {"#state": "state"}
         values: dict[str, Any] = {
             ":unknown": State.UNKNOWN.value,
             ":quarantined": State.QUARANTINED.value,

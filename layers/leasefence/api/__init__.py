@@ -1,0 +1,10 @@
+"""The HTTP surface: API Gateway HTTP API (payload v2) events in, the public contract out.
+
+* :mod:`leasefence.api.security` - scopes, the route table, the caller from the authorizer context
+* :mod:`leasefence.api.models`   - pydantic request and response models (the OpenAPI schemas)
+* :mod:`leasefence.api.errors`   - the one place where exceptions become the contract's error JSON
+* :mod:`leasefence.api.app`      - the resolver, its routes and :func:`~leasefence.api.app.handle`
+* :mod:`leasefence.api.openapi`  - the OpenAPI document generated from the code
+
+Importing this package imports none of them.
+"""

@@ -1,0 +1,203 @@
+"""Request and response models: the validation rules and the OpenAPI schemas, in one place.
+
+Requests are strict (no type coercion: ``"3"`` is not a fence, ``1`` is not ``true``) and refuse
+unknown fields, so a misspelt ``max_attemps`` is a 422, not a silent default. Every rule the
+engine would enforce on input is checked here too, before anything is written (an enqueue
+uploads its payload before the conditional put, so the engine's own checks come too late to
+keep "bad input writes nothing").
+
+Responses are documented here; the handlers return the engine's ``to_public()`` dicts, which
+these models describe (their extra fields are allowed, so the contract can grow).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MAX_ID = 256
+MAX_TEXT = 1024
+MAX_FENCE = 2**53 - 1
+MAX_CHECKPOINT_DEPTH = 32
+NO_CONTROL = r"^[^\x00-\x1f\x7f-\x9f]*$"
+
+Id = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_ID, pattern=NO_CONTROL, description="1-256 characters, no control characters"),
+]
+Fence = Annotated[int, Field(ge=1, le=MAX_FENCE, description="The fence returned by the claim")]
+Reason = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
+LeaseSeconds = Annotated[int, Field(ge=1, le=900)]
+StateName = Literal["queued", "claimed", "succeeded", "failed_terminal", "unknown", "quarantined"]
+TargetClassName = Literal["A", "B", "C", "D"]
+PayloadHash = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$", description="sha256:<64 lowercase hex>")]
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a JSON value, computed without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        current, depth = stack.pop()
+        if isinstance(current, dict):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in current.values())
+        elif isinstance(current, list):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in current)
+    return deepest
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+# ---------------------------------------------------------------------------------- requests
+
+
+class EnqueueRequest(Strict):
+    """Either ``payload`` (stored inline) or ``payload_ref`` + ``payload_hash`` (stored by you)."""
+
+    operation_id: Id
+    job_type: Id
+    payload: Any = Field(
+        default=None,
+        description="Any JSON value but null; at most 256 KiB as RFC 8785 canonical JSON. "
+        "Its hash is SHA-256 over that canonical JSON.",
+    )
+    payload_ref: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT, pattern=NO_CONTROL)
+    payload_hash: PayloadHash | None = Field(
+        default=None, description="Required with payload_ref; with payload it must equal the computed hash"
+    )
+    max_attempts: int | None = Field(default=None, ge=1, le=100, description="Default 5 (1 for class D)")
+    target_class: TargetClassName = "C"
+
+    @model_validator(mode="after")
+    def _one_payload(self) -> EnqueueRequest:
+        inline = "payload" in self.model_fields_set
+        if inline and self.payload is None:
+            raise ValueError("payload must be a JSON value other than null")
+        by_ref = self.payload_ref is not None
+        if inline and by_ref:
+            raise ValueError("give either payload or payload_ref + payload_hash, not both")
+        if not inline and not by_ref:
+            raise ValueError("give payload, or payload_ref + payload_hash")
+        if by_ref and self.payload_hash is None:
+            raise ValueError("payload_ref needs payload_hash")
+        if self.target_class == "D" and self.max_attempts not in (None, 1):
+            raise ValueError("target_class D allows exactly one attempt (max_attempts 1)")
+        return self
+
+
+class ClaimRequest(Strict):
+    worker_id: Id
+    lease_seconds: LeaseSeconds = 60
+    job_types: list[Id] | None = Field(default=None, min_length=1, max_length=50)
+    operation_id: Id | None = Field(default=None, description="Claim this operation only (404 if it does not exist)")
+
+
+class HeartbeatRequest(Strict):
+    fence: Fence
+    worker_id: Id
+    lease_seconds: LeaseSeconds | None = Field(default=None, description="Default: the claim's lease")
+    checkpoint: Any = Field(
+        default=None, description="Kept and handed to the next claim of this operation (at most 4 KiB of JSON)"
+    )
+
+    @model_validator(mode="after")
+    def _shallow_checkpoint(self) -> HeartbeatRequest:
+        if _depth(self.checkpoint) > MAX_CHECKPOINT_DEPTH:
+            raise ValueError(f"checkpoint must be nested at most {MAX_CHECKPOINT_DEPTH} levels deep")
+        return self
+
+
+class CompleteRequest(Strict):
+    fence: Fence
+    outcome_code: Annotated[str, Field(min_length=1, max_length=MAX_ID)]
+
+
+class FailRequest(Strict):
+    fence: Fence
+    retryable: bool
+    reason: Reason
+    retry_after_seconds: int | None = Field(default=None, ge=0, le=86_400)
+
+
+class ParkRequest(Strict):
+    fence: Fence
+    reason: Reason
+
+
+class ResolveRequest(Strict):
+    resolution: Literal["succeeded", "failed_terminal", "requeue"]
+    note: str = Field(default="", max_length=MAX_TEXT)
+
+
+# ---------------------------------------------------------------------------------- responses
+
+Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+
+
+class OperationOut(BaseModel):
+    operation_id: str
+    job_type: str
+    state: StateName
+    fence: int
+    attempts: int
+    max_attempts: int
+    target_class: TargetClassName
+    payload_hash: PayloadHash
+    payload_ref: str | None
+    outcome_code: str | None
+    lease_owner: str | None
+    lease_expires_at: Timestamp | None
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class EnqueueOut(BaseModel):
+    operation: OperationOut
+    created: bool
+
+
+class OperationEnvelope(BaseModel):
+    operation: OperationOut
+
+
+class OperationPage(BaseModel):
+    operations: list[OperationOut]
+    next_cursor: str | None
+
+
+class ClaimOut(BaseModel):
+    operation_id: str
+    job_type: str
+    fence: int
+    attempts: int
+    lease_expires_at: Timestamp
+    payload_ref: str | None
+    payload_hash: PayloadHash
+    target_class: TargetClassName
+    reconcile_required: bool
+    checkpoint: Any = None
+
+
+class ClaimEnvelope(BaseModel):
+    claim: ClaimOut
+
+
+class LeaseOut(BaseModel):
+    lease_expires_at: Timestamp
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    error: ErrorDetail

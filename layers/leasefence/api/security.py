@@ -1,0 +1,122 @@
+"""Who is calling, and may they call this route.
+
+In AWS the HTTP API's JWT authorizer validates the token (issuer, audience, expiry, route scopes)
+and hands the Lambda its claims under ``requestContext.authorizer.jwt``. Locally,
+:mod:`leasefence.local.server` does the same with HS256 tokens. Either way the handler checks
+again (defence in depth): no claims or no usable ``tenant_id`` claim is 401, a missing route
+scope is 403. The tenant comes from the ``tenant_id`` claim and from nowhere else.
+
+:data:`ROUTES` is the route table, shared by the resolver (registration), the handler (the scope
+gate that runs before body validation, so a caller without the scope learns nothing about the
+body rules) and the local server (``routeKey`` and ``pathParameters``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from leasefence.api.errors import Forbidden, Unauthorized
+
+PRODUCE = "leasefence/produce"
+WORK = "leasefence/work"
+OPERATE = "leasefence/operate"
+ALL_SCOPES = (PRODUCE, WORK, OPERATE)
+
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    method: str
+    template: str  # OpenAPI style: /v1/operations/{operation_id}
+    scope: str | None  # None: open route
+    operation_id: str  # the OpenAPI operationId
+
+    @property
+    def key(self) -> str:
+        """The HTTP API route key, e.g. ``POST /v1/operations/{operation_id}/complete``."""
+        return f"{self.method} {self.template}"
+
+    @property
+    def rule(self) -> str:
+        """The Powertools rule (``<name>`` placeholders)."""
+        return re.sub(r"\{(\w+)\}", r"<\1>", self.template)
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return re.compile("^" + re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(self.template)) + "$")
+
+
+ROUTES: tuple[RouteSpec, ...] = (
+    RouteSpec("GET", "/v1/health", None, "health"),
+    RouteSpec("POST", "/v1/operations", PRODUCE, "enqueueOperation"),
+    RouteSpec("GET", "/v1/operations", OPERATE, "listOperations"),
+    RouteSpec("GET", "/v1/operations/{operation_id}", PRODUCE, "getOperation"),
+    RouteSpec("POST", "/v1/claims", WORK, "claimOperation"),
+    RouteSpec("POST", "/v1/operations/{operation_id}/heartbeat", WORK, "heartbeat"),
+    RouteSpec("POST", "/v1/operations/{operation_id}/complete", WORK, "completeOperation"),
+    RouteSpec("POST", "/v1/operations/{operation_id}/fail", WORK, "failOperation"),
+    RouteSpec("POST", "/v1/operations/{operation_id}/unknown", WORK, "parkUnknown"),
+    RouteSpec("POST", "/v1/operations/{operation_id}/quarantine", WORK, "quarantineOperation"),
+    RouteSpec("GET", "/v1/operations/{operation_id}/payload", WORK, "getPayload"),
+    RouteSpec("POST", "/v1/operations/{operation_id}/resolve", OPERATE, "resolveOperation"),
+)
+
+_BY_ID = {route.operation_id: route for route in ROUTES}
+_COMPILED = tuple((route, route.regex) for route in ROUTES)
+
+
+def route(operation_id: str) -> RouteSpec:
+    return _BY_ID[operation_id]
+
+
+def match_route(method: str, path: str) -> tuple[RouteSpec, dict[str, str]] | None:
+    """The route for a method and a raw (still percent-encoded) path, with its raw parameters."""
+    method = method.upper()
+    for spec, regex in _COMPILED:
+        if spec.method != method:
+            continue
+        found = regex.match(path)
+        if found:
+            return spec, found.groupdict()
+    return None
+
+
+@dataclass(frozen=True)
+class Caller:
+    tenant_id: str
+    scopes: frozenset[str]
+
+    def require(self, scope: str | None) -> Caller:
+        if scope is not None and scope not in self.scopes:
+            raise Forbidden(f"this token lacks the scope {scope}")
+        return self
+
+
+def _scopes_of(claims: Mapping[str, Any], listed: Any) -> frozenset[str]:
+    found: set[str] = set()
+    raw = claims.get("scope")
+    if isinstance(raw, str):
+        # API Gateway hands claims over as strings; an array claim arrives as "[a b]".
+        found.update(raw.strip().strip("[]").split())
+    elif isinstance(raw, (list, tuple)):
+        found.update(str(s) for s in raw)
+    if isinstance(listed, (list, tuple)):
+        found.update(str(s) for s in listed)
+    return frozenset(found)
+
+
+def caller_from_event(event: Mapping[str, Any]) -> Caller:
+    """The caller named by the JWT authorizer's context; :class:`Unauthorized` without one."""
+    context = event.get("requestContext") or {}
+    authorizer = context.get("authorizer") if isinstance(context, Mapping) else None
+    jwt = authorizer.get("jwt") if isinstance(authorizer, Mapping) else None
+    claims = jwt.get("claims") if isinstance(jwt, Mapping) else None
+    if not isinstance(claims, Mapping) or not claims:
+        raise Unauthorized("a bearer token is required")
+    tenant_id = claims.get("tenant_id")
+    if not isinstance(tenant_id, str) or not 1 <= len(tenant_id) <= 256 or _CONTROL_RE.search(tenant_id):
+        raise Unauthorized("the token has no usable tenant_id claim")
+    return Caller(tenant_id=tenant_id, scopes=_scopes_of(claims, jwt.get("scopes")))

@@ -1,0 +1,191 @@
+"""Inline payloads: canonical JSON (RFC 8785) in S3, bound to the operation by its SHA-256.
+
+* The hash is ``"sha256:" + hex(sha256(canonical JSON))``, so key order and whitespace never
+  change it, and the stored object's bytes hash to exactly the operation's ``payload_hash``.
+* The object key is ``payloads/<tenant tag>/<object tag>``: both tags are HMACs under a secret
+  (``LEASEFENCE_PAYLOAD_KEY_SECRET``), so keys are tenant-scoped, name no raw id and cannot be
+  guessed, and the key is a pure function of ``(tenant, operation, hash)``. A replay therefore
+  addresses the very same object, and the write is ``If-None-Match: *``: an existing object is
+  never overwritten.
+* Reads recompute the key from ``(tenant, operation, hash)`` and serve only that key, so a
+  client-chosen ``payload_ref`` can never point a read at another tenant's object.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from leasefence.errors import InvalidInput, LeaseFenceError, PayloadTooLarge, Unavailable
+
+log = logging.getLogger("leasefence.payloads")
+
+#: The contract's limit on an inline payload: its canonical JSON, in bytes.
+MAX_PAYLOAD_BYTES = 256 * 1024
+KEY_PREFIX = "payloads/"
+CONTENT_TYPE = "application/json"
+
+_MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+_EXISTS_CODES = frozenset({"PreconditionFailed", "412"})
+_TRANSIENT_CODES = frozenset(
+    {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "ConditionalRequestConflict", "503", "500"}
+)
+
+
+@dataclass(frozen=True)
+class CanonicalPayload:
+    body: bytes
+    hash: str
+
+
+def canonicalize(value: Any) -> CanonicalPayload:
+    """RFC 8785 canonical JSON of ``value`` and its hash; 413 past the size limit, 422 when the
+    value is not representable (null, non-finite or unsafe-range numbers, lone surrogates)."""
+    import rfc8785
+
+    if value is None:
+        raise InvalidInput("payload must be a JSON value other than null")
+    try:
+        body = rfc8785.dumps(value)
+    except RecursionError:
+        raise InvalidInput("payload is nested too deeply") from None
+    except (rfc8785.CanonicalizationError, ValueError, TypeError) as error:
+        raise InvalidInput(f"payload cannot be canonicalized as I-JSON (RFC 8785): {type(error).__name__}") from None
+    if len(body) > MAX_PAYLOAD_BYTES:
+        raise PayloadTooLarge(f"payload canonical JSON is {len(body)} bytes; the limit is {MAX_PAYLOAD_BYTES}")
+    return CanonicalPayload(body=body, hash="sha256:" + hashlib.sha256(body).hexdigest())
+
+
+@dataclass(frozen=True)
+class StoredPayload:
+    ref: str
+    hash: str
+    key: str
+    created: bool
+
+
+class PayloadStore:
+    """Inline payload objects in one bucket. The S3 client is created on first use."""
+
+    def __init__(
+        self,
+        bucket: str,
+        secret: str | bytes | None = None,
+        client: Any = None,
+        client_factory: Callable[[], Any] | None = None,
+    ) -> None:
+        self.bucket = bucket
+        if secret is None:
+            # Deterministic but not secret: keys stay stable across processes (replays address
+            # the same object) but are guessable by someone who knows the scheme. Deployments
+            # set LEASEFENCE_PAYLOAD_KEY_SECRET.
+            secret = f"leasefence-unkeyed:{bucket}"
+        self._secret = secret.encode() if isinstance(secret, str) else secret
+        self._client = client
+        self._client_factory = client_factory
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            if self._client_factory is None:
+                import boto3
+
+                self._client = boto3.client("s3")
+            else:
+                self._client = self._client_factory()
+        return self._client
+
+    # ------------------------------------------------------------------ naming
+
+    def _mac(self, label: str, *parts: str) -> str:
+        mac = hmac.new(self._secret, label.encode(), hashlib.sha256)
+        for part in parts:
+            data = part.encode()
+            mac.update(len(data).to_bytes(4, "big"))
+            mac.update(data)
+        return mac.hexdigest()
+
+    def key_for(self, tenant_id: str, operation_id: str, payload_hash: str) -> str:
+        tenant_tag = self._mac("tenant", tenant_id)[:32]
+        object_tag = self._mac("object", tenant_id, operation_id, payload_hash)
+        return f"{KEY_PREFIX}{tenant_tag}/{object_tag}.json"
+
+    def ref_for(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"
+
+    def owns(self, tenant_id: str, operation_id: str, payload_hash: str, payload_ref: str | None) -> bool:
+        """Whether ``payload_ref`` is the inline payload this store wrote for that identity."""
+        return payload_ref is not None and hmac.compare_digest(
+            payload_ref, self.ref_for(self.key_for(tenant_id, operation_id, payload_hash))
+        )
+
+    # ------------------------------------------------------------------ I/O
+
+    def put(self, tenant_id: str, operation_id: str, payload: CanonicalPayload) -> StoredPayload:
+        """Write the object unless it exists (``If-None-Match: *``). Same inputs, same key and
+        bytes: a replay finds the object already there and writes nothing."""
+        key = self.key_for(tenant_id, operation_id, payload.hash)
+        digest = payload.hash.removeprefix("sha256:")
+        created = True
+        try:
+            self.client.put_object(
+                Bucket=self.bucket,
+                Key=key,
+                Body=payload.body,
+                ContentType=CONTENT_TYPE,
+                ChecksumSHA256=base64.b64encode(bytes.fromhex(digest)).decode(),
+                IfNoneMatch="*",
+            )
+        except Exception as error:  # noqa: BLE001 - classified below, never swallowed silently
+            code = _error_code(error)
+            if code in _EXISTS_CODES:
+                created = False
+            else:
+                raise _translate(error, code) from error
+        return StoredPayload(ref=self.ref_for(key), hash=payload.hash, key=key, created=created)
+
+    def get(self, tenant_id: str, operation_id: str, payload_hash: str) -> bytes | None:
+        """The stored canonical JSON for that identity, or None if there is none. The bytes are
+        checked against the hash before they are returned."""
+        key = self.key_for(tenant_id, operation_id, payload_hash)
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=key)
+            body = response["Body"].read()
+        except Exception as error:  # noqa: BLE001
+            code = _error_code(error)
+            if code in _MISSING_CODES:
+                return None
+            raise _translate(error, code) from error
+        if "sha256:" + hashlib.sha256(body).hexdigest() != payload_hash:
+            raise LeaseFenceError("stored payload does not match its hash")
+        return body
+
+    def delete_quietly(self, key: str) -> None:
+        """Best-effort removal of an object nothing references (an enqueue that lost)."""
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+        except Exception as error:  # noqa: BLE001 - best effort; a lifecycle rule is the backstop
+            log.warning("orphan payload not deleted", extra={"error_type": type(error).__name__})
+
+
+def _error_code(error: Exception) -> str | None:
+    response = getattr(error, "response", None)
+    if isinstance(response, dict):
+        code = response.get("Error", {}).get("Code")
+        if code:
+            return str(code)
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return str(status) if status else None
+    return None
+
+
+def _translate(error: Exception, code: str | None) -> Exception:
+    from botocore.exceptions import BotoCoreError
+
+    if code in _TRANSIENT_CODES or isinstance(error, BotoCoreError):
+        return Unavailable("payload store busy or unreachable, retry")
+    return LeaseFenceError(f"payload store error {code or type(error).__name__}")

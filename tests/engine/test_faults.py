@@ -1,0 +1,144 @@
+"""The design's fault-injection tests, as engine tests (lost responses, crashes, stalls, throttling)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from leasefence import Engine, PayloadConflict, StaleFence, State, Unavailable
+from leasefence.faults import AFTER, BEFORE, THROTTLE, FaultyClient
+
+H1 = "sha256:" + "1" * 64
+H2 = "sha256:" + "2" * 64
+T = "acme"
+
+
+@pytest.fixture
+def faulty(ddb):
+    return FaultyClient(ddb)
+
+
+@pytest.fixture
+def engine(faulty, spec, clock, events):
+    return Engine(client=faulty, spec=spec, clock=clock, rng=random.Random(3), events=events)
+
+
+class Provider:
+    """A side-effect target of class C: executes each idempotency key once, and can be asked."""
+
+    def __init__(self):
+        self.executed = []
+
+    def send(self, key):
+        if key not in self.executed:
+            self.executed.append(key)
+
+    def lookup(self, key):
+        return key in self.executed
+
+
+def test_pause_after_claim_past_expiry(engine, clock):
+    """Fault test 1: the paused holder's write is refused, the new holder's accepted."""
+    engine.enqueue(T, "op", "refund", H1)
+    first = engine.claim_next(T, "w1", lease_ms=1_000)
+    clock.advance(5_000)  # w1 stalls (GC pause, lost network) past its lease
+    second = engine.claim_next(T, "w2", lease_ms=1_000)
+    assert second.fence == first.fence + 1
+    for stale_write in (
+        lambda: engine.heartbeat(T, "op", first.fence, "w1"),
+        lambda: engine.complete(T, "op", first.fence, "refunded"),
+        lambda: engine.fail(T, "op", first.fence, retryable=True, reason="x"),
+        lambda: engine.park_unknown(T, "op", first.fence, "x"),
+        lambda: engine.quarantine(T, "op", first.fence, "x"),
+    ):
+        with pytest.raises(StaleFence):
+            stale_write()
+    assert engine.complete(T, "op", second.fence, "refunded").state == State.SUCCEEDED
+    assert engine.get(T, "op").fence == 2
+
+
+def test_crash_after_the_external_call_reconciles_instead_of_repeating(engine, clock):
+    """Fault test 2: the worker dies between the side effect and the completion write."""
+    provider = Provider()
+    engine.enqueue(T, "op", "email", H1)
+    first = engine.claim_next(T, "w1", lease_ms=1_000)
+    provider.send(f"{T}/op")  # the side effect happened ... and the worker crashed here
+    clock.advance(1_000)
+    second = engine.claim_next(T, "w2", lease_ms=1_000)
+    assert second.reconcile_required and second.checkpoint is None and second.fence == first.fence + 1
+    if provider.lookup(f"{T}/op"):  # reconcile before acting
+        engine.complete(T, "op", second.fence, "already-sent")
+    else:  # pragma: no cover - the lookup finds it
+        provider.send(f"{T}/op")
+    assert provider.executed == [f"{T}/op"]
+    assert engine.get(T, "op").outcome_code == "already-sent"
+
+
+def test_same_key_same_payload_then_different_payload(engine):
+    """Fault test 3: replay versus conflict, nothing rescheduled, nothing changed."""
+    assert engine.enqueue(T, "op", "refund", H1).created
+    before = engine.store.get({"tenant_id": T, "operation_id": "op"})
+    assert not engine.enqueue(T, "op", "refund", H1).created
+    with pytest.raises(PayloadConflict):
+        engine.enqueue(T, "op", "refund", H2)
+    assert engine.store.get({"tenant_id": T, "operation_id": "op"}) == before
+
+
+def test_enqueue_whose_answer_was_lost_is_a_replay_on_retry(engine, faulty):
+    faulty.fail_next("put_item", AFTER)
+    with pytest.raises(Unavailable):
+        engine.enqueue(T, "op", "refund", H1)
+    retry = engine.enqueue(T, "op", "refund", H1)
+    assert not retry.created and retry.operation.state == State.QUEUED
+
+
+def test_lost_response_in_the_middle_of_a_claim(engine, faulty):
+    """Fault test 5 (failover mid-claim): the claim write commits, its answer is lost. The engine
+    sends it again; the refusal carries its own claim token, so it is recognized: no double claim,
+    no lost row, no wasted attempt."""
+    engine.enqueue(T, "op", "refund", H1)
+    faulty.fail_next("update_item", AFTER)
+    claim = engine.claim_next(T, "w1")
+    assert claim is not None and claim.fence == 1 and claim.attempts == 1
+    assert faulty.injected[AFTER] == 1
+    assert engine.claim_next(T, "w2") is None
+    assert engine.complete(T, "op", 1, "done").state == State.SUCCEEDED
+
+
+def test_claim_request_that_never_arrived_is_sent_again(engine, faulty):
+    engine.enqueue(T, "op", "refund", H1)
+    faulty.fail_next("update_item", BEFORE)
+    faulty.fail_next("update_item", THROTTLE)
+    claim = engine.claim_next(T, "w1")
+    assert claim.fence == 1 and engine.get(T, "op").attempts == 1
+
+
+def test_lost_response_in_the_middle_of_complete(engine, faulty):
+    """The completion commits, its answer is lost; the same fence's retry is recognized as done."""
+    engine.enqueue(T, "op", "refund", H1)
+    claim = engine.claim_next(T, "w1")
+    faulty.fail_next("update_item", AFTER)
+    with pytest.raises(Unavailable):
+        engine.complete(T, "op", claim.fence, "refunded")
+    assert engine.complete(T, "op", claim.fence, "refunded").state == State.SUCCEEDED
+    with pytest.raises(StaleFence):
+        engine.complete(T, "op", claim.fence, "something-else")
+
+
+def test_lost_response_of_a_retryable_failure(engine, faulty, clock):
+    engine.enqueue(T, "op", "refund", H1)
+    claim = engine.claim_next(T, "w1")
+    faulty.fail_next("update_item", AFTER)
+    with pytest.raises(Unavailable):
+        engine.fail(T, "op", claim.fence, retryable=True, reason="timeout", retry_after_ms=0)
+    assert engine.fail(T, "op", claim.fence, retryable=True, reason="timeout", retry_after_ms=0).state == State.QUEUED
+    assert engine.claim_next(T, "w2").fence == 2
+
+
+def test_throttled_store_surfaces_as_retryable_and_writes_nothing(engine, faulty):
+    faulty.fail_next("put_item", THROTTLE)
+    with pytest.raises(Unavailable) as error:
+        engine.enqueue(T, "op", "refund", H1)
+    assert error.value.retryable
+    assert engine.list(T).operations == []
