@@ -9,6 +9,7 @@ from leasefence.errors import (
     PayloadConflict,
     PayloadTooLarge,
     StaleFence,
+    TargetRefused,
     Unavailable,
 )
 from leasefence.model import Claim, EnqueueResult, Operation, Page, State, SweepResult, TargetClass
@@ -28,6 +29,7 @@ __all__ = [
     "StaleFence",
     "State",
     "SweepResult",
+    "TargetRefused",
     "TargetClass",
     "Unavailable",
 ]

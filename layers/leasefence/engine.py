@@ -37,6 +37,7 @@ from leasefence.errors import (
     NotFound,
     PayloadConflict,
     StaleFence,
+    TargetRefused,
     Unavailable,
 )
 from leasefence.model import (
@@ -135,11 +136,11 @@ class Engine:
         candidate_page: int = 16,
         client_factory: Callable[[], Any] | None = None,
     ) -> None:
-        self.spec = spec or TableSpec()
+        self.spec = spec if spec is not None else TableSpec()
         self.store = Store(self.spec.table_name, client=client, client_factory=client_factory)
         self.clock = clock
-        self.rng = rng or random.Random()
-        self.events = events or (lambda name, value: None)
+        self.rng = rng if rng is not None else random.Random()
+        self.events = events if events is not None else (lambda name, value: None)
         self.retention_ms = retention_ms
         self.candidate_page = candidate_page
 
@@ -536,6 +537,36 @@ class Engine:
             fields={"outcome_code": outcome_code},
         )
 
+    def complete_with(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        fence: int,
+        outcome_code: str,
+        writes: list[dict[str, Any]],
+    ) -> Operation:
+        """Class A: complete and perform business writes in one transaction.
+
+        ``writes`` are ``TransactWriteItems`` actions (``Put``, ``Update``, ``Delete``,
+        ``ConditionCheck``) on tables of the same account and region, each with its own guard
+        (for example "only ``paid`` can become ``refunded``"). They commit together with the
+        completion, which is conditional on the fence and state, or nothing commits: a stale
+        worker's business write cannot. A refused business guard raises :class:`TargetRefused`;
+        a retry of a committed transaction by the same fence is recognized as done.
+        """
+        _validate_text("outcome_code", outcome_code, MAX_ID_LENGTH)
+        if not writes or len(writes) > 99:
+            raise InvalidInput("a class-A completion needs 1 to 99 business writes")
+        return self._close(
+            tenant_id,
+            operation_id,
+            fence,
+            command="complete",
+            target=State.SUCCEEDED,
+            fields={"outcome_code": outcome_code},
+            writes=writes,
+        )
+
     def fail(
         self,
         tenant_id: str,
@@ -608,8 +639,13 @@ class Engine:
         fields: dict[str, Any],
         delay_ms: int | None = None,
         event: str | None = None,
+        writes: list[dict[str, Any]] | None = None,
     ) -> Operation:
-        """Leave ``claimed`` for ``target``: one write conditional on the state and the fence."""
+        """Leave ``claimed`` for ``target``: one write conditional on the state and the fence.
+
+        With ``writes`` (class A), the same conditional update and the caller's business writes
+        commit together in one ``TransactWriteItems``, or not at all.
+        """
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
         fence = self._fence(fence)
@@ -640,10 +676,22 @@ class Engine:
             values[":ttl"] = self._ttl(now)
             sets.append("#ttl = :ttl")
         update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)}"
+        key = self._key(tenant_id, operation_id)
         try:
-            item = self.store.update(self._key(tenant_id, operation_id), update, condition, names, values)
+            if writes is None:
+                item = self.store.update(key, update, condition, names, values)
+            else:
+                self.store.transact([self.store.update_action(key, update, condition, names, values), *writes])
+                item = self.store.get(key)
         except ConditionFailed as refused:
-            current = refused.item
+            if refused.reasons is not None and refused.reasons[0] is None:
+                # The fence held; one of the caller's own guards refused. Nothing was written.
+                failed = next(i for i, r in enumerate(refused.reasons) if r is not None)
+                raise TargetRefused(
+                    "a business write's condition was not met; nothing was written",
+                    write_index=failed - 1,
+                ) from None
+            current = refused.item if refused.reasons is None else (refused.reasons[0] or None)
             if (
                 current is not None
                 and current.get("closed_fence") == fence

@@ -49,6 +49,13 @@ class StaleFence(LeaseFenceError):
     status = 409
 
 
+class TargetRefused(LeaseFenceError):
+    """A side-effect target refused a write: its own guard failed, or it has seen a higher fence."""
+
+    code = "target_refused"
+    status = 409
+
+
 class InvalidTransition(LeaseFenceError):
     code = "invalid_transition"
     status = 409

@@ -104,7 +104,7 @@ def global_secondary_indexes() -> list[dict[str, Any]]:
 
 def create_table_request(spec: TableSpec | None = None) -> dict[str, Any]:
     """The ``CreateTable`` request for the embedded endpoint and tests (CDK mirrors it)."""
-    spec = spec or TableSpec()
+    spec = spec if spec is not None else TableSpec()
     return {
         "TableName": spec.table_name,
         "AttributeDefinitions": attribute_definitions(),
@@ -116,7 +116,7 @@ def create_table_request(spec: TableSpec | None = None) -> dict[str, Any]:
 
 def create_table(client: Any, spec: TableSpec | None = None) -> None:
     """Create the table (and enable TTL) unless it exists. For local endpoints and tests."""
-    spec = spec or TableSpec()
+    spec = spec if spec is not None else TableSpec()
     try:
         client.create_table(**create_table_request(spec))
     except client.exceptions.ResourceInUseException:

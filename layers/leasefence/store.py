@@ -43,7 +43,8 @@ class ConditionFailed(Exception):
     def __init__(self, item: dict[str, Any] | None, reasons: list[dict[str, Any] | None] | None = None):
         super().__init__("condition failed")
         self.item = item
-        #: For a transaction: the current item per action, None where that action's condition held.
+        #: For a transaction: per action, None where its condition held, else the current item
+        #: (``{}`` when there is none).
         self.reasons = reasons
 
 
@@ -81,12 +82,13 @@ def translate(error: Exception) -> Exception:
         if code == "TransactionCanceledException":
             reasons = error.response.get("CancellationReasons") or []
             if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
+                # Per action: None where its condition held, else the item as it is now ({} if absent).
                 olds = [
-                    from_item(r.get("Item")) if r.get("Code") == "ConditionalCheckFailed" else None
+                    (from_item(r.get("Item")) or {}) if r.get("Code") == "ConditionalCheckFailed" else None
                     for r in reasons
                 ]
                 first = next((o for o in olds if o is not None), None)
-                return ConditionFailed(first, reasons=olds)
+                return ConditionFailed(first or None, reasons=olds)
             if any(r.get("Code") in _TRANSIENT or r.get("Code") == "TransactionConflict" for r in reasons):
                 return Unavailable("transaction conflict, retry")
             return LeaseFenceError(f"transaction cancelled: {[r.get('Code') for r in reasons]}")
@@ -186,6 +188,22 @@ class Store:
             items=[from_item(i) or {} for i in response.get("Items", [])],
             last_key=from_item(response.get("LastEvaluatedKey")),
         )
+
+    def update_action(
+        self, key: dict[str, Any], update: str, condition: str, names: dict[str, str], values: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The same conditional update as :meth:`update`, as a ``TransactWriteItems`` action."""
+        action: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Key": to_item(key),
+            "UpdateExpression": update,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if values:
+            action["ExpressionAttributeValues"] = {k: to_attr(v) for k, v in values.items()}
+        return {"Update": action}
 
     def transact(self, actions: list[dict[str, Any]]) -> None:
         """``TransactWriteItems``; a refused condition raises :class:`ConditionFailed` with reasons."""

@@ -1,0 +1,89 @@
+"""How a worker reaches leasefence: in-process against the engine, or over the HTTP API.
+
+Both backends speak the same small protocol, so handler code does not change between a Lambda
+or container with IAM access to the table and a worker that only has an API token.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, Callable, Iterable, Protocol, Sequence
+
+from leasefence.engine import MISSING, Engine
+from leasefence.model import Claim
+
+
+class Backend(Protocol):
+    def claim_next(self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None) -> Claim | None: ...
+
+    def heartbeat(self, claim: Claim, lease_ms: int | None = None, checkpoint: Any = MISSING) -> int: ...
+
+    def complete(self, claim: Claim, outcome_code: str) -> None: ...
+
+    def fail(self, claim: Claim, retryable: bool, reason: str, retry_after_ms: int | None = None) -> None: ...
+
+    def park_unknown(self, claim: Claim, reason: str) -> None: ...
+
+    def quarantine(self, claim: Claim, reason: str) -> None: ...
+
+    def load_payload(self, claim: Claim) -> Any: ...
+
+
+class EngineBackend:
+    """In-process: the worker calls the engine directly (needs IAM access to the table).
+
+    A fleet serving several tenants claims from them in turn, starting each claim at the next
+    tenant: a tenant with a deep queue cannot starve another (at most ``len(tenants) - 1``
+    claims for other tenants pass between two chances of any one tenant).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        tenants: Sequence[str],
+        payload_loader: Callable[[Claim], Any] | None = None,
+    ) -> None:
+        if not tenants:
+            raise ValueError("an engine backend serves at least one tenant")
+        self.engine = engine
+        self.tenants = list(tenants)
+        self._turn = itertools.count()
+        self._lock = threading.Lock()
+        self._payload_loader = payload_loader
+
+    def claim_next(self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None = None) -> Claim | None:
+        with self._lock:
+            start = next(self._turn) % len(self.tenants)
+        types = list(job_types) if job_types is not None else None
+        for i in range(len(self.tenants)):
+            tenant = self.tenants[(start + i) % len(self.tenants)]
+            claim = self.engine.claim_next(tenant, worker_id, lease_ms=lease_ms, job_types=types)
+            if claim is not None:
+                return claim
+        return None
+
+    def heartbeat(self, claim: Claim, lease_ms: int | None = None, checkpoint: Any = MISSING) -> int:
+        return self.engine.heartbeat(
+            claim.tenant_id, claim.operation_id, claim.fence, claim.worker_id, lease_ms=lease_ms, checkpoint=checkpoint
+        )
+
+    def complete(self, claim: Claim, outcome_code: str) -> None:
+        self.engine.complete(claim.tenant_id, claim.operation_id, claim.fence, outcome_code)
+
+    def complete_with(self, claim: Claim, outcome_code: str, writes: list[dict[str, Any]]) -> None:
+        self.engine.complete_with(claim.tenant_id, claim.operation_id, claim.fence, outcome_code, writes)
+
+    def fail(self, claim: Claim, retryable: bool, reason: str, retry_after_ms: int | None = None) -> None:
+        self.engine.fail(claim.tenant_id, claim.operation_id, claim.fence, retryable, reason, retry_after_ms)
+
+    def park_unknown(self, claim: Claim, reason: str) -> None:
+        self.engine.park_unknown(claim.tenant_id, claim.operation_id, claim.fence, reason)
+
+    def quarantine(self, claim: Claim, reason: str) -> None:
+        self.engine.quarantine(claim.tenant_id, claim.operation_id, claim.fence, reason)
+
+    def load_payload(self, claim: Claim) -> Any:
+        if self._payload_loader is None:
+            return None
+        return self._payload_loader(claim)
