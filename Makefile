@@ -31,5 +31,14 @@ test: install
 synth: install
 	$(BIN)/python infra/app.py
 
+demo: install
+	$(BIN)/leasefence demo
+
+bench: install
+	$(BIN)/leasefence bench --out bench-report.json
+
+torture: install
+	$(BIN)/leasefence torture --operations 20000 --seed $${SEED:-1}
+
 clean:
 	rm -rf $(VENV) cdk.out .pytest_cache
