@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import os
 import signal
+import sys
 import threading
+from pathlib import Path
+from typing import Any, Optional
 
 import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="leasefence: leases for liveness, fences for safety.")
+ops = typer.Typer(no_args_is_help=True, help="Operator commands against a running API (default: the local stack).")
+app.add_typer(ops, name="ops")
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8765"
+DEFAULT_DYNAMODB_ENDPOINT = "http://127.0.0.1:8766"
+DEV_TENANT = "dev"
 
 
 def _wait_for_signal() -> None:
@@ -18,25 +29,333 @@ def _wait_for_signal() -> None:
         pass
 
 
+# ---------------------------------------------------------------------------------- local state
+
+
+def _state_path() -> Path:
+    root = os.environ.get("LEASEFENCE_STATE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "leasefence")
+    return Path(root) / "local.json"
+
+
+def _write_state(state: dict[str, Any]) -> Path | None:
+    path = _state_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(state, handle)
+        return path
+    except OSError:
+        return None
+
+
+def _read_state() -> dict[str, Any]:
+    try:
+        return json.loads(_state_path().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _remove_state(expected_pid: int) -> None:
+    state = _read_state()
+    if state.get("pid") == expected_pid:
+        try:
+            _state_path().unlink()
+        except OSError:
+            pass
+
+
+# ---------------------------------------------------------------------------------- local
+
+
 @app.command()
 def local(
     host: str = typer.Option("127.0.0.1", help="Address for the HTTP API."),
     port: int = typer.Option(8765, help="Port for the HTTP API."),
-    dynamodb_port: int = typer.Option(8766, "--dynamodb-port", help="Port for the embedded DynamoDB endpoint."),
-    sweep_interval: float = typer.Option(60.0, "--sweep-interval", help="Seconds between sweeper runs."),
+    dynamodb_port: int = typer.Option(8766, "--dynamodb-port", help="Port for the embedded DynamoDB (and S3) endpoint."),
+    sweep_interval: float = typer.Option(60.0, "--sweep-interval", help="Seconds between sweeper runs (0: never)."),
+    verbose: bool = typer.Option(False, "--verbose", help="Print a line per HTTP request (method and status)."),
 ) -> None:
     """Run the whole service on this machine until SIGINT/SIGTERM."""
-    from leasefence.local.embedded import EmbeddedAws
+    from leasefence.local.server import LocalStack
 
-    aws = EmbeddedAws(host="127.0.0.1", port=dynamodb_port).start()
-    spec = aws.create_tables()
-    typer.echo(f"DynamoDB endpoint: {aws.endpoint}  (table {spec.table_name}, linearizable: one request at a time)")
-    typer.echo("Press Ctrl-C to stop.")
+    stack = LocalStack(
+        host=host,
+        port=port,
+        dynamodb_port=dynamodb_port,
+        sweep_interval=sweep_interval or None,
+        quiet=not verbose,
+    )
+    try:
+        stack.start()
+    except OSError as error:
+        typer.echo(f"cannot start: {error}", err=True)
+        raise typer.Exit(1) from None
+    token = stack.token(DEV_TENANT)
+    lines = [
+        f"API base URL:       {stack.base_url}",
+        f"DynamoDB endpoint:  {stack.dynamodb_endpoint}  (table {stack.table_name}; S3 on the same endpoint, "
+        f"bucket {stack.bucket}; linearizable: one request at a time)",
+        f"Docs (Swagger UI):  {stack.docs_url}   OpenAPI: {stack.base_url}/openapi.json",
+        f"Sweeper:            every {sweep_interval:g} s" if sweep_interval else "Sweeper:            off",
+    ]
+    if stack.generated_secret:
+        lines.append(f"JWT secret:         {stack.secret}  (generated; export LEASEFENCE_LOCAL_JWT_SECRET to keep one)")
+    lines += [
+        f"Dev token (tenant '{DEV_TENANT}', all scopes, 12 h):",
+        f"  {token}",
+        "",
+        f"  curl -H 'Authorization: Bearer <token>' {stack.base_url}/v1/operations",
+        "Press Ctrl-C to stop.",
+    ]
+    typer.echo("\n".join(lines))
+    sys.stdout.flush()
+    _write_state(
+        {
+            "pid": os.getpid(),
+            "base_url": stack.base_url,
+            "dynamodb_endpoint": stack.dynamodb_endpoint,
+            "token": token,
+            "secret": stack.secret,
+            "table": stack.table_name,
+            "bucket": stack.bucket,
+        }
+    )
     try:
         _wait_for_signal()
     finally:
-        aws.stop()
+        _remove_state(os.getpid())
+        stack.stop()
     typer.echo("stopped")
+
+
+# ---------------------------------------------------------------------------------- token
+
+
+def _secret() -> str | None:
+    from leasefence.auth import secret_from_env
+
+    return secret_from_env() or _read_state().get("secret")
+
+
+@app.command()
+def token(
+    tenant: str = typer.Option(..., "--tenant", help="The tenant_id claim."),
+    scope: Optional[list[str]] = typer.Option(None, "--scope", help="A scope to grant (repeat). Default: all three."),
+    ttl: int = typer.Option(12 * 3600, "--ttl", min=1, help="Lifetime in seconds."),
+) -> None:
+    """Print a dev JWT for the local stack (HS256, secret from LEASEFENCE_LOCAL_JWT_SECRET)."""
+    from leasefence.auth import ALL_SCOPES, mint
+
+    secret = _secret()
+    if not secret:
+        typer.echo("no secret: set LEASEFENCE_LOCAL_JWT_SECRET (or start `leasefence local`)", err=True)
+        raise typer.Exit(1)
+    typer.echo(mint(tenant, scope or ALL_SCOPES, ttl_seconds=ttl, secret=secret))
+
+
+# ---------------------------------------------------------------------------------- openapi
+
+
+@app.command()
+def openapi(
+    output: Path = typer.Option(None, "--output", "-o", help="Where to write it (default: openapi.json at the repo root)."),
+    check: bool = typer.Option(False, "--check", help="Only check that the file is up to date (exit 1 if not)."),
+) -> None:
+    """Generate the OpenAPI document from the code."""
+    from leasefence.api import openapi as spec
+
+    path = output or spec.DEFAULT_PATH
+    if check:
+        if spec.drifted(path):
+            typer.echo(f"{path} is out of date: run `leasefence openapi`", err=True)
+            raise typer.Exit(1)
+        typer.echo(f"{path} is up to date")
+        return
+    typer.echo(f"wrote {spec.write(path)}")
+
+
+# ---------------------------------------------------------------------------------- invoke
+
+
+@app.command()
+def invoke(
+    function: str = typer.Argument(..., help="A directory of functions/: api, sweeper, ..."),
+    event: Path = typer.Option(..., "--event", "-e", exists=True, dir_okay=False, help="The event JSON file."),
+    endpoint: str = typer.Option(
+        None, "--endpoint", help="DynamoDB/S3 endpoint (default: the running local stack, or " + DEFAULT_DYNAMODB_ENDPOINT + ")."
+    ),
+) -> None:
+    """Invoke a function's handler once with an event, as Lambda would, and print its answer."""
+    from leasefence.local.embedded import use_local_credentials
+    from leasefence.local.server import Invoker, function_names
+
+    if function not in function_names():
+        typer.echo(f"unknown function {function!r}; choose from {', '.join(function_names())}", err=True)
+        raise typer.Exit(2)
+    try:
+        payload = json.loads(event.read_text(encoding="utf-8"))
+    except ValueError as error:
+        typer.echo(f"{event} is not JSON: {error}", err=True)
+        raise typer.Exit(2) from None
+    state = _read_state()
+    target = endpoint or os.environ.get("LEASEFENCE_DYNAMODB_ENDPOINT") or state.get("dynamodb_endpoint") or DEFAULT_DYNAMODB_ENDPOINT
+    os.environ["LEASEFENCE_DYNAMODB_ENDPOINT"] = target
+    os.environ["LEASEFENCE_S3_ENDPOINT"] = endpoint or os.environ.get("LEASEFENCE_S3_ENDPOINT") or target
+    for key, value in (("LEASEFENCE_TABLE", state.get("table")), ("LEASEFENCE_PAYLOAD_BUCKET", state.get("bucket"))):
+        if value:
+            os.environ.setdefault(key, value)
+    os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+    os.environ.setdefault("AWS_REGION", "us-east-1")
+    use_local_credentials()
+    result = Invoker().invoke(function, payload)
+    typer.echo(json.dumps(result, indent=2, default=str))
+
+
+# ---------------------------------------------------------------------------------- ops
+
+
+def _client(base_url: str | None, token_value: str | None, tenant: str | None) -> Any:
+    from leasefence.client import LeaseFenceClient
+
+    state = _read_state()
+    url = base_url or os.environ.get("LEASEFENCE_BASE_URL") or state.get("base_url") or DEFAULT_BASE_URL
+    bearer = token_value or os.environ.get("LEASEFENCE_TOKEN")
+    if not bearer and tenant is None and state.get("token") and state.get("base_url") == url:
+        bearer = state["token"]
+    if not bearer:
+        secret = _secret()
+        if not secret:
+            typer.echo("no token: pass --token, set LEASEFENCE_TOKEN or LEASEFENCE_LOCAL_JWT_SECRET", err=True)
+            raise typer.Exit(2)
+        from leasefence.auth import ALL_SCOPES, mint
+
+        bearer = mint(tenant or DEV_TENANT, ALL_SCOPES, ttl_seconds=600, secret=secret)
+    return LeaseFenceClient(url, bearer, retries=2)
+
+
+def _fail(error: Exception) -> None:
+    code = getattr(error, "code", type(error).__name__)
+    status = getattr(error, "status", "")
+    typer.echo(f"error {status} {code}: {getattr(error, 'message', error)}", err=True)
+    raise typer.Exit(1)
+
+
+def _show(operation: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None)
+    for name, value in vars(operation).items():
+        table.add_row(name, "-" if value is None else str(value))
+    Console().print(table)
+
+
+_BASE_URL = typer.Option(None, "--base-url", help="API base URL (default: the local stack).")
+_TOKEN = typer.Option(None, "--token", help="Bearer token (default: LEASEFENCE_TOKEN or a local dev token).")
+_TENANT = typer.Option(None, "--tenant", help="Mint a local dev token for this tenant (needs the JWT secret).")
+
+
+@ops.command("list")
+def ops_list(
+    state: Optional[str] = typer.Option(None, "--state", help="Only operations in this state (e.g. unknown)."),
+    limit: int = typer.Option(50, "--limit", min=1, max=500, help="Page size."),
+    all_pages: bool = typer.Option(False, "--all", help="Follow next_cursor through every page."),
+    cursor: Optional[str] = typer.Option(None, "--cursor", help="Start from this cursor."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table."),
+    base_url: Optional[str] = _BASE_URL,
+    token_value: Optional[str] = _TOKEN,
+    tenant: Optional[str] = _TENANT,
+) -> None:
+    """List the tenant's operations."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from leasefence.errors import LeaseFenceError
+
+    client = _client(base_url, token_value, tenant)
+    rows, next_cursor = [], cursor
+    try:
+        while True:
+            page = client.list(state=state, limit=limit, cursor=next_cursor)
+            rows.extend(page.operations)
+            next_cursor = page.next_cursor
+            if not all_pages or not next_cursor:
+                break
+    except LeaseFenceError as error:
+        _fail(error)
+    if as_json:
+        for op in rows:
+            typer.echo(json.dumps({k: (str(v) if v is not None and not isinstance(v, (int, str, bool)) else v)
+                                   for k, v in vars(op).items()}))
+        return
+    table = Table(title=f"operations{f' ({state})' if state else ''}")
+    for column in ("operation_id", "job_type", "state", "fence", "attempts", "class", "outcome", "updated_at"):
+        table.add_column(column)
+    for op in rows:
+        table.add_row(op.operation_id, op.job_type, op.state, str(op.fence), f"{op.attempts}/{op.max_attempts}",
+                      op.target_class, op.outcome_code or "-", op.updated_at.isoformat())
+    console = Console()
+    console.print(table)
+    if next_cursor and not all_pages:
+        console.print(f"next cursor: {next_cursor}")
+
+
+@ops.command("show")
+def ops_show(
+    operation_id: str = typer.Argument(..., help="The operation id."),
+    base_url: Optional[str] = _BASE_URL,
+    token_value: Optional[str] = _TOKEN,
+    tenant: Optional[str] = _TENANT,
+) -> None:
+    """Show one operation."""
+    from leasefence.errors import LeaseFenceError
+
+    try:
+        _show(_client(base_url, token_value, tenant).get(operation_id))
+    except LeaseFenceError as error:
+        _fail(error)
+
+
+@ops.command("resolve")
+def ops_resolve(
+    operation_id: str = typer.Argument(..., help="The operation id."),
+    resolution: str = typer.Option(..., "--resolution", help="succeeded, failed_terminal or requeue."),
+    note: str = typer.Option("", "--note", help="Why (kept with the operation)."),
+    base_url: Optional[str] = _BASE_URL,
+    token_value: Optional[str] = _TOKEN,
+    tenant: Optional[str] = _TENANT,
+) -> None:
+    """Resolve an unknown or quarantined operation."""
+    from leasefence.errors import LeaseFenceError
+
+    try:
+        _show(_client(base_url, token_value, tenant).resolve(operation_id, resolution, note))
+    except LeaseFenceError as error:
+        _fail(error)
+
+
+@app.command()
+def demo(
+    per_class: int = typer.Option(3, "--per-class", min=1, max=20, help="Zombie operations per target class."),
+    lease_seconds: int = typer.Option(1, "--lease-seconds", min=1, max=10, help="Lease of every claim."),
+) -> None:
+    """The zombie-worker story for each target class, on the embedded stack, with real threads."""
+    from leasefence.demo.zombie import main as run
+
+    raise typer.Exit(run(per_class=per_class, lease_ms=lease_seconds * 1000))
+
+
+@app.command()
+def torture(
+    operations: int = typer.Option(2_000, "--operations", min=1, help="Operations to run."),
+    seed: int = typer.Option(1, "--seed", help="Fixes the workload and every fault decision."),
+    workers: int = typer.Option(6, "--workers", min=1, max=64, help="Worker threads."),
+) -> None:
+    """Randomized fault injection over all four target classes; exits non-zero on any violation."""
+    from leasefence.torture import main as run
+
+    raise typer.Exit(run(operations=operations, seed=seed, workers=workers))
 
 
 def main() -> None:

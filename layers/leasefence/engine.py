@@ -761,7 +761,8 @@ class Engine:
         try:
             self.store.update(
                 self._key(tenant_id, operation_id),
-                "SET #state = :unknown, updated_at = :now, reason = :why REMOVE #spk, #sat, #dpk, #due, claim_token",
+                "SET #state = :unknown, updated_at = :now, reason = :why "
+                "REMOVE #spk, #sat, #dpk, #due, claim_token, lease_owner, lease_expires_at",
                 "#state = :claimed AND #fence = :f AND lease_expires_at <= :now AND attempts >= max_attempts",
                 dict(_N, **{"#spk": SWEEP_PK, "#sat": SWEEP_SK, "#dpk": DUE_PK, "#due": DUE_SK}),
                 {

@@ -16,15 +16,19 @@ from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeou
 BEFORE = "before"  # the request never reached the store
 AFTER = "after"  # the store committed; the answer was lost
 THROTTLE = "throttle"  # the store refused with a throttling error
+CONFLICT = "conflict"  # a transaction was cancelled by a conflicting transaction
 
 Predicate = Callable[[dict[str, Any]], bool]
+#: Decides, per call, whether to inject a fault: (method, request) -> mode or None.
+Chaos = Callable[[str, dict[str, Any]], str | None]
 
 
 class FaultyClient:
     """A boto3 client proxy that injects planned faults into named operations."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, chaos: Chaos | None = None) -> None:
         self._client = client
+        self._chaos = chaos
         self._lock = threading.Lock()
         self._plan: dict[str, list[tuple[str, Predicate | None]]] = defaultdict(list)
         self.injected: dict[str, int] = defaultdict(int)
@@ -37,7 +41,10 @@ class FaultyClient:
         with self._lock:
             plan = self._plan.get(method)
             if not plan:
-                return None
+                mode = self._chaos(method, kwargs) if self._chaos is not None else None
+                if mode is not None:
+                    self.injected[mode] += 1
+                return mode
             for index, (mode, when) in enumerate(plan):
                 if when is None or when(kwargs):
                     del plan[index]
@@ -57,6 +64,14 @@ class FaultyClient:
             if mode == THROTTLE:
                 raise ClientError(
                     {"Error": {"Code": "ThrottlingException", "Message": "injected throttle"}}, name
+                )
+            if mode == CONFLICT:
+                raise ClientError(
+                    {
+                        "Error": {"Code": "TransactionCanceledException", "Message": "injected conflict"},
+                        "CancellationReasons": [{"Code": "TransactionConflict"}],
+                    },
+                    name,
                 )
             result = target(**kwargs)
             if mode == AFTER:

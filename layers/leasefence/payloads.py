@@ -159,6 +159,11 @@ class PayloadStore:
             code = _error_code(error)
             if code in _MISSING_CODES:
                 return None
+            if code in ("AccessDenied", "403"):
+                # Without s3:ListBucket, S3 answers a missing key with 403: the object is gone
+                # (e.g. expired by the bucket's lifecycle) or this role cannot read it.
+                log.warning("payload object not readable", extra={"error_type": code})
+                return None
             raise _translate(error, code) from error
         if "sha256:" + hashlib.sha256(body).hexdigest() != payload_hash:
             raise LeaseFenceError("stored payload does not match its hash")

@@ -13,16 +13,25 @@ Environment:
 ``LEASEFENCE_SWEEP_SHARDS``        shards of the ``sweep`` index (default 4)
 ``LEASEFENCE_DYNAMODB_ENDPOINT``   DynamoDB endpoint override (local stacks)
 ``LEASEFENCE_S3_ENDPOINT``         S3 endpoint override (local stacks)
-``LEASEFENCE_PAYLOAD_KEY_SECRET``  secret for payload object keys (falls back to ``LEASEFENCE_LOG_HASH_KEY``)
+``LEASEFENCE_LOG_HASH_KEY``        key for the keyed hashes in logs (see :mod:`leasefence.privacy`)
+``LEASEFENCE_LOG_HASH_KEY_PARAM``  or: a Secrets Manager secret holding it, read once per cold start
+``LEASEFENCE_PAYLOAD_KEY_SECRET``  secret for payload object keys (default: derived from the log hash key)
+``LEASEFENCE_RETENTION_DAYS``      how long finished operations are kept (TTL; default 30)
 ``LEASEFENCE_SWEEP_BATCH``         operations one ``Engine.sweep`` call examines (default 100)
 ``LEASEFENCE_SWEEP_MAX_BATCHES``   sweep calls per sweeper invocation at most (default 50)
 ``LEASEFENCE_MAX_BODY_BYTES``      request bodies larger than this are refused with 413 (default 6 MiB)
+``LEASEFENCE_TENANT_ROLE_ARN``     tenant isolation: the API reaches DynamoDB only through this role,
+                                   assumed per tenant with a session tag naming the tenant (the role's
+                                   policy limits ``dynamodb:LeadingKeys`` to that tag)
+``LEASEFENCE_TENANT_SESSION_TAG``  that session tag's key (default ``tenant_id``)
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import re
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -58,9 +67,14 @@ class Settings:
     s3_endpoint: str | None = None
     region: str | None = None
     payload_key_secret: str | None = None
+    log_hash_key: str | None = None
+    log_hash_key_param: str | None = None
+    retention_days: int = 30
     sweep_batch: int = 100
     sweep_max_batches: int = 50
     max_body_bytes: int = 6 * 1024 * 1024
+    tenant_role_arn: str | None = None
+    tenant_session_tag: str = "tenant_id"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -73,15 +87,36 @@ class Settings:
             dynamodb_endpoint=env.get("LEASEFENCE_DYNAMODB_ENDPOINT") or None,
             s3_endpoint=env.get("LEASEFENCE_S3_ENDPOINT") or None,
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
-            payload_key_secret=env.get("LEASEFENCE_PAYLOAD_KEY_SECRET") or env.get("LEASEFENCE_LOG_HASH_KEY") or None,
+            payload_key_secret=env.get("LEASEFENCE_PAYLOAD_KEY_SECRET") or None,
+            log_hash_key=env.get("LEASEFENCE_LOG_HASH_KEY") or None,
+            log_hash_key_param=env.get("LEASEFENCE_LOG_HASH_KEY_PARAM") or None,
+            retention_days=_int_env(env, "LEASEFENCE_RETENTION_DAYS", 30),
             sweep_batch=_int_env(env, "LEASEFENCE_SWEEP_BATCH", 100),
             sweep_max_batches=_int_env(env, "LEASEFENCE_SWEEP_MAX_BATCHES", 50),
             max_body_bytes=_int_env(env, "LEASEFENCE_MAX_BODY_BYTES", 6 * 1024 * 1024),
+            tenant_role_arn=env.get("LEASEFENCE_TENANT_ROLE_ARN") or None,
+            tenant_session_tag=env.get("LEASEFENCE_TENANT_SESSION_TAG") or "tenant_id",
         )
 
     @property
     def table_spec(self) -> TableSpec:
         return TableSpec(table_name=self.table_name, due_shards=self.due_shards, sweep_shards=self.sweep_shards)
+
+
+def _derive_payload_secret(log_hash_key: bytes) -> bytes:
+    """A separate key for payload object names, derived so log tags and key names never coincide."""
+    import hashlib
+    import hmac
+
+    return hmac.new(log_hash_key, b"leasefence/payload-keys", hashlib.sha256).digest()
+
+
+#: What STS accepts as a session tag value (and so as a tenant id under tenant isolation).
+_TAG_VALUE_RE = re.compile(r"^[\w\s.:/=+\-@]{1,256}$")
+#: Tenants whose engines (and role sessions) one container keeps.
+TENANT_CACHE_SIZE = 256
+#: Role session length; credentials are refreshed before they expire.
+TENANT_SESSION_SECONDS = 900
 
 
 class Runtime:
@@ -93,6 +128,29 @@ class Runtime:
         self._clients: dict[str, Any] = {}
         self._engine: Engine | None = None
         self._payloads: PayloadStore | None = None
+        self._payload_secret: str | bytes | None = settings.payload_key_secret
+        if self._payload_secret is None and settings.log_hash_key:
+            self._payload_secret = _derive_payload_secret(settings.log_hash_key.encode())
+        self._prepared = False
+        self._tenant_engines: OrderedDict[str, Engine] = OrderedDict()
+
+    def prepare(self) -> None:
+        """Once per container, at the first invocation (never at import): load the log hash key
+        from Secrets Manager when it is configured that way. Later calls return at once."""
+        if self._prepared:
+            return
+        with self._lock:
+            if self._prepared:
+                return
+            arn = self.settings.log_hash_key_param
+            if arn and not self.settings.log_hash_key:
+                from leasefence import privacy
+
+                secret = self.client("secretsmanager").get_secret_value(SecretId=arn)["SecretString"].encode()
+                privacy.set_key(secret)
+                if self._payload_secret is None:
+                    self._payload_secret = _derive_payload_secret(secret)
+            self._prepared = True
 
     def client(self, service: str) -> Any:
         with self._lock:
@@ -101,7 +159,7 @@ class Runtime:
                 import boto3
                 from botocore.config import Config
 
-                endpoint = self.settings.dynamodb_endpoint if service == "dynamodb" else self.settings.s3_endpoint
+                endpoint = {"dynamodb": self.settings.dynamodb_endpoint, "s3": self.settings.s3_endpoint}.get(service)
                 kwargs: dict[str, Any] = {}
                 if service == "s3" and endpoint:
                     kwargs["config"] = Config(
@@ -128,9 +186,81 @@ class Runtime:
                 self._engine = Engine(
                     spec=self.settings.table_spec,
                     events=record_event,
+                    retention_ms=self.settings.retention_days * 86_400_000,
                     client_factory=lambda: self.client("dynamodb"),
                 )
             return self._engine
+
+    def engine_for(self, tenant_id: str) -> Engine:
+        """The engine to use for one tenant's request.
+
+        Without tenant isolation that is :attr:`engine`. With it (``LEASEFENCE_TENANT_ROLE_ARN``),
+        an engine whose DynamoDB client holds credentials of the tenant role assumed with a
+        session tag naming this tenant, so IAM itself refuses any key of another tenant.
+        """
+        if not self.settings.tenant_role_arn:
+            return self.engine
+        with self._lock:
+            engine = self._tenant_engines.get(tenant_id)
+            if engine is not None:
+                self._tenant_engines.move_to_end(tenant_id)
+                return engine
+        from leasefence.engine import Engine
+        from leasefence.observability import record_event
+
+        client = self._tenant_client(tenant_id)
+        engine = Engine(
+            client=client,
+            spec=self.settings.table_spec,
+            events=record_event,
+            retention_ms=self.settings.retention_days * 86_400_000,
+        )
+        with self._lock:
+            self._tenant_engines[tenant_id] = engine
+            while len(self._tenant_engines) > TENANT_CACHE_SIZE:
+                self._tenant_engines.popitem(last=False)
+        return engine
+
+    def _tenant_client(self, tenant_id: str) -> Any:
+        import boto3
+        from botocore.config import Config
+        from botocore.credentials import RefreshableCredentials
+        from botocore.session import get_session
+
+        from leasefence.api.errors import Forbidden
+        from leasefence.privacy import keyed_hash
+
+        if not _TAG_VALUE_RE.match(tenant_id):
+            raise Forbidden("this tenant_id cannot be used with tenant isolation (not a valid session tag value)")
+        sts = self.client("sts")
+        arn, tag = self.settings.tenant_role_arn, self.settings.tenant_session_tag
+
+        def assume() -> dict[str, str]:
+            answer = sts.assume_role(
+                RoleArn=arn,
+                RoleSessionName=f"leasefence-{keyed_hash(tenant_id)}",
+                Tags=[{"Key": tag, "Value": tenant_id}],
+                DurationSeconds=TENANT_SESSION_SECONDS,
+            )["Credentials"]
+            return {
+                "access_key": answer["AccessKeyId"],
+                "secret_key": answer["SecretAccessKey"],
+                "token": answer["SessionToken"],
+                "expiry_time": answer["Expiration"].isoformat(),
+            }
+
+        credentials = RefreshableCredentials.create_from_metadata(
+            metadata=assume(), refresh_using=assume, method="sts-assume-role"
+        )
+        session = get_session()
+        session._credentials = credentials  # noqa: SLF001 - botocore's documented way to use refreshable credentials
+        if self.settings.region:
+            session.set_config_variable("region", self.settings.region)
+        return boto3.Session(botocore_session=session).client(
+            "dynamodb",
+            endpoint_url=self.settings.dynamodb_endpoint,
+            config=Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=2, read_timeout=5),
+        )
 
     @property
     def payloads(self) -> PayloadStore:
@@ -140,7 +270,7 @@ class Runtime:
 
                 self._payloads = PayloadStore(
                     bucket=self.settings.payload_bucket,
-                    secret=self.settings.payload_key_secret,
+                    secret=self._payload_secret,
                     client_factory=lambda: self.client("s3"),
                 )
             return self._payloads
@@ -156,6 +286,15 @@ def runtime() -> Runtime:
     with _runtime_lock:
         if _runtime is None:
             _runtime = Runtime(Settings.from_env())
+        return _runtime
+
+
+def install(settings: Settings) -> Runtime:
+    """Use these settings instead of the environment's (the local stack runs the handlers
+    in-process against its own endpoints without touching ``os.environ``)."""
+    global _runtime
+    with _runtime_lock:
+        _runtime = Runtime(settings)
         return _runtime
 
 

@@ -96,8 +96,11 @@ def describe(exc: BaseException) -> tuple[int, dict[str, Any]]:
         return exc.status, error_body(exc.code, exc.message)
     if isinstance(exc, RequestValidationError):
         errors = list(exc.errors())
-        if any(e.get("type") == "json_invalid" for e in errors):
-            return 400, error_body("invalid_request", "request body is not valid JSON")
+        broken = next((e for e in errors if e.get("type") == "json_invalid"), None)
+        if broken is not None:
+            reason = str((broken.get("ctx") or {}).get("error") or "").strip()
+            message = "request body is not valid JSON" + (f" ({reason})" if reason else "")
+            return 400, error_body("invalid_request", message)
         details = _validation_details(errors)
         summary = "; ".join(f"{d['field']}: {d['message']}" for d in details[:5]) or "invalid request"
         return 422, error_body("invalid_request", summary, details)

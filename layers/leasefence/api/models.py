@@ -56,7 +56,7 @@ class Strict(BaseModel):
 
 
 class EnqueueRequest(Strict):
-    """Either ``payload`` (stored inline) or ``payload_ref`` + ``payload_hash`` (stored by you)."""
+    """Either `payload` (stored inline) or `payload_ref` + `payload_hash` (stored by you)."""
 
     operation_id: Id
     job_type: Id
@@ -194,9 +194,17 @@ class HealthOut(BaseModel):
     status: Literal["ok"]
 
 
-class ErrorDetail(BaseModel):
-    code: str
+class FieldProblem(BaseModel):
+    field: str
+    type: str
     message: str
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="invalid_request, unauthorized, forbidden, not_found, payload_conflict, "
+                      "stale_fence, invalid_transition, payload_too_large, unavailable, internal_error")
+    message: str
+    details: list[FieldProblem] | None = Field(default=None, description="Per-field problems (422 only)")
 
 
 class ErrorOut(BaseModel):

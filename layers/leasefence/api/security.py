@@ -30,13 +30,13 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 @dataclass(frozen=True)
 class RouteSpec:
     method: str
-    template: str  # OpenAPI style: /v1/operations/{operation_id}
+    template: str  # OpenAPI style: /v1/operations/{id}
     scope: str | None  # None: open route
     operation_id: str  # the OpenAPI operationId
 
     @property
     def key(self) -> str:
-        """The HTTP API route key, e.g. ``POST /v1/operations/{operation_id}/complete``."""
+        """The HTTP API route key, e.g. ``POST /v1/operations/{id}/complete``."""
         return f"{self.method} {self.template}"
 
     @property
@@ -53,15 +53,15 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/v1/health", None, "health"),
     RouteSpec("POST", "/v1/operations", PRODUCE, "enqueueOperation"),
     RouteSpec("GET", "/v1/operations", OPERATE, "listOperations"),
-    RouteSpec("GET", "/v1/operations/{operation_id}", PRODUCE, "getOperation"),
+    RouteSpec("GET", "/v1/operations/{id}", PRODUCE, "getOperation"),
     RouteSpec("POST", "/v1/claims", WORK, "claimOperation"),
-    RouteSpec("POST", "/v1/operations/{operation_id}/heartbeat", WORK, "heartbeat"),
-    RouteSpec("POST", "/v1/operations/{operation_id}/complete", WORK, "completeOperation"),
-    RouteSpec("POST", "/v1/operations/{operation_id}/fail", WORK, "failOperation"),
-    RouteSpec("POST", "/v1/operations/{operation_id}/unknown", WORK, "parkUnknown"),
-    RouteSpec("POST", "/v1/operations/{operation_id}/quarantine", WORK, "quarantineOperation"),
-    RouteSpec("GET", "/v1/operations/{operation_id}/payload", WORK, "getPayload"),
-    RouteSpec("POST", "/v1/operations/{operation_id}/resolve", OPERATE, "resolveOperation"),
+    RouteSpec("POST", "/v1/operations/{id}/heartbeat", WORK, "heartbeat"),
+    RouteSpec("POST", "/v1/operations/{id}/complete", WORK, "completeOperation"),
+    RouteSpec("POST", "/v1/operations/{id}/fail", WORK, "failOperation"),
+    RouteSpec("POST", "/v1/operations/{id}/unknown", WORK, "parkUnknown"),
+    RouteSpec("POST", "/v1/operations/{id}/quarantine", WORK, "quarantineOperation"),
+    RouteSpec("GET", "/v1/operations/{id}/payload", WORK, "getPayload"),
+    RouteSpec("POST", "/v1/operations/{id}/resolve", OPERATE, "resolveOperation"),
 )
 
 _BY_ID = {route.operation_id: route for route in ROUTES}

@@ -103,7 +103,7 @@ class SameTableKit(Kit):
             Item={"pk": {"S": self._key(tenant_id, operation_id)["pk"]}, "status": {"S": "paid"}, "refunds": {"N": "0"}},
         )
 
-    def _order(self, tenant_id: str, operation_id: str) -> dict[str, Any]:
+    def order(self, tenant_id: str, operation_id: str) -> dict[str, Any]:
         key = {"pk": {"S": self._key(tenant_id, operation_id)["pk"]}}
         return self.client.get_item(TableName=self.table, Key=key, ConsistentRead=True).get("Item", {})
 
@@ -113,10 +113,11 @@ class SameTableKit(Kit):
             refund = same_table.update(
                 self.table,
                 self._key(job.tenant_id, job.operation_id),
-                "SET #s = :refunded, refunded_by_fence = :f ADD refunds :one",
+                "SET #s = :refunded, refunded_by_fence = :f, refunded_payload = :ph ADD refunds :one",
                 condition="#s = :paid",  # the business guard: only a paid order can be refunded
                 names={"#s": "status"},
-                values={":refunded": "refunded", ":paid": "paid", ":one": 1, ":f": job.fence},
+                values={":refunded": "refunded", ":paid": "paid", ":one": 1, ":f": job.fence,
+                        ":ph": job.claim.payload_hash},
             )
             try:
                 job.complete_with("refunded", [refund])
@@ -127,13 +128,13 @@ class SameTableKit(Kit):
             self.hooks.after(job)
 
         def reconcile(job: Job) -> Reconciled:
-            order = self._order(job.tenant_id, job.operation_id)
+            order = self.order(job.tenant_id, job.operation_id)
             return Reconciled.done("refunded") if order.get("status", {}).get("S") == "refunded" else Reconciled.not_done()
 
         return FunctionHandler(run, reconcile)
 
     def effects(self, tenant_id: str, operation_id: str) -> int:
-        return int(self._order(tenant_id, operation_id).get("refunds", {}).get("N", "0"))
+        return int(self.order(tenant_id, operation_id).get("refunds", {}).get("N", "0"))
 
 
 class FencedTableKit(Kit):
@@ -146,7 +147,6 @@ class FencedTableKit(Kit):
         super().__init__(**kwargs)
         _create_table(client, table)
         self.table = fenced_table.FencedTable(client, table, events=self.events)
-        self.writes: Counter[tuple[str, str]] = Counter()
 
     def _key(self, tenant_id: str, operation_id: str) -> dict[str, str]:
         return {"pk": identity_digest(tenant_id, operation_id)}
@@ -158,13 +158,16 @@ class FencedTableKit(Kit):
         def run(job: Job) -> str:
             self.hooks.before(job)
             try:
-                self.table.write(job, self._key(job.tenant_id, job.operation_id), {"status": "posted", "by_fence": job.fence})
+                self.table.write(
+                    job,
+                    self._key(job.tenant_id, job.operation_id),
+                    {"status": "posted", "by_fence": job.fence, "payload_hash": job.claim.payload_hash},
+                    append={"history": [job.fence]},  # in commit order: the target's own record
+                )
             except Exception:
                 if job.cancelled.is_set():
                     self.events("StaleWritesRejected", 1)
                 raise
-            with self.lock:
-                self.writes[(job.tenant_id, job.operation_id)] += 1
             self.hooks.after(job)
             return "posted"
 
@@ -175,7 +178,12 @@ class FencedTableKit(Kit):
         return FunctionHandler(run, reconcile, on_claim)
 
     def effects(self, tenant_id: str, operation_id: str) -> int:
-        return self.writes[(tenant_id, operation_id)]
+        return len(self.history(tenant_id, operation_id))
+
+    def history(self, tenant_id: str, operation_id: str) -> list[int]:
+        """Fences of the committed writes, in the order the target applied them."""
+        item = self.table.read(self._key(tenant_id, operation_id)) or {}
+        return [int(f) for f in item.get("history", [])]
 
 
 class IdempotentApiKit(Kit):
@@ -194,7 +202,7 @@ class IdempotentApiKit(Kit):
             self.hooks.before(job)
             with self.lock:
                 self.calls[(job.tenant_id, job.operation_id)] += 1
-            result = idempotent_api.call(job, self.api, {"template": "receipt"})
+            result = idempotent_api.call(job, self.api, {"template": "receipt", "payload_hash": job.claim.payload_hash})
             self.hooks.after(job)
             return f"sent:{result['id']}"
 
@@ -217,12 +225,14 @@ class SingleShotKit(Kit):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sent: Counter[tuple[str, str]] = Counter()
+        self.sent_payloads: dict[tuple[str, str], list[str]] = {}
         self.lose_answer: set[tuple[str, str]] = set()
 
     def handler(self) -> FunctionHandler:
         def send(job: Job) -> str:
             with self.lock:
                 self.sent[(job.tenant_id, job.operation_id)] += 1
+                self.sent_payloads.setdefault((job.tenant_id, job.operation_id), []).append(job.claim.payload_hash)
                 lost = (job.tenant_id, job.operation_id) in self.lose_answer
             if lost:
                 raise TimeoutError("gateway did not answer")

@@ -8,6 +8,7 @@ gives per item, and the one every concurrency test here relies on.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from typing import Any, Iterable
@@ -25,6 +26,116 @@ def use_local_credentials() -> None:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     os.environ.setdefault("AWS_DEFAULT_REGION", LOCAL_REGION)
+
+
+#: Item-level operations whose moto results are already DynamoDB wire JSON.
+_FAST_JSON_ACTIONS = frozenset(
+    {"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "TransactWriteItems", "BatchWriteItem"}
+)
+
+
+def _has_none(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, dict):
+        return any(_has_none(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_none(v) for v in value)
+    return False
+
+
+def install_fast_json_responses() -> None:
+    """Serve moto's item-level DynamoDB results with ``json.dumps``.
+
+    moto 5.2 runs every result through a generic, model-driven serializer that costs about 5 ms
+    per item returned, half of an UpdateItem's time. For the item operations the result is
+    already AttributeValue JSON, so it is written as is. Anything unusual (errors, None values,
+    non-JSON types, other operations) still goes through moto's own serializer.
+    """
+    from moto.dynamodb.responses import DynamoHandler
+
+    if getattr(DynamoHandler, "_leasefence_fast_json", False):
+        return
+    original = DynamoHandler.serialized
+
+    def serialized(self: Any, action_result: Any) -> Any:
+        result = action_result.result
+        if isinstance(result, dict) and self._get_action() in _FAST_JSON_ACTIONS and not _has_none(result):
+            try:
+                body = json.dumps(result, allow_nan=False)
+            except (TypeError, ValueError):
+                return original(self, action_result)
+            headers = {"Content-Type": "application/x-amz-json-1.0"}
+            headers.update(self.response_headers)
+            return 200, headers, body
+        return original(self, action_result)
+
+    DynamoHandler.serialized = serialized
+    DynamoHandler._leasefence_fast_json = True
+
+
+def install_fast_index_sort() -> None:
+    """Make moto's index queries sort with precomputed keys.
+
+    moto sorts a Query's candidates with ``DynamoType`` comparisons that rebuild a ``Decimal``
+    for every comparison (32,000 per query at 2,000 items: 170 ms). Sorting by keys computed
+    once per item gives the same order (numbers by value, strings and binary by content).
+    Equality of two strings, the hot path of its key matching, is likewise compared directly.
+    """
+    from decimal import Decimal
+
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    if getattr(Table, "_leasefence_fast_sort", False):
+        return
+
+    def scalar(value: DynamoType) -> Any:
+        return Decimal(value.value) if value.type == "N" else value.cast_value
+
+    def sorted_items(self: Any, hash_key_attrs: list[str], range_key_attrs: list[str | None], items: list[Any]) -> list[Any]:
+        attrs = self._generate_attr_to_sort_by(hash_key_attrs, range_key_attrs)
+        items.sort(key=lambda item: tuple(scalar(item.attrs[a]) for a in attrs))
+        return items
+
+    def number(text: str) -> Any:
+        digits = text[1:] if text[:1] == "-" else text
+        return int(text) if digits.isdigit() else Decimal(text)
+
+    def fast(op: Any, original: Any) -> Any:
+        """Compare two scalars of the same type directly; anything else as moto does."""
+
+        def compare(self: DynamoType, other: DynamoType) -> bool:
+            if self.type == other.type:
+                if self.type == "S":
+                    return op(self.value, other.value)
+                if self.type == "N":
+                    return op(number(self.value), number(other.value))
+            return original(self, other)
+
+        return compare
+
+    import operator
+
+    for name, op in (("__lt__", operator.lt), ("__le__", operator.le), ("__gt__", operator.gt), ("__ge__", operator.ge)):
+        setattr(DynamoType, name, fast(op, getattr(DynamoType, name)))
+    original_eq, original_ne = DynamoType.__eq__, DynamoType.__ne__
+
+    def eq(self: DynamoType, other: DynamoType) -> bool:
+        if self.type == "S" and other.type == "S":
+            return self.value == other.value
+        return original_eq(self, other)
+
+    def ne(self: DynamoType, other: DynamoType) -> bool:
+        if self.type == "S" and other.type == "S":
+            return self.value != other.value
+        return original_ne(self, other)
+
+    hash_ = DynamoType.__hash__
+    Table.sorted_items = sorted_items
+    DynamoType.__eq__, DynamoType.__ne__ = eq, ne
+    DynamoType.__hash__ = hash_  # keep hashability after redefining __eq__
+    Table._leasefence_fast_sort = True
 
 
 class SerializedApp:
@@ -62,6 +173,10 @@ class EmbeddedAws:
         )
 
         use_local_credentials()
+        if not os.environ.get("LEASEFENCE_MOTO_AS_IS"):
+            install_fast_json_responses()
+            install_fast_index_sort()
+
         class QuietHandler(MotoRequestHandler):
             def log_request(self, *args: Any, **kwargs: Any) -> None:
                 pass

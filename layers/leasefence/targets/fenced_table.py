@@ -47,17 +47,24 @@ class FencedTable:
         condition: str | None = None,
         names: dict[str, str] | None = None,
         condition_values: dict[str, Any] | None = None,
+        append: dict[str, list[Any]] | None = None,
     ) -> None:
-        """Set ``values`` on the target item under this job's fence (plus an optional guard)."""
+        """Set ``values`` (and append to the lists in ``append``) on the target item under this
+        job's fence, plus an optional guard of the caller's."""
         job.guard()
         attr = fence_attribute(job.tenant_id, job.operation_id)
         all_names = {"#lf": attr, **(names or {})}
-        all_values = {":f": job.fence, **(condition_values or {})}
+        all_values: dict[str, Any] = {":f": job.fence, **(condition_values or {})}
         sets = ["#lf = :f"]
         for i, (name, value) in enumerate(values.items()):
             all_names[f"#v{i}"] = name
             all_values[f":v{i}"] = value
             sets.append(f"#v{i} = :v{i}")
+        for i, (name, items) in enumerate((append or {}).items()):
+            all_names[f"#a{i}"] = name
+            all_values[f":a{i}"] = list(items)
+            all_values[":empty"] = []
+            sets.append(f"#a{i} = list_append(if_not_exists(#a{i}, :empty), :a{i})")
         self._write(job, key, "SET " + ", ".join(sets), all_names, all_values, business=condition)
 
     def _write(self, job: Job, key: dict[str, Any], update: str, names: dict[str, str], values: dict[str, Any],

@@ -1,0 +1,24 @@
+"""The core package's table schema and key encodings, imported from ``layers/leasefence``.
+
+``make install`` installs the project in editable mode; without it (a bare checkout) the source
+tree is put on ``sys.path``. Either way the infra reads the same module as the engine.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from .bundling import REPO_ROOT
+
+try:
+    from leasefence import engine, keys, payloads, schema
+except ImportError:  # pragma: no cover - only without `pip install -e .`
+    sys.path.insert(0, str(REPO_ROOT / "layers"))
+    from leasefence import engine, keys, payloads, schema
+
+#: Every object the service writes lives under this prefix (``leasefence.payloads``).
+PAYLOAD_KEY_PREFIX: str = payloads.KEY_PREFIX
+#: Longest tenant or operation id the engine accepts.
+MAX_ID_LENGTH: int = engine.MAX_ID_LENGTH
+
+__all__ = ["MAX_ID_LENGTH", "PAYLOAD_KEY_PREFIX", "keys", "schema"]

@@ -1,0 +1,412 @@
+"""The routes: parse (pydantic), call one engine method, shape the answer.
+
+Nothing here decides ownership, state or retries; the engine does. Every failure goes through
+:mod:`leasefence.api.errors`. Clients (DynamoDB, S3) and the engine are created on first use and
+reused across invocations; importing this module connects to nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+from typing import Annotated, Any, Mapping
+from urllib.parse import unquote
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+
+from leasefence.api import errors, models
+from leasefence.api.errors import MalformedRequest
+from leasefence.api.security import ROUTES, Caller, caller_from_event, match_route, route
+from leasefence.clock import to_rfc3339
+from leasefence.engine import MISSING, validate_id
+from leasefence.errors import InvalidInput, NotFound, PayloadConflict, PayloadTooLarge
+from leasefence.observability import logger, record_claim_latency, tag
+from leasefence.payloads import canonicalize
+from leasefence.settings import runtime
+
+JSON = "application/json"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise ValueError("duplicate object key")
+    return result
+
+
+def strict_json_loads(text: str) -> Any:
+    """JSON as RFC 8259 / I-JSON has it: no NaN or Infinity, no duplicate keys. Every failure
+    (including absurd nesting) is a :class:`json.JSONDecodeError`, which the resolver reports
+    as a malformed body (400), never as a 500."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text if isinstance(text, str) else "", 0) from None
+    except (ValueError, TypeError) as error:
+        reason = str(error)[:120] or type(error).__name__
+        raise json.JSONDecodeError(reason, text if isinstance(text, str) else "", 0) from None
+
+
+app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=strict_json_loads)
+
+
+@app.exception_handler(Exception)
+def _any_error(exc: Exception) -> Response:
+    return errors.to_response(exc)
+
+
+@app.not_found
+def _no_route(exc: Exception) -> Response:
+    return errors.to_response(errors.RouteNotFound("no such route"))
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def _error_responses(*statuses: int) -> dict[int, dict[str, Any]]:
+    meaning = {
+        400: "Malformed JSON body",
+        401: "Missing, malformed, badly signed or expired token",
+        403: "The token lacks the route's scope",
+        404: "No such operation for this tenant",
+        409: "Conflict (see error.code)",
+        413: "Payload too large",
+        422: "Invalid request (invalid_request)",
+        503: "Temporarily unavailable; safe to retry",
+    }
+    return {
+        status: {"description": meaning[status], "content": {JSON: {"model": models.ErrorOut}}} for status in statuses
+    }
+
+
+def _ok(status: int, description: str, model: Any) -> dict[int, dict[str, Any]]:
+    return {status: {"description": description, "content": {JSON: {"model": model}}}}
+
+
+_AUTH = (401, 403, 422, 503)
+_FENCED = (400, 401, 403, 404, 409, 422, 503)
+
+
+def _register(operation_id: str, summary: str, responses: dict[int, Any], description: str | None = None):
+    spec = route(operation_id)
+    security = [{"bearerAuth": [spec.scope]}] if spec.scope else None
+    return app.route(
+        spec.rule,
+        spec.method,
+        summary=summary,
+        description=description,
+        operation_id=operation_id,
+        responses=responses,
+        security=security,
+        tags=["operator" if spec.scope == "leasefence/operate" else "health" if spec.scope is None else "operations"],
+    )
+
+
+def _caller(operation_id: str) -> Caller:
+    """The caller, checked against the route's scope (again: the gate in :func:`handle` did too)."""
+    caller = app.context.get("caller")
+    if caller is None:
+        caller = caller_from_event(app.current_event.raw_event)
+    return caller.require(route(operation_id).scope)
+
+
+def _path_id(raw: str) -> str:
+    """A path id arrives percent-encoded (UTF-8); decode it exactly once."""
+    try:
+        value = unquote(raw, encoding="utf-8", errors="strict")
+    except UnicodeDecodeError:
+        raise InvalidInput("operation_id in the path is not valid percent-encoded UTF-8") from None
+    return validate_id("operation_id", value)
+
+
+def _json(status: int, body: Any) -> Response:
+    return Response(status_code=status, content_type=JSON, body=body)
+
+
+def _operation(operation: Any) -> Response:
+    return _json(200, {"operation": operation.to_public()})
+
+
+_OperationPath = Annotated[
+    str,
+    Path(
+        description="The operation id, percent-encoded (1-256 characters once decoded, no control characters)",
+        json_schema_extra={"minLength": 1, "maxLength": 256, "pattern": models.NO_CONTROL},
+    ),
+]
+
+
+# ---------------------------------------------------------------------------------- routes
+
+
+@_register("health", "Liveness of the API", _ok(200, "Up", models.HealthOut))
+def health():
+    return _json(200, {"status": "ok"})
+
+
+@_register(
+    "enqueueOperation",
+    "Record an operation (idempotent by operation_id and payload hash)",
+    {
+        **_ok(201, "Created", models.EnqueueOut),
+        **_ok(200, "Replay: the same id with the same payload hash; nothing changed", models.EnqueueOut),
+        **_error_responses(400, 409, 413, *_AUTH),
+    },
+)
+def enqueue(body: models.EnqueueRequest):
+    tenant = _caller("enqueueOperation").tenant_id
+    payloads = runtime().payloads
+    stored = None
+    if "payload" in body.model_fields_set:
+        canonical = canonicalize(body.payload)
+        if body.payload_hash is not None and body.payload_hash != canonical.hash:
+            raise InvalidInput("payload_hash does not match the payload's canonical JSON")
+        # The object first, then the record that points at it: a 2xx is never given for an
+        # operation whose payload is not durable. A replay addresses the same key and writes nothing.
+        stored = payloads.put(tenant, body.operation_id, canonical)
+        payload_ref, payload_hash = stored.ref, canonical.hash
+    else:
+        payload_ref, payload_hash = body.payload_ref, body.payload_hash
+    try:
+        result = runtime().engine_for(tenant).enqueue(
+            tenant,
+            body.operation_id,
+            body.job_type,
+            payload_hash=payload_hash,
+            payload_ref=payload_ref,
+            max_attempts=body.max_attempts,
+            target_class=body.target_class,
+        )
+    except PayloadConflict:
+        if stored is not None:
+            payloads.delete_quietly(stored.key)  # another hash owns this id: nothing references it
+        raise
+    if stored is not None and result.operation.payload_ref != stored.ref:
+        payloads.delete_quietly(stored.key)  # a replay of an operation whose payload lives elsewhere
+    return _json(
+        201 if result.created else 200, {"operation": result.operation.to_public(), "created": result.created}
+    )
+
+
+@_register(
+    "listOperations",
+    "List this tenant's operations (operators)",
+    {**_ok(200, "A page of operations", models.OperationPage), **_error_responses(*_AUTH)},
+)
+def list_operations(
+    state: Annotated[models.StateName | None, Query(description="Only operations in this state")] = None,
+    limit: Annotated[int, Query(ge=1, le=500, description="Page size (1-500)")] = 50,
+    cursor: Annotated[str | None, Query(max_length=2048, description="next_cursor of the previous page")] = None,
+):
+    tenant = _caller("listOperations").tenant_id
+    page = runtime().engine_for(tenant).list(tenant, state=state, limit=limit, cursor=cursor or None)
+    return _json(200, {"operations": [op.to_public() for op in page.operations], "next_cursor": page.next_cursor})
+
+
+@_register(
+    "getOperation",
+    "Read one operation",
+    {**_ok(200, "The operation", models.OperationOut), **_error_responses(404, *_AUTH)},
+)
+def get_operation(id: _OperationPath):
+    tenant = _caller("getOperation").tenant_id
+    return _json(200, runtime().engine_for(tenant).get(tenant, _path_id(id)).to_public())
+
+
+@_register(
+    "claimOperation",
+    "Claim the next due operation (or a named one)",
+    {
+        **_ok(200, "Claimed: act under this fence", models.ClaimEnvelope),
+        204: {"description": "Nothing is claimable now (no body)", "content": {}},
+        **_error_responses(400, 404, *_AUTH),
+    },
+)
+def claim(body: models.ClaimRequest):
+    tenant = _caller("claimOperation").tenant_id
+    engine = runtime().engine_for(tenant)
+    lease_ms = body.lease_seconds * 1000
+    started = time.perf_counter()
+    if body.operation_id is not None:
+        grant = engine.claim(tenant, body.operation_id, body.worker_id, lease_ms=lease_ms, job_types=body.job_types)
+    else:
+        grant = engine.claim_next(tenant, body.worker_id, lease_ms=lease_ms, job_types=body.job_types)
+    record_claim_latency((time.perf_counter() - started) * 1000)
+    if grant is None:
+        return Response(status_code=204, content_type=None, body="")
+    return _json(200, {"claim": grant.to_public()})
+
+
+@_register(
+    "heartbeat",
+    "Extend the lease held by this fence (and keep a checkpoint)",
+    {**_ok(200, "The new lease expiry", models.LeaseOut), **_error_responses(*_FENCED)},
+)
+def heartbeat(id: _OperationPath, body: models.HeartbeatRequest):
+    tenant = _caller("heartbeat").tenant_id
+    checkpoint = body.checkpoint if "checkpoint" in body.model_fields_set else MISSING
+    expires = runtime().engine_for(tenant).heartbeat(
+        tenant,
+        _path_id(id),
+        body.fence,
+        body.worker_id,
+        lease_ms=None if body.lease_seconds is None else body.lease_seconds * 1000,
+        checkpoint=checkpoint,
+    )
+    return _json(200, {"lease_expires_at": to_rfc3339(expires)})
+
+
+@_register(
+    "completeOperation",
+    "Record success (the same fence repeating the same completion gets 200 again)",
+    {**_ok(200, "Succeeded", models.OperationEnvelope), **_error_responses(*_FENCED)},
+)
+def complete(id: _OperationPath, body: models.CompleteRequest):
+    tenant = _caller("completeOperation").tenant_id
+    return _operation(runtime().engine_for(tenant).complete(tenant, _path_id(id), body.fence, body.outcome_code))
+
+
+@_register(
+    "failOperation",
+    "Record a failure: retryable with attempts left requeues, otherwise failed_terminal",
+    {**_ok(200, "Requeued or failed_terminal", models.OperationEnvelope), **_error_responses(*_FENCED)},
+)
+def fail(id: _OperationPath, body: models.FailRequest):
+    tenant = _caller("failOperation").tenant_id
+    retry_after_ms = None if body.retry_after_seconds is None else body.retry_after_seconds * 1000
+    return _operation(
+        runtime().engine_for(tenant).fail(
+            tenant, _path_id(id), body.fence, body.retryable, body.reason, retry_after_ms=retry_after_ms
+        )
+    )
+
+
+@_register(
+    "parkUnknown",
+    "The outcome is ambiguous: park as unknown for reconciliation",
+    {**_ok(200, "Parked as unknown", models.OperationEnvelope), **_error_responses(*_FENCED)},
+)
+def unknown(id: _OperationPath, body: models.ParkRequest):
+    tenant = _caller("parkUnknown").tenant_id
+    return _operation(runtime().engine_for(tenant).park_unknown(tenant, _path_id(id), body.fence, body.reason))
+
+
+@_register(
+    "quarantineOperation",
+    "The input cannot be processed: park as quarantined",
+    {**_ok(200, "Quarantined", models.OperationEnvelope), **_error_responses(*_FENCED)},
+)
+def quarantine(id: _OperationPath, body: models.ParkRequest):
+    tenant = _caller("quarantineOperation").tenant_id
+    return _operation(runtime().engine_for(tenant).quarantine(tenant, _path_id(id), body.fence, body.reason))
+
+
+@_register(
+    "getPayload",
+    "The inline payload as enqueued (its RFC 8785 canonical JSON)",
+    {
+        200: {"description": "The payload", "content": {JSON: {"schema": {}}}},
+        **_error_responses(404, *_AUTH),
+    },
+)
+def payload(id: _OperationPath):
+    tenant = _caller("getPayload").tenant_id
+    op_id = _path_id(id)
+    operation = runtime().engine_for(tenant).get(tenant, op_id)
+    store = runtime().payloads
+    if not store.owns(tenant, op_id, operation.payload_hash, operation.payload_ref):
+        raise NotFound("this operation has no inline payload")
+    body = store.get(tenant, op_id, operation.payload_hash)
+    if body is None:
+        raise NotFound("payload not found")
+    return Response(status_code=200, content_type=JSON, body=body.decode("utf-8"))
+
+
+@_register(
+    "resolveOperation",
+    "Operator decision for an unknown or quarantined operation",
+    {**_ok(200, "Resolved", models.OperationEnvelope), **_error_responses(400, 404, 409, *_AUTH)},
+)
+def resolve(id: _OperationPath, body: models.ResolveRequest):
+    tenant = _caller("resolveOperation").tenant_id
+    return _operation(runtime().engine_for(tenant).resolve(tenant, _path_id(id), body.resolution, note=body.note))
+
+
+assert {r.operation_id for r in ROUTES} == {r.operation_id for r in app._static_routes + app._dynamic_routes}  # noqa: SLF001
+
+
+# ---------------------------------------------------------------------------------- entry
+
+
+def _normalized(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The event as the resolver should see it: a UTF-8 text body, labelled as JSON.
+
+    Every route speaks JSON only, so a body sent as ``text/plain`` or form-encoded (what
+    ``curl -d`` and urllib send by default) is read as JSON rather than refused for its label.
+    """
+    event = dict(event)
+    body = event.get("body")
+    if body is None:
+        return event
+    limit = runtime().settings.max_body_bytes
+    if event.get("isBase64Encoded"):
+        try:
+            raw = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            raise MalformedRequest("request body is not valid base64") from None
+        if len(raw) > limit:
+            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+        try:
+            body = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise MalformedRequest("request body is not UTF-8 JSON") from None
+        event["body"], event["isBase64Encoded"] = body, False
+    elif len(body) > limit:
+        raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+    headers = {k: v for k, v in (event.get("headers") or {}).items() if k.lower() != "content-type"}
+    headers["content-type"] = JSON
+    event["headers"] = headers
+    return event
+
+
+def handle(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+    """The API's Lambda entry (the function module adds the Powertools decorators)."""
+    started = time.perf_counter()
+    request_context = event.get("requestContext") or {}
+    http = request_context.get("http") or {}
+    path = str(event.get("rawPath", ""))
+    stage = request_context.get("stage")
+    if stage and stage != "$default" and path.startswith(f"/{stage}/"):
+        path = path[len(stage) + 1 :]  # a named stage prefixes the path (Powertools strips it too)
+    matched = match_route(str(http.get("method", "")), path)
+    spec = matched[0] if matched else None
+    app.clear_context()
+    try:
+        prepared = _normalized(event)
+        if spec is not None and spec.scope is not None:
+            # The scope gate runs before body validation (as the authorizer would in AWS).
+            caller = caller_from_event(prepared).require(spec.scope)
+            logger.append_keys(tenant=tag(caller.tenant_id))
+            app.append_context(caller=caller)
+        result = app.resolve(prepared, context)
+    except Exception as exc:  # noqa: BLE001 - failures before the resolver, mapped like the rest
+        app.clear_context()
+        result = errors.to_proxy_result(exc)
+    logger.info(
+        "request",
+        extra={
+            "route": spec.key if spec else "unmatched",
+            "status": result.get("statusCode"),
+            "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+        },
+    )
+    return result

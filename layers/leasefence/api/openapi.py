@@ -1,0 +1,114 @@
+"""The OpenAPI 3.1 document, generated from the routes and models (never written by hand).
+
+``openapi.json`` at the repository root is this document; ``leasefence openapi`` (or
+``python -m leasefence.api.openapi``) rewrites it, ``--check`` fails when it drifted, and so does
+a test.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+API_VERSION = "1.0.0"
+TITLE = "leasefence"
+DESCRIPTION = (
+    "Job claims with leases (liveness) and per-operation fencing tokens (safety).\n\n"
+    "Every route except `GET /v1/health` needs `Authorization: Bearer <JWT>`; the tenant is the "
+    "token's `tenant_id` claim, scopes are its space-separated `scope` claim. Errors are "
+    '`{"error": {"code": "...", "message": "..."}}`.'
+)
+REPO_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_PATH = REPO_ROOT / "openapi.json"
+
+
+def _referenced(node: Any, found: set[str]) -> None:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+            found.add(ref.rsplit("/", 1)[1])
+        for value in node.values():
+            _referenced(value, found)
+    elif isinstance(node, list):
+        for value in node:
+            _referenced(value, found)
+
+
+def build_spec() -> dict[str, Any]:
+    from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
+
+    from leasefence.api.app import app
+
+    raw = app.get_openapi_json_schema(
+        title=TITLE,
+        version=API_VERSION,
+        description=DESCRIPTION,
+        security_schemes={
+            "bearerAuth": HTTPBearer(
+                bearerFormat="JWT",
+                description="A JWT with tenant_id and scope claims (locally: `leasefence token`)",
+            )
+        },
+    )
+    spec = json.loads(raw)
+    # Powertools documents its own 422 body on every route; this API answers errors as ErrorOut,
+    # and a route without input has no 422 at all.
+    for methods in spec.get("paths", {}).values():
+        for operation in methods.values():
+            responses = operation.get("responses", {})
+            default_422 = responses.get("422", {}).get("content", {}).get("application/json", {}).get("schema", {})
+            for response in responses.values():
+                if response.get("content") == {}:
+                    del response["content"]  # no body (204)
+            if default_422.get("$ref") == "#/components/schemas/HTTPValidationError":
+                if operation.get("parameters") or operation.get("requestBody"):
+                    default_422["$ref"] = "#/components/schemas/ErrorOut"
+                else:
+                    del responses["422"]
+    # Drop the schemas nothing refers to any more.
+    schemas = spec.get("components", {}).get("schemas", {})
+    used: set[str] = set()
+    _referenced({k: v for k, v in spec.items() if k != "components"}, used)
+    pending = list(used)
+    while pending:
+        found: set[str] = set()
+        _referenced(schemas.get(pending.pop(), {}), found)
+        pending.extend(found - used)
+        used |= found
+    for name in [name for name in schemas if name not in used]:
+        del schemas[name]
+    return spec
+
+
+def render() -> str:
+    return json.dumps(build_spec(), indent=2, ensure_ascii=False) + "\n"
+
+
+def write(path: Path = DEFAULT_PATH) -> Path:
+    path.write_text(render(), encoding="utf-8")
+    return path
+
+
+def drifted(path: Path = DEFAULT_PATH) -> bool:
+    return not path.is_file() or path.read_text(encoding="utf-8") != render()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    check = "--check" in args
+    paths = [a for a in args if not a.startswith("--")]
+    path = Path(paths[0]) if paths else DEFAULT_PATH
+    if check:
+        if drifted(path):
+            print(f"{path} is out of date: run `leasefence openapi`", file=sys.stderr)
+            return 1
+        print(f"{path} is up to date")
+        return 0
+    print(f"wrote {write(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

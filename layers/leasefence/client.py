@@ -1,0 +1,384 @@
+"""A small Python SDK for the leasefence HTTP API (standard library only).
+
+::
+
+    from leasefence.client import LeaseFenceClient
+
+    lf = LeaseFenceClient("http://127.0.0.1:8765", token)
+    lf.enqueue("order-42", "charge", payload={"amount": 1200})
+    claim = lf.claim("worker-1", lease_seconds=30)
+    if claim:
+        ...  # act under claim.fence
+        lf.complete(claim.operation_id, claim.fence, "charged")
+
+Errors are the domain's own classes (:mod:`leasefence.errors`, plus ``Unauthorized`` and
+``Forbidden``), chosen by the answer's ``error.code``; each carries the HTTP ``status``.
+
+Retries (exponential backoff with full jitter, ``Retry-After`` honoured) are limited to what is
+safe to repeat:
+
+* reads, ``enqueue`` (a repeat after a lost answer comes back as a replay: ``created=False``),
+  ``heartbeat`` and the fenced finishes (``complete``/``fail``/``unknown``/``quarantine``: the
+  same fence repeating the same transition gets its answer again) retry on connection failures,
+  lost answers, 429 and 5xx;
+* ``claim`` and ``resolve`` are not idempotent (a repeated claim would take a second attempt;
+  a repeated requeue could undo a later claim's view), so they retry only when the request
+  surely did not run: a refused connection or a 429 from the gateway.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterator
+from urllib.parse import quote, urlencode
+
+from leasefence.api.errors import Forbidden, Unauthorized
+from leasefence.errors import (
+    InvalidInput,
+    InvalidTransition,
+    LeaseFenceError,
+    NotFound,
+    PayloadConflict,
+    PayloadTooLarge,
+    StaleFence,
+    Unavailable,
+)
+
+__all__ = [
+    "Claim",
+    "EnqueueResult",
+    "Forbidden",
+    "LeaseFenceClient",
+    "Operation",
+    "OperationPage",
+    "Unauthorized",
+]
+
+#: Error code -> class. Unknown codes become a plain LeaseFenceError with that code.
+ERRORS: dict[str, type[LeaseFenceError]] = {
+    "invalid_request": InvalidInput,
+    "payload_too_large": PayloadTooLarge,
+    "not_found": NotFound,
+    "payload_conflict": PayloadConflict,
+    "stale_fence": StaleFence,
+    "invalid_transition": InvalidTransition,
+    "unavailable": Unavailable,
+    "unauthorized": Unauthorized,
+    "forbidden": Forbidden,
+}
+
+_MISSING: Any = object()
+_RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def _time(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+@dataclass(frozen=True)
+class Operation:
+    operation_id: str
+    job_type: str
+    state: str
+    fence: int
+    attempts: int
+    max_attempts: int
+    target_class: str
+    payload_hash: str
+    payload_ref: str | None
+    outcome_code: str | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Operation:
+        return cls(
+            operation_id=data["operation_id"],
+            job_type=data["job_type"],
+            state=data["state"],
+            fence=int(data["fence"]),
+            attempts=int(data["attempts"]),
+            max_attempts=int(data["max_attempts"]),
+            target_class=data["target_class"],
+            payload_hash=data["payload_hash"],
+            payload_ref=data.get("payload_ref"),
+            outcome_code=data.get("outcome_code"),
+            lease_owner=data.get("lease_owner"),
+            lease_expires_at=_time(data.get("lease_expires_at")),
+            created_at=_time(data["created_at"]),  # type: ignore[arg-type]
+            updated_at=_time(data["updated_at"]),  # type: ignore[arg-type]
+        )
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    operation: Operation
+    created: bool
+
+
+@dataclass(frozen=True)
+class Claim:
+    operation_id: str
+    job_type: str
+    fence: int
+    attempts: int
+    lease_expires_at: datetime
+    payload_ref: str | None
+    payload_hash: str
+    target_class: str
+    reconcile_required: bool
+    checkpoint: Any
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Claim:
+        return cls(
+            operation_id=data["operation_id"],
+            job_type=data["job_type"],
+            fence=int(data["fence"]),
+            attempts=int(data["attempts"]),
+            lease_expires_at=_time(data["lease_expires_at"]),  # type: ignore[arg-type]
+            payload_ref=data.get("payload_ref"),
+            payload_hash=data["payload_hash"],
+            target_class=data["target_class"],
+            reconcile_required=bool(data["reconcile_required"]),
+            checkpoint=data.get("checkpoint"),
+        )
+
+
+@dataclass(frozen=True)
+class OperationPage:
+    operations: list[Operation]
+    next_cursor: str | None
+
+
+class _NotSent(Exception):
+    """The connection was refused: the request never reached the server."""
+
+
+class LeaseFenceClient:
+    """One API base URL and one bearer token."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.2,
+        max_backoff: float = 5.0,
+        user_agent: str = "leasefence-client/1",
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.retries = max(0, retries)
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.user_agent = user_agent
+        self._rng = random.Random()
+
+    # ------------------------------------------------------------------ transport
+
+    def _once(self, method: str, path: str, body: Any) -> tuple[int, dict[str, str], bytes]:
+        data = None if body is _MISSING else json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+        request = urllib.request.Request(self.base_url + path, data=data, method=method)
+        request.add_header("Accept", "application/json")
+        request.add_header("User-Agent", self.user_agent)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - http(s) only
+                return response.status, dict(response.headers.items()), response.read()
+        except urllib.error.HTTPError as error:
+            with error:
+                return error.code, dict(error.headers.items()), error.read()
+        except urllib.error.URLError as error:
+            if isinstance(error.reason, ConnectionRefusedError):
+                raise _NotSent() from error
+            raise
+
+    def _delay(self, attempt: int, headers: dict[str, str] | None) -> float:
+        retry_after = (headers or {}).get("Retry-After") or (headers or {}).get("retry-after")
+        if retry_after:
+            try:
+                return min(self.max_backoff, max(0.0, float(retry_after)))
+            except ValueError:
+                pass
+        return self._rng.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
+
+    def request(self, method: str, path: str, body: Any = _MISSING, idempotent: bool = True) -> tuple[int, Any]:
+        """``(status, decoded JSON or None)`` for a 2xx; raises the mapped error otherwise."""
+        attempt = 0
+        while True:
+            headers: dict[str, str] | None = None
+            try:
+                status, headers, raw = self._once(method, path, body)
+            except _NotSent as error:
+                if attempt < self.retries:
+                    time.sleep(self._delay(attempt, None))
+                    attempt += 1
+                    continue
+                raise Unavailable("the API is unreachable (connection refused)") from error.__cause__
+            except (OSError, http.client.HTTPException) as error:
+                # Sent, answer lost: only a request that is safe to repeat is repeated.
+                if idempotent and attempt < self.retries:
+                    time.sleep(self._delay(attempt, None))
+                    attempt += 1
+                    continue
+                raise Unavailable(f"no answer from the API ({type(error).__name__})") from error
+            if status in _RETRY_STATUSES and attempt < self.retries and (idempotent or status == 429):
+                time.sleep(self._delay(attempt, headers))
+                attempt += 1
+                continue
+            if 200 <= status < 300:
+                return status, (json.loads(raw) if raw else None)
+            raise self._error(status, raw)
+
+    @staticmethod
+    def _error(status: int, raw: bytes) -> LeaseFenceError:
+        code, message = None, raw.decode("utf-8", "replace")[:500]
+        try:
+            error = json.loads(raw).get("error") or {}
+            code, message = error.get("code"), error.get("message", message)
+        except (ValueError, AttributeError):
+            pass
+        if code is None:
+            code = {401: "unauthorized", 403: "forbidden", 404: "not_found", 429: "unavailable"}.get(
+                status, "unavailable" if status >= 500 else "invalid_request"
+            )
+        cls = ERRORS.get(code, LeaseFenceError)
+        exc = cls(message)
+        exc.code = code
+        exc.status = status
+        return exc
+
+    @staticmethod
+    def _id(operation_id: str) -> str:
+        return quote(operation_id, safe="")
+
+    # ------------------------------------------------------------------ routes
+
+    def health(self) -> dict[str, Any]:
+        return self.request("GET", "/v1/health")[1]
+
+    def enqueue(
+        self,
+        operation_id: str,
+        job_type: str,
+        payload: Any = _MISSING,
+        *,
+        payload_ref: str | None = None,
+        payload_hash: str | None = None,
+        max_attempts: int | None = None,
+        target_class: str | None = None,
+    ) -> EnqueueResult:
+        """Record an operation. ``created`` is False for a replay (including the repeat of a
+        request whose first answer was lost)."""
+        body: dict[str, Any] = {"operation_id": operation_id, "job_type": job_type}
+        if payload is not _MISSING:
+            body["payload"] = payload
+        if payload_ref is not None:
+            body["payload_ref"] = payload_ref
+        if payload_hash is not None:
+            body["payload_hash"] = payload_hash
+        if max_attempts is not None:
+            body["max_attempts"] = max_attempts
+        if target_class is not None:
+            body["target_class"] = target_class
+        _, data = self.request("POST", "/v1/operations", body)
+        return EnqueueResult(Operation.from_json(data["operation"]), bool(data["created"]))
+
+    def get(self, operation_id: str) -> Operation:
+        return Operation.from_json(self.request("GET", f"/v1/operations/{self._id(operation_id)}")[1])
+
+    def list(self, state: str | None = None, limit: int | None = None, cursor: str | None = None) -> OperationPage:
+        query = {k: v for k, v in {"state": state, "limit": limit, "cursor": cursor}.items() if v is not None}
+        path = "/v1/operations" + (f"?{urlencode(query)}" if query else "")
+        data = self.request("GET", path)[1]
+        return OperationPage([Operation.from_json(o) for o in data["operations"]], data.get("next_cursor"))
+
+    def iter_operations(self, state: str | None = None, page_size: int = 100) -> Iterator[Operation]:
+        cursor = None
+        while True:
+            page = self.list(state=state, limit=page_size, cursor=cursor)
+            yield from page.operations
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    def claim(
+        self,
+        worker_id: str,
+        lease_seconds: int | None = None,
+        job_types: list[str] | None = None,
+        operation_id: str | None = None,
+    ) -> Claim | None:
+        """A claim, or None when nothing is claimable. Not retried after a lost answer."""
+        body: dict[str, Any] = {"worker_id": worker_id}
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+        if job_types is not None:
+            body["job_types"] = list(job_types)
+        if operation_id is not None:
+            body["operation_id"] = operation_id
+        status, data = self.request("POST", "/v1/claims", body, idempotent=False)
+        if status == 204 or not data:
+            return None
+        return Claim.from_json(data["claim"])
+
+    def heartbeat(
+        self,
+        operation_id: str,
+        fence: int,
+        worker_id: str,
+        lease_seconds: int | None = None,
+        checkpoint: Any = _MISSING,
+    ) -> datetime:
+        """Extend the lease; returns the new expiry. :class:`StaleFence`: stop working."""
+        body: dict[str, Any] = {"fence": fence, "worker_id": worker_id}
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+        if checkpoint is not _MISSING:
+            body["checkpoint"] = checkpoint
+        data = self.request("POST", f"/v1/operations/{self._id(operation_id)}/heartbeat", body)[1]
+        return _time(data["lease_expires_at"])  # type: ignore[return-value]
+
+    def _finish(self, operation_id: str, action: str, body: dict[str, Any], idempotent: bool = True) -> Operation:
+        data = self.request("POST", f"/v1/operations/{self._id(operation_id)}/{action}", body, idempotent=idempotent)[1]
+        return Operation.from_json(data["operation"])
+
+    def complete(self, operation_id: str, fence: int, outcome_code: str) -> Operation:
+        return self._finish(operation_id, "complete", {"fence": fence, "outcome_code": outcome_code})
+
+    def fail(
+        self, operation_id: str, fence: int, retryable: bool, reason: str, retry_after_seconds: int | None = None
+    ) -> Operation:
+        body: dict[str, Any] = {"fence": fence, "retryable": retryable, "reason": reason}
+        if retry_after_seconds is not None:
+            body["retry_after_seconds"] = retry_after_seconds
+        return self._finish(operation_id, "fail", body)
+
+    def unknown(self, operation_id: str, fence: int, reason: str) -> Operation:
+        return self._finish(operation_id, "unknown", {"fence": fence, "reason": reason})
+
+    def quarantine(self, operation_id: str, fence: int, reason: str) -> Operation:
+        return self._finish(operation_id, "quarantine", {"fence": fence, "reason": reason})
+
+    def payload(self, operation_id: str) -> Any:
+        """The inline payload as enqueued (:class:`NotFound` for by-reference payloads)."""
+        return self.request("GET", f"/v1/operations/{self._id(operation_id)}/payload")[1]
+
+    def resolve(self, operation_id: str, resolution: str, note: str = "") -> Operation:
+        """Operator decision for an unknown or quarantined operation. Not retried after a lost answer."""
+        return self._finish(operation_id, "resolve", {"resolution": resolution, "note": note}, idempotent=False)

@@ -1,0 +1,67 @@
+"""The API tests' stack: the session's embedded AWS endpoint (tests/conftest.py), a table and a
+bucket of their own, and the HTTP API on a free port, served in-process by the real handlers.
+
+The sweeper timer is off: tests run the sweeper function explicitly (``stack.sweep_now()``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from api_helpers import Api, new_tenant
+
+from leasefence.auth import ALL_SCOPES
+from leasefence.client import LeaseFenceClient
+from leasefence.local.server import LocalStack
+
+SECRET = "api-tests-secret-0123456789abcdef"
+
+
+@pytest.fixture(scope="session")
+def stack(aws):
+    with LocalStack(
+        host="127.0.0.1",
+        port=0,
+        aws=aws,
+        table_name="api-operations",
+        bucket="api-payloads",
+        sweep_interval=None,
+        secret=SECRET,
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+def tenant() -> str:
+    return new_tenant()
+
+
+@pytest.fixture
+def token(stack, tenant) -> str:
+    return stack.token(tenant, ALL_SCOPES)
+
+
+@pytest.fixture
+def api(stack, token) -> Api:
+    return Api(stack.base_url, token)
+
+
+@pytest.fixture
+def make_api(stack):
+    def make(tenant_id: str, scopes: Any = ALL_SCOPES) -> Api:
+        return Api(stack.base_url, stack.token(tenant_id, scopes))
+
+    return make
+
+
+@pytest.fixture
+def sdk(stack, token) -> LeaseFenceClient:
+    return LeaseFenceClient(stack.base_url, token, retries=2, backoff=0.01)
+
+
+def pytest_collection_modifyitems(config, items):
+    # Powertools warns on every invocation that recorded no metric (reads, health): expected here.
+    for item in items:
+        if "tests/api/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.filterwarnings("ignore:No application metrics to publish"))

@@ -1,0 +1,237 @@
+"""The Python SDK: typed results and errors, and retries that stay safe when answers are lost."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+import pytest
+
+from leasefence.client import Claim, LeaseFenceClient, Operation
+from leasefence.errors import (
+    InvalidInput,
+    InvalidTransition,
+    NotFound,
+    PayloadConflict,
+    PayloadTooLarge,
+    StaleFence,
+    Unavailable,
+)
+from leasefence.api.errors import Forbidden, Unauthorized
+
+
+class FaultyProxy:
+    """Forwards to the stack, except where ``plan(method, path, n)`` says otherwise:
+
+    * ``"drop"``: forward the request (so it takes effect), then close the connection without
+      answering: the answer is lost;
+    * an ``int`` status: answer that status (with ``Retry-After: 0``) without forwarding.
+    """
+
+    def __init__(self, target: str, plan) -> None:
+        self.target = urlsplit(target)
+        self.plan = plan
+        self.seen: list[tuple[str, str, str | None]] = []
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _any(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                with proxy._lock:
+                    n = sum(1 for m, p, _ in proxy.seen if (m, p) == (self.command, self.path))
+                    action = proxy.plan(self.command, self.path, n)
+                    proxy.seen.append((self.command, self.path, action if isinstance(action, str) else None))
+                if isinstance(action, int):
+                    payload = json.dumps({"error": {"code": "unavailable", "message": "injected"}}).encode()
+                    self.send_response(action)
+                    self.send_header("Retry-After", "0")
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                conn = http.client.HTTPConnection(proxy.target.hostname, proxy.target.port, timeout=10)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                answer = conn.getresponse()
+                payload = answer.read()
+                conn.close()
+                if action == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                self.send_response(answer.status)
+                for name, value in answer.getheaders():
+                    if name.lower() not in ("content-length", "connection", "transfer-encoding"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = _any
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def count(self, method: str, path: str) -> int:
+        return sum(1 for m, p, _ in self.seen if (m, p) == (method, path))
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def proxy_for(stack):
+    proxies = []
+
+    def make(plan) -> FaultyProxy:
+        proxy = FaultyProxy(stack.base_url, plan)
+        proxies.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in proxies:
+        proxy.close()
+
+
+def _client(url: str, token: str, **kwargs) -> LeaseFenceClient:
+    return LeaseFenceClient(url, token, retries=kwargs.pop("retries", 3), backoff=0.001, timeout=10, **kwargs)
+
+
+# ---------------------------------------------------------------------------------- typed answers
+
+
+def test_typed_results_for_the_whole_lifecycle(sdk):
+    assert sdk.health() == {"status": "ok"}
+    created = sdk.enqueue("sdk/1", "email", payload={"to": "a@example.com"}, max_attempts=2)
+    assert created.created is True and isinstance(created.operation, Operation)
+    assert created.operation.state == "queued" and created.operation.created_at.tzinfo is not None
+    assert sdk.enqueue("sdk/1", "email", payload={"to": "a@example.com"}).created is False
+    assert sdk.payload("sdk/1") == {"to": "a@example.com"}
+    grant = sdk.claim("w-1", lease_seconds=30, job_types=["email"])
+    assert isinstance(grant, Claim) and grant.operation_id == "sdk/1" and grant.fence == 1
+    assert sdk.claim("w-1") is None
+    expires = sdk.heartbeat("sdk/1", grant.fence, "w-1", lease_seconds=60, checkpoint={"sent": False})
+    assert expires > grant.lease_expires_at
+    done = sdk.complete("sdk/1", grant.fence, "sent")
+    assert done.state == "succeeded" and done.outcome_code == "sent"
+    assert sdk.get("sdk/1") == done
+    page = sdk.list(state="succeeded", limit=10)
+    assert [o.operation_id for o in page.operations] == ["sdk/1"] and page.next_cursor is None
+    assert [o.operation_id for o in sdk.iter_operations(page_size=1)] == ["sdk/1"]
+
+
+def test_park_fail_and_resolve(sdk):
+    sdk.enqueue("sdk-p", "job", payload=[1])
+    grant = sdk.claim("w", operation_id="sdk-p")
+    assert sdk.quarantine("sdk-p", grant.fence, "bad input").state == "quarantined"
+    assert sdk.resolve("sdk-p", "requeue", "fixed").state == "queued"
+    grant = sdk.claim("w", operation_id="sdk-p")
+    assert grant.fence == 2 and grant.reconcile_required
+    assert sdk.fail("sdk-p", grant.fence, retryable=True, reason="busy", retry_after_seconds=60).state == "queued"
+    sdk.enqueue("sdk-u", "job", payload=[2])
+    grant = sdk.claim("w", operation_id="sdk-u")
+    assert sdk.unknown("sdk-u", grant.fence, "timeout").state == "unknown"
+
+
+def test_errors_are_the_domain_classes(stack, sdk, tenant):
+    sdk.enqueue("sdk-e", "job", payload=1)
+    with pytest.raises(PayloadConflict) as conflict:
+        sdk.enqueue("sdk-e", "job", payload=2)
+    assert conflict.value.status == 409 and conflict.value.code == "payload_conflict"
+    with pytest.raises(NotFound):
+        sdk.get("sdk-missing")
+    with pytest.raises(InvalidInput) as invalid:
+        sdk.enqueue("sdk-e2", "job", payload=1, max_attempts=0)
+    assert invalid.value.status == 422
+    with pytest.raises(PayloadTooLarge):
+        sdk.enqueue("sdk-big", "job", payload="x" * (300 * 1024))
+    with pytest.raises(StaleFence):
+        sdk.complete("sdk-e", 3, "x")
+    with pytest.raises(InvalidTransition):
+        sdk.resolve("sdk-e", "succeeded")
+    with pytest.raises(Unauthorized):
+        LeaseFenceClient(stack.base_url, "bogus").get("sdk-e")
+    with pytest.raises(Forbidden):
+        LeaseFenceClient(stack.base_url, stack.token(tenant, ["leasefence/work"])).get("sdk-e")
+
+
+# ---------------------------------------------------------------------------------- retries
+
+
+def test_enqueue_retried_after_a_lost_answer_is_a_replay(proxy_for, token, sdk):
+    proxy = proxy_for(lambda method, path, n: "drop" if method == "POST" and n == 0 else None)
+    result = _client(proxy.url, token).enqueue("lost-1", "job", payload={"v": 1})
+    assert result.created is False  # the first attempt created it; the retry was recognized
+    assert proxy.count("POST", "/v1/operations") == 2
+    assert sdk.get("lost-1").state == "queued"
+
+
+def test_complete_retried_after_a_lost_answer_succeeds(proxy_for, token, sdk):
+    sdk.enqueue("lost-2", "job", payload=1)
+    grant = sdk.claim("w", operation_id="lost-2")
+    proxy = proxy_for(lambda method, path, n: "drop" if path.endswith("/complete") and n == 0 else None)
+    done = _client(proxy.url, token).complete("lost-2", grant.fence, "ok")
+    assert done.state == "succeeded" and done.outcome_code == "ok"
+    assert proxy.count("POST", "/v1/operations/lost-2/complete") == 2
+
+
+def test_heartbeat_and_fail_are_retried_too(proxy_for, token, sdk):
+    sdk.enqueue("lost-3", "job", payload=1)
+    grant = sdk.claim("w", operation_id="lost-3")
+    proxy = proxy_for(lambda method, path, n: "drop" if n == 0 and method == "POST" else None)
+    client = _client(proxy.url, token)
+    client.heartbeat("lost-3", grant.fence, "w")
+    assert client.fail("lost-3", grant.fence, retryable=False, reason="no").state == "failed_terminal"
+
+
+def test_a_claim_whose_answer_was_lost_is_not_repeated(proxy_for, token, sdk):
+    sdk.enqueue("lost-4", "job", payload=1)
+    proxy = proxy_for(lambda method, path, n: "drop" if path == "/v1/claims" else None)
+    with pytest.raises(Unavailable):
+        _client(proxy.url, token).claim("w")
+    assert proxy.count("POST", "/v1/claims") == 1  # a second claim would burn another attempt
+    assert sdk.get("lost-4").attempts == 1
+
+
+def test_5xx_and_429_are_retried_with_backoff(proxy_for, token, sdk):
+    sdk.enqueue("busy-1", "job", payload=1)
+    proxy = proxy_for(lambda method, path, n: 503 if n < 2 else None)
+    assert _client(proxy.url, token).get("busy-1").operation_id == "busy-1"
+    assert proxy.count("GET", "/v1/operations/busy-1") == 3
+    # A claim is retried on 429 (the gateway refused it before it ran) ...
+    proxy = proxy_for(lambda method, path, n: 429 if n == 0 else None)
+    assert _client(proxy.url, token).claim("w").operation_id == "busy-1"
+    # ... but not on 503 (it may have run).
+    proxy = proxy_for(lambda method, path, n: 503)
+    with pytest.raises(Unavailable) as error:
+        _client(proxy.url, token).claim("w")
+    assert error.value.status == 503 and proxy.count("POST", "/v1/claims") == 1
+    # Retries end: the last answer is raised.
+    proxy = proxy_for(lambda method, path, n: 503)
+    with pytest.raises(Unavailable):
+        _client(proxy.url, token, retries=2).get("busy-1")
+    assert proxy.count("GET", "/v1/operations/busy-1") == 3
+
+
+def test_connection_refused_is_retried_then_unavailable():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(Unavailable):
+        LeaseFenceClient(f"http://127.0.0.1:{port}", "t", retries=1, backoff=0.001).claim("w")

@@ -1,0 +1,150 @@
+"""The example app as `make synth` runs it (real local bundling), and the bundler's failure mode.
+
+``test_app_synthesizes_offline_with_local_bundling`` is the one infra test that needs the
+network: pip fetches the ``rfc8785`` wheel (manylinux2014_aarch64 / py3-none-any) from PyPI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from aws_cdk import App, RemovalPolicy, Stack
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from leasefence_infra.bundling import LocalLayerBundler, core_layer_code, source_fingerprint
+from aws_cdk.assertions import Match, Template
+from leasefence_infra import WorkerProps
+from leasefence_infra.stack import DEMO_WORKER_HANDLERS, PLACEHOLDER_ISSUER, service_props_from_context
+from test_infra_layer import assert_runtime_package_only
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def app_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    outdir = tmp_path_factory.mktemp("app-cdk.out")
+    env = {
+        **os.environ,
+        "CDK_OUTDIR": str(outdir),
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+        "CDK_DISABLE_CLI_TELEMETRY": "true",
+    }
+    env.pop("CDK_CONTEXT_JSON", None)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "infra" / "app.py")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=False,
+    )
+    return proc, outdir
+
+
+def test_app_synthesizes_offline_with_local_bundling(app_run) -> None:
+    proc, outdir = app_run
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "cdk-nag" not in proc.stderr  # no unacknowledged finding was printed
+    assert "placeholder" in proc.stderr  # the offline placeholder issuer is called out
+    template = json.loads((outdir / "LeaseFence.template.json").read_text())
+    (layer,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::LayerVersion"]
+    asset_key = layer["Properties"]["Content"]["S3Key"]
+    asset_dir = outdir / f"asset.{asset_key.removesuffix('.zip')}"
+    assert (asset_dir / "python" / "rfc8785" / "__init__.py").is_file()
+    assert (asset_dir / "python" / "leasefence" / "schema.py").is_file()
+    assert not list(asset_dir.rglob("__pycache__"))
+    # The real (pip) bundle ships the runtime package only, like the offline one.
+    assert_runtime_package_only(asset_dir / "python" / "leasefence")
+    # The example app deploys the worker with the demo handlers for the tenant `demo`.
+    Template.from_json(template).has_resource_properties("AWS::Lambda::Function", {
+        "Handler": "worker.handler.lambda_handler",
+        "Environment": {"Variables": Match.object_like({
+            "LEASEFENCE_WORKER_HANDLERS": "worker.demo_handlers:HANDLERS",
+            "LEASEFENCE_WORKER_TENANTS": "demo",
+        })},
+    })
+    assert "WorkerFunctionName" in template["Outputs"]
+    # Feature flags from cdk.json were applied exactly as the CDK CLI would apply them.
+    manifest = json.loads((outdir / "manifest.json").read_text())
+    assert manifest["artifacts"]["LeaseFence"]["type"] == "aws:cloudformation:stack"
+    (auth,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::ApiGatewayV2::Authorizer"]
+    assert auth["Properties"]["JwtConfiguration"]["Issuer"] == PLACEHOLDER_ISSUER
+    assert list(outdir.glob("AwsSolutions-*LeaseFence-NagReport.csv"))
+
+
+def test_bundling_failure_is_loud_and_never_docker(tmp_path: Path) -> None:
+    stack = Stack(App(outdir=str(tmp_path)), "Broken")
+    code = core_layer_code(requirements=("leasefence-no-such-package==0",), extra_pip_args=("--no-index",))
+    with pytest.raises(RuntimeError, match="pip could not install") as excinfo:
+        lambda_.LayerVersion(stack, "Layer", code=code)
+    assert "docker" not in str(excinfo.value).lower()
+
+
+def test_bundler_refuses_a_missing_package(tmp_path: Path) -> None:
+    bundler = LocalLayerBundler(tmp_path / "nothing-here", requirements=())
+    with pytest.raises(RuntimeError, match="no Python package"):
+        bundler.build(tmp_path / "out")
+
+
+def test_source_fingerprint_tracks_sources_and_requirements(tmp_path: Path) -> None:
+    pkg = tmp_path / "leasefence"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("x = 1\n")
+    first = source_fingerprint(pkg)
+    (pkg / "__pycache__").mkdir()
+    (pkg / "__pycache__" / "junk.pyc").write_bytes(b"\0")
+    assert source_fingerprint(pkg) == first
+    assert source_fingerprint(pkg, requirements=("rfc8785==0.1.3",)) != first
+    (pkg / "__init__.py").write_text("x = 2\n")
+    assert source_fingerprint(pkg) != first
+
+
+def test_context_defaults_are_safe_placeholders() -> None:
+    props = service_props_from_context({})
+    assert props["jwt_issuer"] == PLACEHOLDER_ISSUER
+    assert props["jwt_audience"] == ["leasefence"]
+    assert props["deletion_protection"] is True
+    assert props["create_encryption_key"] is False
+    assert props["tenant_isolation"] is False
+    assert "removal_policy" not in props  # RETAIN, the construct's default
+    worker = props["worker"]
+    assert isinstance(worker, WorkerProps)
+    assert worker.handlers == DEMO_WORKER_HANDLERS == "worker.demo_handlers:HANDLERS"
+    assert list(worker.tenants) == ["demo"]
+    assert worker.code is None and worker.business_tables == () and worker.fenced_tables == ()
+
+
+def test_context_worker_tenants_and_switch() -> None:
+    assert list(service_props_from_context({"workerTenants": "acme, globex"})["worker"].tenants) == ["acme", "globex"]
+    assert list(service_props_from_context({"workerTenants": ["acme"]})["worker"].tenants) == ["acme"]
+    assert "worker" not in service_props_from_context({"worker": "false"})
+    with pytest.raises(ValueError, match="workerTenants"):
+        service_props_from_context({"workerTenants": " , "})
+
+
+def test_context_values_are_parsed() -> None:
+    props = service_props_from_context({
+        "jwtIssuer": "https://idp.example.com/",
+        "jwtAudience": "a, b",
+        "retentionDays": "14",
+        "deletionProtection": "false",
+        "customerManagedKey": "true",
+        "tenantIsolation": True,
+        "destroyOnRemoval": "yes",
+        "logRetentionDays": "90",
+        "dueShards": "8",
+    })
+    assert props["jwt_issuer"] == "https://idp.example.com/"
+    assert props["jwt_audience"] == ["a", "b"]
+    assert props["retention_days"] == 14 and props["due_shards"] == 8
+    assert props["deletion_protection"] is False
+    assert props["create_encryption_key"] is True and props["tenant_isolation"] is True
+    assert props["removal_policy"] == RemovalPolicy.DESTROY
+    assert props["log_retention"] == logs.RetentionDays.THREE_MONTHS
+    pool = service_props_from_context({"createUserPool": "true", "userPoolDomainPrefix": "acme-lf"})
+    assert pool["create_user_pool"] is True and "jwt_issuer" not in pool
+    with pytest.raises(ValueError):
+        service_props_from_context({"deletionProtection": "maybe"})
+    with pytest.raises(ValueError):
+        service_props_from_context({"logRetentionDays": "2"})

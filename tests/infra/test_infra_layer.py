@@ -1,0 +1,139 @@
+"""The core layer ships the runtime package only, and everything the functions import is in it.
+
+``prebuilt_layer`` (conftest) is ``LocalLayerBundler(requirements=()).build(...)``: the real
+bundler's copy of ``layers/leasefence`` (pip only adds ``rfc8785``, checked by
+``test_infra_app.py`` on the real bundle).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from leasefence_infra.bundling import CORE_LAYER_EXCLUDES, PACKAGE_DIR, is_excluded, source_fingerprint
+
+ROOT = Path(__file__).resolve().parents[2]
+FUNCTIONS = ROOT / "functions"
+
+#: What the worker (and the other functions) need, spelled out.
+MUST_SHIP = ("engine.py", "worker/runtime.py", "worker/backend.py", "targets/fenced_table.py",
+             "targets/same_table.py", "settings.py", "observability.py", "api/app.py")
+#: The dev-only parts, spelled out (independently of CORE_LAYER_EXCLUDES).
+MUST_NOT_SHIP = ("local", "cli.py", "demo", "bench", "faults.py")
+
+
+def _package(prebuilt_layer: Path) -> Path:
+    return prebuilt_layer / "python" / "leasefence"
+
+
+def assert_runtime_package_only(package: Path) -> None:
+    """The layer's ``leasefence`` tree: the runtime modules, none of the dev-only ones."""
+    for rel in MUST_SHIP:
+        assert (package / rel).is_file(), rel
+    for rel in MUST_NOT_SHIP:
+        assert not (package / rel).exists(), rel
+    assert not list(package.glob("torture*"))
+    assert not list(package.rglob("__pycache__")) and not list(package.rglob("*.pyc"))
+    # Everything else of the source package is shipped.
+    source = {p.relative_to(PACKAGE_DIR) for p in PACKAGE_DIR.rglob("*.py")
+              if not is_excluded(p.relative_to(PACKAGE_DIR), CORE_LAYER_EXCLUDES)}
+    assert {p.relative_to(package) for p in package.rglob("*.py")} == source
+
+
+def test_layer_ships_the_runtime_package_only(prebuilt_layer: Path) -> None:
+    assert_runtime_package_only(_package(prebuilt_layer))
+
+
+def test_exclusions_are_the_dev_only_parts() -> None:
+    excluded = [Path(p) for p in ("local/server.py", "cli.py", "demo/zombie.py", "bench/meter.py",
+                                  "faults.py", "torture.py", "torture/harness.py", "api/__pycache__/x.pyc")]
+    kept = [Path(p) for p in ("engine.py", "client.py", "worker/runtime.py", "targets/fenced_table.py",
+                              "worker/local.py", "localize.py", "api/cli.py")]
+    for rel in excluded:
+        assert is_excluded(rel, CORE_LAYER_EXCLUDES), rel
+    for rel in kept:
+        assert not is_excluded(rel, CORE_LAYER_EXCLUDES), rel
+
+
+def _leasefence_imports(path: Path) -> set[tuple[str, str | None]]:
+    """(module, name) for every import of ``leasefence...`` in a file, at any depth (lazy ones too)."""
+    found: set[tuple[str, str | None]] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {(a.name, None) for a in node.names if a.name.split(".")[0] == "leasefence"}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] == "leasefence":
+            found |= {(node.module, a.name) for a in node.names}
+    return found
+
+
+def _is_module(root: Path, dotted: str) -> bool:
+    rel = Path(*dotted.split("."))
+    return (root / rel).with_suffix(".py").is_file() or (root / rel / "__init__.py").is_file()
+
+
+def test_every_runtime_import_resolves_inside_the_layer(prebuilt_layer: Path) -> None:
+    """Functions and shipped modules import nothing that the layer leaves out (lazy imports too)."""
+    site = prebuilt_layer / "python"
+    files = [*FUNCTIONS.rglob("*.py"), *(site / "leasefence").rglob("*.py")]
+    files = [f for f in files if "tests" not in f.parts and "__pycache__" not in f.parts]
+    assert len(files) > 20
+    missing = []
+    for path in files:
+        for module, name in _leasefence_imports(path):
+            if not _is_module(site, module):
+                missing.append(f"{path.relative_to(ROOT) if ROOT in path.parents else path}: {module}")
+            # `from leasefence.x import y`: y is an attribute, or a submodule that must be shipped.
+            elif name and _is_module(PACKAGE_DIR.parent, f"{module}.{name}") and not _is_module(site, f"{module}.{name}"):
+                missing.append(f"{path}: {module}.{name}")
+    assert missing == []
+
+
+def test_functions_import_from_the_layer_alone(prebuilt_layer: Path) -> None:
+    """Import every handler (and the worker's runtime) with the layer first on sys.path, as in
+    Lambda: each leasefence module comes from the layer, none is missing."""
+    site = prebuilt_layer / "python"
+    script = f"""
+import sys
+sys.path[:0] = [{str(FUNCTIONS)!r}, {str(site)!r}]
+import api.handler, sweeper.handler, worker.handler, worker.demo_handlers
+import leasefence.worker, leasefence.targets.fenced_table, leasefence.targets.same_table, leasefence.settings
+outside = sorted(n for n, m in sys.modules.items() if n.split(".")[0] == "leasefence"
+                 and not (getattr(m, "__file__", "") or "").startswith({str(site)!r}))
+assert not outside, outside
+print("ok", len([n for n in sys.modules if n.startswith("leasefence")]))
+"""
+    env = {**os.environ, "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_NAMESPACE": "LeaseFence",
+           "AWS_DEFAULT_REGION": "eu-west-1"}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=prebuilt_layer, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("ok")
+
+
+def test_fingerprint_ignores_excluded_files(tmp_path: Path) -> None:
+    pkg = tmp_path / "leasefence"
+    (pkg / "local").mkdir(parents=True)
+    (pkg / "engine.py").write_text("x = 1\n")
+    (pkg / "cli.py").write_text("y = 1\n")
+    (pkg / "local" / "server.py").write_text("z = 1\n")
+    first = source_fingerprint(pkg, requirements=())
+    (pkg / "cli.py").write_text("y = 2\n")
+    (pkg / "local" / "server.py").write_text("z = 2\n")
+    (pkg / "torture.py").write_text("t = 1\n")
+    assert source_fingerprint(pkg, requirements=()) == first  # dev-only edits: same layer
+    (pkg / "engine.py").write_text("x = 2\n")
+    assert source_fingerprint(pkg, requirements=()) != first
+
+
+@pytest.mark.parametrize("rel", MUST_NOT_SHIP)
+def test_excluded_paths_exist_in_the_source(rel: str) -> None:
+    """The exclusions are not dead: each named dev-only part exists in the source package
+    (``bench/`` and ``torture*`` may come and go; ``bench`` is checked while it exists)."""
+    if rel == "bench" and not (PACKAGE_DIR / rel).exists():
+        pytest.skip("no bench/ yet")
+    assert (PACKAGE_DIR / rel).exists()

@@ -1,0 +1,843 @@
+"""What the synthesized templates contain: one test (or a few) per item of the infra issue."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk.assertions import Match, Template
+from infra_helpers import (
+    ORDERS_KEY_ARN,
+    actions_by_resource,
+    as_list,
+    getatt,
+    grant_set,
+    index_arn,
+    logical_id,
+    props,
+    resources,
+    role_statements,
+)
+from leasefence import schema
+from leasefence.payloads import KEY_PREFIX as PAYLOAD_KEY_PREFIX
+from leasefence_infra import LeaseFenceService
+from leasefence_infra.bundling import LAYER_REQUIREMENTS
+from leasefence_infra.monitoring import APP_METRICS, WORKER_METRICS
+from leasefence_infra.service import POWERTOOLS_LAYER_PARAMETER
+
+# The public contract, section 2, written out again on purpose: if ROUTES in the construct
+# drifts from the contract, this table (not the construct's) decides.
+CONTRACT_ROUTES = {
+    "GET /v1/health": None,
+    "POST /v1/operations": "leasefence/produce",
+    "GET /v1/operations/{id}": "leasefence/produce",
+    "POST /v1/claims": "leasefence/work",
+    "POST /v1/operations/{id}/heartbeat": "leasefence/work",
+    "POST /v1/operations/{id}/complete": "leasefence/work",
+    "POST /v1/operations/{id}/fail": "leasefence/work",
+    "POST /v1/operations/{id}/unknown": "leasefence/work",
+    "POST /v1/operations/{id}/quarantine": "leasefence/work",
+    "GET /v1/operations/{id}/payload": "leasefence/work",
+    "GET /v1/operations": "leasefence/operate",
+    "POST /v1/operations/{id}/resolve": "leasefence/operate",
+}
+
+EXPECTED_ENV = {
+    "LEASEFENCE_TABLE",
+    "LEASEFENCE_PAYLOAD_BUCKET",
+    "LEASEFENCE_DUE_SHARDS",
+    "LEASEFENCE_SWEEP_SHARDS",
+    "LEASEFENCE_LOG_HASH_KEY_PARAM",
+    "LEASEFENCE_RETENTION_DAYS",
+    "POWERTOOLS_SERVICE_NAME",
+    "POWERTOOLS_METRICS_NAMESPACE",
+    "POWERTOOLS_LOG_LEVEL",
+    "POWERTOOLS_TRACER_CAPTURE_RESPONSE",
+}
+WORKER_ENV = {"LEASEFENCE_WORKER_HANDLERS", "LEASEFENCE_WORKER_TENANTS", "LEASEFENCE_WORKER_LEASE_SECONDS"}
+
+
+@pytest.fixture(scope="module", params=["default", "full"])
+def variant(request: pytest.FixtureRequest, synth) -> tuple[str, Stack, LeaseFenceService, dict[str, Any]]:
+    stack = synth.stacks[request.param]
+    return request.param, stack, stack.service, synth.template_json(request.param)
+
+
+def _svc(synth, name: str) -> tuple[Stack, LeaseFenceService, dict[str, Any]]:
+    stack = synth.stacks[name]
+    return stack, stack.service, synth.template_json(name)
+
+
+# ----------------------------------------------------------------------------- table
+
+
+def test_table_is_the_schema_module(variant) -> None:
+    _, stack, svc, tpl = variant
+    table = props(tpl, logical_id(stack, svc.table))
+    request = schema.create_table_request()
+    assert table["KeySchema"] == request["KeySchema"]
+    assert sorted(table["AttributeDefinitions"], key=lambda d: d["AttributeName"]) == sorted(
+        request["AttributeDefinitions"], key=lambda d: d["AttributeName"]
+    )
+    assert table["GlobalSecondaryIndexes"] == request["GlobalSecondaryIndexes"]
+    for gsi in table["GlobalSecondaryIndexes"]:
+        assert gsi["Projection"] == {"ProjectionType": "INCLUDE",
+                                     "NonKeyAttributes": list(schema.INDEX_PROJECTION)}
+    assert table["BillingMode"] == "PAY_PER_REQUEST"
+    assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert table["TimeToLiveSpecification"] == {"AttributeName": schema.TTL_ATTRIBUTE, "Enabled": True}
+    assert "TableName" not in table  # CloudFormation names it: two stacks never collide
+
+
+def test_table_defaults_deletion_protection_and_aws_owned_key(synth) -> None:
+    stack, svc, tpl = _svc(synth, "default")
+    table = props(tpl, logical_id(stack, svc.table))
+    assert table["DeletionProtectionEnabled"] is True
+    # AWS-owned key: SSE not "enabled" (that would mean KMS).
+    assert table["SSESpecification"] == {"SSEEnabled": False}
+    assert tpl["Resources"][logical_id(stack, svc.table)]["DeletionPolicy"] == "Retain"
+    assert not resources(tpl, "AWS::KMS::Key").keys() - {logical_id(stack, svc.monitoring.node.find_child("AlarmTopicKey"))}
+
+
+def test_table_options_cmk_and_no_deletion_protection(synth) -> None:
+    stack, svc, tpl = _svc(synth, "full")
+    table = props(tpl, logical_id(stack, svc.table))
+    key_lid = logical_id(stack, svc.encryption_key)
+    assert table["DeletionProtectionEnabled"] is False
+    assert table["SSESpecification"] == {
+        "SSEEnabled": True, "SSEType": "KMS", "KMSMasterKeyId": getatt(key_lid)
+    }
+    assert props(tpl, key_lid)["EnableKeyRotation"] is True
+
+
+# ----------------------------------------------------------------------------- bucket
+
+
+def _denies_insecure_transport(policy: dict[str, Any]) -> bool:
+    return any(
+        st["Effect"] == "Deny"
+        and st.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false"
+        for st in policy["PolicyDocument"]["Statement"]
+    )
+
+
+def test_payload_bucket(variant) -> None:
+    name, stack, svc, tpl = variant
+    lid = logical_id(stack, svc.payload_bucket)
+    bucket = props(tpl, lid)
+    assert bucket["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True, "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True, "RestrictPublicBuckets": True,
+    }
+    (rule,) = bucket["LifecycleConfiguration"]["Rules"]
+    assert rule["Status"] == "Enabled"
+    assert rule["ExpirationInDays"] == svc.retention_days == (30 if name == "default" else 7)
+    (enc,) = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    if name == "default":
+        assert enc["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
+        assert "LoggingConfiguration" not in bucket  # acknowledged in cdk-nag instead
+    else:
+        assert enc["ServerSideEncryptionByDefault"] == {
+            "SSEAlgorithm": "aws:kms", "KMSMasterKeyID": getatt(logical_id(stack, svc.encryption_key))
+        }
+        assert enc["BucketKeyEnabled"] is True
+        assert bucket["LoggingConfiguration"] == {
+            "DestinationBucketName": "leasefence-test-access-logs",
+            "LogFilePrefix": "leasefence-payloads/",
+        }
+    (policy,) = [p["Properties"] for p in resources(tpl, "AWS::S3::BucketPolicy").values()
+                 if p["Properties"]["Bucket"] == {"Ref": lid}]
+    assert _denies_insecure_transport(policy)
+
+
+# ----------------------------------------------------------------------------- functions
+
+
+def test_functions_runtime_tracing_env_layers(variant) -> None:
+    name, stack, svc, tpl = variant
+    core_layer = logical_id(stack, svc.core_layer)
+    (powertools_param,) = [
+        k for k, v in tpl["Parameters"].items() if v.get("Default") == POWERTOOLS_LAYER_PARAMETER
+    ]
+    assert tpl["Parameters"][powertools_param]["Type"] == "AWS::SSM::Parameter::Value<String>"
+    expected = {
+        svc.api_function: ("api.handler.lambda_handler", svc.api_log_group, svc.api_role),
+        svc.sweeper_function: ("sweeper.handler.lambda_handler", svc.sweeper_log_group, svc.sweeper_role),
+        svc.worker_function: ("worker.handler.lambda_handler", svc.worker_log_group, svc.worker_role),
+    }
+    for fn, (handler, log_group, role) in expected.items():
+        f = props(tpl, logical_id(stack, fn))
+        assert f["Runtime"] == "python3.12"
+        assert f["Architectures"] == ["arm64"]
+        assert f["Handler"] == handler
+        assert f["TracingConfig"] == {"Mode": "Active"}
+        layers = [{"Ref": core_layer}, {"Ref": powertools_param}]
+        if fn is svc.worker_function and name == "full":
+            # The handler layer is merged first, so the core and Powertools layers win a clash.
+            layers = [{"Ref": logical_id(stack, svc.worker_handlers_layer)}, *layers]
+        assert f["Layers"] == layers
+        assert f["LoggingConfig"]["LogGroup"] == {"Ref": logical_id(stack, log_group)}
+        assert f["Role"] == getatt(logical_id(stack, role))
+        env = f["Environment"]["Variables"]
+        extra = {"LEASEFENCE_TENANT_ROLE_ARN", "LEASEFENCE_TENANT_SESSION_TAG"} if (
+            name == "full" and fn is svc.api_function) else set()
+        if fn is svc.worker_function:
+            extra = WORKER_ENV | set(svc.worker.environment)
+        assert set(env) == EXPECTED_ENV | extra
+        assert env["LEASEFENCE_TABLE"] == {"Ref": logical_id(stack, svc.table)}
+        assert env["LEASEFENCE_PAYLOAD_BUCKET"] == {"Ref": logical_id(stack, svc.payload_bucket)}
+        assert env["LEASEFENCE_LOG_HASH_KEY_PARAM"] == {"Ref": logical_id(stack, svc.log_hash_key)}
+        assert env["LEASEFENCE_DUE_SHARDS"] == str(svc.spec.due_shards)
+        assert env["LEASEFENCE_SWEEP_SHARDS"] == str(svc.spec.sweep_shards)
+        assert env["LEASEFENCE_RETENTION_DAYS"] == str(svc.retention_days)
+        assert env["POWERTOOLS_SERVICE_NAME"] == "leasefence"
+        assert env["POWERTOOLS_METRICS_NAMESPACE"] == "LeaseFence"
+        assert env["POWERTOOLS_LOG_LEVEL"] == "INFO"
+        assert props(tpl, logical_id(stack, log_group))["RetentionInDays"] == 30
+    layer = props(tpl, core_layer)
+    assert layer["CompatibleRuntimes"] == ["python3.12"]
+    assert layer["CompatibleArchitectures"] == ["arm64"]
+
+
+def test_log_hash_key_is_generated_secret(variant) -> None:
+    _, stack, svc, tpl = variant
+    secret = props(tpl, logical_id(stack, svc.log_hash_key))
+    assert secret["GenerateSecretString"]["PasswordLength"] == 64
+    assert "SecretString" not in secret
+
+
+# ----------------------------------------------------------------------------- HTTP API
+
+
+def test_routes_and_scopes_match_the_contract(variant) -> None:
+    _, stack, svc, tpl = variant
+    authorizer = logical_id(stack, svc.http_api.node.find_child("JwtAuthorizer"))
+    routes = {r["Properties"]["RouteKey"]: r["Properties"] for r in resources(tpl, "AWS::ApiGatewayV2::Route").values()}
+    assert set(routes) == set(CONTRACT_ROUTES)
+    for key, scope in CONTRACT_ROUTES.items():
+        route = routes[key]
+        if scope is None:
+            assert route["AuthorizationType"] == "NONE", key
+            assert "AuthorizerId" not in route and "AuthorizationScopes" not in route
+        else:
+            assert route["AuthorizationType"] == "JWT", key
+            assert route["AuthorizerId"] == {"Ref": authorizer}, key
+            assert route["AuthorizationScopes"] == [scope], key
+    # One Lambda proxy integration (payload 2.0) serves every route.
+    ((integration_lid, integration),) = resources(tpl, "AWS::ApiGatewayV2::Integration").items()
+    assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
+    assert integration["Properties"]["IntegrationUri"] == getatt(logical_id(stack, svc.api_function))
+    for route in routes.values():
+        assert route["Target"] == {"Fn::Join": ["", ["integrations/", {"Ref": integration_lid}]]}
+
+
+def test_jwt_authorizer_external_issuer(synth) -> None:
+    _, _, tpl = _svc(synth, "default")
+    (authorizer,) = resources(tpl, "AWS::ApiGatewayV2::Authorizer").values()
+    assert authorizer["Properties"]["AuthorizerType"] == "JWT"
+    assert authorizer["Properties"]["IdentitySource"] == ["$request.header.Authorization"]
+    assert authorizer["Properties"]["JwtConfiguration"] == {
+        "Issuer": "https://issuer.example.com/", "Audience": ["leasefence-api"]
+    }
+    assert not resources(tpl, "AWS::Cognito::UserPool")
+
+
+def test_jwt_authorizer_cognito_pool(synth) -> None:
+    stack, svc, tpl = _svc(synth, "full")
+    pool = logical_id(stack, svc.user_pool)
+    client = logical_id(stack, svc.user_pool_client)
+    (authorizer,) = resources(tpl, "AWS::ApiGatewayV2::Authorizer").values()
+    jwt = authorizer["Properties"]["JwtConfiguration"]
+    assert jwt["Audience"] == [{"Ref": client}]
+    assert jwt["Issuer"] == {"Fn::Join": ["", ["https://cognito-idp.", {"Ref": "AWS::Region"}, ".",
+                                               {"Ref": "AWS::URLSuffix"}, "/", {"Ref": pool}]]}
+    (server,) = resources(tpl, "AWS::Cognito::UserPoolResourceServer").values()
+    assert server["Properties"]["Identifier"] == "leasefence"
+    assert {s["ScopeName"] for s in server["Properties"]["Scopes"]} == {"produce", "work", "operate"}
+    c = props(tpl, client)
+    assert c["AllowedOAuthFlows"] == ["client_credentials"] and c["GenerateSecret"] is True
+    assert len(c["AllowedOAuthScopes"]) == 3
+    p = props(tpl, pool)
+    assert p["AdminCreateUserConfig"] == {"AllowAdminCreateUserOnly": True}
+    assert p["LambdaConfig"]["PreTokenGenerationConfig"]["LambdaVersion"] == "V3_0"
+    assert resources(tpl, "AWS::Cognito::UserPoolDomain")
+
+
+def test_stage_throttling_and_access_logs(variant) -> None:
+    _, stack, svc, tpl = variant
+    (stage,) = resources(tpl, "AWS::ApiGatewayV2::Stage").values()
+    p = stage["Properties"]
+    assert p["StageName"] == "$default" and p["AutoDeploy"] is True
+    assert p["DefaultRouteSettings"] == {"ThrottlingBurstLimit": 200, "ThrottlingRateLimit": 100}
+    assert p["AccessLogSettings"]["DestinationArn"] == getatt(logical_id(stack, svc.access_log_group))
+    fmt = json.loads(p["AccessLogSettings"]["Format"])
+    assert fmt["requestId"] == "$context.requestId"
+    assert fmt["status"] == "$context.status"
+    assert "$context.path" not in p["AccessLogSettings"]["Format"]  # ids stay out of logs
+    assert props(tpl, logical_id(stack, svc.access_log_group))["RetentionInDays"] == 30
+
+
+# ----------------------------------------------------------------------------- schedule
+
+
+def test_sweeper_schedule(variant) -> None:
+    name, stack, svc, tpl = variant
+    schedules = resources(tpl, "AWS::Scheduler::Schedule")
+    assert set(schedules) == {logical_id(stack, svc.sweep_schedule), logical_id(stack, svc.worker_schedule)}
+    p = props(tpl, logical_id(stack, svc.sweep_schedule))
+    dlq = logical_id(stack, svc.schedule_dlq)
+    assert p["ScheduleExpression"] == "rate(1 minute)"
+    assert p["State"] == "ENABLED"
+    assert p["Target"]["Arn"] == getatt(logical_id(stack, svc.sweeper_function))
+    assert p["Target"]["RetryPolicy"] == {"MaximumRetryAttempts": 2, "MaximumEventAgeInSeconds": 60}
+    assert p["Target"]["DeadLetterConfig"] == {"Arn": getatt(dlq)}
+    queue = props(tpl, dlq)
+    if name == "default":
+        assert queue["SqsManagedSseEnabled"] is True
+    else:
+        assert queue["KmsMasterKeyId"] == getatt(logical_id(stack, svc.encryption_key))
+    (qpolicy,) = [q["Properties"] for q in resources(tpl, "AWS::SQS::QueuePolicy").values()
+                  if q["Properties"]["Queues"] == [{"Ref": dlq}]]
+    assert _denies_insecure_transport(qpolicy)
+    schedule_role = logical_id(stack, svc.schedule_role)
+    assert p["Target"]["RoleArn"] == getatt(schedule_role)
+    trust = props(tpl, schedule_role)["AssumeRolePolicyDocument"]["Statement"]
+    assert [s["Principal"] for s in trust] == [{"Service": "scheduler.amazonaws.com"}]
+    statements = role_statements(tpl, schedule_role)
+    assert actions_by_resource(statements, "sqs:") == [(frozenset({"sqs:SendMessage"}), getatt(dlq))]
+    kms_grants = actions_by_resource(statements, "kms:")
+    if name == "default":
+        assert kms_grants == []
+    else:  # the DLQ (and the schedule input) use the customer-managed key
+        key = getatt(logical_id(stack, svc.encryption_key))
+        assert (frozenset({"kms:GenerateDataKey", "kms:Decrypt"}), key) in kms_grants
+
+
+# ----------------------------------------------------------------------------- least privilege
+
+
+def test_no_function_role_has_managed_policies(variant) -> None:
+    _, stack, svc, tpl = variant
+    for role in (svc.api_role, svc.sweeper_role, svc.schedule_role, svc.worker_role, svc.worker_schedule_role):
+        assert "ManagedPolicyArns" not in props(tpl, logical_id(stack, role))
+
+
+def test_dynamodb_permissions_are_exact(synth) -> None:
+    stack, svc, tpl = _svc(synth, "default")
+    table = logical_id(stack, svc.table)
+    api = actions_by_resource(role_statements(tpl, logical_id(stack, svc.api_role)), "dynamodb:")
+    sweeper = actions_by_resource(role_statements(tpl, logical_id(stack, svc.sweeper_role)), "dynamodb:")
+    assert grant_set(api) == grant_set([
+        (frozenset({"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}),
+         getatt(table)),
+        (frozenset({"dynamodb:Query"}), index_arn(table, schema.DUE_INDEX)),
+    ])
+    assert grant_set(sweeper) == grant_set([
+        (frozenset({"dynamodb:Query"}), index_arn(table, schema.SWEEP_INDEX)),
+        (frozenset({"dynamodb:UpdateItem"}), getatt(table)),
+    ])
+
+
+def test_other_permissions_are_scoped(variant) -> None:
+    _, stack, svc, tpl = variant
+    bucket = logical_id(stack, svc.payload_bucket)
+    api = role_statements(tpl, logical_id(stack, svc.api_role))
+    sweeper = role_statements(tpl, logical_id(stack, svc.sweeper_role))
+    assert grant_set(actions_by_resource(api, "s3:")) == grant_set([
+        (frozenset({"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}),
+         {"Fn::Join": ["", [getatt(bucket), f"/{PAYLOAD_KEY_PREFIX}*"]]}),
+        (frozenset({"s3:ListBucket"}), getatt(bucket)),
+    ])
+    # Unconditioned: S3 only answers 404 (not 403) for a missing key to a caller that may list.
+    (listing,) = [s for s in api if "s3:ListBucket" in as_list(s["Action"])]
+    assert "Condition" not in listing
+    assert actions_by_resource(sweeper, "s3:") == []
+    secret = {"Ref": logical_id(stack, svc.log_hash_key)}
+    for statements, log_group in ((api, svc.api_log_group), (sweeper, svc.sweeper_log_group)):
+        assert actions_by_resource(statements, "secretsmanager:") == [
+            (frozenset({"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}), secret)
+        ]
+        assert actions_by_resource(statements, "logs:") == [
+            (frozenset({"logs:CreateLogStream", "logs:PutLogEvents"}), getatt(logical_id(stack, log_group)))
+        ]
+        # The only "*" resource is X-Ray, which has no resource-level permissions.
+        star = [s for s in statements if s["Resource"] == "*"]
+        assert [sorted(as_list(s["Action"])) for s in star] == [["xray:PutTelemetryRecords", "xray:PutTraceSegments"]]
+        for st in statements:
+            for action in as_list(st["Action"]):
+                assert not action.endswith(":*"), action
+
+
+def test_tenant_isolation_role(synth) -> None:
+    stack, svc, tpl = _svc(synth, "full")
+    assert svc.tenant_role is not None
+    table = logical_id(stack, svc.table)
+    tenant = logical_id(stack, svc.tenant_role)
+    api_role = logical_id(stack, svc.api_role)
+    api = role_statements(tpl, api_role)
+    # With isolation on, the API function itself cannot touch the table at all ...
+    assert actions_by_resource(api, "dynamodb:") == []
+    # ... it can only become its caller's tenant.
+    assert actions_by_resource(api, "sts:") == [
+        (frozenset({"sts:AssumeRole", "sts:TagSession"}), getatt(tenant))
+    ]
+    (trust,) = props(tpl, tenant)["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"AWS": getatt(api_role)}
+    assert sorted(as_list(trust["Action"])) == ["sts:AssumeRole", "sts:TagSession"]
+    assert trust["Condition"] == {
+        "StringLike": {"aws:RequestTag/tenant_id": "?*"},
+        "ForAllValues:StringEquals": {"aws:TagKeys": ["tenant_id"]},
+    }
+    statements = {s.get("Sid"): s for s in role_statements(tpl, tenant)}
+    own_items = statements["OwnTenantItems"]
+    assert own_items["Resource"] == getatt(table)
+    assert own_items["Condition"] == {
+        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["${aws:PrincipalTag/tenant_id}"]}
+    }
+    shards = statements["OwnTenantDueShards"]
+    assert shards["Resource"] == index_arn(table, schema.DUE_INDEX)
+    assert as_list(shards["Action"]) == ["dynamodb:Query"]
+    assert shards["Condition"] == {
+        "ForAllValues:StringEquals": {
+            "dynamodb:LeadingKeys": [f"${{aws:PrincipalTag/tenant_id}}#{i}" for i in range(3)]
+        }
+    }
+    # Every DynamoDB grant of the tenant role is conditioned on the tenant's leading keys.
+    for st in role_statements(tpl, tenant):
+        if any(a.startswith("dynamodb:") for a in as_list(st["Action"])):
+            assert "dynamodb:LeadingKeys" in st["Condition"]["ForAllValues:StringEquals"]
+    env = props(tpl, logical_id(stack, svc.api_function))["Environment"]["Variables"]
+    assert env["LEASEFENCE_TENANT_ROLE_ARN"] == getatt(tenant)
+    assert env["LEASEFENCE_TENANT_SESSION_TAG"] == "tenant_id"
+    # The sweeper stays the one, narrow, cross-tenant path.
+    sweeper = actions_by_resource(role_statements(tpl, logical_id(stack, svc.sweeper_role)), "dynamodb:")
+    assert grant_set(sweeper) == grant_set([
+        (frozenset({"dynamodb:Query"}), index_arn(table, schema.SWEEP_INDEX)),
+        (frozenset({"dynamodb:UpdateItem"}), getatt(table)),
+    ])
+
+
+# ----------------------------------------------------------------------------- operations
+
+
+def _metrics(alarm: dict[str, Any]) -> list[dict[str, Any]]:
+    """An alarm's metrics as {Namespace, MetricName, Dimensions}, whichever form CDK rendered."""
+    p = alarm["Properties"]
+    if "MetricName" in p:
+        return [{"Namespace": p["Namespace"], "MetricName": p["MetricName"],
+                 "Dimensions": p.get("Dimensions", [])}]
+    return [
+        {**m["MetricStat"]["Metric"], "Dimensions": m["MetricStat"]["Metric"].get("Dimensions", [])}
+        for m in p.get("Metrics", []) if "MetricStat" in m
+    ]
+
+
+def test_alarms_cover_the_operational_signals(variant) -> None:
+    _, stack, svc, tpl = variant
+    alarms = resources(tpl, "AWS::CloudWatch::Alarm")
+    topic = {"Ref": logical_id(stack, svc.alarm_topic)}
+    by_metric: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for alarm in alarms.values():
+        assert alarm["Properties"]["AlarmActions"] == [topic]
+        assert alarm["Properties"]["OKActions"] == [topic]
+        for metric in _metrics(alarm):
+            by_metric.setdefault(metric["MetricName"], []).append((alarm["Properties"], metric))
+    app_dims = [{"Name": "service", "Value": "leasefence"}]
+    for name in ("StalledClaims", "OldestUnknownAgeSeconds", "Quarantined", "StaleFenceRejections"):
+        ((_, metric),) = by_metric[name]
+        assert metric["Namespace"] == "LeaseFence" and metric["Dimensions"] == app_dims
+    assert by_metric["OldestUnknownAgeSeconds"][0][0]["Threshold"] == 3600
+    ((unknown_entered, _),) = by_metric["UnknownParked"]
+    assert [a for a, _ in by_metric["SweptToUnknown"]] == [unknown_entered]
+    # Takeover rate: a percentage of claims (metric math over both).
+    ((takeover, _),) = by_metric["Takeovers"]
+    assert [a for a, _ in by_metric["Claims"]] == [takeover]
+    assert any("100 * FILL(takeovers, 0) / FILL(claims, 0)" in m.get("Expression", "")
+               for m in takeover["Metrics"])
+    sweeper_dims = [{"Name": "FunctionName", "Value": {"Ref": logical_id(stack, svc.sweeper_function)}}]
+    (errors,) = [m for _, m in by_metric["Errors"] if m["Dimensions"] == sweeper_dims]
+    assert errors["Namespace"] == "AWS/Lambda"
+    ((_, api5xx),) = by_metric["5xx"]
+    assert api5xx["Namespace"] == "AWS/ApiGateway"
+    assert api5xx["Dimensions"] == [{"Name": "ApiId", "Value": {"Ref": logical_id(stack, svc.http_api)}}]
+    throttle_alarms = {id(a): a for name in ("ReadThrottleEvents", "WriteThrottleEvents")
+                       for a, _ in by_metric[name]}
+    assert len(throttle_alarms) == 1
+    indexes = {d["Value"] for name in ("ReadThrottleEvents", "WriteThrottleEvents")
+               for _, m in by_metric[name] for d in m["Dimensions"]
+               if d["Name"] == "GlobalSecondaryIndexName"}
+    assert indexes == {schema.DUE_INDEX, schema.SWEEP_INDEX}
+    assert "ApproximateNumberOfMessagesVisible" in by_metric  # schedule DLQ
+    assert "Invocations" in by_metric  # sweeper not running
+
+
+def test_alarm_topic_is_encrypted_and_cloudwatch_can_use_it(variant) -> None:
+    _, stack, svc, tpl = variant
+    topic = props(tpl, logical_id(stack, svc.alarm_topic))
+    key_lid = topic["KmsMasterKeyId"]["Fn::GetAtt"][0]
+    key_policy = props(tpl, key_lid)["KeyPolicy"]["Statement"]
+    assert any(s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+               and "kms:Decrypt" in as_list(s["Action"]) for s in key_policy)
+    (topic_policy,) = resources(tpl, "AWS::SNS::TopicPolicy").values()
+    statements = topic_policy["Properties"]["PolicyDocument"]["Statement"]
+    assert any(s["Effect"] == "Deny" and s["Condition"]["Bool"]["aws:SecureTransport"] == "false"
+               for s in statements)
+    assert any(s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"} for s in statements)
+
+
+def test_dashboard_shows_every_app_metric(variant) -> None:
+    _, stack, svc, tpl = variant
+    (dashboard,) = resources(tpl, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for name in APP_METRICS:
+        assert f'\\"{name}\\"' in body, name
+    assert '\\"LeaseFence\\"' in body and '\\"service\\",\\"leasefence\\"' in body
+
+
+def test_example_stack_outputs(synth) -> None:
+    stack, svc, tpl = _svc(synth, "default")
+    outputs = tpl["Outputs"]
+    assert outputs["ApiUrl"]["Value"] == getatt(logical_id(stack, svc.http_api), "ApiEndpoint")
+    assert outputs["TableName"]["Value"] == {"Ref": logical_id(stack, svc.table)}
+    assert outputs["PayloadBucketName"]["Value"] == {"Ref": logical_id(stack, svc.payload_bucket)}
+    assert outputs["AlarmTopicArn"]["Value"] == {"Ref": logical_id(stack, svc.alarm_topic)}
+    assert outputs["DashboardName"]["Value"] == {"Ref": logical_id(stack, svc.dashboard)}
+    assert outputs["WorkerFunctionName"]["Value"] == {"Ref": logical_id(stack, svc.worker_function)}
+    # The construct itself adds no outputs to a consumer's stack.
+    assert "Outputs" not in synth.template_json("full")
+
+
+def test_cognito_token_url(synth) -> None:
+    _, svc, _ = _svc(synth, "full")
+    assert svc.token_url is not None and svc.token_url.endswith("/oauth2/token")
+    assert _svc(synth, "default")[1].token_url is None
+
+
+# ----------------------------------------------------------------------------- worker
+
+#: (stack, expected values) of the worker in each test stack: the example app's defaults, and
+#: every option set (see conftest.FullStack).
+WORKER_EXPECTED = {
+    "default": {"handlers": "worker.demo_handlers:HANDLERS", "tenants": "demo", "lease": "60",
+                "timeout": 300, "memory": 512, "rate": "rate(1 minute)", "lost_ownership": 5},
+    "full": {"handlers": "acme_jobs.jobs:HANDLERS", "tenants": "acme,globex", "lease": "120",
+             "timeout": 600, "memory": 1024, "rate": "rate(2 minutes)", "lost_ownership": 3},
+}
+
+
+def _imported_table_arn(name: str) -> dict[str, Any]:
+    return {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":dynamodb:", {"Ref": "AWS::Region"},
+                              ":", {"Ref": "AWS::AccountId"}, f":table/{name}"]]}
+
+
+def test_worker_function(variant) -> None:
+    name, stack, svc, tpl = variant
+    want = WORKER_EXPECTED[name]
+    Template.from_json(tpl).has_resource_properties("AWS::Lambda::Function", {
+        "Handler": "worker.handler.lambda_handler",
+        "Runtime": "python3.12",
+        "Architectures": ["arm64"],
+        "TracingConfig": {"Mode": "Active"},
+        "Timeout": want["timeout"],
+        "MemorySize": want["memory"],
+        "LoggingConfig": Match.object_like({"LogFormat": "JSON",
+                                            "LogGroup": {"Ref": logical_id(stack, svc.worker_log_group)}}),
+        "Role": getatt(logical_id(stack, svc.worker_role)),
+        "Environment": {"Variables": Match.object_like({
+            "LEASEFENCE_WORKER_HANDLERS": want["handlers"],
+            "LEASEFENCE_WORKER_TENANTS": want["tenants"],
+            "LEASEFENCE_WORKER_LEASE_SECONDS": want["lease"],
+            "LEASEFENCE_TABLE": {"Ref": logical_id(stack, svc.table)},
+            "LEASEFENCE_PAYLOAD_BUCKET": {"Ref": logical_id(stack, svc.payload_bucket)},
+            "LEASEFENCE_LOG_HASH_KEY_PARAM": {"Ref": logical_id(stack, svc.log_hash_key)},
+            "LEASEFENCE_DUE_SHARDS": str(svc.spec.due_shards),
+        })},
+    })
+    env = props(tpl, logical_id(stack, svc.worker_function))["Environment"]["Variables"]
+    # The worker uses the function's own role for every tenant: no tenant role, even when the
+    # API has one.
+    assert "LEASEFENCE_TENANT_ROLE_ARN" not in env
+    if name == "full":
+        assert env["ACME_ORDERS_TABLE"] == "acme-orders" and env["ACME_LEDGER_TABLE"] == "acme-ledger"
+    assert props(tpl, logical_id(stack, svc.worker_log_group))["RetentionInDays"] == 30
+    # A failed drain is not retried by Lambda (the next tick drains again).
+    Template.from_json(tpl).has_resource_properties("AWS::Lambda::EventInvokeConfig", {
+        "FunctionName": {"Ref": logical_id(stack, svc.worker_function)},
+        "MaximumRetryAttempts": 0,
+        "MaximumEventAgeInSeconds": 60,
+        "Qualifier": "$LATEST",
+    })
+
+
+def test_worker_handler_layer(synth) -> None:
+    stack, svc, tpl = _svc(synth, "full")
+    layer = props(tpl, logical_id(stack, svc.worker_handlers_layer))
+    assert layer["CompatibleRuntimes"] == ["python3.12"]
+    assert layer["CompatibleArchitectures"] == ["arm64"]
+    # package_layer_code put the consumer's package under python/, where Lambda imports it from.
+    asset = synth.outdir / f"asset.{layer['Content']['S3Key'].removesuffix('.zip')}"
+    assert (asset / "python" / "acme_jobs" / "jobs.py").is_file()
+    assert _svc(synth, "default")[1].worker_handlers_layer is None  # demo module: functions/ asset
+
+
+def test_worker_schedule_retries_and_dlq(variant) -> None:
+    name, stack, svc, tpl = variant
+    dlq = logical_id(stack, svc.worker_schedule_dlq)
+    schedule_role = logical_id(stack, svc.worker_schedule_role)
+    Template.from_json(tpl).has_resource_properties("AWS::Scheduler::Schedule", {
+        "ScheduleExpression": WORKER_EXPECTED[name]["rate"],
+        "State": "ENABLED",
+        "Target": Match.object_like({
+            "Arn": getatt(logical_id(stack, svc.worker_function)),
+            "RoleArn": getatt(schedule_role),
+            "RetryPolicy": {"MaximumRetryAttempts": 2, "MaximumEventAgeInSeconds": 60},
+            "DeadLetterConfig": {"Arn": getatt(dlq)},
+        }),
+    })
+    assert dlq != logical_id(stack, svc.schedule_dlq)  # its own DLQ, its own alarm
+    queue = props(tpl, dlq)
+    if name == "default":
+        assert queue["SqsManagedSseEnabled"] is True
+    else:
+        assert queue["KmsMasterKeyId"] == getatt(logical_id(stack, svc.encryption_key))
+    (qpolicy,) = [q["Properties"] for q in resources(tpl, "AWS::SQS::QueuePolicy").values()
+                  if q["Properties"]["Queues"] == [{"Ref": dlq}]]
+    assert _denies_insecure_transport(qpolicy)
+    trust = props(tpl, schedule_role)["AssumeRolePolicyDocument"]["Statement"]
+    assert [s["Principal"] for s in trust] == [{"Service": "scheduler.amazonaws.com"}]
+    statements = role_statements(tpl, schedule_role)
+    fn = getatt(logical_id(stack, svc.worker_function))
+    assert actions_by_resource(statements, "lambda:") == [
+        (frozenset({"lambda:InvokeFunction"}), [fn, {"Fn::Join": ["", [fn, ":*"]]}])
+    ]
+    assert actions_by_resource(statements, "sqs:") == [(frozenset({"sqs:SendMessage"}), getatt(dlq))]
+    assert {a for acts, _ in actions_by_resource(statements, "") for a in acts} <= {
+        "lambda:InvokeFunction", "sqs:SendMessage", "kms:GenerateDataKey", "kms:Decrypt"}
+
+
+def test_worker_role_is_exact(variant) -> None:
+    """Every action and resource of the worker's role, nothing else."""
+    name, stack, svc, tpl = variant
+    table = logical_id(stack, svc.table)
+    bucket = logical_id(stack, svc.payload_bucket)
+    statements = role_statements(tpl, logical_id(stack, svc.worker_role))
+    expected_dynamodb = [
+        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}), getatt(table)),
+        (frozenset({"dynamodb:Query"}), index_arn(table, schema.DUE_INDEX)),
+    ]
+    if name == "full":
+        expected_dynamodb += [
+            (frozenset({"dynamodb:ConditionCheckItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
+                        "dynamodb:DeleteItem"}), _imported_table_arn("acme-orders")),
+            (frozenset({"dynamodb:UpdateItem", "dynamodb:GetItem"}), _imported_table_arn("acme-ledger")),
+        ]
+    assert grant_set(actions_by_resource(statements, "dynamodb:")) == grant_set(expected_dynamodb)
+    assert actions_by_resource(statements, "s3:") == [
+        (frozenset({"s3:GetObject"}), {"Fn::Join": ["", [getatt(bucket), f"/{PAYLOAD_KEY_PREFIX}*"]]})
+    ]
+    assert actions_by_resource(statements, "secretsmanager:") == [
+        (frozenset({"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}),
+         {"Ref": logical_id(stack, svc.log_hash_key)})
+    ]
+    assert actions_by_resource(statements, "logs:") == [
+        (frozenset({"logs:CreateLogStream", "logs:PutLogEvents"}), getatt(logical_id(stack, svc.worker_log_group)))
+    ]
+    assert actions_by_resource(statements, "xray:") == [
+        (frozenset({"xray:PutTelemetryRecords", "xray:PutTraceSegments"}), "*")
+    ]
+    kms_grants = actions_by_resource(statements, "kms:")
+    if name == "default":
+        assert kms_grants == []
+    else:  # the service key (table, bucket) and the business table's own key
+        ((actions, keys),) = kms_grants
+        assert actions == {"kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*"}
+        assert sorted(as_list(keys), key=json.dumps) == sorted(
+            [getatt(logical_id(stack, svc.encryption_key)), ORDERS_KEY_ARN], key=json.dumps)
+    # Nothing else: no other service, no wildcard action, no condition widening anything.
+    services = {a.split(":")[0] for st in statements for a in as_list(st["Action"])}
+    assert services == {"dynamodb", "s3", "secretsmanager", "logs", "xray"} | ({"kms"} if name == "full" else set())
+    for st in statements:
+        assert st["Effect"] == "Allow" and "Condition" not in st
+        for action in as_list(st["Action"]):
+            assert "*" not in action.split(":")[1] or action in {"kms:GenerateDataKey*", "kms:ReEncrypt*"}, action
+
+
+def test_worker_never_reaches_the_sweep_index_or_lists(variant) -> None:
+    _, stack, svc, tpl = variant
+    table = logical_id(stack, svc.table)
+    statements = role_statements(tpl, logical_id(stack, svc.worker_role))
+    rendered = json.dumps(statements)
+    assert f"/index/{schema.SWEEP_INDEX}" not in rendered
+    assert "/index/*" not in rendered
+    for actions, resource in actions_by_resource(statements, "dynamodb:"):
+        assert not actions & {"dynamodb:Scan", "dynamodb:BatchGetItem", "dynamodb:BatchWriteItem"}
+        if resource == getatt(table):  # its own table: no Query (no listing), no Put/Delete
+            assert not actions & {"dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"}
+        if "dynamodb:Query" in actions:
+            assert resource == index_arn(table, schema.DUE_INDEX)
+    assert svc.worker_role is not svc.api_role and svc.worker_role is not svc.sweeper_role
+
+
+def test_worker_alarms_and_dashboard(variant) -> None:
+    name, stack, svc, tpl = variant
+    topic = {"Ref": logical_id(stack, svc.alarm_topic)}
+    fn_dims = [{"Name": "FunctionName", "Value": {"Ref": logical_id(stack, svc.worker_function)}}]
+    template = Template.from_json(tpl)
+    for metric, threshold, comparison, periods in (
+        ("Errors", 1, "GreaterThanOrEqualToThreshold", 2),
+        ("Invocations", 1, "LessThanThreshold", 1),
+    ):
+        template.has_resource_properties("AWS::CloudWatch::Alarm", {
+            "Namespace": "AWS/Lambda", "MetricName": metric, "Dimensions": fn_dims,
+            "Threshold": threshold, "ComparisonOperator": comparison, "EvaluationPeriods": periods,
+            "AlarmActions": [topic], "OKActions": [topic],
+        })
+    template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Namespace": "AWS/Lambda", "MetricName": "Invocations", "Dimensions": fn_dims,
+        "TreatMissingData": "breaching",
+    })
+    template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Metrics": [Match.object_like({"MetricStat": {
+            "Metric": {"Namespace": "LeaseFence", "MetricName": "LostOwnership",
+                       "Dimensions": [{"Name": "service", "Value": "leasefence"}]},
+            "Period": 900, "Stat": "Sum"}})],
+        "Threshold": WORKER_EXPECTED[name]["lost_ownership"],
+        "AlarmActions": [topic], "OKActions": [topic],
+    })
+    template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Namespace": "AWS/SQS", "MetricName": "ApproximateNumberOfMessagesVisible",
+        "Dimensions": [{"Name": "QueueName",
+                        "Value": getatt(logical_id(stack, svc.worker_schedule_dlq), "QueueName")}],
+        "Threshold": 1,
+    })
+    (dashboard,) = resources(tpl, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for metric in WORKER_METRICS:
+        assert f'\\"{metric}\\"' in body, metric
+    assert logical_id(stack, svc.worker_function) in body
+
+
+def test_no_worker_no_worker_resources(prebuilt_layer) -> None:
+    """worker=None (the construct's default) adds nothing of the worker."""
+    from aws_cdk import App
+
+    stack = Stack(App(), "NoWorker")
+    svc = LeaseFenceService(stack, "LeaseFence", jwt_issuer="https://x/", jwt_audience=["a"],
+                            core_layer=lambda_.Code.from_asset(str(prebuilt_layer)))
+    assert svc.worker_function is None and svc.worker_role is None and svc.worker_schedule is None
+    template = Template.from_stack(stack)
+    template.resource_count_is("AWS::Lambda::Function", 2)
+    template.resource_count_is("AWS::Scheduler::Schedule", 1)
+    template.resource_count_is("AWS::SQS::Queue", 1)
+    template.resource_count_is("AWS::Lambda::EventInvokeConfig", 0)
+    body = json.dumps(template.to_json())
+    assert "Worker" not in body and "LostOwnership" not in body
+
+
+def _worker_props(**overrides: Any):
+    from leasefence_infra import WorkerProps
+
+    base: dict[str, Any] = {"handlers": "worker.demo_handlers:HANDLERS", "tenants": ["demo"]}
+    return WorkerProps(**{**base, **overrides})
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"tenants": []}, "at least one tenant"),
+        ({"tenants": "demo"}, "at least one tenant"),
+        ({"tenants": ["a,b"]}, "comma"),
+        ({"tenants": ["a", "a"]}, "twice"),
+        ({"tenants": [" a"]}, "whitespace"),
+        ({"tenants": [""]}, "not a tenant id"),
+        ({"tenants": ["x" * 257]}, "not a tenant id"),
+        ({"tenants": [f"tenant-{i:04d}" for i in range(200)]}, "split the tenants"),
+        ({"handlers": "worker.demo_handlers"}, "package.module:ATTRIBUTE"),
+        ({"handlers": "worker/demo:HANDLERS"}, "package.module:ATTRIBUTE"),
+        ({"handlers": "acme.jobs:HANDLERS"}, "not in"),  # no code: must be in functions/
+        ({"handlers": "worker.jobs:HANDLERS", "code": lambda_.Code.from_inline("x")}, "shadowed"),
+        ({"handlers": "leasefence.jobs:HANDLERS", "code": lambda_.Code.from_inline("x")}, "core layer"),
+        ({"lease_seconds": 0}, "lease_seconds"),
+        ({"timeout": Duration.seconds(65)}, "must exceed one lease"),
+        ({"lease_seconds": 300, "timeout": Duration.minutes(5)}, "must exceed one lease"),
+        ({"timeout": Duration.minutes(16)}, "at most 900"),
+        ({"memory_mb": 64}, "memory_mb"),
+        ({"environment": {"LEASEFENCE_TABLE": "x"}}, "may not replace"),
+        ({"environment": {"LEASEFENCE_WORKER_TENANTS": "x"}}, "may not replace"),
+        ({"lost_ownership_alarm_threshold": 0}, "lost_ownership_alarm_threshold"),
+    ],
+)
+def test_invalid_worker_props_are_refused(overrides: dict[str, Any], message: str) -> None:
+    from aws_cdk import App
+
+    stack = Stack(App(), "InvalidWorker")
+    with pytest.raises(ValueError, match=message):
+        LeaseFenceService(stack, "LeaseFence", jwt_issuer="https://x/", jwt_audience=["a"],
+                          core_layer=lambda_.Code.from_inline("x"), worker=_worker_props(**overrides))
+
+
+def test_worker_timeout_just_above_one_lease_is_accepted() -> None:
+    from leasefence_infra.service import FUNCTIONS_DIR
+    from leasefence_infra.worker import WORKER_MARGIN_SECONDS, validate_worker
+
+    validate_worker(_worker_props(lease_seconds=60, timeout=Duration.seconds(60 + WORKER_MARGIN_SECONDS + 1)),
+                    FUNCTIONS_DIR, reserved_env=[])
+
+
+def test_worker_settings_match_the_handler() -> None:
+    """The construct's idea of the handler (entry point, margin, variables) is the handler's."""
+    import ast
+
+    from leasefence_infra.service import FUNCTIONS_DIR, WORKER_ENV
+    from leasefence_infra.worker import WORKER_HANDLER, WORKER_MARGIN_SECONDS
+
+    module, _, function = WORKER_HANDLER.rpartition(".")
+    source = (FUNCTIONS_DIR / Path(*module.split("."))).with_suffix(".py").read_text()
+    tree = ast.parse(source)
+    assert any(isinstance(n, ast.FunctionDef) and n.name == function for n in tree.body)
+    (margin,) = [n.value.value for n in tree.body if isinstance(n, ast.Assign)
+                 and [t.id for t in n.targets if isinstance(t, ast.Name)] == ["MARGIN_MS"]]
+    assert margin == WORKER_MARGIN_SECONDS * 1000
+    read = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and n.value.startswith("LEASEFENCE_WORKER_")}
+    assert set(WORKER_ENV) <= read
+
+
+# ----------------------------------------------------------------------------- props
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({}, "jwt_issuer and jwt_audience are required"),
+        ({"jwt_issuer": "https://x/"}, "jwt_issuer and jwt_audience are required"),
+        ({"create_user_pool": True}, "user_pool_domain_prefix"),
+        ({"create_user_pool": True, "user_pool_domain_prefix": "p", "jwt_issuer": "https://x/"}, "not both"),
+        ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "due_shards": 0}, "shards"),
+        ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "retention_days": 0}, "retention_days"),
+    ],
+)
+def test_invalid_props_are_refused(kwargs: dict[str, Any], message: str) -> None:
+    from aws_cdk import App
+
+    stack = Stack(App(), "Invalid")
+    with pytest.raises(ValueError, match=message):
+        LeaseFenceService(stack, "LeaseFence", core_layer=lambda_.Code.from_inline("x"), **kwargs)
+
+
+def test_layer_requirements_are_pinned() -> None:
+    assert LAYER_REQUIREMENTS and all("==" in r for r in LAYER_REQUIREMENTS)
+
+
+def test_gateway_routes_match_the_handler_route_table() -> None:
+    """The HTTP API and the API function's own scope gate must agree route by route."""
+    from leasefence.api import security
+    from leasefence_infra import ROUTES
+
+    handler = {r.key: r.scope for r in security.ROUTES}
+    gateway = {f"{method} {path}": scope for method, path, scope in ROUTES}
+    assert gateway == handler == CONTRACT_ROUTES
