@@ -67,7 +67,7 @@ class Settings:
     ambiguous_rate: float = 0.05
     replay_rate: float = 0.05
     conflict_rate: float = 0.03
-    window: int = 150  # operations enqueued but not yet final, at most
+    window: int = 1_000  # operations enqueued but not yet final, at most
     timeout_s: float = 900.0
 
 
@@ -196,7 +196,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
     report = Report(settings)
     clock = FastClock(settings.speed)
     tenants = [f"tenant-{i}" for i in range(settings.tenants)]
-    with EmbeddedAws() as aws:
+    with EmbeddedAws(process=True) as aws:
         spec = aws.create_tables(TableSpec(table_name="torture-operations", due_shards=2, sweep_shards=2))
         client = aws.client()
         engine = Engine(client=FaultyClient(client, chaos=StoreChaos(settings, report)), spec=spec, clock=clock,
@@ -308,9 +308,9 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                 except PayloadConflict:
                     pass
         while outstanding and time.monotonic() < deadline:
-            settle(sample=len(outstanding))
+            settle(sample=64)
             if outstanding:
-                time.sleep(0.2)
+                time.sleep(0.25)
         stop.set()
         for thread in threads:
             thread.join(timeout=30)

@@ -131,6 +131,20 @@ def install_fast_index_sort() -> None:
             return self.value != other.value
         return original_ne(self, other)
 
+    from moto.dynamodb.models.dynamo_type import Item
+
+    original_project = Item.project
+
+    def project(self: Any, projection_expressions: list[list[str]]) -> Any:
+        """Top-level attribute names only (what index projections ask for): copy those
+        attributes. moto otherwise converts the whole item to plain JSON once per name."""
+        if all(len(path) == 1 for path in projection_expressions):
+            names = {path[0] for path in projection_expressions}
+            attrs = {name: value.to_json() for name, value in self.attrs.items() if name in names}
+            return Item(hash_key=self.hash_key, range_key=self.range_key, attrs=attrs)
+        return original_project(self, projection_expressions)
+
+    Item.project = project
     hash_ = DynamoType.__hash__
     Table.sorted_items = sorted_items
     DynamoType.__eq__, DynamoType.__ne__ = eq, ne
@@ -156,16 +170,38 @@ class SerializedApp:
                     close()
 
 
-class EmbeddedAws:
-    """moto's server in a background thread, serialized, with the leasefence tables created."""
+def _serve_in_child(host: str, port: int, ready: Any) -> None:
+    server = EmbeddedAws(host, port).start()
+    ready.put(server.port)
+    threading.Event().wait()  # until the parent terminates this process
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+
+class EmbeddedAws:
+    """moto's server, serialized, in a background thread (or, with ``process=True``, in a child
+    process, so the endpoint and its callers do not share one interpreter lock)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, process: bool = False) -> None:
         self.host = host
         self.port = port
+        self.process = process
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
+        self._child: Any = None
 
     def start(self) -> EmbeddedAws:
+        if self.process:
+            import multiprocessing
+
+            use_local_credentials()
+            context = multiprocessing.get_context("spawn")
+            ready = context.Queue()
+            self._child = context.Process(target=_serve_in_child, args=(self.host, self.port, ready), daemon=True)
+            self._child.start()
+            self.port = ready.get(timeout=120)
+            return self
+        return self._start_in_thread()
+
+    def _start_in_thread(self) -> EmbeddedAws:
         from moto.moto_server.werkzeug_app import (
             DomainDispatcherApplication,
             MotoRequestHandler,
@@ -206,6 +242,10 @@ class EmbeddedAws:
         return spec
 
     def stop(self) -> None:
+        if self._child is not None:
+            self._child.terminate()
+            self._child.join(timeout=10)
+            self._child = None
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
