@@ -1,0 +1,76 @@
+"""The worker backend over the HTTP API (a worker that holds an API token, not IAM access).
+
+The same handlers run unchanged: fenced writes become API calls, and the SDK's typed errors are
+the engine's (a 409 ``stale_fence`` is :class:`~leasefence.errors.StaleFence`), so lost-ownership
+mode works the same way.
+
+The API never names the tenant (it is the token's), but targets derive their per-operation
+identity from ``(tenant_id, operation_id)``, so the backend is told the token's tenant.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from leasefence.client import Claim as HttpClaim
+from leasefence.client import LeaseFenceClient
+from leasefence.engine import MISSING
+from leasefence.model import Claim, TargetClass
+
+
+def _ms(moment: Any) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+class HttpBackend:
+    def __init__(self, client: LeaseFenceClient, tenant_id: str) -> None:
+        self.client = client
+        self.tenant_id = tenant_id
+
+    def _claim(self, claim: HttpClaim, worker_id: str, lease_ms: int) -> Claim:
+        return Claim(
+            tenant_id=self.tenant_id,
+            operation_id=claim.operation_id,
+            job_type=claim.job_type,
+            fence=claim.fence,
+            attempts=claim.attempts,
+            lease_expires_at=_ms(claim.lease_expires_at),
+            lease_ms=lease_ms,
+            payload_ref=claim.payload_ref,
+            payload_hash=claim.payload_hash,
+            target_class=TargetClass(claim.target_class),
+            reconcile_required=claim.reconcile_required,
+            checkpoint=claim.checkpoint,
+            takeover=claim.attempts > 1,
+            worker_id=worker_id,
+        )
+
+    def claim_next(self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None = None) -> Claim | None:
+        lease_seconds = max(1, lease_ms // 1000)
+        claim = self.client.claim(worker_id, lease_seconds=lease_seconds,
+                                  job_types=list(job_types) if job_types is not None else None)
+        return None if claim is None else self._claim(claim, worker_id, lease_seconds * 1000)
+
+    def heartbeat(self, claim: Claim, lease_ms: int | None = None, checkpoint: Any = MISSING) -> int:
+        kwargs: dict[str, Any] = {}
+        if lease_ms is not None:
+            kwargs["lease_seconds"] = max(1, lease_ms // 1000)
+        if checkpoint is not MISSING:
+            kwargs["checkpoint"] = checkpoint
+        return _ms(self.client.heartbeat(claim.operation_id, claim.fence, claim.worker_id, **kwargs))
+
+    def complete(self, claim: Claim, outcome_code: str) -> None:
+        self.client.complete(claim.operation_id, claim.fence, outcome_code)
+
+    def fail(self, claim: Claim, retryable: bool, reason: str, retry_after_ms: int | None = None) -> None:
+        seconds = None if retry_after_ms is None else -(-retry_after_ms // 1000)
+        self.client.fail(claim.operation_id, claim.fence, retryable, reason, retry_after_seconds=seconds)
+
+    def park_unknown(self, claim: Claim, reason: str) -> None:
+        self.client.unknown(claim.operation_id, claim.fence, reason)
+
+    def quarantine(self, claim: Claim, reason: str) -> None:
+        self.client.quarantine(claim.operation_id, claim.fence, reason)
+
+    def load_payload(self, claim: Claim) -> Any:
+        return self.client.payload(claim.operation_id)
