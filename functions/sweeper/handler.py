@@ -5,10 +5,12 @@ repeats it while a batch came back full, at most ``LEASEFENCE_SWEEP_MAX_BATCHES`
 early when less than a safety margin of the invocation's time is left. Every park is a fenced
 conditional write, so overlapping runs (a slow run and the next tick) cannot both act.
 
-``OldestUnknownAgeSeconds`` is not emitted: finding the oldest unknown operation needs a
-cross-tenant read with no index behind it, which is not cheap. ``SweptToUnknown`` is (by the
-engine), and the answer reports this run's counts.
+After sweeping it publishes ``OldestUnknownAgeSeconds``: one ``Limit=1`` query per shard of the
+sparse ``parked`` index finds how long the oldest ``unknown`` operation has waited for an
+operator. ``SweptToUnknown`` is counted by the engine; the answer reports this run's counts.
 """
+
+from aws_lambda_powertools.metrics import MetricUnit
 
 from leasefence.observability import logger, metrics, tracer
 from leasefence.settings import runtime
@@ -49,5 +51,8 @@ def lambda_handler(event, context):
         max_batches=rt.settings.sweep_max_batches,
         remaining_ms=context.get_remaining_time_in_millis,
     )
+    oldest_s = rt.engine.oldest_parked_age_ms("unknown") // 1000
+    metrics.add_metric(name="OldestUnknownAgeSeconds", unit=MetricUnit.Seconds, value=oldest_s)
+    totals["oldest_unknown_age_s"] = oldest_s
     logger.info("sweep finished", extra=totals)
     return totals

@@ -292,17 +292,22 @@ class LeaseFenceService(Construct):
         for gsi in schema.global_secondary_indexes():
             pk, sk = _key_names(gsi["KeySchema"])
             projection = gsi["Projection"]
-            if projection["ProjectionType"] != "INCLUDE":  # pragma: no cover - schema guard
+            if projection["ProjectionType"] == "INCLUDE":
+                extra = {"projection_type": dynamodb.ProjectionType.INCLUDE,
+                         "non_key_attributes": list(projection["NonKeyAttributes"])}
+            elif projection["ProjectionType"] == "KEYS_ONLY":
+                extra = {"projection_type": dynamodb.ProjectionType.KEYS_ONLY}
+            else:  # pragma: no cover - schema guard
                 raise ValueError(f"unexpected projection for {gsi['IndexName']}: {projection}")
             self.table.add_global_secondary_index(
                 index_name=gsi["IndexName"],
                 partition_key=_attribute(pk),
                 sort_key=_attribute(sk) if sk else None,
-                projection_type=dynamodb.ProjectionType.INCLUDE,
-                non_key_attributes=list(projection["NonKeyAttributes"]),
+                **extra,
             )
         self.due_index_arn = f"{self.table.table_arn}/index/{schema.DUE_INDEX}"
         self.sweep_index_arn = f"{self.table.table_arn}/index/{schema.SWEEP_INDEX}"
+        self.parked_index_arn = f"{self.table.table_arn}/index/{schema.PARKED_INDEX}"
 
         # ------------------------------------------------------------------ payload bucket
         self.payload_bucket = s3.Bucket(
@@ -427,9 +432,11 @@ class LeaseFenceService(Construct):
         )
         if self.encryption_key:
             self.encryption_key.grant_encrypt_decrypt(self.api_role)
-        # The sweeper is the one cross-tenant path: the `sweep` index partitions are not per
-        # tenant. It may only read that index and make fenced updates on the table.
+        # The sweeper is the one cross-tenant path: the `sweep` and `parked` index partitions are
+        # not per tenant. It may only read those indexes (the parked one, KEYS_ONLY, to measure
+        # the age of the oldest unknown operation) and make fenced updates on the table.
         self._grant_table(self.sweeper_role, SWEEPER_SWEEP_INDEX_ACTIONS, [self.sweep_index_arn])
+        self._grant_table(self.sweeper_role, SWEEPER_SWEEP_INDEX_ACTIONS, [self.parked_index_arn])
         self._grant_table(self.sweeper_role, SWEEPER_TABLE_ACTIONS, [self.table.table_arn])
         self.log_hash_key.grant_read(self.api_role)
         self.log_hash_key.grant_read(self.sweeper_role)

@@ -55,6 +55,9 @@ from leasefence.schema import (
     DUE_INDEX,
     DUE_PK,
     DUE_SK,
+    PARKED_INDEX,
+    PARKED_PK,
+    PARKED_SK,
     SWEEP_INDEX,
     SWEEP_PK,
     SWEEP_SK,
@@ -154,6 +157,9 @@ class Engine:
 
     def _sweep_pk(self, tenant_id: str, operation_id: str) -> str:
         return keys.sweep_partition(keys.shard_of(tenant_id, operation_id, self.spec.sweep_shards))
+
+    def _parked_pk(self, state: State, tenant_id: str, operation_id: str) -> str:
+        return keys.parked_partition(state.value, keys.shard_of(tenant_id, operation_id, self.spec.sweep_shards))
 
     def _ttl(self, now: int) -> int:
         return (now + self.retention_ms) // 1000
@@ -675,6 +681,10 @@ class Engine:
             names["#ttl"] = TTL_ATTRIBUTE
             values[":ttl"] = self._ttl(now)
             sets.append("#ttl = :ttl")
+        if target in (State.UNKNOWN, State.QUARANTINED):
+            names.update({"#ppk": PARKED_PK, "#pat": PARKED_SK})
+            values[":ppk"] = self._parked_pk(target, tenant_id, operation_id)
+            sets += ["#ppk = :ppk", "#pat = :now"]
         update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)}"
         key = self._key(tenant_id, operation_id)
         try:
@@ -761,11 +771,13 @@ class Engine:
         try:
             self.store.update(
                 self._key(tenant_id, operation_id),
-                "SET #state = :unknown, updated_at = :now, reason = :why "
+                "SET #state = :unknown, updated_at = :now, reason = :why, #ppk = :ppk, #pat = :now "
                 "REMOVE #spk, #sat, #dpk, #due, claim_token, lease_owner, lease_expires_at",
                 "#state = :claimed AND #fence = :f AND lease_expires_at <= :now AND attempts >= max_attempts",
-                dict(_N, **{"#spk": SWEEP_PK, "#sat": SWEEP_SK, "#dpk": DUE_PK, "#due": DUE_SK}),
+                dict(_N, **{"#spk": SWEEP_PK, "#sat": SWEEP_SK, "#dpk": DUE_PK, "#due": DUE_SK,
+                            "#ppk": PARKED_PK, "#pat": PARKED_SK}),
                 {
+                    ":ppk": self._parked_pk(State.UNKNOWN, tenant_id, operation_id),
                     ":unknown": State.UNKNOWN.value,
                     ":claimed": State.CLAIMED.value,
                     ":f": int(entry["fence"]),
@@ -818,6 +830,8 @@ class Engine:
             names["#ttl"] = TTL_ATTRIBUTE
             values.update({":to": resolution.value, ":ttl": self._ttl(now), ":code": f"resolved:{resolution.value}"})
             update = "SET #state = :to, outcome_code = :code, resolution_note = :note, updated_at = :now, #ttl = :ttl"
+        names.update({"#ppk": PARKED_PK, "#pat": PARKED_SK})
+        update += " REMOVE #ppk, #pat"
         try:
             item = self.store.update(
                 self._key(tenant_id, operation_id),
@@ -834,6 +848,28 @@ class Engine:
             ) from None
         assert item is not None
         return Operation.from_item(item)
+
+    def oldest_parked_age_ms(self, state: State | str = State.UNKNOWN) -> int:
+        """How long the oldest operation in ``state`` (unknown or quarantined) has waited, in ms
+        (0 when none waits). One ``Limit=1`` query per shard of the sparse ``parked`` index,
+        across tenants: for the sweeper's on-call metric, never exposed per tenant."""
+        state = State(state)
+        if state not in (State.UNKNOWN, State.QUARANTINED):
+            raise InvalidInput("only unknown and quarantined operations are parked")
+        now = self.clock()
+        oldest: int | None = None
+        for shard in range(self.spec.sweep_shards):
+            page = self.store.query(
+                IndexName=PARKED_INDEX,
+                KeyConditionExpression="#pk = :pk",
+                ExpressionAttributeNames={"#pk": PARKED_PK},
+                values={":pk": keys.parked_partition(state.value, shard)},
+                Limit=1,
+            )
+            for entry in page.items:
+                parked_at = int(entry[PARKED_SK])
+                oldest = parked_at if oldest is None else min(oldest, parked_at)
+        return 0 if oldest is None else max(0, now - oldest)
 
     # ------------------------------------------------------------------ reads
 

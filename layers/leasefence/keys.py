@@ -25,3 +25,7 @@ def parse_due_partition(value: str) -> tuple[str, int]:
 
 def sweep_partition(shard: int) -> str:
     return f"sweep#{shard}"
+
+
+def parked_partition(state: str, shard: int) -> str:
+    return f"{state}#{shard}"

@@ -15,6 +15,10 @@ Layout (one item per operation):
 * ``sweep`` index (sparse): holds an operation while it is claimed on its last attempt. Partition
   ``sweep_pk`` = ``sweep#<shard>``, sort ``sweep_at`` = lease expiry. The sweeper reads only what is
   due there, across tenants.
+* ``parked`` index (sparse): holds an operation while it is ``unknown`` or ``quarantined``.
+  Partition ``parked_pk`` = ``<state>#<shard>``, sort ``parked_at``. One query per shard with
+  ``Limit=1`` finds the oldest parked operation for the on-call alarm. Written only when an
+  operation is parked or resolved, never on the hot path.
 
 Heartbeats do not move index keys (that would cost an index delete plus put); a claimer or sweeper
 that meets an entry whose lease was extended repairs the entry instead.
@@ -35,6 +39,10 @@ DUE_SK = "due_at"
 SWEEP_INDEX = "sweep"
 SWEEP_PK = "sweep_pk"
 SWEEP_SK = "sweep_at"
+
+PARKED_INDEX = "parked"
+PARKED_PK = "parked_pk"
+PARKED_SK = "parked_at"
 
 #: TTL attribute (DynamoDB requires epoch *seconds* here; everything else in the item is ms).
 TTL_ATTRIBUTE = "expires_at_epoch_s"
@@ -70,6 +78,8 @@ def attribute_definitions() -> list[dict[str, str]]:
         {"AttributeName": DUE_SK, "AttributeType": "N"},
         {"AttributeName": SWEEP_PK, "AttributeType": "S"},
         {"AttributeName": SWEEP_SK, "AttributeType": "N"},
+        {"AttributeName": PARKED_PK, "AttributeType": "S"},
+        {"AttributeName": PARKED_SK, "AttributeType": "N"},
     ]
 
 
@@ -98,6 +108,14 @@ def global_secondary_indexes() -> list[dict[str, Any]]:
                 {"AttributeName": SWEEP_SK, "KeyType": "RANGE"},
             ],
             "Projection": projection,
+        },
+        {
+            "IndexName": PARKED_INDEX,
+            "KeySchema": [
+                {"AttributeName": PARKED_PK, "KeyType": "HASH"},
+                {"AttributeName": PARKED_SK, "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "KEYS_ONLY"},
         },
     ]
 

@@ -116,6 +116,7 @@ def test_sweeper_scheduled_event(stack):
     event = json.loads((EVENTS / "sweeper-scheduled.json").read_text())
     assert event["detail-type"] == "Scheduled Event"
     result = stack.invoker.invoke("sweeper", event)
-    assert set(result) == {"batches", "examined", "swept", "repaired", "stopped"}
+    assert set(result) == {"batches", "examined", "swept", "repaired", "stopped", "oldest_unknown_age_s"}
     assert result["swept"] >= 1 and result["stopped"] == "drained"
     assert engine.get(tenant, "sweep-me").state == "unknown"
+    assert result["oldest_unknown_age_s"] >= 0

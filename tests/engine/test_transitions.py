@@ -396,3 +396,24 @@ def test_get_and_list_with_pagination_and_state_filter(engine):
         engine.list(T, state="sleeping")
     with pytest.raises(NotFound):
         engine.get(T, "op-x")
+
+
+def test_parked_operations_are_indexed_for_the_oldest_unknown_alarm(engine, clock):
+    assert engine.oldest_parked_age_ms("unknown") == 0
+    claimed(engine, "op-u")
+    engine.park_unknown(T, "op-u", 1, "provider timed out")
+    engine.enqueue("other", "op-s", "refund", H1, max_attempts=1)
+    engine.claim_next("other", "w1", lease_ms=1_000)
+    clock.advance(1_000)
+    engine.sweep()  # parks other/op-s as unknown, one second after op-u
+    claimed(engine, "op-q")
+    engine.quarantine(T, "op-q", 1, "bad input")
+    clock.advance(5_000)
+    assert engine.oldest_parked_age_ms("unknown") == 6_000
+    assert engine.oldest_parked_age_ms("quarantined") == 5_000
+    engine.resolve(T, "op-u", "failed_terminal", note="checked")
+    assert engine.oldest_parked_age_ms("unknown") == 5_000  # the swept one is now the oldest
+    engine.resolve("other", "op-s", "requeue", note="retry")
+    assert engine.oldest_parked_age_ms("unknown") == 0
+    with pytest.raises(InvalidInput):
+        engine.oldest_parked_age_ms("queued")

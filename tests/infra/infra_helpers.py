@@ -49,7 +49,8 @@ def actions_by_resource(statements: list[dict[str, Any]], prefix: str) -> list[t
             continue
         acts = frozenset(a for a in as_list(st["Action"]) if a.startswith(prefix))
         if acts:
-            out.append((acts, st["Resource"]))
+            # CDK merges statements with the same actions: one pair per resource either way.
+            out.extend((acts, resource) for resource in as_list(st["Resource"]))
     return out
 
 

@@ -78,6 +78,13 @@ def test_progress_renews_the_lease_and_a_stuck_handler_lets_it_lapse(engine, clo
     stuck_worker.process(claim)
     assert quiet.get("Heartbeats", 0) == 0 and quiet["HeartbeatsSkippedNoProgress"] >= 3
     assert seen_leases[1] == claim.lease_expires_at  # never extended
+    assert "StalledClaims" not in quiet  # stuck, but its lease (1 s) has not run out yet
+
+    stalled = Events()
+    engine.enqueue(T, "stalled", "job", H)
+    lapsing = make_worker(engine, {"job": FunctionHandler(lambda job: time.sleep(1.3) or "done")}, events=stalled)
+    lapsing.process(engine.claim(T, "stalled", "w1", lease_ms=1_000))
+    assert stalled["StalledClaims"] == 1  # reported once when the lease ran out without progress
 
 
 def test_lost_ownership_stops_the_next_guarded_call(engine, clock):

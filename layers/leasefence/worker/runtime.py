@@ -357,18 +357,27 @@ class Worker:
                 job.lose(f"closing write refused: {refused.code}")
 
     def _renew(self, job: Job) -> None:
-        """Extend the lease only when the handler made progress since the last renewal."""
+        """Extend the lease only when the handler made progress since the last renewal.
+
+        A job whose lease runs out while its handler makes no progress is reported once as
+        ``StalledClaims`` (the on-call signal for "claimed but stalled")."""
         renewed_at = 0
+        lease_ends = time.monotonic() + job.claim.lease_ms / 1000
+        stalled = False
         while not job.finished.wait(self.heartbeat_interval_ms / 1000):
             if job.cancelled.is_set():
                 return
             progress, checkpoint = job._progress_snapshot()
             if progress == renewed_at and checkpoint is MISSING:
                 self.events("HeartbeatsSkippedNoProgress", 1)
+                if not stalled and time.monotonic() >= lease_ends:
+                    stalled = True
+                    self.events("StalledClaims", 1)
                 continue
             try:
                 job.backend.heartbeat(job.claim, checkpoint=checkpoint)
                 renewed_at = progress
+                lease_ends = time.monotonic() + job.claim.lease_ms / 1000
                 self.events("Heartbeats", 1)
             except (StaleFence, NotFound) as refused:
                 job.lose(f"heartbeat refused: {refused.code}")
