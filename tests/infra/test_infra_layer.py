@@ -132,8 +132,5 @@ def test_fingerprint_ignores_excluded_files(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("rel", MUST_NOT_SHIP)
 def test_excluded_paths_exist_in_the_source(rel: str) -> None:
-    """The exclusions are not dead: each named dev-only part exists in the source package
-    (``bench/`` and ``torture*`` may come and go; ``bench`` is checked while it exists)."""
-    if rel == "bench" and not (PACKAGE_DIR / rel).exists():
-        pytest.skip("no bench/ yet")
+    """The exclusions are not dead: each named dev-only part exists in the source package."""
     assert (PACKAGE_DIR / rel).exists()
