@@ -358,5 +358,17 @@ def torture(
     raise typer.Exit(run(operations=operations, seed=seed, workers=workers))
 
 
+@app.command()
+def bench(
+    quick: bool = typer.Option(False, "--quick", help="Every benchmark at a small scale (under a minute)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as one JSON object on stdout."),
+    out: str = typer.Option("bench-report.json", "--out", help="Write the JSON report here ('-' for none)."),
+) -> None:
+    """Cost per job in request units, throughput, contention, depth, fairness, cold start, scale."""
+    from leasefence.bench import main as run
+
+    raise typer.Exit(run([*(["--quick"] if quick else []), *(["--json"] if json_out else []), "--out", out]))
+
+
 def main() -> None:
     app()

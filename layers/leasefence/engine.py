@@ -136,7 +136,7 @@ class Engine:
         rng: random.Random | None = None,
         events: EventSink | None = None,
         retention_ms: int = DEFAULT_RETENTION_MS,
-        candidate_page: int = 16,
+        candidate_page: int = 24,
         client_factory: Callable[[], Any] | None = None,
     ) -> None:
         self.spec = spec if spec is not None else TableSpec()

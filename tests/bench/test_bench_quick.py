@@ -1,0 +1,42 @@
+"""`leasefence bench --quick` runs and its report has every field (not a timed test).
+
+Runs the ``leasefence bench`` command when the command line has it, and the module
+(``python -m leasefence.bench``) otherwise: both end in :func:`leasefence.bench.main`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from numbers import Number
+from pathlib import Path
+
+from leasefence.bench.report import REQUIRED_KEYS
+
+
+def _command() -> list[str]:
+    script = Path(sys.executable).parent / "leasefence"
+    if script.exists():
+        probe = subprocess.run([str(script), "bench", "--help"], capture_output=True, text=True, timeout=60)
+        if probe.returncode == 0 and "--quick" in probe.stdout:
+            return [str(script), "bench"]
+    return [sys.executable, "-m", "leasefence.bench"]
+
+
+def test_quick_bench_reports_every_figure(tmp_path):
+    out = tmp_path / "report.json"
+    result = subprocess.run(
+        [*_command(), "--quick", "--json", "--out", str(out)],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    for key in REQUIRED_KEYS:
+        assert key in report, key
+        assert isinstance(report[key], Number) and not isinstance(report[key], bool), (key, report[key])
+    assert {row["name"] for row in report["targets"]} >= {
+        "wcu_per_lifecycle", "rcu_per_lifecycle", "wcu_per_heartbeat", "throughput_ratio_8", "throughput_ratio_32",
+        "wasted_claims_per_success", "depth_read_ratio", "fairness_claims_before_small_tenant", "import_ratio_max",
+    }
+    assert json.loads(out.read_text())["wcu_per_lifecycle"] == report["wcu_per_lifecycle"]
