@@ -38,7 +38,7 @@ bench: install
 	$(BIN)/leasefence bench --out bench-report.json
 
 torture: install
-	$(BIN)/leasefence torture --operations 20000 --seed $${SEED:-1}
+	$(BIN)/leasefence torture --operations 10000 --seed $${SEED:-1}
 
 clean:
 	rm -rf $(VENV) cdk.out .pytest_cache
