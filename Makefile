@@ -26,7 +26,7 @@ run: install
 	$(BIN)/leasefence local
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=12
 
 synth: install
 	$(BIN)/python infra/app.py
