@@ -99,3 +99,18 @@ def test_patched_endpoint_answers_like_plain_moto(tmp_path):
     plain_answers, patched_answers = json.loads(plain.stdout), json.loads(patched.stdout)
     assert len(plain_answers) > 200
     assert patched_answers == plain_answers
+
+
+def test_embedded_endpoint_does_not_keep_every_item_copy(aws, spec):
+    """moto tracks every model instance it creates; with two deep copies of the item per
+    update, a long-running endpoint grew without bound. The embedded endpoint keeps none."""
+    from moto.dynamodb.models.dynamo_type import Item
+
+    from leasefence import Engine
+
+    engine = Engine(client=aws.client(), spec=spec)
+    engine.enqueue("t", "op", "job", "sha256:" + "0" * 64)
+    claim = engine.claim("t", "op", "w")
+    for _ in range(50):
+        engine.heartbeat("t", "op", claim.fence, "w")
+    assert len(Item.instances_tracked) == 0
