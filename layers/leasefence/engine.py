@@ -533,15 +533,7 @@ class Engine:
     def complete(self, tenant_id: str, operation_id: str, fence: int, outcome_code: str) -> Operation:
         """``claimed`` -> ``succeeded`` for the holding fence. A retry of the same completion by
         the same fence (after a lost response) is recognized as done."""
-        _validate_text("outcome_code", outcome_code, MAX_ID_LENGTH)
-        return self._close(
-            tenant_id,
-            operation_id,
-            fence,
-            command="complete",
-            target=State.SUCCEEDED,
-            fields={"outcome_code": outcome_code},
-        )
+        return self._complete(tenant_id, operation_id, fence, outcome_code, writes=None)
 
     def complete_with(
         self,
@@ -560,9 +552,14 @@ class Engine:
         worker's business write cannot. A refused business guard raises :class:`TargetRefused`;
         a retry of a committed transaction by the same fence is recognized as done.
         """
-        _validate_text("outcome_code", outcome_code, MAX_ID_LENGTH)
         if not writes or len(writes) > 99:
             raise InvalidInput("a class-A completion needs 1 to 99 business writes")
+        return self._complete(tenant_id, operation_id, fence, outcome_code, writes=writes)
+
+    def _complete(
+        self, tenant_id: str, operation_id: str, fence: int, outcome_code: str, writes: list[dict[str, Any]] | None
+    ) -> Operation:
+        _validate_text("outcome_code", outcome_code, MAX_ID_LENGTH)
         return self._close(
             tenant_id,
             operation_id,
