@@ -103,14 +103,24 @@ def test_patched_endpoint_answers_like_plain_moto(tmp_path):
 
 def test_embedded_endpoint_does_not_keep_every_item_copy(aws, spec):
     """moto tracks every model instance it creates; with two deep copies of the item per
-    update, a long-running endpoint grew without bound. The embedded endpoint keeps none."""
+    update and of the tables per transaction, a long-running endpoint grew without bound. The
+    embedded endpoint keeps none."""
     from moto.dynamodb.models.dynamo_type import Item
+    from moto.dynamodb.models.table import Table
 
     from leasefence import Engine
+    from leasefence.targets import same_table
 
-    engine = Engine(client=aws.client(), spec=spec)
-    engine.enqueue("t", "op", "job", "sha256:" + "0" * 64)
-    claim = engine.claim("t", "op", "w")
-    for _ in range(50):
-        engine.heartbeat("t", "op", claim.fence, "w")
+    client = aws.client()
+    client.create_table(TableName="leak-orders", AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}], BillingMode="PAY_PER_REQUEST")
+    engine = Engine(client=client, spec=spec)
+    for i in range(5):
+        engine.enqueue("t", f"op-{i}", "job", "sha256:" + "0" * 64)
+        claim = engine.claim("t", f"op-{i}", "w")
+        for _ in range(10):
+            engine.heartbeat("t", f"op-{i}", claim.fence, "w")
+        engine.complete_with("t", f"op-{i}", claim.fence, "ok",
+                             [same_table.put("leak-orders", {"pk": f"order-{i}", "status": "refunded"})])
     assert len(Item.instances_tracked) == 0
+    assert len(Table.instances_tracked) == 0

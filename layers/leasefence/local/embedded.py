@@ -160,17 +160,21 @@ class _Untracked(list):
 
 
 def stop_item_tracking() -> None:
-    """Stop moto from keeping every DynamoDB item object it ever made.
+    """Stop moto from keeping every DynamoDB and S3 model object it ever made.
 
     moto's ``BaseModel`` appends each new instance to a class-level list (for its model-instances
-    API), and every update deep-copies the item twice, so a long-running endpoint grows by
-    kilobytes per request (6 GB in a 5,000-operation torture run). The embedded endpoint never
-    uses that list.
+    API). Every update deep-copies the item twice and every transaction deep-copies the tables,
+    so a long-running endpoint grew by kilobytes per request and megabytes per transaction (6 GB
+    in a 5,000-operation torture run). The embedded endpoint never uses those lists.
     """
-    from moto.dynamodb.models.dynamo_type import Item
+    import moto.dynamodb.models  # noqa: F401 - registers the model classes
+    import moto.s3.models  # noqa: F401
+    from moto.core.model_instances import model_data
 
-    if not isinstance(Item.instances_tracked, _Untracked):
-        Item.instances_tracked = _Untracked()
+    for service in ("dynamodb", "s3"):
+        for model in model_data[service].values():
+            if not isinstance(model.instances_tracked, _Untracked):
+                model.instances_tracked = _Untracked()
 
 
 class SerializedApp:
