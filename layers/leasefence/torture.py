@@ -115,14 +115,24 @@ class Report:
 class ChaosHooks(Hooks):
     """Stalls before the side effect and crashes after it, decided per (operation, fence)."""
 
-    def __init__(self, settings: Settings, clock: FastClock, report: Report) -> None:
+    def __init__(self, settings: Settings, clock: FastClock, report: Report, observer: Engine | None = None) -> None:
         super().__init__()
         self.settings, self.clock, self.report = settings, clock, report
+        self.observer = observer
 
     def before(self, job: Job) -> None:
         if _chance(self.settings.seed, "stall", job.tenant_id, job.operation_id, job.fence) < self.settings.stall_rate:
             self.report.fault("stall", job.tenant_id, job.operation_id, f"fence {job.fence}")
             time.sleep(self.clock.wall_seconds(self.settings.lease_ms * 1.5))
+            # Then stay paused until someone else acted on the operation (a takeover raised the
+            # fence, or the sweeper parked it), however loaded the machine is, for at most a
+            # few more leases: the zombie must wake up into the situation it is meant to test.
+            deadline = time.monotonic() + self.clock.wall_seconds(self.settings.lease_ms * 5)
+            while self.observer is not None and time.monotonic() < deadline:
+                current = self.observer.get(job.tenant_id, job.operation_id)
+                if current.fence > job.fence or current.state != State.CLAIMED:
+                    break
+                time.sleep(0.05)
 
     def after(self, job: Job) -> None:
         if _chance(self.settings.seed, "crash", job.tenant_id, job.operation_id, job.fence) < self.settings.crash_rate:
@@ -202,7 +212,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
         engine = Engine(client=FaultyClient(client, chaos=StoreChaos(settings, report)), spec=spec, clock=clock,
                         rng=random.Random(settings.seed))
         checker_engine = Engine(client=client, spec=spec, clock=clock)
-        hooks = ChaosHooks(settings, clock, report)
+        hooks = ChaosHooks(settings, clock, report, observer=checker_engine)
         kits: dict[TargetClass, Kit] = {
             TargetClass.A: SameTableKit(client, "torture-orders", hooks=hooks),
             TargetClass.B: FencedTableKit(client, "torture-ledger", hooks=hooks),
