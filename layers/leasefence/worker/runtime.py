@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from leasefence.engine import MISSING
 from leasefence.errors import LeaseFenceError, NotFound, StaleFence, TargetRefused, Unavailable
@@ -387,10 +387,6 @@ class Worker:
 
     # ------------------------------------------------------------ graceful shutdown
 
-    def drain(self, deadline_ms: Callable[[], int]) -> None:
-        """Run until the deadline nears (a Lambda's remaining time) or :meth:`stop` is called."""
-        self.run(until=lambda: deadline_ms() < self.lease_ms)
-
     def shutdown(self) -> None:
         """Stop claiming; cancel the job in flight if it outlives the grace period."""
         self.stop()
@@ -399,15 +395,3 @@ class Worker:
             return
         if not job.finished.wait(self.shutdown_grace_ms / 1000):
             job.lose("worker shutting down")
-
-
-def run_workers(workers: Iterable[Worker], seconds: float) -> None:
-    """Run several workers in threads for a while (demos and tests)."""
-    threads = [threading.Thread(target=w.run, name=w.worker_id, daemon=True) for w in workers]
-    for t in threads:
-        t.start()
-    time.sleep(seconds)
-    for w in workers:
-        w.stop()
-    for t in threads:
-        t.join()
