@@ -80,6 +80,64 @@ def run(aws):
             answers.append(["ok", got["Attributes"]])
         except client.exceptions.ConditionalCheckFailedException as refused:
             answers.append(["refused", refused.response.get("Item")])
+    answers.extend(transactions_and_updates(client, sorted(keys, key=json.dumps)[:2]))
+    return answers
+
+def attempt(call, **kwargs):
+    from botocore.exceptions import ClientError
+    try:
+        return ["ok", call(**kwargs).get("Attributes")]
+    except ClientError as error:
+        return ["error", error.response["Error"]["Code"], error.response["Error"].get("Message"),
+                error.response.get("CancellationReasons"), error.response.get("Item")]
+
+def transactions_and_updates(client, ranged_keys):
+    """Transactions that commit and that are cancelled (everything they did is undone), on a
+    hash-only and on a hash-and-range table; update expressions valid and not."""
+    answers = []
+    client.create_table(TableName="equiv-orders", AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}], BillingMode="PAY_PER_REQUEST")
+    for i in range(8):
+        client.put_item(TableName="equiv-orders", Item={"pk": {"S": f"order-{i}"}, "status": {"S": "open"}, "n": {"N": str(i)}})
+    def key(name):
+        return {"pk": {"S": name}}
+    def update(k, expression, condition=None, table="equiv-orders", **values):
+        op = {"TableName": table, "Key": k, "UpdateExpression": expression,
+              "ExpressionAttributeValues": {f":{n}": v for n, v in values.items()}}
+        if condition:
+            op["ConditionExpression"] = condition
+        return {"Update": op}
+    s = lambda text: {"S": text}
+    cases = [
+        [update(key("order-1"), "SET #st = :s", s=s("refunded")),
+         {"Put": {"TableName": "equiv-orders", "Item": {"pk": s("order-new-1"), "status": s("open")}}},
+         {"Delete": {"TableName": "equiv-orders", "Key": key("order-2")}},
+         {"ConditionCheck": {"TableName": "equiv-orders", "Key": key("order-3"), "ConditionExpression": "attribute_exists(pk)"}}],
+        [update(key("order-4"), "SET n = n + :one", one={"N": "10"}),
+         {"Put": {"TableName": "equiv-orders", "Item": {"pk": s("order-new-2"), "status": s("open")}}},
+         {"Delete": {"TableName": "equiv-orders", "Key": key("order-5")}},
+         update(ranged_keys[0], "SET fence = fence + :one", table="equiv", one={"N": "1"}),
+         {"ConditionCheck": {"TableName": "equiv-orders", "Key": key("order-6"), "ConditionExpression": "#st = :nope",
+                             "ExpressionAttributeNames": {"#st": "status"}, "ExpressionAttributeValues": {":nope": s("nope")},
+                             "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}}],
+        [update(key("order-7"), "SET n = :z", z={"N": "0"}), update(key("order-7"), "SET n = :z", z={"N": "1"})],
+        [update(ranged_keys[1], "SET fence = :f", table="equiv", f={"N": "9"}),
+         update(key("order-missing"), "SET n = :z", condition="attribute_exists(pk)", z={"N": "0"})],
+    ]
+    for items in cases:
+        for item in items:
+            op = item.get("Update")
+            if op is not None and "#st" in op["UpdateExpression"]:
+                op["ExpressionAttributeNames"] = {"#st": "status"}
+        answers.append(attempt(client.transact_write_items, TransactItems=items))
+    for expression in ("SET a = :a, b = :b REMOVE n", "SET a = :a SET b = :b", "REMOVE a ADD c :one",
+                       "SET a = :a, a = :b", "ADD c :one SET b = :b, d = :a"):
+        names = {}
+        values = {k: v for k, v in {":a": s("x"), ":b": s("y"), ":one": {"N": "1"}}.items() if k in expression}
+        answers.append(attempt(client.update_item, TableName="equiv-orders", Key=key("order-0"),
+                               UpdateExpression=expression, ExpressionAttributeValues=values, ReturnValues="ALL_NEW"))
+    answers.append(sorted(client.scan(TableName="equiv-orders")["Items"], key=json.dumps))
+    answers.append([client.get_item(TableName="equiv", Key=k).get("Item") for k in ranged_keys])
     return answers
 
 if __name__ == "__main__":

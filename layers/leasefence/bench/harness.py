@@ -98,7 +98,7 @@ class BenchAws:
     @property
     def lock(self) -> threading.Lock:
         """The embedded server's request lock (held around every request)."""
-        return self.aws._server.app.lock  # type: ignore[union-attr]
+        return self.aws.app.lock  # type: ignore[union-attr]
 
     def client(self, **kwargs: Any) -> Any:
         return self.aws.client(**kwargs)
