@@ -23,6 +23,7 @@ Time runs ``speed`` times faster than the wall clock for the engine (leases, bac
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 import threading
@@ -67,7 +68,7 @@ class Settings:
     ambiguous_rate: float = 0.05
     replay_rate: float = 0.05
     conflict_rate: float = 0.03
-    window: int = 1_000  # operations enqueued but not yet final, at most
+    window: int = 0  # operations enqueued but not yet final, at most (0: four per worker)
     timeout_s: float = 900.0
 
 
@@ -159,31 +160,99 @@ class ChaosApi(InMemoryIdempotentApi):
 
 
 class StoreChaos:
-    """Faults in DynamoDB calls of the engine (not of the targets: those are the real world)."""
+    """Faults in DynamoDB calls of the engine (not of the targets: those are the real world).
+
+    Each decision is a hash of the seed, the call, what it applies to (its key, its partition,
+    or its transaction's keys) and how many times that call was made for it before, so a seed
+    injects the same faults into the same operations whatever order the threads run in.
+    """
 
     def __init__(self, settings: Settings, report: Report) -> None:
+        self.seed = settings.seed
         self.rate = settings.store_fault_rate
-        self.rng = random.Random(settings.seed)
         self.report = report
+        self.calls: Counter[tuple[str, str]] = Counter()  # FaultyClient calls this under its lock
+
+    @staticmethod
+    def subject(method: str, request: dict[str, Any]) -> str:
+        if "TransactItems" in request:
+            parts = [op.get("Key") or op.get("Item", {}) for entry in request["TransactItems"] for op in entry.values()]
+            return json.dumps([{k: v for k, v in part.items() if k in ("tenant_id", "operation_id", "pk")} for part in parts],
+                              sort_keys=True)
+        if "Key" in request:
+            return json.dumps(request["Key"], sort_keys=True)
+        if "Item" in request:
+            return json.dumps({k: request["Item"].get(k) for k in ("tenant_id", "operation_id")}, sort_keys=True)
+        values = request.get("ExpressionAttributeValues", {})  # a query: its partition
+        return json.dumps({k: v for k, v in values.items() if "S" in v}, sort_keys=True)
 
     def __call__(self, method: str, request: dict[str, Any]) -> str | None:
         if method not in ("update_item", "put_item", "transact_write_items", "query", "get_item"):
             return None
-        if self.rng.random() >= self.rate:
+        subject = self.subject(method, request)
+        self.calls[(method, subject)] += 1
+        nth = self.calls[(method, subject)]
+        if _chance(self.seed, "store", method, subject, nth) >= self.rate:
             return None
-        writes = method in ("update_item", "put_item", "transact_write_items")
-        modes = [BEFORE, THROTTLE] + ([AFTER, AFTER] if writes else []) + ([CONFLICT] if method == "transact_write_items" else [])
-        mode = self.rng.choice(modes)
+        if method == "transact_write_items":
+            modes = [BEFORE, THROTTLE, AFTER, CONFLICT, CONFLICT]
+        elif method in ("update_item", "put_item"):
+            modes = [BEFORE, THROTTLE, AFTER, AFTER]
+        else:
+            modes = [BEFORE, THROTTLE]
+        mode = modes[int(_chance(self.seed, "store-mode", method, subject, nth) * len(modes))]
         self.report.fault({AFTER: "lost_response", BEFORE: "not_sent", THROTTLE: "throttle", CONFLICT: "txn_conflict"}[mode])
         return mode
 
 
-class RecordingBackend(EngineBackend):
-    """Records every claim a worker received, for the fence checks."""
+class Window:
+    """The operations enqueued and not yet known to be final, at most ``size`` of them.
 
-    def __init__(self, engine: Engine, tenants: list[str], report: Report) -> None:
+    Workers and the sweeper report each operation they finish; an operation whose finishing
+    answer was lost (a store fault after the commit) is found by asking the table about the
+    oldest entries once nobody has reported anything for a while. Keeping the window small
+    keeps the queue short, so an operation whose lease lapsed is taken over promptly.
+    """
+
+    def __init__(self, size: int, engine: Engine) -> None:
+        self.size = size
+        self.engine = engine
+        self.entries: dict[tuple[str, str], None] = {}  # insertion order: oldest first
+        self.changed = threading.Condition()
+
+    def add(self, tenant_id: str, operation_id: str) -> None:
+        with self.changed:
+            self.entries[(tenant_id, operation_id)] = None
+
+    def finished(self, tenant_id: str, operation_id: str) -> None:
+        with self.changed:
+            if self.entries.pop((tenant_id, operation_id), 0) is None:
+                self.changed.notify_all()
+
+    def wait_below(self, limit: int, deadline: float, poll_after_s: float = 0.3) -> None:
+        while time.monotonic() < deadline:
+            with self.changed:
+                if len(self.entries) < limit:
+                    return
+                if self.changed.wait(timeout=poll_after_s):
+                    continue
+                oldest = list(itertools.islice(self.entries, 8))
+            for tenant_id, operation_id in oldest:  # nothing reported for a while: look
+                if self.engine.get(tenant_id, operation_id).state in FINAL_STATES:
+                    self.finished(tenant_id, operation_id)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+class RecordingBackend(EngineBackend):
+    """Records every claim a worker received (for the fence checks) and every operation a
+    worker finished (for the window)."""
+
+    def __init__(self, engine: Engine, tenants: list[str], report: Report, window: Window) -> None:
         super().__init__(engine, tenants)
         self.report = report
+        self.window = window
         self.claims: list[tuple[str, str, int]] = []
 
     def claim_next(self, worker_id: str, lease_ms: int, job_types: Any = None) -> Claim | None:
@@ -193,6 +262,30 @@ class RecordingBackend(EngineBackend):
             with self.report.lock:
                 self.claims.append((claim.tenant_id, claim.operation_id, claim.fence))
         return claim
+
+    def _finished(self, claim: Claim) -> None:
+        self.window.finished(claim.tenant_id, claim.operation_id)
+
+    def complete(self, claim: Claim, outcome_code: str) -> None:
+        super().complete(claim, outcome_code)
+        self._finished(claim)
+
+    def complete_with(self, claim: Claim, outcome_code: str, writes: list[dict[str, Any]]) -> None:
+        super().complete_with(claim, outcome_code, writes)
+        self._finished(claim)
+
+    def fail(self, claim: Claim, retryable: bool, reason: str, retry_after_ms: int | None = None) -> None:
+        operation = self.engine.fail(claim.tenant_id, claim.operation_id, claim.fence, retryable, reason, retry_after_ms)
+        if operation.state in FINAL_STATES:
+            self._finished(claim)
+
+    def park_unknown(self, claim: Claim, reason: str) -> None:
+        super().park_unknown(claim, reason)
+        self._finished(claim)
+
+    def quarantine(self, claim: Claim, reason: str) -> None:
+        super().quarantine(claim, reason)
+        self._finished(claim)
 
 
 def _payload_hash(tenant_id: str, operation_id: str, variant: str = "") -> str:
@@ -233,7 +326,8 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                 d_kit.lose_answer.add((tenant, operation_id))
                 report.fault("ambiguous_call", tenant, operation_id)
 
-        backend = RecordingBackend(engine, tenants, report)
+        window = Window(settings.window or 4 * settings.workers, checker_engine)
+        backend = RecordingBackend(engine, tenants, report, window)
         handlers = {kit.job_type: kit.handler() for kit in kits.values()}
         stop = threading.Event()
         workers = [
@@ -265,6 +359,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                     report.fault("sweep")
                     for tenant_id, operation_id in result.swept_keys:
                         report.note(tenant_id, operation_id, "swept to unknown")
+                        window.finished(tenant_id, operation_id)
                 except Unavailable:
                     pass
 
@@ -274,7 +369,6 @@ def run_torture(settings: Settings) -> dict[str, Any]:
             thread.start()
 
         enqueued: list[tuple[str, str, TargetClass]] = []
-        outstanding: list[tuple[str, str, TargetClass]] = []
         deadline = time.monotonic() + settings.timeout_s
 
         def enqueue(tenant: str, operation_id: str, target: TargetClass, payload_hash: str) -> bool:
@@ -285,27 +379,14 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                     continue
             raise RuntimeError("the store stayed unavailable for 20 enqueue tries")
 
-        settle_rng = random.Random(settings.seed + 2)
-
-        def settle(sample: int = 16) -> None:
-            """Drop finished operations from the window, looking at a few at a time (each look
-            is a request to the same serialized endpoint the workers need)."""
-            for entry in settle_rng.sample(outstanding, min(sample, len(outstanding))):
-                tenant, operation_id, _ = entry
-                if checker_engine.get(tenant, operation_id).state in FINAL_STATES:
-                    outstanding.remove(entry)
-
         for tenant, operation_id, target in ops:
-            while len(outstanding) >= settings.window and time.monotonic() < deadline:
-                settle()
-                if len(outstanding) >= settings.window:
-                    time.sleep(0.1)
+            window.wait_below(window.size, deadline)
             if target is TargetClass.A:
                 kits[target].setup(tenant, operation_id)
+            window.add(tenant, operation_id)
             enqueue(tenant, operation_id, target, _payload_hash(tenant, operation_id))
             report.note(tenant, operation_id, "enqueued")
             enqueued.append((tenant, operation_id, target))
-            outstanding.append((tenant, operation_id, target))
             if _chance(settings.seed, "replay", tenant, operation_id) < settings.replay_rate:
                 report.fault("replay", tenant, operation_id)
                 if enqueue(tenant, operation_id, target, _payload_hash(tenant, operation_id)):
@@ -317,10 +398,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                     report.violate("conflict_accepted", tenant, operation_id, "another payload was accepted")
                 except PayloadConflict:
                     pass
-        while outstanding and time.monotonic() < deadline:
-            settle(sample=64)
-            if outstanding:
-                time.sleep(0.25)
+        window.wait_below(1, deadline)
         stop.set()
         for thread in threads:
             thread.join(timeout=30)

@@ -24,7 +24,7 @@ def test_bounded_torture_run_has_no_violation():
     assert summary["violations"] == 0, summary["first_violations"]
     assert summary["operations"] == 2_000
     assert summary["faults_total"] >= 500, summary["faults"]
-    for kind in ("stall", "crash", "lost_response", "not_sent", "throttle", "replay", "conflict", "sweep"):
+    for kind in ("stall", "crash", "lost_response", "not_sent", "throttle", "txn_conflict", "replay", "conflict", "sweep"):
         assert summary["faults"].get(kind, 0) > 0, f"no {kind} fault was injected"
     assert summary["duplicates"] == summary["lost"] == summary["cross_tenant"] == summary["stale_commits"] == 0
     assert summary["states"]["queued"] == summary["states"]["claimed"] == 0
