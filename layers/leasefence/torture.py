@@ -26,6 +26,7 @@ import hashlib
 import itertools
 import json
 import random
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -69,7 +70,8 @@ class Settings:
     replay_rate: float = 0.05
     conflict_rate: float = 0.03
     window: int = 0  # operations enqueued but not yet final, at most (0: four per worker)
-    timeout_s: float = 900.0
+    timeout_s: float = 0.0  # wall-clock budget; 0: 300 s plus 0.25 s per operation
+    progress: bool = False  # a line on stderr every tenth of the run
 
 
 class FastClock:
@@ -369,7 +371,8 @@ def run_torture(settings: Settings) -> dict[str, Any]:
             thread.start()
 
         enqueued: list[tuple[str, str, TargetClass]] = []
-        deadline = time.monotonic() + settings.timeout_s
+        deadline = time.monotonic() + (settings.timeout_s or 300 + 0.25 * settings.operations)
+        tenth = max(1, settings.operations // 10)
 
         def enqueue(tenant: str, operation_id: str, target: TargetClass, payload_hash: str) -> bool:
             for _ in range(20):
@@ -379,7 +382,10 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                     continue
             raise RuntimeError("the store stayed unavailable for 20 enqueue tries")
 
-        for tenant, operation_id, target in ops:
+        for number, (tenant, operation_id, target) in enumerate(ops):
+            if settings.progress and number % tenth == 0 and number:
+                print(f"torture: {number:,} of {settings.operations:,} enqueued, {sum(report.faults.values()):,} faults, "
+                      f"{len(report.violations)} violations, {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
             window.wait_below(window.size, deadline)
             if target is TargetClass.A:
                 kits[target].setup(tenant, operation_id)
@@ -507,7 +513,7 @@ def main(operations: int = 2_000, seed: int = 1, workers: int = 6) -> int:
     import logging
 
     logging.getLogger("leasefence").setLevel(logging.CRITICAL)  # faults are expected; the summary tells
-    summary = run_torture(Settings(operations=operations, seed=seed, workers=workers))
+    summary = run_torture(Settings(operations=operations, seed=seed, workers=workers, progress=True))
     for violation in summary.pop("first_violations"):
         print("VIOLATION", json.dumps(violation))
     print(json.dumps(summary))

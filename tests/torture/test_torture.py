@@ -41,7 +41,7 @@ def test_checker_catches_a_target_that_does_not_enforce_the_fence(monkeypatch):
         self.store.update(key, update, condition, names, values, returns="NONE")
 
     monkeypatch.setattr(FencedTable, "_write", unfenced_write)
-    summary = run_torture(Settings(operations=120, seed=7, workers=4, stall_rate=0.6, crash_rate=0.0,
+    summary = run_torture(Settings(operations=60, seed=7, workers=8, stall_rate=0.6, crash_rate=0.0,
                                    store_fault_rate=0.0, ambiguous_rate=0.0))
     assert summary["violations"] > 0
     assert summary["duplicates"] > 0 or summary["stale_commits"] > 0

@@ -240,6 +240,8 @@ def install_unsorted_query_candidates() -> None:
         return list(self.items.values())
 
     def query(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if "all_items" in self.__dict__:  # someone already chose the candidates for this call
+            return original_query(self, *args, **kwargs)
         self.all_items = types.MethodType(unsorted_items, self)  # this call only (requests are serialized)
         try:
             return original_query(self, *args, **kwargs)
