@@ -82,6 +82,8 @@ MAX_PAYLOAD_REF_LENGTH = 1024
 BACKOFF_BASE_MS = 1_000
 BACKOFF_CAP_MS = 300_000
 DEFAULT_RETENTION_MS = 30 * 86_400_000
+#: Entries read per claim attempt from one due shard (one 0.5-unit read: they are small).
+DEFAULT_CANDIDATE_PAGE = 24
 
 _HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -136,7 +138,7 @@ class Engine:
         rng: random.Random | None = None,
         events: EventSink | None = None,
         retention_ms: int = DEFAULT_RETENTION_MS,
-        candidate_page: int = 24,
+        candidate_page: int = DEFAULT_CANDIDATE_PAGE,
         client_factory: Callable[[], Any] | None = None,
     ) -> None:
         self.spec = spec if spec is not None else TableSpec()

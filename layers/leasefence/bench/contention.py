@@ -17,11 +17,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from leasefence import Engine
+from leasefence.engine import DEFAULT_CANDIDATE_PAGE, Engine
 from leasefence.bench.harness import ServerProcess
 from leasefence.bench.meter import Meter
 from leasefence.clock import system_clock
-from leasefence.schema import TableSpec
+from leasefence.schema import DEFAULT_DUE_SHARDS, TableSpec
 
 TENANT = "busy"
 
@@ -40,8 +40,8 @@ def _segments(snapshots: list[tuple[int, int]], queued: int) -> list[dict[str, A
     return out
 
 
-def run(bench: ServerProcess, queued: int, claimers: int, claims: int, due_shards: int = 4,
-        candidate_page: int = 16, label: str = "default") -> dict[str, Any]:
+def run(bench: ServerProcess, queued: int, claimers: int, claims: int, due_shards: int = DEFAULT_DUE_SHARDS,
+        candidate_page: int = DEFAULT_CANDIDATE_PAGE, label: str = "default") -> dict[str, Any]:
     spec = bench.create_tables(TableSpec(table_name=f"bench-contention-{label}", due_shards=due_shards))
     bench.populate(spec, TENANT, queued, now_ms=system_clock())
     meter = Meter(bench.client(), units=False, keep_calls=False)
