@@ -12,12 +12,12 @@ instrumented targets of classes A to D, over the embedded stack, while faults ar
 * ``sweep``: sweeper runs at random moments, concurrently with claims.
 
 Then a checker reads the final table and the targets' own records. The seed fixes the workload
-and every fault decision (each is a function of the seed and of what it applies to, not of the
-order threads run in); thread interleaving still varies between runs, which is the point of
-running it many times.
+and every fault decision (each is a hash of the seed and of what it applies to, not a draw from
+one sequence the threads share); thread interleaving still varies between runs, which is the
+point of running it many times.
 
 Time runs ``speed`` times faster than the wall clock for the engine (leases, backoff), so a
-10 s lease lapses in a fraction of a second and stalls stay cheap.
+10 s lease lapses in one second and stalls stay cheap.
 """
 
 from __future__ import annotations
@@ -165,8 +165,9 @@ class StoreChaos:
     """Faults in DynamoDB calls of the engine (not of the targets: those are the real world).
 
     Each decision is a hash of the seed, the call, what it applies to (its key, its partition,
-    or its transaction's keys) and how many times that call was made for it before, so a seed
-    injects the same faults into the same operations whatever order the threads run in.
+    or its transaction's keys) and how many times that call was made for it before, not a draw
+    from one shared sequence: a seed injects nearly the same faults into the same operations
+    whatever order the threads run in (a count can differ by a heartbeat or a poll).
     """
 
     def __init__(self, settings: Settings, report: Report) -> None:
@@ -242,9 +243,6 @@ class Window:
             for tenant_id, operation_id in oldest:  # nothing reported for a while: look
                 if self.engine.get(tenant_id, operation_id).state in FINAL_STATES:
                     self.finished(tenant_id, operation_id)
-
-    def __len__(self) -> int:
-        return len(self.entries)
 
 
 class RecordingBackend(EngineBackend):
