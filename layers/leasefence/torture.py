@@ -33,7 +33,15 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from leasefence.demo.kits import FencedTableKit, Hooks, IdempotentApiKit, Kit, SameTableKit, SingleShotKit
+from leasefence.demo.kits import (
+    FencedTableKit,
+    Hooks,
+    IdempotentApiKit,
+    Kit,
+    SameTableKit,
+    SingleShotKit,
+    overtaken,
+)
 from leasefence.engine import Engine
 from leasefence.errors import PayloadConflict, Unavailable
 from leasefence.faults import AFTER, BEFORE, CONFLICT, THROTTLE, FaultyClient
@@ -118,7 +126,7 @@ class Report:
 class ChaosHooks(Hooks):
     """Stalls before the side effect and crashes after it, decided per (operation, fence)."""
 
-    def __init__(self, settings: Settings, clock: FastClock, report: Report, observer: Engine | None = None) -> None:
+    def __init__(self, settings: Settings, clock: FastClock, report: Report, observer: Engine) -> None:
         super().__init__()
         self.settings, self.clock, self.report = settings, clock, report
         self.observer = observer
@@ -131,10 +139,7 @@ class ChaosHooks(Hooks):
             # fence, or the sweeper parked it), however loaded the machine is, for at most a
             # few more leases: the zombie must wake up into the situation it is meant to test.
             deadline = time.monotonic() + self.clock.wall_seconds(self.settings.lease_ms * 5)
-            while self.observer is not None and time.monotonic() < deadline:
-                current = self.observer.get(job.tenant_id, job.operation_id)
-                if current.fence > job.fence or current.state != State.CLAIMED:
-                    break
+            while time.monotonic() < deadline and not overtaken(self.observer, job):
                 time.sleep(0.05)
 
     def after(self, job: Job) -> None:

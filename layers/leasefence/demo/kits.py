@@ -11,14 +11,25 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from leasefence.model import TargetClass
+from leasefence.model import State, TargetClass
 from leasefence.targets import fenced_table, idempotent_api, same_table, single_shot
 from leasefence.targets.identity import identity_digest
 from leasefence.worker import FunctionHandler, Job, Reconciled
 
+if TYPE_CHECKING:
+    from leasefence.engine import Engine
+
 Hook = Callable[[Job], None]
+
+
+def overtaken(engine: Engine, job: Job) -> bool:
+    """Someone else acted on the job's operation since it was claimed: a later claim raised the
+    fence, or the operation left ``claimed`` (the sweeper parked it). A paused worker ("zombie")
+    waits for this so that it wakes up into the situation it is meant to test."""
+    current = engine.get(job.tenant_id, job.operation_id)
+    return current.fence > job.fence or current.state != State.CLAIMED
 
 
 class Hooks:

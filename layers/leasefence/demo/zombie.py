@@ -17,7 +17,7 @@ from typing import Any
 from leasefence.engine import Engine
 from leasefence.model import State
 from leasefence.schema import TableSpec
-from leasefence.demo.kits import Hooks, Kit, SingleShotKit, all_kits
+from leasefence.demo.kits import Hooks, Kit, SingleShotKit, all_kits, overtaken
 from leasefence.worker import EngineBackend, Worker
 
 
@@ -58,8 +58,7 @@ def _run_class(engine: Engine, kit: Kit, tenant: str, per_class: int, lease_ms: 
         """A GC stop or a lost network: past the lease, and until someone else acted on the
         operation (taken over, or parked by the sweeper), however slow this machine is."""
         time.sleep(lease_ms * 1.6 / 1000)
-        _wait(lambda: engine.get(tenant, job.operation_id).fence > job.fence
-              or engine.get(tenant, job.operation_id).state == State.UNKNOWN, 60)
+        _wait(lambda: overtaken(engine, job), 60)
 
     for op in ops:
         kit.setup(tenant, op)
