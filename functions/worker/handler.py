@@ -39,11 +39,12 @@ def build_worker():
     tenants = [t for t in os.environ.get("LEASEFENCE_WORKER_TENANTS", "").split(",") if t]
     if not tenants:
         raise ValueError("LEASEFENCE_WORKER_TENANTS must name at least one tenant")
-    payloads = rt.payloads
+    engine = rt.engine
 
     def load_payload(claim):
-        raw = payloads.get(claim.tenant_id, claim.operation_id, claim.payload_hash)
-        return None if raw is None else json.loads(raw)
+        # PayloadMissing (purged, erased, unreadable) is raised, never None: the runtime
+        # quarantines the operation instead of running the handler without its input.
+        return json.loads(engine.payload(claim))
 
     return Worker(
         EngineBackend(rt.engine, tenants, payload_loader=load_payload),

@@ -26,6 +26,8 @@ import json
 import logging
 import random
 import re
+import threading
+import time
 import uuid
 from typing import Any, Callable, Iterable
 
@@ -36,6 +38,7 @@ from leasefence.errors import (
     InvalidTransition,
     NotFound,
     PayloadConflict,
+    PayloadMissing,
     StaleFence,
     TargetRefused,
     Unavailable,
@@ -45,19 +48,25 @@ from leasefence.model import (
     EnqueueResult,
     Operation,
     Page,
+    PurgeResult,
     Resolution,
     State,
     SweepResult,
     TargetClass,
+    TenantErasure,
 )
 from leasefence.privacy import keyed_hash
 from leasefence.schema import (
+    DUE_HOME,
     DUE_INDEX,
     DUE_PK,
     DUE_SK,
     PARKED_INDEX,
     PARKED_PK,
     PARKED_SK,
+    PURGE_INDEX,
+    PURGE_PK,
+    PURGE_SK,
     SWEEP_INDEX,
     SWEEP_PK,
     SWEEP_SK,
@@ -81,7 +90,14 @@ MAX_REASON_LENGTH = 1024
 MAX_PAYLOAD_REF_LENGTH = 1024
 BACKOFF_BASE_MS = 1_000
 BACKOFF_CAP_MS = 300_000
-DEFAULT_RETENTION_MS = 30 * 86_400_000
+DAY_MS = 86_400_000
+#: How long an ended operation's identity (id, payload hash, fences, state) is kept: within it a
+#: replay is a replay and no fence of the operation is handed out again. None: forever.
+DEFAULT_IDENTITY_RETENTION_MS: int | None = 400 * DAY_MS
+#: How long an ended operation's stored payload is kept after it ended.
+DEFAULT_PAYLOAD_RETENTION_MS = 30 * DAY_MS
+#: A claim gives up retrying a lost or throttled write after this long (ms of its own clock).
+CLAIM_RETRY_BUDGET_MS = 5_000
 #: Entries read per claim attempt from one due shard (one 0.5-unit read: they are small).
 DEFAULT_CANDIDATE_PAGE = 24
 
@@ -137,25 +153,36 @@ class Engine:
         clock: Clock = system_clock,
         rng: random.Random | None = None,
         events: EventSink | None = None,
-        retention_ms: int = DEFAULT_RETENTION_MS,
+        identity_retention_ms: int | None = DEFAULT_IDENTITY_RETENTION_MS,
+        payload_retention_ms: int = DEFAULT_PAYLOAD_RETENTION_MS,
         candidate_page: int = DEFAULT_CANDIDATE_PAGE,
         client_factory: Callable[[], Any] | None = None,
+        payloads: Any = None,
     ) -> None:
+        if payload_retention_ms < 0 or (identity_retention_ms is not None and identity_retention_ms < payload_retention_ms):
+            raise ValueError("payload retention must be from 0 to the identity retention")
         self.spec = spec if spec is not None else TableSpec()
         self.store = Store(self.spec.table_name, client=client, client_factory=client_factory)
         self.clock = clock
         self.rng = rng if rng is not None else random.Random()
         self.events = events if events is not None else (lambda name, value: None)
-        self.retention_ms = retention_ms
+        self.identity_retention_ms = identity_retention_ms
+        self.payload_retention_ms = payload_retention_ms
         self.candidate_page = candidate_page
+        #: Where inline payloads live (a :class:`~leasefence.payloads.PayloadStore`): needed to
+        #: read, purge and erase them. None: this engine only handles operations by reference.
+        self.payloads = payloads
+        #: (tenant, job type) pairs this engine already put in the tenant's directory.
+        self._registered: dict[tuple[str, str], None] = {}
+        self._registered_lock = threading.Lock()
 
     # ------------------------------------------------------------------ helpers
 
     def _key(self, tenant_id: str, operation_id: str) -> dict[str, str]:
         return {"tenant_id": tenant_id, "operation_id": operation_id}
 
-    def _due_pk(self, tenant_id: str, operation_id: str) -> str:
-        return keys.due_partition(tenant_id, keys.shard_of(tenant_id, operation_id, self.spec.due_shards))
+    def _due_pk(self, tenant_id: str, operation_id: str, job_type: str) -> str:
+        return keys.due_partition(tenant_id, keys.shard_of(tenant_id, operation_id, self.spec.due_shards), job_type)
 
     def _sweep_pk(self, tenant_id: str, operation_id: str) -> str:
         return keys.sweep_partition(keys.shard_of(tenant_id, operation_id, self.spec.sweep_shards))
@@ -163,8 +190,20 @@ class Engine:
     def _parked_pk(self, state: State, tenant_id: str, operation_id: str) -> str:
         return keys.parked_partition(state.value, keys.shard_of(tenant_id, operation_id, self.spec.sweep_shards))
 
-    def _ttl(self, now: int) -> int:
-        return (now + self.retention_ms) // 1000
+    def _purge_pk(self, tenant_id: str, operation_id: str) -> str:
+        return keys.purge_partition(keys.shard_of(tenant_id, operation_id, self.spec.sweep_shards))
+
+    def _ending(self, now: int, names: dict[str, str], values: dict[str, Any], sets: list[str], removes: list[str]) -> None:
+        """What every transition into a final state adds: the identity's retention (TTL, unless
+        kept forever), the payload's purge time, and dropping what only a live operation needs."""
+        if self.identity_retention_ms is not None:
+            names["#ttl"] = TTL_ATTRIBUTE
+            values[":ttl"] = (now + self.identity_retention_ms) // 1000
+            sets.append("#ttl = :ttl")
+        names["#pat_"] = PURGE_SK
+        values[":purge"] = now + self.payload_retention_ms
+        sets.append("#pat_ = :purge")
+        removes += ["checkpoint"]
 
     @staticmethod
     def _tag(tenant_id: str, operation_id: str) -> str:
@@ -181,11 +220,15 @@ class Engine:
         payload_ref: str | None = None,
         max_attempts: int | None = None,
         target_class: TargetClass | str = TargetClass.C,
+        payload_inline: bool = False,
     ) -> EnqueueResult:
         """Durably record an operation bound to its payload hash: one conditional put.
 
         Same id and hash again: a replay (nothing new is scheduled). Same id, other hash:
-        :class:`PayloadConflict` (nothing is changed).
+        :class:`PayloadConflict` (nothing is changed). Both hold for as long as the identity is
+        retained (:attr:`identity_retention_ms` after the operation ended), whatever was purged
+        or erased meanwhile. ``payload_inline``: ``payload_ref`` names an object that
+        :attr:`payloads` stored for this identity (set only by the API's inline path).
         """
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
@@ -204,7 +247,11 @@ class Engine:
         if target is TargetClass.D and max_attempts != 1:
             raise InvalidInput("target_class D allows exactly one attempt (max_attempts 1)")
 
+        if payload_inline and payload_ref is None:
+            raise InvalidInput("an inline payload needs its payload_ref")
+        self._register_job_type(tenant_id, job_type)
         now = self.clock()
+        due_home = self._due_pk(tenant_id, operation_id, job_type)
         item = {
             "tenant_id": tenant_id,
             "operation_id": operation_id,
@@ -217,11 +264,15 @@ class Engine:
             "attempts": 0,
             "max_attempts": max_attempts,
             "attempt_budget": max_attempts,
-            DUE_PK: self._due_pk(tenant_id, operation_id),
+            DUE_HOME: due_home,
+            DUE_PK: due_home,
             DUE_SK: now,
             "created_at": now,
             "updated_at": now,
         }
+        if payload_inline:
+            item["payload_inline"] = True
+            item[PURGE_PK] = self._purge_pk(tenant_id, operation_id)
         try:
             self.store.put_new(item, "attribute_not_exists(#op)", {"#op": "operation_id"})
         except ConditionFailed as refused:
@@ -236,6 +287,31 @@ class Engine:
         log.info("enqueued", extra={"op": self._tag(tenant_id, operation_id), "target_class": target.value})
         return EnqueueResult(Operation.from_item(item), created=True)
 
+    def _register_job_type(self, tenant_id: str, job_type: str) -> None:
+        """Put the job type in the tenant's directory (once per engine, before the first enqueue
+        of that type, so an unfiltered claimer can always find the type of any due operation).
+        One idempotent write per (engine, tenant, type): nothing on the steady-state path."""
+        pair = (tenant_id, job_type)
+        with self._registered_lock:
+            if pair in self._registered:
+                return
+        self.store.add_to_set(
+            self._key(tenant_id, keys.DIRECTORY_ID),
+            "job_types",
+            [job_type],
+            {PARKED_PK: keys.DIRECTORY_PARTITION, PARKED_SK: 0},
+        )
+        with self._registered_lock:
+            self._registered[pair] = None
+            while len(self._registered) > 10_000:
+                self._registered.pop(next(iter(self._registered)))
+
+    def job_types(self, tenant_id: str) -> list[str]:
+        """The job types this tenant ever enqueued (its directory), sorted."""
+        validate_id("tenant_id", tenant_id)
+        item = self.store.get(self._key(tenant_id, keys.DIRECTORY_ID), consistent=False)
+        return sorted((item or {}).get("job_types", []))
+
     # ------------------------------------------------------------------ claim
 
     def claim_next(
@@ -247,18 +323,24 @@ class Engine:
     ) -> Claim | None:
         """Claim one due operation of this tenant (queued and available, or an expired lease).
 
-        Reads only this tenant's partitions of the ``due`` index, a page at a time from a
-        randomly chosen shard; tries candidates in random order and moves on when another
-        claimer wins one. Returns None when nothing is claimable.
+        Reads only this tenant's ``due`` partitions of the job types asked for (all the types in
+        the tenant's directory when ``job_types`` is None), a page at a time, partitions in random
+        order; tries candidates in random order and moves on when another claimer wins one. Due
+        work of other job types is never read, so it cannot hide the work asked for. Returns None
+        when nothing is claimable.
         """
         validate_id("tenant_id", tenant_id)
         validate_id("worker_id", worker_id)
         lease_ms = self._lease(lease_ms)
         types = self._job_types(job_types)
-        shards = list(range(self.spec.due_shards))
-        self.rng.shuffle(shards)
-        for shard in shards:
-            claim = self._claim_from_shard(tenant_id, shard, worker_id, lease_ms, types)
+        partitions = [
+            (job_type, shard)
+            for job_type in (types if types is not None else self.job_types(tenant_id))
+            for shard in range(self.spec.due_shards)
+        ]
+        self.rng.shuffle(partitions)
+        for job_type, shard in partitions:
+            claim = self._claim_from_partition(tenant_id, job_type, shard, worker_id, lease_ms)
             if claim is not None:
                 return claim
         return None
@@ -296,31 +378,23 @@ class Engine:
             raise InvalidInput("job_types must list 1 to 50 job types")
         return types
 
-    def _claim_from_shard(
-        self, tenant_id: str, shard: int, worker_id: str, lease_ms: int, types: tuple[str, ...] | None
+    def _claim_from_partition(
+        self, tenant_id: str, job_type: str, shard: int, worker_id: str, lease_ms: int
     ) -> Claim | None:
-        now = self.clock()
         query: dict[str, Any] = {
             "IndexName": DUE_INDEX,
             "KeyConditionExpression": "#pk = :pk AND #due <= :now",
             "ExpressionAttributeNames": {"#pk": DUE_PK, "#due": DUE_SK},
-            "values": {":pk": keys.due_partition(tenant_id, shard), ":now": now},
+            "values": {":pk": keys.due_partition(tenant_id, shard, job_type), ":now": self.clock()},
             "Limit": self.candidate_page,
         }
-        if types:
-            # A job-type filter is applied after the read: entries of other types in the page
-            # are read (and paid for) and skipped. See README, "Claim cost".
-            placeholders = {f":jt{i}": t for i, t in enumerate(types)}
-            query["FilterExpression"] = f"#jt IN ({', '.join(placeholders)})"
-            query["ExpressionAttributeNames"]["#jt"] = "job_type"
-            query["values"].update(placeholders)
         start = None
         for _page in range(4):
             page = self.store.query(start=start, **query)
             candidates = page.items
             self.rng.shuffle(candidates)
             for candidate in candidates:
-                claim = self._try_claim(candidate, worker_id, lease_ms, types, retries=1)
+                claim = self._try_claim(candidate, worker_id, lease_ms, None, retries=1)
                 if claim is not None:
                     return claim
             if page.last_key is None:
@@ -357,52 +431,18 @@ class Engine:
         """
         tenant_id, operation_id = snapshot["tenant_id"], snapshot["operation_id"]
         claim_token = uuid.uuid4().hex
+        started = self.clock()
         for _ in range(retries + 1):
-            now = self.clock()
-            if not self._claimable(snapshot, now, types):
-                self._repair_due_entry(snapshot, now)
+            if not self._claimable(snapshot, self.clock(), types):
+                self._repair_due_entry(snapshot, self.clock())
                 return None
-            fence, attempts, max_attempts = int(snapshot["fence"]), int(snapshot["attempts"]), int(snapshot["max_attempts"])
-            expires = now + lease_ms
-            last_attempt = attempts + 1 >= max_attempts
-            names = dict(_N, **{"#due": DUE_SK})
-            values: dict[str, Any] = {
-                ":f": fence,
-                ":f1": fence + 1,
-                ":a": attempts,
-                ":a1": attempts + 1,
-                ":m": max_attempts,
-                ":queued": State.QUEUED.value,
-                ":claimed": State.CLAIMED.value,
-                ":now": now,
-                ":w": worker_id,
-                ":exp": expires,
-                ":lease": lease_ms,
-                ":tok": claim_token,
-            }
-            condition = (
-                "#fence = :f AND attempts = :a AND max_attempts = :m AND "
-                "((#state = :queued AND #due <= :now) OR (#state = :claimed AND lease_expires_at <= :now))"
-            )
-            if types:
-                type_values = {f":jt{i}": t for i, t in enumerate(types)}
-                condition += f" AND job_type IN ({', '.join(type_values)})"
-                values.update(type_values)
-            update = (
-                "SET claimed_from = #state, #state = :claimed, #fence = :f1, attempts = :a1, "
-                "lease_owner = :w, lease_expires_at = :exp, lease_ms = :lease, claim_token = :tok, "
-                "updated_at = :now"
-            )
-            if last_attempt:
-                # The final attempt leaves the claim index for the sweeper's index: if this lease
-                # lapses, the operation is parked as unknown, never claimed again.
-                names.update({"#dpk": DUE_PK, "#spk": SWEEP_PK, "#sat": SWEEP_SK})
-                values.update({":spk": self._sweep_pk(tenant_id, operation_id)})
-                update += ", #spk = :spk, #sat = :exp REMOVE #dpk, #due"
-            else:
-                update += ", #due = :exp"
+            pinned = snapshot
             try:
-                item = self._write_retrying(self._key(tenant_id, operation_id), update, condition, names, values)
+                item = self._write_retrying(
+                    self._key(tenant_id, operation_id),
+                    lambda now: self._claim_write(pinned, now, worker_id, lease_ms, types, claim_token),
+                    started,
+                )
             except ConditionFailed as refused:
                 current = refused.item
                 if current is None:
@@ -418,15 +458,76 @@ class Engine:
         self._repair_due_entry(snapshot, self.clock())
         return None
 
-    def _write_retrying(self, key: dict[str, Any], *args: Any, attempts: int = 3) -> dict[str, Any] | None:
-        """A claim write sent again when its answer was lost or the store was busy. Safe because
-        the write carries a claim token: if the first one committed, the retry is refused and
-        the refusal shows our token (recognized by the caller as our own claim)."""
+    def _claim_write(
+        self,
+        snapshot: dict[str, Any],
+        now: int,
+        worker_id: str,
+        lease_ms: int,
+        types: tuple[str, ...] | None,
+        claim_token: str,
+    ) -> tuple[str, str, dict[str, str], dict[str, Any]]:
+        """The claim's conditional update at time ``now``, pinned to the snapshot's counters."""
+        tenant_id, operation_id = snapshot["tenant_id"], snapshot["operation_id"]
+        fence, attempts, max_attempts = int(snapshot["fence"]), int(snapshot["attempts"]), int(snapshot["max_attempts"])
+        expires = now + lease_ms
+        last_attempt = attempts + 1 >= max_attempts
+        names = dict(_N, **{"#due": DUE_SK})
+        values: dict[str, Any] = {
+            ":f": fence,
+            ":f1": fence + 1,
+            ":a": attempts,
+            ":a1": attempts + 1,
+            ":m": max_attempts,
+            ":queued": State.QUEUED.value,
+            ":claimed": State.CLAIMED.value,
+            ":now": now,
+            ":w": worker_id,
+            ":exp": expires,
+            ":lease": lease_ms,
+            ":tok": claim_token,
+        }
+        condition = (
+            "#fence = :f AND attempts = :a AND max_attempts = :m AND "
+            "((#state = :queued AND #due <= :now) OR (#state = :claimed AND lease_expires_at <= :now))"
+        )
+        if types:
+            type_values = {f":jt{i}": t for i, t in enumerate(types)}
+            condition += f" AND job_type IN ({', '.join(type_values)})"
+            values.update(type_values)
+        update = (
+            "SET claimed_from = #state, #state = :claimed, #fence = :f1, attempts = :a1, "
+            "lease_owner = :w, lease_expires_at = :exp, lease_ms = :lease, claim_token = :tok, "
+            "updated_at = :now"
+        )
+        if last_attempt:
+            # The final attempt leaves the claim index for the sweeper's index: if this lease
+            # lapses, the operation is parked as unknown, never claimed again.
+            names.update({"#dpk": DUE_PK, "#spk": SWEEP_PK, "#sat": SWEEP_SK})
+            values.update({":spk": self._sweep_pk(tenant_id, operation_id)})
+            update += ", #spk = :spk, #sat = :exp REMOVE #dpk, #due"
+        else:
+            update += ", #due = :exp"
+        return update, condition, names, values
+
+    def _write_retrying(
+        self,
+        key: dict[str, Any],
+        build: Callable[[int], tuple[str, str, dict[str, str], dict[str, Any]]],
+        started: int,
+        attempts: int = 3,
+    ) -> dict[str, Any] | None:
+        """A claim write sent again when its answer was lost or the store was busy, each time
+        built afresh from the clock (a retry never commits a lease computed before it), and not
+        past :data:`CLAIM_RETRY_BUDGET_MS`. Safe because the write carries a claim token: if an
+        earlier one committed, the retry is refused and the refusal shows our token (recognized
+        by the caller as our own claim)."""
         for attempt in range(attempts):
+            now = self.clock()
             try:
-                return self.store.update(key, *args)
+                return self.store.update(key, *build(now))
             except Unavailable:
-                if attempt == attempts - 1:
+                if attempt == attempts - 1 or self.clock() - started >= CLAIM_RETRY_BUDGET_MS:
                     raise
         return None  # pragma: no cover
 
@@ -457,6 +558,8 @@ class Engine:
             checkpoint=operation.checkpoint,
             takeover=takeover,
             worker_id=worker_id,
+            intent=operation.intent,
+            payload_inline=operation.payload_inline,
         )
 
     def _repair_due_entry(self, item: dict[str, Any], now: int) -> bool:
@@ -497,8 +600,13 @@ class Engine:
         worker_id: str,
         lease_ms: int | None = None,
         checkpoint: Any = MISSING,
+        intent: str | None = None,
     ) -> int:
         """Extend the lease of the claim held by ``fence`` (and keep an optional checkpoint).
+
+        ``intent`` (class D) durably records, under this fence, that a side effect is about to
+        start: its own attribute, which no later checkpoint overwrites and every later claim of
+        the operation (a takeover, a requeue) sees, so reconciling never forgets it.
 
         Returns the new lease expiry (ms). Conditional on fence and state, not on the lease clock:
         a holder whose lease lapsed may still renew until someone claims again or the sweeper
@@ -519,6 +627,10 @@ class Engine:
         if checkpoint is not MISSING:
             values[":cp"] = _encode_checkpoint(checkpoint)
             update += ", checkpoint = :cp"
+        if intent is not None:
+            _validate_text("intent", intent, MAX_ID_LENGTH)
+            values[":intent"] = json.dumps({"fence": fence, "what": intent}, separators=(",", ":"))
+            update += ", intent = :intent"
         try:
             item = self.store.update(
                 self._key(tenant_id, operation_id),
@@ -672,14 +784,13 @@ class Engine:
         condition = "#state = :claimed AND #fence = :f"
         if target is State.QUEUED:
             condition += " AND attempts < max_attempts"
-            values.update({":dpk": self._due_pk(tenant_id, operation_id), ":avail": now + (delay_ms or 0)})
-            sets += ["#dpk = :dpk", "#due = :avail"]
+            values[":avail"] = now + (delay_ms or 0)
+            names["#home"] = DUE_HOME
+            sets += ["#dpk = #home", "#due = :avail"]
         else:
             removes += ["#dpk", "#due"]
         if target in (State.SUCCEEDED, State.FAILED_TERMINAL):
-            names["#ttl"] = TTL_ATTRIBUTE
-            values[":ttl"] = self._ttl(now)
-            sets.append("#ttl = :ttl")
+            self._ending(now, names, values, sets, removes)
         if target in (State.UNKNOWN, State.QUARANTINED):
             names.update({"#ppk": PARKED_PK, "#pat": PARKED_SK})
             values[":ppk"] = self._parked_pk(target, tenant_id, operation_id)
@@ -704,6 +815,7 @@ class Engine:
             if (
                 current is not None
                 and current.get("closed_fence") == fence
+                and int(current.get("fence", -1)) == fence  # nobody claimed since: not a stale fence
                 and current.get("closed_by") == command
                 and all(current.get(k) == v for k, v in fields.items() if k == "outcome_code")
             ):
@@ -809,28 +921,25 @@ class Engine:
             raise InvalidInput("resolution must be succeeded, failed_terminal or requeue") from error
         _validate_text("note", note, MAX_REASON_LENGTH, required=False)
         now = self.clock()
-        names = {"#state": "state"}
+        names = {"#state": "state", "#ppk": PARKED_PK, "#pat": PARKED_SK}
         values: dict[str, Any] = {
             ":unknown": State.UNKNOWN.value,
             ":quarantined": State.QUARANTINED.value,
             ":now": now,
             ":note": note or "",
         }
+        sets = ["resolution_note = :note", "updated_at = :now"]
+        removes = ["#ppk", "#pat"]
         if resolution is Resolution.REQUEUE:
-            names.update({"#dpk": DUE_PK, "#due": DUE_SK})
-            values.update(
-                {":queued": State.QUEUED.value, ":dpk": self._due_pk(tenant_id, operation_id), ":true": True}
-            )
-            update = (
-                "SET #state = :queued, max_attempts = attempts + attempt_budget, #dpk = :dpk, #due = :now, "
-                "requeued = :true, resolution_note = :note, updated_at = :now"
-            )
+            names.update({"#dpk": DUE_PK, "#due": DUE_SK, "#home": DUE_HOME})
+            values.update({":queued": State.QUEUED.value, ":true": True})
+            sets += ["#state = :queued", "max_attempts = attempts + attempt_budget", "#dpk = #home", "#due = :now",
+                     "requeued = :true"]
         else:
-            names["#ttl"] = TTL_ATTRIBUTE
-            values.update({":to": resolution.value, ":ttl": self._ttl(now), ":code": f"resolved:{resolution.value}"})
-            update = "SET #state = :to, outcome_code = :code, resolution_note = :note, updated_at = :now, #ttl = :ttl"
-        names.update({"#ppk": PARKED_PK, "#pat": PARKED_SK})
-        update += " REMOVE #ppk, #pat"
+            values.update({":to": resolution.value, ":code": f"resolved:{resolution.value}"})
+            sets += ["#state = :to", "outcome_code = :code"]
+            self._ending(now, names, values, sets, removes)
+        update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)}"
         try:
             item = self.store.update(
                 self._key(tenant_id, operation_id),
@@ -870,6 +979,245 @@ class Engine:
                 oldest = parked_at if oldest is None else min(oldest, parked_at)
         return 0 if oldest is None else max(0, now - oldest)
 
+    # ------------------------------------------------------------------ payloads, retention, erasure
+
+    def _inline(self, tenant_id: str, operation_id: str, operation: Operation | Claim) -> bool:
+        if operation.payload_inline:
+            return True
+        # Items written before the flag existed: a ref this store would have written is ours.
+        owns = getattr(self.payloads, "owns", None)
+        return bool(owns and owns(tenant_id, operation_id, operation.payload_hash, operation.payload_ref))
+
+    def payload(self, operation: Operation | Claim) -> bytes:
+        """The inline payload of an operation (or of a claim), checked against its hash.
+
+        :class:`NotFound` when the operation has no inline payload (its ``payload_ref`` is the
+        caller's own); :class:`PayloadMissing` when it was purged, erased or cannot be read:
+        never None, so no handler runs without its input.
+        """
+        if not self._inline(operation.tenant_id, operation.operation_id, operation):
+            raise NotFound("this operation has no inline payload")
+        if isinstance(operation, Operation) and operation.payload_state in ("purged", "erased"):
+            raise PayloadMissing(f"the payload was {operation.payload_state}")
+        if self.payloads is None:
+            raise PayloadMissing("this engine has no payload store configured")
+        assert operation.payload_ref is not None
+        return self.payloads.read(operation.payload_ref, operation.payload_hash)
+
+    def erase(self, tenant_id: str, operation_id: str) -> Operation:
+        """Erase one operation's payload and free text (reasons, notes, checkpoint, intent) and
+        keep its identity (id, payload hash, fences, state, outcome code), so a replay is still a
+        replay and a different payload still a conflict. One conditional write: refused while
+        the operation is ``claimed`` (:class:`InvalidTransition`; erase it once it left
+        ``claimed``). A queued or parked operation stays in its state; a claim of it finds no
+        payload and the worker quarantines it. Erasing again is harmless.
+
+        The stored payload is deleted right after the write; if that fails the write has already
+        made it due in the ``purge`` index, so the sweeper deletes it.
+        """
+        validate_id("tenant_id", tenant_id)
+        validate_id("operation_id", operation_id)
+        now = self.clock()
+        try:
+            item = self.store.update(
+                self._key(tenant_id, operation_id),
+                "SET erased_at = if_not_exists(erased_at, :now), updated_at = :now, #pat = :now "
+                "REMOVE reason, resolution_note, checkpoint, intent",
+                "attribute_exists(#op) AND #state <> :claimed",
+                {"#op": "operation_id", "#state": "state", "#pat": PURGE_SK},
+                {":now": now, ":claimed": State.CLAIMED.value},
+            )
+        except ConditionFailed as refused:
+            if refused.item is None:
+                raise NotFound("operation not found") from None
+            raise InvalidTransition("a claimed operation cannot be erased until it leaves claimed") from None
+        assert item is not None
+        self.events("Erasures", 1)
+        log.info("erased", extra={"op": self._tag(tenant_id, operation_id)})
+        operation = Operation.from_item(item)
+        if self._inline(tenant_id, operation_id, operation) and operation.payload_purged_at is None:
+            try:
+                self._purge_one(item)
+            except Unavailable:
+                log.warning("erased payload not deleted yet; the sweeper will", extra={"op": self._tag(tenant_id, operation_id)})
+            else:
+                operation = self.get(tenant_id, operation_id)
+        return operation
+
+    def _purge_one(self, item: dict[str, Any]) -> bool:
+        """Delete one operation's stored payload, then record that (pinned to the purge time the
+        deletion acted on). Deleting twice is harmless, so a crash in between only repeats it."""
+        if self.payloads is None:
+            raise Unavailable("no payload store configured: cannot purge payloads")
+        if item.get("payload_ref"):
+            self.payloads.delete(item["payload_ref"])
+        try:
+            self.store.update(
+                self._key(item["tenant_id"], item["operation_id"]),
+                "SET payload_purged_at = :now REMOVE #ppk, #pat",
+                "#pat = :pat",
+                {"#ppk": PURGE_PK, "#pat": PURGE_SK},
+                {":now": self.clock(), ":pat": int(item[PURGE_SK])},
+                returns="NONE",
+            )
+        except ConditionFailed:
+            return False
+        return True
+
+    def purge_payloads(self, limit: int = 100) -> PurgeResult:
+        """Delete the stored payloads that are due (their operation ended more than the payload
+        retention ago, or was erased). Stateless, bounded by ``limit``, safe to run twice at once:
+        reads the due part of the sparse ``purge`` index, re-reads each item (the index may lag
+        the table) and acts only when the item itself says its payload is due."""
+        result = PurgeResult()
+        shards = list(range(self.spec.sweep_shards))
+        self.rng.shuffle(shards)
+        for shard in shards:
+            remaining = limit - result.examined
+            if remaining <= 0:
+                break
+            page = self.store.query(
+                IndexName=PURGE_INDEX,
+                KeyConditionExpression="#pk = :pk AND #at <= :now",
+                ExpressionAttributeNames={"#pk": PURGE_PK, "#at": PURGE_SK},
+                values={":pk": keys.purge_partition(shard), ":now": self.clock()},
+                Limit=remaining,
+            )
+            for entry in page.items:
+                result.examined += 1
+                item = self.store.get(self._key(entry["tenant_id"], entry["operation_id"]))
+                if item is None or PURGE_PK not in item or int(item.get(PURGE_SK, 2**62)) > self.clock():
+                    continue  # the index was behind the table
+                if self._purge_one(item):
+                    result.purged += 1
+        if result.purged:
+            self.events("PayloadsPurged", result.purged)
+        return result
+
+    def erase_tenant(self, tenant_id: str, limit: int = 100, cursor: str | None = None) -> TenantErasure:
+        """One bounded step of erasing everything of one tenant: its operations (rows and stored
+        payloads), its job-type directory, then any payload object left under its prefix.
+
+        Call again with ``next_cursor`` until it is None. Claimed operations are left alone and
+        counted as ``held`` (a claim may be acting on them): run the erasure again once they
+        ended. Every delete is conditional on the row not being claimed."""
+        validate_id("tenant_id", tenant_id)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidInput("limit must be from 1 to 1000")
+        result = TenantErasure()
+        phase, position = self._decode_erasure_cursor(cursor)
+        with self._registered_lock:  # its directory is about to go: register types again later
+            for pair in [p for p in self._registered if p[0] == tenant_id]:
+                del self._registered[pair]
+        if phase == "rows":
+            page = self.store.query(
+                KeyConditionExpression="tenant_id = :t",
+                values={":t": tenant_id},
+                ConsistentRead=True,
+                Limit=limit,
+                start={"tenant_id": tenant_id, "operation_id": position} if position is not None else None,
+            )
+            for item in page.items:
+                self._erase_row(item, result)
+            if page.last_key is not None:
+                result.next_cursor = self._encode_erasure_cursor("rows", page.last_key["operation_id"])
+                return result
+            phase, position = "objects", None
+        if self.payloads is not None:
+            deleted, token = self.payloads.delete_tenant_objects(tenant_id, limit=limit, token=position)
+            result.payloads_deleted += deleted
+            if token is not None:
+                result.next_cursor = self._encode_erasure_cursor("objects", token)
+        self.events("TenantErasureSteps", 1)
+        return result
+
+    def _erase_row(self, item: dict[str, Any], result: TenantErasure) -> None:
+        if item.get("state") == State.CLAIMED:
+            result.held += 1
+            return
+        key = self._key(item["tenant_id"], item["operation_id"])
+        if (
+            item.get("payload_inline") or (item.get("payload_ref") and self.payloads is not None and self.payloads.owns(
+                item["tenant_id"], item["operation_id"], item.get("payload_hash", ""), item["payload_ref"]))
+        ) and "payload_purged_at" not in item:
+            if self.payloads is None:
+                raise Unavailable("no payload store configured: cannot erase payloads")
+            self.payloads.delete(item["payload_ref"])
+            result.payloads_deleted += 1
+        try:
+            self.store.delete(
+                key,
+                "attribute_not_exists(#state) OR #state <> :claimed",
+                {"#state": "state"},
+                {":claimed": State.CLAIMED.value},
+            )
+        except ConditionFailed:
+            result.held += 1
+            return
+        result.rows_deleted += 1
+
+    @staticmethod
+    def _encode_erasure_cursor(phase: str, position: str) -> str:
+        raw = json.dumps({"p": phase, "at": position}).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @staticmethod
+    def _decode_erasure_cursor(cursor: str | None) -> tuple[str, str | None]:
+        if not cursor:
+            return "rows", None
+        try:
+            raw = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+            phase, position = raw["p"], raw["at"]
+            if phase not in ("rows", "objects") or not isinstance(position, str):
+                raise ValueError(phase)
+        except (ValueError, KeyError, TypeError, binascii.Error) as error:
+            raise InvalidInput("cursor is not valid") from error
+        return phase, position
+
+    def oldest_due_age_ms(self, max_queries: int = 200) -> int:
+        """How long the oldest due operation of any tenant and job type has waited to be claimed
+        (ms; 0 when nothing is overdue). Due work of a job type no worker serves (a typo, a
+        retired type, a fleet that is down) shows here instead of waiting silently. Reads the
+        tenants' job-type directories and one small page per (tenant, type, shard), at most
+        ``max_queries`` queries per call (a sample, then: tenants are visited in random order).
+        A claimed entry whose lease heartbeats extended is repaired, not counted."""
+        now = self.clock()
+        oldest = 0
+        budget = max_queries
+        directories = self.store.query(
+            IndexName=PARKED_INDEX,
+            KeyConditionExpression="#pk = :pk",
+            ExpressionAttributeNames={"#pk": PARKED_PK},
+            values={":pk": keys.DIRECTORY_PARTITION},
+            Limit=max_queries,
+        ).items
+        self.rng.shuffle(directories)
+        for directory in directories:
+            tenant_id = directory["tenant_id"]
+            for job_type in self.job_types(tenant_id):
+                for shard in range(self.spec.due_shards):
+                    if budget <= 0:
+                        return oldest
+                    budget -= 1
+                    page = self.store.query(
+                        IndexName=DUE_INDEX,
+                        KeyConditionExpression="#pk = :pk AND #due <= :now",
+                        ExpressionAttributeNames={"#pk": DUE_PK, "#due": DUE_SK},
+                        values={":pk": keys.due_partition(tenant_id, shard, job_type), ":now": now},
+                        Limit=3,
+                    )
+                    for entry in page.items:
+                        if entry.get("state") == State.CLAIMED:
+                            item = self.store.get(self._key(tenant_id, entry["operation_id"]))
+                            if item is None or self._repair_due_entry(item, now) or item.get("state") != State.CLAIMED:
+                                continue
+                            since = int(item.get("lease_expires_at", now))
+                        else:
+                            since = int(entry[DUE_SK])
+                        oldest = max(oldest, now - since)
+                        break
+        return oldest
+
     # ------------------------------------------------------------------ reads
 
     def get(self, tenant_id: str, operation_id: str) -> Operation:
@@ -895,8 +1243,9 @@ class Engine:
                 raise InvalidInput("unknown state") from error
         start = self._decode_cursor(cursor, tenant_id) if cursor else None
         query: dict[str, Any] = {
-            "KeyConditionExpression": "tenant_id = :t",
-            "values": {":t": tenant_id},
+            # From the first possible operation id: the tenant's directory item sorts before it.
+            "KeyConditionExpression": "tenant_id = :t AND operation_id >= :first",
+            "values": {":t": tenant_id, ":first": keys.FIRST_OPERATION_ID},
             "ConsistentRead": True,
         }
         if state is not None:

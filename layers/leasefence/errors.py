@@ -35,6 +35,16 @@ class NotFound(LeaseFenceError):
     status = 404
 
 
+class PayloadMissing(LeaseFenceError):
+    """The operation's inline payload is gone (purged after its retention, erased, or unreadable).
+
+    Never a silent ``None``: a job cannot run without its input. The worker runtime quarantines
+    an operation whose payload is missing (an operator decides); the API answers 410."""
+
+    code = "payload_missing"
+    status = 410
+
+
 class PayloadConflict(LeaseFenceError):
     """Same ``(tenant_id, operation_id)``, different payload hash. Nothing was changed."""
 

@@ -12,15 +12,31 @@ def shard_of(tenant_id: str, operation_id: str, shards: int) -> int:
     return int.from_bytes(digest[:8], "big") % shards
 
 
-def due_partition(tenant_id: str, shard: int) -> str:
-    """``<tenant_id>#<shard>``: the shard is the text after the last ``#`` and is all digits, so
-    the tenant is everything before it, whatever characters the tenant id contains."""
-    return f"{tenant_id}#{shard}"
+def escape_tenant(tenant_id: str) -> str:
+    """The tenant id with ``\\`` and ``#`` escaped, so the first unescaped ``#`` ends it. Tenant ids
+    usable with tenant isolation (IAM session tag values) contain neither, so for them this is
+    the id itself and an IAM pattern ``<tenant>#*`` matches exactly that tenant's partitions."""
+    return tenant_id.replace("\\", "\\\\").replace("#", "\\#")
 
 
-def parse_due_partition(value: str) -> tuple[str, int]:
-    tenant_id, _, shard = value.rpartition("#")
-    return tenant_id, int(shard)
+def due_partition(tenant_id: str, shard: int, job_type: str) -> str:
+    """``<tenant>#<shard>#<job_type>`` (tenant escaped): one claim partition per tenant, job type
+    and shard. Injective: the escaped tenant ends at its first unescaped ``#``, the shard is all
+    digits up to the next ``#``, the job type is the rest. A claim for a job type therefore reads
+    only that type's partitions, however much due work of other types exists."""
+    return f"{escape_tenant(tenant_id)}#{shard}#{job_type}"
+
+
+def parse_due_partition(value: str) -> tuple[str, int, str]:
+    i = 0
+    tenant: list[str] = []
+    while value[i] != "#":
+        if value[i] == "\\":
+            i += 1
+        tenant.append(value[i])
+        i += 1
+    shard, _, job_type = value[i + 1 :].partition("#")
+    return "".join(tenant), int(shard), job_type
 
 
 def sweep_partition(shard: int) -> str:
@@ -29,3 +45,17 @@ def sweep_partition(shard: int) -> str:
 
 def parked_partition(state: str, shard: int) -> str:
     return f"{state}#{shard}"
+
+
+def purge_partition(shard: int) -> str:
+    return f"purge#{shard}"
+
+
+#: The job-type directory of a tenant: an item in the tenant's own partition whose sort key no
+#: operation id can take (operation ids have no control characters).
+DIRECTORY_ID = "\x00job-types"
+#: Directory items are listed (keys only) under this ``parked`` index partition, so the sweeper
+#: can find every tenant's job types without scanning.
+DIRECTORY_PARTITION = "directory#0"
+#: Every operation id sorts at or after this (no control characters): listings start here.
+FIRST_OPERATION_ID = " "

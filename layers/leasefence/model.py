@@ -44,8 +44,8 @@ def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _checkpoint(item: dict[str, Any]) -> Any:
-    raw = item.get("checkpoint")
+def _json_attr(item: dict[str, Any], name: str) -> Any:
+    raw = item.get(name)
     return None if raw is None else json.loads(raw)
 
 
@@ -68,6 +68,15 @@ class Operation:
     updated_at: int
     reason: str | None = None
     checkpoint: Any = None
+    #: Class D: what the holder said it was about to do, and under which fence (its own
+    #: attribute: a later checkpoint never overwrites it). ``{"fence": int, "what": str}``.
+    intent: Any = None
+    #: The payload is an inline one that leasefence stored (``payload_ref`` names its object).
+    payload_inline: bool = False
+    #: When the stored payload was deleted (after its retention, or by erasure); None while kept.
+    payload_purged_at: int | None = None
+    #: When an operator erased this operation's payload and free text (identity is kept).
+    erased_at: int | None = None
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Operation:
@@ -88,8 +97,21 @@ class Operation:
             created_at=int(item["created_at"]),
             updated_at=int(item["updated_at"]),
             reason=item.get("reason"),
-            checkpoint=_checkpoint(item),
+            checkpoint=_json_attr(item, "checkpoint"),
+            intent=_json_attr(item, "intent"),
+            payload_inline=bool(item.get("payload_inline", False)),
+            payload_purged_at=_int(item.get("payload_purged_at")),
+            erased_at=_int(item.get("erased_at")),
         )
+
+    @property
+    def payload_state(self) -> str:
+        """``external`` (a caller's ``payload_ref``), ``stored``, ``purged`` or ``erased``."""
+        if self.erased_at is not None:
+            return "erased"
+        if not self.payload_inline:
+            return "external"
+        return "stored" if self.payload_purged_at is None else "purged"
 
     def to_public(self) -> dict[str, Any]:
         """The contract's Operation resource (no tenant id: the caller knows its own)."""
@@ -133,6 +155,15 @@ class Claim:
     checkpoint: Any
     takeover: bool
     worker_id: str
+    #: The intent a previous holder recorded (class D), or None.
+    intent: Any = None
+    #: The inline payload leasefence stored for this operation (``payload_ref`` names it).
+    payload_inline: bool = False
+
+    @property
+    def claimed_at(self) -> int:
+        """When this claim was granted (ms), by the clock of whoever granted it."""
+        return self.lease_expires_at - self.lease_ms
 
     def to_public(self) -> dict[str, Any]:
         return {
@@ -153,6 +184,30 @@ class Claim:
 class Page:
     operations: list[Operation]
     next_cursor: str | None
+
+
+@dataclass
+class TenantErasure:
+    """One bounded step of a tenant-wide erasure; call again with ``next_cursor`` until None."""
+
+    rows_deleted: int = 0
+    payloads_deleted: int = 0
+    held: int = 0  # claimed operations left alone this time (erase again once they end)
+    next_cursor: str | None = None
+
+    def to_public(self) -> dict[str, Any]:
+        return {
+            "rows_deleted": self.rows_deleted,
+            "payloads_deleted": self.payloads_deleted,
+            "held": self.held,
+            "next_cursor": self.next_cursor,
+        }
+
+
+@dataclass
+class PurgeResult:
+    examined: int = 0
+    purged: int = 0
 
 
 @dataclass

@@ -2,13 +2,18 @@
 
 * The hash is ``"sha256:" + hex(sha256(canonical JSON))``, so key order and whitespace never
   change it, and the stored object's bytes hash to exactly the operation's ``payload_hash``.
-* The object key is ``payloads/<tenant tag>/<object tag>``: both tags are HMACs under a secret
-  (``LEASEFENCE_PAYLOAD_KEY_SECRET``), so keys are tenant-scoped, name no raw id and cannot be
-  guessed, and the key is a pure function of ``(tenant, operation, hash)``. A replay therefore
-  addresses the very same object, and the write is ``If-None-Match: *``: an existing object is
-  never overwritten.
-* Reads recompute the key from ``(tenant, operation, hash)`` and serve only that key, so a
-  client-chosen ``payload_ref`` can never point a read at another tenant's object.
+* The object key is ``payloads/<tenant tag>/<object tag>``: both tags are HMACs under the naming
+  secret ``LEASEFENCE_PAYLOAD_KEY_SECRET`` (optional; without it the tags are plain hashes), so
+  keys are tenant-scoped, name no raw id, and are a pure function of ``(tenant, operation,
+  hash)``. A replay therefore addresses the very same object, and the write is
+  ``If-None-Match: *``: an existing object is never overwritten. The naming secret is not the
+  log-hash key: rotating that one changes nothing here.
+* Reads and deletions use the object the operation item names (``payload_ref``, recorded by the
+  engine only for payloads it stored: ``payload_inline``), never a key recomputed with today's
+  secret, so changing the naming secret orphans nothing. A client-chosen ``payload_ref`` is never
+  flagged inline, so it can never point a read at another tenant's object.
+* A payload that is gone (purged after its retention, erased, or unreadable) is
+  :class:`~leasefence.errors.PayloadMissing`, never None.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from leasefence.errors import InvalidInput, LeaseFenceError, PayloadTooLarge, Unavailable
+from leasefence.errors import InvalidInput, LeaseFenceError, PayloadMissing, PayloadTooLarge, Unavailable
 
 log = logging.getLogger("leasefence.payloads")
 
@@ -81,8 +86,8 @@ class PayloadStore:
         self.bucket = bucket
         if secret is None:
             # Deterministic but not secret: keys stay stable across processes (replays address
-            # the same object) but are guessable by someone who knows the scheme. Deployments
-            # set LEASEFENCE_PAYLOAD_KEY_SECRET.
+            # the same object) but are guessable by someone who knows the ids (reading still
+            # needs the bucket's IAM permissions). LEASEFENCE_PAYLOAD_KEY_SECRET makes them keyed.
             secret = f"leasefence-unkeyed:{bucket}"
         self._secret = secret.encode() if isinstance(secret, str) else secret
         self._client = client
@@ -117,6 +122,16 @@ class PayloadStore:
     def ref_for(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"
 
+    def tenant_prefix(self, tenant_id: str) -> str:
+        return f"{KEY_PREFIX}{self._mac('tenant', tenant_id)[:32]}/"
+
+    def key_of(self, ref: str) -> str:
+        """The object key a ``payload_ref`` of this store names (refused for anything else)."""
+        prefix = f"s3://{self.bucket}/{KEY_PREFIX}"
+        if not ref.startswith(prefix) or ".." in ref:
+            raise LeaseFenceError("payload_ref does not name an object of this payload store")
+        return ref.removeprefix(f"s3://{self.bucket}/")
+
     def owns(self, tenant_id: str, operation_id: str, payload_hash: str, payload_ref: str | None) -> bool:
         """Whether ``payload_ref`` is the inline payload this store wrote for that identity."""
         return payload_ref is not None and hmac.compare_digest(
@@ -148,26 +163,52 @@ class PayloadStore:
                 raise _translate(error, code) from error
         return StoredPayload(ref=self.ref_for(key), hash=payload.hash, key=key, created=created)
 
-    def get(self, tenant_id: str, operation_id: str, payload_hash: str) -> bytes | None:
-        """The stored canonical JSON for that identity, or None if there is none. The bytes are
-        checked against the hash before they are returned."""
-        key = self.key_for(tenant_id, operation_id, payload_hash)
+    def read(self, ref: str, payload_hash: str) -> bytes:
+        """The stored canonical JSON that ``ref`` names, checked against the hash.
+        :class:`PayloadMissing` when it is gone or not readable; never None."""
+        key = self.key_of(ref)
         try:
             response = self.client.get_object(Bucket=self.bucket, Key=key)
             body = response["Body"].read()
         except Exception as error:  # noqa: BLE001
             code = _error_code(error)
             if code in _MISSING_CODES:
-                return None
+                raise PayloadMissing("the payload object is gone") from None
             if code in ("AccessDenied", "403"):
                 # Without s3:ListBucket, S3 answers a missing key with 403: the object is gone
-                # (e.g. expired by the bucket's lifecycle) or this role cannot read it.
+                # or this role cannot read it. Either way the job cannot run on it.
                 log.warning("payload object not readable", extra={"error_type": code})
-                return None
+                raise PayloadMissing("the payload object is not readable") from None
             raise _translate(error, code) from error
         if "sha256:" + hashlib.sha256(body).hexdigest() != payload_hash:
-            raise LeaseFenceError("stored payload does not match its hash")
+            raise PayloadMissing("the stored payload does not match its hash")
         return body
+
+    def delete(self, ref: str) -> None:
+        """Delete the object ``ref`` names (nothing if it is already gone). Raises
+        :class:`Unavailable` when S3 could not be reached: the caller retries later."""
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self.key_of(ref))
+        except Exception as error:  # noqa: BLE001
+            code = _error_code(error)
+            if code in _MISSING_CODES:
+                return
+            raise _translate(error, code) from error
+
+    def delete_tenant_objects(self, tenant_id: str, limit: int, token: str | None) -> tuple[int, str | None]:
+        """Delete up to ``limit`` objects under the tenant's prefix (the naming secret of today);
+        returns how many and a token to continue, or None when none is left."""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.tenant_prefix(tenant_id), "MaxKeys": min(limit, 1000)}
+        if token:
+            kwargs["ContinuationToken"] = token
+        try:
+            listing = self.client.list_objects_v2(**kwargs)
+            objects = [{"Key": o["Key"]} for o in listing.get("Contents", [])]
+            if objects:
+                self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True})
+        except Exception as error:  # noqa: BLE001
+            raise _translate(error, _error_code(error)) from error
+        return len(objects), listing.get("NextContinuationToken") if listing.get("IsTruncated") else None
 
     def delete_quietly(self, key: str) -> None:
         """Best-effort removal of an object nothing references (an enqueue that lost)."""

@@ -8,10 +8,13 @@ Layout (one item per operation):
 * table key: ``tenant_id`` (HASH) + ``operation_id`` (RANGE). Two attributes, no separator, so no
   choice of characters in either id can make two identities collide.
 * ``due`` index (sparse): holds an operation while it is ``queued`` or ``claimed`` with attempts
-  left. Partition ``due_pk`` = ``<tenant_id>#<shard>`` (the shard is the last ``#`` field and is
-  all digits, so the encoding is unambiguous), sort ``due_at`` = when it becomes claimable
-  (available time when queued, lease expiry when claimed). A claimer queries one tenant's shard for
-  ``due_at <= now``: the cost is the page it reads, never the queue depth or table size.
+  left. Partition ``due_pk`` = ``<tenant>#<shard>#<job_type>`` (see :func:`keys.due_partition`:
+  injective), sort ``due_at`` = when it becomes claimable (available time when queued, lease
+  expiry when claimed). A claimer queries one shard of one job type of its tenant for
+  ``due_at <= now``: the cost is the page it reads, never the queue depth, the table size or the
+  amount of due work of other job types. The partition is kept in the item as ``due_home`` (set
+  at enqueue, never changed), so a transition that puts an operation back in the index copies it
+  (``SET due_pk = due_home``) without knowing the job type.
 * ``sweep`` index (sparse): holds an operation while it is claimed on its last attempt. Partition
   ``sweep_pk`` = ``sweep#<shard>``, sort ``sweep_at`` = lease expiry. The sweeper reads only what is
   due there, across tenants.
@@ -19,6 +22,20 @@ Layout (one item per operation):
   Partition ``parked_pk`` = ``<state>#<shard>``, sort ``parked_at``. One query per shard with
   ``Limit=1`` finds the oldest parked operation for the on-call alarm. Written only when an
   operation is parked or resolved, never on the hot path.
+
+* ``purge`` index (sparse, keys only): holds an ended operation whose inline payload is still
+  stored. Partition ``purge_pk`` = ``purge#<shard>`` (set at enqueue, for inline payloads only),
+  sort ``purge_at`` = when the payload is due for deletion (set when the operation ends: its end
+  plus the payload retention; at erasure: now). An operation without an inline payload gets
+  ``purge_at`` but no ``purge_pk``, so it never enters the index (no index write).
+* job-type directory: one item per tenant (sort key :data:`keys.DIRECTORY_ID`, which no operation
+  id can take) listing the job types the tenant ever enqueued; it is in the ``parked`` index under
+  :data:`keys.DIRECTORY_PARTITION`, so the sweeper finds every tenant's types without a scan.
+
+Retention: an operation item carries no TTL while it can still change. When it ends
+(``succeeded`` or ``failed_terminal``) it gets ``expires_at_epoch_s`` = end + the identity
+retention (or none at all when identity retention is "forever"); DynamoDB deletes it some time
+after that. Until then a replay of its id is a replay and its fences are never handed out again.
 
 Heartbeats do not move index keys (that would cost an index delete plus put); a claimer or sweeper
 that meets an entry whose lease was extended repairs the entry instead.
@@ -43,6 +60,13 @@ SWEEP_SK = "sweep_at"
 PARKED_INDEX = "parked"
 PARKED_PK = "parked_pk"
 PARKED_SK = "parked_at"
+
+PURGE_INDEX = "purge"
+PURGE_PK = "purge_pk"
+PURGE_SK = "purge_at"
+
+#: The item's own due partition, copied into ``due_pk`` whenever the operation becomes due again.
+DUE_HOME = "due_home"
 
 #: TTL attribute (DynamoDB requires epoch *seconds* here; everything else in the item is ms).
 TTL_ATTRIBUTE = "expires_at_epoch_s"
@@ -80,6 +104,8 @@ def attribute_definitions() -> list[dict[str, str]]:
         {"AttributeName": SWEEP_SK, "AttributeType": "N"},
         {"AttributeName": PARKED_PK, "AttributeType": "S"},
         {"AttributeName": PARKED_SK, "AttributeType": "N"},
+        {"AttributeName": PURGE_PK, "AttributeType": "S"},
+        {"AttributeName": PURGE_SK, "AttributeType": "N"},
     ]
 
 
@@ -114,6 +140,14 @@ def global_secondary_indexes() -> list[dict[str, Any]]:
             "KeySchema": [
                 {"AttributeName": PARKED_PK, "KeyType": "HASH"},
                 {"AttributeName": PARKED_SK, "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "KEYS_ONLY"},
+        },
+        {
+            "IndexName": PURGE_INDEX,
+            "KeySchema": [
+                {"AttributeName": PURGE_PK, "KeyType": "HASH"},
+                {"AttributeName": PURGE_SK, "KeyType": "RANGE"},
             ],
             "Projection": {"ProjectionType": "KEYS_ONLY"},
         },

@@ -15,8 +15,11 @@ Environment:
 ``LEASEFENCE_S3_ENDPOINT``         S3 endpoint override (local stacks)
 ``LEASEFENCE_LOG_HASH_KEY``        key for the keyed hashes in logs (see :mod:`leasefence.privacy`)
 ``LEASEFENCE_LOG_HASH_KEY_PARAM``  or: a Secrets Manager secret holding it, read once per cold start
-``LEASEFENCE_PAYLOAD_KEY_SECRET``  secret for payload object keys (default: derived from the log hash key)
-``LEASEFENCE_RETENTION_DAYS``      how long finished operations are kept (TTL; default 30)
+``LEASEFENCE_PAYLOAD_KEY_SECRET``  naming secret for payload object keys (optional; never the log hash key)
+``LEASEFENCE_IDENTITY_RETENTION_DAYS``  how long an ended operation's identity is kept (TTL; default
+                                   400; ``forever``: no TTL). Within it a replay is a replay.
+``LEASEFENCE_PAYLOAD_RETENTION_DAYS``   how long an ended operation's stored payload is kept (default
+                                   30; 0 allowed). ``LEASEFENCE_RETENTION_DAYS`` is an older name for it.
 ``LEASEFENCE_SWEEP_BATCH``         operations one ``Engine.sweep`` call examines (default 100)
 ``LEASEFENCE_SWEEP_MAX_BATCHES``   sweep calls per sweeper invocation at most (default 50)
 ``LEASEFENCE_MAX_BODY_BYTES``      request bodies larger than this are refused with 413 (default 6 MiB)
@@ -42,6 +45,31 @@ if TYPE_CHECKING:
     from leasefence.payloads import PayloadStore
 
 DEFAULT_PAYLOAD_BUCKET = "leasefence-payloads"
+DEFAULT_IDENTITY_RETENTION_DAYS = 400
+DEFAULT_PAYLOAD_RETENTION_DAYS = 30
+
+#: The DynamoDB client of the functions: each call gives up within about
+#: ``STORE_ATTEMPTS * (CONNECT + READ) + backoff`` seconds (:data:`STORE_CALL_WORST_S`), so the
+#: API function's timeout (see the CDK construct) covers a claim's whole retry budget.
+STORE_CONNECT_TIMEOUT_S = 1
+STORE_READ_TIMEOUT_S = 3
+STORE_ATTEMPTS = 3
+STORE_CALL_WORST_S = STORE_ATTEMPTS * (STORE_CONNECT_TIMEOUT_S + STORE_READ_TIMEOUT_S) + 2
+
+
+def _retention_days(env: dict[str, str], name: str, default: int | None) -> int | None:
+    raw = (env.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw == "forever":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number of days or 'forever', got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{name} must be at least 0")
+    return value
 
 
 def _int_env(env: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
@@ -57,6 +85,14 @@ def _int_env(env: dict[str, str], name: str, default: int, minimum: int = 1) -> 
     return value
 
 
+def _payload_days(env: dict[str, str]) -> int:
+    legacy = _retention_days(env, "LEASEFENCE_RETENTION_DAYS", DEFAULT_PAYLOAD_RETENTION_DAYS)
+    days = _retention_days(env, "LEASEFENCE_PAYLOAD_RETENTION_DAYS", legacy)
+    if days is None:
+        raise ValueError("LEASEFENCE_PAYLOAD_RETENTION_DAYS must be a whole number of days (a payload is not kept forever)")
+    return days
+
+
 @dataclass(frozen=True)
 class Settings:
     table_name: str = DEFAULT_TABLE_NAME
@@ -69,7 +105,8 @@ class Settings:
     payload_key_secret: str | None = None
     log_hash_key: str | None = None
     log_hash_key_param: str | None = None
-    retention_days: int = 30
+    identity_retention_days: int | None = DEFAULT_IDENTITY_RETENTION_DAYS
+    payload_retention_days: int = DEFAULT_PAYLOAD_RETENTION_DAYS
     sweep_batch: int = 100
     sweep_max_batches: int = 50
     max_body_bytes: int = 6 * 1024 * 1024
@@ -90,7 +127,10 @@ class Settings:
             payload_key_secret=env.get("LEASEFENCE_PAYLOAD_KEY_SECRET") or None,
             log_hash_key=env.get("LEASEFENCE_LOG_HASH_KEY") or None,
             log_hash_key_param=env.get("LEASEFENCE_LOG_HASH_KEY_PARAM") or None,
-            retention_days=_int_env(env, "LEASEFENCE_RETENTION_DAYS", 30),
+            identity_retention_days=_retention_days(
+                env, "LEASEFENCE_IDENTITY_RETENTION_DAYS", DEFAULT_IDENTITY_RETENTION_DAYS
+            ),
+            payload_retention_days=_payload_days(env),
             sweep_batch=_int_env(env, "LEASEFENCE_SWEEP_BATCH", 100),
             sweep_max_batches=_int_env(env, "LEASEFENCE_SWEEP_MAX_BATCHES", 50),
             max_body_bytes=_int_env(env, "LEASEFENCE_MAX_BODY_BYTES", 6 * 1024 * 1024),
@@ -98,17 +138,22 @@ class Settings:
             tenant_session_tag=env.get("LEASEFENCE_TENANT_SESSION_TAG") or "tenant_id",
         )
 
+    def __post_init__(self) -> None:
+        if self.identity_retention_days is not None and self.identity_retention_days < self.payload_retention_days:
+            raise ValueError("the identity retention must be at least the payload retention")
+
+    @property
+    def engine_options(self) -> dict[str, Any]:
+        """Retention for :class:`~leasefence.engine.Engine` (milliseconds; None: forever)."""
+        days = self.identity_retention_days
+        return {
+            "identity_retention_ms": None if days is None else days * 86_400_000,
+            "payload_retention_ms": self.payload_retention_days * 86_400_000,
+        }
+
     @property
     def table_spec(self) -> TableSpec:
         return TableSpec(table_name=self.table_name, due_shards=self.due_shards, sweep_shards=self.sweep_shards)
-
-
-def _derive_payload_secret(log_hash_key: bytes) -> bytes:
-    """A separate key for payload object names, derived so log tags and key names never coincide."""
-    import hashlib
-    import hmac
-
-    return hmac.new(log_hash_key, b"leasefence/payload-keys", hashlib.sha256).digest()
 
 
 #: What STS accepts as a session tag value (and so as a tenant id under tenant isolation).
@@ -128,9 +173,8 @@ class Runtime:
         self._clients: dict[str, Any] = {}
         self._engine: Engine | None = None
         self._payloads: PayloadStore | None = None
-        self._payload_secret: str | bytes | None = settings.payload_key_secret
-        if self._payload_secret is None and settings.log_hash_key:
-            self._payload_secret = _derive_payload_secret(settings.log_hash_key.encode())
+        # Payload object names never depend on the log-hash key (rotating it must orphan nothing).
+        self._payload_secret: str | None = settings.payload_key_secret
         self._prepared = False
         self._tenant_engines: OrderedDict[str, Engine] = OrderedDict()
 
@@ -148,8 +192,6 @@ class Runtime:
 
                 secret = self.client("secretsmanager").get_secret_value(SecretId=arn)["SecretString"].encode()
                 privacy.set_key(secret)
-                if self._payload_secret is None:
-                    self._payload_secret = _derive_payload_secret(secret)
             self._prepared = True
 
     def client(self, service: str) -> Any:
@@ -170,7 +212,9 @@ class Runtime:
                     )
                 else:
                     kwargs["config"] = Config(
-                        retries={"mode": "standard", "max_attempts": 3}, connect_timeout=2, read_timeout=5
+                        retries={"mode": "standard", "max_attempts": STORE_ATTEMPTS},
+                        connect_timeout=STORE_CONNECT_TIMEOUT_S,
+                        read_timeout=STORE_READ_TIMEOUT_S,
                     )
                 client = boto3.client(service, endpoint_url=endpoint, region_name=self.settings.region, **kwargs)
                 self._clients[service] = client
@@ -186,8 +230,9 @@ class Runtime:
                 self._engine = Engine(
                     spec=self.settings.table_spec,
                     events=record_event,
-                    retention_ms=self.settings.retention_days * 86_400_000,
                     client_factory=lambda: self.client("dynamodb"),
+                    payloads=self.payloads,
+                    **self.settings.engine_options,
                 )
             return self._engine
 
@@ -213,7 +258,8 @@ class Runtime:
             client=client,
             spec=self.settings.table_spec,
             events=record_event,
-            retention_ms=self.settings.retention_days * 86_400_000,
+            payloads=self.payloads,
+            **self.settings.engine_options,
         )
         with self._lock:
             self._tenant_engines[tenant_id] = engine
@@ -259,7 +305,11 @@ class Runtime:
         return boto3.Session(botocore_session=session).client(
             "dynamodb",
             endpoint_url=self.settings.dynamodb_endpoint,
-            config=Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=2, read_timeout=5),
+            config=Config(
+                retries={"mode": "standard", "max_attempts": STORE_ATTEMPTS},
+                connect_timeout=STORE_CONNECT_TIMEOUT_S,
+                read_timeout=STORE_READ_TIMEOUT_S,
+            ),
         )
 
     @property

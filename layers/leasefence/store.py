@@ -35,6 +35,11 @@ _TRANSIENT = frozenset(
         "TransactionInProgressException",
     }
 )
+#: Per-action cancellation reasons of a ``TransactWriteItems`` that mean "busy, try again": the
+#: codes DynamoDB reports inside ``TransactionCanceledException`` (botocore does not retry them).
+_TRANSIENT_REASONS = frozenset(
+    {"ThrottlingError", "ProvisionedThroughputExceeded", "TransactionConflict", "RequestLimitExceeded"}
+)
 
 
 class ConditionFailed(Exception):
@@ -89,8 +94,8 @@ def translate(error: Exception) -> Exception:
                 ]
                 first = next((o for o in olds if o is not None), None)
                 return ConditionFailed(first or None, reasons=olds)
-            if any(r.get("Code") in _TRANSIENT or r.get("Code") == "TransactionConflict" for r in reasons):
-                return Unavailable("transaction conflict, retry")
+            if any(r.get("Code") in _TRANSIENT or r.get("Code") in _TRANSIENT_REASONS for r in reasons):
+                return Unavailable("transaction throttled or in conflict, retry")
             return LeaseFenceError(f"transaction cancelled: {[r.get('Code') for r in reasons]}")
         if code in _TRANSIENT:
             return Unavailable(f"store busy ({code}), retry")
@@ -204,6 +209,37 @@ class Store:
         if values:
             action["ExpressionAttributeValues"] = {k: to_attr(v) for k, v in values.items()}
         return {"Update": action}
+
+    def delete(self, key: dict[str, Any], condition: str, names: dict[str, str], values: dict[str, Any]) -> None:
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Key": to_item(key),
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if values:
+            kwargs["ExpressionAttributeValues"] = {k: to_attr(v) for k, v in values.items()}
+        self._call("delete_item", **kwargs)
+
+    def add_to_set(self, key: dict[str, Any], attribute: str, members: list[str], extra: dict[str, Any]) -> None:
+        """``ADD attribute :members`` (a string set) and ``SET`` the ``extra`` attributes: an
+        unconditional, idempotent upsert."""
+        names = {"#set": attribute}
+        values: dict[str, Any] = {":m": {"SS": list(members)}}
+        sets = []
+        for i, (name, value) in enumerate(extra.items()):
+            names[f"#e{i}"] = name
+            values[f":e{i}"] = to_attr(value)
+            sets.append(f"#e{i} = :e{i}")
+        self._call(
+            "update_item",
+            TableName=self.table_name,
+            Key=to_item(key),
+            UpdateExpression="ADD #set :m" + (f" SET {', '.join(sets)}" if sets else ""),
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
 
     def transact(self, actions: list[dict[str, Any]]) -> None:
         """``TransactWriteItems``; a refused condition raises :class:`ConditionFailed` with reasons."""

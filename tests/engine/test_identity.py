@@ -15,11 +15,11 @@ H2 = "sha256:" + "2" * 64
 ids = st.text(alphabet=st.sampled_from("ab#:|/\\%0"), min_size=1, max_size=6)
 
 
-@given(t1=ids, t2=ids, shard1=st.integers(0, 63), shard2=st.integers(0, 63))
-def test_due_partition_encoding_is_unambiguous(t1, t2, shard1, shard2):
-    assert parse_due_partition(due_partition(t1, shard1)) == (t1, shard1)
-    if (t1, shard1) != (t2, shard2):
-        assert due_partition(t1, shard1) != due_partition(t2, shard2)
+@given(t1=ids, t2=ids, j1=ids, j2=ids, shard1=st.integers(0, 63), shard2=st.integers(0, 63))
+def test_due_partition_encoding_is_unambiguous(t1, t2, j1, j2, shard1, shard2):
+    assert parse_due_partition(due_partition(t1, shard1, j1)) == (t1, shard1, j1)
+    if (t1, shard1, j1) != (t2, shard2, j2):
+        assert due_partition(t1, shard1, j1) != due_partition(t2, shard2, j2)
 
 
 def test_shard_hash_is_length_prefixed():

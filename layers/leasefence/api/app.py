@@ -79,6 +79,7 @@ def _error_responses(*statuses: int) -> dict[int, dict[str, Any]]:
         403: "The token lacks the route's scope",
         404: "No such operation for this tenant",
         409: "Conflict (see error.code)",
+        410: "The payload is gone: purged after its retention, or erased (payload_missing)",
         413: "Payload too large",
         422: "Invalid request (invalid_request)",
         503: "Temporarily unavailable; safe to retry",
@@ -185,13 +186,17 @@ def enqueue(body: models.EnqueueRequest):
             payload_ref=payload_ref,
             max_attempts=body.max_attempts,
             target_class=body.target_class,
+            payload_inline=stored is not None,
         )
     except PayloadConflict:
         if stored is not None:
             payloads.delete_quietly(stored.key)  # another hash owns this id: nothing references it
         raise
-    if stored is not None and result.operation.payload_ref != stored.ref:
-        payloads.delete_quietly(stored.key)  # a replay of an operation whose payload lives elsewhere
+    if stored is not None and not result.created and (
+        result.operation.payload_ref != stored.ref  # a replay of an operation whose payload lives elsewhere
+        or (stored.created and result.operation.payload_state != "stored")  # purged or erased: stay so
+    ):
+        payloads.delete_quietly(stored.key)
     return _json(
         201 if result.created else 200, {"operation": result.operation.to_public(), "created": result.created}
     )
@@ -315,19 +320,14 @@ def quarantine(id: _OperationPath, body: models.ParkRequest):
     "The inline payload as enqueued (its RFC 8785 canonical JSON)",
     {
         200: {"description": "The payload", "content": {JSON: {"schema": {}}}},
-        **_error_responses(404, *_AUTH),
+        **_error_responses(404, 410, *_AUTH),
     },
 )
 def payload(id: _OperationPath):
     tenant = _caller("getPayload").tenant_id
     op_id = _path_id(id)
-    operation = runtime().engine_for(tenant).get(tenant, op_id)
-    store = runtime().payloads
-    if not store.owns(tenant, op_id, operation.payload_hash, operation.payload_ref):
-        raise NotFound("this operation has no inline payload")
-    body = store.get(tenant, op_id, operation.payload_hash)
-    if body is None:
-        raise NotFound("payload not found")
+    engine = runtime().engine_for(tenant)
+    body = engine.payload(engine.get(tenant, op_id))
     return Response(status_code=200, content_type=JSON, body=body.decode("utf-8"))
 
 
