@@ -1096,7 +1096,8 @@ class Engine:
 
     def erase_tenant(self, tenant_id: str, limit: int = 100, cursor: str | None = None) -> TenantErasure:
         """One bounded step of erasing everything of one tenant: its operations (rows and stored
-        payloads), its job-type directory, then any payload object left under its prefix.
+        payloads), its job-type directory, then (once no row is left) any payload object still
+        under the tenant's prefix (an upload whose enqueue never committed).
 
         Call again with ``next_cursor`` until it is None. Claimed operations are left alone and
         counted as ``held`` (a claim may be acting on them): run the erasure again once they
@@ -1123,7 +1124,11 @@ class Engine:
                 result.next_cursor = self._encode_erasure_cursor("rows", page.last_key["operation_id"])
                 return result
             phase, position = "objects", None
-        if self.payloads is not None:
+        remaining = self.store.query(KeyConditionExpression="tenant_id = :t", values={":t": tenant_id},
+                                     ConsistentRead=True, Limit=1).items
+        # Rows left (claimed ones, counted as held) keep their objects: the sweep of objects nothing
+        # references runs only once the tenant has no row left (erase again after they ended).
+        if not remaining and self.payloads is not None:
             deleted, token = self.payloads.delete_tenant_objects(tenant_id, limit=limit, token=position)
             result.payloads_deleted += deleted
             if token is not None:
