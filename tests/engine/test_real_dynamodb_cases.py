@@ -223,7 +223,8 @@ def test_tenant_erasure_is_bounded_resumable_and_leaves_claimed_operations(aws, 
 
 def test_case3_due_work_of_an_unserved_type_never_hides_a_served_one(engine, clock):
     for i in range(600):
-        engine.enqueue(T, f"typo-{i:04d}", "refnud", H1)  # a type nobody serves
+        engine.enqueue(T, f"typo-{i:04d}", "refnud", H1)  # a type nobody serves, due first
+        clock.advance(1)
     engine.enqueue(T, "real", "refund", H1)
     claim = engine.claim_next(T, "w1", job_types=["refund"])
     assert claim is not None and claim.operation_id == "real"
