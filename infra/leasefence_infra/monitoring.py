@@ -37,6 +37,8 @@ APP_METRICS: dict[str, tuple[cw.Unit, str]] = {
     "SweptToUnknown": (cw.Unit.COUNT, "Sum"),
     "ClaimLatency": (cw.Unit.MILLISECONDS, "p99"),
     "OldestUnknownAgeSeconds": (cw.Unit.SECONDS, "Maximum"),
+    "OldestDueAgeSeconds": (cw.Unit.SECONDS, "Maximum"),
+    "PayloadsPurged": (cw.Unit.COUNT, "Sum"),
     "StalledClaims": (cw.Unit.COUNT, "Maximum"),
 }
 
@@ -76,6 +78,7 @@ class Monitoring(Construct):
         service: LeaseFenceService,
         encryption_key: kms.IKey | None,
         oldest_unknown_alarm_age: Duration,
+        oldest_due_alarm_age: Duration,
         quarantine_alarm_threshold: int,
         takeover_alarm_percent: float,
         stale_fence_alarm_threshold: int,
@@ -158,6 +161,14 @@ class Monitoring(Construct):
             oldest_unknown_alarm_age.to_seconds(),
             "an operation has waited in state unknown longer than "
             f"{int(oldest_unknown_alarm_age.to_seconds())} s: an operator must reconcile and resolve it",
+        )
+        alarm(
+            "OldestDueAlarm",
+            app_metric("OldestDueAgeSeconds"),
+            oldest_due_alarm_age.to_seconds(),
+            "due work has waited to be claimed longer than "
+            f"{int(oldest_due_alarm_age.to_seconds())} s: no worker serves its job type (a typo, a "
+            "retired type) or the fleet is down or too small",
         )
         alarm(
             "UnknownEnteredAlarm",
@@ -310,8 +321,8 @@ class Monitoring(Construct):
                 width=width,
             ),
             cw.GraphWidget(
-                title="Enqueue replays and payload conflicts",
-                left=[app_metric(n) for n in ("Replays", "PayloadConflicts")],
+                title="Enqueue replays, payload conflicts, payloads purged",
+                left=[app_metric(n) for n in ("Replays", "PayloadConflicts", "PayloadsPurged")],
                 width=width,
             ),
             cw.GraphWidget(
@@ -327,8 +338,8 @@ class Monitoring(Construct):
                 width=width,
             ),
             cw.GraphWidget(
-                title="Oldest unknown (s), stalled claims",
-                left=[app_metric("OldestUnknownAgeSeconds")],
+                title="Oldest unknown and oldest due (s), stalled claims",
+                left=[app_metric("OldestUnknownAgeSeconds"), app_metric("OldestDueAgeSeconds")],
                 right=[app_metric("StalledClaims")],
                 width=width,
             ),

@@ -9,7 +9,8 @@ What it creates (see ``infra/README.md`` for the why):
 
 * the operations table, defined from :mod:`leasefence.schema` (keys, both sparse indexes and their
   INCLUDE projection, TTL attribute) - nothing about the layout is restated here;
-* the payload bucket (private, TLS only, encrypted, objects expire after ``retention_days``);
+* the payload bucket (private, TLS only, encrypted); a payload is deleted by the sweeper
+  ``payload_retention_days`` after its operation ended (or at erasure), never while it can run;
 * the core layer (``layers/leasefence`` + ``rfc8785``, built locally without Docker) and the
   AWS-managed Powertools layer, resolved at deploy time from its public SSM parameter;
 * the API function (every route of the HTTP API) and the sweeper function (EventBridge Scheduler,
@@ -53,7 +54,7 @@ from aws_cdk import aws_ssm as ssm
 from cdk_nag import NagSuppressions
 from constructs import Construct
 
-from ._core import PAYLOAD_KEY_PREFIX, keys, schema
+from ._core import CLAIM_RETRY_BUDGET_MS, PAYLOAD_KEY_PREFIX, STORE_CALL_WORST_S, keys, schema
 from .bundling import REPO_ROOT, core_layer_code
 from .monitoring import Monitoring
 from .worker import (
@@ -102,7 +103,9 @@ API_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateIte
 API_DUE_INDEX_ACTIONS = ("dynamodb:Query",)
 #: The sweeper reads the due part of the ``sweep`` index and parks items with fenced updates.
 SWEEPER_SWEEP_INDEX_ACTIONS = ("dynamodb:Query",)
-SWEEPER_TABLE_ACTIONS = ("dynamodb:UpdateItem",)
+SWEEPER_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem")
+#: The sweeper deletes payloads that are due (retention after the end, or erasure).
+SWEEPER_BUCKET_ACTIONS = ("s3:DeleteObject",)
 #: Inline payloads live in the bucket under PAYLOAD_KEY_PREFIX: written on enqueue (conditional
 #: put), read by GET .../payload, and an orphan left by an enqueue that lost a race is deleted.
 API_BUCKET_ACTIONS = ("s3:PutObject", "s3:GetObject", "s3:DeleteObject")
@@ -118,6 +121,11 @@ TENANT_TAG_VARIABLE = "${aws:PrincipalTag/" + TENANT_TAG + "}"
 #: Public SSM parameter naming the current AWS-managed Powertools layer (arm64, py3.12).
 POWERTOOLS_LAYER_PARAMETER = "/aws/service/powertools/python/arm64/python3.12/latest"
 
+#: The API function's timeout: a claim's whole retry budget (its own retries, then one more store
+#: call with the client's retries) fits in it, and it stays within API Gateway's 30 s limit.
+API_TIMEOUT_S = 29
+assert CLAIM_RETRY_BUDGET_MS / 1000 + STORE_CALL_WORST_S <= API_TIMEOUT_S < 30
+
 SERVICE_NAME = "leasefence"
 METRICS_NAMESPACE = "LeaseFence"
 
@@ -125,7 +133,8 @@ METRICS_NAMESPACE = "LeaseFence"
 #: and on the worker only.
 SHARED_ENV = (
     "LEASEFENCE_TABLE", "LEASEFENCE_PAYLOAD_BUCKET", "LEASEFENCE_DUE_SHARDS", "LEASEFENCE_SWEEP_SHARDS",
-    "LEASEFENCE_LOG_HASH_KEY_PARAM", "LEASEFENCE_RETENTION_DAYS", "POWERTOOLS_SERVICE_NAME",
+    "LEASEFENCE_LOG_HASH_KEY_PARAM", "LEASEFENCE_IDENTITY_RETENTION_DAYS", "LEASEFENCE_PAYLOAD_RETENTION_DAYS",
+    "POWERTOOLS_SERVICE_NAME",
     "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL", "POWERTOOLS_TRACER_CAPTURE_RESPONSE",
 )
 TENANT_ENV = ("LEASEFENCE_TENANT_ROLE_ARN", "LEASEFENCE_TENANT_SESSION_TAG")
@@ -217,7 +226,8 @@ class LeaseFenceService(Construct):
         table_name: str | None = None,
         due_shards: int = schema.DEFAULT_DUE_SHARDS,
         sweep_shards: int = schema.DEFAULT_SWEEP_SHARDS,
-        retention_days: int = 30,
+        identity_retention_days: int | None = 400,
+        payload_retention_days: int = 30,
         deletion_protection: bool = True,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
         encryption_key: kms.IKey | None = None,
@@ -237,6 +247,7 @@ class LeaseFenceService(Construct):
         throttling_burst_limit: int = 200,
         # --- operations
         oldest_unknown_alarm_age: Duration | None = None,
+        oldest_due_alarm_age: Duration | None = None,
         quarantine_alarm_threshold: int = 5,
         takeover_alarm_percent: float = 20,
         stale_fence_alarm_threshold: int = 25,
@@ -245,7 +256,8 @@ class LeaseFenceService(Construct):
         super().__init__(scope, construct_id)
         self._validate(
             jwt_issuer, jwt_audience, create_user_pool, user_pool_domain_prefix, pre_token_generation,
-            due_shards, sweep_shards, retention_days, encryption_key, create_encryption_key,
+            due_shards, sweep_shards, identity_retention_days, payload_retention_days, encryption_key,
+            create_encryption_key,
         )
         functions_path = Path(functions_dir)
         if not functions_path.is_dir():
@@ -253,7 +265,8 @@ class LeaseFenceService(Construct):
         if worker is not None:
             validate_worker(worker, functions_path, reserved_env=[*SHARED_ENV, *WORKER_ENV, *TENANT_ENV])
         stack = Stack.of(self)
-        self.retention_days = retention_days
+        self.identity_retention_days = identity_retention_days
+        self.payload_retention_days = payload_retention_days
         self.spec = schema.TableSpec(due_shards=due_shards, sweep_shards=sweep_shards)
 
         # ------------------------------------------------------------------ encryption key
@@ -308,6 +321,7 @@ class LeaseFenceService(Construct):
         self.due_index_arn = f"{self.table.table_arn}/index/{schema.DUE_INDEX}"
         self.sweep_index_arn = f"{self.table.table_arn}/index/{schema.SWEEP_INDEX}"
         self.parked_index_arn = f"{self.table.table_arn}/index/{schema.PARKED_INDEX}"
+        self.purge_index_arn = f"{self.table.table_arn}/index/{schema.PURGE_INDEX}"
 
         # ------------------------------------------------------------------ payload bucket
         self.payload_bucket = s3.Bucket(
@@ -320,11 +334,13 @@ class LeaseFenceService(Construct):
             encryption=s3.BucketEncryption.KMS if self.encryption_key else s3.BucketEncryption.S3_MANAGED,
             encryption_key=self.encryption_key,
             bucket_key_enabled=True if self.encryption_key else None,
+            # No age-based expiry: an object's life follows its operation's (the sweeper deletes
+            # it payload_retention_days after the operation ended), so a backlog, a long retry
+            # delay or a parked operation never loses its input.
             lifecycle_rules=[
                 s3.LifecycleRule(
-                    id="expire-payloads-after-retention",
+                    id="abort-incomplete-uploads",
                     enabled=True,
-                    expiration=Duration.days(retention_days),
                     abort_incomplete_multipart_upload_after=Duration.days(1),
                 )
             ],
@@ -387,7 +403,10 @@ class LeaseFenceService(Construct):
             # A Secrets Manager secret ARN (a valid SecretId for GetSecretValue / Powertools
             # parameters.get_secret): the functions read it once per cold start.
             "LEASEFENCE_LOG_HASH_KEY_PARAM": self.log_hash_key.secret_arn,
-            "LEASEFENCE_RETENTION_DAYS": str(retention_days),
+            "LEASEFENCE_IDENTITY_RETENTION_DAYS": (
+                "forever" if identity_retention_days is None else str(identity_retention_days)
+            ),
+            "LEASEFENCE_PAYLOAD_RETENTION_DAYS": str(payload_retention_days),
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
             "POWERTOOLS_LOG_LEVEL": log_level,
@@ -435,9 +454,33 @@ class LeaseFenceService(Construct):
         # The sweeper is the one cross-tenant path: the `sweep` and `parked` index partitions are
         # not per tenant. It may only read those indexes (the parked one, KEYS_ONLY, to measure
         # the age of the oldest unknown operation) and make fenced updates on the table.
+        # It also reads the `purge` index (payloads due for deletion) and, to measure the oldest
+        # due age per job type, the tenants' directories (parked index) and `due` partitions.
         self._grant_table(self.sweeper_role, SWEEPER_SWEEP_INDEX_ACTIONS, [self.sweep_index_arn])
         self._grant_table(self.sweeper_role, SWEEPER_SWEEP_INDEX_ACTIONS, [self.parked_index_arn])
+        self._grant_table(self.sweeper_role, SWEEPER_SWEEP_INDEX_ACTIONS, [self.purge_index_arn])
+        self._grant_table(self.sweeper_role, SWEEPER_SWEEP_INDEX_ACTIONS, [self.due_index_arn])
         self._grant_table(self.sweeper_role, SWEEPER_TABLE_ACTIONS, [self.table.table_arn])
+        self.sweeper_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="PurgePayloads",
+                actions=list(SWEEPER_BUCKET_ACTIONS),
+                resources=[self.payload_bucket.arn_for_objects(f"{PAYLOAD_KEY_PREFIX}*")],
+            )
+        )
+        _ack(
+            self.sweeper_role,
+            "AwsSolutions-IAM5",
+            "Payload object keys are created per operation at run time (keyed hashes under "
+            f"'{PAYLOAD_KEY_PREFIX}'); the sweeper may only s3:DeleteObject under that prefix of this "
+            "bucket, to delete payloads whose retention after their operation's end has passed.",
+            applies_to=[
+                f"Resource::<{Stack.of(self).get_logical_id(self.payload_bucket.node.default_child)}.Arn>/"
+                f"{PAYLOAD_KEY_PREFIX}*"
+            ],
+        )
+        if self.encryption_key:
+            self.encryption_key.grant_encrypt_decrypt(self.sweeper_role)
         self.log_hash_key.grant_read(self.api_role)
         self.log_hash_key.grant_read(self.sweeper_role)
 
@@ -449,7 +492,7 @@ class LeaseFenceService(Construct):
             log_group=self.api_log_group,
             environment=api_environment,
             memory_mb=api_memory_mb,
-            timeout=Duration.seconds(15),
+            timeout=Duration.seconds(API_TIMEOUT_S),
         )
         self.sweeper_function = self._function(
             "SweeperFunction",
@@ -579,6 +622,7 @@ class LeaseFenceService(Construct):
             service=self,
             encryption_key=self.encryption_key,
             oldest_unknown_alarm_age=oldest_unknown_alarm_age or Duration.hours(1),
+            oldest_due_alarm_age=oldest_due_alarm_age or Duration.minutes(15),
             quarantine_alarm_threshold=quarantine_alarm_threshold,
             takeover_alarm_percent=takeover_alarm_percent,
             stale_fence_alarm_threshold=stale_fence_alarm_threshold,
@@ -612,7 +656,8 @@ class LeaseFenceService(Construct):
         pre_token_generation: lambda_.IFunction | None,
         due_shards: int,
         sweep_shards: int,
-        retention_days: int,
+        identity_retention_days: int | None,
+        payload_retention_days: int,
         encryption_key: kms.IKey | None,
         create_encryption_key: bool,
     ) -> None:
@@ -629,8 +674,11 @@ class LeaseFenceService(Construct):
                 raise ValueError("pre_token_generation needs create_user_pool=True")
         if not 1 <= due_shards <= 100 or not 1 <= sweep_shards <= 100:
             raise ValueError("due_shards and sweep_shards must be from 1 to 100")
-        if retention_days < 1:
-            raise ValueError("retention_days must be at least 1")
+        if payload_retention_days < 0:
+            raise ValueError("payload_retention_days must be at least 0")
+        if identity_retention_days is not None and identity_retention_days < max(payload_retention_days, 1):
+            raise ValueError("identity_retention_days must be at least 1 and at least payload_retention_days "
+                             "(or None: forever)")
         if encryption_key is not None and create_encryption_key:
             raise ValueError("give either encryption_key or create_encryption_key=True, not both")
 
@@ -905,12 +953,12 @@ class LeaseFenceService(Construct):
                 sid="OwnTenantDueShards",
                 actions=list(API_DUE_INDEX_ACTIONS),
                 resources=[self.due_index_arn],
+                # Due partitions are <tenant>#<shard>#<job type>. A tenant usable with isolation is
+                # a session tag value, which holds no '#', '*' or '?': the pattern matches exactly
+                # this tenant's partitions.
                 conditions={
-                    "ForAllValues:StringEquals": {
-                        "dynamodb:LeadingKeys": [
-                            keys.due_partition(TENANT_TAG_VARIABLE, shard)
-                            for shard in range(self.spec.due_shards)
-                        ]
+                    "ForAllValues:StringLike": {
+                        "dynamodb:LeadingKeys": [f"{keys.escape_tenant(TENANT_TAG_VARIABLE)}#*"]
                     }
                 },
             )

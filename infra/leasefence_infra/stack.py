@@ -84,10 +84,13 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
         props["jwt_audience"] = _list(get("jwtAudience")) or [PLACEHOLDER_AUDIENCE]
     if get("tableName"):
         props["table_name"] = str(get("tableName"))
-    for key, prop in (("retentionDays", "retention_days"), ("dueShards", "due_shards"),
+    for key, prop in (("payloadRetentionDays", "payload_retention_days"), ("dueShards", "due_shards"),
                       ("sweepShards", "sweep_shards")):
         if get(key) is not None:
             props[prop] = int(get(key))
+    if get("identityRetentionDays") is not None:
+        days = str(get("identityRetentionDays"))
+        props["identity_retention_days"] = None if days == "forever" else int(days)
     props["deletion_protection"] = _bool(get("deletionProtection"), True)
     props["create_encryption_key"] = _bool(get("customerManagedKey"), False)
     props["tenant_isolation"] = _bool(get("tenantIsolation"), False)

@@ -62,7 +62,8 @@ FULL_PROPS_BASE = {
     "tenant_isolation": True,
     "deletion_protection": False,
     "removal_policy": RemovalPolicy.DESTROY,
-    "retention_days": 7,
+    "payload_retention_days": 7,
+    "identity_retention_days": None,
     "due_shards": 3,
     "sweep_shards": 2,
 }

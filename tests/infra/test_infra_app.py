@@ -127,7 +127,8 @@ def test_context_values_are_parsed() -> None:
     props = service_props_from_context({
         "jwtIssuer": "https://idp.example.com/",
         "jwtAudience": "a, b",
-        "retentionDays": "14",
+        "payloadRetentionDays": "14",
+        "identityRetentionDays": "forever",
         "deletionProtection": "false",
         "customerManagedKey": "true",
         "tenantIsolation": True,
@@ -137,7 +138,8 @@ def test_context_values_are_parsed() -> None:
     })
     assert props["jwt_issuer"] == "https://idp.example.com/"
     assert props["jwt_audience"] == ["a", "b"]
-    assert props["retention_days"] == 14 and props["due_shards"] == 8
+    assert props["payload_retention_days"] == 14 and props["due_shards"] == 8
+    assert props["identity_retention_days"] is None
     assert props["deletion_protection"] is False
     assert props["create_encryption_key"] is True and props["tenant_isolation"] is True
     assert props["removal_policy"] == RemovalPolicy.DESTROY

@@ -52,7 +52,8 @@ EXPECTED_ENV = {
     "LEASEFENCE_DUE_SHARDS",
     "LEASEFENCE_SWEEP_SHARDS",
     "LEASEFENCE_LOG_HASH_KEY_PARAM",
-    "LEASEFENCE_RETENTION_DAYS",
+    "LEASEFENCE_IDENTITY_RETENTION_DAYS",
+    "LEASEFENCE_PAYLOAD_RETENTION_DAYS",
     "POWERTOOLS_SERVICE_NAME",
     "POWERTOOLS_METRICS_NAMESPACE",
     "POWERTOOLS_LOG_LEVEL",
@@ -87,7 +88,7 @@ def test_table_is_the_schema_module(variant) -> None:
     for gsi in table["GlobalSecondaryIndexes"]:
         expected = (
             {"ProjectionType": "KEYS_ONLY"}
-            if gsi["IndexName"] == schema.PARKED_INDEX
+            if gsi["IndexName"] in (schema.PARKED_INDEX, schema.PURGE_INDEX)
             else {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(schema.INDEX_PROJECTION)}
         )
         assert gsi["Projection"] == expected
@@ -139,7 +140,10 @@ def test_payload_bucket(variant) -> None:
     }
     (rule,) = bucket["LifecycleConfiguration"]["Rules"]
     assert rule["Status"] == "Enabled"
-    assert rule["ExpirationInDays"] == svc.retention_days == (30 if name == "default" else 7)
+    # No age-based expiry: a payload lives as long as its operation (issue 11, case 2); the
+    # sweeper deletes it payload_retention_days after the end.
+    assert "ExpirationInDays" not in rule and rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
+    assert svc.payload_retention_days == (30 if name == "default" else 7)
     (enc,) = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
     if name == "default":
         assert enc["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
@@ -197,7 +201,9 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
         assert env["LEASEFENCE_LOG_HASH_KEY_PARAM"] == {"Ref": logical_id(stack, svc.log_hash_key)}
         assert env["LEASEFENCE_DUE_SHARDS"] == str(svc.spec.due_shards)
         assert env["LEASEFENCE_SWEEP_SHARDS"] == str(svc.spec.sweep_shards)
-        assert env["LEASEFENCE_RETENTION_DAYS"] == str(svc.retention_days)
+        assert env["LEASEFENCE_PAYLOAD_RETENTION_DAYS"] == str(svc.payload_retention_days)
+        assert env["LEASEFENCE_IDENTITY_RETENTION_DAYS"] == (
+            "forever" if svc.identity_retention_days is None else str(svc.identity_retention_days))
         assert env["POWERTOOLS_SERVICE_NAME"] == "leasefence"
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == "LeaseFence"
         assert env["POWERTOOLS_LOG_LEVEL"] == "INFO"
@@ -343,7 +349,9 @@ def test_dynamodb_permissions_are_exact(synth) -> None:
     assert grant_set(sweeper) == grant_set([
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.SWEEP_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PARKED_INDEX)),
-        (frozenset({"dynamodb:UpdateItem"}), getatt(table)),
+        (frozenset({"dynamodb:Query"}), index_arn(table, schema.PURGE_INDEX)),
+        (frozenset({"dynamodb:Query"}), index_arn(table, schema.DUE_INDEX)),
+        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem"}), getatt(table)),
     ])
 
 
@@ -360,7 +368,10 @@ def test_other_permissions_are_scoped(variant) -> None:
     # Unconditioned: S3 only answers 404 (not 403) for a missing key to a caller that may list.
     (listing,) = [s for s in api if "s3:ListBucket" in as_list(s["Action"])]
     assert "Condition" not in listing
-    assert actions_by_resource(sweeper, "s3:") == []
+    # The sweeper deletes payloads that are due (retention after the end, or erasure), nothing else.
+    assert actions_by_resource(sweeper, "s3:") == [
+        (frozenset({"s3:DeleteObject"}), {"Fn::Join": ["", [getatt(bucket), f"/{PAYLOAD_KEY_PREFIX}*"]]})
+    ]
     secret = {"Ref": logical_id(stack, svc.log_hash_key)}
     for statements, log_group in ((api, svc.api_log_group), (sweeper, svc.sweeper_log_group)):
         assert actions_by_resource(statements, "secretsmanager:") == [
@@ -406,15 +417,15 @@ def test_tenant_isolation_role(synth) -> None:
     shards = statements["OwnTenantDueShards"]
     assert shards["Resource"] == index_arn(table, schema.DUE_INDEX)
     assert as_list(shards["Action"]) == ["dynamodb:Query"]
+    # Due partitions are <tenant>#<shard>#<job type>; a session tag value holds no '#', '*', '?'.
     assert shards["Condition"] == {
-        "ForAllValues:StringEquals": {
-            "dynamodb:LeadingKeys": [f"${{aws:PrincipalTag/tenant_id}}#{i}" for i in range(3)]
-        }
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["${aws:PrincipalTag/tenant_id}#*"]}
     }
     # Every DynamoDB grant of the tenant role is conditioned on the tenant's leading keys.
     for st in role_statements(tpl, tenant):
         if any(a.startswith("dynamodb:") for a in as_list(st["Action"])):
-            assert "dynamodb:LeadingKeys" in st["Condition"]["ForAllValues:StringEquals"]
+            (condition,) = st["Condition"].values()
+            assert "dynamodb:LeadingKeys" in condition
     env = props(tpl, logical_id(stack, svc.api_function))["Environment"]["Variables"]
     assert env["LEASEFENCE_TENANT_ROLE_ARN"] == getatt(tenant)
     assert env["LEASEFENCE_TENANT_SESSION_TAG"] == "tenant_id"
@@ -423,7 +434,9 @@ def test_tenant_isolation_role(synth) -> None:
     assert grant_set(sweeper) == grant_set([
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.SWEEP_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PARKED_INDEX)),
-        (frozenset({"dynamodb:UpdateItem"}), getatt(table)),
+        (frozenset({"dynamodb:Query"}), index_arn(table, schema.PURGE_INDEX)),
+        (frozenset({"dynamodb:Query"}), index_arn(table, schema.DUE_INDEX)),
+        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem"}), getatt(table)),
     ])
 
 
@@ -453,10 +466,12 @@ def test_alarms_cover_the_operational_signals(variant) -> None:
         for metric in _metrics(alarm):
             by_metric.setdefault(metric["MetricName"], []).append((alarm["Properties"], metric))
     app_dims = [{"Name": "service", "Value": "leasefence"}]
-    for name in ("StalledClaims", "OldestUnknownAgeSeconds", "Quarantined", "StaleFenceRejections"):
+    for name in ("StalledClaims", "OldestUnknownAgeSeconds", "OldestDueAgeSeconds", "Quarantined",
+                 "StaleFenceRejections"):
         ((_, metric),) = by_metric[name]
         assert metric["Namespace"] == "LeaseFence" and metric["Dimensions"] == app_dims
     assert by_metric["OldestUnknownAgeSeconds"][0][0]["Threshold"] == 3600
+    assert by_metric["OldestDueAgeSeconds"][0][0]["Threshold"] == 900  # unserved job types show
     ((unknown_entered, _),) = by_metric["UnknownParked"]
     assert [a for a, _ in by_metric["SweptToUnknown"]] == [unknown_entered]
     # Takeover rate: a percentage of claims (metric math over both).
@@ -476,7 +491,7 @@ def test_alarms_cover_the_operational_signals(variant) -> None:
     indexes = {d["Value"] for name in ("ReadThrottleEvents", "WriteThrottleEvents")
                for _, m in by_metric[name] for d in m["Dimensions"]
                if d["Name"] == "GlobalSecondaryIndexName"}
-    assert indexes == {schema.DUE_INDEX, schema.SWEEP_INDEX, schema.PARKED_INDEX}
+    assert indexes == {schema.DUE_INDEX, schema.SWEEP_INDEX, schema.PARKED_INDEX, schema.PURGE_INDEX}
     assert "ApproximateNumberOfMessagesVisible" in by_metric  # schedule DLQ
     assert "Invocations" in by_metric  # sweeper not running
 
@@ -826,7 +841,8 @@ def test_worker_settings_match_the_handler() -> None:
         ({"create_user_pool": True}, "user_pool_domain_prefix"),
         ({"create_user_pool": True, "user_pool_domain_prefix": "p", "jwt_issuer": "https://x/"}, "not both"),
         ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "due_shards": 0}, "shards"),
-        ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "retention_days": 0}, "retention_days"),
+        ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "payload_retention_days": -1}, "payload_retention_days"),
+        ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "identity_retention_days": 10}, "identity_retention_days"),
     ],
 )
 def test_invalid_props_are_refused(kwargs: dict[str, Any], message: str) -> None:
@@ -849,3 +865,13 @@ def test_gateway_routes_match_the_handler_route_table() -> None:
     handler = {r.key: r.scope for r in security.ROUTES}
     gateway = {f"{method} {path}": scope for method, path, scope in ROUTES}
     assert gateway == handler == CONTRACT_ROUTES
+
+
+def test_case9_api_timeout_covers_a_claims_retry_budget(synth) -> None:
+    """Issue 11, case 9: the API function was cut off (15 s) before a claim's own retries ended."""
+    from leasefence.engine import CLAIM_RETRY_BUDGET_MS
+    from leasefence.settings import STORE_CALL_WORST_S
+
+    stack, svc, tpl = _svc(synth, "default")
+    timeout = props(tpl, logical_id(stack, svc.api_function))["Timeout"]
+    assert CLAIM_RETRY_BUDGET_MS / 1000 + STORE_CALL_WORST_S <= timeout < 30  # API Gateway's limit is 30 s
