@@ -203,7 +203,10 @@ class Engine:
         names["#pat_"] = PURGE_SK
         values[":purge"] = now + self.payload_retention_ms
         sets.append("#pat_ = :purge")
-        removes += ["checkpoint"]
+        # Compact: what only a live operation needs goes (the identity, fences, state, outcome and
+        # the closing fence stay, about 0.5 KB).
+        names["#home_"] = DUE_HOME
+        removes += ["checkpoint", "lease_ms", "claimed_from", "attempt_budget", "#home_"]
 
     @staticmethod
     def _tag(tenant_id: str, operation_id: str) -> str:
