@@ -23,10 +23,15 @@ def metered(aws, spec, clock):
 
 def test_a_lifecycle_costs_seven_write_units(metered, clock):
     meter, engine = metered
+    with meter.phase("first"):  # the first operation of a job type also lists the type (once)
+        engine.enqueue("acme", "op-0", "refund", H)
+    engine.complete("acme", "op-0", engine.claim("acme", "op-0", "w0").fence, "done")
+    first = meter.usage("first")
+    assert (first.wcu, first.wcu_index) == (4, 2)  # item + due put, directory item + its index entry
     with meter.phase("enqueue"):
         engine.enqueue("acme", "op-1", "refund", H)
-    with meter.phase("claim"):
-        claim = engine.claim_next("acme", "w1", lease_ms=30_000)
+    with meter.phase("claim"):  # a worker claims the job types it serves
+        claim = engine.claim_next("acme", "w1", lease_ms=30_000, job_types=["refund"])
     with meter.phase("heartbeat"):
         engine.heartbeat("acme", "op-1", claim.fence, "w1")
     with meter.phase("complete"):
@@ -55,6 +60,7 @@ def test_a_refused_write_is_counted_and_costs_one_unit(metered, clock):
 def test_count_only_mode_sends_no_extra_requests(aws, spec, clock):
     meter = Meter(aws.client(), units=False)
     engine = Engine(client=meter.client(aws.client()), spec=spec, clock=clock)
+    engine.enqueue("acme", "op-2", "refund", H)  # the first of its type also lists the type
     with meter.phase("x"):
         engine.enqueue("acme", "op-3", "refund", H)
     usage = meter.usage("x")

@@ -80,7 +80,7 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
         with meter.phase("enqueue"):
             engine.enqueue(TENANT, _ids(rng), JOB_TYPE, HASH, payload_ref=PAYLOAD_REF, target_class="B")
         with meter.phase("claim"):
-            claim = engine.claim_next(TENANT, WORKER, lease_ms=LEASE_MS)
+            claim = engine.claim_next(TENANT, WORKER, lease_ms=LEASE_MS, job_types=[JOB_TYPE])
         assert claim is not None
         with meter.phase("complete"):
             engine.complete(TENANT, claim.operation_id, claim.fence, "refunded")
@@ -102,7 +102,7 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
         op = _ids(rng)
         with meter.phase("shallow"):
             engine.enqueue(lonely, op, JOB_TYPE, HASH, payload_ref=PAYLOAD_REF, target_class="B")
-            claim = engine.claim_next(lonely, WORKER, lease_ms=LEASE_MS)
+            claim = engine.claim_next(lonely, WORKER, lease_ms=LEASE_MS, job_types=[JOB_TYPE])
         assert claim is not None and claim.operation_id == op
         sizes.append(U.item_size(raw.get_item(TableName=spec.table_name, Key={"tenant_id": {"S": lonely},
                                                                          "operation_id": {"S": op}})["Item"]))
@@ -119,7 +119,7 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
     for _ in range(runs):
         with meter.phase("life"):
             engine.enqueue(TENANT, _ids(rng), JOB_TYPE, HASH, payload_ref=PAYLOAD_REF, target_class="B")
-            claim = engine.claim_next(TENANT, WORKER, lease_ms=LEASE_MS)
+            claim = engine.claim_next(TENANT, WORKER, lease_ms=LEASE_MS, job_types=[JOB_TYPE])
         clock.advance(LEASE_MS // 3)
         with meter.phase("heartbeat"):
             engine.heartbeat(TENANT, claim.operation_id, claim.fence, WORKER)
@@ -135,7 +135,7 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
     poller = Engine(client=client, spec=spec, clock=clock, rng=random.Random(2))
     op = _ids(rng)
     engine.enqueue(LONG_TENANT, op, JOB_TYPE, HASH, payload_ref=PAYLOAD_REF, target_class="B")
-    claim = engine.claim_next(LONG_TENANT, WORKER, lease_ms=LEASE_MS)
+    claim = engine.claim_next(LONG_TENANT, WORKER, lease_ms=LEASE_MS, job_types=[JOB_TYPE])
     step = LEASE_MS // 6
     for tick in range(1, 2 * long_job_heartbeats + 1):
         clock.advance(step)
@@ -143,7 +143,7 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
             with meter.phase("hb"):
                 engine.heartbeat(LONG_TENANT, op, claim.fence, WORKER)
         with meter.phase("poll"):
-            assert poller.claim_next(LONG_TENANT, "idle-worker", lease_ms=LEASE_MS) is None
+            assert poller.claim_next(LONG_TENANT, "idle-worker", lease_ms=LEASE_MS, job_types=[JOB_TYPE]) is None
     engine.complete(LONG_TENANT, op, claim.fence, "refunded")
     hb, poll = meter.usage("hb"), meter.usage("poll")
     beats = hb.requests["update_item"]
@@ -175,7 +175,7 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
     def class_a(phase: str) -> None:
         with meter.phase(phase):
             engine.enqueue(TENANT, _ids(rng), JOB_TYPE, HASH, payload_ref=PAYLOAD_REF, target_class="A")
-            claim = engine.claim_next(TENANT, WORKER, lease_ms=LEASE_MS)
+            claim = engine.claim_next(TENANT, WORKER, lease_ms=LEASE_MS, job_types=[JOB_TYPE])
             assert claim is not None
             engine.complete_with(TENANT, claim.operation_id, claim.fence, "refunded",
                                  refund(claim.operation_id, claim.fence))
@@ -201,7 +201,7 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
     big_tenant, big_op = "t" * 256, "o" * 256
     with meter.phase("max"):
         engine.enqueue(big_tenant, big_op, "j" * 256, HASH, payload_ref="s3://" + "r" * 1019, target_class="B")
-        claim = engine.claim_next(big_tenant, "w" * 256, lease_ms=LEASE_MS)
+        claim = engine.claim_next(big_tenant, "w" * 256, lease_ms=LEASE_MS, job_types=["j" * 256])
         engine.complete(big_tenant, big_op, claim.fence, "o" * 256)
     out["lifecycle_max_ids"] = _summary(meter.usage("max"), 1)
 

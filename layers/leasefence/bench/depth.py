@@ -34,7 +34,7 @@ def _claims_at_depth(server: ServerProcess, depth: int, claims: int, label: str)
     got = 0
     for i in range(claims):
         with meter.phase("claim"):
-            claim = engine.claim_next(TENANT, "depth-worker", lease_ms=60_000)
+            claim = engine.claim_next(TENANT, "depth-worker", lease_ms=60_000, job_types=["refund"])
         if claim is not None:
             got += 1
         refill.enqueue(TENANT, f"refill-{i:05d}", "refund", HASH)

@@ -51,6 +51,9 @@ class _CaptureClient:
         self.sink.append(kwargs["Item"])
         return {}
 
+    def update_item(self, **kwargs: Any) -> dict[str, Any]:
+        return {}  # the tenant's job-type directory: not an operation item
+
 
 def engine_items(spec: TableSpec, tenant_id: str, count: int, clock: Any, job_type: str = "refund",
                  prefix: str = "op") -> list[dict[str, Any]]:
