@@ -800,8 +800,8 @@ class FidelityState:
         before = len(stream.items) if stream is not None else 0
         table.delete_item(item.hash_key, item.range_key)  # moto adds the REMOVE stream record
         if stream is not None and len(stream.items) > before:
-            # As DynamoDB marks deletions by TTL in a stream.
-            stream.items[-1].record["userIdentity"] = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+            # As DynamoDB marks deletions by TTL in a stream (GetRecords' member names).
+            stream.items[-1].record["userIdentity"] = {"Type": "Service", "PrincipalId": "dynamodb.amazonaws.com"}
         self.record(table, key, item, None)
         return 1
 
@@ -991,10 +991,10 @@ class FidelityApp(SerializedApp):
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         state = self.state
         with self.lock:
-            if state.ttl_due():
-                state.reap()
             if environ.get("PATH_INFO", "").startswith(ADMIN_PREFIX):
                 return self._admin(environ, start_response)
+            if state.ttl_due():
+                state.reap()
             if state.config.txn_throttle_rate and environ.get("HTTP_X_AMZ_TARGET", "").endswith(".TransactWriteItems"):
                 refused = state.throttle_transaction(environ)
                 if refused is not None:
