@@ -94,7 +94,8 @@ def install_fast_index_sort() -> None:
     moto sorts a Query's candidates with ``DynamoType`` comparisons that rebuild a ``Decimal``
     for every comparison (32,000 per query at 2,000 items: 170 ms). Sorting by keys computed
     once per item gives the same order (numbers by value, strings and binary by content).
-    Equality of two strings, the hot path of its key matching, is likewise compared directly.
+    Equality of two strings, the hot path of its key matching, is likewise compared directly,
+    and a string is hashed directly (to the same hash moto computes).
     """
     from decimal import Decimal
 
@@ -159,10 +160,18 @@ def install_fast_index_sort() -> None:
         return original_project(self, projection_expressions)
 
     Item.project = project
-    hash_ = DynamoType.__hash__
+    original_hash = DynamoType.__hash__
+
+    def hash_(self: DynamoType) -> int:
+        """moto hashes ``(type, cast_value)``; for a string that is ``(type, value)``: the same
+        number, without the property's type dispatch (every table-key lookup hashes twice)."""
+        if self.type == "S":
+            return hash(("S", self.value))
+        return original_hash(self)
+
     Table.sorted_items = sorted_items
     DynamoType.__eq__, DynamoType.__ne__ = eq, ne
-    DynamoType.__hash__ = hash_  # keep hashability after redefining __eq__
+    DynamoType.__hash__ = hash_  # (also keeps hashability after redefining __eq__)
     Table._leasefence_fast_sort = True
 
 
@@ -393,6 +402,7 @@ class SerializedApp:
 # ---------------------------------------------------------------------------------------- fidelity
 
 _DAY_MS = 86_400_000
+_SCALAR_TYPES = frozenset({"S", "N", "B", "BOOL", "NULL"})
 _FIVE_YEARS_MS = 5 * 365 * _DAY_MS
 ADMIN_PREFIX = "/__leasefence/"
 
@@ -562,7 +572,7 @@ class _IndexShape:
         the in-place changes an UpdateItem makes to the original."""
         import copy
 
-        from moto.dynamodb.models.dynamo_type import Item, LimitedSizeDict
+        from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
 
         if self.relevant is None:
             return copy.deepcopy(item)
@@ -570,10 +580,17 @@ class _IndexShape:
         result.hash_key, result.range_key = item.hash_key, item.range_key
         attrs = LimitedSizeDict.__new__(LimitedSizeDict)
         dict.__init__(attrs)
+        source = item.attrs
         for name in self.relevant:
-            value = item.attrs.get(name)
-            if value is not None:
-                dict.__setitem__(attrs, name, copy.deepcopy(value))
+            value = source.get(name)
+            if value is None:
+                continue
+            if value.type in _SCALAR_TYPES:  # immutable value: a new wrapper around it suffices
+                copied = DynamoType.__new__(DynamoType)
+                copied.type, copied.value = value.type, value.value
+            else:
+                copied = copy.deepcopy(value)
+            dict.__setitem__(attrs, name, copied)
         result.attrs = attrs
         return result
 
@@ -686,33 +703,33 @@ class FidelityState:
             return None
         now = time.monotonic()
         self.prune(now)
-        shown: dict[tuple[Any, Any], Any] = {}
-        for key, entries in pending.items():
-            for visible_at, old in entries:
-                if visible_at > now:
-                    shown[key] = old
-                    break
-        if not shown:
-            return None
+        stored = table.items
+        ranged = table.range_key_attr is not None
         replace: dict[int, Any] = {}
         gone = []
-        for (hash_key, range_key), old in shown.items():
-            try:
-                current = table.get_item(hash_key, range_key)
-            except Exception:  # noqa: BLE001 - moto refuses odd keys; treat as absent
-                current = None
+        for (hash_key, range_key), entries in pending.items():
+            for visible_at, old in entries:
+                if visible_at > now:
+                    break
+            else:
+                continue  # every change of this item is visible already
+            current = stored.get(hash_key)
+            if ranged and current is not None:
+                current = current.get(range_key)
             if current is None:
                 if old is not None:
                     gone.append(old)
             else:
                 replace[id(current)] = old
+        if not replace and not gone:
+            return None
         items = _all_items_unsorted(table)
         if replace:
             items = [replace.get(id(item), item) for item in items]
             items = [item for item in items if item is not None]
         items.extend(gone)
         self.stats["index_queries_lagged"] += 1
-        self.stats["index_stale_items_served"] += len(shown)
+        self.stats["index_stale_items_served"] += len(replace) + len(gone)
         return items
 
     # ---------------------------------------------------------------- TTL
