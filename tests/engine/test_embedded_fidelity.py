@@ -322,5 +322,6 @@ def test_fidelity_is_off_by_default_and_configurable_from_the_environment(monkey
     monkeypatch.setenv("LEASEFENCE_FIDELITY", "1")
     assert EmbeddedAws().fidelity == Fidelity()
     assert EmbeddedAws(fidelity=False).fidelity is None
+    assert EmbeddedAws(fidelity=True).fidelity == Fidelity()
     with pytest.raises(RuntimeError):
         EmbeddedAws(fidelity=False).set_time(T0)

@@ -1084,8 +1084,8 @@ class EmbeddedAws:
     """moto's server, serialized, in a background thread (or, with ``process=True``, in a child
     process, so the endpoint and its callers do not share one interpreter lock).
 
-    ``fidelity``: a :class:`Fidelity` makes it as unkind as DynamoDB (TTL deletion, lagging
-    indexes, throttled transactions); ``False`` keeps plain moto; ``None`` (the default) reads
+    ``fidelity``: a :class:`Fidelity` (``True``: the defaults) makes it as unkind as DynamoDB (TTL
+    deletion, lagging indexes, throttled transactions); ``False`` keeps plain moto; ``None`` (the default) reads
     :meth:`Fidelity.from_env`, which is off unless ``LEASEFENCE_FIDELITY`` is set.
 
     In thread mode every endpoint of a process shares moto's one backend; an endpoint's
@@ -1099,6 +1099,8 @@ class EmbeddedAws:
         self.process = process
         if fidelity is None:
             fidelity = Fidelity.from_env()
+        elif fidelity is True:
+            fidelity = Fidelity()
         self.fidelity: Fidelity | None = fidelity if isinstance(fidelity, Fidelity) else None
         self._server: Any = None
         self.app: SerializedApp | None = None
