@@ -4,16 +4,29 @@ moto's backends hold no lock, so concurrent conditional writes to one item can b
 design notes). :class:`SerializedApp` holds one lock around each whole request, response body
 included, which makes every request atomic with respect to every other: the property DynamoDB
 gives per item, and the one every concurrency test here relies on.
+
+moto is also kinder than DynamoDB. With a :class:`Fidelity` (``EmbeddedAws(fidelity=...)`` or the
+``LEASEFENCE_FIDELITY*`` environment variables) the endpoint is not: it deletes expired TTL items
+after a lag, answers index queries from a lagging view of the table, and can throttle
+transactions. See :class:`Fidelity` and :class:`FidelityState`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import heapq
+import itertools
 import json
 import logging
 import os
+import random
 import threading
+import time
 import types
-from typing import Any, Iterable
+from collections import deque
+from dataclasses import asdict, dataclass, fields
+from decimal import Decimal, InvalidOperation
+from typing import Any, Iterable, Mapping
 
 import boto3
 
@@ -81,7 +94,8 @@ def install_fast_index_sort() -> None:
     moto sorts a Query's candidates with ``DynamoType`` comparisons that rebuild a ``Decimal``
     for every comparison (32,000 per query at 2,000 items: 170 ms). Sorting by keys computed
     once per item gives the same order (numbers by value, strings and binary by content).
-    Equality of two strings, the hot path of its key matching, is likewise compared directly.
+    Equality of two strings, the hot path of its key matching, is likewise compared directly,
+    and a string is hashed directly (to the same hash moto computes).
     """
     from decimal import Decimal
 
@@ -146,10 +160,18 @@ def install_fast_index_sort() -> None:
         return original_project(self, projection_expressions)
 
     Item.project = project
-    hash_ = DynamoType.__hash__
+    original_hash = DynamoType.__hash__
+
+    def hash_(self: DynamoType) -> int:
+        """moto hashes ``(type, cast_value)``; for a string that is ``(type, value)``: the same
+        number, without the property's type dispatch (every table-key lookup hashes twice)."""
+        if self.type == "S":
+            return hash(("S", self.value))
+        return original_hash(self)
+
     Table.sorted_items = sorted_items
     DynamoType.__eq__, DynamoType.__ne__ = eq, ne
-    DynamoType.__hash__ = hash_  # keep hashability after redefining __eq__
+    DynamoType.__hash__ = hash_  # (also keeps hashability after redefining __eq__)
     Table._leasefence_fast_sort = True
 
 
@@ -377,23 +399,714 @@ class SerializedApp:
                     close()
 
 
-def _serve_in_child(host: str, port: int, ready: Any) -> None:
-    server = EmbeddedAws(host, port).start()
+# ---------------------------------------------------------------------------------------- fidelity
+
+_DAY_MS = 86_400_000
+_SCALAR_TYPES = frozenset({"S", "N", "B", "BOOL", "NULL"})
+_FIVE_YEARS_MS = 5 * 365 * _DAY_MS
+ADMIN_PREFIX = "/__leasefence/"
+
+
+def _env_flag(value: str) -> bool:
+    return value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """Where the embedded endpoint is as unkind as real DynamoDB (all off without one).
+
+    * **TTL deletion** (``ttl_deletion``): an item whose TTL attribute (the table's
+      ``UpdateTimeToLive`` setting; epoch *seconds*, a Number) is past is deleted, with its index
+      entries, once the endpoint clock reaches ``ttl + lag``. The lag is per item, a seeded
+      fraction between ``ttl_lag_min_ms`` and ``ttl_lag_ms`` (DynamoDB: typically within two
+      days, never at an exact moment). Until then the item is readable. As in DynamoDB, a TTL more
+      than five years in the past, or not a Number, is ignored. The endpoint clock is the wall
+      clock unless a test sets it (:meth:`EmbeddedAws.set_time`).
+    * **Lagging global secondary indexes** (``index_lag_ms``): an index Query (``IndexName`` of a
+      GSI) sees each item as it was ``lag`` ago, wall-clock time: a write within the lag is not
+      seen yet (the old version shows, or nothing if the item is new), a delete within the lag
+      still shows. The lag is per item, a seeded fraction between ``index_lag_min_ms`` and
+      ``index_lag_ms``. Table reads, table queries and conditions always see the latest item.
+    * **Throttled transactions** (``txn_throttle_rate``): that fraction of ``TransactWriteItems``
+      (seeded) is refused with ``TransactionCanceledException`` and ``ThrottlingError`` reasons
+      (``ProvisionedThroughputExceeded`` on a provisioned table), nothing applied.
+    """
+
+    ttl_deletion: bool = True
+    ttl_lag_ms: int = 2 * _DAY_MS
+    ttl_lag_min_ms: int = 0
+    index_lag_ms: int = 250
+    index_lag_min_ms: int = 0
+    txn_throttle_rate: float = 0.0
+    seed: int = 0
+    #: How often (wall seconds) an idle endpoint looks for TTL deletions that are due. Requests
+    #: look too, before they run, so a request never sees an item that is due for deletion.
+    reap_interval_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.ttl_lag_min_ms <= self.ttl_lag_ms:
+            raise ValueError("need 0 <= ttl_lag_min_ms <= ttl_lag_ms")
+        if not 0 <= self.index_lag_min_ms <= self.index_lag_ms:
+            raise ValueError("need 0 <= index_lag_min_ms <= index_lag_ms")
+        if not 0.0 <= self.txn_throttle_rate <= 1.0:
+            raise ValueError("txn_throttle_rate is a fraction between 0 and 1")
+        if self.reap_interval_s <= 0:
+            raise ValueError("reap_interval_s must be positive")
+
+    #: Environment variable per field (``LEASEFENCE_FIDELITY=1`` switches the whole thing on).
+    ENV = {
+        "ttl_deletion": "LEASEFENCE_FIDELITY_TTL_DELETION",
+        "ttl_lag_ms": "LEASEFENCE_FIDELITY_TTL_LAG_MS",
+        "ttl_lag_min_ms": "LEASEFENCE_FIDELITY_TTL_LAG_MIN_MS",
+        "index_lag_ms": "LEASEFENCE_FIDELITY_INDEX_LAG_MS",
+        "index_lag_min_ms": "LEASEFENCE_FIDELITY_INDEX_LAG_MIN_MS",
+        "txn_throttle_rate": "LEASEFENCE_FIDELITY_TXN_THROTTLE_RATE",
+        "seed": "LEASEFENCE_FIDELITY_SEED",
+        "reap_interval_s": "LEASEFENCE_FIDELITY_REAP_INTERVAL_S",
+    }
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Fidelity | None:
+        """``None`` unless ``LEASEFENCE_FIDELITY`` is set and true; then the defaults, each
+        overridden by its ``LEASEFENCE_FIDELITY_*`` variable where set."""
+        env = os.environ if env is None else env
+        if not _env_flag(env.get("LEASEFENCE_FIDELITY", "")):
+            return None
+        values: dict[str, Any] = {}
+        types_ = {f.name: f.type for f in fields(cls)}
+        for name, var in cls.ENV.items():
+            raw = env.get(var)
+            if raw is None or raw.strip() == "":
+                continue
+            kind = types_[name]
+            if kind in ("bool", bool):
+                values[name] = _env_flag(raw)
+            elif kind in ("float", float):
+                values[name] = float(raw)
+            else:
+                values[name] = int(raw)
+        return cls(**values)
+
+
+class EndpointClock:
+    """The endpoint's notion of now (epoch ms): the wall clock, shifted or frozen by tests."""
+
+    def __init__(self) -> None:
+        self.frozen_ms: int | None = None
+        self.offset_ms = 0
+
+    def now_ms(self) -> int:
+        if self.frozen_ms is not None:
+            return self.frozen_ms
+        return time.time_ns() // 1_000_000 + self.offset_ms
+
+    def set(self, now_ms: int | None) -> None:
+        """Freeze at ``now_ms``; ``None`` returns to the (unshifted) wall clock."""
+        self.frozen_ms = None if now_ms is None else int(now_ms)
+        self.offset_ms = 0
+
+    def advance(self, ms: int) -> None:
+        if self.frozen_ms is not None:
+            self.frozen_ms += int(ms)
+        else:
+            self.offset_ms += int(ms)
+
+
+def _fraction(seed: int, kind: str, table: str, key: tuple[Any, Any]) -> float:
+    """A deterministic number in [0, 1) per (seed, purpose, table, item key)."""
+    hash_key, range_key = key
+    text = f"{seed}\0{kind}\0{table}\0{hash_key.type}:{hash_key.value}\0"
+    if range_key is not None:
+        text += f"{range_key.type}:{range_key.value}"
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if a is None or b is None:
+        return False
+    return a.type == b.type and a.value == b.value
+
+
+class _IndexShape:
+    """What a table's global secondary indexes read of an item."""
+
+    __slots__ = ("relevant", "memberships")
+
+    def __init__(self, table: Any) -> None:
+        relevant: set[str] | None = {table.hash_key_attr} | ({table.range_key_attr} if table.range_key_attr else set())
+        memberships = []
+        for index in table.global_indexes or []:
+            keys = tuple(index.schema_key_attrs)
+            memberships.append(keys)
+            projection = (index.projection or {}).get("ProjectionType", "ALL")
+            if relevant is not None:
+                relevant.update(keys)
+                if projection == "INCLUDE":
+                    relevant.update(index.projection.get("NonKeyAttributes", []))
+                elif projection != "KEYS_ONLY":
+                    relevant = None  # ALL: every attribute shows
+        self.relevant: frozenset[str] | None = None if relevant is None else frozenset(relevant)
+        self.memberships: tuple[tuple[str, ...], ...] = tuple(memberships)
+
+    def indexed(self, item: Any) -> bool:
+        attrs = item.attrs
+        return any(all(name in attrs for name in keys) for keys in self.memberships)
+
+    def same(self, old: Any, new: Any) -> bool:
+        """Whether an index would show ``old`` and ``new`` alike (``None``: no item)."""
+        if old is None or new is None:
+            other = new if old is None else old
+            return other is None or not self.indexed(other)
+        if self.relevant is None:
+            return old.attrs.keys() == new.attrs.keys() and all(
+                _same_value(value, new.attrs[name]) for name, value in old.attrs.items()
+            )
+        old_attrs, new_attrs = old.attrs, new.attrs
+        return all(_same_value(old_attrs.get(name), new_attrs.get(name)) for name in self.relevant)
+
+    def snapshot(self, item: Any) -> Any:
+        """A copy of what the indexes read of ``item`` (keys and projected attributes), immune to
+        the in-place changes an UpdateItem makes to the original."""
+        import copy
+
+        from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
+
+        if self.relevant is None:
+            return copy.deepcopy(item)
+        result = Item.__new__(Item)
+        result.hash_key, result.range_key = item.hash_key, item.range_key
+        attrs = LimitedSizeDict.__new__(LimitedSizeDict)
+        dict.__init__(attrs)
+        source = item.attrs
+        for name in self.relevant:
+            value = source.get(name)
+            if value is None:
+                continue
+            if value.type in _SCALAR_TYPES:  # immutable value: a new wrapper around it suffices
+                copied = DynamoType.__new__(DynamoType)
+                copied.type, copied.value = value.type, value.value
+            else:
+                copied = copy.deepcopy(value)
+            dict.__setitem__(attrs, name, copied)
+        result.attrs = attrs
+        return result
+
+
+def _shape_of(table: Any) -> _IndexShape:
+    """The table's :class:`_IndexShape`, cached on it until its indexes change."""
+    signature = tuple(map(id, table.global_indexes or ()))
+    cached = table.__dict__.get("_leasefence_shape")
+    if cached is None or cached[0] != signature:
+        cached = table._leasefence_shape = (signature, _IndexShape(table))
+    return cached[1]
+
+
+def _all_items_unsorted(table: Any) -> list[Any]:
+    if table.range_key_attr:
+        return [item for items in table.items.values() for item in items.values()]
+    return list(table.items.values())
+
+
+class FidelityState:
+    """Per endpoint: its clock, the tables it created, the index lag's pending versions and the
+    TTL deletion schedule. Every method runs under the endpoint's request lock.
+
+    Index lag: per (table, key), a list of ``(visible_at, version_before)`` for the changes an
+    index does not show yet (wall-clock monotonic seconds); an index query shows the version
+    before the first change not yet visible. Entries are dropped once visible, so memory is
+    bounded by the writes of the last ``index_lag_ms``.
+
+    TTL: a heap of ``(due_ms, table, key)``, pushed by every write that leaves a TTL on an item;
+    an entry is re-checked against the item when it comes due (the item may have changed since).
+    A full scan (:meth:`reap` with ``full=True``) rebuilds it.
+    """
+
+    def __init__(self, config: Fidelity) -> None:
+        self.config = config
+        self.clock = EndpointClock()
+        self.owned: dict[str, Any] = {}  # table name -> its moto backend
+        self.pending: dict[str, dict[tuple[Any, Any], list[tuple[float, Any]]]] = {}
+        self._expiry: deque[tuple[float, str, tuple[Any, Any]]] = deque()
+        self.staging: list[tuple[str, tuple[Any, Any], float, float, Any]] | None = None
+        self._ttl_heap: list[tuple[int, int, str, tuple[Any, Any]]] = []
+        self._seq = itertools.count()
+        self.scan_needed = False
+        self.rng = random.Random(config.seed)
+        self.stats = {
+            "ttl_deleted": 0, "ttl_passes": 0, "index_versions_recorded": 0, "index_queries_lagged": 0,
+            "index_stale_items_served": 0, "txn_throttled": 0,
+        }
+
+    # ---------------------------------------------------------------- writes
+
+    def record(self, table: Any, key: tuple[Any, Any], old: Any, new: Any) -> None:
+        """A write changed ``key`` of ``table`` from ``old`` to ``new`` (``None``: no item)."""
+        config = self.config
+        if config.index_lag_ms > 0 and table.global_indexes:
+            if not _shape_of(table).same(old, new):
+                lag_ms = config.index_lag_min_ms
+                if config.index_lag_ms > lag_ms:
+                    lag_ms += _fraction(config.seed, "index", table.name, key) * (config.index_lag_ms - lag_ms)
+                if lag_ms > 0:
+                    now = time.monotonic()
+                    entry = (table.name, key, now + lag_ms / 1000, now + config.index_lag_ms / 1000, old)
+                    if self.staging is not None:
+                        self.staging.append(entry)
+                    else:
+                        self._add_pending(*entry)
+        if config.ttl_deletion and new is not None:
+            ttl = table.ttl
+            if ttl.get("TimeToLiveStatus") == "ENABLED":
+                due = self.ttl_due_ms(table, new, ttl.get("AttributeName"))
+                if due is not None:
+                    heapq.heappush(self._ttl_heap, (due, next(self._seq), table.name, key))
+
+    def _add_pending(self, name: str, key: tuple[Any, Any], visible_at: float, forget_at: float, old: Any) -> None:
+        self.pending.setdefault(name, {}).setdefault(key, []).append((visible_at, old))
+        self._expiry.append((forget_at, name, key))
+        self.stats["index_versions_recorded"] += 1
+        self.prune(time.monotonic())
+
+    def commit_staged(self) -> None:
+        staged, self.staging = self.staging, None
+        for entry in staged or ():
+            self._add_pending(*entry)
+
+    def prune(self, now: float) -> None:
+        expiry = self._expiry
+        while expiry and expiry[0][0] <= now:
+            _, name, key = expiry.popleft()
+            table = self.pending.get(name)
+            entries = table.get(key) if table is not None else None
+            if entries is None:
+                continue
+            while entries and entries[0][0] <= now:
+                del entries[0]
+            if not entries:
+                del table[key]
+                if not table:
+                    del self.pending[name]
+
+    def forget_table(self, name: str) -> None:
+        self.owned.pop(name, None)
+        self.pending.pop(name, None)
+
+    # ---------------------------------------------------------------- index queries
+
+    def index_candidates(self, table: Any) -> list[Any] | None:
+        """The items an index query of ``table`` sees now, or ``None``: the table as it is."""
+        pending = self.pending.get(table.name)
+        if not pending:
+            return None
+        now = time.monotonic()
+        self.prune(now)
+        stored = table.items
+        ranged = table.range_key_attr is not None
+        replace: dict[int, Any] = {}
+        gone = []
+        for (hash_key, range_key), entries in pending.items():
+            for visible_at, old in entries:
+                if visible_at > now:
+                    break
+            else:
+                continue  # every change of this item is visible already
+            current = stored.get(hash_key)
+            if ranged and current is not None:
+                current = current.get(range_key)
+            if current is None:
+                if old is not None:
+                    gone.append(old)
+            else:
+                replace[id(current)] = old
+        if not replace and not gone:
+            return None
+        items = _all_items_unsorted(table)
+        if replace:
+            items = [replace.get(id(item), item) for item in items]
+            items = [item for item in items if item is not None]
+        items.extend(gone)
+        self.stats["index_queries_lagged"] += 1
+        self.stats["index_stale_items_served"] += len(replace) + len(gone)
+        return items
+
+    # ---------------------------------------------------------------- TTL
+
+    def ttl_due_ms(self, table: Any, item: Any, attribute: str | None) -> int | None:
+        """When the endpoint deletes ``item`` (epoch ms), or ``None``: never (no usable TTL)."""
+        value = item.attrs.get(attribute) if attribute else None
+        if value is None or value.type != "N":
+            return None
+        try:
+            expires_ms = int(Decimal(value.value) * 1000)
+        except (InvalidOperation, ValueError, OverflowError):
+            return None
+        config = self.config
+        lag_ms = config.ttl_lag_min_ms
+        if config.ttl_lag_ms > lag_ms:
+            key = (item.hash_key, item.range_key)
+            lag_ms += int(_fraction(config.seed, "ttl", table.name, key) * (config.ttl_lag_ms - lag_ms))
+        return expires_ms + lag_ms
+
+    def ttl_due(self, now_ms: int | None = None) -> bool:
+        if not self.config.ttl_deletion:
+            return False
+        if self.scan_needed:
+            return True
+        heap = self._ttl_heap
+        return bool(heap) and heap[0][0] <= (self.clock.now_ms() if now_ms is None else now_ms)
+
+    def _ttl_table(self, name: str) -> tuple[Any, str] | None:
+        backend = self.owned.get(name)
+        table = backend.tables.get(name) if backend is not None else None
+        if table is None or table.ttl.get("TimeToLiveStatus") != "ENABLED":
+            return None
+        return table, table.ttl.get("AttributeName")
+
+    def reap(self, full: bool = False) -> int:
+        """Delete the items whose TTL deletion is due; ``full`` rescans every owned table."""
+        if not self.config.ttl_deletion:
+            return 0
+        now_ms = self.clock.now_ms()
+        self.stats["ttl_passes"] += 1
+        deleted = 0
+        if full or self.scan_needed:
+            self.scan_needed = False
+            heap: list[tuple[int, int, str, tuple[Any, Any]]] = []
+            for name in list(self.owned):
+                found = self._ttl_table(name)
+                if found is None:
+                    continue
+                table, attribute = found
+                for item in _all_items_unsorted(table):
+                    due = self.ttl_due_ms(table, item, attribute)
+                    if due is None:
+                        continue
+                    key = (item.hash_key, item.range_key)
+                    if due <= now_ms:
+                        deleted += self._expire(table, item, key, now_ms)
+                    else:
+                        heap.append((due, next(self._seq), name, key))
+            heapq.heapify(heap)
+            self._ttl_heap = heap
+        heap = self._ttl_heap
+        while heap and heap[0][0] <= now_ms:
+            _, _, name, key = heapq.heappop(heap)
+            found = self._ttl_table(name)
+            if found is None:
+                continue
+            table, attribute = found
+            try:
+                item = table.get_item(*key)
+            except Exception:  # noqa: BLE001
+                item = None
+            if item is None:
+                continue
+            due = self.ttl_due_ms(table, item, attribute)
+            if due is not None and due <= now_ms:  # else: changed since; its write pushed its own entry
+                deleted += self._expire(table, item, key, now_ms)
+        self.stats["ttl_deleted"] += deleted
+        return deleted
+
+    def _expire(self, table: Any, item: Any, key: tuple[Any, Any], now_ms: int) -> int:
+        if int(Decimal(item.attrs[table.ttl["AttributeName"]].value) * 1000) < now_ms - _FIVE_YEARS_MS:
+            return 0  # DynamoDB ignores TTLs more than five years in the past
+        stream = table.stream_shard
+        before = len(stream.items) if stream is not None else 0
+        table.delete_item(item.hash_key, item.range_key)  # moto adds the REMOVE stream record
+        if stream is not None and len(stream.items) > before:
+            # As DynamoDB marks deletions by TTL in a stream (GetRecords' member names).
+            stream.items[-1].record["userIdentity"] = {"Type": "Service", "PrincipalId": "dynamodb.amazonaws.com"}
+        self.record(table, key, item, None)
+        return 1
+
+    # ---------------------------------------------------------------- throttled transactions
+
+    def throttle_transaction(self, environ: dict[str, Any]) -> bytes | None:
+        """The error body of a TransactWriteItems refused as throttled, or ``None``: let it run."""
+        if not self.config.txn_throttle_rate or self.rng.random() >= self.config.txn_throttle_rate:
+            return None
+        from leasefence.faults import cancellation_message, cancellation_reasons, pick_throttled
+
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        try:
+            actions = json.loads(body or b"{}").get("TransactItems") or []
+        except ValueError:
+            return None  # let moto answer what it cannot parse either (the body is gone: it will refuse)
+        if not isinstance(actions, list) or not actions:
+            return None
+        provisioned = False
+        for action in actions:
+            op = next(iter(action.values()), {}) if isinstance(action, dict) and action else {}
+            backend = self.owned.get(op.get("TableName", "")) if isinstance(op, dict) else None
+            table = backend.tables.get(op["TableName"]) if backend is not None else None
+            if table is not None and getattr(table, "billing_mode", "") == "PROVISIONED":
+                provisioned = True
+        code = "ProvisionedThroughputExceeded" if provisioned else "ThrottlingError"
+        reasons = cancellation_reasons(len(actions), pick_throttled(len(actions), self.rng), code)
+        self.stats["txn_throttled"] += 1
+        return json.dumps({
+            "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+            "Message": cancellation_message(reasons),
+            "CancellationReasons": reasons,
+        }).encode()
+
+
+#: The fidelity state of the endpoint whose request this thread is serving (if it has one).
+_active = threading.local()
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], position: int, name: str) -> Any:
+    return args[position] if len(args) > position else kwargs.get(name)
+
+
+def install_fidelity_hooks() -> None:
+    """Record every item write (and answer index queries from the lagging view) for requests
+    served by an endpoint with a :class:`Fidelity`. For any other request, and for every
+    endpoint without one, the hooks call moto's own code unchanged."""
+    import copy
+
+    import moto.dynamodb.models as models
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    backend_class = models.DynamoDBBackend
+    if getattr(backend_class, "_leasefence_fidelity", False):
+        return
+    original_put, original_delete = backend_class.put_item, backend_class.delete_item
+    original_update, original_transact = backend_class.update_item, backend_class.transact_write_items
+    original_create, original_delete_table = backend_class.create_table, backend_class.delete_table
+    original_ttl, original_query = backend_class.update_time_to_live, Table.query
+
+    def owned_table(state: FidelityState, backend: Any, name: Any) -> Any:
+        table = backend.tables.get(name) if isinstance(name, str) else None
+        return table if table is not None and state.owned.get(table.name) is backend else None
+
+    def key_of(table: Any, values: dict[str, Any]) -> tuple[Any, Any] | None:
+        try:
+            hash_key = DynamoType(values[table.hash_key_attr])
+            range_key = DynamoType(values[table.range_key_attr]) if table.range_key_attr else None
+        except (KeyError, TypeError, IndexError, AttributeError):
+            return None
+        return hash_key, range_key
+
+    def put_item(self: Any, *args: Any, **kwargs: Any) -> Any:
+        state = getattr(_active, "state", None)
+        table = owned_table(state, self, _arg(args, kwargs, 0, "table_name")) if state is not None else None
+        key = key_of(table, _arg(args, kwargs, 1, "item_attrs") or {}) if table is not None else None
+        if key is None:
+            return original_put(self, *args, **kwargs)
+        old = table.get_item(*key)  # replaced, never changed in place: no copy needed
+        new = original_put(self, *args, **kwargs)
+        state.record(table, key, old, new)
+        return new
+
+    def delete_item(self: Any, *args: Any, **kwargs: Any) -> Any:
+        state = getattr(_active, "state", None)
+        table = owned_table(state, self, _arg(args, kwargs, 0, "table_name")) if state is not None else None
+        old = original_delete(self, *args, **kwargs)
+        if table is not None and old is not None:
+            state.record(table, (old.hash_key, old.range_key), old, None)
+        return old
+
+    def update_item(self: Any, *args: Any, **kwargs: Any) -> Any:
+        state = getattr(_active, "state", None)
+        table = owned_table(state, self, _arg(args, kwargs, 0, "table_name")) if state is not None else None
+        key = key_of(table, _arg(args, kwargs, 1, "key") or {}) if table is not None else None
+        if key is None:
+            return original_update(self, *args, **kwargs)
+        current = table.get_item(*key)
+        old = None
+        if current is not None:
+            # UpdateItem changes the stored item in place: keep what an index would read of it.
+            old = _shape_of(table).snapshot(current) if state.config.index_lag_ms and table.global_indexes else current
+        new = original_update(self, *args, **kwargs)
+        state.record(table, key, old, new)
+        return new
+
+    def transact_write_items(self: Any, *args: Any, **kwargs: Any) -> Any:
+        state = getattr(_active, "state", None)
+        if state is None:
+            return original_transact(self, *args, **kwargs)
+        state.staging = []  # index versions count only if the whole transaction commits
+        try:
+            result = original_transact(self, *args, **kwargs)
+        except BaseException:
+            state.staging = None
+            raise
+        state.commit_staged()
+        return result
+
+    def create_table(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        table = original_create(self, name, *args, **kwargs)
+        state = getattr(_active, "state", None)
+        if state is not None:
+            state.owned[table.name] = self
+        return table
+
+    def delete_table(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        table = original_delete_table(self, name, *args, **kwargs)
+        state = getattr(_active, "state", None)
+        if state is not None and state.owned.get(table.name) is self:
+            state.forget_table(table.name)
+        return table
+
+    def update_time_to_live(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original_ttl(self, *args, **kwargs)
+        state = getattr(_active, "state", None)
+        if state is not None:
+            state.scan_needed = True  # items already in the table may now be due
+        return result
+
+    def query(self: Any, *args: Any, **kwargs: Any) -> Any:
+        state = getattr(_active, "state", None)
+        if state is None or not state.pending or "all_items" in self.__dict__:
+            return original_query(self, *args, **kwargs)
+        index_name = _arg(args, kwargs, 7, "index_name")
+        if not index_name or state.owned.get(self.name) is None:
+            return original_query(self, *args, **kwargs)
+        if not any(index.name == index_name for index in self.global_indexes or []):
+            return original_query(self, *args, **kwargs)  # LSIs and unknown names: as moto does
+        candidates = state.index_candidates(self)
+        if candidates is None:
+            return original_query(self, *args, **kwargs)
+        self.all_items = lambda: candidates  # this call only (requests are serialized)
+        try:
+            return original_query(self, *args, **kwargs)
+        finally:
+            del self.all_items
+
+    backend_class.put_item = put_item
+    backend_class.delete_item = delete_item
+    backend_class.update_item = update_item
+    backend_class.transact_write_items = transact_write_items
+    backend_class.create_table = create_table
+    backend_class.delete_table = delete_table
+    backend_class.update_time_to_live = update_time_to_live
+    Table.query = query
+    backend_class._leasefence_fidelity = True
+
+
+class FidelityApp(SerializedApp):
+    """:class:`SerializedApp` plus the :class:`Fidelity` behaviours and the admin paths under
+    ``/__leasefence/`` (handled here, never by moto):
+
+    * ``GET /__leasefence/time``: ``{"now_ms": ..., "frozen": ...}`` (the endpoint clock);
+    * ``POST /__leasefence/time`` with ``{"now_ms": N}`` (freeze at N), ``{"advance_ms": N}`` or
+      ``{"wall": true}`` (back to the wall clock); answers as GET;
+    * ``POST /__leasefence/ttl/reap``: a full TTL deletion pass now, ``{"deleted": n, "now_ms": ...}``;
+    * ``GET /__leasefence/fidelity``: the configuration and counters.
+    """
+
+    def __init__(self, app: Any, fidelity: Fidelity) -> None:
+        super().__init__(app)
+        self.state = FidelityState(fidelity)
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        state = self.state
+        with self.lock:
+            if environ.get("PATH_INFO", "").startswith(ADMIN_PREFIX):
+                return self._admin(environ, start_response)
+            if state.ttl_due():
+                state.reap()
+            if state.config.txn_throttle_rate and environ.get("HTTP_X_AMZ_TARGET", "").endswith(".TransactWriteItems"):
+                refused = state.throttle_transaction(environ)
+                if refused is not None:
+                    start_response("400 Bad Request", [
+                        ("Content-Type", "application/x-amz-json-1.0"),
+                        ("x-amzn-RequestId", f"throttled-{state.stats['txn_throttled']}"),
+                        ("Content-Length", str(len(refused))),
+                    ])
+                    return [refused]
+            _active.state = state
+            try:
+                body = self.app(environ, start_response)
+                try:
+                    return [b"".join(body)]
+                finally:
+                    close = getattr(body, "close", None)
+                    if close is not None:
+                        close()
+            finally:
+                _active.state = None
+
+    def reap_if_due(self) -> None:
+        with self.lock:
+            if self.state.ttl_due():
+                self.state.reap()
+
+    def _admin(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        state, path, method = self.state, environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "GET")
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            request = json.loads(environ["wsgi.input"].read(length) or b"{}") if length else {}
+            if path == ADMIN_PREFIX + "time":
+                if method == "POST":
+                    if request.get("wall"):
+                        state.clock.set(None)
+                    elif "now_ms" in request:
+                        state.clock.set(int(request["now_ms"]))
+                    elif "advance_ms" in request:
+                        state.clock.advance(int(request["advance_ms"]))
+                    else:
+                        raise ValueError("expected now_ms, advance_ms or wall")
+                answer: dict[str, Any] = {"now_ms": state.clock.now_ms(), "frozen": state.clock.frozen_ms is not None}
+            elif path == ADMIN_PREFIX + "ttl/reap" and method == "POST":
+                answer = {"deleted": state.reap(full=True), "now_ms": state.clock.now_ms()}
+            elif path == ADMIN_PREFIX + "fidelity":
+                pending = sum(len(entries) for table in state.pending.values() for entries in table.values())
+                answer = {"config": asdict(state.config), "stats": {**state.stats, "index_versions_pending": pending,
+                                                                     "ttl_scheduled": len(state._ttl_heap)}}
+            else:
+                status, answer = "404 Not Found", {"error": f"no admin path {method} {path}"}
+                return self._json(start_response, status, answer)
+        except (ValueError, TypeError) as error:
+            return self._json(start_response, "400 Bad Request", {"error": str(error)})
+        return self._json(start_response, "200 OK", answer)
+
+    @staticmethod
+    def _json(start_response: Any, status: str, answer: dict[str, Any]) -> list[bytes]:
+        body = json.dumps(answer).encode()
+        start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+
+
+def _serve_in_child(host: str, port: int, ready: Any, fidelity: Fidelity | bool = False) -> None:
+    server = EmbeddedAws(host, port, fidelity=fidelity).start()
     ready.put(server.port)
     threading.Event().wait()  # until the parent terminates this process
 
 
 class EmbeddedAws:
     """moto's server, serialized, in a background thread (or, with ``process=True``, in a child
-    process, so the endpoint and its callers do not share one interpreter lock)."""
+    process, so the endpoint and its callers do not share one interpreter lock).
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, process: bool = False) -> None:
+    ``fidelity``: a :class:`Fidelity` (``True``: the defaults) makes it as unkind as DynamoDB (TTL
+    deletion, lagging indexes, throttled transactions); ``False`` keeps plain moto; ``None`` (the default) reads
+    :meth:`Fidelity.from_env`, which is off unless ``LEASEFENCE_FIDELITY`` is set.
+
+    In thread mode every endpoint of a process shares moto's one backend; an endpoint's
+    fidelity applies to the tables created through it and to the requests it serves.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, process: bool = False,
+                 fidelity: Fidelity | bool | None = None) -> None:
         self.host = host
         self.port = port
         self.process = process
+        if fidelity is None:
+            fidelity = Fidelity.from_env()
+        elif fidelity is True:
+            fidelity = Fidelity()
+        self.fidelity: Fidelity | None = fidelity if isinstance(fidelity, Fidelity) else None
         self._server: Any = None
         self.app: SerializedApp | None = None
         self._thread: threading.Thread | None = None
+        self._reaper: threading.Thread | None = None
+        self._stopping = threading.Event()
         self._child: Any = None
 
     def start(self) -> EmbeddedAws:
@@ -403,7 +1116,9 @@ class EmbeddedAws:
             use_local_credentials()
             context = multiprocessing.get_context("spawn")
             ready = context.Queue()
-            self._child = context.Process(target=_serve_in_child, args=(self.host, self.port, ready), daemon=True)
+            self._child = context.Process(
+                target=_serve_in_child, args=(self.host, self.port, ready, self.fidelity or False), daemon=True
+            )
             self._child.start()
             self.port = ready.get(timeout=120)
             return self
@@ -424,7 +1139,12 @@ class EmbeddedAws:
             install_fast_dispatch()
         logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # callers queue on the lock by design
 
-        self.app = SerializedApp(DomainDispatcherApplication(create_backend_app))
+        moto_app = DomainDispatcherApplication(create_backend_app)
+        if self.fidelity is not None:
+            install_fidelity_hooks()
+            self.app = FidelityApp(moto_app, self.fidelity)
+        else:
+            self.app = SerializedApp(moto_app)
         # waitress keeps HTTP/1.1 connections open (werkzeug's development server closes each
         # one after a single request: a new TCP connection and thread per request).
         self._server = create_server(
@@ -434,7 +1154,58 @@ class EmbeddedAws:
         self.port = self._server.effective_port
         self._thread = threading.Thread(target=self._server.run, name="embedded-aws", daemon=True)
         self._thread.start()
+        if isinstance(self.app, FidelityApp) and self.fidelity.ttl_deletion:
+            self._stopping.clear()
+            self._reaper = threading.Thread(target=self._reap_forever, name="embedded-aws-ttl", daemon=True)
+            self._reaper.start()
         return self
+
+    def _reap_forever(self) -> None:
+        """Deletes what TTL makes due while no request comes (a request looks for itself)."""
+        app = self.app
+        assert isinstance(app, FidelityApp)
+        while not self._stopping.wait(app.state.config.reap_interval_s):
+            app.reap_if_due()
+
+    # ------------------------------------------------------------------ fidelity controls
+
+    def _admin(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Call an admin path of this endpoint (in either mode: the same HTTP path)."""
+        import urllib.error
+        import urllib.request
+
+        if self.fidelity is None:
+            raise RuntimeError("this endpoint runs without fidelity (EmbeddedAws(fidelity=Fidelity(...)))")
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.endpoint + ADMIN_PREFIX + path, data=data, method="GET" if data is None else "POST",
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                return json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            raise RuntimeError(f"{path}: {error.read().decode(errors='replace')}") from error
+
+    def now_ms(self) -> int:
+        """The endpoint clock (epoch ms): what TTL deletion compares against."""
+        return int(self._admin("time")["now_ms"])
+
+    def set_time(self, now_ms: int | None) -> int:
+        """Freeze the endpoint clock at ``now_ms`` (``None``: back to the wall clock)."""
+        return int(self._admin("time", {"wall": True} if now_ms is None else {"now_ms": int(now_ms)})["now_ms"])
+
+    def advance_time(self, ms: int) -> int:
+        """Move the endpoint clock ``ms`` forward (frozen or not); returns the new now."""
+        return int(self._admin("time", {"advance_ms": int(ms)})["now_ms"])
+
+    def reap_ttl(self) -> int:
+        """Run a full TTL deletion pass now; returns how many items it deleted."""
+        return int(self._admin("ttl/reap", {})["deleted"])
+
+    def fidelity_stats(self) -> dict[str, Any]:
+        """The fidelity configuration and counters (TTL deletions, lagged index queries, ...)."""
+        return self._admin("fidelity")
 
     @property
     def endpoint(self) -> str:
@@ -454,6 +1225,10 @@ class EmbeddedAws:
         return spec
 
     def stop(self) -> None:
+        self._stopping.set()
+        if self._reaper is not None:
+            self._reaper.join(timeout=5)
+            self._reaper = None
         if self._child is not None:
             self._child.terminate()
             self._child.join(timeout=10)
