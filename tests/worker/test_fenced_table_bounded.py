@@ -223,7 +223,8 @@ def test_zombie_pauses_after_claim_and_its_pruned_entry_still_refuses_it(ddb, en
 
     def reconcile(job):
         posted = (table.read(account) or {}).get("posted", [])
-        return Reconciled.done("posted") if any(p.startswith(f"{job.operation_id}@") for p in posted) else Reconciled.not_done()
+        done = any(p.startswith(f"{job.operation_id}@") for p in posted)
+        return Reconciled.done("posted") if done else Reconciled.not_done()
 
     handler = FunctionHandler(run, reconcile, on_claim)
 

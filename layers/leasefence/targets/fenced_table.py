@@ -42,21 +42,25 @@ Why this is safe. For every operation, the item holds either its entry, with the
 that wrote, or a horizon at least the claim time of that fence, because a prune removes an entry
 only while raising the horizon to cover it. A holder's claim time is never later than its
 successor's: a takeover happens only after the old lease has expired, in the claim's own
-condition, and the new claim time is the time that condition was checked against; so a stale
-holder meets either a higher fence or a horizon not older than its claim, and is refused forever.
+condition, and the new claim time is the time that condition was checked against (a claim after
+a requeue is checked against the time the operation became due again, set after the old lease
+expired: that one needs the engine instances' clocks to agree within a lease). So a stale holder
+meets either a higher fence or a horizon not older than its claim, and is refused forever.
 No writer's clock takes part in that argument (the pruner's clock only chooses what to prune,
 except for entries of unknown time, where it must not lag the engine's clocks by more than a
 lease). The cost is liveness: an honest holder whose own entry was pruned and whose claim is
 older than the horizon is refused too (:class:`HorizonRefused`, a :class:`LostOwnership`: its
 lease lapses and the next claim reconciles). That happens only to an operation that writes the
-item again after more than N/2 operations claimed after it have written the item, or after its
-claim has aged past the prune age; N must exceed twice the number of operations that write one
-item during one job's run.
+item again after about N/2 operations claimed after it have written the item, or after its
+claim has aged past the prune age; so N should exceed twice the number of operations that write
+one item while one job runs. Pruning entries of unknown time (below) raises the horizon to the
+pruner's clock: operations claimed before that which had not yet written the item are refused
+once (liveness, during an upgrade only).
 
 Size bound. An entry is a 49-byte name and a number of at most 21 bytes (10 for a fence below
 100,000 with a 13-digit time); the horizon 10 + at most 21 bytes. After any write the item holds
 at most N entries, plus one for each other write in flight: fence bookkeeping stays under
-``N * 70 + 31`` bytes (4,511 at N = 64; about 3.8 KB in practice) however many operations write
+``N * 70 + 31`` bytes (4,511 at N = 64; about 3.7 KB in practice) however many operations write
 the item. Each write still costs 1 write unit per KB of the whole item, so a smaller N makes
 writes cheaper and needs more prunes.
 
@@ -138,9 +142,14 @@ def parse_entry(value: Any) -> tuple[int, int | None]:
 
 
 def state_of(item: dict[str, Any] | None) -> FenceState:
-    """The fence bookkeeping of an item as :func:`decode` returns it (numbers exact)."""
+    """The fence bookkeeping of an item as :func:`decode` returns it (numbers exact). Anything
+    under the entry prefix that is not a number is not an entry of ours and is left alone."""
     item = item or {}
-    entries = {name: parse_entry(value) for name, value in item.items() if name.startswith(ENTRY_PREFIX)}
+    entries = {
+        name: parse_entry(value)
+        for name, value in item.items()
+        if name.startswith(ENTRY_PREFIX) and isinstance(value, (int, Decimal)) and not isinstance(value, bool)
+    }
     horizon = item.get(HORIZON)
     return FenceState(entries, None if horizon is None else int(horizon))
 
@@ -224,6 +233,7 @@ class FencedTable:
         self._maybe_prune(key, item, keep=attr)
 
     def read(self, key: dict[str, Any]) -> dict[str, Any] | None:
+        """The item (fence entries come back as floats here: :meth:`fence_state` is exact)."""
         return self.store.get(key)
 
     def fence_state(self, key: dict[str, Any]) -> FenceState:
