@@ -1,43 +1,207 @@
 """Class B: a DynamoDB table (or any store with conditional writes) that carries fences.
 
-Each target item keeps, per operation that writes it, the highest fence it has seen, in an
-attribute named after the operation's identity digest. Every write through :class:`FencedTable`
-is conditional on that fence not being higher than the writer's, inside the write. Two
-subtleties:
+Each target item keeps, per operation that writes it, the highest fence it has seen, and every
+write through :class:`FencedTable` is conditional on that fence not being higher than the
+writer's, inside the write (one conditional ``UpdateItem``; never read-compare-write). Fences are
+per operation, so an item written by several operations compares each operation's fence
+separately. A stale holder must be refused even before the new holder's first write, so a new
+holder calls :meth:`FencedTable.raise_fence` right after its claim (a write that only raises the
+fence) and before it reconciles or acts. A stale write that landed before the raise is visible to
+the new holder's reconcile; one that comes after it is refused.
 
-- fences are per operation, so an item written by several operations compares each operation's
-  fence separately (one attribute each);
-- a stale holder must be refused even before the new holder's first write, so a new holder calls
-  :meth:`FencedTable.raise_fence` right after its claim (a write that only raises the fence) and
-  before it reconciles or acts. A stale write that landed before the raise is visible to the new
-  holder's reconcile; one that comes after it is refused.
+Bounded items
+-------------
+An item written by many operations (an account balance) would otherwise keep one fence entry per
+operation forever and reach DynamoDB's 400 KB item limit after about 8,000 of them. So entries are
+pruned, and what pruning forgets is summed up in one number, the item's *horizon*:
+
+- ``lf_fence_<40 hex digits of the operation's identity digest>``: one entry per operation, a
+  number ``F.T``: its integer part ``F`` is the highest fence of that operation that wrote the
+  item, its 13 fraction digits ``T`` that holder's claim time in ms since the epoch
+  (``claim.lease_expires_at - claim.lease_ms``), i.e. ``F + T * 10**-13``. A plain integer (what
+  earlier versions wrote) is an entry whose claim time is unknown.
+- ``lf_horizon``: the latest claim time (ms) of any entry ever pruned from the item; absent until
+  the first prune. It only rises.
+
+A write by fence ``F`` of an operation claimed at ``C`` sets the entry to ``F.C`` under
+
+    entry < F + 1  OR  (no entry AND (no horizon OR horizon < C))
+
+(plus the caller's own guard). After its write (the write returns the new item), a writer that
+finds ``max_entries`` (N, default 64) or more entries, or at least N/4 entries whose claim time
+is older than ``prune_age_ms`` (default one day, by this writer's clock), removes the oldest
+entries (by claim time; entries of unknown time first) down to N/2, and all of those older than
+the prune age, keeping its own, in one more conditional ``UpdateItem``: each removed entry is
+pinned to the exact value it read, and the horizon is raised to the latest claim time removed
+(the pruner's clock, if it is later, when an entry of unknown time is removed) on condition that
+it is not already higher. A refused prune (someone changed the item in between) changes nothing
+and is not reported to the caller; the next write tries again. Cost: one extra write per N/2 new
+operations on a busy item, at most one per N/4 on a quiet one.
+
+Why this is safe. For every operation, the item holds either its entry, with the highest fence
+that wrote, or a horizon at least the claim time of that fence, because a prune removes an entry
+only while raising the horizon to cover it. A holder's claim time is never later than its
+successor's: a takeover happens only after the old lease has expired, in the claim's own
+condition, and the new claim time is the time that condition was checked against (a claim after
+a requeue is checked against the time the operation became due again, set after the old lease
+expired: that one needs the engine instances' clocks to agree within a lease). So a stale holder
+meets either a higher fence or a horizon not older than its claim, and is refused forever.
+No writer's clock takes part in that argument (the pruner's clock only chooses what to prune,
+except for entries of unknown time, where it must not lag the engine's clocks by more than a
+lease). The cost is liveness: an honest holder whose own entry was pruned and whose claim is
+older than the horizon is refused too (:class:`HorizonRefused`, a :class:`LostOwnership`: its
+lease lapses and the next claim reconciles). That happens only to an operation that writes the
+item again after about N/2 operations claimed after it have written the item, or after its
+claim has aged past the prune age; so N should exceed twice the number of operations that write
+one item while one job runs. Pruning entries of unknown time (below) raises the horizon to the
+pruner's clock: operations claimed before that which had not yet written the item are refused
+once (liveness, during an upgrade only).
+
+Size bound. An entry is a 49-byte name and a number of at most 21 bytes (10 for a fence below
+100,000 with a 13-digit time); the horizon 10 + at most 21 bytes. After any write the item holds
+at most N entries, plus one for each other write in flight: fence bookkeeping stays under
+``N * 70 + 31`` bytes (4,511 at N = 64; about 3.7 KB in practice) however many operations write
+the item. Each write still costs 1 write unit per KB of the whole item, so a smaller N makes
+writes cheaper and needs more prunes.
+
+Upgrading: entries written by earlier versions (plain integers) are honoured as fences and pruned
+first (their claim time being unknown, the horizon rises to the pruner's clock). Earlier versions
+do not know the horizon: stop every old writer of a table before any new one prunes it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Callable
 
-from leasefence.errors import TargetRefused
-from leasefence.store import ConditionFailed, Store
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
+
+from leasefence.clock import Clock, system_clock
+from leasefence.errors import LeaseFenceError, TargetRefused
+from leasefence.model import Claim
+from leasefence.store import Store, translate
 from leasefence.targets.identity import identity_digest
 from leasefence.worker.runtime import Job, LostOwnership
 
+ENTRY_PREFIX = "lf_fence_"
+HORIZON = "lf_horizon"
+#: Claim times are 13-digit milliseconds (until the year 2286): the fraction of an entry.
+TIME_DIGITS = 13
+_SCALE = 10**TIME_DIGITS
+#: Entries removed by one prune at most (keeps the expressions well under 4 KB); a bigger backlog
+#: (an item from before pruning) shrinks by this much per write.
+MAX_PRUNE_BATCH = 100
+DEFAULT_MAX_ENTRIES = 64
+DEFAULT_PRUNE_AGE_MS = 24 * 3600 * 1000
+
+_SERIALIZER = TypeSerializer()
+_DESERIALIZER = TypeDeserializer()
+
+
+class HorizonRefused(LostOwnership):
+    """The target no longer has this operation's fence entry (it was pruned), and its horizon is
+    not older than this claim. Either a stale holder, refused for safety, or an honest holder
+    whose claim outlived the item's memory, refused for liveness: stop, the lease will lapse and
+    the next claim reconciles."""
+
+
+@dataclass(frozen=True)
+class FenceState:
+    """The fence bookkeeping of one item: per entry name, ``(fence, claim time or None)``."""
+
+    entries: dict[str, tuple[int, int | None]]
+    horizon: int | None
+
 
 def fence_attribute(tenant_id: str, operation_id: str) -> str:
-    return "lf_fence_" + identity_digest(tenant_id, operation_id)[:40]
+    return ENTRY_PREFIX + identity_digest(tenant_id, operation_id)[:40]
+
+
+def claimed_at(claim: Claim) -> int:
+    """When the claim was granted, in ms: the engine set ``lease_expires_at = now + lease_ms``."""
+    return claim.lease_expires_at - claim.lease_ms
+
+
+def entry_value(fence: int, claim_time: int) -> Decimal:
+    """``fence + claim_time * 10**-13``: fence and claim time in one number."""
+    if not 0 < claim_time < _SCALE:
+        raise ValueError(f"claim time {claim_time} is not a {TIME_DIGITS}-digit ms time")
+    if fence < 0:
+        raise ValueError("fences are not negative")
+    return Decimal(fence) + Decimal(claim_time).scaleb(-TIME_DIGITS)
+
+
+def parse_entry(value: Any) -> tuple[int, int | None]:
+    """``(fence, claim time)``; the claim time is None for an entry from an earlier version."""
+    number = Decimal(str(value))
+    fence = int(number)
+    time = int((number - fence).scaleb(TIME_DIGITS))
+    return fence, (time or None)
+
+
+def state_of(item: dict[str, Any] | None) -> FenceState:
+    """The fence bookkeeping of an item as :func:`decode` returns it (numbers exact). Anything
+    under the entry prefix that is not a number is not an entry of ours and is left alone."""
+    item = item or {}
+    entries = {
+        name: parse_entry(value)
+        for name, value in item.items()
+        if name.startswith(ENTRY_PREFIX) and isinstance(value, (int, Decimal)) and not isinstance(value, bool)
+    }
+    horizon = item.get(HORIZON)
+    return FenceState(entries, None if horizon is None else int(horizon))
+
+
+def decode(raw: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A wire-format item with its numbers as exact ``Decimal`` (``Store`` turns fractions into
+    floats, which would blur a 13-digit claim time)."""
+    if raw is None:
+        return None
+    return {name: _DESERIALIZER.deserialize(value) for name, value in raw.items()}
+
+
+class _Refused(Exception):
+    def __init__(self, item: dict[str, Any] | None) -> None:
+        super().__init__("condition failed")
+        self.item = item
 
 
 class FencedTable:
-    """Fenced writes to one target table."""
+    """Fenced writes to one target table, with per-item fence entries kept to a fixed number.
 
-    def __init__(self, client: Any, table_name: str, events: Callable[[str, float], None] | None = None) -> None:
+    ``max_entries`` (N) and ``prune_age_ms`` bound the item (see the module docstring); ``clock``
+    (ms) is used only to tell which entries are older than the prune age.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        table_name: str,
+        events: Callable[[str, float], None] | None = None,
+        *,
+        clock: Clock | None = None,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        prune_age_ms: int = DEFAULT_PRUNE_AGE_MS,
+    ) -> None:
+        if max_entries < 2:
+            raise ValueError("max_entries must be at least 2")
+        if prune_age_ms <= 0:
+            raise ValueError("prune_age_ms must be positive")
         self.store = Store(table_name, client=client)
         self.events = events if events is not None else (lambda name, value: None)
+        self.clock = clock if clock is not None else system_clock
+        self.max_entries = max_entries
+        self.prune_age_ms = prune_age_ms
+
+    # ------------------------------------------------------------ public
 
     def raise_fence(self, job: Job, key: dict[str, Any]) -> None:
         """Make the target refuse every lower fence of this operation from now on."""
         attr = fence_attribute(job.tenant_id, job.operation_id)
-        self._write(job, key, "SET #lf = :f", {"#lf": attr}, {":f": job.fence}, business=None)
+        item = self._write(job, key, "SET #lf = :e", {"#lf": attr}, {":e": self._entry(job)}, business=None)
+        self._maybe_prune(key, item, keep=attr)
 
     def write(
         self,
@@ -54,8 +218,8 @@ class FencedTable:
         job.guard()
         attr = fence_attribute(job.tenant_id, job.operation_id)
         all_names = {"#lf": attr, **(names or {})}
-        all_values: dict[str, Any] = {":f": job.fence, **(condition_values or {})}
-        sets = ["#lf = :f"]
+        all_values: dict[str, Any] = {":e": self._entry(job), **(condition_values or {})}
+        sets = ["#lf = :e"]
         for i, (name, value) in enumerate(values.items()):
             all_names[f"#v{i}"] = name
             all_values[f":v{i}"] = value
@@ -65,22 +229,138 @@ class FencedTable:
             all_values[f":a{i}"] = list(items)
             all_values[":empty"] = []
             sets.append(f"#a{i} = list_append(if_not_exists(#a{i}, :empty), :a{i})")
-        self._write(job, key, "SET " + ", ".join(sets), all_names, all_values, business=condition)
-
-    def _write(self, job: Job, key: dict[str, Any], update: str, names: dict[str, str], values: dict[str, Any],
-               business: str | None) -> None:
-        job.guard()
-        fence_ok = "(attribute_not_exists(#lf) OR #lf <= :f)"
-        condition = f"{fence_ok} AND ({business})" if business else fence_ok
-        try:
-            self.store.update(key, update, condition, names, values, returns="NONE")
-        except ConditionFailed as refused:
-            seen = (refused.item or {}).get(names["#lf"])
-            if seen is not None and int(seen) > job.fence:
-                self.events("StaleTargetWritesRejected", 1)
-                job.lose(f"target has seen fence {seen}")
-                raise LostOwnership(f"target refused fence {job.fence}: it has seen {seen}") from None
-            raise TargetRefused("the target's own condition was not met") from None
+        item = self._write(job, key, "SET " + ", ".join(sets), all_names, all_values, business=condition)
+        self._maybe_prune(key, item, keep=attr)
 
     def read(self, key: dict[str, Any]) -> dict[str, Any] | None:
+        """The item (fence entries come back as floats here: :meth:`fence_state` is exact)."""
         return self.store.get(key)
+
+    def fence_state(self, key: dict[str, Any]) -> FenceState:
+        """The item's fence entries and horizon, read consistently."""
+        response = self._call("get_item", Key=self._key(key), ConsistentRead=True)
+        return state_of(decode(response.get("Item")))
+
+    # ------------------------------------------------------------ the fenced write
+
+    @staticmethod
+    def _entry(job: Job) -> Decimal:
+        return entry_value(job.fence, claimed_at(job.claim))
+
+    def _write(self, job: Job, key: dict[str, Any], update: str, names: dict[str, str], values: dict[str, Any],
+               business: str | None) -> dict[str, Any] | None:
+        """One conditional write under the fence; returns the item as it is after it."""
+        job.guard()
+        claim_time = claimed_at(job.claim)
+        fence_ok = "(#lf < :fnext OR (attribute_not_exists(#lf) AND (attribute_not_exists(#hz) OR #hz < :claimed)))"
+        condition = f"{fence_ok} AND ({business})" if business else fence_ok
+        try:
+            response = self._call(
+                "update_item",
+                Key=self._key(key),
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames={**names, "#hz": HORIZON},
+                ExpressionAttributeValues=_attrs({**values, ":fnext": job.fence + 1, ":claimed": claim_time}),
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except _Refused as refused:
+            state = state_of(refused.item)
+            seen = state.entries.get(names["#lf"])
+            if seen is not None and seen[0] > job.fence:
+                self.events("StaleTargetWritesRejected", 1)
+                job.lose(f"target has seen fence {seen[0]}")
+                raise LostOwnership(f"target refused fence {job.fence}: it has seen {seen[0]}") from None
+            if seen is None and state.horizon is not None and state.horizon >= claim_time:
+                self.events("TargetHorizonRefusals", 1)
+                reason = (
+                    f"target refused fence {job.fence}: it no longer keeps this operation's fence entry "
+                    f"and its horizon ({state.horizon}) is not older than this claim ({claim_time}): "
+                    "a stale holder, or a claim older than what the item remembers"
+                )
+                job.lose(reason)
+                raise HorizonRefused(reason) from None
+            raise TargetRefused("the target's own condition was not met") from None
+        return decode(response.get("Attributes"))
+
+    # ------------------------------------------------------------ pruning
+
+    def _maybe_prune(self, key: dict[str, Any], item: dict[str, Any] | None, keep: str) -> None:
+        """After a write: if the item holds too many (or too old) entries, remove the oldest in
+        one conditional update pinned to their values. Never raises for a refusal."""
+        if item is None:
+            return
+        state = state_of(item)
+        now = self.clock()
+        victims = self._victims(state, keep, now)
+        if not victims:
+            return
+        times = [time for _, (_, time) in victims if time is not None]
+        horizon = max(times) if times else now
+        if len(times) < len(victims):  # entries of unknown claim time: the pruner's clock bounds it
+            horizon = max(horizon, now)
+        if state.horizon is not None:
+            horizon = max(horizon, state.horizon)
+        names = {"#hz": HORIZON}
+        values: dict[str, Any] = {":h": horizon}
+        pins = []
+        for i, (name, _) in enumerate(victims):
+            names[f"#p{i}"] = name
+            values[f":p{i}"] = item[name]
+            pins.append(f"#p{i} = :p{i}")
+        try:
+            self._call(
+                "update_item",
+                Key=self._key(key),
+                UpdateExpression=f"REMOVE {', '.join(f'#p{i}' for i in range(len(victims)))} SET #hz = :h",
+                ConditionExpression=f"{' AND '.join(pins)} AND (attribute_not_exists(#hz) OR #hz <= :h)",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=_attrs(values),
+                ReturnValues="NONE",
+            )
+        except _Refused:
+            self.events("TargetPrunesRefused", 1)
+            return
+        except LeaseFenceError:  # busy, unreachable: the write itself succeeded; prune next time
+            self.events("TargetPrunesFailed", 1)
+            return
+        self.events("TargetPrunes", 1)
+        self.events("TargetEntriesPruned", len(victims))
+
+    def _victims(self, state: FenceState, keep: str, now: int) -> list[tuple[str, tuple[int, int | None]]]:
+        """The entries to remove: oldest claim first (unknown time first), never ``keep``."""
+        entries = state.entries
+        oldest_first = sorted(
+            ((name, entry) for name, entry in entries.items() if name != keep),
+            key=lambda pair: (pair[1][1] is not None, pair[1][1] or 0, pair[0]),
+        )
+        cutoff = now - self.prune_age_ms
+        expired = sum(1 for _, (_, time) in oldest_first if time is None or time <= cutoff)
+        count = 0
+        if len(entries) >= self.max_entries:
+            count = max(len(entries) - self.max_entries // 2, expired)
+        elif expired >= max(1, self.max_entries // 4):
+            count = expired
+        return oldest_first[: min(count, MAX_PRUNE_BATCH)]
+
+    # ------------------------------------------------------------ the store
+
+    def _key(self, key: dict[str, Any]) -> dict[str, Any]:
+        return _attrs(key)
+
+    def _call(self, method: str, **kwargs: Any) -> dict[str, Any]:
+        """A raw client call: numbers come back exact; a failed condition raises :class:`_Refused`
+        with the item as it is now, anything else the domain error ``Store`` would raise."""
+        try:
+            return getattr(self.store.client, method)(TableName=self.store.table_name, **kwargs)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                raise _Refused(decode(error.response.get("Item"))) from None
+            raise translate(error) from error
+        except Exception as error:  # noqa: BLE001 - translated, never swallowed
+            raise translate(error) from error
+
+
+def _attrs(values: dict[str, Any]) -> dict[str, Any]:
+    return {name: _SERIALIZER.serialize(value) for name, value in values.items()}
