@@ -299,8 +299,6 @@ def test_endpoint_throttles_a_seeded_fraction_of_transactions():
         assert aws.fidelity_stats()["stats"]["txn_throttled"] == 30 - len(committed)
 
 
-@pytest.mark.xfail(strict=True, reason="store.translate does not yet treat ThrottlingError / ProvisionedThroughputExceeded "
-                                       "cancellation reasons as transient (store.py belongs to the engine branch)")
 def test_engine_treats_a_throttled_transaction_as_retryable():
     from leasefence.errors import Unavailable
     from leasefence.faults import throttled_transaction_error
