@@ -1088,11 +1088,14 @@ class Engine:
             )
             for entry in page.items:
                 result.examined += 1
-                item = self.store.get(self._key(entry["tenant_id"], entry["operation_id"]))
-                if item is None or PURGE_PK not in item or int(item.get(PURGE_SK, 2**62)) > self.clock():
-                    continue  # the index was behind the table
-                if self._purge_one(item):
-                    result.purged += 1
+                try:
+                    item = self.store.get(self._key(entry["tenant_id"], entry["operation_id"]))
+                    if item is None or PURGE_PK not in item or int(item.get(PURGE_SK, 2**62)) > self.clock():
+                        continue  # the index was behind the table
+                    if self._purge_one(item):
+                        result.purged += 1
+                except Unavailable:
+                    result.failed += 1  # still due: the next run tries again
         if result.purged:
             self.events("PayloadsPurged", result.purged)
         return result

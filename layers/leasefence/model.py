@@ -208,6 +208,7 @@ class TenantErasure:
 class PurgeResult:
     examined: int = 0
     purged: int = 0
+    failed: int = 0  # transient store failures: those payloads stay due for the next run
 
 
 @dataclass

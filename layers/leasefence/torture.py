@@ -9,7 +9,20 @@ instrumented targets of classes A to D, over the embedded stack, while faults ar
 * ``throttle`` / ``txn_conflict``: DynamoDB throttling and transaction conflicts;
 * ``ambiguous_call``: a class C or D call whose answer is lost;
 * ``replay`` / ``conflict``: an enqueue repeated with the same payload, or with another one;
-* ``sweep``: sweeper runs at random moments, concurrently with claims.
+* ``sweep``: sweeper runs at random moments, concurrently with claims (parking expired final
+  attempts, and purging payloads whose retention after their operation's end has passed);
+* ``txn_throttle``: a transaction cancelled with throttling reasons, as DynamoDB reports it.
+
+The embedded endpoint is as unkind as DynamoDB here (:class:`~leasefence.local.embedded.Fidelity`):
+index queries lag the table, and TTL deletes expired items. Payloads are stored inline in the
+embedded S3 and every handler loads and checks its payload before its side effect.
+
+Then the **months phase** (``Settings.months``): workers pause, a backlog is enqueued, and the clock
+jumps 45 days (past the payload retention), then 300 more days (within the 400-day identity
+retention) while operations are queued, parked or finished: old ``unknown`` operations are
+requeued, finished ones replayed and conflicted, some finished and some queued operations erased
+in the middle, payloads purged and TTL deletions run. Finally the clock jumps past the identity
+retention and TTL deletes every ended identity (the window, measured).
 
 Then a checker reads the final table and the targets' own records. The seed fixes the workload
 and every fault decision (each is a hash of the seed and of what it applies to, not a draw from
@@ -42,9 +55,10 @@ from leasefence.demo.kits import (
     SingleShotKit,
     overtaken,
 )
-from leasefence.engine import Engine
-from leasefence.errors import PayloadConflict, Unavailable
-from leasefence.faults import AFTER, BEFORE, CONFLICT, THROTTLE, FaultyClient
+from leasefence.engine import DAY_MS, Engine
+from leasefence.errors import InvalidTransition, PayloadConflict, PayloadMissing, Unavailable
+from leasefence.faults import AFTER, BEFORE, CONFLICT, THROTTLE, TXN_THROTTLE, FaultyClient
+from leasefence.payloads import PayloadStore, canonicalize
 from leasefence.model import Claim, State, TargetClass
 from leasefence.schema import TableSpec
 from leasefence.targets.idempotent_api import InMemoryIdempotentApi, idempotency_key
@@ -80,18 +94,29 @@ class Settings:
     window: int = 0  # operations enqueued but not yet final, at most (0: four per worker)
     timeout_s: float = 0.0  # wall-clock budget; 0: 300 s plus 0.25 s per operation
     progress: bool = False  # a line on stderr every tenth of the run
+    months: bool = True  # the months phase: clock jumps past the retention windows
+    fidelity: bool = True  # TTL deletion and index lag in the embedded endpoint
+    index_lag_ms: int = 250  # wall-clock lag of index queries (per item, seeded, up to this)
+    identity_retention_days: int = 400
+    payload_retention_days: int = 30
 
 
 class FastClock:
-    """Engine time: starts at the wall clock and runs ``speed`` times faster."""
+    """Engine time: starts at the wall clock and runs ``speed`` times faster; :meth:`jump` moves
+    it days or months ahead at once (the months phase)."""
 
     def __init__(self, speed: float) -> None:
         self.speed = speed
         self.origin_ms = time.time_ns() // 1_000_000
         self.t0 = time.monotonic()
+        self.jumped_ms = 0
 
     def __call__(self) -> int:
-        return self.origin_ms + int((time.monotonic() - self.t0) * 1000 * self.speed)
+        return self.origin_ms + self.jumped_ms + int((time.monotonic() - self.t0) * 1000 * self.speed)
+
+    def jump(self, ms: int) -> int:
+        self.jumped_ms += ms
+        return self()
 
     def wall_seconds(self, engine_ms: float) -> float:
         return engine_ms / self.speed / 1000
@@ -104,6 +129,7 @@ class Report:
     history: dict[tuple[str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
     violations: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    purged: int = 0  # payloads the sweeper deleted after their retention (or erasure)
 
     def note(self, tenant_id: str, operation_id: str, event: str) -> None:
         with self.lock:
@@ -124,14 +150,28 @@ class Report:
 
 
 class ChaosHooks(Hooks):
-    """Stalls before the side effect and crashes after it, decided per (operation, fence)."""
+    """Stalls before the side effect and crashes after it, decided per (operation, fence). Before
+    any side effect the handler loads its payload and checks it is its operation's."""
 
     def __init__(self, settings: Settings, clock: FastClock, report: Report, observer: Engine) -> None:
         super().__init__()
         self.settings, self.clock, self.report = settings, clock, report
         self.observer = observer
+        self.erased: set[tuple[str, str]] = set()
 
     def before(self, job: Job) -> None:
+        try:
+            payload = job.payload
+        except PayloadMissing:
+            self.report.note(job.tenant_id, job.operation_id, f"payload missing at fence {job.fence}")
+            if (job.tenant_id, job.operation_id) not in self.erased:
+                self.report.violate("payload_lost", job.tenant_id, job.operation_id,
+                                    "a live operation's payload was gone when its handler ran")
+            raise
+        if payload != _payload(job.tenant_id, job.operation_id):
+            self.report.violate("ran_without_payload", job.tenant_id, job.operation_id,
+                                f"the handler got {payload!r} instead of its payload")
+            raise Crash()
         if _chance(self.settings.seed, "stall", job.tenant_id, job.operation_id, job.fence) < self.settings.stall_rate:
             self.report.fault("stall", job.tenant_id, job.operation_id, f"fence {job.fence}")
             time.sleep(self.clock.wall_seconds(self.settings.lease_ms * 1.5))
@@ -203,13 +243,14 @@ class StoreChaos:
         if _chance(self.seed, "store", method, subject, nth) >= self.rate:
             return None
         if method == "transact_write_items":
-            modes = [BEFORE, THROTTLE, AFTER, CONFLICT, CONFLICT]
+            modes = [BEFORE, THROTTLE, AFTER, CONFLICT, CONFLICT, TXN_THROTTLE]
         elif method in ("update_item", "put_item"):
             modes = [BEFORE, THROTTLE, AFTER, AFTER]
         else:
             modes = [BEFORE, THROTTLE]
         mode = modes[int(_chance(self.seed, "store-mode", method, subject, nth) * len(modes))]
-        self.report.fault({AFTER: "lost_response", BEFORE: "not_sent", THROTTLE: "throttle", CONFLICT: "txn_conflict"}[mode])
+        self.report.fault({AFTER: "lost_response", BEFORE: "not_sent", THROTTLE: "throttle", CONFLICT: "txn_conflict",
+                           TXN_THROTTLE: "txn_throttle"}[mode])
         return mode
 
 
@@ -255,7 +296,7 @@ class RecordingBackend(EngineBackend):
     worker finished (for the window)."""
 
     def __init__(self, engine: Engine, tenants: list[str], report: Report, window: Window) -> None:
-        super().__init__(engine, tenants)
+        super().__init__(engine, tenants, payload_loader=lambda claim: json.loads(engine.payload(claim)))
         self.report = report
         self.window = window
         self.claims: list[tuple[str, str, int]] = []
@@ -293,23 +334,34 @@ class RecordingBackend(EngineBackend):
         self._finished(claim)
 
 
+def _payload(tenant_id: str, operation_id: str, variant: str = "") -> dict[str, str]:
+    """Each operation's own payload (a variant: another payload under the same id)."""
+    return {"tenant": tenant_id, "operation": operation_id, **({"variant": variant} if variant else {})}
+
+
 def _payload_hash(tenant_id: str, operation_id: str, variant: str = "") -> str:
-    return "sha256:" + hashlib.sha256(f"{tenant_id}\x00{operation_id}\x00{variant}".encode()).hexdigest()
+    return canonicalize(_payload(tenant_id, operation_id, variant)).hash
 
 
 def run_torture(settings: Settings) -> dict[str, Any]:
-    from leasefence.local.embedded import EmbeddedAws
+    from leasefence.local.embedded import EmbeddedAws, Fidelity
 
     started = time.monotonic()
     report = Report(settings)
     clock = FastClock(settings.speed)
     tenants = [f"tenant-{i}" for i in range(settings.tenants)]
-    with EmbeddedAws(process=True) as aws:
+    fidelity = Fidelity(index_lag_ms=settings.index_lag_ms, seed=settings.seed) if settings.fidelity else False
+    with EmbeddedAws(process=True, fidelity=fidelity) as aws:
         spec = aws.create_tables(TableSpec(table_name="torture-operations", due_shards=2, sweep_shards=2))
         client = aws.client()
-        engine = Engine(client=FaultyClient(client, chaos=StoreChaos(settings, report)), spec=spec, clock=clock,
-                        rng=random.Random(settings.seed))
-        checker_engine = Engine(client=client, spec=spec, clock=clock)
+        s3 = aws.client("s3")
+        s3.create_bucket(Bucket="torture-payloads")
+        payloads = PayloadStore("torture-payloads", client=s3)
+        retention = {"identity_retention_ms": settings.identity_retention_days * DAY_MS,
+                     "payload_retention_ms": settings.payload_retention_days * DAY_MS}
+        engine = Engine(client=FaultyClient(client, chaos=StoreChaos(settings, report), rng=random.Random(settings.seed)),
+                        spec=spec, clock=clock, rng=random.Random(settings.seed), payloads=payloads, **retention)
+        checker_engine = Engine(client=client, spec=spec, clock=clock, payloads=payloads, **retention)
         hooks = ChaosHooks(settings, clock, report, observer=checker_engine)
         kits: dict[TargetClass, Kit] = {
             TargetClass.A: SameTableKit(client, "torture-orders", hooks=hooks),
@@ -334,7 +386,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
         window = Window(settings.window or 4 * settings.workers, checker_engine)
         backend = RecordingBackend(engine, tenants, report, window)
         handlers = {kit.job_type: kit.handler() for kit in kits.values()}
-        stop = threading.Event()
+        stop, paused = threading.Event(), threading.Event()
         workers = [
             Worker(backend, handlers, worker_id=f"w{i}", lease_ms=settings.lease_ms,
                    heartbeat_interval_ms=max(10, int(settings.lease_ms / settings.speed / 3)), idle_sleep_ms=10)
@@ -344,6 +396,9 @@ def run_torture(settings: Settings) -> dict[str, Any]:
         def work(worker: Worker) -> None:
             idle = 0.02
             while not stop.is_set():
+                if paused.is_set():
+                    time.sleep(0.02)
+                    continue
                 try:
                     if worker.run_once():
                         idle = 0.02
@@ -356,15 +411,23 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                 except Unavailable:
                     time.sleep(0.005)
 
+        def sweep_once(limit: int = 50) -> int:
+            result = engine.sweep(limit=limit)
+            for tenant_id, operation_id in result.swept_keys:
+                report.note(tenant_id, operation_id, "swept to unknown")
+                window.finished(tenant_id, operation_id)
+            purged = engine.purge_payloads(limit=limit)
+            if purged.purged:
+                with report.lock:
+                    report.purged += purged.purged
+            return purged.purged + purged.failed  # 0: nothing (more) was due
+
         def sweep() -> None:
             rng = random.Random(settings.seed + 1)
             while not stop.wait(rng.uniform(0.05, 0.5)):
                 try:
-                    result = engine.sweep(limit=50)
+                    sweep_once()
                     report.fault("sweep")
-                    for tenant_id, operation_id in result.swept_keys:
-                        report.note(tenant_id, operation_id, "swept to unknown")
-                        window.finished(tenant_id, operation_id)
                 except Unavailable:
                     pass
 
@@ -377,43 +440,166 @@ def run_torture(settings: Settings) -> dict[str, Any]:
         deadline = time.monotonic() + (settings.timeout_s or 300 + 0.25 * settings.operations)
         tenth = max(1, settings.operations // 10)
 
-        def enqueue(tenant: str, operation_id: str, target: TargetClass, payload_hash: str) -> bool:
+        def retrying(call: Any) -> Any:
             for _ in range(20):
                 try:
-                    return engine.enqueue(tenant, operation_id, kits[target].job_type, payload_hash, target_class=target).created
+                    return call()
                 except Unavailable:
                     continue
-            raise RuntimeError("the store stayed unavailable for 20 enqueue tries")
+            raise RuntimeError("the store stayed unavailable for 20 tries")
+
+        def enqueue(tenant: str, operation_id: str, target: TargetClass, variant: str = "") -> bool:
+            canonical = canonicalize(_payload(tenant, operation_id, variant))
+            stored = payloads.put(tenant, operation_id, canonical)
+            try:
+                result = retrying(lambda: engine.enqueue(tenant, operation_id, kits[target].job_type, canonical.hash,
+                                                         payload_ref=stored.ref, payload_inline=True,
+                                                         target_class=target))
+            except PayloadConflict:
+                payloads.delete_quietly(stored.key)
+                raise
+            if not result.created and (result.operation.payload_ref != stored.ref
+                                       or (stored.created and result.operation.payload_state != "stored")):
+                payloads.delete_quietly(stored.key)  # what the API does: an erased payload stays erased
+            return result.created
+
+        def submit(tenant: str, operation_id: str, target: TargetClass) -> None:
+            window.wait_below(window.size, deadline)
+            if target is TargetClass.A:
+                kits[target].setup(tenant, operation_id)
+            window.add(tenant, operation_id)
+            enqueue(tenant, operation_id, target)
+            report.note(tenant, operation_id, "enqueued")
+            enqueued.append((tenant, operation_id, target))
+
+        def replay_and_conflict(tenant: str, operation_id: str, target: TargetClass, label: str) -> None:
+            report.fault("replay", tenant, operation_id, label)
+            if enqueue(tenant, operation_id, target):
+                report.violate("replay_created", tenant, operation_id, f"a replay ({label}) created a second operation")
+            if _chance(settings.seed, "conflict", label, tenant, operation_id) < 0.5:
+                report.fault("conflict", tenant, operation_id, label)
+                try:
+                    enqueue(tenant, operation_id, target, "other")
+                    report.violate("conflict_accepted", tenant, operation_id, f"another payload was accepted ({label})")
+                except PayloadConflict:
+                    pass
 
         for number, (tenant, operation_id, target) in enumerate(ops):
             if settings.progress and number % tenth == 0 and number:
                 print(f"torture: {number:,} of {settings.operations:,} enqueued, {sum(report.faults.values()):,} faults, "
                       f"{len(report.violations)} violations, {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
-            window.wait_below(window.size, deadline)
-            if target is TargetClass.A:
-                kits[target].setup(tenant, operation_id)
-            window.add(tenant, operation_id)
-            enqueue(tenant, operation_id, target, _payload_hash(tenant, operation_id))
-            report.note(tenant, operation_id, "enqueued")
-            enqueued.append((tenant, operation_id, target))
+            submit(tenant, operation_id, target)
             if _chance(settings.seed, "replay", tenant, operation_id) < settings.replay_rate:
                 report.fault("replay", tenant, operation_id)
-                if enqueue(tenant, operation_id, target, _payload_hash(tenant, operation_id)):
+                if enqueue(tenant, operation_id, target):
                     report.violate("replay_created", tenant, operation_id, "a replay created a second operation")
             if _chance(settings.seed, "conflict", tenant, operation_id) < settings.conflict_rate:
                 report.fault("conflict", tenant, operation_id)
                 try:
-                    enqueue(tenant, operation_id, target, _payload_hash(tenant, operation_id, "other"))
+                    enqueue(tenant, operation_id, target, "other")
                     report.violate("conflict_accepted", tenant, operation_id, "another payload was accepted")
                 except PayloadConflict:
                     pass
         window.wait_below(1, deadline)
+
+        months: dict[str, Any] = {}
+        if settings.months:
+            months = _months_phase(settings, report, clock, aws, engine, checker_engine, hooks, window, paused,
+                                   enqueued, submit, replay_and_conflict, sweep_once, retrying, deadline)
         stop.set()
         for thread in threads:
             thread.join(timeout=30)
         summary = _check(settings, report, checker_engine, kits, enqueued, backend.claims)
+        if settings.months:
+            # Past the identity retention: DynamoDB's TTL deletes every ended identity (the window).
+            ended = sum(summary["states"][s] for s in ("succeeded", "failed_terminal"))
+            clock.jump((settings.identity_retention_days + 10) * DAY_MS)
+            aws.set_time(clock())
+            months["identities_deleted_after_window"] = aws.reap_ttl()
+            months["ended_identities"] = ended
+            if months["identities_deleted_after_window"] != ended:
+                report.violate("window", "*", "*", f"{months['identities_deleted_after_window']} identities deleted "
+                                                   f"past the window, {ended} ended")
+                summary["violations"] = len(report.violations)
+                summary["first_violations"] = report.violations[:5]
+            summary["months"] = months
     summary["seconds"] = round(time.monotonic() - started, 1)
     return summary
+
+
+def _months_phase(settings: Settings, report: Report, clock: FastClock, aws: Any, engine: Engine,
+                  checker: Engine, hooks: ChaosHooks, window: Window, paused: threading.Event,
+                  enqueued: list[tuple[str, str, TargetClass]], submit: Any, replay_and_conflict: Any,
+                  sweep_once: Any, retrying: Any, deadline: float) -> dict[str, Any]:
+    """Months pass while operations are queued, parked or finished (see the module docstring)."""
+    rng = random.Random(settings.seed + 2)
+    stats: Counter[str] = Counter()
+    finished = [op for op in enqueued if checker.get(op[0], op[1]).state in (State.SUCCEEDED, State.FAILED_TERMINAL)]
+    parked = [op for op in enqueued if checker.get(op[0], op[1]).state == State.UNKNOWN]
+    sample = max(10, len(enqueued) // 20)
+
+    def jump(days: int) -> int:
+        clock.jump(days * DAY_MS)
+        aws.set_time(clock())
+        deleted = aws.reap_ttl()
+        stats["ttl_deleted_within_window"] += deleted
+        if deleted:
+            report.violate("identity_forgotten", "*", "*", f"TTL deleted {deleted} identities within the window")
+        while retrying(lambda: sweep_once(limit=200)):  # the sweeper's purge, until nothing is due
+            pass
+        return deleted
+
+    # 1. A backlog nobody works on, then 45 days pass (past the payload retention).
+    paused.set()
+    time.sleep(0.2)  # claims in flight finish their write
+    base = len(enqueued)
+    backlog = [(f"tenant-{i % settings.tenants}", f"late-{i:05d}", list(TargetClass)[i % 4]) for i in range(sample)]
+    for tenant, operation_id, target in backlog:
+        submit(tenant, operation_id, target)
+    stats["backlog"] = len(backlog)
+    jump(45)
+    for tenant, operation_id, target in backlog:  # every live payload is still there
+        if checker.get(tenant, operation_id).payload_state != "stored":
+            report.violate("payload_purged_while_live", tenant, operation_id, "a queued operation lost its payload")
+    for tenant, operation_id, _ in finished:
+        operation = checker.get(tenant, operation_id)
+        if operation.payload_state != "purged":
+            report.violate("payload_kept", tenant, operation_id, f"payload {operation.payload_state} 45 days after the end")
+    stats["payloads_purged_after_45_days"] = report.purged
+
+    # 2. Late replays and conflicts of finished operations; erasures; requeues of old unknowns.
+    for tenant, operation_id, target in rng.sample(finished, min(sample, len(finished))):
+        replay_and_conflict(tenant, operation_id, target, "after 45 days")
+        stats["late_replays"] += 1
+    for tenant, operation_id, _ in rng.sample(finished, min(sample // 4 + 1, len(finished))):
+        hooks.erased.add((tenant, operation_id))
+        retrying(lambda: engine.erase(tenant, operation_id))
+        report.note(tenant, operation_id, "erased")
+        stats["erased_finished"] += 1
+    for tenant, operation_id, _ in backlog[: max(1, len(backlog) // 10)]:
+        hooks.erased.add((tenant, operation_id))
+        retrying(lambda: engine.erase(tenant, operation_id))
+        report.note(tenant, operation_id, "erased while queued")
+        stats["erased_queued"] += 1
+    for tenant, operation_id, _ in parked[:sample]:
+        window.add(tenant, operation_id)
+        try:
+            retrying(lambda: engine.resolve(tenant, operation_id, "requeue", note="checked after 45 days"))
+        except InvalidTransition:  # an earlier try committed and its answer was lost
+            if checker.get(tenant, operation_id).state == State.UNKNOWN:
+                raise
+        report.note(tenant, operation_id, "requeued after 45 days")
+        stats["requeued_unknown"] += 1
+    paused.clear()
+    window.wait_below(1, deadline)
+
+    # 3. Most of a year later, still inside the identity retention: replays stay replays.
+    jump(300)
+    for tenant, operation_id, target in rng.sample(enqueued[:base], min(sample, base)):
+        if checker.get(tenant, operation_id).state in (State.SUCCEEDED, State.FAILED_TERMINAL):
+            replay_and_conflict(tenant, operation_id, target, "after 345 days")
+            stats["late_replays"] += 1
+    return dict(stats)
 
 
 def _check(settings: Settings, report: Report, engine: Engine, kits: dict[TargetClass, Kit],
