@@ -18,7 +18,15 @@ from leasefence.api import errors
 from leasefence.api.app import strict_json_loads
 from leasefence.api.errors import Forbidden, Unauthorized
 from leasefence.api.security import OPERATE, PRODUCE, WORK, caller_from_event, match_route
-from leasefence.errors import InvalidInput, LeaseFenceError, NotFound, PayloadTooLarge, StoreMisconfigured, Unavailable
+from leasefence.errors import (
+    InvalidInput,
+    LeaseFenceError,
+    NotFound,
+    PayloadMissing,
+    PayloadTooLarge,
+    StoreMisconfigured,
+    Unavailable,
+)
 from leasefence.local.server import http_api_event, load_function
 from leasefence.payloads import MAX_PAYLOAD_BYTES, PayloadStore, canonicalize
 from leasefence.settings import Runtime, Settings
@@ -84,10 +92,15 @@ def test_payload_store_put_get_and_replay(aws):
     assert first.created is True
     again = store.put("t", "o", payload)
     assert again.created is False and again.ref == first.ref  # If-None-Match: nothing overwritten
-    assert store.get("t", "o", payload.hash) == payload.body
-    assert store.get("t", "other", payload.hash) is None
+    assert store.read(first.ref, payload.hash) == payload.body
+    other = store.ref_for(store.key_for("t", "other", payload.hash))
+    with pytest.raises(PayloadMissing):  # a missing payload is never None
+        store.read(other, payload.hash)
+    with pytest.raises(PayloadMissing):  # bytes that do not hash to the operation's hash are no payload
+        store.read(first.ref, "sha256:" + "0" * 64)
     store.delete_quietly(first.key)
-    assert store.get("t", "o", payload.hash) is None
+    with pytest.raises(PayloadMissing):
+        store.read(first.ref, payload.hash)
     store.delete_quietly("payloads/never/existed.json")  # best effort: never raises
 
 
@@ -187,7 +200,7 @@ def test_settings_from_env():
          "LEASEFENCE_RETENTION_DAYS": "7", "AWS_DEFAULT_REGION": "eu-west-1"}
     )
     assert settings.table_spec.table_name == "t" and settings.table_spec.due_shards == 8
-    assert settings.table_spec.sweep_shards == 2 and settings.retention_days == 7 and settings.region == "eu-west-1"
+    assert settings.table_spec.sweep_shards == 2 and settings.payload_retention_days == 7 and settings.region == "eu-west-1"
     assert Settings.from_env({}).payload_bucket == "leasefence-payloads"
     with pytest.raises(ValueError):
         Settings.from_env({"LEASEFENCE_DUE_SHARDS": "zero"})
@@ -207,7 +220,8 @@ def test_runtime_is_lazy_and_loads_the_hash_key_from_secrets_manager(aws):
         assert privacy._KEY == b"k" * 32
         runtime.prepare()  # once per container
         unkeyed = PayloadStore("leasefence-payloads")
-        assert runtime.payloads.key_for("t", "o", "h") != unkeyed.key_for("t", "o", "h")
+        # Payload object names never depend on the log-hash key (rotating it orphans nothing).
+        assert runtime.payloads.key_for("t", "o", "h") == unkeyed.key_for("t", "o", "h")
     finally:
         privacy.set_key(saved) if saved is not None else setattr(privacy, "_KEY", None)
 
