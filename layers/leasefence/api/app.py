@@ -22,7 +22,7 @@ from leasefence.api.errors import MalformedRequest
 from leasefence.api.security import ROUTES, Caller, caller_from_event, match_route, route
 from leasefence.clock import to_rfc3339
 from leasefence.engine import MISSING, validate_id
-from leasefence.errors import InvalidInput, NotFound, PayloadConflict, PayloadTooLarge
+from leasefence.errors import InvalidInput, PayloadConflict, PayloadTooLarge
 from leasefence.observability import logger, record_claim_latency, tag
 from leasefence.payloads import canonicalize
 from leasefence.settings import runtime

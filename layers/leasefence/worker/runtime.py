@@ -41,7 +41,7 @@ from functools import partial
 from typing import Any, Callable, Mapping, Protocol, TypeVar
 
 from leasefence.engine import MISSING
-from leasefence.errors import LeaseFenceError, NotFound, PayloadMissing, StaleFence, TargetRefused, Unavailable
+from leasefence.errors import NotFound, PayloadMissing, StaleFence, TargetRefused, Unavailable
 from leasefence.model import Claim, TargetClass
 from leasefence.privacy import keyed_hash
 from leasefence.worker.backend import Backend
