@@ -1,17 +1,23 @@
-"""The sweeper function (EventBridge schedule): parks expired final-attempt claims as ``unknown``.
+"""The sweeper function (EventBridge schedule): parks expired final-attempt claims as ``unknown``,
+then deletes the stored payloads that are due (payload retention, erasure).
 
 Each ``Engine.sweep`` call examines at most ``LEASEFENCE_SWEEP_BATCH`` due entries; the function
 repeats it while a batch came back full, at most ``LEASEFENCE_SWEEP_MAX_BATCHES`` times, and stops
 early when less than a safety margin of the invocation's time is left. Every park is a fenced
 conditional write, so overlapping runs (a slow run and the next tick) cannot both act.
+``Engine.purge_payloads`` then runs the same way (same batch size and limits, the time that is
+left): each deletion is pinned to the purge time it acted on, so overlapping runs are harmless.
 
-After sweeping it publishes ``OldestUnknownAgeSeconds``: one ``Limit=1`` query per shard of the
-sparse ``parked`` index finds how long the oldest ``unknown`` operation has waited for an
-operator. ``SweptToUnknown`` is counted by the engine; the answer reports this run's counts.
+It publishes ``OldestUnknownAgeSeconds`` (one ``Limit=1`` query per shard of the sparse
+``parked`` index: how long the oldest ``unknown`` operation has waited for an operator) and
+``OldestDueAgeSeconds`` (how long the oldest due operation of any tenant and job type has waited
+to be claimed: due work that no worker serves shows here). ``SweptToUnknown`` and
+``PayloadsPurged`` are counted by the engine; the answer reports this run's counts.
 """
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from leasefence.errors import Unavailable
 from leasefence.observability import logger, metrics, tracer
 from leasefence.settings import runtime
 
@@ -39,20 +45,45 @@ def sweep(engine, batch, max_batches, remaining_ms):
     return totals
 
 
+def purge(engine, batch, max_batches, remaining_ms):
+    """Run ``engine.purge_payloads`` in bounded batches, like :func:`sweep`. A payload store that
+    is unreachable stops this run's purge (``stopped: unavailable``); the next run resumes it."""
+    totals = {"purge_batches": 0, "payloads_purged": 0, "purge_stopped": "drained"}
+    while True:
+        if totals["purge_batches"] >= max_batches:
+            totals["purge_stopped"] = "max_batches"
+            break
+        if remaining_ms() < SAFETY_MARGIN_MS:
+            totals["purge_stopped"] = "time"
+            break
+        try:
+            result = engine.purge_payloads(limit=batch)
+        except Unavailable:
+            totals["purge_stopped"] = "unavailable"
+            logger.warning("payload purge stopped: store unavailable; the next run resumes it")
+            break
+        totals["purge_batches"] += 1
+        totals["payloads_purged"] += result.purged
+        if result.examined < batch or result.purged == 0:
+            break  # drained, or a full batch purged nothing (the next would read the same entries)
+    return totals
+
+
 @logger.inject_lambda_context(log_event=False, clear_state=True)
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics(raise_on_empty_metrics=False)
 def lambda_handler(event, context):
     rt = runtime()
     rt.prepare()
-    totals = sweep(
-        rt.engine,
-        batch=rt.settings.sweep_batch,
-        max_batches=rt.settings.sweep_max_batches,
-        remaining_ms=context.get_remaining_time_in_millis,
-    )
+    settings = rt.settings
+    remaining = context.get_remaining_time_in_millis
+    totals = sweep(rt.engine, batch=settings.sweep_batch, max_batches=settings.sweep_max_batches, remaining_ms=remaining)
+    totals.update(purge(rt.engine, batch=settings.sweep_batch, max_batches=settings.sweep_max_batches, remaining_ms=remaining))
     oldest_s = rt.engine.oldest_parked_age_ms("unknown") // 1000
     metrics.add_metric(name="OldestUnknownAgeSeconds", unit=MetricUnit.Seconds, value=oldest_s)
     totals["oldest_unknown_age_s"] = oldest_s
+    oldest_due_s = rt.engine.oldest_due_age_ms() // 1000
+    metrics.add_metric(name="OldestDueAgeSeconds", unit=MetricUnit.Seconds, value=oldest_due_s)
+    totals["oldest_due_age_s"] = oldest_due_s
     logger.info("sweep finished", extra=totals)
     return totals

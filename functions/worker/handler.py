@@ -11,7 +11,6 @@ claim reconciles).
 from __future__ import annotations
 
 import importlib
-import json
 import os
 
 from leasefence.observability import logger, metrics, record_event, tracer
@@ -39,15 +38,11 @@ def build_worker():
     tenants = [t for t in os.environ.get("LEASEFENCE_WORKER_TENANTS", "").split(",") if t]
     if not tenants:
         raise ValueError("LEASEFENCE_WORKER_TENANTS must name at least one tenant")
-    engine = rt.engine
-
-    def load_payload(claim):
-        # PayloadMissing (purged, erased, unreadable) is raised, never None: the runtime
-        # quarantines the operation instead of running the handler without its input.
-        return json.loads(engine.payload(claim))
-
+    # The backend loads payloads with Engine.payload: PayloadMissing (purged, erased, unreadable)
+    # is raised, never None, and the runtime quarantines the operation instead of running the
+    # handler without its input.
     return Worker(
-        EngineBackend(rt.engine, tenants, payload_loader=load_payload),
+        EngineBackend(rt.engine, tenants),
         load_handlers(os.environ["LEASEFENCE_WORKER_HANDLERS"]),
         lease_ms=int(os.environ.get("LEASEFENCE_WORKER_LEASE_SECONDS", "60")) * 1000,
         idle_sleep_ms=int(os.environ.get("LEASEFENCE_WORKER_IDLE_MS", "1000")),

@@ -335,6 +335,81 @@ def ops_resolve(
         _fail(error)
 
 
+@ops.command("erase")
+def ops_erase(
+    operation_id: str = typer.Argument(..., help="The operation id."),
+    base_url: Optional[str] = _BASE_URL,
+    token_value: Optional[str] = _TOKEN,
+    tenant: Optional[str] = _TENANT,
+) -> None:
+    """Erase one operation's payload and free text; its identity (id, hash, fences, state) stays.
+
+    Refused (409 invalid_transition) while the operation is claimed. Erasing again is harmless."""
+    from leasefence.errors import LeaseFenceError
+
+    try:
+        _show(_client(base_url, token_value, tenant).erase(operation_id))
+    except LeaseFenceError as error:
+        _fail(error)
+
+
+# ---------------------------------------------------------------------------------- erase-tenant
+
+
+@app.command("erase-tenant")
+def erase_tenant(
+    tenant: str = typer.Option(..., "--tenant", help="The tenant whose operations and payloads are deleted."),
+    limit: int = typer.Option(100, "--limit", min=1, max=1000, help="Rows (then payload objects) per step."),
+    cursor: Optional[str] = typer.Option(None, "--cursor", help="Continue from the next_cursor of an earlier step."),
+    all_steps: bool = typer.Option(False, "--all", help="Repeat until nothing is left; print the totals."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+) -> None:
+    """Erase everything of one tenant: its operations (rows and stored payloads), its job-type
+    directory, then any payload object left under its prefix. Irreversible.
+
+    Runs against the table and bucket of the environment, as the functions do (LEASEFENCE_TABLE,
+    LEASEFENCE_PAYLOAD_BUCKET, LEASEFENCE_DYNAMODB_ENDPOINT, LEASEFENCE_S3_ENDPOINT, AWS
+    credentials with access to both): an operator's command, not an API route. One bounded step
+    by default (continue with --cursor); claimed operations are left alone and counted as held:
+    run it again once they ended."""
+    from leasefence.errors import LeaseFenceError
+    from leasefence.settings import runtime
+
+    rt = runtime()
+    if rt.settings.dynamodb_endpoint or rt.settings.s3_endpoint:
+        from leasefence.local.embedded import use_local_credentials
+
+        use_local_credentials()  # a local endpoint takes any credentials
+    engine = rt.engine
+    totals = {"steps": 0, "rows_deleted": 0, "payloads_deleted": 0, "held": 0, "next_cursor": cursor}
+    try:
+        while True:
+            step = engine.erase_tenant(tenant, limit=limit, cursor=totals["next_cursor"])
+            totals["steps"] += 1
+            for name in ("rows_deleted", "payloads_deleted", "held"):
+                totals[name] += getattr(step, name)
+            totals["next_cursor"] = step.next_cursor
+            if not all_steps or step.next_cursor is None:
+                break
+    except LeaseFenceError as error:
+        if totals["steps"]:
+            typer.echo(f"stopped after {totals['steps']} step(s): {json.dumps(totals)}", err=True)
+        _fail(error)
+    if as_json:
+        typer.echo(json.dumps(totals))
+        return
+    lines = [
+        f"steps:            {totals['steps']}",
+        f"rows deleted:     {totals['rows_deleted']}",
+        f"payloads deleted: {totals['payloads_deleted']}",
+        f"held (claimed):   {totals['held']}",
+        f"next cursor:      {totals['next_cursor'] or '-  (done)'}",
+    ]
+    if totals["held"]:
+        lines.append("Some operations were claimed and left alone: run erase-tenant again once they ended.")
+    typer.echo("\n".join(lines))
+
+
 @app.command()
 def demo(
     per_class: int = typer.Option(3, "--per-class", min=1, max=20, help="Zombie operations per target class."),

@@ -18,9 +18,9 @@ Retries (exponential backoff with full jitter, ``Retry-After`` honoured) are lim
 safe to repeat:
 
 * reads, ``enqueue`` (a repeat after a lost answer comes back as a replay: ``created=False``),
-  ``heartbeat`` and the fenced finishes (``complete``/``fail``/``unknown``/``quarantine``: the
-  same fence repeating the same transition gets its answer again) retry on connection failures,
-  lost answers, 429 and 5xx;
+  ``erase`` (erasing again is harmless), ``heartbeat`` and the fenced finishes
+  (``complete``/``fail``/``unknown``/``quarantine``: the same fence repeating the same
+  transition gets its answer again) retry on connection failures, lost answers, 429 and 5xx;
 * ``claim`` and ``resolve`` are not idempotent (a repeated claim would take a second attempt;
   a repeated requeue could undo a later claim's view), so they retry only when the request
   surely did not run: a refused connection or a 429 from the gateway.
@@ -46,6 +46,7 @@ from leasefence.errors import (
     LeaseFenceError,
     NotFound,
     PayloadConflict,
+    PayloadMissing,
     PayloadTooLarge,
     StaleFence,
     Unavailable,
@@ -66,6 +67,7 @@ ERRORS: dict[str, type[LeaseFenceError]] = {
     "invalid_request": InvalidInput,
     "payload_too_large": PayloadTooLarge,
     "not_found": NotFound,
+    "payload_missing": PayloadMissing,
     "payload_conflict": PayloadConflict,
     "stale_fence": StaleFence,
     "invalid_transition": InvalidTransition,
@@ -98,6 +100,9 @@ class Operation:
     lease_expires_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    #: ``external`` (your payload_ref), ``stored``, ``purged`` or ``erased``.
+    payload_state: str | None = None
+    erased_at: datetime | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Operation:
@@ -116,6 +121,8 @@ class Operation:
             lease_expires_at=_time(data.get("lease_expires_at")),
             created_at=_time(data["created_at"]),  # type: ignore[arg-type]
             updated_at=_time(data["updated_at"]),  # type: ignore[arg-type]
+            payload_state=data.get("payload_state"),
+            erased_at=_time(data.get("erased_at")),
         )
 
 
@@ -137,6 +144,8 @@ class Claim:
     target_class: str
     reconcile_required: bool
     checkpoint: Any
+    #: Class D: ``{"fence": int, "what": str}`` when an earlier holder recorded an intent.
+    intent: Any = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Claim:
@@ -151,6 +160,7 @@ class Claim:
             target_class=data["target_class"],
             reconcile_required=bool(data["reconcile_required"]),
             checkpoint=data.get("checkpoint"),
+            intent=data.get("intent"),
         )
 
 
@@ -344,13 +354,19 @@ class LeaseFenceClient:
         worker_id: str,
         lease_seconds: int | None = None,
         checkpoint: Any = _MISSING,
+        intent: str | None = None,
     ) -> datetime:
-        """Extend the lease; returns the new expiry. :class:`StaleFence`: stop working."""
+        """Extend the lease; returns the new expiry. :class:`StaleFence`: stop working.
+
+        ``intent`` (class D): record, under this fence, that a side effect is about to start;
+        every later claim of the operation carries it as ``Claim.intent``."""
         body: dict[str, Any] = {"fence": fence, "worker_id": worker_id}
         if lease_seconds is not None:
             body["lease_seconds"] = lease_seconds
         if checkpoint is not _MISSING:
             body["checkpoint"] = checkpoint
+        if intent is not None:
+            body["intent"] = intent
         data = self.request("POST", f"/v1/operations/{self._id(operation_id)}/heartbeat", body)[1]
         return _time(data["lease_expires_at"])  # type: ignore[return-value]
 
@@ -376,8 +392,15 @@ class LeaseFenceClient:
         return self._finish(operation_id, "quarantine", {"fence": fence, "reason": reason})
 
     def payload(self, operation_id: str) -> Any:
-        """The inline payload as enqueued (:class:`NotFound` for by-reference payloads)."""
+        """The inline payload as enqueued (:class:`NotFound` for by-reference payloads,
+        :class:`PayloadMissing` once it was purged or erased: never None)."""
         return self.request("GET", f"/v1/operations/{self._id(operation_id)}/payload")[1]
+
+    def erase(self, operation_id: str) -> Operation:
+        """Erase the operation's payload and free text, keeping its identity (needs the operate
+        scope). Refused with :class:`InvalidTransition` while it is claimed. Erasing again is
+        harmless, so a lost answer is retried."""
+        return self._finish(operation_id, "erase", {})
 
     def resolve(self, operation_id: str, resolution: str, note: str = "") -> Operation:
         """Operator decision for an unknown or quarantined operation. Not retried after a lost answer."""

@@ -22,6 +22,7 @@ SAMPLE_BODIES = {
     "parkUnknown": {"fence": 1, "reason": "r"},
     "quarantineOperation": {"fence": 1, "reason": "r"},
     "resolveOperation": {"resolution": "requeue"},
+    "eraseOperation": {},
 }
 PROTECTED = [r for r in ROUTES if r.scope is not None]
 
@@ -125,6 +126,7 @@ def test_scope_table_is_the_contracts():
         ("GET", "/v1/operations/{id}/payload"): WORK,
         ("GET", "/v1/operations"): OPERATE,
         ("POST", "/v1/operations/{id}/resolve"): OPERATE,
+        ("POST", "/v1/operations/{id}/erase"): OPERATE,  # extension: docs/api-contract-extensions.md
     }
 
 

@@ -60,6 +60,9 @@ CASES = {
         (("claimed", "sample-order-4"),), 200, lambda b: b["operation"]["state"] == "quarantined"
     ),
     "api-resolve.json": ("quarantined", 200, lambda b: b["operation"]["state"] == "queued"),
+    "api-erase.json": (
+        "enqueued", 200, lambda b: b["operation"]["payload_state"] == "erased" and b["operation"]["state"] == "queued"
+    ),
 }
 
 
@@ -116,7 +119,8 @@ def test_sweeper_scheduled_event(stack):
     event = json.loads((EVENTS / "sweeper-scheduled.json").read_text())
     assert event["detail-type"] == "Scheduled Event"
     result = stack.invoker.invoke("sweeper", event)
-    assert set(result) == {"batches", "examined", "swept", "repaired", "stopped", "oldest_unknown_age_s"}
+    assert set(result) == {"batches", "examined", "swept", "repaired", "stopped", "oldest_unknown_age_s",
+                           "purge_batches", "payloads_purged", "purge_stopped", "oldest_due_age_s"}
     assert result["swept"] >= 1 and result["stopped"] == "drained"
     assert engine.get(tenant, "sweep-me").state == "unknown"
     assert result["oldest_unknown_age_s"] >= 0

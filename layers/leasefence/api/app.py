@@ -22,7 +22,7 @@ from leasefence.api.errors import MalformedRequest
 from leasefence.api.security import ROUTES, Caller, caller_from_event, match_route, route
 from leasefence.clock import to_rfc3339
 from leasefence.engine import MISSING, validate_id
-from leasefence.errors import InvalidInput, NotFound, PayloadConflict, PayloadTooLarge
+from leasefence.errors import InvalidInput, PayloadConflict, PayloadTooLarge
 from leasefence.observability import logger, record_claim_latency, tag
 from leasefence.payloads import canonicalize
 from leasefence.settings import runtime
@@ -133,8 +133,22 @@ def _json(status: int, body: Any) -> Response:
     return Response(status_code=status, content_type=JSON, body=body)
 
 
+def _public(operation: Any) -> dict[str, Any]:
+    """The Operation resource: the contract's fields plus the extensions (payload_state, erased_at)."""
+    return {
+        **operation.to_public(),
+        "payload_state": operation.payload_state,
+        "erased_at": to_rfc3339(operation.erased_at),
+    }
+
+
+def _public_claim(grant: Any) -> dict[str, Any]:
+    """The Claim resource: the contract's fields plus the extension ``intent``."""
+    return {**grant.to_public(), "intent": grant.intent}
+
+
 def _operation(operation: Any) -> Response:
-    return _json(200, {"operation": operation.to_public()})
+    return _json(200, {"operation": _public(operation)})
 
 
 _OperationPath = Annotated[
@@ -197,9 +211,7 @@ def enqueue(body: models.EnqueueRequest):
         or (stored.created and result.operation.payload_state != "stored")  # purged or erased: stay so
     ):
         payloads.delete_quietly(stored.key)
-    return _json(
-        201 if result.created else 200, {"operation": result.operation.to_public(), "created": result.created}
-    )
+    return _json(201 if result.created else 200, {"operation": _public(result.operation), "created": result.created})
 
 
 @_register(
@@ -214,7 +226,7 @@ def list_operations(
 ):
     tenant = _caller("listOperations").tenant_id
     page = runtime().engine_for(tenant).list(tenant, state=state, limit=limit, cursor=cursor or None)
-    return _json(200, {"operations": [op.to_public() for op in page.operations], "next_cursor": page.next_cursor})
+    return _json(200, {"operations": [_public(op) for op in page.operations], "next_cursor": page.next_cursor})
 
 
 @_register(
@@ -224,7 +236,7 @@ def list_operations(
 )
 def get_operation(id: _OperationPath):
     tenant = _caller("getOperation").tenant_id
-    return _json(200, runtime().engine_for(tenant).get(tenant, _path_id(id)).to_public())
+    return _json(200, _public(runtime().engine_for(tenant).get(tenant, _path_id(id))))
 
 
 @_register(
@@ -248,7 +260,7 @@ def claim(body: models.ClaimRequest):
     record_claim_latency((time.perf_counter() - started) * 1000)
     if grant is None:
         return Response(status_code=204, content_type=None, body="")
-    return _json(200, {"claim": grant.to_public()})
+    return _json(200, {"claim": _public_claim(grant)})
 
 
 @_register(
@@ -266,6 +278,7 @@ def heartbeat(id: _OperationPath, body: models.HeartbeatRequest):
         body.worker_id,
         lease_ms=None if body.lease_seconds is None else body.lease_seconds * 1000,
         checkpoint=checkpoint,
+        intent=body.intent,
     )
     return _json(200, {"lease_expires_at": to_rfc3339(expires)})
 
@@ -339,6 +352,24 @@ def payload(id: _OperationPath):
 def resolve(id: _OperationPath, body: models.ResolveRequest):
     tenant = _caller("resolveOperation").tenant_id
     return _operation(runtime().engine_for(tenant).resolve(tenant, _path_id(id), body.resolution, note=body.note))
+
+
+@_register(
+    "eraseOperation",
+    "Erase an operation's payload and free text, keeping its identity (operators)",
+    {
+        **_ok(200, "Erased (erasing again is harmless): payload_state is erased", models.OperationEnvelope),
+        **_error_responses(400, 404, 409, *_AUTH),
+    },
+    description="Deletes the stored payload and the reasons, notes, checkpoint and intent; keeps the id, the "
+    "payload hash, the fences, the state and the outcome code, so a replay of the enqueue is still a replay "
+    "(200, created false, the payload is not stored again) and a different payload still a conflict. "
+    "409 invalid_transition while the operation is claimed: erase it once it left claimed. A queued or "
+    "parked operation keeps its state; a worker that claims it finds no payload and quarantines it.",
+)
+def erase(id: _OperationPath, body: models.EraseRequest | None = None):
+    tenant = _caller("eraseOperation").tenant_id
+    return _operation(runtime().engine_for(tenant).erase(tenant, _path_id(id)))
 
 
 assert {r.operation_id for r in ROUTES} == {r.operation_id for r in app._static_routes + app._dynamic_routes}  # noqa: SLF001

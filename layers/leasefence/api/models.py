@@ -30,6 +30,7 @@ Fence = Annotated[int, Field(ge=1, le=MAX_FENCE, description="The fence returned
 Reason = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
 LeaseSeconds = Annotated[int, Field(ge=1, le=900)]
 StateName = Literal["queued", "claimed", "succeeded", "failed_terminal", "unknown", "quarantined"]
+PayloadStateName = Literal["external", "stored", "purged", "erased"]
 TargetClassName = Literal["A", "B", "C", "D"]
 PayloadHash = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$", description="sha256:<64 lowercase hex>")]
 
@@ -103,6 +104,11 @@ class HeartbeatRequest(Strict):
     checkpoint: Any = Field(
         default=None, description="Kept and handed to the next claim of this operation (at most 4 KiB of JSON)"
     )
+    intent: Id | None = Field(
+        default=None,
+        description="Class D: record, under this fence, that a side effect is about to start (what it is). "
+        "Kept in its own attribute (no checkpoint overwrites it) and handed to every later claim as `intent`",
+    )
 
     @model_validator(mode="after")
     def _shallow_checkpoint(self) -> HeartbeatRequest:
@@ -133,6 +139,10 @@ class ResolveRequest(Strict):
     note: str = Field(default="", max_length=MAX_TEXT)
 
 
+class EraseRequest(Strict):
+    """No fields: send `{}` (or no body). Unknown fields are refused like everywhere."""
+
+
 # ---------------------------------------------------------------------------------- responses
 
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
@@ -153,6 +163,11 @@ class OperationOut(BaseModel):
     lease_expires_at: Timestamp | None
     created_at: Timestamp
     updated_at: Timestamp
+    payload_state: PayloadStateName = Field(
+        description="external: the caller's payload_ref; stored: the inline payload is kept; purged: deleted after "
+        "its retention; erased: deleted by an operator (with the operation's free text)"
+    )
+    erased_at: Timestamp | None = Field(description="When the operation was erased; null if never")
 
 
 class EnqueueOut(BaseModel):
@@ -169,6 +184,11 @@ class OperationPage(BaseModel):
     next_cursor: str | None
 
 
+class Intent(BaseModel):
+    fence: int = Field(description="The fence under which it was recorded")
+    what: str
+
+
 class ClaimOut(BaseModel):
     operation_id: str
     job_type: str
@@ -180,6 +200,9 @@ class ClaimOut(BaseModel):
     target_class: TargetClassName
     reconcile_required: bool
     checkpoint: Any = None
+    intent: Intent | None = Field(
+        default=None, description="Class D: the intent an earlier holder recorded (a heartbeat's `intent`), or null"
+    )
 
 
 class ClaimEnvelope(BaseModel):
@@ -202,7 +225,8 @@ class FieldProblem(BaseModel):
 
 class ErrorDetail(BaseModel):
     code: str = Field(description="invalid_request, unauthorized, forbidden, not_found, payload_conflict, "
-                      "stale_fence, invalid_transition, payload_too_large, unavailable, internal_error")
+                      "stale_fence, invalid_transition, payload_too_large, payload_missing, unavailable, "
+                      "internal_error")
     message: str
     details: list[FieldProblem] | None = Field(default=None, description="Per-field problems (422 only)")
 

@@ -62,6 +62,8 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/v1/operations/{id}/quarantine", WORK, "quarantineOperation"),
     RouteSpec("GET", "/v1/operations/{id}/payload", WORK, "getPayload"),
     RouteSpec("POST", "/v1/operations/{id}/resolve", OPERATE, "resolveOperation"),
+    # Extensions of the shared contract: docs/api-contract-extensions.md.
+    RouteSpec("POST", "/v1/operations/{id}/erase", OPERATE, "eraseOperation"),
 )
 
 _BY_ID = {route.operation_id: route for route in ROUTES}

@@ -30,7 +30,14 @@ def call_once(job: Job, send: Callable[[], Any], what: str = "call") -> Any:
 
 def reconcile(job: Job) -> Reconciled:
     """An earlier holder that recorded an intent may have called: cannot tell. No intent on
-    record proves no call was started, so acting is safe."""
+    record proves no call was started, so acting is safe.
+
+    The intent is the operation's own attribute (``job.claim.intent``), which no checkpoint
+    overwrites. Operations recorded before it existed kept the intent in the checkpoint
+    (``{"intent_fence": f, ...}``): still honoured."""
+    intent = job.claim.intent
+    if isinstance(intent, dict) and "fence" in intent:
+        return Reconciled.unknown(f"intent recorded by fence {intent['fence']}; no lookup exists")
     checkpoint = job.checkpoint
     if isinstance(checkpoint, dict) and "intent_fence" in checkpoint:
         return Reconciled.unknown(f"intent recorded by fence {checkpoint['intent_fence']}; no lookup exists")

@@ -1,12 +1,17 @@
 """How a worker reaches leasefence: in-process against the engine, or over the HTTP API.
 
 Both backends speak the same small protocol, so handler code does not change between a Lambda
-or container with IAM access to the table and a worker that only has an API token.
+or container with IAM access to the table and a worker that only has an API token. They also
+fail the same documented way: ``load_payload`` raises
+:class:`~leasefence.errors.PayloadMissing` when the inline payload was purged, erased or cannot be
+read, and :class:`~leasefence.errors.NotFound` when the operation has no inline payload; it never
+returns None for a payload that is gone.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
@@ -17,7 +22,9 @@ from leasefence.model import Claim
 class Backend(Protocol):
     def claim_next(self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None) -> Claim | None: ...
 
-    def heartbeat(self, claim: Claim, lease_ms: int | None = None, checkpoint: Any = MISSING) -> int: ...
+    def heartbeat(
+        self, claim: Claim, lease_ms: int | None = None, checkpoint: Any = MISSING, intent: str | None = None
+    ) -> int: ...
 
     def complete(self, claim: Claim, outcome_code: str) -> None: ...
 
@@ -44,6 +51,8 @@ class EngineBackend:
         tenants: Sequence[str],
         payload_loader: Callable[[Claim], Any] | None = None,
     ) -> None:
+        """``payload_loader``: how a claim's payload is loaded (default: the engine's inline
+        payload, parsed as JSON; see :meth:`load_payload`)."""
         if not tenants:
             raise ValueError("an engine backend serves at least one tenant")
         self.engine = engine
@@ -63,9 +72,17 @@ class EngineBackend:
                 return claim
         return None
 
-    def heartbeat(self, claim: Claim, lease_ms: int | None = None, checkpoint: Any = MISSING) -> int:
+    def heartbeat(
+        self, claim: Claim, lease_ms: int | None = None, checkpoint: Any = MISSING, intent: str | None = None
+    ) -> int:
         return self.engine.heartbeat(
-            claim.tenant_id, claim.operation_id, claim.fence, claim.worker_id, lease_ms=lease_ms, checkpoint=checkpoint
+            claim.tenant_id,
+            claim.operation_id,
+            claim.fence,
+            claim.worker_id,
+            lease_ms=lease_ms,
+            checkpoint=checkpoint,
+            intent=intent,
         )
 
     def complete(self, claim: Claim, outcome_code: str) -> None:
@@ -84,6 +101,8 @@ class EngineBackend:
         self.engine.quarantine(claim.tenant_id, claim.operation_id, claim.fence, reason)
 
     def load_payload(self, claim: Claim) -> Any:
+        """The claim's payload: :class:`~leasefence.errors.PayloadMissing` when it is gone,
+        :class:`~leasefence.errors.NotFound` when the operation has none inline."""
         if self._payload_loader is None:
-            return None
+            return json.loads(self.engine.payload(claim))
         return self._payload_loader(claim)

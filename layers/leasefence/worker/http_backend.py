@@ -2,7 +2,8 @@
 
 The same handlers run unchanged: fenced writes become API calls, and the SDK's typed errors are
 the engine's (a 409 ``stale_fence`` is :class:`~leasefence.errors.StaleFence`), so lost-ownership
-mode works the same way.
+mode works the same way, and a 410 ``payload_missing`` is
+:class:`~leasefence.errors.PayloadMissing`, as in-process.
 
 The API never names the tenant (it is the token's), but targets derive their per-operation
 identity from ``(tenant_id, operation_id)``, so the backend is told the token's tenant.
@@ -43,6 +44,7 @@ class HttpBackend:
             checkpoint=claim.checkpoint,
             takeover=claim.attempts > 1,
             worker_id=worker_id,
+            intent=claim.intent,
         )
 
     def claim_next(self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None = None) -> Claim | None:
@@ -51,12 +53,16 @@ class HttpBackend:
                                   job_types=list(job_types) if job_types is not None else None)
         return None if claim is None else self._claim(claim, worker_id, lease_seconds * 1000)
 
-    def heartbeat(self, claim: Claim, lease_ms: int | None = None, checkpoint: Any = MISSING) -> int:
+    def heartbeat(
+        self, claim: Claim, lease_ms: int | None = None, checkpoint: Any = MISSING, intent: str | None = None
+    ) -> int:
         kwargs: dict[str, Any] = {}
         if lease_ms is not None:
             kwargs["lease_seconds"] = max(1, lease_ms // 1000)
         if checkpoint is not MISSING:
             kwargs["checkpoint"] = checkpoint
+        if intent is not None:
+            kwargs["intent"] = intent
         return _ms(self.client.heartbeat(claim.operation_id, claim.fence, claim.worker_id, **kwargs))
 
     def complete(self, claim: Claim, outcome_code: str) -> None:
@@ -73,4 +79,6 @@ class HttpBackend:
         self.client.quarantine(claim.operation_id, claim.fence, reason)
 
     def load_payload(self, claim: Claim) -> Any:
+        """``GET .../payload``: :class:`~leasefence.errors.PayloadMissing` on 410
+        ``payload_missing``, :class:`~leasefence.errors.NotFound` on 404."""
         return self.client.payload(claim.operation_id)

@@ -13,25 +13,85 @@
   finishes, or after the grace period is cancelled: it makes no further write, its lease lapses
   and the next claim reconciles. (Releasing it early would be one more write by a worker that is
   giving up, and for class D a release would spend its only attempt.)
+- A missing payload is never None: :attr:`Job.payload` raises
+  :class:`~leasefence.errors.PayloadMissing` (purged, erased, unreadable) and the runtime
+  quarantines the operation ("payload missing: ...") for an operator, counted as ``PayloadMissing``.
+- A busy store never spends an attempt. The runtime's own writes (the closing write, a class-A
+  :meth:`Job.complete_with`, :meth:`Job.record_intent`) retry
+  :class:`~leasefence.errors.Unavailable` with capped exponential backoff and full jitter, for at
+  most half the lease (:func:`retry_unavailable`). If the store stays unavailable (there, or in
+  the handler's own store calls) the runtime makes no fail write: the claim is left to lapse
+  (``AbandonedStoreUnavailable``) exactly as after a crash, and the next claim reconciles. A
+  ``fail(retryable=True)`` would requeue the same way but could end ``failed_terminal`` on the
+  last attempt, where a lapse ends ``unknown`` for an operator.
+- The heartbeat thread never dies silently: anything unexpected from a renewal (say a checkpoint
+  over 4 KiB) puts the job in lost-ownership mode, counted as ``HeartbeatErrors``.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import signal
 import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol
+from functools import partial
+from typing import Any, Callable, Mapping, Protocol, TypeVar
 
 from leasefence.engine import MISSING
-from leasefence.errors import LeaseFenceError, NotFound, StaleFence, TargetRefused, Unavailable
+from leasefence.errors import NotFound, PayloadMissing, StaleFence, TargetRefused, Unavailable
 from leasefence.model import Claim, TargetClass
 from leasefence.privacy import keyed_hash
 from leasefence.worker.backend import Backend
 
 log = logging.getLogger("leasefence.worker")
+
+T = TypeVar("T")
+
+#: Retrying a write the store refused as busy: the n-th wait is uniform in
+#: ``[0, min(RETRY_CAP_MS, RETRY_BASE_MS * 2**n)]`` (full jitter), at most ``RETRY_MAX_TRIES``
+#: tries, and never past half the claim's lease from the first try.
+RETRY_BASE_MS = 50
+RETRY_CAP_MS = 2_000
+RETRY_MAX_TRIES = 6
+#: The engine refuses longer reasons; the runtime's own reasons are cut to fit.
+MAX_REASON = 1024
+
+_jitter = random.Random()
+
+
+def retry_unavailable(job: Job, write: Callable[[], T]) -> T:
+    """Run ``write``; while it raises :class:`Unavailable` (throttled, conflicted, unreachable),
+    try again after a capped exponential backoff with full jitter, within half the claim's lease.
+
+    Only for writes that are safe to repeat: every fenced write is (a repeat by the same fence
+    is recognized as done). Stops early, raising :class:`LostOwnership`, once the job lost
+    ownership. The last :class:`Unavailable` is raised when the budget is spent."""
+    deadline = time.monotonic() + job.claim.lease_ms / 2000
+    tries = 0
+    while True:
+        job.guard()
+        try:
+            return write()
+        except Unavailable:
+            tries += 1
+            delay = _jitter.uniform(0, min(RETRY_CAP_MS, RETRY_BASE_MS * 2 ** (tries - 1))) / 1000
+            if tries >= RETRY_MAX_TRIES or time.monotonic() + delay >= deadline:
+                raise
+            job._events("StoreRetries", 1)
+            if job.cancelled.wait(delay):
+                raise LostOwnership(job.lost_reason or "ownership lost") from None
+
+
+def _tag(claim: Claim) -> str:
+    """The claim's operation as logs name it: a keyed hash, never the raw ids."""
+    return keyed_hash(claim.tenant_id, claim.operation_id)
+
+
+def _reason(text: str) -> str:
+    return text[:MAX_REASON] or "no reason given"
 
 
 # ---------------------------------------------------------------- what handlers raise and return
@@ -158,6 +218,12 @@ class Job:
 
     @property
     def payload(self) -> Any:
+        """The operation's inline payload (JSON), loaded once.
+
+        Never None for a payload that is gone: :class:`~leasefence.errors.PayloadMissing` when
+        it was purged, erased or cannot be read (the runtime then quarantines the operation),
+        :class:`~leasefence.errors.NotFound` when the operation has no inline payload (it was
+        enqueued by reference: read ``job.claim.payload_ref`` yourself)."""
         if self._payload is MISSING:
             self._payload = self.backend.load_payload(self.claim)
         return self._payload
@@ -177,6 +243,12 @@ class Job:
             checkpoint, self._checkpoint = self._checkpoint, MISSING
             return self._progress, checkpoint
 
+    def _unsent(self, checkpoint: Any) -> None:
+        """A checkpoint whose renewal did not go through: keep it unless a newer one came."""
+        with self._lock:
+            if self._checkpoint is MISSING:
+                self._checkpoint = checkpoint
+
     def guard(self) -> None:
         """Call before every side effect: raises :class:`LostOwnership` once ownership is lost."""
         if self.cancelled.is_set():
@@ -187,7 +259,7 @@ class Job:
             self.lost_reason = reason
             self.cancelled.set()
             self._events("LostOwnership", 1)
-            log.warning("lost ownership", extra={"op": keyed_hash(self.tenant_id, self.operation_id), "why": reason})
+            log.warning("lost ownership", extra={"op": _tag(self.claim), "why": reason})
 
     def fenced(self, write: Callable[[], Any]) -> Any:
         """Run a fenced write; a refusal puts the job in lost-ownership mode."""
@@ -199,17 +271,24 @@ class Job:
             raise LostOwnership(self.lost_reason) from refused
 
     def record_intent(self, what: str = "call") -> None:
-        """Durably record, under this fence, that a side effect is about to start (class D)."""
-        intent = {"intent_fence": self.fence, "intent": what}
-        self.fenced(lambda: self.backend.heartbeat(self.claim, checkpoint=intent))
+        """Durably record, under this fence, that a side effect is about to start (class D).
+
+        Kept in the operation's own ``intent`` attribute (``{"fence": f, "what": what}``), which
+        later checkpoints never overwrite and every later claim sees as ``claim.intent`` (after a
+        takeover or an operator's requeue too). A busy store is retried (within half the lease);
+        if the intent cannot be recorded, nothing may be called."""
+        self.fenced(lambda: retry_unavailable(self, lambda: self.backend.heartbeat(self.claim, intent=what)))
 
     def complete_with(self, outcome_code: str, writes: list[dict[str, Any]]) -> None:
-        """Class A: complete together with the business writes, in one transaction."""
+        """Class A: complete together with the business writes, in one transaction.
+
+        A throttled or conflicted transaction (nothing committed) is retried with backoff within
+        half the lease; a repeat of a transaction that did commit is recognized as done."""
         complete_with = getattr(self.backend, "complete_with", None)
         if complete_with is None:
             raise Permanent("class A needs the in-process engine backend (same database)")
         try:
-            self.fenced(lambda: complete_with(self.claim, outcome_code, writes))
+            self.fenced(lambda: retry_unavailable(self, lambda: complete_with(self.claim, outcome_code, writes)))
         except TargetRefused as refused:
             raise Permanent(f"business guard refused: {refused.message}") from refused
         self.completed = True
@@ -297,12 +376,21 @@ class Worker:
         return job
 
     def _execute(self, job: Job) -> None:
+        closing = self._decide(job)
+        if closing is not None:
+            self._finish(job, closing)
+
+    def _decide(self, job: Job) -> Callable[[], Any] | None:
+        """Run the handler (after reconciling) and return the closing write it calls for, or None
+        when no write is to be made (completed by the handler, ownership lost, store unavailable).
+        The closing write runs outside the handler's error handling: a failed closing write is
+        never mistaken for a failed handler."""
         claim = job.claim
+        backend = self.backend
         handler = self.handlers.get(claim.job_type)
         try:
             if handler is None:
-                self._finish(job, lambda: self.backend.quarantine(claim, f"no handler for job type {claim.job_type!r}"))
-                return
+                return partial(backend.quarantine, claim, _reason(f"no handler for job type {claim.job_type!r}"))
             on_claim = getattr(handler, "on_claim", None)
             if on_claim is not None:
                 on_claim(job)
@@ -311,50 +399,58 @@ class Worker:
                 found = reconcile(job) if reconcile else Reconciled.unknown("the handler has no way to reconcile")
                 self.events("Reconciles", 1)
                 if found.kind == "done":
-                    self._finish(job, lambda: self.backend.complete(claim, found.outcome_code or "reconciled"))
-                    return
+                    return partial(backend.complete, claim, found.outcome_code or "reconciled")
                 if found.kind == "unknown":
-                    self._finish(job, lambda: self.backend.park_unknown(claim, found.reason))
-                    return
+                    return partial(backend.park_unknown, claim, _reason(found.reason))
             outcome = handler.run(job)
-            if not job.completed:
-                self._finish(job, lambda: self.backend.complete(claim, outcome or "ok"))
+            if job.completed:
+                return None
+            return partial(backend.complete, claim, outcome or "ok")
         except LostOwnership:
             self.events("AbandonedAfterLostOwnership", 1)
+        except PayloadMissing as missing:
+            # Running the handler without its input would be wrong; retrying cannot bring it back.
+            self.events("PayloadMissing", 1)
+            log.warning("payload missing: quarantined", extra={"op": _tag(claim), "why": missing.message})
+            return partial(backend.quarantine, claim, _reason(f"payload missing: {missing.message}"))
         except Retry as retry:
-            self._finish(job, lambda: self.backend.fail(claim, True, retry.reason, retry.retry_after_ms))
+            return partial(backend.fail, claim, True, _reason(retry.reason), retry.retry_after_ms)
         except Permanent as error:
-            self._finish(job, lambda: self.backend.fail(claim, False, str(error) or "permanent failure"))
+            return partial(backend.fail, claim, False, _reason(str(error) or "permanent failure"))
         except Uninterpretable as error:
-            self._finish(job, lambda: self.backend.quarantine(claim, str(error) or "uninterpretable input"))
+            return partial(backend.quarantine, claim, _reason(str(error) or "uninterpretable input"))
         except Ambiguous as error:
-            self._finish(job, lambda: self.backend.park_unknown(claim, str(error) or "ambiguous outcome"))
+            return partial(backend.park_unknown, claim, _reason(str(error) or "ambiguous outcome"))
+        except Unavailable:
+            # The store stayed busy through the runtime's retries (or a handler's own call hit
+            # it): spend no attempt on it. No fail write; the lease lapses, the next claim
+            # reconciles (on the last attempt the sweeper parks it unknown, never failed_terminal).
+            self.events("AbandonedStoreUnavailable", 1)
+            log.warning("store unavailable: claim left to lapse", extra={"op": _tag(claim)})
         except Exception as error:  # noqa: BLE001 - a handler bug must not kill the worker
-            log.exception("handler raised", extra={"op": keyed_hash(claim.tenant_id, claim.operation_id)})
+            log.exception("handler raised", extra={"op": _tag(claim)})
             if claim.target_class is TargetClass.D:
                 # No lookup, no second call: anything unexpected after the intent is ambiguous.
-                self._finish(job, lambda: self.backend.park_unknown(claim, f"handler raised {type(error).__name__}"))
-            else:
-                self._finish(job, lambda: self.backend.fail(claim, True, f"handler raised {type(error).__name__}"))
+                return partial(backend.park_unknown, claim, f"handler raised {type(error).__name__}")
+            return partial(backend.fail, claim, True, f"handler raised {type(error).__name__}")
+        return None
 
     def _finish(self, job: Job, write: Callable[[], Any]) -> None:
-        """The closing write: skipped once ownership is lost; a refusal means it was lost."""
+        """The closing write: skipped once ownership is lost; a refusal means it was lost. A busy
+        store is retried within half the lease (a repeat by the same fence is recognized as
+        done); if it stays busy, no further write is made and the lease lapses."""
         if job.cancelled.is_set():
             self.events("AbandonedAfterLostOwnership", 1)
             return
         try:
-            write()
+            retry_unavailable(job, write)
         except (StaleFence, NotFound) as refused:
             job.lose(f"closing write refused: {refused.code}")
-        except LeaseFenceError as error:
-            if not error.retryable:
-                raise
-            # The store is busy or the answer was lost: one more try is safe (fenced, and a
-            # repeat by the same fence is recognized as done).
-            try:
-                write()
-            except (StaleFence, NotFound) as refused:
-                job.lose(f"closing write refused: {refused.code}")
+        except LostOwnership:
+            self.events("AbandonedAfterLostOwnership", 1)
+        except Unavailable:
+            self.events("AbandonedStoreUnavailable", 1)
+            log.warning("store unavailable: closing write not made, claim left to lapse", extra={"op": _tag(job.claim)})
 
     def _renew(self, job: Job) -> None:
         """Extend the lease only when the handler made progress since the last renewal.
@@ -383,7 +479,19 @@ class Worker:
                 job.lose(f"heartbeat refused: {refused.code}")
                 return
             except Unavailable:
+                if checkpoint is not MISSING:
+                    job._unsent(checkpoint)  # sent with the next renewal
                 continue
+            except Exception as error:  # noqa: BLE001 - this thread must never die silently
+                # Anything else (a checkpoint over 4 KiB, a bug, an unexpected store error): the
+                # lease can no longer be kept, so stop acting now rather than after it lapses.
+                self.events("HeartbeatErrors", 1)
+                log.error(
+                    "heartbeat failed: giving up the claim",
+                    extra={"op": _tag(job.claim), "error_type": type(error).__name__},
+                )
+                job.lose(f"heartbeat failed: {type(error).__name__}")
+                return
 
     # ------------------------------------------------------------ graceful shutdown
 

@@ -1,0 +1,282 @@
+"""The extensions of the shared contract (docs/api-contract-extensions.md), over HTTP against the
+local stack: erasure (route, fields, SDK, CLI, tenant-wide), 410 ``payload_missing`` and the
+HTTP worker's quarantine of it (case 2), the heartbeat ``intent`` and the claim's ``intent``
+(case 7), a stale fence repeating its own command (case 8), and the sweeper's payload purge."""
+
+from __future__ import annotations
+
+import json
+import re
+from types import SimpleNamespace
+
+import pytest
+from api_helpers import claim, claimed, enqueue, new_tenant, op_path
+from typer.testing import CliRunner
+
+from leasefence.api.security import OPERATE, PRODUCE, WORK
+from leasefence.cli import app as cli
+from leasefence.errors import InvalidTransition, NotFound
+from leasefence.local.server import load_function
+from leasefence.payloads import canonicalize
+from leasefence.settings import runtime
+from leasefence.targets import single_shot
+from leasefence.worker import FunctionHandler, Worker
+from leasefence.worker.http_backend import HttpBackend
+
+RFC3339_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
+
+
+class Events(dict):
+    def __call__(self, name, value):
+        self[name] = self.get(name, 0) + value
+
+
+def assert_error(reply, status: int, code: str) -> None:
+    assert reply.status == status, reply.text
+    assert reply.json["error"]["code"] == code, reply.text
+
+
+def tenant_objects(stack, tenant: str) -> list[str]:
+    """The payload objects stored under this tenant's prefix in the stack's bucket."""
+    listing = stack.aws.client("s3").list_objects_v2(Bucket=stack.bucket, Prefix=runtime().payloads.tenant_prefix(tenant))
+    return [o["Key"] for o in listing.get("Contents", [])]
+
+
+def http_worker(sdk, tenant, handlers, events=None, name="w1"):
+    return Worker(HttpBackend(sdk, tenant), handlers, worker_id=name, lease_ms=5_000,
+                  heartbeat_interval_ms=10_000, idle_sleep_ms=20, events=events)
+
+
+# ---------------------------------------------------------------------------------- case 8
+
+
+def test_case8_a_stale_fence_repeating_its_fail_is_409(api):
+    """Case 8: fence 1 fails retryable, fence 2 claims, then fence 1's fail again is refused
+    (409 stale_fence; it used to be recognized as fence 1's own repeat: 200)."""
+    enqueue(api, "c8-1", max_attempts=3)
+    claimed(api, "c8-1")
+    body = {"fence": 1, "retryable": True, "reason": "busy", "retry_after_seconds": 0}
+    assert api.post(op_path("c8-1", "fail"), body).json["operation"]["state"] == "queued"
+    assert api.post(op_path("c8-1", "fail"), body).status == 200  # a repeat before anyone claimed: its answer again
+    assert claimed(api, "c8-1", worker="worker-2")["fence"] == 2
+    assert_error(api.post(op_path("c8-1", "fail"), body), 409, "stale_fence")
+    op = api.get(op_path("c8-1")).json
+    assert (op["state"], op["fence"], op["lease_owner"]) == ("claimed", 2, "worker-2")
+
+
+# ---------------------------------------------------------------------------------- erasure
+
+
+def test_operation_resource_has_payload_state_and_erased_at(api):
+    inline = enqueue(api, "ps-1").json["operation"]
+    assert (inline["payload_state"], inline["erased_at"]) == ("stored", None)
+    by_ref = api.post("/v1/operations", {"operation_id": "ps-2", "job_type": "job", "payload_ref": "s3://mine/x",
+                                         "payload_hash": "sha256:" + "3" * 64}).json["operation"]
+    assert by_ref["payload_state"] == "external"
+    listed = api.get("/v1/operations").json["operations"]
+    assert {o["operation_id"]: o["payload_state"] for o in listed} == {"ps-1": "stored", "ps-2": "external"}
+
+
+def test_erase_keeps_the_identity_and_deletes_the_payload(stack, api, tenant):
+    payload = {"card": "4111-1111-1111-1111", "name": "A. Person"}
+    created = enqueue(api, "er-1", payload)
+    assert created.status == 201 and len(tenant_objects(stack, tenant)) == 1
+    claimed(api, "er-1")
+    api.post(op_path("er-1", "quarantine"), {"fence": 1, "reason": "the card number looks wrong"})
+    erased = api.post(op_path("er-1", "erase"), {})
+    assert erased.status == 200, erased.text
+    op = erased.json["operation"]
+    assert set(erased.json) == {"operation"}
+    assert op["payload_state"] == "erased" and RFC3339_RE.match(op["erased_at"])
+    assert (op["state"], op["fence"], op["payload_hash"]) == ("quarantined", 1, created.json["operation"]["payload_hash"])
+    assert tenant_objects(stack, tenant) == []
+    assert runtime().engine.get(tenant, "er-1").reason is None  # free text is erased too
+    assert_error(api.get(op_path("er-1", "payload")), 410, "payload_missing")
+    # A replay is still a replay, and does not store the payload again; another payload conflicts.
+    replay = api.post("/v1/operations", {"operation_id": "er-1", "job_type": "job", "payload": payload})
+    assert replay.status == 200 and replay.json["created"] is False, replay.text
+    assert replay.json["operation"]["payload_state"] == "erased"
+    assert tenant_objects(stack, tenant) == []
+    other = api.post("/v1/operations", {"operation_id": "er-1", "job_type": "job", "payload": {"other": 1}})
+    assert_error(other, 409, "payload_conflict")
+    assert tenant_objects(stack, tenant) == []
+    # Erasing again is harmless; the body may be omitted.
+    again = api.post(op_path("er-1", "erase"))
+    assert again.status == 200 and again.json["operation"]["erased_at"] == op["erased_at"]
+
+
+def test_erase_refusals(stack, api, tenant, make_api):
+    enqueue(api, "er-2")
+    assert_error(api.post(op_path("er-missing", "erase"), {}), 404, "not_found")
+    stranger = make_api(new_tenant())
+    assert_error(stranger.post(op_path("er-2", "erase"), {}), 404, "not_found")  # another tenant's: as if missing
+    claimed(api, "er-2")
+    assert_error(api.post(op_path("er-2", "erase"), {}), 409, "invalid_transition")
+    assert api.get(op_path("er-2")).json["payload_state"] == "stored"
+    assert_error(api.post(op_path("er-2", "erase"), {"reason": "gdpr"}), 422, "invalid_request")
+    assert_error(api.post(op_path("er-2", "erase"), raw="[]"), 422, "invalid_request")
+    for scopes in ([PRODUCE, WORK], [PRODUCE], [WORK]):
+        assert_error(make_api(tenant, scopes).post(op_path("er-2", "erase"), {}), 403, "forbidden")
+    assert make_api(tenant, [OPERATE]).post(op_path("er-2", "erase"), {}).status == 409  # the scope is enough
+
+
+def test_sdk_and_cli_erase(stack, sdk, tenant, token):
+    from leasefence.errors import PayloadMissing
+
+    sdk.enqueue("er-3", "job", {"x": 1})
+    sdk.enqueue("er-4", "job", {"x": 2})
+    erased = sdk.erase("er-3")
+    assert erased.payload_state == "erased" and erased.erased_at is not None and erased.state == "queued"
+    with pytest.raises(PayloadMissing) as missing:
+        sdk.payload("er-3")
+    assert missing.value.status == 410 and missing.value.code == "payload_missing"
+    with pytest.raises(NotFound):
+        sdk.erase("er-none")
+    sdk.claim("w", operation_id="er-4")
+    with pytest.raises(InvalidTransition):
+        sdk.erase("er-4")
+    runner = CliRunner()
+    base = ["--base-url", stack.base_url, "--token", token]
+    shown = runner.invoke(cli, ["ops", "erase", "er-3", *base])
+    assert shown.exit_code == 0, shown.output
+    assert re.search(r"payload_state\s+erased", shown.output)
+    refused = runner.invoke(cli, ["ops", "erase", "er-4", *base])
+    assert refused.exit_code == 1 and "409 invalid_transition" in refused.output
+
+
+def test_erase_tenant_command(stack, make_api):
+    tenant = new_tenant()
+    api = make_api(tenant)
+    for i in range(5):
+        enqueue(api, f"et-{i}", {"i": i})
+    claimed(api, "et-4")  # held: a claim may be acting on it
+    bystander = make_api(new_tenant())
+    enqueue(bystander, "et-0", {"i": "kept"})
+    assert len(tenant_objects(stack, tenant)) == 5
+    runner = CliRunner()
+    step = runner.invoke(cli, ["erase-tenant", "--tenant", tenant, "--limit", "2"])
+    assert step.exit_code == 0, step.output
+    assert re.search(r"rows deleted:\s+2", step.output)
+    cursor = re.search(r"next cursor:\s+(\S+)", step.output).group(1)
+    rest = runner.invoke(cli, ["erase-tenant", "--tenant", tenant, "--limit", "2", "--cursor", cursor, "--all", "--json"])
+    assert rest.exit_code == 0, rest.output
+    totals = json.loads(rest.output)
+    # 4 operations and the tenant's job-type directory item; the claimed one is held.
+    assert totals["rows_deleted"] == 5 - 2 and totals["held"] == 1 and totals["next_cursor"] is None
+    assert totals["steps"] >= 2
+    assert [o["operation_id"] for o in api.get("/v1/operations").json["operations"]] == ["et-4"]
+    assert bystander.get(op_path("et-0", "payload")).json == {"i": "kept"}
+    assert runner.invoke(cli, ["erase-tenant", "--tenant", tenant, "--cursor", "!!"]).exit_code == 1
+
+
+# ---------------------------------------------------------------------------------- case 2 over HTTP
+
+
+def test_case2_the_http_worker_quarantines_a_missing_payload(sdk, tenant):
+    """Case 2 (HTTP backend): GET .../payload answers 410 payload_missing, load_payload raises
+    PayloadMissing, and the runtime quarantines the operation exactly as in-process."""
+    from leasefence.errors import PayloadMissing
+
+    sdk.enqueue("pm-1", "charge", {"amount": 5})
+    sdk.erase("pm-1")
+    acted, events = [], Events()
+
+    def handler(job):
+        acted.append(job.payload)
+        return "charged"
+
+    worker = http_worker(sdk, tenant, {"charge": FunctionHandler(handler)}, events=events)
+    with pytest.raises(PayloadMissing):
+        worker.backend.load_payload(SimpleNamespace(operation_id="pm-1"))
+    assert worker.run_once()
+    assert acted == [] and events["PayloadMissing"] == 1
+    op = sdk.get("pm-1")
+    assert (op.state, op.attempts) == ("quarantined", 1)
+    assert runtime().engine.get(tenant, "pm-1").reason == "payload missing: the payload was erased"
+
+
+# ---------------------------------------------------------------------------------- case 7 over HTTP
+
+
+def test_case7_intent_over_http(api, sdk, tenant):
+    """Case 7 (HTTP): a heartbeat's intent is kept apart from checkpoints and handed to the
+    claim after an operator's requeue; the HTTP worker's reconcile parks it unknown."""
+    sdk.enqueue("sms-1", "sms", {"to": "+100"}, target_class="D")
+    grant = sdk.claim("w1", operation_id="sms-1")
+    assert grant.intent is None
+    assert_error(api.post(op_path("sms-1", "heartbeat"), {"fence": 1, "worker_id": "w1", "intent": ""}), 422,
+                 "invalid_request")
+    assert_error(api.post(op_path("sms-1", "heartbeat"), {"fence": 1, "worker_id": "w1", "intent": "a\nb"}), 422,
+                 "invalid_request")
+    sdk.heartbeat("sms-1", 1, "w1", intent="sms")
+    sdk.heartbeat("sms-1", 1, "w1", checkpoint={"step": "sending"})
+    sdk.unknown("sms-1", 1, "the provider timed out")
+    sdk.resolve("sms-1", "requeue", "retry after checking")
+    raw = claim(api, "w2", operation_id="sms-1").json["claim"]
+    assert raw["intent"] == {"fence": 1, "what": "sms"} and raw["checkpoint"] == {"step": "sending"}
+    assert raw["reconcile_required"] is True
+    # Let that claim lapse (it is not acted on) and have the HTTP worker take it over.
+    sdk.unknown("sms-1", raw["fence"], "handed back")
+    sdk.resolve("sms-1", "requeue")
+    calls = []
+    worker = http_worker(sdk, tenant, {"sms": FunctionHandler(lambda job: calls.append(1) or "sent",
+                                                              single_shot.reconcile)})
+    assert worker.run_once()
+    op = sdk.get("sms-1")
+    assert calls == [] and op.state == "unknown" and op.fence == 3
+
+
+# ---------------------------------------------------------------------------------- sweeper
+
+
+def test_sweeper_purges_due_payloads_and_reports_the_oldest_due_age(stack, tenant):
+    engine = runtime().engine
+    # Enqueued, claimed and completed two minutes ago (an injected clock) with no payload
+    # retention: its stored payload is due for purging.
+    past = type(engine)(spec=engine.spec, client=engine.store.client, clock=lambda: engine.clock() - 120_000,
+                        events=engine.events, payloads=engine.payloads, payload_retention_ms=0)
+    canonical = canonicalize({"purge": "me"})
+    stored = engine.payloads.put(tenant, "old-1", canonical)
+    past.enqueue(tenant, "old-1", "job", canonical.hash, stored.ref, payload_inline=True)
+    grant = past.claim(tenant, "old-1", "worker-1")
+    past.complete(tenant, "old-1", grant.fence, "done")
+    past.enqueue(tenant, "waiting-1", "nobody-serves-this", "sha256:" + "4" * 64, "s3://elsewhere/z")
+    result = stack.sweep_now()
+    assert {"payloads_purged", "purge_batches", "purge_stopped", "oldest_due_age_s"} <= set(result)
+    assert result["payloads_purged"] >= 1 and result["purge_stopped"] == "drained"
+    assert result["oldest_due_age_s"] >= 119
+    assert engine.get(tenant, "old-1").payload_state == "purged"
+    assert tenant_objects(stack, tenant) == []
+
+
+class _FakePurger:
+    def __init__(self, batches):
+        self.batches = list(batches)
+        self.calls = 0
+
+    def purge_payloads(self, limit):
+        self.calls += 1
+        examined, purged = self.batches.pop(0) if self.batches else (0, 0)
+        return SimpleNamespace(examined=examined, purged=purged)
+
+
+def test_sweeper_purge_loop_is_bounded():
+    purge = load_function("sweeper").purge
+    engine = _FakePurger([(10, 10), (10, 9), (3, 3)])
+    assert purge(engine, 10, 50, lambda: 60_000) == {"purge_batches": 3, "payloads_purged": 22, "purge_stopped": "drained"}
+    engine = _FakePurger([(10, 10)] * 100)
+    assert purge(engine, 10, 4, lambda: 60_000)["purge_stopped"] == "max_batches" and engine.calls == 4
+    clock = iter([60_000, 30_000, 4_000])
+    engine = _FakePurger([(10, 10)] * 100)
+    assert purge(engine, 10, 50, lambda: next(clock))["purge_stopped"] == "time" and engine.calls == 2
+    engine = _FakePurger([(10, 0)] * 100)  # a full batch that purged nothing: do not spin on it
+    assert purge(engine, 10, 50, lambda: 60_000)["purge_batches"] == 1
+
+    class Down:
+        def purge_payloads(self, limit):
+            from leasefence.errors import Unavailable
+
+            raise Unavailable("s3 down")
+
+    assert purge(Down(), 10, 50, lambda: 60_000) == {"purge_batches": 0, "payloads_purged": 0,
+                                                      "purge_stopped": "unavailable"}
