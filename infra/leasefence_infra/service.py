@@ -91,6 +91,7 @@ ROUTES: tuple[tuple[str, str, str | None], ...] = (
     ("GET", "/v1/operations/{id}/payload", SCOPE_WORK),
     ("GET", "/v1/operations", SCOPE_OPERATE),
     ("POST", "/v1/operations/{id}/resolve", SCOPE_OPERATE),
+    ("POST", "/v1/operations/{id}/erase", SCOPE_OPERATE),
 )
 
 # ----------------------------------------------------------------------------- least privilege
@@ -1054,7 +1055,7 @@ class LeaseFenceService(Construct):
             for name, desc in (
                 ("produce", "enqueue operations and read them"),
                 ("work", "claim operations and report their outcome"),
-                ("operate", "list operations and resolve unknown/quarantined ones"),
+                ("operate", "list operations, resolve unknown/quarantined ones, erase operations"),
             )
         }
         resource_server = pool.add_resource_server(

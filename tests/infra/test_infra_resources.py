@@ -44,6 +44,7 @@ CONTRACT_ROUTES = {
     "GET /v1/operations/{id}/payload": "leasefence/work",
     "GET /v1/operations": "leasefence/operate",
     "POST /v1/operations/{id}/resolve": "leasefence/operate",
+    "POST /v1/operations/{id}/erase": "leasefence/operate",
 }
 
 EXPECTED_ENV = {
@@ -875,3 +876,13 @@ def test_case9_api_timeout_covers_a_claims_retry_budget(synth) -> None:
     stack, svc, tpl = _svc(synth, "default")
     timeout = props(tpl, logical_id(stack, svc.api_function))["Timeout"]
     assert CLAIM_RETRY_BUDGET_MS / 1000 + STORE_CALL_WORST_S <= timeout < 30  # API Gateway's limit is 30 s
+
+
+def test_the_deployed_routes_are_the_handlers_routes() -> None:
+    """The construct's route table and the API handler's cannot drift apart (a route the handler
+    serves but API Gateway does not route would be unreachable once deployed)."""
+    from leasefence.api.security import ROUTES as HANDLER_ROUTES
+
+    from leasefence_infra.service import ROUTES as DEPLOYED_ROUTES
+
+    assert {(m, p, s) for m, p, s in DEPLOYED_ROUTES} == {(r.method, r.template, r.scope) for r in HANDLER_ROUTES}

@@ -278,3 +278,21 @@ def test_reconcile_still_honours_an_intent_kept_in_the_checkpoint(engine, clock)
     worker = make_worker(engine, {"sms": FunctionHandler(lambda job: calls.append(1) or "sent", single_shot.reconcile)})
     assert worker.run_once()
     assert calls == [] and engine.get(T, "old-1").state == State.UNKNOWN
+
+
+def test_case3_a_worker_claiming_any_type_quarantines_what_it_cannot_run(engine):
+    """Issue 11, case 3: with the filter, the "no handler" branch was unreachable and work of an
+    unserved type waited forever. A worker that claims any type sends it to an operator."""
+    engine.enqueue("acme", "typo", "refnud", "sha256:" + "1" * 64)
+    engine.enqueue("acme", "real", "refund", "sha256:" + "1" * 64)
+    ran = []
+    handlers = {"refund": FunctionHandler(lambda job: ran.append(job.operation_id) or "ok")}
+    filtered = Worker(EngineBackend(engine, ["acme"]), handlers, lease_ms=5_000)
+    assert filtered.job_types == ["refund"]
+    assert filtered.run_once() and ran == ["real"]
+    assert not filtered.run_once()  # the typo is never claimed by a filtered worker
+    any_type = Worker(EngineBackend(engine, ["acme"]), handlers, lease_ms=5_000, claim_any_type=True)
+    assert any_type.job_types is None
+    assert any_type.run_once()
+    typo = engine.get("acme", "typo")
+    assert typo.state == State.QUARANTINED and "no handler" in typo.reason

@@ -310,9 +310,15 @@ class Worker:
         idle_sleep_ms: int = 1_000,
         shutdown_grace_ms: int = 10_000,
         events: Callable[[str, float], None] | None = None,
+        claim_any_type: bool = False,
     ) -> None:
+        """``claim_any_type``: claim every job type of the tenant (not only those in
+        ``handlers``) and quarantine what has no handler, so work of a type nobody serves (a
+        typo, a retired type) reaches an operator instead of waiting. Off by default: a worker
+        claims only its handlers' types, and the ``OldestDueAgeSeconds`` alarm shows the rest."""
         self.backend = backend
         self.handlers = dict(handlers)
+        self.claim_any_type = claim_any_type
         self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:12]}"
         self.lease_ms = lease_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms or max(lease_ms // 3, 50)
@@ -323,8 +329,9 @@ class Worker:
         self.current: Job | None = None
 
     @property
-    def job_types(self) -> list[str]:
-        return sorted(self.handlers)
+    def job_types(self) -> list[str] | None:
+        """What this worker claims: its handlers' job types (None: every type)."""
+        return None if self.claim_any_type else sorted(self.handlers)
 
     # ------------------------------------------------------------ loop
 
