@@ -352,7 +352,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
     tenants = [f"tenant-{i}" for i in range(settings.tenants)]
     fidelity = Fidelity(index_lag_ms=settings.index_lag_ms, seed=settings.seed) if settings.fidelity else False
     with EmbeddedAws(process=True, fidelity=fidelity) as aws:
-        spec = aws.create_tables(TableSpec(table_name="torture-operations", due_shards=2, sweep_shards=2))
+        spec = aws.create_tables(TableSpec(table_name="torture-operations", due_shards=1, sweep_shards=2))
         client = aws.client()
         s3 = aws.client("s3")
         s3.create_bucket(Bucket="torture-payloads")
@@ -405,7 +405,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                     else:
                         # An empty poll reads every shard of every tenant: back off while idle.
                         time.sleep(idle)
-                        idle = min(idle * 2, 0.4)
+                        idle = min(idle * 2, 0.8)
                 except Crash:
                     continue  # the process "restarts"; its claim is left to lapse
                 except Unavailable:
@@ -463,8 +463,9 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                 payloads.delete_quietly(stored.key)  # what the API does: an erased payload stays erased
             return result.created
 
-        def submit(tenant: str, operation_id: str, target: TargetClass) -> None:
-            window.wait_below(window.size, deadline)
+        def submit(tenant: str, operation_id: str, target: TargetClass, wait: bool = True) -> None:
+            if wait:
+                window.wait_below(window.size, deadline)
             if target is TargetClass.A:
                 kits[target].setup(tenant, operation_id)
             window.add(tenant, operation_id)
@@ -534,8 +535,30 @@ def _months_phase(settings: Settings, report: Report, clock: FastClock, aws: Any
     """Months pass while operations are queued, parked or finished (see the module docstring)."""
     rng = random.Random(settings.seed + 2)
     stats: Counter[str] = Counter()
-    finished = [op for op in enqueued if checker.get(op[0], op[1]).state in (State.SUCCEEDED, State.FAILED_TERMINAL)]
-    parked = [op for op in enqueued if checker.get(op[0], op[1]).state == State.UNKNOWN]
+    t0 = time.monotonic()
+    paused.set()  # the endpoint serves one request at a time: idle polls would slow the bookkeeping
+    time.sleep(0.2)  # claims in flight finish their write
+
+    def stage(text: str) -> None:
+        if settings.progress:
+            print(f"torture: months phase: {text} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+
+    def table() -> dict[tuple[str, str], Any]:
+        """Every operation, a page of 500 per read (the operator listing), not one read each."""
+        found: dict[tuple[str, str], Any] = {}
+        for tenant in sorted({t for t, _, _ in enqueued}):
+            cursor = None
+            while True:
+                page = checker.list(tenant, limit=500, cursor=cursor)
+                found.update({(tenant, op.operation_id): op for op in page.operations})
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        return found
+
+    now = table()
+    finished = [op for op in enqueued if now[op[:2]].state in (State.SUCCEEDED, State.FAILED_TERMINAL)]
+    parked = [op for op in enqueued if now[op[:2]].state == State.UNKNOWN]
     sample = max(10, len(enqueued) // 20)
 
     def jump(days: int) -> int:
@@ -545,24 +568,34 @@ def _months_phase(settings: Settings, report: Report, clock: FastClock, aws: Any
         stats["ttl_deleted_within_window"] += deleted
         if deleted:
             report.violate("identity_forgotten", "*", "*", f"TTL deleted {deleted} identities within the window")
-        while retrying(lambda: sweep_once(limit=200)):  # the sweeper's purge, until nothing is due
-            pass
+        # The sweeper's purge until nothing is due, by four sweepers at once (stateless, lock-free:
+        # running it concurrently is allowed and is exercised here).
+        def drain() -> None:
+            while retrying(lambda: sweep_once(limit=100)):
+                pass
+
+        sweepers = [threading.Thread(target=drain, name=f"purge-{i}") for i in range(4)]
+        for thread in sweepers:
+            thread.start()
+        for thread in sweepers:
+            thread.join()
         return deleted
 
     # 1. A backlog nobody works on, then 45 days pass (past the payload retention).
-    paused.set()
-    time.sleep(0.2)  # claims in flight finish their write
     base = len(enqueued)
     backlog = [(f"tenant-{i % settings.tenants}", f"late-{i:05d}", list(TargetClass)[i % 4]) for i in range(sample)]
     for tenant, operation_id, target in backlog:
-        submit(tenant, operation_id, target)
+        submit(tenant, operation_id, target, wait=False)  # nobody works now: the window cannot drain
     stats["backlog"] = len(backlog)
+    stage("backlog enqueued")
     jump(45)
-    for tenant, operation_id, target in backlog:  # every live payload is still there
-        if checker.get(tenant, operation_id).payload_state != "stored":
-            report.violate("payload_purged_while_live", tenant, operation_id, "a queued operation lost its payload")
+    stage("45 days later, payloads purged")
+    now = table()
+    for tenant, operation_id, target in backlog + parked:  # every live payload is still there
+        if now[(tenant, operation_id)].payload_state != "stored":
+            report.violate("payload_purged_while_live", tenant, operation_id, "a live operation lost its payload")
     for tenant, operation_id, _ in finished:
-        operation = checker.get(tenant, operation_id)
+        operation = now[(tenant, operation_id)]
         if operation.payload_state != "purged":
             report.violate("payload_kept", tenant, operation_id, f"payload {operation.payload_state} 45 days after the end")
     stats["payloads_purged_after_45_days"] = report.purged
@@ -590,13 +623,18 @@ def _months_phase(settings: Settings, report: Report, clock: FastClock, aws: Any
                 raise
         report.note(tenant, operation_id, "requeued after 45 days")
         stats["requeued_unknown"] += 1
+    stage("replayed, erased, requeued")
     paused.clear()
     window.wait_below(1, deadline)
+    stage("backlog and requeued operations done")
 
     # 3. Most of a year later, still inside the identity retention: replays stay replays.
+    paused.set()
     jump(300)
+    stage("345 days later")
+    now = table()
     for tenant, operation_id, target in rng.sample(enqueued[:base], min(sample, base)):
-        if checker.get(tenant, operation_id).state in (State.SUCCEEDED, State.FAILED_TERMINAL):
+        if now[(tenant, operation_id)].state in (State.SUCCEEDED, State.FAILED_TERMINAL):
             replay_and_conflict(tenant, operation_id, target, "after 345 days")
             stats["late_replays"] += 1
     return dict(stats)
