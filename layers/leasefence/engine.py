@@ -858,26 +858,34 @@ class Engine:
         expired lease, so two sweepers (or a sweeper racing a late heartbeat) cannot both act.
         """
         result = SweepResult()
-        shards = list(range(self.spec.sweep_shards))
-        self.rng.shuffle(shards)
-        for shard in shards:
-            remaining = limit - result.examined
-            if remaining <= 0:
-                break
-            now = self.clock()
-            page = self.store.query(
-                IndexName=SWEEP_INDEX,
-                KeyConditionExpression="#pk = :pk AND #at <= :now",
-                ExpressionAttributeNames={"#pk": SWEEP_PK, "#at": SWEEP_SK},
-                values={":pk": keys.sweep_partition(shard), ":now": now},
-                Limit=remaining,
-            )
-            for entry in page.items:
-                result.examined += 1
-                self._sweep_one(entry, result)
+        for entry in self._due_entries(SWEEP_INDEX, SWEEP_PK, SWEEP_SK, keys.sweep_partition, limit):
+            result.examined += 1
+            self._sweep_one(entry, result)
         if result.swept:
             self.events("SweptToUnknown", result.swept)
         return result
+
+    def _due_entries(
+        self, index: str, pk: str, sk: str, partition: Callable[[int], str], limit: int
+    ) -> Iterable[dict[str, Any]]:
+        """At most ``limit`` entries of a sparse, sharded index (``sweep``, ``purge``) whose sort key
+        is due (``<= now``), from the shards in random order, one page per shard."""
+        shards = list(range(self.spec.sweep_shards))
+        self.rng.shuffle(shards)
+        count = 0
+        for shard in shards:
+            if count >= limit:
+                return
+            page = self.store.query(
+                IndexName=index,
+                KeyConditionExpression="#pk = :pk AND #at <= :now",
+                ExpressionAttributeNames={"#pk": pk, "#at": sk},
+                values={":pk": partition(shard), ":now": self.clock()},
+                Limit=limit - count,
+            )
+            for entry in page.items:
+                count += 1
+                yield entry
 
     def _sweep_one(self, entry: dict[str, Any], result: SweepResult) -> None:
         now = self.clock()
@@ -1073,29 +1081,16 @@ class Engine:
         reads the due part of the sparse ``purge`` index, re-reads each item (the index may lag
         the table) and acts only when the item itself says its payload is due."""
         result = PurgeResult()
-        shards = list(range(self.spec.sweep_shards))
-        self.rng.shuffle(shards)
-        for shard in shards:
-            remaining = limit - result.examined
-            if remaining <= 0:
-                break
-            page = self.store.query(
-                IndexName=PURGE_INDEX,
-                KeyConditionExpression="#pk = :pk AND #at <= :now",
-                ExpressionAttributeNames={"#pk": PURGE_PK, "#at": PURGE_SK},
-                values={":pk": keys.purge_partition(shard), ":now": self.clock()},
-                Limit=remaining,
-            )
-            for entry in page.items:
-                result.examined += 1
-                try:
-                    item = self.store.get(self._key(entry["tenant_id"], entry["operation_id"]))
-                    if item is None or PURGE_PK not in item or int(item.get(PURGE_SK, 2**62)) > self.clock():
-                        continue  # the index was behind the table
-                    if self._purge_one(item):
-                        result.purged += 1
-                except Unavailable:
-                    result.failed += 1  # still due: the next run tries again
+        for entry in self._due_entries(PURGE_INDEX, PURGE_PK, PURGE_SK, keys.purge_partition, limit):
+            result.examined += 1
+            try:
+                item = self.store.get(self._key(entry["tenant_id"], entry["operation_id"]))
+                if item is None or PURGE_PK not in item or int(item.get(PURGE_SK, 2**62)) > self.clock():
+                    continue  # the index was behind the table
+                if self._purge_one(item):
+                    result.purged += 1
+            except Unavailable:
+                result.failed += 1  # still due: the next run tries again
         if result.purged:
             self.events("PayloadsPurged", result.purged)
         return result

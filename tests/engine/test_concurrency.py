@@ -7,8 +7,11 @@ import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from leasefence import Engine, StaleFence, State
 from leasefence.local.embedded import EmbeddedAws
+from leasefence.schema import TableSpec
 
 H = "sha256:" + "3" * 64
 T = "acme"
@@ -34,7 +37,17 @@ def _drain(engine, worker_id):
     return claims
 
 
-def test_sixteen_claimers_over_five_hundred_operations(aws, spec, clock):
+@pytest.fixture(scope="module")
+def own_endpoint():
+    """An endpoint of its own in a child process: the 16 client threads do not share an
+    interpreter lock with the server, and no other test's tables share its backend."""
+    with EmbeddedAws(process=True) as server:
+        yield server
+
+
+def test_sixteen_claimers_over_five_hundred_operations(own_endpoint, clock):
+    aws = own_endpoint
+    spec = aws.create_tables(TableSpec(table_name="claimers", due_shards=4, sweep_shards=2))
     engines = [Engine(client=aws.client(), spec=spec, clock=clock, rng=random.Random(i)) for i in range(THREADS)]
     for i in range(OPERATIONS):
         engines[0].enqueue(T, f"op-{i:04d}", "refund", H)

@@ -11,6 +11,7 @@ import itertools
 import random
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -24,6 +25,7 @@ from leasefence import (
     State,
 )
 from leasefence.clock import ManualClock
+from leasefence.local.embedded import EmbeddedAws
 from leasefence.schema import TableSpec
 
 HASHES = ["sha256:" + "a" * 64, "sha256:" + "b" * 64]
@@ -263,8 +265,16 @@ class LeaseFenceMachine(RuleBasedStateMachine):
             self.max_fence_seen[key] = stored.fence
 
 
-def test_engine_matches_reference_model(aws):
-    LeaseFenceMachine.aws = aws
+@pytest.fixture(scope="module")
+def own_endpoint():
+    """An endpoint of its own in a child process: thousands of requests, with no tables of other
+    tests to share it with and no interpreter lock to share with the client."""
+    with EmbeddedAws(process=True) as server:
+        yield server
+
+
+def test_engine_matches_reference_model(own_endpoint):
+    LeaseFenceMachine.aws = own_endpoint
     run = LeaseFenceMachine.TestCase
     run.settings = settings(
         max_examples=40,
