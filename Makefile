@@ -28,8 +28,10 @@ run: install
 test: install
 	$(BIN)/python -m pytest -q --durations=12
 
+# Offline: no issuer is known here, so the placeholder is allowed explicitly (a real deploy
+# passes -c jwtIssuer=... or -c createUserPool=true to cdk). More context: SYNTH_ARGS='-c k=v'.
 synth: install
-	$(BIN)/python infra/app.py
+	$(BIN)/python infra/app.py -c allowPlaceholderIssuer=true $(SYNTH_ARGS)
 
 demo: install
 	$(BIN)/leasefence demo

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Example CDK app: one stack with ``LeaseFenceService``.
 
-    make synth                      # offline, no account, no Docker: cdk.out/
+    make synth                      # offline, no account, no Docker: cdk.out/ (placeholder issuer)
     cdk deploy -c jwtIssuer=https://idp.example.com/ -c jwtAudience=leasefence
-    cdk deploy ... -c workerTenants=acme,globex     # the demo worker's tenants (-c worker=false: none)
+    cdk deploy ... -c worker=demo -c workerTenants=acme,globex    # the demo worker (default: none)
+    python infra/app.py -c allowPlaceholderIssuer=true             # -c key=value, as with cdk
+
+Without ``jwtIssuer`` or ``createUserPool=true`` synthesis stops with one sentence, unless
+``allowPlaceholderIssuer=true`` (offline synth: the API then refuses every token).
 
 Context values: see ``infra/README.md`` (and ``leasefence_infra.stack.service_props_from_context``).
 Every stack is checked with cdk-nag (AwsSolutions); the app exits non-zero on any finding that is
@@ -23,7 +27,7 @@ sys.path.insert(0, str(INFRA_DIR))
 
 from aws_cdk import App, Aspects, Environment  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
-from leasefence_infra.stack import LeaseFenceStack, _bool  # noqa: E402
+from leasefence_infra.stack import ContextError, LeaseFenceStack, _bool  # noqa: E402
 
 
 def _cdk_json_context() -> dict:
@@ -37,10 +41,29 @@ def _cdk_json_context() -> dict:
         return {}
 
 
-def build_app() -> App:
+def _argv_context(argv: list[str]) -> dict:
+    """``-c key=value`` / ``--context key=value`` arguments (``python infra/app.py`` only; the
+    CDK CLI passes its own ``-c`` values in ``CDK_CONTEXT_JSON``)."""
+    context: dict = {}
+    args = iter(argv)
+    for arg in args:
+        if arg in ("-c", "--context"):
+            pair = next(args, "")
+        elif arg.startswith("--context="):
+            pair = arg.split("=", 1)[1]
+        else:
+            raise ContextError(f"unexpected argument {arg!r}: only -c key=value is accepted")
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ContextError(f"-c needs key=value, got {pair!r}")
+        context[key] = value
+    return context
+
+
+def build_app(argv: list[str] | None = None) -> App:
     app = App(
         outdir=os.environ.get("CDK_OUTDIR") or str(REPO_ROOT / "cdk.out"),
-        context=_cdk_json_context(),
+        context={**_cdk_json_context(), **_argv_context(list(argv or []))},
     )
     env = None
     if os.environ.get("CDK_DEFAULT_ACCOUNT") or os.environ.get("CDK_DEFAULT_REGION"):
@@ -57,8 +80,12 @@ def build_app() -> App:
     return app
 
 
-def main() -> int:
-    app = build_app()
+def main(argv: list[str] | None = None) -> int:
+    try:
+        app = build_app(sys.argv[1:] if argv is None else argv)
+    except ContextError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     assembly = app.synth()
     findings = [
         (stack.stack_name, message.id, message.entry.data)

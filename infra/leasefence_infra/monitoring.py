@@ -1,7 +1,9 @@
 """Dashboard, alarms and the alarm topic of a ``LeaseFenceService``.
 
-The functions emit Powertools EMF metrics in namespace ``LeaseFence`` with the single dimension
-``service=leasefence`` (:data:`APP_METRICS`; the worker function also :data:`WORKER_METRICS`).
+The functions emit Powertools EMF metrics in the service's namespace (``metrics_namespace``,
+default ``LeaseFence/<stack name>``, set as ``POWERTOOLS_METRICS_NAMESPACE`` on every function)
+with the single dimension ``service=leasefence`` (:data:`APP_METRICS`; the worker function also
+:data:`WORKER_METRICS`). Alarms and dashboard read that same namespace.
 Everything else comes from AWS/Lambda, AWS/ApiGateway, AWS/DynamoDB and AWS/SQS.
 """
 
@@ -22,6 +24,7 @@ from ._core import schema
 if TYPE_CHECKING:  # pragma: no cover
     from .service import LeaseFenceService
 
+#: The namespace prefix; a service's own namespace is ``LeaseFenceService.metrics_namespace``.
 NAMESPACE = "LeaseFence"
 DIMENSIONS = {"service": "leasefence"}
 
@@ -39,7 +42,8 @@ APP_METRICS: dict[str, tuple[cw.Unit, str]] = {
     "OldestUnknownAgeSeconds": (cw.Unit.SECONDS, "Maximum"),
     "OldestDueAgeSeconds": (cw.Unit.SECONDS, "Maximum"),
     "PayloadsPurged": (cw.Unit.COUNT, "Sum"),
-    "StalledClaims": (cw.Unit.COUNT, "Maximum"),
+    # Emitted once per stalled claim (worker runtime): counted, never "held" over periods.
+    "StalledClaims": (cw.Unit.COUNT, "Sum"),
 }
 
 #: Emitted by the worker runtime (``leasefence.worker``) when the worker function is deployed.
@@ -54,10 +58,11 @@ WORKER_METRICS: dict[str, tuple[cw.Unit, str]] = {
 FIVE_MINUTES = Duration.minutes(5)
 
 
-def app_metric(name: str, statistic: str | None = None, period: Duration = FIVE_MINUTES) -> cw.Metric:
+def app_metric(name: str, statistic: str | None = None, period: Duration = FIVE_MINUTES, *,
+               namespace: str = NAMESPACE) -> cw.Metric:
     unit, default_statistic = APP_METRICS[name] if name in APP_METRICS else WORKER_METRICS[name]
     return cw.Metric(
-        namespace=NAMESPACE,
+        namespace=namespace,
         metric_name=name,
         dimensions_map=dict(DIMENSIONS),
         statistic=statistic or default_statistic,
@@ -65,6 +70,9 @@ def app_metric(name: str, statistic: str | None = None, period: Duration = FIVE_
         # No unit filter: EMF units are informational and a mismatch would hide the data.
         label=f"{name} ({unit.value})" if unit is not cw.Unit.COUNT else name,
     )
+
+
+_app_metric = app_metric  # the module-level one, under a name Monitoring does not shadow
 
 
 class Monitoring(Construct):
@@ -77,6 +85,7 @@ class Monitoring(Construct):
         *,
         service: LeaseFenceService,
         encryption_key: kms.IKey | None,
+        metrics_namespace: str,
         oldest_unknown_alarm_age: Duration,
         oldest_due_alarm_age: Duration,
         quarantine_alarm_threshold: int,
@@ -86,6 +95,9 @@ class Monitoring(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
+
+        def app_metric(name: str, statistic: str | None = None, period: Duration = FIVE_MINUTES) -> cw.Metric:
+            return _app_metric(name, statistic, period, namespace=metrics_namespace)
 
         # ------------------------------------------------------------------ topic
         # CloudWatch cannot publish to a topic under the AWS-managed aws/sns key, so the topic
@@ -149,11 +161,11 @@ class Monitoring(Construct):
         # ------------------------------------------------------------------ leasefence alarms
         alarm(
             "StalledClaimsAlarm",
-            app_metric("StalledClaims"),
+            # One event per stalled claim: the first one in a 5-minute window raises the alarm.
+            app_metric("StalledClaims", "Sum"),
             1,
-            "claims past their lease that nobody took over or parked, for 15 minutes "
-            "(workers down, or claims blocked on job_types nobody serves)",
-            evaluation_periods=3,
+            "a claimed job's lease ran out while its handler made no progress (handler hung or "
+            "blocked; the claim will be taken over or parked)",
         )
         alarm(
             "OldestUnknownAlarm",
@@ -238,6 +250,15 @@ class Monitoring(Construct):
             "sweeper invocations the scheduler could not deliver are in the dead-letter queue",
         )
         alarm(
+            "SweeperFailuresAlarm",
+            service.sweeper_failure_queue.metric_approximate_number_of_messages_visible(
+                period=FIVE_MINUTES, statistic="Maximum"
+            ),
+            1,
+            "a sweeper invocation failed and was not retried: its event is in the sweeper's "
+            "on-failure queue (read the sweeper's log group)",
+        )
+        alarm(
             "Api5xxAlarm",
             service.http_api.metric_server_error(period=FIVE_MINUTES, statistic="Sum"),
             api_5xx_alarm_threshold,
@@ -278,6 +299,16 @@ class Monitoring(Construct):
                 ),
                 1,
                 "worker invocations the scheduler could not deliver are in the dead-letter queue",
+            )
+            assert service.worker_failure_queue is not None
+            alarm(
+                "WorkerFailuresAlarm",
+                service.worker_failure_queue.metric_approximate_number_of_messages_visible(
+                    period=FIVE_MINUTES, statistic="Maximum"
+                ),
+                1,
+                "a worker invocation failed and was not retried: its event is in the worker's "
+                "on-failure queue (read the worker's log group)",
             )
         table = service.table
         throttle_metrics: dict[str, cw.IMetric] = {
@@ -374,6 +405,13 @@ class Monitoring(Construct):
                 width=width,
             ),
         )
+        failure_queues = [
+            service.sweeper_failure_queue.metric_approximate_number_of_messages_visible(
+                period=FIVE_MINUTES, statistic="Maximum", label="Sweeper failed invocations")
+        ]
+        if service.worker_failure_queue is not None:
+            failure_queues.append(service.worker_failure_queue.metric_approximate_number_of_messages_visible(
+                period=FIVE_MINUTES, statistic="Maximum", label="Worker failed invocations"))
         dashboard.add_widgets(
             cw.GraphWidget(
                 title="Function duration p99 (ms)",
@@ -388,10 +426,11 @@ class Monitoring(Construct):
                 width=width,
             ),
             cw.GraphWidget(
-                title="DynamoDB throttles, schedule DLQ",
+                title="DynamoDB throttles, schedule DLQ, failed invocations",
                 left=[throttles],
                 right=[service.schedule_dlq.metric_approximate_number_of_messages_visible(
-                    period=FIVE_MINUTES, statistic="Maximum")],
+                    period=FIVE_MINUTES, statistic="Maximum", label="Sweep schedule DLQ"),
+                       *failure_queues],
                 width=width,
             ),
         )

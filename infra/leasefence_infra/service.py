@@ -14,11 +14,13 @@ What it creates (see ``infra/README.md`` for the why):
 * the core layer (``layers/leasefence`` + ``rfc8785``, built locally without Docker) and the
   AWS-managed Powertools layer, resolved at deploy time from its public SSM parameter;
 * the API function (every route of the HTTP API) and the sweeper function (EventBridge Scheduler,
-  every minute, retries + encrypted dead-letter queue), arm64 / Python 3.12 / X-Ray / own log groups;
+  every minute, retries + encrypted dead-letter queue; failed runs are not retried by Lambda and
+  go to an alarmed on-failure queue), arm64 / Python 3.12 / X-Ray / own log groups, one log level;
 * optionally (``worker=WorkerProps(...)``) the worker function: your job handlers run in process
   against the engine for the tenants you list, started by its own schedule (see
   :mod:`leasefence_infra.worker`);
-* the HTTP API: JWT authorizer (your issuer, or a Cognito user pool the construct creates),
+* the HTTP API: JWT authorizer (your issuer, or a Cognito user pool the construct creates, with
+  the pre token generation trigger of ``functions/pretoken`` unless you give your own),
   one authorization scope per route exactly as the public contract lists, ``GET /v1/health`` open,
   JSON access logs, default-stage throttling;
 * least-privilege roles (one per function, no managed policies) and, optionally, a tenant-scoped
@@ -29,6 +31,7 @@ What it creates (see ``infra/README.md`` for the why):
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -43,6 +46,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_scheduler as scheduler
@@ -128,7 +132,21 @@ API_TIMEOUT_S = 29
 assert CLAIM_RETRY_BUDGET_MS / 1000 + STORE_CALL_WORST_S <= API_TIMEOUT_S < 30
 
 SERVICE_NAME = "leasefence"
+#: Metrics namespace prefix: the default namespace is ``LeaseFence/<stack name>``, so two
+#: deployments in one account (dev, staging) never feed each other's alarms.
 METRICS_NAMESPACE = "LeaseFence"
+_NAMESPACE_RE = re.compile(r"^[0-9A-Za-z._/#: -]{1,255}$")
+
+#: One ``log_level`` drives Powertools (POWERTOOLS_LOG_LEVEL) and Lambda's JSON log filtering
+#: (application and system log level): name -> (Powertools, application, system).
+LOG_LEVELS: dict[str, tuple[str, lambda_.ApplicationLogLevel, lambda_.SystemLogLevel]] = {
+    "DEBUG": ("DEBUG", lambda_.ApplicationLogLevel.DEBUG, lambda_.SystemLogLevel.DEBUG),
+    "INFO": ("INFO", lambda_.ApplicationLogLevel.INFO, lambda_.SystemLogLevel.INFO),
+    "WARNING": ("WARNING", lambda_.ApplicationLogLevel.WARN, lambda_.SystemLogLevel.WARN),
+    "WARN": ("WARNING", lambda_.ApplicationLogLevel.WARN, lambda_.SystemLogLevel.WARN),
+    "ERROR": ("ERROR", lambda_.ApplicationLogLevel.ERROR, lambda_.SystemLogLevel.WARN),
+    "CRITICAL": ("CRITICAL", lambda_.ApplicationLogLevel.FATAL, lambda_.SystemLogLevel.WARN),
+}
 
 #: Variables the construct sets on every function, on the API function with tenant isolation,
 #: and on the worker only.
@@ -144,6 +162,8 @@ WORKER_ENV = ("LEASEFENCE_WORKER_HANDLERS", "LEASEFENCE_WORKER_TENANTS", "LEASEF
 FUNCTIONS_DIR = REPO_ROOT / "functions"
 API_HANDLER = "api.handler.lambda_handler"
 SWEEPER_HANDLER = "sweeper.handler.lambda_handler"
+#: The pre token generation trigger shipped with the user pool (``functions/pretoken``).
+PRETOKEN_HANDLER = "pretoken.handler.lambda_handler"
 
 _ATTRIBUTE_TYPES = {
     "S": dynamodb.AttributeType.STRING,
@@ -223,6 +243,7 @@ class LeaseFenceService(Construct):
         create_user_pool: bool = False,
         user_pool_domain_prefix: str | None = None,
         pre_token_generation: lambda_.IFunction | None = None,
+        client_tenants: Mapping[str, str] | None = None,
         # --- data
         table_name: str | None = None,
         due_shards: int = schema.DEFAULT_DUE_SHARDS,
@@ -238,6 +259,7 @@ class LeaseFenceService(Construct):
         tenant_isolation: bool = False,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
         log_level: str = "INFO",
+        metrics_namespace: str | None = None,
         api_memory_mb: int = 1024,
         sweeper_memory_mb: int = 512,
         core_layer: lambda_.Code | None = None,
@@ -263,9 +285,23 @@ class LeaseFenceService(Construct):
         functions_path = Path(functions_dir)
         if not functions_path.is_dir():
             raise FileNotFoundError(f"functions directory not found: {functions_path}")
+        if client_tenants and (not create_user_pool or pre_token_generation is not None):
+            raise ValueError("client_tenants configures the shipped pre token generation trigger: it "
+                             "needs create_user_pool=True and no pre_token_generation of your own")
         if worker is not None:
             validate_worker(worker, functions_path, reserved_env=[*SHARED_ENV, *WORKER_ENV, *TENANT_ENV])
         stack = Stack.of(self)
+        level = str(log_level).upper()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {sorted(LOG_LEVELS)}, got {log_level!r}")
+        self.log_level = level
+        if metrics_namespace is None:
+            metrics_namespace = f"{METRICS_NAMESPACE}/{stack.stack_name}"
+        if not _NAMESPACE_RE.match(metrics_namespace) or metrics_namespace.startswith("AWS/"):
+            raise ValueError(f"metrics_namespace {metrics_namespace!r} is not a CloudWatch namespace "
+                             "(1-255 of A-Z a-z 0-9 . - _ / # : space, not starting with AWS/)")
+        #: The EMF namespace of every function, alarm and dashboard widget of this service.
+        self.metrics_namespace = metrics_namespace
         self.identity_retention_days = identity_retention_days
         self.payload_retention_days = payload_retention_days
         self.spec = schema.TableSpec(due_shards=due_shards, sweep_shards=sweep_shards)
@@ -409,8 +445,8 @@ class LeaseFenceService(Construct):
             ),
             "LEASEFENCE_PAYLOAD_RETENTION_DAYS": str(payload_retention_days),
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
-            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
-            "POWERTOOLS_LOG_LEVEL": log_level,
+            "POWERTOOLS_METRICS_NAMESPACE": metrics_namespace,
+            "POWERTOOLS_LOG_LEVEL": LOG_LEVELS[level][0],
             # Traces must not carry payloads or ids in responses.
             "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
         }
@@ -485,6 +521,9 @@ class LeaseFenceService(Construct):
         self.log_hash_key.grant_read(self.api_role)
         self.log_hash_key.grant_read(self.sweeper_role)
 
+        # Async invocations (the scheduler's) are not retried by Lambda: the next tick sweeps
+        # again; a failed invocation lands in this queue, which has its own alarm.
+        self.sweeper_failure_queue = self._failure_queue("SweeperFailures", "sweeper")
         self.api_function = self._function(
             "ApiFunction",
             handler=API_HANDLER,
@@ -504,6 +543,9 @@ class LeaseFenceService(Construct):
             environment=environment,
             memory_mb=sweeper_memory_mb,
             timeout=Duration.seconds(50),
+            retry_attempts=0,
+            max_event_age=Duration.minutes(1),
+            on_failure=self.sweeper_failure_queue,
         )
         for role in (self.api_role, self.sweeper_role):
             _ack(
@@ -529,11 +571,12 @@ class LeaseFenceService(Construct):
                 _ack_kms_grant(role)
         for fn in (self.api_function, self.sweeper_function):
             _ack(
-                fn,
+                fn.node.default_child,  # not the sweeper's EventInvokeConfig child
                 "AwsSolutions-L1",
                 "Pinned to python3.12 on purpose: the AWS-managed Powertools layer is resolved "
                 f"from {POWERTOOLS_LAYER_PARAMETER} and the core layer is built for cp312; "
                 "moving runtimes is a deliberate change of both.",
+                children=False,
             )
 
         # ------------------------------------------------------------------ HTTP API
@@ -542,7 +585,12 @@ class LeaseFenceService(Construct):
         self.user_pool_domain: cognito.UserPoolDomain | None = None
         audience = list(jwt_audience or [])
         issuer = jwt_issuer
+        self.pre_token_function: lambda_.Function | None = None
         if create_user_pool:
+            if pre_token_generation is None:
+                pre_token_generation = self._pre_token_function(
+                    dict(client_tenants or {}), log_retention, removal_policy
+                )
             issuer, pool_audience = self._user_pool(
                 user_pool_domain_prefix, pre_token_generation, removal_policy
             )
@@ -613,6 +661,7 @@ class LeaseFenceService(Construct):
         self.worker_schedule: scheduler.Schedule | None = None
         self.worker_schedule_dlq: sqs.Queue | None = None
         self.worker_schedule_role: iam.Role | None = None
+        self.worker_failure_queue: sqs.Queue | None = None
         if worker is not None:
             self._add_worker(worker, environment, log_retention, removal_policy)
 
@@ -622,6 +671,7 @@ class LeaseFenceService(Construct):
             "Monitoring",
             service=self,
             encryption_key=self.encryption_key,
+            metrics_namespace=metrics_namespace,
             oldest_unknown_alarm_age=oldest_unknown_alarm_age or Duration.hours(1),
             oldest_due_alarm_age=oldest_due_alarm_age or Duration.minutes(15),
             quarantine_alarm_threshold=quarantine_alarm_threshold,
@@ -832,6 +882,7 @@ class LeaseFenceService(Construct):
             "LEASEFENCE_WORKER_LEASE_SECONDS": str(props.lease_seconds),
             **props.environment,
         }
+        self.worker_failure_queue = self._failure_queue("WorkerFailures", "worker")
         function = self._function(
             "WorkerFunction",
             handler=WORKER_HANDLER,
@@ -842,9 +893,11 @@ class LeaseFenceService(Construct):
             memory_mb=props.memory_mb,
             timeout=props.timeout_or_default,
             layers=layers,
-            # An invocation that failed is not retried by Lambda: the next tick drains again.
+            # An invocation that failed is not retried by Lambda: the next tick drains again;
+            # the failed one lands in its own queue (with an alarm).
             retry_attempts=0,
             max_event_age=Duration.minutes(1),
+            on_failure=self.worker_failure_queue,
         )
         _ack(
             role,
@@ -990,7 +1043,9 @@ class LeaseFenceService(Construct):
         layers: Sequence[lambda_.ILayerVersion] | None = None,
         retry_attempts: int | None = None,
         max_event_age: Duration | None = None,
+        on_failure: sqs.IQueue | None = None,
     ) -> lambda_.Function:
+        _, application_level, system_level = LOG_LEVELS[self.log_level]
         return lambda_.Function(
             self,
             construct_id,
@@ -1002,6 +1057,9 @@ class LeaseFenceService(Construct):
             role=role,
             log_group=log_group,
             logging_format=lambda_.LoggingFormat.JSON,
+            # The same level as POWERTOOLS_LOG_LEVEL: Lambda drops JSON log lines below it.
+            application_log_level_v2=application_level,
+            system_log_level_v2=system_level,
             environment=dict(environment),
             layers=list(layers) if layers is not None else [self.core_layer, self.powertools_layer],
             memory_size=memory_mb,
@@ -1009,7 +1067,62 @@ class LeaseFenceService(Construct):
             tracing=lambda_.Tracing.ACTIVE,
             retry_attempts=retry_attempts,
             max_event_age=max_event_age,
+            on_failure=destinations.SqsDestination(on_failure) if on_failure is not None else None,
         )
+
+    def _failure_queue(self, construct_id: str, what: str) -> sqs.Queue:
+        """The on-failure destination of a function's async invocations (encrypted, TLS only)."""
+        queue = sqs.Queue(
+            self,
+            construct_id,
+            encryption=sqs.QueueEncryption.KMS if self.encryption_key else sqs.QueueEncryption.SQS_MANAGED,
+            encryption_master_key=self.encryption_key,
+            enforce_ssl=True,
+            retention_period=Duration.days(14),
+        )
+        _ack(
+            queue,
+            "AwsSolutions-SQS3",
+            f"This queue is itself the dead-letter destination of the {what} function's failed "
+            "asynchronous invocations (Lambda OnFailure destination, which cdk-nag does not see "
+            "as a redrive policy); it has its own alarm.",
+        )
+        return queue
+
+    def _pre_token_function(self, client_tenants: Mapping[str, str], log_retention: logs.RetentionDays,
+                            removal_policy: RemovalPolicy) -> lambda_.Function:
+        """``functions/pretoken``: adds ``tenant_id`` (and group scopes) to the pool's tokens."""
+        for client, tenant in client_tenants.items():
+            if not isinstance(client, str) or not isinstance(tenant, str) or not client or not tenant:
+                raise ValueError("client_tenants must map app client ids to tenant ids (non-empty strings)")
+        log_group = self._log_group("PreTokenFunctionLogs", log_retention, removal_policy)
+        role = self._role("PreTokenFunctionRole", "leasefence pre token generation trigger", log_group)
+        _, application_level, system_level = LOG_LEVELS[self.log_level]
+        function = lambda_.Function(
+            self,
+            "PreTokenFunction",
+            description="leasefence: tenant_id and scope claims for the user pool's tokens",
+            runtime=lambda_.Runtime.PYTHON_3_12,
+            architecture=lambda_.Architecture.ARM_64,
+            code=self._functions_code,
+            handler=PRETOKEN_HANDLER,
+            role=role,
+            log_group=log_group,
+            logging_format=lambda_.LoggingFormat.JSON,
+            application_log_level_v2=application_level,
+            system_log_level_v2=system_level,
+            environment={"LEASEFENCE_CLIENT_TENANTS": json.dumps(dict(client_tenants), sort_keys=True)},
+            memory_size=128,
+            timeout=Duration.seconds(5),
+        )
+        _ack(
+            function,
+            "AwsSolutions-L1",
+            "Pinned to python3.12 like the service's other functions (one runtime to move "
+            "deliberately); the trigger uses the standard library only.",
+        )
+        self.pre_token_function = function
+        return function
 
     def _user_pool(
         self,

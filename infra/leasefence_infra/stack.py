@@ -12,13 +12,25 @@ from constructs import Construct
 from .service import LeaseFenceService
 from .worker import WorkerProps
 
-#: Safe placeholders so `make synth` works offline: `.invalid` can never issue a token, so a
-#: stack deployed with them refuses every authenticated request (and synth warns).
+#: Placeholders for an offline synth (``-c allowPlaceholderIssuer=true``, what `make synth`
+#: passes): `.invalid` can never issue a token, so a stack deployed with them refuses every
+#: authenticated request (and synth warns). Without the opt-out a missing issuer is an error.
 PLACEHOLDER_ISSUER = "https://issuer.invalid/"
 PLACEHOLDER_AUDIENCE = "leasefence"
-#: The example app's worker runs the demo handlers (``functions/worker/demo_handlers.py``).
+#: The one sentence synthesis stops with when no issuer is configured.
+MISSING_ISSUER_MESSAGE = (
+    "No JWT issuer configured: pass -c jwtIssuer=<issuer URL> -c jwtAudience=<audience>, or "
+    "-c createUserPool=true -c userPoolDomainPrefix=<prefix>, or -c allowPlaceholderIssuer=true "
+    "for an offline synth whose API refuses every token."
+)
+#: ``-c worker=demo``: the worker runs the demo handlers (``functions/worker/demo_handlers.py``).
 DEMO_WORKER_HANDLERS = "worker.demo_handlers:HANDLERS"
 DEFAULT_WORKER_TENANTS = ("demo",)
+
+
+class ContextError(ValueError):
+    """A CDK context value (``-c key=value``) the example app cannot use; ``infra/app.py`` prints
+    it as one line and exits non-zero."""
 
 
 _R = logs.RetentionDays
@@ -61,8 +73,12 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     ``tableName``, ``retentionDays``, ``deletionProtection``, ``customerManagedKey``,
     ``tenantIsolation``, ``logRetentionDays``, ``logLevel``, ``dueShards``, ``sweepShards``,
     ``destroyOnRemoval`` (dev stacks only: tables, buckets, keys are deleted with the stack),
-    ``worker`` (default true: deploy the worker function with the demo handlers) and
-    ``workerTenants`` (comma-separated, default ``demo``).
+    ``metricsNamespace`` (default ``LeaseFence/<stack name>``), ``allowPlaceholderIssuer``
+    (offline synth only: without ``jwtIssuer`` or ``createUserPool`` synthesis is refused),
+    ``workerHandlers`` (``package.module:NAME`` in ``functions/``: deploy the worker function with
+    these handlers), ``worker`` (``demo``: the worker with the demo handlers; default: no worker)
+    and ``workerTenants`` (comma-separated; default ``demo`` for the demo handlers, required
+    with ``workerHandlers``).
     """
     if isinstance(node_or_context, Construct):
         node = node_or_context.node
@@ -79,9 +95,14 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
         props["user_pool_domain_prefix"] = get("userPoolDomainPrefix")
         if get("jwtAudience"):
             props["jwt_audience"] = _list(get("jwtAudience"))
-    else:
-        props["jwt_issuer"] = get("jwtIssuer") or PLACEHOLDER_ISSUER
+    elif get("jwtIssuer"):
+        props["jwt_issuer"] = str(get("jwtIssuer"))
         props["jwt_audience"] = _list(get("jwtAudience")) or [PLACEHOLDER_AUDIENCE]
+    elif _bool(get("allowPlaceholderIssuer"), False):
+        props["jwt_issuer"] = PLACEHOLDER_ISSUER
+        props["jwt_audience"] = _list(get("jwtAudience")) or [PLACEHOLDER_AUDIENCE]
+    else:
+        raise ContextError(MISSING_ISSUER_MESSAGE)
     if get("tableName"):
         props["table_name"] = str(get("tableName"))
     for key, prop in (("payloadRetentionDays", "payload_retention_days"), ("dueShards", "due_shards"),
@@ -99,17 +120,44 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     if get("logRetentionDays") is not None:
         days = int(get("logRetentionDays"))
         if days not in _RETENTION:
-            raise ValueError(f"logRetentionDays={days} is not a CloudWatch Logs retention period "
+            raise ContextError(f"logRetentionDays={days} is not a CloudWatch Logs retention period "
                              f"(one of {sorted(_RETENTION)})")
         props["log_retention"] = _RETENTION[days]
     if get("logLevel"):
         props["log_level"] = str(get("logLevel")).upper()
-    if _bool(get("worker"), True):
-        tenants = _list(get("workerTenants")) if get("workerTenants") is not None else list(DEFAULT_WORKER_TENANTS)
-        if not tenants:
-            raise ValueError("workerTenants is empty: name at least one tenant, or set -c worker=false")
-        props["worker"] = WorkerProps(handlers=DEMO_WORKER_HANDLERS, tenants=tenants)
+    if get("metricsNamespace"):
+        props["metrics_namespace"] = str(get("metricsNamespace"))
+    worker = _worker_from_context(get)
+    if worker is not None:
+        props["worker"] = worker
     return props
+
+
+def _worker_from_context(get: Any) -> WorkerProps | None:
+    """No worker unless ``workerHandlers`` or ``worker=demo`` asks for one."""
+    switch = get("worker")
+    handlers = get("workerHandlers")
+    demo = switch is not None and str(switch).strip().lower() == "demo"
+    enabled = demo or (handlers is not None and _bool(switch, True))
+    if not enabled:
+        if switch is not None and _bool(switch, False):
+            raise ContextError("-c worker=true needs -c workerHandlers=<package.module:NAME> "
+                               "(or -c worker=demo for the demo handlers)")
+        if get("workerTenants") is not None and switch is None:
+            raise ContextError("workerTenants is set but no worker is deployed: add "
+                               "-c workerHandlers=<package.module:NAME> or -c worker=demo")
+        return None
+    if demo and handlers is not None:
+        raise ContextError("give either -c worker=demo or -c workerHandlers=..., not both")
+    if get("workerTenants") is not None:
+        tenants = _list(get("workerTenants"))
+    elif demo:
+        tenants = list(DEFAULT_WORKER_TENANTS)
+    else:
+        raise ContextError("-c workerHandlers needs -c workerTenants=<tenant,...> (the tenants it claims for)")
+    if not tenants:
+        raise ContextError("workerTenants is empty: name at least one tenant")
+    return WorkerProps(handlers=DEMO_WORKER_HANDLERS if demo else str(handlers), tenants=tenants)
 
 
 class LeaseFenceStack(Stack):

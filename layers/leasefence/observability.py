@@ -8,13 +8,15 @@ operation id, worker id or payload. Where a record must be correlated, it carrie
   (``leasefence.engine`` ...) are children of this logger, so they share its handler and format.
 * Tracer: X-Ray when running in Lambda with the X-Ray SDK available; a no-op elsewhere (locally
   and in tests set ``POWERTOOLS_TRACE_DISABLED=true``). Responses are never captured.
-* Metrics: CloudWatch EMF, namespace ``LeaseFence``, one dimension (``service``), flushed at the
-  end of each invocation by ``metrics.log_metrics``.
+* Metrics: CloudWatch EMF, namespace ``POWERTOOLS_METRICS_NAMESPACE`` (the infra sets one per
+  deployment; ``LeaseFence`` when unset), one dimension (``service``), flushed at the end of each
+  invocation by ``metrics.log_metrics``.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import warnings
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -23,7 +25,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 from leasefence.privacy import keyed_hash
 
 SERVICE = "leasefence"
-NAMESPACE = "LeaseFence"
+#: An explicit ``namespace=`` would override the environment, so it is read here.
+NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "LeaseFence"
 
 #: Engine event names (counts) published as metrics.
 COUNT_METRICS = frozenset(

@@ -1,10 +1,12 @@
 """Fixtures for the CDK tests: one synthesized app (two stacks), built once per session.
 
-* ``default`` stack: the example app's composition: the construct with its defaults (external
-  JWT issuer, AWS-owned table encryption, S3-managed bucket encryption, no tenant role) plus the
-  worker with its defaults (demo handlers from ``functions/``, tenant ``demo``).
+* ``default`` stack: the example app's composition with ``-c worker=demo``: the construct with
+  its defaults (external JWT issuer, AWS-owned table encryption, S3-managed bucket encryption, no
+  tenant role, log level INFO, namespace ``LeaseFence/LeaseFenceDefault``) plus the worker with
+  its defaults (demo handlers from ``functions/``, tenant ``demo``).
 * ``full`` stack: every option on (Cognito user pool + pre-token trigger, customer-managed KMS
-  key, tenant isolation role, server access logs, no deletion protection, 3 due shards; a worker
+  key, tenant isolation role, server access logs, no deletion protection, 3 due shards, log
+  level DEBUG; a worker
   with its own handler layer, two tenants, a business table under its own KMS key, a fenced
   target table, its own lease, timeout, schedule, memory and environment).
 
@@ -52,7 +54,7 @@ DEFAULT_PROPS = {
     "jwt_issuer": "https://issuer.example.com/",
     "jwt_audience": ["leasefence-api"],
 }
-#: The example app's worker (``service_props_from_context`` with no context).
+#: The example app's worker with ``-c worker=demo`` (``service_props_from_context``).
 DEFAULT_WORKER = WorkerProps(handlers=DEMO_WORKER_HANDLERS, tenants=["demo"])
 FULL_WORKER_TENANTS = ["acme", "globex"]
 FULL_PROPS_BASE = {
@@ -66,6 +68,7 @@ FULL_PROPS_BASE = {
     "identity_retention_days": None,
     "due_shards": 3,
     "sweep_shards": 2,
+    "log_level": "DEBUG",
 }
 
 

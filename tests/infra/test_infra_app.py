@@ -19,15 +19,19 @@ from aws_cdk import aws_logs as logs
 from leasefence_infra.bundling import LocalLayerBundler, core_layer_code, source_fingerprint
 from aws_cdk.assertions import Match, Template
 from leasefence_infra import WorkerProps
-from leasefence_infra.stack import DEMO_WORKER_HANDLERS, PLACEHOLDER_ISSUER, service_props_from_context
+from leasefence_infra.stack import (
+    DEMO_WORKER_HANDLERS,
+    MISSING_ISSUER_MESSAGE,
+    PLACEHOLDER_ISSUER,
+    ContextError,
+    service_props_from_context,
+)
 from test_infra_layer import assert_runtime_package_only
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def app_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    outdir = tmp_path_factory.mktemp("app-cdk.out")
+def _run_app(outdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "CDK_OUTDIR": str(outdir),
@@ -35,11 +39,35 @@ def app_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comple
         "CDK_DISABLE_CLI_TELEMETRY": "true",
     }
     env.pop("CDK_CONTEXT_JSON", None)
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "infra" / "app.py")],
+    return subprocess.run(
+        [sys.executable, str(ROOT / "infra" / "app.py"), *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=False,
     )
-    return proc, outdir
+
+
+#: What `make synth` passes (Makefile), plus the demo worker so that its path is synthesized too.
+MAKE_SYNTH_ARGS = ("-c", "allowPlaceholderIssuer=true")
+
+
+@pytest.fixture(scope="module")
+def app_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    outdir = tmp_path_factory.mktemp("app-cdk.out")
+    return _run_app(outdir, *MAKE_SYNTH_ARGS, "-c", "worker=demo"), outdir
+
+
+def test_make_synth_passes_the_placeholder_opt_out() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"infra/app.py {' '.join(MAKE_SYNTH_ARGS)}" in makefile
+    # cdk.json must not opt out: `cdk deploy` without an issuer has to refuse.
+    assert "allowPlaceholderIssuer" not in (ROOT / "cdk.json").read_text()
+
+
+def test_app_refuses_to_synthesize_without_an_issuer(tmp_path: Path) -> None:
+    proc = _run_app(tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"error: {MISSING_ISSUER_MESSAGE}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.glob("*.template.json"))
 
 
 def test_app_synthesizes_offline_with_local_bundling(app_run) -> None:
@@ -56,7 +84,7 @@ def test_app_synthesizes_offline_with_local_bundling(app_run) -> None:
     assert not list(asset_dir.rglob("__pycache__"))
     # The real (pip) bundle ships the runtime package only, like the offline one.
     assert_runtime_package_only(asset_dir / "python" / "leasefence")
-    # The example app deploys the worker with the demo handlers for the tenant `demo`.
+    # -c worker=demo: the worker with the demo handlers for the tenant `demo`.
     Template.from_json(template).has_resource_properties("AWS::Lambda::Function", {
         "Handler": "worker.handler.lambda_handler",
         "Environment": {"Variables": Match.object_like({
@@ -100,32 +128,74 @@ def test_source_fingerprint_tracks_sources_and_requirements(tmp_path: Path) -> N
     assert source_fingerprint(pkg) != first
 
 
-def test_context_defaults_are_safe_placeholders() -> None:
-    props = service_props_from_context({})
+def test_context_without_an_issuer_is_refused() -> None:
+    for context in ({}, {"jwtAudience": "leasefence"}, {"allowPlaceholderIssuer": "false"}):
+        with pytest.raises(ContextError) as excinfo:
+            service_props_from_context(context)
+        assert str(excinfo.value) == MISSING_ISSUER_MESSAGE
+    assert MISSING_ISSUER_MESSAGE.count(". ") == 0 and MISSING_ISSUER_MESSAGE.endswith(".")  # one sentence
+
+
+PLACEHOLDER = {"allowPlaceholderIssuer": "true"}
+
+
+def test_context_defaults_with_the_placeholder_opt_out() -> None:
+    props = service_props_from_context(PLACEHOLDER)
     assert props["jwt_issuer"] == PLACEHOLDER_ISSUER
     assert props["jwt_audience"] == ["leasefence"]
     assert props["deletion_protection"] is True
     assert props["create_encryption_key"] is False
     assert props["tenant_isolation"] is False
     assert "removal_policy" not in props  # RETAIN, the construct's default
-    worker = props["worker"]
+    assert "worker" not in props  # no worker unless handlers are named
+    # A real issuer wins over the opt-out.
+    assert service_props_from_context({**PLACEHOLDER, "jwtIssuer": "https://idp/"})["jwt_issuer"] == "https://idp/"
+
+
+def test_context_demo_worker() -> None:
+    worker = service_props_from_context({**PLACEHOLDER, "worker": "demo"})["worker"]
     assert isinstance(worker, WorkerProps)
     assert worker.handlers == DEMO_WORKER_HANDLERS == "worker.demo_handlers:HANDLERS"
     assert list(worker.tenants) == ["demo"]
     assert worker.code is None and worker.business_tables == () and worker.fenced_tables == ()
 
 
-def test_context_worker_tenants_and_switch() -> None:
-    assert list(service_props_from_context({"workerTenants": "acme, globex"})["worker"].tenants) == ["acme", "globex"]
-    assert list(service_props_from_context({"workerTenants": ["acme"]})["worker"].tenants) == ["acme"]
-    assert "worker" not in service_props_from_context({"worker": "false"})
-    with pytest.raises(ValueError, match="workerTenants"):
-        service_props_from_context({"workerTenants": " , "})
+def test_context_worker_handlers_tenants_and_switch() -> None:
+    ctx = {**PLACEHOLDER, "worker": "demo"}
+    assert list(service_props_from_context({**ctx, "workerTenants": "acme, globex"})["worker"].tenants) == [
+        "acme", "globex"]
+    assert list(service_props_from_context({**ctx, "workerTenants": ["acme"]})["worker"].tenants) == ["acme"]
+    own = service_props_from_context({**PLACEHOLDER, "workerHandlers": "jobs.acme:HANDLERS", "workerTenants": "acme"})
+    assert own["worker"].handlers == "jobs.acme:HANDLERS" and list(own["worker"].tenants) == ["acme"]
+    assert "worker" not in service_props_from_context({**PLACEHOLDER, "worker": "false"})
+    assert "worker" not in service_props_from_context(
+        {**PLACEHOLDER, "worker": "false", "workerHandlers": "jobs.acme:HANDLERS", "workerTenants": "acme"})
+    for context, message in (
+        ({**ctx, "workerTenants": " , "}, "workerTenants"),
+        ({**PLACEHOLDER, "workerHandlers": "jobs.acme:HANDLERS"}, "workerTenants"),
+        ({**PLACEHOLDER, "workerTenants": "acme"}, "no worker is deployed"),
+        ({**PLACEHOLDER, "worker": "true"}, "workerHandlers"),
+        ({**ctx, "workerHandlers": "jobs.acme:HANDLERS"}, "not both"),
+    ):
+        with pytest.raises(ContextError, match=message):
+            service_props_from_context(context)
+
+
+def test_app_reads_context_arguments() -> None:
+    import app  # infra/app.py (infra/ is on sys.path)
+
+    assert app._argv_context(["-c", "a=1", "--context", "b=x=y", "--context=c=3"]) == {
+        "a": "1", "b": "x=y", "c": "3"}
+    for argv in (["-c", "novalue"], ["synth"], ["-c"]):
+        with pytest.raises(ContextError):
+            app._argv_context(argv)
 
 
 def test_context_values_are_parsed() -> None:
     props = service_props_from_context({
         "jwtIssuer": "https://idp.example.com/",
+        "logLevel": "debug",
+        "metricsNamespace": "Acme/LeaseFence-dev",
         "jwtAudience": "a, b",
         "payloadRetentionDays": "14",
         "identityRetentionDays": "forever",
@@ -144,6 +214,7 @@ def test_context_values_are_parsed() -> None:
     assert props["create_encryption_key"] is True and props["tenant_isolation"] is True
     assert props["removal_policy"] == RemovalPolicy.DESTROY
     assert props["log_retention"] == logs.RetentionDays.THREE_MONTHS
+    assert props["log_level"] == "DEBUG" and props["metrics_namespace"] == "Acme/LeaseFence-dev"
     pool = service_props_from_context({"createUserPool": "true", "userPoolDomainPrefix": "acme-lf"})
     assert pool["create_user_pool"] is True and "jwt_issuer" not in pool
     with pytest.raises(ValueError):

@@ -206,8 +206,8 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
         assert env["LEASEFENCE_IDENTITY_RETENTION_DAYS"] == (
             "forever" if svc.identity_retention_days is None else str(svc.identity_retention_days))
         assert env["POWERTOOLS_SERVICE_NAME"] == "leasefence"
-        assert env["POWERTOOLS_METRICS_NAMESPACE"] == "LeaseFence"
-        assert env["POWERTOOLS_LOG_LEVEL"] == "INFO"
+        assert env["POWERTOOLS_METRICS_NAMESPACE"] == svc.metrics_namespace
+        assert env["POWERTOOLS_LOG_LEVEL"] == ("INFO" if name == "default" else "DEBUG")
         assert props(tpl, logical_id(stack, log_group))["RetentionInDays"] == 30
     layer = props(tpl, core_layer)
     assert layer["CompatibleRuntimes"] == ["python3.12"]
@@ -470,7 +470,7 @@ def test_alarms_cover_the_operational_signals(variant) -> None:
     for name in ("StalledClaims", "OldestUnknownAgeSeconds", "OldestDueAgeSeconds", "Quarantined",
                  "StaleFenceRejections"):
         ((_, metric),) = by_metric[name]
-        assert metric["Namespace"] == "LeaseFence" and metric["Dimensions"] == app_dims
+        assert metric["Namespace"] == svc.metrics_namespace and metric["Dimensions"] == app_dims
     assert by_metric["OldestUnknownAgeSeconds"][0][0]["Threshold"] == 3600
     assert by_metric["OldestDueAgeSeconds"][0][0]["Threshold"] == 900  # unserved job types show
     ((unknown_entered, _),) = by_metric["UnknownParked"]
@@ -517,7 +517,7 @@ def test_dashboard_shows_every_app_metric(variant) -> None:
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     for name in APP_METRICS:
         assert f'\\"{name}\\"' in body, name
-    assert '\\"LeaseFence\\"' in body and '\\"service\\",\\"leasefence\\"' in body
+    assert f'\\"{svc.metrics_namespace}\\"' in body and '\\"service\\",\\"leasefence\\"' in body
 
 
 def test_example_stack_outputs(synth) -> None:
@@ -662,6 +662,11 @@ def test_worker_role_is_exact(variant) -> None:
     assert actions_by_resource(statements, "s3:") == [
         (frozenset({"s3:GetObject"}), {"Fn::Join": ["", [getatt(bucket), f"/{PAYLOAD_KEY_PREFIX}*"]]})
     ]
+    # Its failed invocations go to its on-failure queue (Lambda sends them with this role).
+    assert actions_by_resource(statements, "sqs:") == [
+        (frozenset({"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"}),
+         getatt(logical_id(stack, svc.worker_failure_queue)))
+    ]
     assert actions_by_resource(statements, "secretsmanager:") == [
         (frozenset({"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}),
          {"Ref": logical_id(stack, svc.log_hash_key)})
@@ -683,7 +688,8 @@ def test_worker_role_is_exact(variant) -> None:
             [getatt(logical_id(stack, svc.encryption_key)), ORDERS_KEY_ARN], key=json.dumps)
     # Nothing else: no other service, no wildcard action, no condition widening anything.
     services = {a.split(":")[0] for st in statements for a in as_list(st["Action"])}
-    assert services == {"dynamodb", "s3", "secretsmanager", "logs", "xray"} | ({"kms"} if name == "full" else set())
+    assert services == {"dynamodb", "s3", "secretsmanager", "logs", "xray", "sqs"} | (
+        {"kms"} if name == "full" else set())
     for st in statements:
         assert st["Effect"] == "Allow" and "Condition" not in st
         for action in as_list(st["Action"]):
@@ -726,7 +732,7 @@ def test_worker_alarms_and_dashboard(variant) -> None:
     })
     template.has_resource_properties("AWS::CloudWatch::Alarm", {
         "Metrics": [Match.object_like({"MetricStat": {
-            "Metric": {"Namespace": "LeaseFence", "MetricName": "LostOwnership",
+            "Metric": {"Namespace": svc.metrics_namespace, "MetricName": "LostOwnership",
                        "Dimensions": [{"Name": "service", "Value": "leasefence"}]},
             "Period": 900, "Stat": "Sum"}})],
         "Threshold": WORKER_EXPECTED[name]["lost_ownership"],
@@ -749,15 +755,15 @@ def test_no_worker_no_worker_resources(prebuilt_layer) -> None:
     """worker=None (the construct's default) adds nothing of the worker."""
     from aws_cdk import App
 
-    stack = Stack(App(), "NoWorker")
+    stack = Stack(App(), "Minimal")  # (the stack name is in the metrics namespace)
     svc = LeaseFenceService(stack, "LeaseFence", jwt_issuer="https://x/", jwt_audience=["a"],
                             core_layer=lambda_.Code.from_asset(str(prebuilt_layer)))
     assert svc.worker_function is None and svc.worker_role is None and svc.worker_schedule is None
     template = Template.from_stack(stack)
     template.resource_count_is("AWS::Lambda::Function", 2)
     template.resource_count_is("AWS::Scheduler::Schedule", 1)
-    template.resource_count_is("AWS::SQS::Queue", 1)
-    template.resource_count_is("AWS::Lambda::EventInvokeConfig", 0)
+    template.resource_count_is("AWS::SQS::Queue", 2)  # sweep schedule DLQ, sweeper failures
+    template.resource_count_is("AWS::Lambda::EventInvokeConfig", 1)  # the sweeper's
     body = json.dumps(template.to_json())
     assert "Worker" not in body and "LostOwnership" not in body
 
@@ -844,6 +850,10 @@ def test_worker_settings_match_the_handler() -> None:
         ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "due_shards": 0}, "shards"),
         ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "payload_retention_days": -1}, "payload_retention_days"),
         ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "identity_retention_days": 10}, "identity_retention_days"),
+        ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "log_level": "LOUD"}, "log_level"),
+        ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "metrics_namespace": "AWS/Lambda"}, "namespace"),
+        ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "metrics_namespace": "a$b"}, "namespace"),
+        ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "client_tenants": {"c": "t"}}, "client_tenants"),
     ],
 )
 def test_invalid_props_are_refused(kwargs: dict[str, Any], message: str) -> None:
@@ -886,3 +896,126 @@ def test_the_deployed_routes_are_the_handlers_routes() -> None:
     from leasefence_infra.service import ROUTES as DEPLOYED_ROUTES
 
     assert {(m, p, s) for m, p, s in DEPLOYED_ROUTES} == {(r.method, r.template, r.scope) for r in HANDLER_ROUTES}
+
+
+# ----------------------------------------------------------------------------- issue 12: operable defaults
+
+
+def test_stalled_claims_alarm_fires_on_one_stalled_claim(variant) -> None:
+    """StalledClaims is emitted once per stalled claim: the alarm counts it (Sum) over one period,
+    so the first stalled claim raises it, and a quiet period (no data) is OK, not breaching."""
+    _, stack, svc, tpl = variant
+    alarm = props(tpl, logical_id(stack, svc.monitoring.alarms["StalledClaimsAlarm"]))
+    # One metric, no math (CDK renders a labelled metric in the Metrics form).
+    ((query,),) = [alarm["Metrics"]] if "Metrics" in alarm else [[{"MetricStat": {
+        "Metric": {k: alarm[k] for k in ("Namespace", "MetricName", "Dimensions")},
+        "Period": alarm["Period"], "Stat": alarm["Statistic"]}}]]
+    stat = query["MetricStat"]
+    assert stat["Metric"]["MetricName"] == "StalledClaims"
+    assert stat["Metric"]["Namespace"] == svc.metrics_namespace
+    assert stat["Stat"] == "Sum" and stat["Period"] == 300
+    assert query.get("ReturnData", True) is True and "Expression" not in query
+    assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert alarm["EvaluationPeriods"] == 1 and alarm.get("DatapointsToAlarm", 1) == 1
+    assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def _app_namespaces(tpl: dict[str, Any]) -> set[str]:
+    """Every non-AWS metric namespace the template's alarms and dashboard read."""
+    found = {m["Namespace"] for a in resources(tpl, "AWS::CloudWatch::Alarm").values() for m in _metrics(a)}
+    (dashboard,) = resources(tpl, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    found |= {ns for ns in ("LeaseFence", "LeaseFence/LeaseFenceDefault", "LeaseFence/LeaseFenceFull")
+              if f'[\\"{ns}\\",' in body}
+    return {ns for ns in found if not str(ns).startswith("AWS/")}
+
+
+def test_metrics_namespace_is_per_deployment(synth) -> None:
+    """Two stacks in one app (one account): distinct namespaces, each shared by the functions'
+    EMF (POWERTOOLS_METRICS_NAMESPACE), the alarms and the dashboard."""
+    seen = {}
+    for name in ("default", "full"):
+        stack, svc, tpl = _svc(synth, name)
+        assert svc.metrics_namespace == f"LeaseFence/{stack.stack_name}"
+        functions = resources(tpl, "AWS::Lambda::Function").values()
+        env_namespaces = {f["Properties"]["Environment"]["Variables"].get("POWERTOOLS_METRICS_NAMESPACE")
+                          for f in functions if "Environment" in f["Properties"]
+                          and "LEASEFENCE_TABLE" in f["Properties"]["Environment"]["Variables"]}
+        assert env_namespaces == {svc.metrics_namespace}
+        assert _app_namespaces(tpl) == {svc.metrics_namespace}
+        seen[name] = svc.metrics_namespace
+    assert seen["default"] != seen["full"]
+
+
+def test_observability_reads_the_namespace_from_the_environment() -> None:
+    import subprocess
+    import sys
+
+    layers = Path(__file__).resolve().parents[2] / "layers"
+    script = ("import sys; sys.path.insert(0, %r); from leasefence import observability as o; "
+              "print(o.NAMESPACE, o.metrics.namespace)" % str(layers))
+    import os
+
+    env = {**os.environ, "POWERTOOLS_METRICS_NAMESPACE": "LeaseFence/Staging",
+           "POWERTOOLS_TRACE_DISABLED": "true", "AWS_DEFAULT_REGION": "eu-west-1"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split()
+    assert out == ["LeaseFence/Staging", "LeaseFence/Staging"]
+
+
+def test_async_invocations_fail_to_an_alarmed_queue(variant) -> None:
+    """Sweeper and worker: no Lambda retries of a failed async invocation (the next tick runs),
+    events older than a minute dropped, failures to an encrypted TLS-only queue with an alarm."""
+    name, stack, svc, tpl = variant
+    template = Template.from_json(tpl)
+    topic = {"Ref": logical_id(stack, svc.alarm_topic)}
+    pairs = [(svc.sweeper_function, svc.sweeper_failure_queue), (svc.worker_function, svc.worker_failure_queue)]
+    queues = {logical_id(stack, q) for _, q in pairs}
+    assert len(queues) == 2 and not queues & {logical_id(stack, svc.schedule_dlq),
+                                              logical_id(stack, svc.worker_schedule_dlq)}
+    for fn, queue in pairs:
+        qid = logical_id(stack, queue)
+        template.has_resource_properties("AWS::Lambda::EventInvokeConfig", {
+            "FunctionName": {"Ref": logical_id(stack, fn)},
+            "Qualifier": "$LATEST",
+            "MaximumRetryAttempts": 0,
+            "MaximumEventAgeInSeconds": 60,
+            "DestinationConfig": {"OnFailure": {"Destination": getatt(qid)}},
+        })
+        q = props(tpl, qid)
+        if name == "default":
+            assert q["SqsManagedSseEnabled"] is True
+        else:
+            assert q["KmsMasterKeyId"] == getatt(logical_id(stack, svc.encryption_key))
+        assert q["MessageRetentionPeriod"] == 14 * 24 * 3600
+        (qpolicy,) = [p["Properties"] for p in resources(tpl, "AWS::SQS::QueuePolicy").values()
+                      if p["Properties"]["Queues"] == [{"Ref": qid}]]
+        assert _denies_insecure_transport(qpolicy)
+        template.has_resource_properties("AWS::CloudWatch::Alarm", {
+            "Namespace": "AWS/SQS", "MetricName": "ApproximateNumberOfMessagesVisible",
+            "Dimensions": [{"Name": "QueueName", "Value": getatt(qid, "QueueName")}],
+            "Statistic": "Maximum", "Threshold": 1, "EvaluationPeriods": 1,
+            "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+            "AlarmActions": [topic], "OKActions": [topic],
+        })
+    # The API function is invoked synchronously: no async config of its own.
+    configs = [c["Properties"]["FunctionName"] for c in resources(tpl, "AWS::Lambda::EventInvokeConfig").values()]
+    assert {"Ref": logical_id(stack, svc.api_function)} not in configs and len(configs) == 2
+
+
+def test_one_log_level_drives_powertools_and_lambda(variant) -> None:
+    """log_level sets POWERTOOLS_LOG_LEVEL and Lambda's JSON log filtering alike, on every function."""
+    name, stack, svc, tpl = variant
+    level = "INFO" if name == "default" else "DEBUG"
+    assert svc.log_level == level
+    functions = [svc.api_function, svc.sweeper_function, svc.worker_function]
+    if svc.pre_token_function is not None:
+        functions.append(svc.pre_token_function)
+    for fn in functions:
+        f = props(tpl, logical_id(stack, fn))
+        assert f["LoggingConfig"]["LogFormat"] == "JSON"
+        assert f["LoggingConfig"]["ApplicationLogLevel"] == level
+        assert f["LoggingConfig"]["SystemLogLevel"] == level
+        env = f["Environment"]["Variables"]
+        if "POWERTOOLS_LOG_LEVEL" in env:
+            assert env["POWERTOOLS_LOG_LEVEL"] == level

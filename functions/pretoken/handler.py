@@ -1,0 +1,98 @@
+"""Cognito pre token generation trigger (V2 and V3 events): the claims leasefence needs.
+
+The API reads the caller's tenant from a ``tenant_id`` claim and its rights from the ``scope``
+claim (``leasefence/produce``, ``leasefence/work``, ``leasefence/operate``). Cognito issues
+neither claim on its own for users, nor ``tenant_id`` for app clients; this trigger adds them:
+
+* user tokens (sign-in, hosted UI, refresh): ``tenant_id`` from the user attribute
+  ``custom:tenant_id`` (``LEASEFENCE_TENANT_ATTRIBUTE``), else from the one group named
+  ``tenant:<id>``; each group ``leasefence-produce`` / ``-work`` / ``-operate`` adds that scope to
+  the access token;
+* client-credentials tokens (V3 event, ``TokenGeneration_ClientCredentials``): the OAuth scopes
+  are already in the token; ``tenant_id`` comes from ``LEASEFENCE_CLIENT_TENANTS``, a JSON
+  object mapping app client ids to tenants (the event has no user, only the client id).
+
+No tenant found (or two candidate tenants): no ``tenant_id`` is added and the API refuses the
+token (fail closed). The trigger never removes anything Cognito put in the token.
+Standard library only: it needs neither the core layer nor Powertools.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+
+logger = logging.getLogger(__name__)
+logger.setLevel(logging.INFO)
+
+TENANT_CLAIM = "tenant_id"
+TENANT_GROUP_PREFIX = "tenant:"
+#: Group name -> scope it grants.
+GROUP_SCOPES = {
+    "leasefence-produce": "leasefence/produce",
+    "leasefence-work": "leasefence/work",
+    "leasefence-operate": "leasefence/operate",
+}
+CLIENT_CREDENTIALS = "TokenGeneration_ClientCredentials"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+MAX_TENANT_LENGTH = 256
+
+
+def _valid_tenant(value: object) -> str | None:
+    if isinstance(value, str) and 1 <= len(value) <= MAX_TENANT_LENGTH and not _CONTROL.search(value) \
+            and value == value.strip():
+        return value
+    return None
+
+
+def _client_tenants() -> dict[str, str]:
+    raw = os.environ.get("LEASEFENCE_CLIENT_TENANTS") or "{}"
+    try:
+        mapping = json.loads(raw)
+    except ValueError:
+        logger.error("LEASEFENCE_CLIENT_TENANTS is not JSON: no client gets a tenant")
+        return {}
+    return {str(k): v for k, v in mapping.items()} if isinstance(mapping, dict) else {}
+
+
+def user_tenant(request: dict) -> str | None:
+    """The tenant of a user: its tenant attribute, else its one ``tenant:<id>`` group."""
+    attribute = os.environ.get("LEASEFENCE_TENANT_ATTRIBUTE") or "custom:tenant_id"
+    attributes = request.get("userAttributes") or {}
+    if attributes.get(attribute):
+        return _valid_tenant(attributes[attribute])
+    groups = (request.get("groupConfiguration") or {}).get("groupsToOverride") or []
+    tenants = {g[len(TENANT_GROUP_PREFIX):] for g in groups
+               if isinstance(g, str) and g.startswith(TENANT_GROUP_PREFIX)}
+    if len(tenants) != 1:
+        return None  # none, or ambiguous: no tenant rather than a guess
+    return _valid_tenant(tenants.pop())
+
+
+def claims_for(event: dict) -> tuple[str | None, list[str]]:
+    """(tenant, scopes to add) for a pre token generation event."""
+    request = event.get("request") or {}
+    if event.get("triggerSource") == CLIENT_CREDENTIALS:
+        client_id = (event.get("callerContext") or {}).get("clientId")
+        return _valid_tenant(_client_tenants().get(str(client_id))), []
+    groups = (request.get("groupConfiguration") or {}).get("groupsToOverride") or []
+    scopes = sorted({GROUP_SCOPES[g] for g in groups if g in GROUP_SCOPES})
+    return user_tenant(request), scopes
+
+
+def lambda_handler(event: dict, context: object = None) -> dict:
+    tenant, scopes = claims_for(event)
+    claims = {TENANT_CLAIM: tenant} if tenant else {}
+    access: dict = {"claimsToAddOrOverride": claims}
+    if scopes:
+        access["scopesToAdd"] = scopes
+    details: dict = {"accessTokenGeneration": access}
+    if event.get("triggerSource") != CLIENT_CREDENTIALS:
+        details["idTokenGeneration"] = {"claimsToAddOrOverride": dict(claims)}
+    event.setdefault("response", {})["claimsAndScopeOverrideDetails"] = details
+    # Never the tenant itself in logs (ids stay out of logs), only whether one was found.
+    logger.info("pre token generation", extra={"trigger": event.get("triggerSource"),
+                                                "tenant_found": bool(tenant), "scopes_added": len(scopes)})
+    return event

@@ -1,0 +1,116 @@
+"""The shipped Cognito pre token generation trigger (``functions/pretoken``): the claims it adds
+to the sample events in ``events/``, and the construct attaching it to the user pool it creates."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import App, Aspects, Stack
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk.assertions import Annotations, Match, Template
+from cdk_nag import AwsSolutionsChecks
+from infra_helpers import as_list, getatt, logical_id, props, resources
+from leasefence_infra import LeaseFenceService
+
+ROOT = Path(__file__).resolve().parents[2]
+EVENTS = ROOT / "events"
+
+
+def _handler_module():
+    spec = importlib.util.spec_from_file_location("pretoken_handler", ROOT / "functions" / "pretoken" / "handler.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+handler = _handler_module()
+
+
+def _event(name: str) -> dict[str, Any]:
+    return json.loads((EVENTS / name).read_text())
+
+
+def _details(event: dict[str, Any]) -> dict[str, Any]:
+    return handler.lambda_handler(copy.deepcopy(event), None)["response"]["claimsAndScopeOverrideDetails"]
+
+
+def test_user_event_gets_tenant_id_and_group_scopes() -> None:
+    details = _details(_event("pretoken-user.json"))
+    access = details["accessTokenGeneration"]
+    assert access["claimsToAddOrOverride"] == {"tenant_id": "tenant-sample"}
+    assert access["scopesToAdd"] == ["leasefence/operate", "leasefence/produce"]
+    assert details["idTokenGeneration"]["claimsToAddOrOverride"] == {"tenant_id": "tenant-sample"}
+
+
+def test_tenant_attribute_wins_and_ambiguous_groups_give_no_tenant() -> None:
+    event = _event("pretoken-user.json")
+    event["request"]["userAttributes"]["custom:tenant_id"] = "acme"
+    assert _details(event)["accessTokenGeneration"]["claimsToAddOrOverride"] == {"tenant_id": "acme"}
+    event = _event("pretoken-user.json")
+    event["request"]["groupConfiguration"]["groupsToOverride"].append("tenant:globex")
+    assert _details(event)["accessTokenGeneration"]["claimsToAddOrOverride"] == {}  # fail closed
+    event["request"]["groupConfiguration"]["groupsToOverride"] = []
+    assert _details(event)["accessTokenGeneration"] == {"claimsToAddOrOverride": {}}
+
+
+def test_client_credentials_event_gets_the_clients_tenant(monkeypatch: pytest.MonkeyPatch) -> None:
+    event = _event("pretoken-client-credentials.json")
+    monkeypatch.setenv("LEASEFENCE_CLIENT_TENANTS", json.dumps({"1example23456789": "tenant-sample"}))
+    details = _details(event)
+    assert details == {"accessTokenGeneration": {"claimsToAddOrOverride": {"tenant_id": "tenant-sample"}}}
+    monkeypatch.setenv("LEASEFENCE_CLIENT_TENANTS", json.dumps({"another-client": "tenant-sample"}))
+    assert _details(event) == {"accessTokenGeneration": {"claimsToAddOrOverride": {}}}
+    monkeypatch.setenv("LEASEFENCE_CLIENT_TENANTS", "not json")
+    assert _details(event) == {"accessTokenGeneration": {"claimsToAddOrOverride": {}}}
+
+
+@pytest.fixture(scope="module")
+def pool_stack(prebuilt_layer: Path) -> tuple[Stack, LeaseFenceService, dict[str, Any]]:
+    app = App()
+    stack = Stack(app, "LeaseFencePool")
+    svc = LeaseFenceService(stack, "LeaseFence", create_user_pool=True, user_pool_domain_prefix="lf-pool",
+                            client_tenants={"1example23456789": "tenant-sample"},
+                            core_layer=lambda_.Code.from_asset(str(prebuilt_layer)))
+    Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
+    return stack, svc, Template.from_stack(stack).to_json()
+
+
+def test_user_pool_gets_the_shipped_trigger(pool_stack) -> None:
+    stack, svc, tpl = pool_stack
+    assert svc.pre_token_function is not None
+    fn = logical_id(stack, svc.pre_token_function)
+    pool = props(tpl, logical_id(stack, svc.user_pool))
+    assert pool["LambdaConfig"]["PreTokenGenerationConfig"] == {"LambdaArn": getatt(fn), "LambdaVersion": "V3_0"}
+    assert pool["UserPoolTier"] == "ESSENTIALS"  # V3 (client-credentials) triggers need it
+    f = props(tpl, fn)
+    assert f["Handler"] == "pretoken.handler.lambda_handler" and f["Runtime"] == "python3.12"
+    assert json.loads(f["Environment"]["Variables"]["LEASEFENCE_CLIENT_TENANTS"]) == {
+        "1example23456789": "tenant-sample"}
+    Template.from_json(tpl).has_resource_properties("AWS::Lambda::Permission", {
+        "Action": "lambda:InvokeFunction", "FunctionName": getatt(fn),
+        "Principal": "cognito-idp.amazonaws.com", "SourceArn": getatt(logical_id(stack, svc.user_pool)),
+    })
+    # Its role writes its own log group and nothing else.
+    role = f["Role"]["Fn::GetAtt"][0]
+    statements = [st for p in resources(tpl, "AWS::IAM::Policy").values()
+                  if {"Ref": role} in p["Properties"]["Roles"] for st in p["Properties"]["PolicyDocument"]["Statement"]]
+    assert {a for st in statements for a in as_list(st["Action"])} == {"logs:CreateLogStream", "logs:PutLogEvents"}
+
+
+def test_user_pool_stack_has_no_unacknowledged_nag_findings(pool_stack) -> None:
+    stack, _, _ = pool_stack
+    finder = Annotations.from_stack(stack)
+    for level in ("error", "warning"):
+        found = getattr(finder, f"find_{level}")("*", Match.string_like_regexp("AwsSolutions-.*"))
+        assert [str(m.entry.data)[:200] for m in found] == []
+
+
+def test_own_trigger_replaces_the_shipped_one(synth) -> None:
+    svc = synth.stacks["full"].service
+    assert svc.pre_token_function is None  # the full stack brings its own (imported) trigger
