@@ -26,7 +26,7 @@ run: install
 	$(BIN)/leasefence local
 
 test: install
-	$(BIN)/python -m pytest -q --durations=12
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=12
 
 # Offline: no issuer is known here, so the placeholder is allowed explicitly (a real deploy
 # passes -c jwtIssuer=... or -c createUserPool=true to cdk). More context: SYNTH_ARGS='-c k=v'.
