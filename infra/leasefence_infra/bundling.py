@@ -38,10 +38,13 @@ from aws_cdk import aws_lambda as lambda_
 #: content hash (and therefore CDK's bundling cache) is stable.
 LAYER_REQUIREMENTS: tuple[str, ...] = ("rfc8785==0.1.4",)
 
-#: Lambda target: Python 3.12 on Graviton (arm64).
+#: Lambda target: Python 3.12 on Graviton (arm64). Lambda's python3.12 runtime is Amazon Linux
+#: 2023 (glibc 2.34), so wheels published only for ``manylinux_2_28`` are accepted too.
 PIP_PLATFORM_ARGS: tuple[str, ...] = (
     "--platform",
     "manylinux2014_aarch64",
+    "--platform",
+    "manylinux_2_28_aarch64",
     "--only-binary=:all:",
     "--python-version",
     "3.12",

@@ -134,3 +134,12 @@ def test_fingerprint_ignores_excluded_files(tmp_path: Path) -> None:
 def test_excluded_paths_exist_in_the_source(rel: str) -> None:
     """The exclusions are not dead: each named dev-only part exists in the source package."""
     assert (PACKAGE_DIR / rel).exists()
+
+
+def test_bundling_accepts_manylinux_2_28_wheels() -> None:
+    """Issue 12: a dependency published only for manylinux_2_28 (glibc 2.28+, which Lambda's
+    Amazon Linux 2023 python3.12 runtime has) must not be refused by the layer build."""
+    from leasefence_infra.bundling import PIP_PLATFORM_ARGS
+
+    platforms = [PIP_PLATFORM_ARGS[i + 1] for i, arg in enumerate(PIP_PLATFORM_ARGS) if arg == "--platform"]
+    assert platforms == ["manylinux2014_aarch64", "manylinux_2_28_aarch64"]
