@@ -55,17 +55,3 @@ def events():
 def engine(ddb, spec, clock, events):
     return Engine(client=ddb, spec=spec, clock=clock, rng=random.Random(7), events=events)
 
-
-#: The longest tests, started first: `make test` runs two workers (pytest-xdist), and the torture
-#: run alone takes about as long as everything else together on the other one.
-_LONGEST_FIRST = ("tests/torture/", "tests/engine/test_state_machine.py", "tests/worker/test_fenced_table_bounded.py")
-
-
-def pytest_collection_modifyitems(items):
-    def rank(item):
-        for i, prefix in enumerate(_LONGEST_FIRST):
-            if item.nodeid.startswith(prefix):
-                return i
-        return len(_LONGEST_FIRST)
-
-    items.sort(key=rank)  # stable: the order within each group is kept
