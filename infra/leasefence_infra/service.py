@@ -61,6 +61,7 @@ from constructs import Construct
 from ._core import CLAIM_RETRY_BUDGET_MS, PAYLOAD_KEY_PREFIX, STORE_CALL_WORST_S, keys, schema
 from .bundling import REPO_ROOT, core_layer_code
 from .monitoring import Monitoring
+from .versions import powertools_layer_parameter
 from .worker import (
     WORKER_BUCKET_ACTIONS,
     WORKER_BUSINESS_TABLE_ACTIONS,
@@ -123,8 +124,9 @@ API_BUCKET_LIST_ACTIONS = ("s3:ListBucket",)
 TENANT_TAG = "tenant_id"
 TENANT_TAG_VARIABLE = "${aws:PrincipalTag/" + TENANT_TAG + "}"
 
-#: Public SSM parameter naming the current AWS-managed Powertools layer (arm64, py3.12).
-POWERTOOLS_LAYER_PARAMETER = "/aws/service/powertools/python/arm64/python3.12/latest"
+#: Public SSM parameter naming the AWS-managed Powertools layer (arm64, py3.12) of the locked
+#: aws-lambda-powertools version (``versions.py``; ``powertools_layer_parameter("3.x.y")`` for another).
+POWERTOOLS_LAYER_PARAMETER = powertools_layer_parameter()
 
 #: The API function's timeout: a claim's whole retry budget (its own retries, then one more store
 #: call with the client's retries) fits in it, and it stays within API Gateway's 30 s limit.
