@@ -236,8 +236,8 @@ class Monitoring(Construct):
             api_5xx_alarm_threshold,
             f"{api_5xx_alarm_threshold}+ API 5xx answers in 5 minutes",
         )
-        worker_fn = worker.function.function if worker is not None else None
-        if worker is not None and worker_fn is not None:
+        if worker is not None:
+            worker_fn = worker.function.function
             threshold = worker.props.lost_ownership_alarm_threshold
             alarm(
                 "WorkerLostOwnershipAlarm",
@@ -403,7 +403,8 @@ class Monitoring(Construct):
                 width=width,
             ),
         )
-        if worker is not None and worker_fn is not None:
+        if worker is not None:
+            worker_fn = worker.function.function
             dashboard.add_widgets(
                 cw.GraphWidget(
                     title="Worker: lost ownership",

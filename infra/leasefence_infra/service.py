@@ -30,6 +30,7 @@ from typing import Any
 from aws_cdk import Stack, Tags
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_apigatewayv2_authorizers as authorizers
+from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -227,7 +228,7 @@ class LeaseFenceService(Construct):
         return self.monitoring.topic
 
     @property
-    def dashboard(self) -> Any:
+    def dashboard(self) -> cw.Dashboard:
         return self.monitoring.dashboard
 
     @property

@@ -149,6 +149,17 @@ def test_no_unacknowledged_nag_findings_with_imported_resources(byo) -> None:
         assert [str(m.entry.data)[:300] for m in found] == []
 
 
+def test_the_adopters_own_resources_do_not_get_the_service_tags(byo) -> None:
+    from leasefence_infra.service import SERVICE_TAG
+
+    stack, tpl = byo
+    for construct in (stack.table, stack.table_key, stack.topic, stack.topic_key):
+        tags = props(tpl, logical_id(stack, construct)).get("Tags", [])
+        assert SERVICE_TAG not in {t["Key"] for t in tags}
+    api_fn = props(tpl, logical_id(stack, stack.service.api.function.function))
+    assert {"Key": SERVICE_TAG, "Value": "Byo/LeaseFence"} in api_fn["Tags"]
+
+
 # ----------------------------------------------------------------------------- refused at synth
 
 
