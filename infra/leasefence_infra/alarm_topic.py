@@ -79,7 +79,9 @@ def _let_cloudwatch_publish(topic: sns.Topic) -> None:
             resources=[topic.topic_arn],
             conditions={
                 "StringEquals": {"aws:SourceAccount": stack.account},
-                "ArnLike": {"aws:SourceArn": f"arn:{stack.partition}:cloudwatch:{stack.region}:{stack.account}:alarm:*"},
+                "ArnLike": {
+                    "aws:SourceArn": f"arn:{stack.partition}:cloudwatch:{stack.region}:{stack.account}:alarm:*"
+                },
             },
         )
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import enum
 import inspect
+from itertools import pairwise
 from dataclasses import MISSING, fields
 from typing import Any
 
@@ -26,7 +27,7 @@ def field_docs(cls: type = LeaseFenceServiceProps) -> dict[str, str]:
     tree = ast.parse(inspect.getsource(cls))
     (body,) = [node.body for node in tree.body if isinstance(node, ast.ClassDef)]
     docs: dict[str, str] = {}
-    for node, following in zip(body, body[1:]):
+    for node, following in pairwise(body):
         if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
                 and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
                 and isinstance(following.value.value, str)):

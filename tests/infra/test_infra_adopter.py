@@ -78,6 +78,12 @@ print(json.dumps({
 }))
 '''
 
+#: Where an installed environment finds the two packages (without importing them: no aws_cdk).
+FIND_SPECS = """\
+import importlib.util, json
+print(json.dumps({name: importlib.util.find_spec(name).origin for name in ("leasefence", "leasefence_infra")}))
+"""
+
 #: cfn-lint warnings accepted with a reason (as in test_infra_compliance): CDK adds DependsOn from
 #: each function to its role although Role: GetAtt already orders them.
 ACCEPTED_CFN_LINT = ("W3005",)
@@ -102,7 +108,8 @@ def _clean_env() -> dict[str, str]:
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, (
+        f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     return proc
 
 
@@ -113,7 +120,8 @@ def _copy_sources(dest: Path) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, dest / name)
     shutil.copytree(ROOT / "layers" / "leasefence", dest / "layers" / "leasefence", ignore=ignore)
-    shutil.copytree(ROOT / "infra" / "leasefence_infra", dest / "infra" / "leasefence_infra", symlinks=True, ignore=ignore)
+    shutil.copytree(ROOT / "infra" / "leasefence_infra", dest / "infra" / "leasefence_infra", symlinks=True,
+                    ignore=ignore)
     shutil.copytree(ROOT / "functions", dest / "functions", ignore=ignore)
     return dest
 
@@ -161,6 +169,20 @@ def adopter(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     byo = _run([str(python), "byo_app.py"], app_dir, env, 300)
     timings["synth byo app + cdk-nag + cfn-lint"] = time.monotonic() - started
 
+    # The same sources installed in editable mode (what `make install` does with this repo).
+    started = time.monotonic()
+    editable = work / "editable-venv"
+    if uv:
+        _run([uv, "venv", "--quiet", "--python", sys.executable, str(editable)], work, env, 120)
+        _run([uv, "pip", "install", "--quiet", "--no-deps", "--python", str(editable / "bin" / "python"),
+              "-e", str(src)], work, env, 300)
+    else:
+        _run([sys.executable, "-m", "venv", str(editable)], work, env, 120)
+        _run([str(editable / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-deps", "-e", str(src)],
+             work, env, 300)
+    found = _run([str(editable / "bin" / "python"), "-c", FIND_SPECS], app_dir, env, 60)
+    timings["editable install"] = time.monotonic() - started
+
     print("\nadopter timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
           + f"; total {sum(timings.values()):.1f} s")
     return {
@@ -169,6 +191,8 @@ def adopter(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "minimal": minimal,
         "report": json.loads(byo.stdout.strip().splitlines()[-1]),
         "timings": timings,
+        "src": src,
+        "editable": json.loads(found.stdout),
     }
 
 
@@ -211,3 +235,14 @@ def test_brought_in_table_and_bucket_with_no_unacknowledged_findings(adopter) ->
     assert {json.dumps(e["LEASEFENCE_TABLE"]) for e in env} == {json.dumps({"Ref": table_lid})}
     assert {e["LEASEFENCE_PAYLOAD_BUCKET"] for e in env} == {"acme-leasefence-payloads"}
 
+
+def test_an_editable_install_finds_the_checkouts_code(adopter) -> None:
+    """``pip install -e .``: both packages resolve to the checkout, and the handlers are beside
+    ``leasefence_infra`` through its ``_functions`` link to ``functions/``."""
+    src = adopter["src"].resolve()
+    origins = {name: Path(origin).resolve() for name, origin in adopter["editable"].items()}
+    assert origins["leasefence"] == src / "layers" / "leasefence" / "__init__.py"
+    package = src / "infra" / "leasefence_infra"
+    assert origins["leasefence_infra"] == package / "__init__.py"
+    assert (package / "_functions").resolve() == src / "functions"
+    assert (package / "_functions" / "worker" / "handler.py").is_file()

@@ -22,7 +22,17 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Annotations, Match, Template
 from cdk_nag import AwsSolutionsChecks
-from infra_helpers import actions_by_resource, as_list, getatt, grant_set, index_arn, logical_id, props, resources, role_statements
+from infra_helpers import (
+    actions_by_resource,
+    as_list,
+    getatt,
+    grant_set,
+    index_arn,
+    logical_id,
+    props,
+    resources,
+    role_statements,
+)
 from leasefence import schema
 from leasefence.payloads import KEY_PREFIX as PAYLOAD_KEY_PREFIX
 from leasefence_infra import LeaseFenceService, LeaseFenceTable
@@ -77,7 +87,8 @@ def test_the_service_creates_no_table_bucket_or_topic(byo) -> None:
     assert resources(tpl, "AWS::S3::Bucket") == {}
     assert list(resources(tpl, "AWS::SNS::Topic")) == [logical_id(stack, stack.topic)]
     # The service key is not needed: no key of the service's own (only the adopter's two).
-    assert set(resources(tpl, "AWS::KMS::Key")) == {logical_id(stack, stack.table_key), logical_id(stack, stack.topic_key)}
+    assert set(resources(tpl, "AWS::KMS::Key")) == {logical_id(stack, stack.table_key),
+                                                    logical_id(stack, stack.topic_key)}
 
 
 def test_environment_follows_the_brought_in_table_and_bucket(byo) -> None:
@@ -166,7 +177,8 @@ def test_the_adopters_own_resources_do_not_get_the_service_tags(byo) -> None:
 def test_a_table_with_another_layout_is_refused_at_synth(tmp_path: Path, prebuilt_layer: Path) -> None:
     app = App(outdir=str(tmp_path))
     stack = Stack(app, "WrongTable")
-    table = dynamodb.Table(stack, "Jobs", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
+    table = dynamodb.Table(stack, "Jobs",
+                           partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
     LeaseFenceService(stack, "LeaseFence", **ISSUER, table=table,
                       core_layer=lambda_.Code.from_asset(str(prebuilt_layer)))
     with pytest.raises(RuntimeError) as excinfo:

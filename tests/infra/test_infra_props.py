@@ -149,7 +149,8 @@ def test_readme_props_table_is_generated_from_the_dataclass() -> None:
     assert replace_table(text) == text, "infra/README.md's props table drifted: run with LEASEFENCE_UPDATE_DOCS=1"
     table = text.split(BEGIN)[1].split(END)[0]
     rows = [line for line in table.splitlines() if line.startswith("| `")]
-    assert [re.match(r"\| `(\w+)`", r).group(1) for r in rows] == [f.name for f in dataclasses.fields(LeaseFenceServiceProps)]
+    names = [f.name for f in dataclasses.fields(LeaseFenceServiceProps)]
+    assert [re.match(r"\| `(\w+)`", r).group(1) for r in rows] == names
     assert "| `log_level` | `str` | `'INFO'` |" in table
     assert "| `removal_policy` | `RemovalPolicy` | `RemovalPolicy.RETAIN` |" in table
 

@@ -26,8 +26,8 @@ from leasefence import schema
 from leasefence.payloads import KEY_PREFIX as PAYLOAD_KEY_PREFIX
 from leasefence_infra import LeaseFenceService
 from leasefence_infra.bundling import LAYER_REQUIREMENTS
-from leasefence_infra.monitoring import APP_METRICS, WORKER_METRICS
 from leasefence_infra.function import POWERTOOLS_LAYER_PARAMETER
+from leasefence_infra.monitoring import APP_METRICS, WORKER_METRICS
 
 # The public contract, section 2, written out again on purpose: if ROUTES in the construct
 # drifts from the contract, this table (not the construct's) decides.
@@ -175,7 +175,8 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
     assert tpl["Parameters"][powertools_param]["Type"] == "AWS::SSM::Parameter::Value<String>"
     expected = {
         svc.api.function.function: ("api.handler.lambda_handler", svc.api.function.log_group, svc.api.function.role),
-        svc.sweeper.function.function: ("sweeper.handler.lambda_handler", svc.sweeper.function.log_group, svc.sweeper.function.role),
+        svc.sweeper.function.function: ("sweeper.handler.lambda_handler", svc.sweeper.function.log_group,
+                                        svc.sweeper.function.role),
         svc.worker_function: ("worker.handler.lambda_handler", svc.worker.function.log_group, svc.worker.function.role),
     }
     for fn, (handler, log_group, role) in expected.items():
@@ -298,7 +299,8 @@ def test_stage_throttling_and_access_logs(variant) -> None:
 def test_sweeper_schedule(variant) -> None:
     name, stack, svc, tpl = variant
     schedules = resources(tpl, "AWS::Scheduler::Schedule")
-    assert set(schedules) == {logical_id(stack, svc.sweeper.schedule.schedule), logical_id(stack, svc.worker.schedule.schedule)}
+    assert set(schedules) == {logical_id(stack, svc.sweeper.schedule.schedule),
+                              logical_id(stack, svc.worker.schedule.schedule)}
     p = props(tpl, logical_id(stack, svc.sweeper.schedule.schedule))
     dlq = logical_id(stack, svc.sweeper.schedule.dlq)
     assert p["ScheduleExpression"] == "rate(1 minute)"
@@ -333,7 +335,8 @@ def test_sweeper_schedule(variant) -> None:
 
 def test_no_function_role_has_managed_policies(variant) -> None:
     _, stack, svc, tpl = variant
-    for role in (svc.api.function.role, svc.sweeper.function.role, svc.sweeper.schedule.role, svc.worker.function.role, svc.worker.schedule.role):
+    for role in (svc.api.function.role, svc.sweeper.function.role, svc.sweeper.schedule.role,
+                 svc.worker.function.role, svc.worker.schedule.role):
         assert "ManagedPolicyArns" not in props(tpl, logical_id(stack, role))
 
 
@@ -709,7 +712,7 @@ def test_worker_never_reaches_the_sweep_index_or_lists(variant) -> None:
             assert not actions & {"dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"}
         if "dynamodb:Query" in actions:
             assert resource == index_arn(table, schema.DUE_INDEX)
-    assert svc.worker.function.role is not svc.api.function.role and svc.worker.function.role is not svc.sweeper.function.role
+    assert svc.worker.function.role not in (svc.api.function.role, svc.sweeper.function.role)
 
 
 def test_worker_alarms_and_dashboard(variant) -> None:
