@@ -8,8 +8,8 @@ needs pure-Python code plus ``rfc8785``, and pip can fetch genuine ``manylinux20
 * ``pip install --platform manylinux2014_aarch64 --only-binary=:all: --python-version 3.12
   --implementation cp --target <out>/python <requirements>``, the requirements being the locked
   versions (``requirements.lock``, see :mod:`.versions`) of :data:`LAYER_DISTRIBUTIONS`;
-* copy ``layers/leasefence`` to ``<out>/python/leasefence``, without the dev-only parts
-  (:data:`CORE_LAYER_EXCLUDES`: the local stack, the CLI, the demo, the benchmarks, fault
+* copy the installed ``leasefence`` package to ``<out>/python/leasefence``, without the dev-only
+  parts (:data:`CORE_LAYER_EXCLUDES`: the local stack, the CLI, the demo, the benchmarks, fault
   injection, the torture harness) and without ``__pycache__``.
 
 :func:`package_layer_code` builds any other package the same way (a worker's handler module).
@@ -27,6 +27,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import importlib.metadata
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -64,8 +65,9 @@ PIP_PLATFORM_ARGS: tuple[str, ...] = (
     "cp",
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-PACKAGE_DIR = REPO_ROOT / "layers" / "leasefence"
+#: The installed core package, found through its import spec (``layers/leasefence`` in a checkout
+#: installed in editable mode, ``site-packages/leasefence`` from the wheel).
+PACKAGE_DIR = Path(importlib.util.find_spec("leasefence").origin).parent  # type: ignore[union-attr,arg-type]
 
 #: Dev-only parts of the core package that the Lambda layer does not ship, as glob patterns on
 #: the path relative to the package (``leasefence/``); a directory pattern drops its whole tree.

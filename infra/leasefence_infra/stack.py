@@ -10,7 +10,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from .service import LeaseFenceService
-from .worker import WorkerProps
+from .worker_props import WorkerProps
 
 #: Placeholders for an offline synth (``-c allowPlaceholderIssuer=true``, what `make synth`
 #: passes): `.invalid` can never issue a token, so a stack deployed with them refuses every
@@ -45,7 +45,8 @@ _RETENTION = {
 }
 
 
-def _bool(value: Any, default: bool) -> bool:
+def context_bool(value: Any, default: bool) -> bool:
+    """A boolean context value (``true``/``false``, ``1``/``0``, ``yes``/``no``, ``on``/``off``)."""
     if value is None:
         return default
     if isinstance(value, bool):
@@ -88,7 +89,7 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     else:
         get = node_or_context.get
 
-    create_user_pool = _bool(get("createUserPool"), False)
+    create_user_pool = context_bool(get("createUserPool"), False)
     props: dict[str, Any] = {}
     if create_user_pool:
         props["create_user_pool"] = True
@@ -98,7 +99,7 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     elif get("jwtIssuer"):
         props["jwt_issuer"] = str(get("jwtIssuer"))
         props["jwt_audience"] = _list(get("jwtAudience")) or [PLACEHOLDER_AUDIENCE]
-    elif _bool(get("allowPlaceholderIssuer"), False):
+    elif context_bool(get("allowPlaceholderIssuer"), False):
         props["jwt_issuer"] = PLACEHOLDER_ISSUER
         props["jwt_audience"] = _list(get("jwtAudience")) or [PLACEHOLDER_AUDIENCE]
     else:
@@ -112,10 +113,10 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     if get("identityRetentionDays") is not None:
         days = str(get("identityRetentionDays"))
         props["identity_retention_days"] = None if days == "forever" else int(days)
-    props["deletion_protection"] = _bool(get("deletionProtection"), True)
-    props["create_encryption_key"] = _bool(get("customerManagedKey"), False)
-    props["tenant_isolation"] = _bool(get("tenantIsolation"), False)
-    if _bool(get("destroyOnRemoval"), False):
+    props["deletion_protection"] = context_bool(get("deletionProtection"), True)
+    props["create_encryption_key"] = context_bool(get("customerManagedKey"), False)
+    props["tenant_isolation"] = context_bool(get("tenantIsolation"), False)
+    if context_bool(get("destroyOnRemoval"), False):
         props["removal_policy"] = RemovalPolicy.DESTROY
     if get("logRetentionDays") is not None:
         days = int(get("logRetentionDays"))
@@ -138,9 +139,9 @@ def _worker_from_context(get: Any) -> WorkerProps | None:
     switch = get("worker")
     handlers = get("workerHandlers")
     demo = switch is not None and str(switch).strip().lower() == "demo"
-    enabled = demo or (handlers is not None and _bool(switch, True))
+    enabled = demo or (handlers is not None and context_bool(switch, True))
     if not enabled:
-        if switch is not None and _bool(switch, False):
+        if switch is not None and context_bool(switch, False):
             raise ContextError("-c worker=true needs -c workerHandlers=<package.module:NAME> "
                                "(or -c worker=demo for the demo handlers)")
         if get("workerTenants") is not None and switch is None:
@@ -187,9 +188,9 @@ class LeaseFenceStack(Stack):
         if service.worker_function is not None:
             CfnOutput(self, "WorkerFunctionName", value=service.worker_function.function_name,
                       description="worker function (its log group shows each drain)")
-        if service.user_pool is not None and service.user_pool_client is not None:
-            CfnOutput(self, "UserPoolId", value=service.user_pool.user_pool_id)
-            CfnOutput(self, "UserPoolClientId", value=service.user_pool_client.user_pool_client_id)
+        if service.user_pool is not None:
+            CfnOutput(self, "UserPoolId", value=service.user_pool.pool.user_pool_id)
+            CfnOutput(self, "UserPoolClientId", value=service.user_pool.client.user_pool_client_id)
             CfnOutput(self, "TokenUrl", value=service.token_url or "",
                       description="OAuth2 token endpoint (client_credentials)")
         if props.get("jwt_issuer") == PLACEHOLDER_ISSUER:
