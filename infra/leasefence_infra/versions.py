@@ -23,6 +23,7 @@ Not pinned by the lock (they come with what Lambda provides):
 from __future__ import annotations
 
 import functools
+import importlib.resources
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 #: The lock (``make lock``), shipped inside the package.
-LOCK_FILE = Path(__file__).with_name("requirements.lock")
+LOCK_FILE = Path(str(importlib.resources.files(__package__ or "leasefence_infra") / "requirements.lock"))
 
 #: Marker environment of the Lambda functions (python3.12 runtime on arm64, Amazon Linux 2023).
 LAMBDA_ENVIRONMENT: Mapping[str, str] = {
