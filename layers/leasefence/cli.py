@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -159,7 +159,7 @@ def _secret() -> str | None:
 @app.command()
 def token(
     tenant: str = typer.Option(..., "--tenant", help="The tenant_id claim."),
-    scope: Optional[list[str]] = typer.Option(
+    scope: list[str] | None = typer.Option(
         None, "--scope", help="A scope to grant (repeat). Default: all three."
     ),
     ttl: int = typer.Option(12 * 3600, "--ttl", min=1, help="Lifetime in seconds."),
@@ -314,16 +314,16 @@ _TENANT = typer.Option(
 
 @ops.command("list")
 def ops_list(
-    state: Optional[str] = typer.Option(
+    state: str | None = typer.Option(
         None, "--state", help="Only operations in this state (e.g. unknown)."
     ),
     limit: int = typer.Option(50, "--limit", min=1, max=500, help="Page size."),
     all_pages: bool = typer.Option(False, "--all", help="Follow next_cursor through every page."),
-    cursor: Optional[str] = typer.Option(None, "--cursor", help="Start from this cursor."),
+    cursor: str | None = typer.Option(None, "--cursor", help="Start from this cursor."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table."),
-    base_url: Optional[str] = _BASE_URL,
-    token_value: Optional[str] = _TOKEN,
-    tenant: Optional[str] = _TENANT,
+    base_url: str | None = _BASE_URL,
+    token_value: str | None = _TOKEN,
+    tenant: str | None = _TENANT,
 ) -> None:
     """List the tenant's operations."""
     from rich.console import Console
@@ -385,9 +385,9 @@ def ops_list(
 @ops.command("show")
 def ops_show(
     operation_id: str = typer.Argument(..., help="The operation id."),
-    base_url: Optional[str] = _BASE_URL,
-    token_value: Optional[str] = _TOKEN,
-    tenant: Optional[str] = _TENANT,
+    base_url: str | None = _BASE_URL,
+    token_value: str | None = _TOKEN,
+    tenant: str | None = _TENANT,
 ) -> None:
     """Show one operation."""
     from leasefence.errors import LeaseFenceError
@@ -405,9 +405,9 @@ def ops_resolve(
         ..., "--resolution", help="succeeded, failed_terminal or requeue."
     ),
     note: str = typer.Option("", "--note", help="Why (kept with the operation)."),
-    base_url: Optional[str] = _BASE_URL,
-    token_value: Optional[str] = _TOKEN,
-    tenant: Optional[str] = _TENANT,
+    base_url: str | None = _BASE_URL,
+    token_value: str | None = _TOKEN,
+    tenant: str | None = _TENANT,
 ) -> None:
     """Resolve an unknown or quarantined operation."""
     from leasefence.errors import LeaseFenceError
@@ -421,9 +421,9 @@ def ops_resolve(
 @ops.command("erase")
 def ops_erase(
     operation_id: str = typer.Argument(..., help="The operation id."),
-    base_url: Optional[str] = _BASE_URL,
-    token_value: Optional[str] = _TOKEN,
-    tenant: Optional[str] = _TENANT,
+    base_url: str | None = _BASE_URL,
+    token_value: str | None = _TOKEN,
+    tenant: str | None = _TENANT,
 ) -> None:
     """Erase one operation's payload and free text; its identity (id, hash, fences, state) stays.
 
@@ -447,7 +447,7 @@ def erase_tenant(
     limit: int = typer.Option(
         100, "--limit", min=1, max=1000, help="Rows (then payload objects) per step."
     ),
-    cursor: Optional[str] = typer.Option(
+    cursor: str | None = typer.Option(
         None, "--cursor", help="Continue from the next_cursor of an earlier step."
     ),
     all_steps: bool = typer.Option(

@@ -34,9 +34,10 @@ import random
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote, urlencode
 
 from leasefence.api.errors import Forbidden, Unauthorized

@@ -27,9 +27,9 @@ import logging
 import random
 import re
 import threading
-import time
 import uuid
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from leasefence import keys
 from leasefence.clock import Clock, system_clock

@@ -22,8 +22,9 @@ import base64
 import hashlib
 import hmac
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from leasefence.errors import (
     InvalidInput,

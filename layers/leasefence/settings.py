@@ -32,8 +32,8 @@ Environment:
 from __future__ import annotations
 
 import os
-import threading
 import re
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any

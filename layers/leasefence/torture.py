@@ -58,8 +58,8 @@ from leasefence.demo.kits import (
 from leasefence.engine import DAY_MS, Engine
 from leasefence.errors import InvalidTransition, PayloadConflict, PayloadMissing, Unavailable
 from leasefence.faults import AFTER, BEFORE, CONFLICT, THROTTLE, TXN_THROTTLE, FaultyClient
-from leasefence.payloads import PayloadStore, canonicalize
 from leasefence.model import Claim, State, TargetClass
+from leasefence.payloads import PayloadStore, canonicalize
 from leasefence.schema import TableSpec
 from leasefence.targets.idempotent_api import InMemoryIdempotentApi, idempotency_key
 from leasefence.worker import EngineBackend, Job, Worker

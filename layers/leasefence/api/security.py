@@ -14,8 +14,9 @@ body rules) and the local server (``routeKey`` and ``pathParameters``).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from leasefence.api.errors import Forbidden, Unauthorized
 

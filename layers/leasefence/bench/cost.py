@@ -14,9 +14,9 @@ import warnings
 from typing import Any
 
 from leasefence import Engine
+from leasefence.bench import units as U
 from leasefence.bench.harness import ServerProcess
 from leasefence.bench.meter import Meter, Usage
-from leasefence.bench import units as U
 from leasefence.clock import ManualClock
 from leasefence.schema import TableSpec
 

@@ -26,8 +26,9 @@ import json
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any, Iterator
+from typing import Any
 
 from botocore.config import Config
 
@@ -35,7 +36,7 @@ from leasefence import keys
 from leasefence.clock import ManualClock
 from leasefence.engine import Engine
 from leasefence.local.embedded import LOCAL_REGION, EmbeddedAws, use_local_credentials
-from leasefence.schema import SWEEP_PK, SWEEP_SK, DUE_PK, DUE_SK, TableSpec
+from leasefence.schema import DUE_PK, DUE_SK, SWEEP_PK, SWEEP_SK, TableSpec
 
 ACCOUNT = "123456789012"
 HASH = "sha256:" + "a" * 64

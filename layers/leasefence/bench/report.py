@@ -6,8 +6,9 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from importlib import metadata
-from typing import Any, Callable
+from typing import Any
 
 from leasefence.bench import coldstart, contention, cost, depth, fairness, scale_sim, throughput
 from leasefence.bench.harness import ServerProcess

@@ -11,7 +11,8 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from leasefence.model import State, TargetClass
 from leasefence.targets import fenced_table, idempotent_api, same_table, single_shot

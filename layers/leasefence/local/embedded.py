@@ -24,9 +24,10 @@ import threading
 import time
 import types
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from decimal import Decimal, InvalidOperation
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import boto3
 
@@ -307,7 +308,7 @@ def install_item_level_transaction_rollback() -> None:
     """
     import copy as copy_module
 
-    import moto.dynamodb.models as models
+    from moto.dynamodb import models
     from moto.dynamodb.models.dynamo_type import DynamoType
 
     backend_class = models.DynamoDBBackend
@@ -557,7 +558,7 @@ def _same_value(a: Any, b: Any) -> bool:
 class _IndexShape:
     """What a table's global secondary indexes read of an item."""
 
-    __slots__ = ("relevant", "memberships")
+    __slots__ = ("memberships", "relevant")
 
     def __init__(self, table: Any) -> None:
         relevant: set[str] | None = {table.hash_key_attr} | (
@@ -919,9 +920,8 @@ def install_fidelity_hooks() -> None:
     """Record every item write (and answer index queries from the lagging view) for requests
     served by an endpoint with a :class:`Fidelity`. For any other request, and for every
     endpoint without one, the hooks call moto's own code unchanged."""
-    import copy
 
-    import moto.dynamodb.models as models
+    from moto.dynamodb import models
     from moto.dynamodb.models.dynamo_type import DynamoType
     from moto.dynamodb.models.table import Table
 

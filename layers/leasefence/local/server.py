@@ -22,11 +22,12 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 
 from leasefence import auth
@@ -181,7 +182,7 @@ def http_api_event(
         "accountId": "000000000000",
         "apiId": "local",
         "domainName": host,
-        "domainPrefix": host.split(".")[0],
+        "domainPrefix": host.split(".", maxsplit=1)[0],
         "http": {
             "method": method,
             "path": raw_path,
@@ -291,7 +292,7 @@ class LocalApi:
 
     def docs_html(self) -> bytes:
         if self._docs_html is None:
-            import aws_lambda_powertools.event_handler as event_handler
+            from aws_lambda_powertools import event_handler
             from aws_lambda_powertools.event_handler.openapi.swagger_ui import generate_swagger_html
 
             assets = Path(event_handler.__file__).parent / "openapi" / "swagger_ui"

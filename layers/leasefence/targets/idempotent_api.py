@@ -9,7 +9,8 @@ defines it (its retention window, its payload-mismatch rule), not fencing.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from leasefence.targets.identity import identity_digest
 from leasefence.worker.runtime import Ambiguous, Job, Reconciled

@@ -8,7 +8,8 @@ for a person or an out-of-band check. Operations of class D have one attempt. Th
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from leasefence.worker.runtime import Ambiguous, Job, Permanent, Reconciled
 

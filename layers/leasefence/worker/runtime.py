@@ -36,9 +36,10 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Mapping, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from leasefence.engine import MISSING
 from leasefence.errors import NotFound, PayloadMissing, StaleFence, TargetRefused, Unavailable
