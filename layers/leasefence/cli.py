@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -67,10 +68,8 @@ def _read_state() -> dict[str, Any]:
 def _remove_state(expected_pid: int) -> None:
     state = _read_state()
     if state.get("pid") == expected_pid:
-        try:
+        with contextlib.suppress(OSError):
             _state_path().unlink()
-        except OSError:
-            pass
 
 
 # ---------------------------------------------------------------------------------- local

@@ -173,7 +173,7 @@ class Engine:
         self.store = Store(self.spec.table_name, client=client, client_factory=client_factory)
         self.clock = clock
         self.rng = rng if rng is not None else random.Random()
-        self.events = events if events is not None else (lambda name, value: None)
+        self.events = events if events is not None else (lambda _name, _value: None)
         self.identity_retention_ms = identity_retention_ms
         self.payload_retention_ms = payload_retention_ms
         self.candidate_page = candidate_page
@@ -469,11 +469,10 @@ class Engine:
             if not self._claimable(snapshot, self.clock(), types):
                 self._repair_due_entry(snapshot, self.clock())
                 return None
-            pinned = snapshot
             try:
                 item = self._write_retrying(
                     self._key(tenant_id, operation_id),
-                    lambda now: self._claim_write(
+                    lambda now, pinned=snapshot: self._claim_write(
                         pinned, now, worker_id, lease_ms, types, claim_token
                     ),
                     started,
@@ -688,7 +687,7 @@ class Engine:
                 values,
             )
         except ConditionFailed as refused:
-            raise self._refusal(refused.item, fence) from None
+            raise self._refusal(refused.item) from None
         assert item is not None
         return int(item["lease_expires_at"])
 
@@ -903,7 +902,7 @@ class Engine:
                 and int(current.get("fence", -1)) == fence
             ):
                 raise _NoAttemptsLeft() from None
-            raise self._refusal(current, fence) from None
+            raise self._refusal(current) from None
         assert item is not None
         if event:
             self.events(event, 1)
@@ -913,7 +912,7 @@ class Engine:
         )
         return Operation.from_item(item)
 
-    def _refusal(self, current: dict[str, Any] | None, fence: int) -> Exception:
+    def _refusal(self, current: dict[str, Any] | None) -> Exception:
         if current is None:
             return NotFound("operation not found")
         self.events("StaleFenceRejections", 1)

@@ -324,7 +324,8 @@ class Runtime:
             metadata=assume(), refresh_using=assume, method="sts-assume-role"
         )
         session = get_session()
-        session._credentials = credentials  # noqa: SLF001 - botocore's documented way to use refreshable credentials
+        # botocore's documented way to use refreshable credentials
+        session._credentials = credentials
         if self.settings.region:
             session.set_config_variable("region", self.settings.region)
         return boto3.Session(botocore_session=session).client(

@@ -153,7 +153,7 @@ class Store:
     def _call(self, method: str, **kwargs: Any) -> dict[str, Any]:
         try:
             return getattr(self.client, method)(**kwargs)
-        except Exception as error:  # noqa: BLE001 - translated, never swallowed
+        except Exception as error:  # translated, never swallowed
             raise translate(error) from error
 
     def get(self, key: dict[str, Any], consistent: bool = True) -> dict[str, Any] | None:

@@ -44,6 +44,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from leasefence.demo.kits import (
@@ -253,7 +254,7 @@ class StoreChaos:
         self.calls: Counter[tuple[str, str]] = Counter()  # FaultyClient calls this under its lock
 
     @staticmethod
-    def subject(method: str, request: dict[str, Any]) -> str:
+    def subject(request: dict[str, Any]) -> str:
         if "TransactItems" in request:
             parts = [
                 op.get("Key") or op.get("Item", {})
@@ -279,7 +280,7 @@ class StoreChaos:
     def __call__(self, method: str, request: dict[str, Any]) -> str | None:
         if method not in ("update_item", "put_item", "transact_write_items", "query", "get_item"):
             return None
-        subject = self.subject(method, request)
+        subject = self.subject(request)
         self.calls[(method, subject)] += 1
         nth = self.calls[(method, subject)]
         if _chance(self.seed, "store", method, subject, nth) >= self.rate:
@@ -769,7 +770,7 @@ def _months_phase(
     jump(45)
     stage("45 days later, payloads purged")
     now = table()
-    for tenant, operation_id, target in backlog + parked:  # every live payload is still there
+    for tenant, operation_id, _target in backlog + parked:  # every live payload is still there
         if now[(tenant, operation_id)].payload_state != "stored":
             report.violate(
                 "payload_purged_while_live",
@@ -794,20 +795,20 @@ def _months_phase(
         stats["late_replays"] += 1
     for tenant, operation_id, _ in rng.sample(finished, min(sample // 4 + 1, len(finished))):
         hooks.erased.add((tenant, operation_id))
-        retrying(lambda: engine.erase(tenant, operation_id))
+        retrying(partial(engine.erase, tenant, operation_id))
         report.note(tenant, operation_id, "erased")
         stats["erased_finished"] += 1
     for tenant, operation_id, _ in backlog[: max(1, len(backlog) // 10)]:
         hooks.erased.add((tenant, operation_id))
-        retrying(lambda: engine.erase(tenant, operation_id))
+        retrying(partial(engine.erase, tenant, operation_id))
         report.note(tenant, operation_id, "erased while queued")
         stats["erased_queued"] += 1
     for tenant, operation_id, _ in parked[:sample]:
         window.add(tenant, operation_id)
         try:
             retrying(
-                lambda: engine.resolve(
-                    tenant, operation_id, "requeue", note="checked after 45 days"
+                partial(
+                    engine.resolve, tenant, operation_id, "requeue", note="checked after 45 days"
                 )
             )
         except InvalidTransition:  # an earlier try committed and its answer was lost

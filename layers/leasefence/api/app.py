@@ -70,7 +70,7 @@ def _any_error(exc: Exception) -> Response:
 
 
 @app.not_found
-def _no_route(exc: Exception) -> Response:
+def _no_route(_exc: Exception) -> Response:
     return errors.to_response(errors.RouteNotFound("no such route"))
 
 
@@ -438,14 +438,15 @@ def resolve(id: _OperationPath, body: models.ResolveRequest):
     "409 invalid_transition while the operation is claimed: erase it once it left claimed. A queued or "
     "parked operation keeps its state; a worker that claims it finds no payload and quarantines it.",
 )
-def erase(id: _OperationPath, body: models.EraseRequest | None = None):
+def erase(id: _OperationPath, body: models.EraseRequest | None = None):  # noqa: ARG001 - validated and documented, no fields
     tenant = _caller("eraseOperation").tenant_id
     return _operation(runtime().engine_for(tenant).erase(tenant, _path_id(id)))
 
 
+# Every route is declared in ROUTES (Powertools keeps its routes in private lists).
 assert {r.operation_id for r in ROUTES} == {
     r.operation_id for r in app._static_routes + app._dynamic_routes
-}  # noqa: SLF001
+}
 
 
 # ---------------------------------------------------------------------------------- entry

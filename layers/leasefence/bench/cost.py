@@ -54,7 +54,10 @@ def _plain_table(client: Any, name: str, keys: tuple[str, ...]) -> None:
     client.create_table(
         TableName=name,
         AttributeDefinitions=[{"AttributeName": k, "AttributeType": "S"} for k in keys],
-        KeySchema=[{"AttributeName": k, "KeyType": t} for k, t in zip(keys, ("HASH", "RANGE"))],
+        KeySchema=[
+            {"AttributeName": k, "KeyType": t}
+            for k, t in zip(keys, ("HASH", "RANGE"), strict=False)
+        ],
         BillingMode="PAY_PER_REQUEST",
     )
 

@@ -52,7 +52,7 @@ class _CaptureClient:
         self.sink.append(kwargs["Item"])
         return {}
 
-    def update_item(self, **kwargs: Any) -> dict[str, Any]:
+    def update_item(self, **_kwargs: Any) -> dict[str, Any]:
         return {}  # the tenant's job-type directory: not an operation item
 
 
@@ -580,14 +580,14 @@ def compare(
     for pk in partitions:
         for now in nows:
             for limit in limits:
-                request = dict(
-                    TableName=table,
-                    IndexName=index,
-                    KeyConditionExpression="#pk = :pk AND #at <= :now",
-                    ExpressionAttributeNames={"#pk": pk_name, "#at": sk_name},
-                    ExpressionAttributeValues={":pk": {"S": pk}, ":now": {"N": str(now)}},
-                    Limit=limit,
-                )
+                request = {
+                    "TableName": table,
+                    "IndexName": index,
+                    "KeyConditionExpression": "#pk = :pk AND #at <= :now",
+                    "ExpressionAttributeNames": {"#pk": pk_name, "#at": sk_name},
+                    "ExpressionAttributeValues": {":pk": {"S": pk}, ":now": {"N": str(now)}},
+                    "Limit": limit,
+                }
                 pages = {}
                 for mode in ("fast", "stock"):
                     if mode == "stock":

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, ClassVar
 
 import boto3
 
@@ -396,7 +396,7 @@ def stop_item_tracking() -> None:
     so a long-running endpoint grew by kilobytes per request and megabytes per transaction (6 GB
     in a 5,000-operation torture run). The embedded endpoint never uses those lists.
     """
-    import moto.dynamodb.models  # noqa: F401 - registers the model classes
+    import moto.dynamodb.models  # registers the model classes
     import moto.s3.models  # noqa: F401
     from moto.core.model_instances import model_data
 
@@ -479,7 +479,7 @@ class Fidelity:
             raise ValueError("reap_interval_s must be positive")
 
     #: Environment variable per field (``LEASEFENCE_FIDELITY=1`` switches the whole thing on).
-    ENV = {
+    ENV: ClassVar[dict[str, str]] = {
         "ttl_deletion": "LEASEFENCE_FIDELITY_TTL_DELETION",
         "ttl_lag_ms": "LEASEFENCE_FIDELITY_TTL_LAG_MS",
         "ttl_lag_min_ms": "LEASEFENCE_FIDELITY_TTL_LAG_MIN_MS",
@@ -676,26 +676,25 @@ class FidelityState:
     def record(self, table: Any, key: tuple[Any, Any], old: Any, new: Any) -> None:
         """A write changed ``key`` of ``table`` from ``old`` to ``new`` (``None``: no item)."""
         config = self.config
-        if config.index_lag_ms > 0 and table.global_indexes:
-            if not _shape_of(table).same(old, new):
-                lag_ms = config.index_lag_min_ms
-                if config.index_lag_ms > lag_ms:
-                    lag_ms += _fraction(config.seed, "index", table.name, key) * (
-                        config.index_lag_ms - lag_ms
-                    )
-                if lag_ms > 0:
-                    now = time.monotonic()
-                    entry = (
-                        table.name,
-                        key,
-                        now + lag_ms / 1000,
-                        now + config.index_lag_ms / 1000,
-                        old,
-                    )
-                    if self.staging is not None:
-                        self.staging.append(entry)
-                    else:
-                        self._add_pending(*entry)
+        if config.index_lag_ms > 0 and table.global_indexes and not _shape_of(table).same(old, new):
+            lag_ms = config.index_lag_min_ms
+            if config.index_lag_ms > lag_ms:
+                lag_ms += _fraction(config.seed, "index", table.name, key) * (
+                    config.index_lag_ms - lag_ms
+                )
+            if lag_ms > 0:
+                now = time.monotonic()
+                entry = (
+                    table.name,
+                    key,
+                    now + lag_ms / 1000,
+                    now + config.index_lag_ms / 1000,
+                    old,
+                )
+                if self.staging is not None:
+                    self.staging.append(entry)
+                else:
+                    self._add_pending(*entry)
         if config.ttl_deletion and new is not None:
             ttl = table.ttl
             if ttl.get("TimeToLiveStatus") == "ENABLED":
@@ -749,7 +748,7 @@ class FidelityState:
         replace: dict[int, Any] = {}
         gone = []
         for (hash_key, range_key), entries in pending.items():
-            for visible_at, old in entries:
+            for visible_at, old in entries:  # noqa: B007 - the break keeps old for below
                 if visible_at > now:
                     break
             else:
@@ -1291,14 +1290,14 @@ class EmbeddedAws:
                 "this endpoint runs without fidelity (EmbeddedAws(fidelity=Fidelity(...)))"
             )
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
+        request = urllib.request.Request(  # noqa: S310 - this endpoint's own http:// URL
             self.endpoint + ADMIN_PREFIX + path,
             data=data,
             method="GET" if data is None else "POST",
             headers={"Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=60) as answer:
+            with urllib.request.urlopen(request, timeout=60) as answer:  # noqa: S310 - as above
                 return json.loads(answer.read())
         except urllib.error.HTTPError as error:
             raise RuntimeError(f"{path}: {error.read().decode(errors='replace')}") from error

@@ -16,6 +16,7 @@ Powertools resolver keeps per-request state in class attributes).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import sys
@@ -424,7 +425,7 @@ class LocalApi:
                     return self._serve
                 raise AttributeError(name)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: ARG002 - stdlib signature
                 if not api.quiet:
                     # Method and status only: the path holds operation ids.
                     sys.stderr.write(f"{self.command} -> {args[1] if len(args) > 1 else ''}\n")
@@ -523,10 +524,8 @@ class LocalStack:
         spec = config.table_spec
         create_table(self.aws.client("dynamodb"), spec)
         s3 = self.aws.client("s3")
-        try:
+        with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
             s3.create_bucket(Bucket=bucket)
-        except s3.exceptions.BucketAlreadyOwnedByYou:
-            pass
         self.table_name, self.bucket = table, bucket
         # Load the functions now (as a cold start would), so the first request is not the one to pay.
         load_function("api")

@@ -25,7 +25,7 @@ def call_once(job: Job, send: Callable[[], Any], what: str = "call") -> Any:
         return send()
     except NotSent as error:
         raise Permanent(str(error) or "not sent") from error
-    except Exception as error:  # noqa: BLE001 - any other failure leaves the outcome unknown
+    except Exception as error:  # any other failure leaves the outcome unknown
         raise Ambiguous(f"{what} outcome unknown: {type(error).__name__}") from error
 
 
