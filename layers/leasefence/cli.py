@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
@@ -285,7 +285,7 @@ def _client(base_url: str | None, token_value: str | None, tenant: str | None) -
     return LeaseFenceClient(url, bearer, retries=2)
 
 
-def _fail(error: Exception) -> None:
+def _fail(error: Exception) -> NoReturn:
     code = getattr(error, "code", type(error).__name__)
     status = getattr(error, "status", "")
     typer.echo(f"error {status} {code}: {getattr(error, 'message', error)}", err=True)
@@ -471,26 +471,23 @@ def erase_tenant(
 
         use_local_credentials()  # a local endpoint takes any credentials
     engine = rt.engine
-    totals = {
-        "steps": 0,
-        "rows_deleted": 0,
-        "payloads_deleted": 0,
-        "held": 0,
-        "next_cursor": cursor,
-    }
+    counts = {"steps": 0, "rows_deleted": 0, "payloads_deleted": 0, "held": 0}
+    next_cursor = cursor
     try:
         while True:
-            step = engine.erase_tenant(tenant, limit=limit, cursor=totals["next_cursor"])
-            totals["steps"] += 1
+            step = engine.erase_tenant(tenant, limit=limit, cursor=next_cursor)
+            counts["steps"] += 1
             for name in ("rows_deleted", "payloads_deleted", "held"):
-                totals[name] += getattr(step, name)
-            totals["next_cursor"] = step.next_cursor
-            if not all_steps or step.next_cursor is None:
+                counts[name] += getattr(step, name)
+            next_cursor = step.next_cursor
+            if not all_steps or next_cursor is None:
                 break
     except LeaseFenceError as error:
-        if totals["steps"]:
-            typer.echo(f"stopped after {totals['steps']} step(s): {json.dumps(totals)}", err=True)
+        if counts["steps"]:
+            progress = json.dumps({**counts, "next_cursor": next_cursor})
+            typer.echo(f"stopped after {counts['steps']} step(s): {progress}", err=True)
         _fail(error)
+    totals = {**counts, "next_cursor": next_cursor}
     if as_json:
         typer.echo(json.dumps(totals))
         return

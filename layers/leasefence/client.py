@@ -28,6 +28,7 @@ safe to repeat:
 
 from __future__ import annotations
 
+import builtins
 import http.client
 import json
 import random
@@ -362,7 +363,7 @@ class LeaseFenceClient:
         self,
         worker_id: str,
         lease_seconds: int | None = None,
-        job_types: list[str] | None = None,
+        job_types: builtins.list[str] | None = None,  # list alone: the method above
         operation_id: str | None = None,
     ) -> Claim | None:
         """A claim, or None when nothing is claimable. Not retried after a lost answer."""

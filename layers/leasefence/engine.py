@@ -29,6 +29,7 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from leasefence import keys
@@ -472,8 +473,14 @@ class Engine:
             try:
                 item = self._write_retrying(
                     self._key(tenant_id, operation_id),
-                    lambda now, pinned=snapshot: self._claim_write(
-                        pinned, now, worker_id, lease_ms, types, claim_token
+                    # Built from this try's snapshot (the loop moves on to the refused item).
+                    partial(
+                        self._claim_write,
+                        snapshot,
+                        worker_id=worker_id,
+                        lease_ms=lease_ms,
+                        types=types,
+                        claim_token=claim_token,
                     ),
                     started,
                 )

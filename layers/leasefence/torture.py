@@ -425,23 +425,21 @@ def run_torture(settings: Settings) -> dict[str, Any]:
         s3 = aws.client("s3")
         s3.create_bucket(Bucket="torture-payloads")
         payloads = PayloadStore("torture-payloads", client=s3)
-        retention = {
-            "identity_retention_ms": settings.identity_retention_days * DAY_MS,
-            "payload_retention_ms": settings.payload_retention_days * DAY_MS,
-        }
-        engine = Engine(
+        engine_on = partial(
+            Engine,
+            spec=spec,
+            clock=clock,
+            payloads=payloads,
+            identity_retention_ms=settings.identity_retention_days * DAY_MS,
+            payload_retention_ms=settings.payload_retention_days * DAY_MS,
+        )
+        engine = engine_on(
             client=FaultyClient(
                 client, chaos=StoreChaos(settings, report), rng=random.Random(settings.seed)
             ),
-            spec=spec,
-            clock=clock,
             rng=random.Random(settings.seed),
-            payloads=payloads,
-            **retention,
         )
-        checker_engine = Engine(
-            client=client, spec=spec, clock=clock, payloads=payloads, **retention
-        )
+        checker_engine = engine_on(client=client)
         hooks = ChaosHooks(settings, clock, report, observer=checker_engine)
         kits: dict[TargetClass, Kit] = {
             TargetClass.A: SameTableKit(client, "torture-orders", hooks=hooks),
@@ -841,7 +839,7 @@ def _check(
     enqueued: list[tuple[str, str, TargetClass]],
     claims: list[tuple[str, str, int]],
 ) -> dict[str, Any]:
-    counts = Counter()
+    counts: Counter[str] = Counter()
     claimed_fences: dict[tuple[str, str], list[int]] = defaultdict(list)
     for tenant, operation_id, fence in claims:
         claimed_fences[(tenant, operation_id)].append(fence)

@@ -208,6 +208,8 @@ def enqueue(body: models.EnqueueRequest):
         stored = payloads.put(tenant, body.operation_id, canonical)
         payload_ref, payload_hash = stored.ref, canonical.hash
     else:
+        # EnqueueRequest's validator requires both when there is no inline payload.
+        assert body.payload_ref is not None and body.payload_hash is not None
         payload_ref, payload_hash = body.payload_ref, body.payload_hash
     try:
         result = (

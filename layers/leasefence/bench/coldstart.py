@@ -127,7 +127,7 @@ def measure(runs: int = 7) -> dict[str, Any]:
             times[module].append(_time_import(module, root, env))
     medians = {m: statistics.median(v) for m, v in times.items()}
     base = medians[BASELINE]
-    handlers = {}
+    handlers: dict[str, dict[str, Any]] = {}
     for module in HANDLERS:
         handlers[module] = {
             "median_ms": round(medians[module] * 1000, 1),

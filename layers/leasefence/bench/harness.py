@@ -372,12 +372,15 @@ class _IndexCache:
 _CACHES: dict[int, tuple[Any, _IndexCache]] = {}
 
 
-def _cache_for(table: Any, create: bool = True) -> _IndexCache | None:
+def _cached(table: Any) -> _IndexCache | None:
     found = _CACHES.get(id(table))
-    if found is not None and found[0] is table:
-        return found[1]
-    if not create:
-        return None
+    return found[1] if found is not None and found[0] is table else None
+
+
+def _cache_for(table: Any) -> _IndexCache:
+    cache = _cached(table)
+    if cache is not None:
+        return cache
     cache = _IndexCache(table)
     _CACHES[id(table)] = (table, cache)
     return cache
@@ -494,9 +497,9 @@ def _tracking(original: Any, key_arg: str, position: int) -> Any:
             return original(self, table_name, *args, **kwargs)
         finally:
             table = self.tables.get(table_name)
-            cache = _cache_for(table, create=False) if table is not None else None
+            cache = _cached(table) if table is not None else None
             if cache is not None:
-                key = kwargs.get(key_arg) if key_arg in kwargs else args[position]
+                key = kwargs[key_arg] if key_arg in kwargs else args[position]
                 from moto.dynamodb.models.dynamo_type import DynamoType
 
                 cache.dirty.add(
@@ -596,7 +599,7 @@ def compare(
                     try:
                         got, start = [], None
                         for _ in range(max_pages):
-                            extra = {"ExclusiveStartKey": start} if start else {}
+                            extra: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
                             page = client.query(**request, **extra)
                             got.append((page["Items"], page.get("LastEvaluatedKey")))
                             start = page.get("LastEvaluatedKey")

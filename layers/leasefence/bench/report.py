@@ -7,6 +7,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any
 
@@ -27,42 +28,65 @@ REQUIRED_KEYS = (
     "import_ratio_max",
 )
 
-FULL = {
-    "cost_runs": 5,
-    "long_job_heartbeats": 30,
-    "tp_backlog": 256,
-    "tp_lifecycles": 384,
-    "tp_raw_per_thread": None,
-    "ct_queued": 10_000,
-    "ct_claims": 10_000,
-    "ct_variant_claims": 2_000,
-    "depth_deep": 100_000,
-    "depth_claims": 20,
-    "sweep_due": (0, 10, 100),
-    "fair_backlog": 50_000,
-    "import_runs": 7,
-    "sim_shards": [1, 2, 4, 8, 16, 32, 64],
-    "sim_seconds": 200,
-    "self_check": True,
-}
-QUICK = {
-    "cost_runs": 2,
-    "long_job_heartbeats": 6,
-    "tp_backlog": 64,
-    "tp_lifecycles": 64,
-    "tp_raw_per_thread": 2,
-    "ct_queued": 1_000,
-    "ct_claims": 200,
-    "ct_variant_claims": 0,
-    "depth_deep": 2_000,
-    "depth_claims": 4,
-    "sweep_due": (0, 10),
-    "fair_backlog": 1_000,
-    "import_runs": 1,
-    "sim_shards": [1, 4, 16],
-    "sim_seconds": 40,
-    "self_check": False,
-}
+
+@dataclass(frozen=True)
+class Scale:
+    """How much each benchmark does: FULL for the report, QUICK for a smoke run."""
+
+    cost_runs: int
+    long_job_heartbeats: int
+    tp_backlog: int
+    tp_lifecycles: int
+    tp_raw_per_thread: int | None
+    ct_queued: int
+    ct_claims: int
+    ct_variant_claims: int
+    depth_deep: int
+    depth_claims: int
+    sweep_due: tuple[int, ...]
+    fair_backlog: int
+    import_runs: int
+    sim_shards: list[int]
+    sim_seconds: int
+    self_check: bool
+
+
+FULL = Scale(
+    cost_runs=5,
+    long_job_heartbeats=30,
+    tp_backlog=256,
+    tp_lifecycles=384,
+    tp_raw_per_thread=None,
+    ct_queued=10_000,
+    ct_claims=10_000,
+    ct_variant_claims=2_000,
+    depth_deep=100_000,
+    depth_claims=20,
+    sweep_due=(0, 10, 100),
+    fair_backlog=50_000,
+    import_runs=7,
+    sim_shards=[1, 2, 4, 8, 16, 32, 64],
+    sim_seconds=200,
+    self_check=True,
+)
+QUICK = Scale(
+    cost_runs=2,
+    long_job_heartbeats=6,
+    tp_backlog=64,
+    tp_lifecycles=64,
+    tp_raw_per_thread=2,
+    ct_queued=1_000,
+    ct_claims=200,
+    ct_variant_claims=0,
+    depth_deep=2_000,
+    depth_claims=4,
+    sweep_due=(0, 10),
+    fair_backlog=1_000,
+    import_runs=1,
+    sim_shards=[1, 4, 16],
+    sim_seconds=40,
+    self_check=False,
+)
 
 
 def _progress(message: str) -> None:
@@ -84,7 +108,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     sections: dict[str, Any] = {}
     started = time.time()
     with ServerProcess() as server:
-        if p["self_check"]:
+        if p.self_check:
             sections["accelerator_self_check"] = _timed(
                 "accelerator self-check", timings, server.self_check
             )
@@ -92,24 +116,20 @@ def run(quick: bool = False) -> dict[str, Any]:
             "cost",
             timings,
             lambda: cost.measure(
-                server, runs=p["cost_runs"], long_job_heartbeats=p["long_job_heartbeats"]
+                server, runs=p.cost_runs, long_job_heartbeats=p.long_job_heartbeats
             ),
         )
 
         def _contention() -> dict[str, Any]:
-            out = {
-                "default": contention.run(
-                    server, p["ct_queued"], 32, p["ct_claims"], label="default"
-                )
-            }
-            if p["ct_variant_claims"]:
+            out = {"default": contention.run(server, p.ct_queued, 32, p.ct_claims, label="default")}
+            if p.ct_variant_claims:
                 # The same queue with more shards and/or a larger page (both settings an engine already takes).
                 for shards, page in ((8, 24), (16, 16), (16, 24)):
                     out[f"due_shards_{shards}_page_{page}"] = contention.run(
                         server,
-                        p["ct_queued"],
+                        p.ct_queued,
                         32,
-                        p["ct_variant_claims"],
+                        p.ct_variant_claims,
                         due_shards=shards,
                         candidate_page=page,
                         label=f"s{shards}p{page}",
@@ -121,11 +141,11 @@ def run(quick: bool = False) -> dict[str, Any]:
             "depth",
             timings,
             lambda: depth.measure(
-                server, deep=p["depth_deep"], claims=p["depth_claims"], due_counts=p["sweep_due"]
+                server, deep=p.depth_deep, claims=p.depth_claims, due_counts=p.sweep_due
             ),
         )
         sections["fairness"] = _timed(
-            "fairness", timings, lambda: fairness.measure(server, backlog=p["fair_backlog"])
+            "fairness", timings, lambda: fairness.measure(server, backlog=p.fair_backlog)
         )
     # Throughput runs on its own fresh endpoint process (stock moto, no accelerator installed ever).
     sections["throughput"] = _timed(
@@ -133,26 +153,26 @@ def run(quick: bool = False) -> dict[str, Any]:
         timings,
         lambda: throughput.measure(
             (8, 32),
-            backlog=p["tp_backlog"],
-            lifecycles=p["tp_lifecycles"],
-            raw_per_thread=p["tp_raw_per_thread"],
+            backlog=p.tp_backlog,
+            lifecycles=p.tp_lifecycles,
+            raw_per_thread=p.tp_raw_per_thread,
         ),
     )
     sections["coldstart"] = _timed(
-        "cold start", timings, lambda: coldstart.measure(runs=p["import_runs"])
+        "cold start", timings, lambda: coldstart.measure(runs=p.import_runs)
     )
     sections["scale"] = _timed(
         "scale simulation",
         timings,
         lambda: scale_sim.table(
-            p["sim_shards"],
+            p.sim_shards,
             scale_sim.UnitCosts(
                 due_index_wcu=sections["cost"]["lifecycle"]["wcu_index"],
                 base_table_wcu=sections["cost"]["lifecycle"]["wcu"]
                 - sections["cost"]["lifecycle"]["wcu_index"],
                 claim_rcu=sections["cost"]["lifecycle"]["rcu"],
             ),
-            seconds=p["sim_seconds"],
+            seconds=p.sim_seconds,
         ),
     )
 
@@ -191,7 +211,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     report["sections"] = sections
     report["meta"] = {
         "quick": quick,
-        "parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in p.items()},
+        "parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(p).items()},
         "started_at_epoch_s": int(started),
         "seconds": timings,
         "total_seconds": round(sum(timings.values()), 1),

@@ -302,7 +302,7 @@ class LocalApi:
                 spec,
                 (assets / "swagger-ui-bundle.min.js").read_text(encoding="utf-8"),
                 (assets / "swagger-ui.min.css").read_text(encoding="utf-8"),
-                None,
+                "",  # no base URL: the script and styles above are inlined
                 None,
                 True,
             ).encode()
