@@ -383,7 +383,7 @@ def install_fast_dispatch() -> None:
     if getattr(backends, "_leasefence_cached_modules", None) is not None:
         return
     modules = tuple(backends.list_of_moto_modules())
-    backends._leasefence_cached_modules = modules  # type: ignore[attr-defined]
+    backends._leasefence_cached_modules = modules
     backends.list_of_moto_modules = lambda: modules
 
 
