@@ -28,16 +28,18 @@ safe to repeat:
 
 from __future__ import annotations
 
+import builtins
 import http.client
 import json
 import random
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterator
-from urllib.parse import quote, urlencode
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
 
 from leasefence.api.errors import Forbidden, Unauthorized
 from leasefence.errors import (
@@ -187,6 +189,9 @@ class LeaseFenceClient:
         max_backoff: float = 5.0,
         user_agent: str = "leasefence-client/1",
     ) -> None:
+        # urllib also opens file: and ftp: URLs; a client of this API has no business with them.
+        if urlsplit(base_url).scheme not in ("http", "https"):
+            raise ValueError(f"base_url must be an http:// or https:// URL, not {base_url!r}")
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout = timeout
@@ -199,8 +204,12 @@ class LeaseFenceClient:
     # ------------------------------------------------------------------ transport
 
     def _once(self, method: str, path: str, body: Any) -> tuple[int, dict[str, str], bytes]:
-        data = None if body is _MISSING else json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
-        request = urllib.request.Request(self.base_url + path, data=data, method=method)
+        data = (
+            None
+            if body is _MISSING
+            else json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+        )
+        request = urllib.request.Request(self.base_url + path, data=data, method=method)  # noqa: S310 - http(s), checked in __init__
         request.add_header("Accept", "application/json")
         request.add_header("User-Agent", self.user_agent)
         if data is not None:
@@ -208,7 +217,7 @@ class LeaseFenceClient:
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - http(s) only
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - as above
                 return response.status, dict(response.headers.items()), response.read()
         except urllib.error.HTTPError as error:
             with error:
@@ -227,7 +236,9 @@ class LeaseFenceClient:
                 pass
         return self._rng.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
 
-    def request(self, method: str, path: str, body: Any = _MISSING, idempotent: bool = True) -> tuple[int, Any]:
+    def request(
+        self, method: str, path: str, body: Any = _MISSING, idempotent: bool = True
+    ) -> tuple[int, Any]:
         """``(status, decoded JSON or None)`` for a 2xx; raises the mapped error otherwise."""
         attempt = 0
         while True:
@@ -239,7 +250,9 @@ class LeaseFenceClient:
                     time.sleep(self._delay(attempt, None))
                     attempt += 1
                     continue
-                raise Unavailable("the API is unreachable (connection refused)") from error.__cause__
+                raise Unavailable(
+                    "the API is unreachable (connection refused)"
+                ) from error.__cause__
             except (OSError, http.client.HTTPException) as error:
                 # Sent, answer lost: only a request that is safe to repeat is repeated.
                 if idempotent and attempt < self.retries:
@@ -247,7 +260,11 @@ class LeaseFenceClient:
                     attempt += 1
                     continue
                 raise Unavailable(f"no answer from the API ({type(error).__name__})") from error
-            if status in _RETRY_STATUSES and attempt < self.retries and (idempotent or status == 429):
+            if (
+                status in _RETRY_STATUSES
+                and attempt < self.retries
+                and (idempotent or status == 429)
+            ):
                 time.sleep(self._delay(attempt, headers))
                 attempt += 1
                 continue
@@ -264,9 +281,12 @@ class LeaseFenceClient:
         except (ValueError, AttributeError):
             pass
         if code is None:
-            code = {401: "unauthorized", 403: "forbidden", 404: "not_found", 429: "unavailable"}.get(
-                status, "unavailable" if status >= 500 else "invalid_request"
-            )
+            code = {
+                401: "unauthorized",
+                403: "forbidden",
+                404: "not_found",
+                429: "unavailable",
+            }.get(status, "unavailable" if status >= 500 else "invalid_request")
         cls = ERRORS.get(code, LeaseFenceError)
         exc = cls(message)
         exc.code = code
@@ -310,15 +330,27 @@ class LeaseFenceClient:
         return EnqueueResult(Operation.from_json(data["operation"]), bool(data["created"]))
 
     def get(self, operation_id: str) -> Operation:
-        return Operation.from_json(self.request("GET", f"/v1/operations/{self._id(operation_id)}")[1])
+        return Operation.from_json(
+            self.request("GET", f"/v1/operations/{self._id(operation_id)}")[1]
+        )
 
-    def list(self, state: str | None = None, limit: int | None = None, cursor: str | None = None) -> OperationPage:
-        query = {k: v for k, v in {"state": state, "limit": limit, "cursor": cursor}.items() if v is not None}
+    def list(
+        self, state: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> OperationPage:
+        query = {
+            k: v
+            for k, v in {"state": state, "limit": limit, "cursor": cursor}.items()
+            if v is not None
+        }
         path = "/v1/operations" + (f"?{urlencode(query)}" if query else "")
         data = self.request("GET", path)[1]
-        return OperationPage([Operation.from_json(o) for o in data["operations"]], data.get("next_cursor"))
+        return OperationPage(
+            [Operation.from_json(o) for o in data["operations"]], data.get("next_cursor")
+        )
 
-    def iter_operations(self, state: str | None = None, page_size: int = 100) -> Iterator[Operation]:
+    def iter_operations(
+        self, state: str | None = None, page_size: int = 100
+    ) -> Iterator[Operation]:
         cursor = None
         while True:
             page = self.list(state=state, limit=page_size, cursor=cursor)
@@ -331,7 +363,7 @@ class LeaseFenceClient:
         self,
         worker_id: str,
         lease_seconds: int | None = None,
-        job_types: list[str] | None = None,
+        job_types: builtins.list[str] | None = None,  # list alone: the method above
         operation_id: str | None = None,
     ) -> Claim | None:
         """A claim, or None when nothing is claimable. Not retried after a lost answer."""
@@ -370,15 +402,26 @@ class LeaseFenceClient:
         data = self.request("POST", f"/v1/operations/{self._id(operation_id)}/heartbeat", body)[1]
         return _time(data["lease_expires_at"])  # type: ignore[return-value]
 
-    def _finish(self, operation_id: str, action: str, body: dict[str, Any], idempotent: bool = True) -> Operation:
-        data = self.request("POST", f"/v1/operations/{self._id(operation_id)}/{action}", body, idempotent=idempotent)[1]
+    def _finish(
+        self, operation_id: str, action: str, body: dict[str, Any], idempotent: bool = True
+    ) -> Operation:
+        data = self.request(
+            "POST", f"/v1/operations/{self._id(operation_id)}/{action}", body, idempotent=idempotent
+        )[1]
         return Operation.from_json(data["operation"])
 
     def complete(self, operation_id: str, fence: int, outcome_code: str) -> Operation:
-        return self._finish(operation_id, "complete", {"fence": fence, "outcome_code": outcome_code})
+        return self._finish(
+            operation_id, "complete", {"fence": fence, "outcome_code": outcome_code}
+        )
 
     def fail(
-        self, operation_id: str, fence: int, retryable: bool, reason: str, retry_after_seconds: int | None = None
+        self,
+        operation_id: str,
+        fence: int,
+        retryable: bool,
+        reason: str,
+        retry_after_seconds: int | None = None,
     ) -> Operation:
         body: dict[str, Any] = {"fence": fence, "retryable": retryable, "reason": reason}
         if retry_after_seconds is not None:
@@ -404,4 +447,6 @@ class LeaseFenceClient:
 
     def resolve(self, operation_id: str, resolution: str, note: str = "") -> Operation:
         """Operator decision for an unknown or quarantined operation. Not retried after a lost answer."""
-        return self._finish(operation_id, "resolve", {"resolution": resolution, "note": note}, idempotent=False)
+        return self._finish(
+            operation_id, "resolve", {"resolution": resolution, "note": note}, idempotent=False
+        )

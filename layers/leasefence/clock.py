@@ -7,8 +7,8 @@ changes who may take over (liveness), never whose write counts (the fence decide
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Callable
 
 Clock = Callable[[], int]
 
@@ -20,7 +20,11 @@ def system_clock() -> int:
 def to_rfc3339(ms: int | None) -> str | None:
     if ms is None:
         return None
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (
+        datetime.fromtimestamp(ms / 1000, tz=UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
 
 
 class ManualClock:

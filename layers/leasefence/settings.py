@@ -32,13 +32,18 @@ Environment:
 from __future__ import annotations
 
 import os
-import threading
 import re
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from leasefence.schema import DEFAULT_DUE_SHARDS, DEFAULT_SWEEP_SHARDS, DEFAULT_TABLE_NAME, TableSpec
+from leasefence.schema import (
+    DEFAULT_DUE_SHARDS,
+    DEFAULT_SWEEP_SHARDS,
+    DEFAULT_TABLE_NAME,
+    TableSpec,
+)
 
 if TYPE_CHECKING:
     from leasefence.engine import Engine
@@ -66,7 +71,9 @@ def _retention_days(env: dict[str, str], name: str, default: int | None) -> int 
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"{name} must be a whole number of days or 'forever', got {raw!r}") from None
+        raise ValueError(
+            f"{name} must be a whole number of days or 'forever', got {raw!r}"
+        ) from None
     if value < 0:
         raise ValueError(f"{name} must be at least 0")
     return value
@@ -89,7 +96,9 @@ def _payload_days(env: dict[str, str]) -> int:
     legacy = _retention_days(env, "LEASEFENCE_RETENTION_DAYS", DEFAULT_PAYLOAD_RETENTION_DAYS)
     days = _retention_days(env, "LEASEFENCE_PAYLOAD_RETENTION_DAYS", legacy)
     if days is None:
-        raise ValueError("LEASEFENCE_PAYLOAD_RETENTION_DAYS must be a whole number of days (a payload is not kept forever)")
+        raise ValueError(
+            "LEASEFENCE_PAYLOAD_RETENTION_DAYS must be a whole number of days (a payload is not kept forever)"
+        )
     return days
 
 
@@ -139,7 +148,10 @@ class Settings:
         )
 
     def __post_init__(self) -> None:
-        if self.identity_retention_days is not None and self.identity_retention_days < self.payload_retention_days:
+        if (
+            self.identity_retention_days is not None
+            and self.identity_retention_days < self.payload_retention_days
+        ):
             raise ValueError("the identity retention must be at least the payload retention")
 
     @property
@@ -153,7 +165,9 @@ class Settings:
 
     @property
     def table_spec(self) -> TableSpec:
-        return TableSpec(table_name=self.table_name, due_shards=self.due_shards, sweep_shards=self.sweep_shards)
+        return TableSpec(
+            table_name=self.table_name, due_shards=self.due_shards, sweep_shards=self.sweep_shards
+        )
 
 
 #: What STS accepts as a session tag value (and so as a tenant id under tenant isolation).
@@ -190,7 +204,11 @@ class Runtime:
             if arn and not self.settings.log_hash_key:
                 from leasefence import privacy
 
-                secret = self.client("secretsmanager").get_secret_value(SecretId=arn)["SecretString"].encode()
+                secret = (
+                    self.client("secretsmanager")
+                    .get_secret_value(SecretId=arn)["SecretString"]
+                    .encode()
+                )
                 privacy.set_key(secret)
             self._prepared = True
 
@@ -201,7 +219,10 @@ class Runtime:
                 import boto3
                 from botocore.config import Config
 
-                endpoint = {"dynamodb": self.settings.dynamodb_endpoint, "s3": self.settings.s3_endpoint}.get(service)
+                endpoint = {
+                    "dynamodb": self.settings.dynamodb_endpoint,
+                    "s3": self.settings.s3_endpoint,
+                }.get(service)
                 kwargs: dict[str, Any] = {}
                 if service == "s3" and endpoint:
                     kwargs["config"] = Config(
@@ -216,7 +237,9 @@ class Runtime:
                         connect_timeout=STORE_CONNECT_TIMEOUT_S,
                         read_timeout=STORE_READ_TIMEOUT_S,
                     )
-                client = boto3.client(service, endpoint_url=endpoint, region_name=self.settings.region, **kwargs)
+                client = boto3.client(
+                    service, endpoint_url=endpoint, region_name=self.settings.region, **kwargs
+                )
                 self._clients[service] = client
             return client
 
@@ -277,7 +300,9 @@ class Runtime:
         from leasefence.privacy import keyed_hash
 
         if not _TAG_VALUE_RE.match(tenant_id):
-            raise Forbidden("this tenant_id cannot be used with tenant isolation (not a valid session tag value)")
+            raise Forbidden(
+                "this tenant_id cannot be used with tenant isolation (not a valid session tag value)"
+            )
         sts = self.client("sts")
         arn, tag = self.settings.tenant_role_arn, self.settings.tenant_session_tag
 
@@ -299,7 +324,8 @@ class Runtime:
             metadata=assume(), refresh_using=assume, method="sts-assume-role"
         )
         session = get_session()
-        session._credentials = credentials  # noqa: SLF001 - botocore's documented way to use refreshable credentials
+        # botocore's documented way to use refreshable credentials
+        session._credentials = credentials
         if self.settings.region:
             session.set_config_variable("region", self.settings.region)
         return boto3.Session(botocore_session=session).client(

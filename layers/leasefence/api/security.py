@@ -14,8 +14,9 @@ body rules) and the local server (``routeKey`` and ``pathParameters``).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from leasefence.api.errors import Forbidden, Unauthorized
 
@@ -46,7 +47,9 @@ class RouteSpec:
 
     @property
     def regex(self) -> re.Pattern[str]:
-        return re.compile("^" + re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(self.template)) + "$")
+        return re.compile(
+            "^" + re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(self.template)) + "$"
+        )
 
 
 ROUTES: tuple[RouteSpec, ...] = (
@@ -116,9 +119,13 @@ def caller_from_event(event: Mapping[str, Any]) -> Caller:
     authorizer = context.get("authorizer") if isinstance(context, Mapping) else None
     jwt = authorizer.get("jwt") if isinstance(authorizer, Mapping) else None
     claims = jwt.get("claims") if isinstance(jwt, Mapping) else None
-    if not isinstance(claims, Mapping) or not claims:
+    if not isinstance(jwt, Mapping) or not isinstance(claims, Mapping) or not claims:
         raise Unauthorized("a bearer token is required")
     tenant_id = claims.get("tenant_id")
-    if not isinstance(tenant_id, str) or not 1 <= len(tenant_id) <= 256 or _CONTROL_RE.search(tenant_id):
+    if (
+        not isinstance(tenant_id, str)
+        or not 1 <= len(tenant_id) <= 256
+        or _CONTROL_RE.search(tenant_id)
+    ):
         raise Unauthorized("the token has no usable tenant_id claim")
     return Caller(tenant_id=tenant_id, scopes=_scopes_of(claims, jwt.get("scopes")))

@@ -24,9 +24,10 @@ import threading
 import time
 import types
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from decimal import Decimal, InvalidOperation
-from typing import Any, Iterable, Mapping
+from typing import Any, ClassVar, cast
 
 import boto3
 
@@ -44,7 +45,16 @@ def use_local_credentials() -> None:
 
 #: Item-level operations whose moto results are already DynamoDB wire JSON.
 _FAST_JSON_ACTIONS = frozenset(
-    {"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "TransactWriteItems", "BatchWriteItem"}
+    {
+        "GetItem",
+        "PutItem",
+        "UpdateItem",
+        "DeleteItem",
+        "Query",
+        "Scan",
+        "TransactWriteItems",
+        "BatchWriteItem",
+    }
 )
 
 
@@ -74,7 +84,11 @@ def install_fast_json_responses() -> None:
 
     def serialized(self: Any, action_result: Any) -> Any:
         result = action_result.result
-        if isinstance(result, dict) and self._get_action() in _FAST_JSON_ACTIONS and not _has_none(result):
+        if (
+            isinstance(result, dict)
+            and self._get_action() in _FAST_JSON_ACTIONS
+            and not _has_none(result)
+        ):
             try:
                 body = json.dumps(result, allow_nan=False)
             except (TypeError, ValueError):
@@ -84,8 +98,8 @@ def install_fast_json_responses() -> None:
             return 200, headers, body
         return original(self, action_result)
 
-    DynamoHandler.serialized = serialized
-    DynamoHandler._leasefence_fast_json = True
+    DynamoHandler.serialized = serialized  # type: ignore[method-assign]
+    DynamoHandler._leasefence_fast_json = True  # type: ignore[attr-defined]
 
 
 def install_fast_index_sort() -> None:
@@ -108,7 +122,9 @@ def install_fast_index_sort() -> None:
     def scalar(value: DynamoType) -> Any:
         return Decimal(value.value) if value.type == "N" else value.cast_value
 
-    def sorted_items(self: Any, hash_key_attrs: list[str], range_key_attrs: list[str | None], items: list[Any]) -> list[Any]:
+    def sorted_items(
+        self: Any, hash_key_attrs: list[str], range_key_attrs: list[str | None], items: list[Any]
+    ) -> list[Any]:
         attrs = self._generate_attr_to_sort_by(hash_key_attrs, range_key_attrs)
         items.sort(key=lambda item: tuple(scalar(item.attrs[a]) for a in attrs))
         return items
@@ -132,7 +148,12 @@ def install_fast_index_sort() -> None:
 
     import operator
 
-    for name, op in (("__lt__", operator.lt), ("__le__", operator.le), ("__gt__", operator.gt), ("__ge__", operator.ge)):
+    for name, op in (
+        ("__lt__", operator.lt),
+        ("__le__", operator.le),
+        ("__gt__", operator.gt),
+        ("__ge__", operator.ge),
+    ):
         setattr(DynamoType, name, fast(op, getattr(DynamoType, name)))
     original_eq, original_ne = DynamoType.__eq__, DynamoType.__ne__
 
@@ -159,7 +180,7 @@ def install_fast_index_sort() -> None:
             return Item(hash_key=self.hash_key, range_key=self.range_key, attrs=attrs)
         return original_project(self, projection_expressions)
 
-    Item.project = project
+    Item.project = project  # type: ignore[method-assign]
     original_hash = DynamoType.__hash__
 
     def hash_(self: DynamoType) -> int:
@@ -169,10 +190,10 @@ def install_fast_index_sort() -> None:
             return hash(("S", self.value))
         return original_hash(self)
 
-    Table.sorted_items = sorted_items
-    DynamoType.__eq__, DynamoType.__ne__ = eq, ne
-    DynamoType.__hash__ = hash_  # (also keeps hashability after redefining __eq__)
-    Table._leasefence_fast_sort = True
+    Table.sorted_items = sorted_items  # type: ignore[method-assign]
+    DynamoType.__eq__, DynamoType.__ne__ = eq, ne  # type: ignore[method-assign]
+    DynamoType.__hash__ = hash_  # type: ignore[method-assign]  # hashable again after __eq__
+    Table._leasefence_fast_sort = True  # type: ignore[attr-defined]
 
 
 def install_fast_update_expressions() -> None:
@@ -189,12 +210,18 @@ def install_fast_update_expressions() -> None:
     import functools
 
     from moto.dynamodb.parsing import expressions, validators
-    from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser, Node, UpdateExpression
+
+    # moto marks ast_nodes and expressions '# type: ignore' whole: mypy sees no names in them.
+    from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]
+        DepthFirstTraverser,
+        Node,
+        UpdateExpression,
+    )
 
     if getattr(DepthFirstTraverser, "_leasefence_fast", False):
         return
-    parser = expressions.UpdateExpressionParser
-    parser.make = staticmethod(functools.lru_cache(maxsize=512)(parser.make))  # type: ignore[assignment]
+    parser = expressions.UpdateExpressionParser  # type: ignore[attr-defined]
+    parser.make = staticmethod(functools.lru_cache(maxsize=512)(parser.make))
 
     def processing(self: Any) -> tuple[tuple[type, Any], ...]:
         table = self.__dict__.get("_leasefence_map")
@@ -238,7 +265,7 @@ def install_fast_update_expressions() -> None:
             return node  # an inner part: the top of the tree counts its clauses too
         return count_actions(self, node)
 
-    validators.ActionCountValidator.verify_action_counts = verify_action_counts
+    validators.ActionCountValidator.verify_action_counts = verify_action_counts  # type: ignore[method-assign]
     DepthFirstTraverser._leasefence_fast = True
 
 
@@ -264,14 +291,16 @@ def install_unsorted_query_candidates() -> None:
     def query(self: Any, *args: Any, **kwargs: Any) -> Any:
         if "all_items" in self.__dict__:  # someone already chose the candidates for this call
             return original_query(self, *args, **kwargs)
-        self.all_items = types.MethodType(unsorted_items, self)  # this call only (requests are serialized)
+        self.all_items = types.MethodType(
+            unsorted_items, self
+        )  # this call only (requests are serialized)
         try:
             return original_query(self, *args, **kwargs)
         finally:
             del self.all_items
 
-    Table.query = query
-    Table._leasefence_unsorted_query = True
+    Table.query = query  # type: ignore[method-assign]
+    Table._leasefence_unsorted_query = True  # type: ignore[attr-defined]
 
 
 def install_item_level_transaction_rollback() -> None:
@@ -285,7 +314,7 @@ def install_item_level_transaction_rollback() -> None:
     """
     import copy as copy_module
 
-    import moto.dynamodb.models as models
+    from moto.dynamodb import models
     from moto.dynamodb.models.dynamo_type import DynamoType
 
     backend_class = models.DynamoDBBackend
@@ -299,9 +328,11 @@ def install_item_level_transaction_rollback() -> None:
     shim.deepcopy = lambda value, memo=None: (
         value if isinstance(value, models.Table) else copy_module.deepcopy(value, memo)
     )
-    models.copy = shim
+    models.copy = shim  # type: ignore[assignment]
 
-    def touched_items(self: Any, transact_items: list[dict[str, Any]]) -> list[tuple[Any, Any, Any, Any]]:
+    def touched_items(
+        self: Any, transact_items: list[dict[str, Any]]
+    ) -> list[tuple[Any, Any, Any, Any]]:
         saved = []
         for entry in transact_items:
             op_type, op = next(iter(entry.items()))
@@ -340,8 +371,8 @@ def install_item_level_transaction_rollback() -> None:
             restore(saved)
             raise
 
-    backend_class.transact_write_items = transact_write_items
-    backend_class._leasefence_item_rollback = True
+    backend_class.transact_write_items = transact_write_items  # type: ignore[method-assign]
+    backend_class._leasefence_item_rollback = True  # type: ignore[attr-defined]
 
 
 def install_fast_dispatch() -> None:
@@ -371,12 +402,13 @@ def stop_item_tracking() -> None:
     so a long-running endpoint grew by kilobytes per request and megabytes per transaction (6 GB
     in a 5,000-operation torture run). The embedded endpoint never uses those lists.
     """
-    import moto.dynamodb.models  # noqa: F401 - registers the model classes
+    import moto.dynamodb.models  # registers the model classes
     import moto.s3.models  # noqa: F401
     from moto.core.model_instances import model_data
 
     for service in ("dynamodb", "s3"):
-        for model in model_data[service].values():
+        classes: dict[str, Any] = model_data[service]  # moto types the classes as object
+        for model in classes.values():
             if not isinstance(model.instances_tracked, _Untracked):
                 model.instances_tracked = _Untracked()
 
@@ -454,7 +486,7 @@ class Fidelity:
             raise ValueError("reap_interval_s must be positive")
 
     #: Environment variable per field (``LEASEFENCE_FIDELITY=1`` switches the whole thing on).
-    ENV = {
+    ENV: ClassVar[dict[str, str]] = {
         "ttl_deletion": "LEASEFENCE_FIDELITY_TTL_DELETION",
         "ttl_lag_ms": "LEASEFENCE_FIDELITY_TTL_LAG_MS",
         "ttl_lag_min_ms": "LEASEFENCE_FIDELITY_TTL_LAG_MIN_MS",
@@ -533,10 +565,12 @@ def _same_value(a: Any, b: Any) -> bool:
 class _IndexShape:
     """What a table's global secondary indexes read of an item."""
 
-    __slots__ = ("relevant", "memberships")
+    __slots__ = ("memberships", "relevant")
 
     def __init__(self, table: Any) -> None:
-        relevant: set[str] | None = {table.hash_key_attr} | ({table.range_key_attr} if table.range_key_attr else set())
+        relevant: set[str] | None = {table.hash_key_attr} | (
+            {table.range_key_attr} if table.range_key_attr else set()
+        )
         memberships = []
         for index in table.global_indexes or []:
             keys = tuple(index.schema_key_attrs)
@@ -576,7 +610,7 @@ class _IndexShape:
 
         if self.relevant is None:
             return copy.deepcopy(item)
-        result = Item.__new__(Item)
+        result = cast(Item, Item.__new__(Item))  # moto types __new__ as -> BaseModel
         result.hash_key, result.range_key = item.hash_key, item.range_key
         attrs = LimitedSizeDict.__new__(LimitedSizeDict)
         dict.__init__(attrs)
@@ -636,8 +670,12 @@ class FidelityState:
         self.scan_needed = False
         self.rng = random.Random(config.seed)
         self.stats = {
-            "ttl_deleted": 0, "ttl_passes": 0, "index_versions_recorded": 0, "index_queries_lagged": 0,
-            "index_stale_items_served": 0, "txn_throttled": 0,
+            "ttl_deleted": 0,
+            "ttl_passes": 0,
+            "index_versions_recorded": 0,
+            "index_queries_lagged": 0,
+            "index_stale_items_served": 0,
+            "txn_throttled": 0,
         }
 
     # ---------------------------------------------------------------- writes
@@ -645,18 +683,25 @@ class FidelityState:
     def record(self, table: Any, key: tuple[Any, Any], old: Any, new: Any) -> None:
         """A write changed ``key`` of ``table`` from ``old`` to ``new`` (``None``: no item)."""
         config = self.config
-        if config.index_lag_ms > 0 and table.global_indexes:
-            if not _shape_of(table).same(old, new):
-                lag_ms = config.index_lag_min_ms
-                if config.index_lag_ms > lag_ms:
-                    lag_ms += _fraction(config.seed, "index", table.name, key) * (config.index_lag_ms - lag_ms)
-                if lag_ms > 0:
-                    now = time.monotonic()
-                    entry = (table.name, key, now + lag_ms / 1000, now + config.index_lag_ms / 1000, old)
-                    if self.staging is not None:
-                        self.staging.append(entry)
-                    else:
-                        self._add_pending(*entry)
+        if config.index_lag_ms > 0 and table.global_indexes and not _shape_of(table).same(old, new):
+            lag_ms: float = config.index_lag_min_ms
+            if config.index_lag_ms > lag_ms:
+                lag_ms += _fraction(config.seed, "index", table.name, key) * (
+                    config.index_lag_ms - lag_ms
+                )
+            if lag_ms > 0:
+                now = time.monotonic()
+                entry = (
+                    table.name,
+                    key,
+                    now + lag_ms / 1000,
+                    now + config.index_lag_ms / 1000,
+                    old,
+                )
+                if self.staging is not None:
+                    self.staging.append(entry)
+                else:
+                    self._add_pending(*entry)
         if config.ttl_deletion and new is not None:
             ttl = table.ttl
             if ttl.get("TimeToLiveStatus") == "ENABLED":
@@ -664,7 +709,9 @@ class FidelityState:
                 if due is not None:
                     heapq.heappush(self._ttl_heap, (due, next(self._seq), table.name, key))
 
-    def _add_pending(self, name: str, key: tuple[Any, Any], visible_at: float, forget_at: float, old: Any) -> None:
+    def _add_pending(
+        self, name: str, key: tuple[Any, Any], visible_at: float, forget_at: float, old: Any
+    ) -> None:
         self.pending.setdefault(name, {}).setdefault(key, []).append((visible_at, old))
         self._expiry.append((forget_at, name, key))
         self.stats["index_versions_recorded"] += 1
@@ -681,7 +728,7 @@ class FidelityState:
             _, name, key = expiry.popleft()
             table = self.pending.get(name)
             entries = table.get(key) if table is not None else None
-            if entries is None:
+            if table is None or entries is None:
                 continue
             while entries and entries[0][0] <= now:
                 del entries[0]
@@ -708,7 +755,7 @@ class FidelityState:
         replace: dict[int, Any] = {}
         gone = []
         for (hash_key, range_key), entries in pending.items():
-            for visible_at, old in entries:
+            for visible_at, old in entries:  # noqa: B007 - the break keeps old for below
                 if visible_at > now:
                     break
             else:
@@ -747,7 +794,9 @@ class FidelityState:
         lag_ms = config.ttl_lag_min_ms
         if config.ttl_lag_ms > lag_ms:
             key = (item.hash_key, item.range_key)
-            lag_ms += int(_fraction(config.seed, "ttl", table.name, key) * (config.ttl_lag_ms - lag_ms))
+            lag_ms += int(
+                _fraction(config.seed, "ttl", table.name, key) * (config.ttl_lag_ms - lag_ms)
+            )
         return expires_ms + lag_ms
 
     def ttl_due(self, now_ms: int | None = None) -> bool:
@@ -805,20 +854,28 @@ class FidelityState:
             if item is None:
                 continue
             due = self.ttl_due_ms(table, item, attribute)
-            if due is not None and due <= now_ms:  # else: changed since; its write pushed its own entry
+            if (
+                due is not None and due <= now_ms
+            ):  # else: changed since; its write pushed its own entry
                 deleted += self._expire(table, item, key, now_ms)
         self.stats["ttl_deleted"] += deleted
         return deleted
 
     def _expire(self, table: Any, item: Any, key: tuple[Any, Any], now_ms: int) -> int:
-        if int(Decimal(item.attrs[table.ttl["AttributeName"]].value) * 1000) < now_ms - _FIVE_YEARS_MS:
+        if (
+            int(Decimal(item.attrs[table.ttl["AttributeName"]].value) * 1000)
+            < now_ms - _FIVE_YEARS_MS
+        ):
             return 0  # DynamoDB ignores TTLs more than five years in the past
         stream = table.stream_shard
         before = len(stream.items) if stream is not None else 0
         table.delete_item(item.hash_key, item.range_key)  # moto adds the REMOVE stream record
         if stream is not None and len(stream.items) > before:
             # As DynamoDB marks deletions by TTL in a stream (GetRecords' member names).
-            stream.items[-1].record["userIdentity"] = {"Type": "Service", "PrincipalId": "dynamodb.amazonaws.com"}
+            stream.items[-1].record["userIdentity"] = {
+                "Type": "Service",
+                "PrincipalId": "dynamodb.amazonaws.com",
+            }
         self.record(table, key, item, None)
         return 1
 
@@ -840,7 +897,7 @@ class FidelityState:
             return None
         provisioned = False
         for action in actions:
-            op = next(iter(action.values()), {}) if isinstance(action, dict) and action else {}
+            op: Any = next(iter(action.values()), {}) if isinstance(action, dict) and action else {}
             backend = self.owned.get(op.get("TableName", "")) if isinstance(op, dict) else None
             table = backend.tables.get(op["TableName"]) if backend is not None else None
             if table is not None and getattr(table, "billing_mode", "") == "PROVISIONED":
@@ -848,11 +905,13 @@ class FidelityState:
         code = "ProvisionedThroughputExceeded" if provisioned else "ThrottlingError"
         reasons = cancellation_reasons(len(actions), pick_throttled(len(actions), self.rng), code)
         self.stats["txn_throttled"] += 1
-        return json.dumps({
-            "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
-            "Message": cancellation_message(reasons),
-            "CancellationReasons": reasons,
-        }).encode()
+        return json.dumps(
+            {
+                "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+                "Message": cancellation_message(reasons),
+                "CancellationReasons": reasons,
+            }
+        ).encode()
 
 
 #: The fidelity state of the endpoint whose request this thread is serving (if it has one).
@@ -867,9 +926,8 @@ def install_fidelity_hooks() -> None:
     """Record every item write (and answer index queries from the lagging view) for requests
     served by an endpoint with a :class:`Fidelity`. For any other request, and for every
     endpoint without one, the hooks call moto's own code unchanged."""
-    import copy
 
-    import moto.dynamodb.models as models
+    from moto.dynamodb import models
     from moto.dynamodb.models.dynamo_type import DynamoType
     from moto.dynamodb.models.table import Table
 
@@ -877,7 +935,10 @@ def install_fidelity_hooks() -> None:
     if getattr(backend_class, "_leasefence_fidelity", False):
         return
     original_put, original_delete = backend_class.put_item, backend_class.delete_item
-    original_update, original_transact = backend_class.update_item, backend_class.transact_write_items
+    original_update, original_transact = (
+        backend_class.update_item,
+        backend_class.transact_write_items,
+    )
     original_create, original_delete_table = backend_class.create_table, backend_class.delete_table
     original_ttl, original_query = backend_class.update_time_to_live, Table.query
 
@@ -895,9 +956,15 @@ def install_fidelity_hooks() -> None:
 
     def put_item(self: Any, *args: Any, **kwargs: Any) -> Any:
         state = getattr(_active, "state", None)
-        table = owned_table(state, self, _arg(args, kwargs, 0, "table_name")) if state is not None else None
-        key = key_of(table, _arg(args, kwargs, 1, "item_attrs") or {}) if table is not None else None
-        if key is None:
+        table = (
+            owned_table(state, self, _arg(args, kwargs, 0, "table_name"))
+            if state is not None
+            else None
+        )
+        key = (
+            key_of(table, _arg(args, kwargs, 1, "item_attrs") or {}) if table is not None else None
+        )
+        if state is None or table is None or key is None:
             return original_put(self, *args, **kwargs)
         old = table.get_item(*key)  # replaced, never changed in place: no copy needed
         new = original_put(self, *args, **kwargs)
@@ -906,23 +973,35 @@ def install_fidelity_hooks() -> None:
 
     def delete_item(self: Any, *args: Any, **kwargs: Any) -> Any:
         state = getattr(_active, "state", None)
-        table = owned_table(state, self, _arg(args, kwargs, 0, "table_name")) if state is not None else None
+        table = (
+            owned_table(state, self, _arg(args, kwargs, 0, "table_name"))
+            if state is not None
+            else None
+        )
         old = original_delete(self, *args, **kwargs)
-        if table is not None and old is not None:
+        if state is not None and table is not None and old is not None:
             state.record(table, (old.hash_key, old.range_key), old, None)
         return old
 
     def update_item(self: Any, *args: Any, **kwargs: Any) -> Any:
         state = getattr(_active, "state", None)
-        table = owned_table(state, self, _arg(args, kwargs, 0, "table_name")) if state is not None else None
+        table = (
+            owned_table(state, self, _arg(args, kwargs, 0, "table_name"))
+            if state is not None
+            else None
+        )
         key = key_of(table, _arg(args, kwargs, 1, "key") or {}) if table is not None else None
-        if key is None:
+        if state is None or table is None or key is None:
             return original_update(self, *args, **kwargs)
         current = table.get_item(*key)
         old = None
         if current is not None:
             # UpdateItem changes the stored item in place: keep what an index would read of it.
-            old = _shape_of(table).snapshot(current) if state.config.index_lag_ms and table.global_indexes else current
+            old = (
+                _shape_of(table).snapshot(current)
+                if state.config.index_lag_ms and table.global_indexes
+                else current
+            )
         new = original_update(self, *args, **kwargs)
         state.record(table, key, old, new)
         return new
@@ -979,15 +1058,15 @@ def install_fidelity_hooks() -> None:
         finally:
             del self.all_items
 
-    backend_class.put_item = put_item
-    backend_class.delete_item = delete_item
-    backend_class.update_item = update_item
-    backend_class.transact_write_items = transact_write_items
-    backend_class.create_table = create_table
-    backend_class.delete_table = delete_table
-    backend_class.update_time_to_live = update_time_to_live
-    Table.query = query
-    backend_class._leasefence_fidelity = True
+    backend_class.put_item = put_item  # type: ignore[method-assign]
+    backend_class.delete_item = delete_item  # type: ignore[method-assign]
+    backend_class.update_item = update_item  # type: ignore[method-assign]
+    backend_class.transact_write_items = transact_write_items  # type: ignore[method-assign]
+    backend_class.create_table = create_table  # type: ignore[method-assign]
+    backend_class.delete_table = delete_table  # type: ignore[method-assign]
+    backend_class.update_time_to_live = update_time_to_live  # type: ignore[method-assign]
+    Table.query = query  # type: ignore[method-assign]
+    backend_class._leasefence_fidelity = True  # type: ignore[attr-defined]
 
 
 class FidelityApp(SerializedApp):
@@ -1012,14 +1091,19 @@ class FidelityApp(SerializedApp):
                 return self._admin(environ, start_response)
             if state.ttl_due():
                 state.reap()
-            if state.config.txn_throttle_rate and environ.get("HTTP_X_AMZ_TARGET", "").endswith(".TransactWriteItems"):
+            if state.config.txn_throttle_rate and environ.get("HTTP_X_AMZ_TARGET", "").endswith(
+                ".TransactWriteItems"
+            ):
                 refused = state.throttle_transaction(environ)
                 if refused is not None:
-                    start_response("400 Bad Request", [
-                        ("Content-Type", "application/x-amz-json-1.0"),
-                        ("x-amzn-RequestId", f"throttled-{state.stats['txn_throttled']}"),
-                        ("Content-Length", str(len(refused))),
-                    ])
+                    start_response(
+                        "400 Bad Request",
+                        [
+                            ("Content-Type", "application/x-amz-json-1.0"),
+                            ("x-amzn-RequestId", f"throttled-{state.stats['txn_throttled']}"),
+                            ("Content-Length", str(len(refused))),
+                        ],
+                    )
                     return [refused]
             _active.state = state
             try:
@@ -1039,7 +1123,11 @@ class FidelityApp(SerializedApp):
                 self.state.reap()
 
     def _admin(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
-        state, path, method = self.state, environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "GET")
+        state, path, method = (
+            self.state,
+            environ.get("PATH_INFO", ""),
+            environ.get("REQUEST_METHOD", "GET"),
+        )
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
             request = json.loads(environ["wsgi.input"].read(length) or b"{}") if length else {}
@@ -1053,13 +1141,24 @@ class FidelityApp(SerializedApp):
                         state.clock.advance(int(request["advance_ms"]))
                     else:
                         raise ValueError("expected now_ms, advance_ms or wall")
-                answer: dict[str, Any] = {"now_ms": state.clock.now_ms(), "frozen": state.clock.frozen_ms is not None}
+                answer: dict[str, Any] = {
+                    "now_ms": state.clock.now_ms(),
+                    "frozen": state.clock.frozen_ms is not None,
+                }
             elif path == ADMIN_PREFIX + "ttl/reap" and method == "POST":
                 answer = {"deleted": state.reap(full=True), "now_ms": state.clock.now_ms()}
             elif path == ADMIN_PREFIX + "fidelity":
-                pending = sum(len(entries) for table in state.pending.values() for entries in table.values())
-                answer = {"config": asdict(state.config), "stats": {**state.stats, "index_versions_pending": pending,
-                                                                     "ttl_scheduled": len(state._ttl_heap)}}
+                pending = sum(
+                    len(entries) for table in state.pending.values() for entries in table.values()
+                )
+                answer = {
+                    "config": asdict(state.config),
+                    "stats": {
+                        **state.stats,
+                        "index_versions_pending": pending,
+                        "ttl_scheduled": len(state._ttl_heap),
+                    },
+                }
             else:
                 status, answer = "404 Not Found", {"error": f"no admin path {method} {path}"}
                 return self._json(start_response, status, answer)
@@ -1070,7 +1169,9 @@ class FidelityApp(SerializedApp):
     @staticmethod
     def _json(start_response: Any, status: str, answer: dict[str, Any]) -> list[bytes]:
         body = json.dumps(answer).encode()
-        start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        start_response(
+            status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        )
         return [body]
 
 
@@ -1092,8 +1193,13 @@ class EmbeddedAws:
     fidelity applies to the tables created through it and to the requests it serves.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, process: bool = False,
-                 fidelity: Fidelity | bool | None = None) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        process: bool = False,
+        fidelity: Fidelity | bool | None = None,
+    ) -> None:
         self.host = host
         self.port = port
         self.process = process
@@ -1117,7 +1223,9 @@ class EmbeddedAws:
             context = multiprocessing.get_context("spawn")
             ready = context.Queue()
             self._child = context.Process(
-                target=_serve_in_child, args=(self.host, self.port, ready, self.fidelity or False), daemon=True
+                target=_serve_in_child,
+                args=(self.host, self.port, ready, self.fidelity or False),
+                daemon=True,
             )
             self._child.start()
             self.port = ready.get(timeout=120)
@@ -1137,7 +1245,9 @@ class EmbeddedAws:
             install_fast_update_expressions()
             install_item_level_transaction_rollback()
             install_fast_dispatch()
-        logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # callers queue on the lock by design
+        logging.getLogger("waitress.queue").setLevel(
+            logging.ERROR
+        )  # callers queue on the lock by design
 
         moto_app = DomainDispatcherApplication(create_backend_app)
         if self.fidelity is not None:
@@ -1148,15 +1258,23 @@ class EmbeddedAws:
         # waitress keeps HTTP/1.1 connections open (werkzeug's development server closes each
         # one after a single request: a new TCP connection and thread per request).
         self._server = create_server(
-            self.app, host=self.host, port=self.port, threads=8, connection_limit=2000,
-            channel_timeout=600, asyncore_loop_timeout=0.2, ident="embedded-aws",
+            self.app,
+            host=self.host,
+            port=self.port,
+            threads=8,
+            connection_limit=2000,
+            channel_timeout=600,
+            asyncore_loop_timeout=0.2,
+            ident="embedded-aws",
         )
         self.port = self._server.effective_port
         self._thread = threading.Thread(target=self._server.run, name="embedded-aws", daemon=True)
         self._thread.start()
-        if isinstance(self.app, FidelityApp) and self.fidelity.ttl_deletion:
+        if isinstance(self.app, FidelityApp) and self.app.state.config.ttl_deletion:
             self._stopping.clear()
-            self._reaper = threading.Thread(target=self._reap_forever, name="embedded-aws-ttl", daemon=True)
+            self._reaper = threading.Thread(
+                target=self._reap_forever, name="embedded-aws-ttl", daemon=True
+            )
             self._reaper.start()
         return self
 
@@ -1175,14 +1293,18 @@ class EmbeddedAws:
         import urllib.request
 
         if self.fidelity is None:
-            raise RuntimeError("this endpoint runs without fidelity (EmbeddedAws(fidelity=Fidelity(...)))")
+            raise RuntimeError(
+                "this endpoint runs without fidelity (EmbeddedAws(fidelity=Fidelity(...)))"
+            )
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.endpoint + ADMIN_PREFIX + path, data=data, method="GET" if data is None else "POST",
+        request = urllib.request.Request(  # noqa: S310 - this endpoint's own http:// URL
+            self.endpoint + ADMIN_PREFIX + path,
+            data=data,
+            method="GET" if data is None else "POST",
             headers={"Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=60) as answer:
+            with urllib.request.urlopen(request, timeout=60) as answer:  # noqa: S310 - as above
                 return json.loads(answer.read())
         except urllib.error.HTTPError as error:
             raise RuntimeError(f"{path}: {error.read().decode(errors='replace')}") from error
@@ -1193,7 +1315,11 @@ class EmbeddedAws:
 
     def set_time(self, now_ms: int | None) -> int:
         """Freeze the endpoint clock at ``now_ms`` (``None``: back to the wall clock)."""
-        return int(self._admin("time", {"wall": True} if now_ms is None else {"now_ms": int(now_ms)})["now_ms"])
+        return int(
+            self._admin("time", {"wall": True} if now_ms is None else {"now_ms": int(now_ms)})[
+                "now_ms"
+            ]
+        )
 
     def advance_time(self, ms: int) -> int:
         """Move the endpoint clock ``ms`` forward (frozen or not); returns the new now."""
@@ -1217,7 +1343,9 @@ class EmbeddedAws:
         config = kwargs.pop("config", None) or Config(
             retries={"mode": "standard", "max_attempts": 3}, max_pool_connections=64
         )
-        return boto3.client(service, endpoint_url=self.endpoint, region_name=LOCAL_REGION, config=config, **kwargs)
+        return boto3.client(
+            service, endpoint_url=self.endpoint, region_name=LOCAL_REGION, config=config, **kwargs
+        )
 
     def create_tables(self, spec: schema.TableSpec | None = None) -> schema.TableSpec:
         spec = spec or schema.TableSpec()

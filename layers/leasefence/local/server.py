@@ -16,17 +16,19 @@ Powertools resolver keeps per-request state in class attributes).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 
 from leasefence import auth
@@ -34,6 +36,7 @@ from leasefence.api.security import match_route
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 FUNCTIONS_DIR = REPO_ROOT / "functions"
+
 
 def function_names() -> tuple[str, ...]:
     """The functions in ``functions/`` (each a directory with a ``handler.py``)."""
@@ -61,7 +64,9 @@ def load_function(name: str) -> ModuleType:
             return module
         path = FUNCTIONS_DIR / name / "handler.py"
         if not path.is_file():
-            raise FileNotFoundError(f"{path} not found: run from a checkout of the leasefence repository")
+            raise FileNotFoundError(
+                f"{path} not found: run from a checkout of the leasefence repository"
+            )
         spec = importlib.util.spec_from_file_location(module_name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
@@ -81,7 +86,9 @@ class LambdaContext:
         self.function_name = function_name
         self.function_version = "$LATEST"
         self.memory_limit_in_mb = memory_mb
-        self.invoked_function_arn = f"arn:aws:lambda:us-east-1:000000000000:function:{function_name}"
+        self.invoked_function_arn = (
+            f"arn:aws:lambda:us-east-1:000000000000:function:{function_name}"
+        )
         self.aws_request_id = str(uuid.uuid4())
         self.log_group_name = f"/aws/lambda/{function_name}"
         self.log_stream_name = "local"
@@ -139,8 +146,10 @@ def _claim_string(value: Any) -> str:
 
 def _canonical_path(raw_path: str) -> str:
     """Each segment percent-encoded exactly once (unreserved characters left as they are)."""
-    return "/".join(quote(unquote(segment, errors="surrogateescape"), safe="", errors="surrogateescape")
-                    for segment in raw_path.split("/"))
+    return "/".join(
+        quote(unquote(segment, errors="surrogateescape"), safe="", errors="surrogateescape")
+        for segment in raw_path.split("/")
+    )
 
 
 def http_api_event(
@@ -174,7 +183,7 @@ def http_api_event(
         "accountId": "000000000000",
         "apiId": "local",
         "domainName": host,
-        "domainPrefix": host.split(".")[0],
+        "domainPrefix": host.split(".", maxsplit=1)[0],
         "http": {
             "method": method,
             "path": raw_path,
@@ -192,7 +201,10 @@ def http_api_event(
         scope = claims.get("scope")
         scopes = scope.split() if isinstance(scope, str) else [str(s) for s in scope or []]
         context["authorizer"] = {
-            "jwt": {"claims": {k: _claim_string(v) for k, v in claims.items()}, "scopes": scopes or None}
+            "jwt": {
+                "claims": {k: _claim_string(v) for k, v in claims.items()},
+                "scopes": scopes or None,
+            }
         }
     event: dict[str, Any] = {
         "version": "2.0",
@@ -254,7 +266,10 @@ class LocalApi:
 
     def start(self) -> LocalApi:
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="leasefence-api", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="leasefence-api",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -278,7 +293,7 @@ class LocalApi:
 
     def docs_html(self) -> bytes:
         if self._docs_html is None:
-            import aws_lambda_powertools.event_handler as event_handler
+            from aws_lambda_powertools import event_handler
             from aws_lambda_powertools.event_handler.openapi.swagger_ui import generate_swagger_html
 
             assets = Path(event_handler.__file__).parent / "openapi" / "swagger_ui"
@@ -287,7 +302,7 @@ class LocalApi:
                 spec,
                 (assets / "swagger-ui-bundle.min.js").read_text(encoding="utf-8"),
                 (assets / "swagger-ui.min.css").read_text(encoding="utf-8"),
-                None,
+                "",  # no base URL: the script and styles above are inlined
                 None,
                 True,
             ).encode()
@@ -305,12 +320,22 @@ class LocalApi:
             raise auth.TokenError("a bearer token is required")
         return auth.verify(token.strip(), self.secret)
 
-    def respond(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes | None,
-                source_ip: str = "127.0.0.1") -> tuple[int, list[tuple[str, str]], bytes]:
+    def respond(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[str, str]],
+        body: bytes | None,
+        source_ip: str = "127.0.0.1",
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
         """One request through authorizer and handler: ``(status, headers, body)``."""
         path = target.partition("?")[0]
         if method == "GET" and path == "/openapi.json":
-            return 200, [("Content-Type", "application/json")], json.dumps(self.openapi(), indent=2).encode()
+            return (
+                200,
+                [("Content-Type", "application/json")],
+                json.dumps(self.openapi(), indent=2).encode(),
+            )
         if method == "GET" and path in ("/docs", "/docs/"):
             return 200, [("Content-Type", "text/html; charset=utf-8")], self.docs_html()
         claims = None
@@ -321,12 +346,23 @@ class LocalApi:
             try:
                 claims = self.authorize(headers)
             except auth.TokenError as error:
-                return _error(401, "unauthorized", str(error), [("WWW-Authenticate", 'Bearer realm="leasefence"')])
-        event = http_api_event(method, target, headers, body, claims, source_ip=source_ip, host=self.host)
+                return _error(
+                    401,
+                    "unauthorized",
+                    str(error),
+                    [("WWW-Authenticate", 'Bearer realm="leasefence"')],
+                )
+        event = http_api_event(
+            method, target, headers, body, claims, source_ip=source_ip, host=self.host
+        )
         try:
             result = self.invoker.invoke("api", event)
         except Exception:  # noqa: BLE001 - what API Gateway answers when the integration fails
-            return 500, [("Content-Type", "application/json")], b'{"message":"Internal Server Error"}'
+            return (
+                500,
+                [("Content-Type", "application/json")],
+                b'{"message":"Internal Server Error"}',
+            )
         return _from_result(result)
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
@@ -348,16 +384,28 @@ class LocalApi:
                     self._write(*_error(400, "invalid_request", "bad Content-Length"))
                     return
                 if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                    self._write(*_error(411, "invalid_request", "chunked bodies are not supported; send Content-Length"))
+                    self._write(
+                        *_error(
+                            411,
+                            "invalid_request",
+                            "chunked bodies are not supported; send Content-Length",
+                        )
+                    )
                     return
                 if size > MAX_REQUEST_BYTES:
                     self.close_connection = True
-                    self._write(*_error(413, "payload_too_large", "request body is larger than 10 MiB"))
+                    self._write(
+                        *_error(413, "payload_too_large", "request body is larger than 10 MiB")
+                    )
                     return
                 if size:
                     body = self.rfile.read(size)
                 status, headers, payload = api.respond(
-                    self.command, self.path, list(self.headers.items()), body, source_ip=self.client_address[0]
+                    self.command,
+                    self.path,
+                    list(self.headers.items()),
+                    body,
+                    source_ip=self.client_address[0],
                 )
                 self._write(status, headers, payload)
 
@@ -377,7 +425,7 @@ class LocalApi:
                     return self._serve
                 raise AttributeError(name)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: ARG002 - stdlib signature
                 if not api.quiet:
                     # Method and status only: the path holds operation ids.
                     sys.stderr.write(f"{self.command} -> {args[1] if len(args) > 1 else ''}\n")
@@ -476,18 +524,20 @@ class LocalStack:
         spec = config.table_spec
         create_table(self.aws.client("dynamodb"), spec)
         s3 = self.aws.client("s3")
-        try:
+        with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
             s3.create_bucket(Bucket=bucket)
-        except s3.exceptions.BucketAlreadyOwnedByYou:
-            pass
         self.table_name, self.bucket = table, bucket
         # Load the functions now (as a cold start would), so the first request is not the one to pay.
         load_function("api")
         load_function("sweeper")
-        self.api = LocalApi(self.secret, host=self.host, port=self.port, invoker=self.invoker, quiet=self.quiet)
+        self.api = LocalApi(
+            self.secret, host=self.host, port=self.port, invoker=self.invoker, quiet=self.quiet
+        )
         self.api.start()
         if self.sweep_interval:
-            self._sweeper = threading.Thread(target=self._sweep_loop, name="leasefence-sweeper", daemon=True)
+            self._sweeper = threading.Thread(
+                target=self._sweep_loop, name="leasefence-sweeper", daemon=True
+            )
             self._sweeper.start()
         return self
 
@@ -542,7 +592,12 @@ class LocalStack:
     def dynamodb_endpoint(self) -> str:
         return self.aws.endpoint
 
-    def token(self, tenant_id: str, scopes: Any = None, ttl_seconds: int = auth.DEFAULT_TTL_SECONDS) -> str:
+    def token(
+        self, tenant_id: str, scopes: Any = None, ttl_seconds: int = auth.DEFAULT_TTL_SECONDS
+    ) -> str:
         return auth.mint(
-            tenant_id, auth.ALL_SCOPES if scopes is None else scopes, ttl_seconds=ttl_seconds, secret=self.secret
+            tenant_id,
+            auth.ALL_SCOPES if scopes is None else scopes,
+            ttl_seconds=ttl_seconds,
+            secret=self.secret,
         )

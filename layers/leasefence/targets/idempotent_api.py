@@ -9,7 +9,8 @@ defines it (its retention window, its payload-mismatch rule), not fencing.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from leasefence.targets.identity import identity_digest
 from leasefence.worker.runtime import Ambiguous, Job, Reconciled
@@ -34,7 +35,9 @@ def call(job: Job, api: IdempotentApi, request: Any) -> Any:
         raise Ambiguous("the provider did not answer; look the key up before any retry") from error
 
 
-def reconcile(job: Job, api: IdempotentApi, outcome: Callable[[Any], str] = lambda result: "reconciled") -> Reconciled:
+def reconcile(
+    job: Job, api: IdempotentApi, outcome: Callable[[Any], str] = lambda _result: "reconciled"
+) -> Reconciled:
     """Look the key up: found -> done; not found -> not done (safe to send under the key)."""
     result = api.lookup(idempotency_key(job.tenant_id, job.operation_id))
     return Reconciled.done(outcome(result)) if result is not None else Reconciled.not_done()
