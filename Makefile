@@ -49,8 +49,7 @@ run: install
 	$(BIN)/leasefence local
 
 # Lint, format check and type check; make test runs it first, so CI fails on any of them.
-# infra joins after the construct split lands
-LINT_PATHS := layers functions
+LINT_PATHS := layers functions infra
 
 lint: install
 	$(BIN)/ruff check $(LINT_PATHS)

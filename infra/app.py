@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from aws_cdk import App, Aspects, Environment
+
 from leasefence_infra import ContextError, LeaseFenceStack, context_bool
 
 #: This example app's project: its cdk.json (feature flags) and its default cdk.out/.
@@ -66,8 +67,10 @@ def build_app(argv: list[str] | None = None) -> App:
     )
     env = None
     if os.environ.get("CDK_DEFAULT_ACCOUNT") or os.environ.get("CDK_DEFAULT_REGION"):
-        env = Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"),
-                          region=os.environ.get("CDK_DEFAULT_REGION"))
+        env = Environment(
+            account=os.environ.get("CDK_DEFAULT_ACCOUNT"),
+            region=os.environ.get("CDK_DEFAULT_REGION"),
+        )
     LeaseFenceStack(
         app,
         app.node.try_get_context("stackName") or "LeaseFence",
@@ -100,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     if findings:
         print(f"cdk-nag: {len(findings)} unacknowledged finding(s)", file=sys.stderr)
         return 1
-    print(f"synthesized {', '.join(s.stack_name for s in assembly.stacks)} into {assembly.directory}")
+    print(
+        f"synthesized {', '.join(s.stack_name for s in assembly.stacks)} into {assembly.directory}"
+    )
     return 0
 
 

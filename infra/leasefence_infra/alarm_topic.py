@@ -32,11 +32,17 @@ IMPORTED_TOPIC_KEY_MESSAGE = (
 
 def refuse_unusable_topic(topic: sns.ITopic) -> None:
     """Raise :data:`IMPORTED_TOPIC_KEY_MESSAGE` for a topic of this app under an imported key."""
-    if isinstance(topic, sns.Topic) and topic.master_key is not None and not isinstance(topic.master_key, kms.Key):
+    if (
+        isinstance(topic, sns.Topic)
+        and topic.master_key is not None
+        and not isinstance(topic.master_key, kms.Key)
+    ):
         raise ValueError(IMPORTED_TOPIC_KEY_MESSAGE)
 
 
-def alarm_topic(scope: Construct, *, topic: sns.ITopic | None, service_key: kms.IKey | None) -> sns.ITopic:
+def alarm_topic(
+    scope: Construct, *, topic: sns.ITopic | None, service_key: kms.IKey | None
+) -> sns.ITopic:
     """The topic for the alarms: ``topic`` (made usable by CloudWatch where this app can), or a
     new encrypted one (``AlarmTopic``, with ``AlarmTopicKey`` unless the service key is this
     app's own)."""
@@ -47,11 +53,17 @@ def alarm_topic(scope: Construct, *, topic: sns.ITopic | None, service_key: kms.
                 _let_cloudwatch_use_key(topic.master_key)
             _let_cloudwatch_publish(topic)
         return topic
-    key = service_key if isinstance(service_key, kms.Key) else kms.Key(
-        scope, "AlarmTopicKey", description="leasefence alarm topic", enable_key_rotation=True
+    key = (
+        service_key
+        if isinstance(service_key, kms.Key)
+        else kms.Key(
+            scope, "AlarmTopicKey", description="leasefence alarm topic", enable_key_rotation=True
+        )
     )
     _let_cloudwatch_use_key(key)
-    created = sns.Topic(scope, "AlarmTopic", display_name="leasefence alarms", master_key=key, enforce_ssl=True)
+    created = sns.Topic(
+        scope, "AlarmTopic", display_name="leasefence alarms", master_key=key, enforce_ssl=True
+    )
     _let_cloudwatch_publish(created)
     return created
 

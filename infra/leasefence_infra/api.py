@@ -31,7 +31,12 @@ API_HANDLER = "api.handler.lambda_handler"
 #: partition (list) and a tenant's ``due`` shards (claim). Nothing else (no Scan, no Delete, no
 #: batch, no ``sweep`` index). If the engine starts using TransactWriteItems, add the per-item
 #: actions it needs (e.g. ``dynamodb:ConditionCheckItem``) here and in the tests.
-API_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
+API_TABLE_ACTIONS = (
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:Query",
+)
 API_DUE_INDEX_ACTIONS = ("dynamodb:Query",)
 #: Inline payloads live in the bucket under the payload prefix: written on enqueue (conditional
 #: put), read by GET .../payload, and an orphan left by an enqueue that lost a race is deleted.
@@ -112,7 +117,9 @@ class Api(Construct):
         self.tenant_role: iam.Role | None = None
         if tenant_isolation:
             self.tenant_role = self._tenant_role(role)
-            self.function.function.add_environment("LEASEFENCE_TENANT_ROLE_ARN", self.tenant_role.role_arn)
+            self.function.function.add_environment(
+                "LEASEFENCE_TENANT_ROLE_ARN", self.tenant_role.role_arn
+            )
             self.function.function.add_environment("LEASEFENCE_TENANT_SESSION_TAG", TENANT_TAG)
         else:
             # Tenant scoping without isolation: the handler takes the tenant only from the
@@ -121,8 +128,12 @@ class Api(Construct):
             # and the four actions, not to one tenant's partition. See infra/README.md.
             storage.grant_table(role, API_TABLE_ACTIONS, [storage.table.table_arn])
             storage.grant_table(role, API_DUE_INDEX_ACTIONS, [storage.due_index_arn])
-        storage.grant_payload_objects(role, "PayloadObjects", API_BUCKET_ACTIONS,
-                                      "enqueue writes them, GET .../payload reads them, a lost race deletes one.")
+        storage.grant_payload_objects(
+            role,
+            "PayloadObjects",
+            API_BUCKET_ACTIONS,
+            "enqueue writes them, GET .../payload reads them, a lost race deletes one.",
+        )
         role.add_to_principal_policy(
             iam.PolicyStatement(
                 sid="PayloadMissingIs404",
@@ -137,17 +148,24 @@ class Api(Construct):
 
         # ------------------------------------------------------------------ HTTP API
         self.authorizer = authorizer
-        self.http_api = apigw.HttpApi(self, "HttpApi", description="leasefence public API v1",
-                                      create_default_stage=False)
-        self.access_log_group = logs.LogGroup(self, "AccessLogs", retention=runtime.log_retention,
-                                              removal_policy=runtime.removal_policy)
+        self.http_api = apigw.HttpApi(
+            self, "HttpApi", description="leasefence public API v1", create_default_stage=False
+        )
+        self.access_log_group = logs.LogGroup(
+            self,
+            "AccessLogs",
+            retention=runtime.log_retention,
+            removal_policy=runtime.removal_policy,
+        )
         self.stage = apigw.HttpStage(
             self,
             "DefaultStage",
             http_api=self.http_api,
             stage_name="$default",
             auto_deploy=True,
-            throttle=apigw.ThrottleSettings(rate_limit=throttling_rate_limit, burst_limit=throttling_burst_limit),
+            throttle=apigw.ThrottleSettings(
+                rate_limit=throttling_rate_limit, burst_limit=throttling_burst_limit
+            ),
             access_log_settings=_AccessLogSettings(self.access_log_group),
         )
         integration = integrations.HttpLambdaIntegration(
@@ -213,7 +231,9 @@ class Api(Construct):
                 sid="OwnTenantItems",
                 actions=list(API_TABLE_ACTIONS),
                 resources=[storage.table.table_arn],
-                conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [TENANT_TAG_VARIABLE]}},
+                conditions={
+                    "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [TENANT_TAG_VARIABLE]}
+                },
             )
         )
         role.add_to_policy(

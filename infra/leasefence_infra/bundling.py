@@ -73,20 +73,21 @@ PACKAGE_DIR = Path(importlib.util.find_spec("leasefence").origin).parent  # type
 #: the path relative to the package (``leasefence/``); a directory pattern drops its whole tree.
 #: Nothing a function imports may live here (``tests/infra`` checks the bundled tree's imports).
 CORE_LAYER_EXCLUDES: tuple[str, ...] = (
-    "local",        # the local stack (moto, in-process server)
-    "cli.py",       # `leasefence` command line
-    "demo",         # zombie demo and its instrumented kits
-    "bench",        # benchmarks and request-unit meter
-    "faults.py",    # fault-injecting client for tests
-    "torture*",     # torture harness
+    "local",  # the local stack (moto, in-process server)
+    "cli.py",  # `leasefence` command line
+    "demo",  # zombie demo and its instrumented kits
+    "bench",  # benchmarks and request-unit meter
+    "faults.py",  # fault-injecting client for tests
+    "torture*",  # torture harness
 )
 
 _IGNORED_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 _IGNORED_SUFFIXES = (".pyc", ".pyo")
 
 #: Wheel tags an installed distribution may carry to stand in for a Lambda (cp312) wheel offline.
-_PURE_PYTHON_TAGS = frozenset(tags.compatible_tags(python_version=(3, 12), interpreter="cp312",
-                                                   platforms=["any"]))
+_PURE_PYTHON_TAGS = frozenset(
+    tags.compatible_tags(python_version=(3, 12), interpreter="cp312", platforms=["any"])
+)
 
 
 class LayerBundlingError(RuntimeError):
@@ -192,7 +193,9 @@ class LocalLayerBundler:
 
     def build(self, output_dir: str | os.PathLike[str]) -> Path:
         """Build the layer tree into ``output_dir``; raise :class:`LayerBundlingError` on failure."""
-        if not (self.package_dir / "__init__.py").is_file() and not any(self.package_dir.glob("*.py")):
+        if not (self.package_dir / "__init__.py").is_file() and not any(
+            self.package_dir.glob("*.py")
+        ):
             raise LayerBundlingError(f"no Python package at {self.package_dir}")
         site = Path(output_dir) / "python"
         site.mkdir(parents=True, exist_ok=True)
@@ -211,21 +214,26 @@ class LocalLayerBundler:
         """Run pip; ``None`` when it succeeded, else what it (or the attempt to run it) said."""
         cmd = self.pip_command(site)
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s, check=False)
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=self.timeout_s, check=False
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"could not run pip ({exc}); command: {' '.join(cmd)}"
         if proc.returncode == 0:
             return None
-        return f"pip exited {proc.returncode}; command: {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}"
+        return (
+            f"pip exited {proc.returncode}; command: {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}"
+        )
 
     def _install_from_environment(self, site: Path, pip_output: str) -> None:
         """Copy the installed distributions into ``site`` if every requirement is an exact pin met by
         an installed pure-Python distribution; else raise :class:`LayerBundlingError`."""
-        found, problems = [], []
+        found: list[importlib.metadata.Distribution] = []
+        problems: list[str] = []
         for text in self.requirements:
             dist, problem = _installed_stand_in(Requirement(text))
-            if problem:
-                problems.append(problem)
+            if dist is None:
+                problems.append(problem or f"{text}: not installed")
             else:
                 found.append(dist)
         if problems:
@@ -253,12 +261,17 @@ class LocalLayerBundler:
             # jsii turns a Python exception raised in a callback into a failed synth; print it
             # too, because the wrapped message may be truncated.
             details = getattr(exc, "details", "")
-            print(f"{details}\n{self.package_dir.name} layer bundling FAILED: {exc}".lstrip(), file=sys.stderr)
+            print(
+                f"{details}\n{self.package_dir.name} layer bundling FAILED: {exc}".lstrip(),
+                file=sys.stderr,
+            )
             raise
         return True
 
 
-def _installed_stand_in(requirement: Requirement) -> tuple[importlib.metadata.Distribution | None, str]:
+def _installed_stand_in(
+    requirement: Requirement,
+) -> tuple[importlib.metadata.Distribution | None, str]:
     """The installed distribution that may replace the pinned wheel offline, or why there is none."""
     specs = list(requirement.specifier)
     if len(specs) != 1 or specs[0].operator != "==":
@@ -271,8 +284,12 @@ def _installed_stand_in(requirement: Requirement) -> tuple[importlib.metadata.Di
     if dist.version != version:
         return None, f"{name} {dist.version} is installed, not {version}"
     wheel = dist.read_text("WHEEL") or ""
-    wheel_tags = {t for line in wheel.splitlines() if line.startswith("Tag:")
-                  for t in tags.parse_tag(line.split(":", 1)[1].strip())}
+    wheel_tags = {
+        t
+        for line in wheel.splitlines()
+        if line.startswith("Tag:")
+        for t in tags.parse_tag(line.split(":", 1)[1].strip())
+    }
     if not wheel_tags or not wheel_tags <= _PURE_PYTHON_TAGS:
         found = ", ".join(sorted(map(str, wheel_tags))) or "no wheel tag"
         return None, f"the installed {name} {version} is not pure Python ({found})"
@@ -301,8 +318,9 @@ def core_layer_code(
     excludes: Sequence[str] = CORE_LAYER_EXCLUDES,
 ) -> lambda_.Code:
     """``Code`` for the core layer, bundled locally at synth time (see module docstring)."""
-    bundler = LocalLayerBundler(package_dir, requirements, extra_pip_args=extra_pip_args,
-                                excludes=excludes)
+    bundler = LocalLayerBundler(
+        package_dir, requirements, extra_pip_args=extra_pip_args, excludes=excludes
+    )
     return lambda_.Code.from_asset(
         str(package_dir),
         asset_hash_type=AssetHashType.CUSTOM,
@@ -329,6 +347,8 @@ def package_layer_code(
     ``acme_jobs`` so that ``handlers="acme_jobs.jobs:HANDLERS"`` can import it.
     """
     return core_layer_code(
-        Path(package_dir).resolve(), tuple(requirements), extra_pip_args=extra_pip_args,
+        Path(package_dir).resolve(),
+        tuple(requirements),
+        extra_pip_args=extra_pip_args,
         excludes=excludes,
     )

@@ -131,7 +131,9 @@ class ServiceFunction(Construct):
         acknowledge(
             self.function.node.default_child,  # not its EventInvokeConfig child
             "AwsSolutions-L1",
-            _PINNED_RUNTIME_REASON if traced else (
+            _PINNED_RUNTIME_REASON
+            if traced
+            else (
                 "Pinned to python3.12 like the service's other functions (one runtime to move "
                 "deliberately); this function uses the standard library only."
             ),

@@ -32,7 +32,9 @@ def _queue(scope: Construct, construct_id: str, key: kms.IKey | None) -> sqs.Que
     )
 
 
-def failure_queue(scope: Construct, construct_id: str, *, what: str, key: kms.IKey | None) -> sqs.Queue:
+def failure_queue(
+    scope: Construct, construct_id: str, *, what: str, key: kms.IKey | None
+) -> sqs.Queue:
     """The on-failure destination of a function's async invocations (encrypted, TLS only)."""
     queue = _queue(scope, construct_id, key)
     acknowledge(

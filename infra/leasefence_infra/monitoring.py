@@ -59,8 +59,13 @@ WORKER_METRICS: dict[str, tuple[cw.Unit, str]] = {
 FIVE_MINUTES = Duration.minutes(5)
 
 
-def app_metric(name: str, statistic: str | None = None, period: Duration = FIVE_MINUTES, *,
-               namespace: str = NAMESPACE) -> cw.Metric:
+def app_metric(
+    name: str,
+    statistic: str | None = None,
+    period: Duration = FIVE_MINUTES,
+    *,
+    namespace: str = NAMESPACE,
+) -> cw.Metric:
     unit, default_statistic = APP_METRICS[name] if name in APP_METRICS else WORKER_METRICS[name]
     return cw.Metric(
         namespace=namespace,
@@ -100,7 +105,9 @@ class Monitoring(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
 
-        def app_metric(name: str, statistic: str | None = None, period: Duration = FIVE_MINUTES) -> cw.Metric:
+        def app_metric(
+            name: str, statistic: str | None = None, period: Duration = FIVE_MINUTES
+        ) -> cw.Metric:
             return _app_metric(name, statistic, period, namespace=metrics_namespace)
 
         #: Every alarm publishes here (see :mod:`leasefence_infra.alarm_topic`).
@@ -108,11 +115,17 @@ class Monitoring(Construct):
         action = cw_actions.SnsAction(self.topic)
         self.alarms: dict[str, cw.Alarm] = {}
 
-        def alarm(key: str, metric: cw.IMetric, threshold: float, description: str, *,
-                  evaluation_periods: int = 1, datapoints: int | None = None,
-                  missing: cw.TreatMissingData = cw.TreatMissingData.NOT_BREACHING,
-                  comparison: cw.ComparisonOperator = cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                  ) -> cw.Alarm:
+        def alarm(
+            key: str,
+            metric: cw.IMetric,
+            threshold: float,
+            description: str,
+            *,
+            evaluation_periods: int = 1,
+            datapoints: int | None = None,
+            missing: cw.TreatMissingData = cw.TreatMissingData.NOT_BREACHING,
+            comparison: cw.ComparisonOperator = cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        ) -> cw.Alarm:
             a = cw.Alarm(
                 self,
                 key,
@@ -157,7 +170,10 @@ class Monitoring(Construct):
             "UnknownEnteredAlarm",
             cw.MathExpression(
                 expression="FILL(parked, 0) + FILL(swept, 0)",
-                using_metrics={"parked": app_metric("UnknownParked"), "swept": app_metric("SweptToUnknown")},
+                using_metrics={
+                    "parked": app_metric("UnknownParked"),
+                    "swept": app_metric("SweptToUnknown"),
+                },
                 period=FIVE_MINUTES,
                 label="Operations entering unknown",
             ),
@@ -289,8 +305,10 @@ class Monitoring(Construct):
                 throttle_metrics[f"g{i}{kind[0].lower()}"] = cw.Metric(
                     namespace="AWS/DynamoDB",
                     metric_name=f"{kind}ThrottleEvents",
-                    dimensions_map={"TableName": table.table_name,
-                                    "GlobalSecondaryIndexName": gsi["IndexName"]},
+                    dimensions_map={
+                        "TableName": table.table_name,
+                        "GlobalSecondaryIndexName": gsi["IndexName"],
+                    },
                     period=FIVE_MINUTES,
                     statistic="Sum",
                 )
@@ -312,7 +330,9 @@ class Monitoring(Construct):
         dashboard = cw.Dashboard(self, "Dashboard", default_interval=Duration.hours(3))
         width = 8
         dashboard.add_widgets(
-            cw.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=24, height=4)
+            cw.AlarmStatusWidget(
+                title="Alarms", alarms=list(self.alarms.values()), width=24, height=4
+            )
         )
         dashboard.add_widgets(
             cw.GraphWidget(
@@ -361,45 +381,64 @@ class Monitoring(Construct):
             ),
             cw.GraphWidget(
                 title="API latency (ms)",
-                left=[http_api.metric_latency(period=FIVE_MINUTES, statistic=s)
-                      for s in ("p50", "p99")],
+                left=[
+                    http_api.metric_latency(period=FIVE_MINUTES, statistic=s)
+                    for s in ("p50", "p99")
+                ],
                 width=width,
             ),
             cw.GraphWidget(
                 title="Functions: errors and throttles",
-                left=[api_fn.metric_errors(period=FIVE_MINUTES, label="API errors"),
-                      sweeper_fn.metric_errors(period=FIVE_MINUTES, label="Sweeper errors")],
-                right=[api_fn.metric_throttles(period=FIVE_MINUTES, label="API throttles"),
-                       sweeper_fn.metric_throttles(period=FIVE_MINUTES, label="Sweeper throttles")],
+                left=[
+                    api_fn.metric_errors(period=FIVE_MINUTES, label="API errors"),
+                    sweeper_fn.metric_errors(period=FIVE_MINUTES, label="Sweeper errors"),
+                ],
+                right=[
+                    api_fn.metric_throttles(period=FIVE_MINUTES, label="API throttles"),
+                    sweeper_fn.metric_throttles(period=FIVE_MINUTES, label="Sweeper throttles"),
+                ],
                 width=width,
             ),
         )
         failure_queues = [
             sweeper.failure_queue.metric_approximate_number_of_messages_visible(
-                period=FIVE_MINUTES, statistic="Maximum", label="Sweeper failed invocations")
+                period=FIVE_MINUTES, statistic="Maximum", label="Sweeper failed invocations"
+            )
         ]
         if worker is not None:
-            failure_queues.append(worker.failure_queue.metric_approximate_number_of_messages_visible(
-                period=FIVE_MINUTES, statistic="Maximum", label="Worker failed invocations"))
+            failure_queues.append(
+                worker.failure_queue.metric_approximate_number_of_messages_visible(
+                    period=FIVE_MINUTES, statistic="Maximum", label="Worker failed invocations"
+                )
+            )
         dashboard.add_widgets(
             cw.GraphWidget(
                 title="Function duration p99 (ms)",
-                left=[api_fn.metric_duration(period=FIVE_MINUTES, statistic="p99", label="API"),
-                      sweeper_fn.metric_duration(period=FIVE_MINUTES, statistic="p99", label="Sweeper")],
+                left=[
+                    api_fn.metric_duration(period=FIVE_MINUTES, statistic="p99", label="API"),
+                    sweeper_fn.metric_duration(
+                        period=FIVE_MINUTES, statistic="p99", label="Sweeper"
+                    ),
+                ],
                 width=width,
             ),
             cw.GraphWidget(
                 title="DynamoDB consumed capacity",
-                left=[table.metric_consumed_read_capacity_units(period=FIVE_MINUTES),
-                      table.metric_consumed_write_capacity_units(period=FIVE_MINUTES)],
+                left=[
+                    table.metric_consumed_read_capacity_units(period=FIVE_MINUTES),
+                    table.metric_consumed_write_capacity_units(period=FIVE_MINUTES),
+                ],
                 width=width,
             ),
             cw.GraphWidget(
                 title="DynamoDB throttles, schedule DLQ, failed invocations",
                 left=[throttles],
-                right=[sweeper.schedule.dlq.metric_approximate_number_of_messages_visible(
-                    period=FIVE_MINUTES, statistic="Maximum", label="Sweep schedule DLQ"),
-                       *failure_queues],
+                right=[
+                    sweeper.schedule.dlq.metric_approximate_number_of_messages_visible(
+                        period=FIVE_MINUTES, statistic="Maximum", label="Sweep schedule DLQ"
+                    ),
+                    *failure_queues,
+                ],
                 width=width,
             ),
         )
@@ -419,13 +458,19 @@ class Monitoring(Construct):
                 ),
                 cw.GraphWidget(
                     title="Worker function: invocations, errors, duration",
-                    left=[worker_fn.metric_invocations(period=FIVE_MINUTES, label="Invocations"),
-                          worker_fn.metric_errors(period=FIVE_MINUTES, label="Errors"),
-                          worker_fn.metric_throttles(period=FIVE_MINUTES, label="Throttles"),
-                          worker.schedule.dlq.metric_approximate_number_of_messages_visible(
-                              period=FIVE_MINUTES, statistic="Maximum", label="Schedule DLQ")],
-                    right=[worker_fn.metric_duration(period=FIVE_MINUTES, statistic="p99",
-                                                     label="Duration p99 (ms)")],
+                    left=[
+                        worker_fn.metric_invocations(period=FIVE_MINUTES, label="Invocations"),
+                        worker_fn.metric_errors(period=FIVE_MINUTES, label="Errors"),
+                        worker_fn.metric_throttles(period=FIVE_MINUTES, label="Throttles"),
+                        worker.schedule.dlq.metric_approximate_number_of_messages_visible(
+                            period=FIVE_MINUTES, statistic="Maximum", label="Schedule DLQ"
+                        ),
+                    ],
+                    right=[
+                        worker_fn.metric_duration(
+                            period=FIVE_MINUTES, statistic="p99", label="Duration p99 (ms)"
+                        )
+                    ],
                     width=width,
                 ),
             )

@@ -24,8 +24,13 @@ def nag_installed() -> bool:
     return NagSuppressions is not None
 
 
-def acknowledge(construct: IConstruct, rule: str, reason: str, applies_to: Sequence[str] | None = None,
-                children: bool = True) -> None:
+def acknowledge(
+    construct: IConstruct,
+    rule: str,
+    reason: str,
+    applies_to: Sequence[str] | None = None,
+    children: bool = True,
+) -> None:
     """One cdk-nag acknowledgment (``AwsSolutions-...``), always with its reason."""
     if not reason.strip():
         raise ValueError(f"{rule}: an acknowledgment needs a reason")

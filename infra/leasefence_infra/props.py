@@ -150,16 +150,24 @@ class LeaseFenceServiceProps:
     # ---------------------------------------------------------------------- building
 
     @classmethod
-    def of(cls, props: LeaseFenceServiceProps | None = None, /, **overrides: Any) -> LeaseFenceServiceProps:
+    def of(
+        cls, props: LeaseFenceServiceProps | None = None, /, **overrides: Any
+    ) -> LeaseFenceServiceProps:
         """``props`` with ``overrides`` (or the defaults with them); an unknown keyword is a
         ``TypeError`` that names it."""
         names = [f.name for f in fields(cls)]
         unknown = sorted(set(overrides) - set(names))
         if unknown:
-            hints = [f"{u!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(u, names, 1)) else repr(u)
-                     for u in unknown]
-            raise TypeError(f"LeaseFenceService got unknown keyword argument(s) {', '.join(hints)}; "
-                            f"the options are the fields of LeaseFenceServiceProps: {', '.join(names)}")
+            hints = [
+                f"{u!r} (did you mean {m[0]!r}?)"
+                if (m := difflib.get_close_matches(u, names, 1))
+                else repr(u)
+                for u in unknown
+            ]
+            raise TypeError(
+                f"LeaseFenceService got unknown keyword argument(s) {', '.join(hints)}; "
+                f"the options are the fields of LeaseFenceServiceProps: {', '.join(names)}"
+            )
         if props is None:
             return cls(**overrides)
         if not isinstance(props, cls):
@@ -189,8 +197,15 @@ class LeaseFenceServiceProps:
         self._set("log_level", self.log_level.upper())
 
     def _check_auth(self) -> None:
-        modes = [name for name, on in (("jwt_issuer", self.jwt_issuer), ("create_user_pool", self.create_user_pool),
-                                       ("authorizer", self.authorizer is not None)) if on]
+        modes = [
+            name
+            for name, on in (
+                ("jwt_issuer", self.jwt_issuer),
+                ("create_user_pool", self.create_user_pool),
+                ("authorizer", self.authorizer is not None),
+            )
+            if on
+        ]
         if len(modes) != 1:
             raise ValueError(
                 "authentication needs exactly one of jwt_issuer (with jwt_audience), "
@@ -198,54 +213,92 @@ class LeaseFenceServiceProps:
             )
         for audience in self.jwt_audience:
             if not isinstance(audience, str) or not audience:
-                raise ValueError(f"jwt_audience: {audience!r} is not an audience (a non-empty string)")
+                raise ValueError(
+                    f"jwt_audience: {audience!r} is not an audience (a non-empty string)"
+                )
         if self.jwt_issuer:
             if not self.jwt_audience:
-                raise ValueError("jwt_issuer needs jwt_audience (the accepted aud or client_id values)")
-            if not Token.is_unresolved(self.jwt_issuer) and not self.jwt_issuer.startswith("https://"):
-                raise ValueError(f"jwt_issuer must be an https:// URL (API Gateway fetches its JWKS), "
-                                 f"got {self.jwt_issuer!r}")
+                raise ValueError(
+                    "jwt_issuer needs jwt_audience (the accepted aud or client_id values)"
+                )
+            if not Token.is_unresolved(self.jwt_issuer) and not self.jwt_issuer.startswith(
+                "https://"
+            ):
+                raise ValueError(
+                    f"jwt_issuer must be an https:// URL (API Gateway fetches its JWKS), "
+                    f"got {self.jwt_issuer!r}"
+                )
         if self.authorizer is not None:
-            _require(self.authorizer, "bind", "authorizer", "an aws_apigatewayv2.IHttpRouteAuthorizer")
+            _require(
+                self.authorizer, "bind", "authorizer", "an aws_apigatewayv2.IHttpRouteAuthorizer"
+            )
             if self.jwt_audience:
-                raise ValueError("jwt_audience belongs to your authorizer: leave it unset with authorizer")
+                raise ValueError(
+                    "jwt_audience belongs to your authorizer: leave it unset with authorizer"
+                )
         if self.create_user_pool:
             prefix = self.user_pool_domain_prefix
             if not prefix:
-                raise ValueError("create_user_pool=True needs user_pool_domain_prefix "
-                                 "(the Cognito token endpoint for client credentials)")
+                raise ValueError(
+                    "create_user_pool=True needs user_pool_domain_prefix "
+                    "(the Cognito token endpoint for client credentials)"
+                )
             if not Token.is_unresolved(prefix) and not _DOMAIN_PREFIX_RE.match(prefix):
-                raise ValueError(f"user_pool_domain_prefix {prefix!r}: 1-63 lowercase letters, digits and "
-                                 "hyphens, not starting or ending with a hyphen")
+                raise ValueError(
+                    f"user_pool_domain_prefix {prefix!r}: 1-63 lowercase letters, digits and "
+                    "hyphens, not starting or ending with a hyphen"
+                )
         else:
             for name in ("user_pool_domain_prefix", "pre_token_generation"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"{name} needs create_user_pool=True")
         if self.client_tenants:
             if not self.create_user_pool or self.pre_token_generation is not None:
-                raise ValueError("client_tenants configures the shipped pre token generation trigger: it "
-                                 "needs create_user_pool=True and no pre_token_generation of your own")
+                raise ValueError(
+                    "client_tenants configures the shipped pre token generation trigger: it "
+                    "needs create_user_pool=True and no pre_token_generation of your own"
+                )
             for client, tenant in self.client_tenants.items():
-                if not isinstance(client, str) or not isinstance(tenant, str) or not client or not tenant:
-                    raise ValueError("client_tenants must map app client ids to tenant ids (non-empty strings)")
+                if (
+                    not isinstance(client, str)
+                    or not isinstance(tenant, str)
+                    or not client
+                    or not tenant
+                ):
+                    raise ValueError(
+                        "client_tenants must map app client ids to tenant ids (non-empty strings)"
+                    )
 
     def _check_data(self) -> None:
         if self.table is not None:
-            _require(self.table, "table_arn", "table", "an aws_dynamodb.ITable (e.g. LeaseFenceTable)")
+            _require(
+                self.table, "table_arn", "table", "an aws_dynamodb.ITable (e.g. LeaseFenceTable)"
+            )
             if self.table_name is not None or self.deletion_protection is not True:
-                raise ValueError("table_name and deletion_protection configure the table the service "
-                                 "creates; set them on the table you bring")
+                raise ValueError(
+                    "table_name and deletion_protection configure the table the service "
+                    "creates; set them on the table you bring"
+                )
         if self.payload_bucket is not None:
             _require(self.payload_bucket, "bucket_arn", "payload_bucket", "an aws_s3.IBucket")
             if self.server_access_logs_bucket is not None:
-                raise ValueError("server_access_logs_bucket configures the bucket the service creates; "
-                                 "set up logging on the bucket you bring")
+                raise ValueError(
+                    "server_access_logs_bucket configures the bucket the service creates; "
+                    "set up logging on the bucket you bring"
+                )
         if self.server_access_logs_bucket is not None:
-            _require(self.server_access_logs_bucket, "bucket_arn", "server_access_logs_bucket", "an aws_s3.IBucket")
+            _require(
+                self.server_access_logs_bucket,
+                "bucket_arn",
+                "server_access_logs_bucket",
+                "an aws_s3.IBucket",
+            )
         if self.encryption_key is not None:
             _require(self.encryption_key, "key_arn", "encryption_key", "an aws_kms.IKey")
             if self.create_encryption_key:
-                raise ValueError("give either encryption_key or create_encryption_key=True, not both")
+                raise ValueError(
+                    "give either encryption_key or create_encryption_key=True, not both"
+                )
         if not isinstance(self.removal_policy, RemovalPolicy):
             raise TypeError("removal_policy must be an aws_cdk.RemovalPolicy")
         for name in ("due_shards", "sweep_shards"):
@@ -254,28 +307,42 @@ class LeaseFenceServiceProps:
         if self.identity_retention_days is not None:
             _int_in(self, "identity_retention_days", 1, None)
             if self.identity_retention_days < self.payload_retention_days:
-                raise ValueError("identity_retention_days must be at least payload_retention_days "
-                                 "(or None: forever)")
+                raise ValueError(
+                    "identity_retention_days must be at least payload_retention_days "
+                    "(or None: forever)"
+                )
 
     def _check_compute(self) -> None:
         if self.log_level not in LOG_LEVELS:
-            raise ValueError(f"log_level must be one of {sorted(LOG_LEVELS)}, got {self.log_level!r}")
+            raise ValueError(
+                f"log_level must be one of {sorted(LOG_LEVELS)}, got {self.log_level!r}"
+            )
         if not isinstance(self.log_retention, logs.RetentionDays):
             raise TypeError("log_retention must be an aws_logs.RetentionDays")
         namespace = self.metrics_namespace
-        if namespace is not None and (not isinstance(namespace, str) or not _NAMESPACE_RE.match(namespace)
-                                      or namespace.startswith("AWS/")):
-            raise ValueError(f"metrics_namespace {namespace!r} is not a CloudWatch namespace "
-                             "(1-255 of A-Z a-z 0-9 . - _ / # : space, not starting with AWS/)")
+        if namespace is not None and (
+            not isinstance(namespace, str)
+            or not _NAMESPACE_RE.match(namespace)
+            or namespace.startswith("AWS/")
+        ):
+            raise ValueError(
+                f"metrics_namespace {namespace!r} is not a CloudWatch namespace "
+                "(1-255 of A-Z a-z 0-9 . - _ / # : space, not starting with AWS/)"
+            )
         for name in ("api_memory_mb", "sweeper_memory_mb"):
             _int_in(self, name, 128, 10240)
         if self.core_layer is not None and not isinstance(self.core_layer, lambda_.Code):
             raise TypeError("core_layer must be an aws_lambda.Code (e.g. core_layer_code(...))")
         if self.worker is not None:
             validate_worker(self.worker)
-        if not isinstance(self.throttling_rate_limit, (int, float)) or isinstance(self.throttling_rate_limit, bool) \
-                or self.throttling_rate_limit <= 0:
-            raise ValueError("throttling_rate_limit must be a positive number of requests per second")
+        if (
+            not isinstance(self.throttling_rate_limit, (int, float))
+            or isinstance(self.throttling_rate_limit, bool)
+            or self.throttling_rate_limit <= 0
+        ):
+            raise ValueError(
+                "throttling_rate_limit must be a positive number of requests per second"
+            )
         _int_in(self, "throttling_burst_limit", 1, None)
 
     def _check_operations(self) -> None:
@@ -286,18 +353,33 @@ class LeaseFenceServiceProps:
             value = getattr(self, name)
             if not isinstance(value, Duration) or value.to_seconds() < 60:
                 raise ValueError(f"{name} must be a Duration of at least one minute")
-        for name in ("quarantine_alarm_threshold", "stale_fence_alarm_threshold", "api_5xx_alarm_threshold"):
+        for name in (
+            "quarantine_alarm_threshold",
+            "stale_fence_alarm_threshold",
+            "api_5xx_alarm_threshold",
+        ):
             _int_in(self, name, 1, None)
         percent = self.takeover_alarm_percent
-        if isinstance(percent, bool) or not isinstance(percent, (int, float)) or not 0 < percent <= 100:
+        if (
+            isinstance(percent, bool)
+            or not isinstance(percent, (int, float))
+            or not 0 < percent <= 100
+        ):
             raise ValueError("takeover_alarm_percent must be a percentage above 0, at most 100")
         for key, value in self.tags.items():
             if not isinstance(key, str) or not isinstance(value, str):
                 raise TypeError("tags must map str to str")
-            if not 1 <= len(key) <= 128 or len(value) > 256 or key.lower().startswith("aws:") \
-                    or not _TAG_RE.match(key) or not _TAG_RE.match(value):
-                raise ValueError(f"tag {key!r}={value!r}: keys 1-128 and values up to 256 characters of "
-                                 "letters, digits, spaces and _ . : / = + - @; keys may not start with aws:")
+            if (
+                not 1 <= len(key) <= 128
+                or len(value) > 256
+                or key.lower().startswith("aws:")
+                or not _TAG_RE.match(key)
+                or not _TAG_RE.match(value)
+            ):
+                raise ValueError(
+                    f"tag {key!r}={value!r}: keys 1-128 and values up to 256 characters of "
+                    "letters, digits, spaces and _ . : / = + - @; keys may not start with aws:"
+                )
 
 
 def _require(value: Any, attribute: str, name: str, what: str) -> None:
@@ -307,6 +389,11 @@ def _require(value: Any, attribute: str, name: str, what: str) -> None:
 
 def _int_in(props: LeaseFenceServiceProps, name: str, low: int, high: int | None) -> None:
     value = getattr(props, name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
         bound = f"from {low} to {high}" if high is not None else f"at least {low}"
         raise ValueError(f"{name} must be a whole number {bound}, got {value!r}")

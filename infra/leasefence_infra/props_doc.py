@@ -9,8 +9,8 @@ from __future__ import annotations
 import ast
 import enum
 import inspect
-from itertools import pairwise
 from dataclasses import MISSING, fields
+from itertools import pairwise
 from typing import Any
 
 from aws_cdk import Duration
@@ -28,9 +28,13 @@ def field_docs(cls: type = LeaseFenceServiceProps) -> dict[str, str]:
     (body,) = [node.body for node in tree.body if isinstance(node, ast.ClassDef)]
     docs: dict[str, str] = {}
     for node, following in pairwise(body):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
-                and isinstance(following.value.value, str)):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
             docs[node.target.id] = " ".join(following.value.value.split())
     return docs
 

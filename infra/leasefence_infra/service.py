@@ -68,8 +68,13 @@ class LeaseFenceService(Construct):
     claim (see ``infra/README.md``).
     """
 
-    def __init__(self, scope: Construct, construct_id: str, props: LeaseFenceServiceProps | None = None,
-                 **overrides: Any) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        props: LeaseFenceServiceProps | None = None,
+        **overrides: Any,
+    ) -> None:
         props = LeaseFenceServiceProps.of(props, **overrides)  # before any construct is added
         super().__init__(scope, construct_id)
         self.props = props
@@ -158,12 +163,25 @@ class LeaseFenceService(Construct):
             throttling_rate_limit=props.throttling_rate_limit,
             throttling_burst_limit=props.throttling_burst_limit,
         )
-        self.sweeper = Sweeper(self, "Sweeper", runtime=runtime, storage=self.storage,
-                               environment=environment, memory_mb=props.sweeper_memory_mb)
+        self.sweeper = Sweeper(
+            self,
+            "Sweeper",
+            runtime=runtime,
+            storage=self.storage,
+            environment=environment,
+            memory_mb=props.sweeper_memory_mb,
+        )
         self.worker: Worker | None = None
         if props.worker is not None:
-            self.worker = Worker(self, "Worker", props=props.worker, runtime=runtime, storage=self.storage,
-                                 environment=environment, handlers_layer=self.worker_handlers_layer)
+            self.worker = Worker(
+                self,
+                "Worker",
+                props=props.worker,
+                runtime=runtime,
+                storage=self.storage,
+                environment=environment,
+                handlers_layer=self.worker_handlers_layer,
+            )
         self.monitoring = Monitoring(
             self,
             "Monitoring",
@@ -181,19 +199,30 @@ class LeaseFenceService(Construct):
             stale_fence_alarm_threshold=props.stale_fence_alarm_threshold,
             api_5xx_alarm_threshold=props.api_5xx_alarm_threshold,
         )
-        for component, construct in (("storage", self.storage), ("api", self.api), ("sweeper", self.sweeper),
-                                     ("worker", self.worker), ("monitoring", self.monitoring)):
+        for component, construct in (
+            ("storage", self.storage),
+            ("api", self.api),
+            ("sweeper", self.sweeper),
+            ("worker", self.worker),
+            ("monitoring", self.monitoring),
+        ):
             if construct is not None:
                 Tags.of(construct).add(COMPONENT_TAG, component)
 
     def _jwt_authorizer(self, props: LeaseFenceServiceProps) -> authorizers.HttpJwtAuthorizer:
         if self.user_pool is not None:
-            issuer, audience = self.user_pool.issuer, [*self.user_pool.audience, *props.jwt_audience]
+            issuer, audience = (
+                self.user_pool.issuer,
+                [*self.user_pool.audience, *props.jwt_audience],
+            )
         else:
             assert props.jwt_issuer is not None
             issuer, audience = props.jwt_issuer, list(props.jwt_audience)
         return authorizers.HttpJwtAuthorizer(
-            "JwtAuthorizer", issuer, jwt_audience=audience, identity_source=["$request.header.Authorization"]
+            "JwtAuthorizer",
+            issuer,
+            jwt_audience=audience,
+            identity_source=["$request.header.Authorization"],
         )
 
     # ---------------------------------------------------------------------- what a stack uses

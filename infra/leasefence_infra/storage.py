@@ -29,7 +29,9 @@ from .table import LeaseFenceTable, TableSchemaCheck, index_arn
 class Storage(Construct):
     """Table, payload bucket, log-hash secret, service key: created or brought in."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, props: LeaseFenceServiceProps) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, props: LeaseFenceServiceProps
+    ) -> None:
         super().__init__(scope, construct_id)
         #: The service's customer-managed key (``encryption_key`` or ``create_encryption_key``):
         #: what the service creates is encrypted with it (table, bucket, secret, queues,
@@ -102,7 +104,9 @@ class Storage(Construct):
             enforce_ssl=True,
             minimum_tls_version=1.2,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            encryption=s3.BucketEncryption.KMS if self.encryption_key else s3.BucketEncryption.S3_MANAGED,
+            encryption=s3.BucketEncryption.KMS
+            if self.encryption_key
+            else s3.BucketEncryption.S3_MANAGED,
             encryption_key=self.encryption_key,
             bucket_key_enabled=True if self.encryption_key else None,
             # No age-based expiry: an object's life follows its operation's (the sweeper deletes
@@ -137,11 +141,15 @@ class Storage(Construct):
         """Every payload object: the service writes only under ``leasefence.payloads.KEY_PREFIX``."""
         return self.payload_bucket.arn_for_objects(f"{PAYLOAD_KEY_PREFIX}*")
 
-    def grant_payload_objects(self, role: iam.IRole, sid: str, actions: Sequence[str], why: str) -> None:
+    def grant_payload_objects(
+        self, role: iam.IRole, sid: str, actions: Sequence[str], why: str
+    ) -> None:
         """``actions`` on the payload objects, with the cdk-nag acknowledgment of the prefix
         wildcard (object keys are created at run time)."""
         role.add_to_principal_policy(
-            iam.PolicyStatement(sid=sid, actions=list(actions), resources=[self.payload_objects_arn])
+            iam.PolicyStatement(
+                sid=sid, actions=list(actions), resources=[self.payload_objects_arn]
+            )
         )
         acknowledge(
             role,
@@ -152,8 +160,13 @@ class Storage(Construct):
             applies_to=[finding_resource(self, self.payload_objects_arn)],
         )
 
-    def grant_table(self, role: iam.IRole, actions: Sequence[str], resources: Sequence[str],
-                    sid: str | None = None) -> None:
+    def grant_table(
+        self,
+        role: iam.IRole,
+        actions: Sequence[str],
+        resources: Sequence[str],
+        sid: str | None = None,
+    ) -> None:
         role.add_to_principal_policy(
             iam.PolicyStatement(sid=sid, actions=list(actions), resources=list(resources))
         )

@@ -43,7 +43,9 @@ class Sweeper(Construct):
         super().__init__(scope, construct_id)
         # Async invocations (the scheduler's) are not retried by Lambda: the next tick sweeps
         # again; a failed invocation lands in this queue, which has its own alarm.
-        self.failure_queue = failure_queue(self, "Failures", what="sweeper", key=storage.encryption_key)
+        self.failure_queue = failure_queue(
+            self, "Failures", what="sweeper", key=storage.encryption_key
+        )
         self.function = ServiceFunction(
             self,
             "Function",
@@ -61,12 +63,20 @@ class Sweeper(Construct):
         # The `parked` index (KEYS_ONLY) measures the oldest unknown operation; `purge` lists
         # payloads due for deletion; the tenants' directories (parked index) and `due`
         # partitions measure the oldest due age per job type.
-        for index_arn in (storage.sweep_index_arn, storage.parked_index_arn, storage.purge_index_arn,
-                          storage.due_index_arn):
+        for index_arn in (
+            storage.sweep_index_arn,
+            storage.parked_index_arn,
+            storage.purge_index_arn,
+            storage.due_index_arn,
+        ):
             storage.grant_table(role, SWEEPER_INDEX_ACTIONS, [index_arn])
         storage.grant_table(role, SWEEPER_TABLE_ACTIONS, [storage.table.table_arn])
-        storage.grant_payload_objects(role, "PurgePayloads", SWEEPER_BUCKET_ACTIONS,
-                                      "payloads whose retention after their operation's end has passed.")
+        storage.grant_payload_objects(
+            role,
+            "PurgePayloads",
+            SWEEPER_BUCKET_ACTIONS,
+            "payloads whose retention after their operation's end has passed.",
+        )
         storage.grant_data_keys(role)
         storage.log_hash_key.grant_read(role)
         self.schedule = ScheduledInvocation(

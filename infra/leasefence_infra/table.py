@@ -26,7 +26,10 @@ _ATTRIBUTE_TYPES = {
     "N": dynamodb.AttributeType.NUMBER,
     "B": dynamodb.AttributeType.BINARY,
 }
-_PROJECTIONS = {"INCLUDE": dynamodb.ProjectionType.INCLUDE, "KEYS_ONLY": dynamodb.ProjectionType.KEYS_ONLY}
+_PROJECTIONS = {
+    "INCLUDE": dynamodb.ProjectionType.INCLUDE,
+    "KEYS_ONLY": dynamodb.ProjectionType.KEYS_ONLY,
+}
 
 
 def _attribute(name: str) -> dynamodb.Attribute:
@@ -115,13 +118,19 @@ def schema_mismatches(table: dynamodb.ITable) -> list[str]:
     key_schema = _pascal(stack.resolve(cfn.key_schema))
     if key_schema != schema.key_schema():
         problems.append(f"key schema {key_schema} is not {schema.key_schema()}")
-    definitions = {d["AttributeName"]: d["AttributeType"]
-                   for d in _pascal(stack.resolve(cfn.attribute_definitions)) or []}
+    definitions = {
+        d["AttributeName"]: d["AttributeType"]
+        for d in _pascal(stack.resolve(cfn.attribute_definitions)) or []
+    }
     for wanted in schema.attribute_definitions():
         name = wanted["AttributeName"]
         if name in definitions and definitions[name] != wanted["AttributeType"]:
-            problems.append(f"attribute {name} has type {definitions[name]}, not {wanted['AttributeType']}")
-    indexes = {g["IndexName"]: g for g in _pascal(stack.resolve(cfn.global_secondary_indexes)) or []}
+            problems.append(
+                f"attribute {name} has type {definitions[name]}, not {wanted['AttributeType']}"
+            )
+    indexes = {
+        g["IndexName"]: g for g in _pascal(stack.resolve(cfn.global_secondary_indexes)) or []
+    }
     for wanted in schema.global_secondary_indexes():
         name = wanted["IndexName"]
         found = indexes.get(name)
@@ -149,5 +158,7 @@ class TableSchemaCheck:
         problems = schema_mismatches(self._table)
         if not problems:
             return []
-        return [f"table {self._table.node.path} is not a leasefence operations table (create it with "
-                f"LeaseFenceTable): {'; '.join(problems)}"]
+        return [
+            f"table {self._table.node.path} is not a leasefence operations table (create it with "
+            f"LeaseFenceTable): {'; '.join(problems)}"
+        ]

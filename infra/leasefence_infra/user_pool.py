@@ -53,7 +53,9 @@ class LeaseFenceUserPool(Construct):
                 runtime=runtime,
                 handler=PRETOKEN_HANDLER,
                 description="leasefence: tenant_id and scope claims for the user pool's tokens",
-                environment={"LEASEFENCE_CLIENT_TENANTS": json.dumps(dict(client_tenants), sort_keys=True)},
+                environment={
+                    "LEASEFENCE_CLIENT_TENANTS": json.dumps(dict(client_tenants), sort_keys=True)
+                },
                 memory_mb=128,
                 timeout=Duration.seconds(5),
                 layers=(),  # the standard library only
@@ -67,8 +69,11 @@ class LeaseFenceUserPool(Construct):
             # Machine-to-machine pool (client credentials); a password policy and MFA still apply
             # to any human user someone adds later.
             password_policy=cognito.PasswordPolicy(
-                min_length=14, require_digits=True, require_lowercase=True,
-                require_uppercase=True, require_symbols=True,
+                min_length=14,
+                require_digits=True,
+                require_lowercase=True,
+                require_uppercase=True,
+                require_symbols=True,
             ),
             mfa=cognito.Mfa.REQUIRED,
             mfa_second_factor=cognito.MfaSecondFactor(otp=True, sms=False),
@@ -90,9 +95,13 @@ class LeaseFenceUserPool(Construct):
             "The Plus feature plan adds threat protection for user sign-ins; this pool issues "
             "client-credentials tokens to services only (no users sign in).",
         )
-        scopes = [cognito.ResourceServerScope(scope_name=name, scope_description=desc) for name, desc in _SCOPES]
-        self.resource_server = pool.add_resource_server("ResourceServer", identifier=RESOURCE_SERVER_ID,
-                                                        scopes=scopes)
+        scopes = [
+            cognito.ResourceServerScope(scope_name=name, scope_description=desc)
+            for name, desc in _SCOPES
+        ]
+        self.resource_server = pool.add_resource_server(
+            "ResourceServer", identifier=RESOURCE_SERVER_ID, scopes=scopes
+        )
         self.domain = pool.add_domain(
             "Domain", cognito_domain=cognito.CognitoDomainOptions(domain_prefix=domain_prefix)
         )
@@ -102,7 +111,9 @@ class LeaseFenceUserPool(Construct):
             auth_flows=cognito.AuthFlow(),
             o_auth=cognito.OAuthSettings(
                 flows=cognito.OAuthFlows(client_credentials=True),
-                scopes=[cognito.OAuthScope.resource_server(self.resource_server, s) for s in scopes],
+                scopes=[
+                    cognito.OAuthScope.resource_server(self.resource_server, s) for s in scopes
+                ],
             ),
             access_token_validity=Duration.hours(1),
             prevent_user_existence_errors=True,

@@ -31,7 +31,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 #: The lock (``make lock``), shipped inside the package.
-LOCK_FILE = Path(str(importlib.resources.files(__package__ or "leasefence_infra") / "requirements.lock"))
+LOCK_FILE = Path(
+    str(importlib.resources.files(__package__ or "leasefence_infra") / "requirements.lock")
+)
 
 #: Marker environment of the Lambda functions (python3.12 runtime on arm64, Amazon Linux 2023).
 LAMBDA_ENVIRONMENT: Mapping[str, str] = {
@@ -75,7 +77,9 @@ def _read_lock(lock_file: Path) -> tuple[Requirement, ...]:
             raise LockError(f"{lock_file.name}:{number}: {exc}") from exc
         specs = list(requirement.specifier)
         if len(specs) != 1 or specs[0].operator != "==":
-            raise LockError(f"{lock_file.name}:{number}: {line!r} is not an exact pin (name==version)")
+            raise LockError(
+                f"{lock_file.name}:{number}: {line!r} is not an exact pin (name==version)"
+            )
         pins.append(requirement)
     return tuple(pins)
 

@@ -77,7 +77,9 @@ class Worker(Construct):
             layers = (handlers_layer, *layers)
         # An invocation that failed is not retried by Lambda: the next tick drains again; the
         # failed one lands in its own queue (with an alarm).
-        self.failure_queue = failure_queue(self, "Failures", what="worker", key=storage.encryption_key)
+        self.failure_queue = failure_queue(
+            self, "Failures", what="worker", key=storage.encryption_key
+        )
         self.function = ServiceFunction(
             self,
             "Function",
@@ -93,10 +95,18 @@ class Worker(Construct):
             on_failure=self.failure_queue,
         )
         role = self.function.role
-        storage.grant_table(role, WORKER_TABLE_ACTIONS, [storage.table.table_arn], sid="OperationItems")
-        storage.grant_table(role, WORKER_DUE_INDEX_ACTIONS, [storage.due_index_arn], sid="ClaimFromDueShards")
-        storage.grant_payload_objects(role, "PayloadRead", WORKER_BUCKET_ACTIONS,
-                                      "the worker reads the inline payloads of the jobs it claims.")
+        storage.grant_table(
+            role, WORKER_TABLE_ACTIONS, [storage.table.table_arn], sid="OperationItems"
+        )
+        storage.grant_table(
+            role, WORKER_DUE_INDEX_ACTIONS, [storage.due_index_arn], sid="ClaimFromDueShards"
+        )
+        storage.grant_payload_objects(
+            role,
+            "PayloadRead",
+            WORKER_BUCKET_ACTIONS,
+            "the worker reads the inline payloads of the jobs it claims.",
+        )
         storage.log_hash_key.grant_read(role)
         if props.business_tables:
             role.add_to_principal_policy(
@@ -114,8 +124,11 @@ class Worker(Construct):
                     resources=[t.table_arn for t in props.fenced_tables],
                 )
             )
-        table_keys = [t.encryption_key for t in (*props.business_tables, *props.fenced_tables)
-                      if t.encryption_key is not None]
+        table_keys = [
+            t.encryption_key
+            for t in (*props.business_tables, *props.fenced_tables)
+            if t.encryption_key is not None
+        ]
         storage.grant_data_keys(role, extra_keys=table_keys)
         self.schedule = ScheduledInvocation(
             self,

@@ -92,8 +92,10 @@ class WorkerProps:
 
     @property
     def schedule_or_default(self) -> scheduler.ScheduleExpression:
-        return self.schedule if self.schedule is not None else scheduler.ScheduleExpression.rate(
-            Duration.minutes(1)
+        return (
+            self.schedule
+            if self.schedule is not None
+            else scheduler.ScheduleExpression.rate(Duration.minutes(1))
         )
 
     @property
@@ -101,8 +103,11 @@ class WorkerProps:
         return self.handlers.partition(":")[0]
 
 
-def validate_worker(props: WorkerProps, functions_dir: Path | None = None,
-                    reserved_env: Sequence[str] = RESERVED_ENV) -> None:
+def validate_worker(
+    props: WorkerProps,
+    functions_dir: Path | None = None,
+    reserved_env: Sequence[str] = RESERVED_ENV,
+) -> None:
     """Refuse, at synth, a worker that could never run or would run for the wrong tenants.
 
     ``functions_dir``: the shipped handlers (default: :func:`leasefence_infra.assets.functions_dir`).
@@ -112,17 +117,27 @@ def validate_worker(props: WorkerProps, functions_dir: Path | None = None,
     if not isinstance(props, WorkerProps):
         raise TypeError("worker must be a WorkerProps")
     if not isinstance(props.handlers, str) or not _HANDLERS_RE.match(props.handlers):
-        raise ValueError(f"worker.handlers must be 'package.module:ATTRIBUTE', got {props.handlers!r}")
+        raise ValueError(
+            f"worker.handlers must be 'package.module:ATTRIBUTE', got {props.handlers!r}"
+        )
 
     tenants = props.tenants
     if isinstance(tenants, str) or not tenants:
         raise ValueError("worker.tenants must be a list of at least one tenant id")
     for tenant in tenants:
-        if not isinstance(tenant, str) or not 1 <= len(tenant) <= MAX_ID_LENGTH or _CONTROL_RE.search(tenant):
-            raise ValueError(f"worker.tenants: {tenant!r} is not a tenant id "
-                             f"(1-{MAX_ID_LENGTH} characters, no control characters)")
+        if (
+            not isinstance(tenant, str)
+            or not 1 <= len(tenant) <= MAX_ID_LENGTH
+            or _CONTROL_RE.search(tenant)
+        ):
+            raise ValueError(
+                f"worker.tenants: {tenant!r} is not a tenant id "
+                f"(1-{MAX_ID_LENGTH} characters, no control characters)"
+            )
         if "," in tenant:
-            raise ValueError(f"worker.tenants: {tenant!r} contains a comma (the list is passed comma-separated)")
+            raise ValueError(
+                f"worker.tenants: {tenant!r} contains a comma (the list is passed comma-separated)"
+            )
         if tenant != tenant.strip():
             raise ValueError(f"worker.tenants: {tenant!r} has leading or trailing whitespace")
     if len(set(tenants)) != len(tenants):
@@ -133,11 +148,17 @@ def validate_worker(props: WorkerProps, functions_dir: Path | None = None,
             "4 KB of environment in all: split the tenants over several workers (constructs)"
         )
 
-    if isinstance(props.lease_seconds, bool) or not isinstance(props.lease_seconds, int) or props.lease_seconds < 1:
+    if (
+        isinstance(props.lease_seconds, bool)
+        or not isinstance(props.lease_seconds, int)
+        or props.lease_seconds < 1
+    ):
         raise ValueError("worker.lease_seconds must be a whole number of seconds, at least 1")
     timeout_s = props.timeout_or_default.to_seconds()
     if timeout_s > MAX_TIMEOUT_SECONDS:
-        raise ValueError(f"worker.timeout must be at most {MAX_TIMEOUT_SECONDS} s (Lambda's maximum)")
+        raise ValueError(
+            f"worker.timeout must be at most {MAX_TIMEOUT_SECONDS} s (Lambda's maximum)"
+        )
     if timeout_s <= props.lease_seconds + WORKER_MARGIN_SECONDS:
         raise ValueError(
             f"worker.timeout ({timeout_s:g} s) must exceed one lease ({props.lease_seconds} s) plus the "
@@ -157,13 +178,19 @@ def validate_worker(props: WorkerProps, functions_dir: Path | None = None,
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError("worker.environment must map str to str")
 
-    for name, tables in (("business_tables", props.business_tables), ("fenced_tables", props.fenced_tables)):
+    for name, tables in (
+        ("business_tables", props.business_tables),
+        ("fenced_tables", props.fenced_tables),
+    ):
         if isinstance(tables, (str, bytes)) or len({id(t) for t in tables}) != len(tables):
             raise ValueError(f"worker.{name} must be a list of distinct tables")
 
     top = props.module.split(".")[0]
-    shipped = {p.stem if p.suffix == ".py" else p.name for p in functions_dir.iterdir()
-               if (p.is_dir() or p.suffix == ".py") and not p.name.startswith("__")}
+    shipped = {
+        p.stem if p.suffix == ".py" else p.name
+        for p in functions_dir.iterdir()
+        if (p.is_dir() or p.suffix == ".py") and not p.name.startswith("__")
+    }
     if props.code is None:
         # The module must be in the functions asset (the only code besides the layers).
         if not has_module(functions_dir, props.module):
