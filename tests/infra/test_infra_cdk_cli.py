@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from leasefence_infra.versions import locked_version, powertools_layer_parameter
+from test_infra_app import MAKE_SYNTH_ARGS, assert_the_example_app
 from test_infra_versions import assert_bundles_the_locked_versions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +65,7 @@ def test_pinned_cli_synthesizes_the_app_offline(tmp_path: Path, capsys: pytest.C
         start = time.monotonic()
         try:
             proc = subprocess.run(
-                ["npx", "cdk", "synth", "--quiet", "-o", str(outdir), "-c", "allowPlaceholderIssuer=true"],
+                ["npx", "cdk", "synth", "--quiet", "-o", str(outdir), *MAKE_SYNTH_ARGS, "-c", "worker=demo"],
                 cwd=ROOT, env=_offline_env(closed.getsockname()[1]),
                 capture_output=True, text=True, timeout=TIMEBOX_S, check=False,
             )
@@ -83,3 +84,4 @@ def test_pinned_cli_synthesizes_the_app_offline(tmp_path: Path, capsys: pytest.C
     asset = outdir / f"asset.{layer['Properties']['Content']['S3Key'].removesuffix('.zip')}"
     assert_bundles_the_locked_versions(asset / "python")
     assert "pip failed, so the installed pure-Python" in proc.stderr  # it really was offline
+    assert_the_example_app(template, outdir, proc.stderr)
