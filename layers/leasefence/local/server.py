@@ -436,6 +436,7 @@ class LocalStack:
         streams: bool = False,
         worker_handlers: str | None = None,
         worker_tenants: Sequence[str] = (),
+        worker_lease_seconds: int = 60,
         event_bus: str | None = None,
         stream_poll_interval: float = 0.05,
     ) -> None:
@@ -463,6 +464,7 @@ class LocalStack:
         self.streams = streams
         self.worker_handlers = worker_handlers
         self.worker_tenants = tuple(worker_tenants)
+        self.worker_lease_seconds = worker_lease_seconds
         self.event_bus = event_bus
         self.stream_poll_interval = stream_poll_interval
         #: The running event source mappings by function name (``worker``, ``publisher``).
@@ -503,6 +505,7 @@ class LocalStack:
             event_bus=self.event_bus or LOCAL_BUS,
             worker_handlers=self.worker_handlers,
             worker_tenants=self.worker_tenants,
+            worker_lease_seconds=self.worker_lease_seconds,
             region=current.region or "us-east-1",
         )
         self.event_bus = config.event_bus

@@ -101,15 +101,17 @@ class EventSourceMapping:
 
     def start(self) -> EventSourceMapping:
         """Start reading at the stream's tip (records written from now on), as a new mapping
-        with ``StartingPosition: LATEST`` does."""
-        self.stream_arn = self._ddb.describe_table(TableName=self.table_name)["Table"]["LatestStreamArn"]
-        shards = self._streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]["Shards"]
-        self._iterators = {
-            shard["ShardId"]: self._streams.get_shard_iterator(
-                StreamArn=self.stream_arn, ShardId=shard["ShardId"], ShardIteratorType="LATEST"
-            )["ShardIterator"]
-            for shard in shards
-        }
+        with ``StartingPosition: LATEST`` does; after :meth:`stop`, resume where it stopped (as
+        a disabled mapping that is enabled again)."""
+        if not self._iterators:
+            self.stream_arn = self._ddb.describe_table(TableName=self.table_name)["Table"]["LatestStreamArn"]
+            shards = self._streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]["Shards"]
+            self._iterators = {
+                shard["ShardId"]: self._streams.get_shard_iterator(
+                    StreamArn=self.stream_arn, ShardId=shard["ShardId"], ShardIteratorType="LATEST"
+                )["ShardIterator"]
+                for shard in shards
+            }
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name=f"esm-{self.name}", daemon=True)
         self._thread.start()
