@@ -373,6 +373,18 @@ def install_stream_iterator_pruning() -> None:
     DynamoDBStreamsBackend._leasefence_pruned = True
 
 
+def install_event_account_field() -> None:
+    """Deliver EventBridge events to targets with their ``account`` field, as EventBridge does
+    (moto's default target input leaves it out)."""
+    from moto.events.utils import EventTemplateParser
+
+    EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE = (
+        '{"version": "0", "id": "<id>", "detail-type": "<detail-type>", "source": "<source>", '
+        '"account": "<account>", "time": <time>, "region": "<region>", "resources": <resources>, '
+        '"detail": <detail>}'
+    )
+
+
 def install_fast_dispatch() -> None:
     """moto's server lists its own package directory on disk to route every request; the list
     does not change while it runs, so it is read once."""
@@ -1167,6 +1179,7 @@ class EmbeddedAws:
             install_item_level_transaction_rollback()
             install_fast_dispatch()
         install_stream_iterator_pruning()
+        install_event_account_field()
         logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # callers queue on the lock by design
 
         moto_app = DomainDispatcherApplication(create_backend_app)
