@@ -30,6 +30,14 @@ from leasefence.settings import runtime
 
 #: Stop claiming when less than one lease plus this margin of the invocation is left.
 MARGIN_MS = 5_000
+#: The function's own environment variables, by the setting they fill (read by
+#: :meth:`leasefence.settings.Settings.from_env`); the first two are required.
+ENVIRONMENT = {
+    "worker_handlers": "LEASEFENCE_WORKER_HANDLERS",
+    "worker_tenants": "LEASEFENCE_WORKER_TENANTS",
+    "worker_lease_seconds": "LEASEFENCE_WORKER_LEASE_SECONDS",
+    "worker_idle_ms": "LEASEFENCE_WORKER_IDLE_MS",
+}
 
 _built: tuple[object, object, object] | None = None  # (runtime, worker, stream dispatch)
 _processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
@@ -49,10 +57,10 @@ def build_worker():
     rt = runtime()
     rt.prepare()
     settings = rt.settings
-    if not settings.worker_tenants:
-        raise ValueError("LEASEFENCE_WORKER_TENANTS must name at least one tenant")
-    if not settings.worker_handlers:
-        raise ValueError("LEASEFENCE_WORKER_HANDLERS must name the handlers (package.module:NAME)")
+    for field, meaning in (("worker_handlers", "the handlers (package.module:NAME)"),
+                           ("worker_tenants", "at least one tenant (comma separated)")):
+        if not getattr(settings, field):
+            raise ValueError(f"{ENVIRONMENT[field]} must name {meaning}")
     # The backend loads payloads with Engine.payload: PayloadMissing (purged, erased, unreadable)
     # is raised, never None, and the runtime quarantines the operation instead of running the
     # handler without its input.

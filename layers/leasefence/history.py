@@ -110,7 +110,7 @@ def record(store: Store, item: dict[str, Any], entry: dict[str, Any], reset: boo
     values: dict[str, Any] = {":c": created_at, ":s": seq}
     if ttl is not None:
         values[":ttl"] = int(ttl)
-    if not reset:
+    if not reset and seq > 1:  # (the enqueue's entry starts the history: no append to try)
         try:
             store.update(
                 _key(tenant_id, operation_id),
