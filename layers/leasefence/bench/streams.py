@@ -18,8 +18,10 @@ the polling path, and what the stream path costs per lifecycle.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import statistics
+import sys
 import threading
 import time
 import uuid
@@ -80,13 +82,15 @@ def _percentiles(samples: list[float]) -> dict[str, Any]:
             "max_ms": round(ordered[-1], 1), "mean_ms": round(statistics.fmean(ordered), 1)}
 
 
-def _latencies(client: Any, runs: int, rng: random.Random, answered: list[float] | None = None) -> list[float]:
-    """Enqueue-to-handler-start of ``runs`` operations, one at a time (ms); ``answered``
-    collects how long each enqueue request itself took."""
+def _latencies(client: Any, runs: int, rng: random.Random, cycle_s: float,
+               answered: list[float] | None = None) -> list[float]:
+    """Enqueue-to-handler-start of ``runs`` operations, one at a time (ms), each enqueued after a
+    random pause of up to one poll cycle (``cycle_s``), so arrivals fall anywhere in the cycle;
+    ``answered`` collects how long each enqueue request itself took."""
     samples = []
     for _ in range(runs):
         op = f"lat-{uuid.uuid4().hex[:12]}"
-        time.sleep(rng.uniform(0.02, 0.2))  # arrivals at random moments of the poll cycle
+        time.sleep(rng.uniform(0.01, cycle_s))
         sent = time.time()
         client.enqueue(op, JOB_TYPE, {"n": 1})
         if answered is not None:
@@ -111,9 +115,10 @@ def latency(runs: int) -> dict[str, Any]:
         worker_handlers="leasefence.bench.streams:HANDLERS", worker_tenants=[BENCH_TENANT],
     ) as stack:
         stream_client = LeaseFenceClient(stack.base_url, stack.token(BENCH_TENANT), retries=1)
-        _latencies(stream_client, 2, rng)  # warm: the first invocations load the functions
+        cycle = stack.stream_poll_interval
+        _latencies(stream_client, 2, rng, cycle)  # warm: the first invocations load the functions
         answered: list[float] = []
-        stream = _latencies(stream_client, runs, rng, answered)
+        stream = _latencies(stream_client, runs, rng, cycle, answered)
 
         poller = Worker(EngineBackend(runtime().engine, [POLL_TENANT]), HANDLERS, lease_ms=30_000,
                         idle_sleep_ms=runtime().settings.worker_idle_ms)
@@ -121,8 +126,9 @@ def latency(runs: int) -> dict[str, Any]:
         thread.start()
         try:
             poll_client = LeaseFenceClient(stack.base_url, stack.token(POLL_TENANT), retries=1)
-            _latencies(poll_client, 1, rng)
-            polled = _latencies(poll_client, runs, rng)
+            cycle = poller.idle_sleep_ms / 1000
+            _latencies(poll_client, 1, rng, cycle)
+            polled = _latencies(poll_client, runs, rng, cycle)
         finally:
             poller.stop()
             thread.join(timeout=10)
@@ -232,4 +238,14 @@ def cost(runs: int) -> dict[str, Any]:
 
 
 def measure(runs: int = 40, cost_runs: int = 5) -> dict[str, Any]:
-    return {"latency": latency(runs), "cost": cost(cost_runs)}
+    """Both, with the functions' logs and metrics kept off stdout (``leasefence bench --json``
+    prints its report there)."""
+    from leasefence.observability import logger
+
+    level = logger.log_level
+    logger.setLevel("WARNING")
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # the metrics' EMF lines
+            return {"latency": latency(runs), "cost": cost(cost_runs)}
+    finally:
+        logger.setLevel(level)
