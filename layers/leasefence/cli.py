@@ -222,7 +222,9 @@ def invoke(
     target = endpoint or os.environ.get("LEASEFENCE_DYNAMODB_ENDPOINT") or state.get("dynamodb_endpoint") or DEFAULT_DYNAMODB_ENDPOINT
     os.environ["LEASEFENCE_DYNAMODB_ENDPOINT"] = target
     os.environ["LEASEFENCE_S3_ENDPOINT"] = endpoint or os.environ.get("LEASEFENCE_S3_ENDPOINT") or target
-    for key, value in (("LEASEFENCE_TABLE", state.get("table")), ("LEASEFENCE_PAYLOAD_BUCKET", state.get("bucket"))):
+    os.environ["LEASEFENCE_EVENTS_ENDPOINT"] = endpoint or os.environ.get("LEASEFENCE_EVENTS_ENDPOINT") or target
+    for key, value in (("LEASEFENCE_TABLE", state.get("table")), ("LEASEFENCE_PAYLOAD_BUCKET", state.get("bucket")),
+                       ("LEASEFENCE_EVENT_BUS", state.get("event_bus"))):
         if value:
             os.environ.setdefault(key, value)
     os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")

@@ -150,7 +150,8 @@ def test_token_command(monkeypatch, tmp_path):
 def test_invoke_command_runs_the_handlers(stack, monkeypatch, tmp_path):
     monkeypatch.setenv("LEASEFENCE_STATE_DIR", str(tmp_path))
     # `invoke` configures its process through the environment: undo that afterwards.
-    for key in ("LEASEFENCE_DYNAMODB_ENDPOINT", "LEASEFENCE_S3_ENDPOINT", "POWERTOOLS_TRACE_DISABLED", "AWS_REGION"):
+    for key in ("LEASEFENCE_DYNAMODB_ENDPOINT", "LEASEFENCE_S3_ENDPOINT", "LEASEFENCE_EVENTS_ENDPOINT",
+                "LEASEFENCE_EVENT_BUS", "POWERTOOLS_TRACE_DISABLED", "AWS_REGION"):
         monkeypatch.setenv(key, "placeholder")
         monkeypatch.delenv(key)
     runner = CliRunner()
