@@ -12,7 +12,11 @@ record never blocks its shard. See :mod:`leasefence.streams.publisher`.
 
 from __future__ import annotations
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
 
 from leasefence.observability import logger, metrics, record_event, tracer
 from leasefence.settings import runtime
@@ -28,7 +32,15 @@ def _publisher():
         from leasefence.streams.publisher import Publisher
 
         rt.prepare()
-        _built = (rt, Publisher(rt.engine.store, lambda: rt.client("events"), rt.settings.event_bus, count=record_event))
+        _built = (
+            rt,
+            Publisher(
+                rt.engine.store,
+                lambda: rt.client("events"),
+                rt.settings.event_bus,
+                count=record_event,
+            ),
+        )
     return _built[1]
 
 
@@ -44,6 +56,10 @@ def lambda_handler(event, context):
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
 
     try:
-        return process_partial_response(event=event, record_handler=handle, processor=_processor, context=context)
+        return process_partial_response(
+            event=event, record_handler=handle, processor=_processor, context=context
+        )
     finally:
-        logger.info("stream batch finished", extra={"records": len(event.get("Records") or []), **outcomes})
+        logger.info(
+            "stream batch finished", extra={"records": len(event.get("Records") or []), **outcomes}
+        )

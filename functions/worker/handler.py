@@ -23,7 +23,11 @@ from __future__ import annotations
 
 import importlib
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
 
 from leasefence.observability import logger, metrics, record_event, tracer
 from leasefence.settings import runtime
@@ -57,8 +61,10 @@ def build_worker():
     rt = runtime()
     rt.prepare()
     settings = rt.settings
-    for field, meaning in (("worker_handlers", "the handlers (package.module:NAME)"),
-                           ("worker_tenants", "at least one tenant (comma separated)")):
+    for field, meaning in (
+        ("worker_handlers", "the handlers (package.module:NAME)"),
+        ("worker_tenants", "at least one tenant (comma separated)"),
+    ):
         if not getattr(settings, field):
             raise ValueError(f"{ENVIRONMENT[field]} must name {meaning}")
     # The backend loads payloads with Engine.payload: PayloadMissing (purged, erased, unreadable)
@@ -81,7 +87,11 @@ def _current():
         from leasefence.worker.dispatch import StreamDispatch
 
         worker = build_worker()
-        _built = (rt, worker, StreamDispatch(worker, rt.engine, rt.settings.worker_tenants, count=record_event))
+        _built = (
+            rt,
+            worker,
+            StreamDispatch(worker, rt.engine, rt.settings.worker_tenants, count=record_event),
+        )
     return _built[1], _built[2]
 
 
@@ -109,10 +119,14 @@ def on_stream(dispatch, event, context):
             claims.append(granted)
 
     try:
-        return process_partial_response(event=event, record_handler=claim, processor=_processor, context=context)
+        return process_partial_response(
+            event=event, record_handler=claim, processor=_processor, context=context
+        )
     finally:
         dispatch.run(claims)
-        logger.info("stream batch finished", extra={"records": len(event.get("Records") or []), **outcomes})
+        logger.info(
+            "stream batch finished", extra={"records": len(event.get("Records") or []), **outcomes}
+        )
 
 
 @logger.inject_lambda_context(log_event=False, clear_state=True)

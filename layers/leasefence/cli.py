@@ -74,15 +74,30 @@ def _remove_state(expected_pid: int) -> None:
 def local(
     host: str = typer.Option("127.0.0.1", help="Address for the HTTP API."),
     port: int = typer.Option(8765, help="Port for the HTTP API."),
-    dynamodb_port: int = typer.Option(8766, "--dynamodb-port", help="Port for the embedded DynamoDB (and S3) endpoint."),
-    sweep_interval: float = typer.Option(60.0, "--sweep-interval", help="Seconds between sweeper runs (0: never)."),
-    verbose: bool = typer.Option(False, "--verbose", help="Print a line per HTTP request (method and status)."),
-    streams: bool = typer.Option(True, "--streams/--no-streams",
-                                 help="Read the table's stream: stream worker, history and outcome events."),
-    worker_handlers: str = typer.Option(None, "--worker-handlers",
-                                        help="The stream worker's handlers (module:NAME; default: the demo handlers)."),
-    worker_tenant: Optional[list[str]] = typer.Option(None, "--worker-tenant",
-                                                      help=f"A tenant the stream worker serves (repeat; default {DEV_TENANT})."),
+    dynamodb_port: int = typer.Option(
+        8766, "--dynamodb-port", help="Port for the embedded DynamoDB (and S3) endpoint."
+    ),
+    sweep_interval: float = typer.Option(
+        60.0, "--sweep-interval", help="Seconds between sweeper runs (0: never)."
+    ),
+    verbose: bool = typer.Option(
+        False, "--verbose", help="Print a line per HTTP request (method and status)."
+    ),
+    streams: bool = typer.Option(
+        True,
+        "--streams/--no-streams",
+        help="Read the table's stream: stream worker, history and outcome events.",
+    ),
+    worker_handlers: str = typer.Option(
+        None,
+        "--worker-handlers",
+        help="The stream worker's handlers (module:NAME; default: the demo handlers).",
+    ),
+    worker_tenant: Optional[list[str]] = typer.Option(
+        None,
+        "--worker-tenant",
+        help=f"A tenant the stream worker serves (repeat; default {DEV_TENANT}).",
+    ),
 ) -> None:
     """Run the whole service on this machine until SIGINT/SIGTERM."""
     from leasefence.local.server import DEMO_HANDLERS, LocalStack
@@ -107,14 +122,15 @@ def local(
     token = stack.token(DEV_TENANT)
     lines = [
         f"API base URL:       {stack.base_url}",
-        f"DynamoDB endpoint:  {stack.dynamodb_endpoint}  (table {stack.table_name}; S3 on the same endpoint, "
-        f"bucket {stack.bucket}; linearizable: one request at a time)",
+        f"DynamoDB endpoint:  {stack.dynamodb_endpoint}  (table {stack.table_name}; S3 on the same "
+        f"endpoint, bucket {stack.bucket}; linearizable: one request at a time)",
         f"Docs (Swagger UI):  {stack.docs_url}   OpenAPI: {stack.base_url}/openapi.json",
         f"Sweeper:            every {sweep_interval:g} s" if sweep_interval else "Sweeper:            off",
     ]
     if streams:
         lines += [
-            f"Stream worker:      {handlers} for tenant(s) {', '.join(tenants)}: runs a job right after its enqueue",
+            f"Stream worker:      {handlers} for tenant(s) {', '.join(tenants)}: runs a job right "
+            "after its enqueue",
             f"History and events: from the table's stream; events on bus {stack.event_bus} "
             "(watch them: leasefence events tail)",
         ]
@@ -222,9 +238,14 @@ def invoke(
     target = endpoint or os.environ.get("LEASEFENCE_DYNAMODB_ENDPOINT") or state.get("dynamodb_endpoint") or DEFAULT_DYNAMODB_ENDPOINT
     os.environ["LEASEFENCE_DYNAMODB_ENDPOINT"] = target
     os.environ["LEASEFENCE_S3_ENDPOINT"] = endpoint or os.environ.get("LEASEFENCE_S3_ENDPOINT") or target
-    os.environ["LEASEFENCE_EVENTS_ENDPOINT"] = endpoint or os.environ.get("LEASEFENCE_EVENTS_ENDPOINT") or target
-    for key, value in (("LEASEFENCE_TABLE", state.get("table")), ("LEASEFENCE_PAYLOAD_BUCKET", state.get("bucket")),
-                       ("LEASEFENCE_EVENT_BUS", state.get("event_bus"))):
+    os.environ["LEASEFENCE_EVENTS_ENDPOINT"] = (
+        endpoint or os.environ.get("LEASEFENCE_EVENTS_ENDPOINT") or target
+    )
+    for key, value in (
+        ("LEASEFENCE_TABLE", state.get("table")),
+        ("LEASEFENCE_PAYLOAD_BUCKET", state.get("bucket")),
+        ("LEASEFENCE_EVENT_BUS", state.get("event_bus")),
+    ):
         if value:
             os.environ.setdefault(key, value)
     os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
@@ -368,17 +389,43 @@ def ops_history(
         _fail(error)
     if as_json:
         for entry in entries:
-            typer.echo(json.dumps({k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in vars(entry).items()}))
+            typer.echo(
+                json.dumps(
+                    {
+                        k: (v.isoformat() if hasattr(v, "isoformat") else v)
+                        for k, v in vars(entry).items()
+                    }
+                )
+            )
         return
     table = Table(title=f"history of {operation_id}")
-    for column in ("#", "time", "transition", "from", "to", "fence", "attempt", "actor", "outcome / reason"):
+    for column in (
+        "#",
+        "time",
+        "transition",
+        "from",
+        "to",
+        "fence",
+        "attempt",
+        "actor",
+        "outcome / reason",
+    ):
         table.add_column(column)
     for e in entries:
         actor = e.actor or "-"
         if e.previous_actor:
             actor += f" (took over from {e.previous_actor})"
-        table.add_row(str(e.sequence), e.time.isoformat(), e.transition, e.previous_state or "-", e.state, str(e.fence),
-                      str(e.attempt), actor, e.outcome_code or e.reason or "-")
+        table.add_row(
+            str(e.sequence),
+            e.time.isoformat(),
+            e.transition,
+            e.previous_state or "-",
+            e.state,
+            str(e.fence),
+            str(e.attempt),
+            actor,
+            e.outcome_code or e.reason or "-",
+        )
     console = Console()
     console.print(table)
     if dropped:
@@ -428,14 +475,24 @@ def ops_erase(
 
 @events_app.command("tail")
 def events_tail(
-    tenant: Optional[str] = typer.Option(None, "--tenant", help="Only this tenant's events (default: every tenant)."),
-    detail_type: Optional[list[str]] = typer.Option(None, "--detail-type",
-                                                    help="Only this detail-type, e.g. 'Operation Succeeded' (repeat)."),
-    endpoint: Optional[str] = typer.Option(None, "--endpoint",
-                                           help="The embedded endpoint (default: the running local stack's)."),
-    bus: Optional[str] = typer.Option(None, "--bus", help="The event bus (default: the local stack's)."),
-    count: int = typer.Option(0, "--count", min=0, help="Stop after this many events (0: run until Ctrl-C)."),
-    timeout: float = typer.Option(0, "--timeout", min=0, help="Stop after this many seconds (0: never)."),
+    tenant: Optional[str] = typer.Option(
+        None, "--tenant", help="Only this tenant's events (default: every tenant)."
+    ),
+    detail_type: Optional[list[str]] = typer.Option(
+        None, "--detail-type", help="Only this detail-type, e.g. 'Operation Succeeded' (repeat)."
+    ),
+    endpoint: Optional[str] = typer.Option(
+        None, "--endpoint", help="The embedded endpoint (default: the running local stack's)."
+    ),
+    bus: Optional[str] = typer.Option(
+        None, "--bus", help="The event bus (default: the local stack's)."
+    ),
+    count: int = typer.Option(
+        0, "--count", min=0, help="Stop after this many events (0: run until Ctrl-C)."
+    ),
+    timeout: float = typer.Option(
+        0, "--timeout", min=0, help="Stop after this many seconds (0: never)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print each event as one JSON line."),
 ) -> None:
     """Print outcome events as the local stack publishes them.
@@ -460,13 +517,18 @@ def events_tail(
 
     try:
         pattern = subscription_pattern(tenant, detail_type)
-        subscription = Subscription(clients, pattern, bus=bus or state.get("event_bus") or LOCAL_BUS)
+        subscription = Subscription(
+            clients, pattern, bus=bus or state.get("event_bus") or LOCAL_BUS
+        )
     except ValueError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
     except Exception as error:  # noqa: BLE001 - no stack there, or no bus: say so
-        typer.echo(f"cannot subscribe at {target}: {type(error).__name__}: {error} (is `leasefence local` running?)",
-                   err=True)
+        typer.echo(
+            f"cannot subscribe at {target}: {type(error).__name__}: {error} (is `leasefence local` "
+            "running?)",
+            err=True,
+        )
         raise typer.Exit(1) from None
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -483,9 +545,12 @@ def events_tail(
                 else:
                     d = event.get("detail", {})
                     why = d.get("outcome_code") or d.get("reason") or ""
-                    typer.echo(f"{d.get('time')}  {event.get('detail-type'):<24} {d.get('tenant_id')}/{d.get('operation_id')}"
-                               f"  {d.get('previous_state')} -> {d.get('state')}  fence {d.get('fence')}"
-                               f"  by {d.get('actor')}  {why}".rstrip())
+                    who = f"{d.get('tenant_id')}/{d.get('operation_id')}"
+                    typer.echo(
+                        f"{d.get('time')}  {event.get('detail-type'):<24} {who}"
+                        f"  {d.get('previous_state')} -> {d.get('state')}  fence {d.get('fence')}"
+                        f"  by {d.get('actor')}  {why}".rstrip()
+                    )
                 sys.stdout.flush()
                 if count and seen >= count:
                     return

@@ -447,14 +447,21 @@ class LeaseFenceClient:
         harmless, so a lost answer is retried."""
         return self._finish(operation_id, "erase", {})
 
-    def history(self, operation_id: str, limit: int | None = None, cursor: str | None = None) -> HistoryPage:
+    def history(
+        self, operation_id: str, limit: int | None = None, cursor: str | None = None
+    ) -> HistoryPage:
         """One page of the operation's history, oldest first (needs the operate scope). It trails
         the operation by the stream's lag (about a second)."""
         query = {k: v for k, v in {"limit": limit, "cursor": cursor}.items() if v is not None}
-        path = f"/v1/operations/{self._id(operation_id)}/history" + (f"?{urlencode(query)}" if query else "")
+        path = f"/v1/operations/{self._id(operation_id)}/history" + (
+            f"?{urlencode(query)}" if query else ""
+        )
         data = self.request("GET", path)[1]
-        return HistoryPage([HistoryEntry.from_json(e) for e in data["entries"]], data.get("next_cursor"),
-                           int(data.get("dropped", 0)))
+        return HistoryPage(
+            [HistoryEntry.from_json(e) for e in data["entries"]],
+            data.get("next_cursor"),
+            int(data.get("dropped", 0)),
+        )
 
     def iter_history(self, operation_id: str, page_size: int = 50) -> Iterator[HistoryEntry]:
         cursor = None

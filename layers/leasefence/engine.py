@@ -401,7 +401,9 @@ class Engine:
         validate_id("tenant_id", item.get("tenant_id"))
         validate_id("operation_id", item.get("operation_id"))
         validate_id("worker_id", worker_id)
-        return self._try_claim(item, worker_id, self._lease(lease_ms), self._job_types(job_types), retries=1)
+        return self._try_claim(
+            item, worker_id, self._lease(lease_ms), self._job_types(job_types), retries=1
+        )
 
     def _lease(self, lease_ms: int) -> int:
         if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or not 1_000 <= lease_ms <= MAX_LEASE_MS:
@@ -808,7 +810,8 @@ class Engine:
         validate_id("operation_id", operation_id)
         fence = self._fence(fence)
         now = self.clock()
-        names = dict(_N, **_TRANSITION_NAMES, **{"#dpk": DUE_PK, "#due": DUE_SK, "#spk": SWEEP_PK, "#sat": SWEEP_SK})
+        index_names = {"#dpk": DUE_PK, "#due": DUE_SK, "#spk": SWEEP_PK, "#sat": SWEEP_SK}
+        names = dict(_N, **_TRANSITION_NAMES, **index_names)
         values: dict[str, Any] = {
             ":claimed": State.CLAIMED.value,
             ":f": fence,
@@ -819,7 +822,8 @@ class Engine:
             ":one": 1,
         }
         # The actor stays the claim's (the fence holder's worker id): only the holder closes.
-        sets = ["#state = :to", "updated_at = :now", "closed_fence = :f", "closed_by = :cmd", "#tr = :tr"]
+        sets = ["#state = :to", "updated_at = :now", "closed_fence = :f", "closed_by = :cmd"]
+        sets.append("#tr = :tr")
         removes = ["lease_owner", "lease_expires_at", "#spk", "#sat", "claim_token"]
         for i, (name, value) in enumerate(fields.items()):
             names[f"#x{i}"] = name
@@ -945,12 +949,24 @@ class Engine:
         try:
             self.store.update(
                 self._key(tenant_id, operation_id),
-                "SET #state = :unknown, updated_at = :now, reason = :why, #ppk = :ppk, #pat = :now, "
-                "#tr = :tr, #actor = :actor "
-                "REMOVE #spk, #sat, #dpk, #due, claim_token, lease_owner, lease_expires_at ADD #seq :one",
+                "SET #state = :unknown, updated_at = :now, reason = :why, #ppk = :ppk, "
+                "#pat = :now, #tr = :tr, #actor = :actor "
+                "REMOVE #spk, #sat, #dpk, #due, claim_token, lease_owner, lease_expires_at "
+                "ADD #seq :one",
                 "#state = :claimed AND #fence = :f AND lease_expires_at <= :now AND attempts >= max_attempts",
-                dict(_N, **_TRANSITION_NAMES, **_ACTOR, **{"#spk": SWEEP_PK, "#sat": SWEEP_SK, "#dpk": DUE_PK,
-                                                 "#due": DUE_SK, "#ppk": PARKED_PK, "#pat": PARKED_SK}),
+                dict(
+                    _N,
+                    **_TRANSITION_NAMES,
+                    **_ACTOR,
+                    **{
+                        "#spk": SWEEP_PK,
+                        "#sat": SWEEP_SK,
+                        "#dpk": DUE_PK,
+                        "#due": DUE_SK,
+                        "#ppk": PARKED_PK,
+                        "#pat": PARKED_SK,
+                    },
+                ),
                 {
                     ":tr": Transition.SWEEP.value,
                     ":actor": SWEEPER_ACTOR,
@@ -997,7 +1013,13 @@ class Engine:
         _validate_text("note", note, MAX_REASON_LENGTH, required=False)
         actor = validate_actor(actor, OPERATOR_ACTOR)
         now = self.clock()
-        names = {"#state": "state", "#ppk": PARKED_PK, "#pat": PARKED_SK, **_TRANSITION_NAMES, **_ACTOR}
+        names = {
+            "#state": "state",
+            "#ppk": PARKED_PK,
+            "#pat": PARKED_SK,
+            **_TRANSITION_NAMES,
+            **_ACTOR,
+        }
         transition = Transition.REQUEUE if resolution is Resolution.REQUEUE else Transition.RESOLVE
         values: dict[str, Any] = {
             ":unknown": State.UNKNOWN.value,
@@ -1108,9 +1130,20 @@ class Engine:
                 "#tr = :tr, #actor = :actor "
                 "REMOVE reason, resolution_note, checkpoint, intent ADD #seq :one",
                 "attribute_exists(#op) AND #state <> :claimed",
-                {"#op": "operation_id", "#state": "state", "#pat": PURGE_SK, **_TRANSITION_NAMES, **_ACTOR},
-                {":now": now, ":claimed": State.CLAIMED.value, ":tr": Transition.ERASE.value, ":actor": actor,
-                 ":one": 1},
+                {
+                    "#op": "operation_id",
+                    "#state": "state",
+                    "#pat": PURGE_SK,
+                    **_TRANSITION_NAMES,
+                    **_ACTOR,
+                },
+                {
+                    ":now": now,
+                    ":claimed": State.CLAIMED.value,
+                    ":tr": Transition.ERASE.value,
+                    ":actor": actor,
+                    ":one": 1,
+                },
             )
         except ConditionFailed as refused:
             if refused.item is None:
@@ -1122,7 +1155,10 @@ class Engine:
         try:
             history.record(self.store, item, history.entry_from(None, item), reset=True)
         except Unavailable:
-            log.warning("history not reset yet; the publisher will", extra={"op": self._tag(tenant_id, operation_id)})
+            log.warning(
+                "history not reset yet; the publisher will",
+                extra={"op": self._tag(tenant_id, operation_id)},
+            )
         operation = Operation.from_item(item)
         if self._inline(tenant_id, operation_id, operation) and operation.payload_purged_at is None:
             try:
@@ -1311,7 +1347,9 @@ class Engine:
         :class:`NotFound` when the operation does not exist (for this tenant); an empty page when
         nothing was recorded for it yet (history trails the operation by the stream's lag)."""
         operation = self.get(tenant_id, operation_id)
-        return history.read(self.store, tenant_id, operation_id, operation.created_at, limit=limit, cursor=cursor)
+        return history.read(
+            self.store, tenant_id, operation_id, operation.created_at, limit=limit, cursor=cursor
+        )
 
     def get(self, tenant_id: str, operation_id: str) -> Operation:
         validate_id("tenant_id", tenant_id)

@@ -45,8 +45,16 @@ MAX_ENTRIES = 50
 MAX_REASON = 256
 
 #: Transitions whose entry carries the operation's ``reason`` / ``outcome_code`` / operator note.
-_REASON = frozenset({Transition.FAIL, Transition.RETRY, Transition.RETRY_LATER, Transition.UNKNOWN,
-                     Transition.QUARANTINE, Transition.SWEEP})
+_REASON = frozenset(
+    {
+        Transition.FAIL,
+        Transition.RETRY,
+        Transition.RETRY_LATER,
+        Transition.UNKNOWN,
+        Transition.QUARANTINE,
+        Transition.SWEEP,
+    }
+)
 _OUTCOME = frozenset({Transition.COMPLETE, Transition.RESOLVE})
 _NOTE = frozenset({Transition.RESOLVE, Transition.REQUEUE})
 
@@ -73,7 +81,9 @@ def entry_from(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any
         "seq": int(new["seq"]),
         "at": int(new["updated_at"]),
         "transition": transition.value,
-        "previous_state": (old or {}).get("state") if transition is not Transition.ERASE else new["state"],
+        "previous_state": (old or {}).get("state")
+        if transition is not Transition.ERASE
+        else new["state"],
         "state": new["state"],
         "fence": int(new["fence"]),
         "attempt": int(new["attempts"]),
@@ -114,7 +124,8 @@ def record(store: Store, item: dict[str, Any], entry: dict[str, Any], reset: boo
         try:
             store.update(
                 _key(tenant_id, operation_id),
-                "SET #e = list_append(#e, :e), #ls = :s" + (", #ttl = :ttl" if ttl is not None else ""),
+                "SET #e = list_append(#e, :e), #ls = :s"
+                + (", #ttl = :ttl" if ttl is not None else ""),
                 "#c = :c AND #ls < :s AND size(#e) < :max",
                 names,
                 {**values, ":e": [entry], ":max": MAX_ENTRIES},
@@ -130,8 +141,14 @@ def record(store: Store, item: dict[str, Any], entry: dict[str, Any], reset: boo
     # A new history (the first entry, an erasure, or a new incarnation of the id).
     try:
         store.put(
-            {"tenant_id": tenant_id, "operation_id": keys.history_id(operation_id), "created_at": created_at,
-             "last_seq": seq, "entries": [entry], **({TTL_ATTRIBUTE: int(ttl)} if ttl is not None else {})},
+            {
+                "tenant_id": tenant_id,
+                "operation_id": keys.history_id(operation_id),
+                "created_at": created_at,
+                "last_seq": seq,
+                "entries": [entry],
+                **({TTL_ATTRIBUTE: int(ttl)} if ttl is not None else {}),
+            },
             "attribute_not_exists(#c) OR #c < :c OR (#c = :c AND #ls < :s)",
             {"#c": "created_at", "#ls": "last_seq"},
             {":c": created_at, ":s": seq},
@@ -142,12 +159,20 @@ def record(store: Store, item: dict[str, Any], entry: dict[str, Any], reset: boo
 
 
 def _compact(
-    store: Store, current: dict[str, Any], entry: dict[str, Any], values: dict[str, Any], names: dict[str, str]
+    store: Store,
+    current: dict[str, Any],
+    entry: dict[str, Any],
+    values: dict[str, Any],
+    names: dict[str, str],
 ) -> bool:
     """The history is full: keep its first entry and the newest ones, count what was dropped.
     Pinned to the ``last_seq`` it read (a concurrent writer makes it a no-op)."""
     entries = current.get("entries") or []
-    kept = [*entries[:1], *entries[len(entries) - (MAX_ENTRIES - 2):]] if len(entries) >= 2 else entries
+    kept = (
+        [*entries[:1], *entries[len(entries) - (MAX_ENTRIES - 2) :]]
+        if len(entries) >= 2
+        else entries
+    )
     dropped = len(entries) - len(kept)
     try:
         store.update(
@@ -156,7 +181,13 @@ def _compact(
             + (", #ttl = :ttl" if ":ttl" in values else ""),
             "#c = :c AND #ls = :last",
             names,
-            {**values, ":all": [*kept, entry], ":zero": 0, ":k": dropped, ":last": int(current["last_seq"])},
+            {
+                **values,
+                ":all": [*kept, entry],
+                ":zero": 0,
+                ":k": dropped,
+                ":last": int(current["last_seq"]),
+            },
             returns="NONE",
         )
     except ConditionFailed:
@@ -186,8 +217,14 @@ class HistoryPage:
     dropped: int = 0
 
 
-def read(store: Store, tenant_id: str, operation_id: str, created_at: int, limit: int = 50,
-         cursor: str | None = None) -> HistoryPage:
+def read(
+    store: Store,
+    tenant_id: str,
+    operation_id: str,
+    created_at: int,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> HistoryPage:
     """One page of the history of the operation created at ``created_at``, oldest first, after
     the cursor (an earlier page's ``next_cursor``). One eventually consistent read: history
     trails the operation by the stream's lag anyway."""

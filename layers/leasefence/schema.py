@@ -188,8 +188,13 @@ def create_table(client: Any, spec: TableSpec | None = None, stream: bool = Fals
     try:
         client.create_table(**create_table_request(spec, stream=stream))
     except client.exceptions.ResourceInUseException:
-        if stream and "LatestStreamArn" not in client.describe_table(TableName=spec.table_name)["Table"]:
-            client.update_table(TableName=spec.table_name, StreamSpecification=dict(STREAM_SPECIFICATION))
+        if (
+            stream
+            and "LatestStreamArn" not in client.describe_table(TableName=spec.table_name)["Table"]
+        ):
+            client.update_table(
+                TableName=spec.table_name, StreamSpecification=dict(STREAM_SPECIFICATION)
+            )
         return
     client.update_time_to_live(
         TableName=spec.table_name,

@@ -27,14 +27,15 @@ Environment:
                                    assumed per tenant with a session tag naming the tenant (the role's
                                    policy limits ``dynamodb:LeadingKeys`` to that tag)
 ``LEASEFENCE_TENANT_SESSION_TAG``  that session tag's key (default ``tenant_id``)
-``LEASEFENCE_EVENT_BUS``           the EventBridge bus (name or ARN) the publisher sends outcome events to
-                                   (unset: it records history only)
+``LEASEFENCE_EVENT_BUS``           the EventBridge bus (name or ARN) the publisher sends outcome
+                                   events to (unset: it records history only)
 ``LEASEFENCE_EVENTS_ENDPOINT``     EventBridge endpoint override (local stacks)
-``LEASEFENCE_WORKER_HANDLERS``     the worker function's handlers: ``package.module:NAME``, a mapping of
-                                   job type to handler
+``LEASEFENCE_WORKER_HANDLERS``     the worker function's handlers: ``package.module:NAME``, a
+                                   mapping of job type to handler
 ``LEASEFENCE_WORKER_TENANTS``      the tenants the worker function serves (comma separated)
 ``LEASEFENCE_WORKER_LEASE_SECONDS`` the worker's lease (default 60)
-``LEASEFENCE_WORKER_IDLE_MS``      how long an idle worker loop waits before polling again (default 1000)
+``LEASEFENCE_WORKER_IDLE_MS``      how long an idle worker loop waits before polling again
+                                   (default 1000)
 """
 
 from __future__ import annotations
@@ -153,7 +154,9 @@ class Settings:
             event_bus=env.get("LEASEFENCE_EVENT_BUS") or None,
             events_endpoint=env.get("LEASEFENCE_EVENTS_ENDPOINT") or None,
             worker_handlers=env.get("LEASEFENCE_WORKER_HANDLERS") or None,
-            worker_tenants=tuple(t for t in (env.get("LEASEFENCE_WORKER_TENANTS") or "").split(",") if t),
+            worker_tenants=tuple(
+                t for t in (env.get("LEASEFENCE_WORKER_TENANTS") or "").split(",") if t
+            ),
             worker_lease_seconds=_int_env(env, "LEASEFENCE_WORKER_LEASE_SECONDS", 60),
             worker_idle_ms=_int_env(env, "LEASEFENCE_WORKER_IDLE_MS", 1_000),
         )

@@ -158,7 +158,9 @@ class Store:
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
 
-    def put(self, item: dict[str, Any], condition: str, names: dict[str, str], values: dict[str, Any]) -> None:
+    def put(
+        self, item: dict[str, Any], condition: str, names: dict[str, str], values: dict[str, Any]
+    ) -> None:
         """A conditional put whose condition compares with values."""
         self._call(
             "put_item",

@@ -46,7 +46,9 @@ def _not_done(job: Job) -> Reconciled:
 
 HANDLERS = {
     "stream-quick": FunctionHandler(quick),
-    "demo-receipt": FunctionHandler(quick),  # the sample event's job type (events/worker-stream.json)
+    "demo-receipt": FunctionHandler(
+        quick
+    ),  # the sample event's job type (events/worker-stream.json)
     "stream-stall": FunctionHandler(stall_once, _not_done),
     "stream-ambiguous": FunctionHandler(ambiguous_once, _not_done),
 }

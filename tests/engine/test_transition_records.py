@@ -48,7 +48,9 @@ def test_each_transition_names_itself_and_its_actor_in_its_one_write(engine, clo
     def one_write(action):
         counting.calls.clear()
         result = action()
-        writes = [c for c in counting.calls if c in ("update_item", "put_item", "transact_write_items")]
+        writes = [
+            c for c in counting.calls if c in ("update_item", "put_item", "transact_write_items")
+        ]
         assert writes in (["update_item"], ["put_item"]), counting.calls
         return result
 
@@ -59,10 +61,18 @@ def test_each_transition_names_itself_and_its_actor_in_its_one_write(engine, clo
     assert mark(engine) == ("claim", "w1", 2)
     engine.heartbeat(T, "op-1", claim.fence, "w1")
     assert mark(engine) == ("claim", "w1", 2)  # a heartbeat is no transition
-    one_write(lambda: engine.fail(T, "op-1", claim.fence, retryable=True, reason="flaky", retry_after_ms=0))
+    one_write(
+        lambda: engine.fail(
+            T, "op-1", claim.fence, retryable=True, reason="flaky", retry_after_ms=0
+        )
+    )
     assert mark(engine) == ("retry", "w1", 3)  # the holder's id stays: only the holder closes
     claim = engine.claim(T, "op-1", "w2", lease_ms=5_000)
-    one_write(lambda: engine.fail(T, "op-1", claim.fence, retryable=True, reason="busy", retry_after_ms=2_000))
+    one_write(
+        lambda: engine.fail(
+            T, "op-1", claim.fence, retryable=True, reason="busy", retry_after_ms=2_000
+        )
+    )
     assert mark(engine) == ("retry_later", "w2", 5)
     clock.advance(2_000)
     claim = engine.claim(T, "op-1", "w3", lease_ms=5_000)
@@ -82,7 +92,9 @@ def test_each_transition_names_itself_and_its_actor_in_its_one_write(engine, clo
     claim = engine.claim(T, "op-2", "w1", lease_ms=5_000)
     one_write(lambda: engine.complete(T, "op-2", claim.fence, "refunded"))
     assert mark(engine, "op-2") == ("complete", "w1", 3)
-    assert engine.complete(T, "op-2", claim.fence, "refunded").state == "succeeded"  # a retry: no new write
+    assert (
+        engine.complete(T, "op-2", claim.fence, "refunded").state == "succeeded"
+    )  # a retry: no new write
     assert mark(engine, "op-2")[2] == 3
 
 
@@ -111,7 +123,7 @@ def test_actor_is_validated(engine):
         engine.resolve(T, "op-1", "requeue", actor="")
 
 
-# ---------------------------------------------------------------- history (written as the publisher does)
+# ------------------------------------------------- history (written as the publisher does)
 
 
 def record(engine, old, op="op-1"):
@@ -126,20 +138,31 @@ def test_history_is_idempotent_ordered_and_carries_the_ttl_once_ended(engine, cl
     assert written
     claim = engine.claim(T, "op-1", "w1", lease_ms=5_000)
     claimed, _ = record(engine, enqueued)
-    assert not history.record(engine.store, claimed, history.entry_from(enqueued, claimed))  # delivered again
-    assert not history.record(engine.store, enqueued, history.entry_from(None, enqueued))  # an older one, late
+    assert not history.record(
+        engine.store, claimed, history.entry_from(enqueued, claimed)
+    )  # delivered again
+    assert not history.record(
+        engine.store, enqueued, history.entry_from(None, enqueued)
+    )  # an older one, late
     engine.complete(T, "op-1", claim.fence, "refunded")
     done, _ = record(engine, claimed)
     page = engine.history(T, "op-1")
-    assert [(e["seq"], e["transition"], e.get("previous_state"), e["state"], e["fence"], e.get("actor")) for e in
-            page.entries] == [(1, "enqueue", None, "queued", 0, "p"), (2, "claim", "queued", "claimed", 1, "w1"),
-                              (3, "complete", "claimed", "succeeded", 1, "w1")]
+    assert [
+        (e["seq"], e["transition"], e.get("previous_state"), e["state"], e["fence"], e.get("actor"))
+        for e in page.entries
+    ] == [
+        (1, "enqueue", None, "queued", 0, "p"),
+        (2, "claim", "queued", "claimed", 1, "w1"),
+        (3, "complete", "claimed", "succeeded", 1, "w1"),
+    ]
     assert page.entries[2]["outcome_code"] == "refunded" and page.next_cursor is None
     stored = engine.store.get({"tenant_id": T, "operation_id": "\x01op-1"})
     assert stored[TTL_ATTRIBUTE] == done[TTL_ATTRIBUTE]  # kept as long as the identity
     first = engine.history(T, "op-1", limit=2)
     assert [e["seq"] for e in first.entries] == [1, 2]
-    assert [e["seq"] for e in engine.history(T, "op-1", limit=2, cursor=first.next_cursor).entries] == [3]
+    assert [
+        e["seq"] for e in engine.history(T, "op-1", limit=2, cursor=first.next_cursor).entries
+    ] == [3]
     with pytest.raises(InvalidInput):
         engine.history(T, "op-1", cursor="not-a-cursor")
     assert [o.operation_id for o in engine.list(T).operations] == ["op-1"]  # listings never meet it
@@ -153,7 +176,9 @@ def test_a_long_history_keeps_its_first_entry_and_the_newest(engine):
         assert history.record(engine.store, item, {**base, "seq": seq})
     page = engine.history(T, "op-1")
     seqs = [e["seq"] for e in page.entries]
-    assert len(seqs) == history.MAX_ENTRIES and seqs[0] == 1 and seqs[-1] == history.MAX_ENTRIES + 10
+    assert (
+        len(seqs) == history.MAX_ENTRIES and seqs[0] == 1 and seqs[-1] == history.MAX_ENTRIES + 10
+    )
     assert seqs[1:] == list(range(12, history.MAX_ENTRIES + 11)) and page.dropped == 10
 
 
@@ -165,7 +190,9 @@ def test_erasure_replaces_the_history_and_late_records_cannot_bring_it_back(engi
     claimed = raw(engine)  # (the publisher lags: the claim and the park are not recorded yet)
     engine.erase(T, "op-1", actor="ops-erin")
     entries = engine.history(T, "op-1").entries
-    assert [(e["transition"], e.get("actor"), e["state"]) for e in entries] == [("erase", "ops-erin", "unknown")]
+    assert [(e["transition"], e.get("actor"), e["state"]) for e in entries] == [
+        ("erase", "ops-erin", "unknown")
+    ]
     assert not history.record(engine.store, claimed, history.entry_from(enqueued, claimed))
     assert "reason" not in str(engine.history(T, "op-1").entries)
 
@@ -173,7 +200,9 @@ def test_erasure_replaces_the_history_and_late_records_cannot_bring_it_back(engi
 def test_a_new_incarnation_starts_a_new_history_and_removal_spares_it(engine, clock):
     engine.enqueue(T, "op-1", "refund", H)
     old, _ = record(engine, None)
-    engine.store.delete({"tenant_id": T, "operation_id": "op-1"}, "attribute_exists(#s)", {"#s": "state"}, {})
+    engine.store.delete(
+        {"tenant_id": T, "operation_id": "op-1"}, "attribute_exists(#s)", {"#s": "state"}, {}
+    )
     clock.advance(10)
     engine.enqueue(T, "op-1", "refund", H)  # the identity was gone: a new operation
     new, written = record(engine, None)

@@ -31,13 +31,21 @@ class Context:
 def worker_function(aws, spec, monkeypatch):
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
     # What the function reads from its environment (LEASEFENCE_WORKER_HANDLERS, ..._TENANTS, ...).
-    rt = settings.install(settings.Settings.from_env({
-        "LEASEFENCE_TABLE": spec.table_name, "LEASEFENCE_DUE_SHARDS": str(spec.due_shards),
-        "LEASEFENCE_SWEEP_SHARDS": str(spec.sweep_shards), "LEASEFENCE_DYNAMODB_ENDPOINT": aws.endpoint,
-        "LEASEFENCE_S3_ENDPOINT": aws.endpoint, "AWS_REGION": "us-east-1",
-        "LEASEFENCE_WORKER_HANDLERS": "functions.worker.demo_handlers:HANDLERS",
-        "LEASEFENCE_WORKER_TENANTS": "acme,globex", "LEASEFENCE_WORKER_IDLE_MS": "10",
-    }))
+    rt = settings.install(
+        settings.Settings.from_env(
+            {
+                "LEASEFENCE_TABLE": spec.table_name,
+                "LEASEFENCE_DUE_SHARDS": str(spec.due_shards),
+                "LEASEFENCE_SWEEP_SHARDS": str(spec.sweep_shards),
+                "LEASEFENCE_DYNAMODB_ENDPOINT": aws.endpoint,
+                "LEASEFENCE_S3_ENDPOINT": aws.endpoint,
+                "AWS_REGION": "us-east-1",
+                "LEASEFENCE_WORKER_HANDLERS": "functions.worker.demo_handlers:HANDLERS",
+                "LEASEFENCE_WORKER_TENANTS": "acme,globex",
+                "LEASEFENCE_WORKER_IDLE_MS": "10",
+            }
+        )
+    )
     from functions.worker import handler
 
     handler._built = None

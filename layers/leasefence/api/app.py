@@ -355,7 +355,9 @@ def resolve(id: _OperationPath, body: models.ResolveRequest):
     caller = _caller("resolveOperation")
     tenant = caller.tenant_id
     return _operation(
-        runtime().engine_for(tenant).resolve(tenant, _path_id(id), body.resolution, note=body.note, actor=caller.subject)
+        runtime()
+        .engine_for(tenant)
+        .resolve(tenant, _path_id(id), body.resolution, note=body.note, actor=caller.subject)
     )
 
 
@@ -375,7 +377,9 @@ def resolve(id: _OperationPath, body: models.ResolveRequest):
 def erase(id: _OperationPath, body: models.EraseRequest | None = None):
     caller = _caller("eraseOperation")
     tenant = caller.tenant_id
-    return _operation(runtime().engine_for(tenant).erase(tenant, _path_id(id), actor=caller.subject))
+    return _operation(
+        runtime().engine_for(tenant).erase(tenant, _path_id(id), actor=caller.subject)
+    )
 
 
 def _history_entry(entry: dict[str, Any]) -> dict[str, Any]:
@@ -398,23 +402,37 @@ def _history_entry(entry: dict[str, Any]) -> dict[str, Any]:
 @_register(
     "getHistory",
     "What happened to an operation, oldest first (operators)",
-    {**_ok(200, "A page of the operation's history", models.HistoryOut), **_error_responses(404, *_AUTH)},
-    description="Each transition with its time, the state before and after, the fence, who made it (worker id, "
-    "or the operator's or producer's identity from the token) and why (outcome code, reason or note). Recorded "
-    "from the table's stream, so it trails the operation by about a second; kept as long as the operation's "
-    "identity; an erasure replaces it with the erasure's own entry. 404 not_found for an id that is unknown or "
-    "another tenant's (answered exactly alike).",
+    {
+        **_ok(200, "A page of the operation's history", models.HistoryOut),
+        **_error_responses(404, *_AUTH),
+    },
+    description="Each transition with its time, the state before and after, the fence, who made it "
+    "(worker id, or the operator's or producer's identity from the token) and why (outcome code, "
+    "reason or note). Recorded from the table's stream, so it trails the operation by about a "
+    "second; kept as long as the operation's identity; an erasure replaces it with the erasure's "
+    "own entry. 404 not_found for an id that is unknown or another tenant's (answered exactly "
+    "alike).",
 )
 def history(
     id: _OperationPath,
     limit: Annotated[int, Query(ge=1, le=50, description="Entries per page (1-50)")] = 50,
-    cursor: Annotated[str | None, Query(max_length=256, description="next_cursor of the previous page")] = None,
+    cursor: Annotated[
+        str | None, Query(max_length=256, description="next_cursor of the previous page")
+    ] = None,
 ):
     tenant = _caller("getHistory").tenant_id
-    page = runtime().engine_for(tenant).history(tenant, _path_id(id), limit=limit, cursor=cursor or None)
+    page = (
+        runtime()
+        .engine_for(tenant)
+        .history(tenant, _path_id(id), limit=limit, cursor=cursor or None)
+    )
     return _json(
         200,
-        {"entries": [_history_entry(e) for e in page.entries], "next_cursor": page.next_cursor, "dropped": page.dropped},
+        {
+            "entries": [_history_entry(e) for e in page.entries],
+            "next_cursor": page.next_cursor,
+            "dropped": page.dropped,
+        },
     )
 
 

@@ -125,7 +125,11 @@ def caller_from_event(event: Mapping[str, Any]) -> Caller:
     tenant_id = claims.get("tenant_id")
     if not isinstance(tenant_id, str) or not 1 <= len(tenant_id) <= 256 or _CONTROL_RE.search(tenant_id):
         raise Unauthorized("the token has no usable tenant_id claim")
-    return Caller(tenant_id=tenant_id, scopes=_scopes_of(claims, jwt.get("scopes")), subject=_subject_of(claims))
+    return Caller(
+        tenant_id=tenant_id,
+        scopes=_scopes_of(claims, jwt.get("scopes")),
+        subject=_subject_of(claims),
+    )
 
 
 def _subject_of(claims: Mapping[str, Any]) -> str | None:

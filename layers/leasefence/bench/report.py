@@ -9,7 +9,16 @@ import time
 from importlib import metadata
 from typing import Any, Callable
 
-from leasefence.bench import coldstart, contention, cost, depth, fairness, scale_sim, streams, throughput
+from leasefence.bench import (
+    coldstart,
+    contention,
+    cost,
+    depth,
+    fairness,
+    scale_sim,
+    streams,
+    throughput,
+)
 from leasefence.bench.harness import ServerProcess
 
 #: The report's required keys (issue 7), all numeric.
@@ -101,8 +110,11 @@ def run(quick: bool = False) -> dict[str, Any]:
     sections["throughput"] = _timed("throughput", timings, lambda: throughput.measure(
         (8, 32), backlog=p["tp_backlog"], lifecycles=p["tp_lifecycles"], raw_per_thread=p["tp_raw_per_thread"]))
     sections["coldstart"] = _timed("cold start", timings, lambda: coldstart.measure(runs=p["import_runs"]))
-    sections["streams"] = _timed("stream path", timings, lambda: streams.measure(
-        runs=p["stream_runs"], cost_runs=p["stream_cost_runs"]))
+    sections["streams"] = _timed(
+        "stream path",
+        timings,
+        lambda: streams.measure(runs=p["stream_runs"], cost_runs=p["stream_cost_runs"]),
+    )
     sections["scale"] = _timed("scale simulation", timings, lambda: scale_sim.table(
         p["sim_shards"], scale_sim.UnitCosts(
             due_index_wcu=sections["cost"]["lifecycle"]["wcu_index"],
@@ -139,15 +151,23 @@ def run(quick: bool = False) -> dict[str, Any]:
     }
     st = sections["streams"]
     usd = st["cost"]["usd_per_million_lifecycles"]
-    report.update({
-        "stream_start_p50_ms": st["latency"]["stream"]["p50_ms"],
-        "stream_start_p99_ms": st["latency"]["stream"]["p99_ms"],
-        "poll_start_p50_ms": st["latency"]["polling_1s"]["p50_ms"],
-        "wcu_per_lifecycle_stream_path": st["cost"]["per_lifecycle"]["stream_path_wcu"],
-        "wcu_history_per_lifecycle": st["cost"]["per_lifecycle"]["history_wcu"],
-        "usd_stream_path_per_million_lifecycles": round(
-            usd["lifecycle"] + usd["history"] + usd["events"] + usd["stream_reads"] + usd["invocations_at_most"], 3),
-    })
+    report.update(
+        {
+            "stream_start_p50_ms": st["latency"]["stream"]["p50_ms"],
+            "stream_start_p99_ms": st["latency"]["stream"]["p99_ms"],
+            "poll_start_p50_ms": st["latency"]["polling_1s"]["p50_ms"],
+            "wcu_per_lifecycle_stream_path": st["cost"]["per_lifecycle"]["stream_path_wcu"],
+            "wcu_history_per_lifecycle": st["cost"]["per_lifecycle"]["history_wcu"],
+            "usd_stream_path_per_million_lifecycles": round(
+                usd["lifecycle"]
+                + usd["history"]
+                + usd["events"]
+                + usd["stream_reads"]
+                + usd["invocations_at_most"],
+                3,
+            ),
+        }
+    )
     report["targets"] = judge(report, sections)
     report["sections"] = sections
     report["meta"] = {
@@ -315,33 +335,51 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
         "imports it even when disabled."))
     st = s["streams"]
     lat, sc = st["latency"], st["cost"]
-    rows.append(_row(
-        "stream_start_p50", "< 1000 ms", r["stream_start_p50_ms"], r["stream_start_p50_ms"] < 1000,
-        f"{r['stream_start_p50_ms']:g} ms (p99 {r['stream_start_p99_ms']:g}); polling every 1 s: "
-        f"{r['poll_start_p50_ms']:g} ms (p99 {lat['polling_1s']['p99_ms']:g})",
-        f"Enqueue over HTTP to the handler's first line, {lat['stream']['runs']} operations one at a time on the local "
-        f"stack: the event source mapping reads the embedded table's stream every {lat['stream_poll_interval_ms']} ms "
-        f"when idle, the worker function claims the operation named by the record (one write, no read) and runs it. "
-        f"The enqueue request itself takes {lat['enqueue_request']['p50_ms']:g} ms of that (p50). Next to it a worker "
-        f"polling the same stack with the worker function's idle wait (1 s). On AWS, Lambda polls a stream shard about "
-        f"four times a second; the polling path there is the function's schedule, rate(1 minute): up to 60 s, 30 s on "
-        f"average (computed)."))
+    rows.append(
+        _row(
+            "stream_start_p50",
+            "< 1000 ms",
+            r["stream_start_p50_ms"],
+            r["stream_start_p50_ms"] < 1000,
+            f"{r['stream_start_p50_ms']:g} ms (p99 {r['stream_start_p99_ms']:g}); polling every 1 "
+            f"s: {r['poll_start_p50_ms']:g} ms (p99 {lat['polling_1s']['p99_ms']:g})",
+            f"Enqueue over HTTP to the handler's first line, {lat['stream']['runs']} operations "
+            "one at a time on the local stack: the event source mapping reads the embedded table's "
+            f"stream every {lat['stream_poll_interval_ms']} ms when idle, the worker function "
+            "claims the operation named by the record (one write, no read) and runs it. The "
+            f"enqueue request itself takes {lat['enqueue_request']['p50_ms']:g} ms of that (p50). "
+            "Next to it a worker polling the same stack with the worker function's idle wait (1 "
+            "s). On AWS, Lambda polls a stream shard about four times a second; the polling path "
+            "there is the function's schedule, rate(1 minute): up to 60 s, 30 s on average "
+            "(computed).",
+        )
+    )
     per = sc["per_lifecycle"]
     usd = sc["usd_per_million_lifecycles"]
-    rows.append(_row(
-        "stream path cost", "(reported)", r["usd_stream_path_per_million_lifecycles"], None,
-        f"{per['stream_path_wcu']:g} WCU per lifecycle (history {per['history_wcu']:g}; in the same write: "
-        f"{per['same_write_wcu']:g}); ${r['usd_stream_path_per_million_lifecycles']:g} per million",
-        f"Per lifecycle (enqueue, claim from the stream record, complete): the lifecycle {per['lifecycle_wcu']:g} WCU and "
-        f"{per['lifecycle_rcu']:g} RCU (no index query: the record names the operation); {per['stream_records']:g} "
-        f"stream records, read free of charge by Lambda ({per['worker_records']:g} passes the worker's filter, "
-        f"{per['publisher_records']:g} the publisher's); history {per['history_wcu']:g} WCU ({per['history_requests']:g} "
-        f"writes of one small item) instead of {per['same_write_wcu'] - per['lifecycle_wcu']:g} more if each "
-        f"transition wrote it in a transaction (every write doubles); {per['events']:g} event. Per million "
-        f"lifecycles at us-east-1 list prices: lifecycle ${usd['lifecycle']:g}, history ${usd['history']:g} (in the "
-        f"same write: ${usd['history_in_the_same_write']:g}), events ${usd['events']:g}, stream reads "
-        f"${usd['stream_reads']:g}, Lambda requests at most ${usd['invocations_at_most']:g} (one per filtered record; "
-        f"batches share one), plus Lambda duration (not measured here)."))
+    rows.append(
+        _row(
+            "stream path cost",
+            "(reported)",
+            r["usd_stream_path_per_million_lifecycles"],
+            None,
+            f"{per['stream_path_wcu']:g} WCU per lifecycle (history {per['history_wcu']:g}; in the "
+            f"same write: {per['same_write_wcu']:g}); "
+            f"${r['usd_stream_path_per_million_lifecycles']:g} per million",
+            "Per lifecycle (enqueue, claim from the stream record, complete): the lifecycle "
+            f"{per['lifecycle_wcu']:g} WCU and {per['lifecycle_rcu']:g} RCU (no index query: the "
+            f"record names the operation); {per['stream_records']:g} stream records, read free of "
+            f"charge by Lambda ({per['worker_records']:g} passes the worker's filter, "
+            f"{per['publisher_records']:g} the publisher's); history {per['history_wcu']:g} WCU "
+            f"({per['history_requests']:g} writes of one small item) instead of "
+            f"{per['same_write_wcu'] - per['lifecycle_wcu']:g} more if each transition wrote it in "
+            f"a transaction (every write doubles); {per['events']:g} event. Per million lifecycles "
+            f"at us-east-1 list prices: lifecycle ${usd['lifecycle']:g}, history "
+            f"${usd['history']:g} (in the same write: ${usd['history_in_the_same_write']:g}), "
+            f"events ${usd['events']:g}, stream reads ${usd['stream_reads']:g}, Lambda requests at "
+            f"most ${usd['invocations_at_most']:g} (one per filtered record; batches share one), "
+            "plus Lambda duration (not measured here).",
+        )
+    )
     scale = s["scale"]
     four = next((row for row in scale["rows"] if row["due_shards"] == 4), scale["rows"][0])
     rows.append(_row(

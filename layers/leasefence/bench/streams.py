@@ -57,7 +57,7 @@ def _record_start(job: Job) -> str:
     return "ok"
 
 
-#: What the bench's stream worker runs (``LocalStack(worker_handlers="leasefence.bench.streams:HANDLERS")``).
+#: What the bench's stream worker runs (``worker_handlers="leasefence.bench.streams:HANDLERS"``).
 HANDLERS = {JOB_TYPE: FunctionHandler(_record_start)}
 
 
@@ -78,12 +78,18 @@ def _percentiles(samples: list[float]) -> dict[str, Any]:
     def pick(q: float) -> float:
         return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
-    return {"runs": len(ordered), "p50_ms": round(statistics.median(ordered), 1), "p99_ms": round(pick(0.99), 1),
-            "max_ms": round(ordered[-1], 1), "mean_ms": round(statistics.fmean(ordered), 1)}
+    return {
+        "runs": len(ordered),
+        "p50_ms": round(statistics.median(ordered), 1),
+        "p99_ms": round(pick(0.99), 1),
+        "max_ms": round(ordered[-1], 1),
+        "mean_ms": round(statistics.fmean(ordered), 1),
+    }
 
 
-def _latencies(client: Any, runs: int, rng: random.Random, cycle_s: float,
-               answered: list[float] | None = None) -> list[float]:
+def _latencies(
+    client: Any, runs: int, rng: random.Random, cycle_s: float, answered: list[float] | None = None
+) -> list[float]:
     """Enqueue-to-handler-start of ``runs`` operations, one at a time (ms), each enqueued after a
     random pause of up to one poll cycle (``cycle_s``), so arrivals fall anywhere in the cycle;
     ``answered`` collects how long each enqueue request itself took."""
@@ -110,18 +116,30 @@ def latency(runs: int) -> dict[str, Any]:
     from leasefence.worker import EngineBackend, Worker
 
     rng = random.Random(13)
-    with EmbeddedAws() as aws, LocalStack(
-        port=0, aws=aws, sweep_interval=None, secret="bench-" + "s" * 32, streams=True,
-        worker_handlers="leasefence.bench.streams:HANDLERS", worker_tenants=[BENCH_TENANT],
-    ) as stack:
+    with (
+        EmbeddedAws() as aws,
+        LocalStack(
+            port=0,
+            aws=aws,
+            sweep_interval=None,
+            secret="bench-" + "s" * 32,
+            streams=True,
+            worker_handlers="leasefence.bench.streams:HANDLERS",
+            worker_tenants=[BENCH_TENANT],
+        ) as stack,
+    ):
         stream_client = LeaseFenceClient(stack.base_url, stack.token(BENCH_TENANT), retries=1)
         cycle = stack.stream_poll_interval
         _latencies(stream_client, 2, rng, cycle)  # warm: the first invocations load the functions
         answered: list[float] = []
         stream = _latencies(stream_client, runs, rng, cycle, answered)
 
-        poller = Worker(EngineBackend(runtime().engine, [POLL_TENANT]), HANDLERS, lease_ms=30_000,
-                        idle_sleep_ms=runtime().settings.worker_idle_ms)
+        poller = Worker(
+            EngineBackend(runtime().engine, [POLL_TENANT]),
+            HANDLERS,
+            lease_ms=30_000,
+            idle_sleep_ms=runtime().settings.worker_idle_ms,
+        )
         thread = threading.Thread(target=poller.run, name="bench-poller", daemon=True)
         thread.start()
         try:
@@ -139,9 +157,11 @@ def latency(runs: int) -> dict[str, Any]:
             "polling_1s": _percentiles(polled),
             "schedule_rate_1_minute_computed": {"p50_ms": 30_000, "max_ms": 60_000},
             "stream_poll_interval_ms": round(stack.stream_poll_interval * 1000),
-            "worker_mapping": {"records_read": worker_stats.records_read,
-                               "records_filtered_out": worker_stats.records_filtered_out,
-                               "invocations": worker_stats.invocations},
+            "worker_mapping": {
+                "records_read": worker_stats.records_read,
+                "records_filtered_out": worker_stats.records_filtered_out,
+                "invocations": worker_stats.invocations,
+            },
         }
 
 
@@ -160,7 +180,7 @@ def cost(runs: int) -> dict[str, Any]:
     published: list[dict[str, Any]] = []
 
     class Bus:  # stands in for EventBridge: counts what the publisher sends
-        def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803 - boto3's name
+        def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
             published.extend(Entries)
             return {"FailedEntryCount": 0, "Entries": [{"EventId": "x"} for _ in Entries]}
 
@@ -169,33 +189,51 @@ def cost(runs: int) -> dict[str, Any]:
         spec = TableSpec(table_name="bench-streams")
         create_table(raw, spec, stream=True)
         meter = Meter(raw, units=True)
-        engine = Engine(client=meter.client(aws.client()), spec=spec, clock=ManualClock(), rng=random.Random(5))
-        engine.enqueue("acme-corp", "warm", "refund", "sha256:" + "5" * 64)  # the directory entry, once
+        engine = Engine(
+            client=meter.client(aws.client()), spec=spec, clock=ManualClock(), rng=random.Random(5)
+        )
+        engine.enqueue(
+            "acme-corp", "warm", "refund", "sha256:" + "5" * 64
+        )  # the directory entry, once
         streams = aws.client("dynamodbstreams")
         arn = raw.describe_table(TableName=spec.table_name)["Table"]["LatestStreamArn"]
         shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
-        iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="LATEST")["ShardIterator"]
+        iterator = streams.get_shard_iterator(
+            StreamArn=arn, ShardId=shard, ShardIteratorType="LATEST"
+        )["ShardIterator"]
         publisher = Publisher(engine.store, Bus, "bench-bus")
         to_worker, to_publisher = filters.dispatch_filters(), filters.publisher_filters()
         counts = {"records": 0, "worker": 0, "publisher": 0}
+
         def read() -> list[dict[str, Any]]:
             nonlocal iterator
             answer = streams.get_records(ShardIterator=iterator)
             iterator = answer["NextShardIterator"]
             # The publisher's own history writes are in the stream too; no function gets them.
-            return [r for r in (lambda_record(r, arn) for r in answer["Records"]) if r["dynamodb"]["Keys"][
-                "operation_id"]["S"] == op]
+            return [
+                r
+                for r in (lambda_record(r, arn) for r in answer["Records"])
+                if r["dynamodb"]["Keys"]["operation_id"]["S"] == op
+            ]
 
         for _ in range(runs):
             op = str(uuid.uuid4())
             with meter.phase("lifecycle"):
-                engine.enqueue("acme-corp", op, "refund", "sha256:" + "5" * 64,
-                               payload_ref="s3://leasefence-payloads/payloads/" + "ab" * 16, target_class="B",
-                               actor="client-7")
+                engine.enqueue(
+                    "acme-corp",
+                    op,
+                    "refund",
+                    "sha256:" + "5" * 64,
+                    payload_ref="s3://leasefence-payloads/payloads/" + "ab" * 16,
+                    target_class="B",
+                    actor="client-7",
+                )
             got = read()
             (enqueued,) = [r for r in got if filters.passes(to_worker, r)]
             with meter.phase("lifecycle"):  # as stream dispatch does it: no read, one claim write
-                claim = engine.claim_seen(from_item(enqueued["dynamodb"]["NewImage"]), "worker-7f3a9c21", 30_000)
+                claim = engine.claim_seen(
+                    from_item(enqueued["dynamodb"]["NewImage"]), "worker-7f3a9c21", 30_000
+                )
                 engine.complete("acme-corp", op, claim.fence, "refunded")
             engine.clock.advance(1)
             for record in got + read():
@@ -215,7 +253,9 @@ def cost(runs: int) -> dict[str, Any]:
         "stream_path_wcu": round((life.wcu + hist.wcu) / runs, 3),
         # The same history written inside each transition: a TransactWriteItems of the transition
         # and its history write, every item write twice, the index writes twice (upper bound).
-        "same_write_wcu": round((2 * item_writes + U.TX_INDEX_MULTIPLIER * life.wcu_index + 2 * hist.wcu) / runs, 3),
+        "same_write_wcu": round(
+            (2 * item_writes + U.TX_INDEX_MULTIPLIER * life.wcu_index + 2 * hist.wcu) / runs, 3
+        ),
         "events": round(len(published) / runs, 3),
         "stream_records": round(counts["records"] / runs, 3),
         "worker_records": round(counts["worker"] / runs, 3),
@@ -231,10 +271,15 @@ def cost(runs: int) -> dict[str, Any]:
         "events": per["events"] * PRICES["eventbridge_custom_event"],
         "stream_reads": per["stream_records"] * PRICES["dynamodb_streams_read_by_lambda"],
         # An upper bound: one invocation per record that passes a filter (batches share one).
-        "invocations_at_most": (per["worker_records"] + per["publisher_records"]) * PRICES["lambda_request"],
+        "invocations_at_most": (per["worker_records"] + per["publisher_records"])
+        * PRICES["lambda_request"],
     }
-    return {"runs": runs, "per_lifecycle": per, "usd_per_million_lifecycles": {k: round(v * 1e6, 3) for k, v in
-                                                                               usd.items()}, "prices": PRICES}
+    return {
+        "runs": runs,
+        "per_lifecycle": per,
+        "usd_per_million_lifecycles": {k: round(v * 1e6, 3) for k, v in usd.items()},
+        "prices": PRICES,
+    }
 
 
 def measure(runs: int = 40, cost_runs: int = 5) -> dict[str, Any]:

@@ -336,7 +336,11 @@ def install_item_level_transaction_rollback() -> None:
 
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
         saved = touched_items(self, transact_items)
-        streams = {id(t): (t.stream_shard, len(t.stream_shard.items)) for t, *_ in saved if t.stream_shard is not None}
+        streams = {
+            id(t): (t.stream_shard, len(t.stream_shard.items))
+            for t, *_ in saved
+            if t.stream_shard is not None
+        }
         try:
             original(self, transact_items)
         except BaseException:

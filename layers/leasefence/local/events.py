@@ -29,10 +29,15 @@ class Subscription:
         self._events = clients("events")
         self._sqs = clients("sqs")
         self.queue_url = self._sqs.create_queue(QueueName=self.name)["QueueUrl"]
-        queue_arn = self._sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["QueueArn"])[
-            "Attributes"]["QueueArn"]
-        self._events.put_rule(Name=self.name, EventBusName=bus, EventPattern=json.dumps(self.pattern))
-        self._events.put_targets(Rule=self.name, EventBusName=bus, Targets=[{"Id": "tail", "Arn": queue_arn}])
+        queue_arn = self._sqs.get_queue_attributes(
+            QueueUrl=self.queue_url, AttributeNames=["QueueArn"]
+        )["Attributes"]["QueueArn"]
+        self._events.put_rule(
+            Name=self.name, EventBusName=bus, EventPattern=json.dumps(self.pattern)
+        )
+        self._events.put_targets(
+            Rule=self.name, EventBusName=bus, Targets=[{"Id": "tail", "Arn": queue_arn}]
+        )
 
     def receive(self, wait_s: float = 1.0, max_events: int = 10) -> list[dict[str, Any]]:
         """Events delivered since the last call (each the EventBridge event as a target gets it),
@@ -41,7 +46,9 @@ class Subscription:
         deadline = time.monotonic() + wait_s
         while True:
             answer = self._sqs.receive_message(
-                QueueUrl=self.queue_url, MaxNumberOfMessages=min(max(max_events, 1), 10), WaitTimeSeconds=0
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=min(max(max_events, 1), 10),
+                WaitTimeSeconds=0,
             )
             messages = answer.get("Messages", [])
             if messages or time.monotonic() >= deadline:
@@ -50,7 +57,10 @@ class Subscription:
         if messages:
             self._sqs.delete_message_batch(
                 QueueUrl=self.queue_url,
-                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)],
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                    for i, m in enumerate(messages)
+                ],
             )
         return [json.loads(m["Body"]) for m in messages]
 

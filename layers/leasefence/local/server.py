@@ -510,7 +510,8 @@ class LocalStack:
         )
         self.event_bus = config.event_bus
         if str(REPO_ROOT) not in sys.path:
-            sys.path.append(str(REPO_ROOT))  # handlers named from the checkout (functions.worker...)
+            # Handlers named from the checkout (functions.worker....).
+            sys.path.append(str(REPO_ROOT))
         settings.install(config)
         spec = config.table_spec
         create_table(self.aws.client("dynamodb"), spec, stream=self.streams)
@@ -555,10 +556,17 @@ class LocalStack:
         load_function("publisher")
         sqs = self.aws.client("sqs")
         for mapping in wanted:
-            queue = sqs.create_queue(QueueName=f"leasefence-{mapping.function}-stream-failures")["QueueUrl"]
+            queue = sqs.create_queue(QueueName=f"leasefence-{mapping.function}-stream-failures")[
+                "QueueUrl"
+            ]
             self.failure_queues[mapping.function] = queue
             self.mappings[mapping.function] = EventSourceMapping(
-                mapping.function, mapping, self.table_name, self.aws.client, Invoker(), queue,
+                mapping.function,
+                mapping,
+                self.table_name,
+                self.aws.client,
+                Invoker(),
+                queue,
                 poll_interval_s=self.stream_poll_interval,
             ).start()
         self.streams = True

@@ -104,8 +104,12 @@ class EventSourceMapping:
         with ``StartingPosition: LATEST`` does; after :meth:`stop`, resume where it stopped (as
         a disabled mapping that is enabled again)."""
         if not self._iterators:
-            self.stream_arn = self._ddb.describe_table(TableName=self.table_name)["Table"]["LatestStreamArn"]
-            shards = self._streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]["Shards"]
+            self.stream_arn = self._ddb.describe_table(TableName=self.table_name)["Table"][
+                "LatestStreamArn"
+            ]
+            shards = self._streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"][
+                "Shards"
+            ]
             self._iterators = {
                 shard["ShardId"]: self._streams.get_shard_iterator(
                     StreamArn=self.stream_arn, ShardId=shard["ShardId"], ShardIteratorType="LATEST"
@@ -176,7 +180,9 @@ class EventSourceMapping:
         """Invoke once; the index of the first record to retry from, or None when all are done."""
         self.stats.invocations += 1
         try:
-            answer = self.invoker.invoke(self.config.function, {"Records": records}, timeout_ms=self.timeout_ms)
+            answer = self.invoker.invoke(
+                self.config.function, {"Records": records}, timeout_ms=self.timeout_ms
+            )
         except Exception:  # noqa: BLE001 - a function error fails the whole batch, as in Lambda
             self.stats.failed_invocations += 1
             return 0
@@ -185,7 +191,10 @@ class EventSourceMapping:
             return None
         self.stats.failed_invocations += 1
         positions = {r["dynamodb"]["SequenceNumber"]: i for i, r in enumerate(records)}
-        found = [positions.get(f.get("itemIdentifier")) if isinstance(f, Mapping) else None for f in failures]
+        found = [
+            positions.get(f.get("itemIdentifier")) if isinstance(f, Mapping) else None
+            for f in failures
+        ]
         return 0 if any(i is None for i in found) else min(found)  # type: ignore[type-var]
 
     def _to_destination(self, records: list[dict[str, Any]], attempts: int) -> None:
@@ -193,14 +202,19 @@ class EventSourceMapping:
         are, not the records (the stream keeps them for 24 hours)."""
         now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         created = [r["dynamodb"].get("ApproximateCreationDateTime") for r in records]
+        function_arn = "arn:aws:lambda:us-east-1:000000000000:function:leasefence-"
         message = {
             "requestContext": {
                 "requestId": str(uuid.uuid4()),
-                "functionArn": f"arn:aws:lambda:us-east-1:000000000000:function:leasefence-{self.config.function}",
+                "functionArn": function_arn + self.config.function,
                 "condition": "RetryAttemptsExhausted",
                 "approximateInvokeCount": attempts,
             },
-            "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
+            "responseContext": {
+                "statusCode": 200,
+                "executedVersion": "$LATEST",
+                "functionError": "Unhandled",
+            },
             "version": "1.0",
             "timestamp": now,
             "DDBStreamBatchInfo": {
@@ -220,4 +234,8 @@ class EventSourceMapping:
 def _iso(epoch_s: Any) -> str | None:
     if not isinstance(epoch_s, (int, float)):
         return None
-    return datetime.fromtimestamp(epoch_s, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (
+        datetime.fromtimestamp(epoch_s, tz=UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )

@@ -40,7 +40,11 @@ DETAIL_TYPES: dict[Transition, str] = {
 
 def _reason(change: Change, transition: Transition) -> str | None:
     new = change.new or {}
-    text = new.get("resolution_note") if transition in (Transition.RESOLVE, Transition.REQUEUE) else new.get("reason")
+    text = (
+        new.get("resolution_note")
+        if transition in (Transition.RESOLVE, Transition.REQUEUE)
+        else new.get("reason")
+    )
     if transition in (Transition.COMPLETE, Transition.TAKEOVER):
         return None
     return text[:MAX_REASON] if isinstance(text, str) and text else None
@@ -62,8 +66,12 @@ def detail(change: Change) -> dict[str, Any]:
         "attempt": int(new["attempts"]),
         "max_attempts": int(new["max_attempts"]),
         "actor": new.get("actor"),
-        "previous_actor": old.get("lease_owner") if transition is Transition.TAKEOVER and old is not None else None,
-        "outcome_code": new.get("outcome_code") if transition in (Transition.COMPLETE, Transition.RESOLVE) else None,
+        "previous_actor": old.get("lease_owner")
+        if transition is Transition.TAKEOVER and old is not None
+        else None,
+        "outcome_code": new.get("outcome_code")
+        if transition in (Transition.COMPLETE, Transition.RESOLVE)
+        else None,
         "reason": _reason(change, transition),
         "sequence": int(new["seq"]),
         "time": to_rfc3339(int(new["updated_at"])),
@@ -72,9 +80,9 @@ def detail(change: Change) -> dict[str, Any]:
 
 def entry(change: Change, bus: str) -> dict[str, Any] | None:
     """The ``PutEvents`` entry for a transition record, or None when it publishes nothing."""
-    if change.transition is None:
+    if change.transition is None or change.new is None:
         return None
-    transition = transition_of(change.old, change.new or {})
+    transition = transition_of(change.old, change.new)
     detail_type = DETAIL_TYPES.get(transition)
     if detail_type is None:
         return None
@@ -84,13 +92,15 @@ def entry(change: Change, bus: str) -> dict[str, Any] | None:
         "DetailType": detail_type,
         "Detail": json.dumps(body, separators=(",", ":"), ensure_ascii=False),
         "EventBusName": bus,
-        "Time": datetime.fromtimestamp(int(change.new["updated_at"]) / 1000, tz=UTC),  # type: ignore[index]
+        "Time": datetime.fromtimestamp(int(change.new["updated_at"]) / 1000, tz=UTC),
         # The table's stream: tells deployments sharing one bus apart.
         "Resources": [change.source_arn] if change.source_arn else [],
     }
 
 
-def subscription_pattern(tenant_id: str | None = None, detail_types: list[str] | None = None) -> dict[str, Any]:
+def subscription_pattern(
+    tenant_id: str | None = None, detail_types: list[str] | None = None
+) -> dict[str, Any]:
     """An EventBridge rule pattern for leasefence's outcome events: one tenant's (``tenant_id``),
     only some kinds (``detail_types``), or all of them."""
     pattern: dict[str, Any] = {"source": [SOURCE]}
@@ -114,5 +124,9 @@ def publish(client: Any, entries: list[dict[str, Any]]) -> None:
         return
     answer = client.put_events(Entries=entries)
     if answer.get("FailedEntryCount"):
-        codes = sorted({e.get("ErrorCode", "?") for e in answer.get("Entries", []) if e.get("ErrorCode")})
-        raise NotPublished(f"EventBridge refused {answer['FailedEntryCount']} event(s): {', '.join(codes)}")
+        codes = sorted(
+            {e.get("ErrorCode", "?") for e in answer.get("Entries", []) if e.get("ErrorCode")}
+        )
+        raise NotPublished(
+            f"EventBridge refused {answer['FailedEntryCount']} event(s): {', '.join(codes)}"
+        )

@@ -44,14 +44,22 @@ def publisher_filters() -> list[dict[str, Any]]:
     repairs of a claimed item pass too: they keep ``transition``; the publisher skips them by
     ``seq``), and the deletion of an operation item (TTL, tenant erasure: its history goes)."""
     return [
-        {"eventName": ["INSERT", "MODIFY"], "dynamodb": {"NewImage": {"transition": {"S": [{"exists": True}]}}}},
-        {"eventName": ["REMOVE"], "dynamodb": {"OldImage": {"transition": {"S": [{"exists": True}]}}}},
+        {
+            "eventName": ["INSERT", "MODIFY"],
+            "dynamodb": {"NewImage": {"transition": {"S": [{"exists": True}]}}},
+        },
+        {
+            "eventName": ["REMOVE"],
+            "dynamodb": {"OldImage": {"transition": {"S": [{"exists": True}]}}},
+        },
     ]
 
 
 def filter_criteria(filters: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The ``FilterCriteria`` of an event source mapping (CloudFormation and the Lambda API)."""
-    return {"Filters": [{"Pattern": json.dumps(pattern, separators=(",", ":"))} for pattern in filters]}
+    return {
+        "Filters": [{"Pattern": json.dumps(pattern, separators=(",", ":"))} for pattern in filters]
+    }
 
 
 # ---------------------------------------------------------------------------------- evaluator

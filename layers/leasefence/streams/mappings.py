@@ -46,8 +46,16 @@ def worker(tenants: Sequence[str] | None) -> StreamMapping:
       the scheduled drain, so retrying longer only blocks the records behind it.
     * records older than 10 minutes are skipped: the drain has found that work long before.
     """
-    return StreamMapping("worker", dispatch_filters(tenants), batch_size=10, batching_window_s=0,
-                         parallelization_factor=10, max_retries=2, bisect=True, max_record_age_s=600)
+    return StreamMapping(
+        "worker",
+        dispatch_filters(tenants),
+        batch_size=10,
+        batching_window_s=0,
+        parallelization_factor=10,
+        max_retries=2,
+        bisect=True,
+        max_record_age_s=600,
+    )
 
 
 def publisher() -> StreamMapping:
@@ -61,5 +69,13 @@ def publisher() -> StreamMapping:
       a retry never writes it twice); records of any age are delivered (the stream keeps them
       24 hours).
     """
-    return StreamMapping("publisher", publisher_filters(), batch_size=100, batching_window_s=0,
-                         parallelization_factor=4, max_retries=10, bisect=True, max_record_age_s=-1)
+    return StreamMapping(
+        "publisher",
+        publisher_filters(),
+        batch_size=100,
+        batching_window_s=0,
+        parallelization_factor=4,
+        max_retries=10,
+        bisect=True,
+        max_record_age_s=-1,
+    )

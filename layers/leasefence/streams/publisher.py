@@ -24,8 +24,13 @@ log = logging.getLogger("leasefence.publisher")
 class Publisher:
     """History and events for one table; ``bus`` None records history only."""
 
-    def __init__(self, store: Store, events_client: Callable[[], Any], bus: str | None,
-                 count: Callable[[str, float], None] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        events_client: Callable[[], Any],
+        bus: str | None,
+        count: Callable[[str, float], None] | None = None,
+    ) -> None:
         self.store = store
         self.bus = bus
         self._events_client = events_client

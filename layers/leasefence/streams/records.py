@@ -12,7 +12,17 @@ from leasefence.model import State, Transition
 from leasefence.store import from_item
 
 #: What a transition's image must hold (everything the engine writes on every operation).
-_REQUIRED = ("job_type", "state", "fence", "attempts", "max_attempts", "created_at", "updated_at", "transition", "seq")
+_REQUIRED = (
+    "job_type",
+    "state",
+    "fence",
+    "attempts",
+    "max_attempts",
+    "created_at",
+    "updated_at",
+    "transition",
+    "seq",
+)
 
 
 class MalformedRecord(Exception):
@@ -59,19 +69,34 @@ def parse(record: Mapping[str, Any]) -> Change:
             raise ValueError(f"unknown eventName {event_name!r}")
         key = from_item(body["Keys"]) or {}
         tenant_id, operation_id = key["tenant_id"], key["operation_id"]
-        if not isinstance(tenant_id, str) or not isinstance(operation_id, str) or not tenant_id or not operation_id:
+        if (
+            not isinstance(tenant_id, str)
+            or not isinstance(operation_id, str)
+            or not tenant_id
+            or not operation_id
+        ):
             raise ValueError("keys are not two strings")
         old = from_item(body.get("OldImage"))
         new = from_item(body.get("NewImage"))
         if (event_name == "REMOVE") != (new is None) or (event_name == "INSERT") != (old is None):
             raise ValueError(f"{event_name} record with the wrong images")
-        change = Change(event_name, str(body["SequenceNumber"]), tenant_id, operation_id, old, new,
-                        record.get("eventSourceARN"))
+        change = Change(
+            event_name,
+            str(body["SequenceNumber"]),
+            tenant_id,
+            operation_id,
+            old,
+            new,
+            record.get("eventSourceARN"),
+        )
         if change.is_operation:
             validate_id("tenant_id", tenant_id)
             validate_id("operation_id", operation_id)
             for image in (old, new):
-                if image is not None and (image.get("tenant_id"), image.get("operation_id")) != (tenant_id, operation_id):
+                if image is not None and (image.get("tenant_id"), image.get("operation_id")) != (
+                    tenant_id,
+                    operation_id,
+                ):
                     raise ValueError("an image does not match the record's keys")
         if change.transition is not None:
             _check_transition_image(change.new)  # type: ignore[arg-type]
@@ -79,7 +104,9 @@ def parse(record: Mapping[str, Any]) -> Change:
     except MalformedRecord:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, InvalidInput) as error:
-        raise MalformedRecord(f"not a record of the operations table: {type(error).__name__}: {error}") from None
+        raise MalformedRecord(
+            f"not a record of the operations table: {type(error).__name__}: {error}"
+        ) from None
 
 
 def _check_transition_image(image: dict[str, Any]) -> None:

@@ -37,8 +37,13 @@ class StreamDispatch:
     shard hands one tenant's records to one batch at a time, so running a batch's jobs one after
     another would make each job of a burst wait for all before it."""
 
-    def __init__(self, worker: Worker, engine: Engine, tenants: Sequence[str],
-                 count: Callable[[str, float], None] | None = None) -> None:
+    def __init__(
+        self,
+        worker: Worker,
+        engine: Engine,
+        tenants: Sequence[str],
+        count: Callable[[str, float], None] | None = None,
+    ) -> None:
         if not tenants:
             raise ValueError("stream dispatch serves at least one tenant")
         self.worker = worker
@@ -46,7 +51,9 @@ class StreamDispatch:
         self.tenants = frozenset(tenants)
         self.count = count if count is not None else (lambda name, value: None)
 
-    def claim(self, record: Mapping[str, Any], remaining_ms: Callable[[], int] | None = None) -> tuple[str, Claim | None]:
+    def claim(
+        self, record: Mapping[str, Any], remaining_ms: Callable[[], int] | None = None
+    ) -> tuple[str, Claim | None]:
         """One record: ``("claimed", claim)``, or no claim with why: ``taken`` (no longer
         claimable), ``ignored`` (not work that became claimable now), ``not_served`` (another
         tenant or job type), ``deferred`` (no time left in this invocation for a lease: the drain
@@ -54,10 +61,16 @@ class StreamDispatch:
         raise (the record is retried, then goes to the failure destination)."""
         change = records.parse(record)
         new = change.new
-        if change.transition not in CLAIMABLE_NOW or new is None or new.get("state") != State.QUEUED:
+        if (
+            change.transition not in CLAIMABLE_NOW
+            or new is None
+            or new.get("state") != State.QUEUED
+        ):
             return "ignored", None
         types = self.worker.job_types
-        if change.tenant_id not in self.tenants or (types is not None and new["job_type"] not in types):
+        if change.tenant_id not in self.tenants or (
+            types is not None and new["job_type"] not in types
+        ):
             return "not_served", None
         if remaining_ms is not None and remaining_ms() < self.worker.lease_ms + MARGIN_MS:
             self.count("StreamDispatchDeferred", 1)
@@ -78,8 +91,12 @@ class StreamDispatch:
         if len(claims) == 1:
             self.worker.process(claims[0])
             return
-        threads = [threading.Thread(target=self._runner().process, args=(claim,), name=f"job-{i}", daemon=True)
-                   for i, claim in enumerate(claims)]
+        threads = [
+            threading.Thread(
+                target=self._runner().process, args=(claim,), name=f"job-{i}", daemon=True
+            )
+            for i, claim in enumerate(claims)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -89,5 +106,11 @@ class StreamDispatch:
         """A worker for one job of a batch: the same identity, handlers and lease as
         :attr:`worker` (whose claims these are), its own job slot."""
         w = self.worker
-        return Worker(w.backend, w.handlers, worker_id=w.worker_id, lease_ms=w.lease_ms,
-                      heartbeat_interval_ms=w.heartbeat_interval_ms, events=w.events)
+        return Worker(
+            w.backend,
+            w.handlers,
+            worker_id=w.worker_id,
+            lease_ms=w.lease_ms,
+            heartbeat_interval_ms=w.heartbeat_interval_ms,
+            events=w.events,
+        )
