@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import threading
 from pathlib import Path
 
 import jsonschema
@@ -298,3 +299,23 @@ def test_dispatch_claims_what_became_claimable_and_nothing_else(aws, table, engi
         dispatch.claim(record, remaining_ms=lambda: 6_000)[0] == "deferred"
     )  # no time for a lease
     assert engine.get("acme", "op-4").state == "queued"
+
+
+def test_a_batch_runs_its_jobs_side_by_side(aws, table, engine):
+    stream = Stream(aws, table.table_name)
+    together = threading.Barrier(2, timeout=5)  # a job waits here for the other one
+
+    def meet(job):
+        together.wait()
+        return "met"
+
+    worker = Worker(
+        EngineBackend(engine, ["acme"]), {"refund": FunctionHandler(meet)}, lease_ms=10_000
+    )
+    dispatch = StreamDispatch(worker, engine, ["acme"])
+    engine.enqueue("acme", "op-1", "refund", H)
+    engine.enqueue("acme", "op-2", "refund", H)
+    got = [r for r in stream.new() if filters.passes(filters.dispatch_filters(), r)]
+    claims = [claim for _, claim in (dispatch.claim(r) for r in got)]
+    dispatch.run(claims)
+    assert [engine.get("acme", op).outcome_code for op in ("op-1", "op-2")] == ["met", "met"]
