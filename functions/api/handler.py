@@ -13,7 +13,9 @@ from leasefence.observability import logger, metrics, tracer
 from leasefence.settings import runtime
 
 
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP, log_event=False, clear_state=True)
+@logger.inject_lambda_context(
+    correlation_id_path=correlation_paths.API_GATEWAY_HTTP, log_event=False, clear_state=True
+)
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics(raise_on_empty_metrics=False)
 def lambda_handler(event, context):

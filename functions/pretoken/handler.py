@@ -41,8 +41,12 @@ MAX_TENANT_LENGTH = 256
 
 
 def _valid_tenant(value: object) -> str | None:
-    if isinstance(value, str) and 1 <= len(value) <= MAX_TENANT_LENGTH and not _CONTROL.search(value) \
-            and value == value.strip():
+    if (
+        isinstance(value, str)
+        and 1 <= len(value) <= MAX_TENANT_LENGTH
+        and not _CONTROL.search(value)
+        and value == value.strip()
+    ):
         return value
     return None
 
@@ -64,8 +68,11 @@ def user_tenant(request: dict) -> str | None:
     if attributes.get(attribute):
         return _valid_tenant(attributes[attribute])
     groups = (request.get("groupConfiguration") or {}).get("groupsToOverride") or []
-    tenants = {g[len(TENANT_GROUP_PREFIX):] for g in groups
-               if isinstance(g, str) and g.startswith(TENANT_GROUP_PREFIX)}
+    tenants = {
+        g[len(TENANT_GROUP_PREFIX) :]
+        for g in groups
+        if isinstance(g, str) and g.startswith(TENANT_GROUP_PREFIX)
+    }
     if len(tenants) != 1:
         return None  # none, or ambiguous: no tenant rather than a guess
     return _valid_tenant(tenants.pop())
@@ -93,6 +100,12 @@ def lambda_handler(event: dict, context: object = None) -> dict:
         details["idTokenGeneration"] = {"claimsToAddOrOverride": dict(claims)}
     event.setdefault("response", {})["claimsAndScopeOverrideDetails"] = details
     # Never the tenant itself in logs (ids stay out of logs), only whether one was found.
-    logger.info("pre token generation", extra={"trigger": event.get("triggerSource"),
-                                                "tenant_found": bool(tenant), "scopes_added": len(scopes)})
+    logger.info(
+        "pre token generation",
+        extra={
+            "trigger": event.get("triggerSource"),
+            "tenant_found": bool(tenant),
+            "scopes_added": len(scopes),
+        },
+    )
     return event

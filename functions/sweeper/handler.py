@@ -77,8 +77,20 @@ def lambda_handler(event, context):
     rt.prepare()
     settings = rt.settings
     remaining = context.get_remaining_time_in_millis
-    totals = sweep(rt.engine, batch=settings.sweep_batch, max_batches=settings.sweep_max_batches, remaining_ms=remaining)
-    totals.update(purge(rt.engine, batch=settings.sweep_batch, max_batches=settings.sweep_max_batches, remaining_ms=remaining))
+    totals = sweep(
+        rt.engine,
+        batch=settings.sweep_batch,
+        max_batches=settings.sweep_max_batches,
+        remaining_ms=remaining,
+    )
+    totals.update(
+        purge(
+            rt.engine,
+            batch=settings.sweep_batch,
+            max_batches=settings.sweep_max_batches,
+            remaining_ms=remaining,
+        )
+    )
     oldest_s = rt.engine.oldest_parked_age_ms("unknown") // 1000
     metrics.add_metric(name="OldestUnknownAgeSeconds", unit=MetricUnit.Seconds, value=oldest_s)
     totals["oldest_unknown_age_s"] = oldest_s

@@ -12,8 +12,14 @@ from typing import Any, Optional
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="leasefence: leases for liveness, fences for safety.")
-ops = typer.Typer(no_args_is_help=True, help="Operator commands against a running API (default: the local stack).")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="leasefence: leases for liveness, fences for safety.",
+)
+ops = typer.Typer(
+    no_args_is_help=True, help="Operator commands against a running API (default: the local stack)."
+)
 app.add_typer(ops, name="ops")
 events_app = typer.Typer(no_args_is_help=True, help="Outcome events of the local stack.")
 app.add_typer(events_app, name="events")
@@ -35,7 +41,9 @@ def _wait_for_signal() -> None:
 
 
 def _state_path() -> Path:
-    root = os.environ.get("LEASEFENCE_STATE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "leasefence")
+    root = os.environ.get("LEASEFENCE_STATE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "leasefence"
+    )
     return Path(root) / "local.json"
 
 
@@ -125,7 +133,9 @@ def local(
         f"DynamoDB endpoint:  {stack.dynamodb_endpoint}  (table {stack.table_name}; S3 on the same "
         f"endpoint, bucket {stack.bucket}; linearizable: one request at a time)",
         f"Docs (Swagger UI):  {stack.docs_url}   OpenAPI: {stack.base_url}/openapi.json",
-        f"Sweeper:            every {sweep_interval:g} s" if sweep_interval else "Sweeper:            off",
+        f"Sweeper:            every {sweep_interval:g} s"
+        if sweep_interval
+        else "Sweeper:            off",
     ]
     if streams:
         lines += [
@@ -135,7 +145,9 @@ def local(
             "(watch them: leasefence events tail)",
         ]
     if stack.generated_secret:
-        lines.append(f"JWT secret:         {stack.secret}  (generated; export LEASEFENCE_LOCAL_JWT_SECRET to keep one)")
+        lines.append(
+            f"JWT secret:         {stack.secret}  (generated; export LEASEFENCE_LOCAL_JWT_SECRET to keep one)"
+        )
     lines += [
         f"Dev token (tenant '{DEV_TENANT}', all scopes, 12 h):",
         f"  {token}",
@@ -177,7 +189,9 @@ def _secret() -> str | None:
 @app.command()
 def token(
     tenant: str = typer.Option(..., "--tenant", help="The tenant_id claim."),
-    scope: Optional[list[str]] = typer.Option(None, "--scope", help="A scope to grant (repeat). Default: all three."),
+    scope: Optional[list[str]] = typer.Option(
+        None, "--scope", help="A scope to grant (repeat). Default: all three."
+    ),
     ttl: int = typer.Option(12 * 3600, "--ttl", min=1, help="Lifetime in seconds."),
 ) -> None:
     """Print a dev JWT for the local stack (HS256, secret from LEASEFENCE_LOCAL_JWT_SECRET)."""
@@ -185,7 +199,9 @@ def token(
 
     secret = _secret()
     if not secret:
-        typer.echo("no secret: set LEASEFENCE_LOCAL_JWT_SECRET (or start `leasefence local`)", err=True)
+        typer.echo(
+            "no secret: set LEASEFENCE_LOCAL_JWT_SECRET (or start `leasefence local`)", err=True
+        )
         raise typer.Exit(1)
     typer.echo(mint(tenant, scope or ALL_SCOPES, ttl_seconds=ttl, secret=secret))
 
@@ -195,8 +211,12 @@ def token(
 
 @app.command()
 def openapi(
-    output: Path = typer.Option(None, "--output", "-o", help="Where to write it (default: openapi.json at the repo root)."),
-    check: bool = typer.Option(False, "--check", help="Only check that the file is up to date (exit 1 if not)."),
+    output: Path = typer.Option(
+        None, "--output", "-o", help="Where to write it (default: openapi.json at the repo root)."
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="Only check that the file is up to date (exit 1 if not)."
+    ),
 ) -> None:
     """Generate the OpenAPI document from the code."""
     from leasefence.api import openapi as spec
@@ -217,9 +237,15 @@ def openapi(
 @app.command()
 def invoke(
     function: str = typer.Argument(..., help="A directory of functions/: api, sweeper, ..."),
-    event: Path = typer.Option(..., "--event", "-e", exists=True, dir_okay=False, help="The event JSON file."),
+    event: Path = typer.Option(
+        ..., "--event", "-e", exists=True, dir_okay=False, help="The event JSON file."
+    ),
     endpoint: str = typer.Option(
-        None, "--endpoint", help="DynamoDB/S3 endpoint (default: the running local stack, or " + DEFAULT_DYNAMODB_ENDPOINT + ")."
+        None,
+        "--endpoint",
+        help="DynamoDB/S3 endpoint (default: the running local stack, or "
+        + DEFAULT_DYNAMODB_ENDPOINT
+        + ").",
     ),
 ) -> None:
     """Invoke a function's handler once with an event, as Lambda would, and print its answer."""
@@ -227,7 +253,9 @@ def invoke(
     from leasefence.local.server import Invoker, function_names
 
     if function not in function_names():
-        typer.echo(f"unknown function {function!r}; choose from {', '.join(function_names())}", err=True)
+        typer.echo(
+            f"unknown function {function!r}; choose from {', '.join(function_names())}", err=True
+        )
         raise typer.Exit(2)
     try:
         payload = json.loads(event.read_text(encoding="utf-8"))
@@ -235,9 +263,16 @@ def invoke(
         typer.echo(f"{event} is not JSON: {error}", err=True)
         raise typer.Exit(2) from None
     state = _read_state()
-    target = endpoint or os.environ.get("LEASEFENCE_DYNAMODB_ENDPOINT") or state.get("dynamodb_endpoint") or DEFAULT_DYNAMODB_ENDPOINT
+    target = (
+        endpoint
+        or os.environ.get("LEASEFENCE_DYNAMODB_ENDPOINT")
+        or state.get("dynamodb_endpoint")
+        or DEFAULT_DYNAMODB_ENDPOINT
+    )
     os.environ["LEASEFENCE_DYNAMODB_ENDPOINT"] = target
-    os.environ["LEASEFENCE_S3_ENDPOINT"] = endpoint or os.environ.get("LEASEFENCE_S3_ENDPOINT") or target
+    os.environ["LEASEFENCE_S3_ENDPOINT"] = (
+        endpoint or os.environ.get("LEASEFENCE_S3_ENDPOINT") or target
+    )
     os.environ["LEASEFENCE_EVENTS_ENDPOINT"] = (
         endpoint or os.environ.get("LEASEFENCE_EVENTS_ENDPOINT") or target
     )
@@ -262,14 +297,22 @@ def _client(base_url: str | None, token_value: str | None, tenant: str | None) -
     from leasefence.client import LeaseFenceClient
 
     state = _read_state()
-    url = base_url or os.environ.get("LEASEFENCE_BASE_URL") or state.get("base_url") or DEFAULT_BASE_URL
+    url = (
+        base_url
+        or os.environ.get("LEASEFENCE_BASE_URL")
+        or state.get("base_url")
+        or DEFAULT_BASE_URL
+    )
     bearer = token_value or os.environ.get("LEASEFENCE_TOKEN")
     if not bearer and tenant is None and state.get("token") and state.get("base_url") == url:
         bearer = state["token"]
     if not bearer:
         secret = _secret()
         if not secret:
-            typer.echo("no token: pass --token, set LEASEFENCE_TOKEN or LEASEFENCE_LOCAL_JWT_SECRET", err=True)
+            typer.echo(
+                "no token: pass --token, set LEASEFENCE_TOKEN or LEASEFENCE_LOCAL_JWT_SECRET",
+                err=True,
+            )
             raise typer.Exit(2)
         from leasefence.auth import ALL_SCOPES, mint
 
@@ -295,13 +338,19 @@ def _show(operation: Any) -> None:
 
 
 _BASE_URL = typer.Option(None, "--base-url", help="API base URL (default: the local stack).")
-_TOKEN = typer.Option(None, "--token", help="Bearer token (default: LEASEFENCE_TOKEN or a local dev token).")
-_TENANT = typer.Option(None, "--tenant", help="Mint a local dev token for this tenant (needs the JWT secret).")
+_TOKEN = typer.Option(
+    None, "--token", help="Bearer token (default: LEASEFENCE_TOKEN or a local dev token)."
+)
+_TENANT = typer.Option(
+    None, "--tenant", help="Mint a local dev token for this tenant (needs the JWT secret)."
+)
 
 
 @ops.command("list")
 def ops_list(
-    state: Optional[str] = typer.Option(None, "--state", help="Only operations in this state (e.g. unknown)."),
+    state: Optional[str] = typer.Option(
+        None, "--state", help="Only operations in this state (e.g. unknown)."
+    ),
     limit: int = typer.Option(50, "--limit", min=1, max=500, help="Page size."),
     all_pages: bool = typer.Option(False, "--all", help="Follow next_cursor through every page."),
     cursor: Optional[str] = typer.Option(None, "--cursor", help="Start from this cursor."),
@@ -329,15 +378,38 @@ def ops_list(
         _fail(error)
     if as_json:
         for op in rows:
-            typer.echo(json.dumps({k: (str(v) if v is not None and not isinstance(v, (int, str, bool)) else v)
-                                   for k, v in vars(op).items()}))
+            typer.echo(
+                json.dumps(
+                    {
+                        k: (str(v) if v is not None and not isinstance(v, (int, str, bool)) else v)
+                        for k, v in vars(op).items()
+                    }
+                )
+            )
         return
     table = Table(title=f"operations{f' ({state})' if state else ''}")
-    for column in ("operation_id", "job_type", "state", "fence", "attempts", "class", "outcome", "updated_at"):
+    for column in (
+        "operation_id",
+        "job_type",
+        "state",
+        "fence",
+        "attempts",
+        "class",
+        "outcome",
+        "updated_at",
+    ):
         table.add_column(column)
     for op in rows:
-        table.add_row(op.operation_id, op.job_type, op.state, str(op.fence), f"{op.attempts}/{op.max_attempts}",
-                      op.target_class, op.outcome_code or "-", op.updated_at.isoformat())
+        table.add_row(
+            op.operation_id,
+            op.job_type,
+            op.state,
+            str(op.fence),
+            f"{op.attempts}/{op.max_attempts}",
+            op.target_class,
+            op.outcome_code or "-",
+            op.updated_at.isoformat(),
+        )
     console = Console()
     console.print(table)
     if next_cursor and not all_pages:
@@ -437,7 +509,9 @@ def ops_history(
 @ops.command("resolve")
 def ops_resolve(
     operation_id: str = typer.Argument(..., help="The operation id."),
-    resolution: str = typer.Option(..., "--resolution", help="succeeded, failed_terminal or requeue."),
+    resolution: str = typer.Option(
+        ..., "--resolution", help="succeeded, failed_terminal or requeue."
+    ),
     note: str = typer.Option("", "--note", help="Why (kept with the operation)."),
     base_url: Optional[str] = _BASE_URL,
     token_value: Optional[str] = _TOKEN,
@@ -563,10 +637,18 @@ def events_tail(
 
 @app.command("erase-tenant")
 def erase_tenant(
-    tenant: str = typer.Option(..., "--tenant", help="The tenant whose operations and payloads are deleted."),
-    limit: int = typer.Option(100, "--limit", min=1, max=1000, help="Rows (then payload objects) per step."),
-    cursor: Optional[str] = typer.Option(None, "--cursor", help="Continue from the next_cursor of an earlier step."),
-    all_steps: bool = typer.Option(False, "--all", help="Repeat until nothing is left; print the totals."),
+    tenant: str = typer.Option(
+        ..., "--tenant", help="The tenant whose operations and payloads are deleted."
+    ),
+    limit: int = typer.Option(
+        100, "--limit", min=1, max=1000, help="Rows (then payload objects) per step."
+    ),
+    cursor: Optional[str] = typer.Option(
+        None, "--cursor", help="Continue from the next_cursor of an earlier step."
+    ),
+    all_steps: bool = typer.Option(
+        False, "--all", help="Repeat until nothing is left; print the totals."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
 ) -> None:
     """Erase everything of one tenant: its operations (rows and stored payloads), its job-type
@@ -586,7 +668,13 @@ def erase_tenant(
 
         use_local_credentials()  # a local endpoint takes any credentials
     engine = rt.engine
-    totals = {"steps": 0, "rows_deleted": 0, "payloads_deleted": 0, "held": 0, "next_cursor": cursor}
+    totals = {
+        "steps": 0,
+        "rows_deleted": 0,
+        "payloads_deleted": 0,
+        "held": 0,
+        "next_cursor": cursor,
+    }
     try:
         while True:
             step = engine.erase_tenant(tenant, limit=limit, cursor=totals["next_cursor"])
@@ -611,14 +699,20 @@ def erase_tenant(
         f"next cursor:      {totals['next_cursor'] or '-  (done)'}",
     ]
     if totals["held"]:
-        lines.append("Some operations were claimed and left alone: run erase-tenant again once they ended.")
+        lines.append(
+            "Some operations were claimed and left alone: run erase-tenant again once they ended."
+        )
     typer.echo("\n".join(lines))
 
 
 @app.command()
 def demo(
-    per_class: int = typer.Option(3, "--per-class", min=1, max=20, help="Zombie operations per target class."),
-    lease_seconds: int = typer.Option(1, "--lease-seconds", min=1, max=10, help="Lease of every claim."),
+    per_class: int = typer.Option(
+        3, "--per-class", min=1, max=20, help="Zombie operations per target class."
+    ),
+    lease_seconds: int = typer.Option(
+        1, "--lease-seconds", min=1, max=10, help="Lease of every claim."
+    ),
 ) -> None:
     """The zombie-worker story for each target class, on the embedded stack, with real threads."""
     from leasefence.demo.zombie import main as run
@@ -640,14 +734,22 @@ def torture(
 
 @app.command()
 def bench(
-    quick: bool = typer.Option(False, "--quick", help="Every benchmark at a small scale (under a minute)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the report as one JSON object on stdout."),
-    out: str = typer.Option("bench-report.json", "--out", help="Write the JSON report here ('-' for none)."),
+    quick: bool = typer.Option(
+        False, "--quick", help="Every benchmark at a small scale (under a minute)."
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the report as one JSON object on stdout."
+    ),
+    out: str = typer.Option(
+        "bench-report.json", "--out", help="Write the JSON report here ('-' for none)."
+    ),
 ) -> None:
     """Cost per job in request units, throughput, contention, depth, fairness, cold start, scale."""
     from leasefence.bench import main as run
 
-    raise typer.Exit(run([*(["--quick"] if quick else []), *(["--json"] if json_out else []), "--out", out]))
+    raise typer.Exit(
+        run([*(["--quick"] if quick else []), *(["--json"] if json_out else []), "--out", out])
+    )
 
 
 def main() -> None:

@@ -244,7 +244,11 @@ class LeaseFenceClient:
     # ------------------------------------------------------------------ transport
 
     def _once(self, method: str, path: str, body: Any) -> tuple[int, dict[str, str], bytes]:
-        data = None if body is _MISSING else json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+        data = (
+            None
+            if body is _MISSING
+            else json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+        )
         request = urllib.request.Request(self.base_url + path, data=data, method=method)
         request.add_header("Accept", "application/json")
         request.add_header("User-Agent", self.user_agent)
@@ -272,7 +276,9 @@ class LeaseFenceClient:
                 pass
         return self._rng.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
 
-    def request(self, method: str, path: str, body: Any = _MISSING, idempotent: bool = True) -> tuple[int, Any]:
+    def request(
+        self, method: str, path: str, body: Any = _MISSING, idempotent: bool = True
+    ) -> tuple[int, Any]:
         """``(status, decoded JSON or None)`` for a 2xx; raises the mapped error otherwise."""
         attempt = 0
         while True:
@@ -284,7 +290,9 @@ class LeaseFenceClient:
                     time.sleep(self._delay(attempt, None))
                     attempt += 1
                     continue
-                raise Unavailable("the API is unreachable (connection refused)") from error.__cause__
+                raise Unavailable(
+                    "the API is unreachable (connection refused)"
+                ) from error.__cause__
             except (OSError, http.client.HTTPException) as error:
                 # Sent, answer lost: only a request that is safe to repeat is repeated.
                 if idempotent and attempt < self.retries:
@@ -292,7 +300,11 @@ class LeaseFenceClient:
                     attempt += 1
                     continue
                 raise Unavailable(f"no answer from the API ({type(error).__name__})") from error
-            if status in _RETRY_STATUSES and attempt < self.retries and (idempotent or status == 429):
+            if (
+                status in _RETRY_STATUSES
+                and attempt < self.retries
+                and (idempotent or status == 429)
+            ):
                 time.sleep(self._delay(attempt, headers))
                 attempt += 1
                 continue
@@ -309,9 +321,12 @@ class LeaseFenceClient:
         except (ValueError, AttributeError):
             pass
         if code is None:
-            code = {401: "unauthorized", 403: "forbidden", 404: "not_found", 429: "unavailable"}.get(
-                status, "unavailable" if status >= 500 else "invalid_request"
-            )
+            code = {
+                401: "unauthorized",
+                403: "forbidden",
+                404: "not_found",
+                429: "unavailable",
+            }.get(status, "unavailable" if status >= 500 else "invalid_request")
         cls = ERRORS.get(code, LeaseFenceError)
         exc = cls(message)
         exc.code = code
@@ -355,15 +370,27 @@ class LeaseFenceClient:
         return EnqueueResult(Operation.from_json(data["operation"]), bool(data["created"]))
 
     def get(self, operation_id: str) -> Operation:
-        return Operation.from_json(self.request("GET", f"/v1/operations/{self._id(operation_id)}")[1])
+        return Operation.from_json(
+            self.request("GET", f"/v1/operations/{self._id(operation_id)}")[1]
+        )
 
-    def list(self, state: str | None = None, limit: int | None = None, cursor: str | None = None) -> OperationPage:
-        query = {k: v for k, v in {"state": state, "limit": limit, "cursor": cursor}.items() if v is not None}
+    def list(
+        self, state: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> OperationPage:
+        query = {
+            k: v
+            for k, v in {"state": state, "limit": limit, "cursor": cursor}.items()
+            if v is not None
+        }
         path = "/v1/operations" + (f"?{urlencode(query)}" if query else "")
         data = self.request("GET", path)[1]
-        return OperationPage([Operation.from_json(o) for o in data["operations"]], data.get("next_cursor"))
+        return OperationPage(
+            [Operation.from_json(o) for o in data["operations"]], data.get("next_cursor")
+        )
 
-    def iter_operations(self, state: str | None = None, page_size: int = 100) -> Iterator[Operation]:
+    def iter_operations(
+        self, state: str | None = None, page_size: int = 100
+    ) -> Iterator[Operation]:
         cursor = None
         while True:
             page = self.list(state=state, limit=page_size, cursor=cursor)
@@ -415,15 +442,26 @@ class LeaseFenceClient:
         data = self.request("POST", f"/v1/operations/{self._id(operation_id)}/heartbeat", body)[1]
         return _time(data["lease_expires_at"])  # type: ignore[return-value]
 
-    def _finish(self, operation_id: str, action: str, body: dict[str, Any], idempotent: bool = True) -> Operation:
-        data = self.request("POST", f"/v1/operations/{self._id(operation_id)}/{action}", body, idempotent=idempotent)[1]
+    def _finish(
+        self, operation_id: str, action: str, body: dict[str, Any], idempotent: bool = True
+    ) -> Operation:
+        data = self.request(
+            "POST", f"/v1/operations/{self._id(operation_id)}/{action}", body, idempotent=idempotent
+        )[1]
         return Operation.from_json(data["operation"])
 
     def complete(self, operation_id: str, fence: int, outcome_code: str) -> Operation:
-        return self._finish(operation_id, "complete", {"fence": fence, "outcome_code": outcome_code})
+        return self._finish(
+            operation_id, "complete", {"fence": fence, "outcome_code": outcome_code}
+        )
 
     def fail(
-        self, operation_id: str, fence: int, retryable: bool, reason: str, retry_after_seconds: int | None = None
+        self,
+        operation_id: str,
+        fence: int,
+        retryable: bool,
+        reason: str,
+        retry_after_seconds: int | None = None,
     ) -> Operation:
         body: dict[str, Any] = {"fence": fence, "retryable": retryable, "reason": reason}
         if retry_after_seconds is not None:
@@ -474,4 +512,6 @@ class LeaseFenceClient:
 
     def resolve(self, operation_id: str, resolution: str, note: str = "") -> Operation:
         """Operator decision for an unknown or quarantined operation. Not retried after a lost answer."""
-        return self._finish(operation_id, "resolve", {"resolution": resolution, "note": note}, idempotent=False)
+        return self._finish(
+            operation_id, "resolve", {"resolution": resolution, "note": note}, idempotent=False
+        )

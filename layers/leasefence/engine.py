@@ -116,8 +116,14 @@ _ACTOR = {"#actor": "actor"}
 
 
 def validate_id(name: str, value: Any) -> str:
-    if not isinstance(value, str) or not 1 <= len(value) <= MAX_ID_LENGTH or _CONTROL_RE.search(value):
-        raise InvalidInput(f"{name} must be 1-{MAX_ID_LENGTH} characters with no control characters")
+    if (
+        not isinstance(value, str)
+        or not 1 <= len(value) <= MAX_ID_LENGTH
+        or _CONTROL_RE.search(value)
+    ):
+        raise InvalidInput(
+            f"{name} must be 1-{MAX_ID_LENGTH} characters with no control characters"
+        )
     return value
 
 
@@ -172,7 +178,9 @@ class Engine:
         client_factory: Callable[[], Any] | None = None,
         payloads: Any = None,
     ) -> None:
-        if payload_retention_ms < 0 or (identity_retention_ms is not None and identity_retention_ms < payload_retention_ms):
+        if payload_retention_ms < 0 or (
+            identity_retention_ms is not None and identity_retention_ms < payload_retention_ms
+        ):
             raise ValueError("payload retention must be from 0 to the identity retention")
         self.spec = spec if spec is not None else TableSpec()
         self.store = Store(self.spec.table_name, client=client, client_factory=client_factory)
@@ -195,18 +203,29 @@ class Engine:
         return {"tenant_id": tenant_id, "operation_id": operation_id}
 
     def _due_pk(self, tenant_id: str, operation_id: str, job_type: str) -> str:
-        return keys.due_partition(tenant_id, keys.shard_of(tenant_id, operation_id, self.spec.due_shards), job_type)
+        return keys.due_partition(
+            tenant_id, keys.shard_of(tenant_id, operation_id, self.spec.due_shards), job_type
+        )
 
     def _sweep_pk(self, tenant_id: str, operation_id: str) -> str:
         return keys.sweep_partition(keys.shard_of(tenant_id, operation_id, self.spec.sweep_shards))
 
     def _parked_pk(self, state: State, tenant_id: str, operation_id: str) -> str:
-        return keys.parked_partition(state.value, keys.shard_of(tenant_id, operation_id, self.spec.sweep_shards))
+        return keys.parked_partition(
+            state.value, keys.shard_of(tenant_id, operation_id, self.spec.sweep_shards)
+        )
 
     def _purge_pk(self, tenant_id: str, operation_id: str) -> str:
         return keys.purge_partition(keys.shard_of(tenant_id, operation_id, self.spec.sweep_shards))
 
-    def _ending(self, now: int, names: dict[str, str], values: dict[str, Any], sets: list[str], removes: list[str]) -> None:
+    def _ending(
+        self,
+        now: int,
+        names: dict[str, str],
+        values: dict[str, Any],
+        sets: list[str],
+        removes: list[str],
+    ) -> None:
         """What every transition into a final state adds: the identity's retention (TTL, unless
         kept forever), the payload's purge time, and dropping what only a live operation needs."""
         if self.identity_retention_ms is not None:
@@ -260,7 +279,11 @@ class Engine:
             raise InvalidInput("target_class must be one of A, B, C, D") from error
         if max_attempts is None:
             max_attempts = 1 if target is TargetClass.D else DEFAULT_MAX_ATTEMPTS
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
+        if (
+            isinstance(max_attempts, bool)
+            or not isinstance(max_attempts, int)
+            or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+        ):
             raise InvalidInput(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}")
         if target is TargetClass.D and max_attempts != 1:
             raise InvalidInput("target_class D allows exactly one attempt (max_attempts 1)")
@@ -306,7 +329,10 @@ class Engine:
                 return EnqueueResult(Operation.from_item(existing), created=False)
             self.events("PayloadConflicts", 1)
             raise PayloadConflict("operation_id already exists with a different payload") from None
-        log.info("enqueued", extra={"op": self._tag(tenant_id, operation_id), "target_class": target.value})
+        log.info(
+            "enqueued",
+            extra={"op": self._tag(tenant_id, operation_id), "target_class": target.value},
+        )
         return EnqueueResult(Operation.from_item(item), created=True)
 
     def _register_job_type(self, tenant_id: str, job_type: str) -> None:
@@ -406,7 +432,11 @@ class Engine:
         )
 
     def _lease(self, lease_ms: int) -> int:
-        if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or not 1_000 <= lease_ms <= MAX_LEASE_MS:
+        if (
+            isinstance(lease_ms, bool)
+            or not isinstance(lease_ms, int)
+            or not 1_000 <= lease_ms <= MAX_LEASE_MS
+        ):
             raise InvalidInput(f"lease must be from 1000 to {MAX_LEASE_MS} ms")
         return lease_ms
 
@@ -481,7 +511,9 @@ class Engine:
             try:
                 item = self._write_retrying(
                     self._key(tenant_id, operation_id),
-                    lambda now: self._claim_write(pinned, now, worker_id, lease_ms, types, claim_token),
+                    lambda now: self._claim_write(
+                        pinned, now, worker_id, lease_ms, types, claim_token
+                    ),
                     started,
                 )
             except ConditionFailed as refused:
@@ -510,7 +542,11 @@ class Engine:
     ) -> tuple[str, str, dict[str, str], dict[str, Any]]:
         """The claim's conditional update at time ``now``, pinned to the snapshot's counters."""
         tenant_id, operation_id = snapshot["tenant_id"], snapshot["operation_id"]
-        fence, attempts, max_attempts = int(snapshot["fence"]), int(snapshot["attempts"]), int(snapshot["max_attempts"])
+        fence, attempts, max_attempts = (
+            int(snapshot["fence"]),
+            int(snapshot["attempts"]),
+            int(snapshot["max_attempts"]),
+        )
         expires = now + lease_ms
         last_attempt = attempts + 1 >= max_attempts
         names = dict(_N, **_TRANSITION_NAMES, **_ACTOR, **{"#due": DUE_SK})
@@ -581,7 +617,11 @@ class Engine:
             self.events("Takeovers", 1)
         log.info(
             "claimed",
-            extra={"op": self._tag(item["tenant_id"], item["operation_id"]), "fence": int(item["fence"]), "takeover": takeover},
+            extra={
+                "op": self._tag(item["tenant_id"], item["operation_id"]),
+                "fence": int(item["fence"]),
+                "takeover": takeover,
+            },
         )
         operation = Operation.from_item(item)
         return Claim(
@@ -661,7 +701,12 @@ class Engine:
         fence = self._fence(fence)
         now = self.clock()
         names = dict(_N)
-        values: dict[str, Any] = {":claimed": State.CLAIMED.value, ":f": fence, ":w": worker_id, ":now": now}
+        values: dict[str, Any] = {
+            ":claimed": State.CLAIMED.value,
+            ":f": fence,
+            ":w": worker_id,
+            ":now": now,
+        }
         if lease_ms is None:
             update = "SET lease_expires_at = :now + lease_ms, updated_at = :now"
         else:
@@ -687,7 +732,9 @@ class Engine:
         assert item is not None
         return int(item["lease_expires_at"])
 
-    def complete(self, tenant_id: str, operation_id: str, fence: int, outcome_code: str) -> Operation:
+    def complete(
+        self, tenant_id: str, operation_id: str, fence: int, outcome_code: str
+    ) -> Operation:
         """``claimed`` -> ``succeeded`` for the holding fence. A retry of the same completion by
         the same fence (after a lost response) is recognized as done."""
         return self._complete(tenant_id, operation_id, fence, outcome_code, writes=None)
@@ -714,7 +761,12 @@ class Engine:
         return self._complete(tenant_id, operation_id, fence, outcome_code, writes=writes)
 
     def _complete(
-        self, tenant_id: str, operation_id: str, fence: int, outcome_code: str, writes: list[dict[str, Any]] | None
+        self,
+        tenant_id: str,
+        operation_id: str,
+        fence: int,
+        outcome_code: str,
+        writes: list[dict[str, Any]] | None,
     ) -> Operation:
         _validate_text("outcome_code", outcome_code, MAX_ID_LENGTH)
         return self._close(
@@ -742,7 +794,9 @@ class Engine:
             raise InvalidInput("retryable must be a boolean")
         _validate_text("reason", reason, MAX_REASON_LENGTH)
         if retry_after_ms is not None and (
-            isinstance(retry_after_ms, bool) or not isinstance(retry_after_ms, int) or not 0 <= retry_after_ms <= 86_400_000
+            isinstance(retry_after_ms, bool)
+            or not isinstance(retry_after_ms, int)
+            or not 0 <= retry_after_ms <= 86_400_000
         ):
             raise InvalidInput("retry_after must be from 0 to 86400 seconds")
         fence = self._fence(fence)
@@ -764,14 +818,24 @@ class Engine:
             except _NoAttemptsLeft:
                 pass  # this fence still holds the claim; the failure is terminal
         return self._close(
-            tenant_id, operation_id, fence, command="fail", target=State.FAILED_TERMINAL, fields={"reason": reason}
+            tenant_id,
+            operation_id,
+            fence,
+            command="fail",
+            target=State.FAILED_TERMINAL,
+            fields={"reason": reason},
         )
 
     def park_unknown(self, tenant_id: str, operation_id: str, fence: int, reason: str) -> Operation:
         """The outcome is ambiguous: park for reconciliation; nothing retries it automatically."""
         _validate_text("reason", reason, MAX_REASON_LENGTH)
         return self._close(
-            tenant_id, operation_id, fence, command="unknown", target=State.UNKNOWN, fields={"reason": reason},
+            tenant_id,
+            operation_id,
+            fence,
+            command="unknown",
+            target=State.UNKNOWN,
+            fields={"reason": reason},
             event="UnknownParked",
         )
 
@@ -779,7 +843,12 @@ class Engine:
         """The input cannot be interpreted: park it for an operator."""
         _validate_text("reason", reason, MAX_REASON_LENGTH)
         return self._close(
-            tenant_id, operation_id, fence, command="quarantine", target=State.QUARANTINED, fields={"reason": reason},
+            tenant_id,
+            operation_id,
+            fence,
+            command="quarantine",
+            target=State.QUARANTINED,
+            fields={"reason": reason},
             event="Quarantined",
         )
 
@@ -849,7 +918,9 @@ class Engine:
             if writes is None:
                 item = self.store.update(key, update, condition, names, values)
             else:
-                self.store.transact([self.store.update_action(key, update, condition, names, values), *writes])
+                self.store.transact(
+                    [self.store.update_action(key, update, condition, names, values), *writes]
+                )
                 item = self.store.get(key)
         except ConditionFailed as refused:
             if refused.reasons is not None and refused.reasons[0] is None:
@@ -863,7 +934,8 @@ class Engine:
             if (
                 current is not None
                 and current.get("closed_fence") == fence
-                and int(current.get("fence", -1)) == fence  # nobody claimed since: not a stale fence
+                and int(current.get("fence", -1))
+                == fence  # nobody claimed since: not a stale fence
                 and current.get("closed_by") == command
                 and all(current.get(k) == v for k, v in fields.items() if k == "outcome_code")
             ):
@@ -880,7 +952,10 @@ class Engine:
         assert item is not None
         if event:
             self.events(event, 1)
-        log.info("closed", extra={"op": self._tag(tenant_id, operation_id), "fence": fence, "state": target.value})
+        log.info(
+            "closed",
+            extra={"op": self._tag(tenant_id, operation_id), "fence": fence, "state": target.value},
+        )
         return Operation.from_item(item)
 
     @staticmethod
@@ -914,7 +989,9 @@ class Engine:
         expired lease, so two sweepers (or a sweeper racing a late heartbeat) cannot both act.
         """
         result = SweepResult()
-        for entry in self._due_entries(SWEEP_INDEX, SWEEP_PK, SWEEP_SK, keys.sweep_partition, limit):
+        for entry in self._due_entries(
+            SWEEP_INDEX, SWEEP_PK, SWEEP_SK, keys.sweep_partition, limit
+        ):
             result.examined += 1
             self._sweep_one(entry, result)
         if result.swept:
@@ -1009,7 +1086,9 @@ class Engine:
         try:
             resolution = Resolution(resolution)
         except ValueError as error:
-            raise InvalidInput("resolution must be succeeded, failed_terminal or requeue") from error
+            raise InvalidInput(
+                "resolution must be succeeded, failed_terminal or requeue"
+            ) from error
         _validate_text("note", note, MAX_REASON_LENGTH, required=False)
         actor = validate_actor(actor, OPERATOR_ACTOR)
         now = self.clock()
@@ -1035,8 +1114,13 @@ class Engine:
         if resolution is Resolution.REQUEUE:
             names.update({"#dpk": DUE_PK, "#due": DUE_SK, "#home": DUE_HOME})
             values.update({":queued": State.QUEUED.value, ":true": True})
-            sets += ["#state = :queued", "max_attempts = attempts + attempt_budget", "#dpk = #home", "#due = :now",
-                     "requeued = :true"]
+            sets += [
+                "#state = :queued",
+                "max_attempts = attempts + attempt_budget",
+                "#dpk = #home",
+                "#due = :now",
+                "requeued = :true",
+            ]
         else:
             values.update({":to": resolution.value, ":code": f"resolved:{resolution.value}"})
             sets += ["#state = :to", "outcome_code = :code"]
@@ -1088,7 +1172,9 @@ class Engine:
             return True
         # Items written before the flag existed: a ref this store would have written is ours.
         owns = getattr(self.payloads, "owns", None)
-        return bool(owns and owns(tenant_id, operation_id, operation.payload_hash, operation.payload_ref))
+        return bool(
+            owns and owns(tenant_id, operation_id, operation.payload_hash, operation.payload_ref)
+        )
 
     def payload(self, operation: Operation | Claim) -> bytes:
         """The inline payload of an operation (or of a claim), checked against its hash.
@@ -1148,7 +1234,9 @@ class Engine:
         except ConditionFailed as refused:
             if refused.item is None:
                 raise NotFound("operation not found") from None
-            raise InvalidTransition("a claimed operation cannot be erased until it leaves claimed") from None
+            raise InvalidTransition(
+                "a claimed operation cannot be erased until it leaves claimed"
+            ) from None
         assert item is not None
         self.events("Erasures", 1)
         log.info("erased", extra={"op": self._tag(tenant_id, operation_id)})
@@ -1164,7 +1252,10 @@ class Engine:
             try:
                 self._purge_one(item)
             except Unavailable:
-                log.warning("erased payload not deleted yet; the sweeper will", extra={"op": self._tag(tenant_id, operation_id)})
+                log.warning(
+                    "erased payload not deleted yet; the sweeper will",
+                    extra={"op": self._tag(tenant_id, operation_id)},
+                )
             else:
                 operation = self.get(tenant_id, operation_id)
         return operation
@@ -1195,11 +1286,17 @@ class Engine:
         reads the due part of the sparse ``purge`` index, re-reads each item (the index may lag
         the table) and acts only when the item itself says its payload is due."""
         result = PurgeResult()
-        for entry in self._due_entries(PURGE_INDEX, PURGE_PK, PURGE_SK, keys.purge_partition, limit):
+        for entry in self._due_entries(
+            PURGE_INDEX, PURGE_PK, PURGE_SK, keys.purge_partition, limit
+        ):
             result.examined += 1
             try:
                 item = self.store.get(self._key(entry["tenant_id"], entry["operation_id"]))
-                if item is None or PURGE_PK not in item or int(item.get(PURGE_SK, 2**62)) > self.clock():
+                if (
+                    item is None
+                    or PURGE_PK not in item
+                    or int(item.get(PURGE_SK, 2**62)) > self.clock()
+                ):
                     continue  # the index was behind the table
                 if self._purge_one(item):
                     result.purged += 1
@@ -1209,7 +1306,9 @@ class Engine:
             self.events("PayloadsPurged", result.purged)
         return result
 
-    def erase_tenant(self, tenant_id: str, limit: int = 100, cursor: str | None = None) -> TenantErasure:
+    def erase_tenant(
+        self, tenant_id: str, limit: int = 100, cursor: str | None = None
+    ) -> TenantErasure:
         """One bounded step of erasing everything of one tenant: its operations (rows and stored
         payloads), its job-type directory, then (once no row is left) any payload object still
         under the tenant's prefix (an upload whose enqueue never committed).
@@ -1231,20 +1330,30 @@ class Engine:
                 values={":t": tenant_id},
                 ConsistentRead=True,
                 Limit=limit,
-                start={"tenant_id": tenant_id, "operation_id": position} if position is not None else None,
+                start={"tenant_id": tenant_id, "operation_id": position}
+                if position is not None
+                else None,
             )
             for item in page.items:
                 self._erase_row(item, result)
             if page.last_key is not None:
-                result.next_cursor = self._encode_erasure_cursor("rows", page.last_key["operation_id"])
+                result.next_cursor = self._encode_erasure_cursor(
+                    "rows", page.last_key["operation_id"]
+                )
                 return result
             phase, position = "objects", None
-        remaining = self.store.query(KeyConditionExpression="tenant_id = :t", values={":t": tenant_id},
-                                     ConsistentRead=True, Limit=1).items
+        remaining = self.store.query(
+            KeyConditionExpression="tenant_id = :t",
+            values={":t": tenant_id},
+            ConsistentRead=True,
+            Limit=1,
+        ).items
         # Rows left (claimed ones, counted as held) keep their objects: the sweep of objects nothing
         # references runs only once the tenant has no row left (erase again after they ended).
         if not remaining and self.payloads is not None:
-            deleted, token = self.payloads.delete_tenant_objects(tenant_id, limit=limit, token=position)
+            deleted, token = self.payloads.delete_tenant_objects(
+                tenant_id, limit=limit, token=position
+            )
             result.payloads_deleted += deleted
             if token is not None:
                 result.next_cursor = self._encode_erasure_cursor("objects", token)
@@ -1257,8 +1366,17 @@ class Engine:
             return
         key = self._key(item["tenant_id"], item["operation_id"])
         if (
-            item.get("payload_inline") or (item.get("payload_ref") and self.payloads is not None and self.payloads.owns(
-                item["tenant_id"], item["operation_id"], item.get("payload_hash", ""), item["payload_ref"]))
+            item.get("payload_inline")
+            or (
+                item.get("payload_ref")
+                and self.payloads is not None
+                and self.payloads.owns(
+                    item["tenant_id"],
+                    item["operation_id"],
+                    item.get("payload_hash", ""),
+                    item["payload_ref"],
+                )
+            )
         ) and "payload_purged_at" not in item:
             if self.payloads is None:
                 raise Unavailable("no payload store configured: cannot erase payloads")
@@ -1329,7 +1447,11 @@ class Engine:
                     for entry in page.items:
                         if entry.get("state") == State.CLAIMED:
                             item = self.store.get(self._key(tenant_id, entry["operation_id"]))
-                            if item is None or self._repair_due_entry(item, now) or item.get("state") != State.CLAIMED:
+                            if (
+                                item is None
+                                or self._repair_due_entry(item, now)
+                                or item.get("state") != State.CLAIMED
+                            ):
                                 continue
                             since = int(item.get("lease_expires_at", now))
                         else:
@@ -1360,7 +1482,11 @@ class Engine:
         return Operation.from_item(item)
 
     def list(
-        self, tenant_id: str, state: State | str | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        tenant_id: str,
+        state: State | str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
     ) -> Page:
         """One tenant's operations in id order, optionally in one state. An operator path: it
         reads the tenant's partition (a state filter is applied after the read)."""
@@ -1396,7 +1522,11 @@ class Engine:
 
     @staticmethod
     def _encode_cursor(key: dict[str, Any]) -> str:
-        return base64.urlsafe_b64encode(json.dumps({"o": key["operation_id"]}).encode()).decode().rstrip("=")
+        return (
+            base64.urlsafe_b64encode(json.dumps({"o": key["operation_id"]}).encode())
+            .decode()
+            .rstrip("=")
+        )
 
     @staticmethod
     def _decode_cursor(cursor: str, tenant_id: str) -> dict[str, str]:

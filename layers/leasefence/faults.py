@@ -25,7 +25,9 @@ BEFORE = "before"  # the request never reached the store
 AFTER = "after"  # the store committed; the answer was lost
 THROTTLE = "throttle"  # the store refused with a throttling error
 CONFLICT = "conflict"  # a transaction was cancelled by a conflicting transaction
-TXN_THROTTLE = "txn_throttle"  # a transaction was cancelled: some actions throttled (on-demand table)
+TXN_THROTTLE = (
+    "txn_throttle"  # a transaction was cancelled: some actions throttled (on-demand table)
+)
 TXN_THROTTLE_PROVISIONED = "txn_throttle_provisioned"  # the same on a provisioned table
 
 #: DynamoDB's cancellation messages (TransactionCanceledException documentation), by code.
@@ -40,26 +42,35 @@ THROTTLE_MESSAGES = {
         "your provisioning level with the UpdateTable API."
     ),
 }
-_TXN_METHODS = {"transact_write_items": "TransactWriteItems", "transact_get_items": "TransactGetItems"}
+_TXN_METHODS = {
+    "transact_write_items": "TransactWriteItems",
+    "transact_get_items": "TransactGetItems",
+}
 
 Predicate = Callable[[dict[str, Any]], bool]
 #: Decides, per call, whether to inject a fault: (method, request) -> mode or None.
 Chaos = Callable[[str, dict[str, Any]], str | None]
 
 
-def cancellation_reasons(actions: int, throttled: Iterable[int], code: str = "ThrottlingError") -> list[dict[str, str]]:
+def cancellation_reasons(
+    actions: int, throttled: Iterable[int], code: str = "ThrottlingError"
+) -> list[dict[str, str]]:
     """Per action, in request order: ``{"Code": code, "Message": ...}`` where throttled, else
     ``{"Code": "None"}`` (DynamoDB sends the literal string "None" and no message)."""
     throttled = set(throttled)
     return [
-        {"Code": code, "Message": THROTTLE_MESSAGES[code]} if index in throttled else {"Code": "None"}
+        {"Code": code, "Message": THROTTLE_MESSAGES[code]}
+        if index in throttled
+        else {"Code": "None"}
         for index in range(actions)
     ]
 
 
 def cancellation_message(reasons: list[dict[str, str]]) -> str:
-    return "Transaction cancelled, please refer cancellation reasons for specific reasons [{}]".format(
-        ", ".join(reason["Code"] for reason in reasons)
+    return (
+        "Transaction cancelled, please refer cancellation reasons for specific reasons [{}]".format(
+            ", ".join(reason["Code"] for reason in reasons)
+        )
     )
 
 
@@ -98,7 +109,9 @@ class FaultyClient:
 
     ``rng`` (seeded) decides which actions of a transaction report a :data:`TXN_THROTTLE`."""
 
-    def __init__(self, client: Any, chaos: Chaos | None = None, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, client: Any, chaos: Chaos | None = None, rng: random.Random | None = None
+    ) -> None:
         self._client = client
         self._chaos = chaos
         self._rng = rng if rng is not None else random.Random(0)
@@ -106,7 +119,9 @@ class FaultyClient:
         self._plan: dict[str, list[tuple[str, Predicate | None]]] = defaultdict(list)
         self.injected: dict[str, int] = defaultdict(int)
 
-    def fail_next(self, method: str, mode: str, when: Predicate | None = None, times: int = 1) -> None:
+    def fail_next(
+        self, method: str, mode: str, when: Predicate | None = None, times: int = 1
+    ) -> None:
         with self._lock:
             self._plan[method].extend([(mode, when)] * times)
 
@@ -141,7 +156,10 @@ class FaultyClient:
             if mode == CONFLICT:
                 raise ClientError(
                     {
-                        "Error": {"Code": "TransactionCanceledException", "Message": "injected conflict"},
+                        "Error": {
+                            "Code": "TransactionCanceledException",
+                            "Message": "injected conflict",
+                        },
                         "CancellationReasons": [{"Code": "TransactionConflict"}],
                     },
                     name,
@@ -163,8 +181,11 @@ class FaultyClient:
             with self._lock:
                 throttled = pick_throttled(actions, self._rng)
             return throttled_transaction_error(
-                actions, throttled, "ProvisionedThroughputExceeded" if provisioned else "ThrottlingError",
-                _TXN_METHODS[name], getattr(exceptions, "TransactionCanceledException", ClientError),
+                actions,
+                throttled,
+                "ProvisionedThroughputExceeded" if provisioned else "ThrottlingError",
+                _TXN_METHODS[name],
+                getattr(exceptions, "TransactionCanceledException", ClientError),
             )
         # A single-item operation is throttled with its own error code (botocore would retry it).
         code = "ProvisionedThroughputExceededException" if provisioned else "ThrottlingException"

@@ -45,7 +45,9 @@ COUNT_METRICS = frozenset(
 logger = Logger(service=SERVICE, utc=True)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 # Without the X-Ray SDK (it is not a runtime dependency of the layer) tracing is off, not broken.
-tracer = Tracer(service=SERVICE, disabled=True if importlib.util.find_spec("aws_xray_sdk") is None else None)
+tracer = Tracer(
+    service=SERVICE, disabled=True if importlib.util.find_spec("aws_xray_sdk") is None else None
+)
 
 # An invocation that recorded nothing (a health check, a read) is normal, not worth a warning.
 warnings.filterwarnings("ignore", message="No application metrics to publish")

@@ -25,7 +25,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from leasefence.errors import InvalidInput, LeaseFenceError, PayloadMissing, PayloadTooLarge, Unavailable
+from leasefence.errors import (
+    InvalidInput,
+    LeaseFenceError,
+    PayloadMissing,
+    PayloadTooLarge,
+    Unavailable,
+)
 
 log = logging.getLogger("leasefence.payloads")
 
@@ -37,7 +43,15 @@ CONTENT_TYPE = "application/json"
 _MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 _EXISTS_CODES = frozenset({"PreconditionFailed", "412"})
 _TRANSIENT_CODES = frozenset(
-    {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "ConditionalRequestConflict", "503", "500"}
+    {
+        "SlowDown",
+        "ServiceUnavailable",
+        "InternalError",
+        "RequestTimeout",
+        "ConditionalRequestConflict",
+        "503",
+        "500",
+    }
 )
 
 
@@ -59,9 +73,13 @@ def canonicalize(value: Any) -> CanonicalPayload:
     except RecursionError:
         raise InvalidInput("payload is nested too deeply") from None
     except (rfc8785.CanonicalizationError, ValueError, TypeError) as error:
-        raise InvalidInput(f"payload cannot be canonicalized as I-JSON (RFC 8785): {type(error).__name__}") from None
+        raise InvalidInput(
+            f"payload cannot be canonicalized as I-JSON (RFC 8785): {type(error).__name__}"
+        ) from None
     if len(body) > MAX_PAYLOAD_BYTES:
-        raise PayloadTooLarge(f"payload canonical JSON is {len(body)} bytes; the limit is {MAX_PAYLOAD_BYTES}")
+        raise PayloadTooLarge(
+            f"payload canonical JSON is {len(body)} bytes; the limit is {MAX_PAYLOAD_BYTES}"
+        )
     return CanonicalPayload(body=body, hash="sha256:" + hashlib.sha256(body).hexdigest())
 
 
@@ -132,7 +150,9 @@ class PayloadStore:
             raise LeaseFenceError("payload_ref does not name an object of this payload store")
         return ref.removeprefix(f"s3://{self.bucket}/")
 
-    def owns(self, tenant_id: str, operation_id: str, payload_hash: str, payload_ref: str | None) -> bool:
+    def owns(
+        self, tenant_id: str, operation_id: str, payload_hash: str, payload_ref: str | None
+    ) -> bool:
         """Whether ``payload_ref`` is the inline payload this store wrote for that identity."""
         return payload_ref is not None and hmac.compare_digest(
             payload_ref, self.ref_for(self.key_for(tenant_id, operation_id, payload_hash))
@@ -195,20 +215,30 @@ class PayloadStore:
                 return
             raise _translate(error, code) from error
 
-    def delete_tenant_objects(self, tenant_id: str, limit: int, token: str | None) -> tuple[int, str | None]:
+    def delete_tenant_objects(
+        self, tenant_id: str, limit: int, token: str | None
+    ) -> tuple[int, str | None]:
         """Delete up to ``limit`` objects under the tenant's prefix (the naming secret of today);
         returns how many and a token to continue, or None when none is left."""
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.tenant_prefix(tenant_id), "MaxKeys": min(limit, 1000)}
+        kwargs: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Prefix": self.tenant_prefix(tenant_id),
+            "MaxKeys": min(limit, 1000),
+        }
         if token:
             kwargs["ContinuationToken"] = token
         try:
             listing = self.client.list_objects_v2(**kwargs)
             objects = [{"Key": o["Key"]} for o in listing.get("Contents", [])]
             if objects:
-                self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True})
+                self.client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True}
+                )
         except Exception as error:  # noqa: BLE001
             raise _translate(error, _error_code(error)) from error
-        return len(objects), listing.get("NextContinuationToken") if listing.get("IsTruncated") else None
+        return len(objects), listing.get("NextContinuationToken") if listing.get(
+            "IsTruncated"
+        ) else None
 
     def delete_quietly(self, key: str) -> None:
         """Best-effort removal of an object nothing references (an enqueue that lost)."""

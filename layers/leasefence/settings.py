@@ -47,7 +47,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from leasefence.schema import DEFAULT_DUE_SHARDS, DEFAULT_SWEEP_SHARDS, DEFAULT_TABLE_NAME, TableSpec
+from leasefence.schema import (
+    DEFAULT_DUE_SHARDS,
+    DEFAULT_SWEEP_SHARDS,
+    DEFAULT_TABLE_NAME,
+    TableSpec,
+)
 
 if TYPE_CHECKING:
     from leasefence.engine import Engine
@@ -75,7 +80,9 @@ def _retention_days(env: dict[str, str], name: str, default: int | None) -> int 
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"{name} must be a whole number of days or 'forever', got {raw!r}") from None
+        raise ValueError(
+            f"{name} must be a whole number of days or 'forever', got {raw!r}"
+        ) from None
     if value < 0:
         raise ValueError(f"{name} must be at least 0")
     return value
@@ -98,7 +105,9 @@ def _payload_days(env: dict[str, str]) -> int:
     legacy = _retention_days(env, "LEASEFENCE_RETENTION_DAYS", DEFAULT_PAYLOAD_RETENTION_DAYS)
     days = _retention_days(env, "LEASEFENCE_PAYLOAD_RETENTION_DAYS", legacy)
     if days is None:
-        raise ValueError("LEASEFENCE_PAYLOAD_RETENTION_DAYS must be a whole number of days (a payload is not kept forever)")
+        raise ValueError(
+            "LEASEFENCE_PAYLOAD_RETENTION_DAYS must be a whole number of days (a payload is not kept forever)"
+        )
     return days
 
 
@@ -162,7 +171,10 @@ class Settings:
         )
 
     def __post_init__(self) -> None:
-        if self.identity_retention_days is not None and self.identity_retention_days < self.payload_retention_days:
+        if (
+            self.identity_retention_days is not None
+            and self.identity_retention_days < self.payload_retention_days
+        ):
             raise ValueError("the identity retention must be at least the payload retention")
 
     @property
@@ -176,7 +188,9 @@ class Settings:
 
     @property
     def table_spec(self) -> TableSpec:
-        return TableSpec(table_name=self.table_name, due_shards=self.due_shards, sweep_shards=self.sweep_shards)
+        return TableSpec(
+            table_name=self.table_name, due_shards=self.due_shards, sweep_shards=self.sweep_shards
+        )
 
 
 #: What STS accepts as a session tag value (and so as a tenant id under tenant isolation).
@@ -213,7 +227,11 @@ class Runtime:
             if arn and not self.settings.log_hash_key:
                 from leasefence import privacy
 
-                secret = self.client("secretsmanager").get_secret_value(SecretId=arn)["SecretString"].encode()
+                secret = (
+                    self.client("secretsmanager")
+                    .get_secret_value(SecretId=arn)["SecretString"]
+                    .encode()
+                )
                 privacy.set_key(secret)
             self._prepared = True
 
@@ -243,7 +261,9 @@ class Runtime:
                         connect_timeout=STORE_CONNECT_TIMEOUT_S,
                         read_timeout=STORE_READ_TIMEOUT_S,
                     )
-                client = boto3.client(service, endpoint_url=endpoint, region_name=self.settings.region, **kwargs)
+                client = boto3.client(
+                    service, endpoint_url=endpoint, region_name=self.settings.region, **kwargs
+                )
                 self._clients[service] = client
             return client
 
@@ -304,7 +324,9 @@ class Runtime:
         from leasefence.privacy import keyed_hash
 
         if not _TAG_VALUE_RE.match(tenant_id):
-            raise Forbidden("this tenant_id cannot be used with tenant isolation (not a valid session tag value)")
+            raise Forbidden(
+                "this tenant_id cannot be used with tenant isolation (not a valid session tag value)"
+            )
         sts = self.client("sts")
         arn, tag = self.settings.tenant_role_arn, self.settings.tenant_session_tag
 

@@ -38,14 +38,21 @@ _TRANSIENT = frozenset(
 #: Per-action cancellation reasons of a ``TransactWriteItems`` that mean "busy, try again": the
 #: codes DynamoDB reports inside ``TransactionCanceledException`` (botocore does not retry them).
 _TRANSIENT_REASONS = frozenset(
-    {"ThrottlingError", "ProvisionedThroughputExceeded", "TransactionConflict", "RequestLimitExceeded"}
+    {
+        "ThrottlingError",
+        "ProvisionedThroughputExceeded",
+        "TransactionConflict",
+        "RequestLimitExceeded",
+    }
 )
 
 
 class ConditionFailed(Exception):
     """A conditional write was refused. ``item`` is the item as it is now (None: no such item)."""
 
-    def __init__(self, item: dict[str, Any] | None, reasons: list[dict[str, Any] | None] | None = None):
+    def __init__(
+        self, item: dict[str, Any] | None, reasons: list[dict[str, Any] | None] | None = None
+    ):
         super().__init__("condition failed")
         self.item = item
         #: For a transaction: per action, None where its condition held, else the current item
@@ -89,12 +96,16 @@ def translate(error: Exception) -> Exception:
             if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
                 # Per action: None where its condition held, else the item as it is now ({} if absent).
                 olds = [
-                    (from_item(r.get("Item")) or {}) if r.get("Code") == "ConditionalCheckFailed" else None
+                    (from_item(r.get("Item")) or {})
+                    if r.get("Code") == "ConditionalCheckFailed"
+                    else None
                     for r in reasons
                 ]
                 first = next((o for o in olds if o is not None), None)
                 return ConditionFailed(first or None, reasons=olds)
-            if any(r.get("Code") in _TRANSIENT or r.get("Code") in _TRANSIENT_REASONS for r in reasons):
+            if any(
+                r.get("Code") in _TRANSIENT or r.get("Code") in _TRANSIENT_REASONS for r in reasons
+            ):
                 return Unavailable("transaction throttled or in conflict, retry")
             return LeaseFenceError(f"transaction cancelled: {[r.get('Code') for r in reasons]}")
         if code in _TRANSIENT:
@@ -145,7 +156,9 @@ class Store:
             raise translate(error) from error
 
     def get(self, key: dict[str, Any], consistent: bool = True) -> dict[str, Any] | None:
-        response = self._call("get_item", TableName=self.table_name, Key=to_item(key), ConsistentRead=consistent)
+        response = self._call(
+            "get_item", TableName=self.table_name, Key=to_item(key), ConsistentRead=consistent
+        )
         return from_item(response.get("Item"))
 
     def put_new(self, item: dict[str, Any], condition: str, names: dict[str, str]) -> None:
@@ -209,7 +222,12 @@ class Store:
         )
 
     def update_action(
-        self, key: dict[str, Any], update: str, condition: str, names: dict[str, str], values: dict[str, Any]
+        self,
+        key: dict[str, Any],
+        update: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
     ) -> dict[str, Any]:
         """The same conditional update as :meth:`update`, as a ``TransactWriteItems`` action."""
         action: dict[str, Any] = {
@@ -224,7 +242,9 @@ class Store:
             action["ExpressionAttributeValues"] = {k: to_attr(v) for k, v in values.items()}
         return {"Update": action}
 
-    def delete(self, key: dict[str, Any], condition: str, names: dict[str, str], values: dict[str, Any]) -> None:
+    def delete(
+        self, key: dict[str, Any], condition: str, names: dict[str, str], values: dict[str, Any]
+    ) -> None:
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
             "Key": to_item(key),
@@ -236,7 +256,9 @@ class Store:
             kwargs["ExpressionAttributeValues"] = {k: to_attr(v) for k, v in values.items()}
         self._call("delete_item", **kwargs)
 
-    def add_to_set(self, key: dict[str, Any], attribute: str, members: list[str], extra: dict[str, Any]) -> None:
+    def add_to_set(
+        self, key: dict[str, Any], attribute: str, members: list[str], extra: dict[str, Any]
+    ) -> None:
         """``ADD attribute :members`` (a string set) and ``SET`` the ``extra`` attributes: an
         unconditional, idempotent upsert."""
         names = {"#set": attribute}
@@ -269,5 +291,7 @@ def default_client() -> Any:
     return boto3.client(
         "dynamodb",
         endpoint_url=endpoint,
-        config=Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=2, read_timeout=5),
+        config=Config(
+            retries={"mode": "standard", "max_attempts": 3}, connect_timeout=2, read_timeout=5
+        ),
     )

@@ -113,7 +113,9 @@ class FastClock:
         self.jumped_ms = 0
 
     def __call__(self) -> int:
-        return self.origin_ms + self.jumped_ms + int((time.monotonic() - self.t0) * 1000 * self.speed)
+        return (
+            self.origin_ms + self.jumped_ms + int((time.monotonic() - self.t0) * 1000 * self.speed)
+        )
 
     def jump(self, ms: int) -> int:
         self.jumped_ms += ms
@@ -136,7 +138,13 @@ class Report:
         with self.lock:
             self.history[(tenant_id, operation_id)].append(event)
 
-    def fault(self, kind: str, tenant_id: str | None = None, operation_id: str | None = None, detail: str = "") -> None:
+    def fault(
+        self,
+        kind: str,
+        tenant_id: str | None = None,
+        operation_id: str | None = None,
+        detail: str = "",
+    ) -> None:
         with self.lock:
             self.faults[kind] += 1
         if tenant_id is not None and operation_id is not None:
@@ -145,8 +153,13 @@ class Report:
     def violate(self, kind: str, tenant_id: str, operation_id: str, detail: str) -> None:
         with self.lock:
             self.violations.append(
-                {"kind": kind, "tenant_id": tenant_id, "operation_id": operation_id, "detail": detail,
-                 "history": list(self.history.get((tenant_id, operation_id), []))}
+                {
+                    "kind": kind,
+                    "tenant_id": tenant_id,
+                    "operation_id": operation_id,
+                    "detail": detail,
+                    "history": list(self.history.get((tenant_id, operation_id), [])),
+                }
             )
 
 
@@ -154,7 +167,9 @@ class ChaosHooks(Hooks):
     """Stalls before the side effect and crashes after it, decided per (operation, fence). Before
     any side effect the handler loads its payload and checks it is its operation's."""
 
-    def __init__(self, settings: Settings, clock: FastClock, report: Report, observer: Engine) -> None:
+    def __init__(
+        self, settings: Settings, clock: FastClock, report: Report, observer: Engine
+    ) -> None:
         super().__init__()
         self.settings, self.clock, self.report = settings, clock, report
         self.observer = observer
@@ -164,16 +179,29 @@ class ChaosHooks(Hooks):
         try:
             payload = job.payload
         except PayloadMissing:
-            self.report.note(job.tenant_id, job.operation_id, f"payload missing at fence {job.fence}")
+            self.report.note(
+                job.tenant_id, job.operation_id, f"payload missing at fence {job.fence}"
+            )
             if (job.tenant_id, job.operation_id) not in self.erased:
-                self.report.violate("payload_lost", job.tenant_id, job.operation_id,
-                                    "a live operation's payload was gone when its handler ran")
+                self.report.violate(
+                    "payload_lost",
+                    job.tenant_id,
+                    job.operation_id,
+                    "a live operation's payload was gone when its handler ran",
+                )
             raise
         if payload != _payload(job.tenant_id, job.operation_id):
-            self.report.violate("ran_without_payload", job.tenant_id, job.operation_id,
-                                f"the handler got {payload!r} instead of its payload")
+            self.report.violate(
+                "ran_without_payload",
+                job.tenant_id,
+                job.operation_id,
+                f"the handler got {payload!r} instead of its payload",
+            )
             raise Crash()
-        if _chance(self.settings.seed, "stall", job.tenant_id, job.operation_id, job.fence) < self.settings.stall_rate:
+        if (
+            _chance(self.settings.seed, "stall", job.tenant_id, job.operation_id, job.fence)
+            < self.settings.stall_rate
+        ):
             self.report.fault("stall", job.tenant_id, job.operation_id, f"fence {job.fence}")
             time.sleep(self.clock.wall_seconds(self.settings.lease_ms * 1.5))
             # Then stay paused until someone else acted on the operation (a takeover raised the
@@ -184,7 +212,10 @@ class ChaosHooks(Hooks):
                 time.sleep(0.05)
 
     def after(self, job: Job) -> None:
-        if _chance(self.settings.seed, "crash", job.tenant_id, job.operation_id, job.fence) < self.settings.crash_rate:
+        if (
+            _chance(self.settings.seed, "crash", job.tenant_id, job.operation_id, job.fence)
+            < self.settings.crash_rate
+        ):
             self.report.fault("crash", job.tenant_id, job.operation_id, f"fence {job.fence}")
             raise Crash()
 
@@ -225,13 +256,24 @@ class StoreChaos:
     @staticmethod
     def subject(method: str, request: dict[str, Any]) -> str:
         if "TransactItems" in request:
-            parts = [op.get("Key") or op.get("Item", {}) for entry in request["TransactItems"] for op in entry.values()]
-            return json.dumps([{k: v for k, v in part.items() if k in ("tenant_id", "operation_id", "pk")} for part in parts],
-                              sort_keys=True)
+            parts = [
+                op.get("Key") or op.get("Item", {})
+                for entry in request["TransactItems"]
+                for op in entry.values()
+            ]
+            return json.dumps(
+                [
+                    {k: v for k, v in part.items() if k in ("tenant_id", "operation_id", "pk")}
+                    for part in parts
+                ],
+                sort_keys=True,
+            )
         if "Key" in request:
             return json.dumps(request["Key"], sort_keys=True)
         if "Item" in request:
-            return json.dumps({k: request["Item"].get(k) for k in ("tenant_id", "operation_id")}, sort_keys=True)
+            return json.dumps(
+                {k: request["Item"].get(k) for k in ("tenant_id", "operation_id")}, sort_keys=True
+            )
         values = request.get("ExpressionAttributeValues", {})  # a query: its partition
         return json.dumps({k: v for k, v in values.items() if "S" in v}, sort_keys=True)
 
@@ -250,8 +292,15 @@ class StoreChaos:
         else:
             modes = [BEFORE, THROTTLE]
         mode = modes[int(_chance(self.seed, "store-mode", method, subject, nth) * len(modes))]
-        self.report.fault({AFTER: "lost_response", BEFORE: "not_sent", THROTTLE: "throttle", CONFLICT: "txn_conflict",
-                           TXN_THROTTLE: "txn_throttle"}[mode])
+        self.report.fault(
+            {
+                AFTER: "lost_response",
+                BEFORE: "not_sent",
+                THROTTLE: "throttle",
+                CONFLICT: "txn_conflict",
+                TXN_THROTTLE: "txn_throttle",
+            }[mode]
+        )
         return mode
 
 
@@ -297,7 +346,9 @@ class RecordingBackend(EngineBackend):
     worker finished (for the window)."""
 
     def __init__(self, engine: Engine, tenants: list[str], report: Report, window: Window) -> None:
-        super().__init__(engine, tenants, payload_loader=lambda claim: json.loads(engine.payload(claim)))
+        super().__init__(
+            engine, tenants, payload_loader=lambda claim: json.loads(engine.payload(claim))
+        )
         self.report = report
         self.window = window
         self.claims: list[tuple[str, str, int]] = []
@@ -305,7 +356,9 @@ class RecordingBackend(EngineBackend):
     def claim_next(self, worker_id: str, lease_ms: int, job_types: Any = None) -> Claim | None:
         claim = super().claim_next(worker_id, lease_ms, job_types)
         if claim is not None:
-            self.report.note(claim.tenant_id, claim.operation_id, f"claimed fence {claim.fence} by {worker_id}")
+            self.report.note(
+                claim.tenant_id, claim.operation_id, f"claimed fence {claim.fence} by {worker_id}"
+            )
             with self.report.lock:
                 self.claims.append((claim.tenant_id, claim.operation_id, claim.fence))
         return claim
@@ -321,8 +374,12 @@ class RecordingBackend(EngineBackend):
         super().complete_with(claim, outcome_code, writes)
         self._finished(claim)
 
-    def fail(self, claim: Claim, retryable: bool, reason: str, retry_after_ms: int | None = None) -> None:
-        operation = self.engine.fail(claim.tenant_id, claim.operation_id, claim.fence, retryable, reason, retry_after_ms)
+    def fail(
+        self, claim: Claim, retryable: bool, reason: str, retry_after_ms: int | None = None
+    ) -> None:
+        operation = self.engine.fail(
+            claim.tenant_id, claim.operation_id, claim.fence, retryable, reason, retry_after_ms
+        )
         if operation.state in FINAL_STATES:
             self._finished(claim)
 
@@ -337,7 +394,11 @@ class RecordingBackend(EngineBackend):
 
 def _payload(tenant_id: str, operation_id: str, variant: str = "") -> dict[str, str]:
     """Each operation's own payload (a variant: another payload under the same id)."""
-    return {"tenant": tenant_id, "operation": operation_id, **({"variant": variant} if variant else {})}
+    return {
+        "tenant": tenant_id,
+        "operation": operation_id,
+        **({"variant": variant} if variant else {}),
+    }
 
 
 def _payload_hash(tenant_id: str, operation_id: str, variant: str = "") -> str:
@@ -351,18 +412,36 @@ def run_torture(settings: Settings) -> dict[str, Any]:
     report = Report(settings)
     clock = FastClock(settings.speed)
     tenants = [f"tenant-{i}" for i in range(settings.tenants)]
-    fidelity = Fidelity(index_lag_ms=settings.index_lag_ms, seed=settings.seed) if settings.fidelity else False
+    fidelity = (
+        Fidelity(index_lag_ms=settings.index_lag_ms, seed=settings.seed)
+        if settings.fidelity
+        else False
+    )
     with EmbeddedAws(process=True, fidelity=fidelity) as aws:
-        spec = aws.create_tables(TableSpec(table_name="torture-operations", due_shards=1, sweep_shards=2))
+        spec = aws.create_tables(
+            TableSpec(table_name="torture-operations", due_shards=1, sweep_shards=2)
+        )
         client = aws.client()
         s3 = aws.client("s3")
         s3.create_bucket(Bucket="torture-payloads")
         payloads = PayloadStore("torture-payloads", client=s3)
-        retention = {"identity_retention_ms": settings.identity_retention_days * DAY_MS,
-                     "payload_retention_ms": settings.payload_retention_days * DAY_MS}
-        engine = Engine(client=FaultyClient(client, chaos=StoreChaos(settings, report), rng=random.Random(settings.seed)),
-                        spec=spec, clock=clock, rng=random.Random(settings.seed), payloads=payloads, **retention)
-        checker_engine = Engine(client=client, spec=spec, clock=clock, payloads=payloads, **retention)
+        retention = {
+            "identity_retention_ms": settings.identity_retention_days * DAY_MS,
+            "payload_retention_ms": settings.payload_retention_days * DAY_MS,
+        }
+        engine = Engine(
+            client=FaultyClient(
+                client, chaos=StoreChaos(settings, report), rng=random.Random(settings.seed)
+            ),
+            spec=spec,
+            clock=clock,
+            rng=random.Random(settings.seed),
+            payloads=payloads,
+            **retention,
+        )
+        checker_engine = Engine(
+            client=client, spec=spec, clock=clock, payloads=payloads, **retention
+        )
         hooks = ChaosHooks(settings, clock, report, observer=checker_engine)
         kits: dict[TargetClass, Kit] = {
             TargetClass.A: SameTableKit(client, "torture-orders", hooks=hooks),
@@ -378,9 +457,15 @@ def run_torture(settings: Settings) -> dict[str, Any]:
         for i in range(settings.operations):
             tenant = tenants[i % len(tenants)]
             operation_id = f"op-{i // len(tenants):05d}"
-            target = list(TargetClass)[int(_chance(settings.seed, "class", tenant, operation_id) * 4)]
+            target = list(TargetClass)[
+                int(_chance(settings.seed, "class", tenant, operation_id) * 4)
+            ]
             ops.append((tenant, operation_id, target))
-            if target is TargetClass.D and _chance(settings.seed, "ambiguous-d", tenant, operation_id) < settings.ambiguous_rate:
+            if (
+                target is TargetClass.D
+                and _chance(settings.seed, "ambiguous-d", tenant, operation_id)
+                < settings.ambiguous_rate
+            ):
                 d_kit.lose_answer.add((tenant, operation_id))
                 report.fault("ambiguous_call", tenant, operation_id)
 
@@ -389,8 +474,14 @@ def run_torture(settings: Settings) -> dict[str, Any]:
         handlers = {kit.job_type: kit.handler() for kit in kits.values()}
         stop, paused = threading.Event(), threading.Event()
         workers = [
-            Worker(backend, handlers, worker_id=f"w{i}", lease_ms=settings.lease_ms,
-                   heartbeat_interval_ms=max(10, int(settings.lease_ms / settings.speed / 3)), idle_sleep_ms=10)
+            Worker(
+                backend,
+                handlers,
+                worker_id=f"w{i}",
+                lease_ms=settings.lease_ms,
+                heartbeat_interval_ms=max(10, int(settings.lease_ms / settings.speed / 3)),
+                idle_sleep_ms=10,
+            )
             for i in range(settings.workers)
         ]
 
@@ -432,7 +523,9 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                 except Unavailable:
                     pass
 
-        threads = [threading.Thread(target=work, args=(w,), name=w.worker_id, daemon=True) for w in workers]
+        threads = [
+            threading.Thread(target=work, args=(w,), name=w.worker_id, daemon=True) for w in workers
+        ]
         threads.append(threading.Thread(target=sweep, name="sweeper", daemon=True))
         for thread in threads:
             thread.start()
@@ -453,15 +546,27 @@ def run_torture(settings: Settings) -> dict[str, Any]:
             canonical = canonicalize(_payload(tenant, operation_id, variant))
             stored = payloads.put(tenant, operation_id, canonical)
             try:
-                result = retrying(lambda: engine.enqueue(tenant, operation_id, kits[target].job_type, canonical.hash,
-                                                         payload_ref=stored.ref, payload_inline=True,
-                                                         target_class=target))
+                result = retrying(
+                    lambda: engine.enqueue(
+                        tenant,
+                        operation_id,
+                        kits[target].job_type,
+                        canonical.hash,
+                        payload_ref=stored.ref,
+                        payload_inline=True,
+                        target_class=target,
+                    )
+                )
             except PayloadConflict:
                 payloads.delete_quietly(stored.key)
                 raise
-            if not result.created and (result.operation.payload_ref != stored.ref
-                                       or (stored.created and result.operation.payload_state != "stored")):
-                payloads.delete_quietly(stored.key)  # what the API does: an erased payload stays erased
+            if not result.created and (
+                result.operation.payload_ref != stored.ref
+                or (stored.created and result.operation.payload_state != "stored")
+            ):
+                payloads.delete_quietly(
+                    stored.key
+                )  # what the API does: an erased payload stays erased
             return result.created
 
         def submit(tenant: str, operation_id: str, target: TargetClass, wait: bool = True) -> None:
@@ -474,40 +579,78 @@ def run_torture(settings: Settings) -> dict[str, Any]:
             report.note(tenant, operation_id, "enqueued")
             enqueued.append((tenant, operation_id, target))
 
-        def replay_and_conflict(tenant: str, operation_id: str, target: TargetClass, label: str) -> None:
+        def replay_and_conflict(
+            tenant: str, operation_id: str, target: TargetClass, label: str
+        ) -> None:
             report.fault("replay", tenant, operation_id, label)
             if enqueue(tenant, operation_id, target):
-                report.violate("replay_created", tenant, operation_id, f"a replay ({label}) created a second operation")
+                report.violate(
+                    "replay_created",
+                    tenant,
+                    operation_id,
+                    f"a replay ({label}) created a second operation",
+                )
             if _chance(settings.seed, "conflict", label, tenant, operation_id) < 0.5:
                 report.fault("conflict", tenant, operation_id, label)
                 try:
                     enqueue(tenant, operation_id, target, "other")
-                    report.violate("conflict_accepted", tenant, operation_id, f"another payload was accepted ({label})")
+                    report.violate(
+                        "conflict_accepted",
+                        tenant,
+                        operation_id,
+                        f"another payload was accepted ({label})",
+                    )
                 except PayloadConflict:
                     pass
 
         for number, (tenant, operation_id, target) in enumerate(ops):
             if settings.progress and number % tenth == 0 and number:
-                print(f"torture: {number:,} of {settings.operations:,} enqueued, {sum(report.faults.values()):,} faults, "
-                      f"{len(report.violations)} violations, {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+                print(
+                    f"torture: {number:,} of {settings.operations:,} enqueued, {sum(report.faults.values()):,} faults, "
+                    f"{len(report.violations)} violations, {time.monotonic() - started:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
             submit(tenant, operation_id, target)
             if _chance(settings.seed, "replay", tenant, operation_id) < settings.replay_rate:
                 report.fault("replay", tenant, operation_id)
                 if enqueue(tenant, operation_id, target):
-                    report.violate("replay_created", tenant, operation_id, "a replay created a second operation")
+                    report.violate(
+                        "replay_created",
+                        tenant,
+                        operation_id,
+                        "a replay created a second operation",
+                    )
             if _chance(settings.seed, "conflict", tenant, operation_id) < settings.conflict_rate:
                 report.fault("conflict", tenant, operation_id)
                 try:
                     enqueue(tenant, operation_id, target, "other")
-                    report.violate("conflict_accepted", tenant, operation_id, "another payload was accepted")
+                    report.violate(
+                        "conflict_accepted", tenant, operation_id, "another payload was accepted"
+                    )
                 except PayloadConflict:
                     pass
         window.wait_below(1, deadline)
 
         months: dict[str, Any] = {}
         if settings.months:
-            months = _months_phase(settings, report, clock, aws, engine, checker_engine, hooks, window, paused,
-                                   enqueued, submit, replay_and_conflict, sweep_once, retrying, deadline)
+            months = _months_phase(
+                settings,
+                report,
+                clock,
+                aws,
+                engine,
+                checker_engine,
+                hooks,
+                window,
+                paused,
+                enqueued,
+                submit,
+                replay_and_conflict,
+                sweep_once,
+                retrying,
+                deadline,
+            )
         stop.set()
         for thread in threads:
             thread.join(timeout=30)
@@ -523,8 +666,13 @@ def run_torture(settings: Settings) -> dict[str, Any]:
             months["ended_identities"] = ended
             months["histories_deleted_with_them"] = histories
             if months["identities_deleted_after_window"] != ended:
-                report.violate("window", "*", "*", f"{months['identities_deleted_after_window']} identities deleted "
-                                                   f"past the window, {ended} ended")
+                report.violate(
+                    "window",
+                    "*",
+                    "*",
+                    f"{months['identities_deleted_after_window']} identities deleted "
+                    f"past the window, {ended} ended",
+                )
                 summary["violations"] = len(report.violations)
                 summary["first_violations"] = report.violations[:5]
             summary["months"] = months
@@ -532,10 +680,23 @@ def run_torture(settings: Settings) -> dict[str, Any]:
     return summary
 
 
-def _months_phase(settings: Settings, report: Report, clock: FastClock, aws: Any, engine: Engine,
-                  checker: Engine, hooks: ChaosHooks, window: Window, paused: threading.Event,
-                  enqueued: list[tuple[str, str, TargetClass]], submit: Any, replay_and_conflict: Any,
-                  sweep_once: Any, retrying: Any, deadline: float) -> dict[str, Any]:
+def _months_phase(
+    settings: Settings,
+    report: Report,
+    clock: FastClock,
+    aws: Any,
+    engine: Engine,
+    checker: Engine,
+    hooks: ChaosHooks,
+    window: Window,
+    paused: threading.Event,
+    enqueued: list[tuple[str, str, TargetClass]],
+    submit: Any,
+    replay_and_conflict: Any,
+    sweep_once: Any,
+    retrying: Any,
+    deadline: float,
+) -> dict[str, Any]:
     """Months pass while operations are queued, parked or finished (see the module docstring)."""
     rng = random.Random(settings.seed + 2)
     stats: Counter[str] = Counter()
@@ -545,7 +706,11 @@ def _months_phase(settings: Settings, report: Report, clock: FastClock, aws: Any
 
     def stage(text: str) -> None:
         if settings.progress:
-            print(f"torture: months phase: {text} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+            print(
+                f"torture: months phase: {text} ({time.monotonic() - t0:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def table() -> dict[tuple[str, str], Any]:
         """Every operation, a page of 500 per read (the operator listing), not one read each."""
@@ -561,7 +726,9 @@ def _months_phase(settings: Settings, report: Report, clock: FastClock, aws: Any
         return found
 
     now = table()
-    finished = [op for op in enqueued if now[op[:2]].state in (State.SUCCEEDED, State.FAILED_TERMINAL)]
+    finished = [
+        op for op in enqueued if now[op[:2]].state in (State.SUCCEEDED, State.FAILED_TERMINAL)
+    ]
     parked = [op for op in enqueued if now[op[:2]].state == State.UNKNOWN]
     sample = max(10, len(enqueued) // 20)
 
@@ -571,7 +738,13 @@ def _months_phase(settings: Settings, report: Report, clock: FastClock, aws: Any
         deleted = aws.reap_ttl()
         stats["ttl_deleted_within_window"] += deleted
         if deleted:
-            report.violate("identity_forgotten", "*", "*", f"TTL deleted {deleted} identities within the window")
+            report.violate(
+                "identity_forgotten",
+                "*",
+                "*",
+                f"TTL deleted {deleted} identities within the window",
+            )
+
         # The sweeper's purge until nothing is due, by four sweepers at once (stateless, lock-free:
         # running it concurrently is allowed and is exercised here).
         def drain() -> None:
@@ -587,9 +760,14 @@ def _months_phase(settings: Settings, report: Report, clock: FastClock, aws: Any
 
     # 1. A backlog nobody works on, then 45 days pass (past the payload retention).
     base = len(enqueued)
-    backlog = [(f"tenant-{i % settings.tenants}", f"late-{i:05d}", list(TargetClass)[i % 4]) for i in range(sample)]
+    backlog = [
+        (f"tenant-{i % settings.tenants}", f"late-{i:05d}", list(TargetClass)[i % 4])
+        for i in range(sample)
+    ]
     for tenant, operation_id, target in backlog:
-        submit(tenant, operation_id, target, wait=False)  # nobody works now: the window cannot drain
+        submit(
+            tenant, operation_id, target, wait=False
+        )  # nobody works now: the window cannot drain
     stats["backlog"] = len(backlog)
     stage("backlog enqueued")
     jump(45)
@@ -597,11 +775,21 @@ def _months_phase(settings: Settings, report: Report, clock: FastClock, aws: Any
     now = table()
     for tenant, operation_id, target in backlog + parked:  # every live payload is still there
         if now[(tenant, operation_id)].payload_state != "stored":
-            report.violate("payload_purged_while_live", tenant, operation_id, "a live operation lost its payload")
+            report.violate(
+                "payload_purged_while_live",
+                tenant,
+                operation_id,
+                "a live operation lost its payload",
+            )
     for tenant, operation_id, _ in finished:
         operation = now[(tenant, operation_id)]
         if operation.payload_state != "purged":
-            report.violate("payload_kept", tenant, operation_id, f"payload {operation.payload_state} 45 days after the end")
+            report.violate(
+                "payload_kept",
+                tenant,
+                operation_id,
+                f"payload {operation.payload_state} 45 days after the end",
+            )
     stats["payloads_purged_after_45_days"] = report.purged
 
     # 2. Late replays and conflicts of finished operations; erasures; requeues of old unknowns.
@@ -621,7 +809,11 @@ def _months_phase(settings: Settings, report: Report, clock: FastClock, aws: Any
     for tenant, operation_id, _ in parked[:sample]:
         window.add(tenant, operation_id)
         try:
-            retrying(lambda: engine.resolve(tenant, operation_id, "requeue", note="checked after 45 days"))
+            retrying(
+                lambda: engine.resolve(
+                    tenant, operation_id, "requeue", note="checked after 45 days"
+                )
+            )
         except InvalidTransition:  # an earlier try committed and its answer was lost
             if checker.get(tenant, operation_id).state == State.UNKNOWN:
                 raise
@@ -662,8 +854,14 @@ def _histories_with_ttl(engine: Engine, tenants: list[str]) -> int:
     return found
 
 
-def _check(settings: Settings, report: Report, engine: Engine, kits: dict[TargetClass, Kit],
-           enqueued: list[tuple[str, str, TargetClass]], claims: list[tuple[str, str, int]]) -> dict[str, Any]:
+def _check(
+    settings: Settings,
+    report: Report,
+    engine: Engine,
+    kits: dict[TargetClass, Kit],
+    enqueued: list[tuple[str, str, TargetClass]],
+    claims: list[tuple[str, str, int]],
+) -> dict[str, Any]:
     counts = Counter()
     claimed_fences: dict[tuple[str, str], list[int]] = defaultdict(list)
     for tenant, operation_id, fence in claims:
@@ -684,56 +882,103 @@ def _check(settings: Settings, report: Report, engine: Engine, kits: dict[Target
         counts[op.state.value] += 1
         if op.state not in FINAL_STATES:
             counts["stuck"] += 1
-            report.violate("stuck", tenant, operation_id, f"still {op.state.value} (lease {op.lease_expires_at})")
+            report.violate(
+                "stuck",
+                tenant,
+                operation_id,
+                f"still {op.state.value} (lease {op.lease_expires_at})",
+            )
         if op.payload_hash != expected_hash:
             counts["cross_tenant"] += 1
             report.violate("payload_changed", tenant, operation_id, "stored payload hash changed")
         fences = claimed_fences.get(key, [])
-        if len(set(fences)) != len(fences) or any(f > op.fence for f in fences) or op.fence != op.attempts:
+        if (
+            len(set(fences)) != len(fences)
+            or any(f > op.fence for f in fences)
+            or op.fence != op.attempts
+        ):
             counts["fence_violations"] += 1
-            report.violate("fence", tenant, operation_id, f"claims {sorted(fences)}, final fence {op.fence}, attempts {op.attempts}")
+            report.violate(
+                "fence",
+                tenant,
+                operation_id,
+                f"claims {sorted(fences)}, final fence {op.fence}, attempts {op.attempts}",
+            )
         kit = kits[target]
         effects = kit.effects(tenant, operation_id)
         if effects > 1:
             counts["duplicates"] += effects - 1
-            report.violate("duplicate", tenant, operation_id, f"{effects} side effects at a class {target.value} target")
+            report.violate(
+                "duplicate",
+                tenant,
+                operation_id,
+                f"{effects} side effects at a class {target.value} target",
+            )
         succeeded = op.state == State.SUCCEEDED
         if succeeded and effects != 1:
             counts["missing_effects"] += 1
-            report.violate("missing_effect", tenant, operation_id, f"succeeded with {effects} side effects")
+            report.violate(
+                "missing_effect", tenant, operation_id, f"succeeded with {effects} side effects"
+            )
         if target is TargetClass.A:
             order = a_kit.order(tenant, operation_id)
             refunded_by = order.get("refunded_by_fence", {}).get("N")
             if effects and (not succeeded or int(refunded_by) != op.fence):
                 counts["stale_commits"] += 1
-                report.violate("stale_commit", tenant, operation_id, f"refund by fence {refunded_by}, operation fence {op.fence}")
+                report.violate(
+                    "stale_commit",
+                    tenant,
+                    operation_id,
+                    f"refund by fence {refunded_by}, operation fence {op.fence}",
+                )
             if effects and order.get("refunded_payload", {}).get("S") != expected_hash:
                 counts["cross_tenant"] += 1
-                report.violate("cross_tenant", tenant, operation_id, "refund carries another operation's payload")
+                report.violate(
+                    "cross_tenant",
+                    tenant,
+                    operation_id,
+                    "refund carries another operation's payload",
+                )
         elif target is TargetClass.B:
             history = b_kit.history(tenant, operation_id)
             if history != sorted(history) or any(f > op.fence for f in history):
                 counts["stale_commits"] += 1
-                report.violate("stale_commit", tenant, operation_id, f"target history {history}, fence {op.fence}")
+                report.violate(
+                    "stale_commit",
+                    tenant,
+                    operation_id,
+                    f"target history {history}, fence {op.fence}",
+                )
             item = b_kit.table.read(b_kit._key(tenant, operation_id)) or {}
             if history and item.get("payload_hash") != expected_hash:
                 counts["cross_tenant"] += 1
-                report.violate("cross_tenant", tenant, operation_id, "ledger entry carries another payload")
+                report.violate(
+                    "cross_tenant", tenant, operation_id, "ledger entry carries another payload"
+                )
         elif target is TargetClass.C:
             key_c = idempotency_key(tenant, operation_id)
             known_keys.add(key_c)
             request = c_kit.api.requests.get(key_c)
             if request is not None and request.get("payload_hash") != expected_hash:
                 counts["cross_tenant"] += 1
-                report.violate("cross_tenant", tenant, operation_id, "provider request carries another payload")
+                report.violate(
+                    "cross_tenant", tenant, operation_id, "provider request carries another payload"
+                )
         else:
             sent = d_kit.sent[key]
             if sent and not succeeded and op.state != State.UNKNOWN:
                 counts["unhonest_d"] += 1
-                report.violate("ambiguous_not_unknown", tenant, operation_id, f"called once, then {op.state.value}")
+                report.violate(
+                    "ambiguous_not_unknown",
+                    tenant,
+                    operation_id,
+                    f"called once, then {op.state.value}",
+                )
             if any(h != expected_hash for h in d_kit.sent_payloads.get(key, [])):
                 counts["cross_tenant"] += 1
-                report.violate("cross_tenant", tenant, operation_id, "gateway call carries another payload")
+                report.violate(
+                    "cross_tenant", tenant, operation_id, "gateway call carries another payload"
+                )
     stray = set(c_kit.api.executions) - known_keys
     if stray:
         counts["cross_tenant"] += len(stray)
@@ -761,8 +1006,12 @@ def _check(settings: Settings, report: Report, engine: Engine, kits: dict[Target
 def main(operations: int = 2_000, seed: int = 1, workers: int = 6) -> int:
     import logging
 
-    logging.getLogger("leasefence").setLevel(logging.CRITICAL)  # faults are expected; the summary tells
-    summary = run_torture(Settings(operations=operations, seed=seed, workers=workers, progress=True))
+    logging.getLogger("leasefence").setLevel(
+        logging.CRITICAL
+    )  # faults are expected; the summary tells
+    summary = run_torture(
+        Settings(operations=operations, seed=seed, workers=workers, progress=True)
+    )
     for violation in summary.pop("first_violations"):
         print("VIOLATION", json.dumps(violation))
     print(json.dumps(summary))

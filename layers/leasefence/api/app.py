@@ -46,11 +46,15 @@ def strict_json_loads(text: str) -> Any:
     (including absurd nesting) is a :class:`json.JSONDecodeError`, which the resolver reports
     as a malformed body (400), never as a 500."""
     try:
-        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
+        return json.loads(
+            text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys
+        )
     except json.JSONDecodeError:
         raise
     except RecursionError:
-        raise json.JSONDecodeError("nested too deeply", text if isinstance(text, str) else "", 0) from None
+        raise json.JSONDecodeError(
+            "nested too deeply", text if isinstance(text, str) else "", 0
+        ) from None
     except (ValueError, TypeError) as error:
         reason = str(error)[:120] or type(error).__name__
         raise json.JSONDecodeError(reason, text if isinstance(text, str) else "", 0) from None
@@ -85,7 +89,8 @@ def _error_responses(*statuses: int) -> dict[int, dict[str, Any]]:
         503: "Temporarily unavailable; safe to retry",
     }
     return {
-        status: {"description": meaning[status], "content": {JSON: {"model": models.ErrorOut}}} for status in statuses
+        status: {"description": meaning[status], "content": {JSON: {"model": models.ErrorOut}}}
+        for status in statuses
     }
 
 
@@ -97,7 +102,9 @@ _AUTH = (401, 403, 422, 503)
 _FENCED = (400, 401, 403, 404, 409, 422, 503)
 
 
-def _register(operation_id: str, summary: str, responses: dict[int, Any], description: str | None = None):
+def _register(
+    operation_id: str, summary: str, responses: dict[int, Any], description: str | None = None
+):
     spec = route(operation_id)
     security = [{"bearerAuth": [spec.scope]}] if spec.scope else None
     return app.route(
@@ -108,7 +115,13 @@ def _register(operation_id: str, summary: str, responses: dict[int, Any], descri
         operation_id=operation_id,
         responses=responses,
         security=security,
-        tags=["operator" if spec.scope == "leasefence/operate" else "health" if spec.scope is None else "operations"],
+        tags=[
+            "operator"
+            if spec.scope == "leasefence/operate"
+            else "health"
+            if spec.scope is None
+            else "operations"
+        ],
     )
 
 
@@ -173,7 +186,11 @@ def health():
     "Record an operation (idempotent by operation_id and payload hash)",
     {
         **_ok(201, "Created", models.EnqueueOut),
-        **_ok(200, "Replay: the same id with the same payload hash; nothing changed", models.EnqueueOut),
+        **_ok(
+            200,
+            "Replay: the same id with the same payload hash; nothing changed",
+            models.EnqueueOut,
+        ),
         **_error_responses(400, 409, 413, *_AUTH),
     },
 )
@@ -193,27 +210,41 @@ def enqueue(body: models.EnqueueRequest):
     else:
         payload_ref, payload_hash = body.payload_ref, body.payload_hash
     try:
-        result = runtime().engine_for(tenant).enqueue(
-            tenant,
-            body.operation_id,
-            body.job_type,
-            payload_hash=payload_hash,
-            payload_ref=payload_ref,
-            max_attempts=body.max_attempts,
-            target_class=body.target_class,
-            payload_inline=stored is not None,
-            actor=caller.subject,
+        result = (
+            runtime()
+            .engine_for(tenant)
+            .enqueue(
+                tenant,
+                body.operation_id,
+                body.job_type,
+                payload_hash=payload_hash,
+                payload_ref=payload_ref,
+                max_attempts=body.max_attempts,
+                target_class=body.target_class,
+                payload_inline=stored is not None,
+                actor=caller.subject,
+            )
         )
     except PayloadConflict:
         if stored is not None:
             payloads.delete_quietly(stored.key)  # another hash owns this id: nothing references it
         raise
-    if stored is not None and not result.created and (
-        result.operation.payload_ref != stored.ref  # a replay of an operation whose payload lives elsewhere
-        or (stored.created and result.operation.payload_state != "stored")  # purged or erased: stay so
+    if (
+        stored is not None
+        and not result.created
+        and (
+            result.operation.payload_ref
+            != stored.ref  # a replay of an operation whose payload lives elsewhere
+            or (
+                stored.created and result.operation.payload_state != "stored"
+            )  # purged or erased: stay so
+        )
     ):
         payloads.delete_quietly(stored.key)
-    return _json(201 if result.created else 200, {"operation": _public(result.operation), "created": result.created})
+    return _json(
+        201 if result.created else 200,
+        {"operation": _public(result.operation), "created": result.created},
+    )
 
 
 @_register(
@@ -222,13 +253,22 @@ def enqueue(body: models.EnqueueRequest):
     {**_ok(200, "A page of operations", models.OperationPage), **_error_responses(*_AUTH)},
 )
 def list_operations(
-    state: Annotated[models.StateName | None, Query(description="Only operations in this state")] = None,
+    state: Annotated[
+        models.StateName | None, Query(description="Only operations in this state")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500, description="Page size (1-500)")] = 50,
-    cursor: Annotated[str | None, Query(max_length=2048, description="next_cursor of the previous page")] = None,
+    cursor: Annotated[
+        str | None, Query(max_length=2048, description="next_cursor of the previous page")
+    ] = None,
 ):
     tenant = _caller("listOperations").tenant_id
-    page = runtime().engine_for(tenant).list(tenant, state=state, limit=limit, cursor=cursor or None)
-    return _json(200, {"operations": [_public(op) for op in page.operations], "next_cursor": page.next_cursor})
+    page = (
+        runtime().engine_for(tenant).list(tenant, state=state, limit=limit, cursor=cursor or None)
+    )
+    return _json(
+        200,
+        {"operations": [_public(op) for op in page.operations], "next_cursor": page.next_cursor},
+    )
 
 
 @_register(
@@ -256,9 +296,13 @@ def claim(body: models.ClaimRequest):
     lease_ms = body.lease_seconds * 1000
     started = time.perf_counter()
     if body.operation_id is not None:
-        grant = engine.claim(tenant, body.operation_id, body.worker_id, lease_ms=lease_ms, job_types=body.job_types)
+        grant = engine.claim(
+            tenant, body.operation_id, body.worker_id, lease_ms=lease_ms, job_types=body.job_types
+        )
     else:
-        grant = engine.claim_next(tenant, body.worker_id, lease_ms=lease_ms, job_types=body.job_types)
+        grant = engine.claim_next(
+            tenant, body.worker_id, lease_ms=lease_ms, job_types=body.job_types
+        )
     record_claim_latency((time.perf_counter() - started) * 1000)
     if grant is None:
         return Response(status_code=204, content_type=None, body="")
@@ -273,14 +317,18 @@ def claim(body: models.ClaimRequest):
 def heartbeat(id: _OperationPath, body: models.HeartbeatRequest):
     tenant = _caller("heartbeat").tenant_id
     checkpoint = body.checkpoint if "checkpoint" in body.model_fields_set else MISSING
-    expires = runtime().engine_for(tenant).heartbeat(
-        tenant,
-        _path_id(id),
-        body.fence,
-        body.worker_id,
-        lease_ms=None if body.lease_seconds is None else body.lease_seconds * 1000,
-        checkpoint=checkpoint,
-        intent=body.intent,
+    expires = (
+        runtime()
+        .engine_for(tenant)
+        .heartbeat(
+            tenant,
+            _path_id(id),
+            body.fence,
+            body.worker_id,
+            lease_ms=None if body.lease_seconds is None else body.lease_seconds * 1000,
+            checkpoint=checkpoint,
+            intent=body.intent,
+        )
     )
     return _json(200, {"lease_expires_at": to_rfc3339(expires)})
 
@@ -292,20 +340,32 @@ def heartbeat(id: _OperationPath, body: models.HeartbeatRequest):
 )
 def complete(id: _OperationPath, body: models.CompleteRequest):
     tenant = _caller("completeOperation").tenant_id
-    return _operation(runtime().engine_for(tenant).complete(tenant, _path_id(id), body.fence, body.outcome_code))
+    return _operation(
+        runtime().engine_for(tenant).complete(tenant, _path_id(id), body.fence, body.outcome_code)
+    )
 
 
 @_register(
     "failOperation",
     "Record a failure: retryable with attempts left requeues, otherwise failed_terminal",
-    {**_ok(200, "Requeued or failed_terminal", models.OperationEnvelope), **_error_responses(*_FENCED)},
+    {
+        **_ok(200, "Requeued or failed_terminal", models.OperationEnvelope),
+        **_error_responses(*_FENCED),
+    },
 )
 def fail(id: _OperationPath, body: models.FailRequest):
     tenant = _caller("failOperation").tenant_id
     retry_after_ms = None if body.retry_after_seconds is None else body.retry_after_seconds * 1000
     return _operation(
-        runtime().engine_for(tenant).fail(
-            tenant, _path_id(id), body.fence, body.retryable, body.reason, retry_after_ms=retry_after_ms
+        runtime()
+        .engine_for(tenant)
+        .fail(
+            tenant,
+            _path_id(id),
+            body.fence,
+            body.retryable,
+            body.reason,
+            retry_after_ms=retry_after_ms,
         )
     )
 
@@ -317,7 +377,9 @@ def fail(id: _OperationPath, body: models.FailRequest):
 )
 def unknown(id: _OperationPath, body: models.ParkRequest):
     tenant = _caller("parkUnknown").tenant_id
-    return _operation(runtime().engine_for(tenant).park_unknown(tenant, _path_id(id), body.fence, body.reason))
+    return _operation(
+        runtime().engine_for(tenant).park_unknown(tenant, _path_id(id), body.fence, body.reason)
+    )
 
 
 @_register(
@@ -327,7 +389,9 @@ def unknown(id: _OperationPath, body: models.ParkRequest):
 )
 def quarantine(id: _OperationPath, body: models.ParkRequest):
     tenant = _caller("quarantineOperation").tenant_id
-    return _operation(runtime().engine_for(tenant).quarantine(tenant, _path_id(id), body.fence, body.reason))
+    return _operation(
+        runtime().engine_for(tenant).quarantine(tenant, _path_id(id), body.fence, body.reason)
+    )
 
 
 @_register(
@@ -365,7 +429,11 @@ def resolve(id: _OperationPath, body: models.ResolveRequest):
     "eraseOperation",
     "Erase an operation's payload and free text, keeping its identity (operators)",
     {
-        **_ok(200, "Erased (erasing again is harmless): payload_state is erased", models.OperationEnvelope),
+        **_ok(
+            200,
+            "Erased (erasing again is harmless): payload_state is erased",
+            models.OperationEnvelope,
+        ),
         **_error_responses(400, 404, 409, *_AUTH),
     },
     description="Deletes the stored payload and the reasons, notes, checkpoint and intent; keeps the id, the "
@@ -436,7 +504,9 @@ def history(
     )
 
 
-assert {r.operation_id for r in ROUTES} == {r.operation_id for r in app._static_routes + app._dynamic_routes}  # noqa: SLF001
+assert {r.operation_id for r in ROUTES} == {
+    r.operation_id for r in app._static_routes + app._dynamic_routes
+}  # noqa: SLF001
 
 
 # ---------------------------------------------------------------------------------- entry

@@ -51,7 +51,9 @@ class RouteNotFound(NotFound):
     pass
 
 
-def error_body(code: str, message: str, details: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def error_body(
+    code: str, message: str, details: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     error: dict[str, Any] = {"code": code, "message": message}
     if details:
         error["details"] = details
@@ -102,7 +104,9 @@ def describe(exc: BaseException) -> tuple[int, dict[str, Any]]:
             message = "request body is not valid JSON" + (f" ({reason})" if reason else "")
             return 400, error_body("invalid_request", message)
         details = _validation_details(errors)
-        summary = "; ".join(f"{d['field']}: {d['message']}" for d in details[:5]) or "invalid request"
+        summary = (
+            "; ".join(f"{d['field']}: {d['message']}" for d in details[:5]) or "invalid request"
+        )
         return 422, error_body("invalid_request", summary, details)
     if isinstance(exc, RequestUnsupportedContentType):
         return 415, error_body("invalid_request", "request body must be JSON")

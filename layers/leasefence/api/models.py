@@ -24,7 +24,12 @@ NO_CONTROL = r"^[^\x00-\x1f\x7f-\x9f]*$"
 
 Id = Annotated[
     str,
-    Field(min_length=1, max_length=MAX_ID, pattern=NO_CONTROL, description="1-256 characters, no control characters"),
+    Field(
+        min_length=1,
+        max_length=MAX_ID,
+        pattern=NO_CONTROL,
+        description="1-256 characters, no control characters",
+    ),
 ]
 Fence = Annotated[int, Field(ge=1, le=MAX_FENCE, description="The fence returned by the claim")]
 Reason = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
@@ -32,7 +37,9 @@ LeaseSeconds = Annotated[int, Field(ge=1, le=900)]
 StateName = Literal["queued", "claimed", "succeeded", "failed_terminal", "unknown", "quarantined"]
 PayloadStateName = Literal["external", "stored", "purged", "erased"]
 TargetClassName = Literal["A", "B", "C", "D"]
-PayloadHash = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$", description="sha256:<64 lowercase hex>")]
+PayloadHash = Annotated[
+    str, Field(pattern=r"^sha256:[0-9a-f]{64}$", description="sha256:<64 lowercase hex>")
+]
 
 
 def _depth(value: Any) -> int:
@@ -66,11 +73,16 @@ class EnqueueRequest(Strict):
         description="Any JSON value but null; at most 256 KiB as RFC 8785 canonical JSON. "
         "Its hash is SHA-256 over that canonical JSON.",
     )
-    payload_ref: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT, pattern=NO_CONTROL)
-    payload_hash: PayloadHash | None = Field(
-        default=None, description="Required with payload_ref; with payload it must equal the computed hash"
+    payload_ref: str | None = Field(
+        default=None, min_length=1, max_length=MAX_TEXT, pattern=NO_CONTROL
     )
-    max_attempts: int | None = Field(default=None, ge=1, le=100, description="Default 5 (1 for class D)")
+    payload_hash: PayloadHash | None = Field(
+        default=None,
+        description="Required with payload_ref; with payload it must equal the computed hash",
+    )
+    max_attempts: int | None = Field(
+        default=None, ge=1, le=100, description="Default 5 (1 for class D)"
+    )
     target_class: TargetClassName = "C"
 
     @model_validator(mode="after")
@@ -94,15 +106,20 @@ class ClaimRequest(Strict):
     worker_id: Id
     lease_seconds: LeaseSeconds = 60
     job_types: list[Id] | None = Field(default=None, min_length=1, max_length=50)
-    operation_id: Id | None = Field(default=None, description="Claim this operation only (404 if it does not exist)")
+    operation_id: Id | None = Field(
+        default=None, description="Claim this operation only (404 if it does not exist)"
+    )
 
 
 class HeartbeatRequest(Strict):
     fence: Fence
     worker_id: Id
-    lease_seconds: LeaseSeconds | None = Field(default=None, description="Default: the claim's lease")
+    lease_seconds: LeaseSeconds | None = Field(
+        default=None, description="Default: the claim's lease"
+    )
     checkpoint: Any = Field(
-        default=None, description="Kept and handed to the next claim of this operation (at most 4 KiB of JSON)"
+        default=None,
+        description="Kept and handed to the next claim of this operation (at most 4 KiB of JSON)",
     )
     intent: Id | None = Field(
         default=None,
@@ -113,7 +130,9 @@ class HeartbeatRequest(Strict):
     @model_validator(mode="after")
     def _shallow_checkpoint(self) -> HeartbeatRequest:
         if _depth(self.checkpoint) > MAX_CHECKPOINT_DEPTH:
-            raise ValueError(f"checkpoint must be nested at most {MAX_CHECKPOINT_DEPTH} levels deep")
+            raise ValueError(
+                f"checkpoint must be nested at most {MAX_CHECKPOINT_DEPTH} levels deep"
+            )
         return self
 
 
@@ -201,7 +220,8 @@ class ClaimOut(BaseModel):
     reconcile_required: bool
     checkpoint: Any = None
     intent: Intent | None = Field(
-        default=None, description="Class D: the intent an earlier holder recorded (a heartbeat's `intent`), or null"
+        default=None,
+        description="Class D: the intent an earlier holder recorded (a heartbeat's `intent`), or null",
     )
 
 
@@ -290,11 +310,15 @@ class FieldProblem(BaseModel):
 
 
 class ErrorDetail(BaseModel):
-    code: str = Field(description="invalid_request, unauthorized, forbidden, not_found, payload_conflict, "
-                      "stale_fence, invalid_transition, payload_too_large, payload_missing, unavailable, "
-                      "internal_error")
+    code: str = Field(
+        description="invalid_request, unauthorized, forbidden, not_found, payload_conflict, "
+        "stale_fence, invalid_transition, payload_too_large, payload_missing, unavailable, "
+        "internal_error"
+    )
     message: str
-    details: list[FieldProblem] | None = Field(default=None, description="Per-field problems (422 only)")
+    details: list[FieldProblem] | None = Field(
+        default=None, description="Per-field problems (422 only)"
+    )
 
 
 class ErrorOut(BaseModel):

@@ -58,7 +58,12 @@ def build_spec() -> dict[str, Any]:
     for methods in spec.get("paths", {}).values():
         for operation in methods.values():
             responses = operation.get("responses", {})
-            default_422 = responses.get("422", {}).get("content", {}).get("application/json", {}).get("schema", {})
+            default_422 = (
+                responses.get("422", {})
+                .get("content", {})
+                .get("application/json", {})
+                .get("schema", {})
+            )
             for response in responses.values():
                 if response.get("content") == {}:
                     del response["content"]  # no body (204)

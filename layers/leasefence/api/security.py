@@ -46,7 +46,9 @@ class RouteSpec:
 
     @property
     def regex(self) -> re.Pattern[str]:
-        return re.compile("^" + re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(self.template)) + "$")
+        return re.compile(
+            "^" + re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(self.template)) + "$"
+        )
 
 
 ROUTES: tuple[RouteSpec, ...] = (
@@ -123,7 +125,11 @@ def caller_from_event(event: Mapping[str, Any]) -> Caller:
     if not isinstance(claims, Mapping) or not claims:
         raise Unauthorized("a bearer token is required")
     tenant_id = claims.get("tenant_id")
-    if not isinstance(tenant_id, str) or not 1 <= len(tenant_id) <= 256 or _CONTROL_RE.search(tenant_id):
+    if (
+        not isinstance(tenant_id, str)
+        or not 1 <= len(tenant_id) <= 256
+        or _CONTROL_RE.search(tenant_id)
+    ):
         raise Unauthorized("the token has no usable tenant_id claim")
     return Caller(
         tenant_id=tenant_id,

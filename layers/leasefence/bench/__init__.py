@@ -30,9 +30,17 @@ def main(argv: list[str] | None = None) -> int:
         description="Cost per job, throughput, contention, depth, fairness, cold start and scale, measured on the "
         "embedded endpoint.",
     )
-    parser.add_argument("--quick", action="store_true", help="every benchmark at a small scale (under a minute)")
-    parser.add_argument("--json", action="store_true", help="print the report as one JSON object on stdout")
-    parser.add_argument("--out", default=DEFAULT_OUT, help=f"write the JSON report here (default {DEFAULT_OUT}; '-' for none)")
+    parser.add_argument(
+        "--quick", action="store_true", help="every benchmark at a small scale (under a minute)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the report as one JSON object on stdout"
+    )
+    parser.add_argument(
+        "--out",
+        default=DEFAULT_OUT,
+        help=f"write the JSON report here (default {DEFAULT_OUT}; '-' for none)",
+    )
     args = parser.parse_args(argv)
 
     from leasefence.bench.report import render_table, run

@@ -39,44 +39,60 @@ def repo_root() -> Path:
         for candidate in (start, *start.parents):
             if (candidate / "functions" / "api" / "handler.py").exists():
                 return candidate
-    raise FileNotFoundError("functions/api/handler.py not found above the package or the working directory")
+    raise FileNotFoundError(
+        "functions/api/handler.py not found above the package or the working directory"
+    )
 
 
 def _env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({
-        "AWS_LAMBDA_FUNCTION_NAME": "leasefence-bench",
-        "AWS_REGION": env.get("AWS_REGION", "us-east-1"),
-        "AWS_DEFAULT_REGION": env.get("AWS_DEFAULT_REGION", "us-east-1"),
-        "LEASEFENCE_TABLE": "leasefence-operations",
-        "PYTHONPATH": os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p),
-        "PYTHONDONTWRITEBYTECODE": "1",
-    })
+    env.update(
+        {
+            "AWS_LAMBDA_FUNCTION_NAME": "leasefence-bench",
+            "AWS_REGION": env.get("AWS_REGION", "us-east-1"),
+            "AWS_DEFAULT_REGION": env.get("AWS_DEFAULT_REGION", "us-east-1"),
+            "LEASEFENCE_TABLE": "leasefence-operations",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+    )
     return env
 
 
 def _time_import(module: str, root: Path, env: dict[str, str]) -> float:
     result = subprocess.run(
         [sys.executable, "-c", _TIMER.format(module=module)],
-        cwd=root, env=env, capture_output=True, text=True, timeout=120,
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     if result.returncode != 0:
         raise RuntimeError(f"import {module} failed: {result.stderr.strip().splitlines()[-1:]}")
     return float(result.stdout.strip())
 
 
-def importtime_breakdown(module: str, root: Path, env: dict[str, str], top: int = 8) -> dict[str, Any]:
+def importtime_breakdown(
+    module: str, root: Path, env: dict[str, str], top: int = 8
+) -> dict[str, Any]:
     """``-X importtime`` for one module: its cumulative time and the costliest top-level packages
     it pulled in (by the largest cumulative entry per top-level package)."""
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", f"import {module}"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=120,
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     rows = []
     for line in result.stderr.splitlines():
         match = _LINE.match(line)
         if match:
-            rows.append((int(match.group(1)), int(match.group(2)), len(match.group(3)) // 2, match.group(4)))
+            rows.append(
+                (int(match.group(1)), int(match.group(2)), len(match.group(3)) // 2, match.group(4))
+            )
     total = next((cum for _self, cum, _depth, name in rows if name == module), None)
     by_package: dict[str, int] = {}
     for _self, cum, _depth, name in rows:
@@ -87,9 +103,14 @@ def importtime_breakdown(module: str, root: Path, env: dict[str, str], top: int 
         by_self[name] = self_us
     return {
         "cumulative_ms": round((total or 0) / 1000, 1),
-        "top_packages_ms": {k: round(v / 1000, 1) for k, v in sorted(by_package.items(), key=lambda kv: -kv[1])[:top]
-                            if k not in ("encodings", "site")},
-        "top_self_ms": {k: round(v / 1000, 1) for k, v in sorted(by_self.items(), key=lambda kv: -kv[1])[:top]},
+        "top_packages_ms": {
+            k: round(v / 1000, 1)
+            for k, v in sorted(by_package.items(), key=lambda kv: -kv[1])[:top]
+            if k not in ("encodings", "site")
+        },
+        "top_self_ms": {
+            k: round(v / 1000, 1) for k, v in sorted(by_self.items(), key=lambda kv: -kv[1])[:top]
+        },
     }
 
 

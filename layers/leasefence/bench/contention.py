@@ -31,23 +31,38 @@ def _segments(snapshots: list[tuple[int, int]], queued: int) -> list[dict[str, A
     out, previous = [], (0, 0)
     for claims_so_far, refused_so_far in sorted(snapshots):
         made = claims_so_far - previous[0]
-        out.append({
-            "claims": f"{previous[0] + 1}-{claims_so_far}",
-            "queue_depth_at_end": queued - claims_so_far,
-            "wasted_per_success": round((refused_so_far - previous[1]) / max(made, 1), 4),
-        })
+        out.append(
+            {
+                "claims": f"{previous[0] + 1}-{claims_so_far}",
+                "queue_depth_at_end": queued - claims_so_far,
+                "wasted_per_success": round((refused_so_far - previous[1]) / max(made, 1), 4),
+            }
+        )
         previous = (claims_so_far, refused_so_far)
     return out
 
 
-def run(bench: ServerProcess, queued: int, claimers: int, claims: int, due_shards: int = DEFAULT_DUE_SHARDS,
-        candidate_page: int = DEFAULT_CANDIDATE_PAGE, label: str = "default") -> dict[str, Any]:
-    spec = bench.create_tables(TableSpec(table_name=f"bench-contention-{label}", due_shards=due_shards))
+def run(
+    bench: ServerProcess,
+    queued: int,
+    claimers: int,
+    claims: int,
+    due_shards: int = DEFAULT_DUE_SHARDS,
+    candidate_page: int = DEFAULT_CANDIDATE_PAGE,
+    label: str = "default",
+) -> dict[str, Any]:
+    spec = bench.create_tables(
+        TableSpec(table_name=f"bench-contention-{label}", due_shards=due_shards)
+    )
     bench.populate(spec, TENANT, queued, now_ms=system_clock())
     meter = Meter(bench.client(), units=False, keep_calls=False)
     engines = [
-        Engine(client=meter.client(bench.client()), spec=spec, rng=random.Random(500 + i),
-               candidate_page=candidate_page)
+        Engine(
+            client=meter.client(bench.client()),
+            spec=spec,
+            rng=random.Random(500 + i),
+            candidate_page=candidate_page,
+        )
         for i in range(claimers)
     ]
     lock = threading.Lock()

@@ -78,7 +78,9 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
     sizes = []
     for _ in range(runs):
         with meter.phase("enqueue"):
-            engine.enqueue(TENANT, _ids(rng), JOB_TYPE, HASH, payload_ref=PAYLOAD_REF, target_class="B")
+            engine.enqueue(
+                TENANT, _ids(rng), JOB_TYPE, HASH, payload_ref=PAYLOAD_REF, target_class="B"
+            )
         with meter.phase("claim"):
             claim = engine.claim_next(TENANT, WORKER, lease_ms=LEASE_MS, job_types=[JOB_TYPE])
         assert claim is not None
@@ -88,8 +90,10 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
     phases = {p: _summary(meter.usage(p), runs) for p in ("enqueue", "claim", "complete")}
     out["lifecycle"] = _summary(meter.usage("enqueue", "claim", "complete"), runs)
     out["lifecycle_phases"] = phases
-    out["lifecycle_steps"] = _steps(meter.usage("enqueue"), runs) + _steps(meter.usage("claim"), runs) + _steps(
-        meter.usage("complete"), runs
+    out["lifecycle_steps"] = (
+        _steps(meter.usage("enqueue"), runs)
+        + _steps(meter.usage("claim"), runs)
+        + _steps(meter.usage("complete"), runs)
     )
     out["lifecycle_backlog"] = backlog
 
@@ -104,8 +108,14 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
             engine.enqueue(lonely, op, JOB_TYPE, HASH, payload_ref=PAYLOAD_REF, target_class="B")
             claim = engine.claim_next(lonely, WORKER, lease_ms=LEASE_MS, job_types=[JOB_TYPE])
         assert claim is not None and claim.operation_id == op
-        sizes.append(U.item_size(raw.get_item(TableName=spec.table_name, Key={"tenant_id": {"S": lonely},
-                                                                         "operation_id": {"S": op}})["Item"]))
+        sizes.append(
+            U.item_size(
+                raw.get_item(
+                    TableName=spec.table_name,
+                    Key={"tenant_id": {"S": lonely}, "operation_id": {"S": op}},
+                )["Item"]
+            )
+        )
         with meter.phase("shallow"):
             engine.complete(lonely, op, claim.fence, "refunded")
         clock.advance(1)
@@ -118,7 +128,9 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
     meter.reset()
     for _ in range(runs):
         with meter.phase("life"):
-            engine.enqueue(TENANT, _ids(rng), JOB_TYPE, HASH, payload_ref=PAYLOAD_REF, target_class="B")
+            engine.enqueue(
+                TENANT, _ids(rng), JOB_TYPE, HASH, payload_ref=PAYLOAD_REF, target_class="B"
+            )
             claim = engine.claim_next(TENANT, WORKER, lease_ms=LEASE_MS, job_types=[JOB_TYPE])
         clock.advance(LEASE_MS // 3)
         with meter.phase("heartbeat"):
@@ -143,7 +155,12 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
             with meter.phase("hb"):
                 engine.heartbeat(LONG_TENANT, op, claim.fence, WORKER)
         with meter.phase("poll"):
-            assert poller.claim_next(LONG_TENANT, "idle-worker", lease_ms=LEASE_MS, job_types=[JOB_TYPE]) is None
+            assert (
+                poller.claim_next(
+                    LONG_TENANT, "idle-worker", lease_ms=LEASE_MS, job_types=[JOB_TYPE]
+                )
+                is None
+            )
     engine.complete(LONG_TENANT, op, claim.fence, "refunded")
     hb, poll = meter.usage("hb"), meter.usage("poll")
     beats = hb.requests["update_item"]
@@ -165,20 +182,36 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
     _plain_table(raw, ledger, ("pk",))
 
     def refund(op: str, fence: int) -> list[dict[str, Any]]:
-        return [{"Put": {
-            "TableName": ledger,
-            "Item": {"pk": {"S": f"refund#{TENANT}#{op}"}, "amount_cents": {"N": "12999"}, "currency": {"S": "EUR"},
-                     "fence": {"N": str(fence)}, "status": {"S": "refunded"}},
-            "ConditionExpression": "attribute_not_exists(pk)",
-        }}]
+        return [
+            {
+                "Put": {
+                    "TableName": ledger,
+                    "Item": {
+                        "pk": {"S": f"refund#{TENANT}#{op}"},
+                        "amount_cents": {"N": "12999"},
+                        "currency": {"S": "EUR"},
+                        "fence": {"N": str(fence)},
+                        "status": {"S": "refunded"},
+                    },
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            }
+        ]
 
     def class_a(phase: str) -> None:
         with meter.phase(phase):
-            engine.enqueue(TENANT, _ids(rng), JOB_TYPE, HASH, payload_ref=PAYLOAD_REF, target_class="A")
+            engine.enqueue(
+                TENANT, _ids(rng), JOB_TYPE, HASH, payload_ref=PAYLOAD_REF, target_class="A"
+            )
             claim = engine.claim_next(TENANT, WORKER, lease_ms=LEASE_MS, job_types=[JOB_TYPE])
             assert claim is not None
-            engine.complete_with(TENANT, claim.operation_id, claim.fence, "refunded",
-                                 refund(claim.operation_id, claim.fence))
+            engine.complete_with(
+                TENANT,
+                claim.operation_id,
+                claim.fence,
+                "refunded",
+                refund(claim.operation_id, claim.fence),
+            )
         clock.advance(1)
 
     meter.reset()
@@ -187,8 +220,11 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
     usage_a = meter.usage("a")
     out["lifecycle_class_a"] = _summary(usage_a, runs)
     per_run = len(usage_a.calls) // runs
-    out["class_a_completion_steps"] = [c.describe() for c in usage_a.calls[:per_run]
-                                       if c.op in ("transact_write_items", "get_item")]
+    out["class_a_completion_steps"] = [
+        c.describe()
+        for c in usage_a.calls[:per_run]
+        if c.op in ("transact_write_items", "get_item")
+    ]
     # The same with the transaction's index writes counted once (if AWS bills them as standard).
     meter.tx_index_multiplier = 1
     meter.reset()
@@ -200,7 +236,9 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
     meter.reset()
     big_tenant, big_op = "t" * 256, "o" * 256
     with meter.phase("max"):
-        engine.enqueue(big_tenant, big_op, "j" * 256, HASH, payload_ref="s3://" + "r" * 1019, target_class="B")
+        engine.enqueue(
+            big_tenant, big_op, "j" * 256, HASH, payload_ref="s3://" + "r" * 1019, target_class="B"
+        )
         claim = engine.claim_next(big_tenant, "w" * 256, lease_ms=LEASE_MS, job_types=["j" * 256])
         engine.complete(big_tenant, big_op, claim.fence, "o" * 256)
     out["lifecycle_max_ids"] = _summary(meter.usage("max"), 1)
@@ -215,24 +253,43 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
         with meter.phase("floor"):
             client.put_item(
                 TableName=floor,
-                Item={**key, "job_type": {"S": JOB_TYPE}, "payload_hash": {"S": HASH},
-                      "payload_ref": {"S": PAYLOAD_REF}, "state": {"S": "queued"}, "fence": {"N": "0"},
-                      "created_at": {"N": str(clock())}},
+                Item={
+                    **key,
+                    "job_type": {"S": JOB_TYPE},
+                    "payload_hash": {"S": HASH},
+                    "payload_ref": {"S": PAYLOAD_REF},
+                    "state": {"S": "queued"},
+                    "fence": {"N": "0"},
+                    "created_at": {"N": str(clock())},
+                },
                 ConditionExpression="attribute_not_exists(operation_id)",
             )
             client.update_item(
-                TableName=floor, Key=key,
+                TableName=floor,
+                Key=key,
                 UpdateExpression="SET #s = :c, fence = fence + :one, lease_owner = :w, lease_expires_at = :e",
-                ConditionExpression="#s = :q", ExpressionAttributeNames={"#s": "state"},
-                ExpressionAttributeValues={":c": {"S": "claimed"}, ":q": {"S": "queued"}, ":one": {"N": "1"},
-                                           ":w": {"S": WORKER}, ":e": {"N": str(clock() + LEASE_MS)}},
+                ConditionExpression="#s = :q",
+                ExpressionAttributeNames={"#s": "state"},
+                ExpressionAttributeValues={
+                    ":c": {"S": "claimed"},
+                    ":q": {"S": "queued"},
+                    ":one": {"N": "1"},
+                    ":w": {"S": WORKER},
+                    ":e": {"N": str(clock() + LEASE_MS)},
+                },
             )
             client.update_item(
-                TableName=floor, Key=key,
+                TableName=floor,
+                Key=key,
                 UpdateExpression="SET #s = :d, outcome_code = :o REMOVE lease_owner, lease_expires_at",
-                ConditionExpression="#s = :c AND fence = :f", ExpressionAttributeNames={"#s": "state"},
-                ExpressionAttributeValues={":d": {"S": "succeeded"}, ":c": {"S": "claimed"}, ":f": {"N": "1"},
-                                           ":o": {"S": "refunded"}},
+                ConditionExpression="#s = :c AND fence = :f",
+                ExpressionAttributeNames={"#s": "state"},
+                ExpressionAttributeValues={
+                    ":d": {"S": "succeeded"},
+                    ":c": {"S": "claimed"},
+                    ":f": {"N": "1"},
+                    ":o": {"S": "refunded"},
+                },
             )
     out["floor"] = _summary(meter.usage("floor"), runs)
 
@@ -262,7 +319,9 @@ def _powertools(bench: ServerProcess, meter: Meter, raw: Any, runs: int) -> dict
 
     rng = random.Random(13)
     meter.reset()
-    jobs = [{"operation_id": _ids(rng), "tenant_id": TENANT, "amount_cents": 12999} for _ in range(runs)]
+    jobs = [
+        {"operation_id": _ids(rng), "tenant_id": TENANT, "amount_cents": 12999} for _ in range(runs)
+    ]
     with warnings.catch_warnings():
         # Outside a Lambda invocation Powertools cannot know the remaining time; irrelevant here.
         warnings.simplefilter("ignore", UserWarning)
@@ -280,4 +339,3 @@ def _powertools(bench: ServerProcess, meter: Meter, raw: Any, runs: int) -> dict
         "note": "idempotency only: no queue, lease, fence, retry or unknown state; the job still "
         "needs a queue to arrive (e.g. SQS: send, receive, delete = 3 requests per job)",
     }
-

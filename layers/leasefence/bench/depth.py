@@ -29,7 +29,9 @@ def _claims_at_depth(server: ServerProcess, depth: int, claims: int, label: str)
     clock = ManualClock(START_MS + 1)
     raw = server.client()
     meter = Meter(raw, units=True)
-    engine = Engine(client=meter.client(server.client()), spec=spec, clock=clock, rng=random.Random(21))
+    engine = Engine(
+        client=meter.client(server.client()), spec=spec, clock=clock, rng=random.Random(21)
+    )
     refill = Engine(client=raw, spec=spec, clock=clock)
     got = 0
     for i in range(claims):
@@ -40,7 +42,9 @@ def _claims_at_depth(server: ServerProcess, depth: int, claims: int, label: str)
         refill.enqueue(TENANT, f"refill-{i:05d}", "refund", HASH)
         clock.advance(1)
     usage = meter.usage("claim")
-    verified = server.verify(spec.table_name, "due", [f"{TENANT}#{s}" for s in range(min(2, spec.due_shards))], [clock()])
+    verified = server.verify(
+        spec.table_name, "due", [f"{TENANT}#{s}" for s in range(min(2, spec.due_shards))], [clock()]
+    )
     return {
         "depth": depth,
         "claims": got,
@@ -55,41 +59,66 @@ def _claims_at_depth(server: ServerProcess, depth: int, claims: int, label: str)
     }
 
 
-def _sweeps(server: ServerProcess, background: int, due_counts: list[int], label: str) -> list[dict[str, Any]]:
+def _sweeps(
+    server: ServerProcess, background: int, due_counts: list[int], label: str
+) -> list[dict[str, Any]]:
     """One ``Engine.sweep`` per due count, in a table holding ``background`` queued operations plus
     1,000 final-attempt claims whose leases have not expired (in the sweep index, not due)."""
     spec = server.create_tables(TableSpec(table_name=f"bench-sweep-{label}"))
     if background:
         server.populate(spec, "bulk", background, now_ms=START_MS)
-    server.populate(spec, "live", 1000, now_ms=START_MS, kind="final_claim", prefix="live",
-                    lease_expires_at=START_MS + 3_600_000)
+    server.populate(
+        spec,
+        "live",
+        1000,
+        now_ms=START_MS,
+        kind="final_claim",
+        prefix="live",
+        lease_expires_at=START_MS + 3_600_000,
+    )
     clock = ManualClock(START_MS + 60_000)
     meter = Meter(server.client(), units=True)
-    engine = Engine(client=meter.client(server.client()), spec=spec, clock=clock, rng=random.Random(4))
+    engine = Engine(
+        client=meter.client(server.client()), spec=spec, clock=clock, rng=random.Random(4)
+    )
     out = []
     for round_, due in enumerate(due_counts):
         if due:
-            server.populate(spec, f"gone{round_}", due, now_ms=START_MS, kind="final_claim", prefix=f"gone{round_}",
-                            lease_expires_at=START_MS + 30_000)
+            server.populate(
+                spec,
+                f"gone{round_}",
+                due,
+                now_ms=START_MS,
+                kind="final_claim",
+                prefix=f"gone{round_}",
+                lease_expires_at=START_MS + 30_000,
+            )
         meter.reset()
         with meter.phase("sweep"):
             result = engine.sweep(limit=max(due, 1) + 50)
         usage = meter.usage("sweep")
-        out.append({
-            "table_items": background + 1000 + due,
-            "due": due,
-            "swept": result.swept,
-            "requests": usage.total_requests,
-            "queries": usage.requests["query"],
-            "rcu": usage.rcu,
-            "wcu": usage.wcu,
-        })
+        out.append(
+            {
+                "table_items": background + 1000 + due,
+                "due": due,
+                "swept": result.swept,
+                "requests": usage.total_requests,
+                "queries": usage.requests["query"],
+                "rcu": usage.rcu,
+                "wcu": usage.wcu,
+            }
+        )
     server.client().delete_table(TableName=spec.table_name)
     return out
 
 
-def measure(server: ServerProcess, shallow: int = 10, deep: int = 100_000, claims: int = 20,
-            due_counts: tuple[int, ...] = (0, 10, 100)) -> dict[str, Any]:
+def measure(
+    server: ServerProcess,
+    shallow: int = 10,
+    deep: int = 100_000,
+    claims: int = 20,
+    due_counts: tuple[int, ...] = (0, 10, 100),
+) -> dict[str, Any]:
     with server.accelerated():
         small = _claims_at_depth(server, shallow, claims, "shallow")
         large = _claims_at_depth(server, deep, claims, "deep")

@@ -30,8 +30,15 @@ BIG, SMALL = "big-tenant", "small-tenant"
 START_MS = 1_900_000_000_000
 
 
-def _fleet(server: ServerProcess, spec: TableSpec, clock: ManualClock, workers: int, arrive_at_turn: int,
-           small_op: str, staggered: bool = False) -> dict[str, Any]:
+def _fleet(
+    server: ServerProcess,
+    spec: TableSpec,
+    clock: ManualClock,
+    workers: int,
+    arrive_at_turn: int,
+    small_op: str,
+    staggered: bool = False,
+) -> dict[str, Any]:
     """Run the fleet; the small tenant's operation arrives just before turn ``arrive_at_turn``.
 
     Each worker claims through the worker runtime's :class:`EngineBackend` (round-robin over
@@ -43,9 +50,15 @@ def _fleet(server: ServerProcess, spec: TableSpec, clock: ManualClock, workers: 
     tenants = [BIG, SMALL]
     meter = Meter(server.client(), units=False, keep_calls=False)
     backends = [
-        EngineBackend(Engine(client=meter.client(server.client()), spec=spec, clock=clock,
-                             rng=random.Random(70 + w)),
-                      tenants[w % len(tenants):] + tenants[:w % len(tenants)] if staggered else tenants)
+        EngineBackend(
+            Engine(
+                client=meter.client(server.client()),
+                spec=spec,
+                clock=clock,
+                rng=random.Random(70 + w),
+            ),
+            tenants[w % len(tenants) :] + tenants[: w % len(tenants)] if staggered else tenants,
+        )
         for w in range(workers)
     ]
     producer = Engine(client=server.client(), spec=spec, clock=clock)
@@ -78,9 +91,12 @@ def _fleet(server: ServerProcess, spec: TableSpec, clock: ManualClock, workers: 
     raise RuntimeError("the small tenant's operation was never claimed")
 
 
-def measure(server: ServerProcess, backlog: int = 50_000,
-            fleets_to_run: tuple[tuple[int, bool], ...] = ((1, False), (4, False), (4, True)),
-            warmup_turns: int = 6) -> dict[str, Any]:
+def measure(
+    server: ServerProcess,
+    backlog: int = 50_000,
+    fleets_to_run: tuple[tuple[int, bool], ...] = ((1, False), (4, False), (4, True)),
+    warmup_turns: int = 6,
+) -> dict[str, Any]:
     """For each fleet size, every arrival phase of the small operation within one full round of
     the fleet (workers x tenants turns after a warm-up); the worst case is reported."""
     tenants = 2
@@ -92,20 +108,36 @@ def measure(server: ServerProcess, backlog: int = 50_000,
         clock = ManualClock(START_MS + 1)
         for n, staggered in fleets_to_run:
             runs = [
-                _fleet(server, spec, clock, n, warmup_turns + phase, f"small-op-{n}-{staggered}-{phase}", staggered)
+                _fleet(
+                    server,
+                    spec,
+                    clock,
+                    n,
+                    warmup_turns + phase,
+                    f"small-op-{n}-{staggered}-{phase}",
+                    staggered,
+                )
                 for phase in range(n * tenants)
             ]
-            fleets.append({
-                "workers": n,
-                "staggered": staggered,
-                "bound_by_design": n * (tenants - 1),
-                "worst": max(r["big_claims_after_arrival_before_small"] for r in runs),
-                "by_arrival_phase": [r["big_claims_after_arrival_before_small"] for r in runs],
-                "big_claims_in_all_runs": sum(r["big_claims_before_arrival"] + r["big_claims_after_arrival_before_small"]
-                                              for r in runs),
-            })
-        out["verified"] = server.verify(spec.table_name, "due", [f"{BIG}#{s}" for s in range(min(2, spec.due_shards))],
-                                        [clock()])
+            fleets.append(
+                {
+                    "workers": n,
+                    "staggered": staggered,
+                    "bound_by_design": n * (tenants - 1),
+                    "worst": max(r["big_claims_after_arrival_before_small"] for r in runs),
+                    "by_arrival_phase": [r["big_claims_after_arrival_before_small"] for r in runs],
+                    "big_claims_in_all_runs": sum(
+                        r["big_claims_before_arrival"] + r["big_claims_after_arrival_before_small"]
+                        for r in runs
+                    ),
+                }
+            )
+        out["verified"] = server.verify(
+            spec.table_name,
+            "due",
+            [f"{BIG}#{s}" for s in range(min(2, spec.due_shards))],
+            [clock()],
+        )
         server.client().delete_table(TableName=spec.table_name)
     out["fleets"] = fleets
     out["fairness_claims_before_small_tenant"] = fleets[0]["worst"]

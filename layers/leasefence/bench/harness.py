@@ -55,8 +55,14 @@ class _CaptureClient:
         return {}  # the tenant's job-type directory: not an operation item
 
 
-def engine_items(spec: TableSpec, tenant_id: str, count: int, clock: Any, job_type: str = "refund",
-                 prefix: str = "op") -> list[dict[str, Any]]:
+def engine_items(
+    spec: TableSpec,
+    tenant_id: str,
+    count: int,
+    clock: Any,
+    job_type: str = "refund",
+    prefix: str = "op",
+) -> list[dict[str, Any]]:
     """The exact items :meth:`Engine.enqueue` writes for ``count`` new operations (wire format)."""
     sink: list[dict[str, Any]] = []
     engine = Engine(client=_CaptureClient(sink), spec=spec, clock=clock)
@@ -65,8 +71,14 @@ def engine_items(spec: TableSpec, tenant_id: str, count: int, clock: Any, job_ty
     return sink
 
 
-def final_claim_items(spec: TableSpec, tenant_id: str, count: int, clock: Any, lease_expires_at: int,
-                      prefix: str = "fin") -> list[dict[str, Any]]:
+def final_claim_items(
+    spec: TableSpec,
+    tenant_id: str,
+    count: int,
+    clock: Any,
+    lease_expires_at: int,
+    prefix: str = "fin",
+) -> list[dict[str, Any]]:
     """Items as a claim on the final attempt leaves them: in the sweep index, out of the due index
     (what ``Engine._try_claim`` writes when ``attempts + 1 >= max_attempts``)."""
     items = engine_items(spec, tenant_id, count, clock, prefix=prefix)
@@ -74,14 +86,24 @@ def final_claim_items(spec: TableSpec, tenant_id: str, count: int, clock: Any, l
         op = item["operation_id"]["S"]
         item.pop(DUE_PK)
         item.pop(DUE_SK)
-        item.update({
-            "state": {"S": "claimed"}, "claimed_from": {"S": "queued"}, "fence": {"N": "1"},
-            "attempts": {"N": "1"}, "max_attempts": {"N": "1"}, "attempt_budget": {"N": "1"},
-            "lease_owner": {"S": "worker-gone"}, "lease_expires_at": {"N": str(lease_expires_at)},
-            "lease_ms": {"N": "30000"}, "claim_token": {"S": "0" * 32},
-            SWEEP_PK: {"S": keys.sweep_partition(keys.shard_of(tenant_id, op, spec.sweep_shards))},
-            SWEEP_SK: {"N": str(lease_expires_at)},
-        })
+        item.update(
+            {
+                "state": {"S": "claimed"},
+                "claimed_from": {"S": "queued"},
+                "fence": {"N": "1"},
+                "attempts": {"N": "1"},
+                "max_attempts": {"N": "1"},
+                "attempt_budget": {"N": "1"},
+                "lease_owner": {"S": "worker-gone"},
+                "lease_expires_at": {"N": str(lease_expires_at)},
+                "lease_ms": {"N": "30000"},
+                "claim_token": {"S": "0" * 32},
+                SWEEP_PK: {
+                    "S": keys.sweep_partition(keys.shard_of(tenant_id, op, spec.sweep_shards))
+                },
+                SWEEP_SK: {"N": str(lease_expires_at)},
+            }
+        )
     return items
 
 
@@ -146,7 +168,9 @@ class ServerProcess:
     def __enter__(self) -> ServerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "leasefence.bench.server"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         ready = self._read()
         self.endpoint = f"http://127.0.0.1:{ready['port']}"
@@ -185,7 +209,9 @@ class ServerProcess:
 
         use_local_credentials()
         return boto3.client(
-            "dynamodb", endpoint_url=self.endpoint, region_name=LOCAL_REGION,
+            "dynamodb",
+            endpoint_url=self.endpoint,
+            region_name=LOCAL_REGION,
             config=Config(retries={"mode": "standard", "max_attempts": 3}, max_pool_connections=64),
         )
 
@@ -195,12 +221,27 @@ class ServerProcess:
         create_table(self.client(), spec)
         return spec
 
-    def populate(self, spec: TableSpec, tenant: str, count: int, now_ms: int, kind: str = "queued",
-                 prefix: str = "op", lease_expires_at: int | None = None) -> float:
+    def populate(
+        self,
+        spec: TableSpec,
+        tenant: str,
+        count: int,
+        now_ms: int,
+        kind: str = "queued",
+        prefix: str = "op",
+        lease_expires_at: int | None = None,
+    ) -> float:
         """Fill ``spec``'s table with ``count`` engine-built items (see module doc); returns seconds."""
         answer = self.command(
-            cmd="populate", table=spec.table_name, due_shards=spec.due_shards, sweep_shards=spec.sweep_shards,
-            tenant=tenant, count=count, now_ms=now_ms, kind=kind, prefix=prefix,
+            cmd="populate",
+            table=spec.table_name,
+            due_shards=spec.due_shards,
+            sweep_shards=spec.sweep_shards,
+            tenant=tenant,
+            count=count,
+            now_ms=now_ms,
+            kind=kind,
+            prefix=prefix,
             lease_expires_at=lease_expires_at,
         )
         return float(answer["seconds"])
@@ -216,11 +257,26 @@ class ServerProcess:
     def self_check(self, per_tenant: int = 60) -> int:
         return int(self.command(cmd="self_check", per_tenant=per_tenant)["compared"])
 
-    def verify(self, table: str, index: str, partitions: list[str], nows: list[int],
-               limits: tuple[int, ...] = (16,)) -> int:
+    def verify(
+        self,
+        table: str,
+        index: str,
+        partitions: list[str],
+        nows: list[int],
+        limits: tuple[int, ...] = (16,),
+    ) -> int:
         """Compare accelerated and stock answers on a table as it is now (accelerator on)."""
-        return int(self.command(cmd="verify", table=table, index=index, partitions=partitions, nows=nows,
-                                limits=list(limits), max_pages=2)["compared"])
+        return int(
+            self.command(
+                cmd="verify",
+                table=table,
+                index=index,
+                partitions=partitions,
+                nows=nows,
+                limits=list(limits),
+                max_pages=2,
+            )["compared"]
+        )
 
 
 # ---------------------------------------------------------------------- query accelerator
@@ -245,7 +301,7 @@ def _plain(value: Any) -> Any:
 
 
 def _plain_wire(value: dict[str, Any]) -> Any:
-    (kind, inner), = value.items()
+    ((kind, inner),) = value.items()
     return Decimal(inner) if kind == "N" else inner
 
 
@@ -331,20 +387,47 @@ def _forget(table: Any) -> None:
 
 
 def _fast_query_factory(original: Any) -> Any:
-    def query(self: Any, hash_key: Any, range_comparison: Any, range_objs: Any, limit: Any,
-              exclusive_start_key: Any, scan_index_forward: Any, projection_expressions: Any,
-              index_name: Any = None, consistent_read: bool = False, filter_expression: Any = None,
-              hash_key_conditions: Any = None, range_key_conditions: Any = None, **filter_kwargs: Any) -> Any:
-        args = (hash_key, range_comparison, range_objs, limit, exclusive_start_key, scan_index_forward,
-                projection_expressions)
-        kwargs = dict(index_name=index_name, consistent_read=consistent_read, filter_expression=filter_expression,
-                      hash_key_conditions=hash_key_conditions, range_key_conditions=range_key_conditions,
-                      **filter_kwargs)
+    def query(
+        self: Any,
+        hash_key: Any,
+        range_comparison: Any,
+        range_objs: Any,
+        limit: Any,
+        exclusive_start_key: Any,
+        scan_index_forward: Any,
+        projection_expressions: Any,
+        index_name: Any = None,
+        consistent_read: bool = False,
+        filter_expression: Any = None,
+        hash_key_conditions: Any = None,
+        range_key_conditions: Any = None,
+        **filter_kwargs: Any,
+    ) -> Any:
+        args = (
+            hash_key,
+            range_comparison,
+            range_objs,
+            limit,
+            exclusive_start_key,
+            scan_index_forward,
+            projection_expressions,
+        )
+        kwargs = dict(
+            index_name=index_name,
+            consistent_read=consistent_read,
+            filter_expression=filter_expression,
+            hash_key_conditions=hash_key_conditions,
+            range_key_conditions=range_key_conditions,
+            **filter_kwargs,
+        )
         cache = _cache_for(self)
         known = {name: (hk, rk) for name, hk, rk in cache.indexes}
         simple = (
-            index_name in known and not filter_kwargs and scan_index_forward
-            and hash_key_conditions and len(hash_key_conditions) == 1
+            index_name in known
+            and not filter_kwargs
+            and scan_index_forward
+            and hash_key_conditions
+            and len(hash_key_conditions) == 1
             and hash_key_conditions[0][0] == known[index_name][0]
             and (not range_key_conditions or len(range_key_conditions) == 1)
             and (range_comparison is None or range_comparison in _RANGE_OPS)
@@ -361,7 +444,8 @@ def _fast_query_factory(original: Any) -> Any:
         at = 0
         if exclusive_start_key:
             start = tuple(
-                _plain_wire(exclusive_start_key[name]) for name in (rk, self.hash_key_attr, self.range_key_attr)
+                _plain_wire(exclusive_start_key[name])
+                for name in (rk, self.hash_key_attr, self.range_key_attr)
             )
             at = bisect.bisect_right(entries, start, key=_first)
             exclusive_start_key = None
@@ -377,8 +461,17 @@ def _fast_query_factory(original: Any) -> Any:
         # moto's own code does the rest (limit, last key, projection, filter) on the candidates.
         self.all_items = lambda: found
         try:
-            return original(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
-                            scan_index_forward, projection_expressions, **kwargs)
+            return original(
+                self,
+                hash_key,
+                range_comparison,
+                range_objs,
+                limit,
+                exclusive_start_key,
+                scan_index_forward,
+                projection_expressions,
+                **kwargs,
+            )
         finally:
             del self.all_items
 
@@ -405,10 +498,12 @@ def _tracking(original: Any, key_arg: str, position: int) -> Any:
                 key = kwargs.get(key_arg) if key_arg in kwargs else args[position]
                 from moto.dynamodb.models.dynamo_type import DynamoType
 
-                cache.dirty.add((
-                    DynamoType(key[table.hash_key_attr]),
-                    DynamoType(key[table.range_key_attr]) if table.range_key_attr else None,
-                ))
+                cache.dirty.add(
+                    (
+                        DynamoType(key[table.hash_key_attr]),
+                        DynamoType(key[table.range_key_attr]) if table.range_key_attr else None,
+                    )
+                )
 
     return write
 
@@ -425,8 +520,11 @@ def _fast_project_factory(original: Any) -> Any:
         if kind == "INCLUDE":
             allowed |= set(projection.get("NonKeyAttributes", []))
         # Top-level attributes only (what INCLUDE names): copy them as they are.
-        return Item(hash_key=item.hash_key, range_key=item.range_key,
-                    attrs={k: v.to_json() for k, v in item.attrs.items() if k in allowed})
+        return Item(
+            hash_key=item.hash_key,
+            range_key=item.range_key,
+            attrs={k: v.to_json() for k, v in item.attrs.items() if k in allowed},
+        )
 
     return project
 
@@ -460,8 +558,17 @@ def accelerated_queries() -> Iterator[None]:
         _CACHES.clear()
 
 
-def compare(client: Any, table: str, index: str, pk_name: str, sk_name: str, partitions: list[str],
-            nows: list[int], limits: tuple[int, ...] = (1, 5, 16, 200), max_pages: int = 1000) -> int:
+def compare(
+    client: Any,
+    table: str,
+    index: str,
+    pk_name: str,
+    sk_name: str,
+    partitions: list[str],
+    nows: list[int],
+    limits: tuple[int, ...] = (1, 5, 16, 200),
+    max_pages: int = 1000,
+) -> int:
     """Page through the same index queries (at most ``max_pages`` pages each) with the
     accelerator on and off; AssertionError on any difference. Returns how many queries were
     compared. Call with the accelerator installed."""
@@ -473,7 +580,8 @@ def compare(client: Any, table: str, index: str, pk_name: str, sk_name: str, par
         for now in nows:
             for limit in limits:
                 request = dict(
-                    TableName=table, IndexName=index,
+                    TableName=table,
+                    IndexName=index,
                     KeyConditionExpression="#pk = :pk AND #at <= :now",
                     ExpressionAttributeNames={"#pk": pk_name, "#at": sk_name},
                     ExpressionAttributeValues={":pk": {"S": pk}, ":now": {"N": str(now)}},
@@ -497,7 +605,9 @@ def compare(client: Any, table: str, index: str, pk_name: str, sk_name: str, par
                         if mode == "stock":
                             Table.query = fast  # type: ignore[method-assign]
                     pages[mode] = got
-                assert pages["stock"] == pages["fast"], f"accelerated query differs: {table} {index} {pk} {now} {limit}"
+                assert pages["stock"] == pages["fast"], (
+                    f"accelerated query differs: {table} {index} {pk} {now} {limit}"
+                )
                 compared += 1
     return compared
 
@@ -517,18 +627,40 @@ def self_check(bench: BenchAws, per_tenant: int = 60) -> int:
         for item in engine_items(spec, tenant, per_tenant, clock, prefix=f"x{tenant}"):
             item[DUE_SK] = {"N": str(clock() + rng.choice([-5000, -10, 0, 0, 7, 900]))}
             items.append(item)
-        items += final_claim_items(spec, tenant, per_tenant // 3, clock, clock() + rng.choice([-10, 0, 50]),
-                                   prefix=f"f{tenant}")
+        items += final_claim_items(
+            spec,
+            tenant,
+            per_tenant // 3,
+            clock,
+            clock() + rng.choice([-10, 0, 50]),
+            prefix=f"f{tenant}",
+        )
     bench.populate(spec.table_name, items)
     client = bench.client()
     nows = [clock(), clock() + 1000]
     compared = 0
     with accelerated_queries():
         for _round in range(2):
-            compared += compare(client, spec.table_name, "due", DUE_PK, DUE_SK, ["a#0", "b#1", "zz#0"], nows,
-                                limits=(7, 16, 200))
-            compared += compare(client, spec.table_name, "sweep", SWEEP_PK, SWEEP_SK, ["sweep#0", "sweep#1"], nows,
-                                limits=(7, 200))
+            compared += compare(
+                client,
+                spec.table_name,
+                "due",
+                DUE_PK,
+                DUE_SK,
+                ["a#0", "b#1", "zz#0"],
+                nows,
+                limits=(7, 16, 200),
+            )
+            compared += compare(
+                client,
+                spec.table_name,
+                "sweep",
+                SWEEP_PK,
+                SWEEP_SK,
+                ["sweep#0", "sweep#1"],
+                nows,
+                limits=(7, 200),
+            )
             # Claim some, finish some, re-file some: the accelerator must follow every change.
             engine = Engine(client=client, spec=spec, clock=clock, rng=random.Random(9))
             for tenant in ("a", "b"):

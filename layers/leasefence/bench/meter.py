@@ -220,7 +220,9 @@ class MeteringClient:
             raise
         after = meter.peek(table, key)
         cost = U.write_cost(model, before, after)
-        meter.record(Call(op, table, wcu=cost.total, wcu_index=cost.index, index_ops=cost.index_ops))
+        meter.record(
+            Call(op, table, wcu=cost.total, wcu_index=cost.index, index_ops=cost.index_ops)
+        )
         return response
 
     def _count_only(self, op: str, table: str, target: Any, kwargs: dict[str, Any]) -> Any:
@@ -250,7 +252,7 @@ class MeteringClient:
             return self._count_only("transact_write_items", "*", target, kwargs)
         plan = []
         for action in actions:
-            (kind, body), = action.items()
+            ((kind, body),) = action.items()
             model = meter.model(body["TableName"])
             key = body["Key"] if "Key" in body else model.key_of(body["Item"])
             plan.append((kind, body["TableName"], model, key, meter.peek(body["TableName"], key)))
@@ -274,15 +276,22 @@ class MeteringClient:
                 continue
             after = meter.peek(table, key)
             cost = U.write_cost(
-                model, before, after, transactional=True, tx_index_multiplier=meter.tx_index_multiplier
+                model,
+                before,
+                after,
+                transactional=True,
+                tx_index_multiplier=meter.tx_index_multiplier,
             )
             total.table += cost.table
             total.index += cost.index
             total.index_ops.extend(cost.index_ops)
         meter.record(
             Call(
-                "transact_write_items", ",".join(sorted({p[1] for p in plan})),
-                wcu=total.total, wcu_index=total.index, index_ops=total.index_ops,
+                "transact_write_items",
+                ",".join(sorted({p[1] for p in plan})),
+                wcu=total.total,
+                wcu_index=total.index,
+                index_ops=total.index_ops,
             )
         )
         return response
@@ -295,8 +304,10 @@ class MeteringClient:
         for table, requests in kwargs["RequestItems"].items():
             model = meter.model(table)
             for request in requests:
-                key = request["DeleteRequest"]["Key"] if "DeleteRequest" in request else model.key_of(
-                    request["PutRequest"]["Item"]
+                key = (
+                    request["DeleteRequest"]["Key"]
+                    if "DeleteRequest" in request
+                    else model.key_of(request["PutRequest"]["Item"])
                 )
                 plan.append((table, model, key, meter.peek(table, key)))
         response = target(**kwargs)
@@ -306,7 +317,15 @@ class MeteringClient:
             total.table += cost.table
             total.index += cost.index
             total.index_ops.extend(cost.index_ops)
-        meter.record(Call("batch_write_item", "*", wcu=total.total, wcu_index=total.index, index_ops=total.index_ops))
+        meter.record(
+            Call(
+                "batch_write_item",
+                "*",
+                wcu=total.total,
+                wcu_index=total.index,
+                index_ops=total.index_ops,
+            )
+        )
         return response
 
     # -------------------------------------------------------------- reads
@@ -331,12 +350,16 @@ class MeteringClient:
             meter.record(Call(op, kwargs["TableName"]))
             return response
         evaluated = response.get("Items", [])
-        narrowed = any(kwargs.get(k) for k in ("FilterExpression", "ProjectionExpression", "AttributesToGet", "Select"))
+        narrowed = any(
+            kwargs.get(k)
+            for k in ("FilterExpression", "ProjectionExpression", "AttributesToGet", "Select")
+        )
         if narrowed:
             again = {
                 k: v
                 for k, v in kwargs.items()
-                if k not in ("FilterExpression", "ProjectionExpression", "AttributesToGet", "Select")
+                if k
+                not in ("FilterExpression", "ProjectionExpression", "AttributesToGet", "Select")
             }
             again = _strip_unused(again, (key_expr,) if key_expr else ())
             evaluated = getattr(meter.raw, op)(**again).get("Items", [])

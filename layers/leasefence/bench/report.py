@@ -45,26 +45,44 @@ STREAM_KEYS = (
 )
 
 FULL = {
-    "cost_runs": 5, "long_job_heartbeats": 30,
-    "tp_backlog": 256, "tp_lifecycles": 384, "tp_raw_per_thread": None,
-    "ct_queued": 10_000, "ct_claims": 10_000, "ct_variant_claims": 2_000,
-    "depth_deep": 100_000, "depth_claims": 20, "sweep_due": (0, 10, 100),
+    "cost_runs": 5,
+    "long_job_heartbeats": 30,
+    "tp_backlog": 256,
+    "tp_lifecycles": 384,
+    "tp_raw_per_thread": None,
+    "ct_queued": 10_000,
+    "ct_claims": 10_000,
+    "ct_variant_claims": 2_000,
+    "depth_deep": 100_000,
+    "depth_claims": 20,
+    "sweep_due": (0, 10, 100),
     "fair_backlog": 50_000,
     "import_runs": 7,
-    "sim_shards": [1, 2, 4, 8, 16, 32, 64], "sim_seconds": 200,
+    "sim_shards": [1, 2, 4, 8, 16, 32, 64],
+    "sim_seconds": 200,
     "self_check": True,
-    "stream_runs": 50, "stream_cost_runs": 5,
+    "stream_runs": 50,
+    "stream_cost_runs": 5,
 }
 QUICK = {
-    "cost_runs": 2, "long_job_heartbeats": 6,
-    "tp_backlog": 64, "tp_lifecycles": 64, "tp_raw_per_thread": 2,
-    "ct_queued": 1_000, "ct_claims": 200, "ct_variant_claims": 0,
-    "depth_deep": 2_000, "depth_claims": 4, "sweep_due": (0, 10),
+    "cost_runs": 2,
+    "long_job_heartbeats": 6,
+    "tp_backlog": 64,
+    "tp_lifecycles": 64,
+    "tp_raw_per_thread": 2,
+    "ct_queued": 1_000,
+    "ct_claims": 200,
+    "ct_variant_claims": 0,
+    "depth_deep": 2_000,
+    "depth_claims": 4,
+    "sweep_due": (0, 10),
     "fair_backlog": 1_000,
     "import_runs": 1,
-    "sim_shards": [1, 4, 16], "sim_seconds": 40,
+    "sim_shards": [1, 4, 16],
+    "sim_seconds": 40,
     "self_check": False,
-    "stream_runs": 8, "stream_cost_runs": 2,
+    "stream_runs": 8,
+    "stream_cost_runs": 2,
 }
 
 
@@ -88,41 +106,85 @@ def run(quick: bool = False) -> dict[str, Any]:
     started = time.time()
     with ServerProcess() as server:
         if p["self_check"]:
-            sections["accelerator_self_check"] = _timed("accelerator self-check", timings, server.self_check)
-        sections["cost"] = _timed("cost", timings, lambda: cost.measure(
-            server, runs=p["cost_runs"], long_job_heartbeats=p["long_job_heartbeats"]))
+            sections["accelerator_self_check"] = _timed(
+                "accelerator self-check", timings, server.self_check
+            )
+        sections["cost"] = _timed(
+            "cost",
+            timings,
+            lambda: cost.measure(
+                server, runs=p["cost_runs"], long_job_heartbeats=p["long_job_heartbeats"]
+            ),
+        )
 
         def _contention() -> dict[str, Any]:
-            out = {"default": contention.run(server, p["ct_queued"], 32, p["ct_claims"], label="default")}
+            out = {
+                "default": contention.run(
+                    server, p["ct_queued"], 32, p["ct_claims"], label="default"
+                )
+            }
             if p["ct_variant_claims"]:
                 # The same queue with more shards and/or a larger page (both settings an engine already takes).
                 for shards, page in ((8, 24), (16, 16), (16, 24)):
                     out[f"due_shards_{shards}_page_{page}"] = contention.run(
-                        server, p["ct_queued"], 32, p["ct_variant_claims"], due_shards=shards, candidate_page=page,
-                        label=f"s{shards}p{page}")
+                        server,
+                        p["ct_queued"],
+                        32,
+                        p["ct_variant_claims"],
+                        due_shards=shards,
+                        candidate_page=page,
+                        label=f"s{shards}p{page}",
+                    )
             return out
 
         sections["contention"] = _timed("contention", timings, _contention)
-        sections["depth"] = _timed("depth", timings, lambda: depth.measure(
-            server, deep=p["depth_deep"], claims=p["depth_claims"], due_counts=p["sweep_due"]))
-        sections["fairness"] = _timed("fairness", timings, lambda: fairness.measure(server, backlog=p["fair_backlog"]))
+        sections["depth"] = _timed(
+            "depth",
+            timings,
+            lambda: depth.measure(
+                server, deep=p["depth_deep"], claims=p["depth_claims"], due_counts=p["sweep_due"]
+            ),
+        )
+        sections["fairness"] = _timed(
+            "fairness", timings, lambda: fairness.measure(server, backlog=p["fair_backlog"])
+        )
     # Throughput runs on its own fresh endpoint process (stock moto, no accelerator installed ever).
-    sections["throughput"] = _timed("throughput", timings, lambda: throughput.measure(
-        (8, 32), backlog=p["tp_backlog"], lifecycles=p["tp_lifecycles"], raw_per_thread=p["tp_raw_per_thread"]))
-    sections["coldstart"] = _timed("cold start", timings, lambda: coldstart.measure(runs=p["import_runs"]))
+    sections["throughput"] = _timed(
+        "throughput",
+        timings,
+        lambda: throughput.measure(
+            (8, 32),
+            backlog=p["tp_backlog"],
+            lifecycles=p["tp_lifecycles"],
+            raw_per_thread=p["tp_raw_per_thread"],
+        ),
+    )
+    sections["coldstart"] = _timed(
+        "cold start", timings, lambda: coldstart.measure(runs=p["import_runs"])
+    )
     sections["streams"] = _timed(
         "stream path",
         timings,
         lambda: streams.measure(runs=p["stream_runs"], cost_runs=p["stream_cost_runs"]),
     )
-    sections["scale"] = _timed("scale simulation", timings, lambda: scale_sim.table(
-        p["sim_shards"], scale_sim.UnitCosts(
-            due_index_wcu=sections["cost"]["lifecycle"]["wcu_index"],
-            base_table_wcu=sections["cost"]["lifecycle"]["wcu"] - sections["cost"]["lifecycle"]["wcu_index"],
-            claim_rcu=sections["cost"]["lifecycle"]["rcu"],
-        ), seconds=p["sim_seconds"]))
+    sections["scale"] = _timed(
+        "scale simulation",
+        timings,
+        lambda: scale_sim.table(
+            p["sim_shards"],
+            scale_sim.UnitCosts(
+                due_index_wcu=sections["cost"]["lifecycle"]["wcu_index"],
+                base_table_wcu=sections["cost"]["lifecycle"]["wcu"]
+                - sections["cost"]["lifecycle"]["wcu_index"],
+                claim_rcu=sections["cost"]["lifecycle"]["rcu"],
+            ),
+            seconds=p["sim_seconds"],
+        ),
+    )
 
-    c, t, ct, d, f, cs = (sections[k] for k in ("cost", "throughput", "contention", "depth", "fairness", "coldstart"))
+    c, t, ct, d, f, cs = (
+        sections[k] for k in ("cost", "throughput", "contention", "depth", "fairness", "coldstart")
+    )
     report: dict[str, Any] = {
         "wcu_per_lifecycle": c["lifecycle"]["wcu"],
         "rcu_per_lifecycle": c["lifecycle"]["rcu"],
@@ -138,7 +200,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         "wcu_per_heartbeat_write": c["heartbeat_write"]["wcu"],
         "wcu_per_lifecycle_with_heartbeat": c["lifecycle_with_heartbeat"]["wcu"],
         "rcu_per_lifecycle_queue_depth_1": c["lifecycle_queue_depth_1"]["rcu"],
-        "wcu_per_lifecycle_class_a_index_writes_standard": c["lifecycle_class_a_index_writes_standard"]["wcu"],
+        "wcu_per_lifecycle_class_a_index_writes_standard": c[
+            "lifecycle_class_a_index_writes_standard"
+        ]["wcu"],
         "wcu_floor": c["floor"]["wcu"],
         "wcu_powertools_idempotency_per_call": c["powertools"]["first_call"]["wcu"],
         "wcu_powertools_idempotency_per_replay": c["powertools"]["replay"]["wcu"],
@@ -179,7 +243,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "load_average_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "versions": {pkg: _version(pkg) for pkg in ("leasefence", "moto", "boto3", "aws-lambda-powertools")},
+        "versions": {
+            pkg: _version(pkg) for pkg in ("leasefence", "moto", "boto3", "aws-lambda-powertools")
+        },
         "how_figures_are_obtained": HOW,
     }
     return report
@@ -207,132 +273,223 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _row(name: str, target: str, value: Any, met: bool | None, short: str, note: str) -> dict[str, Any]:
-    return {"name": name, "target": target, "value": value, "met": met, "result": short, "note": note}
+def _row(
+    name: str, target: str, value: Any, met: bool | None, short: str, note: str
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "target": target,
+        "value": value,
+        "met": met,
+        "result": short,
+        "note": note,
+    }
 
 
 def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
-    c, t, ct, d, f, cs = (s[k] for k in ("cost", "throughput", "contention", "depth", "fairness", "coldstart"))
+    c, t, ct, d, f, cs = (
+        s[k] for k in ("cost", "throughput", "contention", "depth", "fairness", "coldstart")
+    )
     rows = []
     ph = c["lifecycle_phases"]
-    rows.append(_row(
-        "wcu_per_lifecycle", "<= 7", r["wcu_per_lifecycle"], r["wcu_per_lifecycle"] <= 7,
-        f"{r['wcu_per_lifecycle']:g} (enqueue {ph['enqueue']['wcu']:g}, claim {ph['claim']['wcu']:g}, "
-        f"complete {ph['complete']['wcu']:g})",
-        f"{c['lifecycle']['wcu_index']:g} of the {r['wcu_per_lifecycle']:g} are index writes (enqueue: due put; claim: "
-        f"due delete + put, because due_at moves to the lease expiry; complete: due delete). The item is "
-        f"{c['claimed_item_bytes']} bytes; every write stays 1 unit up to 1 KB. With the longest ids, job type and "
-        f"payload reference the engine accepts: {c['lifecycle_max_ids']['wcu']:g}. One heartbeat adds "
-        f"{r['wcu_per_heartbeat_write']:g}: {r['wcu_per_lifecycle_with_heartbeat']:g} per lifecycle."))
+    rows.append(
+        _row(
+            "wcu_per_lifecycle",
+            "<= 7",
+            r["wcu_per_lifecycle"],
+            r["wcu_per_lifecycle"] <= 7,
+            f"{r['wcu_per_lifecycle']:g} (enqueue {ph['enqueue']['wcu']:g}, claim {ph['claim']['wcu']:g}, "
+            f"complete {ph['complete']['wcu']:g})",
+            f"{c['lifecycle']['wcu_index']:g} of the {r['wcu_per_lifecycle']:g} are index writes (enqueue: due put; claim: "
+            f"due delete + put, because due_at moves to the lease expiry; complete: due delete). The item is "
+            f"{c['claimed_item_bytes']} bytes; every write stays 1 unit up to 1 KB. With the longest ids, job type and "
+            f"payload reference the engine accepts: {c['lifecycle_max_ids']['wcu']:g}. One heartbeat adds "
+            f"{r['wcu_per_heartbeat_write']:g}: {r['wcu_per_lifecycle_with_heartbeat']:g} per lifecycle.",
+        )
+    )
     shallow = r["rcu_per_lifecycle_queue_depth_1"]
-    rows.append(_row(
-        "rcu_per_lifecycle", "<= 1", r["rcu_per_lifecycle"], r["rcu_per_lifecycle"] <= 1,
-        f"{r['rcu_per_lifecycle']:g} (queue depth 1: {shallow:g})",
-        f"With work waiting, a claim reads one index page (16 entries of about 160 bytes: one 4 KB block, "
-        f"eventually consistent). On a tenant with a single queued operation a claim probes shards in random "
-        f"order until it finds it: {shallow:g} measured over {c['lifecycle_queue_depth_1']['runs']} lifecycles "
-        f"({c['lifecycle_queue_depth_1_expected_rcu']:g} expected with 4 shards)"
-        + ("" if shallow <= 1 else f", {shallow - 1:.2g} over the target") + "."))
+    rows.append(
+        _row(
+            "rcu_per_lifecycle",
+            "<= 1",
+            r["rcu_per_lifecycle"],
+            r["rcu_per_lifecycle"] <= 1,
+            f"{r['rcu_per_lifecycle']:g} (queue depth 1: {shallow:g})",
+            f"With work waiting, a claim reads one index page (16 entries of about 160 bytes: one 4 KB block, "
+            f"eventually consistent). On a tenant with a single queued operation a claim probes shards in random "
+            f"order until it finds it: {shallow:g} measured over {c['lifecycle_queue_depth_1']['runs']} lifecycles "
+            f"({c['lifecycle_queue_depth_1_expected_rcu']:g} expected with 4 shards)"
+            + ("" if shallow <= 1 else f", {shallow - 1:.2g} over the target")
+            + ".",
+        )
+    )
     hb = c["long_job"]
-    rows.append(_row(
-        "wcu_per_heartbeat", "<= 1 on average", r["wcu_per_heartbeat"], r["wcu_per_heartbeat"] <= 1,
-        f"{r['wcu_per_heartbeat_write']:g} per write; {r['wcu_per_heartbeat']:g} amortized in a polled tenant",
-        f"The heartbeat write is {r['wcu_per_heartbeat_write']:g} unit and never writes an index. But the due entry "
-        f"stays at the first lease expiry: in a tenant whose idle workers poll (every {hb['poll_every_ms'] // 1000} s "
-        f"here), each lease period ({hb['lease_ms'] // 1000} s, {hb['lease_ms'] // hb['heartbeat_every_ms']} "
-        f"heartbeats) of a job that outlives its lease also costs one refused claim write (1) and one repair that "
-        f"re-files the entry (1 + 2 index): {hb['poller_wcu']:g} units over {hb['heartbeats']} heartbeats "
-        f"({hb['poller_refused_claims']} refused claims, {hb['poller_repairs']} repairs). Where nobody polls, or the "
-        f"job ends within its first lease, a heartbeat costs {r['wcu_per_heartbeat_write']:g}."))
-    rows.append(_row(
-        "wcu_per_lifecycle_class_a", "(reported)", r["wcu_per_lifecycle_class_a"], None,
-        f"{r['wcu_per_lifecycle_class_a']:g} ({r['wcu_per_lifecycle_class_a_index_writes_standard']:g} if index "
-        f"writes are billed 1x); {c['lifecycle_class_a']['rcu']:g} RCU",
-        f"Engine.complete_with: the completion and one business item in one TransactWriteItems, then a strongly "
-        f"consistent read of the operation ({'; '.join(c['class_a_completion_steps'])}). Every item write in the "
-        f"transaction costs 2x; the index delete the completion causes is counted 2x as well (upper bound; billed "
-        f"as a standard write: {r['wcu_per_lifecycle_class_a_index_writes_standard']:g}). The read after the "
-        f"transaction (1 RCU) could go: the engine knows what it wrote."))
-    rows.append(_row(
-        "side by side", "(reported)",
-        {"floor": r["wcu_floor"], "powertools_idempotency_call": r["wcu_powertools_idempotency_per_call"],
-         "powertools_idempotency_replay": r["wcu_powertools_idempotency_per_replay"]}, None,
-        f"floor {r['wcu_floor']:g}; Powertools idempotency {r['wcu_powertools_idempotency_per_call']:g} per call, "
-        f"{r['wcu_powertools_idempotency_per_replay']:g} per replay",
-        "Measured with the same meter. Floor: three single-item writes on a table without indexes (a put and two "
-        "conditional updates). Powertools idempotency (DynamoDBPersistenceLayer): a conditional put (in progress) "
-        "and an update (completed) per call, one refused put per replay, no reads; it has no queue, lease, fence, "
-        "retry or unknown state, so a job also needs a queue to arrive (SQS: send, receive, delete). leasefence "
-        "costs the floor's 3 plus 4 index writes, and 0.5 read unit to find the work."))
+    rows.append(
+        _row(
+            "wcu_per_heartbeat",
+            "<= 1 on average",
+            r["wcu_per_heartbeat"],
+            r["wcu_per_heartbeat"] <= 1,
+            f"{r['wcu_per_heartbeat_write']:g} per write; {r['wcu_per_heartbeat']:g} amortized in a polled tenant",
+            f"The heartbeat write is {r['wcu_per_heartbeat_write']:g} unit and never writes an index. But the due entry "
+            f"stays at the first lease expiry: in a tenant whose idle workers poll (every {hb['poll_every_ms'] // 1000} s "
+            f"here), each lease period ({hb['lease_ms'] // 1000} s, {hb['lease_ms'] // hb['heartbeat_every_ms']} "
+            f"heartbeats) of a job that outlives its lease also costs one refused claim write (1) and one repair that "
+            f"re-files the entry (1 + 2 index): {hb['poller_wcu']:g} units over {hb['heartbeats']} heartbeats "
+            f"({hb['poller_refused_claims']} refused claims, {hb['poller_repairs']} repairs). Where nobody polls, or the "
+            f"job ends within its first lease, a heartbeat costs {r['wcu_per_heartbeat_write']:g}.",
+        )
+    )
+    rows.append(
+        _row(
+            "wcu_per_lifecycle_class_a",
+            "(reported)",
+            r["wcu_per_lifecycle_class_a"],
+            None,
+            f"{r['wcu_per_lifecycle_class_a']:g} ({r['wcu_per_lifecycle_class_a_index_writes_standard']:g} if index "
+            f"writes are billed 1x); {c['lifecycle_class_a']['rcu']:g} RCU",
+            f"Engine.complete_with: the completion and one business item in one TransactWriteItems, then a strongly "
+            f"consistent read of the operation ({'; '.join(c['class_a_completion_steps'])}). Every item write in the "
+            f"transaction costs 2x; the index delete the completion causes is counted 2x as well (upper bound; billed "
+            f"as a standard write: {r['wcu_per_lifecycle_class_a_index_writes_standard']:g}). The read after the "
+            f"transaction (1 RCU) could go: the engine knows what it wrote.",
+        )
+    )
+    rows.append(
+        _row(
+            "side by side",
+            "(reported)",
+            {
+                "floor": r["wcu_floor"],
+                "powertools_idempotency_call": r["wcu_powertools_idempotency_per_call"],
+                "powertools_idempotency_replay": r["wcu_powertools_idempotency_per_replay"],
+            },
+            None,
+            f"floor {r['wcu_floor']:g}; Powertools idempotency {r['wcu_powertools_idempotency_per_call']:g} per call, "
+            f"{r['wcu_powertools_idempotency_per_replay']:g} per replay",
+            "Measured with the same meter. Floor: three single-item writes on a table without indexes (a put and two "
+            "conditional updates). Powertools idempotency (DynamoDBPersistenceLayer): a conditional put (in progress) "
+            "and an update (completed) per call, one refused put per replay, no reads; it has no queue, lease, fence, "
+            "retry or unknown state, so a job also needs a queue to arrive (SQS: send, receive, delete). leasefence "
+            "costs the floor's 3 plus 4 index writes, and 0.5 read unit to find the work.",
+        )
+    )
     for n in ("8", "32"):
         row = t[n]
         value = row["throughput_ratio"]
         replayed = row["replayed_per_s"]
-        rows.append(_row(
-            f"throughput_ratio_{n}", ">= 0.8", value, value >= 0.8,
-            f"{value:g} (moto caps it at {row['request_mix_ceiling']:g}; engine share {row['orchestration_ratio']:g})",
-            f"{n} workers: {row['lifecycles_per_s']:g} lifecycles/s; plain conditional UpdateItem {row['raw_update_per_s']:g}/s. "
-            f"On moto the engine's own requests cost more than a plain update (each replayed alone at {n} threads: put "
-            f"{replayed['put']:g}/s, index query {replayed['query']:g}/s (moto scans the table), claim update "
-            f"{replayed['claim']:g}/s, completion {replayed['complete']:g}/s (moto parses long update expressions "
-            f"slowly)), so even a zero-cost engine would reach {row['request_mix_ceiling']:g}. Against its own "
-            f"requests' raw rates the engine reaches {row['orchestration_ratio']:g} "
-            f"({row['refused_claim_writes_per_claim']:g} refused claim writes per claim; endpoint CPU per lifecycle "
-            f"{row['cpu_ms_per_lifecycle']['endpoint']} ms vs {row['cpu_ms_per_lifecycle']['endpoint_replayed']} ms "
-            f"for the replayed requests). Timings are noisy on a shared machine (about +-10%)."))
+        rows.append(
+            _row(
+                f"throughput_ratio_{n}",
+                ">= 0.8",
+                value,
+                value >= 0.8,
+                f"{value:g} (moto caps it at {row['request_mix_ceiling']:g}; engine share {row['orchestration_ratio']:g})",
+                f"{n} workers: {row['lifecycles_per_s']:g} lifecycles/s; plain conditional UpdateItem {row['raw_update_per_s']:g}/s. "
+                f"On moto the engine's own requests cost more than a plain update (each replayed alone at {n} threads: put "
+                f"{replayed['put']:g}/s, index query {replayed['query']:g}/s (moto scans the table), claim update "
+                f"{replayed['claim']:g}/s, completion {replayed['complete']:g}/s (moto parses long update expressions "
+                f"slowly)), so even a zero-cost engine would reach {row['request_mix_ceiling']:g}. Against its own "
+                f"requests' raw rates the engine reaches {row['orchestration_ratio']:g} "
+                f"({row['refused_claim_writes_per_claim']:g} refused claim writes per claim; endpoint CPU per lifecycle "
+                f"{row['cpu_ms_per_lifecycle']['endpoint']} ms vs {row['cpu_ms_per_lifecycle']['endpoint_replayed']} ms "
+                f"for the replayed requests). Timings are noisy on a shared machine (about +-10%).",
+            )
+        )
     w = ct["default"]
     variants = "; ".join(
         f"{v['due_shards']} shards, page {v['candidate_page']}: {v['wasted_claims_per_success']:g}"
-        for k, v in ct.items() if k != "default"
+        for k, v in ct.items()
+        if k != "default"
     )
-    best = min((v for k, v in ct.items() if k != "default"), key=lambda v: v["wasted_claims_per_success"], default=None)
-    rows.append(_row(
-        "wasted_claims_per_success", "<= 0.1", w["wasted_claims_per_success"], w["wasted_claims_per_success"] <= 0.1,
-        f"{w['wasted_claims_per_success']:g}" + (f" ({best['due_shards']} shards, page {best['candidate_page']}: "
-                                                f"{best['wasted_claims_per_success']:g})" if best else ""),
-        f"{w['claims']:,} claims by 32 claimers from a {w['queued']:,}-deep queue with the defaults "
-        f"({w['due_shards']} shards, page {w['candidate_page']}); by stretch: "
-        + ", ".join(f"{seg['claims']}: {seg['wasted_per_success']:g}" for seg in w["by_segment"])
-        + (f". Same queue, first {best['claims']:,} claims: {variants}" if best else "")
-        + ". A refused claim write costs 1 write unit and no index write."))
-    rows.append(_row(
-        "depth_read_ratio", "<= 1.1", d["depth_read_ratio"], d["depth_read_ratio"] <= 1.1,
-        f"{d['depth_read_ratio']:g} (requests {d['depth_request_ratio']:g})",
-        f"Per claim: {d['shallow']['rcu_per_claim']:g} read units and {d['shallow']['requests_per_claim']:g} requests "
-        f"at depth {d['shallow']['depth']}, {d['deep']['rcu_per_claim']:g} and {d['deep']['requests_per_claim']:g} at "
-        f"{d['deep']['depth']:,} (the shallow queue sometimes has an empty shard). Sweeper: one query per sweep "
-        f"shard plus one write per due entry, the same in a table of "
-        f"{d['sweeper_small_table'][-1]['table_items']:,} items and of {d['sweeper_large_table'][-1]['table_items']:,}: "
-        + ", ".join(f"{row['due']} due: {row['requests']} requests, {row['rcu']:g} RCU, {row['wcu']:g} WCU"
-                    for row in d["sweeper_large_table"]) + "."))
+    best = min(
+        (v for k, v in ct.items() if k != "default"),
+        key=lambda v: v["wasted_claims_per_success"],
+        default=None,
+    )
+    rows.append(
+        _row(
+            "wasted_claims_per_success",
+            "<= 0.1",
+            w["wasted_claims_per_success"],
+            w["wasted_claims_per_success"] <= 0.1,
+            f"{w['wasted_claims_per_success']:g}"
+            + (
+                f" ({best['due_shards']} shards, page {best['candidate_page']}: "
+                f"{best['wasted_claims_per_success']:g})"
+                if best
+                else ""
+            ),
+            f"{w['claims']:,} claims by 32 claimers from a {w['queued']:,}-deep queue with the defaults "
+            f"({w['due_shards']} shards, page {w['candidate_page']}); by stretch: "
+            + ", ".join(
+                f"{seg['claims']}: {seg['wasted_per_success']:g}" for seg in w["by_segment"]
+            )
+            + (f". Same queue, first {best['claims']:,} claims: {variants}" if best else "")
+            + ". A refused claim write costs 1 write unit and no index write.",
+        )
+    )
+    rows.append(
+        _row(
+            "depth_read_ratio",
+            "<= 1.1",
+            d["depth_read_ratio"],
+            d["depth_read_ratio"] <= 1.1,
+            f"{d['depth_read_ratio']:g} (requests {d['depth_request_ratio']:g})",
+            f"Per claim: {d['shallow']['rcu_per_claim']:g} read units and {d['shallow']['requests_per_claim']:g} requests "
+            f"at depth {d['shallow']['depth']}, {d['deep']['rcu_per_claim']:g} and {d['deep']['requests_per_claim']:g} at "
+            f"{d['deep']['depth']:,} (the shallow queue sometimes has an empty shard). Sweeper: one query per sweep "
+            f"shard plus one write per due entry, the same in a table of "
+            f"{d['sweeper_small_table'][-1]['table_items']:,} items and of {d['sweeper_large_table'][-1]['table_items']:,}: "
+            + ", ".join(
+                f"{row['due']} due: {row['requests']} requests, {row['rcu']:g} RCU, {row['wcu']:g} WCU"
+                for row in d["sweeper_large_table"]
+            )
+            + ".",
+        )
+    )
     fleets = f["fleets"]
     plain = [x for x in fleets if not x.get("staggered")]
     stag = [x for x in fleets if x.get("staggered")]
-    rows.append(_row(
-        "fairness_claims_before_small_tenant", "bounded by design", r["fairness_claims_before_small_tenant"],
-        f["within_bound"],
-        f"{r['fairness_claims_before_small_tenant']} (bound {fleets[0]['bound_by_design']}); "
-        f"{plain[-1]['workers']} workers: {plain[-1]['worst']} (bound {plain[-1]['bound_by_design']})"
-        + (f", staggered: {stag[-1]['worst']}" if stag else ""),
-        f"Big tenant {f['backlog']:,} queued, small tenant enqueues one; each worker claims through the worker "
-        f"runtime's EngineBackend (each claim starts at the next tenant of its list, falling through to the next "
-        f"when one has nothing due); worst case over every arrival moment within a round. With several workers "
-        f"that all start at the same tenant, the bound is workers x (tenants - 1); giving each worker the list "
-        f"rotated by its index (staggered) brings it down"
-        + (f" to {stag[-1]['worst']} with {stag[-1]['workers']} workers" if stag else "")
-        + f". Fairness comes from the fleet, not the engine: claims are per tenant, so a fleet that served the "
-        f"big tenant until it was empty (or a FIFO across tenants) would make the small operation wait for up to "
-        f"{f['without_round_robin_computed']:,} claims (computed)."))
-    api, sweeper = cs["handlers"]["functions.api.handler"], cs["handlers"]["functions.sweeper.handler"]
+    rows.append(
+        _row(
+            "fairness_claims_before_small_tenant",
+            "bounded by design",
+            r["fairness_claims_before_small_tenant"],
+            f["within_bound"],
+            f"{r['fairness_claims_before_small_tenant']} (bound {fleets[0]['bound_by_design']}); "
+            f"{plain[-1]['workers']} workers: {plain[-1]['worst']} (bound {plain[-1]['bound_by_design']})"
+            + (f", staggered: {stag[-1]['worst']}" if stag else ""),
+            f"Big tenant {f['backlog']:,} queued, small tenant enqueues one; each worker claims through the worker "
+            f"runtime's EngineBackend (each claim starts at the next tenant of its list, falling through to the next "
+            f"when one has nothing due); worst case over every arrival moment within a round. With several workers "
+            f"that all start at the same tenant, the bound is workers x (tenants - 1); giving each worker the list "
+            f"rotated by its index (staggered) brings it down"
+            + (f" to {stag[-1]['worst']} with {stag[-1]['workers']} workers" if stag else "")
+            + f". Fairness comes from the fleet, not the engine: claims are per tenant, so a fleet that served the "
+            f"big tenant until it was empty (or a FIFO across tenants) would make the small operation wait for up to "
+            f"{f['without_round_robin_computed']:,} claims (computed).",
+        )
+    )
+    api, sweeper = (
+        cs["handlers"]["functions.api.handler"],
+        cs["handlers"]["functions.sweeper.handler"],
+    )
     top_api = api["importtime"]["top_self_ms"]
-    rows.append(_row(
-        "import_ratio_max", "<= 1.6", cs["import_ratio_max"], cs["import_ratio_max"] <= 1.6,
-        f"{cs['import_ratio_max']:g} (api {api['ratio']:g}, sweeper {sweeper['ratio']:g})",
-        f"Median of {cs['runs']} fresh imports: api handler {api['median_ms']:g} ms, sweeper {sweeper['median_ms']:g} ms, "
-        f"bare boto3 {cs['boto3_median_ms']:g} ms. Largest single costs (-X importtime, self): "
-        + ", ".join(f"{k} {v:g} ms" for k, v in list(top_api.items())[:4])
-        + ". aws_xray_sdk.core builds an X-Ray recorder and botocore clients at import; Powertools' Tracer "
-        "imports it even when disabled."))
+    rows.append(
+        _row(
+            "import_ratio_max",
+            "<= 1.6",
+            cs["import_ratio_max"],
+            cs["import_ratio_max"] <= 1.6,
+            f"{cs['import_ratio_max']:g} (api {api['ratio']:g}, sweeper {sweeper['ratio']:g})",
+            f"Median of {cs['runs']} fresh imports: api handler {api['median_ms']:g} ms, sweeper {sweeper['median_ms']:g} ms, "
+            f"bare boto3 {cs['boto3_median_ms']:g} ms. Largest single costs (-X importtime, self): "
+            + ", ".join(f"{k} {v:g} ms" for k, v in list(top_api.items())[:4])
+            + ". aws_xray_sdk.core builds an X-Ray recorder and botocore clients at import; Powertools' Tracer "
+            "imports it even when disabled.",
+        )
+    )
     st = s["streams"]
     lat, sc = st["latency"], st["cost"]
     rows.append(
@@ -382,13 +539,19 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
     )
     scale = s["scale"]
     four = next((row for row in scale["rows"] if row["due_shards"] == 4), scale["rows"][0])
-    rows.append(_row(
-        "scale (computed)", "(reported)", four["due_index_bound_per_s"], None,
-        f"{four['due_index_bound_per_s']:,} lifecycles/s per tenant at 4 shards; "
-        f"{scale['base_table_bound_no_split_per_s']:,}/s without split-for-heat",
-        "A simulation over the measured unit costs against 1,000 write units/s per partition: about 205 "
-        "lifecycles/s per due shard (4 index write units per lifecycle), linear in the shard count; one tenant's "
-        "table partition takes 3 write units per lifecycle, 333/s unless DynamoDB splits it. See docs/scale.md."))
+    rows.append(
+        _row(
+            "scale (computed)",
+            "(reported)",
+            four["due_index_bound_per_s"],
+            None,
+            f"{four['due_index_bound_per_s']:,} lifecycles/s per tenant at 4 shards; "
+            f"{scale['base_table_bound_no_split_per_s']:,}/s without split-for-heat",
+            "A simulation over the measured unit costs against 1,000 write units/s per partition: about 205 "
+            "lifecycles/s per due shard (4 index write units per lifecycle), linear in the shard count; one tenant's "
+            "table partition takes 3 write units per lifecycle, 333/s unless DynamoDB splits it. See docs/scale.md.",
+        )
+    )
     for row in rows:
         if row["met"] is False and isinstance(row["value"], (int, float)):
             target = float(row["target"].split()[1])
@@ -401,7 +564,9 @@ def render_table(report: dict[str, Any]) -> str:
     lines = ["| # | measure | target | result | status |", "| ---: | --- | --- | --- | --- |"]
     notes = []
     for i, row in enumerate(report["targets"], 1):
-        status = {True: "met", False: f"missed by {row.get('missed_by', '?')}", None: "-"}[row["met"]]
+        status = {True: "met", False: f"missed by {row.get('missed_by', '?')}", None: "-"}[
+            row["met"]
+        ]
         lines.append(f"| {i} | {row['name']} | {row['target']} | {row['result']} | {status} |")
         notes.append(f"{i}. {row['note']}")
     return "\n".join(lines + ["", *notes])

@@ -62,8 +62,15 @@ def _poisson(rng: random.Random, lam: float) -> int:
         k += 1
 
 
-def hottest_ok(rate: float, shards: int, per_op_units: float, limit: float, seconds: int, rng: random.Random,
-               quantile: float = 0.99) -> bool:
+def hottest_ok(
+    rate: float,
+    shards: int,
+    per_op_units: float,
+    limit: float,
+    seconds: int,
+    rng: random.Random,
+    quantile: float = 0.99,
+) -> bool:
     """Whether, at ``rate`` ops/s spread over ``shards``, the hottest shard stays within ``limit``
     units in ``quantile`` of the simulated seconds."""
     over = 0
@@ -77,7 +84,9 @@ def hottest_ok(rate: float, shards: int, per_op_units: float, limit: float, seco
     return True
 
 
-def max_rate(shards: int, per_op_units: float, limit: float, seconds: int = 200, seed: int = 1) -> float:
+def max_rate(
+    shards: int, per_op_units: float, limit: float, seconds: int = 200, seed: int = 1
+) -> float:
     """Highest rate (ops/s) at which the hottest of ``shards`` partitions stays within ``limit``."""
     if per_op_units <= 0:
         return math.inf
@@ -91,7 +100,9 @@ def max_rate(shards: int, per_op_units: float, limit: float, seconds: int = 200,
     return lo
 
 
-def table(shard_counts: list[int], costs: UnitCosts, sweep_shards: int = 4, seconds: int = 200) -> dict[str, Any]:
+def table(
+    shard_counts: list[int], costs: UnitCosts, sweep_shards: int = 4, seconds: int = 200
+) -> dict[str, Any]:
     base_wcu = costs.base_table_wcu + costs.wasted_per_claim
     base_no_split = PARTITION_WCU / base_wcu
     rows = []
@@ -99,14 +110,18 @@ def table(shard_counts: list[int], costs: UnitCosts, sweep_shards: int = 4, seco
         write_bound = max_rate(shards, costs.due_index_wcu, PARTITION_WCU, seconds)
         read_bound = max_rate(shards, costs.claim_rcu, PARTITION_RCU, seconds)
         index_bound = min(write_bound, read_bound)
-        rows.append({
-            "due_shards": shards,
-            "due_index_bound_per_s": round(index_bound),
-            "ideal_per_s": round(shards * PARTITION_WCU / costs.due_index_wcu),
-            "tenant_bound_no_split_per_s": round(min(index_bound, base_no_split)),
-            "binding_without_split": "base-table partition" if base_no_split < index_bound else "due-index shards",
-            "idle_poll_rcu": shards * costs.claim_rcu,
-        })
+        rows.append(
+            {
+                "due_shards": shards,
+                "due_index_bound_per_s": round(index_bound),
+                "ideal_per_s": round(shards * PARTITION_WCU / costs.due_index_wcu),
+                "tenant_bound_no_split_per_s": round(min(index_bound, base_no_split)),
+                "binding_without_split": "base-table partition"
+                if base_no_split < index_bound
+                else "due-index shards",
+                "idle_poll_rcu": shards * costs.claim_rcu,
+            }
+        )
     sweep_bound = max_rate(sweep_shards, costs.sweep_index_wcu, PARTITION_WCU, seconds)
     return {
         "partition_limits": {"wcu_per_s": PARTITION_WCU, "rcu_per_s": PARTITION_RCU},
@@ -138,15 +153,23 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m leasefence.bench.scale_sim", description=__doc__.split("\n")[0])
-    parser.add_argument("--shards", default="1,2,4,8,16,32,64", help="comma-separated due-shard counts")
+    parser = argparse.ArgumentParser(
+        prog="python -m leasefence.bench.scale_sim", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--shards", default="1,2,4,8,16,32,64", help="comma-separated due-shard counts"
+    )
     parser.add_argument("--sweep-shards", type=int, default=4)
     parser.add_argument("--wasted", type=float, default=0.0, help="refused claim writes per claim")
     parser.add_argument("--seconds", type=int, default=200, help="simulated seconds per trial")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    result = table([int(s) for s in args.shards.split(",")], UnitCosts(wasted_per_claim=args.wasted),
-                   sweep_shards=args.sweep_shards, seconds=args.seconds)
+    result = table(
+        [int(s) for s in args.shards.split(",")],
+        UnitCosts(wasted_per_claim=args.wasted),
+        sweep_shards=args.sweep_shards,
+        seconds=args.seconds,
+    )
     print(json.dumps(result, indent=2) if args.json else render(result))
     return 0
 

@@ -43,15 +43,29 @@ def main() -> None:
                 cmd = request.get("cmd")
                 if cmd == "populate":
                     started = time.perf_counter()
-                    spec = TableSpec(table_name=request["table"], due_shards=request["due_shards"],
-                                     sweep_shards=request["sweep_shards"])
+                    spec = TableSpec(
+                        table_name=request["table"],
+                        due_shards=request["due_shards"],
+                        sweep_shards=request["sweep_shards"],
+                    )
                     clock = ManualClock(request["now_ms"])
                     if request.get("kind") == "final_claim":
-                        items = harness.final_claim_items(spec, request["tenant"], request["count"], clock,
-                                                          request["lease_expires_at"], prefix=request["prefix"])
+                        items = harness.final_claim_items(
+                            spec,
+                            request["tenant"],
+                            request["count"],
+                            clock,
+                            request["lease_expires_at"],
+                            prefix=request["prefix"],
+                        )
                     else:
-                        items = harness.engine_items(spec, request["tenant"], request["count"], clock,
-                                                     prefix=request["prefix"])
+                        items = harness.engine_items(
+                            spec,
+                            request["tenant"],
+                            request["count"],
+                            clock,
+                            prefix=request["prefix"],
+                        )
                     bench.populate(spec.table_name, items)
                     _answer({"ok": True, "seconds": round(time.perf_counter() - started, 2)})
                 elif cmd == "accelerate":
@@ -64,13 +78,29 @@ def main() -> None:
                             accelerator = None
                     _answer({"ok": True})
                 elif cmd == "verify":
-                    names = {"due": ("due_pk", "due_at"), "sweep": ("sweep_pk", "sweep_at")}[request["index"]]
-                    compared = harness.compare(bench.client(), request["table"], request["index"], *names,
-                                               request["partitions"], request["nows"], tuple(request["limits"]),
-                                               max_pages=int(request.get("max_pages", 2)))
+                    names = {"due": ("due_pk", "due_at"), "sweep": ("sweep_pk", "sweep_at")}[
+                        request["index"]
+                    ]
+                    compared = harness.compare(
+                        bench.client(),
+                        request["table"],
+                        request["index"],
+                        *names,
+                        request["partitions"],
+                        request["nows"],
+                        tuple(request["limits"]),
+                        max_pages=int(request.get("max_pages", 2)),
+                    )
                     _answer({"ok": True, "compared": compared})
                 elif cmd == "self_check":
-                    _answer({"ok": True, "compared": harness.self_check(bench, int(request.get("per_tenant", 60)))})
+                    _answer(
+                        {
+                            "ok": True,
+                            "compared": harness.self_check(
+                                bench, int(request.get("per_tenant", 60))
+                            ),
+                        }
+                    )
                 else:
                     _answer({"error": f"unknown command {cmd!r}"})
             except Exception as error:  # noqa: BLE001 - reported to the parent, which raises

@@ -124,10 +124,15 @@ def _capture_lifecycle(client: Any, spec: TableSpec) -> dict[str, dict[str, Any]
     assert claim is not None
     engine.complete(SHAPE_TENANT, claim.operation_id, claim.fence, "done")
     # Without the one-time listing of the job type in the tenant's directory (not per lifecycle).
-    recorder.calls = [(name, kwargs) for name, kwargs in recorder.calls
-                      if kwargs.get("Key", {}).get("operation_id", {}).get("S") != keys.DIRECTORY_ID]
+    recorder.calls = [
+        (name, kwargs)
+        for name, kwargs in recorder.calls
+        if kwargs.get("Key", {}).get("operation_id", {}).get("S") != keys.DIRECTORY_ID
+    ]
     names = [name for name, _ in recorder.calls]
-    assert names[0] == "put_item" and names[-1] == "update_item" and names.count("update_item") == 2, names
+    assert (
+        names[0] == "put_item" and names[-1] == "update_item" and names.count("update_item") == 2
+    ), names
     updates = [kwargs for name, kwargs in recorder.calls if name == "update_item"]
     return {
         "put": recorder.calls[0][1],
@@ -147,8 +152,16 @@ def _with_key(request: dict[str, Any], op: str) -> dict[str, Any]:
     return out
 
 
-def _raw_rates(clients: list[Any], table: str, spec: TableSpec, ops: list[str], shapes: dict[str, dict[str, Any]],
-               per_thread: int, tag: str, server_pid: int | None) -> dict[str, float]:
+def _raw_rates(
+    clients: list[Any],
+    table: str,
+    spec: TableSpec,
+    ops: list[str],
+    shapes: dict[str, dict[str, Any]],
+    per_thread: int,
+    tag: str,
+    server_pid: int | None,
+) -> dict[str, float]:
     n = len(clients)
     total = n * per_thread
 
@@ -159,11 +172,14 @@ def _raw_rates(clients: list[Any], table: str, spec: TableSpec, ops: list[str], 
         for j in range(per_thread):
             op = ops[(i * per_thread + j) % len(ops)]
             clients[i].update_item(
-                TableName=table, Key={"tenant_id": {"S": TENANT}, "operation_id": {"S": op}},
-                UpdateExpression="SET updated_at = :now", ConditionExpression="#f >= :zero",
+                TableName=table,
+                Key={"tenant_id": {"S": TENANT}, "operation_id": {"S": op}},
+                UpdateExpression="SET updated_at = :now",
+                ConditionExpression="#f >= :zero",
                 ExpressionAttributeNames={"#f": "fence"},
                 ExpressionAttributeValues={":now": now(), ":zero": {"N": "0"}},
-                ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
 
     def replay(kind: str) -> Any:
@@ -173,19 +189,27 @@ def _raw_rates(clients: list[Any], table: str, spec: TableSpec, ops: list[str], 
                 if ":now" in request.get("ExpressionAttributeValues", {}):
                     request["ExpressionAttributeValues"][":now"] = now()
                 getattr(clients[i], "put_item" if kind == "put" else "update_item")(**request)
+
         return work
 
     def query(i: int) -> None:
         for j in range(per_thread):
             request = copy.deepcopy(shapes["query"])
-            request["ExpressionAttributeValues"][":pk"] = {"S": f"{TENANT}#{(i + j) % spec.due_shards}"}
+            request["ExpressionAttributeValues"][":pk"] = {
+                "S": f"{TENANT}#{(i + j) % spec.due_shards}"
+            }
             request["ExpressionAttributeValues"][":now"] = now()
             clients[i].query(**request)
 
     out: dict[str, float] = {}
     # Replays run in lifecycle order: each claim replay finds the item its put replay wrote.
-    for name, work in (("update", plain_update), ("put", replay("put")), ("query", query),
-                       ("claim", replay("claim")), ("complete", replay("complete"))):
+    for name, work in (
+        ("update", plain_update),
+        ("put", replay("put")),
+        ("query", query),
+        ("claim", replay("claim")),
+        ("complete", replay("complete")),
+    ):
         with _Cpu(server_pid) as cpu:
             out[f"{name}_per_s"] = total / _parallel(n, work)
         if cpu.server is not None:
@@ -202,7 +226,9 @@ def _lifecycle_sum(raw: dict[str, float], key: str) -> float | None:
         return None
 
 
-def run_one(server: ServerProcess, workers: int, backlog: int, lifecycles: int, raw_per_thread: int) -> dict[str, Any]:
+def run_one(
+    server: ServerProcess, workers: int, backlog: int, lifecycles: int, raw_per_thread: int
+) -> dict[str, Any]:
     spec = TableSpec(table_name=f"bench-tp-{workers}")
     setup = server.client()
     create_table(setup, spec)
@@ -217,7 +243,8 @@ def run_one(server: ServerProcess, workers: int, backlog: int, lifecycles: int, 
 
     meter = Meter(setup, units=False, keep_calls=False)
     engines = [
-        Engine(client=meter.client(clients[i]), spec=spec, rng=random.Random(100 + i)) for i in range(workers)
+        Engine(client=meter.client(clients[i]), spec=spec, rng=random.Random(100 + i))
+        for i in range(workers)
     ]
     per_worker = max(1, lifecycles // workers)
     done = [0] * workers
@@ -227,7 +254,9 @@ def run_one(server: ServerProcess, workers: int, backlog: int, lifecycles: int, 
         for j in range(per_worker):
             with meter.phase("run"):
                 engine.enqueue(TENANT, f"w{i}-{j}", "refund", HASH)
-                claim = engine.claim_next(TENANT, f"worker-{i}", lease_ms=120_000, job_types=["refund"])
+                claim = engine.claim_next(
+                    TENANT, f"worker-{i}", lease_ms=120_000, job_types=["refund"]
+                )
                 if claim is None:
                     continue
                 engine.complete(TENANT, claim.operation_id, claim.fence, "done")
@@ -243,34 +272,52 @@ def run_one(server: ServerProcess, workers: int, backlog: int, lifecycles: int, 
     completed = sum(done)
     rate = completed / elapsed
     ideal_s = sum(1 / raw[f"{kind}_per_s"] for kind in ("put", "query", "claim", "complete"))
-    server_ideal, client_ideal = _lifecycle_sum(raw, "server_cpu_ms"), _lifecycle_sum(raw, "client_cpu_ms")
+    server_ideal, client_ideal = (
+        _lifecycle_sum(raw, "server_cpu_ms"),
+        _lifecycle_sum(raw, "client_cpu_ms"),
+    )
     return {
         "workers": workers,
         "lifecycles": completed,
         "elapsed_s": round(elapsed, 2),
         "lifecycles_per_s": round(rate, 2),
         "raw_update_per_s": round(raw["update_per_s"], 1),
-        "raw_update_per_s_before_after": [round(raw_before["update_per_s"], 1), round(raw_after["update_per_s"], 1)],
-        "replayed_per_s": {kind: round(raw[f"{kind}_per_s"], 1) for kind in ("put", "query", "claim", "complete")},
+        "raw_update_per_s_before_after": [
+            round(raw_before["update_per_s"], 1),
+            round(raw_after["update_per_s"], 1),
+        ],
+        "replayed_per_s": {
+            kind: round(raw[f"{kind}_per_s"], 1) for kind in ("put", "query", "claim", "complete")
+        },
         "requests_per_lifecycle_nominal": NOMINAL_REQUESTS,
         "requests_per_lifecycle_measured": round(usage.total_requests / max(completed, 1), 3),
         "queries_per_claim": round(usage.requests["query"] / max(completed, 1), 3),
-        "refused_claim_writes_per_claim": round(usage.refused["update_item"] / max(completed, 1), 3),
+        "refused_claim_writes_per_claim": round(
+            usage.refused["update_item"] / max(completed, 1), 3
+        ),
         "throughput_ratio": round(rate / (raw["update_per_s"] / NOMINAL_REQUESTS), 3),
         "request_mix_ceiling": round(NOMINAL_REQUESTS / raw["update_per_s"] / ideal_s, 3),
         "orchestration_ratio": round(rate * ideal_s, 3),
         "query_cost_in_updates": round(raw["update_per_s"] / raw["query_per_s"], 2),
         "cpu_ms_per_lifecycle": {
-            "endpoint": None if cpu.server is None else round(1000 * cpu.server / max(completed, 1), 2),
+            "endpoint": None
+            if cpu.server is None
+            else round(1000 * cpu.server / max(completed, 1), 2),
             "endpoint_replayed": None if server_ideal is None else round(server_ideal, 2),
-            "client": None if cpu.client is None else round(1000 * cpu.client / max(completed, 1), 2),
+            "client": None
+            if cpu.client is None
+            else round(1000 * cpu.client / max(completed, 1), 2),
             "client_replayed": None if client_ideal is None else round(client_ideal, 2),
         },
     }
 
 
-def measure(worker_counts: tuple[int, ...] = (8, 32), backlog: int = 256, lifecycles: int = 384,
-            raw_per_thread: int | None = None) -> dict[str, Any]:
+def measure(
+    worker_counts: tuple[int, ...] = (8, 32),
+    backlog: int = 256,
+    lifecycles: int = 384,
+    raw_per_thread: int | None = None,
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with ServerProcess() as server:
         for n in worker_counts:

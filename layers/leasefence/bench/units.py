@@ -62,7 +62,7 @@ def _binary_len(value: Any) -> int:
 
 def value_size(value: dict[str, Any]) -> int:
     """Size in bytes of one attribute value in wire format (``{"S": "x"}`` and so on)."""
-    (kind, inner), = value.items()
+    ((kind, inner),) = value.items()
     if kind == "S":
         return len(inner.encode())
     if kind == "N":
@@ -196,7 +196,10 @@ def write_cost(
         elif new is None:
             ops = [("delete", write_units_for(item_size(old)))]
         elif any(old.get(k) != new.get(k) for k in index.key_attrs):
-            ops = [("delete", write_units_for(item_size(old))), ("put", write_units_for(item_size(new)))]
+            ops = [
+                ("delete", write_units_for(item_size(old))),
+                ("put", write_units_for(item_size(new))),
+            ]
         elif old != new:
             ops = [("update", write_units_for(max(item_size(old), item_size(new))))]
         else:

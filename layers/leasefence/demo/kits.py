@@ -72,7 +72,9 @@ class Kit(ABC):
     target_class: TargetClass
     job_type: str
 
-    def __init__(self, hooks: Hooks | None = None, events: Callable[[str, float], None] | None = None) -> None:
+    def __init__(
+        self, hooks: Hooks | None = None, events: Callable[[str, float], None] | None = None
+    ) -> None:
         self.hooks = hooks if hooks is not None else Hooks()
         self.events = events if events is not None else (lambda name, value: None)
         self.lock = threading.Lock()
@@ -111,12 +113,18 @@ class SameTableKit(Kit):
     def setup(self, tenant_id: str, operation_id: str) -> None:
         self.client.put_item(
             TableName=self.table,
-            Item={"pk": {"S": self._key(tenant_id, operation_id)["pk"]}, "status": {"S": "paid"}, "refunds": {"N": "0"}},
+            Item={
+                "pk": {"S": self._key(tenant_id, operation_id)["pk"]},
+                "status": {"S": "paid"},
+                "refunds": {"N": "0"},
+            },
         )
 
     def order(self, tenant_id: str, operation_id: str) -> dict[str, Any]:
         key = {"pk": {"S": self._key(tenant_id, operation_id)["pk"]}}
-        return self.client.get_item(TableName=self.table, Key=key, ConsistentRead=True).get("Item", {})
+        return self.client.get_item(TableName=self.table, Key=key, ConsistentRead=True).get(
+            "Item", {}
+        )
 
     def handler(self) -> FunctionHandler:
         def run(job: Job) -> None:
@@ -127,8 +135,13 @@ class SameTableKit(Kit):
                 "SET #s = :refunded, refunded_by_fence = :f, refunded_payload = :ph ADD refunds :one",
                 condition="#s = :paid",  # the business guard: only a paid order can be refunded
                 names={"#s": "status"},
-                values={":refunded": "refunded", ":paid": "paid", ":one": 1, ":f": job.fence,
-                        ":ph": job.claim.payload_hash},
+                values={
+                    ":refunded": "refunded",
+                    ":paid": "paid",
+                    ":one": 1,
+                    ":f": job.fence,
+                    ":ph": job.claim.payload_hash,
+                },
             )
             try:
                 job.complete_with("refunded", [refund])
@@ -140,7 +153,11 @@ class SameTableKit(Kit):
 
         def reconcile(job: Job) -> Reconciled:
             order = self.order(job.tenant_id, job.operation_id)
-            return Reconciled.done("refunded") if order.get("status", {}).get("S") == "refunded" else Reconciled.not_done()
+            return (
+                Reconciled.done("refunded")
+                if order.get("status", {}).get("S") == "refunded"
+                else Reconciled.not_done()
+            )
 
         return FunctionHandler(run, reconcile)
 
@@ -172,7 +189,11 @@ class FencedTableKit(Kit):
                 self.table.write(
                     job,
                     self._key(job.tenant_id, job.operation_id),
-                    {"status": "posted", "by_fence": job.fence, "payload_hash": job.claim.payload_hash},
+                    {
+                        "status": "posted",
+                        "by_fence": job.fence,
+                        "payload_hash": job.claim.payload_hash,
+                    },
                     append={"history": [job.fence]},  # in commit order: the target's own record
                 )
             except Exception:
@@ -184,7 +205,11 @@ class FencedTableKit(Kit):
 
         def reconcile(job: Job) -> Reconciled:
             item = self.table.read(self._key(job.tenant_id, job.operation_id)) or {}
-            return Reconciled.done("posted") if item.get("status") == "posted" else Reconciled.not_done()
+            return (
+                Reconciled.done("posted")
+                if item.get("status") == "posted"
+                else Reconciled.not_done()
+            )
 
         return FunctionHandler(run, reconcile, on_claim)
 
@@ -203,7 +228,9 @@ class IdempotentApiKit(Kit):
     target_class = TargetClass.C
     job_type = "email-c"
 
-    def __init__(self, api: idempotent_api.InMemoryIdempotentApi | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, api: idempotent_api.InMemoryIdempotentApi | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.api = api if api is not None else idempotent_api.InMemoryIdempotentApi()
         self.calls: Counter[tuple[str, str]] = Counter()
@@ -213,11 +240,15 @@ class IdempotentApiKit(Kit):
             self.hooks.before(job)
             with self.lock:
                 self.calls[(job.tenant_id, job.operation_id)] += 1
-            result = idempotent_api.call(job, self.api, {"template": "receipt", "payload_hash": job.claim.payload_hash})
+            result = idempotent_api.call(
+                job, self.api, {"template": "receipt", "payload_hash": job.claim.payload_hash}
+            )
             self.hooks.after(job)
             return f"sent:{result['id']}"
 
-        return FunctionHandler(run, lambda job: idempotent_api.reconcile(job, self.api, lambda r: f"sent:{r['id']}"))
+        return FunctionHandler(
+            run, lambda job: idempotent_api.reconcile(job, self.api, lambda r: f"sent:{r['id']}")
+        )
 
     def effects(self, tenant_id: str, operation_id: str) -> int:
         key = idempotent_api.idempotency_key(tenant_id, operation_id)
@@ -243,7 +274,9 @@ class SingleShotKit(Kit):
         def send(job: Job) -> str:
             with self.lock:
                 self.sent[(job.tenant_id, job.operation_id)] += 1
-                self.sent_payloads.setdefault((job.tenant_id, job.operation_id), []).append(job.claim.payload_hash)
+                self.sent_payloads.setdefault((job.tenant_id, job.operation_id), []).append(
+                    job.claim.payload_hash
+                )
                 lost = (job.tenant_id, job.operation_id) in self.lose_answer
             if lost:
                 raise TimeoutError("gateway did not answer")
@@ -261,8 +294,12 @@ class SingleShotKit(Kit):
         return self.sent[(tenant_id, operation_id)]
 
 
-def all_kits(client: Any, prefix: str, hooks: Hooks | None = None,
-             events: Callable[[str, float], None] | None = None) -> list[Kit]:
+def all_kits(
+    client: Any,
+    prefix: str,
+    hooks: Hooks | None = None,
+    events: Callable[[str, float], None] | None = None,
+) -> list[Kit]:
     return [
         SameTableKit(client, f"{prefix}-orders", hooks=hooks, events=events),
         FencedTableKit(client, f"{prefix}-ledger", hooks=hooks, events=events),

@@ -51,9 +51,12 @@ def _wait(predicate: Any, timeout_s: float) -> None:
         time.sleep(0.02)
 
 
-def _run_class(engine: Engine, kit: Kit, tenant: str, per_class: int, lease_ms: int, events: _Events) -> ClassReport:
+def _run_class(
+    engine: Engine, kit: Kit, tenant: str, per_class: int, lease_ms: int, events: _Events
+) -> ClassReport:
     ops = [f"{kit.target_class.value.lower()}-zombie-{i}" for i in range(per_class)]
     extra: list[str] = []
+
     def pause_past_lease(job: Any) -> None:
         """A GC stop or a lost network: past the lease, and until someone else acted on the
         operation (taken over, or parked by the sweeper), however slow this machine is."""
@@ -62,12 +65,25 @@ def _run_class(engine: Engine, kit: Kit, tenant: str, per_class: int, lease_ms: 
 
     for op in ops:
         kit.setup(tenant, op)
-        engine.enqueue(tenant, op, kit.job_type, "sha256:" + f"{abs(hash(op)):064x}"[-64:], target_class=kit.target_class)
+        engine.enqueue(
+            tenant,
+            op,
+            kit.job_type,
+            "sha256:" + f"{abs(hash(op)):064x}"[-64:],
+            target_class=kit.target_class,
+        )
         kit.hooks.on_before(tenant, op, 1, pause_past_lease)
 
     def worker(name: str) -> Worker:
-        return Worker(EngineBackend(engine, [tenant]), {kit.job_type: kit.handler()}, worker_id=name,
-                      lease_ms=lease_ms, heartbeat_interval_ms=lease_ms // 3, idle_sleep_ms=50, events=events)
+        return Worker(
+            EngineBackend(engine, [tenant]),
+            {kit.job_type: kit.handler()},
+            worker_id=name,
+            lease_ms=lease_ms,
+            heartbeat_interval_ms=lease_ms // 3,
+            idle_sleep_ms=50,
+            events=events,
+        )
 
     zombies = [worker(f"zombie-{i}") for i in range(per_class)]
     zombie_threads = [threading.Thread(target=z.run_once, name=z.worker_id) for z in zombies]
@@ -80,7 +96,9 @@ def _run_class(engine: Engine, kit: Kit, tenant: str, per_class: int, lease_ms: 
         op = "d-ambiguous"
         extra.append(op)
         kit.lose_answer.add((tenant, op))
-        engine.enqueue(tenant, op, kit.job_type, "sha256:" + "d" * 64, target_class=kit.target_class)
+        engine.enqueue(
+            tenant, op, kit.job_type, "sha256:" + "d" * 64, target_class=kit.target_class
+        )
 
     rescuer = worker("rescuer")
     rescuer_thread = threading.Thread(target=rescuer.run, name="rescuer")
@@ -96,7 +114,12 @@ def _run_class(engine: Engine, kit: Kit, tenant: str, per_class: int, lease_ms: 
     for thread in zombie_threads:
         thread.join()
     everything = ops + extra
-    _wait(lambda: all(engine.get(tenant, op).state not in (State.QUEUED, State.CLAIMED) for op in everything), 30)
+    _wait(
+        lambda: all(
+            engine.get(tenant, op).state not in (State.QUEUED, State.CLAIMED) for op in everything
+        ),
+        30,
+    )
     rescuer.stop()
     stop_sweeper.set()
     rescuer_thread.join()
@@ -133,7 +156,9 @@ def run_demo(per_class: int = 3, lease_ms: int = 1_000) -> dict[str, Any]:
             tenant = f"tenant-{kit.target_class.value.lower()}"
 
             def run(kit: Kit = kit, sink: _Events = sink, tenant: str = tenant) -> None:
-                results[kit.target_class.value] = _run_class(engine, kit, tenant, per_class, lease_ms, sink)
+                results[kit.target_class.value] = _run_class(
+                    engine, kit, tenant, per_class, lease_ms, sink
+                )
 
             threads.append(threading.Thread(target=run, name=f"class-{kit.target_class.value}"))
         for thread in threads:
@@ -157,12 +182,25 @@ def print_report(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title="leasefence demo: a zombie worker per operation, per target class")
-    for column in ("class", "operations", "side effects expected", "seen", "duplicates", "stale rejected", "unknown"):
+    for column in (
+        "class",
+        "operations",
+        "side effects expected",
+        "seen",
+        "duplicates",
+        "stale rejected",
+        "unknown",
+    ):
         table.add_column(column, justify="left" if column == "side effects expected" else "right")
     for row in summary["classes"]:
         table.add_row(
-            row["target_class"], str(row["operations"]), row["expected_effects"], str(row["side_effects"]),
-            str(row["duplicates"]), str(row["stale_writes_rejected"]), str(row["unknown"]),
+            row["target_class"],
+            str(row["operations"]),
+            row["expected_effects"],
+            str(row["side_effects"]),
+            str(row["duplicates"]),
+            str(row["stale_writes_rejected"]),
+            str(row["unknown"]),
         )
     Console(width=110).print(table)
     print(json.dumps({k: v for k, v in summary.items() if k != "classes"}))
@@ -171,7 +209,9 @@ def print_report(summary: dict[str, Any]) -> None:
 def main(per_class: int = 3, lease_ms: int = 1_000) -> int:
     import logging
 
-    logging.getLogger("leasefence").setLevel(logging.ERROR)  # the refusals are the point; the table shows them
+    logging.getLogger("leasefence").setLevel(
+        logging.ERROR
+    )  # the refusals are the point; the table shows them
     summary = run_demo(per_class=per_class, lease_ms=lease_ms)
     print_report(summary)
     return 1 if summary["duplicates"] else 0

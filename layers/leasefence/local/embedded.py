@@ -44,7 +44,16 @@ def use_local_credentials() -> None:
 
 #: Item-level operations whose moto results are already DynamoDB wire JSON.
 _FAST_JSON_ACTIONS = frozenset(
-    {"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "TransactWriteItems", "BatchWriteItem"}
+    {
+        "GetItem",
+        "PutItem",
+        "UpdateItem",
+        "DeleteItem",
+        "Query",
+        "Scan",
+        "TransactWriteItems",
+        "BatchWriteItem",
+    }
 )
 
 
@@ -74,7 +83,11 @@ def install_fast_json_responses() -> None:
 
     def serialized(self: Any, action_result: Any) -> Any:
         result = action_result.result
-        if isinstance(result, dict) and self._get_action() in _FAST_JSON_ACTIONS and not _has_none(result):
+        if (
+            isinstance(result, dict)
+            and self._get_action() in _FAST_JSON_ACTIONS
+            and not _has_none(result)
+        ):
             try:
                 body = json.dumps(result, allow_nan=False)
             except (TypeError, ValueError):
@@ -108,7 +121,9 @@ def install_fast_index_sort() -> None:
     def scalar(value: DynamoType) -> Any:
         return Decimal(value.value) if value.type == "N" else value.cast_value
 
-    def sorted_items(self: Any, hash_key_attrs: list[str], range_key_attrs: list[str | None], items: list[Any]) -> list[Any]:
+    def sorted_items(
+        self: Any, hash_key_attrs: list[str], range_key_attrs: list[str | None], items: list[Any]
+    ) -> list[Any]:
         attrs = self._generate_attr_to_sort_by(hash_key_attrs, range_key_attrs)
         items.sort(key=lambda item: tuple(scalar(item.attrs[a]) for a in attrs))
         return items
@@ -132,7 +147,12 @@ def install_fast_index_sort() -> None:
 
     import operator
 
-    for name, op in (("__lt__", operator.lt), ("__le__", operator.le), ("__gt__", operator.gt), ("__ge__", operator.ge)):
+    for name, op in (
+        ("__lt__", operator.lt),
+        ("__le__", operator.le),
+        ("__gt__", operator.gt),
+        ("__ge__", operator.ge),
+    ):
         setattr(DynamoType, name, fast(op, getattr(DynamoType, name)))
     original_eq, original_ne = DynamoType.__eq__, DynamoType.__ne__
 
@@ -264,7 +284,9 @@ def install_unsorted_query_candidates() -> None:
     def query(self: Any, *args: Any, **kwargs: Any) -> Any:
         if "all_items" in self.__dict__:  # someone already chose the candidates for this call
             return original_query(self, *args, **kwargs)
-        self.all_items = types.MethodType(unsorted_items, self)  # this call only (requests are serialized)
+        self.all_items = types.MethodType(
+            unsorted_items, self
+        )  # this call only (requests are serialized)
         try:
             return original_query(self, *args, **kwargs)
         finally:
@@ -303,7 +325,9 @@ def install_item_level_transaction_rollback() -> None:
     )
     models.copy = shim
 
-    def touched_items(self: Any, transact_items: list[dict[str, Any]]) -> list[tuple[Any, Any, Any, Any]]:
+    def touched_items(
+        self: Any, transact_items: list[dict[str, Any]]
+    ) -> list[tuple[Any, Any, Any, Any]]:
         saved = []
         for entry in transact_items:
             op_type, op = next(iter(entry.items()))
@@ -581,7 +605,9 @@ class _IndexShape:
     __slots__ = ("relevant", "memberships")
 
     def __init__(self, table: Any) -> None:
-        relevant: set[str] | None = {table.hash_key_attr} | ({table.range_key_attr} if table.range_key_attr else set())
+        relevant: set[str] | None = {table.hash_key_attr} | (
+            {table.range_key_attr} if table.range_key_attr else set()
+        )
         memberships = []
         for index in table.global_indexes or []:
             keys = tuple(index.schema_key_attrs)
@@ -681,8 +707,12 @@ class FidelityState:
         self.scan_needed = False
         self.rng = random.Random(config.seed)
         self.stats = {
-            "ttl_deleted": 0, "ttl_passes": 0, "index_versions_recorded": 0, "index_queries_lagged": 0,
-            "index_stale_items_served": 0, "txn_throttled": 0,
+            "ttl_deleted": 0,
+            "ttl_passes": 0,
+            "index_versions_recorded": 0,
+            "index_queries_lagged": 0,
+            "index_stale_items_served": 0,
+            "txn_throttled": 0,
         }
 
     # ---------------------------------------------------------------- writes
@@ -694,10 +724,18 @@ class FidelityState:
             if not _shape_of(table).same(old, new):
                 lag_ms = config.index_lag_min_ms
                 if config.index_lag_ms > lag_ms:
-                    lag_ms += _fraction(config.seed, "index", table.name, key) * (config.index_lag_ms - lag_ms)
+                    lag_ms += _fraction(config.seed, "index", table.name, key) * (
+                        config.index_lag_ms - lag_ms
+                    )
                 if lag_ms > 0:
                     now = time.monotonic()
-                    entry = (table.name, key, now + lag_ms / 1000, now + config.index_lag_ms / 1000, old)
+                    entry = (
+                        table.name,
+                        key,
+                        now + lag_ms / 1000,
+                        now + config.index_lag_ms / 1000,
+                        old,
+                    )
                     if self.staging is not None:
                         self.staging.append(entry)
                     else:
@@ -709,7 +747,9 @@ class FidelityState:
                 if due is not None:
                     heapq.heappush(self._ttl_heap, (due, next(self._seq), table.name, key))
 
-    def _add_pending(self, name: str, key: tuple[Any, Any], visible_at: float, forget_at: float, old: Any) -> None:
+    def _add_pending(
+        self, name: str, key: tuple[Any, Any], visible_at: float, forget_at: float, old: Any
+    ) -> None:
         self.pending.setdefault(name, {}).setdefault(key, []).append((visible_at, old))
         self._expiry.append((forget_at, name, key))
         self.stats["index_versions_recorded"] += 1
@@ -792,7 +832,9 @@ class FidelityState:
         lag_ms = config.ttl_lag_min_ms
         if config.ttl_lag_ms > lag_ms:
             key = (item.hash_key, item.range_key)
-            lag_ms += int(_fraction(config.seed, "ttl", table.name, key) * (config.ttl_lag_ms - lag_ms))
+            lag_ms += int(
+                _fraction(config.seed, "ttl", table.name, key) * (config.ttl_lag_ms - lag_ms)
+            )
         return expires_ms + lag_ms
 
     def ttl_due(self, now_ms: int | None = None) -> bool:
@@ -850,20 +892,28 @@ class FidelityState:
             if item is None:
                 continue
             due = self.ttl_due_ms(table, item, attribute)
-            if due is not None and due <= now_ms:  # else: changed since; its write pushed its own entry
+            if (
+                due is not None and due <= now_ms
+            ):  # else: changed since; its write pushed its own entry
                 deleted += self._expire(table, item, key, now_ms)
         self.stats["ttl_deleted"] += deleted
         return deleted
 
     def _expire(self, table: Any, item: Any, key: tuple[Any, Any], now_ms: int) -> int:
-        if int(Decimal(item.attrs[table.ttl["AttributeName"]].value) * 1000) < now_ms - _FIVE_YEARS_MS:
+        if (
+            int(Decimal(item.attrs[table.ttl["AttributeName"]].value) * 1000)
+            < now_ms - _FIVE_YEARS_MS
+        ):
             return 0  # DynamoDB ignores TTLs more than five years in the past
         stream = table.stream_shard
         before = len(stream.items) if stream is not None else 0
         table.delete_item(item.hash_key, item.range_key)  # moto adds the REMOVE stream record
         if stream is not None and len(stream.items) > before:
             # As DynamoDB marks deletions by TTL in a stream (GetRecords' member names).
-            stream.items[-1].record["userIdentity"] = {"Type": "Service", "PrincipalId": "dynamodb.amazonaws.com"}
+            stream.items[-1].record["userIdentity"] = {
+                "Type": "Service",
+                "PrincipalId": "dynamodb.amazonaws.com",
+            }
         self.record(table, key, item, None)
         return 1
 
@@ -893,11 +943,13 @@ class FidelityState:
         code = "ProvisionedThroughputExceeded" if provisioned else "ThrottlingError"
         reasons = cancellation_reasons(len(actions), pick_throttled(len(actions), self.rng), code)
         self.stats["txn_throttled"] += 1
-        return json.dumps({
-            "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
-            "Message": cancellation_message(reasons),
-            "CancellationReasons": reasons,
-        }).encode()
+        return json.dumps(
+            {
+                "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+                "Message": cancellation_message(reasons),
+                "CancellationReasons": reasons,
+            }
+        ).encode()
 
 
 #: The fidelity state of the endpoint whose request this thread is serving (if it has one).
@@ -922,7 +974,10 @@ def install_fidelity_hooks() -> None:
     if getattr(backend_class, "_leasefence_fidelity", False):
         return
     original_put, original_delete = backend_class.put_item, backend_class.delete_item
-    original_update, original_transact = backend_class.update_item, backend_class.transact_write_items
+    original_update, original_transact = (
+        backend_class.update_item,
+        backend_class.transact_write_items,
+    )
     original_create, original_delete_table = backend_class.create_table, backend_class.delete_table
     original_ttl, original_query = backend_class.update_time_to_live, Table.query
 
@@ -940,8 +995,14 @@ def install_fidelity_hooks() -> None:
 
     def put_item(self: Any, *args: Any, **kwargs: Any) -> Any:
         state = getattr(_active, "state", None)
-        table = owned_table(state, self, _arg(args, kwargs, 0, "table_name")) if state is not None else None
-        key = key_of(table, _arg(args, kwargs, 1, "item_attrs") or {}) if table is not None else None
+        table = (
+            owned_table(state, self, _arg(args, kwargs, 0, "table_name"))
+            if state is not None
+            else None
+        )
+        key = (
+            key_of(table, _arg(args, kwargs, 1, "item_attrs") or {}) if table is not None else None
+        )
         if key is None:
             return original_put(self, *args, **kwargs)
         old = table.get_item(*key)  # replaced, never changed in place: no copy needed
@@ -951,7 +1012,11 @@ def install_fidelity_hooks() -> None:
 
     def delete_item(self: Any, *args: Any, **kwargs: Any) -> Any:
         state = getattr(_active, "state", None)
-        table = owned_table(state, self, _arg(args, kwargs, 0, "table_name")) if state is not None else None
+        table = (
+            owned_table(state, self, _arg(args, kwargs, 0, "table_name"))
+            if state is not None
+            else None
+        )
         old = original_delete(self, *args, **kwargs)
         if table is not None and old is not None:
             state.record(table, (old.hash_key, old.range_key), old, None)
@@ -959,7 +1024,11 @@ def install_fidelity_hooks() -> None:
 
     def update_item(self: Any, *args: Any, **kwargs: Any) -> Any:
         state = getattr(_active, "state", None)
-        table = owned_table(state, self, _arg(args, kwargs, 0, "table_name")) if state is not None else None
+        table = (
+            owned_table(state, self, _arg(args, kwargs, 0, "table_name"))
+            if state is not None
+            else None
+        )
         key = key_of(table, _arg(args, kwargs, 1, "key") or {}) if table is not None else None
         if key is None:
             return original_update(self, *args, **kwargs)
@@ -967,7 +1036,11 @@ def install_fidelity_hooks() -> None:
         old = None
         if current is not None:
             # UpdateItem changes the stored item in place: keep what an index would read of it.
-            old = _shape_of(table).snapshot(current) if state.config.index_lag_ms and table.global_indexes else current
+            old = (
+                _shape_of(table).snapshot(current)
+                if state.config.index_lag_ms and table.global_indexes
+                else current
+            )
         new = original_update(self, *args, **kwargs)
         state.record(table, key, old, new)
         return new
@@ -1057,14 +1130,19 @@ class FidelityApp(SerializedApp):
                 return self._admin(environ, start_response)
             if state.ttl_due():
                 state.reap()
-            if state.config.txn_throttle_rate and environ.get("HTTP_X_AMZ_TARGET", "").endswith(".TransactWriteItems"):
+            if state.config.txn_throttle_rate and environ.get("HTTP_X_AMZ_TARGET", "").endswith(
+                ".TransactWriteItems"
+            ):
                 refused = state.throttle_transaction(environ)
                 if refused is not None:
-                    start_response("400 Bad Request", [
-                        ("Content-Type", "application/x-amz-json-1.0"),
-                        ("x-amzn-RequestId", f"throttled-{state.stats['txn_throttled']}"),
-                        ("Content-Length", str(len(refused))),
-                    ])
+                    start_response(
+                        "400 Bad Request",
+                        [
+                            ("Content-Type", "application/x-amz-json-1.0"),
+                            ("x-amzn-RequestId", f"throttled-{state.stats['txn_throttled']}"),
+                            ("Content-Length", str(len(refused))),
+                        ],
+                    )
                     return [refused]
             _active.state = state
             try:
@@ -1084,7 +1162,11 @@ class FidelityApp(SerializedApp):
                 self.state.reap()
 
     def _admin(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
-        state, path, method = self.state, environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "GET")
+        state, path, method = (
+            self.state,
+            environ.get("PATH_INFO", ""),
+            environ.get("REQUEST_METHOD", "GET"),
+        )
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
             request = json.loads(environ["wsgi.input"].read(length) or b"{}") if length else {}
@@ -1098,13 +1180,24 @@ class FidelityApp(SerializedApp):
                         state.clock.advance(int(request["advance_ms"]))
                     else:
                         raise ValueError("expected now_ms, advance_ms or wall")
-                answer: dict[str, Any] = {"now_ms": state.clock.now_ms(), "frozen": state.clock.frozen_ms is not None}
+                answer: dict[str, Any] = {
+                    "now_ms": state.clock.now_ms(),
+                    "frozen": state.clock.frozen_ms is not None,
+                }
             elif path == ADMIN_PREFIX + "ttl/reap" and method == "POST":
                 answer = {"deleted": state.reap(full=True), "now_ms": state.clock.now_ms()}
             elif path == ADMIN_PREFIX + "fidelity":
-                pending = sum(len(entries) for table in state.pending.values() for entries in table.values())
-                answer = {"config": asdict(state.config), "stats": {**state.stats, "index_versions_pending": pending,
-                                                                     "ttl_scheduled": len(state._ttl_heap)}}
+                pending = sum(
+                    len(entries) for table in state.pending.values() for entries in table.values()
+                )
+                answer = {
+                    "config": asdict(state.config),
+                    "stats": {
+                        **state.stats,
+                        "index_versions_pending": pending,
+                        "ttl_scheduled": len(state._ttl_heap),
+                    },
+                }
             else:
                 status, answer = "404 Not Found", {"error": f"no admin path {method} {path}"}
                 return self._json(start_response, status, answer)
@@ -1115,7 +1208,9 @@ class FidelityApp(SerializedApp):
     @staticmethod
     def _json(start_response: Any, status: str, answer: dict[str, Any]) -> list[bytes]:
         body = json.dumps(answer).encode()
-        start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        start_response(
+            status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        )
         return [body]
 
 
@@ -1137,8 +1232,13 @@ class EmbeddedAws:
     fidelity applies to the tables created through it and to the requests it serves.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, process: bool = False,
-                 fidelity: Fidelity | bool | None = None) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        process: bool = False,
+        fidelity: Fidelity | bool | None = None,
+    ) -> None:
         self.host = host
         self.port = port
         self.process = process
@@ -1162,7 +1262,9 @@ class EmbeddedAws:
             context = multiprocessing.get_context("spawn")
             ready = context.Queue()
             self._child = context.Process(
-                target=_serve_in_child, args=(self.host, self.port, ready, self.fidelity or False), daemon=True
+                target=_serve_in_child,
+                args=(self.host, self.port, ready, self.fidelity or False),
+                daemon=True,
             )
             self._child.start()
             self.port = ready.get(timeout=120)
@@ -1184,7 +1286,9 @@ class EmbeddedAws:
             install_fast_dispatch()
         install_stream_iterator_pruning()
         install_event_account_field()
-        logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # callers queue on the lock by design
+        logging.getLogger("waitress.queue").setLevel(
+            logging.ERROR
+        )  # callers queue on the lock by design
 
         moto_app = DomainDispatcherApplication(create_backend_app)
         if self.fidelity is not None:
@@ -1195,15 +1299,23 @@ class EmbeddedAws:
         # waitress keeps HTTP/1.1 connections open (werkzeug's development server closes each
         # one after a single request: a new TCP connection and thread per request).
         self._server = create_server(
-            self.app, host=self.host, port=self.port, threads=8, connection_limit=2000,
-            channel_timeout=600, asyncore_loop_timeout=0.2, ident="embedded-aws",
+            self.app,
+            host=self.host,
+            port=self.port,
+            threads=8,
+            connection_limit=2000,
+            channel_timeout=600,
+            asyncore_loop_timeout=0.2,
+            ident="embedded-aws",
         )
         self.port = self._server.effective_port
         self._thread = threading.Thread(target=self._server.run, name="embedded-aws", daemon=True)
         self._thread.start()
         if isinstance(self.app, FidelityApp) and self.fidelity.ttl_deletion:
             self._stopping.clear()
-            self._reaper = threading.Thread(target=self._reap_forever, name="embedded-aws-ttl", daemon=True)
+            self._reaper = threading.Thread(
+                target=self._reap_forever, name="embedded-aws-ttl", daemon=True
+            )
             self._reaper.start()
         return self
 
@@ -1222,10 +1334,14 @@ class EmbeddedAws:
         import urllib.request
 
         if self.fidelity is None:
-            raise RuntimeError("this endpoint runs without fidelity (EmbeddedAws(fidelity=Fidelity(...)))")
+            raise RuntimeError(
+                "this endpoint runs without fidelity (EmbeddedAws(fidelity=Fidelity(...)))"
+            )
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
-            self.endpoint + ADMIN_PREFIX + path, data=data, method="GET" if data is None else "POST",
+            self.endpoint + ADMIN_PREFIX + path,
+            data=data,
+            method="GET" if data is None else "POST",
             headers={"Content-Type": "application/json"},
         )
         try:
@@ -1240,7 +1356,11 @@ class EmbeddedAws:
 
     def set_time(self, now_ms: int | None) -> int:
         """Freeze the endpoint clock at ``now_ms`` (``None``: back to the wall clock)."""
-        return int(self._admin("time", {"wall": True} if now_ms is None else {"now_ms": int(now_ms)})["now_ms"])
+        return int(
+            self._admin("time", {"wall": True} if now_ms is None else {"now_ms": int(now_ms)})[
+                "now_ms"
+            ]
+        )
 
     def advance_time(self, ms: int) -> int:
         """Move the endpoint clock ``ms`` forward (frozen or not); returns the new now."""
@@ -1264,7 +1384,9 @@ class EmbeddedAws:
         config = kwargs.pop("config", None) or Config(
             retries={"mode": "standard", "max_attempts": 3}, max_pool_connections=64
         )
-        return boto3.client(service, endpoint_url=self.endpoint, region_name=LOCAL_REGION, config=config, **kwargs)
+        return boto3.client(
+            service, endpoint_url=self.endpoint, region_name=LOCAL_REGION, config=config, **kwargs
+        )
 
     def create_tables(self, spec: schema.TableSpec | None = None) -> schema.TableSpec:
         spec = spec or schema.TableSpec()

@@ -39,6 +39,7 @@ from leasefence.api.security import match_route
 REPO_ROOT = Path(__file__).resolve().parents[3]
 FUNCTIONS_DIR = REPO_ROOT / "functions"
 
+
 def function_names() -> tuple[str, ...]:
     """The functions in ``functions/`` (each a directory with a ``handler.py``)."""
     if not FUNCTIONS_DIR.is_dir():
@@ -65,7 +66,9 @@ def load_function(name: str) -> ModuleType:
             return module
         path = FUNCTIONS_DIR / name / "handler.py"
         if not path.is_file():
-            raise FileNotFoundError(f"{path} not found: run from a checkout of the leasefence repository")
+            raise FileNotFoundError(
+                f"{path} not found: run from a checkout of the leasefence repository"
+            )
         spec = importlib.util.spec_from_file_location(module_name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
@@ -85,7 +88,9 @@ class LambdaContext:
         self.function_name = function_name
         self.function_version = "$LATEST"
         self.memory_limit_in_mb = memory_mb
-        self.invoked_function_arn = f"arn:aws:lambda:us-east-1:000000000000:function:{function_name}"
+        self.invoked_function_arn = (
+            f"arn:aws:lambda:us-east-1:000000000000:function:{function_name}"
+        )
         self.aws_request_id = str(uuid.uuid4())
         self.log_group_name = f"/aws/lambda/{function_name}"
         self.log_stream_name = "local"
@@ -143,8 +148,10 @@ def _claim_string(value: Any) -> str:
 
 def _canonical_path(raw_path: str) -> str:
     """Each segment percent-encoded exactly once (unreserved characters left as they are)."""
-    return "/".join(quote(unquote(segment, errors="surrogateescape"), safe="", errors="surrogateescape")
-                    for segment in raw_path.split("/"))
+    return "/".join(
+        quote(unquote(segment, errors="surrogateescape"), safe="", errors="surrogateescape")
+        for segment in raw_path.split("/")
+    )
 
 
 def http_api_event(
@@ -196,7 +203,10 @@ def http_api_event(
         scope = claims.get("scope")
         scopes = scope.split() if isinstance(scope, str) else [str(s) for s in scope or []]
         context["authorizer"] = {
-            "jwt": {"claims": {k: _claim_string(v) for k, v in claims.items()}, "scopes": scopes or None}
+            "jwt": {
+                "claims": {k: _claim_string(v) for k, v in claims.items()},
+                "scopes": scopes or None,
+            }
         }
     event: dict[str, Any] = {
         "version": "2.0",
@@ -258,7 +268,10 @@ class LocalApi:
 
     def start(self) -> LocalApi:
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="leasefence-api", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="leasefence-api",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -309,12 +322,22 @@ class LocalApi:
             raise auth.TokenError("a bearer token is required")
         return auth.verify(token.strip(), self.secret)
 
-    def respond(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes | None,
-                source_ip: str = "127.0.0.1") -> tuple[int, list[tuple[str, str]], bytes]:
+    def respond(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[str, str]],
+        body: bytes | None,
+        source_ip: str = "127.0.0.1",
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
         """One request through authorizer and handler: ``(status, headers, body)``."""
         path = target.partition("?")[0]
         if method == "GET" and path == "/openapi.json":
-            return 200, [("Content-Type", "application/json")], json.dumps(self.openapi(), indent=2).encode()
+            return (
+                200,
+                [("Content-Type", "application/json")],
+                json.dumps(self.openapi(), indent=2).encode(),
+            )
         if method == "GET" and path in ("/docs", "/docs/"):
             return 200, [("Content-Type", "text/html; charset=utf-8")], self.docs_html()
         claims = None
@@ -325,12 +348,23 @@ class LocalApi:
             try:
                 claims = self.authorize(headers)
             except auth.TokenError as error:
-                return _error(401, "unauthorized", str(error), [("WWW-Authenticate", 'Bearer realm="leasefence"')])
-        event = http_api_event(method, target, headers, body, claims, source_ip=source_ip, host=self.host)
+                return _error(
+                    401,
+                    "unauthorized",
+                    str(error),
+                    [("WWW-Authenticate", 'Bearer realm="leasefence"')],
+                )
+        event = http_api_event(
+            method, target, headers, body, claims, source_ip=source_ip, host=self.host
+        )
         try:
             result = self.invoker.invoke("api", event)
         except Exception:  # noqa: BLE001 - what API Gateway answers when the integration fails
-            return 500, [("Content-Type", "application/json")], b'{"message":"Internal Server Error"}'
+            return (
+                500,
+                [("Content-Type", "application/json")],
+                b'{"message":"Internal Server Error"}',
+            )
         return _from_result(result)
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
@@ -352,16 +386,28 @@ class LocalApi:
                     self._write(*_error(400, "invalid_request", "bad Content-Length"))
                     return
                 if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                    self._write(*_error(411, "invalid_request", "chunked bodies are not supported; send Content-Length"))
+                    self._write(
+                        *_error(
+                            411,
+                            "invalid_request",
+                            "chunked bodies are not supported; send Content-Length",
+                        )
+                    )
                     return
                 if size > MAX_REQUEST_BYTES:
                     self.close_connection = True
-                    self._write(*_error(413, "payload_too_large", "request body is larger than 10 MiB"))
+                    self._write(
+                        *_error(413, "payload_too_large", "request body is larger than 10 MiB")
+                    )
                     return
                 if size:
                     body = self.rfile.read(size)
                 status, headers, payload = api.respond(
-                    self.command, self.path, list(self.headers.items()), body, source_ip=self.client_address[0]
+                    self.command,
+                    self.path,
+                    list(self.headers.items()),
+                    body,
+                    source_ip=self.client_address[0],
                 )
                 self._write(status, headers, payload)
 
@@ -524,10 +570,14 @@ class LocalStack:
         # Load the functions now (as a cold start would), so the first request is not the one to pay.
         load_function("api")
         load_function("sweeper")
-        self.api = LocalApi(self.secret, host=self.host, port=self.port, invoker=self.invoker, quiet=self.quiet)
+        self.api = LocalApi(
+            self.secret, host=self.host, port=self.port, invoker=self.invoker, quiet=self.quiet
+        )
         self.api.start()
         if self.sweep_interval:
-            self._sweeper = threading.Thread(target=self._sweep_loop, name="leasefence-sweeper", daemon=True)
+            self._sweeper = threading.Thread(
+                target=self._sweep_loop, name="leasefence-sweeper", daemon=True
+            )
             self._sweeper.start()
         if self.streams:
             self.start_streams()
@@ -633,7 +683,12 @@ class LocalStack:
     def dynamodb_endpoint(self) -> str:
         return self.aws.endpoint
 
-    def token(self, tenant_id: str, scopes: Any = None, ttl_seconds: int = auth.DEFAULT_TTL_SECONDS) -> str:
+    def token(
+        self, tenant_id: str, scopes: Any = None, ttl_seconds: int = auth.DEFAULT_TTL_SECONDS
+    ) -> str:
         return auth.mint(
-            tenant_id, auth.ALL_SCOPES if scopes is None else scopes, ttl_seconds=ttl_seconds, secret=self.secret
+            tenant_id,
+            auth.ALL_SCOPES if scopes is None else scopes,
+            ttl_seconds=ttl_seconds,
+            secret=self.secret,
         )

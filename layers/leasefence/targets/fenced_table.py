@@ -148,7 +148,9 @@ def state_of(item: dict[str, Any] | None) -> FenceState:
     entries = {
         name: parse_entry(value)
         for name, value in item.items()
-        if name.startswith(ENTRY_PREFIX) and isinstance(value, (int, Decimal)) and not isinstance(value, bool)
+        if name.startswith(ENTRY_PREFIX)
+        and isinstance(value, (int, Decimal))
+        and not isinstance(value, bool)
     }
     horizon = item.get(HORIZON)
     return FenceState(entries, None if horizon is None else int(horizon))
@@ -200,7 +202,9 @@ class FencedTable:
     def raise_fence(self, job: Job, key: dict[str, Any]) -> None:
         """Make the target refuse every lower fence of this operation from now on."""
         attr = fence_attribute(job.tenant_id, job.operation_id)
-        item = self._write(job, key, "SET #lf = :e", {"#lf": attr}, {":e": self._entry(job)}, business=None)
+        item = self._write(
+            job, key, "SET #lf = :e", {"#lf": attr}, {":e": self._entry(job)}, business=None
+        )
         self._maybe_prune(key, item, keep=attr)
 
     def write(
@@ -229,7 +233,9 @@ class FencedTable:
             all_values[f":a{i}"] = list(items)
             all_values[":empty"] = []
             sets.append(f"#a{i} = list_append(if_not_exists(#a{i}, :empty), :a{i})")
-        item = self._write(job, key, "SET " + ", ".join(sets), all_names, all_values, business=condition)
+        item = self._write(
+            job, key, "SET " + ", ".join(sets), all_names, all_values, business=condition
+        )
         self._maybe_prune(key, item, keep=attr)
 
     def read(self, key: dict[str, Any]) -> dict[str, Any] | None:
@@ -247,8 +253,15 @@ class FencedTable:
     def _entry(job: Job) -> Decimal:
         return entry_value(job.fence, claimed_at(job.claim))
 
-    def _write(self, job: Job, key: dict[str, Any], update: str, names: dict[str, str], values: dict[str, Any],
-               business: str | None) -> dict[str, Any] | None:
+    def _write(
+        self,
+        job: Job,
+        key: dict[str, Any],
+        update: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        business: str | None,
+    ) -> dict[str, Any] | None:
         """One conditional write under the fence; returns the item as it is after it."""
         job.guard()
         claim_time = claimed_at(job.claim)
@@ -261,7 +274,9 @@ class FencedTable:
                 UpdateExpression=update,
                 ConditionExpression=condition,
                 ExpressionAttributeNames={**names, "#hz": HORIZON},
-                ExpressionAttributeValues=_attrs({**values, ":fnext": job.fence + 1, ":claimed": claim_time}),
+                ExpressionAttributeValues=_attrs(
+                    {**values, ":fnext": job.fence + 1, ":claimed": claim_time}
+                ),
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
@@ -271,7 +286,9 @@ class FencedTable:
             if seen is not None and seen[0] > job.fence:
                 self.events("StaleTargetWritesRejected", 1)
                 job.lose(f"target has seen fence {seen[0]}")
-                raise LostOwnership(f"target refused fence {job.fence}: it has seen {seen[0]}") from None
+                raise LostOwnership(
+                    f"target refused fence {job.fence}: it has seen {seen[0]}"
+                ) from None
             if seen is None and state.horizon is not None and state.horizon >= claim_time:
                 self.events("TargetHorizonRefusals", 1)
                 reason = (
@@ -328,7 +345,9 @@ class FencedTable:
         self.events("TargetPrunes", 1)
         self.events("TargetEntriesPruned", len(victims))
 
-    def _victims(self, state: FenceState, keep: str, now: int) -> list[tuple[str, tuple[int, int | None]]]:
+    def _victims(
+        self, state: FenceState, keep: str, now: int
+    ) -> list[tuple[str, tuple[int, int | None]]]:
         """The entries to remove: oldest claim first (unknown time first), never ``keep``."""
         entries = state.entries
         oldest_first = sorted(

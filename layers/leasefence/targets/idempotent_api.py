@@ -34,7 +34,9 @@ def call(job: Job, api: IdempotentApi, request: Any) -> Any:
         raise Ambiguous("the provider did not answer; look the key up before any retry") from error
 
 
-def reconcile(job: Job, api: IdempotentApi, outcome: Callable[[Any], str] = lambda result: "reconciled") -> Reconciled:
+def reconcile(
+    job: Job, api: IdempotentApi, outcome: Callable[[Any], str] = lambda result: "reconciled"
+) -> Reconciled:
     """Look the key up: found -> done; not found -> not done (safe to send under the key)."""
     result = api.lookup(idempotency_key(job.tenant_id, job.operation_id))
     return Reconciled.done(outcome(result)) if result is not None else Reconciled.not_done()

@@ -13,7 +13,12 @@ from typing import Any
 from leasefence.store import to_attr, to_item
 
 
-def _expression(action: dict[str, Any], condition: str | None, names: dict[str, str] | None, values: dict[str, Any] | None) -> dict[str, Any]:
+def _expression(
+    action: dict[str, Any],
+    condition: str | None,
+    names: dict[str, str] | None,
+    values: dict[str, Any] | None,
+) -> dict[str, Any]:
     if condition:
         action["ConditionExpression"] = condition
         action["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
@@ -24,14 +29,27 @@ def _expression(action: dict[str, Any], condition: str | None, names: dict[str, 
     return action
 
 
-def put(table: str, item: dict[str, Any], condition: str | None = None, names: dict[str, str] | None = None,
-        values: dict[str, Any] | None = None) -> dict[str, Any]:
+def put(
+    table: str,
+    item: dict[str, Any],
+    condition: str | None = None,
+    names: dict[str, str] | None = None,
+    values: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A ``Put`` action for :meth:`leasefence.worker.Job.complete_with`."""
-    return {"Put": _expression({"TableName": table, "Item": to_item(item)}, condition, names, values)}
+    return {
+        "Put": _expression({"TableName": table, "Item": to_item(item)}, condition, names, values)
+    }
 
 
-def update(table: str, key: dict[str, Any], expression: str, condition: str | None = None,
-           names: dict[str, str] | None = None, values: dict[str, Any] | None = None) -> dict[str, Any]:
+def update(
+    table: str,
+    key: dict[str, Any],
+    expression: str,
+    condition: str | None = None,
+    names: dict[str, str] | None = None,
+    values: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """An ``Update`` action for :meth:`leasefence.worker.Job.complete_with`."""
     action = {"TableName": table, "Key": to_item(key), "UpdateExpression": expression}
     return {"Update": _expression(action, condition, names, values)}

@@ -40,5 +40,7 @@ def reconcile(job: Job) -> Reconciled:
         return Reconciled.unknown(f"intent recorded by fence {intent['fence']}; no lookup exists")
     checkpoint = job.checkpoint
     if isinstance(checkpoint, dict) and "intent_fence" in checkpoint:
-        return Reconciled.unknown(f"intent recorded by fence {checkpoint['intent_fence']}; no lookup exists")
+        return Reconciled.unknown(
+            f"intent recorded by fence {checkpoint['intent_fence']}; no lookup exists"
+        )
     return Reconciled.not_done()

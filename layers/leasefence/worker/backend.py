@@ -20,15 +20,23 @@ from leasefence.model import Claim
 
 
 class Backend(Protocol):
-    def claim_next(self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None) -> Claim | None: ...
+    def claim_next(
+        self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None
+    ) -> Claim | None: ...
 
     def heartbeat(
-        self, claim: Claim, lease_ms: int | None = None, checkpoint: Any = MISSING, intent: str | None = None
+        self,
+        claim: Claim,
+        lease_ms: int | None = None,
+        checkpoint: Any = MISSING,
+        intent: str | None = None,
     ) -> int: ...
 
     def complete(self, claim: Claim, outcome_code: str) -> None: ...
 
-    def fail(self, claim: Claim, retryable: bool, reason: str, retry_after_ms: int | None = None) -> None: ...
+    def fail(
+        self, claim: Claim, retryable: bool, reason: str, retry_after_ms: int | None = None
+    ) -> None: ...
 
     def park_unknown(self, claim: Claim, reason: str) -> None: ...
 
@@ -61,7 +69,9 @@ class EngineBackend:
         self._lock = threading.Lock()
         self._payload_loader = payload_loader
 
-    def claim_next(self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None = None) -> Claim | None:
+    def claim_next(
+        self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None = None
+    ) -> Claim | None:
         with self._lock:
             start = next(self._turn) % len(self.tenants)
         types = list(job_types) if job_types is not None else None
@@ -73,7 +83,11 @@ class EngineBackend:
         return None
 
     def heartbeat(
-        self, claim: Claim, lease_ms: int | None = None, checkpoint: Any = MISSING, intent: str | None = None
+        self,
+        claim: Claim,
+        lease_ms: int | None = None,
+        checkpoint: Any = MISSING,
+        intent: str | None = None,
     ) -> int:
         return self.engine.heartbeat(
             claim.tenant_id,
@@ -89,10 +103,16 @@ class EngineBackend:
         self.engine.complete(claim.tenant_id, claim.operation_id, claim.fence, outcome_code)
 
     def complete_with(self, claim: Claim, outcome_code: str, writes: list[dict[str, Any]]) -> None:
-        self.engine.complete_with(claim.tenant_id, claim.operation_id, claim.fence, outcome_code, writes)
+        self.engine.complete_with(
+            claim.tenant_id, claim.operation_id, claim.fence, outcome_code, writes
+        )
 
-    def fail(self, claim: Claim, retryable: bool, reason: str, retry_after_ms: int | None = None) -> None:
-        self.engine.fail(claim.tenant_id, claim.operation_id, claim.fence, retryable, reason, retry_after_ms)
+    def fail(
+        self, claim: Claim, retryable: bool, reason: str, retry_after_ms: int | None = None
+    ) -> None:
+        self.engine.fail(
+            claim.tenant_id, claim.operation_id, claim.fence, retryable, reason, retry_after_ms
+        )
 
     def park_unknown(self, claim: Claim, reason: str) -> None:
         self.engine.park_unknown(claim.tenant_id, claim.operation_id, claim.fence, reason)

@@ -47,14 +47,23 @@ class HttpBackend:
             intent=claim.intent,
         )
 
-    def claim_next(self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None = None) -> Claim | None:
+    def claim_next(
+        self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None = None
+    ) -> Claim | None:
         lease_seconds = max(1, lease_ms // 1000)
-        claim = self.client.claim(worker_id, lease_seconds=lease_seconds,
-                                  job_types=list(job_types) if job_types is not None else None)
+        claim = self.client.claim(
+            worker_id,
+            lease_seconds=lease_seconds,
+            job_types=list(job_types) if job_types is not None else None,
+        )
         return None if claim is None else self._claim(claim, worker_id, lease_seconds * 1000)
 
     def heartbeat(
-        self, claim: Claim, lease_ms: int | None = None, checkpoint: Any = MISSING, intent: str | None = None
+        self,
+        claim: Claim,
+        lease_ms: int | None = None,
+        checkpoint: Any = MISSING,
+        intent: str | None = None,
     ) -> int:
         kwargs: dict[str, Any] = {}
         if lease_ms is not None:
@@ -63,14 +72,20 @@ class HttpBackend:
             kwargs["checkpoint"] = checkpoint
         if intent is not None:
             kwargs["intent"] = intent
-        return _ms(self.client.heartbeat(claim.operation_id, claim.fence, claim.worker_id, **kwargs))
+        return _ms(
+            self.client.heartbeat(claim.operation_id, claim.fence, claim.worker_id, **kwargs)
+        )
 
     def complete(self, claim: Claim, outcome_code: str) -> None:
         self.client.complete(claim.operation_id, claim.fence, outcome_code)
 
-    def fail(self, claim: Claim, retryable: bool, reason: str, retry_after_ms: int | None = None) -> None:
+    def fail(
+        self, claim: Claim, retryable: bool, reason: str, retry_after_ms: int | None = None
+    ) -> None:
         seconds = None if retry_after_ms is None else -(-retry_after_ms // 1000)
-        self.client.fail(claim.operation_id, claim.fence, retryable, reason, retry_after_seconds=seconds)
+        self.client.fail(
+            claim.operation_id, claim.fence, retryable, reason, retry_after_seconds=seconds
+        )
 
     def park_unknown(self, claim: Claim, reason: str) -> None:
         self.client.unknown(claim.operation_id, claim.fence, reason)

@@ -177,7 +177,9 @@ class FunctionHandler:
 class Job:
     """A claimed operation as its handler sees it."""
 
-    def __init__(self, claim: Claim, backend: Backend, events: Callable[[str, float], None]) -> None:
+    def __init__(
+        self, claim: Claim, backend: Backend, events: Callable[[str, float], None]
+    ) -> None:
         self.claim = claim
         self.backend = backend
         self.cancelled = threading.Event()
@@ -277,7 +279,9 @@ class Job:
         later checkpoints never overwrite and every later claim sees as ``claim.intent`` (after a
         takeover or an operator's requeue too). A busy store is retried (within half the lease);
         if the intent cannot be recorded, nothing may be called."""
-        self.fenced(lambda: retry_unavailable(self, lambda: self.backend.heartbeat(self.claim, intent=what)))
+        self.fenced(
+            lambda: retry_unavailable(self, lambda: self.backend.heartbeat(self.claim, intent=what))
+        )
 
     def complete_with(self, outcome_code: str, writes: list[dict[str, Any]]) -> None:
         """Class A: complete together with the business writes, in one transaction.
@@ -288,7 +292,11 @@ class Job:
         if complete_with is None:
             raise Permanent("class A needs the in-process engine backend (same database)")
         try:
-            self.fenced(lambda: retry_unavailable(self, lambda: complete_with(self.claim, outcome_code, writes)))
+            self.fenced(
+                lambda: retry_unavailable(
+                    self, lambda: complete_with(self.claim, outcome_code, writes)
+                )
+            )
         except TargetRefused as refused:
             raise Permanent(f"business guard refused: {refused.message}") from refused
         self.completed = True
@@ -372,7 +380,9 @@ class Worker:
     def process(self, claim: Claim) -> Job:
         job = Job(claim, self.backend, self.events)
         self.current = job
-        renewer = threading.Thread(target=self._renew, args=(job,), name=f"renew-{claim.fence}", daemon=True)
+        renewer = threading.Thread(
+            target=self._renew, args=(job,), name=f"renew-{claim.fence}", daemon=True
+        )
         renewer.start()
         try:
             self._execute(job)
@@ -397,13 +407,21 @@ class Worker:
         handler = self.handlers.get(claim.job_type)
         try:
             if handler is None:
-                return partial(backend.quarantine, claim, _reason(f"no handler for job type {claim.job_type!r}"))
+                return partial(
+                    backend.quarantine,
+                    claim,
+                    _reason(f"no handler for job type {claim.job_type!r}"),
+                )
             on_claim = getattr(handler, "on_claim", None)
             if on_claim is not None:
                 on_claim(job)
             if claim.reconcile_required:
                 reconcile = getattr(handler, "reconcile", None)
-                found = reconcile(job) if reconcile else Reconciled.unknown("the handler has no way to reconcile")
+                found = (
+                    reconcile(job)
+                    if reconcile
+                    else Reconciled.unknown("the handler has no way to reconcile")
+                )
                 self.events("Reconciles", 1)
                 if found.kind == "done":
                     return partial(backend.complete, claim, found.outcome_code or "reconciled")
@@ -418,14 +436,20 @@ class Worker:
         except PayloadMissing as missing:
             # Running the handler without its input would be wrong; retrying cannot bring it back.
             self.events("PayloadMissing", 1)
-            log.warning("payload missing: quarantined", extra={"op": _tag(claim), "why": missing.message})
-            return partial(backend.quarantine, claim, _reason(f"payload missing: {missing.message}"))
+            log.warning(
+                "payload missing: quarantined", extra={"op": _tag(claim), "why": missing.message}
+            )
+            return partial(
+                backend.quarantine, claim, _reason(f"payload missing: {missing.message}")
+            )
         except Retry as retry:
             return partial(backend.fail, claim, True, _reason(retry.reason), retry.retry_after_ms)
         except Permanent as error:
             return partial(backend.fail, claim, False, _reason(str(error) or "permanent failure"))
         except Uninterpretable as error:
-            return partial(backend.quarantine, claim, _reason(str(error) or "uninterpretable input"))
+            return partial(
+                backend.quarantine, claim, _reason(str(error) or "uninterpretable input")
+            )
         except Ambiguous as error:
             return partial(backend.park_unknown, claim, _reason(str(error) or "ambiguous outcome"))
         except Unavailable:
@@ -438,7 +462,9 @@ class Worker:
             log.exception("handler raised", extra={"op": _tag(claim)})
             if claim.target_class is TargetClass.D:
                 # No lookup, no second call: anything unexpected after the intent is ambiguous.
-                return partial(backend.park_unknown, claim, f"handler raised {type(error).__name__}")
+                return partial(
+                    backend.park_unknown, claim, f"handler raised {type(error).__name__}"
+                )
             return partial(backend.fail, claim, True, f"handler raised {type(error).__name__}")
         return None
 
@@ -457,7 +483,10 @@ class Worker:
             self.events("AbandonedAfterLostOwnership", 1)
         except Unavailable:
             self.events("AbandonedStoreUnavailable", 1)
-            log.warning("store unavailable: closing write not made, claim left to lapse", extra={"op": _tag(job.claim)})
+            log.warning(
+                "store unavailable: closing write not made, claim left to lapse",
+                extra={"op": _tag(job.claim)},
+            )
 
     def _renew(self, job: Job) -> None:
         """Extend the lease only when the handler made progress since the last renewal.
