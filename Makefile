@@ -4,34 +4,70 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Every Python dependency of every extra, pinned (make lock); it ships inside leasefence_infra.
+LOCK := infra/leasefence_infra/requirements.lock
+UV_VERSION := 0.13.9
+# The CDK CLI pinned in package-lock.json, installed by npm ci (stamp: reinstall when it changes).
+NODE_STAMP := node_modules/.installed
+CDK := npx --no-install cdk
+# Create .venv, or recreate it when its Python went away.
+MAKE_VENV = if [ ! -x $(BIN)/python ] || ! $(BIN)/python -c 'import sys' >/dev/null 2>&1; then \
+	  rm -rf $(VENV); $(PY) -m venv $(VENV); fi
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
+export CDK_DISABLE_VERSION_CHECK := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install run test synth demo bench torture clean
+.PHONY: install lock run lint test synth deploy demo bench torture clean
 
-install: $(STAMP)
+install: $(STAMP) $(NODE_STAMP)
 
-# Reinstall when the project definition changes, or when the venv's Python went away.
-$(STAMP): pyproject.toml
-	@if [ ! -x $(BIN)/python ] || ! $(BIN)/python -c 'import sys' >/dev/null 2>&1; then \
-	  rm -rf $(VENV); $(PY) -m venv $(VENV); fi
+# Reinstall when the project definition or the lock changes, or when the venv's Python went away.
+# The lock is a constraint: every distribution installed is the locked version.
+$(STAMP): pyproject.toml $(LOCK)
+	@$(MAKE_VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -c $(LOCK) -e '.[dev]'
 	@touch $(STAMP)
+
+$(NODE_STAMP): package.json package-lock.json
+	@command -v npm >/dev/null || { echo "npm not found: install Node.js 22 or 24 (the CDK CLI runs on it)" >&2; exit 1; }
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $(NODE_STAMP)
+
+# Re-resolve the lock for Python 3.11+ on every platform (Lambda: 3.12, arm64). Pins that still
+# satisfy pyproject.toml are kept; LOCK_ARGS=--upgrade (or --upgrade-package NAME) moves them.
+lock:
+	@$(MAKE_VENV)
+	$(BIN)/pip install -q uv==$(UV_VERSION)
+	$(BIN)/uv pip compile pyproject.toml --all-extras --universal --python-version 3.11 \
+	  --custom-compile-command 'make lock' --quiet $(LOCK_ARGS) -o $(LOCK)
 
 run: install
 	$(BIN)/leasefence local
 
-test: install
+# Lint, format check and type check; make test runs it first, so CI fails on any of them.
+LINT_PATHS := layers functions infra
+
+lint: install
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/mypy $(LINT_PATHS)
+
+test: install lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=12
 
 # Offline: no issuer is known here, so the placeholder is allowed explicitly (a real deploy
 # passes -c jwtIssuer=... or -c createUserPool=true to cdk). More context: SYNTH_ARGS='-c k=v'.
 synth: install
-	$(BIN)/python infra/app.py -c allowPlaceholderIssuer=true $(SYNTH_ARGS)
+	$(CDK) synth --quiet -c allowPlaceholderIssuer=true $(SYNTH_ARGS)
+
+# Needs AWS credentials and a bootstrapped account, e.g.
+# make deploy DEPLOY_ARGS='-c jwtIssuer=https://idp.example.com/ -c jwtAudience=leasefence'
+deploy: install
+	$(CDK) deploy $(DEPLOY_ARGS)
 
 demo: install
 	$(BIN)/leasefence demo
@@ -43,4 +79,4 @@ torture: install
 	$(BIN)/leasefence torture --operations 10000 --seed $${SEED:-1}
 
 clean:
-	rm -rf $(VENV) cdk.out .pytest_cache
+	rm -rf $(VENV) node_modules cdk.out .pytest_cache .mypy_cache .ruff_cache

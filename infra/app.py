@@ -9,7 +9,8 @@
 Without ``jwtIssuer`` or ``createUserPool=true`` synthesis stops with one sentence, unless
 ``allowPlaceholderIssuer=true`` (offline synth: the API then refuses every token).
 
-Context values: see ``infra/README.md`` (and ``leasefence_infra.stack.service_props_from_context``).
+Context values: see ``infra/README.md`` (and ``leasefence_infra.service_props_from_context``).
+It uses the library exactly as another app would: ``from leasefence_infra import ...``.
 Every stack is checked with cdk-nag (AwsSolutions); the app exits non-zero on any finding that is
 not acknowledged with a reason (``-c nag=false`` skips the checks).
 """
@@ -21,13 +22,12 @@ import os
 import sys
 from pathlib import Path
 
-INFRA_DIR = Path(__file__).resolve().parent
-REPO_ROOT = INFRA_DIR.parent
-sys.path.insert(0, str(INFRA_DIR))
+from aws_cdk import App, Aspects, Environment
 
-from aws_cdk import App, Aspects, Environment  # noqa: E402
-from cdk_nag import AwsSolutionsChecks  # noqa: E402
-from leasefence_infra.stack import ContextError, LeaseFenceStack, _bool  # noqa: E402
+from leasefence_infra import ContextError, LeaseFenceStack, context_bool
+
+#: This example app's project: its cdk.json (feature flags) and its default cdk.out/.
+PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
 def _cdk_json_context() -> dict:
@@ -36,7 +36,7 @@ def _cdk_json_context() -> dict:
     if "CDK_CONTEXT_JSON" in os.environ:
         return {}
     try:
-        return dict(json.loads((REPO_ROOT / "cdk.json").read_text()).get("context", {}))
+        return dict(json.loads((PROJECT_DIR / "cdk.json").read_text()).get("context", {}))
     except FileNotFoundError:
         return {}
 
@@ -62,20 +62,24 @@ def _argv_context(argv: list[str]) -> dict:
 
 def build_app(argv: list[str] | None = None) -> App:
     app = App(
-        outdir=os.environ.get("CDK_OUTDIR") or str(REPO_ROOT / "cdk.out"),
+        outdir=os.environ.get("CDK_OUTDIR") or str(PROJECT_DIR / "cdk.out"),
         context={**_cdk_json_context(), **_argv_context(list(argv or []))},
     )
     env = None
     if os.environ.get("CDK_DEFAULT_ACCOUNT") or os.environ.get("CDK_DEFAULT_REGION"):
-        env = Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"),
-                          region=os.environ.get("CDK_DEFAULT_REGION"))
+        env = Environment(
+            account=os.environ.get("CDK_DEFAULT_ACCOUNT"),
+            region=os.environ.get("CDK_DEFAULT_REGION"),
+        )
     LeaseFenceStack(
         app,
         app.node.try_get_context("stackName") or "LeaseFence",
         env=env,
         description="leasefence: job claims with leases and fencing tokens (DynamoDB, Lambda, HTTP API)",
     )
-    if _bool(app.node.try_get_context("nag"), True):
+    if context_bool(app.node.try_get_context("nag"), True):
+        from cdk_nag import AwsSolutionsChecks  # the [nag] extra (in dev); -c nag=false skips it
+
         Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
     return app
 
@@ -99,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     if findings:
         print(f"cdk-nag: {len(findings)} unacknowledged finding(s)", file=sys.stderr)
         return 1
-    print(f"synthesized {', '.join(s.stack_name for s in assembly.stacks)} into {assembly.directory}")
+    print(
+        f"synthesized {', '.join(s.stack_name for s in assembly.stacks)} into {assembly.directory}"
+    )
     return 0
 
 

@@ -15,25 +15,36 @@ to be claimed: due work that no worker serves shows here). ``SweptToUnknown`` an
 ``PayloadsPurged`` are counted by the engine; the answer reports this run's counts.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from aws_lambda_powertools.metrics import MetricUnit
 
 from leasefence.errors import Unavailable
 from leasefence.observability import logger, metrics, tracer
 from leasefence.settings import runtime
 
+if TYPE_CHECKING:
+    from leasefence.engine import Engine
+
 #: Stop starting new batches when less than this much of the invocation's time is left.
 SAFETY_MARGIN_MS = 5_000
 
 
-def sweep(engine, batch, max_batches, remaining_ms):
+def sweep(
+    engine: Engine, batch: int, max_batches: int, remaining_ms: Callable[[], int]
+) -> dict[str, int | str]:
     """Run ``engine.sweep`` in bounded batches; ``remaining_ms()`` gives the time left."""
-    totals = {"batches": 0, "examined": 0, "swept": 0, "repaired": 0, "stopped": "drained"}
+    totals = {"batches": 0, "examined": 0, "swept": 0, "repaired": 0}
+    stopped = "drained"
     while True:
         if totals["batches"] >= max_batches:
-            totals["stopped"] = "max_batches"
+            stopped = "max_batches"
             break
         if remaining_ms() < SAFETY_MARGIN_MS:
-            totals["stopped"] = "time"
+            stopped = "time"
             break
         result = engine.sweep(limit=batch)
         totals["batches"] += 1
@@ -42,31 +53,34 @@ def sweep(engine, batch, max_batches, remaining_ms):
         totals["repaired"] += result.repaired
         if result.examined < batch or result.swept + result.repaired == 0:
             break  # drained, or a full batch changed nothing (the next would read the same entries)
-    return totals
+    return {**totals, "stopped": stopped}
 
 
-def purge(engine, batch, max_batches, remaining_ms):
+def purge(
+    engine: Engine, batch: int, max_batches: int, remaining_ms: Callable[[], int]
+) -> dict[str, int | str]:
     """Run ``engine.purge_payloads`` in bounded batches, like :func:`sweep`. A payload store that
     is unreachable stops this run's purge (``stopped: unavailable``); the next run resumes it."""
-    totals = {"purge_batches": 0, "payloads_purged": 0, "purge_stopped": "drained"}
+    totals = {"purge_batches": 0, "payloads_purged": 0}
+    stopped = "drained"
     while True:
         if totals["purge_batches"] >= max_batches:
-            totals["purge_stopped"] = "max_batches"
+            stopped = "max_batches"
             break
         if remaining_ms() < SAFETY_MARGIN_MS:
-            totals["purge_stopped"] = "time"
+            stopped = "time"
             break
         try:
             result = engine.purge_payloads(limit=batch)
         except Unavailable:
-            totals["purge_stopped"] = "unavailable"
+            stopped = "unavailable"
             logger.warning("payload purge stopped: store unavailable; the next run resumes it")
             break
         totals["purge_batches"] += 1
         totals["payloads_purged"] += result.purged
         if result.examined < batch or result.purged == 0:
             break  # drained, or a full batch purged nothing (the next would read the same entries)
-    return totals
+    return {**totals, "purge_stopped": stopped}
 
 
 @logger.inject_lambda_context(log_event=False, clear_state=True)

@@ -9,24 +9,25 @@ Everything else comes from AWS/Lambda, AWS/ApiGateway, AWS/DynamoDB and AWS/SQS.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from aws_cdk import Duration, Stack
+from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
-from aws_cdk import aws_iam as iam
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from ._core import schema
+from leasefence import schema
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .service import LeaseFenceService
+from .alarm_topic import alarm_topic
+from .api import Api
+from .environment import SERVICE_NAME
+from .sweeper import Sweeper
+from .worker import Worker
 
 #: The namespace prefix; a service's own namespace is ``LeaseFenceService.metrics_namespace``.
 NAMESPACE = "LeaseFence"
-DIMENSIONS = {"service": "leasefence"}
+DIMENSIONS = {"service": SERVICE_NAME}
 
 #: EMF metric name -> (unit, statistic used on the dashboard and in alarms).
 APP_METRICS: dict[str, tuple[cw.Unit, str]] = {
@@ -58,8 +59,13 @@ WORKER_METRICS: dict[str, tuple[cw.Unit, str]] = {
 FIVE_MINUTES = Duration.minutes(5)
 
 
-def app_metric(name: str, statistic: str | None = None, period: Duration = FIVE_MINUTES, *,
-               namespace: str = NAMESPACE) -> cw.Metric:
+def app_metric(
+    name: str,
+    statistic: str | None = None,
+    period: Duration = FIVE_MINUTES,
+    *,
+    namespace: str = NAMESPACE,
+) -> cw.Metric:
     unit, default_statistic = APP_METRICS[name] if name in APP_METRICS else WORKER_METRICS[name]
     return cw.Metric(
         namespace=namespace,
@@ -76,16 +82,20 @@ _app_metric = app_metric  # the module-level one, under a name Monitoring does n
 
 
 class Monitoring(Construct):
-    """Alarms (all to :attr:`topic`) and one dashboard."""
+    """Alarms (all to :attr:`topic`, alarm and OK) and one dashboard, in ``metrics_namespace``."""
 
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
         *,
-        service: LeaseFenceService,
-        encryption_key: kms.IKey | None,
         metrics_namespace: str,
+        topic: sns.ITopic | None,
+        service_key: kms.IKey | None,
+        table: dynamodb.ITable,
+        api: Api,
+        sweeper: Sweeper,
+        worker: Worker | None,
         oldest_unknown_alarm_age: Duration,
         oldest_due_alarm_age: Duration,
         quarantine_alarm_threshold: int,
@@ -94,54 +104,28 @@ class Monitoring(Construct):
         api_5xx_alarm_threshold: int,
     ) -> None:
         super().__init__(scope, construct_id)
-        stack = Stack.of(self)
 
-        def app_metric(name: str, statistic: str | None = None, period: Duration = FIVE_MINUTES) -> cw.Metric:
+        def app_metric(
+            name: str, statistic: str | None = None, period: Duration = FIVE_MINUTES
+        ) -> cw.Metric:
             return _app_metric(name, statistic, period, namespace=metrics_namespace)
 
-        # ------------------------------------------------------------------ topic
-        # CloudWatch cannot publish to a topic under the AWS-managed aws/sns key, so the topic
-        # gets a customer-managed key whose policy lets CloudWatch use it.
-        topic_key = encryption_key
-        if topic_key is None:
-            topic_key = kms.Key(
-                self,
-                "AlarmTopicKey",
-                description="leasefence alarm topic",
-                enable_key_rotation=True,
-            )
-        if isinstance(topic_key, kms.Key):
-            topic_key.add_to_resource_policy(
-                iam.PolicyStatement(
-                    sid="CloudWatchAlarmsPublish",
-                    principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-                    actions=["kms:Decrypt", "kms:GenerateDataKey*"],
-                    resources=["*"],  # in a key policy "*" means this key
-                    conditions={"StringEquals": {"aws:SourceAccount": stack.account}},
-                )
-            )
-        self.topic = sns.Topic(self, "AlarmTopic", display_name="leasefence alarms",
-                               master_key=topic_key, enforce_ssl=True)
-        self.topic.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="CloudWatchAlarmsPublish",
-                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-                actions=["sns:Publish"],
-                resources=[self.topic.topic_arn],
-                conditions={
-                    "StringEquals": {"aws:SourceAccount": stack.account},
-                    "ArnLike": {"aws:SourceArn": f"arn:{stack.partition}:cloudwatch:{stack.region}:{stack.account}:alarm:*"},
-                },
-            )
-        )
+        #: Every alarm publishes here (see :mod:`leasefence_infra.alarm_topic`).
+        self.topic = alarm_topic(self, topic=topic, service_key=service_key)
         action = cw_actions.SnsAction(self.topic)
         self.alarms: dict[str, cw.Alarm] = {}
 
-        def alarm(key: str, metric: cw.IMetric, threshold: float, description: str, *,
-                  evaluation_periods: int = 1, datapoints: int | None = None,
-                  missing: cw.TreatMissingData = cw.TreatMissingData.NOT_BREACHING,
-                  comparison: cw.ComparisonOperator = cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                  ) -> cw.Alarm:
+        def alarm(
+            key: str,
+            metric: cw.IMetric,
+            threshold: float,
+            description: str,
+            *,
+            evaluation_periods: int = 1,
+            datapoints: int | None = None,
+            missing: cw.TreatMissingData = cw.TreatMissingData.NOT_BREACHING,
+            comparison: cw.ComparisonOperator = cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        ) -> cw.Alarm:
             a = cw.Alarm(
                 self,
                 key,
@@ -186,7 +170,10 @@ class Monitoring(Construct):
             "UnknownEnteredAlarm",
             cw.MathExpression(
                 expression="FILL(parked, 0) + FILL(swept, 0)",
-                using_metrics={"parked": app_metric("UnknownParked"), "swept": app_metric("SweptToUnknown")},
+                using_metrics={
+                    "parked": app_metric("UnknownParked"),
+                    "swept": app_metric("SweptToUnknown"),
+                },
                 period=FIVE_MINUTES,
                 label="Operations entering unknown",
             ),
@@ -224,18 +211,19 @@ class Monitoring(Construct):
         )
 
         # ------------------------------------------------------------------ platform alarms
-        sweeper = service.sweeper_function
-        api_fn = service.api_function
+        sweeper_fn = sweeper.function.function
+        api_fn = api.function.function
+        http_api = api.http_api
         alarm(
             "SweeperErrorsAlarm",
-            sweeper.metric_errors(period=FIVE_MINUTES, statistic="Sum"),
+            sweeper_fn.metric_errors(period=FIVE_MINUTES, statistic="Sum"),
             1,
             "the sweeper failed in two consecutive 5-minute windows",
             evaluation_periods=2,
         )
         alarm(
             "SweeperNotRunningAlarm",
-            sweeper.metric_invocations(period=Duration.minutes(10), statistic="Sum"),
+            sweeper_fn.metric_invocations(period=Duration.minutes(10), statistic="Sum"),
             1,
             "the sweeper was not invoked for 10 minutes (schedule disabled or failing)",
             comparison=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
@@ -243,7 +231,7 @@ class Monitoring(Construct):
         )
         alarm(
             "SweepScheduleDlqAlarm",
-            service.schedule_dlq.metric_approximate_number_of_messages_visible(
+            sweeper.schedule.dlq.metric_approximate_number_of_messages_visible(
                 period=FIVE_MINUTES, statistic="Maximum"
             ),
             1,
@@ -251,7 +239,7 @@ class Monitoring(Construct):
         )
         alarm(
             "SweeperFailuresAlarm",
-            service.sweeper_failure_queue.metric_approximate_number_of_messages_visible(
+            sweeper.failure_queue.metric_approximate_number_of_messages_visible(
                 period=FIVE_MINUTES, statistic="Maximum"
             ),
             1,
@@ -260,13 +248,13 @@ class Monitoring(Construct):
         )
         alarm(
             "Api5xxAlarm",
-            service.http_api.metric_server_error(period=FIVE_MINUTES, statistic="Sum"),
+            http_api.metric_server_error(period=FIVE_MINUTES, statistic="Sum"),
             api_5xx_alarm_threshold,
             f"{api_5xx_alarm_threshold}+ API 5xx answers in 5 minutes",
         )
-        worker_fn = service.worker_function
-        if worker_fn is not None and service.worker is not None:
-            threshold = service.worker.lost_ownership_alarm_threshold
+        if worker is not None:
+            worker_fn = worker.function.function
+            threshold = worker.props.lost_ownership_alarm_threshold
             alarm(
                 "WorkerLostOwnershipAlarm",
                 app_metric("LostOwnership", period=Duration.minutes(15)),
@@ -291,26 +279,23 @@ class Monitoring(Construct):
                 comparison=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
                 missing=cw.TreatMissingData.BREACHING,
             )
-            assert service.worker_schedule_dlq is not None
             alarm(
                 "WorkerScheduleDlqAlarm",
-                service.worker_schedule_dlq.metric_approximate_number_of_messages_visible(
+                worker.schedule.dlq.metric_approximate_number_of_messages_visible(
                     period=FIVE_MINUTES, statistic="Maximum"
                 ),
                 1,
                 "worker invocations the scheduler could not deliver are in the dead-letter queue",
             )
-            assert service.worker_failure_queue is not None
             alarm(
                 "WorkerFailuresAlarm",
-                service.worker_failure_queue.metric_approximate_number_of_messages_visible(
+                worker.failure_queue.metric_approximate_number_of_messages_visible(
                     period=FIVE_MINUTES, statistic="Maximum"
                 ),
                 1,
                 "a worker invocation failed and was not retried: its event is in the worker's "
                 "on-failure queue (read the worker's log group)",
             )
-        table = service.table
         throttle_metrics: dict[str, cw.IMetric] = {
             "tr": table.metric("ReadThrottleEvents", period=FIVE_MINUTES, statistic="Sum"),
             "tw": table.metric("WriteThrottleEvents", period=FIVE_MINUTES, statistic="Sum"),
@@ -320,8 +305,10 @@ class Monitoring(Construct):
                 throttle_metrics[f"g{i}{kind[0].lower()}"] = cw.Metric(
                     namespace="AWS/DynamoDB",
                     metric_name=f"{kind}ThrottleEvents",
-                    dimensions_map={"TableName": table.table_name,
-                                    "GlobalSecondaryIndexName": gsi["IndexName"]},
+                    dimensions_map={
+                        "TableName": table.table_name,
+                        "GlobalSecondaryIndexName": gsi["IndexName"],
+                    },
                     period=FIVE_MINUTES,
                     statistic="Sum",
                 )
@@ -343,7 +330,9 @@ class Monitoring(Construct):
         dashboard = cw.Dashboard(self, "Dashboard", default_interval=Duration.hours(3))
         width = 8
         dashboard.add_widgets(
-            cw.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=24, height=4)
+            cw.AlarmStatusWidget(
+                title="Alarms", alarms=list(self.alarms.values()), width=24, height=4
+            )
         )
         dashboard.add_widgets(
             cw.GraphWidget(
@@ -383,59 +372,78 @@ class Monitoring(Construct):
         dashboard.add_widgets(
             cw.GraphWidget(
                 title="API requests and errors",
-                left=[service.http_api.metric_count(period=FIVE_MINUTES)],
+                left=[http_api.metric_count(period=FIVE_MINUTES)],
                 right=[
-                    service.http_api.metric_client_error(period=FIVE_MINUTES),
-                    service.http_api.metric_server_error(period=FIVE_MINUTES),
+                    http_api.metric_client_error(period=FIVE_MINUTES),
+                    http_api.metric_server_error(period=FIVE_MINUTES),
                 ],
                 width=width,
             ),
             cw.GraphWidget(
                 title="API latency (ms)",
-                left=[service.http_api.metric_latency(period=FIVE_MINUTES, statistic=s)
-                      for s in ("p50", "p99")],
+                left=[
+                    http_api.metric_latency(period=FIVE_MINUTES, statistic=s)
+                    for s in ("p50", "p99")
+                ],
                 width=width,
             ),
             cw.GraphWidget(
                 title="Functions: errors and throttles",
-                left=[api_fn.metric_errors(period=FIVE_MINUTES, label="API errors"),
-                      sweeper.metric_errors(period=FIVE_MINUTES, label="Sweeper errors")],
-                right=[api_fn.metric_throttles(period=FIVE_MINUTES, label="API throttles"),
-                       sweeper.metric_throttles(period=FIVE_MINUTES, label="Sweeper throttles")],
+                left=[
+                    api_fn.metric_errors(period=FIVE_MINUTES, label="API errors"),
+                    sweeper_fn.metric_errors(period=FIVE_MINUTES, label="Sweeper errors"),
+                ],
+                right=[
+                    api_fn.metric_throttles(period=FIVE_MINUTES, label="API throttles"),
+                    sweeper_fn.metric_throttles(period=FIVE_MINUTES, label="Sweeper throttles"),
+                ],
                 width=width,
             ),
         )
         failure_queues = [
-            service.sweeper_failure_queue.metric_approximate_number_of_messages_visible(
-                period=FIVE_MINUTES, statistic="Maximum", label="Sweeper failed invocations")
+            sweeper.failure_queue.metric_approximate_number_of_messages_visible(
+                period=FIVE_MINUTES, statistic="Maximum", label="Sweeper failed invocations"
+            )
         ]
-        if service.worker_failure_queue is not None:
-            failure_queues.append(service.worker_failure_queue.metric_approximate_number_of_messages_visible(
-                period=FIVE_MINUTES, statistic="Maximum", label="Worker failed invocations"))
+        if worker is not None:
+            failure_queues.append(
+                worker.failure_queue.metric_approximate_number_of_messages_visible(
+                    period=FIVE_MINUTES, statistic="Maximum", label="Worker failed invocations"
+                )
+            )
         dashboard.add_widgets(
             cw.GraphWidget(
                 title="Function duration p99 (ms)",
-                left=[api_fn.metric_duration(period=FIVE_MINUTES, statistic="p99", label="API"),
-                      sweeper.metric_duration(period=FIVE_MINUTES, statistic="p99", label="Sweeper")],
+                left=[
+                    api_fn.metric_duration(period=FIVE_MINUTES, statistic="p99", label="API"),
+                    sweeper_fn.metric_duration(
+                        period=FIVE_MINUTES, statistic="p99", label="Sweeper"
+                    ),
+                ],
                 width=width,
             ),
             cw.GraphWidget(
                 title="DynamoDB consumed capacity",
-                left=[table.metric_consumed_read_capacity_units(period=FIVE_MINUTES),
-                      table.metric_consumed_write_capacity_units(period=FIVE_MINUTES)],
+                left=[
+                    table.metric_consumed_read_capacity_units(period=FIVE_MINUTES),
+                    table.metric_consumed_write_capacity_units(period=FIVE_MINUTES),
+                ],
                 width=width,
             ),
             cw.GraphWidget(
                 title="DynamoDB throttles, schedule DLQ, failed invocations",
                 left=[throttles],
-                right=[service.schedule_dlq.metric_approximate_number_of_messages_visible(
-                    period=FIVE_MINUTES, statistic="Maximum", label="Sweep schedule DLQ"),
-                       *failure_queues],
+                right=[
+                    sweeper.schedule.dlq.metric_approximate_number_of_messages_visible(
+                        period=FIVE_MINUTES, statistic="Maximum", label="Sweep schedule DLQ"
+                    ),
+                    *failure_queues,
+                ],
                 width=width,
             ),
         )
-        if worker_fn is not None:
-            assert service.worker_schedule_dlq is not None
+        if worker is not None:
+            worker_fn = worker.function.function
             dashboard.add_widgets(
                 cw.GraphWidget(
                     title="Worker: lost ownership",
@@ -450,13 +458,19 @@ class Monitoring(Construct):
                 ),
                 cw.GraphWidget(
                     title="Worker function: invocations, errors, duration",
-                    left=[worker_fn.metric_invocations(period=FIVE_MINUTES, label="Invocations"),
-                          worker_fn.metric_errors(period=FIVE_MINUTES, label="Errors"),
-                          worker_fn.metric_throttles(period=FIVE_MINUTES, label="Throttles"),
-                          service.worker_schedule_dlq.metric_approximate_number_of_messages_visible(
-                              period=FIVE_MINUTES, statistic="Maximum", label="Schedule DLQ")],
-                    right=[worker_fn.metric_duration(period=FIVE_MINUTES, statistic="p99",
-                                                     label="Duration p99 (ms)")],
+                    left=[
+                        worker_fn.metric_invocations(period=FIVE_MINUTES, label="Invocations"),
+                        worker_fn.metric_errors(period=FIVE_MINUTES, label="Errors"),
+                        worker_fn.metric_throttles(period=FIVE_MINUTES, label="Throttles"),
+                        worker.schedule.dlq.metric_approximate_number_of_messages_visible(
+                            period=FIVE_MINUTES, statistic="Maximum", label="Schedule DLQ"
+                        ),
+                    ],
+                    right=[
+                        worker_fn.metric_duration(
+                            period=FIVE_MINUTES, statistic="p99", label="Duration p99 (ms)"
+                        )
+                    ],
                     width=width,
                 ),
             )

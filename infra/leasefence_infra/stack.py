@@ -10,7 +10,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from .service import LeaseFenceService
-from .worker import WorkerProps
+from .worker_props import WorkerProps
 
 #: Placeholders for an offline synth (``-c allowPlaceholderIssuer=true``, what `make synth`
 #: passes): `.invalid` can never issue a token, so a stack deployed with them refuses every
@@ -36,16 +36,33 @@ class ContextError(ValueError):
 _R = logs.RetentionDays
 #: CloudWatch Logs retention periods by number of days.
 _RETENTION = {
-    1: _R.ONE_DAY, 3: _R.THREE_DAYS, 5: _R.FIVE_DAYS, 7: _R.ONE_WEEK, 14: _R.TWO_WEEKS,
-    30: _R.ONE_MONTH, 60: _R.TWO_MONTHS, 90: _R.THREE_MONTHS, 120: _R.FOUR_MONTHS,
-    150: _R.FIVE_MONTHS, 180: _R.SIX_MONTHS, 365: _R.ONE_YEAR, 400: _R.THIRTEEN_MONTHS,
-    545: _R.EIGHTEEN_MONTHS, 731: _R.TWO_YEARS, 1096: _R.THREE_YEARS, 1827: _R.FIVE_YEARS,
-    2192: _R.SIX_YEARS, 2557: _R.SEVEN_YEARS, 2922: _R.EIGHT_YEARS, 3288: _R.NINE_YEARS,
+    1: _R.ONE_DAY,
+    3: _R.THREE_DAYS,
+    5: _R.FIVE_DAYS,
+    7: _R.ONE_WEEK,
+    14: _R.TWO_WEEKS,
+    30: _R.ONE_MONTH,
+    60: _R.TWO_MONTHS,
+    90: _R.THREE_MONTHS,
+    120: _R.FOUR_MONTHS,
+    150: _R.FIVE_MONTHS,
+    180: _R.SIX_MONTHS,
+    365: _R.ONE_YEAR,
+    400: _R.THIRTEEN_MONTHS,
+    545: _R.EIGHTEEN_MONTHS,
+    731: _R.TWO_YEARS,
+    1096: _R.THREE_YEARS,
+    1827: _R.FIVE_YEARS,
+    2192: _R.SIX_YEARS,
+    2557: _R.SEVEN_YEARS,
+    2922: _R.EIGHT_YEARS,
+    3288: _R.NINE_YEARS,
     3653: _R.TEN_YEARS,
 }
 
 
-def _bool(value: Any, default: bool) -> bool:
+def context_bool(value: Any, default: bool) -> bool:
+    """A boolean context value (``true``/``false``, ``1``/``0``, ``yes``/``no``, ``on``/``off``)."""
     if value is None:
         return default
     if isinstance(value, bool):
@@ -86,9 +103,12 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
         def get(key: str) -> Any:
             return node.try_get_context(key)
     else:
-        get = node_or_context.get
+        context = node_or_context
 
-    create_user_pool = _bool(get("createUserPool"), False)
+        def get(key: str) -> Any:
+            return context.get(key)
+
+    create_user_pool = context_bool(get("createUserPool"), False)
     props: dict[str, Any] = {}
     if create_user_pool:
         props["create_user_pool"] = True
@@ -98,30 +118,37 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     elif get("jwtIssuer"):
         props["jwt_issuer"] = str(get("jwtIssuer"))
         props["jwt_audience"] = _list(get("jwtAudience")) or [PLACEHOLDER_AUDIENCE]
-    elif _bool(get("allowPlaceholderIssuer"), False):
+    elif context_bool(get("allowPlaceholderIssuer"), False):
         props["jwt_issuer"] = PLACEHOLDER_ISSUER
         props["jwt_audience"] = _list(get("jwtAudience")) or [PLACEHOLDER_AUDIENCE]
     else:
         raise ContextError(MISSING_ISSUER_MESSAGE)
     if get("tableName"):
         props["table_name"] = str(get("tableName"))
-    for key, prop in (("payloadRetentionDays", "payload_retention_days"), ("dueShards", "due_shards"),
-                      ("sweepShards", "sweep_shards")):
+    for key, prop in (
+        ("payloadRetentionDays", "payload_retention_days"),
+        ("dueShards", "due_shards"),
+        ("sweepShards", "sweep_shards"),
+    ):
         if get(key) is not None:
             props[prop] = int(get(key))
     if get("identityRetentionDays") is not None:
-        days = str(get("identityRetentionDays"))
-        props["identity_retention_days"] = None if days == "forever" else int(days)
-    props["deletion_protection"] = _bool(get("deletionProtection"), True)
-    props["create_encryption_key"] = _bool(get("customerManagedKey"), False)
-    props["tenant_isolation"] = _bool(get("tenantIsolation"), False)
-    if _bool(get("destroyOnRemoval"), False):
+        identity_days = str(get("identityRetentionDays"))
+        props["identity_retention_days"] = (
+            None if identity_days == "forever" else int(identity_days)
+        )
+    props["deletion_protection"] = context_bool(get("deletionProtection"), True)
+    props["create_encryption_key"] = context_bool(get("customerManagedKey"), False)
+    props["tenant_isolation"] = context_bool(get("tenantIsolation"), False)
+    if context_bool(get("destroyOnRemoval"), False):
         props["removal_policy"] = RemovalPolicy.DESTROY
     if get("logRetentionDays") is not None:
         days = int(get("logRetentionDays"))
         if days not in _RETENTION:
-            raise ContextError(f"logRetentionDays={days} is not a CloudWatch Logs retention period "
-                             f"(one of {sorted(_RETENTION)})")
+            raise ContextError(
+                f"logRetentionDays={days} is not a CloudWatch Logs retention period "
+                f"(one of {sorted(_RETENTION)})"
+            )
         props["log_retention"] = _RETENTION[days]
     if get("logLevel"):
         props["log_level"] = str(get("logLevel")).upper()
@@ -138,14 +165,18 @@ def _worker_from_context(get: Any) -> WorkerProps | None:
     switch = get("worker")
     handlers = get("workerHandlers")
     demo = switch is not None and str(switch).strip().lower() == "demo"
-    enabled = demo or (handlers is not None and _bool(switch, True))
+    enabled = demo or (handlers is not None and context_bool(switch, True))
     if not enabled:
-        if switch is not None and _bool(switch, False):
-            raise ContextError("-c worker=true needs -c workerHandlers=<package.module:NAME> "
-                               "(or -c worker=demo for the demo handlers)")
+        if switch is not None and context_bool(switch, False):
+            raise ContextError(
+                "-c worker=true needs -c workerHandlers=<package.module:NAME> "
+                "(or -c worker=demo for the demo handlers)"
+            )
         if get("workerTenants") is not None and switch is None:
-            raise ContextError("workerTenants is set but no worker is deployed: add "
-                               "-c workerHandlers=<package.module:NAME> or -c worker=demo")
+            raise ContextError(
+                "workerTenants is set but no worker is deployed: add "
+                "-c workerHandlers=<package.module:NAME> or -c worker=demo"
+            )
         return None
     if demo and handlers is not None:
         raise ContextError("give either -c worker=demo or -c workerHandlers=..., not both")
@@ -154,7 +185,9 @@ def _worker_from_context(get: Any) -> WorkerProps | None:
     elif demo:
         tenants = list(DEFAULT_WORKER_TENANTS)
     else:
-        raise ContextError("-c workerHandlers needs -c workerTenants=<tenant,...> (the tenants it claims for)")
+        raise ContextError(
+            "-c workerHandlers needs -c workerTenants=<tenant,...> (the tenants it claims for)"
+        )
     if not tenants:
         raise ContextError("workerTenants is empty: name at least one tenant")
     return WorkerProps(handlers=DEMO_WORKER_HANDLERS if demo else str(handlers), tenants=tenants)
@@ -172,26 +205,48 @@ class LeaseFenceStack(Stack):
         **stack_kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **stack_kwargs)
-        props = dict(service_props if service_props is not None else service_props_from_context(self))
+        props = dict(
+            service_props if service_props is not None else service_props_from_context(self)
+        )
         self.service = service = LeaseFenceService(self, "LeaseFence", **props)
         # Outputs live in the stack, not the construct, so they keep plain names
         # (`cdk deploy --outputs-file` gives {"<stack>": {"ApiUrl": ...}}).
         CfnOutput(self, "ApiUrl", value=service.api_url, description="leasefence API base URL")
         CfnOutput(self, "TableName", value=service.table.table_name, description="operations table")
-        CfnOutput(self, "PayloadBucketName", value=service.payload_bucket.bucket_name,
-                  description="payload bucket")
-        CfnOutput(self, "AlarmTopicArn", value=service.alarm_topic.topic_arn,
-                  description="SNS topic of the alarms (subscribe to it)")
-        CfnOutput(self, "DashboardName", value=service.dashboard.dashboard_name,
-                  description="CloudWatch dashboard")
+        CfnOutput(
+            self,
+            "PayloadBucketName",
+            value=service.payload_bucket.bucket_name,
+            description="payload bucket",
+        )
+        CfnOutput(
+            self,
+            "AlarmTopicArn",
+            value=service.alarm_topic.topic_arn,
+            description="SNS topic of the alarms (subscribe to it)",
+        )
+        CfnOutput(
+            self,
+            "DashboardName",
+            value=service.dashboard.dashboard_name,
+            description="CloudWatch dashboard",
+        )
         if service.worker_function is not None:
-            CfnOutput(self, "WorkerFunctionName", value=service.worker_function.function_name,
-                      description="worker function (its log group shows each drain)")
-        if service.user_pool is not None and service.user_pool_client is not None:
-            CfnOutput(self, "UserPoolId", value=service.user_pool.user_pool_id)
-            CfnOutput(self, "UserPoolClientId", value=service.user_pool_client.user_pool_client_id)
-            CfnOutput(self, "TokenUrl", value=service.token_url or "",
-                      description="OAuth2 token endpoint (client_credentials)")
+            CfnOutput(
+                self,
+                "WorkerFunctionName",
+                value=service.worker_function.function_name,
+                description="worker function (its log group shows each drain)",
+            )
+        if service.user_pool is not None:
+            CfnOutput(self, "UserPoolId", value=service.user_pool.pool.user_pool_id)
+            CfnOutput(self, "UserPoolClientId", value=service.user_pool.client.user_pool_client_id)
+            CfnOutput(
+                self,
+                "TokenUrl",
+                value=service.token_url or "",
+                description="OAuth2 token endpoint (client_credentials)",
+            )
         if props.get("jwt_issuer") == PLACEHOLDER_ISSUER:
             Annotations.of(self).add_warning_v2(
                 "leasefence:placeholder-issuer",

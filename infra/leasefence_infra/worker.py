@@ -1,37 +1,24 @@
-"""The optional worker function of a ``LeaseFenceService``: its props, their checks, its grants.
+"""The optional worker function of a ``LeaseFenceService``: its role, its schedule, its queues.
 
-The worker (``functions/worker/handler.py``) runs the engine in process: every minute (by
-default) EventBridge Scheduler starts an invocation that claims and runs jobs for the listed
-tenants until nothing is claimable or less than one lease plus a margin of its time is left.
-Your job handlers live in a module named by ``handlers`` (``package.module:ATTRIBUTE``, a mapping
-of job type to handler); see ``infra/README.md`` ("Worker") for how to ship your own.
+Cross-tenant by design: one fleet claims for every tenant in ``WorkerProps.tenants``, and its
+role is not narrowed per tenant (no ``dynamodb:LeadingKeys``): which tenants it serves is decided
+by its configuration, not by IAM. See ``infra/README.md`` ("Worker"). Props and their checks:
+:mod:`leasefence_infra.worker_props`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from aws_cdk import Duration
-from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_scheduler as scheduler
+from constructs import Construct
 
-from ._core import MAX_ID_LENGTH
-
-#: ``functions/worker/handler.py``: the Lambda entry point (always from the functions asset).
-WORKER_HANDLER = "worker.handler.lambda_handler"
-#: The handler stops claiming when less than one lease plus this is left of the invocation
-#: (``MARGIN_MS`` in ``functions/worker/handler.py``; a test keeps the two equal).
-WORKER_MARGIN_SECONDS = 5
-#: Lambda's maximum timeout.
-MAX_TIMEOUT_SECONDS = 900
-#: ``LEASEFENCE_WORKER_TENANTS`` at most (Lambda allows 4 KB of environment variables in all).
-MAX_TENANTS_CHARS = 2048
-
-# ----------------------------------------------------------------------------- least privilege
+from .function import FunctionRuntime, ServiceFunction
+from .invocation import ScheduledInvocation, failure_queue
+from .storage import Storage
+from .worker_props import WORKER_HANDLER, WorkerProps
 
 #: The operations table: read an operation (claim by id, the post-transaction read), fenced
 #: conditional updates (claim, heartbeat, complete/fail/unknown/quarantine, due-entry repair)
@@ -54,140 +41,101 @@ WORKER_BUSINESS_TABLE_ACTIONS = (
 #: Class B target tables (``leasefence.targets.fenced_table``): fenced updates and reads.
 WORKER_FENCED_TABLE_ACTIONS = ("dynamodb:UpdateItem", "dynamodb:GetItem")
 
-_HANDLERS_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
+class Worker(Construct):
+    """``Function`` running your handlers for the listed tenants, its on-failure queue
+    ``Failures`` and its ``Schedule`` (each tick starts one drain).
 
-@dataclass(frozen=True)
-class WorkerProps:
-    """The worker function of :class:`~leasefence_infra.service.LeaseFenceService` (optional).
-
-    ``handlers``
-        ``package.module:ATTRIBUTE``: a mapping of job type to handler (``LEASEFENCE_WORKER_HANDLERS``).
-    ``tenants``
-        the tenants this fleet claims for, at least one (``LEASEFENCE_WORKER_TENANTS``). The
-        worker's role reaches every tenant's operations regardless (see ``infra/README.md``).
-    ``code``
-        a layer ``Code`` holding your handler package under ``python/`` (e.g.
-        :func:`~leasefence_infra.bundling.package_layer_code`). Default: none; the module is
-        looked up in the ``functions/`` asset the other functions use (checked at synth).
-        The entry point is always ``worker.handler.lambda_handler`` from that asset.
-    ``lease_seconds``
-        lease of each claim (``LEASEFENCE_WORKER_LEASE_SECONDS``), default 60.
-    ``timeout``
-        function timeout, default 5 minutes; must exceed one lease plus the handler's 5 s margin.
-    ``schedule``
-        default ``rate(1 minute)``; each tick starts one drain (overlapping drains are safe:
-        every claim is a conditional write).
-    ``business_tables``
-        class A tables: ConditionCheckItem/PutItem/UpdateItem/DeleteItem (transaction items).
-    ``fenced_tables``
-        class B target tables: UpdateItem/GetItem.
-    ``environment``
-        extra variables for your handler module (e.g. the names of those tables); may not
-        replace a variable the construct sets.
-    ``memory_mb``
-        default 512.
-    ``lost_ownership_alarm_threshold``
-        ``LostOwnership`` events in 15 minutes that raise the alarm, default 5.
+    ``handlers_layer``: the layer holding ``props.code`` (created by the service, so that it
+    merges before the core and Powertools layers).
     """
 
-    handlers: str
-    tenants: Sequence[str]
-    code: lambda_.Code | None = None
-    lease_seconds: int = 60
-    timeout: Duration | None = None
-    schedule: scheduler.ScheduleExpression | None = None
-    business_tables: Sequence[dynamodb.ITable] = ()
-    fenced_tables: Sequence[dynamodb.ITable] = ()
-    environment: Mapping[str, str] = field(default_factory=dict)
-    memory_mb: int = 512
-    lost_ownership_alarm_threshold: int = 5
-
-    @property
-    def timeout_or_default(self) -> Duration:
-        return self.timeout if self.timeout is not None else Duration.minutes(5)
-
-    @property
-    def schedule_or_default(self) -> scheduler.ScheduleExpression:
-        return self.schedule if self.schedule is not None else scheduler.ScheduleExpression.rate(
-            Duration.minutes(1)
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        props: WorkerProps,
+        runtime: FunctionRuntime,
+        storage: Storage,
+        environment: Mapping[str, str],
+        handlers_layer: lambda_.ILayerVersion | None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.props = props
+        worker_environment = {
+            **environment,
+            "LEASEFENCE_WORKER_HANDLERS": props.handlers,
+            "LEASEFENCE_WORKER_TENANTS": ",".join(props.tenants),
+            "LEASEFENCE_WORKER_LEASE_SECONDS": str(props.lease_seconds),
+            **props.environment,
+        }
+        layers: Sequence[lambda_.ILayerVersion] = runtime.layers
+        if handlers_layer is not None:
+            # Lambda merges layers in order, a later layer's file replacing an earlier one's:
+            # this one goes first so that the core and Powertools layers win any clash.
+            layers = (handlers_layer, *layers)
+        # An invocation that failed is not retried by Lambda: the next tick drains again; the
+        # failed one lands in its own queue (with an alarm).
+        self.failure_queue = failure_queue(
+            self, "Failures", what="worker", key=storage.encryption_key
         )
-
-    @property
-    def module(self) -> str:
-        return self.handlers.partition(":")[0]
-
-
-def validate_worker(props: WorkerProps, functions_dir: Path, reserved_env: Sequence[str]) -> None:
-    """Refuse, at synth, a worker that could never run or would run for the wrong tenants."""
-    if not isinstance(props, WorkerProps):
-        raise TypeError("worker must be a WorkerProps")
-    if not isinstance(props.handlers, str) or not _HANDLERS_RE.match(props.handlers):
-        raise ValueError(f"worker.handlers must be 'package.module:ATTRIBUTE', got {props.handlers!r}")
-
-    tenants = props.tenants
-    if isinstance(tenants, str) or not tenants:
-        raise ValueError("worker.tenants must be a list of at least one tenant id")
-    for tenant in tenants:
-        if not isinstance(tenant, str) or not 1 <= len(tenant) <= MAX_ID_LENGTH or _CONTROL_RE.search(tenant):
-            raise ValueError(f"worker.tenants: {tenant!r} is not a tenant id "
-                             f"(1-{MAX_ID_LENGTH} characters, no control characters)")
-        if "," in tenant:
-            raise ValueError(f"worker.tenants: {tenant!r} contains a comma (the list is passed comma-separated)")
-        if tenant != tenant.strip():
-            raise ValueError(f"worker.tenants: {tenant!r} has leading or trailing whitespace")
-    if len(set(tenants)) != len(tenants):
-        raise ValueError("worker.tenants lists a tenant twice")
-    if len(",".join(tenants)) > MAX_TENANTS_CHARS:
-        raise ValueError(
-            f"worker.tenants: more than {MAX_TENANTS_CHARS} characters comma-separated; Lambda allows "
-            "4 KB of environment in all: split the tenants over several workers (constructs)"
+        self.function = ServiceFunction(
+            self,
+            "Function",
+            runtime=runtime,
+            handler=WORKER_HANDLER,
+            description=f"leasefence worker: runs {props.module} jobs for {len(props.tenants)} tenant(s)",
+            environment=worker_environment,
+            memory_mb=props.memory_mb,
+            timeout=props.timeout_or_default,
+            layers=layers,
+            retry_attempts=0,
+            max_event_age=Duration.minutes(1),
+            on_failure=self.failure_queue,
         )
-
-    if isinstance(props.lease_seconds, bool) or not isinstance(props.lease_seconds, int) or props.lease_seconds < 1:
-        raise ValueError("worker.lease_seconds must be a whole number of seconds, at least 1")
-    timeout_s = props.timeout_or_default.to_seconds()
-    if timeout_s > MAX_TIMEOUT_SECONDS:
-        raise ValueError(f"worker.timeout must be at most {MAX_TIMEOUT_SECONDS} s (Lambda's maximum)")
-    if timeout_s <= props.lease_seconds + WORKER_MARGIN_SECONDS:
-        raise ValueError(
-            f"worker.timeout ({timeout_s:g} s) must exceed one lease ({props.lease_seconds} s) plus the "
-            f"handler's {WORKER_MARGIN_SECONDS} s margin, or the worker never claims anything"
+        role = self.function.role
+        storage.grant_table(
+            role, WORKER_TABLE_ACTIONS, [storage.table.table_arn], sid="OperationItems"
         )
-    if props.schedule is not None and not isinstance(props.schedule, scheduler.ScheduleExpression):
-        raise TypeError("worker.schedule must be an aws_scheduler.ScheduleExpression")
-    if not 128 <= props.memory_mb <= 10240:
-        raise ValueError("worker.memory_mb must be from 128 to 10240")
-    if props.lost_ownership_alarm_threshold < 1:
-        raise ValueError("worker.lost_ownership_alarm_threshold must be at least 1")
-
-    clashes = sorted(set(props.environment) & set(reserved_env))
-    if clashes:
-        raise ValueError(f"worker.environment may not replace what the construct sets: {clashes}")
-    for key, value in props.environment.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError("worker.environment must map str to str")
-
-    for name, tables in (("business_tables", props.business_tables), ("fenced_tables", props.fenced_tables)):
-        if isinstance(tables, (str, bytes)) or len({id(t) for t in tables}) != len(tables):
-            raise ValueError(f"worker.{name} must be a list of distinct tables")
-
-    top = props.module.split(".")[0]
-    shipped = {p.stem if p.suffix == ".py" else p.name for p in functions_dir.iterdir()
-               if p.is_dir() or p.suffix == ".py"}
-    if props.code is None:
-        # The module must be in the functions asset (the only code besides the layers).
-        rel = Path(*props.module.split("."))
-        if not ((functions_dir / rel).with_suffix(".py").is_file()
-                or (functions_dir / rel / "__init__.py").is_file()):
-            raise ValueError(
-                f"worker.handlers names {props.module!r}, which is not in {functions_dir}; ship your "
-                "module with worker.code (e.g. package_layer_code('src/your_pkg'))"
+        storage.grant_table(
+            role, WORKER_DUE_INDEX_ACTIONS, [storage.due_index_arn], sid="ClaimFromDueShards"
+        )
+        storage.grant_payload_objects(
+            role,
+            "PayloadRead",
+            WORKER_BUCKET_ACTIONS,
+            "the worker reads the inline payloads of the jobs it claims.",
+        )
+        storage.log_hash_key.grant_read(role)
+        if props.business_tables:
+            role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    sid="BusinessTablesTransactItems",
+                    actions=list(WORKER_BUSINESS_TABLE_ACTIONS),
+                    resources=[t.table_arn for t in props.business_tables],
+                )
             )
-    elif top in shipped or top == "leasefence":
-        # The function's own code (/var/task) and the core layer come first on sys.path.
-        raise ValueError(
-            f"worker.handlers: the package {top!r} would be shadowed by "
-            f"{'the core layer' if top == 'leasefence' else 'the functions asset'}; rename it"
+        if props.fenced_tables:
+            role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    sid="FencedTargetTables",
+                    actions=list(WORKER_FENCED_TABLE_ACTIONS),
+                    resources=[t.table_arn for t in props.fenced_tables],
+                )
+            )
+        table_keys = [
+            t.encryption_key
+            for t in (*props.business_tables, *props.fenced_tables)
+            if t.encryption_key is not None
+        ]
+        storage.grant_data_keys(role, extra_keys=table_keys)
+        self.schedule = ScheduledInvocation(
+            self,
+            "Schedule",
+            function=self.function.function,
+            what="worker",
+            description=f"leasefence worker: drain claims for {len(props.tenants)} tenant(s)",
+            expression=props.schedule_or_default,
+            key=storage.encryption_key,
         )

@@ -29,7 +29,7 @@ __all__ = [
     "StaleFence",
     "State",
     "SweepResult",
-    "TargetRefused",
     "TargetClass",
+    "TargetRefused",
     "Unavailable",
 ]

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from leasefence.api.security import ALL_SCOPES
 

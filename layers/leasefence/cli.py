@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NoReturn
 
 import typer
 
@@ -69,10 +70,8 @@ def _read_state() -> dict[str, Any]:
 def _remove_state(expected_pid: int) -> None:
     state = _read_state()
     if state.get("pid") == expected_pid:
-        try:
+        with contextlib.suppress(OSError):
             _state_path().unlink()
-        except OSError:
-            pass
 
 
 # ---------------------------------------------------------------------------------- local
@@ -189,7 +188,7 @@ def _secret() -> str | None:
 @app.command()
 def token(
     tenant: str = typer.Option(..., "--tenant", help="The tenant_id claim."),
-    scope: Optional[list[str]] = typer.Option(
+    scope: list[str] | None = typer.Option(
         None, "--scope", help="A scope to grant (repeat). Default: all three."
     ),
     ttl: int = typer.Option(12 * 3600, "--ttl", min=1, help="Lifetime in seconds."),
@@ -320,7 +319,7 @@ def _client(base_url: str | None, token_value: str | None, tenant: str | None) -
     return LeaseFenceClient(url, bearer, retries=2)
 
 
-def _fail(error: Exception) -> None:
+def _fail(error: Exception) -> NoReturn:
     code = getattr(error, "code", type(error).__name__)
     status = getattr(error, "status", "")
     typer.echo(f"error {status} {code}: {getattr(error, 'message', error)}", err=True)
@@ -348,16 +347,16 @@ _TENANT = typer.Option(
 
 @ops.command("list")
 def ops_list(
-    state: Optional[str] = typer.Option(
+    state: str | None = typer.Option(
         None, "--state", help="Only operations in this state (e.g. unknown)."
     ),
     limit: int = typer.Option(50, "--limit", min=1, max=500, help="Page size."),
     all_pages: bool = typer.Option(False, "--all", help="Follow next_cursor through every page."),
-    cursor: Optional[str] = typer.Option(None, "--cursor", help="Start from this cursor."),
+    cursor: str | None = typer.Option(None, "--cursor", help="Start from this cursor."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table."),
-    base_url: Optional[str] = _BASE_URL,
-    token_value: Optional[str] = _TOKEN,
-    tenant: Optional[str] = _TENANT,
+    base_url: str | None = _BASE_URL,
+    token_value: str | None = _TOKEN,
+    tenant: str | None = _TENANT,
 ) -> None:
     """List the tenant's operations."""
     from rich.console import Console
@@ -419,9 +418,9 @@ def ops_list(
 @ops.command("show")
 def ops_show(
     operation_id: str = typer.Argument(..., help="The operation id."),
-    base_url: Optional[str] = _BASE_URL,
-    token_value: Optional[str] = _TOKEN,
-    tenant: Optional[str] = _TENANT,
+    base_url: str | None = _BASE_URL,
+    token_value: str | None = _TOKEN,
+    tenant: str | None = _TENANT,
 ) -> None:
     """Show one operation."""
     from leasefence.errors import LeaseFenceError
@@ -513,9 +512,9 @@ def ops_resolve(
         ..., "--resolution", help="succeeded, failed_terminal or requeue."
     ),
     note: str = typer.Option("", "--note", help="Why (kept with the operation)."),
-    base_url: Optional[str] = _BASE_URL,
-    token_value: Optional[str] = _TOKEN,
-    tenant: Optional[str] = _TENANT,
+    base_url: str | None = _BASE_URL,
+    token_value: str | None = _TOKEN,
+    tenant: str | None = _TENANT,
 ) -> None:
     """Resolve an unknown or quarantined operation."""
     from leasefence.errors import LeaseFenceError
@@ -529,9 +528,9 @@ def ops_resolve(
 @ops.command("erase")
 def ops_erase(
     operation_id: str = typer.Argument(..., help="The operation id."),
-    base_url: Optional[str] = _BASE_URL,
-    token_value: Optional[str] = _TOKEN,
-    tenant: Optional[str] = _TENANT,
+    base_url: str | None = _BASE_URL,
+    token_value: str | None = _TOKEN,
+    tenant: str | None = _TENANT,
 ) -> None:
     """Erase one operation's payload and free text; its identity (id, hash, fences, state) stays.
 
@@ -643,7 +642,7 @@ def erase_tenant(
     limit: int = typer.Option(
         100, "--limit", min=1, max=1000, help="Rows (then payload objects) per step."
     ),
-    cursor: Optional[str] = typer.Option(
+    cursor: str | None = typer.Option(
         None, "--cursor", help="Continue from the next_cursor of an earlier step."
     ),
     all_steps: bool = typer.Option(
@@ -668,26 +667,23 @@ def erase_tenant(
 
         use_local_credentials()  # a local endpoint takes any credentials
     engine = rt.engine
-    totals = {
-        "steps": 0,
-        "rows_deleted": 0,
-        "payloads_deleted": 0,
-        "held": 0,
-        "next_cursor": cursor,
-    }
+    counts = {"steps": 0, "rows_deleted": 0, "payloads_deleted": 0, "held": 0}
+    next_cursor = cursor
     try:
         while True:
-            step = engine.erase_tenant(tenant, limit=limit, cursor=totals["next_cursor"])
-            totals["steps"] += 1
+            step = engine.erase_tenant(tenant, limit=limit, cursor=next_cursor)
+            counts["steps"] += 1
             for name in ("rows_deleted", "payloads_deleted", "held"):
-                totals[name] += getattr(step, name)
-            totals["next_cursor"] = step.next_cursor
-            if not all_steps or step.next_cursor is None:
+                counts[name] += getattr(step, name)
+            next_cursor = step.next_cursor
+            if not all_steps or next_cursor is None:
                 break
     except LeaseFenceError as error:
-        if totals["steps"]:
-            typer.echo(f"stopped after {totals['steps']} step(s): {json.dumps(totals)}", err=True)
+        if counts["steps"]:
+            progress = json.dumps({**counts, "next_cursor": next_cursor})
+            typer.echo(f"stopped after {counts['steps']} step(s): {progress}", err=True)
         _fail(error)
+    totals = {**counts, "next_cursor": next_cursor}
     if as_json:
         typer.echo(json.dumps(totals))
         return

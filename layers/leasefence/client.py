@@ -28,16 +28,18 @@ safe to repeat:
 
 from __future__ import annotations
 
+import builtins
 import http.client
 import json
 import random
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterator
-from urllib.parse import quote, urlencode
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
 
 from leasefence.api.errors import Forbidden, Unauthorized
 from leasefence.errors import (
@@ -232,6 +234,9 @@ class LeaseFenceClient:
         max_backoff: float = 5.0,
         user_agent: str = "leasefence-client/1",
     ) -> None:
+        # urllib also opens file: and ftp: URLs; a client of this API has no business with them.
+        if urlsplit(base_url).scheme not in ("http", "https"):
+            raise ValueError(f"base_url must be an http:// or https:// URL, not {base_url!r}")
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout = timeout
@@ -249,7 +254,7 @@ class LeaseFenceClient:
             if body is _MISSING
             else json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
         )
-        request = urllib.request.Request(self.base_url + path, data=data, method=method)
+        request = urllib.request.Request(self.base_url + path, data=data, method=method)  # noqa: S310 - http(s), checked in __init__
         request.add_header("Accept", "application/json")
         request.add_header("User-Agent", self.user_agent)
         if data is not None:
@@ -257,7 +262,7 @@ class LeaseFenceClient:
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - http(s) only
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - as above
                 return response.status, dict(response.headers.items()), response.read()
         except urllib.error.HTTPError as error:
             with error:
@@ -403,7 +408,7 @@ class LeaseFenceClient:
         self,
         worker_id: str,
         lease_seconds: int | None = None,
-        job_types: list[str] | None = None,
+        job_types: builtins.list[str] | None = None,  # list alone: the method above
         operation_id: str | None = None,
     ) -> Claim | None:
         """A claim, or None when nothing is claimable. Not retried after a lost answer."""

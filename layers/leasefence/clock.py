@@ -7,8 +7,8 @@ changes who may take over (liveness), never whose write counts (the fence decide
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Callable
 
 Clock = Callable[[], int]
 

@@ -27,9 +27,10 @@ import logging
 import random
 import re
 import threading
-import time
 import uuid
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any
 
 from leasefence import history, keys
 from leasefence.clock import Clock, system_clock
@@ -186,7 +187,7 @@ class Engine:
         self.store = Store(self.spec.table_name, client=client, client_factory=client_factory)
         self.clock = clock
         self.rng = rng if rng is not None else random.Random()
-        self.events = events if events is not None else (lambda name, value: None)
+        self.events = events if events is not None else (lambda _name, _value: None)
         self.identity_retention_ms = identity_retention_ms
         self.payload_retention_ms = payload_retention_ms
         self.candidate_page = candidate_page
@@ -507,12 +508,17 @@ class Engine:
             if not self._claimable(snapshot, self.clock(), types):
                 self._repair_due_entry(snapshot, self.clock())
                 return None
-            pinned = snapshot
             try:
                 item = self._write_retrying(
                     self._key(tenant_id, operation_id),
-                    lambda now: self._claim_write(
-                        pinned, now, worker_id, lease_ms, types, claim_token
+                    # Built from this try's snapshot (the loop moves on to the refused item).
+                    partial(
+                        self._claim_write,
+                        snapshot,
+                        worker_id=worker_id,
+                        lease_ms=lease_ms,
+                        types=types,
+                        claim_token=claim_token,
                     ),
                     started,
                 )
@@ -728,7 +734,7 @@ class Engine:
                 values,
             )
         except ConditionFailed as refused:
-            raise self._refusal(refused.item, fence) from None
+            raise self._refusal(refused.item) from None
         assert item is not None
         return int(item["lease_expires_at"])
 
@@ -948,7 +954,7 @@ class Engine:
                 and int(current.get("fence", -1)) == fence
             ):
                 raise _NoAttemptsLeft() from None
-            raise self._refusal(current, fence) from None
+            raise self._refusal(current) from None
         assert item is not None
         if event:
             self.events(event, 1)
@@ -969,7 +975,7 @@ class Engine:
             "quarantine": Transition.QUARANTINE,
         }[command]
 
-    def _refusal(self, current: dict[str, Any] | None, fence: int) -> Exception:
+    def _refusal(self, current: dict[str, Any] | None) -> Exception:
         if current is None:
             return NotFound("operation not found")
         self.events("StaleFenceRejections", 1)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import random
 import threading
 from collections import defaultdict
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 

@@ -22,8 +22,9 @@ import base64
 import hashlib
 import hmac
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from leasefence.errors import (
     InvalidInput,
@@ -175,7 +176,7 @@ class PayloadStore:
                 ChecksumSHA256=base64.b64encode(bytes.fromhex(digest)).decode(),
                 IfNoneMatch="*",
             )
-        except Exception as error:  # noqa: BLE001 - classified below, never swallowed silently
+        except Exception as error:  # classified below, never swallowed silently
             code = _error_code(error)
             if code in _EXISTS_CODES:
                 created = False
@@ -190,7 +191,7 @@ class PayloadStore:
         try:
             response = self.client.get_object(Bucket=self.bucket, Key=key)
             body = response["Body"].read()
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             code = _error_code(error)
             if code in _MISSING_CODES:
                 raise PayloadMissing("the payload object is gone") from None
@@ -209,7 +210,7 @@ class PayloadStore:
         :class:`Unavailable` when S3 could not be reached: the caller retries later."""
         try:
             self.client.delete_object(Bucket=self.bucket, Key=self.key_of(ref))
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             code = _error_code(error)
             if code in _MISSING_CODES:
                 return
@@ -234,7 +235,7 @@ class PayloadStore:
                 self.client.delete_objects(
                     Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True}
                 )
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             raise _translate(error, _error_code(error)) from error
         return len(objects), listing.get("NextContinuationToken") if listing.get(
             "IsTruncated"

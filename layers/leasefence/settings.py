@@ -41,8 +41,8 @@ Environment:
 from __future__ import annotations
 
 import os
-import threading
 import re
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -348,7 +348,8 @@ class Runtime:
             metadata=assume(), refresh_using=assume, method="sts-assume-role"
         )
         session = get_session()
-        session._credentials = credentials  # noqa: SLF001 - botocore's documented way to use refreshable credentials
+        # botocore's documented way to use refreshable credentials
+        session._credentials = credentials
         if self.settings.region:
             session.set_config_variable("region", self.settings.region)
         return boto3.Session(botocore_session=session).client(

@@ -12,9 +12,10 @@ nothing.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, ReadTimeoutError
@@ -152,7 +153,7 @@ class Store:
     def _call(self, method: str, **kwargs: Any) -> dict[str, Any]:
         try:
             return getattr(self.client, method)(**kwargs)
-        except Exception as error:  # noqa: BLE001 - translated, never swallowed
+        except Exception as error:  # translated, never swallowed
             raise translate(error) from error
 
     def get(self, key: dict[str, Any], consistent: bool = True) -> dict[str, Any] | None:

@@ -44,6 +44,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from leasefence.demo.kits import (
@@ -59,8 +60,8 @@ from leasefence import keys
 from leasefence.engine import DAY_MS, Engine
 from leasefence.errors import InvalidTransition, PayloadConflict, PayloadMissing, Unavailable
 from leasefence.faults import AFTER, BEFORE, CONFLICT, THROTTLE, TXN_THROTTLE, FaultyClient
-from leasefence.payloads import PayloadStore, canonicalize
 from leasefence.model import Claim, State, TargetClass
+from leasefence.payloads import PayloadStore, canonicalize
 from leasefence.schema import TTL_ATTRIBUTE, TableSpec
 from leasefence.targets.idempotent_api import InMemoryIdempotentApi, idempotency_key
 from leasefence.worker import EngineBackend, Job, Worker
@@ -254,7 +255,7 @@ class StoreChaos:
         self.calls: Counter[tuple[str, str]] = Counter()  # FaultyClient calls this under its lock
 
     @staticmethod
-    def subject(method: str, request: dict[str, Any]) -> str:
+    def subject(request: dict[str, Any]) -> str:
         if "TransactItems" in request:
             parts = [
                 op.get("Key") or op.get("Item", {})
@@ -280,7 +281,7 @@ class StoreChaos:
     def __call__(self, method: str, request: dict[str, Any]) -> str | None:
         if method not in ("update_item", "put_item", "transact_write_items", "query", "get_item"):
             return None
-        subject = self.subject(method, request)
+        subject = self.subject(request)
         self.calls[(method, subject)] += 1
         nth = self.calls[(method, subject)]
         if _chance(self.seed, "store", method, subject, nth) >= self.rate:
@@ -425,23 +426,21 @@ def run_torture(settings: Settings) -> dict[str, Any]:
         s3 = aws.client("s3")
         s3.create_bucket(Bucket="torture-payloads")
         payloads = PayloadStore("torture-payloads", client=s3)
-        retention = {
-            "identity_retention_ms": settings.identity_retention_days * DAY_MS,
-            "payload_retention_ms": settings.payload_retention_days * DAY_MS,
-        }
-        engine = Engine(
+        engine_on = partial(
+            Engine,
+            spec=spec,
+            clock=clock,
+            payloads=payloads,
+            identity_retention_ms=settings.identity_retention_days * DAY_MS,
+            payload_retention_ms=settings.payload_retention_days * DAY_MS,
+        )
+        engine = engine_on(
             client=FaultyClient(
                 client, chaos=StoreChaos(settings, report), rng=random.Random(settings.seed)
             ),
-            spec=spec,
-            clock=clock,
             rng=random.Random(settings.seed),
-            payloads=payloads,
-            **retention,
         )
-        checker_engine = Engine(
-            client=client, spec=spec, clock=clock, payloads=payloads, **retention
-        )
+        checker_engine = engine_on(client=client)
         hooks = ChaosHooks(settings, clock, report, observer=checker_engine)
         kits: dict[TargetClass, Kit] = {
             TargetClass.A: SameTableKit(client, "torture-orders", hooks=hooks),
@@ -773,7 +772,7 @@ def _months_phase(
     jump(45)
     stage("45 days later, payloads purged")
     now = table()
-    for tenant, operation_id, target in backlog + parked:  # every live payload is still there
+    for tenant, operation_id, _target in backlog + parked:  # every live payload is still there
         if now[(tenant, operation_id)].payload_state != "stored":
             report.violate(
                 "payload_purged_while_live",
@@ -798,20 +797,20 @@ def _months_phase(
         stats["late_replays"] += 1
     for tenant, operation_id, _ in rng.sample(finished, min(sample // 4 + 1, len(finished))):
         hooks.erased.add((tenant, operation_id))
-        retrying(lambda: engine.erase(tenant, operation_id))
+        retrying(partial(engine.erase, tenant, operation_id))
         report.note(tenant, operation_id, "erased")
         stats["erased_finished"] += 1
     for tenant, operation_id, _ in backlog[: max(1, len(backlog) // 10)]:
         hooks.erased.add((tenant, operation_id))
-        retrying(lambda: engine.erase(tenant, operation_id))
+        retrying(partial(engine.erase, tenant, operation_id))
         report.note(tenant, operation_id, "erased while queued")
         stats["erased_queued"] += 1
     for tenant, operation_id, _ in parked[:sample]:
         window.add(tenant, operation_id)
         try:
             retrying(
-                lambda: engine.resolve(
-                    tenant, operation_id, "requeue", note="checked after 45 days"
+                partial(
+                    engine.resolve, tenant, operation_id, "requeue", note="checked after 45 days"
                 )
             )
         except InvalidTransition:  # an earlier try committed and its answer was lost
@@ -862,7 +861,7 @@ def _check(
     enqueued: list[tuple[str, str, TargetClass]],
     claims: list[tuple[str, str, int]],
 ) -> dict[str, Any]:
-    counts = Counter()
+    counts: Counter[str] = Counter()
     claimed_fences: dict[tuple[str, str], list[int]] = defaultdict(list)
     for tenant, operation_id, fence in claims:
         claimed_fences[(tenant, operation_id)].append(fence)

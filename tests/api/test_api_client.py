@@ -227,6 +227,12 @@ def test_5xx_and_429_are_retried_with_backoff(proxy_for, token, sdk):
     assert proxy.count("GET", "/v1/operations/busy-1") == 3
 
 
+@pytest.mark.parametrize("base_url", ["file:///etc/passwd", "ftp://example.com", "localhost:8000"])
+def test_only_http_base_urls_are_accepted(base_url):
+    with pytest.raises(ValueError, match="http:// or https://"):
+        LeaseFenceClient(base_url, "t")
+
+
 def test_connection_refused_is_retried_then_unavailable():
     import socket
 

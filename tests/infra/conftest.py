@@ -6,7 +6,7 @@
   its defaults (demo handlers from ``functions/``, tenant ``demo``).
 * ``full`` stack: every option on (Cognito user pool + pre-token trigger, customer-managed KMS
   key, tenant isolation role, server access logs, no deletion protection, 3 due shards, log
-  level DEBUG; a worker
+  level DEBUG, tags; a worker
   with its own handler layer, two tenants, a business table under its own KMS key, a fenced
   target table, its own lease, timeout, schedule, memory and environment).
 
@@ -69,6 +69,7 @@ FULL_PROPS_BASE = {
     "due_shards": 3,
     "sweep_shards": 2,
     "log_level": "DEBUG",
+    "tags": {"team": "payments", "cost-center": "42"},
 }
 
 

@@ -83,9 +83,9 @@ def pool_stack(prebuilt_layer: Path) -> tuple[Stack, LeaseFenceService, dict[str
 
 def test_user_pool_gets_the_shipped_trigger(pool_stack) -> None:
     stack, svc, tpl = pool_stack
-    assert svc.pre_token_function is not None
-    fn = logical_id(stack, svc.pre_token_function)
-    pool = props(tpl, logical_id(stack, svc.user_pool))
+    assert svc.user_pool.pre_token is not None
+    fn = logical_id(stack, svc.user_pool.pre_token.function)
+    pool = props(tpl, logical_id(stack, svc.user_pool.pool))
     assert pool["LambdaConfig"]["PreTokenGenerationConfig"] == {"LambdaArn": getatt(fn), "LambdaVersion": "V3_0"}
     assert pool["UserPoolTier"] == "ESSENTIALS"  # V3 (client-credentials) triggers need it
     f = props(tpl, fn)
@@ -94,7 +94,7 @@ def test_user_pool_gets_the_shipped_trigger(pool_stack) -> None:
         "1example23456789": "tenant-sample"}
     Template.from_json(tpl).has_resource_properties("AWS::Lambda::Permission", {
         "Action": "lambda:InvokeFunction", "FunctionName": getatt(fn),
-        "Principal": "cognito-idp.amazonaws.com", "SourceArn": getatt(logical_id(stack, svc.user_pool)),
+        "Principal": "cognito-idp.amazonaws.com", "SourceArn": getatt(logical_id(stack, svc.user_pool.pool)),
     })
     # Its role writes its own log group and nothing else.
     role = f["Role"]["Fn::GetAtt"][0]
@@ -113,4 +113,4 @@ def test_user_pool_stack_has_no_unacknowledged_nag_findings(pool_stack) -> None:
 
 def test_own_trigger_replaces_the_shipped_one(synth) -> None:
     svc = synth.stacks["full"].service
-    assert svc.pre_token_function is None  # the full stack brings its own (imported) trigger
+    assert svc.user_pool.pre_token is None  # the full stack brings its own (imported) trigger

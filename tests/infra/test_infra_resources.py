@@ -26,8 +26,8 @@ from leasefence import schema
 from leasefence.payloads import KEY_PREFIX as PAYLOAD_KEY_PREFIX
 from leasefence_infra import LeaseFenceService
 from leasefence_infra.bundling import LAYER_REQUIREMENTS
+from leasefence_infra.function import POWERTOOLS_LAYER_PARAMETER
 from leasefence_infra.monitoring import APP_METRICS, WORKER_METRICS
-from leasefence_infra.service import POWERTOOLS_LAYER_PARAMETER
 
 # The public contract, section 2, written out again on purpose: if ROUTES in the construct
 # drifts from the contract, this table (not the construct's) decides.
@@ -144,7 +144,7 @@ def test_payload_bucket(variant) -> None:
     # No age-based expiry: a payload lives as long as its operation (issue 11, case 2); the
     # sweeper deletes it payload_retention_days after the end.
     assert "ExpirationInDays" not in rule and rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
-    assert svc.payload_retention_days == (30 if name == "default" else 7)
+    assert svc.props.payload_retention_days == (30 if name == "default" else 7)
     (enc,) = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
     if name == "default":
         assert enc["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
@@ -174,9 +174,10 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
     ]
     assert tpl["Parameters"][powertools_param]["Type"] == "AWS::SSM::Parameter::Value<String>"
     expected = {
-        svc.api_function: ("api.handler.lambda_handler", svc.api_log_group, svc.api_role),
-        svc.sweeper_function: ("sweeper.handler.lambda_handler", svc.sweeper_log_group, svc.sweeper_role),
-        svc.worker_function: ("worker.handler.lambda_handler", svc.worker_log_group, svc.worker_role),
+        svc.api.function.function: ("api.handler.lambda_handler", svc.api.function.log_group, svc.api.function.role),
+        svc.sweeper.function.function: ("sweeper.handler.lambda_handler", svc.sweeper.function.log_group,
+                                        svc.sweeper.function.role),
+        svc.worker_function: ("worker.handler.lambda_handler", svc.worker.function.log_group, svc.worker.function.role),
     }
     for fn, (handler, log_group, role) in expected.items():
         f = props(tpl, logical_id(stack, fn))
@@ -193,18 +194,18 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
         assert f["Role"] == getatt(logical_id(stack, role))
         env = f["Environment"]["Variables"]
         extra = {"LEASEFENCE_TENANT_ROLE_ARN", "LEASEFENCE_TENANT_SESSION_TAG"} if (
-            name == "full" and fn is svc.api_function) else set()
+            name == "full" and fn is svc.api.function.function) else set()
         if fn is svc.worker_function:
-            extra = WORKER_ENV | set(svc.worker.environment)
+            extra = WORKER_ENV | set(svc.props.worker.environment)
         assert set(env) == EXPECTED_ENV | extra
         assert env["LEASEFENCE_TABLE"] == {"Ref": logical_id(stack, svc.table)}
         assert env["LEASEFENCE_PAYLOAD_BUCKET"] == {"Ref": logical_id(stack, svc.payload_bucket)}
-        assert env["LEASEFENCE_LOG_HASH_KEY_PARAM"] == {"Ref": logical_id(stack, svc.log_hash_key)}
-        assert env["LEASEFENCE_DUE_SHARDS"] == str(svc.spec.due_shards)
-        assert env["LEASEFENCE_SWEEP_SHARDS"] == str(svc.spec.sweep_shards)
-        assert env["LEASEFENCE_PAYLOAD_RETENTION_DAYS"] == str(svc.payload_retention_days)
+        assert env["LEASEFENCE_LOG_HASH_KEY_PARAM"] == {"Ref": logical_id(stack, svc.storage.log_hash_key)}
+        assert env["LEASEFENCE_DUE_SHARDS"] == str(svc.props.due_shards)
+        assert env["LEASEFENCE_SWEEP_SHARDS"] == str(svc.props.sweep_shards)
+        assert env["LEASEFENCE_PAYLOAD_RETENTION_DAYS"] == str(svc.props.payload_retention_days)
         assert env["LEASEFENCE_IDENTITY_RETENTION_DAYS"] == (
-            "forever" if svc.identity_retention_days is None else str(svc.identity_retention_days))
+            "forever" if svc.props.identity_retention_days is None else str(svc.props.identity_retention_days))
         assert env["POWERTOOLS_SERVICE_NAME"] == "leasefence"
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == svc.metrics_namespace
         assert env["POWERTOOLS_LOG_LEVEL"] == ("INFO" if name == "default" else "DEBUG")
@@ -216,7 +217,7 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
 
 def test_log_hash_key_is_generated_secret(variant) -> None:
     _, stack, svc, tpl = variant
-    secret = props(tpl, logical_id(stack, svc.log_hash_key))
+    secret = props(tpl, logical_id(stack, svc.storage.log_hash_key))
     assert secret["GenerateSecretString"]["PasswordLength"] == 64
     assert "SecretString" not in secret
 
@@ -241,7 +242,7 @@ def test_routes_and_scopes_match_the_contract(variant) -> None:
     # One Lambda proxy integration (payload 2.0) serves every route.
     ((integration_lid, integration),) = resources(tpl, "AWS::ApiGatewayV2::Integration").items()
     assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
-    assert integration["Properties"]["IntegrationUri"] == getatt(logical_id(stack, svc.api_function))
+    assert integration["Properties"]["IntegrationUri"] == getatt(logical_id(stack, svc.api.function.function))
     for route in routes.values():
         assert route["Target"] == {"Fn::Join": ["", ["integrations/", {"Ref": integration_lid}]]}
 
@@ -259,8 +260,8 @@ def test_jwt_authorizer_external_issuer(synth) -> None:
 
 def test_jwt_authorizer_cognito_pool(synth) -> None:
     stack, svc, tpl = _svc(synth, "full")
-    pool = logical_id(stack, svc.user_pool)
-    client = logical_id(stack, svc.user_pool_client)
+    pool = logical_id(stack, svc.user_pool.pool)
+    client = logical_id(stack, svc.user_pool.client)
     (authorizer,) = resources(tpl, "AWS::ApiGatewayV2::Authorizer").values()
     jwt = authorizer["Properties"]["JwtConfiguration"]
     assert jwt["Audience"] == [{"Ref": client}]
@@ -284,12 +285,12 @@ def test_stage_throttling_and_access_logs(variant) -> None:
     p = stage["Properties"]
     assert p["StageName"] == "$default" and p["AutoDeploy"] is True
     assert p["DefaultRouteSettings"] == {"ThrottlingBurstLimit": 200, "ThrottlingRateLimit": 100}
-    assert p["AccessLogSettings"]["DestinationArn"] == getatt(logical_id(stack, svc.access_log_group))
+    assert p["AccessLogSettings"]["DestinationArn"] == getatt(logical_id(stack, svc.api.access_log_group))
     fmt = json.loads(p["AccessLogSettings"]["Format"])
     assert fmt["requestId"] == "$context.requestId"
     assert fmt["status"] == "$context.status"
     assert "$context.path" not in p["AccessLogSettings"]["Format"]  # ids stay out of logs
-    assert props(tpl, logical_id(stack, svc.access_log_group))["RetentionInDays"] == 30
+    assert props(tpl, logical_id(stack, svc.api.access_log_group))["RetentionInDays"] == 30
 
 
 # ----------------------------------------------------------------------------- schedule
@@ -298,12 +299,13 @@ def test_stage_throttling_and_access_logs(variant) -> None:
 def test_sweeper_schedule(variant) -> None:
     name, stack, svc, tpl = variant
     schedules = resources(tpl, "AWS::Scheduler::Schedule")
-    assert set(schedules) == {logical_id(stack, svc.sweep_schedule), logical_id(stack, svc.worker_schedule)}
-    p = props(tpl, logical_id(stack, svc.sweep_schedule))
-    dlq = logical_id(stack, svc.schedule_dlq)
+    assert set(schedules) == {logical_id(stack, svc.sweeper.schedule.schedule),
+                              logical_id(stack, svc.worker.schedule.schedule)}
+    p = props(tpl, logical_id(stack, svc.sweeper.schedule.schedule))
+    dlq = logical_id(stack, svc.sweeper.schedule.dlq)
     assert p["ScheduleExpression"] == "rate(1 minute)"
     assert p["State"] == "ENABLED"
-    assert p["Target"]["Arn"] == getatt(logical_id(stack, svc.sweeper_function))
+    assert p["Target"]["Arn"] == getatt(logical_id(stack, svc.sweeper.function.function))
     assert p["Target"]["RetryPolicy"] == {"MaximumRetryAttempts": 2, "MaximumEventAgeInSeconds": 60}
     assert p["Target"]["DeadLetterConfig"] == {"Arn": getatt(dlq)}
     queue = props(tpl, dlq)
@@ -314,7 +316,7 @@ def test_sweeper_schedule(variant) -> None:
     (qpolicy,) = [q["Properties"] for q in resources(tpl, "AWS::SQS::QueuePolicy").values()
                   if q["Properties"]["Queues"] == [{"Ref": dlq}]]
     assert _denies_insecure_transport(qpolicy)
-    schedule_role = logical_id(stack, svc.schedule_role)
+    schedule_role = logical_id(stack, svc.sweeper.schedule.role)
     assert p["Target"]["RoleArn"] == getatt(schedule_role)
     trust = props(tpl, schedule_role)["AssumeRolePolicyDocument"]["Statement"]
     assert [s["Principal"] for s in trust] == [{"Service": "scheduler.amazonaws.com"}]
@@ -333,15 +335,16 @@ def test_sweeper_schedule(variant) -> None:
 
 def test_no_function_role_has_managed_policies(variant) -> None:
     _, stack, svc, tpl = variant
-    for role in (svc.api_role, svc.sweeper_role, svc.schedule_role, svc.worker_role, svc.worker_schedule_role):
+    for role in (svc.api.function.role, svc.sweeper.function.role, svc.sweeper.schedule.role,
+                 svc.worker.function.role, svc.worker.schedule.role):
         assert "ManagedPolicyArns" not in props(tpl, logical_id(stack, role))
 
 
 def test_dynamodb_permissions_are_exact(synth) -> None:
     stack, svc, tpl = _svc(synth, "default")
     table = logical_id(stack, svc.table)
-    api = actions_by_resource(role_statements(tpl, logical_id(stack, svc.api_role)), "dynamodb:")
-    sweeper = actions_by_resource(role_statements(tpl, logical_id(stack, svc.sweeper_role)), "dynamodb:")
+    api = actions_by_resource(role_statements(tpl, logical_id(stack, svc.api.function.role)), "dynamodb:")
+    sweeper = actions_by_resource(role_statements(tpl, logical_id(stack, svc.sweeper.function.role)), "dynamodb:")
     assert grant_set(api) == grant_set([
         (frozenset({"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}),
          getatt(table)),
@@ -359,8 +362,8 @@ def test_dynamodb_permissions_are_exact(synth) -> None:
 def test_other_permissions_are_scoped(variant) -> None:
     _, stack, svc, tpl = variant
     bucket = logical_id(stack, svc.payload_bucket)
-    api = role_statements(tpl, logical_id(stack, svc.api_role))
-    sweeper = role_statements(tpl, logical_id(stack, svc.sweeper_role))
+    api = role_statements(tpl, logical_id(stack, svc.api.function.role))
+    sweeper = role_statements(tpl, logical_id(stack, svc.sweeper.function.role))
     assert grant_set(actions_by_resource(api, "s3:")) == grant_set([
         (frozenset({"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}),
          {"Fn::Join": ["", [getatt(bucket), f"/{PAYLOAD_KEY_PREFIX}*"]]}),
@@ -373,8 +376,8 @@ def test_other_permissions_are_scoped(variant) -> None:
     assert actions_by_resource(sweeper, "s3:") == [
         (frozenset({"s3:DeleteObject"}), {"Fn::Join": ["", [getatt(bucket), f"/{PAYLOAD_KEY_PREFIX}*"]]})
     ]
-    secret = {"Ref": logical_id(stack, svc.log_hash_key)}
-    for statements, log_group in ((api, svc.api_log_group), (sweeper, svc.sweeper_log_group)):
+    secret = {"Ref": logical_id(stack, svc.storage.log_hash_key)}
+    for statements, log_group in ((api, svc.api.function.log_group), (sweeper, svc.sweeper.function.log_group)):
         assert actions_by_resource(statements, "secretsmanager:") == [
             (frozenset({"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}), secret)
         ]
@@ -391,10 +394,10 @@ def test_other_permissions_are_scoped(variant) -> None:
 
 def test_tenant_isolation_role(synth) -> None:
     stack, svc, tpl = _svc(synth, "full")
-    assert svc.tenant_role is not None
+    assert svc.api.tenant_role is not None
     table = logical_id(stack, svc.table)
-    tenant = logical_id(stack, svc.tenant_role)
-    api_role = logical_id(stack, svc.api_role)
+    tenant = logical_id(stack, svc.api.tenant_role)
+    api_role = logical_id(stack, svc.api.function.role)
     api = role_statements(tpl, api_role)
     # With isolation on, the API function itself cannot touch the table at all ...
     assert actions_by_resource(api, "dynamodb:") == []
@@ -427,11 +430,11 @@ def test_tenant_isolation_role(synth) -> None:
         if any(a.startswith("dynamodb:") for a in as_list(st["Action"])):
             (condition,) = st["Condition"].values()
             assert "dynamodb:LeadingKeys" in condition
-    env = props(tpl, logical_id(stack, svc.api_function))["Environment"]["Variables"]
+    env = props(tpl, logical_id(stack, svc.api.function.function))["Environment"]["Variables"]
     assert env["LEASEFENCE_TENANT_ROLE_ARN"] == getatt(tenant)
     assert env["LEASEFENCE_TENANT_SESSION_TAG"] == "tenant_id"
     # The sweeper stays the one, narrow, cross-tenant path.
-    sweeper = actions_by_resource(role_statements(tpl, logical_id(stack, svc.sweeper_role)), "dynamodb:")
+    sweeper = actions_by_resource(role_statements(tpl, logical_id(stack, svc.sweeper.function.role)), "dynamodb:")
     assert grant_set(sweeper) == grant_set([
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.SWEEP_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PARKED_INDEX)),
@@ -480,7 +483,7 @@ def test_alarms_cover_the_operational_signals(variant) -> None:
     assert [a for a, _ in by_metric["Claims"]] == [takeover]
     assert any("100 * FILL(takeovers, 0) / FILL(claims, 0)" in m.get("Expression", "")
                for m in takeover["Metrics"])
-    sweeper_dims = [{"Name": "FunctionName", "Value": {"Ref": logical_id(stack, svc.sweeper_function)}}]
+    sweeper_dims = [{"Name": "FunctionName", "Value": {"Ref": logical_id(stack, svc.sweeper.function.function)}}]
     (errors,) = [m for _, m in by_metric["Errors"] if m["Dimensions"] == sweeper_dims]
     assert errors["Namespace"] == "AWS/Lambda"
     ((_, api5xx),) = by_metric["5xx"]
@@ -567,16 +570,16 @@ def test_worker_function(variant) -> None:
         "Timeout": want["timeout"],
         "MemorySize": want["memory"],
         "LoggingConfig": Match.object_like({"LogFormat": "JSON",
-                                            "LogGroup": {"Ref": logical_id(stack, svc.worker_log_group)}}),
-        "Role": getatt(logical_id(stack, svc.worker_role)),
+                                            "LogGroup": {"Ref": logical_id(stack, svc.worker.function.log_group)}}),
+        "Role": getatt(logical_id(stack, svc.worker.function.role)),
         "Environment": {"Variables": Match.object_like({
             "LEASEFENCE_WORKER_HANDLERS": want["handlers"],
             "LEASEFENCE_WORKER_TENANTS": want["tenants"],
             "LEASEFENCE_WORKER_LEASE_SECONDS": want["lease"],
             "LEASEFENCE_TABLE": {"Ref": logical_id(stack, svc.table)},
             "LEASEFENCE_PAYLOAD_BUCKET": {"Ref": logical_id(stack, svc.payload_bucket)},
-            "LEASEFENCE_LOG_HASH_KEY_PARAM": {"Ref": logical_id(stack, svc.log_hash_key)},
-            "LEASEFENCE_DUE_SHARDS": str(svc.spec.due_shards),
+            "LEASEFENCE_LOG_HASH_KEY_PARAM": {"Ref": logical_id(stack, svc.storage.log_hash_key)},
+            "LEASEFENCE_DUE_SHARDS": str(svc.props.due_shards),
         })},
     })
     env = props(tpl, logical_id(stack, svc.worker_function))["Environment"]["Variables"]
@@ -585,7 +588,7 @@ def test_worker_function(variant) -> None:
     assert "LEASEFENCE_TENANT_ROLE_ARN" not in env
     if name == "full":
         assert env["ACME_ORDERS_TABLE"] == "acme-orders" and env["ACME_LEDGER_TABLE"] == "acme-ledger"
-    assert props(tpl, logical_id(stack, svc.worker_log_group))["RetentionInDays"] == 30
+    assert props(tpl, logical_id(stack, svc.worker.function.log_group))["RetentionInDays"] == 30
     # A failed drain is not retried by Lambda (the next tick drains again).
     Template.from_json(tpl).has_resource_properties("AWS::Lambda::EventInvokeConfig", {
         "FunctionName": {"Ref": logical_id(stack, svc.worker_function)},
@@ -608,8 +611,8 @@ def test_worker_handler_layer(synth) -> None:
 
 def test_worker_schedule_retries_and_dlq(variant) -> None:
     name, stack, svc, tpl = variant
-    dlq = logical_id(stack, svc.worker_schedule_dlq)
-    schedule_role = logical_id(stack, svc.worker_schedule_role)
+    dlq = logical_id(stack, svc.worker.schedule.dlq)
+    schedule_role = logical_id(stack, svc.worker.schedule.role)
     Template.from_json(tpl).has_resource_properties("AWS::Scheduler::Schedule", {
         "ScheduleExpression": WORKER_EXPECTED[name]["rate"],
         "State": "ENABLED",
@@ -620,7 +623,7 @@ def test_worker_schedule_retries_and_dlq(variant) -> None:
             "DeadLetterConfig": {"Arn": getatt(dlq)},
         }),
     })
-    assert dlq != logical_id(stack, svc.schedule_dlq)  # its own DLQ, its own alarm
+    assert dlq != logical_id(stack, svc.sweeper.schedule.dlq)  # its own DLQ, its own alarm
     queue = props(tpl, dlq)
     if name == "default":
         assert queue["SqsManagedSseEnabled"] is True
@@ -647,7 +650,7 @@ def test_worker_role_is_exact(variant) -> None:
     name, stack, svc, tpl = variant
     table = logical_id(stack, svc.table)
     bucket = logical_id(stack, svc.payload_bucket)
-    statements = role_statements(tpl, logical_id(stack, svc.worker_role))
+    statements = role_statements(tpl, logical_id(stack, svc.worker.function.role))
     expected_dynamodb = [
         (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}), getatt(table)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.DUE_INDEX)),
@@ -665,14 +668,14 @@ def test_worker_role_is_exact(variant) -> None:
     # Its failed invocations go to its on-failure queue (Lambda sends them with this role).
     assert actions_by_resource(statements, "sqs:") == [
         (frozenset({"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"}),
-         getatt(logical_id(stack, svc.worker_failure_queue)))
+         getatt(logical_id(stack, svc.worker.failure_queue)))
     ]
     assert actions_by_resource(statements, "secretsmanager:") == [
         (frozenset({"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}),
-         {"Ref": logical_id(stack, svc.log_hash_key)})
+         {"Ref": logical_id(stack, svc.storage.log_hash_key)})
     ]
     assert actions_by_resource(statements, "logs:") == [
-        (frozenset({"logs:CreateLogStream", "logs:PutLogEvents"}), getatt(logical_id(stack, svc.worker_log_group)))
+        (frozenset({"logs:CreateLogStream", "logs:PutLogEvents"}), getatt(logical_id(stack, svc.worker.function.log_group)))
     ]
     assert actions_by_resource(statements, "xray:") == [
         (frozenset({"xray:PutTelemetryRecords", "xray:PutTraceSegments"}), "*")
@@ -699,7 +702,7 @@ def test_worker_role_is_exact(variant) -> None:
 def test_worker_never_reaches_the_sweep_index_or_lists(variant) -> None:
     _, stack, svc, tpl = variant
     table = logical_id(stack, svc.table)
-    statements = role_statements(tpl, logical_id(stack, svc.worker_role))
+    statements = role_statements(tpl, logical_id(stack, svc.worker.function.role))
     rendered = json.dumps(statements)
     assert f"/index/{schema.SWEEP_INDEX}" not in rendered
     assert "/index/*" not in rendered
@@ -709,7 +712,7 @@ def test_worker_never_reaches_the_sweep_index_or_lists(variant) -> None:
             assert not actions & {"dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"}
         if "dynamodb:Query" in actions:
             assert resource == index_arn(table, schema.DUE_INDEX)
-    assert svc.worker_role is not svc.api_role and svc.worker_role is not svc.sweeper_role
+    assert svc.worker.function.role not in (svc.api.function.role, svc.sweeper.function.role)
 
 
 def test_worker_alarms_and_dashboard(variant) -> None:
@@ -741,7 +744,7 @@ def test_worker_alarms_and_dashboard(variant) -> None:
     template.has_resource_properties("AWS::CloudWatch::Alarm", {
         "Namespace": "AWS/SQS", "MetricName": "ApproximateNumberOfMessagesVisible",
         "Dimensions": [{"Name": "QueueName",
-                        "Value": getatt(logical_id(stack, svc.worker_schedule_dlq), "QueueName")}],
+                        "Value": getatt(logical_id(stack, svc.worker.schedule.dlq), "QueueName")}],
         "Threshold": 1,
     })
     (dashboard,) = resources(tpl, "AWS::CloudWatch::Dashboard").values()
@@ -758,7 +761,7 @@ def test_no_worker_no_worker_resources(prebuilt_layer) -> None:
     stack = Stack(App(), "Minimal")  # (the stack name is in the metrics namespace)
     svc = LeaseFenceService(stack, "LeaseFence", jwt_issuer="https://x/", jwt_audience=["a"],
                             core_layer=lambda_.Code.from_asset(str(prebuilt_layer)))
-    assert svc.worker_function is None and svc.worker_role is None and svc.worker_schedule is None
+    assert svc.worker is None and svc.worker_function is None
     template = Template.from_stack(stack)
     template.resource_count_is("AWS::Lambda::Function", 2)
     template.resource_count_is("AWS::Scheduler::Schedule", 1)
@@ -811,22 +814,22 @@ def test_invalid_worker_props_are_refused(overrides: dict[str, Any], message: st
 
 
 def test_worker_timeout_just_above_one_lease_is_accepted() -> None:
-    from leasefence_infra.service import FUNCTIONS_DIR
-    from leasefence_infra.worker import WORKER_MARGIN_SECONDS, validate_worker
+    from leasefence_infra.worker_props import WORKER_MARGIN_SECONDS, validate_worker
 
     validate_worker(_worker_props(lease_seconds=60, timeout=Duration.seconds(60 + WORKER_MARGIN_SECONDS + 1)),
-                    FUNCTIONS_DIR, reserved_env=[])
+                    reserved_env=[])
 
 
 def test_worker_settings_match_the_handler() -> None:
     """The construct's idea of the handler (entry point, margin, variables) is the handler's."""
     import ast
 
-    from leasefence_infra.service import FUNCTIONS_DIR, WORKER_ENV
-    from leasefence_infra.worker import WORKER_HANDLER, WORKER_MARGIN_SECONDS
+    from leasefence_infra.assets import functions_dir
+    from leasefence_infra.environment import WORKER_ENV
+    from leasefence_infra.worker_props import WORKER_HANDLER, WORKER_MARGIN_SECONDS
 
     module, _, function = WORKER_HANDLER.rpartition(".")
-    source = (FUNCTIONS_DIR / Path(*module.split("."))).with_suffix(".py").read_text()
+    source = (functions_dir() / Path(*module.split("."))).with_suffix(".py").read_text()
     tree = ast.parse(source)
     assert any(isinstance(n, ast.FunctionDef) and n.name == function for n in tree.body)
     (margin,) = [n.value.value for n in tree.body if isinstance(n, ast.Assign)
@@ -835,33 +838,6 @@ def test_worker_settings_match_the_handler() -> None:
     read = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
             and n.value.startswith("LEASEFENCE_WORKER_")}
     assert set(WORKER_ENV) <= read
-
-
-# ----------------------------------------------------------------------------- props
-
-
-@pytest.mark.parametrize(
-    "kwargs, message",
-    [
-        ({}, "jwt_issuer and jwt_audience are required"),
-        ({"jwt_issuer": "https://x/"}, "jwt_issuer and jwt_audience are required"),
-        ({"create_user_pool": True}, "user_pool_domain_prefix"),
-        ({"create_user_pool": True, "user_pool_domain_prefix": "p", "jwt_issuer": "https://x/"}, "not both"),
-        ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "due_shards": 0}, "shards"),
-        ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "payload_retention_days": -1}, "payload_retention_days"),
-        ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "identity_retention_days": 10}, "identity_retention_days"),
-        ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "log_level": "LOUD"}, "log_level"),
-        ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "metrics_namespace": "AWS/Lambda"}, "namespace"),
-        ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "metrics_namespace": "a$b"}, "namespace"),
-        ({"jwt_issuer": "https://x/", "jwt_audience": ["a"], "client_tenants": {"c": "t"}}, "client_tenants"),
-    ],
-)
-def test_invalid_props_are_refused(kwargs: dict[str, Any], message: str) -> None:
-    from aws_cdk import App
-
-    stack = Stack(App(), "Invalid")
-    with pytest.raises(ValueError, match=message):
-        LeaseFenceService(stack, "LeaseFence", core_layer=lambda_.Code.from_inline("x"), **kwargs)
 
 
 def test_layer_requirements_are_pinned() -> None:
@@ -884,7 +860,7 @@ def test_case9_api_timeout_covers_a_claims_retry_budget(synth) -> None:
     from leasefence.settings import STORE_CALL_WORST_S
 
     stack, svc, tpl = _svc(synth, "default")
-    timeout = props(tpl, logical_id(stack, svc.api_function))["Timeout"]
+    timeout = props(tpl, logical_id(stack, svc.api.function.function))["Timeout"]
     assert CLAIM_RETRY_BUDGET_MS / 1000 + STORE_CALL_WORST_S <= timeout < 30  # API Gateway's limit is 30 s
 
 
@@ -893,7 +869,7 @@ def test_the_deployed_routes_are_the_handlers_routes() -> None:
     serves but API Gateway does not route would be unreachable once deployed)."""
     from leasefence.api.security import ROUTES as HANDLER_ROUTES
 
-    from leasefence_infra.service import ROUTES as DEPLOYED_ROUTES
+    from leasefence_infra.contract import ROUTES as DEPLOYED_ROUTES
 
     assert {(m, p, s) for m, p, s in DEPLOYED_ROUTES} == {(r.method, r.template, r.scope) for r in HANDLER_ROUTES}
 
@@ -969,10 +945,10 @@ def test_async_invocations_fail_to_an_alarmed_queue(variant) -> None:
     name, stack, svc, tpl = variant
     template = Template.from_json(tpl)
     topic = {"Ref": logical_id(stack, svc.alarm_topic)}
-    pairs = [(svc.sweeper_function, svc.sweeper_failure_queue), (svc.worker_function, svc.worker_failure_queue)]
+    pairs = [(svc.sweeper.function.function, svc.sweeper.failure_queue), (svc.worker_function, svc.worker.failure_queue)]
     queues = {logical_id(stack, q) for _, q in pairs}
-    assert len(queues) == 2 and not queues & {logical_id(stack, svc.schedule_dlq),
-                                              logical_id(stack, svc.worker_schedule_dlq)}
+    assert len(queues) == 2 and not queues & {logical_id(stack, svc.sweeper.schedule.dlq),
+                                              logical_id(stack, svc.worker.schedule.dlq)}
     for fn, queue in pairs:
         qid = logical_id(stack, queue)
         template.has_resource_properties("AWS::Lambda::EventInvokeConfig", {
@@ -1000,7 +976,7 @@ def test_async_invocations_fail_to_an_alarmed_queue(variant) -> None:
         })
     # The API function is invoked synchronously: no async config of its own.
     configs = [c["Properties"]["FunctionName"] for c in resources(tpl, "AWS::Lambda::EventInvokeConfig").values()]
-    assert {"Ref": logical_id(stack, svc.api_function)} not in configs and len(configs) == 2
+    assert {"Ref": logical_id(stack, svc.api.function.function)} not in configs and len(configs) == 2
 
 
 def test_one_log_level_drives_powertools_and_lambda(variant) -> None:
@@ -1008,9 +984,9 @@ def test_one_log_level_drives_powertools_and_lambda(variant) -> None:
     name, stack, svc, tpl = variant
     level = "INFO" if name == "default" else "DEBUG"
     assert svc.log_level == level
-    functions = [svc.api_function, svc.sweeper_function, svc.worker_function]
-    if svc.pre_token_function is not None:
-        functions.append(svc.pre_token_function)
+    functions = [svc.api.function.function, svc.sweeper.function.function, svc.worker_function]
+    if svc.user_pool is not None and svc.user_pool.pre_token is not None:
+        functions.append(svc.user_pool.pre_token.function)
     for fn in functions:
         f = props(tpl, logical_id(stack, fn))
         assert f["LoggingConfig"]["LogFormat"] == "JSON"

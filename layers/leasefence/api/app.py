@@ -11,7 +11,8 @@ import base64
 import binascii
 import json
 import time
-from typing import Annotated, Any, Mapping
+from collections.abc import Mapping
+from typing import Annotated, Any
 from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
@@ -69,7 +70,7 @@ def _any_error(exc: Exception) -> Response:
 
 
 @app.not_found
-def _no_route(exc: Exception) -> Response:
+def _no_route(_exc: Exception) -> Response:
     return errors.to_response(errors.RouteNotFound("no such route"))
 
 
@@ -208,6 +209,8 @@ def enqueue(body: models.EnqueueRequest):
         stored = payloads.put(tenant, body.operation_id, canonical)
         payload_ref, payload_hash = stored.ref, canonical.hash
     else:
+        # EnqueueRequest's validator requires both when there is no inline payload.
+        assert body.payload_ref is not None and body.payload_hash is not None
         payload_ref, payload_hash = body.payload_ref, body.payload_hash
     try:
         result = (
@@ -442,7 +445,7 @@ def resolve(id: _OperationPath, body: models.ResolveRequest):
     "409 invalid_transition while the operation is claimed: erase it once it left claimed. A queued or "
     "parked operation keeps its state; a worker that claims it finds no payload and quarantines it.",
 )
-def erase(id: _OperationPath, body: models.EraseRequest | None = None):
+def erase(id: _OperationPath, body: models.EraseRequest | None = None):  # noqa: ARG001 - validated and documented, no fields
     caller = _caller("eraseOperation")
     tenant = caller.tenant_id
     return _operation(
@@ -504,9 +507,10 @@ def history(
     )
 
 
+# Every route is declared in ROUTES (Powertools keeps its routes in private lists).
 assert {r.operation_id for r in ROUTES} == {
     r.operation_id for r in app._static_routes + app._dynamic_routes
-}  # noqa: SLF001
+}
 
 
 # ---------------------------------------------------------------------------------- entry

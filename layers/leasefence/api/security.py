@@ -14,8 +14,9 @@ body rules) and the local server (``routeKey`` and ``pathParameters``).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from leasefence.api.errors import Forbidden, Unauthorized
 
@@ -122,7 +123,7 @@ def caller_from_event(event: Mapping[str, Any]) -> Caller:
     authorizer = context.get("authorizer") if isinstance(context, Mapping) else None
     jwt = authorizer.get("jwt") if isinstance(authorizer, Mapping) else None
     claims = jwt.get("claims") if isinstance(jwt, Mapping) else None
-    if not isinstance(claims, Mapping) or not claims:
+    if not isinstance(jwt, Mapping) or not isinstance(claims, Mapping) or not claims:
         raise Unauthorized("a bearer token is required")
     tenant_id = claims.get("tenant_id")
     if (

@@ -59,17 +59,26 @@ def _env(root: Path) -> dict[str, str]:
     return env
 
 
-def _time_import(module: str, root: Path, env: dict[str, str]) -> float:
+def _run_python(
+    module: str, args: list[str], root: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """A fresh interpreter that imports ``module``; a failed import raises (never a 0 figure)."""
     result = subprocess.run(
-        [sys.executable, "-c", _TIMER.format(module=module)],
+        [sys.executable, *args],
         cwd=root,
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
+        check=False,
     )
     if result.returncode != 0:
         raise RuntimeError(f"import {module} failed: {result.stderr.strip().splitlines()[-1:]}")
+    return result
+
+
+def _time_import(module: str, root: Path, env: dict[str, str]) -> float:
+    result = _run_python(module, ["-c", _TIMER.format(module=module)], root, env)
     return float(result.stdout.strip())
 
 
@@ -78,14 +87,7 @@ def importtime_breakdown(
 ) -> dict[str, Any]:
     """``-X importtime`` for one module: its cumulative time and the costliest top-level packages
     it pulled in (by the largest cumulative entry per top-level package)."""
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = _run_python(module, ["-X", "importtime", "-c", f"import {module}"], root, env)
     rows = []
     for line in result.stderr.splitlines():
         match = _LINE.match(line)
@@ -125,7 +127,7 @@ def measure(runs: int = 7) -> dict[str, Any]:
             times[module].append(_time_import(module, root, env))
     medians = {m: statistics.median(v) for m, v in times.items()}
     base = medians[BASELINE]
-    handlers = {}
+    handlers: dict[str, dict[str, Any]] = {}
     for module in HANDLERS:
         handlers[module] = {
             "median_ms": round(medians[module] * 1000, 1),

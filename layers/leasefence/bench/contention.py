@@ -17,10 +17,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from leasefence.engine import DEFAULT_CANDIDATE_PAGE, Engine
 from leasefence.bench.harness import ServerProcess
 from leasefence.bench.meter import Meter
 from leasefence.clock import system_clock
+from leasefence.engine import DEFAULT_CANDIDATE_PAGE, Engine
 from leasefence.schema import DEFAULT_DUE_SHARDS, TableSpec
 
 TENANT = "busy"

@@ -14,9 +14,9 @@ import warnings
 from typing import Any
 
 from leasefence import Engine
+from leasefence.bench import units as U
 from leasefence.bench.harness import ServerProcess
 from leasefence.bench.meter import Meter, Usage
-from leasefence.bench import units as U
 from leasefence.clock import ManualClock
 from leasefence.schema import TableSpec
 
@@ -54,7 +54,10 @@ def _plain_table(client: Any, name: str, keys: tuple[str, ...]) -> None:
     client.create_table(
         TableName=name,
         AttributeDefinitions=[{"AttributeName": k, "AttributeType": "S"} for k in keys],
-        KeySchema=[{"AttributeName": k, "KeyType": t} for k, t in zip(keys, ("HASH", "RANGE"))],
+        KeySchema=[
+            {"AttributeName": k, "KeyType": t}
+            for k, t in zip(keys, ("HASH", "RANGE"), strict=False)
+        ],
         BillingMode="PAY_PER_REQUEST",
     )
 
@@ -132,6 +135,7 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
                 TENANT, _ids(rng), JOB_TYPE, HASH, payload_ref=PAYLOAD_REF, target_class="B"
             )
             claim = engine.claim_next(TENANT, WORKER, lease_ms=LEASE_MS, job_types=[JOB_TYPE])
+        assert claim is not None
         clock.advance(LEASE_MS // 3)
         with meter.phase("heartbeat"):
             engine.heartbeat(TENANT, claim.operation_id, claim.fence, WORKER)
@@ -148,6 +152,7 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
     op = _ids(rng)
     engine.enqueue(LONG_TENANT, op, JOB_TYPE, HASH, payload_ref=PAYLOAD_REF, target_class="B")
     claim = engine.claim_next(LONG_TENANT, WORKER, lease_ms=LEASE_MS, job_types=[JOB_TYPE])
+    assert claim is not None
     step = LEASE_MS // 6
     for tick in range(1, 2 * long_job_heartbeats + 1):
         clock.advance(step)
@@ -240,6 +245,7 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
             big_tenant, big_op, "j" * 256, HASH, payload_ref="s3://" + "r" * 1019, target_class="B"
         )
         claim = engine.claim_next(big_tenant, "w" * 256, lease_ms=LEASE_MS, job_types=["j" * 256])
+        assert claim is not None
         engine.complete(big_tenant, big_op, claim.fence, "o" * 256)
     out["lifecycle_max_ids"] = _summary(meter.usage("max"), 1)
 

@@ -138,6 +138,6 @@ def measure(
         ),
         "sweeper_same_cost_small_vs_large": [
             (a["requests"], a["rcu"], a["wcu"]) == (b["requests"], b["rcu"], b["wcu"])
-            for a, b in zip(sweeps_small, sweeps_large)
+            for a, b in zip(sweeps_small, sweeps_large, strict=True)
         ],
     }

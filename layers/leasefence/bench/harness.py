@@ -26,8 +26,9 @@ import json
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any, Iterator
+from typing import Any
 
 from botocore.config import Config
 
@@ -35,7 +36,7 @@ from leasefence import keys
 from leasefence.clock import ManualClock
 from leasefence.engine import Engine
 from leasefence.local.embedded import LOCAL_REGION, EmbeddedAws, use_local_credentials
-from leasefence.schema import SWEEP_PK, SWEEP_SK, DUE_PK, DUE_SK, TableSpec
+from leasefence.schema import DUE_PK, DUE_SK, SWEEP_PK, SWEEP_SK, TableSpec
 
 ACCOUNT = "123456789012"
 HASH = "sha256:" + "a" * 64
@@ -51,7 +52,7 @@ class _CaptureClient:
         self.sink.append(kwargs["Item"])
         return {}
 
-    def update_item(self, **kwargs: Any) -> dict[str, Any]:
+    def update_item(self, **_kwargs: Any) -> dict[str, Any]:
         return {}  # the tenant's job-type directory: not an operation item
 
 
@@ -371,12 +372,15 @@ class _IndexCache:
 _CACHES: dict[int, tuple[Any, _IndexCache]] = {}
 
 
-def _cache_for(table: Any, create: bool = True) -> _IndexCache | None:
+def _cached(table: Any) -> _IndexCache | None:
     found = _CACHES.get(id(table))
-    if found is not None and found[0] is table:
-        return found[1]
-    if not create:
-        return None
+    return found[1] if found is not None and found[0] is table else None
+
+
+def _cache_for(table: Any) -> _IndexCache:
+    cache = _cached(table)
+    if cache is not None:
+        return cache
     cache = _IndexCache(table)
     _CACHES[id(table)] = (table, cache)
     return cache
@@ -493,9 +497,9 @@ def _tracking(original: Any, key_arg: str, position: int) -> Any:
             return original(self, table_name, *args, **kwargs)
         finally:
             table = self.tables.get(table_name)
-            cache = _cache_for(table, create=False) if table is not None else None
+            cache = _cached(table) if table is not None else None
             if cache is not None:
-                key = kwargs.get(key_arg) if key_arg in kwargs else args[position]
+                key = kwargs[key_arg] if key_arg in kwargs else args[position]
                 from moto.dynamodb.models.dynamo_type import DynamoType
 
                 cache.dirty.add(
@@ -579,14 +583,14 @@ def compare(
     for pk in partitions:
         for now in nows:
             for limit in limits:
-                request = dict(
-                    TableName=table,
-                    IndexName=index,
-                    KeyConditionExpression="#pk = :pk AND #at <= :now",
-                    ExpressionAttributeNames={"#pk": pk_name, "#at": sk_name},
-                    ExpressionAttributeValues={":pk": {"S": pk}, ":now": {"N": str(now)}},
-                    Limit=limit,
-                )
+                request = {
+                    "TableName": table,
+                    "IndexName": index,
+                    "KeyConditionExpression": "#pk = :pk AND #at <= :now",
+                    "ExpressionAttributeNames": {"#pk": pk_name, "#at": sk_name},
+                    "ExpressionAttributeValues": {":pk": {"S": pk}, ":now": {"N": str(now)}},
+                    "Limit": limit,
+                }
                 pages = {}
                 for mode in ("fast", "stock"):
                     if mode == "stock":
@@ -595,7 +599,7 @@ def compare(
                     try:
                         got, start = [], None
                         for _ in range(max_pages):
-                            extra = {"ExclusiveStartKey": start} if start else {}
+                            extra: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
                             page = client.query(**request, **extra)
                             got.append((page["Items"], page.get("LastEvaluatedKey")))
                             start = page.get("LastEvaluatedKey")

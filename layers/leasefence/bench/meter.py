@@ -24,8 +24,9 @@ import contextlib
 import re
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from botocore.exceptions import ClientError
 

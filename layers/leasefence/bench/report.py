@@ -6,8 +6,10 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from importlib import metadata
-from typing import Any, Callable
+from typing import Any
 
 from leasefence.bench import (
     coldstart,
@@ -44,46 +46,71 @@ STREAM_KEYS = (
     "usd_stream_path_per_million_lifecycles",
 )
 
-FULL = {
-    "cost_runs": 5,
-    "long_job_heartbeats": 30,
-    "tp_backlog": 256,
-    "tp_lifecycles": 384,
-    "tp_raw_per_thread": None,
-    "ct_queued": 10_000,
-    "ct_claims": 10_000,
-    "ct_variant_claims": 2_000,
-    "depth_deep": 100_000,
-    "depth_claims": 20,
-    "sweep_due": (0, 10, 100),
-    "fair_backlog": 50_000,
-    "import_runs": 7,
-    "sim_shards": [1, 2, 4, 8, 16, 32, 64],
-    "sim_seconds": 200,
-    "self_check": True,
-    "stream_runs": 50,
-    "stream_cost_runs": 5,
-}
-QUICK = {
-    "cost_runs": 2,
-    "long_job_heartbeats": 6,
-    "tp_backlog": 64,
-    "tp_lifecycles": 64,
-    "tp_raw_per_thread": 2,
-    "ct_queued": 1_000,
-    "ct_claims": 200,
-    "ct_variant_claims": 0,
-    "depth_deep": 2_000,
-    "depth_claims": 4,
-    "sweep_due": (0, 10),
-    "fair_backlog": 1_000,
-    "import_runs": 1,
-    "sim_shards": [1, 4, 16],
-    "sim_seconds": 40,
-    "self_check": False,
-    "stream_runs": 8,
-    "stream_cost_runs": 2,
-}
+
+@dataclass(frozen=True)
+class Scale:
+    """How much each benchmark does: FULL for the report, QUICK for a smoke run."""
+
+    cost_runs: int
+    long_job_heartbeats: int
+    tp_backlog: int
+    tp_lifecycles: int
+    tp_raw_per_thread: int | None
+    ct_queued: int
+    ct_claims: int
+    ct_variant_claims: int
+    depth_deep: int
+    depth_claims: int
+    sweep_due: tuple[int, ...]
+    fair_backlog: int
+    import_runs: int
+    sim_shards: list[int]
+    sim_seconds: int
+    self_check: bool
+    stream_runs: int
+    stream_cost_runs: int
+
+
+FULL = Scale(
+    cost_runs=5,
+    long_job_heartbeats=30,
+    tp_backlog=256,
+    tp_lifecycles=384,
+    tp_raw_per_thread=None,
+    ct_queued=10_000,
+    ct_claims=10_000,
+    ct_variant_claims=2_000,
+    depth_deep=100_000,
+    depth_claims=20,
+    sweep_due=(0, 10, 100),
+    fair_backlog=50_000,
+    import_runs=7,
+    sim_shards=[1, 2, 4, 8, 16, 32, 64],
+    sim_seconds=200,
+    self_check=True,
+    stream_runs=50,
+    stream_cost_runs=5,
+)
+QUICK = Scale(
+    cost_runs=2,
+    long_job_heartbeats=6,
+    tp_backlog=64,
+    tp_lifecycles=64,
+    tp_raw_per_thread=2,
+    ct_queued=1_000,
+    ct_claims=200,
+    ct_variant_claims=0,
+    depth_deep=2_000,
+    depth_claims=4,
+    sweep_due=(0, 10),
+    fair_backlog=1_000,
+    import_runs=1,
+    sim_shards=[1, 4, 16],
+    sim_seconds=40,
+    self_check=False,
+    stream_runs=8,
+    stream_cost_runs=2,
+)
 
 
 def _progress(message: str) -> None:
@@ -105,7 +132,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     sections: dict[str, Any] = {}
     started = time.time()
     with ServerProcess() as server:
-        if p["self_check"]:
+        if p.self_check:
             sections["accelerator_self_check"] = _timed(
                 "accelerator self-check", timings, server.self_check
             )
@@ -113,24 +140,20 @@ def run(quick: bool = False) -> dict[str, Any]:
             "cost",
             timings,
             lambda: cost.measure(
-                server, runs=p["cost_runs"], long_job_heartbeats=p["long_job_heartbeats"]
+                server, runs=p.cost_runs, long_job_heartbeats=p.long_job_heartbeats
             ),
         )
 
         def _contention() -> dict[str, Any]:
-            out = {
-                "default": contention.run(
-                    server, p["ct_queued"], 32, p["ct_claims"], label="default"
-                )
-            }
-            if p["ct_variant_claims"]:
+            out = {"default": contention.run(server, p.ct_queued, 32, p.ct_claims, label="default")}
+            if p.ct_variant_claims:
                 # The same queue with more shards and/or a larger page (both settings an engine already takes).
                 for shards, page in ((8, 24), (16, 16), (16, 24)):
                     out[f"due_shards_{shards}_page_{page}"] = contention.run(
                         server,
-                        p["ct_queued"],
+                        p.ct_queued,
                         32,
-                        p["ct_variant_claims"],
+                        p.ct_variant_claims,
                         due_shards=shards,
                         candidate_page=page,
                         label=f"s{shards}p{page}",
@@ -142,11 +165,11 @@ def run(quick: bool = False) -> dict[str, Any]:
             "depth",
             timings,
             lambda: depth.measure(
-                server, deep=p["depth_deep"], claims=p["depth_claims"], due_counts=p["sweep_due"]
+                server, deep=p.depth_deep, claims=p.depth_claims, due_counts=p.sweep_due
             ),
         )
         sections["fairness"] = _timed(
-            "fairness", timings, lambda: fairness.measure(server, backlog=p["fair_backlog"])
+            "fairness", timings, lambda: fairness.measure(server, backlog=p.fair_backlog)
         )
     # Throughput runs on its own fresh endpoint process (stock moto, no accelerator installed ever).
     sections["throughput"] = _timed(
@@ -154,31 +177,31 @@ def run(quick: bool = False) -> dict[str, Any]:
         timings,
         lambda: throughput.measure(
             (8, 32),
-            backlog=p["tp_backlog"],
-            lifecycles=p["tp_lifecycles"],
-            raw_per_thread=p["tp_raw_per_thread"],
+            backlog=p.tp_backlog,
+            lifecycles=p.tp_lifecycles,
+            raw_per_thread=p.tp_raw_per_thread,
         ),
     )
     sections["coldstart"] = _timed(
-        "cold start", timings, lambda: coldstart.measure(runs=p["import_runs"])
+        "cold start", timings, lambda: coldstart.measure(runs=p.import_runs)
     )
     sections["streams"] = _timed(
         "stream path",
         timings,
-        lambda: streams.measure(runs=p["stream_runs"], cost_runs=p["stream_cost_runs"]),
+        lambda: streams.measure(runs=p.stream_runs, cost_runs=p.stream_cost_runs),
     )
     sections["scale"] = _timed(
         "scale simulation",
         timings,
         lambda: scale_sim.table(
-            p["sim_shards"],
+            p.sim_shards,
             scale_sim.UnitCosts(
                 due_index_wcu=sections["cost"]["lifecycle"]["wcu_index"],
                 base_table_wcu=sections["cost"]["lifecycle"]["wcu"]
                 - sections["cost"]["lifecycle"]["wcu_index"],
                 claim_rcu=sections["cost"]["lifecycle"]["rcu"],
             ),
-            seconds=p["sim_seconds"],
+            seconds=p.sim_seconds,
         ),
     )
 
@@ -236,7 +259,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     report["sections"] = sections
     report["meta"] = {
         "quick": quick,
-        "parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in p.items()},
+        "parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(p).items()},
         "started_at_epoch_s": int(started),
         "seconds": timings,
         "total_seconds": round(sum(timings.values()), 1),
@@ -300,11 +323,13 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
             r["wcu_per_lifecycle"] <= 7,
             f"{r['wcu_per_lifecycle']:g} (enqueue {ph['enqueue']['wcu']:g}, claim {ph['claim']['wcu']:g}, "
             f"complete {ph['complete']['wcu']:g})",
-            f"{c['lifecycle']['wcu_index']:g} of the {r['wcu_per_lifecycle']:g} are index writes (enqueue: due put; claim: "
-            f"due delete + put, because due_at moves to the lease expiry; complete: due delete). The item is "
-            f"{c['claimed_item_bytes']} bytes; every write stays 1 unit up to 1 KB. With the longest ids, job type and "
-            f"payload reference the engine accepts: {c['lifecycle_max_ids']['wcu']:g}. One heartbeat adds "
-            f"{r['wcu_per_heartbeat_write']:g}: {r['wcu_per_lifecycle_with_heartbeat']:g} per lifecycle.",
+            f"{c['lifecycle']['wcu_index']:g} of the {r['wcu_per_lifecycle']:g} are index writes "
+            "(enqueue: due put; claim: due delete + put, because due_at moves to the lease expiry; "
+            f"complete: due delete). The item is {c['claimed_item_bytes']} bytes; every write stays "
+            "1 unit up to 1 KB. With the longest ids, job type and payload reference the engine "
+            f"accepts: {c['lifecycle_max_ids']['wcu']:g}. One heartbeat adds "
+            f"{r['wcu_per_heartbeat_write']:g}: {r['wcu_per_lifecycle_with_heartbeat']:g} per "
+            "lifecycle.",
         )
     )
     shallow = r["rcu_per_lifecycle_queue_depth_1"]
@@ -331,13 +356,15 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
             r["wcu_per_heartbeat"],
             r["wcu_per_heartbeat"] <= 1,
             f"{r['wcu_per_heartbeat_write']:g} per write; {r['wcu_per_heartbeat']:g} amortized in a polled tenant",
-            f"The heartbeat write is {r['wcu_per_heartbeat_write']:g} unit and never writes an index. But the due entry "
-            f"stays at the first lease expiry: in a tenant whose idle workers poll (every {hb['poll_every_ms'] // 1000} s "
-            f"here), each lease period ({hb['lease_ms'] // 1000} s, {hb['lease_ms'] // hb['heartbeat_every_ms']} "
-            f"heartbeats) of a job that outlives its lease also costs one refused claim write (1) and one repair that "
-            f"re-files the entry (1 + 2 index): {hb['poller_wcu']:g} units over {hb['heartbeats']} heartbeats "
-            f"({hb['poller_refused_claims']} refused claims, {hb['poller_repairs']} repairs). Where nobody polls, or the "
-            f"job ends within its first lease, a heartbeat costs {r['wcu_per_heartbeat_write']:g}.",
+            f"The heartbeat write is {r['wcu_per_heartbeat_write']:g} unit and never writes an "
+            "index. But the due entry stays at the first lease expiry: in a tenant whose idle "
+            f"workers poll (every {hb['poll_every_ms'] // 1000} s here), each lease period "
+            f"({hb['lease_ms'] // 1000} s, {hb['lease_ms'] // hb['heartbeat_every_ms']} heartbeats) "
+            "of a job that outlives its lease also costs one refused claim write (1) and one "
+            f"repair that re-files the entry (1 + 2 index): {hb['poller_wcu']:g} units over "
+            f"{hb['heartbeats']} heartbeats ({hb['poller_refused_claims']} refused claims, "
+            f"{hb['poller_repairs']} repairs). Where nobody polls, or the job ends within its first "
+            f"lease, a heartbeat costs {r['wcu_per_heartbeat_write']:g}.",
         )
     )
     rows.append(
@@ -384,16 +411,20 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
                 ">= 0.8",
                 value,
                 value >= 0.8,
-                f"{value:g} (moto caps it at {row['request_mix_ceiling']:g}; engine share {row['orchestration_ratio']:g})",
-                f"{n} workers: {row['lifecycles_per_s']:g} lifecycles/s; plain conditional UpdateItem {row['raw_update_per_s']:g}/s. "
-                f"On moto the engine's own requests cost more than a plain update (each replayed alone at {n} threads: put "
-                f"{replayed['put']:g}/s, index query {replayed['query']:g}/s (moto scans the table), claim update "
-                f"{replayed['claim']:g}/s, completion {replayed['complete']:g}/s (moto parses long update expressions "
-                f"slowly)), so even a zero-cost engine would reach {row['request_mix_ceiling']:g}. Against its own "
+                f"{value:g} (moto caps it at {row['request_mix_ceiling']:g}; engine share "
+                f"{row['orchestration_ratio']:g})",
+                f"{n} workers: {row['lifecycles_per_s']:g} lifecycles/s; plain conditional "
+                f"UpdateItem {row['raw_update_per_s']:g}/s. On moto the engine's own requests cost "
+                f"more than a plain update (each replayed alone at {n} threads: put "
+                f"{replayed['put']:g}/s, index query {replayed['query']:g}/s (moto scans the "
+                f"table), claim update {replayed['claim']:g}/s, completion "
+                f"{replayed['complete']:g}/s (moto parses long update expressions slowly)), so even "
+                f"a zero-cost engine would reach {row['request_mix_ceiling']:g}. Against its own "
                 f"requests' raw rates the engine reaches {row['orchestration_ratio']:g} "
-                f"({row['refused_claim_writes_per_claim']:g} refused claim writes per claim; endpoint CPU per lifecycle "
-                f"{row['cpu_ms_per_lifecycle']['endpoint']} ms vs {row['cpu_ms_per_lifecycle']['endpoint_replayed']} ms "
-                f"for the replayed requests). Timings are noisy on a shared machine (about +-10%).",
+                f"({row['refused_claim_writes_per_claim']:g} refused claim writes per claim; "
+                f"endpoint CPU per lifecycle {row['cpu_ms_per_lifecycle']['endpoint']} ms vs "
+                f"{row['cpu_ms_per_lifecycle']['endpoint_replayed']} ms for the replayed requests). "
+                "Timings are noisy on a shared machine (about +-10%).",
             )
         )
     w = ct["default"]
@@ -436,11 +467,13 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
             d["depth_read_ratio"],
             d["depth_read_ratio"] <= 1.1,
             f"{d['depth_read_ratio']:g} (requests {d['depth_request_ratio']:g})",
-            f"Per claim: {d['shallow']['rcu_per_claim']:g} read units and {d['shallow']['requests_per_claim']:g} requests "
-            f"at depth {d['shallow']['depth']}, {d['deep']['rcu_per_claim']:g} and {d['deep']['requests_per_claim']:g} at "
-            f"{d['deep']['depth']:,} (the shallow queue sometimes has an empty shard). Sweeper: one query per sweep "
-            f"shard plus one write per due entry, the same in a table of "
-            f"{d['sweeper_small_table'][-1]['table_items']:,} items and of {d['sweeper_large_table'][-1]['table_items']:,}: "
+            f"Per claim: {d['shallow']['rcu_per_claim']:g} read units and "
+            f"{d['shallow']['requests_per_claim']:g} requests at depth {d['shallow']['depth']}, "
+            f"{d['deep']['rcu_per_claim']:g} and {d['deep']['requests_per_claim']:g} at "
+            f"{d['deep']['depth']:,} (the shallow queue sometimes has an empty shard). Sweeper: one "
+            "query per sweep shard plus one write per due entry, the same in a table of "
+            f"{d['sweeper_small_table'][-1]['table_items']:,} items and of "
+            f"{d['sweeper_large_table'][-1]['table_items']:,}: "
             + ", ".join(
                 f"{row['due']} due: {row['requests']} requests, {row['rcu']:g} RCU, {row['wcu']:g} WCU"
                 for row in d["sweeper_large_table"]
@@ -483,8 +516,9 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
             cs["import_ratio_max"],
             cs["import_ratio_max"] <= 1.6,
             f"{cs['import_ratio_max']:g} (api {api['ratio']:g}, sweeper {sweeper['ratio']:g})",
-            f"Median of {cs['runs']} fresh imports: api handler {api['median_ms']:g} ms, sweeper {sweeper['median_ms']:g} ms, "
-            f"bare boto3 {cs['boto3_median_ms']:g} ms. Largest single costs (-X importtime, self): "
+            f"Median of {cs['runs']} fresh imports: api handler {api['median_ms']:g} ms, sweeper "
+            f"{sweeper['median_ms']:g} ms, bare boto3 {cs['boto3_median_ms']:g} ms. Largest single "
+            "costs (-X importtime, self): "
             + ", ".join(f"{k} {v:g} ms" for k, v in list(top_api.items())[:4])
             + ". aws_xray_sdk.core builds an X-Ray recorder and botocore clients at import; Powertools' Tracer "
             "imports it even when disabled.",
@@ -569,4 +603,4 @@ def render_table(report: dict[str, Any]) -> str:
         ]
         lines.append(f"| {i} | {row['name']} | {row['target']} | {row['result']} | {status} |")
         notes.append(f"{i}. {row['note']}")
-    return "\n".join(lines + ["", *notes])
+    return "\n".join([*lines, "", *notes])

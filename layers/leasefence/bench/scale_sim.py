@@ -53,7 +53,7 @@ def _poisson(rng: random.Random, lam: float) -> int:
     if lam <= 0:
         return 0
     if lam > 60:
-        return max(0, int(round(rng.gauss(lam, math.sqrt(lam)))))
+        return max(0, round(rng.gauss(lam, math.sqrt(lam))))
     threshold, k, p = math.exp(-lam), 0, 1.0
     while True:
         p *= rng.random()
@@ -136,7 +136,8 @@ def table(
 
 def render(result: dict[str, Any]) -> str:
     lines = [
-        "| due shards | lifecycles/s per tenant (index bound) | ideal (uniform) | without split-for-heat | binding | idle poll RCU |",
+        "| due shards | lifecycles/s per tenant (index bound) | ideal (uniform) | without "
+        "split-for-heat | binding | idle poll RCU |",
         "| ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for row in result["rows"]:

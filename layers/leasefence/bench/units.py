@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import base64
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Iterable
+from typing import Any
 
 KB = 1024
 READ_BLOCK = 4096

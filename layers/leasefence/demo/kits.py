@@ -8,10 +8,12 @@ effect, and just after it (before the completion write).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from leasefence.model import State, TargetClass
 from leasefence.targets import fenced_table, idempotent_api, same_table, single_shot
@@ -57,15 +59,13 @@ class Hooks:
 
 
 def _create_table(client: Any, name: str) -> None:
-    try:
+    with contextlib.suppress(client.exceptions.ResourceInUseException):
         client.create_table(
             TableName=name,
             AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
             KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
             BillingMode="PAY_PER_REQUEST",
         )
-    except client.exceptions.ResourceInUseException:
-        pass
 
 
 class Kit(ABC):
@@ -76,10 +76,10 @@ class Kit(ABC):
         self, hooks: Hooks | None = None, events: Callable[[str, float], None] | None = None
     ) -> None:
         self.hooks = hooks if hooks is not None else Hooks()
-        self.events = events if events is not None else (lambda name, value: None)
+        self.events = events if events is not None else (lambda _name, _value: None)
         self.lock = threading.Lock()
 
-    def setup(self, tenant_id: str, operation_id: str) -> None:
+    def setup(self, tenant_id: str, operation_id: str) -> None:  # noqa: B027 - optional hook
         """Prepare the target for one operation (class A: the order to refund)."""
 
     @abstractmethod

@@ -14,10 +14,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from leasefence.demo.kits import Hooks, Kit, SingleShotKit, all_kits, overtaken
 from leasefence.engine import Engine
 from leasefence.model import State
 from leasefence.schema import TableSpec
-from leasefence.demo.kits import Hooks, Kit, SingleShotKit, all_kits, overtaken
 from leasefence.worker import EngineBackend, Worker
 
 

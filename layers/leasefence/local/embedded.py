@@ -24,9 +24,10 @@ import threading
 import time
 import types
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from decimal import Decimal, InvalidOperation
-from typing import Any, Iterable, Mapping
+from typing import Any, ClassVar, cast
 
 import boto3
 
@@ -97,8 +98,8 @@ def install_fast_json_responses() -> None:
             return 200, headers, body
         return original(self, action_result)
 
-    DynamoHandler.serialized = serialized
-    DynamoHandler._leasefence_fast_json = True
+    DynamoHandler.serialized = serialized  # type: ignore[method-assign]
+    DynamoHandler._leasefence_fast_json = True  # type: ignore[attr-defined]
 
 
 def install_fast_index_sort() -> None:
@@ -179,7 +180,7 @@ def install_fast_index_sort() -> None:
             return Item(hash_key=self.hash_key, range_key=self.range_key, attrs=attrs)
         return original_project(self, projection_expressions)
 
-    Item.project = project
+    Item.project = project  # type: ignore[method-assign]
     original_hash = DynamoType.__hash__
 
     def hash_(self: DynamoType) -> int:
@@ -189,10 +190,10 @@ def install_fast_index_sort() -> None:
             return hash(("S", self.value))
         return original_hash(self)
 
-    Table.sorted_items = sorted_items
-    DynamoType.__eq__, DynamoType.__ne__ = eq, ne
-    DynamoType.__hash__ = hash_  # (also keeps hashability after redefining __eq__)
-    Table._leasefence_fast_sort = True
+    Table.sorted_items = sorted_items  # type: ignore[method-assign]
+    DynamoType.__eq__, DynamoType.__ne__ = eq, ne  # type: ignore[method-assign]
+    DynamoType.__hash__ = hash_  # type: ignore[method-assign]  # hashable again after __eq__
+    Table._leasefence_fast_sort = True  # type: ignore[attr-defined]
 
 
 def install_fast_update_expressions() -> None:
@@ -209,12 +210,18 @@ def install_fast_update_expressions() -> None:
     import functools
 
     from moto.dynamodb.parsing import expressions, validators
-    from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser, Node, UpdateExpression
+
+    # moto marks ast_nodes and expressions '# type: ignore' whole: mypy sees no names in them.
+    from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]
+        DepthFirstTraverser,
+        Node,
+        UpdateExpression,
+    )
 
     if getattr(DepthFirstTraverser, "_leasefence_fast", False):
         return
-    parser = expressions.UpdateExpressionParser
-    parser.make = staticmethod(functools.lru_cache(maxsize=512)(parser.make))  # type: ignore[assignment]
+    parser = expressions.UpdateExpressionParser  # type: ignore[attr-defined]
+    parser.make = staticmethod(functools.lru_cache(maxsize=512)(parser.make))
 
     def processing(self: Any) -> tuple[tuple[type, Any], ...]:
         table = self.__dict__.get("_leasefence_map")
@@ -258,7 +265,7 @@ def install_fast_update_expressions() -> None:
             return node  # an inner part: the top of the tree counts its clauses too
         return count_actions(self, node)
 
-    validators.ActionCountValidator.verify_action_counts = verify_action_counts
+    validators.ActionCountValidator.verify_action_counts = verify_action_counts  # type: ignore[method-assign]
     DepthFirstTraverser._leasefence_fast = True
 
 
@@ -292,8 +299,8 @@ def install_unsorted_query_candidates() -> None:
         finally:
             del self.all_items
 
-    Table.query = query
-    Table._leasefence_unsorted_query = True
+    Table.query = query  # type: ignore[method-assign]
+    Table._leasefence_unsorted_query = True  # type: ignore[attr-defined]
 
 
 def install_item_level_transaction_rollback() -> None:
@@ -309,7 +316,7 @@ def install_item_level_transaction_rollback() -> None:
     """
     import copy as copy_module
 
-    import moto.dynamodb.models as models
+    from moto.dynamodb import models
     from moto.dynamodb.models.dynamo_type import DynamoType
 
     backend_class = models.DynamoDBBackend
@@ -323,7 +330,7 @@ def install_item_level_transaction_rollback() -> None:
     shim.deepcopy = lambda value, memo=None: (
         value if isinstance(value, models.Table) else copy_module.deepcopy(value, memo)
     )
-    models.copy = shim
+    models.copy = shim  # type: ignore[assignment]
 
     def touched_items(
         self: Any, transact_items: list[dict[str, Any]]
@@ -373,8 +380,8 @@ def install_item_level_transaction_rollback() -> None:
                 del shard.items[length:]
             raise
 
-    backend_class.transact_write_items = transact_write_items
-    backend_class._leasefence_item_rollback = True
+    backend_class.transact_write_items = transact_write_items  # type: ignore[method-assign]
+    backend_class._leasefence_item_rollback = True  # type: ignore[attr-defined]
 
 
 def install_stream_iterator_pruning() -> None:
@@ -440,12 +447,13 @@ def stop_item_tracking() -> None:
     so a long-running endpoint grew by kilobytes per request and megabytes per transaction (6 GB
     in a 5,000-operation torture run). The embedded endpoint never uses those lists.
     """
-    import moto.dynamodb.models  # noqa: F401 - registers the model classes
+    import moto.dynamodb.models  # registers the model classes
     import moto.s3.models  # noqa: F401
     from moto.core.model_instances import model_data
 
     for service in ("dynamodb", "s3"):
-        for model in model_data[service].values():
+        classes: dict[str, Any] = model_data[service]  # moto types the classes as object
+        for model in classes.values():
             if not isinstance(model.instances_tracked, _Untracked):
                 model.instances_tracked = _Untracked()
 
@@ -523,7 +531,7 @@ class Fidelity:
             raise ValueError("reap_interval_s must be positive")
 
     #: Environment variable per field (``LEASEFENCE_FIDELITY=1`` switches the whole thing on).
-    ENV = {
+    ENV: ClassVar[dict[str, str]] = {
         "ttl_deletion": "LEASEFENCE_FIDELITY_TTL_DELETION",
         "ttl_lag_ms": "LEASEFENCE_FIDELITY_TTL_LAG_MS",
         "ttl_lag_min_ms": "LEASEFENCE_FIDELITY_TTL_LAG_MIN_MS",
@@ -602,7 +610,7 @@ def _same_value(a: Any, b: Any) -> bool:
 class _IndexShape:
     """What a table's global secondary indexes read of an item."""
 
-    __slots__ = ("relevant", "memberships")
+    __slots__ = ("memberships", "relevant")
 
     def __init__(self, table: Any) -> None:
         relevant: set[str] | None = {table.hash_key_attr} | (
@@ -647,7 +655,7 @@ class _IndexShape:
 
         if self.relevant is None:
             return copy.deepcopy(item)
-        result = Item.__new__(Item)
+        result = cast(Item, Item.__new__(Item))  # moto types __new__ as -> BaseModel
         result.hash_key, result.range_key = item.hash_key, item.range_key
         attrs = LimitedSizeDict.__new__(LimitedSizeDict)
         dict.__init__(attrs)
@@ -720,26 +728,25 @@ class FidelityState:
     def record(self, table: Any, key: tuple[Any, Any], old: Any, new: Any) -> None:
         """A write changed ``key`` of ``table`` from ``old`` to ``new`` (``None``: no item)."""
         config = self.config
-        if config.index_lag_ms > 0 and table.global_indexes:
-            if not _shape_of(table).same(old, new):
-                lag_ms = config.index_lag_min_ms
-                if config.index_lag_ms > lag_ms:
-                    lag_ms += _fraction(config.seed, "index", table.name, key) * (
-                        config.index_lag_ms - lag_ms
-                    )
-                if lag_ms > 0:
-                    now = time.monotonic()
-                    entry = (
-                        table.name,
-                        key,
-                        now + lag_ms / 1000,
-                        now + config.index_lag_ms / 1000,
-                        old,
-                    )
-                    if self.staging is not None:
-                        self.staging.append(entry)
-                    else:
-                        self._add_pending(*entry)
+        if config.index_lag_ms > 0 and table.global_indexes and not _shape_of(table).same(old, new):
+            lag_ms: float = config.index_lag_min_ms
+            if config.index_lag_ms > lag_ms:
+                lag_ms += _fraction(config.seed, "index", table.name, key) * (
+                    config.index_lag_ms - lag_ms
+                )
+            if lag_ms > 0:
+                now = time.monotonic()
+                entry = (
+                    table.name,
+                    key,
+                    now + lag_ms / 1000,
+                    now + config.index_lag_ms / 1000,
+                    old,
+                )
+                if self.staging is not None:
+                    self.staging.append(entry)
+                else:
+                    self._add_pending(*entry)
         if config.ttl_deletion and new is not None:
             ttl = table.ttl
             if ttl.get("TimeToLiveStatus") == "ENABLED":
@@ -766,7 +773,7 @@ class FidelityState:
             _, name, key = expiry.popleft()
             table = self.pending.get(name)
             entries = table.get(key) if table is not None else None
-            if entries is None:
+            if table is None or entries is None:
                 continue
             while entries and entries[0][0] <= now:
                 del entries[0]
@@ -793,7 +800,7 @@ class FidelityState:
         replace: dict[int, Any] = {}
         gone = []
         for (hash_key, range_key), entries in pending.items():
-            for visible_at, old in entries:
+            for visible_at, old in entries:  # noqa: B007 - the break keeps old for below
                 if visible_at > now:
                     break
             else:
@@ -935,7 +942,7 @@ class FidelityState:
             return None
         provisioned = False
         for action in actions:
-            op = next(iter(action.values()), {}) if isinstance(action, dict) and action else {}
+            op: Any = next(iter(action.values()), {}) if isinstance(action, dict) and action else {}
             backend = self.owned.get(op.get("TableName", "")) if isinstance(op, dict) else None
             table = backend.tables.get(op["TableName"]) if backend is not None else None
             if table is not None and getattr(table, "billing_mode", "") == "PROVISIONED":
@@ -964,9 +971,8 @@ def install_fidelity_hooks() -> None:
     """Record every item write (and answer index queries from the lagging view) for requests
     served by an endpoint with a :class:`Fidelity`. For any other request, and for every
     endpoint without one, the hooks call moto's own code unchanged."""
-    import copy
 
-    import moto.dynamodb.models as models
+    from moto.dynamodb import models
     from moto.dynamodb.models.dynamo_type import DynamoType
     from moto.dynamodb.models.table import Table
 
@@ -1003,7 +1009,7 @@ def install_fidelity_hooks() -> None:
         key = (
             key_of(table, _arg(args, kwargs, 1, "item_attrs") or {}) if table is not None else None
         )
-        if key is None:
+        if state is None or table is None or key is None:
             return original_put(self, *args, **kwargs)
         old = table.get_item(*key)  # replaced, never changed in place: no copy needed
         new = original_put(self, *args, **kwargs)
@@ -1018,7 +1024,7 @@ def install_fidelity_hooks() -> None:
             else None
         )
         old = original_delete(self, *args, **kwargs)
-        if table is not None and old is not None:
+        if state is not None and table is not None and old is not None:
             state.record(table, (old.hash_key, old.range_key), old, None)
         return old
 
@@ -1030,7 +1036,7 @@ def install_fidelity_hooks() -> None:
             else None
         )
         key = key_of(table, _arg(args, kwargs, 1, "key") or {}) if table is not None else None
-        if key is None:
+        if state is None or table is None or key is None:
             return original_update(self, *args, **kwargs)
         current = table.get_item(*key)
         old = None
@@ -1097,15 +1103,15 @@ def install_fidelity_hooks() -> None:
         finally:
             del self.all_items
 
-    backend_class.put_item = put_item
-    backend_class.delete_item = delete_item
-    backend_class.update_item = update_item
-    backend_class.transact_write_items = transact_write_items
-    backend_class.create_table = create_table
-    backend_class.delete_table = delete_table
-    backend_class.update_time_to_live = update_time_to_live
-    Table.query = query
-    backend_class._leasefence_fidelity = True
+    backend_class.put_item = put_item  # type: ignore[method-assign]
+    backend_class.delete_item = delete_item  # type: ignore[method-assign]
+    backend_class.update_item = update_item  # type: ignore[method-assign]
+    backend_class.transact_write_items = transact_write_items  # type: ignore[method-assign]
+    backend_class.create_table = create_table  # type: ignore[method-assign]
+    backend_class.delete_table = delete_table  # type: ignore[method-assign]
+    backend_class.update_time_to_live = update_time_to_live  # type: ignore[method-assign]
+    Table.query = query  # type: ignore[method-assign]
+    backend_class._leasefence_fidelity = True  # type: ignore[attr-defined]
 
 
 class FidelityApp(SerializedApp):
@@ -1311,7 +1317,7 @@ class EmbeddedAws:
         self.port = self._server.effective_port
         self._thread = threading.Thread(target=self._server.run, name="embedded-aws", daemon=True)
         self._thread.start()
-        if isinstance(self.app, FidelityApp) and self.fidelity.ttl_deletion:
+        if isinstance(self.app, FidelityApp) and self.app.state.config.ttl_deletion:
             self._stopping.clear()
             self._reaper = threading.Thread(
                 target=self._reap_forever, name="embedded-aws-ttl", daemon=True
@@ -1338,14 +1344,14 @@ class EmbeddedAws:
                 "this endpoint runs without fidelity (EmbeddedAws(fidelity=Fidelity(...)))"
             )
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
+        request = urllib.request.Request(  # noqa: S310 - this endpoint's own http:// URL
             self.endpoint + ADMIN_PREFIX + path,
             data=data,
             method="GET" if data is None else "POST",
             headers={"Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=60) as answer:
+            with urllib.request.urlopen(request, timeout=60) as answer:  # noqa: S310 - as above
                 return json.loads(answer.read())
         except urllib.error.HTTPError as error:
             raise RuntimeError(f"{path}: {error.read().decode(errors='replace')}") from error

@@ -20,17 +20,19 @@ Powertools resolver keeps per-request state in class attributes).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 
 from leasefence import auth
@@ -185,7 +187,7 @@ def http_api_event(
         "accountId": "000000000000",
         "apiId": "local",
         "domainName": host,
-        "domainPrefix": host.split(".")[0],
+        "domainPrefix": host.split(".", maxsplit=1)[0],
         "http": {
             "method": method,
             "path": raw_path,
@@ -295,7 +297,7 @@ class LocalApi:
 
     def docs_html(self) -> bytes:
         if self._docs_html is None:
-            import aws_lambda_powertools.event_handler as event_handler
+            from aws_lambda_powertools import event_handler
             from aws_lambda_powertools.event_handler.openapi.swagger_ui import generate_swagger_html
 
             assets = Path(event_handler.__file__).parent / "openapi" / "swagger_ui"
@@ -304,7 +306,7 @@ class LocalApi:
                 spec,
                 (assets / "swagger-ui-bundle.min.js").read_text(encoding="utf-8"),
                 (assets / "swagger-ui.min.css").read_text(encoding="utf-8"),
-                None,
+                "",  # no base URL: the script and styles above are inlined
                 None,
                 True,
             ).encode()
@@ -427,7 +429,7 @@ class LocalApi:
                     return self._serve
                 raise AttributeError(name)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: ARG002 - stdlib signature
                 if not api.quiet:
                     # Method and status only: the path holds operation ids.
                     sys.stderr.write(f"{self.command} -> {args[1] if len(args) > 1 else ''}\n")
@@ -562,10 +564,8 @@ class LocalStack:
         spec = config.table_spec
         create_table(self.aws.client("dynamodb"), spec, stream=self.streams)
         s3 = self.aws.client("s3")
-        try:
+        with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
             s3.create_bucket(Bucket=bucket)
-        except s3.exceptions.BucketAlreadyOwnedByYou:
-            pass
         self.table_name, self.bucket = table, bucket
         # Load the functions now (as a cold start would), so the first request is not the one to pay.
         load_function("api")

@@ -71,9 +71,10 @@ do not know the horizon: stop every old writer of a table before any new one pru
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
@@ -192,7 +193,7 @@ class FencedTable:
         if prune_age_ms <= 0:
             raise ValueError("prune_age_ms must be positive")
         self.store = Store(table_name, client=client)
-        self.events = events if events is not None else (lambda name, value: None)
+        self.events = events if events is not None else (lambda _name, _value: None)
         self.clock = clock if clock is not None else system_clock
         self.max_entries = max_entries
         self.prune_age_ms = prune_age_ms
@@ -377,7 +378,7 @@ class FencedTable:
             if error.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
                 raise _Refused(decode(error.response.get("Item"))) from None
             raise translate(error) from error
-        except Exception as error:  # noqa: BLE001 - translated, never swallowed
+        except Exception as error:  # translated, never swallowed
             raise translate(error) from error
 
 

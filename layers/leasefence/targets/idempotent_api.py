@@ -9,7 +9,8 @@ defines it (its retention window, its payload-mismatch rule), not fencing.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from leasefence.targets.identity import identity_digest
 from leasefence.worker.runtime import Ambiguous, Job, Reconciled
@@ -35,7 +36,7 @@ def call(job: Job, api: IdempotentApi, request: Any) -> Any:
 
 
 def reconcile(
-    job: Job, api: IdempotentApi, outcome: Callable[[Any], str] = lambda result: "reconciled"
+    job: Job, api: IdempotentApi, outcome: Callable[[Any], str] = lambda _result: "reconciled"
 ) -> Reconciled:
     """Look the key up: found -> done; not found -> not done (safe to send under the key)."""
     result = api.lookup(idempotency_key(job.tenant_id, job.operation_id))

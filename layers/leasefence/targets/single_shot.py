@@ -8,7 +8,8 @@ for a person or an out-of-band check. Operations of class D have one attempt. Th
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from leasefence.worker.runtime import Ambiguous, Job, Permanent, Reconciled
 
@@ -24,7 +25,7 @@ def call_once(job: Job, send: Callable[[], Any], what: str = "call") -> Any:
         return send()
     except NotSent as error:
         raise Permanent(str(error) or "not sent") from error
-    except Exception as error:  # noqa: BLE001 - any other failure leaves the outcome unknown
+    except Exception as error:  # any other failure leaves the outcome unknown
         raise Ambiguous(f"{what} outcome unknown: {type(error).__name__}") from error
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 from leasefence.engine import MISSING, Engine
 from leasefence.model import Claim

@@ -11,7 +11,8 @@ identity from ``(tenant_id, operation_id)``, so the backend is told the token's 
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from leasefence.client import Claim as HttpClaim
 from leasefence.client import LeaseFenceClient

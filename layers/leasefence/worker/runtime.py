@@ -36,9 +36,10 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Mapping, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from leasefence.engine import MISSING
 from leasefence.errors import NotFound, PayloadMissing, StaleFence, TargetRefused, Unavailable
@@ -332,7 +333,7 @@ class Worker:
         self.heartbeat_interval_ms = heartbeat_interval_ms or max(lease_ms // 3, 50)
         self.idle_sleep_ms = idle_sleep_ms
         self.shutdown_grace_ms = shutdown_grace_ms
-        self.events = events if events is not None else (lambda name, value: None)
+        self.events = events if events is not None else (lambda _name, _value: None)
         self._stopping = threading.Event()
         self.current: Job | None = None
 
@@ -458,7 +459,7 @@ class Worker:
             # reconciles (on the last attempt the sweeper parks it unknown, never failed_terminal).
             self.events("AbandonedStoreUnavailable", 1)
             log.warning("store unavailable: claim left to lapse", extra={"op": _tag(claim)})
-        except Exception as error:  # noqa: BLE001 - a handler bug must not kill the worker
+        except Exception as error:  # a handler bug must not kill the worker
             log.exception("handler raised", extra={"op": _tag(claim)})
             if claim.target_class is TargetClass.D:
                 # No lookup, no second call: anything unexpected after the intent is ambiguous.

@@ -1,0 +1,278 @@
+"""The HTTP API of a ``LeaseFenceService``: the API function (every route), its JWT authorizer,
+one authorization scope per route exactly as the public contract lists, ``GET /v1/health`` open,
+JSON access logs, default-stage throttling, and the optional tenant-scoped role."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import jsii
+from aws_cdk import Duration
+from aws_cdk import aws_apigateway as apigw_v1
+from aws_cdk import aws_apigatewayv2 as apigw
+from aws_cdk import aws_apigatewayv2_integrations as integrations
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from leasefence import keys
+from leasefence.engine import CLAIM_RETRY_BUDGET_MS
+from leasefence.settings import STORE_CALL_WORST_S
+
+from .contract import ROUTES
+from .function import FunctionRuntime, ServiceFunction
+from .nag import acknowledge
+from .storage import Storage
+
+API_HANDLER = "api.handler.lambda_handler"
+
+#: What the API function does to the table: read/create/fenced-update one item, query a tenant's
+#: partition (list) and a tenant's ``due`` shards (claim). Nothing else (no Scan, no Delete, no
+#: batch, no ``sweep`` index). If the engine starts using TransactWriteItems, add the per-item
+#: actions it needs (e.g. ``dynamodb:ConditionCheckItem``) here and in the tests.
+API_TABLE_ACTIONS = (
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:Query",
+)
+API_DUE_INDEX_ACTIONS = ("dynamodb:Query",)
+#: Inline payloads live in the bucket under the payload prefix: written on enqueue (conditional
+#: put), read by GET .../payload, and an orphan left by an enqueue that lost a race is deleted.
+API_BUCKET_ACTIONS = ("s3:PutObject", "s3:GetObject", "s3:DeleteObject")
+#: ListBucket only so that S3 answers GetObject on a missing object with 404 NoSuchKey instead
+#: of 403 AccessDenied (the engine maps the former to "no payload"). Object keys are keyed
+#: hashes, so a listing reveals no ids.
+API_BUCKET_LIST_ACTIONS = ("s3:ListBucket",)
+
+#: Session tag carrying the caller's tenant when ``tenant_isolation`` is on.
+TENANT_TAG = "tenant_id"
+TENANT_TAG_VARIABLE = "${aws:PrincipalTag/" + TENANT_TAG + "}"
+
+#: The API function's timeout: a claim's whole retry budget (its own retries, then one more store
+#: call with the client's retries) fits in it, and it stays within API Gateway's 30 s limit.
+API_TIMEOUT_S = 29
+assert CLAIM_RETRY_BUDGET_MS / 1000 + STORE_CALL_WORST_S <= API_TIMEOUT_S < 30
+
+_ACCESS_LOG_FORMAT = json.dumps(
+    {
+        # Route *templates* only, never the path: the path holds operation ids, which the
+        # service keeps out of logs (ids are logged as keyed hashes by the functions).
+        "requestId": "$context.requestId",
+        "requestTime": "$context.requestTime",
+        "routeKey": "$context.routeKey",
+        "status": "$context.status",
+        "protocol": "$context.protocol",
+        "responseLength": "$context.responseLength",
+        "responseLatencyMs": "$context.responseLatency",
+        "integrationLatencyMs": "$context.integrationLatency",
+        "integrationStatus": "$context.integrationStatus",
+        "integrationError": "$context.integrationErrorMessage",
+        "authorizerError": "$context.authorizer.error",
+        "sourceIp": "$context.identity.sourceIp",
+        "userAgent": "$context.identity.userAgent",
+    },
+    separators=(",", ":"),
+)
+
+
+class Api(Construct):
+    """``Function`` (the API function), ``HttpApi`` with one route per contract route,
+    ``DefaultStage``, ``AccessLogs`` and, with tenant isolation, ``TenantAccessRole``.
+
+    ``authorizer`` must be of type JWT: the API function reads the caller's ``tenant_id`` and
+    ``scope`` from ``requestContext.authorizer.jwt.claims`` (checked here).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        runtime: FunctionRuntime,
+        storage: Storage,
+        environment: Mapping[str, str],
+        authorizer: apigw.IHttpRouteAuthorizer,
+        tenant_isolation: bool,
+        memory_mb: int,
+        throttling_rate_limit: float,
+        throttling_burst_limit: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self._storage = storage
+        api_environment = dict(environment)
+        self.function = ServiceFunction(
+            self,
+            "Function",
+            runtime=runtime,
+            handler=API_HANDLER,
+            description="leasefence HTTP API (all routes)",
+            environment=api_environment,
+            memory_mb=memory_mb,
+            timeout=Duration.seconds(API_TIMEOUT_S),
+        )
+        role = self.function.role
+
+        self.tenant_role: iam.Role | None = None
+        if tenant_isolation:
+            self.tenant_role = self._tenant_role(role)
+            self.function.function.add_environment(
+                "LEASEFENCE_TENANT_ROLE_ARN", self.tenant_role.role_arn
+            )
+            self.function.function.add_environment("LEASEFENCE_TENANT_SESSION_TAG", TENANT_TAG)
+        else:
+            # Tenant scoping without isolation: the handler takes the tenant only from the
+            # verified JWT claim (requestContext.authorizer.jwt.claims.tenant_id) and every key
+            # it builds starts with it; IAM confines the function to this table, its `due` index
+            # and the four actions, not to one tenant's partition. See infra/README.md.
+            storage.grant_table(role, API_TABLE_ACTIONS, [storage.table.table_arn])
+            storage.grant_table(role, API_DUE_INDEX_ACTIONS, [storage.due_index_arn])
+        storage.grant_payload_objects(
+            role,
+            "PayloadObjects",
+            API_BUCKET_ACTIONS,
+            "enqueue writes them, GET .../payload reads them, a lost race deletes one.",
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="PayloadMissingIs404",
+                actions=list(API_BUCKET_LIST_ACTIONS),
+                resources=[storage.payload_bucket.bucket_arn],
+                # No s3:prefix condition: a GetObject carries no prefix key, so a conditioned
+                # grant would not count and S3 would still answer 403.
+            )
+        )
+        storage.grant_data_keys(role)
+        storage.log_hash_key.grant_read(role)
+
+        # ------------------------------------------------------------------ HTTP API
+        self.authorizer = authorizer
+        self.http_api = apigw.HttpApi(
+            self, "HttpApi", description="leasefence public API v1", create_default_stage=False
+        )
+        self.access_log_group = logs.LogGroup(
+            self,
+            "AccessLogs",
+            retention=runtime.log_retention,
+            removal_policy=runtime.removal_policy,
+        )
+        self.stage = apigw.HttpStage(
+            self,
+            "DefaultStage",
+            http_api=self.http_api,
+            stage_name="$default",
+            auto_deploy=True,
+            throttle=apigw.ThrottleSettings(
+                rate_limit=throttling_rate_limit, burst_limit=throttling_burst_limit
+            ),
+            access_log_settings=_AccessLogSettings(self.access_log_group),
+        )
+        integration = integrations.HttpLambdaIntegration(
+            "ApiIntegration",
+            self.function.function,
+            payload_format_version=apigw.PayloadFormatVersion.VERSION_2_0,
+        )
+        self.routes: dict[tuple[str, str], apigw.HttpRoute] = {}
+        for method, path, route_scope in ROUTES:
+            (route,) = self.http_api.add_routes(
+                path=path,
+                methods=[apigw.HttpMethod(method)],
+                integration=integration,
+                authorizer=authorizer if route_scope else apigw.HttpNoneAuthorizer(),
+                authorization_scopes=[route_scope] if route_scope else None,
+            )
+            self.routes[(method, path)] = route
+            if route_scope is None:
+                acknowledge(
+                    route,
+                    "AwsSolutions-APIG4",
+                    "GET /v1/health is open by contract (load balancers and uptime checks call "
+                    "it without a token); it returns a constant and reads no data.",
+                )
+            else:
+                kind = route.node.default_child.authorization_type
+                if kind != "JWT":
+                    raise ValueError(
+                        f"authorizer must be a JWT authorizer (HttpJwtAuthorizer or HttpUserPoolAuthorizer), "
+                        f"not {kind}: the API function reads tenant_id and scope from the JWT claims"
+                    )
+
+    @property
+    def url(self) -> str:
+        """``https://<api-id>.execute-api.<region>.amazonaws.com`` (no trailing slash)."""
+        return self.http_api.api_endpoint
+
+    def _tenant_role(self, api_role: iam.IRole) -> iam.Role:
+        """A role the API function assumes per tenant, tagged ``tenant_id=<claim>``.
+
+        Its DynamoDB permissions only reach items whose partition key is the session's tenant
+        (``dynamodb:LeadingKeys``): the table's ``tenant_id`` and the ``due`` index's
+        ``<tenant_id>#<shard>`` partitions. Two statements, so that a tenant named ``T`` cannot
+        read table rows of a tenant named ``T#0``.
+        """
+        storage = self._storage
+        principal = iam.PrincipalWithConditions(
+            api_role,
+            {
+                "StringLike": {f"aws:RequestTag/{TENANT_TAG}": "?*"},
+                "ForAllValues:StringEquals": {"aws:TagKeys": [TENANT_TAG]},
+            },
+        ).with_session_tags()
+        role = iam.Role(
+            self,
+            "TenantAccessRole",
+            assumed_by=principal,
+            description="leasefence API, one tenant per session (dynamodb:LeadingKeys = session tag)",
+            max_session_duration=Duration.hours(1),
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="OwnTenantItems",
+                actions=list(API_TABLE_ACTIONS),
+                resources=[storage.table.table_arn],
+                conditions={
+                    "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [TENANT_TAG_VARIABLE]}
+                },
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="OwnTenantDueShards",
+                actions=list(API_DUE_INDEX_ACTIONS),
+                resources=[storage.due_index_arn],
+                # Due partitions are <tenant>#<shard>#<job type>. A tenant usable with isolation is
+                # a session tag value, which holds no '#', '*' or '?': the pattern matches exactly
+                # this tenant's partitions.
+                conditions={
+                    "ForAllValues:StringLike": {
+                        "dynamodb:LeadingKeys": [f"{keys.escape_tenant(TENANT_TAG_VARIABLE)}#*"]
+                    }
+                },
+            )
+        )
+        storage.grant_data_keys(role)
+        api_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="AssumeTenantRole",
+                actions=["sts:AssumeRole", "sts:TagSession"],
+                resources=[role.role_arn],
+            )
+        )
+        return role
+
+
+@jsii.implements(apigw.IAccessLogSettings)
+class _AccessLogSettings:
+    """``IAccessLogSettings`` (a jsii interface) for the HTTP API stage: one JSON line a request."""
+
+    def __init__(self, log_group: logs.ILogGroup) -> None:
+        self._log_group = log_group
+
+    @property
+    def destination(self) -> apigw.IAccessLogDestination:
+        return apigw.LogGroupLogDestination(self._log_group)
+
+    @property
+    def format(self) -> apigw_v1.AccessLogFormat:
+        return apigw_v1.AccessLogFormat.custom(_ACCESS_LOG_FORMAT)

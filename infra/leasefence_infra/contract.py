@@ -1,0 +1,27 @@
+"""The public API contract as the HTTP API deploys it: routes and their one scope each."""
+
+from __future__ import annotations
+
+SCOPE_PRODUCE = "leasefence/produce"
+SCOPE_WORK = "leasefence/work"
+SCOPE_OPERATE = "leasefence/operate"
+#: Resource server identifier of the optional Cognito user pool (scopes ``<id>/<name>``).
+RESOURCE_SERVER_ID = "leasefence"
+
+#: Every route of the public contract (section 4) with the one scope section 2 gives it.
+#: ``None``: open route (no authorizer). A test keeps it equal to the API function's own table.
+ROUTES: tuple[tuple[str, str, str | None], ...] = (
+    ("GET", "/v1/health", None),
+    ("POST", "/v1/operations", SCOPE_PRODUCE),
+    ("GET", "/v1/operations/{id}", SCOPE_PRODUCE),
+    ("POST", "/v1/claims", SCOPE_WORK),
+    ("POST", "/v1/operations/{id}/heartbeat", SCOPE_WORK),
+    ("POST", "/v1/operations/{id}/complete", SCOPE_WORK),
+    ("POST", "/v1/operations/{id}/fail", SCOPE_WORK),
+    ("POST", "/v1/operations/{id}/unknown", SCOPE_WORK),
+    ("POST", "/v1/operations/{id}/quarantine", SCOPE_WORK),
+    ("GET", "/v1/operations/{id}/payload", SCOPE_WORK),
+    ("GET", "/v1/operations", SCOPE_OPERATE),
+    ("POST", "/v1/operations/{id}/resolve", SCOPE_OPERATE),
+    ("POST", "/v1/operations/{id}/erase", SCOPE_OPERATE),
+)

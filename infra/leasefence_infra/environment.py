@@ -1,0 +1,66 @@
+"""The environment variables the construct sets on its functions (read by ``leasefence.settings``)."""
+
+from __future__ import annotations
+
+#: On every function that runs the engine (API, sweeper, worker).
+SHARED_ENV = (
+    "LEASEFENCE_TABLE",
+    "LEASEFENCE_PAYLOAD_BUCKET",
+    "LEASEFENCE_DUE_SHARDS",
+    "LEASEFENCE_SWEEP_SHARDS",
+    "LEASEFENCE_LOG_HASH_KEY_PARAM",
+    "LEASEFENCE_IDENTITY_RETENTION_DAYS",
+    "LEASEFENCE_PAYLOAD_RETENTION_DAYS",
+    "POWERTOOLS_SERVICE_NAME",
+    "POWERTOOLS_METRICS_NAMESPACE",
+    "POWERTOOLS_LOG_LEVEL",
+    "POWERTOOLS_TRACER_CAPTURE_RESPONSE",
+)
+#: On the API function with tenant isolation.
+TENANT_ENV = ("LEASEFENCE_TENANT_ROLE_ARN", "LEASEFENCE_TENANT_SESSION_TAG")
+#: On the worker function only.
+WORKER_ENV = (
+    "LEASEFENCE_WORKER_HANDLERS",
+    "LEASEFENCE_WORKER_TENANTS",
+    "LEASEFENCE_WORKER_LEASE_SECONDS",
+)
+#: Every variable the construct sets (a worker's own ``environment`` may not replace one).
+RESERVED_ENV = (*SHARED_ENV, *TENANT_ENV, *WORKER_ENV)
+
+#: POWERTOOLS_SERVICE_NAME, and the ``service`` dimension of every metric.
+SERVICE_NAME = "leasefence"
+
+
+def shared_environment(
+    *,
+    table_name: str,
+    bucket_name: str,
+    due_shards: int,
+    sweep_shards: int,
+    log_hash_secret_arn: str,
+    identity_retention_days: int | None,
+    payload_retention_days: int,
+    metrics_namespace: str,
+    powertools_log_level: str,
+) -> dict[str, str]:
+    """:data:`SHARED_ENV`, filled in (names follow the brought-in or created resources)."""
+    environment = {
+        "LEASEFENCE_TABLE": table_name,
+        "LEASEFENCE_PAYLOAD_BUCKET": bucket_name,
+        "LEASEFENCE_DUE_SHARDS": str(due_shards),
+        "LEASEFENCE_SWEEP_SHARDS": str(sweep_shards),
+        # A Secrets Manager secret ARN (a valid SecretId for GetSecretValue / Powertools
+        # parameters.get_secret): the functions read it once per cold start.
+        "LEASEFENCE_LOG_HASH_KEY_PARAM": log_hash_secret_arn,
+        "LEASEFENCE_IDENTITY_RETENTION_DAYS": (
+            "forever" if identity_retention_days is None else str(identity_retention_days)
+        ),
+        "LEASEFENCE_PAYLOAD_RETENTION_DAYS": str(payload_retention_days),
+        "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+        "POWERTOOLS_METRICS_NAMESPACE": metrics_namespace,
+        "POWERTOOLS_LOG_LEVEL": powertools_log_level,
+        # Traces must not carry payloads or ids in responses.
+        "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
+    }
+    assert set(environment) == set(SHARED_ENV)
+    return environment

@@ -1,0 +1,141 @@
+"""One function of the service: its log group, its own least-privilege role, the function.
+
+Every function runs Python 3.12 on arm64 with X-Ray, JSON logs in its own log group, and one log
+level that drives both Powertools and Lambda's log filtering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_destinations as destinations
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from .nag import acknowledge
+from .versions import powertools_layer_parameter
+
+#: Public SSM parameter naming the AWS-managed Powertools layer (arm64, py3.12) of the locked
+#: aws-lambda-powertools version (``versions.py``; ``powertools_layer_parameter("3.x.y")`` for another).
+POWERTOOLS_LAYER_PARAMETER = powertools_layer_parameter()
+
+#: One ``log_level`` drives Powertools (POWERTOOLS_LOG_LEVEL) and Lambda's JSON log filtering
+#: (application and system log level): name -> (Powertools, application, system).
+LOG_LEVELS: dict[str, tuple[str, lambda_.ApplicationLogLevel, lambda_.SystemLogLevel]] = {
+    "DEBUG": ("DEBUG", lambda_.ApplicationLogLevel.DEBUG, lambda_.SystemLogLevel.DEBUG),
+    "INFO": ("INFO", lambda_.ApplicationLogLevel.INFO, lambda_.SystemLogLevel.INFO),
+    "WARNING": ("WARNING", lambda_.ApplicationLogLevel.WARN, lambda_.SystemLogLevel.WARN),
+    "WARN": ("WARNING", lambda_.ApplicationLogLevel.WARN, lambda_.SystemLogLevel.WARN),
+    "ERROR": ("ERROR", lambda_.ApplicationLogLevel.ERROR, lambda_.SystemLogLevel.WARN),
+    "CRITICAL": ("CRITICAL", lambda_.ApplicationLogLevel.FATAL, lambda_.SystemLogLevel.WARN),
+}
+
+_PINNED_RUNTIME_REASON = (
+    "Pinned to python3.12 on purpose: the AWS-managed Powertools layer is resolved from "
+    f"{POWERTOOLS_LAYER_PARAMETER} and the core layer is built for cp312; moving runtimes is a "
+    "deliberate change of both."
+)
+
+
+@dataclass(frozen=True)
+class FunctionRuntime:
+    """What every function of one service shares: the handlers' code asset, the layers (core +
+    Powertools), the log level, and the retention and removal policy of its log group."""
+
+    code: lambda_.Code
+    layers: tuple[lambda_.ILayerVersion, ...]
+    log_level: str
+    log_retention: logs.RetentionDays
+    removal_policy: RemovalPolicy
+
+    def powertools_log_level(self) -> str:
+        return LOG_LEVELS[self.log_level][0]
+
+
+class ServiceFunction(Construct):
+    """A function with its own log group (``Logs``) and role (``Role``, no managed policy: only
+    its log group, X-Ray, and what its concern grants it).
+
+    ``layers=()`` gives a function that uses the standard library only (the Cognito trigger),
+    without tracing.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        runtime: FunctionRuntime,
+        handler: str,
+        description: str,
+        environment: Mapping[str, str],
+        memory_mb: int,
+        timeout: Duration,
+        layers: Sequence[lambda_.ILayerVersion] | None = None,
+        retry_attempts: int | None = None,
+        max_event_age: Duration | None = None,
+        on_failure: sqs.IQueue | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        layers = list(runtime.layers if layers is None else layers)
+        traced = bool(layers)
+        self.log_group = logs.LogGroup(
+            self, "Logs", retention=runtime.log_retention, removal_policy=runtime.removal_policy
+        )
+        # Own role instead of the default one: no AWSLambdaBasicExecutionRole (logs:* on every
+        # log group), only this function's log group.
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"{description}: least privilege",
+        )
+        self.log_group.grant_write(self.role)
+        _, application_level, system_level = LOG_LEVELS[runtime.log_level]
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            description=description,
+            runtime=lambda_.Runtime.PYTHON_3_12,
+            architecture=lambda_.Architecture.ARM_64,
+            code=runtime.code,
+            handler=handler,
+            role=self.role,
+            log_group=self.log_group,
+            logging_format=lambda_.LoggingFormat.JSON,
+            # The same level as POWERTOOLS_LOG_LEVEL: Lambda drops JSON log lines below it.
+            application_log_level_v2=application_level,
+            system_log_level_v2=system_level,
+            environment=dict(environment),
+            layers=layers or None,
+            memory_size=memory_mb,
+            timeout=timeout,
+            tracing=lambda_.Tracing.ACTIVE if traced else None,
+            retry_attempts=retry_attempts,
+            max_event_age=max_event_age,
+            on_failure=destinations.SqsDestination(on_failure) if on_failure is not None else None,
+        )
+        if traced:
+            acknowledge(
+                self.role,
+                "AwsSolutions-IAM5",
+                "X-Ray PutTraceSegments/PutTelemetryRecords (active tracing) support no "
+                "resource-level permissions; AWS documents Resource '*' for them.",
+                applies_to=["Resource::*"],
+            )
+        acknowledge(
+            self.function.node.default_child,  # not its EventInvokeConfig child
+            "AwsSolutions-L1",
+            _PINNED_RUNTIME_REASON
+            if traced
+            else (
+                "Pinned to python3.12 like the service's other functions (one runtime to move "
+                "deliberately); this function uses the standard library only."
+            ),
+            children=False,
+        )

@@ -1,0 +1,399 @@
+"""``LeaseFenceServiceProps``: every option of :class:`~leasefence_infra.LeaseFenceService`, typed,
+documented field by field, with defaults checked when the object is built.
+
+``LeaseFenceService(stack, "Jobs", jwt_issuer=..., jwt_audience=[...])`` builds one from keyword
+arguments; ``LeaseFenceService(stack, "Jobs", props, log_level="DEBUG")`` overrides fields of a
+props object. The table of fields in ``infra/README.md`` is generated from the docstrings below
+(:mod:`leasefence_infra.props_doc`; a test keeps the two equal).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from aws_cdk import Duration, RemovalPolicy, Token
+from aws_cdk import aws_apigatewayv2 as apigw
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sns as sns
+
+from leasefence import schema
+
+from .alarm_topic import refuse_unusable_topic
+from .function import LOG_LEVELS
+from .worker_props import WorkerProps, validate_worker
+
+_NAMESPACE_RE = re.compile(r"^[0-9A-Za-z._/#: -]{1,255}$")
+_DOMAIN_PREFIX_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+_TAG_RE = re.compile(r"^[\w\s.:/=+\-@]*$")
+MAX_SHARDS = 100
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaseFenceServiceProps:
+    """Options of a ``LeaseFenceService``. Authentication is exactly one of: ``jwt_issuer`` +
+    ``jwt_audience``, ``create_user_pool=True``, or ``authorizer``."""
+
+    # ------------------------------------------------------------------ authentication
+    jwt_issuer: str | None = None
+    """Issuer URL of your identity provider, exactly as in the tokens' `iss` (a trailing slash
+    counts; API Gateway accepts RS256 tokens only). Needs `jwt_audience`."""
+    jwt_audience: Sequence[str] = ()
+    """Accepted `aud` values (or `client_id` for tokens without `aud`). With `create_user_pool`:
+    audiences accepted besides the pool's own app client."""
+    authorizer: apigw.IHttpRouteAuthorizer | None = None
+    """Bring your own HTTP API authorizer instead of `jwt_issuer` (an `HttpJwtAuthorizer` or
+    `HttpUserPoolAuthorizer`: the API function reads `tenant_id` and `scope` from the JWT claims;
+    synthesis refuses any other kind)."""
+    create_user_pool: bool = False
+    """Create a Cognito user pool (resource server `leasefence`, scopes `produce`, `work`,
+    `operate`, one client-credentials app client) and use it as the issuer."""
+    user_pool_domain_prefix: str | None = None
+    """Cognito domain prefix of the created pool (its token endpoint); required with
+    `create_user_pool`, globally unique per region."""
+    pre_token_generation: lambda_.IFunction | None = None
+    """Your own Cognito V3 pre token generation trigger (adds `tenant_id`); default: the shipped
+    `functions/pretoken`. Only with `create_user_pool`."""
+    client_tenants: Mapping[str, str] = field(default_factory=dict)
+    """Shipped trigger only: app client id -> tenant for client-credentials tokens
+    (`LEASEFENCE_CLIENT_TENANTS`)."""
+
+    # ------------------------------------------------------------------ data
+    table: dynamodb.ITable | None = None
+    """Bring your own operations table (e.g. a `LeaseFenceTable` in your stack); default: the
+    service creates one. A table defined in this app is checked against `leasefence.schema` at
+    synth; an imported one must have been created with it."""
+    table_name: str | None = None
+    """Fixed name of the created table (default: generated, so two stacks never collide)."""
+    deletion_protection: bool = True
+    """DynamoDB deletion protection of the created table."""
+    payload_bucket: s3.IBucket | None = None
+    """Bring your own payload bucket (the service writes only under `payloads/`); default: the
+    service creates a private, TLS-only, encrypted one."""
+    server_access_logs_bucket: s3.IBucket | None = None
+    """S3 server access logging of the created payload bucket (its owner must let
+    `logging.s3.amazonaws.com` write)."""
+    encryption_key: kms.IKey | None = None
+    """One customer-managed key for what the service creates (table, bucket, secret, queues,
+    schedules). The alarm topic uses it too if this app owns the key; an imported key cannot be
+    given to CloudWatch here, so the topic then gets its own key."""
+    create_encryption_key: bool = False
+    """Create that customer-managed key (rotating) instead of giving one."""
+    removal_policy: RemovalPolicy = RemovalPolicy.RETAIN
+    """Of the created table, bucket, key, secret, user pool and log groups."""
+    due_shards: int = schema.DEFAULT_DUE_SHARDS
+    """Shards of the `due` index per tenant and job type (1-100): more spread claims wider."""
+    sweep_shards: int = schema.DEFAULT_SWEEP_SHARDS
+    """Shards of the `sweep`, `parked` and `purge` indexes (1-100)."""
+    identity_retention_days: int | None = 400
+    """How long an ended operation's identity is kept (item TTL); `None`: forever. Replays and
+    "fences never repeat" hold within it. At least `payload_retention_days` and 1."""
+    payload_retention_days: int = 30
+    """How long a stored payload is kept after its operation ended (the sweeper deletes it)."""
+
+    # ------------------------------------------------------------------ compute
+    tenant_isolation: bool = False
+    """Per-tenant role with `dynamodb:LeadingKeys` that the API function assumes (see Auth and
+    tenancy); the API function's own role then has no DynamoDB access."""
+    log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH
+    """Retention of the function and access log groups."""
+    log_level: str = "INFO"
+    """`DEBUG`, `INFO`, `WARNING`, `ERROR` or `CRITICAL`: `POWERTOOLS_LOG_LEVEL` and Lambda's
+    application/system log level (JSON log format) of every function."""
+    metrics_namespace: str | None = None
+    """EMF namespace of the functions, alarms and dashboard; default `LeaseFence/<stack name>`,
+    so two deployments in one account never share alarms."""
+    api_memory_mb: int = 1024
+    """Memory of the API function (128-10240)."""
+    sweeper_memory_mb: int = 512
+    """Memory of the sweeper function (128-10240)."""
+    core_layer: lambda_.Code | None = None
+    """A pre-built core layer `Code` (default: `core_layer_code()`, built locally with pip at
+    synth, no Docker)."""
+    worker: WorkerProps | None = None
+    """`WorkerProps(...)`: deploy the worker function that runs your job handlers (see Worker);
+    default: no worker."""
+
+    # ------------------------------------------------------------------ API
+    throttling_rate_limit: float = 100
+    """Steady requests per second of the `$default` stage."""
+    throttling_burst_limit: int = 200
+    """Burst of the `$default` stage."""
+
+    # ------------------------------------------------------------------ operations
+    alarm_topic: sns.ITopic | None = None
+    """Bring your own SNS topic for every alarm (its policy, and its key's, must let
+    `cloudwatch.amazonaws.com` publish); default: an encrypted topic the service creates."""
+    oldest_unknown_alarm_age: Duration = Duration.hours(1)
+    """`OldestUnknown` alarm: an operation waited in state unknown this long."""
+    oldest_due_alarm_age: Duration = Duration.minutes(15)
+    """`OldestDue` alarm: due work nobody claims (an unserved job type, a fleet that is down)."""
+    quarantine_alarm_threshold: int = 5
+    """`QuarantineRate` alarm: quarantined operations in 15 minutes."""
+    takeover_alarm_percent: float = 20
+    """`TakeoverRate` alarm: percent of claims that were takeovers in 15 minutes."""
+    stale_fence_alarm_threshold: int = 25
+    """`StaleFenceRejections` alarm: rejections in 5 minutes."""
+    api_5xx_alarm_threshold: int = 5
+    """`Api5xx` alarm: API Gateway 5xx answers in 5 minutes."""
+    tags: Mapping[str, str] = field(default_factory=dict)
+    """Tags for every resource the service creates (besides its own `leasefence:service` and
+    `leasefence:component`)."""
+
+    # ---------------------------------------------------------------------- building
+
+    @classmethod
+    def of(
+        cls, props: LeaseFenceServiceProps | None = None, /, **overrides: Any
+    ) -> LeaseFenceServiceProps:
+        """``props`` with ``overrides`` (or the defaults with them); an unknown keyword is a
+        ``TypeError`` that names it."""
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(overrides) - set(names))
+        if unknown:
+            hints = [
+                f"{u!r} (did you mean {m[0]!r}?)"
+                if (m := difflib.get_close_matches(u, names, 1))
+                else repr(u)
+                for u in unknown
+            ]
+            raise TypeError(
+                f"LeaseFenceService got unknown keyword argument(s) {', '.join(hints)}; "
+                f"the options are the fields of LeaseFenceServiceProps: {', '.join(names)}"
+            )
+        if props is None:
+            return cls(**overrides)
+        if not isinstance(props, cls):
+            raise TypeError(f"props must be a LeaseFenceServiceProps, got {type(props).__name__}")
+        return replace(props, **overrides) if overrides else props
+
+    # ---------------------------------------------------------------------- checks
+
+    def __post_init__(self) -> None:
+        self._normalize()
+        self._check_auth()
+        self._check_data()
+        self._check_compute()
+        self._check_operations()
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)  # frozen: normalized once, here
+
+    def _normalize(self) -> None:
+        if isinstance(self.jwt_audience, str):
+            raise TypeError("jwt_audience must be a list of audiences, not one string")
+        self._set("jwt_audience", tuple(self.jwt_audience or ()))
+        self._set("client_tenants", dict(self.client_tenants or {}))
+        self._set("tags", dict(self.tags or {}))
+        if not isinstance(self.log_level, str):
+            raise TypeError(f"log_level must be a string, got {self.log_level!r}")
+        self._set("log_level", self.log_level.upper())
+
+    def _check_auth(self) -> None:
+        modes = [
+            name
+            for name, on in (
+                ("jwt_issuer", self.jwt_issuer),
+                ("create_user_pool", self.create_user_pool),
+                ("authorizer", self.authorizer is not None),
+            )
+            if on
+        ]
+        if len(modes) != 1:
+            raise ValueError(
+                "authentication needs exactly one of jwt_issuer (with jwt_audience), "
+                f"create_user_pool=True or authorizer; got {', '.join(modes) if modes else 'none'}"
+            )
+        for audience in self.jwt_audience:
+            if not isinstance(audience, str) or not audience:
+                raise ValueError(
+                    f"jwt_audience: {audience!r} is not an audience (a non-empty string)"
+                )
+        if self.jwt_issuer:
+            if not self.jwt_audience:
+                raise ValueError(
+                    "jwt_issuer needs jwt_audience (the accepted aud or client_id values)"
+                )
+            if not Token.is_unresolved(self.jwt_issuer) and not self.jwt_issuer.startswith(
+                "https://"
+            ):
+                raise ValueError(
+                    f"jwt_issuer must be an https:// URL (API Gateway fetches its JWKS), "
+                    f"got {self.jwt_issuer!r}"
+                )
+        if self.authorizer is not None:
+            _require(
+                self.authorizer, "bind", "authorizer", "an aws_apigatewayv2.IHttpRouteAuthorizer"
+            )
+            if self.jwt_audience:
+                raise ValueError(
+                    "jwt_audience belongs to your authorizer: leave it unset with authorizer"
+                )
+        if self.create_user_pool:
+            prefix = self.user_pool_domain_prefix
+            if not prefix:
+                raise ValueError(
+                    "create_user_pool=True needs user_pool_domain_prefix "
+                    "(the Cognito token endpoint for client credentials)"
+                )
+            if not Token.is_unresolved(prefix) and not _DOMAIN_PREFIX_RE.match(prefix):
+                raise ValueError(
+                    f"user_pool_domain_prefix {prefix!r}: 1-63 lowercase letters, digits and "
+                    "hyphens, not starting or ending with a hyphen"
+                )
+        else:
+            for name in ("user_pool_domain_prefix", "pre_token_generation"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} needs create_user_pool=True")
+        if self.client_tenants:
+            if not self.create_user_pool or self.pre_token_generation is not None:
+                raise ValueError(
+                    "client_tenants configures the shipped pre token generation trigger: it "
+                    "needs create_user_pool=True and no pre_token_generation of your own"
+                )
+            for client, tenant in self.client_tenants.items():
+                if (
+                    not isinstance(client, str)
+                    or not isinstance(tenant, str)
+                    or not client
+                    or not tenant
+                ):
+                    raise ValueError(
+                        "client_tenants must map app client ids to tenant ids (non-empty strings)"
+                    )
+
+    def _check_data(self) -> None:
+        if self.table is not None:
+            _require(
+                self.table, "table_arn", "table", "an aws_dynamodb.ITable (e.g. LeaseFenceTable)"
+            )
+            if self.table_name is not None or self.deletion_protection is not True:
+                raise ValueError(
+                    "table_name and deletion_protection configure the table the service "
+                    "creates; set them on the table you bring"
+                )
+        if self.payload_bucket is not None:
+            _require(self.payload_bucket, "bucket_arn", "payload_bucket", "an aws_s3.IBucket")
+            if self.server_access_logs_bucket is not None:
+                raise ValueError(
+                    "server_access_logs_bucket configures the bucket the service creates; "
+                    "set up logging on the bucket you bring"
+                )
+        if self.server_access_logs_bucket is not None:
+            _require(
+                self.server_access_logs_bucket,
+                "bucket_arn",
+                "server_access_logs_bucket",
+                "an aws_s3.IBucket",
+            )
+        if self.encryption_key is not None:
+            _require(self.encryption_key, "key_arn", "encryption_key", "an aws_kms.IKey")
+            if self.create_encryption_key:
+                raise ValueError(
+                    "give either encryption_key or create_encryption_key=True, not both"
+                )
+        if not isinstance(self.removal_policy, RemovalPolicy):
+            raise TypeError("removal_policy must be an aws_cdk.RemovalPolicy")
+        for name in ("due_shards", "sweep_shards"):
+            _int_in(self, name, 1, MAX_SHARDS)
+        _int_in(self, "payload_retention_days", 0, None)
+        if self.identity_retention_days is not None:
+            _int_in(self, "identity_retention_days", 1, None)
+            if self.identity_retention_days < self.payload_retention_days:
+                raise ValueError(
+                    "identity_retention_days must be at least payload_retention_days "
+                    "(or None: forever)"
+                )
+
+    def _check_compute(self) -> None:
+        if self.log_level not in LOG_LEVELS:
+            raise ValueError(
+                f"log_level must be one of {sorted(LOG_LEVELS)}, got {self.log_level!r}"
+            )
+        if not isinstance(self.log_retention, logs.RetentionDays):
+            raise TypeError("log_retention must be an aws_logs.RetentionDays")
+        namespace = self.metrics_namespace
+        if namespace is not None and (
+            not isinstance(namespace, str)
+            or not _NAMESPACE_RE.match(namespace)
+            or namespace.startswith("AWS/")
+        ):
+            raise ValueError(
+                f"metrics_namespace {namespace!r} is not a CloudWatch namespace "
+                "(1-255 of A-Z a-z 0-9 . - _ / # : space, not starting with AWS/)"
+            )
+        for name in ("api_memory_mb", "sweeper_memory_mb"):
+            _int_in(self, name, 128, 10240)
+        if self.core_layer is not None and not isinstance(self.core_layer, lambda_.Code):
+            raise TypeError("core_layer must be an aws_lambda.Code (e.g. core_layer_code(...))")
+        if self.worker is not None:
+            validate_worker(self.worker)
+        if (
+            not isinstance(self.throttling_rate_limit, (int, float))
+            or isinstance(self.throttling_rate_limit, bool)
+            or self.throttling_rate_limit <= 0
+        ):
+            raise ValueError(
+                "throttling_rate_limit must be a positive number of requests per second"
+            )
+        _int_in(self, "throttling_burst_limit", 1, None)
+
+    def _check_operations(self) -> None:
+        if self.alarm_topic is not None:
+            _require(self.alarm_topic, "topic_arn", "alarm_topic", "an aws_sns.ITopic")
+            refuse_unusable_topic(self.alarm_topic)
+        for name in ("oldest_unknown_alarm_age", "oldest_due_alarm_age"):
+            value = getattr(self, name)
+            if not isinstance(value, Duration) or value.to_seconds() < 60:
+                raise ValueError(f"{name} must be a Duration of at least one minute")
+        for name in (
+            "quarantine_alarm_threshold",
+            "stale_fence_alarm_threshold",
+            "api_5xx_alarm_threshold",
+        ):
+            _int_in(self, name, 1, None)
+        percent = self.takeover_alarm_percent
+        if (
+            isinstance(percent, bool)
+            or not isinstance(percent, (int, float))
+            or not 0 < percent <= 100
+        ):
+            raise ValueError("takeover_alarm_percent must be a percentage above 0, at most 100")
+        for key, value in self.tags.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise TypeError("tags must map str to str")
+            if (
+                not 1 <= len(key) <= 128
+                or len(value) > 256
+                or key.lower().startswith("aws:")
+                or not _TAG_RE.match(key)
+                or not _TAG_RE.match(value)
+            ):
+                raise ValueError(
+                    f"tag {key!r}={value!r}: keys 1-128 and values up to 256 characters of "
+                    "letters, digits, spaces and _ . : / = + - @; keys may not start with aws:"
+                )
+
+
+def _require(value: Any, attribute: str, name: str, what: str) -> None:
+    if not hasattr(value, attribute):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
+
+
+def _int_in(props: LeaseFenceServiceProps, name: str, low: int, high: int | None) -> None:
+    value = getattr(props, name)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        bound = f"from {low} to {high}" if high is not None else f"at least {low}"
+        raise ValueError(f"{name} must be a whole number {bound}, got {value!r}")

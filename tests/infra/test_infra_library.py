@@ -1,0 +1,148 @@
+"""The construct as a library: tags on everything it creates, no dependency on cdk-nag, code found
+through the import system, no import cycle between its modules."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import CfnResource, Stack, TagManager
+from infra_helpers import logical_id
+
+import leasefence_infra
+from leasefence_infra.service import COMPONENT_TAG, SERVICE_TAG
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = Path(leasefence_infra.__file__).parent
+
+
+def _rendered_tags(resource: dict[str, Any]) -> dict[str, str]:
+    """A resource's tags, in whichever of CloudFormation's shapes its type uses."""
+    properties = resource.get("Properties", {})
+    for key in ("Tags", "UserPoolTags"):
+        tags = properties.get(key)
+        if isinstance(tags, list):
+            return {t["Key"]: t["Value"] for t in tags}
+        if isinstance(tags, dict):
+            return dict(tags)
+    return {}
+
+
+@pytest.mark.parametrize("name", ["default", "full"])
+def test_every_taggable_resource_of_the_service_is_tagged(synth, name: str) -> None:
+    stack: Stack = synth.stacks[name]
+    svc = stack.service
+    template = synth.template_json(name)
+    expected = {SERVICE_TAG: svc.node.path, **svc.props.tags}
+    checked: dict[str, str] = {}
+    for construct in svc.node.find_all():
+        if isinstance(construct, CfnResource) and TagManager.is_taggable(construct):
+            lid = logical_id(stack, construct)
+            tags = _rendered_tags(template["Resources"][lid])
+            assert expected.items() <= tags.items(), (lid, tags)
+            assert tags.get(COMPONENT_TAG) in {"storage", "api", "sweeper", "worker", "monitoring", "user-pool"}, lid
+            checked[lid] = template["Resources"][lid]["Type"]
+    types = set(checked.values())
+    assert {"AWS::Lambda::Function", "AWS::IAM::Role", "AWS::DynamoDB::Table", "AWS::S3::Bucket",
+            "AWS::SQS::Queue", "AWS::SNS::Topic", "AWS::Logs::LogGroup", "AWS::SecretsManager::Secret",
+            "AWS::ApiGatewayV2::Api", "AWS::ApiGatewayV2::Stage", "AWS::KMS::Key"} <= types
+    if name == "full":
+        assert svc.props.tags == {"team": "payments", "cost-center": "42"}
+        assert "AWS::Cognito::UserPool" in types
+    # The components are where they say they are.
+    table = logical_id(stack, svc.table)
+    assert _rendered_tags(template["Resources"][table])[COMPONENT_TAG] == "storage"
+    api_fn = logical_id(stack, svc.api.function.function)
+    assert _rendered_tags(template["Resources"][api_fn])[COMPONENT_TAG] == "api"
+
+
+def test_the_library_imports_and_synthesizes_without_cdk_nag(tmp_path: Path, prebuilt_layer: Path) -> None:
+    """cdk-nag is a [nag] extra: with it made unimportable, the library still imports, the
+    service still synthesizes, and its template carries no cdk-nag metadata."""
+    script = f"""
+import importlib.abc, json, sys
+
+class NoCdkNag(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "cdk_nag":
+            raise ModuleNotFoundError(f"No module named {{name!r}} (blocked)", name=name)
+        return None
+
+sys.meta_path.insert(0, NoCdkNag())
+from aws_cdk import App, Stack
+from aws_cdk import aws_lambda as lambda_
+from leasefence_infra import LeaseFenceService
+from leasefence_infra.nag import nag_installed
+
+assert not nag_installed()
+app = App(outdir={str(tmp_path)!r})
+stack = Stack(app, "NoNag")
+LeaseFenceService(stack, "Jobs", jwt_issuer="https://idp.example.com/", jwt_audience=["leasefence"],
+                  create_encryption_key=True, tenant_isolation=True,
+                  core_layer=lambda_.Code.from_asset({str(prebuilt_layer)!r}))
+app.synth()
+assert not [m for m in sys.modules if m.split(".")[0] == "cdk_nag"]
+print(json.dumps({{"ok": True}}))
+"""
+    env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=240, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    template = json.loads((tmp_path / "NoNag.template.json").read_text())
+    assert len(template["Resources"]) > 50
+    assert "cdk_nag" not in json.dumps(template)
+
+
+def test_functions_are_found_inside_the_package() -> None:
+    """The handlers come from leasefence_infra._functions (the link to functions/ in a checkout,
+    a copy in a wheel), never from a path relative to a repository."""
+    from leasefence_infra.assets import functions_dir
+
+    found = functions_dir()
+    assert (found / "api" / "handler.py").is_file() and (found / "worker" / "demo_handlers.py").is_file()
+    assert (PACKAGE / "_functions").resolve() == found
+    assert found == (ROOT / "functions").resolve()  # this checkout's functions/, through the link
+
+
+def test_no_module_reads_the_repository_layout() -> None:
+    sources = {p.name: p.read_text() for p in PACKAGE.glob("*.py")}
+    assert len(sources) > 15
+    for name, text in sources.items():
+        assert not re.search(r"REPO_ROOT|parents\[|sys\.path\.(insert|append)|__file__", text), name
+
+
+def _local_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_module_imports_have_no_cycle() -> None:
+    graph = {p.stem: _local_imports(p) for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    # Nothing the service is made of imports it back (only the example stack uses it).
+    assert [m for m, deps in graph.items() if "service" in deps] == ["stack"]
+    visiting: set[str] = set()
+    done: set[str] = set()
+
+    def visit(module: str, trail: tuple[str, ...]) -> None:
+        assert module not in visiting, f"import cycle: {' -> '.join((*trail, module))}"
+        if module in done:
+            return
+        visiting.add(module)
+        for dependency in graph.get(module, ()):
+            visit(dependency, (*trail, module))
+        visiting.discard(module)
+        done.add(module)
+
+    for module in graph:
+        visit(module, ())
