@@ -61,12 +61,14 @@ def build_worker():
     rt = runtime()
     rt.prepare()
     settings = rt.settings
-    for field, meaning in (
-        ("worker_handlers", "the handlers (package.module:NAME)"),
-        ("worker_tenants", "at least one tenant (comma separated)"),
-    ):
-        if not getattr(settings, field):
-            raise ValueError(f"{ENVIRONMENT[field]} must name {meaning}")
+    if not settings.worker_handlers:
+        raise ValueError(
+            f"{ENVIRONMENT['worker_handlers']} must name the handlers (package.module:NAME)"
+        )
+    if not settings.worker_tenants:
+        raise ValueError(
+            f"{ENVIRONMENT['worker_tenants']} must name at least one tenant (comma separated)"
+        )
     # The backend loads payloads with Engine.payload: PayloadMissing (purged, erased, unreadable)
     # is raised, never None, and the runtime quarantines the operation instead of running the
     # handler without its input.

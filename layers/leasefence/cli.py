@@ -100,7 +100,7 @@ def local(
         "--worker-handlers",
         help="The stream worker's handlers (module:NAME; default: the demo handlers).",
     ),
-    worker_tenant: Optional[list[str]] = typer.Option(
+    worker_tenant: list[str] | None = typer.Option(
         None,
         "--worker-tenant",
         help=f"A tenant the stream worker serves (repeat; default {DEV_TENANT}).",
@@ -437,9 +437,9 @@ def ops_history(
     limit: int = typer.Option(50, "--limit", min=1, max=50, help="Page size."),
     all_pages: bool = typer.Option(False, "--all", help="Follow next_cursor through every page."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table."),
-    base_url: Optional[str] = _BASE_URL,
-    token_value: Optional[str] = _TOKEN,
-    tenant: Optional[str] = _TENANT,
+    base_url: str | None = _BASE_URL,
+    token_value: str | None = _TOKEN,
+    tenant: str | None = _TENANT,
 ) -> None:
     """What happened to an operation: each transition, who made it and why (oldest first)."""
     from rich.console import Console
@@ -548,16 +548,16 @@ def ops_erase(
 
 @events_app.command("tail")
 def events_tail(
-    tenant: Optional[str] = typer.Option(
+    tenant: str | None = typer.Option(
         None, "--tenant", help="Only this tenant's events (default: every tenant)."
     ),
-    detail_type: Optional[list[str]] = typer.Option(
+    detail_type: list[str] | None = typer.Option(
         None, "--detail-type", help="Only this detail-type, e.g. 'Operation Succeeded' (repeat)."
     ),
-    endpoint: Optional[str] = typer.Option(
+    endpoint: str | None = typer.Option(
         None, "--endpoint", help="The embedded endpoint (default: the running local stack's)."
     ),
-    bus: Optional[str] = typer.Option(
+    bus: str | None = typer.Option(
         None, "--bus", help="The event bus (default: the local stack's)."
     ),
     count: int = typer.Option(

@@ -45,13 +45,13 @@ from leasefence.errors import (
     Unavailable,
 )
 from leasefence.model import (
+    OPERATOR_ACTOR,
+    SWEEPER_ACTOR,
     Claim,
     EnqueueResult,
     Operation,
     Page,
     PurgeResult,
-    OPERATOR_ACTOR,
-    SWEEPER_ACTOR,
     Resolution,
     State,
     SweepResult,

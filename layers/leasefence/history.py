@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +60,7 @@ _OUTCOME = frozenset({Transition.COMPLETE, Transition.RESOLVE})
 _NOTE = frozenset({Transition.RESOLVE, Transition.REQUEUE})
 
 
-def transition_of(old: dict[str, Any] | None, new: dict[str, Any]) -> Transition:
+def transition_of(new: dict[str, Any]) -> Transition:
     """The transition a write made, as history and events name it (a claim of a lapsed lease is
     a takeover)."""
     transition = Transition(new["transition"])
@@ -76,7 +77,7 @@ def entry_from(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any
     """The history entry for one transition, from the operation item before and after it (plain
     values, as :func:`leasefence.store.from_item` gives them). ``old`` None: an enqueue, or the
     engine recording its own erasure (which keeps the state)."""
-    transition = transition_of(old, new)
+    transition = transition_of(new)
     entry: dict[str, Any] = {
         "seq": int(new["seq"]),
         "at": int(new["updated_at"]),
@@ -198,15 +199,13 @@ def _compact(
 def remove(store: Store, item: dict[str, Any]) -> None:
     """Delete the history of the operation ``item`` (it was deleted: TTL or tenant erasure); a
     history of a later incarnation of the id stays."""
-    try:
+    with contextlib.suppress(ConditionFailed):
         store.delete(
             _key(item["tenant_id"], item["operation_id"]),
             "#c <= :c",
             {"#c": "created_at"},
             {":c": int(item["created_at"])},
         )
-    except ConditionFailed:
-        pass
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from leasefence import keys
 from leasefence.demo.kits import (
     FencedTableKit,
     Hooks,
@@ -56,7 +57,6 @@ from leasefence.demo.kits import (
     SingleShotKit,
     overtaken,
 )
-from leasefence import keys
 from leasefence.engine import DAY_MS, Engine
 from leasefence.errors import InvalidTransition, PayloadConflict, PayloadMissing, Unavailable
 from leasefence.faults import AFTER, BEFORE, CONFLICT, THROTTLE, TXN_THROTTLE, FaultyClient

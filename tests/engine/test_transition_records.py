@@ -105,7 +105,7 @@ def test_takeover_sweep_and_terminal_failure(engine, clock):
     claim = engine.claim_next(T, "rescuer", lease_ms=1_000)
     assert claim.takeover and mark(engine) == ("claim", "rescuer", 3)
     item = raw(engine)
-    assert history.transition_of(None, item).value == "takeover"
+    assert history.transition_of(item).value == "takeover"
     clock.advance(1_000)
     assert engine.sweep().swept == 1
     assert mark(engine) == ("sweep", SWEEPER_ACTOR, 4)

@@ -180,7 +180,7 @@ def cost(runs: int) -> dict[str, Any]:
     published: list[dict[str, Any]] = []
 
     class Bus:  # stands in for EventBridge: counts what the publisher sends
-        def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
+        def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
             published.extend(Entries)
             return {"FailedEntryCount": 0, "Entries": [{"EventId": "x"} for _ in Entries]}
 
@@ -189,8 +189,9 @@ def cost(runs: int) -> dict[str, Any]:
         spec = TableSpec(table_name="bench-streams")
         create_table(raw, spec, stream=True)
         meter = Meter(raw, units=True)
+        clock = ManualClock()
         engine = Engine(
-            client=meter.client(aws.client()), spec=spec, clock=ManualClock(), rng=random.Random(5)
+            client=meter.client(aws.client()), spec=spec, clock=clock, rng=random.Random(5)
         )
         engine.enqueue(
             "acme-corp", "warm", "refund", "sha256:" + "5" * 64
@@ -231,11 +232,12 @@ def cost(runs: int) -> dict[str, Any]:
             got = read()
             (enqueued,) = [r for r in got if filters.passes(to_worker, r)]
             with meter.phase("lifecycle"):  # as stream dispatch does it: no read, one claim write
-                claim = engine.claim_seen(
-                    from_item(enqueued["dynamodb"]["NewImage"]), "worker-7f3a9c21", 30_000
-                )
+                item = from_item(enqueued["dynamodb"]["NewImage"])
+                assert item is not None
+                claim = engine.claim_seen(item, "worker-7f3a9c21", 30_000)
+                assert claim is not None
                 engine.complete("acme-corp", op, claim.fence, "refunded")
-            engine.clock.advance(1)
+            clock.advance(1)
             for record in got + read():
                 counts["records"] += 1
                 counts["worker"] += filters.passes(to_worker, record)

@@ -593,12 +593,12 @@ class LocalStack:
 
         if self.mappings:
             return
+        if self.table_name is None:
+            raise RuntimeError("start the local stack before its streams")
         create_table(self.aws.client("dynamodb"), self._spec(), stream=True)
         events = self.aws.client("events")
-        try:
+        with contextlib.suppress(events.exceptions.ResourceAlreadyExistsException):
             events.create_event_bus(Name=self.event_bus)
-        except events.exceptions.ResourceAlreadyExistsException:
-            pass
         wanted = [mappings.publisher()]
         if self.worker_handlers:
             load_function("worker")

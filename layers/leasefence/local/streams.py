@@ -31,9 +31,10 @@ import sys
 import threading
 import uuid
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Mapping
+from typing import Any
 
 from leasefence.streams.filters import passes
 from leasefence.streams.mappings import StreamMapping

@@ -53,7 +53,7 @@ def _reason(change: Change, transition: Transition) -> str | None:
 def detail(change: Change) -> dict[str, Any]:
     """The event's ``detail`` for a transition record (see the schema for each field)."""
     new, old = change.new or {}, change.old
-    transition = transition_of(old, new)
+    transition = transition_of(new)
     return {
         "version": SCHEMA_VERSION,
         "tenant_id": change.tenant_id,
@@ -82,7 +82,7 @@ def entry(change: Change, bus: str) -> dict[str, Any] | None:
     """The ``PutEvents`` entry for a transition record, or None when it publishes nothing."""
     if change.transition is None or change.new is None:
         return None
-    transition = transition_of(change.old, change.new)
+    transition = transition_of(change.new)
     detail_type = DETAIL_TYPES.get(transition)
     if detail_type is None:
         return None

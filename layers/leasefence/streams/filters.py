@@ -12,7 +12,8 @@ requeue. Delayed retries and expired leases are the scheduled drain's.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from leasefence.model import State, Transition
 

@@ -7,8 +7,9 @@ are all there are (history and events share the publisher's read for that reason
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from leasefence.streams.filters import dispatch_filters, publisher_filters
 

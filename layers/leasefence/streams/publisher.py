@@ -11,7 +11,8 @@ ends in the event source mapping's on-failure destination after its retries.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from leasefence import history
 from leasefence.model import Transition
@@ -34,7 +35,7 @@ class Publisher:
         self.store = store
         self.bus = bus
         self._events_client = events_client
-        self.count = count if count is not None else (lambda name, value: None)
+        self.count = count if count is not None else (lambda _name, _value: None)
 
     def handle(self, record: Mapping[str, Any]) -> str:
         """Process one record; returns what was done (``recorded``, ``published``, ``removed``,

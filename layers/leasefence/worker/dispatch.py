@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from leasefence.engine import Engine
 from leasefence.model import Claim, State
@@ -49,7 +50,7 @@ class StreamDispatch:
         self.worker = worker
         self.engine = engine
         self.tenants = frozenset(tenants)
-        self.count = count if count is not None else (lambda name, value: None)
+        self.count = count if count is not None else (lambda _name, _value: None)
 
     def claim(
         self, record: Mapping[str, Any], remaining_ms: Callable[[], int] | None = None
