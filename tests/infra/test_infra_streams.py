@@ -349,3 +349,24 @@ def test_the_stream_defaults_are_the_shared_mapping() -> None:
     assert (shared.batch_size, shared.parallelization_factor, shared.max_retries, shared.max_record_age_s) == (
         10, 10, 2, 600)
     assert props_default.max_concurrency is None
+
+
+def test_a_consumer_subscribes_to_one_tenant_with_a_rule_on_the_bus(prebuilt_layer: Path) -> None:
+    """infra/README.md's snippet: a rule on svc.event_bus from subscription_pattern."""
+    from aws_cdk import aws_events_targets as targets
+    from aws_cdk import aws_sqs as sqs
+    from leasefence.streams.events import subscription_pattern
+
+    stack = Stack(App(), "Consumer")
+    svc = LeaseFenceService(stack, "LeaseFence", **ISSUER, core_layer=lambda_.Code.from_asset(str(prebuilt_layer)))
+    pattern = subscription_pattern(tenant_id="acme", detail_types=["Operation Succeeded", "Operation Failed"])
+    events.Rule(stack, "AcmeOutcomes", event_bus=svc.event_bus,
+                event_pattern=events.EventPattern(source=pattern["source"], detail_type=pattern["detail-type"],
+                                                  detail=pattern["detail"]),
+                targets=[targets.SqsQueue(sqs.Queue(stack, "AcmeOutcomesQueue"))])
+    tpl = Template.from_stack(stack).to_json()
+    (rule,) = resources(tpl, "AWS::Events::Rule").values()
+    assert rule["Properties"]["EventBusName"] == {"Ref": logical_id(stack, svc.event_bus)}
+    assert rule["Properties"]["EventPattern"] == {
+        "source": ["leasefence"], "detail-type": ["Operation Succeeded", "Operation Failed"],
+        "detail": {"tenant_id": ["acme"]}}
