@@ -1,8 +1,19 @@
-"""The worker function: drains claims for the remaining invocation time.
+"""The worker function: runs jobs as the table's stream announces them, and drains on a schedule.
+
+Two triggers, one function (the event's shape tells them apart):
+
+* a batch of DynamoDB stream records (the event source mapping, filtered to work that became
+  claimable now: :func:`leasefence.streams.filters.dispatch_filters`): each record's operation
+  is claimed by name and run (:mod:`leasefence.worker.dispatch`), with a partial batch response
+  (Powertools batch utility): a record that cannot be handled is reported by its sequence
+  number, retried from there, and in the end sent to the mapping's on-failure destination;
+  the records after it are still processed;
+* the schedule (the safety net for delayed retries and expired leases): drains claims for the
+  remaining invocation time, stopping at the first empty poll.
 
 Runs the handlers of the module named in ``LEASEFENCE_WORKER_HANDLERS`` (``package.module:NAME``,
 a mapping of job type to handler) for the tenants in ``LEASEFENCE_WORKER_TENANTS`` (comma
-separated; the fleet takes them in turn, so no tenant starves another). It stops claiming when
+separated; the drain takes them in turn, so no tenant starves another). It stops claiming when
 less than one lease plus a margin of the invocation is left, so a job never outlives its
 function; one that is cut short anyway is safe (its fence still guards the targets, and the next
 claim reconciles).
@@ -11,15 +22,29 @@ claim reconciles).
 from __future__ import annotations
 
 import importlib
-import os
+
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
 
 from leasefence.observability import logger, metrics, record_event, tracer
 from leasefence.settings import runtime
 
 #: Stop claiming when less than one lease plus this margin of the invocation is left.
 MARGIN_MS = 5_000
+#: The function's own environment variables, by the setting they fill (read by
+#: :meth:`leasefence.settings.Settings.from_env`); the first two are required.
+ENVIRONMENT = {
+    "worker_handlers": "LEASEFENCE_WORKER_HANDLERS",
+    "worker_tenants": "LEASEFENCE_WORKER_TENANTS",
+    "worker_lease_seconds": "LEASEFENCE_WORKER_LEASE_SECONDS",
+    "worker_idle_ms": "LEASEFENCE_WORKER_IDLE_MS",
+}
 
-_worker = None
+_built: tuple[object, object, object] | None = None  # (runtime, worker, stream dispatch)
+_processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
 
 
 def load_handlers(spec: str):
@@ -35,30 +60,45 @@ def build_worker():
 
     rt = runtime()
     rt.prepare()
-    tenants = [t for t in os.environ.get("LEASEFENCE_WORKER_TENANTS", "").split(",") if t]
-    if not tenants:
-        raise ValueError("LEASEFENCE_WORKER_TENANTS must name at least one tenant")
+    settings = rt.settings
+    if not settings.worker_handlers:
+        raise ValueError(
+            f"{ENVIRONMENT['worker_handlers']} must name the handlers (package.module:NAME)"
+        )
+    if not settings.worker_tenants:
+        raise ValueError(
+            f"{ENVIRONMENT['worker_tenants']} must name at least one tenant (comma separated)"
+        )
     # The backend loads payloads with Engine.payload: PayloadMissing (purged, erased, unreadable)
     # is raised, never None, and the runtime quarantines the operation instead of running the
     # handler without its input.
     return Worker(
-        EngineBackend(rt.engine, tenants),
-        load_handlers(os.environ["LEASEFENCE_WORKER_HANDLERS"]),
-        lease_ms=int(os.environ.get("LEASEFENCE_WORKER_LEASE_SECONDS", "60")) * 1000,
-        idle_sleep_ms=int(os.environ.get("LEASEFENCE_WORKER_IDLE_MS", "1000")),
+        EngineBackend(rt.engine, settings.worker_tenants),
+        load_handlers(settings.worker_handlers),
+        lease_ms=settings.worker_lease_seconds * 1000,
+        idle_sleep_ms=settings.worker_idle_ms,
         events=record_event,
     )
 
 
-@logger.inject_lambda_context(log_event=False, clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
-@metrics.log_metrics(raise_on_empty_metrics=False)
-def lambda_handler(event, context):
-    global _worker
-    if _worker is None:
-        _worker = build_worker()
+def _current():
+    """The worker and its stream dispatch, built once per configuration (a container's)."""
+    global _built
+    rt = runtime()
+    if _built is None or _built[0] is not rt:
+        from leasefence.worker.dispatch import StreamDispatch
+
+        worker = build_worker()
+        _built = (
+            rt,
+            worker,
+            StreamDispatch(worker, rt.engine, rt.settings.worker_tenants, count=record_event),
+        )
+    return _built[1], _built[2]
+
+
+def drain(worker, context):
     processed = {"jobs": 0}
-    worker = _worker
     # Claim only while a whole lease still fits in the invocation; idle polls end the drain.
     while context.get_remaining_time_in_millis() > worker.lease_ms + MARGIN_MS:
         if not worker.run_once():
@@ -66,3 +106,36 @@ def lambda_handler(event, context):
         processed["jobs"] += 1
     logger.info("drain finished", extra=processed)
     return processed
+
+
+def on_stream(dispatch, event, context):
+    """Claim each record's operation (a failure is reported for that record), then run the
+    claimed jobs side by side before answering."""
+    outcomes: dict[str, int] = {}
+    claims = []
+
+    def claim(record):
+        outcome, granted = dispatch.claim(record.raw_event, context.get_remaining_time_in_millis)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        if granted is not None:
+            claims.append(granted)
+
+    try:
+        return process_partial_response(
+            event=event, record_handler=claim, processor=_processor, context=context
+        )
+    finally:
+        dispatch.run(claims)
+        logger.info(
+            "stream batch finished", extra={"records": len(event.get("Records") or []), **outcomes}
+        )
+
+
+@logger.inject_lambda_context(log_event=False, clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics(raise_on_empty_metrics=False)
+def lambda_handler(event, context):
+    worker, dispatch = _current()
+    if "Records" in event:
+        return on_stream(dispatch, event, context)
+    return drain(worker, context)

@@ -8,7 +8,8 @@ SCOPE_OPERATE = "leasefence/operate"
 #: Resource server identifier of the optional Cognito user pool (scopes ``<id>/<name>``).
 RESOURCE_SERVER_ID = "leasefence"
 
-#: Every route of the public contract (section 4) with the one scope section 2 gives it.
+#: Every route of the public contract (section 4) with the one scope section 2 gives it, and the
+#: extensions of ``docs/api-contract-extensions.md``.
 #: ``None``: open route (no authorizer). A test keeps it equal to the API function's own table.
 ROUTES: tuple[tuple[str, str, str | None], ...] = (
     ("GET", "/v1/health", None),
@@ -22,6 +23,7 @@ ROUTES: tuple[tuple[str, str, str | None], ...] = (
     ("POST", "/v1/operations/{id}/quarantine", SCOPE_WORK),
     ("GET", "/v1/operations/{id}/payload", SCOPE_WORK),
     ("GET", "/v1/operations", SCOPE_OPERATE),
+    ("GET", "/v1/operations/{id}/history", SCOPE_OPERATE),  # docs/api-contract-extensions.md
     ("POST", "/v1/operations/{id}/resolve", SCOPE_OPERATE),
     ("POST", "/v1/operations/{id}/erase", SCOPE_OPERATE),
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-#: On every function that runs the engine (API, sweeper, worker).
+#: On every function that runs the engine (API, sweeper, worker, publisher).
 SHARED_ENV = (
     "LEASEFENCE_TABLE",
     "LEASEFENCE_PAYLOAD_BUCKET",
@@ -24,8 +24,10 @@ WORKER_ENV = (
     "LEASEFENCE_WORKER_TENANTS",
     "LEASEFENCE_WORKER_LEASE_SECONDS",
 )
+#: On the publisher function only: the bus of the outcome events.
+PUBLISHER_ENV = ("LEASEFENCE_EVENT_BUS",)
 #: Every variable the construct sets (a worker's own ``environment`` may not replace one).
-RESERVED_ENV = (*SHARED_ENV, *TENANT_ENV, *WORKER_ENV)
+RESERVED_ENV = (*SHARED_ENV, *TENANT_ENV, *WORKER_ENV, *PUBLISHER_ENV)
 
 #: POWERTOOLS_SERVICE_NAME, and the ``service`` dimension of every metric.
 SERVICE_NAME = "leasefence"

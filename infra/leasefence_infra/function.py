@@ -80,6 +80,7 @@ class ServiceFunction(Construct):
         retry_attempts: int | None = None,
         max_event_age: Duration | None = None,
         on_failure: sqs.IQueue | None = None,
+        reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         layers = list(runtime.layers if layers is None else layers)
@@ -119,6 +120,7 @@ class ServiceFunction(Construct):
             retry_attempts=retry_attempts,
             max_event_age=max_event_age,
             on_failure=destinations.SqsDestination(on_failure) if on_failure is not None else None,
+            reserved_concurrent_executions=reserved_concurrency,
         )
         if traced:
             acknowledge(

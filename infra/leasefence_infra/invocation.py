@@ -21,7 +21,8 @@ from constructs import Construct
 from .nag import acknowledge
 
 
-def _queue(scope: Construct, construct_id: str, key: kms.IKey | None) -> sqs.Queue:
+def encrypted_queue(scope: Construct, construct_id: str, key: kms.IKey | None) -> sqs.Queue:
+    """An SQS queue under ``key`` (or SQS-managed encryption), TLS only, 14 days' retention."""
     return sqs.Queue(
         scope,
         construct_id,
@@ -36,7 +37,7 @@ def failure_queue(
     scope: Construct, construct_id: str, *, what: str, key: kms.IKey | None
 ) -> sqs.Queue:
     """The on-failure destination of a function's async invocations (encrypted, TLS only)."""
-    queue = _queue(scope, construct_id, key)
+    queue = encrypted_queue(scope, construct_id, key)
     acknowledge(
         queue,
         "AwsSolutions-SQS3",
@@ -63,7 +64,7 @@ class ScheduledInvocation(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
-        self.dlq = _queue(self, "Dlq", key)
+        self.dlq = encrypted_queue(self, "Dlq", key)
         acknowledge(
             self.dlq,
             "AwsSolutions-SQS3",

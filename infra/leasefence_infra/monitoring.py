@@ -2,8 +2,9 @@
 
 The functions emit Powertools EMF metrics in the service's namespace (``metrics_namespace``,
 default ``LeaseFence/<stack name>``, set as ``POWERTOOLS_METRICS_NAMESPACE`` on every function)
-with the single dimension ``service=leasefence`` (:data:`APP_METRICS`; the worker function also
-:data:`WORKER_METRICS`). Alarms and dashboard read that same namespace.
+with the single dimension ``service=leasefence`` (:data:`APP_METRICS`; the publisher also
+:data:`PUBLISHER_METRICS`, the worker function :data:`WORKER_METRICS`). Alarms and dashboard read
+that same namespace.
 Everything else comes from AWS/Lambda, AWS/ApiGateway, AWS/DynamoDB and AWS/SQS.
 """
 
@@ -14,6 +15,7 @@ from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
@@ -21,7 +23,9 @@ from leasefence import schema
 
 from .alarm_topic import alarm_topic
 from .api import Api
+from .dispatch import StreamDispatch
 from .environment import SERVICE_NAME
+from .publisher import Publisher
 from .sweeper import Sweeper
 from .worker import Worker
 
@@ -54,7 +58,19 @@ WORKER_METRICS: dict[str, tuple[cw.Unit, str]] = {
     "Heartbeats": (cw.Unit.COUNT, "Sum"),
     "HeartbeatsSkippedNoProgress": (cw.Unit.COUNT, "Sum"),
     "Reconciles": (cw.Unit.COUNT, "Sum"),
+    # Stream dispatch (leasefence.worker.dispatch): records claimed, already taken, deferred to
+    # the drain (too little of the invocation left for a lease).
+    "StreamDispatched": (cw.Unit.COUNT, "Sum"),
+    "StreamDispatchTaken": (cw.Unit.COUNT, "Sum"),
+    "StreamDispatchDeferred": (cw.Unit.COUNT, "Sum"),
 }
+
+#: Emitted by the publisher function (``leasefence.streams.publisher``).
+PUBLISHER_METRICS: dict[str, tuple[cw.Unit, str]] = {
+    "HistoryEntries": (cw.Unit.COUNT, "Sum"),
+    "EventsPublished": (cw.Unit.COUNT, "Sum"),
+}
+_METRICS = {**APP_METRICS, **PUBLISHER_METRICS, **WORKER_METRICS}
 
 FIVE_MINUTES = Duration.minutes(5)
 
@@ -66,7 +82,7 @@ def app_metric(
     *,
     namespace: str = NAMESPACE,
 ) -> cw.Metric:
-    unit, default_statistic = APP_METRICS[name] if name in APP_METRICS else WORKER_METRICS[name]
+    unit, default_statistic = _METRICS[name]
     return cw.Metric(
         namespace=namespace,
         metric_name=name,
@@ -96,12 +112,15 @@ class Monitoring(Construct):
         api: Api,
         sweeper: Sweeper,
         worker: Worker | None,
+        dispatch: StreamDispatch | None,
+        publisher: Publisher,
         oldest_unknown_alarm_age: Duration,
         oldest_due_alarm_age: Duration,
         quarantine_alarm_threshold: int,
         takeover_alarm_percent: float,
         stale_fence_alarm_threshold: int,
         api_5xx_alarm_threshold: int,
+        stream_iterator_age_alarm_age: Duration,
     ) -> None:
         super().__init__(scope, construct_id)
 
@@ -296,6 +315,54 @@ class Monitoring(Construct):
                 "a worker invocation failed and was not retried: its event is in the worker's "
                 "on-failure queue (read the worker's log group)",
             )
+
+        # ------------------------------------------------------------------ stream consumers
+        publisher_fn = publisher.function.function
+        iterator_age_s = int(stream_iterator_age_alarm_age.to_seconds())
+
+        def iterator_age(function: lambda_.IFunction, label: str | None = None) -> cw.Metric:
+            # Milliseconds: the age of the newest record of the batches a function received.
+            return function.metric(
+                "IteratorAge", period=FIVE_MINUTES, statistic="Maximum", label=label
+            )
+
+        alarm(
+            "PublisherFailuresAlarm",
+            publisher.failure_queue.metric_approximate_number_of_messages_visible(
+                period=FIVE_MINUTES, statistic="Maximum"
+            ),
+            1,
+            "stream records the publisher could not process after its retries are in its "
+            "on-failure queue (each message names the shard and sequence numbers): their history "
+            "entries and outcome events are missing; read the publisher's log group",
+        )
+        alarm(
+            "PublisherIteratorAgeAlarm",
+            iterator_age(publisher_fn),
+            iterator_age_s * 1000,
+            f"the publisher receives stream records {iterator_age_s}+ s old: history and outcome "
+            "events are late (a batch failing and retried, or the function throttled)",
+        )
+        if dispatch is not None:
+            alarm(
+                "WorkerStreamFailuresAlarm",
+                dispatch.failure_queue.metric_approximate_number_of_messages_visible(
+                    period=FIVE_MINUTES, statistic="Maximum"
+                ),
+                1,
+                "stream records the worker could not claim after its retries are in its stream "
+                "on-failure queue; the scheduled drain still finds their work (read the worker's "
+                "log group)",
+            )
+            alarm(
+                "WorkerIteratorAgeAlarm",
+                iterator_age(dispatch.function),
+                iterator_age_s * 1000,
+                f"the worker receives stream records {iterator_age_s}+ s old: stream dispatch is "
+                "so far behind that the scheduled drain does its work (the worker throttled, "
+                "failing, or too few concurrent batches)",
+            )
+
         throttle_metrics: dict[str, cw.IMetric] = {
             "tr": table.metric("ReadThrottleEvents", period=FIVE_MINUTES, statistic="Sum"),
             "tw": table.metric("WriteThrottleEvents", period=FIVE_MINUTES, statistic="Sum"),
@@ -392,10 +459,12 @@ class Monitoring(Construct):
                 left=[
                     api_fn.metric_errors(period=FIVE_MINUTES, label="API errors"),
                     sweeper_fn.metric_errors(period=FIVE_MINUTES, label="Sweeper errors"),
+                    publisher_fn.metric_errors(period=FIVE_MINUTES, label="Publisher errors"),
                 ],
                 right=[
                     api_fn.metric_throttles(period=FIVE_MINUTES, label="API throttles"),
                     sweeper_fn.metric_throttles(period=FIVE_MINUTES, label="Sweeper throttles"),
+                    publisher_fn.metric_throttles(period=FIVE_MINUTES, label="Publisher throttles"),
                 ],
                 width=width,
             ),
@@ -442,6 +511,46 @@ class Monitoring(Construct):
                 width=width,
             ),
         )
+        stream_failures = [
+            publisher.failure_queue.metric_approximate_number_of_messages_visible(
+                period=FIVE_MINUTES, statistic="Maximum", label="Publisher"
+            )
+        ]
+        iterator_ages = [iterator_age(publisher_fn, "Publisher")]
+        if dispatch is not None:
+            stream_failures.append(
+                dispatch.failure_queue.metric_approximate_number_of_messages_visible(
+                    period=FIVE_MINUTES, statistic="Maximum", label="Worker"
+                )
+            )
+            iterator_ages.append(iterator_age(dispatch.function, "Worker"))
+        dashboard.add_widgets(
+            cw.GraphWidget(title="Stream: iterator age (ms)", left=iterator_ages, width=width),
+            cw.GraphWidget(
+                title="Stream: records failed after every retry", left=stream_failures, width=width
+            ),
+            cw.GraphWidget(
+                title="Publisher: history entries, events published",
+                left=[app_metric(n) for n in PUBLISHER_METRICS],
+                right=[publisher_fn.metric_invocations(period=FIVE_MINUTES, label="Invocations")],
+                width=width,
+            ),
+        )
+        if dispatch is not None:
+            dashboard.add_widgets(
+                cw.GraphWidget(
+                    title="Worker: stream dispatch (claimed, already taken, left to the drain)",
+                    left=[
+                        app_metric(n)
+                        for n in (
+                            "StreamDispatched",
+                            "StreamDispatchTaken",
+                            "StreamDispatchDeferred",
+                        )
+                    ],
+                    width=width,
+                )
+            )
         if worker is not None:
             worker_fn = worker.function.function
             dashboard.add_widgets(

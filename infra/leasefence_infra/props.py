@@ -18,6 +18,7 @@ from typing import Any
 from aws_cdk import Duration, RemovalPolicy, Token
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -28,6 +29,7 @@ from leasefence import schema
 
 from .alarm_topic import refuse_unusable_topic
 from .function import LOG_LEVELS
+from .stream import NO_STREAM_MESSAGE
 from .worker_props import WorkerProps, validate_worker
 
 _NAMESPACE_RE = re.compile(r"^[0-9A-Za-z._/#: -]{1,255}$")
@@ -69,7 +71,8 @@ class LeaseFenceServiceProps:
     table: dynamodb.ITable | None = None
     """Bring your own operations table (e.g. a `LeaseFenceTable` in your stack); default: the
     service creates one. A table defined in this app is checked against `leasefence.schema` at
-    synth; an imported one must have been created with it."""
+    synth (its stream included: new and old images); an imported one must have been created with
+    it and be imported with its `table_stream_arn`."""
     table_name: str | None = None
     """Fixed name of the created table (default: generated, so two stacks never collide)."""
     deletion_protection: bool = True
@@ -121,6 +124,12 @@ class LeaseFenceServiceProps:
     """`WorkerProps(...)`: deploy the worker function that runs your job handlers (see Worker);
     default: no worker."""
 
+    # ------------------------------------------------------------------ events
+    event_bus: events.IEventBus | None = None
+    """Bring your own EventBridge bus for the outcome events (the publisher may only
+    `events:PutEvents` on it; a bus under a customer-managed key also needs that key granted to
+    `publisher_function`); default: the service creates one."""
+
     # ------------------------------------------------------------------ API
     throttling_rate_limit: float = 100
     """Steady requests per second of the `$default` stage."""
@@ -143,6 +152,10 @@ class LeaseFenceServiceProps:
     """`StaleFenceRejections` alarm: rejections in 5 minutes."""
     api_5xx_alarm_threshold: int = 5
     """`Api5xx` alarm: API Gateway 5xx answers in 5 minutes."""
+    stream_iterator_age_alarm_age: Duration = Duration.minutes(5)
+    """`PublisherIteratorAge` and `WorkerIteratorAge` alarms: the stream records a function
+    receives are this old (history and events late; stream dispatch so far behind that the drain
+    does its work)."""
     tags: Mapping[str, str] = field(default_factory=dict)
     """Tags for every resource the service creates (besides its own `leasefence:service` and
     `leasefence:component`)."""
@@ -274,6 +287,8 @@ class LeaseFenceServiceProps:
             _require(
                 self.table, "table_arn", "table", "an aws_dynamodb.ITable (e.g. LeaseFenceTable)"
             )
+            if getattr(self.table, "table_stream_arn", None) is None:
+                raise ValueError(NO_STREAM_MESSAGE)
             if self.table_name is not None or self.deletion_protection is not True:
                 raise ValueError(
                     "table_name and deletion_protection configure the table the service "
@@ -349,7 +364,13 @@ class LeaseFenceServiceProps:
         if self.alarm_topic is not None:
             _require(self.alarm_topic, "topic_arn", "alarm_topic", "an aws_sns.ITopic")
             refuse_unusable_topic(self.alarm_topic)
-        for name in ("oldest_unknown_alarm_age", "oldest_due_alarm_age"):
+        if self.event_bus is not None:
+            _require(self.event_bus, "event_bus_arn", "event_bus", "an aws_events.IEventBus")
+        for name in (
+            "oldest_unknown_alarm_age",
+            "oldest_due_alarm_age",
+            "stream_iterator_age_alarm_age",
+        ):
             value = getattr(self, name)
             if not isinstance(value, Duration) or value.to_seconds() < 60:
                 raise ValueError(f"{name} must be a Duration of at least one minute")

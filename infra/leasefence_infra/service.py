@@ -15,7 +15,11 @@ It composes one construct per concern (see ``infra/README.md`` for the why):
 * ``Api`` (:mod:`~leasefence_infra.api`): the API function and the HTTP API with its JWT authorizer;
 * ``Sweeper`` (:mod:`~leasefence_infra.sweeper`): the sweeper function and its schedule;
 * ``Worker`` (:mod:`~leasefence_infra.worker`, ``worker=WorkerProps(...)`` only): your job
-  handlers, run in process against the engine;
+  handlers, run in process against the engine, drained on a schedule;
+* ``StreamDispatch`` (:mod:`~leasefence_infra.dispatch`, with the worker): the table's stream
+  invokes the worker as soon as work becomes claimable;
+* ``Publisher`` (:mod:`~leasefence_infra.publisher`): history and outcome events from the
+  table's stream, and the event bus (created unless you bring your own);
 * ``Monitoring`` (:mod:`~leasefence_infra.monitoring`): dashboard, alarms and their SNS topic.
 
 Every resource it creates is tagged ``leasefence:service=<construct path>``,
@@ -32,6 +36,7 @@ from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_apigatewayv2_authorizers as authorizers
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
@@ -42,10 +47,12 @@ from constructs import Construct
 from .api import Api
 from .assets import functions_code
 from .bundling import core_layer_code
+from .dispatch import StreamDispatch
 from .environment import shared_environment
 from .function import POWERTOOLS_LAYER_PARAMETER, FunctionRuntime
 from .monitoring import NAMESPACE, Monitoring
 from .props import LeaseFenceServiceProps
+from .publisher import Publisher
 from .storage import Storage
 from .sweeper import Sweeper
 from .user_pool import LeaseFenceUserPool
@@ -58,7 +65,8 @@ _TAG_VALUE_UNSAFE = re.compile(r"[^\w\s.:/=+\-@]")
 
 
 class LeaseFenceService(Construct):
-    """The leasefence service: table, bucket, functions, HTTP API, schedules, monitoring.
+    """The leasefence service: table, bucket, functions, HTTP API, schedules, stream consumers,
+    event bus, monitoring.
 
     ``LeaseFenceService(scope, id, props=None, **overrides)``: the options are the fields of
     :class:`~leasefence_infra.LeaseFenceServiceProps` (documented there and in
@@ -182,6 +190,23 @@ class LeaseFenceService(Construct):
                 environment=environment,
                 handlers_layer=self.worker_handlers_layer,
             )
+        self.dispatch: StreamDispatch | None = None
+        if self.worker is not None:
+            self.dispatch = StreamDispatch(
+                self,
+                "StreamDispatch",
+                worker=self.worker,
+                table=self.storage.table,
+                key=self.storage.encryption_key,
+            )
+        self.publisher = Publisher(
+            self,
+            "Publisher",
+            runtime=runtime,
+            storage=self.storage,
+            environment=environment,
+            event_bus=props.event_bus,
+        )
         self.monitoring = Monitoring(
             self,
             "Monitoring",
@@ -192,18 +217,23 @@ class LeaseFenceService(Construct):
             api=self.api,
             sweeper=self.sweeper,
             worker=self.worker,
+            dispatch=self.dispatch,
+            publisher=self.publisher,
             oldest_unknown_alarm_age=props.oldest_unknown_alarm_age,
             oldest_due_alarm_age=props.oldest_due_alarm_age,
             quarantine_alarm_threshold=props.quarantine_alarm_threshold,
             takeover_alarm_percent=props.takeover_alarm_percent,
             stale_fence_alarm_threshold=props.stale_fence_alarm_threshold,
             api_5xx_alarm_threshold=props.api_5xx_alarm_threshold,
+            stream_iterator_age_alarm_age=props.stream_iterator_age_alarm_age,
         )
         for component, construct in (
             ("storage", self.storage),
             ("api", self.api),
             ("sweeper", self.sweeper),
             ("worker", self.worker),
+            ("dispatch", self.dispatch),
+            ("publisher", self.publisher),
             ("monitoring", self.monitoring),
         ):
             if construct is not None:
@@ -264,6 +294,17 @@ class LeaseFenceService(Construct):
     def worker_function(self) -> lambda_.Function | None:
         """The worker function (``worker=WorkerProps(...)``), e.g. to grant it more."""
         return self.worker.function.function if self.worker is not None else None
+
+    @property
+    def event_bus(self) -> events.IEventBus:
+        """The bus of the outcome events (created, or the one you brought): add your rules to it
+        (``leasefence.streams.events.subscription_pattern`` builds their patterns)."""
+        return self.publisher.event_bus
+
+    @property
+    def publisher_function(self) -> lambda_.Function:
+        """The publisher function (history and outcome events), e.g. to grant it your bus's key."""
+        return self.publisher.function.function
 
     @property
     def token_url(self) -> str | None:

@@ -231,6 +231,12 @@ class LeaseFenceStack(Stack):
             value=service.dashboard.dashboard_name,
             description="CloudWatch dashboard",
         )
+        CfnOutput(
+            self,
+            "EventBusName",
+            value=service.event_bus.event_bus_name,
+            description="EventBridge bus of the outcome events (add your rules to it)",
+        )
         if service.worker_function is not None:
             CfnOutput(
                 self,

@@ -173,7 +173,13 @@ class Storage(Construct):
 
     def grant_data_keys(self, role: iam.IRole, extra_keys: Sequence[kms.IKey] = ()) -> None:
         """Encrypt/decrypt on :attr:`data_keys` (and ``extra_keys``), acknowledged once."""
-        keys = _distinct([*self.data_keys, *extra_keys])
+        self._grant_keys(role, _distinct([*self.data_keys, *extra_keys]))
+
+    def grant_table_key(self, role: iam.IRole) -> None:
+        """Encrypt/decrypt on the table's customer-managed key only (if it has one)."""
+        self._grant_keys(role, _distinct([self.table.encryption_key]))
+
+    def _grant_keys(self, role: iam.IRole, keys: Sequence[kms.IKey]) -> None:
         for key in keys:
             key.grant_encrypt_decrypt(role)
         if keys:

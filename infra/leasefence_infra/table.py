@@ -1,5 +1,5 @@
 """The operations table, defined from :mod:`leasefence.schema` (keys, the sparse indexes and their
-projections, the TTL attribute): nothing about the layout is restated here.
+projections, the TTL attribute, the stream): nothing about the layout is restated here.
 
 :class:`LeaseFenceTable` is what the service creates by default, and what you create in your own
 stack to bring your own table (``LeaseFenceService(..., table=LeaseFenceTable(stack, "Ops"))``).
@@ -26,6 +26,8 @@ _ATTRIBUTE_TYPES = {
     "N": dynamodb.AttributeType.NUMBER,
     "B": dynamodb.AttributeType.BINARY,
 }
+#: ``schema.STREAM_SPECIFICATION``'s view type (new and old images).
+STREAM_VIEW_TYPE = dynamodb.StreamViewType(schema.STREAM_SPECIFICATION["StreamViewType"])
 _PROJECTIONS = {
     "INCLUDE": dynamodb.ProjectionType.INCLUDE,
     "KEYS_ONLY": dynamodb.ProjectionType.KEYS_ONLY,
@@ -43,8 +45,9 @@ def _key_names(key_schema: Sequence[Mapping[str, str]]) -> tuple[str, str | None
 
 
 class LeaseFenceTable(dynamodb.Table):
-    """The operations table: :mod:`leasefence.schema`'s keys, indexes and TTL, on-demand,
-    point-in-time recovery on.
+    """The operations table: :mod:`leasefence.schema`'s keys, indexes, TTL and stream (new and old
+    images: stream dispatch, history and outcome events read it), on-demand, point-in-time
+    recovery on.
 
     ``encryption_key``: a customer-managed key (default: the AWS-owned key).
     """
@@ -78,6 +81,7 @@ class LeaseFenceTable(dynamodb.Table):
             ),
             encryption_key=encryption_key,
             time_to_live_attribute=schema.TTL_ATTRIBUTE,
+            stream=STREAM_VIEW_TYPE,
             removal_policy=removal_policy,
         )
         for gsi in schema.global_secondary_indexes():
@@ -143,6 +147,12 @@ def schema_mismatches(table: dynamodb.ITable) -> list[str]:
     ttl = _pascal(stack.resolve(cfn.time_to_live_specification))
     if not ttl or not ttl.get("Enabled") or ttl.get("AttributeName") != schema.TTL_ATTRIBUTE:
         problems.append(f"TTL must be enabled on {schema.TTL_ATTRIBUTE}, got {ttl}")
+    stream = _pascal(stack.resolve(cfn.stream_specification)) or {}
+    if stream.get("StreamViewType") != STREAM_VIEW_TYPE.value:
+        problems.append(
+            f"its stream must carry {STREAM_VIEW_TYPE.value}, got "
+            f"{stream.get('StreamViewType') or 'no stream'}"
+        )
     return problems
 
 

@@ -1,4 +1,5 @@
 """The optional worker function of a ``LeaseFenceService``: its role, its schedule, its queues.
+Its stream trigger (stream dispatch) is :mod:`leasefence_infra.dispatch`.
 
 Cross-tenant by design: one fleet claims for every tenant in ``WorkerProps.tenants``, and its
 role is not narrowed per tenant (no ``dynamodb:LeadingKeys``): which tenants it serves is decided
@@ -93,6 +94,7 @@ class Worker(Construct):
             retry_attempts=0,
             max_event_age=Duration.minutes(1),
             on_failure=self.failure_queue,
+            reserved_concurrency=props.max_concurrency,
         )
         role = self.function.role
         storage.grant_table(

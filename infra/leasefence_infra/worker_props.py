@@ -1,8 +1,11 @@
 """The optional worker function of a ``LeaseFenceService``: its props and their checks.
 
-The worker (``functions/worker/handler.py``) runs the engine in process: every minute (by
-default) EventBridge Scheduler starts an invocation that claims and runs jobs for the listed
-tenants until nothing is claimable or less than one lease plus a margin of its time is left.
+The worker (``functions/worker/handler.py``) runs the engine in process. The table's stream
+invokes it as soon as work becomes claimable (an enqueue, an immediate retry, a requeue: stream
+dispatch, :mod:`leasefence_infra.dispatch`); and every minute (by default) EventBridge Scheduler
+starts a drain that claims and runs jobs for the listed tenants until nothing is claimable or less
+than one lease plus a margin of its time is left: the safety net that finds delayed retries,
+expired leases and whatever the stream path missed.
 Your job handlers live in a module named by ``handlers`` (``package.module:ATTRIBUTE``, a mapping
 of job type to handler); see ``infra/README.md`` ("Worker") for how to ship your own. The
 function itself, its role and its schedule: :mod:`leasefence_infra.worker`.
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from aws_cdk import Duration
@@ -21,6 +24,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_scheduler as scheduler
 
 from leasefence.engine import MAX_ID_LENGTH
+from leasefence.streams import filters, mappings
 
 from .assets import functions_dir as shipped_functions_dir
 from .assets import has_module
@@ -35,6 +39,15 @@ WORKER_MARGIN_SECONDS = 5
 MAX_TIMEOUT_SECONDS = 900
 #: ``LEASEFENCE_WORKER_TENANTS`` at most (Lambda allows 4 KB of environment variables in all).
 MAX_TENANTS_CHARS = 2048
+
+#: The stream mapping's defaults (``leasefence.streams.mappings.worker``, which says why).
+_STREAM = mappings.worker(None)
+#: A batch's jobs run side by side, one thread each: at most this many per invocation.
+MAX_STREAM_BATCH = 100
+#: Lambda: at most 10 concurrent batches per shard.
+MAX_PARALLELIZATION = 10
+#: Lambda: an event source mapping's filter pattern has at most 4096 characters.
+MAX_FILTER_PATTERN_CHARS = 4096
 
 _HANDLERS_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -72,6 +85,22 @@ class WorkerProps:
         default 512.
     ``lost_ownership_alarm_threshold``
         ``LostOwnership`` events in 15 minutes that raise the alarm, default 5.
+    ``stream_batch_size``
+        records per stream invocation, default 10 (1-100): a batch's jobs run side by side, one
+        thread each, so it is also how many jobs one invocation runs at once; with no batching
+        window a record is delivered as soon as Lambda's poll of its shard sees it.
+    ``stream_parallelization``
+        batches of one stream shard processed at once, default 10 (1-10, Lambda's most): one
+        tenant's records (one partition key) stay in order in one of them, so a shard hands the
+        worker at most ``stream_parallelization x stream_batch_size`` jobs at once; the drain
+        takes the rest.
+    ``max_concurrency``
+        reserved concurrency of the worker function (stream batches and drains together), default
+        none: a stream mapping has no concurrency limit of its own (Lambda's maximum concurrency
+        is for SQS sources) and is bounded by shards x ``stream_parallelization``; reserve it to
+        cap what the worker does to your downstream systems (and to keep that much of the
+        account's concurrency for it). A throttled batch is retried by the mapping; the drain
+        still finds work whose record went to the failure queue.
     """
 
     handlers: str
@@ -85,6 +114,9 @@ class WorkerProps:
     environment: Mapping[str, str] = field(default_factory=dict)
     memory_mb: int = 512
     lost_ownership_alarm_threshold: int = 5
+    stream_batch_size: int = _STREAM.batch_size
+    stream_parallelization: int = _STREAM.parallelization_factor
+    max_concurrency: int | None = None
 
     @property
     def timeout_or_default(self) -> Duration:
@@ -101,6 +133,15 @@ class WorkerProps:
     @property
     def module(self) -> str:
         return self.handlers.partition(":")[0]
+
+    @property
+    def stream_mapping(self) -> mappings.StreamMapping:
+        """The worker's stream mapping: ``mappings.worker(tenants)`` with these settings."""
+        return replace(
+            mappings.worker(self.tenants),
+            batch_size=self.stream_batch_size,
+            parallelization_factor=self.stream_parallelization,
+        )
 
 
 def validate_worker(
@@ -170,6 +211,24 @@ def validate_worker(
         raise ValueError("worker.memory_mb must be from 128 to 10240")
     if props.lost_ownership_alarm_threshold < 1:
         raise ValueError("worker.lost_ownership_alarm_threshold must be at least 1")
+    for name, low, high in (
+        ("stream_batch_size", 1, MAX_STREAM_BATCH),
+        ("stream_parallelization", 1, MAX_PARALLELIZATION),
+    ):
+        value = getattr(props, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"worker.{name} must be a whole number from {low} to {high}")
+    concurrency = props.max_concurrency
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise ValueError("worker.max_concurrency must be a whole number, at least 1 (or None)")
+    pattern = filters.filter_criteria(filters.dispatch_filters(tenants))["Filters"][0]["Pattern"]
+    if len(pattern) > MAX_FILTER_PATTERN_CHARS:
+        raise ValueError(
+            f"worker.tenants make a stream filter of {len(pattern)} characters, over Lambda's "
+            f"{MAX_FILTER_PATTERN_CHARS}: split the tenants over several workers (constructs)"
+        )
 
     clashes = sorted(set(props.environment) & set(reserved_env))
     if clashes:

@@ -22,6 +22,8 @@ ops = typer.Typer(
     no_args_is_help=True, help="Operator commands against a running API (default: the local stack)."
 )
 app.add_typer(ops, name="ops")
+events_app = typer.Typer(no_args_is_help=True, help="Outcome events of the local stack.")
+app.add_typer(events_app, name="events")
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8765"
 DEFAULT_DYNAMODB_ENDPOINT = "http://127.0.0.1:8766"
@@ -88,16 +90,36 @@ def local(
     verbose: bool = typer.Option(
         False, "--verbose", help="Print a line per HTTP request (method and status)."
     ),
+    streams: bool = typer.Option(
+        True,
+        "--streams/--no-streams",
+        help="Read the table's stream: stream worker, history and outcome events.",
+    ),
+    worker_handlers: str = typer.Option(
+        None,
+        "--worker-handlers",
+        help="The stream worker's handlers (module:NAME; default: the demo handlers).",
+    ),
+    worker_tenant: list[str] | None = typer.Option(
+        None,
+        "--worker-tenant",
+        help=f"A tenant the stream worker serves (repeat; default {DEV_TENANT}).",
+    ),
 ) -> None:
     """Run the whole service on this machine until SIGINT/SIGTERM."""
-    from leasefence.local.server import LocalStack
+    from leasefence.local.server import DEMO_HANDLERS, LocalStack
 
+    handlers = worker_handlers or DEMO_HANDLERS
+    tenants = worker_tenant or [DEV_TENANT]
     stack = LocalStack(
         host=host,
         port=port,
         dynamodb_port=dynamodb_port,
         sweep_interval=sweep_interval or None,
         quiet=not verbose,
+        streams=streams,
+        worker_handlers=handlers,
+        worker_tenants=tenants,
     )
     try:
         stack.start()
@@ -107,13 +129,20 @@ def local(
     token = stack.token(DEV_TENANT)
     lines = [
         f"API base URL:       {stack.base_url}",
-        f"DynamoDB endpoint:  {stack.dynamodb_endpoint}  (table {stack.table_name}; S3 on the same endpoint, "
-        f"bucket {stack.bucket}; linearizable: one request at a time)",
+        f"DynamoDB endpoint:  {stack.dynamodb_endpoint}  (table {stack.table_name}; S3 on the same "
+        f"endpoint, bucket {stack.bucket}; linearizable: one request at a time)",
         f"Docs (Swagger UI):  {stack.docs_url}   OpenAPI: {stack.base_url}/openapi.json",
         f"Sweeper:            every {sweep_interval:g} s"
         if sweep_interval
         else "Sweeper:            off",
     ]
+    if streams:
+        lines += [
+            f"Stream worker:      {handlers} for tenant(s) {', '.join(tenants)}: runs a job right "
+            "after its enqueue",
+            f"History and events: from the table's stream; events on bus {stack.event_bus} "
+            "(watch them: leasefence events tail)",
+        ]
     if stack.generated_secret:
         lines.append(
             f"JWT secret:         {stack.secret}  (generated; export LEASEFENCE_LOCAL_JWT_SECRET to keep one)"
@@ -136,6 +165,7 @@ def local(
             "secret": stack.secret,
             "table": stack.table_name,
             "bucket": stack.bucket,
+            "event_bus": stack.event_bus,
         }
     )
     try:
@@ -242,9 +272,13 @@ def invoke(
     os.environ["LEASEFENCE_S3_ENDPOINT"] = (
         endpoint or os.environ.get("LEASEFENCE_S3_ENDPOINT") or target
     )
+    os.environ["LEASEFENCE_EVENTS_ENDPOINT"] = (
+        endpoint or os.environ.get("LEASEFENCE_EVENTS_ENDPOINT") or target
+    )
     for key, value in (
         ("LEASEFENCE_TABLE", state.get("table")),
         ("LEASEFENCE_PAYLOAD_BUCKET", state.get("bucket")),
+        ("LEASEFENCE_EVENT_BUS", state.get("event_bus")),
     ):
         if value:
             os.environ.setdefault(key, value)
@@ -397,6 +431,80 @@ def ops_show(
         _fail(error)
 
 
+@ops.command("history")
+def ops_history(
+    operation_id: str = typer.Argument(..., help="The operation id."),
+    limit: int = typer.Option(50, "--limit", min=1, max=50, help="Page size."),
+    all_pages: bool = typer.Option(False, "--all", help="Follow next_cursor through every page."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table."),
+    base_url: str | None = _BASE_URL,
+    token_value: str | None = _TOKEN,
+    tenant: str | None = _TENANT,
+) -> None:
+    """What happened to an operation: each transition, who made it and why (oldest first)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from leasefence.errors import LeaseFenceError
+
+    client = _client(base_url, token_value, tenant)
+    entries, cursor, dropped = [], None, 0
+    try:
+        while True:
+            page = client.history(operation_id, limit=limit, cursor=cursor)
+            entries.extend(page.entries)
+            cursor, dropped = page.next_cursor, page.dropped
+            if not all_pages or not cursor:
+                break
+    except LeaseFenceError as error:
+        _fail(error)
+    if as_json:
+        for entry in entries:
+            typer.echo(
+                json.dumps(
+                    {
+                        k: (v.isoformat() if hasattr(v, "isoformat") else v)
+                        for k, v in vars(entry).items()
+                    }
+                )
+            )
+        return
+    table = Table(title=f"history of {operation_id}")
+    for column in (
+        "#",
+        "time",
+        "transition",
+        "from",
+        "to",
+        "fence",
+        "attempt",
+        "actor",
+        "outcome / reason",
+    ):
+        table.add_column(column)
+    for e in entries:
+        actor = e.actor or "-"
+        if e.previous_actor:
+            actor += f" (took over from {e.previous_actor})"
+        table.add_row(
+            str(e.sequence),
+            e.time.isoformat(),
+            e.transition,
+            e.previous_state or "-",
+            e.state,
+            str(e.fence),
+            str(e.attempt),
+            actor,
+            e.outcome_code or e.reason or "-",
+        )
+    console = Console()
+    console.print(table)
+    if dropped:
+        console.print(f"{dropped} older entries were dropped to keep the history bounded")
+    if cursor and not all_pages:
+        console.print(f"more: --all (next cursor {cursor})")
+
+
 @ops.command("resolve")
 def ops_resolve(
     operation_id: str = typer.Argument(..., help="The operation id."),
@@ -433,6 +541,94 @@ def ops_erase(
         _show(_client(base_url, token_value, tenant).erase(operation_id))
     except LeaseFenceError as error:
         _fail(error)
+
+
+# ---------------------------------------------------------------------------------- events
+
+
+@events_app.command("tail")
+def events_tail(
+    tenant: str | None = typer.Option(
+        None, "--tenant", help="Only this tenant's events (default: every tenant)."
+    ),
+    detail_type: list[str] | None = typer.Option(
+        None, "--detail-type", help="Only this detail-type, e.g. 'Operation Succeeded' (repeat)."
+    ),
+    endpoint: str | None = typer.Option(
+        None, "--endpoint", help="The embedded endpoint (default: the running local stack's)."
+    ),
+    bus: str | None = typer.Option(
+        None, "--bus", help="The event bus (default: the local stack's)."
+    ),
+    count: int = typer.Option(
+        0, "--count", min=0, help="Stop after this many events (0: run until Ctrl-C)."
+    ),
+    timeout: float = typer.Option(
+        0, "--timeout", min=0, help="Stop after this many seconds (0: never)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print each event as one JSON line."),
+) -> None:
+    """Print outcome events as the local stack publishes them.
+
+    Subscribes the way a consumer does on AWS: a rule on the bus with a pattern (source
+    leasefence; --tenant and --detail-type narrow it) and an SQS queue as its target, both
+    removed again when this stops."""
+    import time
+
+    from leasefence.local.embedded import use_local_credentials
+    from leasefence.local.events import LOCAL_BUS, Subscription
+    from leasefence.streams.events import subscription_pattern
+
+    state = _read_state()
+    target = endpoint or state.get("dynamodb_endpoint") or DEFAULT_DYNAMODB_ENDPOINT
+    use_local_credentials()
+
+    def clients(service: str) -> Any:
+        import boto3
+
+        return boto3.client(service, endpoint_url=target, region_name="us-east-1")
+
+    try:
+        pattern = subscription_pattern(tenant, detail_type)
+        subscription = Subscription(
+            clients, pattern, bus=bus or state.get("event_bus") or LOCAL_BUS
+        )
+    except ValueError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    except Exception as error:  # noqa: BLE001 - no stack there, or no bus: say so
+        typer.echo(
+            f"cannot subscribe at {target}: {type(error).__name__}: {error} (is `leasefence local` "
+            "running?)",
+            err=True,
+        )
+        raise typer.Exit(1) from None
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    deadline = time.monotonic() + timeout if timeout else None
+    seen = 0
+    typer.echo(f"watching {json.dumps(pattern)} (Ctrl-C stops)", err=True)
+    try:
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            for event in subscription.receive(wait_s=0.5):
+                seen += 1
+                if as_json:
+                    typer.echo(json.dumps(event, separators=(",", ":")))
+                else:
+                    d = event.get("detail", {})
+                    why = d.get("outcome_code") or d.get("reason") or ""
+                    who = f"{d.get('tenant_id')}/{d.get('operation_id')}"
+                    typer.echo(
+                        f"{d.get('time')}  {event.get('detail-type'):<24} {who}"
+                        f"  {d.get('previous_state')} -> {d.get('state')}  fence {d.get('fence')}"
+                        f"  by {d.get('actor')}  {why}".rstrip()
+                    )
+                sys.stdout.flush()
+                if count and seen >= count:
+                    return
+    finally:
+        subscription.close()
 
 
 # ---------------------------------------------------------------------------------- erase-tenant

@@ -58,6 +58,8 @@ __all__ = [
     "Claim",
     "EnqueueResult",
     "Forbidden",
+    "HistoryEntry",
+    "HistoryPage",
     "LeaseFenceClient",
     "Operation",
     "OperationPage",
@@ -170,6 +172,49 @@ class Claim:
 class OperationPage:
     operations: list[Operation]
     next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One transition of an operation (see ``GET /v1/operations/{id}/history``)."""
+
+    sequence: int
+    time: datetime
+    transition: str
+    previous_state: str | None
+    state: str
+    fence: int
+    attempt: int
+    actor: str | None
+    previous_actor: str | None = None
+    outcome_code: str | None = None
+    reason: str | None = None
+    available_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HistoryEntry:
+        return cls(
+            sequence=int(data["sequence"]),
+            time=_time(data["time"]),  # type: ignore[arg-type]
+            transition=data["transition"],
+            previous_state=data.get("previous_state"),
+            state=data["state"],
+            fence=int(data["fence"]),
+            attempt=int(data["attempt"]),
+            actor=data.get("actor"),
+            previous_actor=data.get("previous_actor"),
+            outcome_code=data.get("outcome_code"),
+            reason=data.get("reason"),
+            available_at=_time(data.get("available_at")),
+        )
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    entries: list[HistoryEntry]
+    next_cursor: str | None
+    #: Entries left out to keep the history bounded.
+    dropped: int = 0
 
 
 class _NotSent(Exception):
@@ -444,6 +489,31 @@ class LeaseFenceClient:
         scope). Refused with :class:`InvalidTransition` while it is claimed. Erasing again is
         harmless, so a lost answer is retried."""
         return self._finish(operation_id, "erase", {})
+
+    def history(
+        self, operation_id: str, limit: int | None = None, cursor: str | None = None
+    ) -> HistoryPage:
+        """One page of the operation's history, oldest first (needs the operate scope). It trails
+        the operation by the stream's lag (about a second)."""
+        query = {k: v for k, v in {"limit": limit, "cursor": cursor}.items() if v is not None}
+        path = f"/v1/operations/{self._id(operation_id)}/history" + (
+            f"?{urlencode(query)}" if query else ""
+        )
+        data = self.request("GET", path)[1]
+        return HistoryPage(
+            [HistoryEntry.from_json(e) for e in data["entries"]],
+            data.get("next_cursor"),
+            int(data.get("dropped", 0)),
+        )
+
+    def iter_history(self, operation_id: str, page_size: int = 50) -> Iterator[HistoryEntry]:
+        cursor = None
+        while True:
+            page = self.history(operation_id, limit=page_size, cursor=cursor)
+            yield from page.entries
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
 
     def resolve(self, operation_id: str, resolution: str, note: str = "") -> Operation:
         """Operator decision for an unknown or quarantined operation. Not retried after a lost answer."""

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
-from leasefence import keys
+from leasefence import history, keys
 from leasefence.clock import Clock, system_clock
 from leasefence.errors import (
     InvalidInput,
@@ -45,6 +45,8 @@ from leasefence.errors import (
     Unavailable,
 )
 from leasefence.model import (
+    OPERATOR_ACTOR,
+    SWEEPER_ACTOR,
     Claim,
     EnqueueResult,
     Operation,
@@ -55,6 +57,7 @@ from leasefence.model import (
     SweepResult,
     TargetClass,
     TenantErasure,
+    Transition,
 )
 from leasefence.privacy import keyed_hash
 from leasefence.schema import (
@@ -107,6 +110,10 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 # Attribute names that are DynamoDB reserved words, or that read better as placeholders.
 _N = {"#state": "state", "#fence": "fence"}
+#: What every transition writes besides its own changes: its name, who made it, and ``seq`` + 1
+#: (see :class:`~leasefence.model.Transition`; the stream carries them to history and events).
+_TRANSITION_NAMES = {"#tr": "transition", "#seq": "seq"}
+_ACTOR = {"#actor": "actor"}
 
 
 def validate_id(name: str, value: Any) -> str:
@@ -119,6 +126,12 @@ def validate_id(name: str, value: Any) -> str:
             f"{name} must be 1-{MAX_ID_LENGTH} characters with no control characters"
         )
     return value
+
+
+def validate_actor(actor: Any, default: str | None) -> str | None:
+    """Who makes a transition (a worker id, an operator's or producer's identity): an id, or the
+    default when none is given."""
+    return default if actor is None else validate_id("actor", actor)
 
 
 def _validate_text(name: str, value: Any, limit: int, required: bool = True) -> str | None:
@@ -244,6 +257,7 @@ class Engine:
         max_attempts: int | None = None,
         target_class: TargetClass | str = TargetClass.C,
         payload_inline: bool = False,
+        actor: str | None = None,
     ) -> EnqueueResult:
         """Durably record an operation bound to its payload hash: one conditional put.
 
@@ -251,7 +265,8 @@ class Engine:
         :class:`PayloadConflict` (nothing is changed). Both hold for as long as the identity is
         retained (:attr:`identity_retention_ms` after the operation ended), whatever was purged
         or erased meanwhile. ``payload_inline``: ``payload_ref`` names an object that
-        :attr:`payloads` stored for this identity (set only by the API's inline path).
+        :attr:`payloads` stored for this identity (set only by the API's inline path). ``actor``:
+        who enqueued it (the API passes the token's subject), recorded with the transition.
         """
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
@@ -276,6 +291,7 @@ class Engine:
 
         if payload_inline and payload_ref is None:
             raise InvalidInput("an inline payload needs its payload_ref")
+        actor = validate_actor(actor, None)
         self._register_job_type(tenant_id, job_type)
         now = self.clock()
         due_home = self._due_pk(tenant_id, operation_id, job_type)
@@ -296,6 +312,9 @@ class Engine:
             DUE_SK: now,
             "created_at": now,
             "updated_at": now,
+            "transition": Transition.ENQUEUE.value,
+            "actor": actor,
+            "seq": 1,
         }
         if payload_inline:
             item["payload_inline"] = True
@@ -393,6 +412,25 @@ class Engine:
         if snapshot is None:
             raise NotFound("operation not found")
         return self._try_claim(snapshot, worker_id, lease_ms, types, retries=3)
+
+    def claim_seen(
+        self,
+        item: dict[str, Any],
+        worker_id: str,
+        lease_ms: int = DEFAULT_LEASE_MS,
+        job_types: Iterable[str] | None = None,
+    ) -> Claim | None:
+        """Claim an operation as a stream record showed it (``item``: its image after the write
+        that made it claimable): no read, one conditional write pinned to that image's fence and
+        attempt counters, exactly as a claim of an index entry. If the operation changed since
+        (another worker took it), the write is refused and the refusal's current item decides:
+        claimable now, one more try; otherwise None (the work is taken)."""
+        validate_id("tenant_id", item.get("tenant_id"))
+        validate_id("operation_id", item.get("operation_id"))
+        validate_id("worker_id", worker_id)
+        return self._try_claim(
+            item, worker_id, self._lease(lease_ms), self._job_types(job_types), retries=1
+        )
 
     def _lease(self, lease_ms: int) -> int:
         if (
@@ -517,8 +555,10 @@ class Engine:
         )
         expires = now + lease_ms
         last_attempt = attempts + 1 >= max_attempts
-        names = dict(_N, **{"#due": DUE_SK})
+        names = dict(_N, **_TRANSITION_NAMES, **_ACTOR, **{"#due": DUE_SK})
         values: dict[str, Any] = {
+            ":tr": Transition.CLAIM.value,
+            ":one": 1,
             ":f": fence,
             ":f1": fence + 1,
             ":a": attempts,
@@ -543,7 +583,7 @@ class Engine:
         update = (
             "SET claimed_from = #state, #state = :claimed, #fence = :f1, attempts = :a1, "
             "lease_owner = :w, lease_expires_at = :exp, lease_ms = :lease, claim_token = :tok, "
-            "updated_at = :now"
+            "updated_at = :now, #tr = :tr, #actor = :w"
         )
         if last_attempt:
             # The final attempt leaves the claim index for the sweeper's index: if this lease
@@ -553,7 +593,7 @@ class Engine:
             update += ", #spk = :spk, #sat = :exp REMOVE #dpk, #due"
         else:
             update += ", #due = :exp"
-        return update, condition, names, values
+        return update + " ADD #seq :one", condition, names, values
 
     def _write_retrying(
         self,
@@ -845,15 +885,20 @@ class Engine:
         validate_id("operation_id", operation_id)
         fence = self._fence(fence)
         now = self.clock()
-        names = dict(_N, **{"#dpk": DUE_PK, "#due": DUE_SK, "#spk": SWEEP_PK, "#sat": SWEEP_SK})
+        index_names = {"#dpk": DUE_PK, "#due": DUE_SK, "#spk": SWEEP_PK, "#sat": SWEEP_SK}
+        names = dict(_N, **_TRANSITION_NAMES, **index_names)
         values: dict[str, Any] = {
             ":claimed": State.CLAIMED.value,
             ":f": fence,
             ":to": target.value,
             ":now": now,
             ":cmd": command,
+            ":tr": self._closing_transition(command, target, delay_ms).value,
+            ":one": 1,
         }
+        # The actor stays the claim's (the fence holder's worker id): only the holder closes.
         sets = ["#state = :to", "updated_at = :now", "closed_fence = :f", "closed_by = :cmd"]
+        sets.append("#tr = :tr")
         removes = ["lease_owner", "lease_expires_at", "#spk", "#sat", "claim_token"]
         for i, (name, value) in enumerate(fields.items()):
             names[f"#x{i}"] = name
@@ -873,7 +918,7 @@ class Engine:
             names.update({"#ppk": PARKED_PK, "#pat": PARKED_SK})
             values[":ppk"] = self._parked_pk(target, tenant_id, operation_id)
             sets += ["#ppk = :ppk", "#pat = :now"]
-        update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)}"
+        update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)} ADD #seq :one"
         key = self._key(tenant_id, operation_id)
         try:
             if writes is None:
@@ -918,6 +963,17 @@ class Engine:
             extra={"op": self._tag(tenant_id, operation_id), "fence": fence, "state": target.value},
         )
         return Operation.from_item(item)
+
+    @staticmethod
+    def _closing_transition(command: str, target: State, delay_ms: int | None) -> Transition:
+        if target is State.QUEUED:
+            return Transition.RETRY if not delay_ms else Transition.RETRY_LATER
+        return {
+            "complete": Transition.COMPLETE,
+            "fail": Transition.FAIL,
+            "unknown": Transition.UNKNOWN,
+            "quarantine": Transition.QUARANTINE,
+        }[command]
 
     def _refusal(self, current: dict[str, Any] | None) -> Exception:
         if current is None:
@@ -976,11 +1032,15 @@ class Engine:
         try:
             self.store.update(
                 self._key(tenant_id, operation_id),
-                "SET #state = :unknown, updated_at = :now, reason = :why, #ppk = :ppk, #pat = :now "
-                "REMOVE #spk, #sat, #dpk, #due, claim_token, lease_owner, lease_expires_at",
+                "SET #state = :unknown, updated_at = :now, reason = :why, #ppk = :ppk, "
+                "#pat = :now, #tr = :tr, #actor = :actor "
+                "REMOVE #spk, #sat, #dpk, #due, claim_token, lease_owner, lease_expires_at "
+                "ADD #seq :one",
                 "#state = :claimed AND #fence = :f AND lease_expires_at <= :now AND attempts >= max_attempts",
                 dict(
                     _N,
+                    **_TRANSITION_NAMES,
+                    **_ACTOR,
                     **{
                         "#spk": SWEEP_PK,
                         "#sat": SWEEP_SK,
@@ -991,6 +1051,9 @@ class Engine:
                     },
                 ),
                 {
+                    ":tr": Transition.SWEEP.value,
+                    ":actor": SWEEPER_ACTOR,
+                    ":one": 1,
                     ":ppk": self._parked_pk(State.UNKNOWN, tenant_id, operation_id),
                     ":unknown": State.UNKNOWN.value,
                     ":claimed": State.CLAIMED.value,
@@ -1011,12 +1074,18 @@ class Engine:
     # ------------------------------------------------------------------ operator
 
     def resolve(
-        self, tenant_id: str, operation_id: str, resolution: Resolution | str, note: str = ""
+        self,
+        tenant_id: str,
+        operation_id: str,
+        resolution: Resolution | str,
+        note: str = "",
+        actor: str | None = None,
     ) -> Operation:
         """Operator decision for a parked operation (``unknown`` or ``quarantined`` only).
 
         ``requeue`` grants a fresh attempt budget; the fence keeps rising and the next claim has
-        ``reconcile_required``.
+        ``reconcile_required``. ``actor``: the operator's identity (the API passes the token's
+        subject), recorded with the transition.
         """
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
@@ -1027,15 +1096,26 @@ class Engine:
                 "resolution must be succeeded, failed_terminal or requeue"
             ) from error
         _validate_text("note", note, MAX_REASON_LENGTH, required=False)
+        actor = validate_actor(actor, OPERATOR_ACTOR)
         now = self.clock()
-        names = {"#state": "state", "#ppk": PARKED_PK, "#pat": PARKED_SK}
+        names = {
+            "#state": "state",
+            "#ppk": PARKED_PK,
+            "#pat": PARKED_SK,
+            **_TRANSITION_NAMES,
+            **_ACTOR,
+        }
+        transition = Transition.REQUEUE if resolution is Resolution.REQUEUE else Transition.RESOLVE
         values: dict[str, Any] = {
             ":unknown": State.UNKNOWN.value,
             ":quarantined": State.QUARANTINED.value,
             ":now": now,
             ":note": note or "",
+            ":tr": transition.value,
+            ":actor": actor,
+            ":one": 1,
         }
-        sets = ["resolution_note = :note", "updated_at = :now"]
+        sets = ["resolution_note = :note", "updated_at = :now", "#tr = :tr", "#actor = :actor"]
         removes = ["#ppk", "#pat"]
         if resolution is Resolution.REQUEUE:
             names.update({"#dpk": DUE_PK, "#due": DUE_SK, "#home": DUE_HOME})
@@ -1051,7 +1131,7 @@ class Engine:
             values.update({":to": resolution.value, ":code": f"resolved:{resolution.value}"})
             sets += ["#state = :to", "outcome_code = :code"]
             self._ending(now, names, values, sets, removes)
-        update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)}"
+        update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)} ADD #seq :one"
         try:
             item = self.store.update(
                 self._key(tenant_id, operation_id),
@@ -1118,28 +1198,44 @@ class Engine:
         assert operation.payload_ref is not None
         return self.payloads.read(operation.payload_ref, operation.payload_hash)
 
-    def erase(self, tenant_id: str, operation_id: str) -> Operation:
-        """Erase one operation's payload and free text (reasons, notes, checkpoint, intent) and
-        keep its identity (id, payload hash, fences, state, outcome code), so a replay is still a
-        replay and a different payload still a conflict. One conditional write: refused while
-        the operation is ``claimed`` (:class:`InvalidTransition`; erase it once it left
-        ``claimed``). A queued or parked operation stays in its state; a claim of it finds no
-        payload and the worker quarantines it. Erasing again is harmless.
+    def erase(self, tenant_id: str, operation_id: str, actor: str | None = None) -> Operation:
+        """Erase one operation's payload and free text (reasons, notes, checkpoint, intent, and
+        its history) and keep its identity (id, payload hash, fences, state, outcome code), so a
+        replay is still a replay and a different payload still a conflict. One conditional write:
+        refused while the operation is ``claimed`` (:class:`InvalidTransition`; erase it once it
+        left ``claimed``). A queued or parked operation stays in its state; a claim of it finds
+        no payload and the worker quarantines it. Erasing again is harmless.
 
         The stored payload is deleted right after the write; if that fails the write has already
-        made it due in the ``purge`` index, so the sweeper deletes it.
+        made it due in the ``purge`` index, so the sweeper deletes it. The history is replaced by
+        the erasure's own entry right after the write too; if that fails, the publisher does it
+        when the erasure's stream record arrives (:mod:`leasefence.history`).
         """
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
+        actor = validate_actor(actor, OPERATOR_ACTOR)
         now = self.clock()
         try:
             item = self.store.update(
                 self._key(tenant_id, operation_id),
-                "SET erased_at = if_not_exists(erased_at, :now), updated_at = :now, #pat = :now "
-                "REMOVE reason, resolution_note, checkpoint, intent",
+                "SET erased_at = if_not_exists(erased_at, :now), updated_at = :now, #pat = :now, "
+                "#tr = :tr, #actor = :actor "
+                "REMOVE reason, resolution_note, checkpoint, intent ADD #seq :one",
                 "attribute_exists(#op) AND #state <> :claimed",
-                {"#op": "operation_id", "#state": "state", "#pat": PURGE_SK},
-                {":now": now, ":claimed": State.CLAIMED.value},
+                {
+                    "#op": "operation_id",
+                    "#state": "state",
+                    "#pat": PURGE_SK,
+                    **_TRANSITION_NAMES,
+                    **_ACTOR,
+                },
+                {
+                    ":now": now,
+                    ":claimed": State.CLAIMED.value,
+                    ":tr": Transition.ERASE.value,
+                    ":actor": actor,
+                    ":one": 1,
+                },
             )
         except ConditionFailed as refused:
             if refused.item is None:
@@ -1150,6 +1246,13 @@ class Engine:
         assert item is not None
         self.events("Erasures", 1)
         log.info("erased", extra={"op": self._tag(tenant_id, operation_id)})
+        try:
+            history.record(self.store, item, history.entry_from(None, item), reset=True)
+        except Unavailable:
+            log.warning(
+                "history not reset yet; the publisher will",
+                extra={"op": self._tag(tenant_id, operation_id)},
+            )
         operation = Operation.from_item(item)
         if self._inline(tenant_id, operation_id, operation) and operation.payload_purged_at is None:
             try:
@@ -1364,6 +1467,17 @@ class Engine:
         return oldest
 
     # ------------------------------------------------------------------ reads
+
+    def history(
+        self, tenant_id: str, operation_id: str, limit: int = 50, cursor: str | None = None
+    ) -> history.HistoryPage:
+        """One page of the operation's history, oldest first (:mod:`leasefence.history`).
+        :class:`NotFound` when the operation does not exist (for this tenant); an empty page when
+        nothing was recorded for it yet (history trails the operation by the stream's lag)."""
+        operation = self.get(tenant_id, operation_id)
+        return history.read(
+            self.store, tenant_id, operation_id, operation.created_at, limit=limit, cursor=cursor
+        )
 
     def get(self, tenant_id: str, operation_id: str) -> Operation:
         validate_id("tenant_id", tenant_id)

@@ -57,5 +57,15 @@ DIRECTORY_ID = "\x00job-types"
 #: Directory items are listed (keys only) under this ``parked`` index partition, so the sweeper
 #: can find every tenant's job types without scanning.
 DIRECTORY_PARTITION = "directory#0"
+#: An operation's history item lives in its tenant's partition under this prefix + the operation
+#: id: no operation id can take that sort key (no control characters), and it sorts before every
+#: operation id, so listings never meet it.
+HISTORY_PREFIX = "\x01"
+
+
+def history_id(operation_id: str) -> str:
+    return HISTORY_PREFIX + operation_id
+
+
 #: Every operation id sorts at or after this (no control characters): listings start here.
 FIRST_OPERATION_ID = " "

@@ -34,6 +34,34 @@ class TargetClass(StrEnum):
     D = "D"  # no idempotency, no lookup: one attempt, ambiguity parks as unknown
 
 
+class Transition(StrEnum):
+    """What the last write of an operation did, kept on the item (``transition``) with the
+    ``actor`` who did it and a per-operation ``seq`` that every transition raises by one. The
+    table's stream carries all three, so history, outcome events and stream dispatch read them
+    from the stream record alone (see :mod:`leasefence.streams`)."""
+
+    ENQUEUE = "enqueue"  # producer
+    CLAIM = "claim"  # worker (a claim of a lapsed lease is shown as a takeover: claimed_from)
+    COMPLETE = "complete"  # worker -> succeeded
+    FAIL = "fail"  # worker -> failed_terminal
+    RETRY = "retry"  # worker: a retryable failure, back to queued and claimable at once
+    RETRY_LATER = "retry_later"  # worker: the same, claimable after a backoff
+    UNKNOWN = "unknown"  # worker -> unknown
+    QUARANTINE = "quarantine"  # worker -> quarantined
+    SWEEP = "sweep"  # sweeper: final lease lapsed -> unknown
+    RESOLVE = "resolve"  # operator -> succeeded | failed_terminal
+    REQUEUE = "requeue"  # operator -> queued (fresh attempt budget)
+    ERASE = "erase"  # operator: payload and free text erased (state unchanged)
+    #: Never written: how history and events name a claim of a lapsed lease (``claimed_from``
+    #: is ``claimed``: the fence rose past a holder that stalled).
+    TAKEOVER = "takeover"
+
+
+#: The ``actor`` of a sweep, and of operator actions whose caller is not known.
+SWEEPER_ACTOR = "leasefence-sweeper"
+OPERATOR_ACTOR = "operator"
+
+
 class Resolution(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED_TERMINAL = "failed_terminal"

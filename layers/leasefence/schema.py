@@ -39,6 +39,12 @@ after that. Until then a replay of its id is a replay and its fences are never h
 
 Heartbeats do not move index keys (that would cost an index delete plus put); a claimer or sweeper
 that meets an entry whose lease was extended repairs the entry instead.
+
+Stream: the table's stream carries new and old images (:data:`STREAM_SPECIFICATION`). Every
+transition writes ``transition``, ``actor`` and ``seq`` on the item, so its record tells what
+happened; the worker (stream dispatch) and the publisher (history, outcome events) read it
+(:mod:`leasefence.streams`). An operation's history is an item next to it (sort key
+:func:`keys.history_id`), in no index.
 """
 
 from __future__ import annotations
@@ -75,6 +81,10 @@ TTL_ATTRIBUTE = "expires_at_epoch_s"
 #: write without reading the item. None of them changes on a heartbeat, so heartbeats never
 #: write to an index.
 INDEX_PROJECTION = ("state", "fence", "attempts", "max_attempts", "job_type")
+
+#: The table's stream: new and old images (the publisher compares them; a takeover is told from
+#: the old image's holder). The CDK table sets ``stream=NEW_AND_OLD_IMAGES``.
+STREAM_SPECIFICATION = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
 
 DEFAULT_TABLE_NAME = "leasefence-operations"
 DEFAULT_DUE_SHARDS = 4
@@ -154,24 +164,37 @@ def global_secondary_indexes() -> list[dict[str, Any]]:
     ]
 
 
-def create_table_request(spec: TableSpec | None = None) -> dict[str, Any]:
-    """The ``CreateTable`` request for the embedded endpoint and tests (CDK mirrors it)."""
+def create_table_request(spec: TableSpec | None = None, stream: bool = False) -> dict[str, Any]:
+    """The ``CreateTable`` request for the embedded endpoint and tests (CDK mirrors it).
+    ``stream``: with the table's stream (the local stack; tests that do not read it leave it off:
+    recording it costs the embedded endpoint about a tenth more per write)."""
     spec = spec if spec is not None else TableSpec()
-    return {
+    request: dict[str, Any] = {
         "TableName": spec.table_name,
         "AttributeDefinitions": attribute_definitions(),
         "KeySchema": key_schema(),
         "GlobalSecondaryIndexes": global_secondary_indexes(),
         "BillingMode": "PAY_PER_REQUEST",
     }
+    if stream:
+        request["StreamSpecification"] = dict(STREAM_SPECIFICATION)
+    return request
 
 
-def create_table(client: Any, spec: TableSpec | None = None) -> None:
-    """Create the table (and enable TTL) unless it exists. For local endpoints and tests."""
+def create_table(client: Any, spec: TableSpec | None = None, stream: bool = False) -> None:
+    """Create the table (and enable TTL) unless it exists. For local endpoints and tests. An
+    existing table gets its stream when ``stream`` asks for one."""
     spec = spec if spec is not None else TableSpec()
     try:
-        client.create_table(**create_table_request(spec))
+        client.create_table(**create_table_request(spec, stream=stream))
     except client.exceptions.ResourceInUseException:
+        if (
+            stream
+            and "LatestStreamArn" not in client.describe_table(TableName=spec.table_name)["Table"]
+        ):
+            client.update_table(
+                TableName=spec.table_name, StreamSpecification=dict(STREAM_SPECIFICATION)
+            )
         return
     client.update_time_to_live(
         TableName=spec.table_name,

@@ -27,6 +27,15 @@ Environment:
                                    assumed per tenant with a session tag naming the tenant (the role's
                                    policy limits ``dynamodb:LeadingKeys`` to that tag)
 ``LEASEFENCE_TENANT_SESSION_TAG``  that session tag's key (default ``tenant_id``)
+``LEASEFENCE_EVENT_BUS``           the EventBridge bus (name or ARN) the publisher sends outcome
+                                   events to (unset: it records history only)
+``LEASEFENCE_EVENTS_ENDPOINT``     EventBridge endpoint override (local stacks)
+``LEASEFENCE_WORKER_HANDLERS``     the worker function's handlers: ``package.module:NAME``, a
+                                   mapping of job type to handler
+``LEASEFENCE_WORKER_TENANTS``      the tenants the worker function serves (comma separated)
+``LEASEFENCE_WORKER_LEASE_SECONDS`` the worker's lease (default 60)
+``LEASEFENCE_WORKER_IDLE_MS``      how long an idle worker loop waits before polling again
+                                   (default 1000)
 """
 
 from __future__ import annotations
@@ -121,6 +130,12 @@ class Settings:
     max_body_bytes: int = 6 * 1024 * 1024
     tenant_role_arn: str | None = None
     tenant_session_tag: str = "tenant_id"
+    event_bus: str | None = None
+    events_endpoint: str | None = None
+    worker_handlers: str | None = None
+    worker_tenants: tuple[str, ...] = ()
+    worker_lease_seconds: int = 60
+    worker_idle_ms: int = 1_000
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -145,6 +160,14 @@ class Settings:
             max_body_bytes=_int_env(env, "LEASEFENCE_MAX_BODY_BYTES", 6 * 1024 * 1024),
             tenant_role_arn=env.get("LEASEFENCE_TENANT_ROLE_ARN") or None,
             tenant_session_tag=env.get("LEASEFENCE_TENANT_SESSION_TAG") or "tenant_id",
+            event_bus=env.get("LEASEFENCE_EVENT_BUS") or None,
+            events_endpoint=env.get("LEASEFENCE_EVENTS_ENDPOINT") or None,
+            worker_handlers=env.get("LEASEFENCE_WORKER_HANDLERS") or None,
+            worker_tenants=tuple(
+                t for t in (env.get("LEASEFENCE_WORKER_TENANTS") or "").split(",") if t
+            ),
+            worker_lease_seconds=_int_env(env, "LEASEFENCE_WORKER_LEASE_SECONDS", 60),
+            worker_idle_ms=_int_env(env, "LEASEFENCE_WORKER_IDLE_MS", 1_000),
         )
 
     def __post_init__(self) -> None:
@@ -222,6 +245,7 @@ class Runtime:
                 endpoint = {
                     "dynamodb": self.settings.dynamodb_endpoint,
                     "s3": self.settings.s3_endpoint,
+                    "events": self.settings.events_endpoint,
                 }.get(service)
                 kwargs: dict[str, Any] = {}
                 if service == "s3" and endpoint:

@@ -172,6 +172,20 @@ class Store:
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
 
+    def put(
+        self, item: dict[str, Any], condition: str, names: dict[str, str], values: dict[str, Any]
+    ) -> None:
+        """A conditional put whose condition compares with values."""
+        self._call(
+            "put_item",
+            TableName=self.table_name,
+            Item=to_item(item),
+            ConditionExpression=condition,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues={k: to_attr(v) for k, v in values.items()},
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+
     def update(
         self,
         key: dict[str, Any],

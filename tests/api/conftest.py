@@ -2,6 +2,9 @@
 bucket of their own, and the HTTP API on a free port, served in-process by the real handlers.
 
 The sweeper timer is off: tests run the sweeper function explicitly (``stack.sweep_now()``).
+The table's stream and the stream-driven functions are off too, until a test module asks for
+them (the ``streams`` fixture of tests/api/test_stream_e2e.py): the stream worker then serves
+:data:`STREAM_TENANTS` with ``stream_jobs.HANDLERS``, and no other tenant.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from leasefence.client import LeaseFenceClient
 from leasefence.local.server import LocalStack
 
 SECRET = "api-tests-secret-0123456789abcdef"
+#: The only tenants the local stream worker serves (the other API tests' tenants are random).
+STREAM_TENANTS = ("stream-a", "stream-b")
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +33,9 @@ def stack(aws):
         bucket="api-payloads",
         sweep_interval=None,
         secret=SECRET,
+        worker_handlers="stream_jobs:HANDLERS",
+        worker_tenants=STREAM_TENANTS,
+        worker_lease_seconds=1,
     ) as running:
         yield running
 

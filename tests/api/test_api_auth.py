@@ -127,6 +127,7 @@ def test_scope_table_is_the_contracts():
         ("GET", "/v1/operations"): OPERATE,
         ("POST", "/v1/operations/{id}/resolve"): OPERATE,
         ("POST", "/v1/operations/{id}/erase"): OPERATE,  # extension: docs/api-contract-extensions.md
+        ("GET", "/v1/operations/{id}/history"): OPERATE,  # extension, as the erase route
     }
 
 

@@ -82,6 +82,8 @@ def test_local_serves_the_whole_stack_and_exits_0_on_a_signal(tmp_path, stop_sig
         )
         assert shown.returncode == 0, shown.stderr
         assert "queued" in shown.stdout
+        if stop_signal == signal.SIGTERM:
+            _stream_walkthrough(base, token, env)
         # The sweeper timer runs.
         deadline = time.time() + 10
         while '"sweep finished"' not in output:
@@ -97,6 +99,60 @@ def test_local_serves_the_whole_stack_and_exits_0_on_a_signal(tmp_path, stop_sig
             raise
     assert code == 0, output
     assert not (tmp_path / "local.json").exists()
+
+
+def _stream_walkthrough(base: str, token: str, env: dict[str, str]) -> None:
+    """`make run`'s stream worker: a demo job runs right after its enqueue (no schedule), `events
+    tail` prints its outcome event, `ops history` lists what happened."""
+    command = [sys.executable, "-c", "from leasefence.cli import main; main()"]
+    tail = subprocess.Popen(
+        [
+            *command,
+            "events",
+            "tail",
+            "--json",
+            "--count",
+            "1",
+            "--timeout",
+            "30",
+            "--detail-type",
+            "Operation Succeeded",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    while "watching" not in tail.stderr.readline():  # subscribed: the rule and its queue exist
+        assert tail.poll() is None, tail.stderr.read()
+    request = urllib.request.Request(
+        f"{base}/v1/operations",
+        data=json.dumps(
+            {"operation_id": "receipt-1", "job_type": "demo-receipt", "payload": {"to": "a@b"}}
+        ).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        assert reply.status == 201
+    out, err = tail.communicate(timeout=60)
+    assert tail.returncode == 0, err
+    event = json.loads(out)
+    assert (event["detail-type"], event["detail"]["operation_id"], event["detail"]["fence"]) == (
+        "Operation Succeeded",
+        "receipt-1",
+        1,
+    )
+    history = subprocess.run(
+        [*command, "ops", "history", "receipt-1", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert history.returncode == 0, history.stderr
+    entries = [json.loads(line) for line in history.stdout.splitlines()]
+    assert [e["transition"] for e in entries][:3] == ["enqueue", "claim", "complete"]
 
 
 def test_token_command(monkeypatch, tmp_path):
@@ -119,7 +175,14 @@ def test_token_command(monkeypatch, tmp_path):
 def test_invoke_command_runs_the_handlers(stack, monkeypatch, tmp_path):
     monkeypatch.setenv("LEASEFENCE_STATE_DIR", str(tmp_path))
     # `invoke` configures its process through the environment: undo that afterwards.
-    for key in ("LEASEFENCE_DYNAMODB_ENDPOINT", "LEASEFENCE_S3_ENDPOINT", "POWERTOOLS_TRACE_DISABLED", "AWS_REGION"):
+    for key in (
+        "LEASEFENCE_DYNAMODB_ENDPOINT",
+        "LEASEFENCE_S3_ENDPOINT",
+        "LEASEFENCE_EVENTS_ENDPOINT",
+        "LEASEFENCE_EVENT_BUS",
+        "POWERTOOLS_TRACE_DISABLED",
+        "AWS_REGION",
+    ):
         monkeypatch.setenv(key, "placeholder")
         monkeypatch.delenv(key)
     runner = CliRunner()

@@ -12,7 +12,7 @@ import sys
 from numbers import Number
 from pathlib import Path
 
-from leasefence.bench.report import REQUIRED_KEYS
+from leasefence.bench.report import REQUIRED_KEYS, STREAM_KEYS
 
 
 def _command() -> list[str]:
@@ -32,11 +32,12 @@ def test_quick_bench_reports_every_figure(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
-    for key in REQUIRED_KEYS:
+    for key in REQUIRED_KEYS + STREAM_KEYS:
         assert key in report, key
         assert isinstance(report[key], Number) and not isinstance(report[key], bool), (key, report[key])
     assert {row["name"] for row in report["targets"]} >= {
         "wcu_per_lifecycle", "rcu_per_lifecycle", "wcu_per_heartbeat", "throughput_ratio_8", "throughput_ratio_32",
         "wasted_claims_per_success", "depth_read_ratio", "fairness_claims_before_small_tenant", "import_ratio_max",
+        "stream_start_p50", "stream path cost",
     }
     assert json.loads(out.read_text())["wcu_per_lifecycle"] == report["wcu_per_lifecycle"]

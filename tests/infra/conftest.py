@@ -6,9 +6,10 @@
   its defaults (demo handlers from ``functions/``, tenant ``demo``).
 * ``full`` stack: every option on (Cognito user pool + pre-token trigger, customer-managed KMS
   key, tenant isolation role, server access logs, no deletion protection, 3 due shards, log
-  level DEBUG, tags; a worker
+  level DEBUG, tags, a 2-minute stream iterator age alarm; a worker
   with its own handler layer, two tenants, a business table under its own KMS key, a fenced
-  target table, its own lease, timeout, schedule, memory and environment).
+  target table, its own lease, timeout, schedule, memory and environment, and its own stream
+  batch size, parallelization and reserved concurrency).
 
 Both use a pre-built core layer (``LocalLayerBundler`` without pip: the repo's
 ``layers/leasefence`` minus its dev-only parts, plus the ``rfc8785`` installed in this venv, which
@@ -70,6 +71,7 @@ FULL_PROPS_BASE = {
     "sweep_shards": 2,
     "log_level": "DEBUG",
     "tags": {"team": "payments", "cost-center": "42"},
+    "stream_iterator_age_alarm_age": Duration.minutes(2),
 }
 
 
@@ -108,6 +110,9 @@ class FullStack(Stack):
             environment={"ACME_ORDERS_TABLE": "acme-orders", "ACME_LEDGER_TABLE": "acme-ledger"},
             memory_mb=1024,
             lost_ownership_alarm_threshold=3,
+            stream_batch_size=25,
+            stream_parallelization=5,
+            max_concurrency=50,
         )
         self.service = LeaseFenceService(
             self,

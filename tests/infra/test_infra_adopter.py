@@ -201,14 +201,17 @@ def test_code_comes_from_the_installed_wheel(adopter) -> None:
     for key in ("leasefence_infra", "leasefence", "functions"):
         path = Path(report[key]).resolve()
         assert venv in path.parents and ROOT not in path.parents, (key, path)
-    assert (Path(report["functions"]) / "api" / "handler.py").is_file()
+    for handler in ("api", "sweeper", "worker", "publisher"):
+        assert (Path(report["functions"]) / handler / "handler.py").is_file(), handler
 
 
 def test_minimal_adopter_app_synthesizes(adopter) -> None:
     template = json.loads((adopter["out"] / "Adopter.template.json").read_text())
     types = [r["Type"] for r in template["Resources"].values()]
     assert types.count("AWS::DynamoDB::Table") == 1 and types.count("AWS::S3::Bucket") == 1
-    assert types.count("AWS::Lambda::Function") == 2  # API, sweeper: no worker unless asked
+    assert types.count("AWS::Lambda::Function") == 3  # API, sweeper, publisher: no worker unless asked
+    # The publisher's handler ships in the wheel and its stream mapping is there.
+    assert types.count("AWS::Lambda::EventSourceMapping") == 1 and types.count("AWS::Events::EventBus") == 1
     (authorizer,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::ApiGatewayV2::Authorizer"]
     assert authorizer["Properties"]["JwtConfiguration"] == {"Issuer": "https://idp.example.com/",
                                                             "Audience": ["leasefence"]}

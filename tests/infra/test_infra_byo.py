@@ -178,7 +178,8 @@ def test_a_table_with_another_layout_is_refused_at_synth(tmp_path: Path, prebuil
     app = App(outdir=str(tmp_path))
     stack = Stack(app, "WrongTable")
     table = dynamodb.Table(stack, "Jobs",
-                           partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
+                           partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+                           stream=dynamodb.StreamViewType.KEYS_ONLY)
     LeaseFenceService(stack, "LeaseFence", **ISSUER, table=table,
                       core_layer=lambda_.Code.from_asset(str(prebuilt_layer)))
     with pytest.raises(RuntimeError) as excinfo:
@@ -186,6 +187,40 @@ def test_a_table_with_another_layout_is_refused_at_synth(tmp_path: Path, prebuil
     message = str(excinfo.value)
     assert "WrongTable/Jobs is not a leasefence operations table (create it with LeaseFenceTable)" in message
     assert "index due is missing" in message and "TTL must be enabled" in message
+    assert "its stream must carry NEW_AND_OLD_IMAGES, got KEYS_ONLY" in message
+
+
+@pytest.mark.parametrize("kind", ["defined here", "imported"])
+def test_a_table_without_a_stream_is_refused_in_one_sentence(kind: str) -> None:
+    """Stream dispatch, history and events read the table's stream: without one, synthesis stops
+    before any construct is added, with one sentence that says how to bring the table."""
+    from leasefence_infra.stream import NO_STREAM_MESSAGE
+
+    stack = Stack(App(), "NoStream")
+    if kind == "imported":
+        table = dynamodb.Table.from_table_name(stack, "Ops", "ops")
+    else:
+        table = dynamodb.Table(stack, "Ops", partition_key=dynamodb.Attribute(
+            name="tenant_id", type=dynamodb.AttributeType.STRING))
+    with pytest.raises(ValueError) as excinfo:
+        LeaseFenceService(stack, "LeaseFence", **ISSUER, table=table, core_layer=lambda_.Code.from_inline("x"))
+    assert str(excinfo.value) == NO_STREAM_MESSAGE
+    assert NO_STREAM_MESSAGE.count(". ") == 0 and NO_STREAM_MESSAGE.endswith(".")
+    assert stack.node.try_find_child("LeaseFence") is None
+
+
+def test_an_imported_table_with_its_stream_is_subscribed_to(prebuilt_layer: Path) -> None:
+    stream_arn = "arn:aws:dynamodb:eu-west-1:111122223333:table/ops/stream/2026-01-01T00:00:00.000"
+    stack = Stack(App(), "ImportedStream")
+    table = dynamodb.Table.from_table_attributes(stack, "Ops", table_name="ops", table_stream_arn=stream_arn)
+    svc = LeaseFenceService(stack, "LeaseFence", **ISSUER, table=table,
+                            core_layer=lambda_.Code.from_asset(str(prebuilt_layer)))
+    tpl = Template.from_stack(stack).to_json()
+    (mapping,) = resources(tpl, "AWS::Lambda::EventSourceMapping").values()
+    assert mapping["Properties"]["EventSourceArn"] == stream_arn
+    statements = role_statements(tpl, logical_id(stack, svc.publisher.function.role))
+    assert (frozenset({"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}),
+            stream_arn) in actions_by_resource(statements, "dynamodb:")
 
 
 def test_a_hand_built_table_with_the_schema_passes_the_check() -> None:
@@ -199,6 +234,10 @@ def test_a_hand_built_table_with_the_schema_passes_the_check() -> None:
     wrong_ttl.node.default_child.time_to_live_specification = dynamodb.CfnTable.TimeToLiveSpecificationProperty(
         enabled=True, attribute_name="ttl")
     assert [p for p in schema_mismatches(wrong_ttl) if "TTL" in p]
+    new_images_only = LeaseFenceTable(stack, "Ops3")
+    new_images_only.node.default_child.stream_specification = dynamodb.CfnTable.StreamSpecificationProperty(
+        stream_view_type="NEW_IMAGE")
+    assert schema_mismatches(new_images_only) == ["its stream must carry NEW_AND_OLD_IMAGES, got NEW_IMAGE"]
 
 
 def test_a_non_jwt_authorizer_is_refused(prebuilt_layer: Path) -> None:

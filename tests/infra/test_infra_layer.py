@@ -100,8 +100,8 @@ def test_functions_import_from_the_layer_alone(prebuilt_layer: Path) -> None:
     script = f"""
 import sys
 sys.path[:0] = [{str(FUNCTIONS)!r}, {str(site)!r}]
-import api.handler, sweeper.handler, worker.handler, worker.demo_handlers
-import leasefence.worker, leasefence.targets.fenced_table, leasefence.targets.same_table, leasefence.settings
+import api.handler, sweeper.handler, worker.handler, worker.demo_handlers, publisher.handler
+import leasefence.worker, leasefence.worker.dispatch, leasefence.streams.publisher, leasefence.targets.fenced_table, leasefence.targets.same_table, leasefence.settings
 outside = sorted(n for n, m in sys.modules.items() if n.split(".")[0] == "leasefence"
                  and not (getattr(m, "__file__", "") or "").startswith({str(site)!r}))
 assert not outside, outside

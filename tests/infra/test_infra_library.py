@@ -47,7 +47,8 @@ def test_every_taggable_resource_of_the_service_is_tagged(synth, name: str) -> N
             lid = logical_id(stack, construct)
             tags = _rendered_tags(template["Resources"][lid])
             assert expected.items() <= tags.items(), (lid, tags)
-            assert tags.get(COMPONENT_TAG) in {"storage", "api", "sweeper", "worker", "monitoring", "user-pool"}, lid
+            assert tags.get(COMPONENT_TAG) in {"storage", "api", "sweeper", "worker", "dispatch",
+                                               "publisher", "monitoring", "user-pool"}, lid
             checked[lid] = template["Resources"][lid]["Type"]
     types = set(checked.values())
     assert {"AWS::Lambda::Function", "AWS::IAM::Role", "AWS::DynamoDB::Table", "AWS::S3::Bucket",
@@ -61,6 +62,13 @@ def test_every_taggable_resource_of_the_service_is_tagged(synth, name: str) -> N
     assert _rendered_tags(template["Resources"][table])[COMPONENT_TAG] == "storage"
     api_fn = logical_id(stack, svc.api.function.function)
     assert _rendered_tags(template["Resources"][api_fn])[COMPONENT_TAG] == "api"
+    # Event source mappings and the bus take tags through CDK's newer interface (ITaggableV2).
+    for construct, component in ((svc.dispatch.event_source_mapping, "dispatch"),
+                                 (svc.publisher.event_source_mapping, "publisher"),
+                                 (svc.publisher.function.function, "publisher"),
+                                 (svc.event_bus, "publisher")):
+        tags = _rendered_tags(template["Resources"][logical_id(stack, construct)])
+        assert expected.items() <= tags.items() and tags[COMPONENT_TAG] == component, (construct, tags)
 
 
 def test_the_library_imports_and_synthesizes_without_cdk_nag(tmp_path: Path, prebuilt_layer: Path) -> None:

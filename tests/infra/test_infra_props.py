@@ -88,7 +88,9 @@ def _stack() -> Stack:
 
 def test_brought_in_resources_refuse_the_options_of_created_ones() -> None:
     stack = _stack()
-    table = dynamodb.Table.from_table_name(stack, "T", "ops")
+    table = dynamodb.Table.from_table_attributes(
+        stack, "T", table_name="ops",
+        table_stream_arn="arn:aws:dynamodb:eu-west-1:111122223333:table/ops/stream/2026-01-01T00:00:00.000")
     from aws_cdk import aws_s3 as s3
 
     bucket = s3.Bucket.from_bucket_name(stack, "B", "payloads")

@@ -43,6 +43,7 @@ CONTRACT_ROUTES = {
     "POST /v1/operations/{id}/quarantine": "leasefence/work",
     "GET /v1/operations/{id}/payload": "leasefence/work",
     "GET /v1/operations": "leasefence/operate",
+    "GET /v1/operations/{id}/history": "leasefence/operate",  # issue 13 (contract extension)
     "POST /v1/operations/{id}/resolve": "leasefence/operate",
     "POST /v1/operations/{id}/erase": "leasefence/operate",
 }
@@ -96,6 +97,10 @@ def test_table_is_the_schema_module(variant) -> None:
     assert table["BillingMode"] == "PAY_PER_REQUEST"
     assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
     assert table["TimeToLiveSpecification"] == {"AttributeName": schema.TTL_ATTRIBUTE, "Enabled": True}
+    # The stream the local stack turns on too (schema.create_table_request(stream=True)).
+    assert table["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
+    assert schema.create_table_request(stream=True)["StreamSpecification"] == {
+        "StreamEnabled": True, **table["StreamSpecification"]}
     assert "TableName" not in table  # CloudFormation names it: two stacks never collide
 
 
@@ -178,6 +183,8 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
         svc.sweeper.function.function: ("sweeper.handler.lambda_handler", svc.sweeper.function.log_group,
                                         svc.sweeper.function.role),
         svc.worker_function: ("worker.handler.lambda_handler", svc.worker.function.log_group, svc.worker.function.role),
+        svc.publisher_function: ("publisher.handler.lambda_handler", svc.publisher.function.log_group,
+                                 svc.publisher.function.role),
     }
     for fn, (handler, log_group, role) in expected.items():
         f = props(tpl, logical_id(stack, fn))
@@ -197,6 +204,8 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
             name == "full" and fn is svc.api.function.function) else set()
         if fn is svc.worker_function:
             extra = WORKER_ENV | set(svc.props.worker.environment)
+        if fn is svc.publisher_function:
+            extra = {"LEASEFENCE_EVENT_BUS"}
         assert set(env) == EXPECTED_ENV | extra
         assert env["LEASEFENCE_TABLE"] == {"Ref": logical_id(stack, svc.table)}
         assert env["LEASEFENCE_PAYLOAD_BUCKET"] == {"Ref": logical_id(stack, svc.payload_bucket)}
@@ -532,6 +541,7 @@ def test_example_stack_outputs(synth) -> None:
     assert outputs["AlarmTopicArn"]["Value"] == {"Ref": logical_id(stack, svc.alarm_topic)}
     assert outputs["DashboardName"]["Value"] == {"Ref": logical_id(stack, svc.dashboard)}
     assert outputs["WorkerFunctionName"]["Value"] == {"Ref": logical_id(stack, svc.worker_function)}
+    assert outputs["EventBusName"]["Value"] == {"Ref": logical_id(stack, svc.event_bus)}
     # The construct itself adds no outputs to a consumer's stack.
     assert "Outputs" not in synth.template_json("full")
 
@@ -654,6 +664,10 @@ def test_worker_role_is_exact(variant) -> None:
     expected_dynamodb = [
         (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}), getatt(table)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.DUE_INDEX)),
+        # Stream dispatch: its table's stream, and ListStreams (no resource-level permissions).
+        (frozenset({"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}),
+         getatt(table, "StreamArn")),
+        (frozenset({"dynamodb:ListStreams"}), "*"),
     ]
     if name == "full":
         expected_dynamodb += [
@@ -665,11 +679,13 @@ def test_worker_role_is_exact(variant) -> None:
     assert actions_by_resource(statements, "s3:") == [
         (frozenset({"s3:GetObject"}), {"Fn::Join": ["", [getatt(bucket), f"/{PAYLOAD_KEY_PREFIX}*"]]})
     ]
-    # Its failed invocations go to its on-failure queue (Lambda sends them with this role).
-    assert actions_by_resource(statements, "sqs:") == [
-        (frozenset({"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"}),
-         getatt(logical_id(stack, svc.worker.failure_queue)))
-    ]
+    # Its failed invocations and the stream records it could not claim go to their on-failure
+    # queues (Lambda sends them with this role).
+    send = frozenset({"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"})
+    assert grant_set(actions_by_resource(statements, "sqs:")) == grant_set([
+        (send, getatt(logical_id(stack, svc.worker.failure_queue))),
+        (send, getatt(logical_id(stack, svc.dispatch.failure_queue))),
+    ])
     assert actions_by_resource(statements, "secretsmanager:") == [
         (frozenset({"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}),
          {"Ref": logical_id(stack, svc.storage.log_hash_key)})
@@ -683,12 +699,13 @@ def test_worker_role_is_exact(variant) -> None:
     kms_grants = actions_by_resource(statements, "kms:")
     if name == "default":
         assert kms_grants == []
-    else:  # the service key (table, bucket) and the business table's own key
-        assert {actions for actions, _ in kms_grants} == {
-            frozenset({"kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*"})}
-        keys = [key for _, key in kms_grants]
-        assert sorted(keys, key=json.dumps) == sorted(
-            [getatt(logical_id(stack, svc.encryption_key)), ORDERS_KEY_ARN], key=json.dumps)
+    else:  # the service key (table, bucket; the stream read) and the business table's own key
+        data = frozenset({"kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*"})
+        service_key = getatt(logical_id(stack, svc.encryption_key))
+        assert grant_set(kms_grants) == grant_set([
+            (data, service_key), (data, ORDERS_KEY_ARN),
+            (frozenset({"kms:Decrypt", "kms:DescribeKey"}), service_key),
+        ])
     # Nothing else: no other service, no wildcard action, no condition widening anything.
     services = {a.split(":")[0] for st in statements for a in as_list(st["Action"])}
     assert services == {"dynamodb", "s3", "secretsmanager", "logs", "xray", "sqs"} | (
@@ -763,9 +780,11 @@ def test_no_worker_no_worker_resources(prebuilt_layer) -> None:
                             core_layer=lambda_.Code.from_asset(str(prebuilt_layer)))
     assert svc.worker is None and svc.worker_function is None
     template = Template.from_stack(stack)
-    template.resource_count_is("AWS::Lambda::Function", 2)
+    assert svc.dispatch is None
+    template.resource_count_is("AWS::Lambda::Function", 3)  # API, sweeper, publisher
     template.resource_count_is("AWS::Scheduler::Schedule", 1)
-    template.resource_count_is("AWS::SQS::Queue", 2)  # sweep schedule DLQ, sweeper failures
+    template.resource_count_is("AWS::SQS::Queue", 3)  # sweep schedule DLQ, sweeper and publisher failures
+    template.resource_count_is("AWS::Lambda::EventSourceMapping", 1)  # the publisher's
     template.resource_count_is("AWS::Lambda::EventInvokeConfig", 1)  # the sweeper's
     body = json.dumps(template.to_json())
     assert "Worker" not in body and "LostOwnership" not in body

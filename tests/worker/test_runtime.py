@@ -67,8 +67,14 @@ def test_progress_renews_the_lease_and_a_stuck_handler_lets_it_lapse(engine, clo
         seen_checkpoints.append(engine.get(T, job.operation_id).checkpoint)
         return "done"
 
+    # The stuck and lapsing handlers wait for what the heartbeat thread reports instead of
+    # sleeping a fixed time: on a loaded machine a fixed sleep raced the 1 s lease (a slow
+    # heartbeat thread saw too few ticks, or the lease ran out before a 0.4 s sleep ended).
+    quiet = Events()
+
     def stuck(job):
-        time.sleep(0.4)  # no progress: blocked on a dead connection
+        # No progress (blocked on a dead connection) until three renewals were skipped.
+        _wait_until(lambda: quiet.get("HeartbeatsSkippedNoProgress", 0) >= 3)
         seen_leases.append(engine.get(T, job.operation_id).lease_expires_at)
         return "done"
 
@@ -79,19 +85,40 @@ def test_progress_renews_the_lease_and_a_stuck_handler_lets_it_lapse(engine, clo
     assert seen_checkpoints == [{"step": 5}]
     assert engine.get(T, "busy").checkpoint is None  # an ended operation keeps no checkpoint
 
-    quiet = Events()
     stuck_worker = make_worker(engine, {"job": FunctionHandler(stuck)}, events=quiet)
-    claim = engine.claim(T, "stuck", "w1", lease_ms=1_000)
+    # A lease far longer than the handler's few skipped ticks, however loaded the machine.
+    claim = engine.claim(T, "stuck", "w1", lease_ms=30_000)
     stuck_worker.process(claim)
     assert quiet.get("Heartbeats", 0) == 0 and quiet["HeartbeatsSkippedNoProgress"] >= 3
     assert seen_leases[1] == claim.lease_expires_at  # never extended
-    assert "StalledClaims" not in quiet  # stuck, but its lease (1 s) has not run out yet
+    assert "StalledClaims" not in quiet  # stuck, but its lease has not run out yet
 
     stalled = Events()
     engine.enqueue(T, "stalled", "job", H)
-    lapsing = make_worker(engine, {"job": FunctionHandler(lambda job: time.sleep(1.3) or "done")}, events=stalled)
+    observed: dict[str, float] = {}
+
+    def lapsing_handler(job):
+        # No progress until the stall was reported, then three more skipped ticks: a second
+        # report would come in those.
+        _wait_until(lambda: "StalledClaims" in stalled)
+        observed["stalled_after_s"] = time.monotonic() - claimed_at
+        skipped = stalled.get("HeartbeatsSkippedNoProgress", 0)
+        _wait_until(lambda: stalled.get("HeartbeatsSkippedNoProgress", 0) >= skipped + 3)
+        return "done"
+
+    lapsing = make_worker(engine, {"job": FunctionHandler(lapsing_handler)}, events=stalled)
+    claimed_at = time.monotonic()
     lapsing.process(engine.claim(T, "stalled", "w1", lease_ms=1_000))
     assert stalled["StalledClaims"] == 1  # reported once when the lease ran out without progress
+    assert observed["stalled_after_s"] >= 1.0  # not before the lease (1 s) ran out
+    assert stalled.get("Heartbeats", 0) == 0
+
+
+def _wait_until(condition, limit_s: float = 30.0) -> None:
+    """Poll ``condition`` (a handler blocked on something that never answers, until then)."""
+    deadline = time.monotonic() + limit_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def test_lost_ownership_stops_the_next_guarded_call(engine, clock):

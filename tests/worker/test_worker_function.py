@@ -29,19 +29,28 @@ class Context:
 
 @pytest.fixture
 def worker_function(aws, spec, monkeypatch):
-    monkeypatch.setenv("LEASEFENCE_WORKER_HANDLERS", "functions.worker.demo_handlers:HANDLERS")
-    monkeypatch.setenv("LEASEFENCE_WORKER_TENANTS", "acme,globex")
-    monkeypatch.setenv("LEASEFENCE_WORKER_IDLE_MS", "10")
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
-    rt = settings.install(settings.Settings(
-        table_name=spec.table_name, due_shards=spec.due_shards, sweep_shards=spec.sweep_shards,
-        dynamodb_endpoint=aws.endpoint, s3_endpoint=aws.endpoint, region="us-east-1",
-    ))
+    # What the function reads from its environment (LEASEFENCE_WORKER_HANDLERS, ..._TENANTS, ...).
+    rt = settings.install(
+        settings.Settings.from_env(
+            {
+                "LEASEFENCE_TABLE": spec.table_name,
+                "LEASEFENCE_DUE_SHARDS": str(spec.due_shards),
+                "LEASEFENCE_SWEEP_SHARDS": str(spec.sweep_shards),
+                "LEASEFENCE_DYNAMODB_ENDPOINT": aws.endpoint,
+                "LEASEFENCE_S3_ENDPOINT": aws.endpoint,
+                "AWS_REGION": "us-east-1",
+                "LEASEFENCE_WORKER_HANDLERS": "functions.worker.demo_handlers:HANDLERS",
+                "LEASEFENCE_WORKER_TENANTS": "acme,globex",
+                "LEASEFENCE_WORKER_IDLE_MS": "10",
+            }
+        )
+    )
     from functions.worker import handler
 
-    handler._worker = None
+    handler._built = None
     yield handler, rt.engine
-    handler._worker = None
+    handler._built = None
     settings.reset()
 
 

@@ -196,7 +196,8 @@ def health():
     },
 )
 def enqueue(body: models.EnqueueRequest):
-    tenant = _caller("enqueueOperation").tenant_id
+    caller = _caller("enqueueOperation")
+    tenant = caller.tenant_id
     payloads = runtime().payloads
     stored = None
     if "payload" in body.model_fields_set:
@@ -224,6 +225,7 @@ def enqueue(body: models.EnqueueRequest):
                 max_attempts=body.max_attempts,
                 target_class=body.target_class,
                 payload_inline=stored is not None,
+                actor=caller.subject,
             )
         )
     except PayloadConflict:
@@ -417,9 +419,12 @@ def payload(id: _OperationPath):
     {**_ok(200, "Resolved", models.OperationEnvelope), **_error_responses(400, 404, 409, *_AUTH)},
 )
 def resolve(id: _OperationPath, body: models.ResolveRequest):
-    tenant = _caller("resolveOperation").tenant_id
+    caller = _caller("resolveOperation")
+    tenant = caller.tenant_id
     return _operation(
-        runtime().engine_for(tenant).resolve(tenant, _path_id(id), body.resolution, note=body.note)
+        runtime()
+        .engine_for(tenant)
+        .resolve(tenant, _path_id(id), body.resolution, note=body.note, actor=caller.subject)
     )
 
 
@@ -441,8 +446,65 @@ def resolve(id: _OperationPath, body: models.ResolveRequest):
     "parked operation keeps its state; a worker that claims it finds no payload and quarantines it.",
 )
 def erase(id: _OperationPath, body: models.EraseRequest | None = None):  # noqa: ARG001 - validated and documented, no fields
-    tenant = _caller("eraseOperation").tenant_id
-    return _operation(runtime().engine_for(tenant).erase(tenant, _path_id(id)))
+    caller = _caller("eraseOperation")
+    tenant = caller.tenant_id
+    return _operation(
+        runtime().engine_for(tenant).erase(tenant, _path_id(id), actor=caller.subject)
+    )
+
+
+def _history_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "sequence": entry["seq"],
+        "time": to_rfc3339(entry["at"]),
+        "transition": entry["transition"],
+        "previous_state": entry.get("previous_state"),
+        "state": entry["state"],
+        "fence": entry["fence"],
+        "attempt": entry["attempt"],
+        "actor": entry.get("actor"),
+        "previous_actor": entry.get("previous_actor"),
+        "outcome_code": entry.get("outcome_code"),
+        "reason": entry.get("reason"),
+        "available_at": to_rfc3339(entry.get("available_at")),
+    }
+
+
+@_register(
+    "getHistory",
+    "What happened to an operation, oldest first (operators)",
+    {
+        **_ok(200, "A page of the operation's history", models.HistoryOut),
+        **_error_responses(404, *_AUTH),
+    },
+    description="Each transition with its time, the state before and after, the fence, who made it "
+    "(worker id, or the operator's or producer's identity from the token) and why (outcome code, "
+    "reason or note). Recorded from the table's stream, so it trails the operation by about a "
+    "second; kept as long as the operation's identity; an erasure replaces it with the erasure's "
+    "own entry. 404 not_found for an id that is unknown or another tenant's (answered exactly "
+    "alike).",
+)
+def history(
+    id: _OperationPath,
+    limit: Annotated[int, Query(ge=1, le=50, description="Entries per page (1-50)")] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=256, description="next_cursor of the previous page")
+    ] = None,
+):
+    tenant = _caller("getHistory").tenant_id
+    page = (
+        runtime()
+        .engine_for(tenant)
+        .history(tenant, _path_id(id), limit=limit, cursor=cursor or None)
+    )
+    return _json(
+        200,
+        {
+            "entries": [_history_entry(e) for e in page.entries],
+            "next_cursor": page.next_cursor,
+            "dropped": page.dropped,
+        },
+    )
 
 
 # Every route is declared in ROUTES (Powertools keeps its routes in private lists).

@@ -237,6 +237,72 @@ class HealthOut(BaseModel):
     status: Literal["ok"]
 
 
+TransitionName = Literal[
+    "enqueue",
+    "claim",
+    "takeover",
+    "complete",
+    "fail",
+    "retry",
+    "retry_later",
+    "unknown",
+    "quarantine",
+    "sweep",
+    "resolve",
+    "requeue",
+    "erase",
+]
+
+
+class HistoryEntryOut(BaseModel):
+    sequence: int = Field(
+        description="The operation's transition counter: 1 for the enqueue, +1 per transition"
+    )
+    time: Timestamp = Field(
+        description="When the transition was made (the clock of whoever made it)"
+    )
+    transition: TransitionName = Field(
+        description="What happened: enqueue, claim, takeover (a claim of a lapsed lease: the fence "
+        "rose past a holder that stalled), complete, fail (failed_terminal), retry / retry_later "
+        "(a retryable failure back to queued, claimable at once / after a backoff), unknown, "
+        "quarantine, sweep (the final lease lapsed: unknown), resolve / requeue (an operator's "
+        "decision), erase"
+    )
+    previous_state: StateName | None = Field(description="The state before (null for the enqueue)")
+    state: StateName
+    fence: int = Field(
+        description="The operation's fence after the transition (a claim's is its own)"
+    )
+    attempt: int = Field(description="Attempts made so far")
+    actor: str | None = Field(
+        description="Who made it: the worker id (claims and a holder's closing transitions), the "
+        "operator's or producer's identity from the token (sub, client_id or username), or "
+        "leasefence-sweeper"
+    )
+    previous_actor: str | None = Field(
+        default=None, description="A takeover: the worker whose lease lapsed"
+    )
+    outcome_code: str | None = Field(
+        default=None, description="complete, resolve: the outcome code"
+    )
+    reason: str | None = Field(
+        default=None,
+        description="The failure or park reason, or the operator's note (at most 256 characters)",
+    )
+    available_at: Timestamp | None = Field(
+        default=None, description="retry, retry_later: when it is claimable again"
+    )
+
+
+class HistoryOut(BaseModel):
+    entries: list[HistoryEntryOut] = Field(description="Oldest first")
+    next_cursor: str | None
+    dropped: int = Field(
+        description="Entries left out to keep the history bounded (the oldest after the first: a "
+        "history keeps the enqueue and the 49 newest transitions)"
+    )
+
+
 class FieldProblem(BaseModel):
     field: str
     type: str

@@ -67,6 +67,7 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/v1/operations/{id}/resolve", OPERATE, "resolveOperation"),
     # Extensions of the shared contract: docs/api-contract-extensions.md.
     RouteSpec("POST", "/v1/operations/{id}/erase", OPERATE, "eraseOperation"),
+    RouteSpec("GET", "/v1/operations/{id}/history", OPERATE, "getHistory"),
 )
 
 _BY_ID = {route.operation_id: route for route in ROUTES}
@@ -93,6 +94,9 @@ def match_route(method: str, path: str) -> tuple[RouteSpec, dict[str, str]] | No
 class Caller:
     tenant_id: str
     scopes: frozenset[str]
+    #: Who is calling (the token's ``sub``, else ``client_id``, else ``username``), as history
+    #: records it with the caller's transitions; None when the token names nobody usable.
+    subject: str | None = None
 
     def require(self, scope: str | None) -> Caller:
         if scope is not None and scope not in self.scopes:
@@ -128,4 +132,16 @@ def caller_from_event(event: Mapping[str, Any]) -> Caller:
         or _CONTROL_RE.search(tenant_id)
     ):
         raise Unauthorized("the token has no usable tenant_id claim")
-    return Caller(tenant_id=tenant_id, scopes=_scopes_of(claims, jwt.get("scopes")))
+    return Caller(
+        tenant_id=tenant_id,
+        scopes=_scopes_of(claims, jwt.get("scopes")),
+        subject=_subject_of(claims),
+    )
+
+
+def _subject_of(claims: Mapping[str, Any]) -> str | None:
+    for name in ("sub", "client_id", "username"):
+        value = claims.get(name)
+        if isinstance(value, str) and 1 <= len(value) <= 256 and not _CONTROL_RE.search(value):
+            return value
+    return None

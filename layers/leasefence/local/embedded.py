@@ -310,7 +310,9 @@ def install_item_level_transaction_rollback() -> None:
     copies back if any part fails: O(table size) per transaction (a quarter of the endpoint's CPU
     in a torture run at a few thousand items). Here the tables are not copied; the items the
     transaction names are (at most 100), and on failure exactly those are put back as they were.
-    The outcome is the same: all of the transaction or none of it.
+    The outcome is the same: all of the transaction or none of it, in the table's stream too: the
+    records moto appended for the actions it applied before one failed are taken back (DynamoDB
+    streams only what a transaction committed).
     """
     import copy as copy_module
 
@@ -365,14 +367,57 @@ def install_item_level_transaction_rollback() -> None:
 
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
         saved = touched_items(self, transact_items)
+        streams = {
+            id(t): (t.stream_shard, len(t.stream_shard.items))
+            for t, *_ in saved
+            if t.stream_shard is not None
+        }
         try:
             original(self, transact_items)
         except BaseException:
             restore(saved)
+            for shard, length in streams.values():
+                del shard.items[length:]
             raise
 
     backend_class.transact_write_items = transact_write_items  # type: ignore[method-assign]
     backend_class._leasefence_item_rollback = True  # type: ignore[attr-defined]
+
+
+def install_stream_iterator_pruning() -> None:
+    """Forget a DynamoDB Streams shard iterator once ``GetRecords`` used it.
+
+    moto keeps every iterator it ever handed out (each ``GetRecords`` answer makes a new one), so
+    a poller reading the stream a few times a second grew the endpoint by about 100 MB an hour.
+    DynamoDB lets an iterator be used for 15 minutes; every reader here (the local event source
+    mappings) uses each one once, as Lambda does.
+    """
+    from moto.dynamodbstreams.models import DynamoDBStreamsBackend
+
+    if getattr(DynamoDBStreamsBackend, "_leasefence_pruned", False):
+        return
+    original = DynamoDBStreamsBackend.get_records
+
+    def get_records(self: Any, iterator_arn: str, limit: int) -> Any:
+        try:
+            return original(self, iterator_arn, limit)
+        finally:
+            self.shard_iterators.pop(iterator_arn, None)
+
+    DynamoDBStreamsBackend.get_records = get_records
+    DynamoDBStreamsBackend._leasefence_pruned = True
+
+
+def install_event_account_field() -> None:
+    """Deliver EventBridge events to targets with their ``account`` field, as EventBridge does
+    (moto's default target input leaves it out)."""
+    from moto.events.utils import EventTemplateParser
+
+    EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE = (
+        '{"version": "0", "id": "<id>", "detail-type": "<detail-type>", "source": "<source>", '
+        '"account": "<account>", "time": <time>, "region": "<region>", "resources": <resources>, '
+        '"detail": <detail>}'
+    )
 
 
 def install_fast_dispatch() -> None:
@@ -1245,6 +1290,8 @@ class EmbeddedAws:
             install_fast_update_expressions()
             install_item_level_transaction_rollback()
             install_fast_dispatch()
+        install_stream_iterator_pruning()
+        install_event_account_field()
         logging.getLogger("waitress.queue").setLevel(
             logging.ERROR
         )  # callers queue on the lock by design

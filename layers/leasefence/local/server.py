@@ -9,6 +9,10 @@ also serves the OpenAPI document and a self-contained Swagger UI.
 
 :class:`LocalStack` puts it together: embedded DynamoDB + S3 (moto, serialized), the table and
 the payload bucket, the environment the handlers read, the HTTP API, and the sweeper on a timer.
+With ``streams`` it also reads the table's stream as Lambda's event source mappings would
+(:mod:`leasefence.local.streams`) and runs the worker function (stream dispatch) and the
+publisher function (history, outcome events to a bus on the embedded endpoint) with the same
+handler code and event shapes as on AWS.
 
 One invocation runs at a time (Lambda runs one event per execution environment, and the
 Powertools resolver keeps per-request state in class attributes).
@@ -23,7 +27,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -457,8 +461,14 @@ def _from_result(result: Any) -> tuple[int, list[tuple[str, str]], bytes]:
 # ---------------------------------------------------------------------------------- the stack
 
 
+#: The demo handlers (``functions/worker/demo_handlers.py``: job type ``demo-receipt``), which
+#: ``leasefence local`` runs for its dev tenant.
+DEMO_HANDLERS = "functions.worker.demo_handlers:HANDLERS"
+
+
 class LocalStack:
-    """Embedded DynamoDB + S3, table and bucket, the HTTP API, and the sweeper on a timer."""
+    """Embedded DynamoDB + S3, table and bucket, the HTTP API, the sweeper on a timer, and with
+    ``streams`` the stream-driven worker and publisher."""
 
     def __init__(
         self,
@@ -471,7 +481,17 @@ class LocalStack:
         table_name: str | None = None,
         bucket: str | None = None,
         quiet: bool = True,
+        streams: bool = False,
+        worker_handlers: str | None = None,
+        worker_tenants: Sequence[str] = (),
+        worker_lease_seconds: int = 60,
+        event_bus: str | None = None,
+        stream_poll_interval: float = 0.05,
     ) -> None:
+        """``streams``: start the event source mappings with the stack (or later:
+        :meth:`start_streams`). ``worker_handlers`` (``module:NAME``) and ``worker_tenants``:
+        what the worker function runs, for whom (no handlers: no stream worker, the publisher
+        only). ``event_bus``: the bus on the embedded endpoint (default ``leasefence-local``)."""
         self.host = host
         self.port = port
         self.dynamodb_port = dynamodb_port
@@ -489,6 +509,16 @@ class LocalStack:
         self.generated_secret = False
         self.sweeps = 0
         self.last_sweep: dict[str, Any] | None = None
+        self.streams = streams
+        self.worker_handlers = worker_handlers
+        self.worker_tenants = tuple(worker_tenants)
+        self.worker_lease_seconds = worker_lease_seconds
+        self.event_bus = event_bus
+        self.stream_poll_interval = stream_poll_interval
+        #: The running event source mappings by function name (``worker``, ``publisher``).
+        self.mappings: dict[str, Any] = {}
+        #: Each mapping's on-failure destination (an SQS queue URL on the embedded endpoint).
+        self.failure_queues: dict[str, str] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -497,6 +527,7 @@ class LocalStack:
 
         from leasefence import settings
         from leasefence.local.embedded import EmbeddedAws, use_local_credentials
+        from leasefence.local.events import LOCAL_BUS
         from leasefence.schema import create_table
 
         use_local_credentials()
@@ -518,11 +549,20 @@ class LocalStack:
             payload_bucket=bucket,
             dynamodb_endpoint=endpoint,
             s3_endpoint=endpoint,
+            events_endpoint=endpoint,
+            event_bus=self.event_bus or LOCAL_BUS,
+            worker_handlers=self.worker_handlers,
+            worker_tenants=self.worker_tenants,
+            worker_lease_seconds=self.worker_lease_seconds,
             region=current.region or "us-east-1",
         )
+        self.event_bus = config.event_bus
+        if str(REPO_ROOT) not in sys.path:
+            # Handlers named from the checkout (functions.worker....).
+            sys.path.append(str(REPO_ROOT))
         settings.install(config)
         spec = config.table_spec
-        create_table(self.aws.client("dynamodb"), spec)
+        create_table(self.aws.client("dynamodb"), spec, stream=self.streams)
         s3 = self.aws.client("s3")
         with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
             s3.create_bucket(Bucket=bucket)
@@ -539,11 +579,62 @@ class LocalStack:
                 target=self._sweep_loop, name="leasefence-sweeper", daemon=True
             )
             self._sweeper.start()
+        if self.streams:
+            self.start_streams()
         return self
+
+    def start_streams(self) -> None:
+        """Turn the table's stream on (if it is not) and start the event source mappings: the
+        publisher's, and the worker's when handlers were given. They read from the stream's tip:
+        what is written from now on."""
+        from leasefence.local.streams import EventSourceMapping
+        from leasefence.schema import create_table
+        from leasefence.streams import mappings
+
+        if self.mappings:
+            return
+        if self.table_name is None:
+            raise RuntimeError("start the local stack before its streams")
+        create_table(self.aws.client("dynamodb"), self._spec(), stream=True)
+        events = self.aws.client("events")
+        with contextlib.suppress(events.exceptions.ResourceAlreadyExistsException):
+            events.create_event_bus(Name=self.event_bus)
+        wanted = [mappings.publisher()]
+        if self.worker_handlers:
+            load_function("worker")
+            wanted.append(mappings.worker(self.worker_tenants))
+        load_function("publisher")
+        sqs = self.aws.client("sqs")
+        for mapping in wanted:
+            queue = sqs.create_queue(QueueName=f"leasefence-{mapping.function}-stream-failures")[
+                "QueueUrl"
+            ]
+            self.failure_queues[mapping.function] = queue
+            self.mappings[mapping.function] = EventSourceMapping(
+                mapping.function,
+                mapping,
+                self.table_name,
+                self.aws.client,
+                Invoker(),
+                queue,
+                poll_interval_s=self.stream_poll_interval,
+            ).start()
+        self.streams = True
+
+    def stop_streams(self) -> None:
+        for mapping in self.mappings.values():
+            mapping.stop()
+        self.mappings.clear()
+
+    def _spec(self) -> Any:
+        from leasefence import settings
+
+        return settings.runtime().settings.table_spec
 
     def stop(self) -> None:
         from leasefence import settings
 
+        self.stop_streams()
         self._stop.set()
         if self._sweeper is not None:
             self._sweeper.join(timeout=10)

@@ -1,0 +1,65 @@
+"""The publisher function: the table's stream becomes each operation's history and outcome events.
+
+Triggered by an event source mapping on the operations table's stream, filtered to transitions
+and deletions (:func:`leasefence.streams.filters.publisher_filters`). Each record is written to
+the operation's history (idempotent: a record delivered again changes nothing) and, for the
+transitions an upstream service cares about, published to the EventBridge bus named in
+``LEASEFENCE_EVENT_BUS`` (:mod:`leasefence.streams.events`; unset: history only). A partial batch
+response (Powertools batch utility) reports a record that failed by its sequence number: the
+mapping retries from there and sends what still fails to its on-failure destination, so one bad
+record never blocks its shard. See :mod:`leasefence.streams.publisher`.
+"""
+
+from __future__ import annotations
+
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+
+from leasefence.observability import logger, metrics, record_event, tracer
+from leasefence.settings import runtime
+
+_built: tuple[object, object] | None = None  # (runtime, publisher)
+_processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
+
+
+def _publisher():
+    global _built
+    rt = runtime()
+    if _built is None or _built[0] is not rt:
+        from leasefence.streams.publisher import Publisher
+
+        rt.prepare()
+        _built = (
+            rt,
+            Publisher(
+                rt.engine.store,
+                lambda: rt.client("events"),
+                rt.settings.event_bus,
+                count=record_event,
+            ),
+        )
+    return _built[1]
+
+
+@logger.inject_lambda_context(log_event=False, clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics(raise_on_empty_metrics=False)
+def lambda_handler(event, context):
+    publisher = _publisher()
+    outcomes: dict[str, int] = {}
+
+    def handle(record):
+        outcome = publisher.handle(record.raw_event)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+
+    try:
+        return process_partial_response(
+            event=event, record_handler=handle, processor=_processor, context=context
+        )
+    finally:
+        logger.info(
+            "stream batch finished", extra={"records": len(event.get("Records") or []), **outcomes}
+        )

@@ -1,0 +1,49 @@
+"""Stream dispatch: the table's stream invokes the worker function as soon as work becomes
+claimable, instead of it waiting for the next scheduled drain.
+
+The mapping's filter (:func:`leasefence.streams.filters.dispatch_filters`) passes only records of
+the worker's tenants where an operation became ``queued`` and claimable now (an enqueue, an
+immediate retry, an operator's requeue); the function claims each by name (one conditional write:
+a record for work already taken yields no claim) and runs the batch's jobs side by side. Delayed
+retries and expired leases are left to the scheduled drain (:mod:`leasefence_infra.worker`), which
+stays as the safety net, so the mapping retries little (2 times, bisected) and drops records older
+than 10 minutes: by then the drain has found their work. Settings: ``WorkerProps``
+(``stream_batch_size``, ``stream_parallelization``, ``max_concurrency``).
+"""
+
+from __future__ import annotations
+
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+from .stream import stream_failure_queue, subscribe
+from .worker import Worker
+
+
+class StreamDispatch(Construct):
+    """The worker function's event source mapping on the table's stream (``Mapping``) and its
+    on-failure queue (``Failures``)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        worker: Worker,
+        table: dynamodb.ITable,
+        key: kms.IKey | None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        #: The mapping's settings and filter (:attr:`WorkerProps.stream_mapping`).
+        self.mapping = worker.props.stream_mapping
+        self.function = worker.function.function
+        self.failure_queue = stream_failure_queue(self, "Failures", what="worker", key=key)
+        self.event_source_mapping = subscribe(
+            self,
+            "Mapping",
+            function=worker.function,
+            table=table,
+            mapping=self.mapping,
+            failure_queue=self.failure_queue,
+        )

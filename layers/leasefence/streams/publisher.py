@@ -1,0 +1,64 @@
+"""The publisher function's logic: each stream record becomes a history entry, then an event.
+
+Per record, in stream order (a shard's records for one operation arrive in the order of its
+writes): the history entry is written first (idempotent by ``seq``), then the outcome event is
+published. A failure raises, so the record is reported in the partial batch response and
+delivered again from there; the history write recognizes it, the event goes out again (at least
+once). A record that can never be read (:class:`~leasefence.streams.records.MalformedRecord`)
+ends in the event source mapping's on-failure destination after its retries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from leasefence import history
+from leasefence.model import Transition
+from leasefence.store import Store
+from leasefence.streams import events, records
+
+log = logging.getLogger("leasefence.publisher")
+
+
+class Publisher:
+    """History and events for one table; ``bus`` None records history only."""
+
+    def __init__(
+        self,
+        store: Store,
+        events_client: Callable[[], Any],
+        bus: str | None,
+        count: Callable[[str, float], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.bus = bus
+        self._events_client = events_client
+        self.count = count if count is not None else (lambda _name, _value: None)
+
+    def handle(self, record: Mapping[str, Any]) -> str:
+        """Process one record; returns what was done (``recorded``, ``published``, ``removed``,
+        ``skipped``). Raises to have the record delivered again."""
+        change = records.parse(record)
+        if change.event_name == "REMOVE":
+            if change.is_operation and change.old is not None and "created_at" in change.old:
+                history.remove(self.store, change.old)
+                return "removed"
+            return "skipped"
+        transition = change.transition
+        if transition is None:
+            return "skipped"  # a heartbeat, an index repair, a purge: no transition
+        new = change.new
+        assert new is not None
+        entry = history.entry_from(change.old, new)
+        if history.record(self.store, new, entry, reset=transition is Transition.ERASE):
+            self.count("HistoryEntries", 1)
+        if self.bus is None:
+            return "recorded"
+        published = events.entry(change, self.bus)
+        if published is None:
+            return "recorded"
+        events.publish(self._events_client(), [published])
+        self.count("EventsPublished", 1)
+        return "published"

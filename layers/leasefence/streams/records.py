@@ -1,0 +1,121 @@
+"""One DynamoDB stream record of the operations table, parsed (as Lambda delivers it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from leasefence import keys
+from leasefence.engine import validate_id
+from leasefence.errors import InvalidInput
+from leasefence.model import State, Transition
+from leasefence.store import from_item
+
+#: What a transition's image must hold (everything the engine writes on every operation).
+_REQUIRED = (
+    "job_type",
+    "state",
+    "fence",
+    "attempts",
+    "max_attempts",
+    "created_at",
+    "updated_at",
+    "transition",
+    "seq",
+)
+
+
+class MalformedRecord(Exception):
+    """The record cannot be read as a change of the operations table: it goes to the failure
+    path (partial batch response, then the event source mapping's on-failure destination)."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """A stream record: the item before and after one write (plain values)."""
+
+    event_name: str  # INSERT | MODIFY | REMOVE
+    sequence_number: str
+    tenant_id: str
+    operation_id: str
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
+    #: The stream's ARN (Lambda adds it to each record), or None.
+    source_arn: str | None = None
+
+    @property
+    def is_operation(self) -> bool:
+        """An operation item (not a tenant's job-type directory or an operation's history)."""
+        return not self.operation_id.startswith((keys.DIRECTORY_ID[0], keys.HISTORY_PREFIX))
+
+    @property
+    def transition(self) -> Transition | None:
+        """The transition this write made; None for writes that are none (a heartbeat, an index
+        repair, a payload purge, a deletion) and for items other than operations."""
+        if self.new is None or not self.is_operation or "transition" not in self.new:
+            return None
+        if self.old is not None and self.old.get("seq") == self.new.get("seq"):
+            return None
+        return Transition(self.new["transition"])
+
+
+def parse(record: Mapping[str, Any]) -> Change:
+    """A record as the event source mapping delivers it; :class:`MalformedRecord` if it is not
+    one of the operations table's (keys, images and the transition's attributes checked)."""
+    try:
+        body = record["dynamodb"]
+        event_name = record["eventName"]
+        if event_name not in ("INSERT", "MODIFY", "REMOVE"):
+            raise ValueError(f"unknown eventName {event_name!r}")
+        key = from_item(body["Keys"]) or {}
+        tenant_id, operation_id = key["tenant_id"], key["operation_id"]
+        if (
+            not isinstance(tenant_id, str)
+            or not isinstance(operation_id, str)
+            or not tenant_id
+            or not operation_id
+        ):
+            raise ValueError("keys are not two strings")
+        old = from_item(body.get("OldImage"))
+        new = from_item(body.get("NewImage"))
+        if (event_name == "REMOVE") != (new is None) or (event_name == "INSERT") != (old is None):
+            raise ValueError(f"{event_name} record with the wrong images")
+        change = Change(
+            event_name,
+            str(body["SequenceNumber"]),
+            tenant_id,
+            operation_id,
+            old,
+            new,
+            record.get("eventSourceARN"),
+        )
+        if change.is_operation:
+            validate_id("tenant_id", tenant_id)
+            validate_id("operation_id", operation_id)
+            for image in (old, new):
+                if image is not None and (image.get("tenant_id"), image.get("operation_id")) != (
+                    tenant_id,
+                    operation_id,
+                ):
+                    raise ValueError("an image does not match the record's keys")
+        if change.transition is not None:
+            _check_transition_image(change.new)  # type: ignore[arg-type]
+        return change
+    except MalformedRecord:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, InvalidInput) as error:
+        raise MalformedRecord(
+            f"not a record of the operations table: {type(error).__name__}: {error}"
+        ) from None
+
+
+def _check_transition_image(image: dict[str, Any]) -> None:
+    missing = [name for name in _REQUIRED if name not in image]
+    if missing:
+        raise ValueError(f"the image lacks {', '.join(missing)}")
+    State(image["state"])
+    Transition(image["transition"])
+    for name in ("fence", "attempts", "max_attempts", "created_at", "updated_at", "seq"):
+        if isinstance(image[name], bool) or not isinstance(image[name], int):
+            raise ValueError(f"{name} is not an integer")

@@ -1,0 +1,321 @@
+"""The table's stream as the functions see it: which records pass each event source mapping's
+filter (real records from real transitions, each expectation written out by hand), what the
+publisher makes of them (history, events valid against the published schema) and what stream
+dispatch claims."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import threading
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from leasefence import Engine
+from leasefence.clock import ManualClock
+from leasefence.local.events import Subscription
+from leasefence.local.streams import lambda_record
+from leasefence.schema import TableSpec, create_table
+from leasefence.streams import events, filters, mappings, records
+from leasefence.streams.publisher import Publisher
+from leasefence.worker import FunctionHandler, Worker
+from leasefence.worker.backend import EngineBackend
+from leasefence.worker.dispatch import StreamDispatch
+
+H = "sha256:" + "4" * 64
+SCHEMA = json.loads(
+    (Path(__file__).parents[2] / "docs" / "events" / "operation-event.v1.schema.json").read_text()
+)
+_tables = itertools.count()
+
+
+class Stream:
+    """Reads the table's stream from its start, returning what is new on each call."""
+
+    def __init__(self, aws, table):
+        self.client = aws.client("dynamodbstreams")
+        self.arn = aws.client().describe_table(TableName=table)["Table"]["LatestStreamArn"]
+        shard = self.client.describe_stream(StreamArn=self.arn)["StreamDescription"]["Shards"][0][
+            "ShardId"
+        ]
+        self.iterator = self.client.get_shard_iterator(
+            StreamArn=self.arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+
+    def new(self):
+        answer = self.client.get_records(ShardIterator=self.iterator)
+        self.iterator = answer["NextShardIterator"]
+        return [lambda_record(r, self.arn) for r in answer["Records"]]
+
+
+@pytest.fixture
+def table(aws):
+    spec = TableSpec(table_name=f"stream-{next(_tables)}", due_shards=2, sweep_shards=1)
+    create_table(aws.client(), spec, stream=True)
+    return spec
+
+
+@pytest.fixture
+def clock():
+    return ManualClock()
+
+
+@pytest.fixture
+def engine(aws, table, clock):
+    return Engine(client=aws.client(), spec=table, clock=clock, rng=random.Random(3))
+
+
+def test_filters_pass_exactly_the_records_each_function_needs(aws, table, engine, clock):
+    stream = Stream(aws, table.table_name)
+    dispatch, dispatch_acme = filters.dispatch_filters(), filters.dispatch_filters(["acme"])
+    publisher = filters.publisher_filters()
+    steps = []  # (what, record, dispatch passes, publisher passes)
+
+    def step(what, action, expected):
+        action()
+        got = stream.new()
+        assert len(got) == len(expected), (what, [r["eventName"] for r in got])
+        for record, (to_worker, to_publisher) in zip(got, expected, strict=True):
+            steps.append((what, record, to_worker, to_publisher))
+
+    # The job type's directory item first: moto records an update that creates an item twice (its
+    # keys, then the item; DynamoDB once). Neither is an operation's.
+    step(
+        "enqueue",
+        lambda: engine.enqueue("acme", "op-1", "refund", H),
+        [(False, False), (False, False), (True, True)],
+    )
+    claim = engine.claim("acme", "op-1", "w1", lease_ms=5_000)
+    step("claim", lambda: None, [(False, True)])
+    step("heartbeat", lambda: engine.heartbeat("acme", "op-1", claim.fence, "w1"), [(False, True)])
+    step(
+        "retry at once",
+        lambda: engine.fail("acme", "op-1", claim.fence, True, "flaky", retry_after_ms=0),
+        [(True, True)],
+    )
+    claim = engine.claim("acme", "op-1", "w2", lease_ms=5_000)
+    step("claim", lambda: None, [(False, True)])
+    step(
+        "retry later",
+        lambda: engine.fail("acme", "op-1", claim.fence, True, "busy", retry_after_ms=1_000),
+        [(False, True)],
+    )
+    clock.advance(1_000)
+    claim = engine.claim("acme", "op-1", "w3", lease_ms=5_000)
+    step("claim", lambda: None, [(False, True)])
+    step(
+        "unknown",
+        lambda: engine.park_unknown("acme", "op-1", claim.fence, "timeout"),
+        [(False, True)],
+    )
+    step("operator requeue", lambda: engine.resolve("acme", "op-1", "requeue"), [(True, True)])
+    claim = engine.claim("acme", "op-1", "w4", lease_ms=5_000)
+    step("claim", lambda: None, [(False, True)])
+    step("complete", lambda: engine.complete("acme", "op-1", claim.fence, "ok"), [(False, True)])
+    step(
+        "erase (then its history reset)",
+        lambda: engine.erase("acme", "op-1"),
+        [(False, True), (False, False)],
+    )
+    step(
+        "another tenant's enqueue",
+        lambda: engine.enqueue("globex", "op-9", "refund", H),
+        [(False, False), (False, False), (True, True)],
+    )
+    step(
+        "tenant erasure (directory, operation)",
+        lambda: engine.erase_tenant("globex"),
+        [(False, False), (False, True)],
+    )
+
+    for what, record, to_worker, to_publisher in steps:
+        assert filters.passes(dispatch, record) is to_worker, what
+        assert filters.passes(publisher, record) is to_publisher, what
+        tenant = record["dynamodb"]["Keys"]["tenant_id"]["S"]
+        assert filters.passes(dispatch_acme, record) is (to_worker and tenant == "acme"), what
+    # The CDK renders the same patterns as FilterCriteria.
+    criteria = filters.filter_criteria(mappings.worker(["acme"]).filters)
+    assert [json.loads(f["Pattern"]) for f in criteria["Filters"]] == dispatch_acme
+
+
+def test_evaluator_semantics():
+    pattern = {
+        "a": {"b": ["x", {"prefix": "pre-"}]},
+        "c": [{"exists": False}],
+        "d": [{"anything-but": ["no"]}],
+    }
+    assert filters.matches(pattern, {"a": {"b": "x"}, "d": "yes"})
+    assert filters.matches(pattern, {"a": {"b": "pre-fix"}, "d": "yes"})
+    assert not filters.matches(pattern, {"a": {"b": "x"}, "c": 1, "d": "yes"})  # c must be absent
+    assert not filters.matches(pattern, {"a": {"b": "y"}, "d": "yes"})
+    assert not filters.matches(pattern, {"a": {"b": "x"}, "d": "no"})
+    assert not filters.matches(pattern, {"a": {"b": "x"}})  # anything-but needs a value
+    assert not filters.matches(
+        {"a": {"b": [{"exists": True}]}}, {"a": {"b": {"S": "object, not a leaf"}}}
+    )
+    assert filters.matches({"n": [1]}, {"n": 1}) and not filters.matches({"n": ["1"]}, {"n": 1})
+
+
+def test_publisher_records_history_and_publishes_valid_events(aws, table, engine, clock):
+    stream = Stream(aws, table.table_name)
+    bus = f"bus-{table.table_name}"
+    aws.client("events").create_event_bus(Name=bus)
+    publisher = Publisher(engine.store, lambda: aws.client("events"), bus)
+    with Subscription(aws.client, events.subscription_pattern("acme"), bus=bus) as all_of_acme:
+        engine.enqueue("acme", "op-1", "refund", H, actor="producer-7")
+        first = engine.claim("acme", "op-1", "zombie", lease_ms=1_000)
+        clock.advance(1_000)
+        second = engine.claim("acme", "op-1", "rescuer", lease_ms=5_000)
+        engine.heartbeat("acme", "op-1", second.fence, "rescuer")
+        engine.complete("acme", "op-1", second.fence, "refunded")
+        engine.enqueue("globex", "op-1", "refund", H)  # another tenant: not in this subscription
+        got = stream.new()
+        outcomes = [publisher.handle(r) for r in got]
+        directory = ["skipped", "skipped"]  # a tenant's job-type directory (recorded twice by moto)
+        assert outcomes == [
+            *directory,
+            "recorded",
+            "recorded",
+            "published",
+            "skipped",
+            "published",
+            *directory,
+            "recorded",
+        ]
+        assert [publisher.handle(r) for r in got] == outcomes  # delivered again: history unchanged
+        received = all_of_acme.receive(wait_s=2) + all_of_acme.receive(wait_s=0.2)
+    assert first.fence == 1
+    assert [e["detail-type"] for e in received] == [
+        "Operation Taken Over",
+        "Operation Succeeded",
+    ] * 2
+    for event in received:
+        jsonschema.validate(event, SCHEMA, format_checker=jsonschema.FormatChecker())
+        assert not {"payload", "payload_ref", "payload_hash"} & set(event["detail"])
+    takeover = received[0]["detail"]
+    assert (
+        takeover["fence"],
+        takeover["actor"],
+        takeover["previous_actor"],
+        takeover["previous_state"],
+    ) == (2, "rescuer", "zombie", "claimed")
+    done = received[1]["detail"]
+    assert (done["state"], done["outcome_code"], done["sequence"], done["tenant_id"]) == (
+        "succeeded",
+        "refunded",
+        4,
+        "acme",
+    )
+    entries = engine.history("acme", "op-1").entries
+    assert [(e["transition"], e["fence"], e.get("actor")) for e in entries] == [
+        ("enqueue", 0, "producer-7"),
+        ("claim", 1, "zombie"),
+        ("takeover", 2, "rescuer"),
+        ("complete", 2, "rescuer"),
+    ]
+    assert entries[2]["previous_actor"] == "zombie"
+
+
+def test_the_schema_names_every_detail_type_and_transition_the_code_publishes():
+    assert set(SCHEMA["properties"]["detail-type"]["enum"]) == set(events.DETAIL_TYPES.values())
+    assert set(SCHEMA["$defs"]["detail"]["properties"]["transition"]["enum"]) == {
+        t.value for t in events.DETAIL_TYPES
+    }
+    assert SCHEMA["$defs"]["detail"]["properties"]["version"]["const"] == events.SCHEMA_VERSION
+    assert events.subscription_pattern("acme") == {
+        "source": ["leasefence"],
+        "detail": {"tenant_id": ["acme"]},
+    }
+    with pytest.raises(ValueError):
+        events.subscription_pattern(detail_types=["Operation Exploded"])
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"eventName": "MODIFY"},  # no dynamodb section
+        {
+            "eventName": "INSERT",
+            "dynamodb": {
+                "Keys": {"tenant_id": {"S": "t"}},
+                "SequenceNumber": "1",
+                "NewImage": {"tenant_id": {"S": "t"}},
+            },
+        },  # half a key
+        {
+            "eventName": "INSERT",
+            "dynamodb": {
+                "Keys": {"tenant_id": {"S": "t"}, "operation_id": {"S": "o"}},
+                "SequenceNumber": "2",
+                "NewImage": {
+                    "tenant_id": {"S": "t"},
+                    "operation_id": {"S": "o"},
+                    "transition": {"S": "enqueue"},
+                    "seq": {"N": "1"},
+                },
+            },
+        },  # no state
+        {
+            "eventName": "MODIFY",
+            "dynamodb": {
+                "Keys": {"tenant_id": {"S": "t"}, "operation_id": {"S": "o\u0007"}},
+                "SequenceNumber": "3",
+                "NewImage": {},
+                "OldImage": {},
+            },
+        },  # bad id
+    ],
+)
+def test_malformed_records_are_refused(broken):
+    with pytest.raises(records.MalformedRecord):
+        records.parse(broken)
+
+
+def test_dispatch_claims_what_became_claimable_and_nothing_else(aws, table, engine, clock):
+    stream = Stream(aws, table.table_name)
+    ran = []
+    worker = Worker(
+        EngineBackend(engine, ["acme"]),
+        {"refund": FunctionHandler(lambda job: ran.append(job.fence))},
+        worker_id="stream-worker",
+        lease_ms=5_000,
+    )
+    dispatch = StreamDispatch(worker, engine, ["acme"])
+    engine.enqueue("acme", "op-1", "refund", H)
+    engine.enqueue("acme", "op-2", "mail", H)  # a job type this worker has no handler for
+    engine.enqueue("globex", "op-3", "refund", H)  # a tenant it does not serve
+    got = [r for r in stream.new() if filters.passes(filters.dispatch_filters(), r)]
+    outcomes = [dispatch.claim(r) for r in got]
+    assert [o for o, _ in outcomes] == ["claimed", "not_served", "not_served"]
+    assert [o for o, _ in [dispatch.claim(got[0])]] == ["taken"]  # delivered again: already claimed
+    dispatch.run([c for _, c in outcomes if c is not None])
+    assert ran == [1] and engine.get("acme", "op-1").state == "succeeded"
+    engine.enqueue("acme", "op-4", "refund", H)
+    (record,) = [r for r in stream.new() if filters.passes(filters.dispatch_filters(), r)]
+    assert (
+        dispatch.claim(record, remaining_ms=lambda: 6_000)[0] == "deferred"
+    )  # no time for a lease
+    assert engine.get("acme", "op-4").state == "queued"
+
+
+def test_a_batch_runs_its_jobs_side_by_side(aws, table, engine):
+    stream = Stream(aws, table.table_name)
+    together = threading.Barrier(2, timeout=5)  # a job waits here for the other one
+
+    def meet(job):
+        together.wait()
+        return "met"
+
+    worker = Worker(
+        EngineBackend(engine, ["acme"]), {"refund": FunctionHandler(meet)}, lease_ms=10_000
+    )
+    dispatch = StreamDispatch(worker, engine, ["acme"])
+    engine.enqueue("acme", "op-1", "refund", H)
+    engine.enqueue("acme", "op-2", "refund", H)
+    got = [r for r in stream.new() if filters.passes(filters.dispatch_filters(), r)]
+    claims = [claim for _, claim in (dispatch.claim(r) for r in got)]
+    dispatch.run(claims)
+    assert [engine.get("acme", op).outcome_code for op in ("op-1", "op-2")] == ["met", "met"]
