@@ -35,7 +35,11 @@ def reconcile_credit(job: Job) -> Reconciled:
     return Reconciled.done("credited") if done else Reconciled.not_done()
 
 
-HANDLERS = {"credit": FunctionHandler(credit, reconcile_credit, lambda job: wallets.raise_fence(job, wallet(job)))}
+def raise_wallet_fence(job: Job) -> None:  # on claim: the wallet refuses older fences
+    wallets.raise_fence(job, wallet(job))
+
+
+HANDLERS = {"credit": FunctionHandler(credit, reconcile_credit, raise_wallet_fence)}
 
 
 # ------------------------------------------------------------ its verification fixture
@@ -46,9 +50,14 @@ def build(env: VerifyEnv) -> Target:
     with contextlib.suppress(env.dynamodb.exceptions.ResourceInUseException):
         env.dynamodb.create_table(
             TableName="wallets",
-            AttributeDefinitions=[{"AttributeName": n, "AttributeType": "S"} for n in ("tenant_id", "wallet")],
-            KeySchema=[{"AttributeName": "tenant_id", "KeyType": "HASH"},
-                       {"AttributeName": "wallet", "KeyType": "RANGE"}],
+            AttributeDefinitions=[
+                {"AttributeName": "tenant_id", "AttributeType": "S"},
+                {"AttributeName": "wallet", "AttributeType": "S"},
+            ],
+            KeySchema=[
+                {"AttributeName": "tenant_id", "KeyType": "HASH"},
+                {"AttributeName": "wallet", "KeyType": "RANGE"},
+            ],
             BillingMode="PAY_PER_REQUEST",
         )
     wallets = FencedTable(env.dynamodb, "wallets", clock=env.clock)
