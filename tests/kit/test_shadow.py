@@ -24,7 +24,7 @@ import pytest
 
 from leasefence.auth import mint
 from leasefence.kit.shadow_report import build_report
-from leasefence.shadow import EngineShadowStore, Shadow, api_store, shadow_tenant
+from leasefence.shadow import RUN_PREFIX, EngineShadowStore, Shadow, api_store, shadow_tenant
 from leasefence.worker import EngineBackend, FunctionHandler, Worker
 
 VISIBILITY_MS = 30_000
@@ -342,7 +342,12 @@ def test_the_report_names_exactly_the_executions_the_queue_ran_twice(engine, clo
 
 def test_shadow_operations_are_never_dispatched_to_workers(engine, clock) -> None:
     store = EngineShadowStore(engine, "acme")
-    simulate(clock, store)
+    shadow = Shadow(store, "refund", operation_id=lambda body: body["refund_id"],
+                    heartbeat_thread=False)
+    shadow.wrap(lambda body: "slow")({"refund_id": "r1"})
+    shadow.wrap(lambda body: "again")({"refund_id": "r1"})  # a duplicate: its run record too
+    job, record = sorted(op.operation_id for op in store.iter_operations())
+    assert job == "r1" and record.startswith(RUN_PREFIX)
     handler = lambda job: "ran"  # noqa: E731 - a handler that must never run
     worker = Worker(EngineBackend(engine, ["acme"]), {"refund": FunctionHandler(handler)},
                     claim_any_type=True)
