@@ -99,25 +99,30 @@ def _first_run_request(
 
 
 def story(rig: Rig, tenant_id: str, operation_id: str, scenario: str = "") -> list[str]:
-    """One line per claim (what it did at the targets), and how the operation ended."""
-    prefix = f"{scenario}: " if scenario else ""
-    lines = []
-    for execution in rig.executions(tenant_id, operation_id):
-        parts = []
-        if execution.reconciled is not None:
+    """What happened to one operation, in order: claims, reconcile answers, the requests that
+    reached the target (a fence raise that landed is left out: the report has it), who was told
+    it lost ownership, and how the operation ended."""
+    events: list[tuple[int, str]] = []
+    executions = rig.executions(tenant_id, operation_id)
+    for execution in executions:
+        events.append((execution.seq, f"{_who(execution)} claimed"))
+        if execution.reconciled is not None and execution.reconciled_seq is not None:
             missing = " (the handler has no reconcile)" if execution.reconcile_missing else ""
-            parts.append(f"reconciled: {execution.reconciled}{missing}")
-        parts += [
-            a.describe()
-            for a in rig.actions(tenant_id, operation_id)
-            if a.execution is execution and a.kind != LOOKUP
-        ]
-        if execution.lost:
-            parts.append("told it lost ownership")
-        lines.append(f"{prefix}{_who(execution)}: {'; '.join(parts) or 'no target request'}")
+            events.append(
+                (
+                    execution.reconciled_seq,
+                    f"{_who(execution)} reconciled: {execution.reconciled}{missing}",
+                )
+            )
+    for a in rig.actions(tenant_id, operation_id):
+        if a.kind == LOOKUP or (a.kind == BOOKKEEPING and a.outcome == LANDED):
+            continue
+        events.append((a.performed_seq or a.seq, f"{_who(a.execution)} {a.describe()}"))
+    lost = [f"{_who(e)} was told it lost ownership" for e in executions if e.lost]
     op = rig.state(tenant_id, operation_id)
-    lines.append(f"{prefix}operation {op.state.value} at fence {op.fence}")
-    return lines
+    text = "; ".join([text for _, text in sorted(events)] + lost)
+    prefix = f"{scenario}: " if scenario else ""
+    return [f"{prefix}{text or 'nothing claimed'}; operation {op.state.value} at fence {op.fence}"]
 
 
 def _stale_cause(rig: Rig, action: Action) -> str:
@@ -694,9 +699,12 @@ CHECKS: tuple[Check, ...] = (
         "hang",
         "a handler that hangs without progress",
         hang,
-        _same(
-            "the lease lapsed without progress, another worker took over, and the hung request "
-            "was refused (the fence still protected the target)"
+        lambda cls: (
+            "the lease lapsed without progress, the sweeper parked the operation unknown, and "
+            "the hung worker's intent was refused: it never called"
+            if cls is D
+            else "the lease lapsed without progress, another worker took over, and the hung "
+            "request was refused or deduplicated (the fence still protected the target)"
         ),
     ),
 )

@@ -47,6 +47,8 @@ class Execution:
     reconciled: str | None = None
     #: The handler has no reconcile of its own (the runtime parks such takeovers unknown).
     reconcile_missing: bool = False
+    #: When its reconcile answered (the log's order), if it reconciled.
+    reconciled_seq: int | None = None
 
     @property
     def lost(self) -> bool:
@@ -76,6 +78,8 @@ class Action:
     after_lost: bool = False  # ... after it had been told it lost ownership
     outcome: str = "pending"
     answer_lost: bool = False
+    #: When it was performed (the log's order): later than ``seq`` for a request held by a pause.
+    performed_seq: int = 0
 
     @property
     def effect(self) -> bool:
@@ -140,6 +144,7 @@ class Pending:
             except Exception as error:  # noqa: BLE001 - recorded, then raised as it was
                 self.error = error
         action.outcome = self._classify(self.result, self.error)
+        action.performed_seq = self.log.next_seq()
 
 
 class TargetLog:

@@ -27,6 +27,7 @@ class ActionRecord(BaseModel):
     after_lost_ownership: bool
     outcome: str
     answer_lost: bool
+    performed_seq: int = Field(description="when it reached the target (after a pause: later)")
 
     @classmethod
     def of(cls, action: Action) -> ActionRecord:
@@ -45,6 +46,7 @@ class ActionRecord(BaseModel):
             after_lost_ownership=action.after_lost,
             outcome=action.outcome,
             answer_lost=action.answer_lost,
+            performed_seq=action.performed_seq,
         )
 
 

@@ -95,6 +95,7 @@ class ObservedHandler:
                 else Reconciled.unknown("the handler has no way to reconcile")
             )
             execution.reconciled = found.kind
+            execution.reconciled_seq = self.rig.log.next_seq()
             return found
 
     def run(self, job: Job) -> str | None:

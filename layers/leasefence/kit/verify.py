@@ -54,6 +54,8 @@ def load_object(spec: str, default_attribute: str) -> Any:
 def _describe(thing: Any) -> str:
     if isinstance(thing, str):
         return thing
+    if isinstance(thing, Mapping):
+        return f"<handlers: {', '.join(sorted(thing))}>"
     module = getattr(thing, "__module__", None)
     name = getattr(thing, "__qualname__", None) or type(thing).__name__
     return f"{module}:{name}" if module else name
