@@ -120,7 +120,7 @@ def story(rig: Rig, tenant_id: str, operation_id: str, scenario: str = "") -> li
         events.append((a.performed_seq or a.seq, f"{_who(a.execution)} {a.describe()}"))
     lost = [f"{_who(e)} was told it lost ownership" for e in executions if e.lost]
     op = rig.state(tenant_id, operation_id)
-    text = "; ".join([text for _, text in sorted(events)] + lost)
+    text = "; ".join([entry for _, entry in sorted(events)] + lost)
     prefix = f"{scenario}: " if scenario else ""
     return [f"{prefix}{text or 'nothing claimed'}; operation {op.state.value} at fence {op.fence}"]
 
