@@ -10,7 +10,7 @@ needs pure-Python code plus ``rfc8785``, and pip can fetch genuine ``manylinux20
   versions (``requirements.lock``, see :mod:`.versions`) of :data:`LAYER_DISTRIBUTIONS`;
 * copy the installed ``leasefence`` package to ``<out>/python/leasefence``, without the dev-only
   parts (:data:`CORE_LAYER_EXCLUDES`: the local stack, the CLI, the demo, the benchmarks, fault
-  injection, the torture harness) and without ``__pycache__``.
+  injection, the torture harness, the rollout kit) and without ``__pycache__``.
 
 :func:`package_layer_code` builds any other package the same way (a worker's handler module).
 
@@ -79,6 +79,7 @@ CORE_LAYER_EXCLUDES: tuple[str, ...] = (
     "bench",  # benchmarks and request-unit meter
     "faults.py",  # fault-injecting client for tests
     "torture*",  # torture harness
+    "kit",  # rollout kit: leasefence verify, the pytest plugin, the shadow report
 )
 
 _IGNORED_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache"}

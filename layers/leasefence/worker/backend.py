@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from leasefence.engine import MISSING, Engine
 from leasefence.model import Claim
+from leasefence.shadow import SHADOW_PREFIX
 
 
 class Backend(Protocol):
@@ -64,6 +65,12 @@ class EngineBackend:
         payload, parsed as JSON; see :meth:`load_payload`)."""
         if not tenants:
             raise ValueError("an engine backend serves at least one tenant")
+        shadows = [t for t in tenants if t.startswith(SHADOW_PREFIX)]
+        if shadows:
+            raise ValueError(
+                f"{shadows[0]!r} is a shadow tenant: shadow operations record what an existing "
+                "consumer ran and are never dispatched to workers"
+            )
         self.engine = engine
         self.tenants = list(tenants)
         self._turn = itertools.count()

@@ -1,0 +1,53 @@
+"""The kit is registered, dev-only, and what the docs show is what the tests verify."""
+
+from __future__ import annotations
+
+import inspect
+import tomllib
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from leasefence_infra.bundling import CORE_LAYER_EXCLUDES, PACKAGE_DIR, is_excluded
+
+from leasefence.kit import examples
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = "leasefence.kit.pytest_plugin"
+
+
+def test_the_package_declares_the_pytest_plugin() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["entry-points"]["pytest11"] == {"leasefence": PLUGIN}
+
+
+def test_the_installed_package_registers_the_plugin_in_this_session(pytestconfig) -> None:
+    """What `make install` put in .venv: the entry point, loaded by pytest itself (this very
+    session found the plugin's fixtures that way; no conftest imports it)."""
+    found = [ep for ep in entry_points(group="pytest11") if ep.value == PLUGIN]
+    assert [ep.dist.name for ep in found if ep.dist is not None] == ["leasefence"]
+    assert pytestconfig.pluginmanager.get_plugin(found[0].name) is not None
+
+
+def test_the_kit_stays_out_of_the_lambda_layer_and_shadow_mode_ships() -> None:
+    assert is_excluded(Path("kit/checks.py"), CORE_LAYER_EXCLUDES)
+    assert not is_excluded(Path("shadow.py"), CORE_LAYER_EXCLUDES)
+    shipped = [p for p in PACKAGE_DIR.rglob("*.py")
+               if not is_excluded(p.relative_to(PACKAGE_DIR), CORE_LAYER_EXCLUDES)]
+    assert not [p for p in shipped if "leasefence.kit" in p.read_text()]
+
+
+def test_the_readme_shows_the_handlers_verify_says_go_for() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for function in (examples.refund, examples.reconcile_refund, examples.account,
+                     examples.raise_ledger_fence, examples.post, examples.reconcile_post,
+                     examples.send_receipt, examples.reconcile_receipt, examples.send_sms):
+        assert inspect.getsource(function) in readme, function.__name__
+    source = inspect.getsource(examples)
+    handlers = source[source.index("HANDLERS = {"):source.index("}\n", source.index("HANDLERS = {")) + 2]
+    assert handlers in readme
+
+
+def test_the_guide_shows_the_plugin_example_as_it_runs() -> None:
+    guide = (ROOT / "docs" / "adopting.md").read_text()
+    example = (Path(__file__).parent / "test_plugin_example.py").read_text()
+    assert example in guide
