@@ -23,7 +23,7 @@ FUNCTIONS = ROOT / "functions"
 MUST_SHIP = ("engine.py", "worker/runtime.py", "worker/backend.py", "targets/fenced_table.py",
              "targets/same_table.py", "settings.py", "observability.py", "api/app.py")
 #: The dev-only parts, spelled out (independently of CORE_LAYER_EXCLUDES).
-MUST_NOT_SHIP = ("local", "cli.py", "demo", "bench", "faults.py")
+MUST_NOT_SHIP = ("local", "cli.py", "demo", "bench", "faults.py", "kit")
 
 
 def _package(prebuilt_layer: Path) -> Path:
