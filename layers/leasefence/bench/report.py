@@ -108,7 +108,7 @@ QUICK = Scale(
     sim_shards=[1, 4, 16],
     sim_seconds=40,
     self_check=False,
-    stream_runs=8,
+    stream_runs=4,
     stream_cost_runs=2,
 )
 
