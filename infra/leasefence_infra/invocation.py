@@ -33,19 +33,28 @@ def encrypted_queue(scope: Construct, construct_id: str, key: kms.IKey | None) -
     )
 
 
+def dead_letter_queue(
+    scope: Construct, construct_id: str, *, key: kms.IKey | None, reason: str
+) -> sqs.Queue:
+    """An :func:`encrypted_queue` that is itself a dead-letter destination: cdk-nag's SQS3 (no
+    dead-letter queue of its own) is acknowledged with ``reason``, which says of what."""
+    queue = encrypted_queue(scope, construct_id, key)
+    acknowledge(queue, "AwsSolutions-SQS3", reason)
+    return queue
+
+
 def failure_queue(
     scope: Construct, construct_id: str, *, what: str, key: kms.IKey | None
 ) -> sqs.Queue:
     """The on-failure destination of a function's async invocations (encrypted, TLS only)."""
-    queue = encrypted_queue(scope, construct_id, key)
-    acknowledge(
-        queue,
-        "AwsSolutions-SQS3",
-        f"This queue is itself the dead-letter destination of the {what} function's failed "
+    return dead_letter_queue(
+        scope,
+        construct_id,
+        key=key,
+        reason=f"This queue is itself the dead-letter destination of the {what} function's failed "
         "asynchronous invocations (Lambda OnFailure destination, which cdk-nag does not see "
         "as a redrive policy); it has its own alarm.",
     )
-    return queue
 
 
 class ScheduledInvocation(Construct):
@@ -64,11 +73,11 @@ class ScheduledInvocation(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
-        self.dlq = encrypted_queue(self, "Dlq", key)
-        acknowledge(
-            self.dlq,
-            "AwsSolutions-SQS3",
-            f"This queue is itself the dead-letter queue of the {what} schedule (EventBridge "
+        self.dlq = dead_letter_queue(
+            self,
+            "Dlq",
+            key=key,
+            reason=f"This queue is itself the dead-letter queue of the {what} schedule (EventBridge "
             "Scheduler DeadLetterConfig, which cdk-nag does not see as a redrive policy).",
         )
         # Own role (not the stack-wide singleton the target would create): assumable only by

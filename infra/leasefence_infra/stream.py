@@ -22,7 +22,7 @@ from leasefence.streams.filters import filter_criteria
 from leasefence.streams.mappings import StreamMapping
 
 from .function import ServiceFunction
-from .invocation import encrypted_queue
+from .invocation import dead_letter_queue
 from .nag import acknowledge
 
 #: A table the service cannot use without its stream; synthesis stops with this one sentence.
@@ -37,15 +37,14 @@ def stream_failure_queue(
     scope: Construct, construct_id: str, *, what: str, key: kms.IKey | None
 ) -> sqs.Queue:
     """The on-failure destination of a stream mapping (encrypted, TLS only, 14 days)."""
-    queue = encrypted_queue(scope, construct_id, key)
-    acknowledge(
-        queue,
-        "AwsSolutions-SQS3",
-        f"This queue is itself the on-failure destination of the {what} function's stream event "
-        "source mapping (records that failed every retry; cdk-nag does not see a mapping's "
+    return dead_letter_queue(
+        scope,
+        construct_id,
+        key=key,
+        reason=f"This queue is itself the on-failure destination of the {what} function's stream "
+        "event source mapping (records that failed every retry; cdk-nag does not see a mapping's "
         "DestinationConfig as a redrive policy); it has its own alarm.",
     )
-    return queue
 
 
 def subscribe(
