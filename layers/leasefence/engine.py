@@ -33,6 +33,7 @@ from functools import partial
 from typing import Any
 
 from leasefence import history, keys
+from leasefence.catalogue import Admission, Catalogue
 from leasefence.clock import Clock, system_clock
 from leasefence.errors import (
     InvalidInput,
@@ -197,6 +198,8 @@ class Engine:
         #: (tenant, job type) pairs this engine already put in the tenant's directory.
         self._registered: dict[tuple[str, str], None] = {}
         self._registered_lock = threading.Lock()
+        #: The tenants' job-type catalogues (entries cached briefly: see :mod:`leasefence.catalogue`).
+        self.catalogue = Catalogue(self.store, clock)
 
     # ------------------------------------------------------------------ helpers
 
@@ -255,9 +258,12 @@ class Engine:
         payload_hash: str,
         payload_ref: str | None = None,
         max_attempts: int | None = None,
-        target_class: TargetClass | str = TargetClass.C,
+        target_class: TargetClass | str | None = None,
         payload_inline: bool = False,
         actor: str | None = None,
+        admission: Admission | None = None,
+        approval_required: bool = False,
+        approval_valid_ms: int | None = None,
     ) -> EnqueueResult:
         """Durably record an operation bound to its payload hash: one conditional put.
 
@@ -267,6 +273,17 @@ class Engine:
         or erased meanwhile. ``payload_inline``: ``payload_ref`` names an object that
         :attr:`payloads` stored for this identity (set only by the API's inline path). ``actor``:
         who enqueued it (the API passes the token's subject), recorded with the transition.
+
+        The job type's catalogue entry decides the class and the attempt budget (``target_class``
+        and ``max_attempts``, when given, must agree with it: else :class:`InvalidInput`), and the
+        operation records the entry's version. ``admission``: the result of
+        :meth:`Catalogue.admit` for this enqueue, when the caller already asked (the API does, to
+        check the payload against the entry's schema before it stores the payload); without it
+        the entry is looked up here (an entry with a payload schema then refuses: only an
+        admission made with the payload proves the payload was checked). An uncatalogued type
+        in a non-strict tenant: ``target_class`` (default C) and ``max_attempts`` as given.
+        ``approval_required`` / ``approval_valid_ms``: the approval gate's (an entry that
+        requires approval sets them; a caller cannot lift the entry's requirement).
         """
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
@@ -274,12 +291,13 @@ class Engine:
         if not isinstance(payload_hash, str) or not _HASH_RE.match(payload_hash):
             raise InvalidInput("payload_hash must be 'sha256:' followed by 64 lowercase hex digits")
         _validate_text("payload_ref", payload_ref, MAX_PAYLOAD_REF_LENGTH, required=False)
-        try:
-            target = TargetClass(target_class)
-        except ValueError as error:
-            raise InvalidInput("target_class must be one of A, B, C, D") from error
-        if max_attempts is None:
-            max_attempts = 1 if target is TargetClass.D else DEFAULT_MAX_ATTEMPTS
+        if admission is None:
+            admission = self.catalogue.admit(tenant_id, job_type, target_class, max_attempts)
+        elif (admission.tenant_id, admission.job_type) != (tenant_id, job_type):
+            raise InvalidInput("the admission was made for another tenant or job type")
+        target, max_attempts = admission.target_class, admission.max_attempts
+        if admission.approval_required:
+            approval_required, approval_valid_ms = True, admission.approval_valid_ms
         if (
             isinstance(max_attempts, bool)
             or not isinstance(max_attempts, int)
@@ -316,6 +334,12 @@ class Engine:
             "actor": actor,
             "seq": 1,
         }
+        if admission.job_type_version is not None:
+            # The entry's version, and its lease bounds for claims (read from the item by the
+            # claim's write itself: no claim reads the catalogue).
+            item["job_type_version"] = admission.job_type_version
+            item["lease_default_ms"] = admission.lease_default_ms
+            item["lease_max_ms"] = admission.lease_max_ms
         if payload_inline:
             item["payload_inline"] = True
             item[PURGE_PK] = self._purge_pk(tenant_id, operation_id)
@@ -367,7 +391,7 @@ class Engine:
         self,
         tenant_id: str,
         worker_id: str,
-        lease_ms: int = DEFAULT_LEASE_MS,
+        lease_ms: int | None = None,
         job_types: Iterable[str] | None = None,
     ) -> Claim | None:
         """Claim one due operation of this tenant (queued and available, or an expired lease).
@@ -380,7 +404,7 @@ class Engine:
         """
         validate_id("tenant_id", tenant_id)
         validate_id("worker_id", worker_id)
-        lease_ms = self._lease(lease_ms)
+        lease_ms = self._claim_lease(lease_ms)
         types = self._job_types(job_types)
         partitions = [
             (job_type, shard)
@@ -399,14 +423,14 @@ class Engine:
         tenant_id: str,
         operation_id: str,
         worker_id: str,
-        lease_ms: int = DEFAULT_LEASE_MS,
+        lease_ms: int | None = None,
         job_types: Iterable[str] | None = None,
     ) -> Claim | None:
         """Claim one named operation if it is claimable now; None if not; NotFound if absent."""
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
         validate_id("worker_id", worker_id)
-        lease_ms = self._lease(lease_ms)
+        lease_ms = self._claim_lease(lease_ms)
         types = self._job_types(job_types)
         snapshot = self.store.get(self._key(tenant_id, operation_id))
         if snapshot is None:
@@ -417,7 +441,7 @@ class Engine:
         self,
         item: dict[str, Any],
         worker_id: str,
-        lease_ms: int = DEFAULT_LEASE_MS,
+        lease_ms: int | None = None,
         job_types: Iterable[str] | None = None,
     ) -> Claim | None:
         """Claim an operation as a stream record showed it (``item``: its image after the write
@@ -429,8 +453,13 @@ class Engine:
         validate_id("operation_id", item.get("operation_id"))
         validate_id("worker_id", worker_id)
         return self._try_claim(
-            item, worker_id, self._lease(lease_ms), self._job_types(job_types), retries=1
+            item, worker_id, self._claim_lease(lease_ms), self._job_types(job_types), retries=1
         )
+
+    def _claim_lease(self, lease_ms: int | None) -> int | None:
+        """A claim's lease: None takes the job type's default (``lease_default_ms`` on the item,
+        from its catalogue entry), else :data:`DEFAULT_LEASE_MS`, inside the claim's write."""
+        return None if lease_ms is None else self._lease(lease_ms)
 
     def _lease(self, lease_ms: int) -> int:
         if (
@@ -451,7 +480,7 @@ class Engine:
         return types
 
     def _claim_from_partition(
-        self, tenant_id: str, job_type: str, shard: int, worker_id: str, lease_ms: int
+        self, tenant_id: str, job_type: str, shard: int, worker_id: str, lease_ms: int | None
     ) -> Claim | None:
         query: dict[str, Any] = {
             "IndexName": DUE_INDEX,
@@ -491,7 +520,7 @@ class Engine:
         self,
         snapshot: dict[str, Any],
         worker_id: str,
-        lease_ms: int,
+        lease_ms: int | None,
         types: tuple[str, ...] | None,
         retries: int,
     ) -> Claim | None:
@@ -530,6 +559,9 @@ class Engine:
                     # Our own write committed and its answer was lost (the client retried).
                     item = current
                 else:
+                    if lease_ms is not None and int(current.get("lease_max_ms", lease_ms)) < lease_ms:
+                        # The job type's maximum lease: the next try asks for exactly that.
+                        lease_ms = int(current["lease_max_ms"])
                     snapshot = current
                     continue
             assert item is not None
@@ -542,18 +574,21 @@ class Engine:
         snapshot: dict[str, Any],
         now: int,
         worker_id: str,
-        lease_ms: int,
+        lease_ms: int | None,
         types: tuple[str, ...] | None,
         claim_token: str,
     ) -> tuple[str, str, dict[str, str], dict[str, Any]]:
-        """The claim's conditional update at time ``now``, pinned to the snapshot's counters."""
+        """The claim's conditional update at time ``now``, pinned to the snapshot's counters.
+
+        ``lease_ms`` None: the item's ``lease_default_ms`` (its job type's default), else
+        :data:`DEFAULT_LEASE_MS`, computed inside the write. A lease asked for is refused above
+        the item's ``lease_max_ms`` (the caller retries with that maximum)."""
         tenant_id, operation_id = snapshot["tenant_id"], snapshot["operation_id"]
         fence, attempts, max_attempts = (
             int(snapshot["fence"]),
             int(snapshot["attempts"]),
             int(snapshot["max_attempts"]),
         )
-        expires = now + lease_ms
         last_attempt = attempts + 1 >= max_attempts
         names = dict(_N, **_TRANSITION_NAMES, **_ACTOR, **{"#due": DUE_SK})
         values: dict[str, Any] = {
@@ -568,31 +603,38 @@ class Engine:
             ":claimed": State.CLAIMED.value,
             ":now": now,
             ":w": worker_id,
-            ":exp": expires,
-            ":lease": lease_ms,
             ":tok": claim_token,
         }
         condition = (
             "#fence = :f AND attempts = :a AND max_attempts = :m AND "
             "((#state = :queued AND #due <= :now) OR (#state = :claimed AND lease_expires_at <= :now))"
         )
+        if lease_ms is None:
+            values[":lease"] = DEFAULT_LEASE_MS
+            # Every operand is read from the item as it was before this write.
+            lease = "if_not_exists(lease_default_ms, :lease)"
+            expires = f":now + {lease}"
+        else:
+            values[":lease"] = lease_ms
+            lease, expires = ":lease", ":now + :lease"
+            condition += " AND (attribute_not_exists(lease_max_ms) OR lease_max_ms >= :lease)"
         if types:
             type_values = {f":jt{i}": t for i, t in enumerate(types)}
             condition += f" AND job_type IN ({', '.join(type_values)})"
             values.update(type_values)
         update = (
             "SET claimed_from = #state, #state = :claimed, #fence = :f1, attempts = :a1, "
-            "lease_owner = :w, lease_expires_at = :exp, lease_ms = :lease, claim_token = :tok, "
-            "updated_at = :now, #tr = :tr, #actor = :w"
+            f"lease_owner = :w, lease_expires_at = {expires}, lease_ms = {lease}, "
+            "claim_token = :tok, updated_at = :now, #tr = :tr, #actor = :w"
         )
         if last_attempt:
             # The final attempt leaves the claim index for the sweeper's index: if this lease
             # lapses, the operation is parked as unknown, never claimed again.
             names.update({"#dpk": DUE_PK, "#spk": SWEEP_PK, "#sat": SWEEP_SK})
             values.update({":spk": self._sweep_pk(tenant_id, operation_id)})
-            update += ", #spk = :spk, #sat = :exp REMOVE #dpk, #due"
+            update += f", #spk = :spk, #sat = {expires} REMOVE #dpk, #due"
         else:
-            update += ", #due = :exp"
+            update += f", #due = {expires}"
         return update + " ADD #seq :one", condition, names, values
 
     def _write_retrying(
@@ -713,11 +755,13 @@ class Engine:
             ":w": worker_id,
             ":now": now,
         }
+        condition = "#state = :claimed AND #fence = :f AND lease_owner = :w"
         if lease_ms is None:
             update = "SET lease_expires_at = :now + lease_ms, updated_at = :now"
         else:
             values[":lease"] = self._lease(lease_ms)
             update = "SET lease_expires_at = :now + :lease, lease_ms = :lease, updated_at = :now"
+            condition += " AND (attribute_not_exists(lease_max_ms) OR lease_max_ms >= :lease)"
         if checkpoint is not MISSING:
             values[":cp"] = _encode_checkpoint(checkpoint)
             update += ", checkpoint = :cp"
@@ -727,14 +771,23 @@ class Engine:
             update += ", intent = :intent"
         try:
             item = self.store.update(
-                self._key(tenant_id, operation_id),
-                update,
-                "#state = :claimed AND #fence = :f AND lease_owner = :w",
-                names,
-                values,
+                self._key(tenant_id, operation_id), update, condition, names, values
             )
         except ConditionFailed as refused:
-            raise self._refusal(refused.item) from None
+            current = refused.item
+            if (
+                lease_ms is not None
+                and current is not None
+                and current.get("state") == State.CLAIMED
+                and int(current.get("fence", -1)) == fence
+                and current.get("lease_owner") == worker_id
+                and int(current.get("lease_max_ms", lease_ms)) < lease_ms
+            ):
+                raise InvalidInput(
+                    f"lease_seconds exceeds this job type's maximum lease "
+                    f"({int(current['lease_max_ms']) // 1000} s)"
+                ) from None
+            raise self._refusal(current) from None
         assert item is not None
         return int(item["lease_expires_at"])
 
@@ -1330,6 +1383,7 @@ class Engine:
         with self._registered_lock:  # its directory is about to go: register types again later
             for pair in [p for p in self._registered if p[0] == tenant_id]:
                 del self._registered[pair]
+        self.catalogue.forget(tenant_id)  # its catalogue goes with its rows
         if phase == "rows":
             page = self.store.query(
                 KeyConditionExpression="tenant_id = :t",

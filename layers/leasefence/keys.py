@@ -57,6 +57,18 @@ DIRECTORY_ID = "\x00job-types"
 #: Directory items are listed (keys only) under this ``parked`` index partition, so the sweeper
 #: can find every tenant's job types without scanning.
 DIRECTORY_PARTITION = "directory#0"
+#: A tenant's job-type catalogue: one entry item per job type under this prefix + the job type, and
+#: one settings item (strict mode). Both start with ``\x00`` like the directory (no operation id
+#: can take them; listings and the stream's operation records never meet them), and the prefix
+#: differs from :data:`DIRECTORY_ID` at its tenth character, so no job type makes them collide.
+CATALOGUE_PREFIX = "\x00job-type:"
+SETTINGS_ID = "\x00settings"
+
+
+def catalogue_id(job_type: str) -> str:
+    return CATALOGUE_PREFIX + job_type
+
+
 #: An operation's history item lives in its tenant's partition under this prefix + the operation
 #: id: no operation id can take that sort key (no control characters), and it sorts before every
 #: operation id, so listings never meet it.

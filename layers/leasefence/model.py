@@ -105,6 +105,8 @@ class Operation:
     payload_purged_at: int | None = None
     #: When an operator erased this operation's payload and free text (identity is kept).
     erased_at: int | None = None
+    #: The version of the job type's catalogue entry it was enqueued under (None: uncatalogued).
+    job_type_version: int | None = None
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Operation:
@@ -130,6 +132,7 @@ class Operation:
             payload_inline=bool(item.get("payload_inline", False)),
             payload_purged_at=_int(item.get("payload_purged_at")),
             erased_at=_int(item.get("erased_at")),
+            job_type_version=_int(item.get("job_type_version")),
         )
 
     @property
