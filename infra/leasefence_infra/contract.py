@@ -26,4 +26,12 @@ ROUTES: tuple[tuple[str, str, str | None], ...] = (
     ("GET", "/v1/operations/{id}/history", SCOPE_OPERATE),  # docs/api-contract-extensions.md
     ("POST", "/v1/operations/{id}/resolve", SCOPE_OPERATE),
     ("POST", "/v1/operations/{id}/erase", SCOPE_OPERATE),
+    # The job-type catalogue, tenant settings and the go/no-go report.
+    ("GET", "/v1/job-types", SCOPE_OPERATE),
+    ("GET", "/v1/job-types/{job_type}", SCOPE_OPERATE),
+    ("PUT", "/v1/job-types/{job_type}", SCOPE_OPERATE),
+    ("DELETE", "/v1/job-types/{job_type}", SCOPE_OPERATE),
+    ("GET", "/v1/settings", SCOPE_OPERATE),
+    ("PUT", "/v1/settings", SCOPE_OPERATE),
+    ("GET", "/v1/controls", SCOPE_OPERATE),
 )

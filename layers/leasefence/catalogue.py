@@ -37,7 +37,7 @@ import fastjsonschema
 
 from leasefence import keys
 from leasefence.clock import to_rfc3339
-from leasefence.errors import InvalidInput, LeaseFenceError, NotFound
+from leasefence.errors import InvalidInput, NotFound, UnknownJobType, VersionConflict
 from leasefence.model import TargetClass
 from leasefence.store import ConditionFailed, Store
 
@@ -63,20 +63,6 @@ FIELDS = (
     "approval_valid_seconds",
     "payload_schema",
 )
-
-
-class UnknownJobType(InvalidInput):
-    """A strict tenant refuses job types that are not in its catalogue."""
-
-    code = "unknown_job_type"
-    status = 422
-
-
-class VersionConflict(LeaseFenceError):
-    """``expected_version`` is not the entry's version: someone else changed it first."""
-
-    code = "version_conflict"
-    status = 409
 
 
 def _int(spec: Mapping[str, Any], name: str, default: int | None, low: int, high: int) -> int:
@@ -440,11 +426,11 @@ class Catalogue:
                 sets.append(f"#a{i} = :a{i}")
         # "Something to change" is inside the write: absent, deleted, or declared differently.
         condition = "(attribute_not_exists(#fp) OR attribute_exists(#del) OR #fp <> :fp)"
-        if expected_version is not None:
+        if expected_version == 0:
+            condition += " AND attribute_not_exists(#v)"
+        elif expected_version is not None:
             values[":expected"] = expected_version
-            condition += (
-                " AND attribute_not_exists(#v)" if expected_version == 0 else " AND #v = :expected"
-            )
+            condition += " AND #v = :expected"
         try:
             item = self.store.update(
                 self._key(tenant_id, job_type),

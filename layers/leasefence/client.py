@@ -52,6 +52,8 @@ from leasefence.errors import (
     PayloadTooLarge,
     StaleFence,
     Unavailable,
+    UnknownJobType,
+    VersionConflict,
 )
 
 __all__ = [
@@ -60,6 +62,7 @@ __all__ = [
     "Forbidden",
     "HistoryEntry",
     "HistoryPage",
+    "JobType",
     "LeaseFenceClient",
     "Operation",
     "OperationPage",
@@ -75,6 +78,8 @@ ERRORS: dict[str, type[LeaseFenceError]] = {
     "payload_conflict": PayloadConflict,
     "stale_fence": StaleFence,
     "invalid_transition": InvalidTransition,
+    "unknown_job_type": UnknownJobType,
+    "version_conflict": VersionConflict,
     "unavailable": Unavailable,
     "unauthorized": Unauthorized,
     "forbidden": Forbidden,
@@ -107,6 +112,8 @@ class Operation:
     #: ``external`` (your payload_ref), ``stored``, ``purged`` or ``erased``.
     payload_state: str | None = None
     erased_at: datetime | None = None
+    #: The version of the job type's catalogue entry it was enqueued under (None: uncatalogued).
+    job_type_version: int | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Operation:
@@ -127,6 +134,29 @@ class Operation:
             updated_at=_time(data["updated_at"]),  # type: ignore[arg-type]
             payload_state=data.get("payload_state"),
             erased_at=_time(data.get("erased_at")),
+            job_type_version=data.get("job_type_version"),
+        )
+
+
+@dataclass(frozen=True)
+class JobType:
+    """A catalogue entry (``spec``: its declared fields, as ``put_job_type`` takes them)."""
+
+    job_type: str
+    version: int
+    spec: dict[str, Any]
+    updated_at: datetime
+    updated_by: str | None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobType:
+        meta = ("job_type", "version", "updated_at", "updated_by")
+        return cls(
+            job_type=data["job_type"],
+            version=int(data["version"]),
+            spec={k: v for k, v in data.items() if k not in meta},
+            updated_at=_time(data["updated_at"]),  # type: ignore[arg-type]
+            updated_by=data.get("updated_by"),
         )
 
 
@@ -520,3 +550,38 @@ class LeaseFenceClient:
         return self._finish(
             operation_id, "resolve", {"resolution": resolution, "note": note}, idempotent=False
         )
+
+    # ------------------------------------------------------------------ job types (operate scope)
+
+    def list_job_types(self) -> builtins.list[JobType]:
+        return [JobType.from_json(e) for e in self.request("GET", "/v1/job-types")[1]["job_types"]]
+
+    def get_job_type(self, job_type: str) -> JobType:
+        return JobType.from_json(self.request("GET", f"/v1/job-types/{self._id(job_type)}")[1])
+
+    def put_job_type(
+        self, job_type: str, spec: dict[str, Any], expected_version: int | None = None
+    ) -> tuple[JobType, bool]:
+        """Declare a job type; ``(entry, changed)``. Declaring the same again changes nothing,
+        so a lost answer is retried."""
+        body = dict(spec)
+        if expected_version is not None:
+            body["expected_version"] = expected_version
+        data = self.request("PUT", f"/v1/job-types/{self._id(job_type)}", body)[1]
+        return JobType.from_json(data["job_type"]), bool(data["changed"])
+
+    def delete_job_type(self, job_type: str, expected_version: int | None = None) -> JobType:
+        """Remove a job type (a repeat is 404, so a lost answer is not retried)."""
+        query = "" if expected_version is None else f"?expected_version={expected_version}"
+        path = f"/v1/job-types/{self._id(job_type)}{query}"
+        return JobType.from_json(self.request("DELETE", path, idempotent=False)[1])
+
+    def settings(self) -> dict[str, Any]:
+        return self.request("GET", "/v1/settings")[1]
+
+    def set_strict_job_types(self, strict: bool) -> dict[str, Any]:
+        return self.request("PUT", "/v1/settings", {"strict_job_types": strict})[1]
+
+    def controls(self) -> dict[str, Any]:
+        """The go/no-go report: ``{"go": bool, "job_types": [...]}`` (see the API reference)."""
+        return self.request("GET", "/v1/controls")[1]

@@ -66,6 +66,21 @@ class TargetRefused(LeaseFenceError):
     status = 409
 
 
+class UnknownJobType(InvalidInput):
+    """A strict tenant refuses job types that are not in its catalogue."""
+
+    code = "unknown_job_type"
+    status = 422
+
+
+class VersionConflict(LeaseFenceError):
+    """A catalogue write named an ``expected_version`` that is not the entry's: someone else
+    changed it first. Nothing was written."""
+
+    code = "version_conflict"
+    status = 409
+
+
 class InvalidTransition(LeaseFenceError):
     code = "invalid_transition"
     status = 409

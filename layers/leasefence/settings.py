@@ -36,6 +36,8 @@ Environment:
 ``LEASEFENCE_WORKER_LEASE_SECONDS`` the worker's lease (default 60)
 ``LEASEFENCE_WORKER_IDLE_MS``      how long an idle worker loop waits before polling again
                                    (default 1000)
+``LEASEFENCE_ALARM_TOPIC``         the deployment's alarm topic (ARN): the alert route that the
+                                   go/no-go report names (unset: control 7 is no-go)
 """
 
 from __future__ import annotations
@@ -136,6 +138,8 @@ class Settings:
     worker_tenants: tuple[str, ...] = ()
     worker_lease_seconds: int = 60
     worker_idle_ms: int = 1_000
+    #: The deployment's alarm topic: the alert route the go/no-go report names (control 7).
+    alarm_topic: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -168,6 +172,7 @@ class Settings:
             ),
             worker_lease_seconds=_int_env(env, "LEASEFENCE_WORKER_LEASE_SECONDS", 60),
             worker_idle_ms=_int_env(env, "LEASEFENCE_WORKER_IDLE_MS", 1_000),
+            alarm_topic=env.get("LEASEFENCE_ALARM_TOPIC") or None,
         )
 
     def __post_init__(self) -> None:

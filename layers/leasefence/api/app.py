@@ -134,13 +134,13 @@ def _caller(operation_id: str) -> Caller:
     return caller.require(route(operation_id).scope)
 
 
-def _path_id(raw: str) -> str:
+def _path_id(raw: str, name: str = "operation_id") -> str:
     """A path id arrives percent-encoded (UTF-8); decode it exactly once."""
     try:
         value = unquote(raw, encoding="utf-8", errors="strict")
     except UnicodeDecodeError:
-        raise InvalidInput("operation_id in the path is not valid percent-encoded UTF-8") from None
-    return validate_id("operation_id", value)
+        raise InvalidInput(f"{name} in the path is not valid percent-encoded UTF-8") from None
+    return validate_id(name, value)
 
 
 def _json(status: int, body: Any) -> Response:
@@ -153,6 +153,7 @@ def _public(operation: Any) -> dict[str, Any]:
         **operation.to_public(),
         "payload_state": operation.payload_state,
         "erased_at": to_rfc3339(operation.erased_at),
+        "job_type_version": operation.job_type_version,
     }
 
 
@@ -194,13 +195,31 @@ def health():
         ),
         **_error_responses(400, 409, 413, *_AUTH),
     },
+    description="A job type in the tenant's catalogue gives the class and the attempt budget "
+    "(a target_class or max_attempts that differs from the entry: 422 invalid_request), may "
+    "require inline payloads that match its JSON Schema (else 422, nothing stored), and its "
+    "version is recorded as job_type_version. A tenant in strict mode refuses job types that "
+    "are not in its catalogue: 422 unknown_job_type.",
 )
 def enqueue(body: models.EnqueueRequest):
     caller = _caller("enqueueOperation")
     tenant = caller.tenant_id
+    engine = runtime().engine_for(tenant)
+    inline = "payload" in body.model_fields_set
+    # The catalogue first: a refusal (strict mode, a contradiction, a payload that fails the
+    # entry's schema) comes before anything is stored.
+    target_class = body.target_class if "target_class" in body.model_fields_set else None
+    admission = engine.catalogue.admit(
+        tenant,
+        body.job_type,
+        target_class=target_class,
+        max_attempts=body.max_attempts,
+        payload=body.payload,
+        payload_given=inline,
+    )
     payloads = runtime().payloads
     stored = None
-    if "payload" in body.model_fields_set:
+    if inline:
         canonical = canonicalize(body.payload)
         if body.payload_hash is not None and body.payload_hash != canonical.hash:
             raise InvalidInput("payload_hash does not match the payload's canonical JSON")
@@ -213,20 +232,17 @@ def enqueue(body: models.EnqueueRequest):
         assert body.payload_ref is not None and body.payload_hash is not None
         payload_ref, payload_hash = body.payload_ref, body.payload_hash
     try:
-        result = (
-            runtime()
-            .engine_for(tenant)
-            .enqueue(
-                tenant,
-                body.operation_id,
-                body.job_type,
-                payload_hash=payload_hash,
-                payload_ref=payload_ref,
-                max_attempts=body.max_attempts,
-                target_class=body.target_class,
-                payload_inline=stored is not None,
-                actor=caller.subject,
-            )
+        result = engine.enqueue(
+            tenant,
+            body.operation_id,
+            body.job_type,
+            payload_hash=payload_hash,
+            payload_ref=payload_ref,
+            max_attempts=body.max_attempts,
+            target_class=target_class,
+            payload_inline=stored is not None,
+            actor=caller.subject,
+            admission=admission,
         )
     except PayloadConflict:
         if stored is not None:
@@ -504,6 +520,147 @@ def history(
             "next_cursor": page.next_cursor,
             "dropped": page.dropped,
         },
+    )
+
+
+# ---------------------------------------------------------------------------------- job types
+
+_JobTypePath = Annotated[
+    str,
+    Path(
+        description="The job type, percent-encoded (1-256 characters once decoded, no control characters)",
+        json_schema_extra={"minLength": 1, "maxLength": 256, "pattern": models.NO_CONTROL},
+    ),
+]
+
+
+@_register(
+    "listJobTypes",
+    "This tenant's job-type catalogue (operators)",
+    {**_ok(200, "Every entry, by name", models.JobTypeList), **_error_responses(*_AUTH)},
+)
+def list_job_types():
+    tenant = _caller("listJobTypes").tenant_id
+    entries = runtime().engine_for(tenant).catalogue.list(tenant)
+    return _json(200, {"job_types": [e.to_public() for e in entries]})
+
+
+@_register(
+    "getJobType",
+    "One catalogue entry (operators)",
+    {**_ok(200, "The entry", models.JobTypeOut), **_error_responses(404, *_AUTH)},
+)
+def get_job_type(job_type: _JobTypePath):
+    tenant = _caller("getJobType").tenant_id
+    entry = runtime().engine_for(tenant).catalogue.get(tenant, _path_id(job_type, "job_type"))
+    return _json(200, entry.to_public())
+
+
+@_register(
+    "putJobType",
+    "Declare a job type: its class, budget, leases, owner, runbook, approval, payload schema",
+    {
+        **_ok(200, "The entry (changed false: it already said exactly this)", models.JobTypeEnvelope),
+        **_error_responses(400, 409, *_AUTH),
+    },
+    description="One conditional write: the version rises by one when anything changes; the same "
+    "declaration again is no write (changed: false). With expected_version, another writer's "
+    "change in between is 409 version_conflict. Operations enqueued from then on (within a few "
+    "seconds on every API instance) run under the new version; earlier ones keep theirs.",
+)
+def put_job_type(job_type: _JobTypePath, body: models.JobTypeRequest):
+    caller = _caller("putJobType")
+    spec = body.model_dump(exclude_none=True, exclude={"expected_version"})
+    entry, changed = (
+        runtime()
+        .engine_for(caller.tenant_id)
+        .catalogue.put(
+            caller.tenant_id,
+            _path_id(job_type, "job_type"),
+            spec,
+            expected_version=body.expected_version,
+            actor=caller.subject,
+        )
+    )
+    return _json(200, {"job_type": entry.to_public(), "changed": changed})
+
+
+@_register(
+    "deleteJobType",
+    "Remove a job type from the catalogue (operators)",
+    {
+        **_ok(200, "Removed: the entry as it was, at its new version", models.JobTypeOut),
+        **_error_responses(404, 409, *_AUTH),
+    },
+    description="Kept as a tombstone: the version keeps rising, so a later declaration never "
+    "reuses a version an operation recorded. Operations already enqueued keep what they were "
+    "enqueued under. 404 when the entry does not exist (or was removed already).",
+)
+def delete_job_type(
+    job_type: _JobTypePath,
+    expected_version: Annotated[
+        int | None, Query(ge=1, description="Remove only if the entry is at this version")
+    ] = None,
+):
+    caller = _caller("deleteJobType")
+    entry = (
+        runtime()
+        .engine_for(caller.tenant_id)
+        .catalogue.delete(
+            caller.tenant_id,
+            _path_id(job_type, "job_type"),
+            expected_version=expected_version,
+            actor=caller.subject,
+        )
+    )
+    return _json(200, entry.to_public())
+
+
+@_register(
+    "getSettings",
+    "This tenant's settings (operators)",
+    {**_ok(200, "The settings", models.SettingsOut), **_error_responses(*_AUTH)},
+)
+def get_settings():
+    tenant = _caller("getSettings").tenant_id
+    return _json(
+        200, {"strict_job_types": runtime().engine_for(tenant).catalogue.strict(tenant)}
+    )
+
+
+@_register(
+    "putSettings",
+    "Change this tenant's settings (operators)",
+    {**_ok(200, "The settings", models.SettingsOut), **_error_responses(400, *_AUTH)},
+    description="strict_job_types: true refuses enqueues of job types that are not in the "
+    "catalogue (422 unknown_job_type), within a few seconds on every API instance.",
+)
+def put_settings(body: models.SettingsRequest):
+    caller = _caller("putSettings")
+    strict = (
+        runtime()
+        .engine_for(caller.tenant_id)
+        .catalogue.set_strict(caller.tenant_id, body.strict_job_types, actor=caller.subject)
+    )
+    return _json(200, {"strict_job_types": strict})
+
+
+@_register(
+    "getControls",
+    "Go/no-go: the nine controls per job type, with the evidence leasefence holds",
+    {**_ok(200, "The report", models.ControlsOut), **_error_responses(*_AUTH)},
+    description="Every job type of the tenant (catalogued, or ever enqueued). A job type is go "
+    "only when all nine controls hold; controls 5, 7 and 9 need its catalogue entry (class; "
+    "owner, runbook and the deployment's alert route; owner of the retention plan).",
+)
+def get_controls():
+    from leasefence.controls import assess
+
+    tenant = _caller("getControls").tenant_id
+    report = assess(runtime().engine_for(tenant), tenant, runtime().settings.alarm_topic)
+    return _json(
+        200,
+        {"go": all(r.go for r in report), "job_types": [r.to_public() for r in report]},
     )
 
 

@@ -162,6 +162,52 @@ class EraseRequest(Strict):
     """No fields: send `{}` (or no body). Unknown fields are refused like everywhere."""
 
 
+class JobTypeRequest(Strict):
+    """A job type's catalogue entry. Omitted fields take their defaults (not the old values):
+    a PUT declares the whole entry."""
+
+    target_class: TargetClassName = Field(description="What the job type's target can enforce")
+    max_attempts: int | None = Field(
+        default=None, ge=1, le=100, description="The attempt budget (default 5; class D: 1)"
+    )
+    lease_seconds: LeaseSeconds = Field(
+        default=60, description="The lease of a claim that names none"
+    )
+    max_lease_seconds: LeaseSeconds = Field(
+        default=900, description="Longer leases asked for by a claim are cut to this"
+    )
+    owner: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT)
+    runbook_url: str | None = Field(
+        default=None, min_length=1, max_length=MAX_TEXT, description="An http(s) URL"
+    )
+    approval_required: bool = False
+    approval_valid_seconds: int | None = Field(
+        default=None,
+        ge=60,
+        le=30 * 86_400,
+        description="With approval_required: how long an approval may take (default 86400)",
+    )
+    payload_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="A JSON Schema that inline payloads must match (local $refs only; at most "
+        "16 KiB). A job type with one refuses payloads by reference",
+    )
+    expected_version: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_FENCE,
+        description="Write only if the entry is at this version (0: only if it does not exist); "
+        "else 409 version_conflict",
+    )
+
+
+class SettingsRequest(Strict):
+    strict_job_types: bool = Field(
+        description="true: an enqueue of a job type that is not in the catalogue is refused "
+        "(422 unknown_job_type)"
+    )
+
+
 # ---------------------------------------------------------------------------------- responses
 
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
@@ -187,6 +233,11 @@ class OperationOut(BaseModel):
         "its retention; erased: deleted by an operator (with the operation's free text)"
     )
     erased_at: Timestamp | None = Field(description="When the operation was erased; null if never")
+    job_type_version: int | None = Field(
+        default=None,
+        description="The version of the job type's catalogue entry it was enqueued under; null "
+        "for an uncatalogued job type",
+    )
 
 
 class EnqueueOut(BaseModel):
@@ -303,6 +354,57 @@ class HistoryOut(BaseModel):
     )
 
 
+class JobTypeOut(BaseModel):
+    job_type: str
+    version: int = Field(description="Rises by one with every change (a deletion too)")
+    target_class: TargetClassName
+    max_attempts: int
+    lease_seconds: int
+    max_lease_seconds: int
+    owner: str | None
+    runbook_url: str | None
+    approval_required: bool
+    approval_valid_seconds: int | None
+    payload_schema: dict[str, Any] | None
+    updated_at: Timestamp
+    updated_by: str | None = Field(description="The identity in the writer's token")
+
+
+class JobTypeEnvelope(BaseModel):
+    job_type: JobTypeOut
+    changed: bool = Field(
+        description="false: the entry already said exactly this (no new version)"
+    )
+
+
+class JobTypeList(BaseModel):
+    job_types: list[JobTypeOut]
+
+
+class SettingsOut(BaseModel):
+    strict_job_types: bool
+
+
+class ControlOut(BaseModel):
+    control: int = Field(description="1-9, as the Lease-Plus-Fence design numbers them")
+    name: str
+    go: bool
+    evidence: str
+
+
+class JobTypeControlsOut(BaseModel):
+    job_type: str
+    catalogued: bool
+    version: int | None
+    go: bool = Field(description="true only when all nine controls hold")
+    controls: list[ControlOut]
+
+
+class ControlsOut(BaseModel):
+    go: bool = Field(description="true only when every job type is go")
+    job_types: list[JobTypeControlsOut]
+
+
 class FieldProblem(BaseModel):
     field: str
     type: str
@@ -312,8 +414,8 @@ class FieldProblem(BaseModel):
 class ErrorDetail(BaseModel):
     code: str = Field(
         description="invalid_request, unauthorized, forbidden, not_found, payload_conflict, "
-        "stale_fence, invalid_transition, payload_too_large, payload_missing, unavailable, "
-        "internal_error"
+        "stale_fence, invalid_transition, payload_too_large, payload_missing, unknown_job_type, "
+        "version_conflict, unavailable, internal_error"
     )
     message: str
     details: list[FieldProblem] | None = Field(

@@ -68,6 +68,13 @@ ROUTES: tuple[RouteSpec, ...] = (
     # Extensions of the shared contract: docs/api-contract-extensions.md.
     RouteSpec("POST", "/v1/operations/{id}/erase", OPERATE, "eraseOperation"),
     RouteSpec("GET", "/v1/operations/{id}/history", OPERATE, "getHistory"),
+    RouteSpec("GET", "/v1/job-types", OPERATE, "listJobTypes"),
+    RouteSpec("GET", "/v1/job-types/{job_type}", OPERATE, "getJobType"),
+    RouteSpec("PUT", "/v1/job-types/{job_type}", OPERATE, "putJobType"),
+    RouteSpec("DELETE", "/v1/job-types/{job_type}", OPERATE, "deleteJobType"),
+    RouteSpec("GET", "/v1/settings", OPERATE, "getSettings"),
+    RouteSpec("PUT", "/v1/settings", OPERATE, "putSettings"),
+    RouteSpec("GET", "/v1/controls", OPERATE, "getControls"),
 )
 
 _BY_ID = {route.operation_id: route for route in ROUTES}
