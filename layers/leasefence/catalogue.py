@@ -25,6 +25,8 @@ applied is never a guess. Writes made through an engine update its own cache at 
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import hashlib
 import json
 import threading
@@ -32,8 +34,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
-
-import fastjsonschema
 
 from leasefence import keys
 from leasefence.clock import to_rfc3339
@@ -91,6 +91,8 @@ def _refuse_remote(uri: str) -> Any:
 
 def compile_schema(schema: Any) -> Callable[[Any], Any]:
     """A validator for ``schema`` (fastjsonschema). Remote ``$ref`` s are refused, never fetched."""
+    import fastjsonschema  # only where schemas are used: not on every cold start
+
     if not isinstance(schema, dict):
         raise InvalidInput("payload_schema must be a JSON object (a JSON Schema)")
     if len(_canonical(schema).encode()) > MAX_SCHEMA_BYTES:
@@ -127,10 +129,12 @@ class JobTypeSpec:
         if unknown:
             raise InvalidInput(f"unknown fields in a job type entry: {', '.join(unknown)}")
         try:
-            target = TargetClass(spec.get("target_class"))
+            target = TargetClass(str(spec.get("target_class")))
         except ValueError:
             raise InvalidInput("target_class is required: one of A, B, C, D") from None
-        attempts = _int(spec, "max_attempts", 1 if target is TargetClass.D else DEFAULT_ATTEMPTS, 1, 100)
+        attempts = _int(
+            spec, "max_attempts", 1 if target is TargetClass.D else DEFAULT_ATTEMPTS, 1, 100
+        )
         if target is TargetClass.D and attempts != 1:
             raise InvalidInput("target_class D allows exactly one attempt (max_attempts 1)")
         lease = _int(spec, "lease_seconds", DEFAULT_LEASE_SECONDS, 1, MAX_LEASE_SECONDS)
@@ -210,7 +214,9 @@ class JobTypeEntry:
             runbook_url=item.get("runbook_url"),
             approval_required=bool(item.get("approval_required", False)),
             approval_valid_seconds=(
-                None if item.get("approval_valid_ms") is None else int(item["approval_valid_ms"]) // 1000
+                None
+                if item.get("approval_valid_ms") is None
+                else int(item["approval_valid_ms"]) // 1000
             ),
             payload_schema=None if schema is None else json.loads(schema),
         )
@@ -409,7 +415,9 @@ class Catalogue:
             "approval_valid_ms": None
             if spec.approval_valid_seconds is None
             else spec.approval_valid_seconds * 1000,
-            "payload_schema": None if spec.payload_schema is None else _canonical(spec.payload_schema),
+            "payload_schema": None
+            if spec.payload_schema is None
+            else _canonical(spec.payload_schema),
             "fingerprint": spec.fingerprint,
             "updated_at": now,
             "updated_by": actor,
@@ -481,7 +489,9 @@ class Catalogue:
             values[":expected"] = expected_version
             condition += " AND #v = :expected"
         try:
-            item = self.store.update(self._key(tenant_id, job_type), update, condition, names, values)
+            item = self.store.update(
+                self._key(tenant_id, job_type), update, condition, names, values
+            )
         except ConditionFailed as refused:
             current = refused.item
             if current is None or "deleted_at" in current:
@@ -503,7 +513,7 @@ class Catalogue:
         update = "SET #s = :s, #at = :now" + (", #by = :by" if actor else " REMOVE #by")
         if actor:
             values[":by"] = actor
-        try:
+        with contextlib.suppress(ConditionFailed):  # refused: it is already so
             self.store.update(
                 {"tenant_id": tenant_id, "operation_id": keys.SETTINGS_ID},
                 update,
@@ -512,8 +522,6 @@ class Catalogue:
                 values,
                 returns="NONE",
             )
-        except ConditionFailed:
-            pass  # already so: nothing to change
         with self._lock:
             self._strict[tenant_id] = _Cached(self.clock(), strict)
         return strict
@@ -525,7 +533,7 @@ class Catalogue:
         prune: bool = True,
         dry_run: bool = False,
         actor: str | None = None,
-    ) -> tuple[list[Change], bool | None]:
+    ) -> tuple[builtins.list[Change], bool | None]:
         """Make the catalogue what ``document`` declares (see :func:`parse_document`); returns the
         changes (made, or that would be made with ``dry_run``) and the strict setting to apply
         (None: unchanged). Idempotent: a second apply finds nothing to change and writes nothing."""
@@ -589,6 +597,8 @@ class Catalogue:
                 f"allows {spec.max_attempts} (version {entry.version}); omit max_attempts"
             )
         if validator is not None:
+            import fastjsonschema
+
             if not payload_given:
                 raise InvalidInput(
                     f"job type {job_type!r} has a payload schema: send the payload inline"
@@ -596,7 +606,9 @@ class Catalogue:
             try:
                 validator(payload)
             except fastjsonschema.JsonSchemaValueException as error:
-                raise InvalidInput(f"payload does not match the job type's schema: {error.message}") from None
+                raise InvalidInput(
+                    f"payload does not match the job type's schema: {error.message}"
+                ) from None
         return Admission(
             tenant_id,
             job_type,
@@ -626,7 +638,7 @@ class Catalogue:
             cached = self._entries.get((tenant_id, job_type))
         if self._fresh(cached):
             assert cached is not None
-            return cached.value  # type: ignore[no-any-return]
+            return cached.value
         entry = self._read(tenant_id, job_type, consistent=False)
         return self._remember(tenant_id, job_type, entry)
 

@@ -581,7 +581,9 @@ def _read_document(path: Path) -> Any:
     try:
         return json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as error:
-        raise InvalidInput(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {error}") from None
+        raise InvalidInput(
+            f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {error}"
+        ) from None
 
 
 @job_types_app.command("list")
@@ -602,7 +604,9 @@ def job_types_list(
     except LeaseFenceError as error:
         _fail(error)
     if as_json:
-        typer.echo(json.dumps({e.job_type: {"version": e.version, **e.spec} for e in entries}, indent=2))
+        typer.echo(
+            json.dumps({e.job_type: {"version": e.version, **e.spec} for e in entries}, indent=2)
+        )
         return
     table = Table(title="job types")
     for column in ("job_type", "version", "class", "attempts", "lease", "owner", "approval"):
@@ -643,7 +647,9 @@ def job_types_put(
     target_class: str = typer.Option(..., "--class", help="Target class: A, B, C or D."),
     max_attempts: int | None = typer.Option(None, "--max-attempts", help="Attempt budget."),
     lease_seconds: int | None = typer.Option(None, "--lease-seconds", help="Default lease."),
-    max_lease_seconds: int | None = typer.Option(None, "--max-lease-seconds", help="Maximum lease."),
+    max_lease_seconds: int | None = typer.Option(
+        None, "--max-lease-seconds", help="Maximum lease."
+    ),
     owner: str | None = typer.Option(None, "--owner", help="Owning team or contact."),
     runbook_url: str | None = typer.Option(None, "--runbook-url", help="The runbook."),
     approval_required: bool = typer.Option(False, "--approval-required", help="Require approval."),
@@ -709,7 +715,9 @@ def job_types_delete(
 @job_types_app.command("apply")
 def job_types_apply(
     file: Path = typer.Argument(..., exists=True, dir_okay=False, help="A YAML or JSON catalogue."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change; change nothing."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Show what would change; change nothing."
+    ),
     keep: bool = typer.Option(
         False, "--keep", help="Keep entries that the file does not list (default: remove them)."
     ),

@@ -83,11 +83,19 @@ def assess_job_type(
     missing_entry = "not in the catalogue: nobody declared it"
 
     if spec is None:
-        c5 = Control(5, "target enforces the fence, or class C/D with its limits", False,
-                     f"no target class recorded: {missing_entry}; each enqueue names its own class")
+        c5 = Control(
+            5,
+            "target enforces the fence, or class C/D with its limits",
+            False,
+            f"no target class recorded: {missing_entry}; each enqueue names its own class",
+        )
     else:
-        c5 = Control(5, "target enforces the fence, or class C/D with its limits", True,
-                     f"class {spec.target_class.value}{where}: {CLASS_ALLOWS[spec.target_class]}")
+        c5 = Control(
+            5,
+            "target enforces the fence, or class C/D with its limits",
+            True,
+            f"class {spec.target_class.value}{where}: {CLASS_ALLOWS[spec.target_class]}",
+        )
 
     gaps = []
     if spec is None:
@@ -109,8 +117,12 @@ def assess_job_type(
     if alarm_topic:
         known.append(f"alarms {', '.join(ALARMS)} (service-wide) publish to {alarm_topic}")
     known.append("failed_terminal and quarantined exist; unknown waits for an operator")
-    c7 = Control(7, "terminal failure and quarantine, bounded attempts, named owner, runbook, "
-                 "alert routes", not gaps, "; ".join(known + [f"missing: {g}" for g in gaps] if gaps else known))
+    c7 = Control(
+        7,
+        "terminal failure and quarantine, bounded attempts, named owner, runbook, alert routes",
+        not gaps,
+        "; ".join(known + [f"missing: {g}" for g in gaps] if gaps else known),
+    )
 
     retention = (
         f"payloads deleted {_days(payload_retention_ms)} after the operation ends, identities "
@@ -118,33 +130,68 @@ def assess_job_type(
         "delete on request; logs carry keyed hashes of ids, never payloads"
     )
     owner = None if spec is None else spec.owner
-    c9 = Control(9, "data minimization, retention and deletion plan with an owner", bool(owner),
-                 f"{retention}; " + (f"owner {owner}" if owner else
-                                     f"missing: {'no owner' if spec is not None else missing_entry}"))
-    schema = "" if spec is None or spec.payload_schema is None else (
-        f"; inline payloads are checked against the entry's JSON Schema{where}")
+    c9 = Control(
+        9,
+        "data minimization, retention and deletion plan with an owner",
+        bool(owner),
+        f"{retention}; "
+        + (
+            f"owner {owner}"
+            if owner
+            else f"missing: {'no owner' if spec is not None else missing_entry}"
+        ),
+    )
+    schema = (
+        ""
+        if spec is None or spec.payload_schema is None
+        else (f"; inline payloads are checked against the entry's JSON Schema{where}")
+    )
     controls = [
-        Control(1, "identity is durable and tenant-scoped", True,
-                "table key (tenant_id, operation_id): the tenant comes from the token only; "
-                f"identity kept {_days(identity_retention_ms)} after the end (contract tests with "
-                "colliding ids across tenants)"),
-        Control(2, "identity bound to an immutable payload hash; changed payload refused", True,
-                "payload_hash (SHA-256 of RFC 8785 JSON) is fixed at enqueue; the same id with "
-                f"another hash is 409 payload_conflict and changes nothing{schema}"),
-        Control(3, "claim is atomic across concurrent workers", True,
-                "one conditional write pinned to fence, attempts and state raises the fence by "
-                "exactly one (concurrency tests with many claimers: no double claim)"),
-        Control(4, "every state change is a conditional mutation on the fence", True,
-                "heartbeat, complete, fail, unknown and quarantine are conditional on state and "
-                "fence inside the write (no read-compare-then-write)"),
+        Control(
+            1,
+            "identity is durable and tenant-scoped",
+            True,
+            "table key (tenant_id, operation_id): the tenant comes from the token only; "
+            f"identity kept {_days(identity_retention_ms)} after the end (contract tests with "
+            "colliding ids across tenants)",
+        ),
+        Control(
+            2,
+            "identity bound to an immutable payload hash; changed payload refused",
+            True,
+            "payload_hash (SHA-256 of RFC 8785 JSON) is fixed at enqueue; the same id with "
+            f"another hash is 409 payload_conflict and changes nothing{schema}",
+        ),
+        Control(
+            3,
+            "claim is atomic across concurrent workers",
+            True,
+            "one conditional write pinned to fence, attempts and state raises the fence by "
+            "exactly one (concurrency tests with many claimers: no double claim)",
+        ),
+        Control(
+            4,
+            "every state change is a conditional mutation on the fence",
+            True,
+            "heartbeat, complete, fail, unknown and quarantine are conditional on state and "
+            "fence inside the write (no read-compare-then-write)",
+        ),
         c5,
-        Control(6, "ambiguous outcomes go to reconciliation or unknown", True,
-                "every claim after the first attempt has reconcile_required; a lapsed final "
-                "attempt is parked unknown by the sweeper, never retried or marked succeeded"),
+        Control(
+            6,
+            "ambiguous outcomes go to reconciliation or unknown",
+            True,
+            "every claim after the first attempt has reconcile_required; a lapsed final "
+            "attempt is parked unknown by the sweeper, never retried or marked succeeded",
+        ),
         c7,
-        Control(8, "acknowledged only after the durable record commits", True,
-                "a 2xx answers only after the conditional put committed; an inline payload is "
-                "stored before the record that points at it"),
+        Control(
+            8,
+            "acknowledged only after the durable record commits",
+            True,
+            "a 2xx answers only after the conditional put committed; an inline payload is "
+            "stored before the record that points at it",
+        ),
         c9,
     ]
     return JobTypeControls(job_type, entry, controls)

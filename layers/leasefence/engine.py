@@ -297,7 +297,9 @@ class Engine:
             raise InvalidInput("the admission was made for another tenant or job type")
         target, max_attempts = admission.target_class, admission.max_attempts
         if admission.approval_required:
-            approval_required, approval_valid_ms = True, admission.approval_valid_ms
+            # What the approval gate (issue 14, part 2) reads: a caller cannot lift the entry's
+            # requirement. Until the gate is merged, nothing here acts on it.
+            approval_required, approval_valid_ms = True, admission.approval_valid_ms  # noqa: F841
         if (
             isinstance(max_attempts, bool)
             or not isinstance(max_attempts, int)
@@ -559,7 +561,10 @@ class Engine:
                     # Our own write committed and its answer was lost (the client retried).
                     item = current
                 else:
-                    if lease_ms is not None and int(current.get("lease_max_ms", lease_ms)) < lease_ms:
+                    if (
+                        lease_ms is not None
+                        and int(current.get("lease_max_ms", lease_ms)) < lease_ms
+                    ):
                         # The job type's maximum lease: the next try asks for exactly that.
                         lease_ms = int(current["lease_max_ms"])
                     snapshot = current

@@ -23,17 +23,19 @@ SAMPLE_BODIES = {
     "quarantineOperation": {"fence": 1, "reason": "r"},
     "resolveOperation": {"resolution": "requeue"},
     "eraseOperation": {},
+    "putJobType": {"target_class": "C"},
+    "putSettings": {"strict_job_types": False},
 }
 PROTECTED = [r for r in ROUTES if r.scope is not None]
 
 
 def _path(route, operation_id: str = "s-1") -> str:
-    return route.template.replace("{id}", operation_id)
+    return route.template.replace("{id}", operation_id).replace("{job_type}", "s-job")
 
 
 def _send(api: Api, route, token, body=None, operation_id: str = "s-1"):
     body = SAMPLE_BODIES.get(route.operation_id) if body is None else body
-    return api.call(route.method, _path(route, operation_id), body if route.method == "POST" else None, token=token)
+    return api.call(route.method, _path(route, operation_id), body if route.method in ("POST", "PUT") else None, token=token)
 
 
 def _error(reply, status, code):
@@ -104,7 +106,7 @@ def test_every_route_checks_its_scope(stack, tenant, route):
     _error(_send(api, route, stack.token(tenant, others)), 403, "forbidden")
     _error(_send(api, route, stack.token(tenant, [])), 403, "forbidden")
     # The scope is checked before the body: a caller without it learns nothing about the rules.
-    if route.method == "POST":
+    if route.method in ("POST", "PUT"):
         _error(_send(api, route, stack.token(tenant, others), body={"nonsense": True}), 403, "forbidden")
     # With only its own scope the route is reachable (whatever the answer).
     reply = _send(api, route, stack.token(tenant, [route.scope]))
@@ -128,6 +130,14 @@ def test_scope_table_is_the_contracts():
         ("POST", "/v1/operations/{id}/resolve"): OPERATE,
         ("POST", "/v1/operations/{id}/erase"): OPERATE,  # extension: docs/api-contract-extensions.md
         ("GET", "/v1/operations/{id}/history"): OPERATE,  # extension, as the erase route
+        # The job-type catalogue, settings and the go/no-go report (extensions, operators only).
+        ("GET", "/v1/job-types"): OPERATE,
+        ("GET", "/v1/job-types/{job_type}"): OPERATE,
+        ("PUT", "/v1/job-types/{job_type}"): OPERATE,
+        ("DELETE", "/v1/job-types/{job_type}"): OPERATE,
+        ("GET", "/v1/settings"): OPERATE,
+        ("PUT", "/v1/settings"): OPERATE,
+        ("GET", "/v1/controls"): OPERATE,
     }
 
 

@@ -35,12 +35,16 @@ def test_catalogue_routes(api, make_api, tenant):
     assert put.json["job_type"]["updated_by"] is not None
     again = api.call("PUT", "/v1/job-types/refund", REFUND)
     assert (again.json["changed"], again.json["job_type"]["version"]) == (False, 1)
-    stale = api.call("PUT", "/v1/job-types/refund", {**REFUND, "max_attempts": 4, "expected_version": 0})
+    stale = api.call(
+        "PUT", "/v1/job-types/refund", {**REFUND, "max_attempts": 4, "expected_version": 0}
+    )
     assert (stale.status, stale.error_code) == (409, "version_conflict")
     assert api.call("PUT", "/v1/job-types/refund", {**REFUND, "max_atempts": 4}).status == 422
     assert api.call("PUT", "/v1/job-types/refund", {**REFUND, "target_class": "D"}).status == 422
     listed = api.get("/v1/job-types").json["job_types"]
-    assert [(e["job_type"], e["version"], e["target_class"]) for e in listed] == [("refund", 1, "B")]
+    assert [(e["job_type"], e["version"], e["target_class"]) for e in listed] == [
+        ("refund", 1, "B")
+    ]
     assert api.get("/v1/job-types/refund").json["payload_schema"] == REFUND["payload_schema"]
     assert api.get("/v1/job-types/nope").status == 404
     # Operator scope only; another tenant sees nothing.
@@ -63,15 +67,27 @@ def test_enqueue_under_an_entry(api, stack, tenant):
     assert grant["lease_expires_at"]
     contradiction = api.post(
         "/v1/operations",
-        {"operation_id": "r-2", "job_type": "refund", "payload": {"amount": 5}, "target_class": "C"},
+        {
+            "operation_id": "r-2",
+            "job_type": "refund",
+            "payload": {"amount": 5},
+            "target_class": "C",
+        },
     )
     assert (contradiction.status, contradiction.error_code) == (422, "invalid_request")
     # A payload that fails the schema: 422, and neither the operation nor its payload is stored.
-    bad = api.post("/v1/operations", {"operation_id": "r-3", "job_type": "refund", "payload": {"amount": 0}})
+    bad = api.post(
+        "/v1/operations", {"operation_id": "r-3", "job_type": "refund", "payload": {"amount": 0}}
+    )
     assert (bad.status, bad.error_code) == (422, "invalid_request"), bad.text
     by_ref = api.post(
         "/v1/operations",
-        {"operation_id": "r-4", "job_type": "refund", "payload_ref": "s3://x", "payload_hash": "sha256:" + "0" * 64},
+        {
+            "operation_id": "r-4",
+            "job_type": "refund",
+            "payload_ref": "s3://x",
+            "payload_hash": "sha256:" + "0" * 64,
+        },
     )
     assert by_ref.status == 422 and "inline" in by_ref.text
     for op_id in ("r-2", "r-3", "r-4"):
@@ -89,7 +105,9 @@ def test_enqueue_under_an_entry(api, stack, tenant):
 def test_strict_mode(api):
     enqueue(api, "u-1", job_type="misc")  # non-strict: as without a catalogue
     assert api.get("/v1/settings").json == {"strict_job_types": False}
-    assert api.call("PUT", "/v1/settings", {"strict_job_types": True}).json == {"strict_job_types": True}
+    assert api.call("PUT", "/v1/settings", {"strict_job_types": True}).json == {
+        "strict_job_types": True
+    }
     refused = api.post("/v1/operations", {"operation_id": "u-2", "job_type": "misc", "payload": 1})
     assert (refused.status, refused.error_code) == (422, "unknown_job_type")
     assert api.get(op_path("u-2")).status == 404
@@ -118,10 +136,18 @@ def test_cli_apply_is_idempotent_and_shows_the_diff(cli_env, tmp_path, api):
     assert api.get("/v1/job-types").json["job_types"] == []
     first = cli_env.invoke(cli, ["job-types", "apply", str(catalogue)])
     assert first.exit_code == 0, first.output
-    assert "+ refund (added)" in first.output and "~ strict_job_types: false -> true" in first.output
-    assert cli_env.invoke(cli, ["job-types", "apply", str(catalogue)]).output.strip() == "no changes"
+    assert (
+        "+ refund (added)" in first.output and "~ strict_job_types: false -> true" in first.output
+    )
+    assert (
+        cli_env.invoke(cli, ["job-types", "apply", str(catalogue)]).output.strip() == "no changes"
+    )
     edited = tmp_path / "catalogue.json"
-    edited.write_text(json.dumps({"job_types": {"refund": {"target_class": "B", "max_attempts": 4, "owner": "payments"}}}))
+    edited.write_text(
+        json.dumps(
+            {"job_types": {"refund": {"target_class": "B", "max_attempts": 4, "owner": "payments"}}}
+        )
+    )
     second = cli_env.invoke(cli, ["job-types", "apply", str(edited)])
     assert second.exit_code == 0, second.output
     assert "- email (removed)" in second.output
@@ -136,8 +162,16 @@ def test_cli_apply_is_idempotent_and_shows_the_diff(cli_env, tmp_path, api):
 
 def test_controls_report_one_no_go(cli_env, api, monkeypatch):
     rt = runtime()
-    monkeypatch.setattr(rt, "settings", dataclasses.replace(rt.settings, alarm_topic="arn:aws:sns:eu-west-1:1:alarms"))
-    api.call("PUT", "/v1/job-types/refund", {"target_class": "B", "owner": "payments", "runbook_url": "https://rb.example/r"})
+    monkeypatch.setattr(
+        rt,
+        "settings",
+        dataclasses.replace(rt.settings, alarm_topic="arn:aws:sns:eu-west-1:1:alarms"),
+    )
+    api.call(
+        "PUT",
+        "/v1/job-types/refund",
+        {"target_class": "B", "owner": "payments", "runbook_url": "https://rb.example/r"},
+    )
     api.call("PUT", "/v1/job-types/email", {"target_class": "C", "owner": "growth"})  # no runbook
     enqueue(api, "x-1", job_type="legacy")  # enqueued, never catalogued
     report = api.get("/v1/controls").json
@@ -152,6 +186,14 @@ def test_controls_report_one_no_go(cli_env, api, monkeypatch):
     assert result.exit_code == 1
     assert "refund: GO (catalogue v1)" in result.output and "email: NO-GO" in result.output
     assert "missing: no runbook_url" in result.output
-    api.call("PUT", "/v1/job-types/email", {"target_class": "C", "owner": "growth", "runbook_url": "https://rb.example/e"})
-    api.call("PUT", "/v1/job-types/legacy", {"target_class": "D", "owner": "ops", "runbook_url": "https://rb.example/l"})
+    api.call(
+        "PUT",
+        "/v1/job-types/email",
+        {"target_class": "C", "owner": "growth", "runbook_url": "https://rb.example/e"},
+    )
+    api.call(
+        "PUT",
+        "/v1/job-types/legacy",
+        {"target_class": "D", "owner": "ops", "runbook_url": "https://rb.example/l"},
+    )
     assert cli_env.invoke(cli, ["controls"]).exit_code == 0

@@ -17,7 +17,7 @@ RFC3339_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 OPERATION_FIELDS = {
     "operation_id", "job_type", "state", "fence", "attempts", "max_attempts", "target_class", "payload_hash",
     "payload_ref", "outcome_code", "lease_owner", "lease_expires_at", "created_at", "updated_at",
-    "payload_state", "erased_at",  # extensions: docs/api-contract-extensions.md
+    "payload_state", "erased_at", "job_type_version",  # extensions: docs/api-contract-extensions.md
 }
 CLAIM_FIELDS = {
     "operation_id", "job_type", "fence", "attempts", "lease_expires_at", "payload_ref", "payload_hash",

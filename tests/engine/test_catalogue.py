@@ -61,7 +61,7 @@ def test_invalid_entries_are_refused(engine):
 
 
 def test_enqueue_takes_class_and_budget_from_the_entry(engine, clock):
-    entry, _ = engine.catalogue.put("t1", "refund", REFUND)
+    engine.catalogue.put("t1", "refund", REFUND)
     op = engine.enqueue("t1", "op-1", "refund", H, payload_ref="ref").operation
     assert (op.target_class.value, op.max_attempts, op.job_type_version) == ("B", 3, 1)
     # Agreeing explicitly is fine; contradicting is refused and writes nothing.
@@ -86,7 +86,7 @@ def test_enqueue_takes_class_and_budget_from_the_entry(engine, clock):
     assert engine.get("t1", "op-1").job_type_version == 1
 
 
-def test_uncatalogued_types_enqueue_as_before_unless_strict(engine, clock, ddb, spec):
+def test_uncatalogued_types_enqueue_as_before_unless_strict(engine, ddb, spec):
     op = engine.enqueue("t1", "op-1", "misc", H, payload_ref="r").operation
     assert (op.target_class.value, op.max_attempts, op.job_type_version) == ("C", 5, None)
     item = ddb.get_item(
@@ -109,7 +109,11 @@ def test_uncatalogued_types_enqueue_as_before_unless_strict(engine, clock, ddb, 
 
 
 def test_payload_schema(engine):
-    schema = {"type": "object", "required": ["amount"], "properties": {"amount": {"type": "integer"}}}
+    schema = {
+        "type": "object",
+        "required": ["amount"],
+        "properties": {"amount": {"type": "integer"}},
+    }
     engine.catalogue.put("t1", "refund", {**REFUND, "payload_schema": schema})
     ok = engine.catalogue.admit("t1", "refund", payload={"amount": 3}, payload_given=True)
     assert ok.job_type_version == 1

@@ -560,7 +560,9 @@ def get_job_type(job_type: _JobTypePath):
     "putJobType",
     "Declare a job type: its class, budget, leases, owner, runbook, approval, payload schema",
     {
-        **_ok(200, "The entry (changed false: it already said exactly this)", models.JobTypeEnvelope),
+        **_ok(
+            200, "The entry (changed false: it already said exactly this)", models.JobTypeEnvelope
+        ),
         **_error_responses(400, 409, *_AUTH),
     },
     description="One conditional write: the version rises by one when anything changes; the same "
@@ -623,9 +625,7 @@ def delete_job_type(
 )
 def get_settings():
     tenant = _caller("getSettings").tenant_id
-    return _json(
-        200, {"strict_job_types": runtime().engine_for(tenant).catalogue.strict(tenant)}
-    )
+    return _json(200, {"strict_job_types": runtime().engine_for(tenant).catalogue.strict(tenant)})
 
 
 @_register(

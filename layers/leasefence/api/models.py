@@ -372,9 +372,7 @@ class JobTypeOut(BaseModel):
 
 class JobTypeEnvelope(BaseModel):
     job_type: JobTypeOut
-    changed: bool = Field(
-        description="false: the entry already said exactly this (no new version)"
-    )
+    changed: bool = Field(description="false: the entry already said exactly this (no new version)")
 
 
 class JobTypeList(BaseModel):
