@@ -75,3 +75,26 @@ def test_accelerated_index_queries_answer_exactly_as_moto_does():
 def test_scale_simulation_respects_the_partition_limit():
     # One shard, 4 write units per lifecycle: never above 1,000 / 4 lifecycles per second.
     assert 150 < max_rate(1, 4.0, 1000.0, seconds=50) <= 250
+
+
+def test_the_catalogue_costs_one_cached_read(metered, clock):
+    """An enqueue reads the job type's entry (and, for an uncatalogued type, the tenant's
+    settings) once per engine per cache period, eventually consistent: 0.5 unit each."""
+    from leasefence.catalogue import CACHE_MS
+
+    meter, engine = metered
+    engine.catalogue.put("acme", "refund", {"target_class": "B", "max_attempts": 3})
+    engine.enqueue("acme", "op-0", "misc", H)  # lists the types once (directory writes)
+    engine.enqueue("acme", "op-1", "refund", H)
+    clock.advance(CACHE_MS)  # both cached entries are stale now
+    with meter.phase("catalogued"):
+        engine.enqueue("acme", "op-2", "refund", H)
+    with meter.phase("uncatalogued"):
+        engine.enqueue("acme", "op-3", "misc", H)
+    with meter.phase("cached"):
+        engine.enqueue("acme", "op-4", "refund", H)
+        engine.enqueue("acme", "op-5", "misc", H)
+    catalogued, uncatalogued, cached = (meter.usage(p) for p in ("catalogued", "uncatalogued", "cached"))
+    assert (catalogued.rcu, catalogued.wcu, catalogued.wcu_index) == (0.5, 2, 1)  # entry; item + due put
+    assert (uncatalogued.rcu, uncatalogued.wcu) == (1.0, 2)  # no entry, so the settings too
+    assert (cached.rcu, cached.wcu) == (0, 4)

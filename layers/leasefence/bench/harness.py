@@ -55,6 +55,9 @@ class _CaptureClient:
     def update_item(self, **_kwargs: Any) -> dict[str, Any]:
         return {}  # the tenant's job-type directory: not an operation item
 
+    def get_item(self, **_kwargs: Any) -> dict[str, Any]:
+        return {}  # the job type's catalogue entry and the tenant's settings: none (uncatalogued)
+
 
 def engine_items(
     spec: TableSpec,
