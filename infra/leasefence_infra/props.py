@@ -124,6 +124,12 @@ class LeaseFenceServiceProps:
     """`WorkerProps(...)`: deploy the worker function that runs your job handlers (see Worker);
     default: no worker."""
 
+    job_types: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The deployment's initial job-type catalogue, per tenant: `{tenant: {"job_types": {name:
+    entry}, "strict_job_types": bool}}` (the format of `leasefence job-types apply`, checked at
+    synth). A custom resource declares every listed entry on each deploy (idempotently; entries
+    it does not list, and entries removed from the prop, are left alone)."""
+
     # ------------------------------------------------------------------ events
     event_bus: events.IEventBus | None = None
     """Bring your own EventBridge bus for the outcome events (the publisher may only
@@ -205,6 +211,7 @@ class LeaseFenceServiceProps:
         self._set("jwt_audience", tuple(self.jwt_audience or ()))
         self._set("client_tenants", dict(self.client_tenants or {}))
         self._set("tags", dict(self.tags or {}))
+        self._set("job_types", {k: dict(v) for k, v in (self.job_types or {}).items()})
         if not isinstance(self.log_level, str):
             raise TypeError(f"log_level must be a string, got {self.log_level!r}")
         self._set("log_level", self.log_level.upper())
@@ -350,6 +357,16 @@ class LeaseFenceServiceProps:
             raise TypeError("core_layer must be an aws_lambda.Code (e.g. core_layer_code(...))")
         if self.worker is not None:
             validate_worker(self.worker)
+        from leasefence.catalogue import parse_document
+        from leasefence.engine import validate_id
+        from leasefence.errors import InvalidInput
+
+        for tenant, document in self.job_types.items():
+            try:
+                validate_id("tenant_id", tenant)
+                parse_document(document)
+            except InvalidInput as error:
+                raise ValueError(f"job_types[{tenant!r}]: {error.message}") from None
         if (
             not isinstance(self.throttling_rate_limit, (int, float))
             or isinstance(self.throttling_rate_limit, bool)

@@ -21,6 +21,8 @@ It composes one construct per concern (see ``infra/README.md`` for the why):
 * ``Publisher`` (:mod:`~leasefence_infra.publisher`): history and outcome events from the
   table's stream, and the event bus (created unless you bring your own);
 * ``Monitoring`` (:mod:`~leasefence_infra.monitoring`): dashboard, alarms and their SNS topic.
+* ``InitialCatalogue`` (:mod:`~leasefence_infra.catalogue`, ``job_types={...}`` only): a custom
+  resource that declares the deployment's initial job-type catalogue.
 
 Every resource it creates is tagged ``leasefence:service=<construct path>``,
 ``leasefence:component=<concern>`` and with the ``tags`` you give.
@@ -47,6 +49,7 @@ from constructs import Construct
 from .api import Api
 from .assets import functions_code
 from .bundling import core_layer_code
+from .catalogue import InitialCatalogue
 from .dispatch import StreamDispatch
 from .environment import shared_environment
 from .function import POWERTOOLS_LAYER_PARAMETER, FunctionRuntime
@@ -227,6 +230,20 @@ class LeaseFenceService(Construct):
             api_5xx_alarm_threshold=props.api_5xx_alarm_threshold,
             stream_iterator_age_alarm_age=props.stream_iterator_age_alarm_age,
         )
+        # The go/no-go report names the alarm topic as the alert route of every job type.
+        self.api.function.function.add_environment(
+            "LEASEFENCE_ALARM_TOPIC", self.monitoring.topic.topic_arn
+        )
+        self.catalogue: InitialCatalogue | None = None
+        if props.job_types:
+            self.catalogue = InitialCatalogue(
+                self,
+                "Catalogue",
+                catalogues=props.job_types,
+                runtime=runtime,
+                storage=self.storage,
+                environment=environment,
+            )
         for component, construct in (
             ("storage", self.storage),
             ("api", self.api),
@@ -235,6 +252,7 @@ class LeaseFenceService(Construct):
             ("dispatch", self.dispatch),
             ("publisher", self.publisher),
             ("monitoring", self.monitoring),
+            ("catalogue", self.catalogue),
         ):
             if construct is not None:
                 Tags.of(construct).add(COMPONENT_TAG, component)

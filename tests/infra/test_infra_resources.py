@@ -46,6 +46,14 @@ CONTRACT_ROUTES = {
     "GET /v1/operations/{id}/history": "leasefence/operate",  # issue 13 (contract extension)
     "POST /v1/operations/{id}/resolve": "leasefence/operate",
     "POST /v1/operations/{id}/erase": "leasefence/operate",
+    # issue 14 (contract extensions): the job-type catalogue, settings, the go/no-go report
+    "GET /v1/job-types": "leasefence/operate",
+    "GET /v1/job-types/{job_type}": "leasefence/operate",
+    "PUT /v1/job-types/{job_type}": "leasefence/operate",
+    "DELETE /v1/job-types/{job_type}": "leasefence/operate",
+    "GET /v1/settings": "leasefence/operate",
+    "PUT /v1/settings": "leasefence/operate",
+    "GET /v1/controls": "leasefence/operate",
 }
 
 EXPECTED_ENV = {
@@ -202,6 +210,9 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
         env = f["Environment"]["Variables"]
         extra = {"LEASEFENCE_TENANT_ROLE_ARN", "LEASEFENCE_TENANT_SESSION_TAG"} if (
             name == "full" and fn is svc.api.function.function) else set()
+        if fn is svc.api.function.function:
+            extra |= {"LEASEFENCE_ALARM_TOPIC"}  # the go/no-go report's alert route
+            assert env["LEASEFENCE_ALARM_TOPIC"] == {"Ref": logical_id(stack, svc.alarm_topic)}
         if fn is svc.worker_function:
             extra = WORKER_ENV | set(svc.props.worker.environment)
         if fn is svc.publisher_function:

@@ -1,0 +1,74 @@
+"""The deployment's initial job-type catalogue (``LeaseFenceServiceProps.job_types``): a custom
+resource backed by a small function that declares the listed entries with the engine's own code
+(:func:`functions.catalogue.handler.apply_catalogues`, ``Catalogue.apply`` without pruning).
+
+The function may only read and conditionally update items of the listed tenants
+(``dynamodb:LeadingKeys``): their catalogue entries and settings. No index, no delete, no other
+tenant. CloudFormation invokes it with the deploying role's credentials (no resource policy).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from aws_cdk import CustomResource, Duration
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from .function import FunctionRuntime, ServiceFunction
+from .storage import Storage
+
+CATALOGUE_HANDLER = "catalogue.handler.lambda_handler"
+#: Read an entry, declare it (one conditional update), list a tenant's entries (a Query of its
+#: partition), read and set its strict mode.
+CATALOGUE_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query")
+RESOURCE_TYPE = "Custom::LeaseFenceJobTypes"
+
+
+class InitialCatalogue(Construct):
+    """``Function`` and the custom resource ``JobTypes`` that runs it on every change of the prop."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        catalogues: Mapping[str, Mapping[str, Any]],
+        runtime: FunctionRuntime,
+        storage: Storage,
+        environment: Mapping[str, str],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.function = ServiceFunction(
+            self,
+            "Function",
+            runtime=runtime,
+            handler=CATALOGUE_HANDLER,
+            description="leasefence initial job-type catalogue (custom resource)",
+            environment=environment,
+            memory_mb=256,
+            timeout=Duration.minutes(2),
+        )
+        self.function.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ListedTenantsCatalogue",
+                actions=list(CATALOGUE_TABLE_ACTIONS),
+                resources=[storage.table.table_arn],
+                conditions={
+                    "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": sorted(catalogues)}
+                },
+            )
+        )
+        storage.grant_table_key(self.function.role)
+        self.resource = CustomResource(
+            self,
+            "JobTypes",
+            service_token=self.function.function.function_arn,
+            resource_type=RESOURCE_TYPE,
+            # A change of the prop is a change of this property: CloudFormation sends an Update.
+            properties={
+                "Catalogues": json.dumps(catalogues, sort_keys=True, separators=(",", ":"))
+            },
+        )
