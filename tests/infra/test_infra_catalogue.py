@@ -8,12 +8,12 @@ import random
 
 import pytest
 from infra_helpers import getatt, logical_id, props, resources, role_statements
-from leasefence_infra import LeaseFenceServiceProps
-from leasefence_infra.catalogue import CATALOGUE_TABLE_ACTIONS, RESOURCE_TYPE
 
 from leasefence import Engine
 from leasefence.clock import ManualClock
 from leasefence.local.server import LambdaContext, load_function
+from leasefence_infra import LeaseFenceServiceProps
+from leasefence_infra.catalogue import CATALOGUE_TABLE_ACTIONS, RESOURCE_TYPE
 
 BASE = {"jwt_issuer": "https://issuer.example.com/", "jwt_audience": ["a"]}
 
@@ -66,7 +66,7 @@ def test_the_handler_declares_the_listed_entries_idempotently(aws, spec, monkeyp
         "globex": {"job_types": {"email": {"target_class": "C"}}},
     }
     answers = []
-    monkeypatch.setattr(handler, "_respond", lambda event, status, reason, data: answers.append((status, data)))
+    monkeypatch.setattr(handler, "_respond", lambda _event, status, _reason, data: answers.append((status, data)))
     monkeypatch.setattr(handler, "runtime", lambda: type("R", (), {"engine": engine})())
     event = {
         "RequestType": "Create",

@@ -48,7 +48,7 @@ def test_every_taggable_resource_of_the_service_is_tagged(synth, name: str) -> N
             tags = _rendered_tags(template["Resources"][lid])
             assert expected.items() <= tags.items(), (lid, tags)
             assert tags.get(COMPONENT_TAG) in {"storage", "api", "sweeper", "worker", "dispatch",
-                                               "publisher", "monitoring", "user-pool"}, lid
+                                               "publisher", "monitoring", "user-pool", "catalogue"}, lid
             checked[lid] = template["Resources"][lid]["Type"]
     types = set(checked.values())
     assert {"AWS::Lambda::Function", "AWS::IAM::Role", "AWS::DynamoDB::Table", "AWS::S3::Bucket",
