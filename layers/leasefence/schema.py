@@ -32,6 +32,12 @@ Layout (one item per operation):
   id can take) listing the job types the tenant ever enqueued; it is in the ``parked`` index under
   :data:`keys.DIRECTORY_PARTITION`, so the sweeper finds every tenant's types without a scan.
 
+* job-type catalogue: one entry item per catalogued job type (sort key
+  :func:`keys.catalogue_id`) and one settings item (:data:`keys.SETTINGS_ID`) in the tenant's
+  partition, in no index (see :mod:`leasefence.catalogue`). An operation of a catalogued type
+  carries ``job_type_version``, ``lease_default_ms`` and ``lease_max_ms`` (not projected: the
+  claim's write reads them from the item).
+
 Retention: an operation item carries no TTL while it can still change. When it ends
 (``succeeded`` or ``failed_terminal``) it gets ``expires_at_epoch_s`` = end + the identity
 retention (or none at all when identity retention is "forever"); DynamoDB deletes it some time
