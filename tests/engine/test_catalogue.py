@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leasefence import keys
+from leasefence import Engine, keys
 from leasefence.catalogue import CACHE_MS, UnknownJobType, VersionConflict
 from leasefence.errors import InvalidInput, NotFound
 
@@ -86,7 +86,7 @@ def test_enqueue_takes_class_and_budget_from_the_entry(engine, clock):
     assert engine.get("t1", "op-1").job_type_version == 1
 
 
-def test_uncatalogued_types_enqueue_as_before_unless_strict(engine, ddb, spec):
+def test_uncatalogued_types_enqueue_as_before_unless_strict(engine, clock, ddb, spec):
     op = engine.enqueue("t1", "op-1", "misc", H, payload_ref="r").operation
     assert (op.target_class.value, op.max_attempts, op.job_type_version) == ("C", 5, None)
     item = ddb.get_item(
@@ -103,9 +103,15 @@ def test_uncatalogued_types_enqueue_as_before_unless_strict(engine, ddb, spec):
         engine.get("t1", "op-2")
     engine.catalogue.put("t1", "misc", {"target_class": "C"})
     assert engine.enqueue("t1", "op-2", "misc", H, payload_ref="r").created
-    # Another engine (another Lambda container) sees a switch within the cache time.
+    # Another engine (another API container) sees a switch once its cache time has passed.
+    other = Engine(client=ddb, spec=spec, clock=clock)
+    with pytest.raises(UnknownJobType):
+        other.enqueue("t1", "op-3", "other", H, payload_ref="r")
     engine.catalogue.set_strict("t1", False)
-    assert engine.catalogue.strict("t1") is False
+    with pytest.raises(UnknownJobType):
+        other.enqueue("t1", "op-3", "other", H, payload_ref="r")
+    clock.advance(CACHE_MS)
+    assert other.enqueue("t1", "op-3", "other", H, payload_ref="r").created
 
 
 def test_payload_schema(engine):
