@@ -312,7 +312,8 @@ def get_operation(id: _OperationPath):
 def claim(body: models.ClaimRequest):
     tenant = _caller("claimOperation").tenant_id
     engine = runtime().engine_for(tenant)
-    lease_ms = body.lease_seconds * 1000
+    # No lease asked for: the job type's default (catalogue), else the contract's 60 s.
+    lease_ms = body.lease_seconds * 1000 if "lease_seconds" in body.model_fields_set else None
     started = time.perf_counter()
     if body.operation_id is not None:
         grant = engine.claim(

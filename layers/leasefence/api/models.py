@@ -104,7 +104,11 @@ class EnqueueRequest(Strict):
 
 class ClaimRequest(Strict):
     worker_id: Id
-    lease_seconds: LeaseSeconds = 60
+    lease_seconds: LeaseSeconds = Field(
+        default=60,
+        description="Default: the job type's lease_seconds when it is catalogued, else 60; above "
+        "its max_lease_seconds, that maximum",
+    )
     job_types: list[Id] | None = Field(default=None, min_length=1, max_length=50)
     operation_id: Id | None = Field(
         default=None, description="Claim this operation only (404 if it does not exist)"
