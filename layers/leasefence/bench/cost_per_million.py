@@ -101,7 +101,7 @@ def profile_lines(profile: dict[str, Any], assumed: dict[str, Any]) -> dict[str,
         * payload_months
         * usd("s3_storage_gb_month"),
     }
-    lines = {name: round(value * MILLION, 3) for name, value in per_lifecycle.items()}
+    lines = {name: round(value * MILLION, 4) for name, value in per_lifecycle.items()}
     lines["total"] = round(sum(per_lifecycle.values()) * MILLION, 2)
     return lines
 
@@ -114,7 +114,7 @@ def alternative_lines(name: str, powertools_wcu_per_call: float) -> dict[str, fl
         per_job["dynamodb_writes"] = powertools_wcu_per_call * usd("dynamodb_write_request_unit")
     if name == "temporal_cloud":
         per_job["temporal_cloud_plan"] = sum(per_job.values()) * usd("temporal_cloud_plan_share")
-    lines = {line: round(value * MILLION, 3) for line, value in per_job.items()}
+    lines = {line: round(value * MILLION, 4) for line, value in per_job.items()}
     lines["total"] = round(sum(per_job.values()) * MILLION, 2)
     return lines
 

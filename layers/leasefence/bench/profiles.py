@@ -129,35 +129,52 @@ class _Counting:
         return call
 
 
-@contextlib.contextmanager
-def _timed(names: tuple[str, ...], billed_ms: Counter[str], calls: Counter[str]) -> Iterator[None]:
-    """Time every invocation of these functions' ``lambda_handler`` (billed: whole ms, rounded up)."""
-    from leasefence.local.server import load_function
+class _Invocations:
+    """Times every invocation of the functions' ``lambda_handler`` (billed: whole ms, rounded
+    up) and knows how many are running."""
 
-    lock = threading.Lock()
-    modules: dict[str, Any] = {name: load_function(name) for name in names}
-    originals = {name: module.lambda_handler for name, module in modules.items()}
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.billed_ms: Counter[str] = Counter()
+        self.calls: Counter[str] = Counter()
+        self.running = 0
+        self._lock = threading.Lock()
+        self._originals: dict[str, Callable[..., Any]] = {}
 
-    def timing(name: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+    def clear(self) -> None:
+        with self._lock:
+            self.billed_ms.clear()
+            self.calls.clear()
+
+    def _timing(self, name: str, handler: Callable[..., Any]) -> Callable[..., Any]:
         def timed(event: Any, context: Any) -> Any:
+            with self._lock:
+                self.running += 1
             started = time.perf_counter()
             try:
                 return handler(event, context)
             finally:
                 ms = math.ceil((time.perf_counter() - started) * 1000)
-                with lock:
-                    billed_ms[name] += ms
-                    calls[name] += 1
+                with self._lock:
+                    self.billed_ms[name] += ms
+                    self.calls[name] += 1
+                    self.running -= 1
 
         return timed
 
-    for name, handler in originals.items():
-        modules[name].lambda_handler = timing(name, handler)
-    try:
-        yield
-    finally:
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[_Invocations]:
+        from leasefence.local.server import load_function
+
+        modules: dict[str, Any] = {name: load_function(name) for name in self.names}
+        originals = {name: module.lambda_handler for name, module in modules.items()}
         for name, handler in originals.items():
-            modules[name].lambda_handler = handler
+            modules[name].lambda_handler = self._timing(name, handler)
+        try:
+            yield self
+        finally:
+            for name, handler in originals.items():
+                modules[name].lambda_handler = handler
 
 
 def _wait(check: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
@@ -195,16 +212,16 @@ def _measure(runs: int) -> dict[str, Any]:
     from leasefence.worker.http_backend import HttpBackend
 
     counts: Counter[str] = Counter()
-    billed_ms: Counter[str] = Counter()
-    calls: Counter[str] = Counter()
     out: dict[str, Any] = {
         "runs": runs,
         "payload_bytes": len(canonicalize(PAYLOAD).body),
         "memory_mb": MEMORY_MB,
         "profiles": {},
     }
+    invocations = _Invocations(tuple(MEMORY_MB))
     with (
         EmbeddedAws() as aws,
+        invocations.installed(),
         LocalStack(
             port=0,
             aws=aws,
@@ -252,6 +269,19 @@ def _measure(runs: int) -> dict[str, Any]:
                 and "expires_at_epoch_s" in hist
             )
 
+        def settle(tenant: str, op: str) -> None:
+            """Until the operation's history is written and the functions are quiet: nothing
+            running and no new stream record for three poll cycles."""
+            _wait(partial(history_done, tenant, op), f"the history of {op}")
+            deadline, quiet = time.monotonic() + 30, 0
+            while quiet < 3:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the stream functions never went quiet after {op}")
+                seen = sum(m.stats.records_read for m in stack.mappings.values())
+                time.sleep(stack.stream_poll_interval)
+                now = sum(m.stats.records_read for m in stack.mappings.values())
+                quiet = quiet + 1 if invocations.running == 0 and now == seen else 0
+
         def stored_bytes(tenant: str, op: str) -> int:
             return sum(
                 U.item_size(found) + ITEM_OVERHEAD
@@ -276,12 +306,9 @@ def _measure(runs: int) -> dict[str, Any]:
             dynamodb.target = plain
             ops = [f"{name}-{uuid.uuid4().hex[:12]}" for _ in range(runs)]
             counts.clear()
-            billed_ms.clear()
-            calls.clear()
-            with _timed(("api", "worker", "publisher"), billed_ms, calls):
-                lifecycles(ops)
-                for op in ops:
-                    _wait(partial(history_done, tenant, op), f"the history of {op}")
+            invocations.clear()
+            lifecycles(ops)
+            calls, billed_ms = invocations.calls, invocations.billed_ms
             out["profiles"][name] = {
                 "wcu": round(usage.wcu / runs, 3),
                 "rcu": round(usage.rcu / runs, 3),
@@ -307,7 +334,7 @@ def _measure(runs: int) -> dict[str, Any]:
                 if not http_worker.run_once():
                     raise RuntimeError(f"the HTTP worker found nothing to claim for {op}")
                 _wait(partial(ended, HTTP_TENANT, op), f"{op} to end")
-                _wait(partial(history_done, HTTP_TENANT, op), f"the history of {op}")
+                settle(HTTP_TENANT, op)
 
         def via_stream(tenant: str, job_type: str, target_class: str | None) -> Any:
             def run(ops: list[str]) -> None:
@@ -315,7 +342,7 @@ def _measure(runs: int) -> dict[str, Any]:
                 for op in ops:
                     api.enqueue(op, job_type, PAYLOAD, target_class=target_class)
                     _wait(partial(ended, tenant, op), f"{op} to end")
-                    _wait(partial(history_done, tenant, op), f"the history of {op}")
+                    settle(tenant, op)
 
             return run
 
@@ -329,7 +356,7 @@ def _measure(runs: int) -> dict[str, Any]:
             for op in ops:
                 if not ended(POLL_TENANT, op):
                     raise RuntimeError(f"the drain left {op} unfinished")
-                _wait(partial(history_done, POLL_TENANT, op), f"the history of {op}")
+                settle(POLL_TENANT, op)
 
         profile("http_workers", HTTP_TENANT, via_http)
         profile("worker_function", STREAM_TENANT, via_stream(STREAM_TENANT, JOB_B, None))
