@@ -70,8 +70,8 @@ def test_storage_follows_the_stored_bytes_and_the_retention():
 def test_alternatives_use_the_measured_powertools_units_and_the_price_table():
     one = _lines(MEASURED, powertools_wcu=2.0)["alternatives"]
     two = _lines(MEASURED, powertools_wcu=4.0)["alternatives"]
-    assert two["sqs_lambda_powertools"]["lines"]["dynamodb_writes"] == pytest.approx(
-        2 * one["sqs_lambda_powertools"]["lines"]["dynamodb_writes"]
+    assert two["sqs_lambda_powertools"]["lines"]["dynamodb_write_request_unit"] == pytest.approx(
+        2 * one["sqs_lambda_powertools"]["lines"]["dynamodb_write_request_unit"]
     )
     assert one["step_functions_standard"]["lines"]["total"] == pytest.approx(25.0 + 0.20)
     temporal = one["temporal_cloud"]["lines"]

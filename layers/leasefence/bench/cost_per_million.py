@@ -106,17 +106,22 @@ def profile_lines(profile: dict[str, Any], assumed: dict[str, Any]) -> dict[str,
     return lines
 
 
-def alternative_lines(name: str, powertools_wcu_per_call: float) -> dict[str, float]:
-    """Dollars per million jobs of one alternative, by line, and the total."""
-    spec = ALTERNATIVES[name]
-    per_job = {price: count * usd(price) for price, count in spec["per_job"].items()}
-    if name == "sqs_lambda_powertools":
-        per_job["dynamodb_writes"] = powertools_wcu_per_call * usd("dynamodb_write_request_unit")
-    if name == "temporal_cloud":
-        per_job["temporal_cloud_plan"] = sum(per_job.values()) * usd("temporal_cloud_plan_share")
-    lines = {line: round(value * MILLION, 4) for line, value in per_job.items()}
-    lines["total"] = round(sum(per_job.values()) * MILLION, 2)
+def alternative_lines(per_job: dict[str, float], plan_share: bool = False) -> dict[str, float]:
+    """Dollars per million jobs of one alternative (``per_job``: price name to count), by line,
+    and the total; ``plan_share``: add Temporal Cloud's plan charge (a share of usage)."""
+    dollars = {price: count * usd(price) for price, count in per_job.items()}
+    if plan_share:
+        dollars["temporal_cloud_plan"] = sum(dollars.values()) * usd("temporal_cloud_plan_share")
+    lines = {line: round(value * MILLION, 4) for line, value in dollars.items()}
+    lines["total"] = round(sum(dollars.values()) * MILLION, 2)
     return lines
+
+
+def _per_job(name: str, powertools_wcu_per_call: float) -> dict[str, float]:
+    per_job = dict(ALTERNATIVES[name]["per_job"])
+    if name == "sqs_lambda_powertools":  # measured by leasefence.bench.cost
+        per_job["dynamodb_write_request_unit"] = powertools_wcu_per_call
+    return per_job
 
 
 def compute(measured: dict[str, Any], powertools_wcu_per_call: float) -> dict[str, Any]:
@@ -131,9 +136,11 @@ def compute(measured: dict[str, Any], powertools_wcu_per_call: float) -> dict[st
         },
         "alternatives": {
             name: {
-                **{k: v for k, v in spec.items() if k != "per_job"},
-                "per_job": spec["per_job"],
-                "lines": alternative_lines(name, powertools_wcu_per_call),
+                **spec,
+                "per_job": _per_job(name, powertools_wcu_per_call),
+                "lines": alternative_lines(
+                    _per_job(name, powertools_wcu_per_call), plan_share=name == "temporal_cloud"
+                ),
             }
             for name, spec in ALTERNATIVES.items()
         },
@@ -159,6 +166,14 @@ _LABELS = {
     "step_functions_standard": "Step Functions Standard",
     "lambda_durable_functions": "Lambda durable functions",
     "temporal_cloud": "Temporal Cloud",
+}
+_UNITS = {
+    "sqs_standard_request": "SQS requests",
+    "lambda_request": "Lambda invocation",
+    "dynamodb_write_request_unit": "write units (measured)",
+    "step_functions_standard_transition": "state transition",
+    "lambda_durable_operation": "durable operation (price unverified)",
+    "temporal_cloud_action": "actions",
 }
 _COLUMNS = {
     "DynamoDB": ("dynamodb_writes", "dynamodb_reads"),
@@ -189,7 +204,9 @@ def render(computed: dict[str, Any]) -> str:
         )
     rows += ["", "| instead | billed per job | $ per million jobs |", "| --- | --- | ---: |"]
     for name, alt in computed["alternatives"].items():
-        billed = ", ".join(f"{count:g} {price}" for price, count in alt["per_job"].items())
+        billed = ", ".join(f"{count:g} {_UNITS[price]}" for price, count in alt["per_job"].items())
+        if "temporal_cloud_plan" in alt["lines"]:
+            billed += ", the plan's 10% of usage"
         rows.append(f"| {_LABELS.get(name, name)} | {billed} | **{_usd(alt['lines']['total'])}** |")
     identity = a["identity_retention_days"]
     rows += [
