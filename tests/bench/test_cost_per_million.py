@@ -52,11 +52,12 @@ def test_doubling_the_measured_units_doubles_the_dynamodb_lines():
 def test_lambda_duration_is_measured_time_at_each_functions_memory():
     lines = _lines(MEASURED)["profiles"]["worker_function"]
     gb_s = 0.040 * 1 + 0.090 * 0.5 + 0.060 * 0.25
-    assert lines["lambda_duration"] == pytest.approx(gb_s * prices.usd("lambda_gb_second_arm64") * 1e6, abs=1e-3)
+    per_gb_s = prices.usd("lambda_gb_second_arm64")
+    assert lines["lambda_duration"] == pytest.approx(gb_s * per_gb_s * 1e6, abs=1e-3)
     slower = copy.deepcopy(MEASURED)
     slower["profiles"]["worker_function"]["billed_ms"]["worker"] += 100
     more = _lines(slower)["profiles"]["worker_function"]["lambda_duration"]
-    assert more - lines["lambda_duration"] == pytest.approx(0.1 * 0.5 * prices.usd("lambda_gb_second_arm64") * 1e6, abs=1e-3)
+    assert more - lines["lambda_duration"] == pytest.approx(0.1 * 0.5 * per_gb_s * 1e6, abs=1e-3)
     assert lines["lambda_requests"] == pytest.approx(5 * 0.20)  # five invocations at $0.20 per million
 
 
@@ -64,7 +65,8 @@ def test_storage_follows_the_stored_bytes_and_the_retention():
     lines = _lines(MEASURED)["profiles"]["worker_function"]
     months = 400 / prices.DAYS_PER_MONTH
     assert lines["identity_storage"] == pytest.approx(1250 / prices.GB * months * 0.25 * 1e6, abs=1e-3)
-    assert lines["payload_storage"] == pytest.approx(979 / prices.GB * (30 / prices.DAYS_PER_MONTH) * 0.023 * 1e6, abs=1e-3)
+    payload_months = 30 / prices.DAYS_PER_MONTH
+    assert lines["payload_storage"] == pytest.approx(979 / prices.GB * payload_months * 0.023 * 1e6, abs=1e-3)
 
 
 def test_alternatives_use_the_measured_powertools_units_and_the_price_table():
