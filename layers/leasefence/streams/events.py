@@ -35,7 +35,22 @@ DETAIL_TYPES: dict[Transition, str] = {
     Transition.REQUEUE: "Operation Requeued",
     Transition.RESOLVE: "Operation Resolved",
     Transition.TAKEOVER: "Operation Taken Over",
+    Transition.APPROVE: "Operation Approved",
+    Transition.REJECT: "Operation Rejected",
+    Transition.APPROVAL_EXPIRE: "Operation Approval Expired",
+    Transition.CANCEL: "Operation Cancelled",
 }
+
+#: Transitions whose event carries the operation's outcome code.
+_OUTCOME = frozenset(
+    {
+        Transition.COMPLETE,
+        Transition.RESOLVE,
+        Transition.REJECT,
+        Transition.APPROVAL_EXPIRE,
+        Transition.CANCEL,
+    }
+)
 
 
 def _reason(change: Change, transition: Transition) -> str | None:
@@ -45,7 +60,12 @@ def _reason(change: Change, transition: Transition) -> str | None:
         if transition in (Transition.RESOLVE, Transition.REQUEUE)
         else new.get("reason")
     )
-    if transition in (Transition.COMPLETE, Transition.TAKEOVER):
+    if transition in (
+        Transition.COMPLETE,
+        Transition.TAKEOVER,
+        Transition.APPROVE,
+        Transition.CANCEL,
+    ):
         return None
     return text[:MAX_REASON] if isinstance(text, str) and text else None
 
@@ -69,9 +89,7 @@ def detail(change: Change) -> dict[str, Any]:
         "previous_actor": old.get("lease_owner")
         if transition is Transition.TAKEOVER and old is not None
         else None,
-        "outcome_code": new.get("outcome_code")
-        if transition in (Transition.COMPLETE, Transition.RESOLVE)
-        else None,
+        "outcome_code": new.get("outcome_code") if transition in _OUTCOME else None,
         "reason": _reason(change, transition),
         "sequence": int(new["seq"]),
         "time": to_rfc3339(int(new["updated_at"])),
