@@ -1,5 +1,6 @@
 """The sweeper function (EventBridge schedule): parks expired final-attempt claims as ``unknown``
-and ends operations whose approval was not given in time (``approval_expired``), then deletes the stored payloads that are due (payload retention, erasure).
+and ends operations whose approval was not given in time (``approval_expired``), then deletes the
+stored payloads that are due (payload retention, erasure).
 
 Each ``Engine.sweep`` call examines at most ``LEASEFENCE_SWEEP_BATCH`` due entries; the function
 repeats it while a batch came back full, at most ``LEASEFENCE_SWEEP_MAX_BATCHES`` times, and stops

@@ -383,9 +383,7 @@ class Engine:
             or not isinstance(value, int)
             or not 1_000 <= value <= MAX_APPROVAL_VALID_MS
         ):
-            raise InvalidInput(
-                f"approval validity must be from 1000 to {MAX_APPROVAL_VALID_MS} ms"
-            )
+            raise InvalidInput(f"approval validity must be from 1000 to {MAX_APPROVAL_VALID_MS} ms")
         return value
 
     def _register_job_type(self, tenant_id: str, job_type: str) -> None:
@@ -1286,9 +1284,7 @@ class Engine:
         log.info("approved", extra={"op": self._tag(tenant_id, operation_id)})
         return Operation.from_item(item)
 
-    def reject(
-        self, tenant_id: str, operation_id: str, actor: str, note: str = ""
-    ) -> Operation:
+    def reject(self, tenant_id: str, operation_id: str, actor: str, note: str = "") -> Operation:
         """``awaiting_approval`` -> ``failed_terminal`` with outcome ``rejected``: one conditional
         write (the approver's ``note`` is kept as the reason). Rejecting a rejected operation again
         is a replay."""

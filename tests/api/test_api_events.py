@@ -119,7 +119,8 @@ def test_sweeper_scheduled_event(stack):
     event = json.loads((EVENTS / "sweeper-scheduled.json").read_text())
     assert event["detail-type"] == "Scheduled Event"
     result = stack.invoker.invoke("sweeper", event)
-    assert set(result) == {"batches", "examined", "swept", "repaired", "stopped", "oldest_unknown_age_s",
+    assert set(result) == {"batches", "examined", "swept", "repaired", "approvals_expired", "stopped",
+                           "oldest_unknown_age_s",
                            "purge_batches", "payloads_purged", "purge_stopped", "oldest_due_age_s"}
     assert result["swept"] >= 1 and result["stopped"] == "drained"
     assert engine.get(tenant, "sweep-me").state == "unknown"

@@ -85,7 +85,7 @@ def test_approve_makes_it_claimable_at_once_and_records_the_approver(engine, clo
     assert events.counts["Approvals"] == 1
 
 
-def test_a_different_hash_or_the_enqueuer_changes_nothing(engine, clock, events):
+def test_a_different_hash_or_the_enqueuer_changes_nothing(engine):
     awaiting(engine)
     before = raw(engine)
     with pytest.raises(PayloadMismatch) as mismatch:
@@ -199,7 +199,7 @@ def test_racing_claimers_never_claim_an_unapproved_operation(engine, ddb, spec, 
     assert [c.fence for c in won if c is not None] == [1]
 
 
-def _to_state(engine, clock, state):
+def _to_state(engine, state):
     """op-1 in ``state`` (the ways each is reached)."""
     if state == "awaiting_approval":
         return awaiting(engine)
@@ -222,7 +222,7 @@ def _to_state(engine, clock, state):
 
 @pytest.mark.parametrize("state", ["queued", "awaiting_approval"])
 def test_cancel_ends_a_queued_or_awaiting_operation(engine, clock, events, state):
-    _to_state(engine, clock, state)
+    _to_state(engine, state)
     clock.advance(1_000)
     op = engine.cancel(T, "op-1", actor="producer-1")
     assert (op.state, op.outcome_code) == (State.CANCELLED, "cancelled")
@@ -246,8 +246,8 @@ def test_cancel_ends_a_queued_or_awaiting_operation(engine, clock, events, state
 @pytest.mark.parametrize(
     "state", ["claimed", "succeeded", "failed_terminal", "unknown", "quarantined"]
 )
-def test_cancel_refuses_a_claimed_or_ended_operation(engine, clock, state):
-    _to_state(engine, clock, state)
+def test_cancel_refuses_a_claimed_or_ended_operation(engine, state):
+    _to_state(engine, state)
     before = raw(engine)
     with pytest.raises(InvalidTransition, match=state):
         engine.cancel(T, "op-1")

@@ -468,7 +468,9 @@ def _approver(operation_id: str) -> Caller:
     "approveOperation",
     "Approve an operation awaiting approval: it becomes queued, claimable at once",
     {
-        **_ok(200, "Approved (approving again is a replay: 200, unchanged)", models.OperationEnvelope),
+        **_ok(
+            200, "Approved (approving again is a replay: 200, unchanged)", models.OperationEnvelope
+        ),
         **_error_responses(400, 404, 409, *_AUTH),
     },
     description="`payload_hash` is the hash of the payload the approver saw: another hash than the "
@@ -502,9 +504,7 @@ def reject(id: _OperationPath, body: models.RejectRequest | None = None):
     assert caller.subject is not None
     note = body.note if body is not None else ""
     return _operation(
-        runtime()
-        .engine_for(tenant)
-        .reject(tenant, _path_id(id), actor=caller.subject, note=note)
+        runtime().engine_for(tenant).reject(tenant, _path_id(id), actor=caller.subject, note=note)
     )
 
 
