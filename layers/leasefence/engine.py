@@ -1363,7 +1363,6 @@ class Engine:
         sources: tuple[State, ...],
         reason: str | None,
         extra_condition: str = "",
-        extra_values: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """End an operation no worker holds (one of ``sources``) in ``target``: one conditional
         write that takes it out of every index and gives it a final state's retention.
@@ -1389,7 +1388,6 @@ class Engine:
             ":actor": actor,
             ":one": 1,
             **source_values,
-            **(extra_values or {}),
         }
         sets = [
             "#state = :to",

@@ -220,10 +220,10 @@ def test_publisher_records_history_and_publishes_valid_events(aws, table, engine
 
 
 def test_the_schema_names_every_detail_type_and_transition_the_code_publishes():
-    assert set(SCHEMA["properties"]["detail-type"]["enum"]) == set(events.DETAIL_TYPES.values())
+    assert set(SCHEMA["properties"]["detail-type"]["enum"]) == events.ALL_DETAIL_TYPES
     assert set(SCHEMA["$defs"]["detail"]["properties"]["transition"]["enum"]) == {
         t.value for t in events.DETAIL_TYPES
-    }
+    } | {"enqueue"}  # an enqueue publishes only when it awaits approval
     assert SCHEMA["$defs"]["detail"]["properties"]["version"]["const"] == events.SCHEMA_VERSION
     assert events.subscription_pattern("acme") == {
         "source": ["leasefence"],
@@ -381,15 +381,21 @@ def test_the_approval_gate_and_cancel_on_the_stream(aws, table, engine, clock):
     )
     assert (entries["drop"][-1]["state"], entries["drop"][-1]["outcome_code"]) == ("cancelled", "cancelled")
     published = [events.entry(c, "bus") for c in changes]
-    assert [p and p["DetailType"] for p in published] == [None] * 4 + [
+    assert [p["DetailType"] for p in published] == ["Operation Awaiting Approval"] * 4 + [
         "Operation Approved",
         "Operation Rejected",
         "Operation Cancelled",
         "Operation Approval Expired",
     ]
-    for entry in published[4:]:
+    for entry in published:
         event = _envelope(entry)
         jsonschema.validate(event, SCHEMA, format_checker=jsonschema.FormatChecker())
+    waiting = json.loads(published[0]["Detail"])
+    assert (waiting["state"], waiting["previous_state"], waiting["actor"]) == ("awaiting_approval", None, "producer-1")
+    # An enqueue straight into queued publishes nothing (the API's answer told its caller).
+    engine.enqueue("acme", "plain", "refund", H)
+    (plain,) = [records.parse(r) for r in stream.new() if records.parse(r).is_operation]
+    assert events.entry(plain, "bus") is None
     details = {json.loads(p["Detail"])["operation_id"]: json.loads(p["Detail"]) for p in published[4:]}
     assert (details["ok"]["actor"], details["ok"]["outcome_code"], details["ok"]["reason"]) == ("approver-1", None, None)
     assert (details["no"]["outcome_code"], details["no"]["reason"]) == ("rejected", "too large")

@@ -16,14 +16,15 @@ from typing import Any
 
 from leasefence.clock import to_rfc3339
 from leasefence.history import MAX_REASON, transition_of
-from leasefence.model import Transition
+from leasefence.model import State, Transition
 from leasefence.streams.records import Change
 
 SOURCE = "leasefence"
 SCHEMA_VERSION = "1"
 
 #: detail-type per transition; the transitions not listed publish nothing (an enqueue, a fresh
-#: claim, an erasure: what the API's own answers already tell the caller).
+#: claim, an erasure: what the API's own answers already tell the caller), except an enqueue that
+#: awaits approval (:data:`AWAITING_APPROVAL`: its approvers are not the caller).
 DETAIL_TYPES: dict[Transition, str] = {
     Transition.COMPLETE: "Operation Succeeded",
     Transition.FAIL: "Operation Failed",
@@ -40,6 +41,11 @@ DETAIL_TYPES: dict[Transition, str] = {
     Transition.APPROVAL_EXPIRE: "Operation Approval Expired",
     Transition.CANCEL: "Operation Cancelled",
 }
+
+#: The detail-type of an enqueue into ``awaiting_approval``: what an approval service subscribes to.
+AWAITING_APPROVAL = "Operation Awaiting Approval"
+#: Every detail-type published.
+ALL_DETAIL_TYPES = frozenset({*DETAIL_TYPES.values(), AWAITING_APPROVAL})
 
 #: Transitions whose event carries the operation's outcome code.
 _OUTCOME = frozenset(
@@ -68,6 +74,13 @@ def _reason(change: Change, transition: Transition) -> str | None:
     ):
         return None
     return text[:MAX_REASON] if isinstance(text, str) and text else None
+
+
+def detail_type(transition: Transition, new: dict[str, Any]) -> str | None:
+    """The detail-type of a transition (its image after the write), or None: it publishes nothing."""
+    if transition is Transition.ENQUEUE:
+        return AWAITING_APPROVAL if new.get("state") == State.AWAITING_APPROVAL else None
+    return DETAIL_TYPES.get(transition)
 
 
 def detail(change: Change) -> dict[str, Any]:
@@ -100,14 +113,13 @@ def entry(change: Change, bus: str) -> dict[str, Any] | None:
     """The ``PutEvents`` entry for a transition record, or None when it publishes nothing."""
     if change.transition is None or change.new is None:
         return None
-    transition = transition_of(change.new)
-    detail_type = DETAIL_TYPES.get(transition)
-    if detail_type is None:
+    kind = detail_type(transition_of(change.new), change.new)
+    if kind is None:
         return None
     body = detail(change)
     return {
         "Source": SOURCE,
-        "DetailType": detail_type,
+        "DetailType": kind,
         "Detail": json.dumps(body, separators=(",", ":"), ensure_ascii=False),
         "EventBusName": bus,
         "Time": datetime.fromtimestamp(int(change.new["updated_at"]) / 1000, tz=UTC),
@@ -123,7 +135,7 @@ def subscription_pattern(
     only some kinds (``detail_types``), or all of them."""
     pattern: dict[str, Any] = {"source": [SOURCE]}
     if detail_types:
-        unknown = set(detail_types) - set(DETAIL_TYPES.values())
+        unknown = set(detail_types) - ALL_DETAIL_TYPES
         if unknown:
             raise ValueError(f"no such detail-type: {', '.join(sorted(unknown))}")
         pattern["detail-type"] = list(detail_types)
