@@ -253,7 +253,7 @@ def cost(runs: int) -> dict[str, Any]:
         "worker_records": round(counts["worker"] / runs, 3),
         "publisher_records": round(counts["publisher"] / runs, 3),
     }
-    assert {e["DetailType"] for e in published} <= set(events.DETAIL_TYPES.values())
+    assert {e["DetailType"] for e in published} <= events.ALL_DETAIL_TYPES
     usd = {
         "lifecycle": per["lifecycle_wcu"] * prices.usd("dynamodb_write_request_unit")
         + per["lifecycle_rcu"] * prices.usd("dynamodb_read_request_unit"),
