@@ -272,6 +272,12 @@ class Runtime:
                 self._clients[service] = client
             return client
 
+    def install_client(self, service: str, client: Any) -> None:
+        """Use ``client`` for ``service`` from now on (the bench's metering clients); call it
+        before the first request, as the engine keeps the DynamoDB client it was given."""
+        with self._lock:
+            self._clients[service] = client
+
     @property
     def engine(self) -> Engine:
         with self._lock:

@@ -10,7 +10,7 @@ import jwt
 import pytest
 from api_helpers import Api, claim, claimed, enqueue, new_tenant, op_path
 
-from leasefence.api.security import OPERATE, PRODUCE, ROUTES, WORK
+from leasefence.api.security import APPROVE, OPERATE, PRODUCE, ROUTES, WORK
 from leasefence.auth import ALL_SCOPES, mint
 
 SAMPLE_BODIES = {
@@ -25,6 +25,9 @@ SAMPLE_BODIES = {
     "eraseOperation": {},
     "putJobType": {"target_class": "C"},
     "putSettings": {"strict_job_types": False},
+    "approveOperation": {"payload_hash": "sha256:" + "0" * 64},
+    "rejectOperation": {"note": "no"},
+    "cancelOperation": {},
 }
 PROTECTED = [r for r in ROUTES if r.scope is not None]
 
@@ -138,6 +141,9 @@ def test_scope_table_is_the_contracts():
         ("GET", "/v1/settings"): OPERATE,
         ("PUT", "/v1/settings"): OPERATE,
         ("GET", "/v1/controls"): OPERATE,
+        ("POST", "/v1/operations/{id}/approve"): APPROVE,  # extensions: the approval gate
+        ("POST", "/v1/operations/{id}/reject"): APPROVE,
+        ("POST", "/v1/operations/{id}/cancel"): PRODUCE,
     }
 
 

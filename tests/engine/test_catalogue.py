@@ -7,6 +7,7 @@ import pytest
 from leasefence import Engine, keys
 from leasefence.catalogue import CACHE_MS, UnknownJobType, VersionConflict
 from leasefence.errors import InvalidInput, NotFound
+from leasefence.model import State
 
 H = "sha256:" + "ab" * 32
 REFUND = {
@@ -159,3 +160,17 @@ def test_apply_a_file_is_idempotent_and_shows_the_diff(engine):
     assert "    max_attempts: 3 -> 4" in changes[1].describe()
     assert [e.job_type for e in engine.catalogue.list("t1")] == ["refund"]
     assert engine.catalogue.get("t1", "refund").version == 2
+
+
+def test_an_entry_that_requires_approval_gates_its_operations(engine, clock):
+    engine.catalogue.put(
+        "t1", "payout", {"target_class": "D", "approval_required": True, "approval_valid_seconds": 600}
+    )
+    # A caller cannot lift the entry's requirement.
+    op = engine.enqueue("t1", "p-1", "payout", H, payload_ref="r", actor="alice", approval_required=False).operation
+    assert (op.state, op.approval_expires_at, op.job_type_version) == (
+        State.AWAITING_APPROVAL,
+        clock() + 600_000,
+        1,
+    )
+    assert engine.claim_next("t1", "w1") is None

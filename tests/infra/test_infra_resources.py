@@ -54,6 +54,10 @@ CONTRACT_ROUTES = {
     "GET /v1/settings": "leasefence/operate",
     "PUT /v1/settings": "leasefence/operate",
     "GET /v1/controls": "leasefence/operate",
+    # issue 14 (contract extensions): the approval gate and cancel
+    "POST /v1/operations/{id}/approve": "leasefence/approve",
+    "POST /v1/operations/{id}/reject": "leasefence/approve",
+    "POST /v1/operations/{id}/cancel": "leasefence/produce",
 }
 
 EXPECTED_ENV = {
@@ -289,10 +293,12 @@ def test_jwt_authorizer_cognito_pool(synth) -> None:
                                                {"Ref": "AWS::URLSuffix"}, "/", {"Ref": pool}]]}
     (server,) = resources(tpl, "AWS::Cognito::UserPoolResourceServer").values()
     assert server["Properties"]["Identifier"] == "leasefence"
-    assert {s["ScopeName"] for s in server["Properties"]["Scopes"]} == {"produce", "work", "operate"}
+    assert {s["ScopeName"] for s in server["Properties"]["Scopes"]} == {"produce", "work", "operate", "approve"}
     c = props(tpl, client)
     assert c["AllowedOAuthFlows"] == ["client_credentials"] and c["GenerateSecret"] is True
-    assert len(c["AllowedOAuthScopes"]) == 3
+    # Every scope but approve: the service client enqueues, and nobody approves their own operations.
+    granted = {s["Fn::Join"][1][-1] if isinstance(s, dict) else s for s in c["AllowedOAuthScopes"]}
+    assert granted == {"/produce", "/work", "/operate"}, c["AllowedOAuthScopes"]
     p = props(tpl, pool)
     assert p["AdminCreateUserConfig"] == {"AllowAdminCreateUserOnly": True}
     assert p["LambdaConfig"]["PreTokenGenerationConfig"]["LambdaVersion"] == "V3_0"

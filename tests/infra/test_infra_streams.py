@@ -118,7 +118,7 @@ def test_worker_mapping(variant) -> None:
     assert _patterns({"FilterCriteria": filters_json}) == [{
         "eventName": ["INSERT", "MODIFY"],
         "dynamodb": {
-            "NewImage": {"state": {"S": ["queued"]}, "transition": {"S": ["enqueue", "retry", "requeue"]}},
+            "NewImage": {"state": {"S": ["queued"]}, "transition": {"S": ["enqueue", "retry", "requeue", "approve"]}},
             "Keys": {"tenant_id": {"S": want["tenants"]}},
         },
     }]

@@ -19,7 +19,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from leasefence.api import errors, models
-from leasefence.api.errors import MalformedRequest
+from leasefence.api.errors import Forbidden, MalformedRequest
 from leasefence.api.security import ROUTES, Caller, caller_from_event, match_route, route
 from leasefence.clock import to_rfc3339
 from leasefence.engine import MISSING, validate_id
@@ -119,6 +119,8 @@ def _register(
         tags=[
             "operator"
             if spec.scope == "leasefence/operate"
+            else "approvals"
+            if spec.scope == "leasefence/approve"
             else "health"
             if spec.scope is None
             else "operations"
@@ -154,6 +156,8 @@ def _public(operation: Any) -> dict[str, Any]:
         "payload_state": operation.payload_state,
         "erased_at": to_rfc3339(operation.erased_at),
         "job_type_version": operation.job_type_version,
+        "approval_expires_at": to_rfc3339(operation.approval_expires_at),
+        "approved_by": operation.approved_by,
     }
 
 
@@ -467,6 +471,76 @@ def erase(id: _OperationPath, body: models.EraseRequest | None = None):  # noqa:
     tenant = caller.tenant_id
     return _operation(
         runtime().engine_for(tenant).erase(tenant, _path_id(id), actor=caller.subject)
+    )
+
+
+def _approver(operation_id: str) -> Caller:
+    caller = _caller(operation_id)
+    if caller.subject is None:
+        raise Forbidden("an approver's token must name who it is (sub)")
+    return caller
+
+
+@_register(
+    "approveOperation",
+    "Approve an operation awaiting approval: it becomes queued, claimable at once",
+    {
+        **_ok(
+            200, "Approved (approving again is a replay: 200, unchanged)", models.OperationEnvelope
+        ),
+        **_error_responses(400, 404, 409, *_AUTH),
+    },
+    description="`payload_hash` is the hash of the payload the approver saw: another hash than the "
+    "operation's is 409 payload_mismatch and changes nothing. The approver (the token's sub) is "
+    "recorded as approved_by and cannot be the identity that enqueued the operation (403 "
+    "forbidden). After a reject, an expiry or a cancel: 409 invalid_transition. One conditional "
+    "write decides all of it.",
+)
+def approve(id: _OperationPath, body: models.ApproveRequest):
+    caller = _approver("approveOperation")
+    tenant = caller.tenant_id
+    assert caller.subject is not None
+    return _operation(
+        runtime()
+        .engine_for(tenant)
+        .approve(tenant, _path_id(id), body.payload_hash, actor=caller.subject)
+    )
+
+
+@_register(
+    "rejectOperation",
+    "Reject an operation awaiting approval: it ends failed_terminal, outcome rejected",
+    {
+        **_ok(200, "Rejected (rejecting again is a replay)", models.OperationEnvelope),
+        **_error_responses(400, 404, 409, *_AUTH),
+    },
+)
+def reject(id: _OperationPath, body: models.RejectRequest | None = None):
+    caller = _approver("rejectOperation")
+    tenant = caller.tenant_id
+    assert caller.subject is not None
+    note = body.note if body is not None else ""
+    return _operation(
+        runtime().engine_for(tenant).reject(tenant, _path_id(id), actor=caller.subject, note=note)
+    )
+
+
+@_register(
+    "cancelOperation",
+    "Withdraw a queued operation, or one awaiting approval: it ends cancelled",
+    {
+        **_ok(200, "Cancelled (cancelling again is a replay)", models.OperationEnvelope),
+        **_error_responses(400, 404, 409, *_AUTH),
+    },
+    description="Only while no worker holds it: a claimed or ended operation is 409 "
+    "invalid_transition. cancelled is final (kept and purged like the other final states); a "
+    "replay of the enqueue afterwards is still a replay (200, created false).",
+)
+def cancel(id: _OperationPath, body: models.CancelRequest | None = None):  # noqa: ARG001 - validated and documented, no fields
+    caller = _caller("cancelOperation")
+    tenant = caller.tenant_id
+    return _operation(
+        runtime().engine_for(tenant).cancel(tenant, _path_id(id), actor=caller.subject)
     )
 
 

@@ -15,8 +15,10 @@ from leasefence.bench import (
     coldstart,
     contention,
     cost,
+    cost_per_million,
     depth,
     fairness,
+    profiles,
     scale_sim,
     streams,
     throughput,
@@ -69,6 +71,7 @@ class Scale:
     self_check: bool
     stream_runs: int
     stream_cost_runs: int
+    profile_runs: int
 
 
 FULL = Scale(
@@ -90,6 +93,7 @@ FULL = Scale(
     self_check=True,
     stream_runs=50,
     stream_cost_runs=5,
+    profile_runs=10,
 )
 QUICK = Scale(
     cost_runs=2,
@@ -110,6 +114,7 @@ QUICK = Scale(
     self_check=False,
     stream_runs=4,
     stream_cost_runs=2,
+    profile_runs=1,
 )
 
 
@@ -190,6 +195,12 @@ def run(quick: bool = False) -> dict[str, Any]:
         timings,
         lambda: streams.measure(runs=p.stream_runs, cost_runs=p.stream_cost_runs),
     )
+    sections["profiles"] = _timed(
+        "all-in profiles", timings, lambda: profiles.measure(runs=p.profile_runs)
+    )
+    sections["cost_per_million"] = cost_per_million.compute(
+        sections["profiles"], sections["cost"]["powertools"]["first_call"]["wcu"]
+    )
     sections["scale"] = _timed(
         "scale simulation",
         timings,
@@ -209,6 +220,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         sections[k] for k in ("cost", "throughput", "contention", "depth", "fairness", "coldstart")
     )
     report: dict[str, Any] = {
+        # Issue 16: all-in dollars per million lifecycles, by profile, and the alternatives'.
+        "cost_per_million": cost_per_million.summary(sections["cost_per_million"]),
         "wcu_per_lifecycle": c["lifecycle"]["wcu"],
         "rcu_per_lifecycle": c["lifecycle"]["rcu"],
         "wcu_per_heartbeat": c["long_job"]["wcu_per_heartbeat_amortized"],
@@ -594,8 +607,14 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def render_table(report: dict[str, Any]) -> str:
-    """The short table (markdown) for the terminal and the README, then its notes."""
-    lines = ["| # | measure | target | result | status |", "| ---: | --- | --- | --- | --- |"]
+    """The cost table (issue 16), then the short table (markdown) for the terminal and the
+    README, then its notes."""
+    lines = [
+        cost_per_million.render(report["sections"]["cost_per_million"]),
+        "",
+        "| # | measure | target | result | status |",
+        "| ---: | --- | --- | --- | --- |",
+    ]
     notes = []
     for i, row in enumerate(report["targets"], 1):
         status = {True: "met", False: f"missed by {row.get('missed_by', '?')}", None: "-"}[
