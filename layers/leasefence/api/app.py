@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from leasefence import snapstart
 from leasefence.api import errors
 from leasefence.api.errors import MalformedRequest
 from leasefence.api.security import caller_from_event, match_route
@@ -65,6 +66,10 @@ def resolver() -> APIGatewayHttpResolver:
     from leasefence.api.routes import app
 
     return app
+
+
+# With SnapStart the resolver is imported before the snapshot: restored instances have it.
+snapstart.before_snapshot(resolver)
 
 
 # ---------------------------------------------------------------------------------- entry
