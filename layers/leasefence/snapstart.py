@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 Hook = TypeVar("Hook", bound=Callable[[], object])
 
@@ -31,29 +31,31 @@ _before_snapshot: list[Callable[[], object]] = []
 _after_restore: list[Callable[[], object]] = []
 
 
-def _runtime_registry(name: str) -> Callable[[Callable[[], object]], object] | None:
-    """``snapshot_restore_py.<name>`` when the Lambda runtime library is importable."""
+def _runtime_library() -> Any:
+    """Lambda's ``snapshot_restore_py`` module, or None where it is not importable."""
     try:
         import snapshot_restore_py  # type: ignore[import-not-found]
     except ImportError:
         return None
-    return getattr(snapshot_restore_py, name)
+    return snapshot_restore_py
+
+
+#: Looked up once (a failed import is not cached by Python: each attempt would search sys.path).
+RUNTIME_LIBRARY = _runtime_library()
 
 
 def after_restore(hook: Hook) -> Hook:
     """Run ``hook()`` in every instance restored from a snapshot (usable as a decorator)."""
-    register = _runtime_registry("register_after_restore")
-    if register is not None:
-        register(hook)
+    if RUNTIME_LIBRARY is not None:
+        RUNTIME_LIBRARY.register_after_restore(hook)
     _after_restore.append(hook)
     return hook
 
 
 def before_snapshot(hook: Hook) -> Hook:
     """Run ``hook()`` once before the snapshot is taken (usable as a decorator)."""
-    register = _runtime_registry("register_before_snapshot")
-    if register is not None:
-        register(hook)
+    if RUNTIME_LIBRARY is not None:
+        RUNTIME_LIBRARY.register_before_snapshot(hook)
     _before_snapshot.append(hook)
     return hook
 

@@ -72,6 +72,7 @@ def test_hooks_register_with_the_lambda_runtime_library_when_it_is_importable(mo
     fake.register_before_snapshot = registered["before"].append
     fake.register_after_restore = registered["after"].append
     monkeypatch.setitem(sys.modules, "snapshot_restore_py", fake)
+    monkeypatch.setattr(snapstart, "RUNTIME_LIBRARY", snapstart._runtime_library())
     monkeypatch.setattr(snapstart, "_after_restore", [])
     monkeypatch.setattr(snapstart, "_before_snapshot", [])
 
