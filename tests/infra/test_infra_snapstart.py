@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from infra_helpers import logical_id, props, resources
+
 from leasefence_infra.function import LIVE_ALIAS
 
 
@@ -65,7 +66,9 @@ def test_invokers_target_the_alias_not_latest(synth):
     ]
     assert api_permissions and all(p["FunctionName"] == alias_refs["api"] for p in api_permissions)
 
-    mappings = [m["Properties"]["FunctionName"] for m in resources(template, "AWS::Lambda::EventSourceMapping").values()]
+    mappings = [
+        m["Properties"]["FunctionName"] for m in resources(template, "AWS::Lambda::EventSourceMapping").values()
+    ]
     assert len(mappings) == 2
     assert any(_names(m, alias_refs["publisher"]["Ref"]) for m in mappings)
     assert any(_names(m, alias_refs["worker"]["Ref"]) for m in mappings)
