@@ -24,7 +24,6 @@ from infra_helpers import (
     resources,
     role_statements,
 )
-
 from leasefence import schema
 from leasefence.payloads import KEY_PREFIX as PAYLOAD_KEY_PREFIX
 from leasefence_infra import LeaseFenceService
@@ -893,6 +892,7 @@ def test_the_deployed_routes_are_the_handlers_routes() -> None:
     """The construct's route table and the API handler's cannot drift apart (a route the handler
     serves but API Gateway does not route would be unreachable once deployed)."""
     from leasefence.api.security import ROUTES as HANDLER_ROUTES
+
     from leasefence_infra.contract import ROUTES as DEPLOYED_ROUTES
 
     assert {(m, p, s) for m, p, s in DEPLOYED_ROUTES} == {(r.method, r.template, r.scope) for r in HANDLER_ROUTES}

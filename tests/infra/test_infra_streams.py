@@ -30,7 +30,6 @@ from infra_helpers import (
     resources,
     role_statements,
 )
-
 from leasefence import keys
 from leasefence.streams import filters
 from leasefence_infra import LeaseFenceService, WorkerProps
@@ -357,7 +356,6 @@ def test_a_consumer_subscribes_to_one_tenant_with_a_rule_on_the_bus(prebuilt_lay
     """infra/README.md's snippet: a rule on svc.event_bus from subscription_pattern."""
     from aws_cdk import aws_events_targets as targets
     from aws_cdk import aws_sqs as sqs
-
     from leasefence.streams.events import subscription_pattern
 
     stack = Stack(App(), "Consumer")
