@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 from infra_helpers import logical_id, props, resources
-
 from leasefence_infra.function import LIVE_ALIAS
 
 
