@@ -138,11 +138,12 @@ def importtime_breakdown(
     }
 
 
-def measure(runs: int = 7) -> dict[str, Any]:
+def measure(runs: int = 7, breakdowns: tuple[str, ...] = HANDLERS) -> dict[str, Any]:
     """Median CPU time of each import over ``runs`` fresh interpreters (alternating order), and
     its ratio to a bare ``import boto3``. CPU time, not wall time: on a shared machine another
     process's load stretches the wall time of one run by up to 3x, the CPU time by a few percent
-    (an import is CPU-bound: the files are in the page cache). Wall medians are reported too."""
+    (an import is CPU-bound: the files are in the page cache). Wall medians are reported too.
+    ``breakdowns``: the handlers that also get an ``-X importtime`` run (one interpreter each)."""
     root = repo_root()
     env = lambda_environment(root)
     modules = (BASELINE, *HANDLERS, *(f"{h}, {m}" for h, m in FIRST_REQUEST.items()))
@@ -163,8 +164,9 @@ def measure(runs: int = 7) -> dict[str, Any]:
             "ratio": round(medians[module] / base, 3),
             "runs_ms": [round(t * 1000, 1) for t in cpu[module]],
             "wall_median_ms": round(statistics.median(wall[module]) * 1000, 1),
-            "importtime": importtime_breakdown(module, root, env),
         }
+        if module in breakdowns:
+            handlers[module]["importtime"] = importtime_breakdown(module, root, env)
         if module in FIRST_REQUEST:
             both = f"{module}, {FIRST_REQUEST[module]}"
             handlers[module]["first_request_imports"] = FIRST_REQUEST[module]
