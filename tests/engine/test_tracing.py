@@ -34,7 +34,7 @@ def test_the_no_op_provider_runs_a_traced_handler_and_keeps_its_errors():
     tracer = Tracer(service="test", disabled=False, auto_patch=False, provider=NoTracing())
 
     @tracer.capture_lambda_handler(capture_response=False)
-    def handler(event, context):
+    def handler(event, context):  # noqa: ARG001 - the Lambda signature
         if event.get("fail"):
             raise ValueError("boom")
         return {"ok": event["n"]}
