@@ -96,7 +96,7 @@ def _register(
 
 
 def _caller(operation_id: str) -> Caller:
-    """The caller, checked against the route's scope (again: the gate in :func:`handle` did too)."""
+    """The caller, checked against the route's scope (again: the gate in :func:`leasefence.api.app.handle` did too)."""
     caller = app.context.get("caller")
     if caller is None:
         caller = caller_from_event(app.current_event.raw_event)
