@@ -124,5 +124,7 @@ class ScheduledInvocation(Construct):
                 "AwsSolutions-IAM5",
                 f"lambda:InvokeFunction on the {what} and its versions/aliases (<arn>:*), the form "
                 "Function.grant_invoke always emits; no other function is reachable.",
-                applies_to=[f"Resource::<{stack.get_logical_id(function.node.default_child)}.Arn>:*"],
+                applies_to=[
+                    f"Resource::<{stack.get_logical_id(function.node.default_child)}.Arn>:*"
+                ],
             )
