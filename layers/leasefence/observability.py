@@ -47,7 +47,7 @@ COUNT_METRICS = frozenset(
 logger = Logger(service=SERVICE, utc=True)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 tracer = (
-    Tracer(service=SERVICE, patch_modules=TRACED_MODULES)
+    Tracer(service=SERVICE, disabled=False, patch_modules=TRACED_MODULES)
     if tracing_enabled()
     # Powertools' own disabled mode still imports the X-Ray SDK (to switch it off); the no-op
     # provider needs nothing switched off, so the Tracer runs it as an enabled one.
