@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from aws_cdk import CustomResource, Duration
@@ -44,7 +45,8 @@ class InitialCatalogue(Construct):
         self.function = ServiceFunction(
             self,
             "Function",
-            runtime=runtime,
+            # Runs only during deploys: nothing to gain from SnapStart, so no version or alias.
+            runtime=replace(runtime, snap_start=False),
             handler=CATALOGUE_HANDLER,
             description="leasefence initial job-type catalogue (custom resource)",
             environment=environment,
@@ -65,7 +67,7 @@ class InitialCatalogue(Construct):
         self.resource = CustomResource(
             self,
             "JobTypes",
-            service_token=self.function.function.function_arn,
+            service_token=self.function.target.function_arn,
             resource_type=RESOURCE_TYPE,
             # A change of the prop is a change of this property: CloudFormation sends an Update.
             properties={

@@ -49,6 +49,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from leasefence import snapstart
 from leasefence.schema import (
     DEFAULT_DUE_SHARDS,
     DEFAULT_SWEEP_SHARDS,
@@ -294,6 +295,15 @@ class Runtime:
                 )
             return self._engine
 
+    def after_restore(self) -> None:
+        """Re-seed the random generator of every engine built so far (SnapStart: an engine built
+        before the snapshot would otherwise order shards and candidates identically in every
+        restored instance). Seeding with no argument draws from ``os.urandom``."""
+        with self._lock:
+            engines = [e for e in (self._engine, *self._tenant_engines.values()) if e is not None]
+        for engine in engines:
+            engine.rng.seed()
+
     def engine_for(self, tenant_id: str) -> Engine:
         """The engine to use for one tenant's request.
 
@@ -398,6 +408,13 @@ def runtime() -> Runtime:
         if _runtime is None:
             _runtime = Runtime(Settings.from_env())
         return _runtime
+
+
+@snapstart.after_restore
+def _after_restore() -> None:
+    current = _runtime
+    if current is not None:
+        current.after_restore()
 
 
 def install(settings: Settings) -> Runtime:

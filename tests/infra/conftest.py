@@ -9,8 +9,8 @@
   level DEBUG, tags, a 2-minute stream iterator age alarm; a worker
   with its own handler layer, two tenants, a business table under its own KMS key, a fenced
   target table, its own lease, timeout, schedule, memory and environment, and its own stream
-  batch size, parallelization and reserved concurrency; an initial job-type catalogue for two
-  tenants).
+  batch size, parallelization and reserved concurrency; SnapStart, so its functions are invoked
+  through their ``live`` alias; an initial job-type catalogue for two tenants).
 
 Both use a pre-built core layer (``LocalLayerBundler`` without pip: the repo's
 ``layers/leasefence`` minus its dev-only parts, plus the ``rfc8785`` installed in this venv, which
@@ -83,6 +83,7 @@ FULL_PROPS_BASE = {
         },
         "globex": {"job_types": {"email": {"target_class": "C"}}},
     },
+    "snap_start": True,
 }
 
 
