@@ -311,7 +311,12 @@ class Engine:
             raise InvalidInput("payload_hash must be 'sha256:' followed by 64 lowercase hex digits")
         _validate_text("payload_ref", payload_ref, MAX_PAYLOAD_REF_LENGTH, required=False)
         if admission is None:
-            admission = self.catalogue.admit(tenant_id, job_type, target_class, max_attempts)
+            admitted = self.admit(
+                tenant_id, operation_id, job_type, payload_hash, target_class, max_attempts
+            )
+            if isinstance(admitted, EnqueueResult):
+                return admitted
+            admission = admitted
         elif (admission.tenant_id, admission.job_type) != (tenant_id, job_type):
             raise InvalidInput("the admission was made for another tenant or job type")
         target, max_attempts = admission.target_class, admission.max_attempts
@@ -395,6 +400,40 @@ class Engine:
             extra={"op": self._tag(tenant_id, operation_id), "target_class": target.value},
         )
         return EnqueueResult(Operation.from_item(item), created=True)
+
+    def admit(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        job_type: str,
+        payload_hash: str,
+        target_class: TargetClass | str | None = None,
+        max_attempts: int | None = None,
+        payload: Any = None,
+        payload_given: bool = False,
+    ) -> Admission | EnqueueResult:
+        """What an enqueue of this identity runs under (:meth:`Catalogue.admit`), or, when the
+        catalogue refuses it, the replay it is: an operation already enqueued under this identity
+        with this payload hash is answered as a replay (``created`` False) even if its entry or the
+        tenant's strict mode changed since, so a producer retrying after a lost answer is never
+        told 422 about work that was accepted. Only on that refusal path is the identity read
+        (one strongly consistent read); the refusal stands for an identity that is new or bound
+        to another payload. Nothing is written either way."""
+        try:
+            return self.catalogue.admit(
+                tenant_id,
+                job_type,
+                target_class=target_class,
+                max_attempts=max_attempts,
+                payload=payload,
+                payload_given=payload_given,
+            )
+        except InvalidInput:
+            existing = self.store.get(self._key(tenant_id, operation_id))
+            if existing is None or existing.get("payload_hash") != payload_hash:
+                raise
+            self.events("Replays", 1)
+            return EnqueueResult(Operation.from_item(existing), created=False)
 
     @staticmethod
     def _approval_valid_ms(value: Any) -> int:

@@ -113,6 +113,9 @@ def test_strict_mode(api):
     refused = api.post("/v1/operations", {"operation_id": "u-2", "job_type": "misc", "payload": 1})
     assert (refused.status, refused.error_code) == (422, "unknown_job_type")
     assert api.get(op_path("u-2")).status == 404
+    # A retry of what was accepted before the switch is still a replay, not a refusal.
+    replay = enqueue(api, "u-1", job_type="misc")
+    assert (replay.status, replay.json["created"]) == (200, False)
     assert api.call("PUT", "/v1/job-types/misc", {"target_class": "C"}).status == 200
     assert enqueue(api, "u-2", job_type="misc").status == 201
 

@@ -115,6 +115,27 @@ def test_uncatalogued_types_enqueue_as_before_unless_strict(engine, clock, ddb, 
     assert other.enqueue("t1", "op-3", "other", H, payload_ref="r").created
 
 
+def test_a_replay_stays_a_replay_when_the_catalogue_changed_since(engine, ddb, spec):
+    """A producer retrying after a lost answer gets its replay (nothing written), even though its
+    request now contradicts the entry or the tenant turned strict; a new identity is refused."""
+    engine.catalogue.put("t1", "refund", REFUND)
+    first = engine.enqueue("t1", "op-1", "refund", H, payload_ref="r", max_attempts=3).operation
+    engine.enqueue("t1", "op-2", "misc", H, payload_ref="r")
+    engine.catalogue.put("t1", "refund", {**REFUND, "max_attempts": 4})
+    engine.catalogue.set_strict("t1", True)
+    before = ddb.scan(TableName=spec.table_name)["Items"]
+    again = engine.enqueue("t1", "op-1", "refund", H, payload_ref="r", max_attempts=3)
+    assert (again.created, again.operation) == (False, first)
+    assert engine.enqueue("t1", "op-2", "misc", H, payload_ref="r").created is False
+    assert ddb.scan(TableName=spec.table_name)["Items"] == before
+    # Not a replay: another payload for the same id, or a new id, is still refused.
+    other = "sha256:" + "cd" * 32
+    with pytest.raises(InvalidInput, match="contradicts"):
+        engine.enqueue("t1", "op-1", "refund", other, payload_ref="r", max_attempts=3)
+    with pytest.raises(UnknownJobType):
+        engine.enqueue("t1", "op-3", "misc", H, payload_ref="r")
+
+
 def test_payload_schema(engine):
     schema = {
         "type": "object",

@@ -27,6 +27,7 @@ from leasefence.api.security import ROUTES, Caller, caller_from_event, route
 from leasefence.clock import to_rfc3339
 from leasefence.engine import MISSING, validate_id
 from leasefence.errors import InvalidInput, PayloadConflict
+from leasefence.model import EnqueueResult
 from leasefence.observability import record_claim_latency
 from leasefence.payloads import canonicalize
 from leasefence.settings import runtime
@@ -180,31 +181,39 @@ def enqueue(body: models.EnqueueRequest):
     tenant = caller.tenant_id
     engine = runtime().engine_for(tenant)
     inline = "payload" in body.model_fields_set
+    canonical = canonicalize(body.payload) if inline else None
+    if canonical is not None:
+        if body.payload_hash is not None and body.payload_hash != canonical.hash:
+            raise InvalidInput("payload_hash does not match the payload's canonical JSON")
+        payload_hash = canonical.hash
+    else:
+        # EnqueueRequest's validator requires both when there is no inline payload.
+        assert body.payload_ref is not None and body.payload_hash is not None
+        payload_hash = body.payload_hash
     # The catalogue first: a refusal (strict mode, a contradiction, a payload that fails the
-    # entry's schema) comes before anything is stored.
+    # entry's schema) comes before anything is stored; a replay of an accepted enqueue is still a
+    # replay (the engine answers it without storing anything).
     target_class = body.target_class if "target_class" in body.model_fields_set else None
-    admission = engine.catalogue.admit(
+    admission = engine.admit(
         tenant,
+        body.operation_id,
         body.job_type,
+        payload_hash,
         target_class=target_class,
         max_attempts=body.max_attempts,
         payload=body.payload,
         payload_given=inline,
     )
+    if isinstance(admission, EnqueueResult):
+        return _json(200, {"operation": _public(admission.operation), "created": False})
     payloads = runtime().payloads
     stored = None
-    if inline:
-        canonical = canonicalize(body.payload)
-        if body.payload_hash is not None and body.payload_hash != canonical.hash:
-            raise InvalidInput("payload_hash does not match the payload's canonical JSON")
+    payload_ref: str | None = body.payload_ref
+    if canonical is not None:
         # The object first, then the record that points at it: a 2xx is never given for an
         # operation whose payload is not durable. A replay addresses the same key and writes nothing.
         stored = payloads.put(tenant, body.operation_id, canonical)
-        payload_ref, payload_hash = stored.ref, canonical.hash
-    else:
-        # EnqueueRequest's validator requires both when there is no inline payload.
-        assert body.payload_ref is not None and body.payload_hash is not None
-        payload_ref, payload_hash = body.payload_ref, body.payload_hash
+        payload_ref = stored.ref
     try:
         result = engine.enqueue(
             tenant,
