@@ -74,8 +74,12 @@ def first_event_imports(module: str, root: Path) -> tuple[str, ...]:
             and any(isinstance(t, ast.Name) and t.id == FIRST_EVENT_NAME for t in node.targets)
             and isinstance(node.value, ast.Call)
         ):
-            names = [a.value for a in node.value.args if isinstance(a, ast.Constant)]
-            if len(names) != len(node.value.args) or not all(isinstance(n, str) for n in names):
+            names = [
+                a.value
+                for a in node.value.args
+                if isinstance(a, ast.Constant) and isinstance(a.value, str)
+            ]
+            if len(names) != len(node.value.args):
                 raise ValueError(f"{path}: {FIRST_EVENT_NAME} must list module names as strings")
             return tuple(names)
     return ()

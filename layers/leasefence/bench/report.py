@@ -37,6 +37,8 @@ REQUIRED_KEYS = (
     "depth_read_ratio",
     "fairness_claims_before_small_tenant",
     "import_ratio_max",
+    # Issue 16: the import plus what the first event imports (a cold start without SnapStart).
+    "with_first_request_ratio_max",
 )
 #: Issue 13's figures (push, not poll), all numeric.
 STREAM_KEYS = (
