@@ -15,6 +15,13 @@ X-Ray client built at import), ``AWS_LAMBDA_FUNCTION_NAME``, ``AWS_REGION`` and 
 ``LEASEFENCE_*`` settings; and as deployed, with tracing on (``POWERTOOLS_TRACE_DISABLED`` is
 dropped). Like Lambda, which ships the handlers and the core layer without bytecode, the
 leasefence modules are compiled at import (``PYTHONDONTWRITEBYTECODE``, no ``__pycache__`` kept).
+
+A handler imports at module level only what runs before its first line; what its first event
+needs (the engine and boto3, the API's validated resolver, the batch utility ...) it names in
+``FIRST_EVENT_IMPORTS`` (read here from its source: :func:`first_event_imports`), imported on that
+event or, with SnapStart, before the snapshot. Each handler is measured with those modules too
+(``with_first_request_ratio``): the import plus the first event's imports is the cold start of a
+container without SnapStart, so deferring an import never hides its cost.
 """
 
 from __future__ import annotations
