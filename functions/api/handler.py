@@ -5,6 +5,11 @@ core layer; the routes are imported on the first request that needs them). This 
 adds the Powertools wiring: structured logs with the request id as correlation id (never the
 event: it holds ids and payloads), a trace segment without the response, and one EMF flush per
 invocation.
+
+:data:`FIRST_EVENT_IMPORTS`: what the first request that passes the scope and body checks
+imports (the validated resolver, the engine and the payload store, boto3 with them); with
+SnapStart they are imported before the snapshot (:func:`leasefence.snapstart.preload`), and the
+benchmark reports the import with and without them.
 """
 
 from aws_lambda_powertools.logging import correlation_paths
@@ -12,6 +17,9 @@ from aws_lambda_powertools.logging import correlation_paths
 from leasefence.api.app import handle
 from leasefence.observability import logger, metrics, tracer
 from leasefence.settings import runtime
+from leasefence.snapstart import preload
+
+FIRST_EVENT_IMPORTS = preload("leasefence.api.routes", "leasefence.engine", "leasefence.payloads")
 
 
 @logger.inject_lambda_context(

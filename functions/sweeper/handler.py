@@ -14,6 +14,10 @@ It publishes ``OldestUnknownAgeSeconds`` (one ``Limit=1`` query per shard of the
 ``OldestDueAgeSeconds`` (how long the oldest due operation of any tenant and job type has waited
 to be claimed: due work that no worker serves shows here). ``SweptToUnknown`` and
 ``PayloadsPurged`` are counted by the engine; the answer reports this run's counts.
+
+:data:`FIRST_EVENT_IMPORTS`: what the first run imports (the engine and the payload store, boto3
+with them); with SnapStart they are imported before the snapshot
+(:func:`leasefence.snapstart.preload`), and the benchmark reports the import with and without them.
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ from aws_lambda_powertools.metrics import MetricUnit
 from leasefence.errors import Unavailable
 from leasefence.observability import logger, metrics, tracer
 from leasefence.settings import runtime
+from leasefence.snapstart import preload
 
 if TYPE_CHECKING:
     from leasefence.engine import Engine
 
+FIRST_EVENT_IMPORTS = preload("leasefence.engine", "leasefence.payloads")
 #: Stop starting new batches when less than this much of the invocation's time is left.
 SAFETY_MARGIN_MS = 5_000
 

@@ -17,21 +17,28 @@ separated; the drain takes them in turn, so no tenant starves another). It stops
 less than one lease plus a margin of the invocation is left, so a job never outlives its
 function; one that is cut short anyway is safe (its fence still guards the targets, and the next
 claim reconciles).
+
+:data:`FIRST_EVENT_IMPORTS`: what the first event imports (the engine and the payload store, boto3
+with them, the worker runtime, the stream dispatch and Powertools' batch utility; the job handlers
+module is yours and not counted); with SnapStart they are imported before the snapshot
+(:func:`leasefence.snapstart.preload`), and the benchmark reports the import with and without them.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from aws_lambda_powertools.utilities.batch import (
-    BatchProcessor,
-    EventType,
-    process_partial_response,
-)
-
 from leasefence.observability import logger, metrics, record_event, tracer
 from leasefence.settings import runtime
-from leasefence.snapstart import after_restore
+from leasefence.snapstart import after_restore, preload
+
+FIRST_EVENT_IMPORTS = preload(
+    "leasefence.engine",
+    "leasefence.payloads",
+    "leasefence.worker",
+    "leasefence.worker.dispatch",
+    "aws_lambda_powertools.utilities.batch",
+)
 
 #: Stop claiming when less than one lease plus this margin of the invocation is left.
 MARGIN_MS = 5_000
@@ -45,7 +52,7 @@ ENVIRONMENT = {
 }
 
 _built: tuple[object, object, object] | None = None  # (runtime, worker, stream dispatch)
-_processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
+_processor = None  # the stream events' batch processor, built on the first batch
 
 
 def load_handlers(spec: str):
@@ -106,6 +113,16 @@ def _new_worker_identity() -> None:
     _built = None
 
 
+def stream_processor():
+    """The batch processor of stream events (built once; its state is reset per batch)."""
+    global _processor
+    if _processor is None:
+        from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+
+        _processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
+    return _processor
+
+
 def drain(worker, context):
     processed = {"jobs": 0}
     # Claim only while a whole lease still fits in the invocation; idle polls end the drain.
@@ -120,6 +137,8 @@ def drain(worker, context):
 def on_stream(dispatch, event, context):
     """Claim each record's operation (a failure is reported for that record), then run the
     claimed jobs side by side before answering."""
+    from aws_lambda_powertools.utilities.batch import process_partial_response
+
     outcomes: dict[str, int] = {}
     claims = []
 
@@ -131,7 +150,7 @@ def on_stream(dispatch, event, context):
 
     try:
         return process_partial_response(
-            event=event, record_handler=claim, processor=_processor, context=context
+            event=event, record_handler=claim, processor=stream_processor(), context=context
         )
     finally:
         dispatch.run(claims)

@@ -9,9 +9,12 @@ same items. So:
 * :func:`after_restore` registers a hook that Lambda runs in each restored instance before its
   first invocation (the settings module re-seeds every engine it built, the worker runtime its
   jitter, and the process-wide ``random``);
-* :func:`before_snapshot` registers a hook that Lambda runs once, before the snapshot (the API
-  imports its validated resolver there, so restored instances do not import it on their first
-  request).
+* :func:`before_snapshot` registers a hook that Lambda runs once, before the snapshot;
+  :func:`preload` is the common case: each handler names the modules its first event imports
+  (``FIRST_EVENT_IMPORTS``: the engine, the validated resolver, the batch utility ...), and they
+  are imported there, so restored instances do not import them on their first event. The
+  benchmark reports each handler's import with and without them
+  (:mod:`leasefence.bench.coldstart`).
 
 Lambda's Python runtime provides ``snapshot_restore_py`` (``register_before_snapshot``,
 ``register_after_restore``); when it is importable the hooks are registered with it, and always
@@ -21,6 +24,7 @@ is no SnapStart (tests, local stacks). Without SnapStart nothing calls them.
 
 from __future__ import annotations
 
+import importlib
 import random
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -58,6 +62,18 @@ def before_snapshot(hook: Hook) -> Hook:
         RUNTIME_LIBRARY.register_before_snapshot(hook)
     _before_snapshot.append(hook)
     return hook
+
+
+def preload(*modules: str) -> tuple[str, ...]:
+    """Import ``modules`` before the snapshot (what the first event would import otherwise);
+    returns them, so a handler can keep the list it declared."""
+
+    def import_first_event_modules() -> None:
+        for name in modules:
+            importlib.import_module(name)
+
+    before_snapshot(import_first_event_modules)
+    return modules
 
 
 def run_after_restore() -> None:

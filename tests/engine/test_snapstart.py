@@ -104,3 +104,90 @@ def test_api_imports_its_resolver_before_the_snapshot():
     assert app.resolver in snapstart._before_snapshot
     snapstart.run_before_snapshot()
     assert "leasefence.api.routes" in sys.modules
+
+
+HANDLERS = ("api", "sweeper", "worker", "publisher")
+
+# A fresh interpreter, configured as a deployed function (tracing off: the X-Ray SDK is not what
+# this checks): importing the handlers imports none of what they declare for the first event,
+# and the before-snapshot hooks import all of it.
+_FIRST_EVENT_CHECK = """
+import importlib, json, sys
+handlers = [importlib.import_module(f"functions.{{h}}.handler") for h in {handlers!r}]
+declared = sorted({{m for h in handlers for m in h.FIRST_EVENT_IMPORTS}})
+at_import = [m for m in declared if m in sys.modules]
+from leasefence import snapstart
+snapstart.run_before_snapshot()
+print(json.dumps({{"declared": declared, "at_import": at_import,
+                  "after_hooks": [m for m in declared if m in sys.modules]}}))
+"""
+
+
+def test_handlers_import_their_first_event_modules_before_the_snapshot_not_at_import():
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), str(root / "layers")]),
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "AWS_REGION": "us-east-1",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", _FIRST_EVENT_CHECK.format(handlers=HANDLERS)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    result = json.loads(out.stdout)
+    assert {"leasefence.engine", "aws_lambda_powertools.utilities.batch"} <= set(result["declared"])
+    assert result["at_import"] == []
+    assert result["after_hooks"] == result["declared"]
+
+
+def test_the_bench_reads_each_handlers_first_event_imports_from_its_source():
+    import importlib
+    from pathlib import Path
+
+    from leasefence.bench import coldstart
+
+    root = Path(__file__).resolve().parents[2]
+    for name in HANDLERS:
+        module = importlib.import_module(f"functions.{name}.handler")
+        declared = coldstart.first_event_imports(f"functions.{name}.handler", root)
+        assert declared == module.FIRST_EVENT_IMPORTS
+        assert "leasefence.engine" in declared
+    assert coldstart.first_event_imports("functions.pretoken.handler", root) == ()
+
+
+def test_preload_imports_its_modules_only_when_the_hooks_run(tmp_path, monkeypatch):
+    (tmp_path / "preload_probe_module.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(snapstart, "_before_snapshot", [])
+    assert snapstart.preload("preload_probe_module") == ("preload_probe_module",)
+    assert "preload_probe_module" not in sys.modules
+    snapstart.run_before_snapshot()
+    assert sys.modules["preload_probe_module"].VALUE == 1
+    monkeypatch.delitem(sys.modules, "preload_probe_module")
+
+
+def test_the_package_names_resolve_on_first_use():
+    import leasefence
+    from leasefence import engine, errors, model
+
+    assert leasefence.Engine is engine.Engine
+    assert leasefence.StaleFence is errors.StaleFence
+    assert leasefence.State is model.State
+    assert "Engine" in dir(leasefence)
+    try:
+        leasefence.NoSuchName  # noqa: B018
+    except AttributeError as error:
+        assert "NoSuchName" in str(error)
+    else:
+        raise AssertionError("an unknown name must raise AttributeError")
