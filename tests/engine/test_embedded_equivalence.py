@@ -184,3 +184,10 @@ def test_embedded_endpoint_does_not_keep_every_item_copy(aws, spec):
                              [same_table.put("leak-orders", {"pk": f"order-{i}", "status": "refunded"})])
     assert len(Item.instances_tracked) == 0
     assert len(Table.instances_tracked) == 0
+
+
+def test_embedded_endpoint_loop_waits_in_select(aws):
+    """waitress casts its loop timeout to an int: a fraction of a second became 0, a select that
+    never waited, and the endpoint's loop thread spun as long as it ran (a fifth of a core while
+    idle, the interpreter lock taken from the requests under load)."""
+    assert aws._server.adj.asyncore_loop_timeout >= 1
