@@ -57,7 +57,7 @@ lint: install
 	$(BIN)/mypy $(LINT_PATHS)
 
 test: install lint
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=12
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=12
 
 # Offline: no issuer is known here, so the placeholder is allowed explicitly (a real deploy
 # passes -c jwtIssuer=... or -c createUserPool=true to cdk). More context: SYNTH_ARGS='-c k=v'.

@@ -55,3 +55,10 @@ def events():
 def engine(ddb, spec, clock, events):
     return Engine(client=ddb, spec=spec, clock=clock, rng=random.Random(7), events=events)
 
+
+
+def pytest_collection_modifyitems(items):
+    """Tests marked ``long_pole`` first. make test hands whole files to its two workers in
+    collection order (``--dist loadfile --no-loadscope-reorder``): a file that takes several
+    minutes must start at once, or it alone runs on after the other worker has finished."""
+    items.sort(key=lambda item: item.get_closest_marker("long_pole") is None)  # stable

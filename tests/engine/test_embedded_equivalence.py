@@ -43,28 +43,30 @@ def run(aws):
             item["due_pk"] = {"S": f"{tenant}#{rng.randrange(3)}"}
             item["due_at"] = {"N": str(rng.choice([rng.randrange(-5, 10**13), rng.randrange(100), 10**12 + 0.5]))}
         client.put_item(TableName="equiv", Item=item)
-    for tenant in tenants:
-        for shard in range(3):
-            for limit in (1, 5, 16, 100):
-                for forward in (True, False):
-                    for flt in (None, "job_type IN (:a, :b)"):
-                        kwargs = dict(
-                            TableName="equiv", IndexName="due", Limit=limit, ScanIndexForward=forward,
-                            KeyConditionExpression="#p = :p AND #d <= :n",
-                            ExpressionAttributeNames={"#p": "due_pk", "#d": "due_at"},
-                            ExpressionAttributeValues={":p": {"S": f"{tenant}#{shard}"}, ":n": {"N": str(10**12 + 1)}},
-                        )
-                        if flt:
-                            kwargs["FilterExpression"] = flt
-                            kwargs["ExpressionAttributeValues"].update({":a": {"S": "a"}, ":b": {"S": "b"}})
-                        pages = []
-                        while True:
-                            page = client.query(**kwargs)
-                            pages.append({k: page.get(k) for k in ("Items", "Count", "ScannedCount", "LastEvaluatedKey")})
-                            if "LastEvaluatedKey" not in page:
-                                break
-                            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-                        answers.append(pages)
+    # Each tenant's pages of one of its three due partitions, a different shard per tenant (every
+    # partition holds a sample of the same item mix: reading all nine asks the same cases three
+    # times over); the other six stay in the table as candidates each query must leave out.
+    for shard, tenant in enumerate(tenants):
+        for limit in (1, 5, 16, 100):
+            for forward in (True, False):
+                for flt in (None, "job_type IN (:a, :b)"):
+                    kwargs = dict(
+                        TableName="equiv", IndexName="due", Limit=limit, ScanIndexForward=forward,
+                        KeyConditionExpression="#p = :p AND #d <= :n",
+                        ExpressionAttributeNames={"#p": "due_pk", "#d": "due_at"},
+                        ExpressionAttributeValues={":p": {"S": f"{tenant}#{shard}"}, ":n": {"N": str(10**12 + 1)}},
+                    )
+                    if flt:
+                        kwargs["FilterExpression"] = flt
+                        kwargs["ExpressionAttributeValues"].update({":a": {"S": "a"}, ":b": {"S": "b"}})
+                    pages = []
+                    while True:
+                        page = client.query(**kwargs)
+                        pages.append({k: page.get(k) for k in ("Items", "Count", "ScannedCount", "LastEvaluatedKey")})
+                        if "LastEvaluatedKey" not in page:
+                            break
+                        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+                    answers.append(pages)
         page = client.query(TableName="equiv", KeyConditionExpression="tenant_id = :t",
                             ExpressionAttributeValues={":t": {"S": tenant}}, ProjectionExpression="operation_id, fence")
         answers.append(page["Items"])
@@ -155,7 +157,7 @@ def test_patched_endpoint_answers_like_plain_moto(tmp_path):
     patched = subprocess.run([sys.executable, str(script)], env={k: v for k, v in env.items() if k != "LEASEFENCE_MOTO_AS_IS"},
                              capture_output=True, text=True, timeout=600, check=True)
     plain_answers, patched_answers = json.loads(plain.stdout), json.loads(patched.stdout)
-    assert len(plain_answers) > 200
+    assert len(plain_answers) > 100
     assert patched_answers == plain_answers
 
 
@@ -182,3 +184,10 @@ def test_embedded_endpoint_does_not_keep_every_item_copy(aws, spec):
                              [same_table.put("leak-orders", {"pk": f"order-{i}", "status": "refunded"})])
     assert len(Item.instances_tracked) == 0
     assert len(Table.instances_tracked) == 0
+
+
+def test_embedded_endpoint_loop_waits_in_select(aws):
+    """waitress casts its loop timeout to an int: a fraction of a second became 0, a select that
+    never waited, and the endpoint's loop thread spun as long as it ran (a fifth of a core while
+    idle, the interpreter lock taken from the requests under load)."""
+    assert aws._server.adj.asyncore_loop_timeout >= 1

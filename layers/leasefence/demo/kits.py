@@ -162,7 +162,12 @@ class SameTableKit(Kit):
         return FunctionHandler(run, reconcile)
 
     def effects(self, tenant_id: str, operation_id: str) -> int:
-        return int(self.order(tenant_id, operation_id).get("refunds", {}).get("N", "0"))
+        return self.refunds(self.order(tenant_id, operation_id))
+
+    @staticmethod
+    def refunds(order: dict[str, Any]) -> int:
+        """The refunds an order (as :meth:`order` returns it) records."""
+        return int(order.get("refunds", {}).get("N", "0"))
 
 
 class FencedTableKit(Kit):
@@ -216,10 +221,18 @@ class FencedTableKit(Kit):
     def effects(self, tenant_id: str, operation_id: str) -> int:
         return len(self.history(tenant_id, operation_id))
 
+    def entry(self, tenant_id: str, operation_id: str) -> dict[str, Any]:
+        """The operation's ledger item as the target holds it (empty if it has none)."""
+        return self.table.read(self._key(tenant_id, operation_id)) or {}
+
     def history(self, tenant_id: str, operation_id: str) -> list[int]:
         """Fences of the committed writes, in the order the target applied them."""
-        item = self.table.read(self._key(tenant_id, operation_id)) or {}
-        return [int(f) for f in item.get("history", [])]
+        return self.history_of(self.entry(tenant_id, operation_id))
+
+    @staticmethod
+    def history_of(entry: dict[str, Any]) -> list[int]:
+        """The fences of the committed writes an :meth:`entry` records, in commit order."""
+        return [int(f) for f in entry.get("history", [])]
 
 
 class IdempotentApiKit(Kit):

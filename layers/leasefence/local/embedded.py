@@ -1311,7 +1311,10 @@ class EmbeddedAws:
             threads=8,
             connection_limit=2000,
             channel_timeout=600,
-            asyncore_loop_timeout=0.2,
+            # Whole seconds: waitress reads this as an int (0.2 became 0, a select that never
+            # waited: the loop thread spun, a fifth of a core while idle, and took the interpreter
+            # lock from the requests). New work and stop() wake the loop through its trigger.
+            asyncore_loop_timeout=1,
             ident="embedded-aws",
         )
         self.port = self._server.effective_port
