@@ -24,6 +24,8 @@ from leasefence.engine import DEFAULT_CANDIDATE_PAGE, Engine
 from leasefence.schema import DEFAULT_DUE_SHARDS, TableSpec
 
 TENANT = "busy"
+#: The type of every queued operation (what the worker asks for, as the worker runtime does).
+JOB_TYPE = "refund"
 
 
 def _segments(snapshots: list[tuple[int, int]], queued: int) -> list[dict[str, Any]]:
@@ -81,7 +83,9 @@ def run(
                     return
                 budget[0] -= 1
             with meter.phase("claim"):
-                claim = engines[i].claim_next(TENANT, f"claimer-{i}", lease_ms=600_000)
+                claim = engines[i].claim_next(
+                    TENANT, f"claimer-{i}", lease_ms=600_000, job_types=[JOB_TYPE]
+                )
             if claim is None:
                 return
             made[i] += 1
@@ -97,6 +101,11 @@ def run(
     bench.client().delete_table(TableName=spec.table_name)
     usage = meter.usage("claim")
     successes = sum(made)
+    if successes < min(claims, queued):
+        raise RuntimeError(
+            f"contention: {successes} claims made of {min(claims, queued)} planned from a queue "
+            f"of {queued}: the claimers did not find the queued work"
+        )
     if not snapshots or snapshots[-1][0] != successes:
         snapshots.append((successes, usage.refused["update_item"]))
     return {
