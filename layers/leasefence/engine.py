@@ -169,6 +169,10 @@ class _NoAttemptsLeft(Exception):
     """A retryable failure by the holding fence, refused as a requeue because no attempt is left."""
 
 
+class _LostRace(Exception):
+    """Another claimer took the candidate between this claimer's read and its write."""
+
+
 MISSING: Any = _Missing()
 
 
@@ -400,8 +404,10 @@ class Engine:
         is read before any write (a half-unit read, not a refused one-unit write), and a live
         claim is remembered and skipped without a request until its lease as read. Entries of
         live claims are re-filed at their leases only where they may hide work: when a full page
-        gave nothing to claim. After losing a race for a candidate, this engine reads larger
-        pages of that tenant for a while (:meth:`_page_for`).
+        gave nothing to claim. A lost race (another claimer took the candidate first) leaves the
+        page stale: the claimer moves on to the next partition and reads the raced ones again
+        only if no other partition gives a claim; and this engine reads larger pages of that
+        tenant for a while (:meth:`_page_for`).
         """
         validate_id("tenant_id", tenant_id)
         validate_id("worker_id", worker_id)
@@ -413,8 +419,20 @@ class Engine:
             for shard in range(self.spec.due_shards)
         ]
         self.rng.shuffle(partitions)
+        raced = []
         for job_type, shard in partitions:
-            claim = self._claim_from_partition(tenant_id, job_type, shard, worker_id, lease_ms)
+            claim, lost = self._claim_from_partition(
+                tenant_id, job_type, shard, worker_id, lease_ms, stop_at_race=True
+            )
+            if claim is not None:
+                return claim
+            if lost:
+                raced.append((job_type, shard))
+        # A lost race left the rest of those pages stale: read them again, trying every candidate.
+        for job_type, shard in raced:
+            claim, _ = self._claim_from_partition(
+                tenant_id, job_type, shard, worker_id, lease_ms, stop_at_race=False
+            )
             if claim is not None:
                 return claim
         return None
@@ -476,8 +494,16 @@ class Engine:
         return types
 
     def _claim_from_partition(
-        self, tenant_id: str, job_type: str, shard: int, worker_id: str, lease_ms: int
-    ) -> Claim | None:
+        self,
+        tenant_id: str,
+        job_type: str,
+        shard: int,
+        worker_id: str,
+        lease_ms: int,
+        stop_at_race: bool,
+    ) -> tuple[Claim | None, bool]:
+        """A claim from one partition, a page at a time. With ``stop_at_race``, the first lost
+        race ends it (the page it was read from is stale by then): (None, True)."""
         now = self.clock()
         query: dict[str, Any] = {
             "IndexName": DUE_INDEX,
@@ -499,19 +525,28 @@ class Engine:
                     if snapshot is None:
                         held.append(candidate)
                         continue
-                claim = self._try_claim(
-                    snapshot, worker_id, lease_ms, None, retries=1, repair=False
-                )
+                try:
+                    claim = self._try_claim(
+                        snapshot,
+                        worker_id,
+                        lease_ms,
+                        None,
+                        retries=1,
+                        repair=False,
+                        stop_at_race=stop_at_race,
+                    )
+                except _LostRace:
+                    return None, True
                 if claim is not None:
-                    return claim
+                    return claim, False
             if page.last_key is None:
-                return None
+                return None, False
             # A full page gave nothing: entries of live claims may be crowding the head of the
             # partition. Re-file them at their leases, so that no claimer pages past them again.
             for entry in held:
                 self._refile_held(entry, now)
             start = page.last_key
-        return None
+        return None, False
 
     def _page_for(self, tenant_id: str) -> int:
         """How many entries a claim query of this tenant reads: :attr:`candidate_page`, or
@@ -594,13 +629,15 @@ class Engine:
         types: tuple[str, ...] | None,
         retries: int,
         repair: bool = True,
+        stop_at_race: bool = False,
     ) -> Claim | None:
         """One conditional write per try, pinned to the snapshot's fence and attempt counters.
 
         A refusal returns the item as it is now; if that is still claimable the next try uses it
         (no extra read); a live claim is remembered (and with ``repair``, its stale index entry
         re-filed at its lease); otherwise the claimer moves on. A refusal because another
-        claimer took the operation counts as a lost race (:meth:`_page_for`).
+        claimer took the operation counts as a lost race (:meth:`_page_for`); with
+        ``stop_at_race`` it raises :class:`_LostRace`.
         """
         tenant_id, operation_id = snapshot["tenant_id"], snapshot["operation_id"]
         claim_token = uuid.uuid4().hex
@@ -635,6 +672,8 @@ class Engine:
                 else:
                     if int(current.get("fence", 0)) > int(snapshot["fence"]):
                         self._note_race(tenant_id, lost=True)
+                        if stop_at_race:
+                            raise _LostRace() from None
                     snapshot = current
                     continue
             assert item is not None

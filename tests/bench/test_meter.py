@@ -75,3 +75,16 @@ def test_accelerated_index_queries_answer_exactly_as_moto_does():
 def test_scale_simulation_respects_the_partition_limit():
     # One shard, 4 write units per lifecycle: never above 1,000 / 4 lifecycles per second.
     assert 150 < max_rate(1, 4.0, 1000.0, seconds=50) <= 250
+
+
+def test_count_only_mode_still_gives_the_read_units_of_plain_reads(aws, spec, clock):
+    meter = Meter(aws.client(), units=False)
+    engine = Engine(client=meter.client(aws.client()), spec=spec, clock=clock)
+    with meter.phase("idle"):  # nothing queued: one empty page per shard, 0.5 each
+        assert engine.claim_next("nobody", "w1", lease_ms=30_000, job_types=["refund"]) is None
+    usage = meter.usage("idle")
+    assert (usage.requests["query"], usage.rcu) == (spec.due_shards, 0.5 * spec.due_shards)
+    engine.enqueue("acme", "op-4", "refund", H)
+    with meter.phase("get"):
+        engine.get("acme", "op-4")  # strongly consistent: 1 unit up to 4 KB
+    assert (meter.usage("get").total_requests, meter.usage("get").rcu) == (1, 1.0)

@@ -97,10 +97,11 @@ def test_live_claims_filling_a_page_are_refiled_and_the_work_behind_them_claimed
     assert len(refiled) == 2  # the full first page; the second page gave a claim
 
 
-def test_a_lost_race_makes_the_next_claims_of_that_tenant_read_larger_pages(
-    ddb, spec, clock, monkeypatch
+def test_a_lost_race_sends_the_claimer_on_and_its_next_claims_read_larger_pages(
+    aws, ddb, clock, monkeypatch
 ):
     monkeypatch.setattr(engine_module, "CONTENTION_MEMORY", 2)
+    spec = aws.create_tables(TableSpec(table_name="claim-paths-race", due_shards=1))
     limits = []
     rival = Engine(client=ddb, spec=spec, clock=clock)
 
@@ -130,19 +131,19 @@ def test_a_lost_race_makes_the_next_claims_of_that_tenant_read_larger_pages(
         candidate_page=2,
         contended_page=5,
     )
-    for i in range(40):
+    for i in range(10):
         engine.enqueue(T, f"op-{i:02d}", "refund", H)
     racing.armed = True
-    # Both candidates of its first page are taken before it writes: two lost races, then it
-    # claims from the partition's next page.
+    # The page it read is taken before it writes: one lost race ends that read (the rest of the
+    # page is stale); with no other partition, it reads the raced one again, a larger page now.
+    claim = engine.claim_next(T, "w", job_types=["refund"])
+    assert claim is not None and claim.worker_id == "w"
+    assert limits == [2, 5]
+    del limits[:]
     assert engine.claim_next(T, "w", job_types=["refund"]) is not None
-    assert limits[0] == 2
-    for _ in range(engine_module.CONTENTION_MEMORY - 1):
-        del limits[:]
-        assert engine.claim_next(T, "w", job_types=["refund"]) is not None
-        assert set(limits) == {5}
-    del limits[:]  # CONTENTION_MEMORY claims without a lost race: back to the default page
+    assert limits == [5]  # CONTENTION_MEMORY (2) claims after the lost race read 5 ...
+    del limits[:]
     assert engine.claim_next(T, "w", job_types=["refund"]) is not None
-    assert set(limits) == {2}
-    assert engine.claim_next("tenant-b", "w", job_types=["refund"]) is None  # other tenants: 2
-    assert limits[-1] == 2
+    assert limits == [2]  # ... then the default page again
+    assert engine.claim_next("tenant-b", "w", job_types=["refund"]) is None
+    assert limits[-1] == 2  # other tenants never read more

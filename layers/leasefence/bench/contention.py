@@ -20,7 +20,7 @@ from typing import Any
 from leasefence.bench.harness import ServerProcess
 from leasefence.bench.meter import Meter
 from leasefence.clock import system_clock
-from leasefence.engine import DEFAULT_CANDIDATE_PAGE, Engine
+from leasefence.engine import DEFAULT_CANDIDATE_PAGE, DEFAULT_CONTENDED_PAGE, Engine
 from leasefence.schema import DEFAULT_DUE_SHARDS, TableSpec
 
 TENANT = "busy"
@@ -52,7 +52,10 @@ def run(
     due_shards: int = DEFAULT_DUE_SHARDS,
     candidate_page: int = DEFAULT_CANDIDATE_PAGE,
     label: str = "default",
+    contended_page: int = DEFAULT_CONTENDED_PAGE,
 ) -> dict[str, Any]:
+    """``contended_page`` equal to ``candidate_page``: no larger pages after a lost race (the
+    engine before issue 16)."""
     spec = bench.create_tables(
         TableSpec(table_name=f"bench-contention-{label}", due_shards=due_shards)
     )
@@ -64,6 +67,7 @@ def run(
             spec=spec,
             rng=random.Random(500 + i),
             candidate_page=candidate_page,
+            contended_page=contended_page,
         )
         for i in range(claimers)
     ]
@@ -97,6 +101,11 @@ def run(
     start = time.perf_counter()
     with bench.accelerated(), ThreadPoolExecutor(claimers) as pool:
         list(pool.map(work, range(claimers)))
+        # What an idle poll of one of these claimers reads: this tenant, a type with nothing due
+        # (read at the page this claimer uses for the tenant now: after a lost race, the larger).
+        idle_page = engines[0]._page_for(TENANT)
+        with meter.phase("idle"):
+            assert engines[0].claim_next(TENANT, "claimer-0", job_types=["nothing-due"]) is None
     elapsed = time.perf_counter() - start
     bench.client().delete_table(TableName=spec.table_name)
     usage = meter.usage("claim")
@@ -114,7 +123,11 @@ def run(
         "claims": successes,
         "due_shards": due_shards,
         "candidate_page": candidate_page,
+        "contended_page": contended_page,
         "refused_claim_writes": usage.refused["update_item"],
+        "rcu_per_claim": round(usage.rcu / max(successes, 1), 3),
+        "idle_poll_rcu": meter.usage("idle").rcu,
+        "idle_poll_page": idle_page,
         "wasted_claims_per_success": round(usage.refused["update_item"] / max(successes, 1), 4),
         "queries_per_claim": round(usage.requests["query"] / max(successes, 1), 3),
         "requests_per_claim": round(usage.total_requests / max(successes, 1), 3),
