@@ -519,12 +519,13 @@ class Engine:
             self.rng.shuffle(candidates)
             held: list[dict[str, Any]] = []
             for candidate in candidates:
-                snapshot: dict[str, Any] | None = candidate
+                snapshot = candidate
                 if candidate.get("state") == State.CLAIMED:
-                    snapshot = self._unless_held(candidate, now)
-                    if snapshot is None:
+                    lapsed = self._unless_held(candidate, now)
+                    if lapsed is None:
                         held.append(candidate)
                         continue
+                    snapshot = lapsed
                 try:
                     claim = self._try_claim(
                         snapshot,

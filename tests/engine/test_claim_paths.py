@@ -147,3 +147,13 @@ def test_a_lost_race_sends_the_claimer_on_and_its_next_claims_read_larger_pages(
     assert limits == [2]  # ... then the default page again
     assert engine.claim_next("tenant-b", "w", job_types=["refund"]) is None
     assert limits[-1] == 2  # other tenants never read more
+
+
+def test_the_oldest_due_age_skips_live_claims_and_counts_lapsed_ones(engine, clock):
+    held_long(engine)  # lease until +60 s, entry at +1 s
+    filed_at = int(raw(engine, "op-1")[DUE_SK])
+    clock.advance(2_000)
+    assert engine.oldest_due_age_ms() == 0
+    assert int(raw(engine, "op-1")[DUE_SK]) == filed_at  # skipped, not re-filed
+    clock.advance(60_000)  # the worker died: its lease lapsed 2 s ago
+    assert engine.oldest_due_age_ms() == 2_000

@@ -464,8 +464,7 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
             w["wasted_claims_per_success"],
             w["wasted_claims_per_success"] <= 0.1,
             f"{w['wasted_claims_per_success']:g} ({w['rcu_per_claim']:g} RCU per claim; idle "
-            f"poll {w['idle_poll_rcu']:g} RCU)"
-            + (f"; {variants}" if best else ""),
+            f"poll {w['idle_poll_rcu']:g} RCU)" + (f"; {variants}" if best else ""),
             f"{w['claims']:,} claims by 32 claimers from a {w['queued']:,}-deep queue with the defaults "
             f"({w['due_shards']} shards, page {w['candidate_page']}, {w['contended_page']} for "
             "the next claims of a tenant after a lost race); by stretch: "
