@@ -1,6 +1,7 @@
 """The API function: every route of the HTTP API (API Gateway HTTP API, payload format 2.0).
 
-Thin on purpose: the routes live in ``leasefence.api.app`` (the core layer). This module only
+Thin on purpose: the entry is ``leasefence.api.app`` and the routes ``leasefence.api.routes`` (the
+core layer; the routes are imported on the first request that needs them). This module only
 adds the Powertools wiring: structured logs with the request id as correlation id (never the
 event: it holds ids and payloads), a trace segment without the response, and one EMF flush per
 invocation.

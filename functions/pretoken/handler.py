@@ -1,13 +1,14 @@
 """Cognito pre token generation trigger (V2 and V3 events): the claims leasefence needs.
 
 The API reads the caller's tenant from a ``tenant_id`` claim and its rights from the ``scope``
-claim (``leasefence/produce``, ``leasefence/work``, ``leasefence/operate``). Cognito issues
-neither claim on its own for users, nor ``tenant_id`` for app clients; this trigger adds them:
+claim (``leasefence/produce``, ``leasefence/work``, ``leasefence/operate``,
+``leasefence/approve``). Cognito issues neither claim on its own for users, nor ``tenant_id`` for
+app clients; this trigger adds them:
 
 * user tokens (sign-in, hosted UI, refresh): ``tenant_id`` from the user attribute
   ``custom:tenant_id`` (``LEASEFENCE_TENANT_ATTRIBUTE``), else from the one group named
-  ``tenant:<id>``; each group ``leasefence-produce`` / ``-work`` / ``-operate`` adds that scope to
-  the access token;
+  ``tenant:<id>``; each group ``leasefence-produce`` / ``-work`` / ``-operate`` / ``-approve``
+  adds that scope to the access token;
 * client-credentials tokens (V3 event, ``TokenGeneration_ClientCredentials``): the OAuth scopes
   are already in the token; ``tenant_id`` comes from ``LEASEFENCE_CLIENT_TENANTS``, a JSON
   object mapping app client ids to tenants (the event has no user, only the client id).
@@ -34,6 +35,7 @@ GROUP_SCOPES = {
     "leasefence-produce": "leasefence/produce",
     "leasefence-work": "leasefence/work",
     "leasefence-operate": "leasefence/operate",
+    "leasefence-approve": "leasefence/approve",
 }
 CLIENT_CREDENTIALS = "TokenGeneration_ClientCredentials"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

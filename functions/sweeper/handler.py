@@ -1,5 +1,6 @@
-"""The sweeper function (EventBridge schedule): parks expired final-attempt claims as ``unknown``,
-then deletes the stored payloads that are due (payload retention, erasure).
+"""The sweeper function (EventBridge schedule): parks expired final-attempt claims as ``unknown``
+and ends operations whose approval was not given in time (``approval_expired``), then deletes the
+stored payloads that are due (payload retention, erasure).
 
 Each ``Engine.sweep`` call examines at most ``LEASEFENCE_SWEEP_BATCH`` due entries; the function
 repeats it while a batch came back full, at most ``LEASEFENCE_SWEEP_MAX_BATCHES`` times, and stops
@@ -37,7 +38,7 @@ def sweep(
     engine: Engine, batch: int, max_batches: int, remaining_ms: Callable[[], int]
 ) -> dict[str, int | str]:
     """Run ``engine.sweep`` in bounded batches; ``remaining_ms()`` gives the time left."""
-    totals = {"batches": 0, "examined": 0, "swept": 0, "repaired": 0}
+    totals = {"batches": 0, "examined": 0, "swept": 0, "repaired": 0, "approvals_expired": 0}
     stopped = "drained"
     while True:
         if totals["batches"] >= max_batches:
@@ -51,7 +52,11 @@ def sweep(
         totals["examined"] += result.examined
         totals["swept"] += result.swept
         totals["repaired"] += result.repaired
-        if result.examined < batch or result.swept + result.repaired == 0:
+        totals["approvals_expired"] += result.approvals_expired
+        if (
+            result.examined < batch
+            or result.swept + result.repaired + result.approvals_expired == 0
+        ):
             break  # drained, or a full batch changed nothing (the next would read the same entries)
     return {**totals, "stopped": stopped}
 

@@ -31,6 +31,7 @@ from aws_lambda_powertools.utilities.batch import (
 
 from leasefence.observability import logger, metrics, record_event, tracer
 from leasefence.settings import runtime
+from leasefence.snapstart import after_restore
 
 #: Stop claiming when less than one lease plus this margin of the invocation is left.
 MARGIN_MS = 5_000
@@ -95,6 +96,14 @@ def _current():
             StreamDispatch(worker, rt.engine, rt.settings.worker_tenants, count=record_event),
         )
     return _built[1], _built[2]
+
+
+@after_restore
+def _new_worker_identity() -> None:
+    """SnapStart: a worker built before the snapshot would carry the same worker id in every
+    restored instance; the next invocation builds a new one."""
+    global _built
+    _built = None
 
 
 def drain(worker, context):

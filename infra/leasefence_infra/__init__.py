@@ -6,7 +6,7 @@ the service's acknowledgments (each with its reason) apply to ``AwsSolutionsChec
 """
 
 from .bundling import LayerBundlingError, LocalLayerBundler, core_layer_code, package_layer_code
-from .contract import ROUTES, SCOPE_OPERATE, SCOPE_PRODUCE, SCOPE_WORK
+from .contract import ROUTES, SCOPE_APPROVE, SCOPE_OPERATE, SCOPE_PRODUCE, SCOPE_WORK
 from .props import LeaseFenceServiceProps
 from .service import LeaseFenceService
 from .stack import ContextError, LeaseFenceStack, context_bool, service_props_from_context
@@ -15,6 +15,7 @@ from .worker_props import WorkerProps
 
 __all__ = [
     "ROUTES",
+    "SCOPE_APPROVE",
     "SCOPE_OPERATE",
     "SCOPE_PRODUCE",
     "SCOPE_WORK",

@@ -170,7 +170,7 @@ class Api(Construct):
         )
         integration = integrations.HttpLambdaIntegration(
             "ApiIntegration",
-            self.function.function,
+            self.function.target,
             payload_format_version=apigw.PayloadFormatVersion.VERSION_2_0,
         )
         self.routes: dict[tuple[str, str], apigw.HttpRoute] = {}

@@ -5,6 +5,8 @@ from __future__ import annotations
 SCOPE_PRODUCE = "leasefence/produce"
 SCOPE_WORK = "leasefence/work"
 SCOPE_OPERATE = "leasefence/operate"
+#: Approve or reject an operation awaiting approval (docs/api-contract-extensions.md).
+SCOPE_APPROVE = "leasefence/approve"
 #: Resource server identifier of the optional Cognito user pool (scopes ``<id>/<name>``).
 RESOURCE_SERVER_ID = "leasefence"
 
@@ -26,4 +28,7 @@ ROUTES: tuple[tuple[str, str, str | None], ...] = (
     ("GET", "/v1/operations/{id}/history", SCOPE_OPERATE),  # docs/api-contract-extensions.md
     ("POST", "/v1/operations/{id}/resolve", SCOPE_OPERATE),
     ("POST", "/v1/operations/{id}/erase", SCOPE_OPERATE),
+    ("POST", "/v1/operations/{id}/approve", SCOPE_APPROVE),
+    ("POST", "/v1/operations/{id}/reject", SCOPE_APPROVE),
+    ("POST", "/v1/operations/{id}/cancel", SCOPE_PRODUCE),
 )

@@ -1,7 +1,11 @@
 """One function of the service: its log group, its own least-privilege role, the function.
 
 Every function runs Python 3.12 on arm64 with X-Ray, JSON logs in its own log group, and one log
-level that drives both Powertools and Lambda's log filtering.
+level that drives both Powertools and Lambda's log filtering. With SnapStart
+(``FunctionRuntime.snap_start``) a function that runs the core layer publishes a version on each
+deploy and the alias :data:`LIVE_ALIAS` points at it; everything that invokes it (the API
+integration, the stream mappings, the schedules) invokes :attr:`ServiceFunction.target`, the
+alias, and its asynchronous settings (retries, on-failure queue) are the alias's.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Annotations, Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_destinations as destinations
@@ -35,6 +39,10 @@ LOG_LEVELS: dict[str, tuple[str, lambda_.ApplicationLogLevel, lambda_.SystemLogL
     "CRITICAL": ("CRITICAL", lambda_.ApplicationLogLevel.FATAL, lambda_.SystemLogLevel.WARN),
 }
 
+#: The alias every invoker targets when SnapStart is on (SnapStart applies to published versions
+#: only: ``$LATEST`` would start cold).
+LIVE_ALIAS = "live"
+
 _PINNED_RUNTIME_REASON = (
     "Pinned to python3.12 on purpose: the AWS-managed Powertools layer is resolved from "
     f"{POWERTOOLS_LAYER_PARAMETER} and the core layer is built for cp312; moving runtimes is a "
@@ -52,6 +60,8 @@ class FunctionRuntime:
     log_level: str
     log_retention: logs.RetentionDays
     removal_policy: RemovalPolicy
+    #: Lambda SnapStart on published versions for the functions that run the core layer.
+    snap_start: bool = False
 
     def powertools_log_level(self) -> str:
         return LOG_LEVELS[self.log_level][0]
@@ -62,7 +72,10 @@ class ServiceFunction(Construct):
     its log group, X-Ray, and what its concern grants it).
 
     ``layers=()`` gives a function that uses the standard library only (the Cognito trigger),
-    without tracing.
+    without tracing (and without SnapStart: it has nothing worth a snapshot).
+
+    :attr:`target` is what invokers must call: the ``Live`` alias (:data:`LIVE_ALIAS`) with
+    SnapStart, the function itself otherwise.
     """
 
     def __init__(
@@ -85,6 +98,14 @@ class ServiceFunction(Construct):
         super().__init__(scope, construct_id)
         layers = list(runtime.layers if layers is None else layers)
         traced = bool(layers)
+        snap_start = runtime.snap_start and traced
+        asynchronous: dict[str, object] = {
+            "retry_attempts": retry_attempts,
+            "max_event_age": max_event_age,
+            "on_failure": destinations.SqsDestination(on_failure)
+            if on_failure is not None
+            else None,
+        }
         self.log_group = logs.LogGroup(
             self, "Logs", retention=runtime.log_retention, removal_policy=runtime.removal_policy
         )
@@ -117,11 +138,29 @@ class ServiceFunction(Construct):
             memory_size=memory_mb,
             timeout=timeout,
             tracing=lambda_.Tracing.ACTIVE if traced else None,
-            retry_attempts=retry_attempts,
-            max_event_age=max_event_age,
-            on_failure=destinations.SqsDestination(on_failure) if on_failure is not None else None,
             reserved_concurrent_executions=reserved_concurrency,
+            snap_start=lambda_.SnapStartConf.ON_PUBLISHED_VERSIONS if snap_start else None,
+            # Asynchronous invocations (the schedules) reach the alias under SnapStart: its
+            # settings are the ones that apply then.
+            **({} if snap_start else asynchronous),
         )
+        self.alias: lambda_.Alias | None = None
+        if snap_start:
+            # CDK warns on every SnapStart function that $LATEST is not snapshotted; this one
+            # publishes its version and is only invoked through the alias.
+            Annotations.of(self.function).acknowledge_warning(
+                "@aws-cdk/aws-lambda:snapStartRequirePublish",
+                "the function publishes a version on each deploy and is invoked through its alias",
+            )
+            self.alias = lambda_.Alias(
+                self,
+                "Live",
+                alias_name=LIVE_ALIAS,
+                version=self.function.current_version,
+                **asynchronous,
+            )
+        #: What the API integration, the stream mappings and the schedules invoke.
+        self.target: lambda_.IFunction = self.alias or self.function
         if traced:
             acknowledge(
                 self.role,

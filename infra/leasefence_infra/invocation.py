@@ -117,10 +117,14 @@ class ScheduledInvocation(Construct):
             key=key,
         )
         # After the schedule: the target adds the role's policy (acks reach existing children).
-        acknowledge(
-            self.role,
-            "AwsSolutions-IAM5",
-            f"lambda:InvokeFunction on the {what} and its versions/aliases (<arn>:*), the form "
-            "Function.grant_invoke always emits; no other function is reachable.",
-            applies_to=[f"Resource::<{stack.get_logical_id(function.node.default_child)}.Arn>:*"],
-        )
+        # An alias (SnapStart) is granted on its own ARN only: nothing to acknowledge.
+        if not isinstance(function, lambda_.Alias):
+            acknowledge(
+                self.role,
+                "AwsSolutions-IAM5",
+                f"lambda:InvokeFunction on the {what} and its versions/aliases (<arn>:*), the form "
+                "Function.grant_invoke always emits; no other function is reachable.",
+                applies_to=[
+                    f"Resource::<{stack.get_logical_id(function.node.default_child)}.Arn>:*"
+                ],
+            )

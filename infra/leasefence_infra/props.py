@@ -56,7 +56,8 @@ class LeaseFenceServiceProps:
     synthesis refuses any other kind)."""
     create_user_pool: bool = False
     """Create a Cognito user pool (resource server `leasefence`, scopes `produce`, `work`,
-    `operate`, one client-credentials app client) and use it as the issuer."""
+    `operate`, `approve`, one client-credentials app client with all but `approve`) and use it as
+    the issuer."""
     user_pool_domain_prefix: str | None = None
     """Cognito domain prefix of the created pool (its token endpoint); required with
     `create_user_pool`, globally unique per region."""
@@ -117,6 +118,12 @@ class LeaseFenceServiceProps:
     """Memory of the API function (128-10240)."""
     sweeper_memory_mb: int = 512
     """Memory of the sweeper function (128-10240)."""
+    snap_start: bool = False
+    """Lambda SnapStart for the functions that run the engine (API, sweeper, worker, publisher;
+    not the Cognito trigger): each deploy publishes a version, snapshots it once initialized, and
+    points the alias `live` at it; the API integration, the stream mappings and the schedules
+    invoke the alias. Restored instances re-seed their random generators (runtime hooks). Costs
+    the snapshot's cache and each restore (Lambda pricing)."""
     core_layer: lambda_.Code | None = None
     """A pre-built core layer `Code` (default: `core_layer_code()`, built locally with pip at
     synth, no Docker)."""

@@ -129,6 +129,7 @@ class LeaseFenceService(Construct):
             log_level=props.log_level,
             log_retention=props.log_retention,
             removal_policy=props.removal_policy,
+            snap_start=props.snap_start,
         )
         environment = shared_environment(
             table_name=self.storage.table.table_name,

@@ -88,7 +88,7 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
 
     ``jwtIssuer``, ``jwtAudience`` (comma-separated), ``createUserPool``, ``userPoolDomainPrefix``,
     ``tableName``, ``retentionDays``, ``deletionProtection``, ``customerManagedKey``,
-    ``tenantIsolation``, ``logRetentionDays``, ``logLevel``, ``dueShards``, ``sweepShards``,
+    ``tenantIsolation``, ``snapStart``, ``logRetentionDays``, ``logLevel``, ``dueShards``, ``sweepShards``,
     ``destroyOnRemoval`` (dev stacks only: tables, buckets, keys are deleted with the stack),
     ``metricsNamespace`` (default ``LeaseFence/<stack name>``), ``allowPlaceholderIssuer``
     (offline synth only: without ``jwtIssuer`` or ``createUserPool`` synthesis is refused),
@@ -140,6 +140,7 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     props["deletion_protection"] = context_bool(get("deletionProtection"), True)
     props["create_encryption_key"] = context_bool(get("customerManagedKey"), False)
     props["tenant_isolation"] = context_bool(get("tenantIsolation"), False)
+    props["snap_start"] = context_bool(get("snapStart"), False)
     if context_bool(get("destroyOnRemoval"), False):
         props["removal_policy"] = RemovalPolicy.DESTROY
     if get("logRetentionDays") is not None:

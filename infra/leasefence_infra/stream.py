@@ -74,7 +74,7 @@ def subscribe(
     return lambda_.EventSourceMapping(
         scope,
         construct_id,
-        target=function.function,
+        target=function.target,
         event_source_arn=table.table_stream_arn,
         starting_position=lambda_.StartingPosition.LATEST,
         filters=[{"pattern": f["Pattern"]} for f in filter_criteria(mapping.filters)["Filters"]],

@@ -82,7 +82,7 @@ class Sweeper(Construct):
         self.schedule = ScheduledInvocation(
             self,
             "Schedule",
-            function=self.function.function,
+            function=self.function.target,
             what="sweeper",
             description="leasefence sweeper: park expired final-attempt claims",
             expression=scheduler.ScheduleExpression.rate(Duration.minutes(1)),

@@ -19,15 +19,22 @@ from .nag import acknowledge
 PRETOKEN_HANDLER = "pretoken.handler.lambda_handler"
 
 _SCOPES = (
-    ("produce", "enqueue operations and read them"),
+    ("produce", "enqueue operations, read and cancel them"),
     ("work", "claim operations and report their outcome"),
     ("operate", "list operations, resolve unknown/quarantined ones, erase operations"),
+    ("approve", "approve or reject operations awaiting approval"),
 )
+#: The scopes of the pool's one service client: all but ``approve``. An approver must be another
+#: identity than the producer that enqueued the operation (the API refuses a self-approval), and
+#: the service client's tokens all carry the same identity (its client id): approvers are users
+#: in the group ``leasefence-approve`` or an app client of your own (listed in ``jwt_audience``).
+_SERVICE_CLIENT_SCOPES = ("produce", "work", "operate")
 
 
 class LeaseFenceUserPool(Construct):
-    """A machine-to-machine pool: resource server ``leasefence`` with the three scopes, a domain
-    for the token endpoint, one confidential client-credentials app client.
+    """A machine-to-machine pool: resource server ``leasefence`` with the four scopes, a domain
+    for the token endpoint, one confidential client-credentials app client (every scope but
+    ``approve``: see :data:`_SERVICE_CLIENT_SCOPES`).
 
     :attr:`issuer` and :attr:`audience` are what the API's JWT authorizer checks.
     """
@@ -112,7 +119,9 @@ class LeaseFenceUserPool(Construct):
             o_auth=cognito.OAuthSettings(
                 flows=cognito.OAuthFlows(client_credentials=True),
                 scopes=[
-                    cognito.OAuthScope.resource_server(self.resource_server, s) for s in scopes
+                    cognito.OAuthScope.resource_server(self.resource_server, s)
+                    for s in scopes
+                    if s.scope_name in _SERVICE_CLIENT_SCOPES
                 ],
             ),
             access_token_validity=Duration.hours(1),

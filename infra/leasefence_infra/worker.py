@@ -135,7 +135,7 @@ class Worker(Construct):
         self.schedule = ScheduledInvocation(
             self,
             "Schedule",
-            function=self.function.function,
+            function=self.function.target,
             what="worker",
             description=f"leasefence worker: drain claims for {len(props.tenants)} tenant(s)",
             expression=props.schedule_or_default,

@@ -194,9 +194,15 @@ def _secret() -> str | None:
 def token(
     tenant: str = typer.Option(..., "--tenant", help="The tenant_id claim."),
     scope: list[str] | None = typer.Option(
-        None, "--scope", help="A scope to grant (repeat). Default: all three."
+        None, "--scope", help="A scope to grant (repeat). Default: all four."
     ),
     ttl: int = typer.Option(12 * 3600, "--ttl", min=1, help="Lifetime in seconds."),
+    sub: str | None = typer.Option(
+        None,
+        "--sub",
+        help="The sub claim: who the caller is (default dev:<tenant>). An approver needs "
+        "another sub than the producer that enqueued the operation.",
+    ),
 ) -> None:
     """Print a dev JWT for the local stack (HS256, secret from LEASEFENCE_LOCAL_JWT_SECRET)."""
     from leasefence.auth import ALL_SCOPES, mint
@@ -207,7 +213,7 @@ def token(
             "no secret: set LEASEFENCE_LOCAL_JWT_SECRET (or start `leasefence local`)", err=True
         )
         raise typer.Exit(1)
-    typer.echo(mint(tenant, scope or ALL_SCOPES, ttl_seconds=ttl, secret=secret))
+    typer.echo(mint(tenant, scope or ALL_SCOPES, ttl_seconds=ttl, secret=secret, subject=sub))
 
 
 # ---------------------------------------------------------------------------------- openapi
@@ -297,7 +303,9 @@ def invoke(
 # ---------------------------------------------------------------------------------- ops
 
 
-def _client(base_url: str | None, token_value: str | None, tenant: str | None) -> Any:
+def _client(
+    base_url: str | None, token_value: str | None, tenant: str | None, sub: str | None = None
+) -> Any:
     from leasefence.client import LeaseFenceClient
 
     state = _read_state()
@@ -308,7 +316,13 @@ def _client(base_url: str | None, token_value: str | None, tenant: str | None) -
         or DEFAULT_BASE_URL
     )
     bearer = token_value or os.environ.get("LEASEFENCE_TOKEN")
-    if not bearer and tenant is None and state.get("token") and state.get("base_url") == url:
+    if (
+        not bearer
+        and tenant is None
+        and sub is None
+        and state.get("token")
+        and state.get("base_url") == url
+    ):
         bearer = state["token"]
     if not bearer:
         secret = _secret()
@@ -320,7 +334,7 @@ def _client(base_url: str | None, token_value: str | None, tenant: str | None) -
             raise typer.Exit(2)
         from leasefence.auth import ALL_SCOPES, mint
 
-        bearer = mint(tenant or DEV_TENANT, ALL_SCOPES, ttl_seconds=600, secret=secret)
+        bearer = mint(tenant or DEV_TENANT, ALL_SCOPES, ttl_seconds=600, secret=secret, subject=sub)
     return LeaseFenceClient(url, bearer, retries=2)
 
 
@@ -544,6 +558,75 @@ def ops_erase(
 
     try:
         _show(_client(base_url, token_value, tenant).erase(operation_id))
+    except LeaseFenceError as error:
+        _fail(error)
+
+
+_SUB = typer.Option(
+    None,
+    "--sub",
+    help="With a minted local dev token: its sub (who you are; default dev:<tenant>).",
+)
+
+
+@ops.command("approve")
+def ops_approve(
+    operation_id: str = typer.Argument(..., help="The operation id."),
+    payload_hash: str = typer.Option(
+        ..., "--payload-hash", help="The hash of the payload you approve (sha256:<64 hex>)."
+    ),
+    base_url: str | None = _BASE_URL,
+    token_value: str | None = _TOKEN,
+    tenant: str | None = _TENANT,
+    sub: str | None = _SUB,
+) -> None:
+    """Approve an operation awaiting approval: it becomes queued, claimable at once.
+
+    Refused when the hash is not the operation's (409 payload_mismatch), when your identity
+    enqueued it (403 forbidden) and after a reject, an expiry or a cancel (409
+    invalid_transition). Approving again is harmless."""
+    from leasefence.errors import LeaseFenceError
+
+    try:
+        _show(_client(base_url, token_value, tenant, sub).approve(operation_id, payload_hash))
+    except LeaseFenceError as error:
+        _fail(error)
+
+
+@ops.command("reject")
+def ops_reject(
+    operation_id: str = typer.Argument(..., help="The operation id."),
+    note: str = typer.Option("", "--note", help="Why (kept as the operation's reason)."),
+    base_url: str | None = _BASE_URL,
+    token_value: str | None = _TOKEN,
+    tenant: str | None = _TENANT,
+    sub: str | None = _SUB,
+) -> None:
+    """Reject an operation awaiting approval: it ends failed_terminal, outcome rejected."""
+    from leasefence.errors import LeaseFenceError
+
+    try:
+        _show(_client(base_url, token_value, tenant, sub).reject(operation_id, note))
+    except LeaseFenceError as error:
+        _fail(error)
+
+
+@ops.command("cancel")
+def ops_cancel(
+    operation_id: str = typer.Argument(..., help="The operation id."),
+    base_url: str | None = _BASE_URL,
+    token_value: str | None = _TOKEN,
+    tenant: str | None = _TENANT,
+    sub: str | None = _SUB,
+) -> None:
+    """Withdraw a queued operation, or one awaiting approval: it ends cancelled.
+
+    Refused (409 invalid_transition) once a worker claimed it or it ended. Cancelling again is
+    harmless."""
+    from leasefence.errors import LeaseFenceError
+
+    try:
+        _show(_client(base_url, token_value, tenant, sub).cancel(operation_id))
     except LeaseFenceError as error:
         _fail(error)
 

@@ -48,6 +48,7 @@ from leasefence.errors import (
     LeaseFenceError,
     NotFound,
     PayloadConflict,
+    PayloadMismatch,
     PayloadMissing,
     PayloadTooLarge,
     StaleFence,
@@ -73,6 +74,7 @@ ERRORS: dict[str, type[LeaseFenceError]] = {
     "not_found": NotFound,
     "payload_missing": PayloadMissing,
     "payload_conflict": PayloadConflict,
+    "payload_mismatch": PayloadMismatch,
     "stale_fence": StaleFence,
     "invalid_transition": InvalidTransition,
     "unavailable": Unavailable,
@@ -107,6 +109,10 @@ class Operation:
     #: ``external`` (your payload_ref), ``stored``, ``purged`` or ``erased``.
     payload_state: str | None = None
     erased_at: datetime | None = None
+    #: ``awaiting_approval``: until when an approval is accepted; else None.
+    approval_expires_at: datetime | None = None
+    #: Who approved it (the approver's token ``sub``), or None.
+    approved_by: str | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Operation:
@@ -127,6 +133,8 @@ class Operation:
             updated_at=_time(data["updated_at"]),  # type: ignore[arg-type]
             payload_state=data.get("payload_state"),
             erased_at=_time(data.get("erased_at")),
+            approval_expires_at=_time(data.get("approval_expires_at")),
+            approved_by=data.get("approved_by"),
         )
 
 
@@ -489,6 +497,25 @@ class LeaseFenceClient:
         scope). Refused with :class:`InvalidTransition` while it is claimed. Erasing again is
         harmless, so a lost answer is retried."""
         return self._finish(operation_id, "erase", {})
+
+    def approve(self, operation_id: str, payload_hash: str) -> Operation:
+        """Approve an operation awaiting approval (needs the approve scope): it becomes queued.
+        ``payload_hash`` is the hash of the payload you saw: another one raises
+        :class:`PayloadMismatch` (409) and changes nothing; approving an operation your own
+        identity enqueued raises :class:`Forbidden` (403). Approving again is a replay, so a lost
+        answer is retried."""
+        return self._finish(operation_id, "approve", {"payload_hash": payload_hash})
+
+    def reject(self, operation_id: str, note: str = "") -> Operation:
+        """Reject an operation awaiting approval (needs the approve scope): it ends
+        failed_terminal with outcome ``rejected``. Rejecting again is a replay."""
+        return self._finish(operation_id, "reject", {"note": note})
+
+    def cancel(self, operation_id: str) -> Operation:
+        """Withdraw a queued operation or one awaiting approval (needs the produce scope): it ends
+        ``cancelled``. A claimed or ended one raises :class:`InvalidTransition`. Cancelling
+        again is a replay."""
+        return self._finish(operation_id, "cancel", {})
 
     def history(
         self, operation_id: str, limit: int | None = None, cursor: str | None = None

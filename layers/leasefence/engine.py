@@ -7,8 +7,12 @@ change in between makes the write fail instead of acting on stale facts.
 
 State machine::
 
+    enqueue(approval required) ──> awaiting_approval ──approve──> queued
+                                     ├──reject / sweep(approval expired)──> failed_terminal
+                                     └──cancel──> cancelled
     enqueue ──> queued ──claim──> claimed ──complete──> succeeded
-                  ^                  │ ├──fail(retryable, attempts left)──> queued
+                  ^  └──cancel──> cancelled
+                  │                  │ ├──fail(retryable, attempts left)──> queued
                   │                  │ ├──fail(otherwise)──> failed_terminal
                   │                  │ ├──park_unknown / sweep(expired, no attempts left)──> unknown
                   │                  │ └──quarantine──> quarantined
@@ -39,7 +43,9 @@ from leasefence.errors import (
     InvalidTransition,
     NotFound,
     PayloadConflict,
+    PayloadMismatch,
     PayloadMissing,
+    SelfApproval,
     StaleFence,
     TargetRefused,
     Unavailable,
@@ -113,6 +119,14 @@ CONTENTION_MEMORY = 20
 #: How many tenants (contention) and live leases (:meth:`Engine._remember_held`) an engine
 #: remembers at most, each: the oldest are forgotten first.
 MEMORY_ENTRIES = 10_000
+#: How long an operation awaits its approval when the caller names no validity, and the longest
+#: it may (an awaiting operation has no TTL: it must end by itself).
+DEFAULT_APPROVAL_VALID_MS = DAY_MS
+MAX_APPROVAL_VALID_MS = 30 * DAY_MS
+#: The outcome codes of the approval gate's ends (``failed_terminal``) and of a cancel.
+OUTCOME_REJECTED = "rejected"
+OUTCOME_APPROVAL_EXPIRED = "approval_expired"
+OUTCOME_CANCELLED = "cancelled"
 
 _HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -279,6 +293,8 @@ class Engine:
         target_class: TargetClass | str = TargetClass.C,
         payload_inline: bool = False,
         actor: str | None = None,
+        approval_required: bool = False,
+        approval_valid_ms: int | None = None,
     ) -> EnqueueResult:
         """Durably record an operation bound to its payload hash: one conditional put.
 
@@ -288,6 +304,12 @@ class Engine:
         or erased meanwhile. ``payload_inline``: ``payload_ref`` names an object that
         :attr:`payloads` stored for this identity (set only by the API's inline path). ``actor``:
         who enqueued it (the API passes the token's subject), recorded with the transition.
+
+        ``approval_required`` (a job type's catalogue entry asks for it): the operation starts
+        ``awaiting_approval``, in no claim index, until :meth:`approve` (or :meth:`reject`,
+        :meth:`cancel`, or the sweeper once ``approval_valid_ms`` passed: default
+        :data:`DEFAULT_APPROVAL_VALID_MS`, at most :data:`MAX_APPROVAL_VALID_MS`). ``actor`` is
+        kept as ``enqueued_by``: that identity can never approve it.
         """
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
@@ -313,6 +335,9 @@ class Engine:
         if payload_inline and payload_ref is None:
             raise InvalidInput("an inline payload needs its payload_ref")
         actor = validate_actor(actor, None)
+        if not isinstance(approval_required, bool):
+            raise InvalidInput("approval_required must be a boolean")
+        valid_ms = self._approval_valid_ms(approval_valid_ms)
         self._register_job_type(tenant_id, job_type)
         now = self.clock()
         due_home = self._due_pk(tenant_id, operation_id, job_type)
@@ -337,6 +362,19 @@ class Engine:
             "actor": actor,
             "seq": 1,
         }
+        if approval_required:
+            # In no claim index (no due_pk: no claimer can see it); its deadline is in the
+            # sweeper's index, so an approval not given in time ends it without a scan.
+            del item[DUE_PK], item[DUE_SK]
+            item.update(
+                {
+                    "state": State.AWAITING_APPROVAL.value,
+                    "approval_expires_at": now + valid_ms,
+                    SWEEP_PK: self._sweep_pk(tenant_id, operation_id),
+                    SWEEP_SK: now + valid_ms,
+                    "enqueued_by": actor,
+                }
+            )
         if payload_inline:
             item["payload_inline"] = True
             item[PURGE_PK] = self._purge_pk(tenant_id, operation_id)
@@ -356,6 +394,18 @@ class Engine:
             extra={"op": self._tag(tenant_id, operation_id), "target_class": target.value},
         )
         return EnqueueResult(Operation.from_item(item), created=True)
+
+    @staticmethod
+    def _approval_valid_ms(value: Any) -> int:
+        if value is None:
+            return DEFAULT_APPROVAL_VALID_MS
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not 1_000 <= value <= MAX_APPROVAL_VALID_MS
+        ):
+            raise InvalidInput(f"approval validity must be from 1000 to {MAX_APPROVAL_VALID_MS} ms")
+        return value
 
     def _register_job_type(self, tenant_id: str, job_type: str) -> None:
         """Put the job type in the tenant's directory (once per engine, before the first enqueue
@@ -1137,7 +1187,8 @@ class Engine:
     # ------------------------------------------------------------------ sweeper
 
     def sweep(self, limit: int = 100) -> SweepResult:
-        """Park expired final-attempt claims as ``unknown``.
+        """Park expired final-attempt claims as ``unknown``, and end operations whose approval
+        was not given in time (``failed_terminal``, outcome ``approval_expired``).
 
         Stateless, bounded by ``limit`` and lock-free: it reads only the due part of the
         ``sweep`` index, and each park is a write conditional on the fence, the state and the
@@ -1148,9 +1199,14 @@ class Engine:
             SWEEP_INDEX, SWEEP_PK, SWEEP_SK, keys.sweep_partition, limit
         ):
             result.examined += 1
-            self._sweep_one(entry, result)
+            if entry.get("state") == State.AWAITING_APPROVAL:
+                self._expire_approval(entry, result)
+            else:
+                self._sweep_one(entry, result)
         if result.swept:
             self.events("SweptToUnknown", result.swept)
+        if result.approvals_expired:
+            self.events("ApprovalsExpired", result.approvals_expired)
         return result
 
     def _due_entries(
@@ -1297,6 +1353,234 @@ class Engine:
             ) from None
         assert item is not None
         return Operation.from_item(item)
+
+    # ------------------------------------------------------------------ approval gate, cancel
+
+    def approve(
+        self, tenant_id: str, operation_id: str, payload_hash: str, actor: str
+    ) -> Operation:
+        """``awaiting_approval`` -> ``queued`` (claimable at once): one conditional write.
+
+        ``payload_hash`` is the hash of the payload the approver saw: the write is conditional on
+        it being the operation's, on the approval window still being open, and on ``actor`` (the
+        approver's identity, recorded as ``approved_by`` and as the transition's actor) not being
+        the identity that enqueued it. So a changed payload (:class:`PayloadMismatch`), a late
+        approval (:class:`InvalidTransition`) or a self-approval (:class:`SelfApproval`) changes
+        nothing, and what refused it is read from the refusal itself, never checked beforehand.
+        Approving an approved operation again with the same hash is a replay (its current state
+        is returned unchanged)."""
+        validate_id("tenant_id", tenant_id)
+        validate_id("operation_id", operation_id)
+        if not isinstance(payload_hash, str) or not _HASH_RE.match(payload_hash):
+            raise InvalidInput("payload_hash must be 'sha256:' followed by 64 lowercase hex digits")
+        actor = validate_id("actor", actor)
+        now = self.clock()
+        try:
+            item = self.store.update(
+                self._key(tenant_id, operation_id),
+                "SET #state = :queued, #dpk = #home, #due = :now, approved_by = :actor, "
+                "approved_at = :now, updated_at = :now, #tr = :tr, #actor = :actor "
+                "REMOVE #spk, #sat, approval_expires_at ADD #seq :one",
+                "#state = :awaiting AND payload_hash = :h AND approval_expires_at > :now "
+                "AND (attribute_not_exists(enqueued_by) OR enqueued_by <> :actor)",
+                dict(
+                    _TRANSITION_NAMES,
+                    **_ACTOR,
+                    **{
+                        "#state": "state",
+                        "#dpk": DUE_PK,
+                        "#due": DUE_SK,
+                        "#home": DUE_HOME,
+                        "#spk": SWEEP_PK,
+                        "#sat": SWEEP_SK,
+                    },
+                ),
+                {
+                    ":queued": State.QUEUED.value,
+                    ":awaiting": State.AWAITING_APPROVAL.value,
+                    ":h": payload_hash,
+                    ":now": now,
+                    ":actor": actor,
+                    ":tr": Transition.APPROVE.value,
+                    ":one": 1,
+                },
+            )
+        except ConditionFailed as refused:
+            current = refused.item
+            if current is None:
+                raise NotFound("operation not found") from None
+            if current["payload_hash"] != payload_hash:
+                self.events("ApprovalMismatches", 1)
+                raise PayloadMismatch(
+                    "payload_hash is not the operation's: the approval names other content"
+                ) from None
+            if current.get("approved_by") is not None:
+                return Operation.from_item(current)  # approved already: a replay
+            state = current["state"]
+            if state != State.AWAITING_APPROVAL:
+                raise InvalidTransition(
+                    f"only an operation awaiting approval can be approved (state is {state})"
+                ) from None
+            if current.get("enqueued_by") == actor:
+                raise SelfApproval(
+                    "an operation cannot be approved by the identity that enqueued it"
+                ) from None
+            raise InvalidTransition(
+                "the approval window closed; the operation ends approval_expired"
+            ) from None
+        assert item is not None
+        self.events("Approvals", 1)
+        log.info("approved", extra={"op": self._tag(tenant_id, operation_id)})
+        return Operation.from_item(item)
+
+    def reject(self, tenant_id: str, operation_id: str, actor: str, note: str = "") -> Operation:
+        """``awaiting_approval`` -> ``failed_terminal`` with outcome ``rejected``: one conditional
+        write (the approver's ``note`` is kept as the reason). Rejecting a rejected operation again
+        is a replay."""
+        validate_id("tenant_id", tenant_id)
+        validate_id("operation_id", operation_id)
+        actor = validate_id("actor", actor)
+        _validate_text("note", note, MAX_REASON_LENGTH, required=False)
+        try:
+            item = self._end_early(
+                tenant_id,
+                operation_id,
+                Transition.REJECT,
+                State.FAILED_TERMINAL,
+                OUTCOME_REJECTED,
+                actor,
+                (State.AWAITING_APPROVAL,),
+                note or None,
+            )
+        except ConditionFailed as refused:
+            current = refused.item
+            if current is None:
+                raise NotFound("operation not found") from None
+            if (
+                current["state"] == State.FAILED_TERMINAL
+                and current.get("outcome_code") == OUTCOME_REJECTED
+            ):
+                return Operation.from_item(current)  # rejected already: a replay
+            raise InvalidTransition(
+                f"only an operation awaiting approval can be rejected (state is {current['state']})"
+            ) from None
+        self.events("Rejections", 1)
+        log.info("rejected", extra={"op": self._tag(tenant_id, operation_id)})
+        return Operation.from_item(item)
+
+    def cancel(self, tenant_id: str, operation_id: str, actor: str | None = None) -> Operation:
+        """``queued`` or ``awaiting_approval`` -> ``cancelled`` (final: retention, payload purge
+        and index removal as every final state): one conditional write, so a claim racing it
+        either wins first (the cancel is refused) or finds it gone. A claimed or ended operation
+        is :class:`InvalidTransition`; cancelling a cancelled one again is a replay."""
+        validate_id("tenant_id", tenant_id)
+        validate_id("operation_id", operation_id)
+        actor = validate_actor(actor, OPERATOR_ACTOR)
+        try:
+            item = self._end_early(
+                tenant_id,
+                operation_id,
+                Transition.CANCEL,
+                State.CANCELLED,
+                OUTCOME_CANCELLED,
+                actor,
+                (State.QUEUED, State.AWAITING_APPROVAL),
+                None,
+            )
+        except ConditionFailed as refused:
+            current = refused.item
+            if current is None:
+                raise NotFound("operation not found") from None
+            if current["state"] == State.CANCELLED:
+                return Operation.from_item(current)  # cancelled already: a replay
+            raise InvalidTransition(
+                "only a queued operation or one awaiting approval can be cancelled "
+                f"(state is {current['state']})"
+            ) from None
+        self.events("Cancellations", 1)
+        log.info("cancelled", extra={"op": self._tag(tenant_id, operation_id)})
+        return Operation.from_item(item)
+
+    def _end_early(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        transition: Transition,
+        target: State,
+        outcome_code: str,
+        actor: str | None,
+        sources: tuple[State, ...],
+        reason: str | None,
+        extra_condition: str = "",
+    ) -> dict[str, Any]:
+        """End an operation no worker holds (one of ``sources``) in ``target``: one conditional
+        write that takes it out of every index and gives it a final state's retention.
+        :class:`ConditionFailed` (with the current item) when it was in no source state."""
+        now = self.clock()
+        names = dict(
+            _TRANSITION_NAMES,
+            **_ACTOR,
+            **{
+                "#state": "state",
+                "#dpk": DUE_PK,
+                "#due": DUE_SK,
+                "#spk": SWEEP_PK,
+                "#sat": SWEEP_SK,
+            },
+        )
+        source_values = {f":src{i}": state.value for i, state in enumerate(sources)}
+        values: dict[str, Any] = {
+            ":to": target.value,
+            ":code": outcome_code,
+            ":now": now,
+            ":tr": transition.value,
+            ":actor": actor,
+            ":one": 1,
+            **source_values,
+        }
+        sets = [
+            "#state = :to",
+            "outcome_code = :code",
+            "updated_at = :now",
+            "#tr = :tr",
+            "#actor = :actor",
+        ]
+        if reason is not None:
+            values[":why"] = reason
+            sets.append("reason = :why")
+        removes = ["#dpk", "#due", "#spk", "#sat", "approval_expires_at"]
+        self._ending(now, names, values, sets, removes)
+        item = self.store.update(
+            self._key(tenant_id, operation_id),
+            f"SET {', '.join(sets)} REMOVE {', '.join(removes)} ADD #seq :one",
+            f"#state IN ({', '.join(source_values)})" + extra_condition,
+            names,
+            values,
+        )
+        assert item is not None
+        return item
+
+    def _expire_approval(self, entry: dict[str, Any], result: SweepResult) -> None:
+        """The sweeper's end of an approval not given in time: ``failed_terminal`` with outcome
+        ``approval_expired``, conditional on the operation still awaiting approval past its
+        deadline (an approval that won the race stands; a second sweeper changes nothing)."""
+        tenant_id, operation_id = entry["tenant_id"], entry["operation_id"]
+        try:
+            self._end_early(
+                tenant_id,
+                operation_id,
+                Transition.APPROVAL_EXPIRE,
+                State.FAILED_TERMINAL,
+                OUTCOME_APPROVAL_EXPIRED,
+                SWEEPER_ACTOR,
+                (State.AWAITING_APPROVAL,),
+                "no approval within its validity",
+                extra_condition=" AND approval_expires_at <= :now",
+            )
+        except ConditionFailed:
+            return
+        result.approvals_expired += 1
+        log.info("approval expired", extra={"op": self._tag(tenant_id, operation_id)})
 
     def oldest_parked_age_ms(self, state: State | str = State.UNKNOWN) -> int:
         """How long the oldest operation in ``state`` (unknown or quarantined) has waited, in ms

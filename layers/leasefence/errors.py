@@ -52,6 +52,21 @@ class PayloadConflict(LeaseFenceError):
     status = 409
 
 
+class PayloadMismatch(LeaseFenceError):
+    """An approval named another payload hash than the operation's: the approver saw other
+    content. Nothing was changed."""
+
+    code = "payload_mismatch"
+    status = 409
+
+
+class SelfApproval(LeaseFenceError):
+    """An approver tried to approve an operation enqueued under its own identity."""
+
+    code = "forbidden"
+    status = 403
+
+
 class StaleFence(LeaseFenceError):
     """The fence no longer holds the claim: stop, do not retry, start no new side effect."""
 

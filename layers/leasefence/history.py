@@ -54,9 +54,19 @@ _REASON = frozenset(
         Transition.UNKNOWN,
         Transition.QUARANTINE,
         Transition.SWEEP,
+        Transition.REJECT,
+        Transition.APPROVAL_EXPIRE,
     }
 )
-_OUTCOME = frozenset({Transition.COMPLETE, Transition.RESOLVE})
+_OUTCOME = frozenset(
+    {
+        Transition.COMPLETE,
+        Transition.RESOLVE,
+        Transition.REJECT,
+        Transition.APPROVAL_EXPIRE,
+        Transition.CANCEL,
+    }
+)
 _NOTE = frozenset({Transition.RESOLVE, Transition.REQUEUE})
 
 

@@ -17,12 +17,16 @@ class State(StrEnum):
     FAILED_TERMINAL = "failed_terminal"
     UNKNOWN = "unknown"
     QUARANTINED = "quarantined"
+    #: Enqueued under a job type that requires approval: in no claim index until approved.
+    AWAITING_APPROVAL = "awaiting_approval"
+    #: Withdrawn by its producer before any worker started it (final).
+    CANCELLED = "cancelled"
 
 
 #: States an operator must resolve; nothing automatic leaves them.
 PARKED_STATES = frozenset({State.UNKNOWN, State.QUARANTINED})
 #: States that never change again (and get a retention TTL).
-TERMINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED_TERMINAL})
+TERMINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED_TERMINAL, State.CANCELLED})
 
 
 class TargetClass(StrEnum):
@@ -52,6 +56,10 @@ class Transition(StrEnum):
     RESOLVE = "resolve"  # operator -> succeeded | failed_terminal
     REQUEUE = "requeue"  # operator -> queued (fresh attempt budget)
     ERASE = "erase"  # operator: payload and free text erased (state unchanged)
+    APPROVE = "approve"  # approver: awaiting_approval -> queued (claimable at once)
+    REJECT = "reject"  # approver: awaiting_approval -> failed_terminal (outcome rejected)
+    APPROVAL_EXPIRE = "approval_expire"  # sweeper: no approval in time -> failed_terminal
+    CANCEL = "cancel"  # producer: queued | awaiting_approval -> cancelled
     #: Never written: how history and events name a claim of a lapsed lease (``claimed_from``
     #: is ``claimed``: the fence rose past a holder that stalled).
     TAKEOVER = "takeover"
@@ -105,6 +113,11 @@ class Operation:
     payload_purged_at: int | None = None
     #: When an operator erased this operation's payload and free text (identity is kept).
     erased_at: int | None = None
+    #: Approval gate: until when an approval is accepted (set while it awaits one), who gave it
+    #: (the approver's identity) and when.
+    approval_expires_at: int | None = None
+    approved_by: str | None = None
+    approved_at: int | None = None
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Operation:
@@ -130,6 +143,9 @@ class Operation:
             payload_inline=bool(item.get("payload_inline", False)),
             payload_purged_at=_int(item.get("payload_purged_at")),
             erased_at=_int(item.get("erased_at")),
+            approval_expires_at=_int(item.get("approval_expires_at")),
+            approved_by=item.get("approved_by"),
+            approved_at=_int(item.get("approved_at")),
         )
 
     @property
@@ -244,4 +260,6 @@ class SweepResult:
     examined: int = 0
     swept: int = 0
     repaired: int = 0
+    #: Operations whose approval was not given in time, ended ``failed_terminal``.
+    approvals_expired: int = 0
     swept_keys: list[tuple[str, str]] = field(default_factory=list)

@@ -6,8 +6,10 @@ operation id, worker id or payload. Where a record must be correlated, it carrie
 
 * Logger: structured JSON, service ``leasefence``. The engine's stdlib loggers
   (``leasefence.engine`` ...) are children of this logger, so they share its handler and format.
-* Tracer: X-Ray when running in Lambda with the X-Ray SDK available; a no-op elsewhere (locally
-  and in tests set ``POWERTOOLS_TRACE_DISABLED=true``). Responses are never captured.
+* Tracer: X-Ray when :func:`tracing_enabled` (in Lambda, not turned off with
+  ``POWERTOOLS_TRACE_DISABLED``, the X-Ray SDK installed), patching botocore only (every AWS call
+  a subsegment; the functions make no other outbound calls). Otherwise a no-op provider
+  (:mod:`leasefence.tracing`) and the X-Ray SDK is never imported. Responses are never captured.
 * Metrics: CloudWatch EMF, namespace ``POWERTOOLS_METRICS_NAMESPACE`` (the infra sets one per
   deployment; ``LeaseFence`` when unset), one dimension (``service``), flushed at the end of each
   invocation by ``metrics.log_metrics``.
@@ -15,7 +17,6 @@ operation id, worker id or payload. Where a record must be correlated, it carrie
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import warnings
 
@@ -23,6 +24,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 
 from leasefence.privacy import keyed_hash
+from leasefence.tracing import TRACED_MODULES, NoTracing, tracing_enabled
 
 SERVICE = "leasefence"
 #: An explicit ``namespace=`` would override the environment, so it is read here.
@@ -44,9 +46,12 @@ COUNT_METRICS = frozenset(
 
 logger = Logger(service=SERVICE, utc=True)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
-# Without the X-Ray SDK (it is not a runtime dependency of the layer) tracing is off, not broken.
-tracer = Tracer(
-    service=SERVICE, disabled=True if importlib.util.find_spec("aws_xray_sdk") is None else None
+tracer = (
+    Tracer(service=SERVICE, disabled=False, patch_modules=TRACED_MODULES)
+    if tracing_enabled()
+    # Powertools' own disabled mode still imports the X-Ray SDK (to switch it off); the no-op
+    # provider needs nothing switched off, so the Tracer runs it as an enabled one.
+    else Tracer(service=SERVICE, disabled=False, auto_patch=False, provider=NoTracing())
 )
 
 # An invocation that recorded nothing (a health check, a read) is normal, not worth a warning.

@@ -47,6 +47,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from leasefence import snapstart
 from leasefence.schema import (
     DEFAULT_DUE_SHARDS,
     DEFAULT_SWEEP_SHARDS,
@@ -267,6 +268,12 @@ class Runtime:
                 self._clients[service] = client
             return client
 
+    def install_client(self, service: str, client: Any) -> None:
+        """Use ``client`` for ``service`` from now on (the bench's metering clients); call it
+        before the first request, as the engine keeps the DynamoDB client it was given."""
+        with self._lock:
+            self._clients[service] = client
+
     @property
     def engine(self) -> Engine:
         with self._lock:
@@ -282,6 +289,15 @@ class Runtime:
                     **self.settings.engine_options,
                 )
             return self._engine
+
+    def after_restore(self) -> None:
+        """Re-seed the random generator of every engine built so far (SnapStart: an engine built
+        before the snapshot would otherwise order shards and candidates identically in every
+        restored instance). Seeding with no argument draws from ``os.urandom``."""
+        with self._lock:
+            engines = [e for e in (self._engine, *self._tenant_engines.values()) if e is not None]
+        for engine in engines:
+            engine.rng.seed()
 
     def engine_for(self, tenant_id: str) -> Engine:
         """The engine to use for one tenant's request.
@@ -387,6 +403,13 @@ def runtime() -> Runtime:
         if _runtime is None:
             _runtime = Runtime(Settings.from_env())
         return _runtime
+
+
+@snapstart.after_restore
+def _after_restore() -> None:
+    current = _runtime
+    if current is not None:
+        current.after_restore()
 
 
 def install(settings: Settings) -> Runtime:

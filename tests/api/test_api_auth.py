@@ -10,7 +10,7 @@ import jwt
 import pytest
 from api_helpers import Api, claim, claimed, enqueue, new_tenant, op_path
 
-from leasefence.api.security import OPERATE, PRODUCE, ROUTES, WORK
+from leasefence.api.security import APPROVE, OPERATE, PRODUCE, ROUTES, WORK
 from leasefence.auth import ALL_SCOPES, mint
 
 SAMPLE_BODIES = {
@@ -23,6 +23,9 @@ SAMPLE_BODIES = {
     "quarantineOperation": {"fence": 1, "reason": "r"},
     "resolveOperation": {"resolution": "requeue"},
     "eraseOperation": {},
+    "approveOperation": {"payload_hash": "sha256:" + "0" * 64},
+    "rejectOperation": {"note": "no"},
+    "cancelOperation": {},
 }
 PROTECTED = [r for r in ROUTES if r.scope is not None]
 
@@ -128,6 +131,9 @@ def test_scope_table_is_the_contracts():
         ("POST", "/v1/operations/{id}/resolve"): OPERATE,
         ("POST", "/v1/operations/{id}/erase"): OPERATE,  # extension: docs/api-contract-extensions.md
         ("GET", "/v1/operations/{id}/history"): OPERATE,  # extension, as the erase route
+        ("POST", "/v1/operations/{id}/approve"): APPROVE,  # extensions: the approval gate
+        ("POST", "/v1/operations/{id}/reject"): APPROVE,
+        ("POST", "/v1/operations/{id}/cancel"): PRODUCE,
     }
 
 

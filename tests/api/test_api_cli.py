@@ -167,6 +167,9 @@ def test_token_command(monkeypatch, tmp_path):
     result = runner.invoke(cli, ["token", "--tenant", "acme", "--scope", "leasefence/work", "--ttl", "60"])
     claims = jwt.decode(result.output.strip(), options={"verify_signature": False})
     assert claims["scope"] == "leasefence/work" and claims["exp"] - claims["iat"] == 60
+    assert claims["sub"] == "dev:acme"
+    result = runner.invoke(cli, ["token", "--tenant", "acme", "--sub", "approver-1"])
+    assert jwt.decode(result.output.strip(), options={"verify_signature": False})["sub"] == "approver-1"
     monkeypatch.delenv("LEASEFENCE_LOCAL_JWT_SECRET")
     result = runner.invoke(cli, ["token", "--tenant", "acme"])
     assert result.exit_code == 1

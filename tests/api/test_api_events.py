@@ -26,10 +26,14 @@ def _load(name: str, tenant: str) -> dict:
 
 
 def _arrange(tenant: str, *steps: tuple[str, str]) -> None:
-    """``("queued", id)``: enqueue; ``("claimed", id)``: enqueue and claim (fence 1, worker-1)."""
+    """``("queued", id)``: enqueue; ``("claimed", id)``: enqueue and claim (fence 1, worker-1);
+    ``("awaiting", id)``: enqueue by ``client-7`` awaiting approval."""
     engine = runtime().engine
     for state, operation_id in steps:
-        engine.enqueue(tenant, operation_id, "charge-card", "sha256:" + "0" * 64, "s3://elsewhere/x", max_attempts=3)
+        engine.enqueue(
+            tenant, operation_id, "charge-card", "sha256:" + "0" * 64, "s3://elsewhere/x", max_attempts=3,
+            actor="client-7", approval_required=state == "awaiting",
+        )
         if state == "claimed":
             assert engine.claim(tenant, operation_id, "worker-1", lease_ms=60_000).fence == 1
 
@@ -63,6 +67,15 @@ CASES = {
     "api-erase.json": (
         "enqueued", 200, lambda b: b["operation"]["payload_state"] == "erased" and b["operation"]["state"] == "queued"
     ),
+    "api-approve.json": (
+        (("awaiting", "sample-order-5"),), 200,
+        lambda b: (b["operation"]["state"], b["operation"]["approved_by"]) == ("queued", "approver-3"),
+    ),
+    "api-reject.json": (
+        (("awaiting", "sample-order-6"),), 200,
+        lambda b: (b["operation"]["state"], b["operation"]["outcome_code"]) == ("failed_terminal", "rejected"),
+    ),
+    "api-cancel.json": ("enqueued", 200, lambda b: b["operation"]["state"] == "cancelled"),
 }
 
 
@@ -119,7 +132,8 @@ def test_sweeper_scheduled_event(stack):
     event = json.loads((EVENTS / "sweeper-scheduled.json").read_text())
     assert event["detail-type"] == "Scheduled Event"
     result = stack.invoker.invoke("sweeper", event)
-    assert set(result) == {"batches", "examined", "swept", "repaired", "stopped", "oldest_unknown_age_s",
+    assert set(result) == {"batches", "examined", "swept", "repaired", "approvals_expired", "stopped",
+                           "oldest_unknown_age_s",
                            "purge_batches", "payloads_purged", "purge_stopped", "oldest_due_age_s"}
     assert result["swept"] >= 1 and result["stopped"] == "drained"
     assert engine.get(tenant, "sweep-me").state == "unknown"

@@ -18,6 +18,7 @@ OPERATION_FIELDS = {
     "operation_id", "job_type", "state", "fence", "attempts", "max_attempts", "target_class", "payload_hash",
     "payload_ref", "outcome_code", "lease_owner", "lease_expires_at", "created_at", "updated_at",
     "payload_state", "erased_at",  # extensions: docs/api-contract-extensions.md
+    "approval_expires_at", "approved_by",  # extensions: the approval gate
 }
 CLAIM_FIELDS = {
     "operation_id", "job_type", "fence", "attempts", "lease_expires_at", "payload_ref", "payload_hash",

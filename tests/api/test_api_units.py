@@ -238,16 +238,23 @@ class _FakeEngine:
 
     def sweep(self, limit):
         self.calls += 1
-        examined, swept = self.batches.pop(0) if self.batches else (0, 0)
-        return SimpleNamespace(examined=examined, swept=swept, repaired=0)
+        examined, swept, *expired = self.batches.pop(0) if self.batches else (0, 0)
+        return SimpleNamespace(
+            examined=examined, swept=swept, repaired=0, approvals_expired=sum(expired)
+        )
 
 
 def test_sweeper_loop_is_bounded():
     sweep = load_function("sweeper").sweep
     engine = _FakeEngine([(10, 10), (10, 9), (3, 3)])
     assert sweep(engine, 10, 50, lambda: 60_000) == {
-        "batches": 3, "examined": 23, "swept": 22, "repaired": 0, "stopped": "drained"
+        "batches": 3, "examined": 23, "swept": 22, "repaired": 0, "approvals_expired": 0,
+        "stopped": "drained",
     }
+    # Expired approvals count as progress: a full batch of them is followed by the next batch.
+    engine = _FakeEngine([(10, 0, 10), (4, 0, 4)])
+    totals = sweep(engine, 10, 50, lambda: 60_000)
+    assert (totals["batches"], totals["approvals_expired"]) == (2, 14)
     engine = _FakeEngine([(10, 10)] * 100)
     assert sweep(engine, 10, 4, lambda: 60_000)["stopped"] == "max_batches" and engine.calls == 4
     clock = iter([60_000, 30_000, 4_000])

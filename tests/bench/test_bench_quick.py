@@ -12,6 +12,7 @@ import sys
 from numbers import Number
 from pathlib import Path
 
+from leasefence.bench import cost_per_million, prices, profiles
 from leasefence.bench.report import REQUIRED_KEYS, STREAM_KEYS
 
 
@@ -41,3 +42,17 @@ def test_quick_bench_reports_every_figure(tmp_path):
         "stream_start_p50", "stream path cost",
     }
     assert json.loads(out.read_text())["wcu_per_lifecycle"] == report["wcu_per_lifecycle"]
+
+    # Issue 16: dollars per million lifecycles by profile, from what this run measured.
+    costs = report["cost_per_million"]
+    assert set(costs) == {f"leasefence_{p}" for p in profiles.PROFILES} | set(cost_per_million.ALTERNATIVES)
+    assert all(isinstance(v, Number) and v > 0 for v in costs.values()), costs
+    measured = report["sections"]["profiles"]["profiles"]
+    lines = report["sections"]["cost_per_million"]["profiles"]
+    for name in profiles.PROFILES:
+        wcu = measured[name]["wcu"]
+        assert wcu >= report["wcu_per_lifecycle"]  # the lifecycle's own writes and then some
+        assert lines[name]["dynamodb_writes"] == round(wcu * prices.usd("dynamodb_write_request_unit") * 1e6, 4)
+        assert measured[name]["billed_ms"]["api"] > 0 and lines[name]["lambda_duration"] > 0
+    assert measured["http_workers"]["api_requests"] == 4  # enqueue, claim, payload, complete
+    assert measured["worker_function"]["rcu"] == 0  # claimed from the stream record: no query

@@ -1,7 +1,7 @@
 """Property-based test: the engine over DynamoDB against a small reference model.
 
-Hypothesis drives random enqueues, claims, expiries, heartbeats, completions, failures, parks,
-sweeps and resolves; after every step the engine's stored operations must equal the model's, and
+Hypothesis drives random enqueues (some awaiting approval), claims, expiries, heartbeats,
+completions, failures, parks, sweeps, resolves, approvals, rejections and cancels; after every step the engine's stored operations must equal the model's, and
 fences only rise.
 """
 
@@ -24,12 +24,14 @@ from leasefence import (
     StaleFence,
     State,
 )
+from leasefence.errors import PayloadMismatch, SelfApproval
 from leasefence.clock import ManualClock
 from leasefence.local.embedded import EmbeddedAws
 from leasefence.schema import TableSpec
 
 HASHES = ["sha256:" + "a" * 64, "sha256:" + "b" * 64]
 KEYS = [("t1", "a"), ("t1", "b#1"), ("t1#1", "b"), ("t2", "a")]
+PRODUCER, APPROVAL_VALID_MS = "producer-1", 2_000
 TENANTS = sorted({t for t, _ in KEYS})
 _tables = itertools.count()
 
@@ -49,6 +51,9 @@ class ModelOp:
     closed: tuple | None = None  # (fence, command, outcome)
     requeued: bool = False
     history: list = field(default_factory=list)
+    approval_expires_at: int | None = None  # set while it awaits approval
+    approved_by: str | None = None
+    rejected: bool = False
 
     def claimable(self, now: int) -> bool:
         if self.attempts >= self.max_attempts:
@@ -109,17 +114,28 @@ class LeaseFenceMachine(RuleBasedStateMachine):
         for key, budget in zip(KEYS[:-1], budgets):
             self.enqueue(key, HASHES[0], budget)
 
-    @rule(key=keys, h=st.sampled_from(HASHES), max_attempts=st.integers(1, 3))
-    def enqueue(self, key, h, max_attempts):
+    @rule(
+        key=keys,
+        h=st.sampled_from(HASHES),
+        max_attempts=st.integers(1, 3),
+        approval=st.sampled_from([False, False, True]),
+    )
+    def enqueue(self, key, h, max_attempts, approval=False):
         existing = self.model.get(key)
         try:
-            result = self.engine.enqueue(*key, "job", h, max_attempts=max_attempts)
+            result = self.engine.enqueue(
+                *key, "job", h, max_attempts=max_attempts, actor=PRODUCER,
+                approval_required=approval, approval_valid_ms=APPROVAL_VALID_MS,
+            )
         except PayloadConflict:
             assert existing is not None and existing.payload_hash != h
             return
         if existing is None:
             assert result.created
-            self.model[key] = ModelOp(h, max_attempts, max_attempts, due_at=self.clock())
+            op = self.model[key] = ModelOp(h, max_attempts, max_attempts, due_at=self.clock())
+            if approval:
+                op.state = State.AWAITING_APPROVAL
+                op.approval_expires_at = self.clock() + APPROVAL_VALID_MS
         else:
             assert not result.created and existing.payload_hash == h
 
@@ -229,6 +245,68 @@ class LeaseFenceMachine(RuleBasedStateMachine):
         for k in due:
             self.model[k].state = State.UNKNOWN
             self.model[k].holder = None
+        expired = [
+            op for op in self.model.values()
+            if op.state == State.AWAITING_APPROVAL and op.approval_expires_at <= now
+        ]
+        assert result.approvals_expired == len(expired)
+        for op in expired:
+            op.state = State.FAILED_TERMINAL
+
+    @rule(key=keys, h=st.sampled_from(HASHES), approver=st.sampled_from(["approver-1", PRODUCER]))
+    def approve(self, key, h, approver):
+        op = self.model.get(key)
+        try:
+            result = self.engine.approve(*key, h, actor=approver)
+        except NotFound:
+            assert op is None
+            return
+        except PayloadMismatch:
+            assert op.payload_hash != h
+            return
+        except SelfApproval:
+            assert op.state == State.AWAITING_APPROVAL and approver == PRODUCER and op.approved_by is None
+            return
+        except InvalidTransition:
+            assert op.approved_by is None and (
+                op.state != State.AWAITING_APPROVAL or op.approval_expires_at <= self.clock()
+            )
+            return
+        assert op.payload_hash == h
+        if op.approved_by is not None:
+            assert result.approved_by == op.approved_by  # a replay
+            return
+        assert op.state == State.AWAITING_APPROVAL and approver != PRODUCER
+        assert self.clock() < op.approval_expires_at
+        op.state, op.due_at, op.approved_by = State.QUEUED, self.clock(), approver
+
+    @rule(key=keys)
+    def reject(self, key):
+        op = self.model.get(key)
+        try:
+            self.engine.reject(*key, actor="approver-1")
+        except NotFound:
+            assert op is None
+            return
+        except InvalidTransition:
+            assert op.state != State.AWAITING_APPROVAL and not op.rejected
+            return
+        assert op.state == State.AWAITING_APPROVAL or op.rejected
+        op.state, op.rejected = State.FAILED_TERMINAL, True
+
+    @rule(key=keys)
+    def cancel(self, key):
+        op = self.model.get(key)
+        try:
+            self.engine.cancel(*key, actor=PRODUCER)
+        except NotFound:
+            assert op is None
+            return
+        except InvalidTransition:
+            assert op.state not in (State.QUEUED, State.AWAITING_APPROVAL, State.CANCELLED)
+            return
+        assert op.state in (State.QUEUED, State.AWAITING_APPROVAL, State.CANCELLED)
+        op.state = State.CANCELLED
 
     @rule(key=keys, resolution=st.sampled_from(["succeeded", "failed_terminal", "requeue"]))
     def resolve(self, key, resolution):

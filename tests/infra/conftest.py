@@ -9,7 +9,8 @@
   level DEBUG, tags, a 2-minute stream iterator age alarm; a worker
   with its own handler layer, two tenants, a business table under its own KMS key, a fenced
   target table, its own lease, timeout, schedule, memory and environment, and its own stream
-  batch size, parallelization and reserved concurrency).
+  batch size, parallelization and reserved concurrency; SnapStart, so its functions are invoked
+  through their ``live`` alias).
 
 Both use a pre-built core layer (``LocalLayerBundler`` without pip: the repo's
 ``layers/leasefence`` minus its dev-only parts, plus the ``rfc8785`` installed in this venv, which
@@ -72,6 +73,7 @@ FULL_PROPS_BASE = {
     "log_level": "DEBUG",
     "tags": {"team": "payments", "cost-center": "42"},
     "stream_iterator_age_alarm_age": Duration.minutes(2),
+    "snap_start": True,
 }
 
 

@@ -67,3 +67,28 @@ def getatt(lid: str, attr: str = "Arn") -> dict[str, Any]:
 
 def index_arn(table_lid: str, index: str) -> dict[str, Any]:
     return {"Fn::Join": ["", [getatt(table_lid), f"/index/{index}"]]}
+
+
+# What invokes a ServiceFunction: its `live` alias with SnapStart (``Ref`` of an alias is its ARN),
+# the function itself otherwise.
+def invoked_arn(stack: Stack, service_function: Any) -> dict[str, Any]:
+    """The ARN an integration or a schedule targets."""
+    if service_function.alias is not None:
+        return {"Ref": logical_id(stack, service_function.alias)}
+    return getatt(logical_id(stack, service_function.function))
+
+
+def invoked_name(stack: Stack, service_function: Any) -> dict[str, Any]:
+    """The ``FunctionName`` of an event source mapping: the function, or ``<function>:live``."""
+    if service_function.alias is not None:
+        alias_arn = {"Ref": logical_id(stack, service_function.alias)}
+        return {"Fn::Join": ["", [{"Fn::Select": [6, {"Fn::Split": [":", alias_arn]}]}, ":live"]]}
+    return {"Ref": logical_id(stack, service_function.function)}
+
+
+def invoked_qualifier(stack: Stack, service_function: Any) -> Any:
+    """The ``Qualifier`` of the asynchronous settings: the alias's name, or ``$LATEST``."""
+    if service_function.alias is not None:
+        alias_arn = {"Ref": logical_id(stack, service_function.alias)}
+        return {"Fn::Select": [7, {"Fn::Split": [":", alias_arn]}]}
+    return "$LATEST"

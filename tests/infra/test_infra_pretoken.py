@@ -46,6 +46,9 @@ def test_user_event_gets_tenant_id_and_group_scopes() -> None:
     assert access["claimsToAddOrOverride"] == {"tenant_id": "tenant-sample"}
     assert access["scopesToAdd"] == ["leasefence/operate", "leasefence/produce"]
     assert details["idTokenGeneration"]["claimsToAddOrOverride"] == {"tenant_id": "tenant-sample"}
+    event = _event("pretoken-user.json")
+    event["request"]["groupConfiguration"]["groupsToOverride"] = ["tenant:tenant-sample", "leasefence-approve"]
+    assert _details(event)["accessTokenGeneration"]["scopesToAdd"] == ["leasefence/approve"]
 
 
 def test_tenant_attribute_wins_and_ambiguous_groups_give_no_tenant() -> None:

@@ -17,6 +17,8 @@ from infra_helpers import (
     getatt,
     grant_set,
     index_arn,
+    invoked_arn,
+    invoked_qualifier,
     logical_id,
     props,
     resources,
@@ -46,6 +48,10 @@ CONTRACT_ROUTES = {
     "GET /v1/operations/{id}/history": "leasefence/operate",  # issue 13 (contract extension)
     "POST /v1/operations/{id}/resolve": "leasefence/operate",
     "POST /v1/operations/{id}/erase": "leasefence/operate",
+    # issue 14 (contract extensions): the approval gate and cancel
+    "POST /v1/operations/{id}/approve": "leasefence/approve",
+    "POST /v1/operations/{id}/reject": "leasefence/approve",
+    "POST /v1/operations/{id}/cancel": "leasefence/produce",
 }
 
 EXPECTED_ENV = {
@@ -251,7 +257,7 @@ def test_routes_and_scopes_match_the_contract(variant) -> None:
     # One Lambda proxy integration (payload 2.0) serves every route.
     ((integration_lid, integration),) = resources(tpl, "AWS::ApiGatewayV2::Integration").items()
     assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
-    assert integration["Properties"]["IntegrationUri"] == getatt(logical_id(stack, svc.api.function.function))
+    assert integration["Properties"]["IntegrationUri"] == invoked_arn(stack, svc.api.function)
     for route in routes.values():
         assert route["Target"] == {"Fn::Join": ["", ["integrations/", {"Ref": integration_lid}]]}
 
@@ -278,10 +284,12 @@ def test_jwt_authorizer_cognito_pool(synth) -> None:
                                                {"Ref": "AWS::URLSuffix"}, "/", {"Ref": pool}]]}
     (server,) = resources(tpl, "AWS::Cognito::UserPoolResourceServer").values()
     assert server["Properties"]["Identifier"] == "leasefence"
-    assert {s["ScopeName"] for s in server["Properties"]["Scopes"]} == {"produce", "work", "operate"}
+    assert {s["ScopeName"] for s in server["Properties"]["Scopes"]} == {"produce", "work", "operate", "approve"}
     c = props(tpl, client)
     assert c["AllowedOAuthFlows"] == ["client_credentials"] and c["GenerateSecret"] is True
-    assert len(c["AllowedOAuthScopes"]) == 3
+    # Every scope but approve: the service client enqueues, and nobody approves their own operations.
+    granted = {s["Fn::Join"][1][-1] if isinstance(s, dict) else s for s in c["AllowedOAuthScopes"]}
+    assert granted == {"/produce", "/work", "/operate"}, c["AllowedOAuthScopes"]
     p = props(tpl, pool)
     assert p["AdminCreateUserConfig"] == {"AllowAdminCreateUserOnly": True}
     assert p["LambdaConfig"]["PreTokenGenerationConfig"]["LambdaVersion"] == "V3_0"
@@ -314,7 +322,7 @@ def test_sweeper_schedule(variant) -> None:
     dlq = logical_id(stack, svc.sweeper.schedule.dlq)
     assert p["ScheduleExpression"] == "rate(1 minute)"
     assert p["State"] == "ENABLED"
-    assert p["Target"]["Arn"] == getatt(logical_id(stack, svc.sweeper.function.function))
+    assert p["Target"]["Arn"] == invoked_arn(stack, svc.sweeper.function)
     assert p["Target"]["RetryPolicy"] == {"MaximumRetryAttempts": 2, "MaximumEventAgeInSeconds": 60}
     assert p["Target"]["DeadLetterConfig"] == {"Arn": getatt(dlq)}
     queue = props(tpl, dlq)
@@ -604,7 +612,7 @@ def test_worker_function(variant) -> None:
         "FunctionName": {"Ref": logical_id(stack, svc.worker_function)},
         "MaximumRetryAttempts": 0,
         "MaximumEventAgeInSeconds": 60,
-        "Qualifier": "$LATEST",
+        "Qualifier": invoked_qualifier(stack, svc.worker.function),
     })
 
 
@@ -627,7 +635,7 @@ def test_worker_schedule_retries_and_dlq(variant) -> None:
         "ScheduleExpression": WORKER_EXPECTED[name]["rate"],
         "State": "ENABLED",
         "Target": Match.object_like({
-            "Arn": getatt(logical_id(stack, svc.worker_function)),
+            "Arn": invoked_arn(stack, svc.worker.function),
             "RoleArn": getatt(schedule_role),
             "RetryPolicy": {"MaximumRetryAttempts": 2, "MaximumEventAgeInSeconds": 60},
             "DeadLetterConfig": {"Arn": getatt(dlq)},
@@ -645,11 +653,14 @@ def test_worker_schedule_retries_and_dlq(variant) -> None:
     trust = props(tpl, schedule_role)["AssumeRolePolicyDocument"]["Statement"]
     assert [s["Principal"] for s in trust] == [{"Service": "scheduler.amazonaws.com"}]
     statements = role_statements(tpl, schedule_role)
-    fn = getatt(logical_id(stack, svc.worker_function))
-    assert actions_by_resource(statements, "lambda:") == [
-        (frozenset({"lambda:InvokeFunction"}), fn),
-        (frozenset({"lambda:InvokeFunction"}), {"Fn::Join": ["", [fn, ":*"]]}),
-    ]
+    fn = invoked_arn(stack, svc.worker.function)
+    if svc.worker.function.alias is not None:  # SnapStart: the alias, nothing else
+        assert actions_by_resource(statements, "lambda:") == [(frozenset({"lambda:InvokeFunction"}), fn)]
+    else:
+        assert actions_by_resource(statements, "lambda:") == [
+            (frozenset({"lambda:InvokeFunction"}), fn),
+            (frozenset({"lambda:InvokeFunction"}), {"Fn::Join": ["", [fn, ":*"]]}),
+        ]
     assert actions_by_resource(statements, "sqs:") == [(frozenset({"sqs:SendMessage"}), getatt(dlq))]
     assert {a for acts, _ in actions_by_resource(statements, "") for a in acts} <= {
         "lambda:InvokeFunction", "sqs:SendMessage", "kms:GenerateDataKey", "kms:Decrypt"}
@@ -964,15 +975,15 @@ def test_async_invocations_fail_to_an_alarmed_queue(variant) -> None:
     name, stack, svc, tpl = variant
     template = Template.from_json(tpl)
     topic = {"Ref": logical_id(stack, svc.alarm_topic)}
-    pairs = [(svc.sweeper.function.function, svc.sweeper.failure_queue), (svc.worker_function, svc.worker.failure_queue)]
+    pairs = [(svc.sweeper.function, svc.sweeper.failure_queue), (svc.worker.function, svc.worker.failure_queue)]
     queues = {logical_id(stack, q) for _, q in pairs}
     assert len(queues) == 2 and not queues & {logical_id(stack, svc.sweeper.schedule.dlq),
                                               logical_id(stack, svc.worker.schedule.dlq)}
     for fn, queue in pairs:
         qid = logical_id(stack, queue)
         template.has_resource_properties("AWS::Lambda::EventInvokeConfig", {
-            "FunctionName": {"Ref": logical_id(stack, fn)},
-            "Qualifier": "$LATEST",
+            "FunctionName": {"Ref": logical_id(stack, fn.function)},
+            "Qualifier": invoked_qualifier(stack, fn),
             "MaximumRetryAttempts": 0,
             "MaximumEventAgeInSeconds": 60,
             "DestinationConfig": {"OnFailure": {"Destination": getatt(qid)}},

@@ -24,6 +24,7 @@ from infra_helpers import (
     as_list,
     getatt,
     grant_set,
+    invoked_name,
     logical_id,
     props,
     resources,
@@ -54,7 +55,7 @@ def variant(request: pytest.FixtureRequest, synth) -> tuple[str, Stack, LeaseFen
 
 
 def _mapping(stack: Stack, tpl: dict[str, Any], function: Any) -> dict[str, Any]:
-    fn = {"Ref": logical_id(stack, function)}
+    fn = invoked_name(stack, function)
     (found,) = [m["Properties"] for m in resources(tpl, "AWS::Lambda::EventSourceMapping").values()
                 if m["Properties"]["FunctionName"] == fn]
     return copy.deepcopy(found)  # the template is the session's: never edit it
@@ -74,10 +75,10 @@ def _sample(name: str) -> dict[str, Any]:
 
 def test_publisher_mapping(variant) -> None:
     _, stack, svc, tpl = variant
-    mapping = _mapping(stack, tpl, svc.publisher_function)
+    mapping = _mapping(stack, tpl, svc.publisher.function)
     filters_json = mapping.pop("FilterCriteria")
     assert {k: v for k, v in mapping.items() if k != "Tags"} == {
-        "FunctionName": {"Ref": logical_id(stack, svc.publisher_function)},
+        "FunctionName": invoked_name(stack, svc.publisher.function),
         "EventSourceArn": getatt(logical_id(stack, svc.table), "StreamArn"),
         "StartingPosition": "LATEST",
         "BatchSize": 100,
@@ -100,10 +101,10 @@ def test_publisher_mapping(variant) -> None:
 def test_worker_mapping(variant) -> None:
     name, stack, svc, tpl = variant
     want = WORKER_STREAM[name]
-    mapping = _mapping(stack, tpl, svc.worker_function)
+    mapping = _mapping(stack, tpl, svc.worker.function)
     filters_json = mapping.pop("FilterCriteria")
     assert {k: v for k, v in mapping.items() if k != "Tags"} == {
-        "FunctionName": {"Ref": logical_id(stack, svc.worker_function)},
+        "FunctionName": invoked_name(stack, svc.worker.function),
         "EventSourceArn": getatt(logical_id(stack, svc.table), "StreamArn"),
         "StartingPosition": "LATEST",
         "BatchSize": want["batch"],
@@ -118,7 +119,7 @@ def test_worker_mapping(variant) -> None:
     assert _patterns({"FilterCriteria": filters_json}) == [{
         "eventName": ["INSERT", "MODIFY"],
         "dynamodb": {
-            "NewImage": {"state": {"S": ["queued"]}, "transition": {"S": ["enqueue", "retry", "requeue"]}},
+            "NewImage": {"state": {"S": ["queued"]}, "transition": {"S": ["enqueue", "retry", "requeue", "approve"]}},
             "Keys": {"tenant_id": {"S": want["tenants"]}},
         },
     }]
@@ -135,8 +136,8 @@ def test_the_deployed_filters_pass_the_records_they_are_meant_for(variant) -> No
     of its own tenants only; the publisher gets transitions and deletions, never its own history
     writes (which would feed it forever)."""
     name, stack, svc, tpl = variant
-    worker = _patterns(_mapping(stack, tpl, svc.worker_function))
-    publisher = _patterns(_mapping(stack, tpl, svc.publisher_function))
+    worker = _patterns(_mapping(stack, tpl, svc.worker.function))
+    publisher = _patterns(_mapping(stack, tpl, svc.publisher.function))
     tenant = WORKER_STREAM[name]["tenants"][-1]
 
     enqueue = _sample("worker-stream.json")

@@ -220,10 +220,10 @@ def test_publisher_records_history_and_publishes_valid_events(aws, table, engine
 
 
 def test_the_schema_names_every_detail_type_and_transition_the_code_publishes():
-    assert set(SCHEMA["properties"]["detail-type"]["enum"]) == set(events.DETAIL_TYPES.values())
+    assert set(SCHEMA["properties"]["detail-type"]["enum"]) == events.ALL_DETAIL_TYPES
     assert set(SCHEMA["$defs"]["detail"]["properties"]["transition"]["enum"]) == {
         t.value for t in events.DETAIL_TYPES
-    }
+    } | {"enqueue"}  # an enqueue publishes only when it awaits approval
     assert SCHEMA["$defs"]["detail"]["properties"]["version"]["const"] == events.SCHEMA_VERSION
     assert events.subscription_pattern("acme") == {
         "source": ["leasefence"],
@@ -319,3 +319,85 @@ def test_a_batch_runs_its_jobs_side_by_side(aws, table, engine):
     claims = [claim for _, claim in (dispatch.claim(r) for r in got)]
     dispatch.run(claims)
     assert [engine.get("acme", op).outcome_code for op in ("op-1", "op-2")] == ["met", "met"]
+
+
+def _envelope(entry):
+    """The event a rule target receives for a ``PutEvents`` entry (as EventBridge wraps it)."""
+    return {
+        "version": "0",
+        "id": "1",
+        "detail-type": entry["DetailType"],
+        "source": entry["Source"],
+        "account": "000000000000",
+        "time": entry["Time"].strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": "us-east-1",
+        "resources": entry["Resources"],
+        "detail": json.loads(entry["Detail"]),
+    }
+
+
+def test_the_approval_gate_and_cancel_on_the_stream(aws, table, engine, clock):
+    """What each step of the gate sends on: an operation awaiting approval reaches no worker until
+    it is approved; every step is recorded and each end publishes a valid event."""
+    stream = Stream(aws, table.table_name)
+    publisher = Publisher(engine.store, lambda: None, None)
+    gated = {"actor": "producer-1", "approval_required": True, "approval_valid_ms": 5_000}
+    for op in ("ok", "no", "late", "drop"):
+        engine.enqueue("acme", op, "refund", H, **gated)
+    engine.approve("acme", "ok", H, actor="approver-1")
+    engine.reject("acme", "no", actor="approver-1", note="too large")
+    engine.cancel("acme", "drop", actor="producer-1")
+    clock.advance(5_000)
+    assert engine.sweep().approvals_expired == 1
+    got = [r for r in stream.new() if records.parse(r).is_operation]
+    changes = [records.parse(r) for r in got]
+    named = [(c.operation_id, c.transition.value) for c in changes]
+    assert named == [
+        ("ok", "enqueue"),
+        ("no", "enqueue"),
+        ("late", "enqueue"),
+        ("drop", "enqueue"),
+        ("ok", "approve"),
+        ("no", "reject"),
+        ("drop", "cancel"),
+        ("late", "approval_expire"),
+    ]
+    # Only the approval makes work claimable: the worker's filter passes it and nothing else.
+    assert [filters.passes(filters.dispatch_filters(), r) for r in got] == [False] * 4 + [True] + [False] * 3
+    assert all(filters.passes(filters.publisher_filters(), r) for r in got)
+    assert [publisher.handle(r) for r in got] == ["recorded"] * 8
+    entries = {op: engine.history("acme", op).entries for op in ("ok", "no", "late", "drop")}
+    assert [(e["transition"], e["state"], e["actor"]) for e in entries["ok"]] == [
+        ("enqueue", "awaiting_approval", "producer-1"),
+        ("approve", "queued", "approver-1"),
+    ]
+    assert entries["no"][-1] | {"seq": 0, "at": 0} == {
+        "seq": 0, "at": 0, "transition": "reject", "previous_state": "awaiting_approval",
+        "state": "failed_terminal", "fence": 0, "attempt": 0, "actor": "approver-1",
+        "outcome_code": "rejected", "reason": "too large",
+    }
+    assert (entries["late"][-1]["outcome_code"], entries["late"][-1]["actor"]) == (
+        "approval_expired", "leasefence-sweeper",
+    )
+    assert (entries["drop"][-1]["state"], entries["drop"][-1]["outcome_code"]) == ("cancelled", "cancelled")
+    published = [events.entry(c, "bus") for c in changes]
+    assert [p["DetailType"] for p in published] == ["Operation Awaiting Approval"] * 4 + [
+        "Operation Approved",
+        "Operation Rejected",
+        "Operation Cancelled",
+        "Operation Approval Expired",
+    ]
+    for entry in published:
+        event = _envelope(entry)
+        jsonschema.validate(event, SCHEMA, format_checker=jsonschema.FormatChecker())
+    waiting = json.loads(published[0]["Detail"])
+    assert (waiting["state"], waiting["previous_state"], waiting["actor"]) == ("awaiting_approval", None, "producer-1")
+    # An enqueue straight into queued publishes nothing (the API's answer told its caller).
+    engine.enqueue("acme", "plain", "refund", H)
+    (plain,) = [records.parse(r) for r in stream.new() if records.parse(r).is_operation]
+    assert events.entry(plain, "bus") is None
+    details = {json.loads(p["Detail"])["operation_id"]: json.loads(p["Detail"]) for p in published[4:]}
+    assert (details["ok"]["actor"], details["ok"]["outcome_code"], details["ok"]["reason"]) == ("approver-1", None, None)
+    assert (details["no"]["outcome_code"], details["no"]["reason"]) == ("rejected", "too large")
+    assert (details["late"]["outcome_code"], details["late"]["state"]) == ("approval_expired", "failed_terminal")
+    assert (details["drop"]["previous_state"], details["drop"]["state"]) == ("awaiting_approval", "cancelled")

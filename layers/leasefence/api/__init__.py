@@ -3,7 +3,8 @@
 * :mod:`leasefence.api.security` - scopes, the route table, the caller from the authorizer context
 * :mod:`leasefence.api.models`   - pydantic request and response models (the OpenAPI schemas)
 * :mod:`leasefence.api.errors`   - the one place where exceptions become the contract's error JSON
-* :mod:`leasefence.api.app`      - the resolver, its routes and :func:`~leasefence.api.app.handle`
+* :mod:`leasefence.api.routes`   - the validated resolver and its routes
+* :mod:`leasefence.api.app`      - :func:`~leasefence.api.app.handle`, the entry (imports the routes on first use)
 * :mod:`leasefence.api.openapi`  - the OpenAPI document generated from the code
 
 Importing this package imports none of them.

@@ -34,7 +34,16 @@ Id = Annotated[
 Fence = Annotated[int, Field(ge=1, le=MAX_FENCE, description="The fence returned by the claim")]
 Reason = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
 LeaseSeconds = Annotated[int, Field(ge=1, le=900)]
-StateName = Literal["queued", "claimed", "succeeded", "failed_terminal", "unknown", "quarantined"]
+StateName = Literal[
+    "queued",
+    "claimed",
+    "succeeded",
+    "failed_terminal",
+    "unknown",
+    "quarantined",
+    "awaiting_approval",
+    "cancelled",
+]
 PayloadStateName = Literal["external", "stored", "purged", "erased"]
 TargetClassName = Literal["A", "B", "C", "D"]
 PayloadHash = Annotated[
@@ -162,6 +171,21 @@ class EraseRequest(Strict):
     """No fields: send `{}` (or no body). Unknown fields are refused like everywhere."""
 
 
+class ApproveRequest(Strict):
+    payload_hash: PayloadHash = Field(
+        description="The hash of the payload the approver saw: a different one is 409 "
+        "payload_mismatch and changes nothing"
+    )
+
+
+class RejectRequest(Strict):
+    note: str = Field(default="", max_length=MAX_TEXT, description="Why (kept as the reason)")
+
+
+class CancelRequest(Strict):
+    """No fields: send `{}` (or no body). Unknown fields are refused like everywhere."""
+
+
 # ---------------------------------------------------------------------------------- responses
 
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
@@ -187,6 +211,14 @@ class OperationOut(BaseModel):
         "its retention; erased: deleted by an operator (with the operation's free text)"
     )
     erased_at: Timestamp | None = Field(description="When the operation was erased; null if never")
+    approval_expires_at: Timestamp | None = Field(
+        default=None,
+        description="awaiting_approval: until when an approval is accepted (then the sweeper ends it "
+        "failed_terminal, outcome approval_expired); null otherwise",
+    )
+    approved_by: str | None = Field(
+        default=None, description="The approver's identity (the token's sub); null if not approved"
+    )
 
 
 class EnqueueOut(BaseModel):
@@ -251,6 +283,10 @@ TransitionName = Literal[
     "resolve",
     "requeue",
     "erase",
+    "approve",
+    "reject",
+    "approval_expire",
+    "cancel",
 ]
 
 
@@ -266,7 +302,9 @@ class HistoryEntryOut(BaseModel):
         "rose past a holder that stalled), complete, fail (failed_terminal), retry / retry_later "
         "(a retryable failure back to queued, claimable at once / after a backoff), unknown, "
         "quarantine, sweep (the final lease lapsed: unknown), resolve / requeue (an operator's "
-        "decision), erase"
+        "decision), erase, approve / reject (an approver's decision on an operation awaiting approval), "
+        "approval_expire (no approval within its validity: failed_terminal), cancel (the producer "
+        "withdrew it: cancelled)"
     )
     previous_state: StateName | None = Field(description="The state before (null for the enqueue)")
     state: StateName
@@ -312,8 +350,8 @@ class FieldProblem(BaseModel):
 class ErrorDetail(BaseModel):
     code: str = Field(
         description="invalid_request, unauthorized, forbidden, not_found, payload_conflict, "
-        "stale_fence, invalid_transition, payload_too_large, payload_missing, unavailable, "
-        "internal_error"
+        "stale_fence, invalid_transition, payload_too_large, payload_missing, payload_mismatch, "
+        "unavailable, internal_error"
     )
     message: str
     details: list[FieldProblem] | None = Field(

@@ -39,7 +39,7 @@ def _referenced(node: Any, found: set[str]) -> None:
 def build_spec() -> dict[str, Any]:
     from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 
-    from leasefence.api.app import app
+    from leasefence.api.routes import app
 
     raw = app.get_openapi_json_schema(
         title=TITLE,

@@ -23,7 +23,9 @@ from leasefence.api.errors import Forbidden, Unauthorized
 PRODUCE = "leasefence/produce"
 WORK = "leasefence/work"
 OPERATE = "leasefence/operate"
-ALL_SCOPES = (PRODUCE, WORK, OPERATE)
+#: Approve or reject an operation awaiting approval (docs/api-contract-extensions.md).
+APPROVE = "leasefence/approve"
+ALL_SCOPES = (PRODUCE, WORK, OPERATE, APPROVE)
 
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -68,6 +70,9 @@ ROUTES: tuple[RouteSpec, ...] = (
     # Extensions of the shared contract: docs/api-contract-extensions.md.
     RouteSpec("POST", "/v1/operations/{id}/erase", OPERATE, "eraseOperation"),
     RouteSpec("GET", "/v1/operations/{id}/history", OPERATE, "getHistory"),
+    RouteSpec("POST", "/v1/operations/{id}/approve", APPROVE, "approveOperation"),
+    RouteSpec("POST", "/v1/operations/{id}/reject", APPROVE, "rejectOperation"),
+    RouteSpec("POST", "/v1/operations/{id}/cancel", PRODUCE, "cancelOperation"),
 )
 
 _BY_ID = {route.operation_id: route for route in ROUTES}

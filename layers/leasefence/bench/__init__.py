@@ -2,14 +2,19 @@
 cold start and scale (issue 7).
 
 ``python -m leasefence.bench [--quick] [--json] [--out FILE]`` runs them all against the embedded
-endpoint, writes the JSON report to ``FILE`` (default ``bench-report.json``) and prints a short
-table; with ``--json`` the report itself goes to stdout as one JSON object. ``--quick`` runs every
+endpoint, writes the JSON report to ``FILE`` (default ``bench-report.json``) and prints the cost
+table (dollars per million lifecycles, issue 16) and a short table of the targets; with ``--json``
+the report itself goes to stdout as one JSON object; ``--render FILE`` prints the tables of a
+report already written (what the README's performance section pastes). ``--quick`` runs every
 benchmark at a small scale (under a minute; what the test suite checks).
 
 Modules: :mod:`~leasefence.bench.units` (request-unit arithmetic), :mod:`~leasefence.bench.meter`
 (the metering client), :mod:`~leasefence.bench.harness` (the endpoint process and its setup
 shortcuts), one module per benchmark, :mod:`~leasefence.bench.report` (targets and the table),
-:mod:`~leasefence.bench.scale_sim` (the shard simulation; also runnable on its own).
+:mod:`~leasefence.bench.scale_sim` (the shard simulation; also runnable on its own),
+:mod:`~leasefence.bench.prices` (the one price table: each price with its page and date),
+:mod:`~leasefence.bench.profiles` (what a lifecycle uses, all in, on the local stack) and
+:mod:`~leasefence.bench.cost_per_million` (that at list prices, next to the alternatives).
 
 Importing this package starts nothing; the benchmarks import moto only when they run.
 """
@@ -27,8 +32,8 @@ DEFAULT_OUT = "bench-report.json"
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="leasefence bench",
-        description="Cost per job, throughput, contention, depth, fairness, cold start and scale, measured on the "
-        "embedded endpoint.",
+        description="Cost per job and per million jobs, throughput, contention, depth, fairness, "
+        "cold start and scale, measured on the embedded endpoint.",
     )
     parser.add_argument(
         "--quick", action="store_true", help="every benchmark at a small scale (under a minute)"
@@ -41,9 +46,18 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_OUT,
         help=f"write the JSON report here (default {DEFAULT_OUT}; '-' for none)",
     )
+    parser.add_argument(
+        "--render",
+        metavar="REPORT",
+        help="print the tables of a report already written (e.g. bench-report.json) and exit",
+    )
     args = parser.parse_args(argv)
 
     from leasefence.bench.report import render_table, run
+
+    if args.render:
+        print(render_table(json.loads(Path(args.render).read_text())))
+        return 0
 
     report = run(quick=args.quick)
     text = json.dumps(report, indent=2, sort_keys=False, default=str)

@@ -27,21 +27,11 @@ import time
 import uuid
 from typing import Any
 
+from leasefence.bench import prices
 from leasefence.bench import units as U
 from leasefence.bench.meter import Meter
 from leasefence.clock import ManualClock
 from leasefence.worker import FunctionHandler, Job
-
-#: us-east-1 list prices (USD), November 2026.
-PRICES = {
-    "dynamodb_write_request_unit": 0.625 / 1e6,  # on-demand, Standard table class
-    "dynamodb_read_request_unit": 0.125 / 1e6,
-    "dynamodb_storage_gb_month": 0.25,
-    "dynamodb_streams_read_by_lambda": 0.0,  # GetRecords made by a Lambda trigger is not billed
-    "eventbridge_custom_event": 1.00 / 1e6,  # per 64 KB chunk
-    "lambda_request": 0.20 / 1e6,
-    "lambda_gb_second_arm64": 0.0000133334,
-}
 
 BENCH_TENANT, POLL_TENANT = "bench-stream", "bench-poll"
 JOB_TYPE = "bench-job"
@@ -168,7 +158,7 @@ def latency(runs: int) -> dict[str, Any]:
 def cost(runs: int) -> dict[str, Any]:
     """Units per lifecycle of the lifecycle itself and of its history from the stream, and what
     the same history would cost inside each transition's write; events, stream records and
-    invocations per lifecycle; dollars at :data:`PRICES`."""
+    invocations per lifecycle; dollars at :mod:`leasefence.bench.prices`."""
     from leasefence import Engine
     from leasefence.local.embedded import EmbeddedAws
     from leasefence.local.streams import lambda_record
@@ -263,24 +253,24 @@ def cost(runs: int) -> dict[str, Any]:
         "worker_records": round(counts["worker"] / runs, 3),
         "publisher_records": round(counts["publisher"] / runs, 3),
     }
-    assert {e["DetailType"] for e in published} <= set(events.DETAIL_TYPES.values())
+    assert {e["DetailType"] for e in published} <= events.ALL_DETAIL_TYPES
     usd = {
-        "lifecycle": per["lifecycle_wcu"] * PRICES["dynamodb_write_request_unit"]
-        + per["lifecycle_rcu"] * PRICES["dynamodb_read_request_unit"],
-        "history": per["history_wcu"] * PRICES["dynamodb_write_request_unit"],
+        "lifecycle": per["lifecycle_wcu"] * prices.usd("dynamodb_write_request_unit")
+        + per["lifecycle_rcu"] * prices.usd("dynamodb_read_request_unit"),
+        "history": per["history_wcu"] * prices.usd("dynamodb_write_request_unit"),
         "history_in_the_same_write": (per["same_write_wcu"] - per["lifecycle_wcu"])
-        * PRICES["dynamodb_write_request_unit"],
-        "events": per["events"] * PRICES["eventbridge_custom_event"],
-        "stream_reads": per["stream_records"] * PRICES["dynamodb_streams_read_by_lambda"],
+        * prices.usd("dynamodb_write_request_unit"),
+        "events": per["events"] * prices.usd("eventbridge_custom_event"),
+        "stream_reads": per["stream_records"] * prices.usd("dynamodb_streams_read_by_lambda"),
         # An upper bound: one invocation per record that passes a filter (batches share one).
         "invocations_at_most": (per["worker_records"] + per["publisher_records"])
-        * PRICES["lambda_request"],
+        * prices.usd("lambda_request"),
     }
     return {
         "runs": runs,
         "per_lifecycle": per,
         "usd_per_million_lifecycles": {k: round(v * 1e6, 3) for k, v in usd.items()},
-        "prices": PRICES,
+        "prices_read_on": prices.READ_ON,
     }
 
 

@@ -684,11 +684,16 @@ class LocalStack:
         return self.aws.endpoint
 
     def token(
-        self, tenant_id: str, scopes: Any = None, ttl_seconds: int = auth.DEFAULT_TTL_SECONDS
+        self,
+        tenant_id: str,
+        scopes: Any = None,
+        ttl_seconds: int = auth.DEFAULT_TTL_SECONDS,
+        subject: str | None = None,
     ) -> str:
         return auth.mint(
             tenant_id,
             auth.ALL_SCOPES if scopes is None else scopes,
             ttl_seconds=ttl_seconds,
             secret=self.secret,
+            subject=subject,
         )

@@ -16,14 +16,15 @@ from typing import Any
 
 from leasefence.clock import to_rfc3339
 from leasefence.history import MAX_REASON, transition_of
-from leasefence.model import Transition
+from leasefence.model import State, Transition
 from leasefence.streams.records import Change
 
 SOURCE = "leasefence"
 SCHEMA_VERSION = "1"
 
 #: detail-type per transition; the transitions not listed publish nothing (an enqueue, a fresh
-#: claim, an erasure: what the API's own answers already tell the caller).
+#: claim, an erasure: what the API's own answers already tell the caller), except an enqueue that
+#: awaits approval (:data:`AWAITING_APPROVAL`: its approvers are not the caller).
 DETAIL_TYPES: dict[Transition, str] = {
     Transition.COMPLETE: "Operation Succeeded",
     Transition.FAIL: "Operation Failed",
@@ -35,7 +36,27 @@ DETAIL_TYPES: dict[Transition, str] = {
     Transition.REQUEUE: "Operation Requeued",
     Transition.RESOLVE: "Operation Resolved",
     Transition.TAKEOVER: "Operation Taken Over",
+    Transition.APPROVE: "Operation Approved",
+    Transition.REJECT: "Operation Rejected",
+    Transition.APPROVAL_EXPIRE: "Operation Approval Expired",
+    Transition.CANCEL: "Operation Cancelled",
 }
+
+#: The detail-type of an enqueue into ``awaiting_approval``: what an approval service subscribes to.
+AWAITING_APPROVAL = "Operation Awaiting Approval"
+#: Every detail-type published.
+ALL_DETAIL_TYPES = frozenset({*DETAIL_TYPES.values(), AWAITING_APPROVAL})
+
+#: Transitions whose event carries the operation's outcome code.
+_OUTCOME = frozenset(
+    {
+        Transition.COMPLETE,
+        Transition.RESOLVE,
+        Transition.REJECT,
+        Transition.APPROVAL_EXPIRE,
+        Transition.CANCEL,
+    }
+)
 
 
 def _reason(change: Change, transition: Transition) -> str | None:
@@ -45,9 +66,21 @@ def _reason(change: Change, transition: Transition) -> str | None:
         if transition in (Transition.RESOLVE, Transition.REQUEUE)
         else new.get("reason")
     )
-    if transition in (Transition.COMPLETE, Transition.TAKEOVER):
+    if transition in (
+        Transition.COMPLETE,
+        Transition.TAKEOVER,
+        Transition.APPROVE,
+        Transition.CANCEL,
+    ):
         return None
     return text[:MAX_REASON] if isinstance(text, str) and text else None
+
+
+def detail_type(transition: Transition, new: dict[str, Any]) -> str | None:
+    """The detail-type of a transition (its image after the write), or None: it publishes nothing."""
+    if transition is Transition.ENQUEUE:
+        return AWAITING_APPROVAL if new.get("state") == State.AWAITING_APPROVAL else None
+    return DETAIL_TYPES.get(transition)
 
 
 def detail(change: Change) -> dict[str, Any]:
@@ -69,9 +102,7 @@ def detail(change: Change) -> dict[str, Any]:
         "previous_actor": old.get("lease_owner")
         if transition is Transition.TAKEOVER and old is not None
         else None,
-        "outcome_code": new.get("outcome_code")
-        if transition in (Transition.COMPLETE, Transition.RESOLVE)
-        else None,
+        "outcome_code": new.get("outcome_code") if transition in _OUTCOME else None,
         "reason": _reason(change, transition),
         "sequence": int(new["seq"]),
         "time": to_rfc3339(int(new["updated_at"])),
@@ -82,14 +113,13 @@ def entry(change: Change, bus: str) -> dict[str, Any] | None:
     """The ``PutEvents`` entry for a transition record, or None when it publishes nothing."""
     if change.transition is None or change.new is None:
         return None
-    transition = transition_of(change.new)
-    detail_type = DETAIL_TYPES.get(transition)
-    if detail_type is None:
+    kind = detail_type(transition_of(change.new), change.new)
+    if kind is None:
         return None
     body = detail(change)
     return {
         "Source": SOURCE,
-        "DetailType": detail_type,
+        "DetailType": kind,
         "Detail": json.dumps(body, separators=(",", ":"), ensure_ascii=False),
         "EventBusName": bus,
         "Time": datetime.fromtimestamp(int(change.new["updated_at"]) / 1000, tz=UTC),
@@ -105,7 +135,7 @@ def subscription_pattern(
     only some kinds (``detail_types``), or all of them."""
     pattern: dict[str, Any] = {"source": [SOURCE]}
     if detail_types:
-        unknown = set(detail_types) - set(DETAIL_TYPES.values())
+        unknown = set(detail_types) - ALL_DETAIL_TYPES
         if unknown:
             raise ValueError(f"no such detail-type: {', '.join(sorted(unknown))}")
         pattern["detail-type"] = list(detail_types)

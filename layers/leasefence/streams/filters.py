@@ -6,7 +6,7 @@ A Lambda event source mapping on a DynamoDB stream matches each record (as JSON:
 five patterns and invokes the function only with records that match one of them; the others are
 dropped without an invocation. The patterns use EventBridge pattern syntax. Only records where
 work became claimable *now* reach the worker: an enqueue, an immediate retry, an operator's
-requeue. Delayed retries and expired leases are the scheduled drain's.
+requeue, an approval. Delayed retries and expired leases are the scheduled drain's.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from leasefence.model import State, Transition
 
 #: Transitions after which the operation is queued and claimable at once.
-CLAIMABLE_NOW = (Transition.ENQUEUE, Transition.RETRY, Transition.REQUEUE)
+CLAIMABLE_NOW = (Transition.ENQUEUE, Transition.RETRY, Transition.REQUEUE, Transition.APPROVE)
 
 
 def dispatch_filters(tenants: Sequence[str] | None = None) -> list[dict[str, Any]]:

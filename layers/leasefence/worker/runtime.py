@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
+from leasefence import snapstart
 from leasefence.engine import MISSING
 from leasefence.errors import NotFound, PayloadMissing, StaleFence, TargetRefused, Unavailable
 from leasefence.model import Claim, TargetClass
@@ -61,6 +62,7 @@ RETRY_MAX_TRIES = 6
 MAX_REASON = 1024
 
 _jitter = random.Random()
+snapstart.after_restore(_jitter.seed)  # SnapStart: restored instances must not back off in step
 
 
 def retry_unavailable(job: Job, write: Callable[[], T]) -> T:

@@ -1,0 +1,557 @@
+"""The routes: parse (pydantic), call one engine method, shape the answer.
+
+The validated resolver (Powertools ``APIGatewayHttpResolver`` with pydantic validation) and every
+route. Nothing here decides ownership, state or retries; the engine does. Every failure goes
+through :mod:`leasefence.api.errors`. Clients (DynamoDB, S3) and the engine are created on first
+use and reused across invocations; importing this module connects to nothing.
+
+Importing it costs about as much as ``import boto3`` (pydantic, the models, the resolver), so
+:func:`leasefence.api.app.resolver` imports it on the first request that reaches the resolver, not
+at the function's import: a request refused before validation never pays for it, and with
+SnapStart it is imported before the snapshot (:mod:`leasefence.snapstart`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+from urllib.parse import unquote
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+
+from leasefence.api import errors, models
+from leasefence.api.app import JSON, strict_json_loads
+from leasefence.api.errors import Forbidden
+from leasefence.api.security import ROUTES, Caller, caller_from_event, route
+from leasefence.clock import to_rfc3339
+from leasefence.engine import MISSING, validate_id
+from leasefence.errors import InvalidInput, PayloadConflict
+from leasefence.observability import record_claim_latency
+from leasefence.payloads import canonicalize
+from leasefence.settings import runtime
+
+app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=strict_json_loads)
+
+
+@app.exception_handler(Exception)
+def _any_error(exc: Exception) -> Response:
+    return errors.to_response(exc)
+
+
+@app.not_found
+def _no_route(_exc: Exception) -> Response:
+    return errors.to_response(errors.RouteNotFound("no such route"))
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def _error_responses(*statuses: int) -> dict[int, dict[str, Any]]:
+    meaning = {
+        400: "Malformed JSON body",
+        401: "Missing, malformed, badly signed or expired token",
+        403: "The token lacks the route's scope",
+        404: "No such operation for this tenant",
+        409: "Conflict (see error.code)",
+        410: "The payload is gone: purged after its retention, or erased (payload_missing)",
+        413: "Payload too large",
+        422: "Invalid request (invalid_request)",
+        503: "Temporarily unavailable; safe to retry",
+    }
+    return {
+        status: {"description": meaning[status], "content": {JSON: {"model": models.ErrorOut}}}
+        for status in statuses
+    }
+
+
+def _ok(status: int, description: str, model: Any) -> dict[int, dict[str, Any]]:
+    return {status: {"description": description, "content": {JSON: {"model": model}}}}
+
+
+_AUTH = (401, 403, 422, 503)
+_FENCED = (400, 401, 403, 404, 409, 422, 503)
+
+
+def _register(
+    operation_id: str, summary: str, responses: dict[int, Any], description: str | None = None
+):
+    spec = route(operation_id)
+    security = [{"bearerAuth": [spec.scope]}] if spec.scope else None
+    return app.route(
+        spec.rule,
+        spec.method,
+        summary=summary,
+        description=description,
+        operation_id=operation_id,
+        responses=responses,
+        security=security,
+        tags=[
+            "operator"
+            if spec.scope == "leasefence/operate"
+            else "approvals"
+            if spec.scope == "leasefence/approve"
+            else "health"
+            if spec.scope is None
+            else "operations"
+        ],
+    )
+
+
+def _caller(operation_id: str) -> Caller:
+    """The caller, checked against the route's scope (again: the gate in :func:`leasefence.api.app.handle` did too)."""
+    caller = app.context.get("caller")
+    if caller is None:
+        caller = caller_from_event(app.current_event.raw_event)
+    return caller.require(route(operation_id).scope)
+
+
+def _path_id(raw: str) -> str:
+    """A path id arrives percent-encoded (UTF-8); decode it exactly once."""
+    try:
+        value = unquote(raw, encoding="utf-8", errors="strict")
+    except UnicodeDecodeError:
+        raise InvalidInput("operation_id in the path is not valid percent-encoded UTF-8") from None
+    return validate_id("operation_id", value)
+
+
+def _json(status: int, body: Any) -> Response:
+    return Response(status_code=status, content_type=JSON, body=body)
+
+
+def _public(operation: Any) -> dict[str, Any]:
+    """The Operation resource: the contract's fields plus the extensions (payload_state, erased_at)."""
+    return {
+        **operation.to_public(),
+        "payload_state": operation.payload_state,
+        "erased_at": to_rfc3339(operation.erased_at),
+        "approval_expires_at": to_rfc3339(operation.approval_expires_at),
+        "approved_by": operation.approved_by,
+    }
+
+
+def _public_claim(grant: Any) -> dict[str, Any]:
+    """The Claim resource: the contract's fields plus the extension ``intent``."""
+    return {**grant.to_public(), "intent": grant.intent}
+
+
+def _operation(operation: Any) -> Response:
+    return _json(200, {"operation": _public(operation)})
+
+
+_OperationPath = Annotated[
+    str,
+    Path(
+        description="The operation id, percent-encoded (1-256 characters once decoded, no control characters)",
+        json_schema_extra={"minLength": 1, "maxLength": 256, "pattern": models.NO_CONTROL},
+    ),
+]
+
+
+# ---------------------------------------------------------------------------------- routes
+
+
+@_register("health", "Liveness of the API", _ok(200, "Up", models.HealthOut))
+def health():
+    return _json(200, {"status": "ok"})
+
+
+@_register(
+    "enqueueOperation",
+    "Record an operation (idempotent by operation_id and payload hash)",
+    {
+        **_ok(201, "Created", models.EnqueueOut),
+        **_ok(
+            200,
+            "Replay: the same id with the same payload hash; nothing changed",
+            models.EnqueueOut,
+        ),
+        **_error_responses(400, 409, 413, *_AUTH),
+    },
+)
+def enqueue(body: models.EnqueueRequest):
+    caller = _caller("enqueueOperation")
+    tenant = caller.tenant_id
+    payloads = runtime().payloads
+    stored = None
+    if "payload" in body.model_fields_set:
+        canonical = canonicalize(body.payload)
+        if body.payload_hash is not None and body.payload_hash != canonical.hash:
+            raise InvalidInput("payload_hash does not match the payload's canonical JSON")
+        # The object first, then the record that points at it: a 2xx is never given for an
+        # operation whose payload is not durable. A replay addresses the same key and writes nothing.
+        stored = payloads.put(tenant, body.operation_id, canonical)
+        payload_ref, payload_hash = stored.ref, canonical.hash
+    else:
+        # EnqueueRequest's validator requires both when there is no inline payload.
+        assert body.payload_ref is not None and body.payload_hash is not None
+        payload_ref, payload_hash = body.payload_ref, body.payload_hash
+    try:
+        result = (
+            runtime()
+            .engine_for(tenant)
+            .enqueue(
+                tenant,
+                body.operation_id,
+                body.job_type,
+                payload_hash=payload_hash,
+                payload_ref=payload_ref,
+                max_attempts=body.max_attempts,
+                target_class=body.target_class,
+                payload_inline=stored is not None,
+                actor=caller.subject,
+            )
+        )
+    except PayloadConflict:
+        if stored is not None:
+            payloads.delete_quietly(stored.key)  # another hash owns this id: nothing references it
+        raise
+    if (
+        stored is not None
+        and not result.created
+        and (
+            result.operation.payload_ref
+            != stored.ref  # a replay of an operation whose payload lives elsewhere
+            or (
+                stored.created and result.operation.payload_state != "stored"
+            )  # purged or erased: stay so
+        )
+    ):
+        payloads.delete_quietly(stored.key)
+    return _json(
+        201 if result.created else 200,
+        {"operation": _public(result.operation), "created": result.created},
+    )
+
+
+@_register(
+    "listOperations",
+    "List this tenant's operations (operators)",
+    {**_ok(200, "A page of operations", models.OperationPage), **_error_responses(*_AUTH)},
+)
+def list_operations(
+    state: Annotated[
+        models.StateName | None, Query(description="Only operations in this state")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=500, description="Page size (1-500)")] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=2048, description="next_cursor of the previous page")
+    ] = None,
+):
+    tenant = _caller("listOperations").tenant_id
+    page = (
+        runtime().engine_for(tenant).list(tenant, state=state, limit=limit, cursor=cursor or None)
+    )
+    return _json(
+        200,
+        {"operations": [_public(op) for op in page.operations], "next_cursor": page.next_cursor},
+    )
+
+
+@_register(
+    "getOperation",
+    "Read one operation",
+    {**_ok(200, "The operation", models.OperationOut), **_error_responses(404, *_AUTH)},
+)
+def get_operation(id: _OperationPath):
+    tenant = _caller("getOperation").tenant_id
+    return _json(200, _public(runtime().engine_for(tenant).get(tenant, _path_id(id))))
+
+
+@_register(
+    "claimOperation",
+    "Claim the next due operation (or a named one)",
+    {
+        **_ok(200, "Claimed: act under this fence", models.ClaimEnvelope),
+        204: {"description": "Nothing is claimable now (no body)", "content": {}},
+        **_error_responses(400, 404, *_AUTH),
+    },
+)
+def claim(body: models.ClaimRequest):
+    tenant = _caller("claimOperation").tenant_id
+    engine = runtime().engine_for(tenant)
+    lease_ms = body.lease_seconds * 1000
+    started = time.perf_counter()
+    if body.operation_id is not None:
+        grant = engine.claim(
+            tenant, body.operation_id, body.worker_id, lease_ms=lease_ms, job_types=body.job_types
+        )
+    else:
+        grant = engine.claim_next(
+            tenant, body.worker_id, lease_ms=lease_ms, job_types=body.job_types
+        )
+    record_claim_latency((time.perf_counter() - started) * 1000)
+    if grant is None:
+        return Response(status_code=204, content_type=None, body="")
+    return _json(200, {"claim": _public_claim(grant)})
+
+
+@_register(
+    "heartbeat",
+    "Extend the lease held by this fence (and keep a checkpoint)",
+    {**_ok(200, "The new lease expiry", models.LeaseOut), **_error_responses(*_FENCED)},
+)
+def heartbeat(id: _OperationPath, body: models.HeartbeatRequest):
+    tenant = _caller("heartbeat").tenant_id
+    checkpoint = body.checkpoint if "checkpoint" in body.model_fields_set else MISSING
+    expires = (
+        runtime()
+        .engine_for(tenant)
+        .heartbeat(
+            tenant,
+            _path_id(id),
+            body.fence,
+            body.worker_id,
+            lease_ms=None if body.lease_seconds is None else body.lease_seconds * 1000,
+            checkpoint=checkpoint,
+            intent=body.intent,
+        )
+    )
+    return _json(200, {"lease_expires_at": to_rfc3339(expires)})
+
+
+@_register(
+    "completeOperation",
+    "Record success (the same fence repeating the same completion gets 200 again)",
+    {**_ok(200, "Succeeded", models.OperationEnvelope), **_error_responses(*_FENCED)},
+)
+def complete(id: _OperationPath, body: models.CompleteRequest):
+    tenant = _caller("completeOperation").tenant_id
+    return _operation(
+        runtime().engine_for(tenant).complete(tenant, _path_id(id), body.fence, body.outcome_code)
+    )
+
+
+@_register(
+    "failOperation",
+    "Record a failure: retryable with attempts left requeues, otherwise failed_terminal",
+    {
+        **_ok(200, "Requeued or failed_terminal", models.OperationEnvelope),
+        **_error_responses(*_FENCED),
+    },
+)
+def fail(id: _OperationPath, body: models.FailRequest):
+    tenant = _caller("failOperation").tenant_id
+    retry_after_ms = None if body.retry_after_seconds is None else body.retry_after_seconds * 1000
+    return _operation(
+        runtime()
+        .engine_for(tenant)
+        .fail(
+            tenant,
+            _path_id(id),
+            body.fence,
+            body.retryable,
+            body.reason,
+            retry_after_ms=retry_after_ms,
+        )
+    )
+
+
+@_register(
+    "parkUnknown",
+    "The outcome is ambiguous: park as unknown for reconciliation",
+    {**_ok(200, "Parked as unknown", models.OperationEnvelope), **_error_responses(*_FENCED)},
+)
+def unknown(id: _OperationPath, body: models.ParkRequest):
+    tenant = _caller("parkUnknown").tenant_id
+    return _operation(
+        runtime().engine_for(tenant).park_unknown(tenant, _path_id(id), body.fence, body.reason)
+    )
+
+
+@_register(
+    "quarantineOperation",
+    "The input cannot be processed: park as quarantined",
+    {**_ok(200, "Quarantined", models.OperationEnvelope), **_error_responses(*_FENCED)},
+)
+def quarantine(id: _OperationPath, body: models.ParkRequest):
+    tenant = _caller("quarantineOperation").tenant_id
+    return _operation(
+        runtime().engine_for(tenant).quarantine(tenant, _path_id(id), body.fence, body.reason)
+    )
+
+
+@_register(
+    "getPayload",
+    "The inline payload as enqueued (its RFC 8785 canonical JSON)",
+    {
+        200: {"description": "The payload", "content": {JSON: {"schema": {}}}},
+        **_error_responses(404, 410, *_AUTH),
+    },
+)
+def payload(id: _OperationPath):
+    tenant = _caller("getPayload").tenant_id
+    op_id = _path_id(id)
+    engine = runtime().engine_for(tenant)
+    body = engine.payload(engine.get(tenant, op_id))
+    return Response(status_code=200, content_type=JSON, body=body.decode("utf-8"))
+
+
+@_register(
+    "resolveOperation",
+    "Operator decision for an unknown or quarantined operation",
+    {**_ok(200, "Resolved", models.OperationEnvelope), **_error_responses(400, 404, 409, *_AUTH)},
+)
+def resolve(id: _OperationPath, body: models.ResolveRequest):
+    caller = _caller("resolveOperation")
+    tenant = caller.tenant_id
+    return _operation(
+        runtime()
+        .engine_for(tenant)
+        .resolve(tenant, _path_id(id), body.resolution, note=body.note, actor=caller.subject)
+    )
+
+
+@_register(
+    "eraseOperation",
+    "Erase an operation's payload and free text, keeping its identity (operators)",
+    {
+        **_ok(
+            200,
+            "Erased (erasing again is harmless): payload_state is erased",
+            models.OperationEnvelope,
+        ),
+        **_error_responses(400, 404, 409, *_AUTH),
+    },
+    description="Deletes the stored payload and the reasons, notes, checkpoint and intent; keeps the id, the "
+    "payload hash, the fences, the state and the outcome code, so a replay of the enqueue is still a replay "
+    "(200, created false, the payload is not stored again) and a different payload still a conflict. "
+    "409 invalid_transition while the operation is claimed: erase it once it left claimed. A queued or "
+    "parked operation keeps its state; a worker that claims it finds no payload and quarantines it.",
+)
+def erase(id: _OperationPath, body: models.EraseRequest | None = None):  # noqa: ARG001 - validated and documented, no fields
+    caller = _caller("eraseOperation")
+    tenant = caller.tenant_id
+    return _operation(
+        runtime().engine_for(tenant).erase(tenant, _path_id(id), actor=caller.subject)
+    )
+
+
+def _approver(operation_id: str) -> Caller:
+    caller = _caller(operation_id)
+    if caller.subject is None:
+        raise Forbidden("an approver's token must name who it is (sub)")
+    return caller
+
+
+@_register(
+    "approveOperation",
+    "Approve an operation awaiting approval: it becomes queued, claimable at once",
+    {
+        **_ok(
+            200, "Approved (approving again is a replay: 200, unchanged)", models.OperationEnvelope
+        ),
+        **_error_responses(400, 404, 409, *_AUTH),
+    },
+    description="`payload_hash` is the hash of the payload the approver saw: another hash than the "
+    "operation's is 409 payload_mismatch and changes nothing. The approver (the token's sub) is "
+    "recorded as approved_by and cannot be the identity that enqueued the operation (403 "
+    "forbidden). After a reject, an expiry or a cancel: 409 invalid_transition. One conditional "
+    "write decides all of it.",
+)
+def approve(id: _OperationPath, body: models.ApproveRequest):
+    caller = _approver("approveOperation")
+    tenant = caller.tenant_id
+    assert caller.subject is not None
+    return _operation(
+        runtime()
+        .engine_for(tenant)
+        .approve(tenant, _path_id(id), body.payload_hash, actor=caller.subject)
+    )
+
+
+@_register(
+    "rejectOperation",
+    "Reject an operation awaiting approval: it ends failed_terminal, outcome rejected",
+    {
+        **_ok(200, "Rejected (rejecting again is a replay)", models.OperationEnvelope),
+        **_error_responses(400, 404, 409, *_AUTH),
+    },
+)
+def reject(id: _OperationPath, body: models.RejectRequest | None = None):
+    caller = _approver("rejectOperation")
+    tenant = caller.tenant_id
+    assert caller.subject is not None
+    note = body.note if body is not None else ""
+    return _operation(
+        runtime().engine_for(tenant).reject(tenant, _path_id(id), actor=caller.subject, note=note)
+    )
+
+
+@_register(
+    "cancelOperation",
+    "Withdraw a queued operation, or one awaiting approval: it ends cancelled",
+    {
+        **_ok(200, "Cancelled (cancelling again is a replay)", models.OperationEnvelope),
+        **_error_responses(400, 404, 409, *_AUTH),
+    },
+    description="Only while no worker holds it: a claimed or ended operation is 409 "
+    "invalid_transition. cancelled is final (kept and purged like the other final states); a "
+    "replay of the enqueue afterwards is still a replay (200, created false).",
+)
+def cancel(id: _OperationPath, body: models.CancelRequest | None = None):  # noqa: ARG001 - validated and documented, no fields
+    caller = _caller("cancelOperation")
+    tenant = caller.tenant_id
+    return _operation(
+        runtime().engine_for(tenant).cancel(tenant, _path_id(id), actor=caller.subject)
+    )
+
+
+def _history_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "sequence": entry["seq"],
+        "time": to_rfc3339(entry["at"]),
+        "transition": entry["transition"],
+        "previous_state": entry.get("previous_state"),
+        "state": entry["state"],
+        "fence": entry["fence"],
+        "attempt": entry["attempt"],
+        "actor": entry.get("actor"),
+        "previous_actor": entry.get("previous_actor"),
+        "outcome_code": entry.get("outcome_code"),
+        "reason": entry.get("reason"),
+        "available_at": to_rfc3339(entry.get("available_at")),
+    }
+
+
+@_register(
+    "getHistory",
+    "What happened to an operation, oldest first (operators)",
+    {
+        **_ok(200, "A page of the operation's history", models.HistoryOut),
+        **_error_responses(404, *_AUTH),
+    },
+    description="Each transition with its time, the state before and after, the fence, who made it "
+    "(worker id, or the operator's or producer's identity from the token) and why (outcome code, "
+    "reason or note). Recorded from the table's stream, so it trails the operation by about a "
+    "second; kept as long as the operation's identity; an erasure replaces it with the erasure's "
+    "own entry. 404 not_found for an id that is unknown or another tenant's (answered exactly "
+    "alike).",
+)
+def history(
+    id: _OperationPath,
+    limit: Annotated[int, Query(ge=1, le=50, description="Entries per page (1-50)")] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=256, description="next_cursor of the previous page")
+    ] = None,
+):
+    tenant = _caller("getHistory").tenant_id
+    page = (
+        runtime()
+        .engine_for(tenant)
+        .history(tenant, _path_id(id), limit=limit, cursor=cursor or None)
+    )
+    return _json(
+        200,
+        {
+            "entries": [_history_entry(e) for e in page.entries],
+            "next_cursor": page.next_cursor,
+            "dropped": page.dropped,
+        },
+    )
+
+
+# Every route is declared in ROUTES (Powertools keeps its routes in private lists).
+assert {r.operation_id for r in ROUTES} == {
+    r.operation_id for r in app._static_routes + app._dynamic_routes
+}
