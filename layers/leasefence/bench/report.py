@@ -102,7 +102,7 @@ QUICK = Scale(
     tp_lifecycles=64,
     tp_raw_per_thread=2,
     ct_queued=1_000,
-    ct_claims=200,
+    ct_claims=100,
     ct_variant_claims=0,
     depth_deep=2_000,
     depth_claims=4,
@@ -363,7 +363,7 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
             r["rcu_per_lifecycle"],
             r["rcu_per_lifecycle"] <= 1,
             f"{r['rcu_per_lifecycle']:g} (queue depth 1: {shallow:g})",
-            f"With work waiting, a claim reads one index page (16 entries of about 160 bytes: one 4 KB block, "
+            f"With work waiting, a claim reads one index page (24 entries of about 160 bytes: one 4 KB block, "
             f"eventually consistent). On a tenant with a single queued operation a claim probes shards in random "
             f"order until it finds it: {shallow:g} measured over {c['lifecycle_queue_depth_1']['runs']} lifecycles "
             f"({c['lifecycle_queue_depth_1_expected_rcu']:g} expected with 4 shards)"
