@@ -153,7 +153,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             out = {"default": contention.run(server, p.ct_queued, 32, p.ct_claims, label="default")}
             if p.ct_variant_claims:
                 # The same queue with other settings an engine takes.
-                # The engine before issue 16 (no larger page after a lost race), and 8 shards.
+                # A fixed page of 24 (no larger page after a lost race), and 8 shards.
                 for shards, page, contended in ((4, 24, 24), (8, 24, 64)):
                     out[f"due_shards_{shards}_page_{page}_{contended}"] = contention.run(
                         server,
@@ -464,7 +464,7 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
 
     def _variant(v: dict[str, Any]) -> str:
         pages = (
-            f"page {v['candidate_page']}"
+            f"page {v['candidate_page']} fixed"
             if v["contended_page"] == v["candidate_page"]
             else f"page {v['candidate_page']}/{v['contended_page']}"
         )
