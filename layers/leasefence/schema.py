@@ -43,8 +43,10 @@ Retention: an operation item carries no TTL while it can still change. When it e
 retention (or none at all when identity retention is "forever"); DynamoDB deletes it some time
 after that. Until then a replay of its id is a replay and its fences are never handed out again.
 
-Heartbeats do not move index keys (that would cost an index delete plus put); a claimer or sweeper
-that meets an entry whose lease was extended repairs the entry instead.
+Heartbeats do not move index keys (that would cost an index delete plus put). A claimer that meets
+a due entry whose lease was extended skips it (it reads the item once and remembers the lease) and
+re-files it only where it may hide work (see ``Engine.claim_next``); the sweeper re-files such
+entries of its own index.
 
 Stream: the table's stream carries new and old images (:data:`STREAM_SPECIFICATION`). Every
 transition writes ``transition``, ``actor`` and ``seq`` on the item, so its record tells what

@@ -42,6 +42,12 @@ def test_quick_bench_reports_every_figure(tmp_path):
         "stream_start_p50", "stream path cost",
     }
     assert json.loads(out.read_text())["wcu_per_lifecycle"] == report["wcu_per_lifecycle"]
+    # Issue 16, deterministic at any scale (a manual clock): a long job's heartbeats in a polled
+    # tenant, the takeover after a crash, and what an idle poll reads.
+    takeover = report["sections"]["cost"]["long_job"]["takeover"]
+    assert report["wcu_per_heartbeat"] <= 1.5
+    assert report["takeover_latency_max_ms"] == takeover["max_ms"] <= takeover["bound_ms"]
+    assert report["rcu_idle_poll"] == 2.0  # one empty page per shard, 4 shards
 
     # Issue 16: dollars per million lifecycles by profile, from what this run measured.
     costs = report["cost_per_million"]

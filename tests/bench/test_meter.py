@@ -98,3 +98,16 @@ def test_the_catalogue_costs_one_cached_read(metered, clock):
     assert (catalogued.rcu, catalogued.wcu, catalogued.wcu_index) == (0.5, 2, 1)  # entry; item + due put
     assert (uncatalogued.rcu, uncatalogued.wcu) == (1.0, 2)  # no entry, so the settings too
     assert (cached.rcu, cached.wcu) == (0, 4)
+
+
+def test_count_only_mode_still_gives_the_read_units_of_plain_reads(aws, spec, clock):
+    meter = Meter(aws.client(), units=False)
+    engine = Engine(client=meter.client(aws.client()), spec=spec, clock=clock)
+    with meter.phase("idle"):  # nothing queued: one empty page per shard, 0.5 each
+        assert engine.claim_next("nobody", "w1", lease_ms=30_000, job_types=["refund"]) is None
+    usage = meter.usage("idle")
+    assert (usage.requests["query"], usage.rcu) == (spec.due_shards, 0.5 * spec.due_shards)
+    engine.enqueue("acme", "op-4", "refund", H)
+    with meter.phase("get"):
+        engine.get("acme", "op-4")  # strongly consistent: 1 unit up to 4 KB
+    assert (meter.usage("get").total_requests, meter.usage("get").rcu) == (1, 1.0)

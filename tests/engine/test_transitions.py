@@ -203,14 +203,6 @@ def test_heartbeat_refusals(engine, clock):
         engine.heartbeat(T, "op-1", 1, "w1")
 
 
-def test_stale_index_entry_after_heartbeats_is_repaired(engine, clock):
-    claimed(engine, lease_ms=1_000)
-    engine.heartbeat(T, "op-1", 1, "w1", lease_ms=60_000)
-    clock.advance(2_000)  # the index still says due at +1 s
-    assert engine.claim_next(T, "w2") is None
-    assert raw(engine, T, "op-1")[DUE_SK] == engine.get(T, "op-1").lease_expires_at
-
-
 # ---------------------------------------------------------------- complete
 
 

@@ -20,10 +20,12 @@ from typing import Any
 from leasefence.bench.harness import ServerProcess
 from leasefence.bench.meter import Meter
 from leasefence.clock import system_clock
-from leasefence.engine import DEFAULT_CANDIDATE_PAGE, Engine
+from leasefence.engine import DEFAULT_CANDIDATE_PAGE, DEFAULT_CONTENDED_PAGE, Engine
 from leasefence.schema import DEFAULT_DUE_SHARDS, TableSpec
 
 TENANT = "busy"
+#: The type of every queued operation (what the worker asks for, as the worker runtime does).
+JOB_TYPE = "refund"
 
 
 def _segments(snapshots: list[tuple[int, int]], queued: int) -> list[dict[str, Any]]:
@@ -50,7 +52,10 @@ def run(
     due_shards: int = DEFAULT_DUE_SHARDS,
     candidate_page: int = DEFAULT_CANDIDATE_PAGE,
     label: str = "default",
+    contended_page: int = DEFAULT_CONTENDED_PAGE,
 ) -> dict[str, Any]:
+    """``contended_page`` equal to ``candidate_page``: no larger pages after a lost race (the
+    engine before issue 16)."""
     spec = bench.create_tables(
         TableSpec(table_name=f"bench-contention-{label}", due_shards=due_shards)
     )
@@ -62,6 +67,7 @@ def run(
             spec=spec,
             rng=random.Random(500 + i),
             candidate_page=candidate_page,
+            contended_page=contended_page,
         )
         for i in range(claimers)
     ]
@@ -81,7 +87,9 @@ def run(
                     return
                 budget[0] -= 1
             with meter.phase("claim"):
-                claim = engines[i].claim_next(TENANT, f"claimer-{i}", lease_ms=600_000)
+                claim = engines[i].claim_next(
+                    TENANT, f"claimer-{i}", lease_ms=600_000, job_types=[JOB_TYPE]
+                )
             if claim is None:
                 return
             made[i] += 1
@@ -93,10 +101,20 @@ def run(
     start = time.perf_counter()
     with bench.accelerated(), ThreadPoolExecutor(claimers) as pool:
         list(pool.map(work, range(claimers)))
+        # What an idle poll of one of these claimers reads: this tenant, a type with nothing due
+        # (read at the page this claimer uses for the tenant now: after a lost race, the larger).
+        idle_page = engines[0]._page_for(TENANT)
+        with meter.phase("idle"):
+            assert engines[0].claim_next(TENANT, "claimer-0", job_types=["nothing-due"]) is None
     elapsed = time.perf_counter() - start
     bench.client().delete_table(TableName=spec.table_name)
     usage = meter.usage("claim")
     successes = sum(made)
+    if successes < min(claims, queued):
+        raise RuntimeError(
+            f"contention: {successes} claims made of {min(claims, queued)} planned from a queue "
+            f"of {queued}: the claimers did not find the queued work"
+        )
     if not snapshots or snapshots[-1][0] != successes:
         snapshots.append((successes, usage.refused["update_item"]))
     return {
@@ -105,7 +123,11 @@ def run(
         "claims": successes,
         "due_shards": due_shards,
         "candidate_page": candidate_page,
+        "contended_page": contended_page,
         "refused_claim_writes": usage.refused["update_item"],
+        "rcu_per_claim": round(usage.rcu / max(successes, 1), 3),
+        "idle_poll_rcu": meter.usage("idle").rcu,
+        "idle_poll_page": idle_page,
         "wasted_claims_per_success": round(usage.refused["update_item"] / max(successes, 1), 4),
         "queries_per_claim": round(usage.requests["query"] / max(successes, 1), 3),
         "requests_per_claim": round(usage.total_requests / max(successes, 1), 3),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from leasefence import Engine
+from leasefence import Engine, keys
 from leasefence.bench.harness import HASH, ServerProcess
 from leasefence.bench.meter import Meter
 from leasefence.clock import ManualClock
@@ -43,7 +43,10 @@ def _claims_at_depth(server: ServerProcess, depth: int, claims: int, label: str)
         clock.advance(1)
     usage = meter.usage("claim")
     verified = server.verify(
-        spec.table_name, "due", [f"{TENANT}#{s}" for s in range(min(2, spec.due_shards))], [clock()]
+        spec.table_name,
+        "due",
+        [keys.due_partition(TENANT, s, "refund") for s in range(min(2, spec.due_shards))],
+        [clock()],
     )
     return {
         "depth": depth,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from leasefence import Engine
+from leasefence import Engine, keys
 from leasefence.bench.harness import HASH, ServerProcess
 from leasefence.bench.meter import Meter
 from leasefence.clock import ManualClock
@@ -135,7 +135,7 @@ def measure(
         out["verified"] = server.verify(
             spec.table_name,
             "due",
-            [f"{BIG}#{s}" for s in range(min(2, spec.due_shards))],
+            [keys.due_partition(BIG, s, "refund") for s in range(min(2, spec.due_shards))],
             [clock()],
         )
         server.client().delete_table(TableName=spec.table_name)

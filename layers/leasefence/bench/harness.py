@@ -47,13 +47,22 @@ class _CaptureClient:
 
     def __init__(self, sink: list[dict[str, Any]]) -> None:
         self.sink = sink
+        self.directory: list[dict[str, Any]] = []
 
     def put_item(self, **kwargs: Any) -> dict[str, Any]:
         self.sink.append(kwargs["Item"])
         return {}
 
-    def update_item(self, **_kwargs: Any) -> dict[str, Any]:
-        return {}  # the tenant's job-type directory: not an operation item
+    def update_item(self, **kwargs: Any) -> dict[str, Any]:
+        """The tenant's job-type directory (``Store.add_to_set``: ``ADD #set :m SET #e0 = :e0,
+        ...`` on a new item), kept as the item that upsert leaves."""
+        names, values = kwargs["ExpressionAttributeNames"], kwargs["ExpressionAttributeValues"]
+        item = dict(kwargs["Key"], **{names["#set"]: values[":m"]})
+        item.update(
+            {name: values[":" + ph[1:]] for ph, name in names.items() if ph.startswith("#e")}
+        )
+        self.directory.append(item)
+        return {}
 
     def get_item(self, **_kwargs: Any) -> dict[str, Any]:
         return {}  # the job type's catalogue entry and the tenant's settings: none (uncatalogued)
@@ -66,13 +75,17 @@ def engine_items(
     clock: Any,
     job_type: str = "refund",
     prefix: str = "op",
+    directory: bool = True,
 ) -> list[dict[str, Any]]:
-    """The exact items :meth:`Engine.enqueue` writes for ``count`` new operations (wire format)."""
+    """The exact items :meth:`Engine.enqueue` writes for ``count`` new operations (wire format),
+    and (``directory``) the tenant's job-type directory it keeps, so claimers that ask for any
+    job type find the type (without it they find nothing to claim)."""
     sink: list[dict[str, Any]] = []
-    engine = Engine(client=_CaptureClient(sink), spec=spec, clock=clock)
+    capture = _CaptureClient(sink)
+    engine = Engine(client=capture, spec=spec, clock=clock)
     for i in range(count):
         engine.enqueue(tenant_id, f"{prefix}-{i:07d}", job_type, HASH, target_class="B")
-    return sink
+    return sink + capture.directory if directory else sink
 
 
 def final_claim_items(
@@ -85,7 +98,7 @@ def final_claim_items(
 ) -> list[dict[str, Any]]:
     """Items as a claim on the final attempt leaves them: in the sweep index, out of the due index
     (what ``Engine._try_claim`` writes when ``attempts + 1 >= max_attempts``)."""
-    items = engine_items(spec, tenant_id, count, clock, prefix=prefix)
+    items = engine_items(spec, tenant_id, count, clock, prefix=prefix, directory=False)
     for item in items:
         op = item["operation_id"]["S"]
         item.pop(DUE_PK)
@@ -632,7 +645,8 @@ def self_check(bench: BenchAws, per_tenant: int = 60) -> int:
     items = []
     for tenant in ("a", "b"):
         for item in engine_items(spec, tenant, per_tenant, clock, prefix=f"x{tenant}"):
-            item[DUE_SK] = {"N": str(clock() + rng.choice([-5000, -10, 0, 0, 7, 900]))}
+            if DUE_PK in item:  # an operation (the other is the tenant's job-type directory)
+                item[DUE_SK] = {"N": str(clock() + rng.choice([-5000, -10, 0, 0, 7, 900]))}
             items.append(item)
         items += final_claim_items(
             spec,
@@ -654,7 +668,11 @@ def self_check(bench: BenchAws, per_tenant: int = 60) -> int:
                 "due",
                 DUE_PK,
                 DUE_SK,
-                ["a#0", "b#1", "zz#0"],
+                [
+                    keys.due_partition("a", 0, "refund"),
+                    keys.due_partition("b", 1, "refund"),
+                    keys.due_partition("zz", 0, "refund"),
+                ],
                 nows,
                 limits=(7, 16, 200),
             )

@@ -12,8 +12,10 @@ Two modes:
   nothing else writes the same item at the same moment: use it for sequential measurements).
   For a Query with a filter or a projection it re-reads the same page without them, because
   DynamoDB charges for every item it evaluated, not for what it returned.
-* ``units=False``: only requests and refusals are counted (no extra requests; use it under
-  concurrency and wherever timing matters).
+* ``units=False``: requests and refusals are counted (no extra requests; use it under
+  concurrency and wherever timing matters), and the read units of reads whose answer holds
+  everything they evaluated (a GetItem or a Query without a filter or a projection); writes carry
+  no units.
 
 moto's ``ConsumedCapacity`` figures are placeholders and are never used.
 """
@@ -334,11 +336,12 @@ class MeteringClient:
     def _m_get_item(self, target: Any, kwargs: dict[str, Any]) -> Any:
         meter = self._meter
         response = target(**kwargs)
-        if not meter.units:
+        narrowed = kwargs.get("ProjectionExpression") or kwargs.get("AttributesToGet")
+        if not meter.units and narrowed:
             meter.record(Call("get_item", kwargs["TableName"]))
             return response
         item = response.get("Item")
-        if kwargs.get("ProjectionExpression") or kwargs.get("AttributesToGet"):
+        if narrowed:
             item = meter.peek(kwargs["TableName"], kwargs["Key"])  # charged on the whole item
         rcu = U.read_units_for(U.item_size(item), bool(kwargs.get("ConsistentRead")))
         meter.record(Call("get_item", kwargs["TableName"], rcu=rcu, items_read=1 if item else 0))
@@ -347,14 +350,14 @@ class MeteringClient:
     def _page_read(self, op: str, target: Any, kwargs: dict[str, Any], key_expr: str | None) -> Any:
         meter = self._meter
         response = target(**kwargs)
-        if not meter.units:
-            meter.record(Call(op, kwargs["TableName"]))
-            return response
         evaluated = response.get("Items", [])
         narrowed = any(
             kwargs.get(k)
             for k in ("FilterExpression", "ProjectionExpression", "AttributesToGet", "Select")
         )
+        if not meter.units and narrowed:
+            meter.record(Call(op, kwargs["TableName"]))
+            return response
         if narrowed:
             again = {
                 k: v
