@@ -51,6 +51,9 @@ def purge_partition(shard: int) -> str:
     return f"purge#{shard}"
 
 
+#: The tenant's own items (its job-type directory, catalogue entries and settings) have sort keys
+#: that start with this control character, which no operation id has.
+TENANT_ITEM_PREFIX = "\x00"
 #: The job-type directory of a tenant: an item in the tenant's own partition whose sort key no
 #: operation id can take (operation ids have no control characters).
 DIRECTORY_ID = "\x00job-types"
