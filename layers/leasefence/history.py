@@ -58,7 +58,8 @@ _REASON = frozenset(
         Transition.APPROVAL_EXPIRE,
     }
 )
-_OUTCOME = frozenset(
+#: Transitions whose history entry and outcome event carry the operation's outcome code.
+OUTCOME_TRANSITIONS = frozenset(
     {
         Transition.COMPLETE,
         Transition.RESOLVE,
@@ -102,7 +103,7 @@ def entry_from(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any
     }
     if transition is Transition.TAKEOVER and old is not None:
         entry["previous_actor"] = old.get("lease_owner")
-    if transition in _OUTCOME:
+    if transition in OUTCOME_TRANSITIONS:
         entry["outcome_code"] = new.get("outcome_code")
     if transition in _REASON:
         entry["reason"] = _text(new.get("reason"))

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from leasefence.clock import to_rfc3339
-from leasefence.history import MAX_REASON, transition_of
+from leasefence.history import MAX_REASON, OUTCOME_TRANSITIONS, transition_of
 from leasefence.model import State, Transition
 from leasefence.streams.records import Change
 
@@ -46,17 +46,6 @@ DETAIL_TYPES: dict[Transition, str] = {
 AWAITING_APPROVAL = "Operation Awaiting Approval"
 #: Every detail-type published.
 ALL_DETAIL_TYPES = frozenset({*DETAIL_TYPES.values(), AWAITING_APPROVAL})
-
-#: Transitions whose event carries the operation's outcome code.
-_OUTCOME = frozenset(
-    {
-        Transition.COMPLETE,
-        Transition.RESOLVE,
-        Transition.REJECT,
-        Transition.APPROVAL_EXPIRE,
-        Transition.CANCEL,
-    }
-)
 
 
 def _reason(change: Change, transition: Transition) -> str | None:
@@ -102,7 +91,7 @@ def detail(change: Change) -> dict[str, Any]:
         "previous_actor": old.get("lease_owner")
         if transition is Transition.TAKEOVER and old is not None
         else None,
-        "outcome_code": new.get("outcome_code") if transition in _OUTCOME else None,
+        "outcome_code": new.get("outcome_code") if transition in OUTCOME_TRANSITIONS else None,
         "reason": _reason(change, transition),
         "sequence": int(new["seq"]),
         "time": to_rfc3339(int(new["updated_at"])),
