@@ -16,7 +16,7 @@ from leasefence.schema import TableSpec
 H = "sha256:" + "3" * 64
 T = "acme"
 THREADS = 16
-OPERATIONS = 300
+OPERATIONS = 500
 
 
 def _race(worker, threads=THREADS):
@@ -45,7 +45,7 @@ def own_endpoint():
         yield server
 
 
-def test_sixteen_claimers_over_three_hundred_operations(own_endpoint, clock):
+def test_sixteen_claimers_over_five_hundred_operations(own_endpoint, clock):
     aws = own_endpoint
     spec = aws.create_tables(TableSpec(table_name="claimers", due_shards=4, sweep_shards=2))
     engines = [Engine(client=aws.client(), spec=spec, clock=clock, rng=random.Random(i)) for i in range(THREADS)]

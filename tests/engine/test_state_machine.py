@@ -355,7 +355,7 @@ def test_engine_matches_reference_model(own_endpoint):
     LeaseFenceMachine.aws = own_endpoint
     run = LeaseFenceMachine.TestCase
     run.settings = settings(
-        max_examples=30,
+        max_examples=40,
         stateful_step_count=30,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
