@@ -19,6 +19,7 @@ from __future__ import annotations
 from leasefence.observability import logger, metrics, record_event, tracer
 from leasefence.settings import runtime
 from leasefence.snapstart import preload
+from leasefence.streams.batch import process_records
 
 FIRST_EVENT_IMPORTS = preload(
     "leasefence.engine",
@@ -28,17 +29,6 @@ FIRST_EVENT_IMPORTS = preload(
 )
 
 _built: tuple[object, object] | None = None  # (runtime, publisher)
-_processor = None  # the stream events' batch processor, built on the first batch
-
-
-def stream_processor():
-    """The batch processor of stream events (built once; its state is reset per batch)."""
-    global _processor
-    if _processor is None:
-        from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
-
-        _processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
-    return _processor
 
 
 def _publisher():
@@ -64,20 +54,4 @@ def _publisher():
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics(raise_on_empty_metrics=False)
 def lambda_handler(event, context):
-    from aws_lambda_powertools.utilities.batch import process_partial_response
-
-    publisher = _publisher()
-    outcomes: dict[str, int] = {}
-
-    def handle(record):
-        outcome = publisher.handle(record.raw_event)
-        outcomes[outcome] = outcomes.get(outcome, 0) + 1
-
-    try:
-        return process_partial_response(
-            event=event, record_handler=handle, processor=stream_processor(), context=context
-        )
-    finally:
-        logger.info(
-            "stream batch finished", extra={"records": len(event.get("Records") or []), **outcomes}
-        )
+    return process_records(event, context, _publisher().handle)

@@ -31,6 +31,7 @@ import importlib
 from leasefence.observability import logger, metrics, record_event, tracer
 from leasefence.settings import runtime
 from leasefence.snapstart import after_restore, preload
+from leasefence.streams.batch import process_records
 
 FIRST_EVENT_IMPORTS = preload(
     "leasefence.engine",
@@ -52,7 +53,6 @@ ENVIRONMENT = {
 }
 
 _built: tuple[object, object, object] | None = None  # (runtime, worker, stream dispatch)
-_processor = None  # the stream events' batch processor, built on the first batch
 
 
 def load_handlers(spec: str):
@@ -113,16 +113,6 @@ def _new_worker_identity() -> None:
     _built = None
 
 
-def stream_processor():
-    """The batch processor of stream events (built once; its state is reset per batch)."""
-    global _processor
-    if _processor is None:
-        from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
-
-        _processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
-    return _processor
-
-
 def drain(worker, context):
     processed = {"jobs": 0}
     # Claim only while a whole lease still fits in the invocation; idle polls end the drain.
@@ -137,26 +127,15 @@ def drain(worker, context):
 def on_stream(dispatch, event, context):
     """Claim each record's operation (a failure is reported for that record), then run the
     claimed jobs side by side before answering."""
-    from aws_lambda_powertools.utilities.batch import process_partial_response
-
-    outcomes: dict[str, int] = {}
     claims = []
 
-    def claim(record):
-        outcome, granted = dispatch.claim(record.raw_event, context.get_remaining_time_in_millis)
-        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    def claim(raw_event):
+        outcome, granted = dispatch.claim(raw_event, context.get_remaining_time_in_millis)
         if granted is not None:
             claims.append(granted)
+        return outcome
 
-    try:
-        return process_partial_response(
-            event=event, record_handler=claim, processor=stream_processor(), context=context
-        )
-    finally:
-        dispatch.run(claims)
-        logger.info(
-            "stream batch finished", extra={"records": len(event.get("Records") or []), **outcomes}
-        )
+    return process_records(event, context, claim, then=lambda: dispatch.run(claims))
 
 
 @logger.inject_lambda_context(log_event=False, clear_state=True)
