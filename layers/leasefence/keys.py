@@ -51,6 +51,14 @@ def purge_partition(shard: int) -> str:
     return f"purge#{shard}"
 
 
+#: The tenant namespace of shadow operations (:mod:`leasefence.shadow`): ``shadow:<tenant>``.
+SHADOW_PREFIX = "shadow:"
+
+
+def is_shadow_tenant(tenant_id: str) -> bool:
+    return tenant_id.startswith(SHADOW_PREFIX)
+
+
 #: The tenant's own items (its job-type directory, catalogue entries and settings) have sort keys
 #: that start with this control character, which no operation id has.
 TENANT_ITEM_PREFIX = "\x00"

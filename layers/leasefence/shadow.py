@@ -52,12 +52,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from leasefence.errors import InvalidTransition, NotFound, PayloadConflict, StaleFence
+from leasefence.keys import SHADOW_PREFIX, is_shadow_tenant
 from leasefence.payloads import canonicalize
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: The tenant namespace of shadow operations: ``shadow:<tenant>``.
-SHADOW_PREFIX = "shadow:"
 #: Run records' operation ids start with this (then a digest of operation and execution ids).
 RUN_PREFIX = "run~"
 #: ``payload_ref`` of a shadow operation: the payload is never sent, only its hash.
@@ -71,10 +70,6 @@ DUPLICATE, OVERTAKEN, CONFLICT = "duplicate", "overtaken", "conflict"
 def shadow_tenant(tenant_id: str) -> str:
     """The shadow namespace of a tenant (idempotent: a shadow tenant maps to itself)."""
     return tenant_id if is_shadow_tenant(tenant_id) else SHADOW_PREFIX + tenant_id
-
-
-def is_shadow_tenant(tenant_id: str) -> bool:
-    return tenant_id.startswith(SHADOW_PREFIX)
 
 
 def run_record_id(operation_id: str, execution_id: str) -> str:

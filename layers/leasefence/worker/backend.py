@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from leasefence.engine import MISSING, Engine
+from leasefence.keys import is_shadow_tenant
 from leasefence.model import Claim
-from leasefence.shadow import SHADOW_PREFIX
 
 
 class Backend(Protocol):
@@ -65,7 +65,7 @@ class EngineBackend:
         payload, parsed as JSON; see :meth:`load_payload`)."""
         if not tenants:
             raise ValueError("an engine backend serves at least one tenant")
-        shadows = [t for t in tenants if t.startswith(SHADOW_PREFIX)]
+        shadows = [t for t in tenants if is_shadow_tenant(t)]
         if shadows:
             raise ValueError(
                 f"{shadows[0]!r} is a shadow tenant: shadow operations record what an existing "
