@@ -197,6 +197,13 @@ def retry_rule(record: dict[str, Any]) -> list[Finding]:
     return []
 
 
+def claim_token_rule(expected: bool, without_token: int) -> list[Finding]:
+    """Once claim tokens are expected (``Settings.claim_tokens``), every HTTP claim carries one."""
+    if expected and without_token:
+        return [("claim_without_token", f"{without_token} HTTP claims carried no claim_token")]
+    return []
+
+
 def healthy_lease_rule(slow_jobs: list[dict[str, Any]]) -> list[Finding]:
     """Healthy jobs keep their leases: per kind of worker and whether the job type's maximum cut
     the lease asked for, at most half of the long jobs that kept calling ``progress`` saw their
@@ -500,12 +507,7 @@ def _check_composed(
         tenant = str(record.get("client", "")).partition("-")[2] or "*"
         judge(tenant, str(record.get("path", "*")), retry_rule(record))
     judge("*", "*", healthy_lease_rule(report.slow_jobs))
-    if settings.claim_tokens and report.counts["claims_without_token"]:
-        judge(
-            "*",
-            "*",
-            [("claim_without_token", f"{report.counts['claims_without_token']} HTTP claims")],
-        )
+    judge("*", "*", claim_token_rule(settings.claim_tokens, report.counts["claims_without_token"]))
     lapsed = Counter(
         f"{j['backend']}_{'cut' if j['cut'] else 'uncut'}_{'lapsed' if j['lapsed'] else 'kept'}"
         for j in report.slow_jobs

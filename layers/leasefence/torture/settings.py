@@ -58,6 +58,8 @@ class Settings:
     compose: bool = True
     #: Workers over the HTTP API, one tenant each (-1: one per tenant); the rest are in-process.
     http_workers: int = -1
+    #: Execution environments of the API function (requests served at once).
+    api_environments: int = 4
     #: The lease HTTP workers ask for (engine ms): more than the cut job types allow.
     http_lease_ms: int = 30_000
     #: ``max_lease_seconds`` of the cut job types (engine seconds): below what workers ask.
