@@ -201,6 +201,6 @@ def test_healthy_lease_rule_reports_a_kind_of_worker_whose_healthy_jobs_lose_the
     assert "http" in findings[0][1] and "cut" in findings[0][1]
 
 
-def test_healthy_lease_rule_tolerates_a_rare_lapse_and_too_few_samples():
-    assert healthy_lease_rule([slow("http", True, True)] + [slow("http", True, False)] * 3) == []
-    assert healthy_lease_rule([slow("http", True, True)] * 2) == []
+def test_healthy_lease_rule_tolerates_some_lapses_and_too_few_samples():
+    assert healthy_lease_rule([slow("http", True, True)] * 2 + [slow("http", True, False)] * 2) == []
+    assert healthy_lease_rule([slow("http", True, True)] * 3) == []

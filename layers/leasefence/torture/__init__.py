@@ -28,8 +28,9 @@ every feature on the same operations at once:
   (a takeover, a retry or a requeue moves an operation from one kind to the other); they ask
   for different leases;
 * enqueues over the API and in-process, inline and by reference (the producers' own store);
-* class B posts to a shared account (an item every tenant's operations write, whose fence
-  entries are pruned to the fewest allowed) besides its own ledger entry;
+* class B posts to shared accounts (its tenant's, and one every tenant's operations write,
+  whose fence entries are pruned to the fewest allowed) besides its own ledger entry, and its
+  holders stall more often (``b_stall_rate``);
 * handlers that ask for a retry (``retry``: queued again after an attempt) and healthy long jobs
   that call ``progress`` (``slow``: they must keep their lease);
 * producers cancelling operations, racing claims, retries and requeues (``cancel``);

@@ -19,7 +19,7 @@ from leasefence.demo.kits import Hooks, overtaken
 from leasefence.engine import Engine
 from leasefence.errors import PayloadMissing
 from leasefence.faults import AFTER, BEFORE, CONFLICT, THROTTLE, TXN_THROTTLE
-from leasefence.model import State
+from leasefence.model import State, TargetClass
 from leasefence.payloads import canonicalize
 from leasefence.targets.idempotent_api import InMemoryIdempotentApi
 from leasefence.torture.settings import Crash, FastClock, Report, Settings, chance, payload
@@ -88,10 +88,10 @@ class ChaosHooks(Hooks):
         ):
             self.report.fault("retry", job.tenant_id, job.operation_id, f"fence {job.fence}")
             raise Retry("injected: try again later")
-        if (
-            chance(seed, "stall", job.tenant_id, job.operation_id, job.fence)
-            < self.settings.stall_rate
-        ):
+        stall_rate = self.settings.stall_rate
+        if self.settings.compose and job.target_class is TargetClass.B:
+            stall_rate = self.settings.b_stall_rate
+        if chance(seed, "stall", job.tenant_id, job.operation_id, job.fence) < stall_rate:
             self.report.fault("stall", job.tenant_id, job.operation_id, f"fence {job.fence}")
             time.sleep(self.clock.wall_seconds(self.settings.lease_ms * 1.5))
             # Then stay paused until someone else acted on the operation (a takeover raised the

@@ -68,8 +68,9 @@ def _ms(value: str | None) -> int | None:
 
 
 def catalogue(settings: Settings, cut_b: bool = True) -> dict[str, dict[str, Any]]:
-    """Each tenant's catalogue. ``email-c`` is always cut below what workers ask, ``ledger-b`` is
-    cut while ``cut_b`` (the operator flips it), ``refund-a`` and ``sms-d`` never are."""
+    """Each tenant's catalogue. ``email-c`` and the approval type are always cut below what
+    workers ask, ``ledger-b`` is cut while ``cut_b`` (the operator flips it), ``refund-a`` and
+    ``sms-d`` never are."""
     cut = settings.cut_lease_seconds
     uncut = {"lease_seconds": 60, "max_lease_seconds": 900}
     limited = {"lease_seconds": cut, "max_lease_seconds": cut}
@@ -83,7 +84,7 @@ def catalogue(settings: Settings, cut_b: bool = True) -> dict[str, dict[str, Any
             "max_attempts": 5,
             "approval_required": True,
             "approval_valid_seconds": APPROVAL_VALID_SECONDS,
-            **uncut,
+            **limited,
         },
     }
 
@@ -388,26 +389,28 @@ class TortureHttpBackend(HttpBackend):
 
 
 class AccountLedgerKit(FencedTableKit):
-    """Class B with shared items: each operation posts to an account (an item operations of every
-    tenant write, like a platform's fee account, keeping at most ``max_entries`` fence entries:
-    pruned, with a horizon) and then writes its own ledger entry. Each account keeps its postings
+    """Class B with shared items: each operation posts to two accounts (items many operations
+    write, like a tenant's balance and a platform's fee account: its tenant's, then the one
+    every tenant's operations write), each keeping at most ``max_entries`` fence entries (pruned, with a
+    horizon), and then writes its own ledger entry. Each account keeps its postings
     (``"tenant|operation:fence"``) in commit order: the checker reads from them whether an
     account ever accepted a lower fence of an operation after a higher one."""
 
     def __init__(
-        self, client: Any, table: str, accounts: int, max_entries: int, **kwargs: Any
+        self, client: Any, table: str, tenants: list[str], max_entries: int, **kwargs: Any
     ) -> None:
         super().__init__(client, table, **kwargs)
         self.accounts = fenced_table.FencedTable(
             client, table, events=self.events, max_entries=max_entries
         )
-        self.count = max(1, accounts)
+        self.tenants = tenants
 
-    def account(self, tenant_id: str, operation_id: str) -> dict[str, str]:
-        return {"pk": f"account|{int(chance(0, 'account', tenant_id, operation_id) * self.count)}"}
+    @staticmethod
+    def accounts_of(tenant_id: str) -> list[dict[str, str]]:
+        return [{"pk": f"account|{tenant_id}"}, {"pk": "account|all"}]
 
     def account_keys(self) -> list[dict[str, str]]:
-        return [{"pk": f"account|{n}"} for n in range(self.count)]
+        return [{"pk": "account|all"}, *({"pk": f"account|{t}"} for t in self.tenants)]
 
     def postings(self, key: dict[str, str]) -> list[tuple[Key, int]]:
         """``((tenant, operation), fence)`` of every posting the account applied, in commit
@@ -423,16 +426,18 @@ class AccountLedgerKit(FencedTableKit):
     def handler(self) -> FunctionHandler:
         def on_claim(job: Job) -> None:
             self.table.raise_fence(job, self._key(job.tenant_id, job.operation_id))
-            self.accounts.raise_fence(job, self.account(job.tenant_id, job.operation_id))
+            for account in self.accounts_of(job.tenant_id):
+                self.accounts.raise_fence(job, account)
 
         def run(job: Job) -> str:
             self.hooks.before(job)
-            self.accounts.write(
-                job,
-                self.account(job.tenant_id, job.operation_id),
-                {},
-                append={"postings": [f"{job.tenant_id}|{job.operation_id}:{job.fence}"]},
-            )
+            for account in self.accounts_of(job.tenant_id):
+                self.accounts.write(
+                    job,
+                    account,
+                    {},
+                    append={"postings": [f"{job.tenant_id}|{job.operation_id}:{job.fence}"]},
+                )
             self.table.write(
                 job,
                 self._key(job.tenant_id, job.operation_id),
@@ -690,9 +695,10 @@ class Actors:
             chance(self.seed, "erase-parked", tenant_id, operation_id)
             < self.settings.erase_parked_rate
         ):
+            # Marked first: an erasure whose every answer was lost may still have happened.
+            self.hooks.erased.add((tenant_id, operation_id))
             try:
                 operator.erase(operation_id)
-                self.hooks.erased.add((tenant_id, operation_id))
                 self.report.fault("erase_parked", tenant_id, operation_id)
             except InvalidTransition:
                 self.report.count("erasures_refused")

@@ -28,7 +28,7 @@ from leasefence.model import Claim, TargetClass
 from leasefence.payloads import PayloadStore, canonicalize
 from leasefence.schema import TableSpec, create_table
 from leasefence.torture.chaos import ChaosApi, ChaosHooks, StoreChaos
-from leasefence.torture.checker import Composed, check
+from leasefence.torture.checker import Composed, check, first_of_each_kind
 from leasefence.torture.compose import (
     APPROVAL_JOB_TYPE,
     WORK,
@@ -227,11 +227,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
         kits: dict[TargetClass, Kit] = {
             TargetClass.A: SameTableKit(client, "torture-orders", hooks=hooks),
             TargetClass.B: AccountLedgerKit(
-                client,
-                "torture-ledger",
-                settings.accounts,
-                settings.account_max_entries,
-                hooks=hooks,
+                client, "torture-ledger", tenants, settings.account_max_entries, hooks=hooks
             )
             if settings.compose
             else FencedTableKit(client, "torture-ledger", hooks=hooks),
@@ -661,7 +657,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                         f"past the window, {ended} ended",
                     )
                     summary["violations"] = len(report.violations)
-                    summary["first_violations"] = report.violations[:5]
+                    summary["first_violations"] = first_of_each_kind(report.violations)
                 summary["months"] = months
         finally:
             stop.set()

@@ -79,7 +79,7 @@ class Settings:
     #: Handlers asking for a retry (``Retry``: the operation is queued again after an attempt).
     retry_rate: float = 0.03
     #: Healthy long jobs: they call ``progress`` and must keep their lease.
-    slow_rate: float = 0.03
+    slow_rate: float = 0.05
     #: HTTP answers lost after the request ran (the SDK or the caller sends it again).
     http_lost_rate: float = 0.03
     #: The publisher's history writes and event puts that fail (before or after they happened).
@@ -87,10 +87,11 @@ class Settings:
     #: Of the ``unknown`` operations the operator meets in the main phase: erased before its
     #: ``resolve requeue`` (the rest are only requeued).
     erase_parked_rate: float = 0.5
-    #: Class-B items every tenant's operations write (accounts), and the fence entries each
-    #: keeps (the fewest allowed: an operation's entry is pruned as soon as another one writes).
-    accounts: int = 1
+    #: The fence entries each shared class-B item (account) keeps: the fewest allowed, so an
+    #: operation's entry is pruned as soon as another operation writes the account.
     account_max_entries: int = 2
+    #: Stalls of class-B holders (the zombies whose late writes the accounts must refuse).
+    b_stall_rate: float = 0.12
     #: Expect claim tokens: every HTTP claim carries ``claim_token`` and a claim whose answer was
     #: lost is sent again with it (issue 21 case 8). Switch on once the API takes ``claim_token``.
     claim_tokens: bool = False
