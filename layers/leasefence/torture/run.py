@@ -410,7 +410,10 @@ def run_torture(settings: Settings) -> dict[str, Any]:
             actors.start()
 
         enqueued: list[tuple[str, str, TargetClass]] = []
-        deadline = time.monotonic() + (settings.timeout_s or 300 + 0.25 * settings.operations)
+        per_operation = 0.5 if settings.compose else 0.25
+        deadline = time.monotonic() + (
+            settings.timeout_s or 300 + per_operation * settings.operations
+        )
         tenth = max(1, settings.operations // 10)
 
         def enqueue(tenant: str, operation_id: str, target: TargetClass, variant: str = "") -> bool:
@@ -560,12 +563,25 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                 except PayloadConflict:
                     pass
 
+        def stage(text: str) -> None:
+            if settings.progress:
+                print(
+                    f"torture: {text} ({time.monotonic() - started:.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
         try:
             for number, (tenant, operation_id, target) in enumerate(ops):
                 if settings.progress and number % tenth == 0 and number:
+                    published = (
+                        f", {rig.mapping.stats.records_read:,} stream records published"
+                        if rig is not None
+                        else ""
+                    )
                     print(
                         f"torture: {number:,} of {settings.operations:,} enqueued, "
-                        f"{sum(report.faults.values()):,} faults, "
+                        f"{sum(report.faults.values()):,} faults{published}, "
                         f"{len(report.violations)} violations, {time.monotonic() - started:.0f} s",
                         file=sys.stderr,
                         flush=True,
@@ -592,13 +608,16 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                         )
                     except PayloadConflict:
                         pass
+            stage("all enqueued")
             window.wait_below(1, deadline)
+            stage("all final")
             if actors is not None:
                 # Late approvals, cancels and the operator's requeues: until none is left.
                 while time.monotonic() < deadline and (actors.pending() or window.entries):
                     window.wait_below(1, deadline)
                     time.sleep(0.3)
                 actors.stop()
+                stage("approvals, cancels and requeues done")
 
             months: dict[str, Any] = {}
             if settings.months:
@@ -625,6 +644,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
             composed = None
             if rig is not None:
                 rig.drain()
+                stage("publisher drained")
                 composed = Composed(
                     rig.events.published,
                     kits[TargetClass.B],
@@ -633,6 +653,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
             summary = check(
                 settings, report, checker_engine, kits, enqueued, backend.claims, composed
             )
+            stage("checked")
             if rig is not None:
                 summary["publisher"] = rig.stats()
             if settings.months:
