@@ -672,10 +672,9 @@ class Actors:
                 2 if self._cut_b else 1
             )
             spec = catalogue(self.settings, cut_b=self._cut_b)["ledger-b"]
-            for tenant, operator in self.operators.items():
+            for operator in self.operators.values():
                 _, changed = operator.put_job_type("ledger-b", spec)
                 self.report.count("catalogue_flips" if changed else "catalogue_unchanged")
-                del tenant
         with self._changed:
             batch, self.parked = self.parked[:4], self.parked[4:]
         for key in batch:
