@@ -67,6 +67,10 @@ class LeaseFenceServiceProps:
     client_tenants: Mapping[str, str] = field(default_factory=dict)
     """Shipped trigger only: app client id -> tenant for client-credentials tokens
     (`LEASEFENCE_CLIENT_TENANTS`)."""
+    service_client_tenant: str | None = None
+    """Shipped trigger only: the tenant of the pool's own app client (its client-credentials
+    tokens get this `tenant_id`; its id is handed to the trigger through an SSM parameter).
+    Without it that client's tokens carry no tenant and the API answers 401 (synth warns)."""
 
     # ------------------------------------------------------------------ data
     table: dynamodb.ITable | None = None
@@ -279,6 +283,13 @@ class LeaseFenceServiceProps:
             for name in ("user_pool_domain_prefix", "pre_token_generation"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"{name} needs create_user_pool=True")
+        if self.service_client_tenant is not None:
+            if not self.create_user_pool or self.pre_token_generation is not None:
+                raise ValueError(
+                    "service_client_tenant configures the shipped pre token generation trigger: "
+                    "it needs create_user_pool=True and no pre_token_generation of your own"
+                )
+            _tenant_id("service_client_tenant", self.service_client_tenant)
         if self.client_tenants:
             if not self.create_user_pool or self.pre_token_generation is not None:
                 raise ValueError(
@@ -425,6 +436,20 @@ class LeaseFenceServiceProps:
                     f"tag {key!r}={value!r}: keys 1-128 and values up to 256 characters of "
                     "letters, digits, spaces and _ . : / = + - @; keys may not start with aws:"
                 )
+
+
+def _tenant_id(name: str, value: Any) -> None:
+    from leasefence.engine import validate_id
+    from leasefence.errors import InvalidInput
+
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a tenant id (a string), got {type(value).__name__}")
+    try:
+        validate_id("tenant_id", value)
+    except InvalidInput as error:
+        raise ValueError(f"{name}: {error.message}") from None
+    if value != value.strip():
+        raise ValueError(f"{name}: {value!r} has leading or trailing whitespace")
 
 
 def _require(value: Any, attribute: str, name: str, what: str) -> None:

@@ -156,6 +156,7 @@ class LeaseFenceService(Construct):
                 domain_prefix=props.user_pool_domain_prefix,
                 pre_token_generation=props.pre_token_generation,
                 client_tenants=props.client_tenants,
+                service_client_tenant=props.service_client_tenant,
                 runtime=runtime,
                 removal_policy=props.removal_policy,
             )

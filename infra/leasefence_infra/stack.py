@@ -87,6 +87,7 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     """``LeaseFenceService`` keyword arguments from CDK context (``-c key=value``).
 
     ``jwtIssuer``, ``jwtAudience`` (comma-separated), ``createUserPool``, ``userPoolDomainPrefix``,
+    ``serviceClientTenant`` (the tenant of the pool's own app client),
     ``tableName``, ``retentionDays``, ``deletionProtection``, ``customerManagedKey``,
     ``tenantIsolation``, ``snapStart``, ``logRetentionDays``, ``logLevel``, ``dueShards``, ``sweepShards``,
     ``destroyOnRemoval`` (dev stacks only: tables, buckets, keys are deleted with the stack),
@@ -113,6 +114,8 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     if create_user_pool:
         props["create_user_pool"] = True
         props["user_pool_domain_prefix"] = get("userPoolDomainPrefix")
+        if get("serviceClientTenant"):
+            props["service_client_tenant"] = str(get("serviceClientTenant"))
         if get("jwtAudience"):
             props["jwt_audience"] = _list(get("jwtAudience"))
     elif get("jwtIssuer"):
