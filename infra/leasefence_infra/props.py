@@ -116,8 +116,10 @@ class LeaseFenceServiceProps:
     """`DEBUG`, `INFO`, `WARNING`, `ERROR` or `CRITICAL`: `POWERTOOLS_LOG_LEVEL` and Lambda's
     application/system log level (JSON log format) of every function."""
     metrics_namespace: str | None = None
-    """EMF namespace of the functions, alarms and dashboard; default `LeaseFence/<stack name>`,
-    so two deployments in one account never share alarms."""
+    """EMF namespace of the functions, alarms and dashboard; default `LeaseFence/<stack
+    name>/<the service's path below the stack>` (e.g. `LeaseFence/LeaseFence/LeaseFence` for the
+    example app), so two services, in one stack or one account, never share alarms; two services
+    of one stack given the same one are refused at synth."""
     api_memory_mb: int = 1024
     """Memory of the API function (128-10240)."""
     sweeper_memory_mb: int = 512

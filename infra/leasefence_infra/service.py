@@ -33,6 +33,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import jsii
 from aws_cdk import Stack, Tags
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_apigatewayv2_authorizers as authorizers
@@ -44,7 +45,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_ssm as ssm
-from constructs import Construct
+from constructs import Construct, IValidation
 
 from .api import Api
 from .assets import functions_code
@@ -53,7 +54,7 @@ from .catalogue import InitialCatalogue
 from .dispatch import StreamDispatch
 from .environment import shared_environment
 from .function import POWERTOOLS_LAYER_PARAMETER, FunctionRuntime
-from .monitoring import NAMESPACE, Monitoring
+from .monitoring import Monitoring, default_metrics_namespace
 from .props import LeaseFenceServiceProps
 from .publisher import Publisher
 from .storage import Storage
@@ -65,6 +66,31 @@ from .worker import Worker
 SERVICE_TAG = "leasefence:service"
 COMPONENT_TAG = "leasefence:component"
 _TAG_VALUE_UNSAFE = re.compile(r"[^\w\s.:/=+\-@]")
+
+
+@jsii.implements(IValidation)
+class _OwnNamespace:
+    """At synth: no other service in the stack uses this service's metrics namespace (their
+    metrics would mix, and each one's alarms would fire on the other's)."""
+
+    def __init__(self, service: LeaseFenceService) -> None:
+        self._service = service
+
+    def validate(self) -> list[str]:
+        service = self._service
+        others = [
+            c.node.path
+            for c in Stack.of(service).node.find_all()
+            if isinstance(c, LeaseFenceService)
+            and c is not service
+            and c.metrics_namespace == service.metrics_namespace
+        ]
+        if not others:
+            return []
+        return [
+            f"{service.node.path} and {', '.join(others)} share the metrics namespace "
+            f"{service.metrics_namespace!r}: give each service its own metrics_namespace"
+        ]
 
 
 class LeaseFenceService(Construct):
@@ -89,9 +115,10 @@ class LeaseFenceService(Construct):
         props = LeaseFenceServiceProps.of(props, **overrides)  # before any construct is added
         super().__init__(scope, construct_id)
         self.props = props
-        stack = Stack.of(self)
-        #: The EMF namespace of every function, alarm and dashboard widget of this service.
-        self.metrics_namespace = props.metrics_namespace or f"{NAMESPACE}/{stack.stack_name}"
+        #: The EMF namespace of every function, alarm and dashboard widget of this service: by
+        #: default ``LeaseFence/<stack name>/<path below the stack>``, one per service.
+        self.metrics_namespace = props.metrics_namespace or default_metrics_namespace(self)
+        self.node.add_validation(_OwnNamespace(self))
         self.log_level = props.log_level
         Tags.of(self).add(SERVICE_TAG, _TAG_VALUE_UNSAFE.sub("-", self.node.path))
         for key, value in props.tags.items():

@@ -91,7 +91,7 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     ``tableName``, ``retentionDays``, ``deletionProtection``, ``customerManagedKey``,
     ``tenantIsolation``, ``snapStart``, ``logRetentionDays``, ``logLevel``, ``dueShards``, ``sweepShards``,
     ``destroyOnRemoval`` (dev stacks only: tables, buckets, keys are deleted with the stack),
-    ``metricsNamespace`` (default ``LeaseFence/<stack name>``), ``allowPlaceholderIssuer``
+    ``metricsNamespace`` (default ``LeaseFence/<stack name>/LeaseFence``), ``allowPlaceholderIssuer``
     (offline synth only: without ``jwtIssuer`` or ``createUserPool`` synthesis is refused),
     ``workerHandlers`` (``package.module:NAME`` in ``functions/``: deploy the worker function with
     these handlers), ``worker`` (``demo``: the worker with the demo handlers; default: no worker)

@@ -519,7 +519,8 @@ def test_alarms_cover_the_operational_signals(variant) -> None:
     assert api5xx["Dimensions"] == [{"Name": "ApiId", "Value": {"Ref": logical_id(stack, svc.http_api)}}]
     throttle_alarms = {id(a): a for name in ("ReadThrottleEvents", "WriteThrottleEvents")
                        for a, _ in by_metric[name]}
-    assert len(throttle_alarms) == 1
+    # One alarm for the table and one per index (two metrics each, never CloudWatch's 10 in one).
+    assert len(throttle_alarms) == 1 + len(schema.global_secondary_indexes())
     indexes = {d["Value"] for name in ("ReadThrottleEvents", "WriteThrottleEvents")
                for _, m in by_metric[name] for d in m["Dimensions"]
                if d["Name"] == "GlobalSecondaryIndexName"}
@@ -810,6 +811,10 @@ def test_no_worker_no_worker_resources(prebuilt_layer) -> None:
     template.resource_count_is("AWS::Lambda::EventInvokeConfig", 1)  # the sweeper's
     body = json.dumps(template.to_json())
     assert "Worker" not in body and "LostOwnership" not in body
+    # Nor the worker runtime's alarms: nothing without the in-process worker emits their metrics.
+    for metric in ("StalledClaims", "PayloadMissing"):  # as an alarm's or a widget's metric name
+        assert f'"{metric}"' not in body and f'\\"{metric}\\"' not in body, metric
+    assert set(svc.monitoring.alarms).isdisjoint({"StalledClaimsAlarm", "WorkerPayloadMissingAlarm"})
 
 
 def _worker_props(**overrides: Any):
@@ -942,8 +947,9 @@ def _app_namespaces(tpl: dict[str, Any]) -> set[str]:
     found = {m["Namespace"] for a in resources(tpl, "AWS::CloudWatch::Alarm").values() for m in _metrics(a)}
     (dashboard,) = resources(tpl, "AWS::CloudWatch::Dashboard").values()
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
-    found |= {ns for ns in ("LeaseFence", "LeaseFence/LeaseFenceDefault", "LeaseFence/LeaseFenceFull")
-              if f'[\\"{ns}\\",' in body}
+    candidates = ("LeaseFence", "LeaseFence/LeaseFenceDefault", "LeaseFence/LeaseFenceFull",
+                  "LeaseFence/LeaseFenceDefault/LeaseFence", "LeaseFence/LeaseFenceFull/LeaseFence")
+    found |= {ns for ns in candidates if f'[\\"{ns}\\",' in body}
     return {ns for ns in found if not str(ns).startswith("AWS/")}
 
 
@@ -953,7 +959,8 @@ def test_metrics_namespace_is_per_deployment(synth) -> None:
     seen = {}
     for name in ("default", "full"):
         stack, svc, tpl = _svc(synth, name)
-        assert svc.metrics_namespace == f"LeaseFence/{stack.stack_name}"
+        # One per service: the stack's name and the service's path below it.
+        assert svc.metrics_namespace == f"LeaseFence/{stack.stack_name}/LeaseFence"
         functions = resources(tpl, "AWS::Lambda::Function").values()
         env_namespaces = {f["Properties"]["Environment"]["Variables"].get("POWERTOOLS_METRICS_NAMESPACE")
                           for f in functions if "Environment" in f["Properties"]
