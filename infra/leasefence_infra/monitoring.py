@@ -1,9 +1,8 @@
 """Dashboard, alarms and the alarm topic of a ``LeaseFenceService``.
 
 The functions emit Powertools EMF metrics in the service's namespace (``metrics_namespace``,
-default ``LeaseFence/<stack name>/<path below the stack>``, set as ``POWERTOOLS_METRICS_NAMESPACE`` on every
-function)
-with the single dimension ``service=leasefence`` (:data:`APP_METRICS`; the publisher also
+default ``LeaseFence/<stack name>/<path below the stack>``, set as ``POWERTOOLS_METRICS_NAMESPACE``
+on every function) with the single dimension ``service=leasefence`` (:data:`APP_METRICS`; the publisher also
 :data:`PUBLISHER_METRICS`, the worker function :data:`WORKER_METRICS`). Alarms and dashboard read
 that same namespace.
 Everything else comes from AWS/Lambda, AWS/ApiGateway, AWS/DynamoDB and AWS/SQS.
