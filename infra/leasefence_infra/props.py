@@ -35,6 +35,7 @@ from .worker_props import WorkerProps, validate_worker
 _NAMESPACE_RE = re.compile(r"^[0-9A-Za-z._/#: -]{1,255}$")
 _DOMAIN_PREFIX_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _TAG_RE = re.compile(r"^[\w\s.:/=+\-@]*$")
+_TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
 MAX_SHARDS = 100
 
 
@@ -79,7 +80,9 @@ class LeaseFenceServiceProps:
     synth (its stream included: new and old images); an imported one must have been created with
     it and be imported with its `table_stream_arn`."""
     table_name: str | None = None
-    """Fixed name of the created table (default: generated, so two stacks never collide)."""
+    """Fixed name of the created table (default: generated, so two stacks never collide). Set it
+    at the first deploy only: changing it later (or setting it on a deployed stack) replaces the
+    table with a new, empty one (the stack policy of `leasefence_infra.stateful` refuses that)."""
     deletion_protection: bool = True
     """DynamoDB deletion protection of the created table."""
     payload_bucket: s3.IBucket | None = None
@@ -321,6 +324,11 @@ class LeaseFenceServiceProps:
                     "table_name and deletion_protection configure the table the service "
                     "creates; set them on the table you bring"
                 )
+        name = self.table_name
+        if name is not None and not Token.is_unresolved(name) and not _TABLE_NAME_RE.match(name):
+            raise ValueError(
+                f"table_name {name!r} is not a DynamoDB table name (3-255 of A-Z a-z 0-9 _ . -)"
+            )
         if self.payload_bucket is not None:
             _require(self.payload_bucket, "bucket_arn", "payload_bucket", "an aws_s3.IBucket")
             if self.server_access_logs_bucket is not None:
