@@ -116,15 +116,13 @@ def lambda_handler(event: dict[str, Any], context: Any) -> None:
     worker.start()
     budget_ms = _budget_ms(context)
     worker.join(budget_ms / 1000)
+    data: dict[str, Any] = {}
     if worker.is_alive():
-        status, reason, data = (
-            "FAILED",
-            f"timed out: the catalogue was not applied within {budget_ms // 1000} s",
-            {},
-        )
+        status = "FAILED"
+        reason = f"timed out: the catalogue was not applied within {budget_ms // 1000} s"
     elif "error" in outcome:
         error = outcome["error"]
-        status, reason, data = "FAILED", _reason(error), {}
+        status, reason = "FAILED", _reason(error)
         log.error("catalogue not applied", extra={"error_type": type(error).__name__})
     else:
         status, reason, data = "SUCCESS", "", outcome.get("data") or {}

@@ -73,6 +73,12 @@ class LeaseFenceServiceProps:
     tokens get this `tenant_id`; its id is handed to the trigger through an SSM parameter).
     Without it that client's tokens carry no tenant and the API answers 401 (synth warns)."""
 
+    iam_tenant: str | None = None
+    """Also deploy an HTTP API for callers inside AWS, authorized by IAM (SigV4): every route
+    under its scope's name (`/produce/v1/operations`, `/work/v1/claims`, ...), each request
+    acting for this one tenant with the scope its prefix names. Grant callers with
+    `grant_enqueue`, `grant_work`, `grant_operate`, `grant_approve` (see IAM callers)."""
+
     # ------------------------------------------------------------------ data
     table: dynamodb.ITable | None = None
     """Bring your own operations table (e.g. a `LeaseFenceTable` in your stack); default: the
@@ -295,6 +301,8 @@ class LeaseFenceServiceProps:
                     "it needs create_user_pool=True and no pre_token_generation of your own"
                 )
             _tenant_id("service_client_tenant", self.service_client_tenant)
+        if self.iam_tenant is not None:
+            _tenant_id("iam_tenant", self.iam_tenant)
         if self.client_tenants:
             if not self.create_user_pool or self.pre_token_generation is not None:
                 raise ValueError(

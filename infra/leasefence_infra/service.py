@@ -47,6 +47,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct, IValidation
 
+from .access import IamApi, ImportedLeaseFenceService, ServiceAccess
 from .api import Api
 from .assets import functions_code
 from .bundling import core_layer_code
@@ -93,7 +94,7 @@ class _OwnNamespace:
         ]
 
 
-class LeaseFenceService(Construct):
+class LeaseFenceService(Construct, ServiceAccess):
     """The leasefence service: table, bucket, functions, HTTP API, schedules, stream consumers,
     event bus, monitoring.
 
@@ -203,6 +204,18 @@ class LeaseFenceService(Construct):
             throttling_rate_limit=props.throttling_rate_limit,
             throttling_burst_limit=props.throttling_burst_limit,
         )
+        #: The IAM-authorized API for callers inside AWS (``iam_tenant``), else None.
+        self.iam_api: IamApi | None = None
+        if props.iam_tenant is not None:
+            self.iam_api = IamApi(
+                self,
+                "IamApi",
+                api=self.api,
+                tenant=props.iam_tenant,
+                runtime=runtime,
+                throttling_rate_limit=props.throttling_rate_limit,
+                throttling_burst_limit=props.throttling_burst_limit,
+            )
         self.sweeper = Sweeper(
             self,
             "Sweeper",
@@ -276,6 +289,7 @@ class LeaseFenceService(Construct):
         for component, construct in (
             ("storage", self.storage),
             ("api", self.api),
+            ("api", self.iam_api),
             ("sweeper", self.sweeper),
             ("worker", self.worker),
             ("dispatch", self.dispatch),
@@ -352,6 +366,76 @@ class LeaseFenceService(Construct):
     def publisher_function(self) -> lambda_.Function:
         """The publisher function (history and outcome events), e.g. to grant it your bus's key."""
         return self.publisher.function.function
+
+    @property
+    def iam_api_url(self) -> str | None:
+        """The IAM API's base URL (``iam_tenant``), else None: callers sign with SigV4."""
+        return self.iam_api.url if self.iam_api is not None else None
+
+    def _access(self) -> dict[str, Any]:
+        return {
+            "scope": self,
+            "iam_api_id": self.iam_api.http_api.api_id if self.iam_api is not None else None,
+            "table": self.storage.table,
+            "payload_bucket": self.storage.payload_bucket,
+            "log_hash_key": self.storage.log_hash_key,
+            "keys": list(self.storage.data_keys),
+        }
+
+    @staticmethod
+    def from_attributes(
+        scope: Construct,
+        construct_id: str,
+        *,
+        payload_bucket_name: str,
+        table_name: str | None = None,
+        table_arn: str | None = None,
+        table_stream_arn: str | None = None,
+        log_hash_secret_arn: str | None = None,
+        encryption_key_arn: str | None = None,
+        api_url: str | None = None,
+        iam_api_id: str | None = None,
+        alarm_topic_arn: str | None = None,
+        event_bus_arn: str | None = None,
+        metrics_namespace: str | None = None,
+    ) -> ImportedLeaseFenceService:
+        """A service deployed elsewhere (another stack or app), for its ``grant_*`` and its
+        resources: give its table (name or ARN) and payload bucket, and what you use of the rest
+        (``iam_api_id`` for the ``grant_*`` of the IAM API, ``log_hash_secret_arn`` and
+        ``encryption_key_arn`` for :meth:`grant_erase_tenant`). In one app,
+        :meth:`attributes` of the service gives them all."""
+        return ImportedLeaseFenceService(
+            scope,
+            construct_id,
+            table_name=table_name,
+            table_arn=table_arn,
+            table_stream_arn=table_stream_arn,
+            payload_bucket_name=payload_bucket_name,
+            log_hash_secret_arn=log_hash_secret_arn,
+            encryption_key_arn=encryption_key_arn,
+            api_url=api_url,
+            iam_api_id=iam_api_id,
+            alarm_topic_arn=alarm_topic_arn,
+            event_bus_arn=event_bus_arn,
+            metrics_namespace=metrics_namespace,
+        )
+
+    def attributes(self) -> dict[str, str | None]:
+        """The keyword arguments of :meth:`from_attributes` for this service (tokens: use them in
+        another stack of this app, or put them in outputs)."""
+        key = self.storage.encryption_key
+        return {
+            "table_arn": self.storage.table.table_arn,
+            "table_stream_arn": self.storage.table.table_stream_arn,
+            "payload_bucket_name": self.storage.payload_bucket.bucket_name,
+            "log_hash_secret_arn": self.storage.log_hash_key.secret_arn,
+            "encryption_key_arn": key.key_arn if key is not None else None,
+            "api_url": self.api_url,
+            "iam_api_id": self.iam_api.http_api.api_id if self.iam_api is not None else None,
+            "alarm_topic_arn": self.monitoring.topic.topic_arn,
+            "event_bus_arn": self.publisher.event_bus.event_bus_arn,
+            "metrics_namespace": self.metrics_namespace,
+        }
 
     @property
     def token_url(self) -> str | None:

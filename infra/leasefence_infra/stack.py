@@ -87,7 +87,8 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     """``LeaseFenceService`` keyword arguments from CDK context (``-c key=value``).
 
     ``jwtIssuer``, ``jwtAudience`` (comma-separated), ``createUserPool``, ``userPoolDomainPrefix``,
-    ``serviceClientTenant`` (the tenant of the pool's own app client),
+    ``serviceClientTenant`` (the tenant of the pool's own app client), ``iamTenant`` (the IAM API
+    for callers inside AWS, acting for this tenant),
     ``tableName``, ``retentionDays``, ``deletionProtection``, ``customerManagedKey``,
     ``tenantIsolation``, ``snapStart``, ``logRetentionDays``, ``logLevel``, ``dueShards``, ``sweepShards``,
     ``destroyOnRemoval`` (dev stacks only: tables, buckets, keys are deleted with the stack),
@@ -126,6 +127,8 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
         props["jwt_audience"] = _list(get("jwtAudience")) or [PLACEHOLDER_AUDIENCE]
     else:
         raise ContextError(MISSING_ISSUER_MESSAGE)
+    if get("iamTenant"):
+        props["iam_tenant"] = str(get("iamTenant"))
     if get("tableName"):
         props["table_name"] = str(get("tableName"))
     for key, prop in (
@@ -241,6 +244,19 @@ class LeaseFenceStack(Stack):
             value=service.event_bus.event_bus_name,
             description="EventBridge bus of the outcome events (add your rules to it)",
         )
+        CfnOutput(
+            self,
+            "TenantErasurePolicyArn",
+            value=service.tenant_erasure_policy().managed_policy_arn,
+            description="managed policy for the operators who run leasefence erase-tenant",
+        )
+        if service.iam_api_url is not None:
+            CfnOutput(
+                self,
+                "IamApiUrl",
+                value=service.iam_api_url,
+                description="leasefence API base URL for IAM callers (SigV4, one scope per prefix)",
+            )
         if service.worker_function is not None:
             CfnOutput(
                 self,
