@@ -4,7 +4,9 @@ identity is the signing principal. Anything else that looks like an IAM request 
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ from api_helpers import Api, enqueue, new_tenant
 
 from leasefence.api.security import APPROVE, IAM_PREFIXES, ROUTES, iam_caller, iam_request
 from leasefence.auth import ALL_SCOPES
+from leasefence.client import LeaseFenceClient, sigv4_signer
 from leasefence.local.server import LambdaContext, http_api_event, load_function
 
 IAM_API_ID = "iamapi0001"
@@ -101,3 +104,54 @@ def test_jwt_callers_are_unchanged_when_the_iam_api_exists(stack, iam_tenant, ap
     assert enqueue(api, "jwt-2").status == 201
     assert api.get("/v1/operations/jwt-2").status == 200
     assert api.get("/produce/v1/operations/jwt-2").status == 404  # no prefixes on the JWT API
+
+
+# ----------------------------------------------------------------------------- the client, signed
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    received: list[tuple[str, str, dict[str, str], bytes]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - the http.server name
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).received.append((self.command, self.path, dict(self.headers.items()), body))
+        self.send_response(204)  # nothing claimable
+        self.end_headers()
+
+    def log_message(self, *_args: Any) -> None:
+        return
+
+
+def test_the_client_signs_requests_for_the_iam_api_with_sigv4() -> None:
+    """A worker inside AWS: its client's base URL is the IAM API's /work prefix, each request is
+    signed (service execute-api, the session token sent along), and the signature is the one
+    SigV4 gives for exactly what arrived."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    received: list[Any] = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("R", (_Recorder,), {"received": received}))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    credentials = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "session-token")
+    base = f"http://127.0.0.1:{server.server_address[1]}/work"
+    try:
+        client = LeaseFenceClient(base, signer=sigv4_signer("eu-west-1", credentials), retries=0)
+        assert client.claim("worker-1", job_types=["job"]) is None
+    finally:
+        server.shutdown()
+        server.server_close()
+    ((method, path, headers, body),) = received
+    assert (method, path) == ("POST", "/work/v1/claims")
+    authorization = headers["Authorization"]
+    assert authorization.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
+    assert "/eu-west-1/execute-api/aws4_request" in authorization
+    assert headers["X-Amz-Security-Token"] == "session-token"
+    signed = authorization.split("SignedHeaders=")[1].split(",")[0].split(";")
+    assert "host" in signed and "x-amz-date" in signed
+    again = AWSRequest(method=method, url=f"http://{headers['Host']}{path}", data=body,
+                       headers={k: v for k, v in headers.items() if k.lower() in signed})
+    again.context["timestamp"] = headers["X-Amz-Date"]
+    auth = SigV4Auth(credentials, "execute-api", "eu-west-1")
+    signature = auth.signature(auth.string_to_sign(again, auth.canonical_request(again)), again)
+    assert authorization.endswith(f"Signature={signature}")
