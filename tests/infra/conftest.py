@@ -2,7 +2,7 @@
 
 * ``default`` stack: the example app's composition with ``-c worker=demo``: the construct with
   its defaults (external JWT issuer, AWS-owned table encryption, S3-managed bucket encryption, no
-  tenant role, log level INFO, namespace ``LeaseFence/LeaseFenceDefault``) plus the worker with
+  tenant role, log level INFO, namespace ``LeaseFence/LeaseFenceDefault/LeaseFence``) plus the worker with
   its defaults (demo handlers from ``functions/``, tenant ``demo``).
 * ``full`` stack: every option on (Cognito user pool + pre-token trigger, customer-managed KMS
   key, tenant isolation role, server access logs, no deletion protection, 3 due shards, log
