@@ -254,7 +254,9 @@ def test_log_hash_key_is_generated_secret(variant) -> None:
 def test_routes_and_scopes_match_the_contract(variant) -> None:
     _, stack, svc, tpl = variant
     authorizer = logical_id(stack, svc.http_api.node.find_child("JwtAuthorizer"))
-    routes = {r["Properties"]["RouteKey"]: r["Properties"] for r in resources(tpl, "AWS::ApiGatewayV2::Route").values()}
+    api = {"Ref": logical_id(stack, svc.http_api)}  # (the full stack also has the IAM API)
+    routes = {r["Properties"]["RouteKey"]: r["Properties"] for r in resources(tpl, "AWS::ApiGatewayV2::Route").values()
+              if r["Properties"]["ApiId"] == api}
     assert set(routes) == set(CONTRACT_ROUTES)
     for key, scope in CONTRACT_ROUTES.items():
         route = routes[key]
@@ -266,7 +268,8 @@ def test_routes_and_scopes_match_the_contract(variant) -> None:
             assert route["AuthorizerId"] == {"Ref": authorizer}, key
             assert route["AuthorizationScopes"] == [scope], key
     # One Lambda proxy integration (payload 2.0) serves every route.
-    ((integration_lid, integration),) = resources(tpl, "AWS::ApiGatewayV2::Integration").items()
+    ((integration_lid, integration),) = [(lid, i) for lid, i in resources(tpl, "AWS::ApiGatewayV2::Integration").items()
+                                         if i["Properties"]["ApiId"] == api]
     assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
     assert integration["Properties"]["IntegrationUri"] == invoked_arn(stack, svc.api.function)
     for route in routes.values():
@@ -309,8 +312,7 @@ def test_jwt_authorizer_cognito_pool(synth) -> None:
 
 def test_stage_throttling_and_access_logs(variant) -> None:
     _, stack, svc, tpl = variant
-    (stage,) = resources(tpl, "AWS::ApiGatewayV2::Stage").values()
-    p = stage["Properties"]
+    p = props(tpl, logical_id(stack, svc.api.stage))
     assert p["StageName"] == "$default" and p["AutoDeploy"] is True
     assert p["DefaultRouteSettings"] == {"ThrottlingBurstLimit": 200, "ThrottlingRateLimit": 100}
     assert p["AccessLogSettings"]["DestinationArn"] == getatt(logical_id(stack, svc.api.access_log_group))
