@@ -1712,8 +1712,10 @@ class Engine:
         """The inline payload of an operation (or of a claim), checked against its hash.
 
         :class:`NotFound` when the operation has no inline payload (its ``payload_ref`` is the
-        caller's own); :class:`PayloadMissing` when it was purged, erased or cannot be read:
-        never None, so no handler runs without its input.
+        caller's own); :class:`PayloadMissing` when it was purged, erased or its object is gone:
+        never None, so no handler runs without its input. A store that refuses access raises
+        :class:`~leasefence.errors.PayloadAccessDenied` (:class:`Unavailable`): a fault to fix,
+        not a missing payload.
         """
         if not self._inline(operation.tenant_id, operation.operation_id, operation):
             raise NotFound("this operation has no inline payload")

@@ -387,12 +387,14 @@ class Runtime:
     def payloads(self) -> PayloadStore:
         with self._lock:
             if self._payloads is None:
+                from leasefence.observability import record_event
                 from leasefence.payloads import PayloadStore
 
                 self._payloads = PayloadStore(
                     bucket=self.settings.payload_bucket,
                     secret=self._payload_secret,
                     client_factory=lambda: self.client("s3"),
+                    events=record_event,
                 )
             return self._payloads
 
