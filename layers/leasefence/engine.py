@@ -98,6 +98,9 @@ DEFAULT_LEASE_MS = 60_000
 MAX_LEASE_MS = 900_000
 MAX_CHECKPOINT_BYTES = 4096
 MAX_REASON_LENGTH = 1024
+#: :meth:`Engine.oldest_parked_age_ms` reads at most this many pages of 10 per shard looking for
+#: the oldest parked operation that is not a shadow tenant's.
+PARKED_SCAN_PAGES = 5
 MAX_PAYLOAD_REF_LENGTH = 1024
 BACKOFF_BASE_MS = 1_000
 BACKOFF_CAP_MS = 300_000
@@ -1296,8 +1299,11 @@ class Engine:
                 self._expire_approval(entry, result)
             else:
                 self._sweep_one(entry, result)
-        if result.swept:
-            self.events("SweptToUnknown", result.swept)
+        # Shadow operations parked here (a shadow run record whose completion was lost) are not
+        # the fleet's: they stay out of the metric (and its alarm).
+        fleet_swept = sum(1 for t, _ in result.swept_keys if not keys.is_shadow_tenant(t))
+        if fleet_swept:
+            self.events("SweptToUnknown", fleet_swept)
         if result.approvals_expired:
             self.events("ApprovalsExpired", result.approvals_expired)
         return result
@@ -1677,24 +1683,36 @@ class Engine:
 
     def oldest_parked_age_ms(self, state: State | str = State.UNKNOWN) -> int:
         """How long the oldest operation in ``state`` (unknown or quarantined) has waited, in ms
-        (0 when none waits). One ``Limit=1`` query per shard of the sparse ``parked`` index,
-        across tenants: for the sweeper's on-call metric, never exposed per tenant."""
+        (0 when none waits). One small query per shard of the sparse ``parked`` index (oldest
+        first), across tenants: for the sweeper's on-call metric, never exposed per tenant.
+        Shadow tenants' operations are skipped (they are not the fleet's): a shard's pages are
+        read on past them, at most :data:`PARKED_SCAN_PAGES` pages of 10."""
         state = State(state)
         if state not in (State.UNKNOWN, State.QUARANTINED):
             raise InvalidInput("only unknown and quarantined operations are parked")
         now = self.clock()
         oldest: int | None = None
         for shard in range(self.spec.sweep_shards):
-            page = self.store.query(
-                IndexName=PARKED_INDEX,
-                KeyConditionExpression="#pk = :pk",
-                ExpressionAttributeNames={"#pk": PARKED_PK},
-                values={":pk": keys.parked_partition(state.value, shard)},
-                Limit=1,
-            )
-            for entry in page.items:
-                parked_at = int(entry[PARKED_SK])
-                oldest = parked_at if oldest is None else min(oldest, parked_at)
+            start = None
+            for _page in range(PARKED_SCAN_PAGES):
+                page = self.store.query(
+                    IndexName=PARKED_INDEX,
+                    KeyConditionExpression="#pk = :pk",
+                    ExpressionAttributeNames={"#pk": PARKED_PK},
+                    values={":pk": keys.parked_partition(state.value, shard)},
+                    Limit=10,
+                    start=start,
+                )
+                found = next(
+                    (e for e in page.items if not keys.is_shadow_tenant(e["tenant_id"])), None
+                )
+                if found is not None:
+                    parked_at = int(found[PARKED_SK])
+                    oldest = parked_at if oldest is None else min(oldest, parked_at)
+                    break
+                start = page.last_key
+                if start is None:
+                    break
         return 0 if oldest is None else max(0, now - oldest)
 
     # ------------------------------------------------------------------ payloads, retention, erasure
@@ -1950,55 +1968,142 @@ class Engine:
     def oldest_due_age_ms(self, max_queries: int = 200) -> int:
         """How long the oldest due operation of any tenant and job type has waited to be claimed
         (ms; 0 when nothing is overdue). Due work of a job type no worker serves (a typo, a
-        retired type, a fleet that is down) shows here instead of waiting silently. Reads the
-        tenants' job-type directories and one small page per (tenant, type, shard), at most
-        ``max_queries`` queries per call (a sample, then: tenants are visited in random order).
+        retired type, a fleet that is down) shows here instead of waiting silently.
+
+        Reads the tenants' job-type directories and one small page per (tenant, type, shard), at
+        most ``max_queries`` requests per call (directory pages and items included). A fleet
+        larger than that is covered over several calls: each one resumes where the last one
+        stopped (a cursor in one small item, :data:`keys.OLDEST_DUE_CURSOR_ID`) and wraps around
+        at the end, so every tenant is visited once per *cycle*. The figure of a call that
+        completes a cycle is that cycle's; any other call's also counts the last complete cycle,
+        so every tenant is always in it (at most one cycle stale: work claimed meanwhile leaves
+        the figure once the cycle that no longer finds it completes). Shadow tenants
+        (``shadow:``) are skipped: their queued operations record what an existing consumer did
+        and are never dispatched, so they are not the fleet's overdue work.
+
         A claimed entry whose lease heartbeats extended is skipped, not counted (and re-filed at
-        its lease when such entries fill the page, as claims do)."""
+        its lease when such entries fill the page, as claims do). Overlapping calls are harmless:
+        the cursor is written only if no other call wrote it since it was read."""
         now = self.clock()
-        oldest = 0
+        key = self._key(keys.FLEET_TENANT, keys.OLDEST_DUE_CURSOR_ID)
+        saved = self.store.get(key) or {}
         budget = max_queries
-        directories = self.store.query(
-            IndexName=PARKED_INDEX,
-            KeyConditionExpression="#pk = :pk",
-            ExpressionAttributeNames={"#pk": PARKED_PK},
-            values={":pk": keys.DIRECTORY_PARTITION},
-            Limit=max_queries,
-        ).items
-        self.rng.shuffle(directories)
-        for directory in directories:
-            tenant_id = directory["tenant_id"]
-            for job_type in self.job_types(tenant_id):
-                for shard in range(self.spec.due_shards):
+        # Resume: the directory page starts after ``resume`` (None: from the first tenant), and
+        # the first tenant of it skips the (type, shard) partitions an earlier call already read.
+        resume: dict[str, Any] | None = saved.get("cursor") or None
+        resume_skip = int(saved.get("skip", 0))
+        start, skip = resume, resume_skip
+        run_since: int | None = None
+        finished = False
+        while budget > 0:
+            budget -= 1
+            page = self.store.query(
+                IndexName=PARKED_INDEX,
+                KeyConditionExpression="#pk = :pk",
+                ExpressionAttributeNames={"#pk": PARKED_PK},
+                values={":pk": keys.DIRECTORY_PARTITION},
+                Limit=min(max(budget, 1), 100),
+                start=start,
+            )
+            stopped = False
+            for directory in page.items:
+                tenant_id = directory["tenant_id"]
+                if not keys.is_shadow_tenant(tenant_id):
                     if budget <= 0:
-                        return oldest
-                    budget -= 1
-                    page = self.store.query(
-                        IndexName=DUE_INDEX,
-                        KeyConditionExpression="#pk = :pk AND #due <= :now",
-                        ExpressionAttributeNames={"#pk": DUE_PK, "#due": DUE_SK},
-                        values={":pk": keys.due_partition(tenant_id, shard, job_type), ":now": now},
-                        Limit=3,
-                    )
-                    held = []
-                    for entry in page.items:
-                        if entry.get("state") == State.CLAIMED:
-                            item = self._unless_held(entry, now)
-                            if item is None:
-                                held.append(entry)
-                                continue
-                            if item.get("state") != State.CLAIMED:
-                                continue
-                            since = int(item.get("lease_expires_at", now))
-                        else:
-                            since = int(entry[DUE_SK])
-                        oldest = max(oldest, now - since)
+                        stopped = True  # its directory is read first next time
                         break
-                    else:
-                        if page.last_key is not None:
-                            for entry in held:
-                                self._refile_held(entry, now)
-        return oldest
+                    budget -= 1
+                    partitions = [
+                        (job_type, shard)
+                        for job_type in self.job_types(tenant_id)
+                        for shard in range(self.spec.due_shards)
+                    ]
+                    done = skip
+                    while done < len(partitions) and budget > 0:
+                        budget -= 1
+                        job_type, shard = partitions[done]
+                        since = self._oldest_due_since(tenant_id, job_type, shard, now)
+                        if since is not None and (run_since is None or since < run_since):
+                            run_since = since
+                        done += 1
+                    if done < len(partitions):
+                        resume_skip = done
+                        stopped = True
+                        break
+                # This tenant is done (or a shadow tenant): the next call starts after it.
+                resume = {k: directory[k] for k in ("tenant_id", "operation_id", PARKED_PK, PARKED_SK)}
+                resume_skip = skip = 0
+            if stopped:
+                break
+            if page.last_key is None:
+                finished = True
+                break
+            start = page.last_key
+
+        def earliest(*values: Any) -> int | None:
+            found = [int(v) for v in values if v is not None]
+            return min(found) if found else None
+
+        cycle_since = earliest(saved.get("cycle_since"), run_since)
+        if finished:
+            since = cycle_since
+            updates = {"cursor": None, "skip": 0, "cycle_since": None, "last_since": cycle_since}
+        else:
+            since = earliest(cycle_since, saved.get("last_since"))
+            updates = {"cursor": resume, "skip": resume_skip, "cycle_since": cycle_since}
+        self._save_fleet_cursor(key, saved, updates, now)
+        return 0 if since is None else max(0, now - since)
+
+    def _oldest_due_since(self, tenant_id: str, job_type: str, shard: int, now: int) -> int | None:
+        """Since when the oldest due entry of one due partition has been due (None: nothing)."""
+        page = self.store.query(
+            IndexName=DUE_INDEX,
+            KeyConditionExpression="#pk = :pk AND #due <= :now",
+            ExpressionAttributeNames={"#pk": DUE_PK, "#due": DUE_SK},
+            values={":pk": keys.due_partition(tenant_id, shard, job_type), ":now": now},
+            Limit=3,
+        )
+        held = []
+        for entry in page.items:
+            if entry.get("state") == State.CLAIMED:
+                item = self._unless_held(entry, now)
+                if item is None:
+                    held.append(entry)
+                    continue
+                if item.get("state") != State.CLAIMED:
+                    continue
+                return int(item.get("lease_expires_at", now))
+            return int(entry[DUE_SK])
+        if page.last_key is not None:
+            for entry in held:
+                self._refile_held(entry, now)
+        return None
+
+    def _save_fleet_cursor(
+        self, key: dict[str, str], saved: dict[str, Any], updates: dict[str, Any], now: int
+    ) -> None:
+        """One conditional write: only if nobody wrote the item since ``saved`` was read (an
+        overlapping call that wrote first wins; this call's progress is simply not kept)."""
+        names = {"#v": "ver", "#at": "updated_at"}
+        values: dict[str, Any] = {":v1": int(saved.get("ver", 0)) + 1, ":now": now}
+        sets, removes = ["#v = :v1", "#at = :now"], []
+        for i, (name, value) in enumerate(updates.items()):
+            names[f"#a{i}"] = name
+            if value is None:
+                removes.append(f"#a{i}")
+            else:
+                values[f":a{i}"] = value
+                sets.append(f"#a{i} = :a{i}")
+        if "ver" in saved:
+            condition = "#v = :v"
+            values[":v"] = int(saved["ver"])
+        else:
+            condition = "attribute_not_exists(#v)"
+        expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        try:
+            self.store.update(key, expression, condition, names, values, returns="NONE")
+        except ConditionFailed:
+            pass
 
     # ------------------------------------------------------------------ reads
 

@@ -92,3 +92,11 @@ def history_id(operation_id: str) -> str:
 
 #: Every operation id sorts at or after this (no control characters): listings start here.
 FIRST_OPERATION_ID = " "
+
+#: The fleet's own items (not any tenant's): their partition key starts with a control
+#: character, which no tenant id has, and their sort key with :data:`TENANT_ITEM_PREFIX` (no
+#: operation id, so the stream functions skip them). They carry no index key.
+FLEET_TENANT = "\x00fleet"
+#: Where the sweeper's sample of due work (``OldestDueAgeSeconds``) resumes: a cursor over the
+#: tenants' job-type directories, so that run after run every tenant is visited.
+OLDEST_DUE_CURSOR_ID = "\x00oldest-due-cursor"

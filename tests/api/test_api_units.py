@@ -197,6 +197,15 @@ def _event(claims=None, scopes=None):
     return {"requestContext": context}
 
 
+def test_a_shadow_tenant_needs_the_shadow_scope():
+    """``shadow:`` tenants are reserved for shadow mode: an ordinary token for one is 403."""
+    with pytest.raises(Forbidden, match="leasefence/shadow"):
+        caller_from_event(_event({"tenant_id": "shadow:acme", "scope": f"{PRODUCE} {WORK} {OPERATE}"}))
+    caller = caller_from_event(_event({"tenant_id": "shadow:acme", "scope": f"{WORK} leasefence/shadow"}))
+    assert caller.tenant_id == "shadow:acme" and caller.require(WORK) is caller
+    assert caller_from_event(_event({"tenant_id": "shadowy", "scope": WORK})).tenant_id == "shadowy"
+
+
 def test_caller_from_the_authorizer_context():
     caller = caller_from_event(_event({"tenant_id": "t1", "scope": f"{PRODUCE} {WORK}"}))
     assert caller.tenant_id == "t1" and caller.scopes == {PRODUCE, WORK}
