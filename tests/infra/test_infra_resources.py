@@ -295,7 +295,8 @@ def test_jwt_authorizer_cognito_pool(synth) -> None:
                                                {"Ref": "AWS::URLSuffix"}, "/", {"Ref": pool}]]}
     (server,) = resources(tpl, "AWS::Cognito::UserPoolResourceServer").values()
     assert server["Properties"]["Identifier"] == "leasefence"
-    assert {s["ScopeName"] for s in server["Properties"]["Scopes"]} == {"produce", "work", "operate", "approve"}
+    assert {s["ScopeName"] for s in server["Properties"]["Scopes"]} == {"produce", "work", "operate", "approve",
+                                                                        "shadow"}
     c = props(tpl, client)
     assert c["AllowedOAuthFlows"] == ["client_credentials"] and c["GenerateSecret"] is True
     # Every scope but approve: the service client enqueues, and nobody approves their own operations.
