@@ -44,6 +44,7 @@ from urllib.parse import quote, urlencode, urlsplit
 from leasefence.api.errors import Forbidden, Unauthorized
 from leasefence.errors import (
     InvalidInput,
+    AlreadyAttempted,
     InvalidTransition,
     LeaseFenceError,
     NotFound,
@@ -53,6 +54,8 @@ from leasefence.errors import (
     PayloadTooLarge,
     StaleFence,
     Unavailable,
+    TenantErasing,
+    TooManyJobTypes,
     UnknownJobType,
     VersionConflict,
 )
@@ -81,6 +84,9 @@ ERRORS: dict[str, type[LeaseFenceError]] = {
     "stale_fence": StaleFence,
     "invalid_transition": InvalidTransition,
     "unknown_job_type": UnknownJobType,
+    "already_attempted": AlreadyAttempted,
+    "tenant_erasing": TenantErasing,
+    "too_many_job_types": TooManyJobTypes,
     "version_conflict": VersionConflict,
     "unavailable": Unavailable,
     "unauthorized": Unauthorized,

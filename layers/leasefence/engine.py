@@ -128,6 +128,8 @@ MAX_APPROVAL_VALID_MS = 30 * DAY_MS
 OUTCOME_REJECTED = "rejected"
 OUTCOME_APPROVAL_EXPIRED = "approval_expired"
 OUTCOME_CANCELLED = "cancelled"
+#: What an erased class-D intent says instead of the handler's description (its fence stays).
+ERASED_INTENT = "erased"
 
 _HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -1725,12 +1727,23 @@ class Engine:
         return self.payloads.read(operation.payload_ref, operation.payload_hash)
 
     def erase(self, tenant_id: str, operation_id: str, actor: str | None = None) -> Operation:
-        """Erase one operation's payload and free text (reasons, notes, checkpoint, intent, and
-        its history) and keep its identity (id, payload hash, fences, state, outcome code), so a
-        replay is still a replay and a different payload still a conflict. One conditional write:
-        refused while the operation is ``claimed`` (:class:`InvalidTransition`; erase it once it
+        """Erase one operation's payload and free text (reasons, notes, checkpoint, the intent's
+        description, and its history) and keep its identity (id, payload hash, fences, state,
+        outcome code), so a replay is still a replay and a different payload still a conflict.
+        Refused while the operation is ``claimed`` (:class:`InvalidTransition`; erase it once it
         left ``claimed``). A queued or parked operation stays in its state; a claim of it finds
         no payload and the worker quarantines it. Erasing again is harmless.
+
+        What a reconcile needs stays: a class-D intent is kept as ``{"fence": f, "what":
+        "erased"}`` (the fence under which a call may have started, without the handler's text),
+        also when an older operation kept it in its checkpoint (``intent_fence``), so the next
+        claim after a requeue still reconciles it as "a call may have been made" and never calls
+        again. The checkpoint itself goes (it is the handler's own data).
+
+        One read (to find the intent's fence in the text that goes) and one write conditional on
+        the operation not being claimed and pinned to the intent and checkpoint it read: if a
+        claim changed them in between, the write is refused and made again from the refusal's
+        item; a refusal that shows the operation claimed is :class:`InvalidTransition`.
 
         The stored payload is deleted right after the write; if that fails the write has already
         made it due in the ``purge`` index, so the sweeper deletes it. The history is replaced by
@@ -1740,35 +1753,24 @@ class Engine:
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
         actor = validate_actor(actor, OPERATOR_ACTOR)
-        now = self.clock()
-        try:
-            item = self.store.update(
-                self._key(tenant_id, operation_id),
-                "SET erased_at = if_not_exists(erased_at, :now), updated_at = :now, #pat = :now, "
-                "#tr = :tr, #actor = :actor "
-                "REMOVE reason, resolution_note, checkpoint, intent ADD #seq :one",
-                "attribute_exists(#op) AND #state <> :claimed",
-                {
-                    "#op": "operation_id",
-                    "#state": "state",
-                    "#pat": PURGE_SK,
-                    **_TRANSITION_NAMES,
-                    **_ACTOR,
-                },
-                {
-                    ":now": now,
-                    ":claimed": State.CLAIMED.value,
-                    ":tr": Transition.ERASE.value,
-                    ":actor": actor,
-                    ":one": 1,
-                },
-            )
-        except ConditionFailed as refused:
-            if refused.item is None:
-                raise NotFound("operation not found") from None
-            raise InvalidTransition(
-                "a claimed operation cannot be erased until it leaves claimed"
-            ) from None
+        current = self.store.get(self._key(tenant_id, operation_id))
+        item: dict[str, Any] | None = None
+        for _ in range(3):
+            if current is None:
+                raise NotFound("operation not found")
+            try:
+                item = self.store.update(
+                    self._key(tenant_id, operation_id), *self._erase_write(current, actor)
+                )
+                break
+            except ConditionFailed as refused:
+                current = refused.item
+                if current is not None and current.get("state") == State.CLAIMED:
+                    raise InvalidTransition(
+                        "a claimed operation cannot be erased until it leaves claimed"
+                    ) from None
+        else:
+            raise Unavailable("the operation kept changing while it was erased; erase it again")
         assert item is not None
         self.events("Erasures", 1)
         log.info("erased", extra={"op": self._tag(tenant_id, operation_id)})
@@ -1791,6 +1793,68 @@ class Engine:
             else:
                 operation = self.get(tenant_id, operation_id)
         return operation
+
+    @staticmethod
+    def _erased_intent(item: dict[str, Any]) -> str | None:
+        """The intent an erasure keeps (JSON ``{"fence": f, "what": "erased"}``), or None when no
+        intent was ever recorded: from the ``intent`` attribute, or from a checkpoint of an
+        operation recorded before that attribute existed (``{"intent_fence": f, ...}``)."""
+        fence = None
+        for name, field in (("intent", "fence"), ("checkpoint", "intent_fence")):
+            try:
+                value = json.loads(item[name]) if name in item else None
+            except (TypeError, ValueError):
+                value = None
+            if isinstance(value, dict) and isinstance(value.get(field), int):
+                fence = value[field]
+                break
+        if fence is None:
+            return None
+        return json.dumps({"fence": fence, "what": ERASED_INTENT}, separators=(",", ":"))
+
+    def _erase_write(
+        self, current: dict[str, Any], actor: str | None
+    ) -> tuple[str, str, dict[str, str], dict[str, Any]]:
+        """The erasure's update, pinned to the state class (not claimed) and to the intent and
+        checkpoint it was computed from."""
+        now = self.clock()
+        names = {
+            "#op": "operation_id",
+            "#state": "state",
+            "#pat": PURGE_SK,
+            **_TRANSITION_NAMES,
+            **_ACTOR,
+        }
+        values: dict[str, Any] = {
+            ":now": now,
+            ":claimed": State.CLAIMED.value,
+            ":tr": Transition.ERASE.value,
+            ":actor": actor,
+            ":one": 1,
+        }
+        sets = [
+            "erased_at = if_not_exists(erased_at, :now)",
+            "updated_at = :now",
+            "#pat = :now",
+            "#tr = :tr",
+            "#actor = :actor",
+        ]
+        removes = ["reason", "resolution_note", "checkpoint"]
+        kept = self._erased_intent(current)
+        if kept is None:
+            removes.append("intent")
+        else:
+            values[":intent"] = kept
+            sets.append("intent = :intent")
+        condition = "attribute_exists(#op) AND #state <> :claimed"
+        for name in ("intent", "checkpoint"):
+            if name in current:
+                values[f":was_{name}"] = current[name]
+                condition += f" AND {name} = :was_{name}"
+            else:
+                condition += f" AND attribute_not_exists({name})"
+        update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)} ADD #seq :one"
+        return update, condition, names, values
 
     def _purge_one(self, item: dict[str, Any]) -> bool:
         """Delete one operation's stored payload, then record that (pinned to the purge time the

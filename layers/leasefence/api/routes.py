@@ -439,8 +439,10 @@ def resolve(id: _OperationPath, body: models.ResolveRequest):
         ),
         **_error_responses(400, 404, 409, *_AUTH),
     },
-    description="Deletes the stored payload and the reasons, notes, checkpoint and intent; keeps the id, the "
-    "payload hash, the fences, the state and the outcome code, so a replay of the enqueue is still a replay "
+    description="Deletes the stored payload and the reasons, notes, checkpoint and the intent's description; "
+    "keeps the id, the payload hash, the fences, the state, the outcome code and a class-D intent's fence "
+    '(the intent reads {"fence": f, "what": "erased"}: a requeued operation still reconciles it and is '
+    "never called again), so a replay of the enqueue is still a replay "
     "(200, created false, the payload is not stored again) and a different payload still a conflict. "
     "409 invalid_transition while the operation is claimed: erase it once it left claimed. A queued or "
     "parked operation keeps its state; a worker that claims it finds no payload and quarantines it.",
