@@ -624,10 +624,12 @@ def ops_cancel(
     tenant: str | None = _TENANT,
     sub: str | None = _SUB,
 ) -> None:
-    """Withdraw a queued operation, or one awaiting approval: it ends cancelled.
+    """Withdraw a queued operation no worker ever claimed, or one awaiting approval: it ends
+    cancelled.
 
-    Refused (409 invalid_transition) once a worker claimed it or it ended. Cancelling again is
-    harmless."""
+    Refused once a worker claimed it: 409 already_attempted when it is queued again after an
+    attempt (its next claim reconciles it), 409 invalid_transition while claimed or once ended.
+    Cancelling again is harmless."""
     from leasefence.errors import LeaseFenceError
 
     try:

@@ -548,9 +548,11 @@ class LeaseFenceClient:
         return self._finish(operation_id, "reject", {"note": note})
 
     def cancel(self, operation_id: str) -> Operation:
-        """Withdraw a queued operation or one awaiting approval (needs the produce scope): it ends
-        ``cancelled``. A claimed or ended one raises :class:`InvalidTransition`. Cancelling
-        again is a replay."""
+        """Withdraw a queued operation no worker ever claimed, or one awaiting approval (needs the
+        produce scope): it ends ``cancelled``. One queued again after an attempt raises
+        :class:`AlreadyAttempted` (409 ``already_attempted``, a kind of
+        :class:`InvalidTransition`); a claimed or ended one raises :class:`InvalidTransition`.
+        Cancelling again is a replay."""
         return self._finish(operation_id, "cancel", {})
 
     def history(

@@ -11,7 +11,7 @@ State machine::
                                      ├──reject / sweep(approval expired)──> failed_terminal
                                      └──cancel──> cancelled
     enqueue ──> queued ──claim──> claimed ──complete──> succeeded
-                  ^  └──cancel──> cancelled
+                  ^  └──cancel (never claimed)──> cancelled
                   │                  │ ├──fail(retryable, attempts left)──> queued
                   │                  │ ├──fail(otherwise)──> failed_terminal
                   │                  │ ├──park_unknown / sweep(expired, no attempts left)──> unknown
@@ -40,6 +40,7 @@ from leasefence import history, keys
 from leasefence.catalogue import Admission, Catalogue
 from leasefence.clock import Clock, system_clock
 from leasefence.errors import (
+    AlreadyAttempted,
     InvalidInput,
     InvalidTransition,
     NotFound,
@@ -1565,9 +1566,16 @@ class Engine:
 
     def cancel(self, tenant_id: str, operation_id: str, actor: str | None = None) -> Operation:
         """``queued`` or ``awaiting_approval`` -> ``cancelled`` (final: retention, payload purge
-        and index removal as every final state): one conditional write, so a claim racing it
-        either wins first (the cancel is refused) or finds it gone. A claimed or ended operation
-        is :class:`InvalidTransition`; cancelling a cancelled one again is a replay."""
+        and index removal as every final state), only while no worker ever claimed it: one write
+        conditional on the state and on no attempt made (``attempts`` and ``fence`` still 0), so
+        a claim racing it either wins first (the cancel is refused) or finds it gone.
+
+        An operation queued again after an attempt (a retryable failure, a takeover's retry, an
+        operator's requeue from ``unknown``) may have had its side effect: cancelling it would
+        skip the reconcile its next claim must make, so it is :class:`AlreadyAttempted` (409
+        ``already_attempted``); a claimed or ended operation is :class:`InvalidTransition`.
+        Cancelling a cancelled one again is a replay. Each refusal is read from the refused
+        write's own answer."""
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
         actor = validate_actor(actor, OPERATOR_ACTOR)
@@ -1581,6 +1589,9 @@ class Engine:
                 actor,
                 (State.QUEUED, State.AWAITING_APPROVAL),
                 None,
+                extra_condition=" AND attempts = :zero AND #fence = :zero",
+                extra_names={"#fence": "fence"},
+                extra_values={":zero": 0},
             )
         except ConditionFailed as refused:
             current = refused.item
@@ -1588,6 +1599,13 @@ class Engine:
                 raise NotFound("operation not found") from None
             if current["state"] == State.CANCELLED:
                 return Operation.from_item(current)  # cancelled already: a replay
+            if current["state"] in (State.QUEUED, State.AWAITING_APPROVAL):
+                raise AlreadyAttempted(
+                    "only an operation no worker ever claimed can be cancelled: this one was "
+                    f"attempted {int(current.get('attempts', 0))} time(s) and is queued again; "
+                    "its next claim reconciles it (or an operator resolves it)",
+                    attempts=int(current.get("attempts", 0)),
+                ) from None
             raise InvalidTransition(
                 "only a queued operation or one awaiting approval can be cancelled "
                 f"(state is {current['state']})"
@@ -1607,6 +1625,8 @@ class Engine:
         sources: tuple[State, ...],
         reason: str | None,
         extra_condition: str = "",
+        extra_names: dict[str, str] | None = None,
+        extra_values: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """End an operation no worker holds (one of ``sources``) in ``target``: one conditional
         write that takes it out of every index and gives it a final state's retention.
@@ -1644,6 +1664,8 @@ class Engine:
             values[":why"] = reason
             sets.append("reason = :why")
         removes = ["#dpk", "#due", "#spk", "#sat", "approval_expires_at"]
+        names.update(extra_names or {})
+        values.update(extra_values or {})
         self._ending(now, names, values, sets, removes)
         item = self.store.update(
             self._key(tenant_id, operation_id),

@@ -508,14 +508,17 @@ def reject(id: _OperationPath, body: models.RejectRequest | None = None):
 
 @_register(
     "cancelOperation",
-    "Withdraw a queued operation, or one awaiting approval: it ends cancelled",
+    "Withdraw a queued operation no worker ever claimed, or one awaiting approval: it ends cancelled",
     {
         **_ok(200, "Cancelled (cancelling again is a replay)", models.OperationEnvelope),
         **_error_responses(400, 404, 409, *_AUTH),
     },
-    description="Only while no worker holds it: a claimed or ended operation is 409 "
-    "invalid_transition. cancelled is final (kept and purged like the other final states); a "
-    "replay of the enqueue afterwards is still a replay (200, created false).",
+    description="Only before any attempt: an operation queued again after one (a retryable failure, "
+    "a takeover's retry, an operator's requeue from unknown) may have had its side effect and is 409 "
+    "already_attempted (its next claim reconciles it); a claimed or ended operation is 409 "
+    "invalid_transition. Decided inside the cancel's one conditional write. cancelled is final (kept "
+    "and purged like the other final states); a replay of the enqueue afterwards is still a replay "
+    "(200, created false).",
 )
 def cancel(id: _OperationPath, body: models.CancelRequest | None = None):  # noqa: ARG001 - validated and documented, no fields
     caller = _caller("cancelOperation")
