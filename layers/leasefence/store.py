@@ -258,10 +258,18 @@ class Store:
         self._call("delete_item", **kwargs)
 
     def add_to_set(
-        self, key: dict[str, Any], attribute: str, members: list[str], extra: dict[str, Any]
+        self,
+        key: dict[str, Any],
+        attribute: str,
+        members: list[str],
+        extra: dict[str, Any],
+        condition: str | None = None,
+        condition_values: dict[str, Any] | None = None,
     ) -> None:
         """``ADD attribute :members`` (a string set) and ``SET`` the ``extra`` attributes: an
-        unconditional, idempotent upsert."""
+        idempotent upsert, conditional when ``condition`` is given (``#set`` names the set;
+        ``condition_values`` its placeholders): a refusal raises :class:`ConditionFailed` with
+        the item as it is."""
         names = {"#set": attribute}
         values: dict[str, Any] = {":m": {"SS": list(members)}}
         sets = []
@@ -269,6 +277,11 @@ class Store:
             names[f"#e{i}"] = name
             values[f":e{i}"] = to_attr(value)
             sets.append(f"#e{i} = :e{i}")
+        kwargs: dict[str, Any] = {}
+        if condition is not None:
+            kwargs["ConditionExpression"] = condition
+            kwargs["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+            values.update({k: to_attr(v) for k, v in (condition_values or {}).items()})
         self._call(
             "update_item",
             TableName=self.table_name,
@@ -276,6 +289,7 @@ class Store:
             UpdateExpression="ADD #set :m" + (f" SET {', '.join(sets)}" if sets else ""),
             ExpressionAttributeNames=names,
             ExpressionAttributeValues=values,
+            **kwargs,
         )
 
     def transact(self, actions: list[dict[str, Any]]) -> None:
