@@ -37,6 +37,7 @@ from functools import partial
 from typing import Any
 
 from leasefence import history, keys
+from leasefence.catalogue import ERASING as ERASING_ATTRIBUTE
 from leasefence.catalogue import Admission, Catalogue
 from leasefence.clock import Clock, system_clock
 from leasefence.errors import (
@@ -137,6 +138,10 @@ OUTCOME_APPROVAL_EXPIRED = "approval_expired"
 OUTCOME_CANCELLED = "cancelled"
 #: What an erased class-D intent says instead of the handler's description (its fence stays).
 ERASED_INTENT = "erased"
+#: A tenant erasure deletes the tenant's catalogue, directory and hold only this long after it
+#: held the tenant: longer than an engine trusts a catalogue read (5 s) plus an API request's
+#: longest run (29 s), so no enqueue admitted without seeing the hold can commit after it.
+TENANT_ERASURE_SETTLE_MS = 60_000
 
 _HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -1953,57 +1958,166 @@ class Engine:
     def erase_tenant(
         self, tenant_id: str, limit: int = 100, cursor: str | None = None
     ) -> TenantErasure:
-        """One bounded step of erasing everything of one tenant: its operations (rows and stored
-        payloads), its job-type directory, then (once no row is left) any payload object still
-        under the tenant's prefix (an upload whose enqueue never committed).
+        """One bounded step of erasing everything of one tenant. Call again with ``next_cursor``
+        until it is None; ``finished`` says whether everything is gone.
 
-        Call again with ``next_cursor`` until it is None. Claimed operations are left alone and
-        counted as ``held`` (a claim may be acting on them): run the erasure again once they
-        ended. Every delete is conditional on the row not being claimed."""
+        1. **Hold** (every step): one conditional write on the tenant's settings item records
+           when the erasure started (``tenant_erasing``; a later step or a re-run finds it and
+           keeps the first start), and the tenant's catalogue entries are marked the same way.
+           From then on an admission that reads either refuses the enqueue with 409
+           ``tenant_erasing`` (within :data:`~leasefence.catalogue.CACHE_MS`: what an engine
+           read of the catalogue before is trusted that long).
+        2. **Rows**: its operations (rows and stored payloads) and their histories, a page of
+           ``limit`` per step. Claimed operations are left alone and counted as ``held`` (a claim
+           may be acting on them): the tenant stays held until a later run finds them ended.
+        3. **Objects**: once no row is left, any payload object still under the tenant's prefix
+           (an upload whose enqueue never committed).
+        4. **Tenant items**, last, and only :data:`TENANT_ERASURE_SETTLE_MS` after the hold and
+           once a consistent read finds no row again: its job-type directory, catalogue entries
+           and finally the settings item (the hold). An enqueue admitted just before the hold
+           (whose write commits after the rows pass) was admitted under the catalogue, which is
+           still there, so it kept its approval gate; its row is found here and sends the erasure
+           back to step 2. The catalogue is never gone while an enqueue could still be admitted
+           without seeing the hold.
+
+        Idempotent: a re-run (with or without a cursor) resumes; a re-run after it finished holds
+        the tenant again for the settle time and finds nothing. Every delete of an operation is
+        conditional on it not being claimed."""
         validate_id("tenant_id", tenant_id)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise InvalidInput("limit must be from 1 to 1000")
         result = TenantErasure()
-        phase, position = self._decode_erasure_cursor(cursor)
+        phase, position, held_before = self._decode_erasure_cursor(cursor)
+        since = self._hold_tenant(tenant_id)
         with self._registered_lock:  # its directory is about to go: register types again later
             for pair in [p for p in self._registered if p[0] == tenant_id]:
                 del self._registered[pair]
         self.catalogue.forget(tenant_id)  # its catalogue goes with its rows
         if phase == "rows":
             page = self.store.query(
-                KeyConditionExpression="tenant_id = :t",
-                values={":t": tenant_id},
+                # Operations and histories; the tenant's own items (directory, catalogue,
+                # settings: sort keys before HISTORY_PREFIX) go last.
+                KeyConditionExpression="tenant_id = :t AND operation_id >= :first",
+                values={":t": tenant_id, ":first": keys.HISTORY_PREFIX},
                 ConsistentRead=True,
                 Limit=limit,
                 start={"tenant_id": tenant_id, "operation_id": position}
-                if position is not None
+                if position and position >= keys.HISTORY_PREFIX
                 else None,
             )
             for item in page.items:
                 self._erase_row(item, result)
+            held_before = held_before or result.held > 0
             if page.last_key is not None:
                 result.next_cursor = self._encode_erasure_cursor(
-                    "rows", page.last_key["operation_id"]
+                    "rows", page.last_key["operation_id"], held_before
                 )
-                return result
+                return self._erasure_step(result)
             phase, position = "objects", None
-        remaining = self.store.query(
-            KeyConditionExpression="tenant_id = :t",
-            values={":t": tenant_id},
-            ConsistentRead=True,
-            Limit=1,
-        ).items
-        # Rows left (claimed ones, counted as held) keep their objects: the sweep of objects nothing
-        # references runs only once the tenant has no row left (erase again after they ended).
-        if not remaining and self.payloads is not None:
-            deleted, token = self.payloads.delete_tenant_objects(
-                tenant_id, limit=limit, token=position
-            )
-            result.payloads_deleted += deleted
-            if token is not None:
-                result.next_cursor = self._encode_erasure_cursor("objects", token)
+        if self._tenant_rows_left(tenant_id):
+            # This pass left claimed rows alone: run it again once they ended. Otherwise rows
+            # were enqueued after the pass went by (admitted just before the hold): another pass.
+            if not held_before:
+                result.next_cursor = self._encode_erasure_cursor("rows", "")
+            return self._erasure_step(result)
+        if phase == "objects":
+            if self.payloads is not None:
+                deleted, token = self.payloads.delete_tenant_objects(
+                    tenant_id, limit=limit, token=position or None
+                )
+                result.payloads_deleted += deleted
+                if token is not None:
+                    result.next_cursor = self._encode_erasure_cursor("objects", token)
+                    return self._erasure_step(result)
+            phase = "tenant"
+        wait = since + TENANT_ERASURE_SETTLE_MS - self.clock()
+        if wait > 0:
+            result.wait_ms = wait
+            result.next_cursor = self._encode_erasure_cursor("tenant", "")
+            return self._erasure_step(result)
+        if self._tenant_rows_left(tenant_id):
+            result.next_cursor = self._encode_erasure_cursor("rows", "")
+            return self._erasure_step(result)
+        self._erase_tenant_items(tenant_id, since, result)
+        return self._erasure_step(result)
+
+    def _erasure_step(self, result: TenantErasure) -> TenantErasure:
         self.events("TenantErasureSteps", 1)
         return result
+
+    def _hold_tenant(self, tenant_id: str) -> int:
+        """Hold the tenant for its erasure (one conditional write on its settings item: the
+        first start is kept, read from the refusal on a later step) and mark its catalogue
+        entries. Returns when the erasure started (ms)."""
+        now = self.clock()
+        key = self._key(tenant_id, keys.SETTINGS_ID)
+        try:
+            self.store.update(
+                key,
+                "SET #erasing = :now",
+                "attribute_not_exists(#erasing)",
+                {"#erasing": ERASING_ATTRIBUTE},
+                {":now": now},
+                returns="NONE",
+            )
+            since = now
+            log.info("tenant held for erasure", extra={"tenant": keyed_hash(tenant_id)})
+        except ConditionFailed as refused:
+            since = int((refused.item or {})[ERASING_ATTRIBUTE])
+        self.catalogue.hold(tenant_id, since)
+        return since
+
+    def _tenant_rows_left(self, tenant_id: str) -> bool:
+        """Whether any operation or history of the tenant is left (one consistent read)."""
+        return bool(
+            self.store.query(
+                KeyConditionExpression="tenant_id = :t AND operation_id >= :first",
+                values={":t": tenant_id, ":first": keys.HISTORY_PREFIX},
+                ConsistentRead=True,
+                Limit=1,
+            ).items
+        )
+
+    def _erase_tenant_items(self, tenant_id: str, since: int, result: TenantErasure) -> None:
+        """The tenant's own items (job-type directory, catalogue entries, then the settings item
+        that holds it), each deleted once: the erasure is finished."""
+        start = None
+        while True:
+            page = self.store.query(
+                KeyConditionExpression="tenant_id = :t AND operation_id < :first",
+                values={":t": tenant_id, ":first": keys.HISTORY_PREFIX},
+                ConsistentRead=True,
+                start=start,
+            )
+            for item in page.items:
+                if item["operation_id"] == keys.SETTINGS_ID:
+                    continue
+                try:
+                    self.store.delete(
+                        self._key(tenant_id, item["operation_id"]),
+                        "attribute_exists(#k)",
+                        {"#k": "operation_id"},
+                        {},
+                    )
+                    result.rows_deleted += 1
+                except ConditionFailed:
+                    pass  # another step deleted it first
+            if page.last_key is None:
+                break
+            start = page.last_key
+        try:
+            self.store.delete(
+                self._key(tenant_id, keys.SETTINGS_ID),
+                "#erasing = :since",
+                {"#erasing": ERASING_ATTRIBUTE},
+                {":since": since},
+            )
+            result.rows_deleted += 1
+        except ConditionFailed:
+            pass  # another step finished first
+        result.finished = True
+        self.catalogue.forget(tenant_id)
+        log.info("tenant erased", extra={"tenant": keyed_hash(tenant_id)})
 
     def _erase_row(self, item: dict[str, Any], result: TenantErasure) -> None:
         if item.get("state") == State.CLAIMED:
@@ -2040,22 +2154,28 @@ class Engine:
         result.rows_deleted += 1
 
     @staticmethod
-    def _encode_erasure_cursor(phase: str, position: str) -> str:
-        raw = json.dumps({"p": phase, "at": position}).encode()
+    def _encode_erasure_cursor(phase: str, position: str, held: bool = False) -> str:
+        """Where the next step starts: the phase, the position in it, and (rows) whether this
+        pass over the rows left a claimed one alone so far."""
+        raw = json.dumps({"p": phase, "at": position, **({"h": 1} if held else {})}).encode()
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
     @staticmethod
-    def _decode_erasure_cursor(cursor: str | None) -> tuple[str, str | None]:
+    def _decode_erasure_cursor(cursor: str | None) -> tuple[str, str | None, bool]:
         if not cursor:
-            return "rows", None
+            return "rows", None, False
         try:
             raw = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-            phase, position = raw["p"], raw["at"]
-            if phase not in ("rows", "objects") or not isinstance(position, str):
+            phase, position, held = raw["p"], raw["at"], raw.get("h", 0)
+            if (
+                phase not in ("rows", "objects", "tenant")
+                or not isinstance(position, str)
+                or held not in (0, 1)
+            ):
                 raise ValueError(phase)
-        except (ValueError, KeyError, TypeError, binascii.Error) as error:
+        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as error:
             raise InvalidInput("cursor is not valid") from error
-        return phase, position
+        return phase, position, bool(held)
 
     def oldest_due_age_ms(self, max_queries: int = 200) -> int:
         """How long the oldest due operation of any tenant and job type has waited to be claimed

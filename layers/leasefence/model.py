@@ -241,6 +241,10 @@ class TenantErasure:
     payloads_deleted: int = 0
     held: int = 0  # claimed operations left alone this time (erase again once they end)
     next_cursor: str | None = None
+    #: Everything of the tenant is gone, its hold too (enqueues are accepted again: a new tenant).
+    finished: bool = False
+    #: How long to wait before the step ``next_cursor`` names can finish (ms; 0: at once).
+    wait_ms: int = 0
 
     def to_public(self) -> dict[str, Any]:
         return {
@@ -248,6 +252,8 @@ class TenantErasure:
             "payloads_deleted": self.payloads_deleted,
             "held": self.held,
             "next_cursor": self.next_cursor,
+            "finished": self.finished,
+            "wait_ms": self.wait_ms,
         }
 
 

@@ -9,6 +9,9 @@ import random
 import pytest
 
 from leasefence import Engine, InvalidTransition, NotFound, State
+from leasefence.engine import TENANT_ERASURE_SETTLE_MS
+from leasefence.errors import TenantErasing
+from leasefence.keys import SETTINGS_ID
 
 
 from leasefence.targets import single_shot
@@ -112,3 +115,100 @@ def test_erasing_a_claimed_operation_is_refused_and_changes_nothing(engine):
     assert engine.store.get({"tenant_id": T, "operation_id": "op-1"}) == before
     with pytest.raises(NotFound):
         engine.erase(T, "nope")
+
+
+# ------------------------------------------------------------------------------ tenant erasure
+
+PAYOUT = {"target_class": "B", "max_attempts": 3, "approval_required": True}
+
+
+def tenant_items(engine, tenant=T):
+    return engine.store.query(KeyConditionExpression="tenant_id = :t", values={":t": tenant}, ConsistentRead=True).items
+
+
+def erase_all(engine, clock, tenant=T, limit=100, cursor=None):
+    """Run erase_tenant to its end (waiting out the settle time on the clock); the last step."""
+    for _ in range(50):
+        step = engine.erase_tenant(tenant, limit=limit, cursor=cursor)
+        if step.next_cursor is None:
+            return step
+        clock.advance(step.wait_ms)
+        cursor = step.next_cursor
+    raise AssertionError("the erasure did not finish")
+
+
+@pytest.fixture
+def other_engine(ddb, spec, clock):
+    """Another API instance: its own catalogue cache."""
+    return Engine(client=ddb, spec=spec, clock=clock, rng=random.Random(5))
+
+
+def test_a_tenant_is_held_first_and_its_enqueues_answer_409_tenant_erasing(engine, other_engine, clock):
+    engine.catalogue.put(T, "payout", PAYOUT)
+    for i in range(5):
+        engine.enqueue(T, f"op-{i}", "misc", H)
+    engine.enqueue("bystander", "op-0", "misc", H)
+    held_at = clock()
+    step = engine.erase_tenant(T, limit=2)
+    assert step.next_cursor is not None
+    clock.advance(5_000)  # past any catalogue cache of the other engine
+    for job_type in ("payout", "misc"):  # catalogued (approval-gated) and uncatalogued alike
+        with pytest.raises(TenantErasing) as refused:
+            other_engine.enqueue(T, f"new-{job_type}", job_type, H)
+        assert (refused.value.code, refused.value.status) == ("tenant_erasing", 409)
+        with pytest.raises(NotFound):
+            engine.get(T, f"new-{job_type}")  # nothing was written
+    with pytest.raises(TenantErasing):
+        engine.enqueue(T, "new-3", "payout", H)
+    assert other_engine.enqueue("bystander", "op-1", "payout", H).created  # other tenants are not held
+    settings = engine.store.get({"tenant_id": T, "operation_id": SETTINGS_ID})
+    assert settings["tenant_erasing"] == held_at and not step.finished  # the hold, first of all
+    # The catalogue is still there while the tenant is held: the approval gate cannot be lost.
+    assert engine.catalogue.get(T, "payout").spec.approval_required
+    last = erase_all(engine, clock, cursor=step.next_cursor)
+    assert last.finished and tenant_items(engine) == []
+    # Finished: the hold is gone with everything else, and the tenant id starts afresh.
+    clock.advance(5_000)
+    fresh = other_engine.enqueue(T, "op-0", "misc", H)
+    assert fresh.created and fresh.operation.state is State.QUEUED
+
+
+def test_an_enqueue_admitted_before_the_hold_keeps_its_gate_and_is_erased_before_the_end(engine, other_engine, clock):
+    """The race the hold cannot refuse: admitted (catalogue read) before the hold, written after
+    the rows pass went by. It was admitted under the catalogue, which the erasure keeps to the
+    end, so it waits for approval; the erasure finds its row before it deletes the catalogue."""
+    engine.catalogue.put(T, "payout", PAYOUT)
+    engine.enqueue(T, "op-0", "payout", H, actor="producer-1")
+    admitted = other_engine.admit(T, "late", "payout", H)
+    step = engine.erase_tenant(T)
+    assert step.rows_deleted == 1 and step.wait_ms == TENANT_ERASURE_SETTLE_MS and not step.finished
+    late = other_engine.enqueue(T, "late", "payout", H, admission=admitted, actor="producer-1")
+    assert late.created and late.operation.state is State.AWAITING_APPROVAL  # the gate held
+    assert other_engine.claim_next(T, "w1") is None
+    clock.advance(step.wait_ms)
+    back = engine.erase_tenant(T, cursor=step.next_cursor)
+    assert not back.finished and back.next_cursor is not None  # back to the rows
+    last = erase_all(engine, clock, cursor=back.next_cursor)
+    assert last.finished and tenant_items(engine) == []
+
+
+def test_tenant_erasure_finishes_idempotently_a_rerun_resumes(engine, clock):
+    engine.catalogue.put(T, "payout", PAYOUT)
+    for i in range(4):
+        engine.enqueue(T, f"op-{i}", "misc", H)
+    held = engine.claim(T, "op-2", "w1")
+    first = engine.erase_tenant(T, limit=2)
+    since = engine.store.get({"tenant_id": T, "operation_id": SETTINGS_ID})["tenant_erasing"]
+    clock.advance(1_000)
+    # A re-run without the cursor resumes: the hold keeps its first start.
+    rerun = erase_all(engine, clock, limit=2)
+    assert first.rows_deleted + rerun.rows_deleted >= 2 and not rerun.finished
+    assert engine.store.get({"tenant_id": T, "operation_id": SETTINGS_ID})["tenant_erasing"] == since
+    assert [op.operation_id for op in engine.list(T).operations] == ["op-2"]  # held, and so is the tenant
+    with pytest.raises(TenantErasing):
+        engine.enqueue(T, "op-9", "misc", H)
+    engine.complete(T, "op-2", held.fence, "ok")
+    done = erase_all(engine, clock)
+    assert done.finished and tenant_items(engine) == []
+    again = erase_all(engine, clock)  # erasing an erased tenant: it holds it a while, finds nothing
+    assert again.finished and again.rows_deleted == 1 and tenant_items(engine) == []  # its own hold
