@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import logging
 import random
@@ -68,6 +69,7 @@ from leasefence.model import (
     TargetClass,
     TenantErasure,
     Transition,
+    TtlClearing,
 )
 from leasefence.privacy import keyed_hash
 from leasefence.schema import (
@@ -138,6 +140,11 @@ OUTCOME_APPROVAL_EXPIRED = "approval_expired"
 OUTCOME_CANCELLED = "cancelled"
 #: What an erased class-D intent says instead of the handler's description (its fence stays).
 ERASED_INTENT = "erased"
+#: After the identity retention became forever, the TTLs already set on ended identities are
+#: cleared in passes over the table; a pass that started this long after the sweeper first saw
+#: the switch is the last one: by then no function still configured with the old window (the
+#: longest Lambda invocation is 15 minutes) can set another TTL.
+RETENTION_SWITCH_GRACE_MS = 15 * 60_000
 #: A tenant erasure deletes the tenant's catalogue, directory and hold only this long after it
 #: held the tenant: longer than an engine trusts a catalogue read (5 s) plus an API request's
 #: longest run (29 s), so no enqueue admitted without seeing the hold can commit after it.
@@ -1953,6 +1960,125 @@ class Engine:
                 result.failed += 1  # still due: the next run tries again
         if result.purged:
             self.events("PayloadsPurged", result.purged)
+        return result
+
+    def clear_ttls(self, limit: int = 100) -> TtlClearing:
+        """One bounded step of keeping ended identities forever once this deployment's identity
+        retention is forever (:attr:`identity_retention_ms` None): the TTLs set while it was a
+        window would otherwise still delete them. The sweeper runs it on every run.
+
+        A pass reads the table a page of ``limit`` items at a time (a ``Scan`` for items that
+        carry a TTL: ended operations and their histories) and removes each TTL with one write
+        conditional on the TTL it read (an item deleted or changed meanwhile is left alone: the
+        write never creates one). Its progress (the page to continue from) is kept on one item of
+        the deployment (:data:`keys.FLEET_TENANT`), written conditionally on the pass and the
+        position it read, so overlapping runs never move it back. The first pass starts when a
+        sweeper first sees forever; a pass that ended before :data:`RETENTION_SWITCH_GRACE_MS`
+        had passed since is followed by another one, started after it (functions still running
+        the old window may have set TTLs behind the first). Then it is done and costs one read
+        per call.
+
+        With a window, a finished or started clearing is forgotten (one read, and one write when
+        there is something to forget), so switching to forever again clears again."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidInput("limit must be from 1 to 1000")
+        key = self._key(keys.FLEET_TENANT, keys.RETENTION_ID)
+        result = TtlClearing()
+        if self.identity_retention_ms is not None:
+            marker = self.store.get(key, consistent=False)
+            if marker is not None and "since" in marker:
+                with contextlib.suppress(ConditionFailed):  # another run forgot it first
+                    self.store.update(
+                        key,
+                        "REMOVE since, pass_started, pass_ended, done_at, #cursor",
+                        "since = :since",
+                        {"#cursor": "cursor"},
+                        {":since": int(marker["since"])},
+                        returns="NONE",
+                    )
+            return result
+        now = self.clock()
+        marker = self.store.get(key)
+        if marker is None or "since" not in marker:
+            try:
+                marker = self.store.update(
+                    key,
+                    "SET since = :now, pass_started = :now REMOVE pass_ended, done_at, #cursor",
+                    "attribute_not_exists(since)",
+                    {"#cursor": "cursor"},
+                    {":now": now},
+                )
+                log.info("identity retention is forever: clearing the TTLs already set")
+            except ConditionFailed as refused:
+                marker = refused.item
+        assert marker is not None
+        if "done_at" in marker:
+            result.state = "done"
+            return result
+        since, started = int(marker["since"]), int(marker["pass_started"])
+        if "pass_ended" in marker:
+            if now < since + RETENTION_SWITCH_GRACE_MS:
+                result.state = "waiting"
+                return result
+            try:
+                marker = self.store.update(
+                    key,
+                    "SET pass_started = :now REMOVE pass_ended, #cursor",
+                    "pass_started = :started AND attribute_exists(pass_ended)",
+                    {"#cursor": "cursor"},
+                    {":now": now, ":started": started},
+                )
+            except ConditionFailed:
+                result.state = "clearing"  # another run started it
+                return result
+            assert marker is not None
+            started = now
+        result.state = "clearing"
+        cursor = marker.get("cursor")
+        page = self.store.scan(
+            FilterExpression="attribute_exists(#ttl)",
+            ProjectionExpression="tenant_id, operation_id, #ttl",
+            ExpressionAttributeNames={"#ttl": TTL_ATTRIBUTE},
+            Limit=limit,
+            start=json.loads(cursor) if cursor else None,
+        )
+        result.examined = page.scanned
+        for item in page.items:
+            try:
+                self.store.update(
+                    self._key(item["tenant_id"], item["operation_id"]),
+                    "REMOVE #ttl",
+                    "#ttl = :seen",
+                    {"#ttl": TTL_ATTRIBUTE},
+                    {":seen": item[TTL_ATTRIBUTE]},
+                    returns="NONE",
+                )
+            except ConditionFailed:
+                continue  # deleted (erased, or its TTL came first) or changed meanwhile
+            result.cleared += 1
+        names = {"#cursor": "cursor"}
+        values: dict[str, Any] = {":started": started, ":n": result.cleared}
+        if page.last_key is not None:
+            values[":next"] = json.dumps(page.last_key, sort_keys=True)
+            update = "SET #cursor = :next"
+        elif started >= since + RETENTION_SWITCH_GRACE_MS:
+            values[":now"] = self.clock()
+            update = "SET done_at = :now REMOVE #cursor"
+            result.state = "done"
+        else:
+            values[":now"] = self.clock()
+            update = "SET pass_ended = :now REMOVE #cursor"
+            result.state = "waiting"
+        condition = "pass_started = :started AND "
+        if cursor is None:
+            condition += "attribute_not_exists(#cursor)"
+        else:
+            values[":cursor"] = cursor
+            condition += "#cursor = :cursor"
+        with contextlib.suppress(ConditionFailed):  # an overlapping run moved on first
+            self.store.update(key, update + " ADD cleared :n", condition, names, values, "NONE")
+        if result.cleared:
+            self.events("TtlsCleared", result.cleared)
         return result
 
     def erase_tenant(

@@ -258,6 +258,18 @@ class TenantErasure:
 
 
 @dataclass
+class TtlClearing:
+    """One bounded step of clearing the TTLs of ended identities after the identity retention
+    became forever (:meth:`leasefence.engine.Engine.clear_ttls`)."""
+
+    #: ``window``: retention is a window, nothing to clear; ``clearing``: a pass is under way;
+    #: ``waiting``: a pass ended, the final one starts after the switch's grace; ``done``.
+    state: str = "window"
+    examined: int = 0  # items this step's page of the table scan read
+    cleared: int = 0  # TTLs removed by this step
+
+
+@dataclass
 class PurgeResult:
     examined: int = 0
     purged: int = 0

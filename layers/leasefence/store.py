@@ -129,6 +129,8 @@ def translate(error: Exception) -> Exception:
 class QueryPage:
     items: list[dict[str, Any]]
     last_key: dict[str, Any] | None
+    #: Items read before any filter (what ``Limit`` counts).
+    scanned: int = 0
 
 
 class Store:
@@ -220,6 +222,21 @@ class Store:
         return QueryPage(
             items=[from_item(i) or {} for i in response.get("Items", [])],
             last_key=from_item(response.get("LastEvaluatedKey")),
+        )
+
+    def scan(self, **kwargs: Any) -> QueryPage:
+        """One page of a ``Scan`` (``values`` and ``start`` as for :meth:`query`)."""
+        values = kwargs.pop("values", None)
+        if values:
+            kwargs["ExpressionAttributeValues"] = {k: to_attr(v) for k, v in values.items()}
+        start = kwargs.pop("start", None)
+        if start:
+            kwargs["ExclusiveStartKey"] = to_item(start)
+        response = self._call("scan", TableName=self.table_name, **kwargs)
+        return QueryPage(
+            items=[from_item(i) or {} for i in response.get("Items", [])],
+            last_key=from_item(response.get("LastEvaluatedKey")),
+            scanned=int(response.get("ScannedCount", 0)),
         )
 
     def update_action(
