@@ -43,8 +43,8 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from leasefence.api.errors import Forbidden, Unauthorized
 from leasefence.errors import (
-    InvalidInput,
     AlreadyAttempted,
+    InvalidInput,
     InvalidTransition,
     LeaseFenceError,
     NotFound,
@@ -53,9 +53,9 @@ from leasefence.errors import (
     PayloadMissing,
     PayloadTooLarge,
     StaleFence,
-    Unavailable,
     TenantErasing,
     TooManyJobTypes,
+    Unavailable,
     UnknownJobType,
     VersionConflict,
 )

@@ -19,7 +19,7 @@ def raw(engine, op):
     return engine.store.get({"tenant_id": T, "operation_id": op})
 
 
-def queued_after_a_retry(engine, clock, op):
+def queued_after_a_retry(engine, _clock, op):
     engine.enqueue(T, op, "refund", H)
     held = engine.claim(T, op, "w1", lease_ms=LEASE)
     engine.fail(T, op, held.fence, retryable=True, reason="timeout", retry_after_ms=0)
@@ -34,7 +34,7 @@ def queued_after_a_takeover_and_a_retry(engine, clock, op):
     engine.fail(T, op, taken.fence, retryable=True, reason="busy", retry_after_ms=60_000)
 
 
-def queued_after_a_requeue_from_unknown(engine, clock, op):
+def queued_after_a_requeue_from_unknown(engine, _clock, op):
     engine.enqueue(T, op, "sms", H, target_class="D")
     held = engine.claim(T, op, "w1", lease_ms=LEASE)
     engine.park_unknown(T, op, held.fence, "no answer from the provider")
@@ -61,14 +61,14 @@ def test_an_operation_queued_again_after_an_attempt_cannot_be_cancelled(engine, 
     assert again is not None and again.reconcile_required
 
 
-def test_a_never_claimed_operation_is_still_cancelled(engine, clock):
+def test_a_never_claimed_operation_is_still_cancelled(engine):
     engine.enqueue(T, "op-2", "refund", H)
     op = engine.cancel(T, "op-2", actor="producer-1")
     assert (op.state, op.fence, op.attempts) == (State.CANCELLED, 0, 0)
     assert engine.cancel(T, "op-2") == op  # a replay
 
 
-def test_cancel_racing_a_claim_never_ends_a_claimed_operation(engine, clock):
+def test_cancel_racing_a_claim_never_ends_a_claimed_operation(engine):
     """Whoever writes first wins: after the claim, the cancel is refused from its own answer."""
     engine.enqueue(T, "op-3", "refund", H)
     held = engine.claim(T, "op-3", "w1", lease_ms=LEASE)

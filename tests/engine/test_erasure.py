@@ -12,8 +12,6 @@ from leasefence import Engine, InvalidTransition, NotFound, State
 from leasefence.engine import TENANT_ERASURE_SETTLE_MS
 from leasefence.errors import TenantErasing
 from leasefence.keys import SETTINGS_ID
-
-
 from leasefence.targets import single_shot
 from leasefence.worker import EngineBackend, FunctionHandler, Worker
 
@@ -76,7 +74,7 @@ def test_a_class_d_intent_kept_in_an_old_checkpoint_survives_an_erasure(engine, 
     assert calls == [] and engine.get(T, "old-1").state is State.UNKNOWN
 
 
-def test_an_erasure_keeps_no_intent_where_none_was_recorded_and_the_requeue_runs(engine, clock):
+def test_an_erasure_keeps_no_intent_where_none_was_recorded_and_the_requeue_runs(engine):
     """No intent on record proves no call was started: after the erasure and a requeue the
     handler runs (once)."""
     engine.enqueue(T, "sms-2", "sms", H, target_class="D")
@@ -87,7 +85,12 @@ def test_an_erasure_keeps_no_intent_where_none_was_recorded_and_the_requeue_runs
     assert erased.intent is None and erased.checkpoint is None
     engine.resolve(T, "sms-2", "requeue")
     sent: list[int] = []
-    handlers = {"sms": FunctionHandler(lambda job: single_shot.call_once(job, lambda: sent.append(job.fence)) or "sent", single_shot.reconcile)}
+
+    def send(job):
+        single_shot.call_once(job, lambda: sent.append(job.fence))
+        return "sent"
+
+    handlers = {"sms": FunctionHandler(send, single_shot.reconcile)}
     assert Worker(EngineBackend(engine, [T]), handlers, lease_ms=LEASE).run_once()
     assert sent == [2] and engine.get(T, "sms-2").state is State.SUCCEEDED
 
@@ -100,7 +103,9 @@ def test_the_runtime_never_calls_a_class_d_target_twice_whatever_the_handlers_re
     engine.erase(T, "sms-3")
     engine.resolve(T, "sms-3", "requeue")
     ran: list[int] = []
-    careless = FunctionHandler(lambda job: ran.append(job.fence) or "sent", lambda job: single_shot.Reconciled.not_done())
+    careless = FunctionHandler(
+        lambda job: ran.append(job.fence) or "sent", lambda _job: single_shot.Reconciled.not_done()
+    )
     assert Worker(EngineBackend(engine, [T]), {"sms": careless}, lease_ms=LEASE).run_once()
     op = engine.get(T, "sms-3")
     assert ran == [] and op.state is State.UNKNOWN and "intent recorded by fence 1" in op.reason

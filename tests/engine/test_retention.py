@@ -102,7 +102,7 @@ def items_with_ttl(engine):
 
 
 def test_switching_to_forever_clears_the_ttls_already_set_and_the_identities_outlive_the_old_window(world, ttl_aws):
-    spec, clock, travel, window, forever, sweep = world
+    _spec, _clock, travel, window, forever, sweep = world
     # While the retention was 400 days: operations ended, one was erased, one still waits.
     for i in range(8):
         ended(window, f"op-{i}")
@@ -158,7 +158,7 @@ def test_switching_to_forever_clears_the_ttls_already_set_and_the_identities_out
 
 
 def test_a_window_forgets_a_finished_clearing_so_switching_again_clears_again(world):
-    spec, clock, travel, window, forever, sweep = world
+    _spec, _clock, travel, window, forever, _sweep = world
     ended(window, "a")
     for _ in range(10):
         if forever.clear_ttls(limit=10).state == "waiting":
