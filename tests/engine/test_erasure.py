@@ -95,7 +95,7 @@ def test_an_erasure_keeps_no_intent_where_none_was_recorded_and_the_requeue_runs
     assert sent == [2] and engine.get(T, "sms-2").state is State.SUCCEEDED
 
 
-def test_the_runtime_never_calls_a_class_d_target_twice_whatever_the_handlers_reconcile_says(engine):
+def test_the_runtime_never_runs_a_class_d_handler_with_an_intent_on_record_even_if_its_reconcile_says_not_done(engine):
     engine.enqueue(T, "sms-3", "sms", H, target_class="D")
     held = engine.claim_next(T, "w0", lease_ms=LEASE)
     engine.heartbeat(T, "sms-3", held.fence, "w0", intent="sms")

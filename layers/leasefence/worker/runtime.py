@@ -9,9 +9,9 @@
   no "one last commit".
 - A claim with ``reconcile_required`` runs the handler's ``reconcile`` first: confirmed done ->
   complete; confirmed not done -> run under the new fence; cannot tell -> ``unknown``. A class-D
-  claim that carries an intent (an erased one too: its fence stays) is never "not done": the
-  runtime parks it ``unknown`` whatever the handler's reconcile says, so a class-D target is
-  called at most once.
+  claim that carries an intent (an erased one too: its fence stays) is never "not done": a
+  reconcile that says so is taken as "cannot tell" (``unknown``), so the handler never runs and a
+  class-D target is called at most once.
 - Graceful shutdown: :meth:`Worker.stop` (wired to SIGTERM) stops claiming; the job in flight
   finishes, or after the grace period is cancelled: it makes no further write, its lease lapses
   and the next claim reconciles. (Releasing it early would be one more write by a worker that is
@@ -436,7 +436,7 @@ class Worker:
                     and "fence" in claim.intent
                 ):
                     # Class D has no lookup: with an intent on record (an erased one too) a call
-                    # may have been made, whatever the handler's reconcile says. Never call twice.
+                    # may have been made, whatever this reconcile believes. Never call twice.
                     found = Reconciled.unknown(
                         f"intent recorded by fence {claim.intent['fence']}; no lookup exists"
                     )
