@@ -43,6 +43,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from leasefence.api.errors import Forbidden, Unauthorized
 from leasefence.errors import (
+    AlreadyAttempted,
     InvalidInput,
     InvalidTransition,
     LeaseFenceError,
@@ -52,6 +53,8 @@ from leasefence.errors import (
     PayloadMissing,
     PayloadTooLarge,
     StaleFence,
+    TenantErasing,
+    TooManyJobTypes,
     Unavailable,
     UnknownJobType,
     VersionConflict,
@@ -81,6 +84,9 @@ ERRORS: dict[str, type[LeaseFenceError]] = {
     "stale_fence": StaleFence,
     "invalid_transition": InvalidTransition,
     "unknown_job_type": UnknownJobType,
+    "already_attempted": AlreadyAttempted,
+    "tenant_erasing": TenantErasing,
+    "too_many_job_types": TooManyJobTypes,
     "version_conflict": VersionConflict,
     "unavailable": Unavailable,
     "unauthorized": Unauthorized,
@@ -542,9 +548,11 @@ class LeaseFenceClient:
         return self._finish(operation_id, "reject", {"note": note})
 
     def cancel(self, operation_id: str) -> Operation:
-        """Withdraw a queued operation or one awaiting approval (needs the produce scope): it ends
-        ``cancelled``. A claimed or ended one raises :class:`InvalidTransition`. Cancelling
-        again is a replay."""
+        """Withdraw a queued operation no worker ever claimed, or one awaiting approval (needs the
+        produce scope): it ends ``cancelled``. One queued again after an attempt raises
+        :class:`AlreadyAttempted` (409 ``already_attempted``, a kind of
+        :class:`InvalidTransition`); a claimed or ended one raises :class:`InvalidTransition`.
+        Cancelling again is a replay."""
         return self._finish(operation_id, "cancel", {})
 
     def history(

@@ -92,3 +92,10 @@ def history_id(operation_id: str) -> str:
 
 #: Every operation id sorts at or after this (no control characters): listings start here.
 FIRST_OPERATION_ID = " "
+
+
+#: Items of the deployment itself, of no tenant: a partition no tenant id can take (tenant ids
+#: have no control characters), so no tenant's query, listing or erasure ever meets it.
+FLEET_TENANT = "\x00leasefence"
+#: The sweeper's progress clearing the TTLs of ended identities once retention became forever.
+RETENTION_ID = "\x00retention"

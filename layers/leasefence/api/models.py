@@ -455,7 +455,8 @@ class ErrorDetail(BaseModel):
     code: str = Field(
         description="invalid_request, unauthorized, forbidden, not_found, payload_conflict, "
         "stale_fence, invalid_transition, payload_too_large, payload_missing, payload_mismatch, "
-        "unknown_job_type, version_conflict, unavailable, internal_error"
+        "unknown_job_type, version_conflict, already_attempted, tenant_erasing, too_many_job_types, "
+        "unavailable, internal_error"
     )
     message: str
     details: list[FieldProblem] | None = Field(

@@ -439,8 +439,10 @@ def resolve(id: _OperationPath, body: models.ResolveRequest):
         ),
         **_error_responses(400, 404, 409, *_AUTH),
     },
-    description="Deletes the stored payload and the reasons, notes, checkpoint and intent; keeps the id, the "
-    "payload hash, the fences, the state and the outcome code, so a replay of the enqueue is still a replay "
+    description="Deletes the stored payload and the reasons, notes, checkpoint and the intent's description; "
+    "keeps the id, the payload hash, the fences, the state, the outcome code and a class-D intent's fence "
+    '(the intent reads {"fence": f, "what": "erased"}: a requeued operation still reconciles it and is '
+    "never called again), so a replay of the enqueue is still a replay "
     "(200, created false, the payload is not stored again) and a different payload still a conflict. "
     "409 invalid_transition while the operation is claimed: erase it once it left claimed. A queued or "
     "parked operation keeps its state; a worker that claims it finds no payload and quarantines it.",
@@ -506,14 +508,17 @@ def reject(id: _OperationPath, body: models.RejectRequest | None = None):
 
 @_register(
     "cancelOperation",
-    "Withdraw a queued operation, or one awaiting approval: it ends cancelled",
+    "Withdraw a queued operation no worker ever claimed, or one awaiting approval: it ends cancelled",
     {
         **_ok(200, "Cancelled (cancelling again is a replay)", models.OperationEnvelope),
         **_error_responses(400, 404, 409, *_AUTH),
     },
-    description="Only while no worker holds it: a claimed or ended operation is 409 "
-    "invalid_transition. cancelled is final (kept and purged like the other final states); a "
-    "replay of the enqueue afterwards is still a replay (200, created false).",
+    description="Only before any attempt: an operation queued again after one (a retryable failure, "
+    "a takeover's retry, an operator's requeue from unknown) may have had its side effect and is 409 "
+    "already_attempted (its next claim reconciles it); a claimed or ended operation is 409 "
+    "invalid_transition. Decided inside the cancel's one conditional write. cancelled is final (kept "
+    "and purged like the other final states); a replay of the enqueue afterwards is still a replay "
+    "(200, created false).",
 )
 def cancel(id: _OperationPath, body: models.CancelRequest | None = None):  # noqa: ARG001 - validated and documented, no fields
     caller = _caller("cancelOperation")

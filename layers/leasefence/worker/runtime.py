@@ -8,7 +8,10 @@
   :class:`LostOwnership` from then on, and the runtime makes no further write for that claim:
   no "one last commit".
 - A claim with ``reconcile_required`` runs the handler's ``reconcile`` first: confirmed done ->
-  complete; confirmed not done -> run under the new fence; cannot tell -> ``unknown``.
+  complete; confirmed not done -> run under the new fence; cannot tell -> ``unknown``. A class-D
+  claim that carries an intent (an erased one too: its fence stays) is never "not done": a
+  reconcile that says so is taken as "cannot tell" (``unknown``), so the handler never runs and a
+  class-D target is called at most once.
 - Graceful shutdown: :meth:`Worker.stop` (wired to SIGTERM) stops claiming; the job in flight
   finishes, or after the grace period is cancelled: it makes no further write, its lease lapses
   and the next claim reconciles. (Releasing it early would be one more write by a worker that is
@@ -426,6 +429,17 @@ class Worker:
                     else Reconciled.unknown("the handler has no way to reconcile")
                 )
                 self.events("Reconciles", 1)
+                if (
+                    found.kind == "not_done"
+                    and claim.target_class is TargetClass.D
+                    and isinstance(claim.intent, dict)
+                    and "fence" in claim.intent
+                ):
+                    # Class D has no lookup: with an intent on record (an erased one too) a call
+                    # may have been made, whatever this reconcile believes. Never call twice.
+                    found = Reconciled.unknown(
+                        f"intent recorded by fence {claim.intent['fence']}; no lookup exists"
+                    )
                 if found.kind == "done":
                     return partial(backend.complete, claim, found.outcome_code or "reconciled")
                 if found.kind == "unknown":
