@@ -37,8 +37,8 @@ import json
 import random
 import time
 import urllib.error
-import uuid
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime

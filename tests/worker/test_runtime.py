@@ -170,7 +170,7 @@ def test_renewals_follow_the_granted_lease_when_the_catalogue_cuts_it(engine, cl
         assert job.claim.lease_ms == 1_000  # granted, not the 60 s asked for
         for step in range(3):
             job.progress()
-            _wait_until(lambda: events.get("Heartbeats", 0) > step, limit_s=3.0)
+            _wait_until(lambda done=step: events.get("Heartbeats", 0) > done, limit_s=3.0)
             clock.advance(600)  # 1.8 s of lease time in all: past the 1 s granted without renewals
             competitors.append(engine.claim_next(T, "w2", lease_ms=60_000))
         return "done"
