@@ -814,8 +814,8 @@ class Engine:
                 )
                 if isinstance(confirmed, Claim):
                     return confirmed
-                if confirmed is None:
-                    return None
+                if confirmed is None or self._is_claim_of(confirmed, worker_id, claim_token):
+                    return None  # gone; or still ours, but of a job type not asked for now
                 snapshot = confirmed  # the claim no longer holds: the item as it is now
                 continue
             if not self._claimable(snapshot, self.clock(), types):
