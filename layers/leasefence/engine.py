@@ -542,6 +542,7 @@ class Engine:
         worker_id: str,
         lease_ms: int | None = None,
         job_types: Iterable[str] | None = None,
+        claim_token: str | None = None,
     ) -> Claim | None:
         """Claim one due operation of this tenant (queued and available, or an expired lease).
 
@@ -560,11 +561,30 @@ class Engine:
         page stale: the claimer moves on to the next partition and reads the raced ones again
         only if no other partition gives a claim; and this engine reads larger pages of that
         tenant for a while (:meth:`_page_for`).
+
+        ``claim_token``: the client's token for this claim request (see :meth:`claim`), resent
+        unchanged when its answer was lost. Before each claim write the engine records which
+        operation it is about to claim under that token (a small marker item, keyed by the worker
+        and the token: :func:`keys.claim_marker_id`); a resend reads the marker first and, while
+        the claim it names holds, answers that same claim (:meth:`_confirm_claim`), spending no
+        attempt. The marker is written before the claim, so a claim that committed is always
+        named by it, even when the engine never learned that it committed.
         """
         validate_id("tenant_id", tenant_id)
         validate_id("worker_id", worker_id)
+        token = self._client_claim_token(claim_token)
         lease_ms = self._claim_lease(lease_ms)
         types = self._job_types(job_types)
+        marker = None
+        if token is not None:
+            marker = self._key(tenant_id, keys.claim_marker_id(worker_id, token))
+            found = self.store.get(marker)
+            if found is not None and "claimed_op" in found:
+                again = self._confirm_claim(
+                    self._key(tenant_id, found["claimed_op"]), worker_id, token, types
+                )
+                if isinstance(again, Claim):
+                    return again
         partitions = [
             (job_type, shard)
             for job_type in (types if types is not None else self.job_types(tenant_id))
@@ -574,7 +594,7 @@ class Engine:
         raced = []
         for job_type, shard in partitions:
             claim, lost = self._claim_from_partition(
-                tenant_id, job_type, shard, worker_id, lease_ms, stop_at_race=True
+                tenant_id, job_type, shard, worker_id, lease_ms, True, token, marker
             )
             if claim is not None:
                 return claim
@@ -583,7 +603,7 @@ class Engine:
         # A lost race left the rest of those pages stale: read them again, trying every candidate.
         for job_type, shard in raced:
             claim, _ = self._claim_from_partition(
-                tenant_id, job_type, shard, worker_id, lease_ms, stop_at_race=False
+                tenant_id, job_type, shard, worker_id, lease_ms, False, token, marker
             )
             if claim is not None:
                 return claim
@@ -596,17 +616,27 @@ class Engine:
         worker_id: str,
         lease_ms: int | None = None,
         job_types: Iterable[str] | None = None,
+        claim_token: str | None = None,
     ) -> Claim | None:
-        """Claim one named operation if it is claimable now; None if not; NotFound if absent."""
+        """Claim one named operation if it is claimable now; None if not; NotFound if absent.
+
+        ``claim_token``: the client's token for this claim request (1-256 characters, no control
+        characters), resent unchanged when the answer was lost. The claim write stores it on the
+        operation; a resend whose worker and token are the ones the operation's claim carries
+        gets that same claim back (same fence, same attempt) for as long as it holds (still
+        ``claimed`` under that claim: not taken over, parked or finished). That is decided by a
+        conditional write (:meth:`_confirm_claim`) or read from the refused claim write's
+        ``ALL_OLD`` item, never from a read alone. Without a token, a resend is a new claim."""
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
         validate_id("worker_id", worker_id)
+        token = self._client_claim_token(claim_token)
         lease_ms = self._claim_lease(lease_ms)
         types = self._job_types(job_types)
         snapshot = self.store.get(self._key(tenant_id, operation_id))
         if snapshot is None:
             raise NotFound("operation not found")
-        return self._try_claim(snapshot, worker_id, lease_ms, types, retries=3)
+        return self._try_claim(snapshot, worker_id, lease_ms, types, retries=3, claim_token=token)
 
     def claim_seen(
         self,
@@ -626,6 +656,10 @@ class Engine:
         return self._try_claim(
             item, worker_id, self._claim_lease(lease_ms), self._job_types(job_types), retries=1
         )
+
+    @staticmethod
+    def _client_claim_token(claim_token: str | None) -> str | None:
+        return None if claim_token is None else validate_id("claim_token", claim_token)
 
     def _claim_lease(self, lease_ms: int | None) -> int | None:
         """A claim's lease: None takes the job type's default (``lease_default_ms`` on the item,
@@ -658,6 +692,8 @@ class Engine:
         worker_id: str,
         lease_ms: int | None,
         stop_at_race: bool,
+        claim_token: str | None = None,
+        marker: dict[str, str] | None = None,
     ) -> tuple[Claim | None, bool]:
         """A claim from one partition, a page at a time. With ``stop_at_race``, the first lost
         race ends it (the page it was read from is stale by then): (None, True)."""
@@ -692,6 +728,8 @@ class Engine:
                         retries=1,
                         repair=False,
                         stop_at_race=stop_at_race,
+                        claim_token=claim_token,
+                        marker=marker,
                     )
                 except _LostRace:
                     return None, True
@@ -788,6 +826,8 @@ class Engine:
         retries: int,
         repair: bool = True,
         stop_at_race: bool = False,
+        claim_token: str | None = None,
+        marker: dict[str, str] | None = None,
     ) -> Claim | None:
         """One conditional write per try, pinned to the snapshot's fence and attempt counters.
 
@@ -796,16 +836,40 @@ class Engine:
         re-filed at its lease); otherwise the claimer moves on. A refusal because another
         claimer took the operation counts as a lost race (:meth:`_page_for`); with
         ``stop_at_race`` it raises :class:`_LostRace`.
+
+        Every claim write carries a claim token (the client's, else one made for this call), so a
+        write that committed although its answer was lost is recognized from the refusal of its
+        resend (:meth:`_is_claim_of`). A snapshot that already shows this worker's claim under
+        the client's token (a resent request) is answered by :meth:`_confirm_claim`. With a
+        ``marker`` (claim-next with a client token), the operation about to be claimed is
+        recorded there before its claim write.
         """
         tenant_id, operation_id = snapshot["tenant_id"], snapshot["operation_id"]
-        claim_token = uuid.uuid4().hex
+        claim_token = claim_token or uuid.uuid4().hex
         started = self.clock()
+        marked = None
         for _ in range(retries + 1):
+            if self._is_claim_of(snapshot, worker_id, claim_token):
+                confirmed = self._confirm_claim(
+                    self._key(tenant_id, operation_id), worker_id, claim_token, types
+                )
+                if isinstance(confirmed, Claim):
+                    return confirmed
+                if confirmed is None or self._is_claim_of(confirmed, worker_id, claim_token):
+                    return None  # gone; or still ours, but of a job type not asked for now
+                snapshot = confirmed  # the claim no longer holds: the item as it is now
+                continue
             if not self._claimable(snapshot, self.clock(), types):
                 self._remember_held(snapshot, self.clock())
                 if repair:
                     self._repair_due_entry(snapshot, self.clock())
                 return None
+            if marker is not None and marked != operation_id:
+                # Before the claim write: a claim that commits is always named by the marker.
+                self._write_retrying(
+                    marker, partial(self._marker_write, operation_id=operation_id), started
+                )
+                marked = operation_id
             try:
                 item = self._write_retrying(
                     self._key(tenant_id, operation_id),
@@ -824,8 +888,9 @@ class Engine:
                 current = refused.item
                 if current is None:
                     return None
-                if current.get("claim_token") == claim_token:
-                    # Our own write committed and its answer was lost (the client retried).
+                if self._is_claim_of(current, worker_id, claim_token):
+                    # Our own write committed and its answer was lost (the store client, or the
+                    # client of a resent request, sent it again): that claim, still held.
                     item = current
                 else:
                     if int(current.get("fence", 0)) > int(snapshot["fence"]):
@@ -847,6 +912,63 @@ class Engine:
         if repair:
             self._repair_due_entry(snapshot, self.clock())
         return None
+
+    @staticmethod
+    def _is_claim_of(item: dict[str, Any] | None, worker_id: str, claim_token: str) -> bool:
+        """Whether ``item`` (as a refused write returned it, or as read) shows the claim this
+        worker made under this token, still held: every claim write sets ``claim_token``, so a
+        later claim by anyone else replaced it; a finished or parked claim is no longer
+        ``claimed``. A lapsed lease alone does not end it (as for every fenced write)."""
+        return (
+            item is not None
+            and item.get("state") == State.CLAIMED
+            and item.get("claim_token") == claim_token
+            and item.get("lease_owner") == worker_id
+        )
+
+    def _confirm_claim(
+        self,
+        key: dict[str, str],
+        worker_id: str,
+        claim_token: str,
+        types: tuple[str, ...] | None,
+    ) -> Claim | dict[str, Any] | None:
+        """A resent claim request: one conditional write that changes nothing, on condition that
+        the operation still holds the claim this worker made under this token. Returns that
+        claim (same fence, same attempt: nothing is spent), else the item as the refusal showed
+        it (None: no such item). The write changes no attribute and no ``seq``: it is no
+        transition (history and events skip a record of it, and it is no work to dispatch)."""
+        names = {"#state": "state"}
+        values: dict[str, Any] = {
+            ":tok": claim_token,
+            ":w": worker_id,
+            ":claimed": State.CLAIMED.value,
+        }
+        condition = "#state = :claimed AND claim_token = :tok AND lease_owner = :w"
+        if types:
+            type_values = {f":jt{i}": t for i, t in enumerate(types)}
+            condition += f" AND job_type IN ({', '.join(type_values)})"
+            values.update(type_values)
+        try:
+            item = self.store.update(key, "SET claim_token = :tok", condition, names, values)
+        except ConditionFailed as refused:
+            return refused.item
+        assert item is not None
+        return self._claimed(item, worker_id, replay=True)
+
+    def _marker_write(
+        self, now: int, operation_id: str
+    ) -> tuple[str, str, dict[str, str], dict[str, Any]]:
+        """The claim-next marker (:func:`keys.claim_marker_id`): the operation a claim request
+        with a client token is about to claim. Written before that claim write (never onto an
+        operation item); kept a day (TTL); only a pointer for a resend: the claim's own item
+        decides."""
+        return (
+            "SET claimed_op = :op, #ttl = :ttl",
+            "attribute_not_exists(#state)",
+            {"#ttl": TTL_ATTRIBUTE, "#state": "state"},
+            {":op": operation_id, ":ttl": (now + DAY_MS) // 1000},
+        )
 
     def _claim_write(
         self,
@@ -904,7 +1026,7 @@ class Engine:
         update = (
             "SET claimed_from = #state, #state = :claimed, #fence = :f1, attempts = :a1, "
             f"lease_owner = :w, lease_expires_at = {expires}, lease_ms = {lease}, "
-            "claim_token = :tok, updated_at = :now, #tr = :tr, #actor = :w"
+            "claimed_at = :now, claim_token = :tok, updated_at = :now, #tr = :tr, #actor = :w"
         )
         if last_attempt:
             # The final attempt leaves the claim index for the sweeper's index: if this lease
@@ -937,13 +1059,17 @@ class Engine:
                     raise
         return None  # pragma: no cover
 
-    def _claimed(self, item: dict[str, Any], worker_id: str) -> Claim:
+    def _claimed(self, item: dict[str, Any], worker_id: str, replay: bool = False) -> Claim:
+        """The claim ``item`` shows; ``replay``: a resent request answered with it again."""
         takeover = item.get("claimed_from") == State.CLAIMED
-        self.events("Claims", 1)
-        if takeover:
-            self.events("Takeovers", 1)
+        if replay:
+            self.events("ClaimReplays", 1)
+        else:
+            self.events("Claims", 1)
+            if takeover:
+                self.events("Takeovers", 1)
         log.info(
-            "claimed",
+            "claimed again" if replay else "claimed",
             extra={
                 "op": self._tag(item["tenant_id"], item["operation_id"]),
                 "fence": int(item["fence"]),
@@ -951,14 +1077,15 @@ class Engine:
             },
         )
         operation = Operation.from_item(item)
+        lease_expires_at, lease_ms = int(item["lease_expires_at"]), int(item["lease_ms"])
         return Claim(
             tenant_id=operation.tenant_id,
             operation_id=operation.operation_id,
             job_type=operation.job_type,
             fence=operation.fence,
             attempts=operation.attempts,
-            lease_expires_at=int(item["lease_expires_at"]),
-            lease_ms=int(item["lease_ms"]),
+            lease_expires_at=lease_expires_at,
+            lease_ms=lease_ms,
             payload_ref=operation.payload_ref,
             payload_hash=operation.payload_hash,
             target_class=operation.target_class,
@@ -970,6 +1097,8 @@ class Engine:
             worker_id=worker_id,
             intent=operation.intent,
             payload_inline=operation.payload_inline,
+            # A claim written before ``claimed_at`` was kept, and not renewed since, says it so.
+            claimed_at=int(item.get("claimed_at", lease_expires_at - lease_ms)),
         )
 
     def _repair_due_entry(self, item: dict[str, Any], now: int) -> bool:

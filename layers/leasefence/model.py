@@ -206,11 +206,13 @@ class Claim:
     intent: Any = None
     #: The inline payload leasefence stored for this operation (``payload_ref`` names it).
     payload_inline: bool = False
-
-    @property
-    def claimed_at(self) -> int:
-        """When this claim was granted (ms), by the clock of whoever granted it."""
-        return self.lease_expires_at - self.lease_ms
+    #: When this claim was granted (ms), by the clock of the engine that granted it: the claim
+    #: write sets ``lease_expires_at = claimed_at + lease_ms``, where ``lease_ms`` is the lease
+    #: GRANTED (a job type's ``max_lease_seconds`` may have cut the lease asked for). Both
+    #: backends state it; None only for a claim built by hand without it (then
+    #: ``lease_expires_at - lease_ms`` is the claim time: see
+    #: :func:`leasefence.targets.fenced_table.claimed_at`).
+    claimed_at: int | None = None
 
     def to_public(self) -> dict[str, Any]:
         return {

@@ -133,8 +133,15 @@ def _public(operation: Any) -> dict[str, Any]:
 
 
 def _public_claim(grant: Any) -> dict[str, Any]:
-    """The Claim resource: the contract's fields plus the extension ``intent``."""
-    return {**grant.to_public(), "intent": grant.intent}
+    """The Claim resource: the contract's fields plus the extensions ``intent`` and the lease
+    as granted (``claimed_at``, ``lease_ms``, ``lease_seconds``)."""
+    return {
+        **grant.to_public(),
+        "intent": grant.intent,
+        "claimed_at": to_rfc3339(grant.claimed_at),
+        "lease_ms": grant.lease_ms,
+        "lease_seconds": grant.lease_ms // 1000,
+    }
 
 
 def _operation(operation: Any) -> Response:
@@ -300,11 +307,20 @@ def claim(body: models.ClaimRequest):
     started = time.perf_counter()
     if body.operation_id is not None:
         grant = engine.claim(
-            tenant, body.operation_id, body.worker_id, lease_ms=lease_ms, job_types=body.job_types
+            tenant,
+            body.operation_id,
+            body.worker_id,
+            lease_ms=lease_ms,
+            job_types=body.job_types,
+            claim_token=body.claim_token,
         )
     else:
         grant = engine.claim_next(
-            tenant, body.worker_id, lease_ms=lease_ms, job_types=body.job_types
+            tenant,
+            body.worker_id,
+            lease_ms=lease_ms,
+            job_types=body.job_types,
+            claim_token=body.claim_token,
         )
     record_claim_latency((time.perf_counter() - started) * 1000)
     if grant is None:

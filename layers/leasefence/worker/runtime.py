@@ -29,6 +29,10 @@
   last attempt, where a lapse ends ``unknown`` for an operator.
 - The heartbeat thread never dies silently: anything unexpected from a renewal (say a checkpoint
   over 4 KiB) puts the job in lost-ownership mode, counted as ``HeartbeatErrors``.
+- Everything timed by the lease uses the lease GRANTED (``claim.lease_ms``), not the one the
+  worker asked for: a job type's ``max_lease_seconds`` may cut it. The renewal interval is the
+  configured one but at most a third of the granted lease (:meth:`Worker.renewal_interval_ms`),
+  the stall detector and the retry budget (half the lease) count from the granted lease too.
 """
 
 from __future__ import annotations
@@ -334,7 +338,10 @@ class Worker:
         self.handlers = dict(handlers)
         self.claim_any_type = claim_any_type
         self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:12]}"
+        #: The lease this worker asks for; a claim may grant less (``claim.lease_ms``).
         self.lease_ms = lease_ms
+        #: How often a job renews, at most (:meth:`renewal_interval_ms`: a third of the granted
+        #: lease when that is shorter).
         self.heartbeat_interval_ms = heartbeat_interval_ms or max(lease_ms // 3, 50)
         self.idle_sleep_ms = idle_sleep_ms
         self.shutdown_grace_ms = shutdown_grace_ms
@@ -505,15 +512,23 @@ class Worker:
                 extra={"op": _tag(job.claim)},
             )
 
+    def renewal_interval_ms(self, claim: Claim) -> int:
+        """How often a job of this claim renews: the configured interval, but at least three
+        times per GRANTED lease (a catalogued ``max_lease_seconds`` below the configured
+        interval would otherwise let every claim lapse before its first renewal)."""
+        return max(1, min(self.heartbeat_interval_ms, max(claim.lease_ms // 3, 50)))
+
     def _renew(self, job: Job) -> None:
         """Extend the lease only when the handler made progress since the last renewal.
 
         A job whose lease runs out while its handler makes no progress is reported once as
-        ``StalledClaims`` (the on-call signal for "claimed but stalled")."""
+        ``StalledClaims`` (the on-call signal for "claimed but stalled"). Both the interval and
+        the stall are measured against the lease the claim GRANTED."""
         renewed_at = 0
         lease_ends = time.monotonic() + job.claim.lease_ms / 1000
         stalled = False
-        while not job.finished.wait(self.heartbeat_interval_ms / 1000):
+        interval_s = self.renewal_interval_ms(job.claim) / 1000
+        while not job.finished.wait(interval_s):
             if job.cancelled.is_set():
                 return
             progress, checkpoint = job._progress_snapshot()
