@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from leasefence import Engine, State
+from leasefence import Engine, State, keys
 from leasefence.schema import DUE_INDEX, TableSpec
 from leasefence.shadow import EngineShadowStore, Shadow, shadow_tenant
 
@@ -108,7 +108,7 @@ def test_a_cursor_at_an_erased_tenant_still_resumes(fleet, clock):
     clock.advance(1_000)
     figure, _, seen = _sample(engine, recording)  # stops part-way (30 tenants, 2 requests each)
     assert figure == 1_000 and 0 < len(seen) < len(tenants)
-    cursor = engine.store.get({"tenant_id": "\x00fleet", "operation_id": "\x00oldest-due-cursor"})
+    cursor = engine.store.get({"tenant_id": keys.FLEET_TENANT, "operation_id": keys.OLDEST_DUE_CURSOR_ID})
     erased = cursor["cursor"]["tenant_id"]
     assert erased in seen
     engine.erase_tenant(erased, limit=100)
