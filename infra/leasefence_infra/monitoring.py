@@ -424,7 +424,12 @@ class Monitoring(Construct):
                 title="Enqueue replays, payload conflicts, payloads purged, payload access denied",
                 left=[
                     app_metric(n)
-                    for n in ("Replays", "PayloadConflicts", "PayloadsPurged", "PayloadAccessDenied")
+                    for n in (
+                        "Replays",
+                        "PayloadConflicts",
+                        "PayloadsPurged",
+                        "PayloadAccessDenied",
+                    )
                 ],
                 width=width,
             ),

@@ -2518,7 +2518,9 @@ class Engine:
                         stopped = True
                         break
                 # This tenant is done (or a shadow tenant): the next call starts after it.
-                resume = {k: directory[k] for k in ("tenant_id", "operation_id", PARKED_PK, PARKED_SK)}
+                resume = {
+                    k: directory[k] for k in ("tenant_id", "operation_id", PARKED_PK, PARKED_SK)
+                }
                 resume_skip = skip = 0
             if stopped:
                 break
@@ -2532,6 +2534,7 @@ class Engine:
             return min(found) if found else None
 
         cycle_since = earliest(saved.get("cycle_since"), run_since)
+        updates: dict[str, Any]
         if finished:
             since = cycle_since
             updates = {"cursor": None, "skip": 0, "cycle_since": None, "last_since": cycle_since}
@@ -2587,10 +2590,8 @@ class Engine:
         else:
             condition = "attribute_not_exists(#v)"
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
-        try:
+        with contextlib.suppress(ConditionFailed):
             self.store.update(key, expression, condition, names, values, returns="NONE")
-        except ConditionFailed:
-            pass
 
     # ------------------------------------------------------------------ reads
 
