@@ -164,6 +164,12 @@ _TRANSITION_NAMES = {"#tr": "transition", "#seq": "seq"}
 _ACTOR = {"#actor": "actor"}
 
 
+def _earliest(*values: Any) -> int | None:
+    """The earliest of the times given (None for none)."""
+    found = [int(v) for v in values if v is not None]
+    return min(found) if found else None
+
+
 def validate_id(name: str, value: Any) -> str:
     if (
         not isinstance(value, str)
@@ -2460,13 +2466,15 @@ class Engine:
         Reads the tenants' job-type directories and one small page per (tenant, type, shard), at
         most ``max_queries`` requests per call (directory pages and items included). A fleet
         larger than that is covered over several calls: each one resumes where the last one
-        stopped (a cursor in one small item, :data:`keys.OLDEST_DUE_CURSOR_ID`) and wraps around
-        at the end, so every tenant is visited once per *cycle*. The figure of a call that
-        completes a cycle is that cycle's; any other call's also counts the last complete cycle,
-        so every tenant is always in it (at most one cycle stale: work claimed meanwhile leaves
-        the figure once the cycle that no longer finds it completes). Shadow tenants
-        (``shadow:``) are skipped: their queued operations record what an existing consumer did
-        and are never dispatched, so they are not the fleet's overdue work.
+        stopped (a cursor in one small item, :data:`keys.OLDEST_DUE_CURSOR_ID`) and starts
+        again from the first tenant after the last, so every tenant is visited once per *cycle*.
+        A call that reads a whole cycle itself (from the first tenant to the last: a small
+        fleet, or a large budget) reports exactly what it read. Any other call reports its own
+        reads together with the rest of the cycle in progress and the last complete cycle, so
+        every tenant is always in the figure (at most one cycle stale: work claimed meanwhile
+        leaves it once a cycle that no longer finds it completes). Shadow tenants (``shadow:``)
+        are skipped: their queued operations record what an existing consumer did and are never
+        dispatched, so they are not the fleet's overdue work.
 
         A claimed entry whose lease heartbeats extended is skipped, not counted (and re-filed at
         its lease when such entries fill the page, as claims do). Overlapping calls are harmless:
@@ -2475,73 +2483,79 @@ class Engine:
         key = self._key(keys.FLEET_TENANT, keys.OLDEST_DUE_CURSOR_ID)
         saved = self.store.get(key) or {}
         budget = max_queries
-        # Resume: the directory page starts after ``resume`` (None: from the first tenant), and
-        # the first tenant of it skips the (type, shard) partitions an earlier call already read.
-        resume: dict[str, Any] | None = saved.get("cursor") or None
-        resume_skip = int(saved.get("skip", 0))
-        start, skip = resume, resume_skip
-        run_since: int | None = None
-        finished = False
+        # Where the cycle in progress stands: the next directory page starts after ``cursor``
+        # (None: at the first tenant), and its first tenant skips the (type, shard) partitions
+        # an earlier call already read. ``cycle_since``: the earliest due time the cycle in
+        # progress found so far; ``last_since``: the last complete cycle's.
+        cursor: dict[str, Any] | None = saved.get("cursor") or None
+        skip = int(saved.get("skip", 0))
+        cycle_since: int | None = _earliest(saved.get("cycle_since"))
+        last_since: int | None = _earliest(saved.get("last_since"))
+        fresh = False  # this call read a whole cycle itself
+
         while budget > 0:
-            budget -= 1
-            page = self.store.query(
-                IndexName=PARKED_INDEX,
-                KeyConditionExpression="#pk = :pk",
-                ExpressionAttributeNames={"#pk": PARKED_PK},
-                values={":pk": keys.DIRECTORY_PARTITION},
-                Limit=min(max(budget, 1), 100),
-                start=start,
-            )
-            stopped = False
-            for directory in page.items:
-                tenant_id = directory["tenant_id"]
-                if not keys.is_shadow_tenant(tenant_id):
-                    if budget <= 0:
-                        stopped = True  # its directory is read first next time
-                        break
-                    budget -= 1
-                    partitions = [
-                        (job_type, shard)
-                        for job_type in self.job_types(tenant_id)
-                        for shard in range(self.spec.due_shards)
-                    ]
-                    done = skip
-                    while done < len(partitions) and budget > 0:
+            from_start = cursor is None and skip == 0
+            start = cursor
+            finished = False
+            while budget > 0:
+                budget -= 1
+                page = self.store.query(
+                    IndexName=PARKED_INDEX,
+                    KeyConditionExpression="#pk = :pk",
+                    ExpressionAttributeNames={"#pk": PARKED_PK},
+                    values={":pk": keys.DIRECTORY_PARTITION},
+                    Limit=min(max(budget, 1), 100),
+                    start=start,
+                )
+                stopped = False
+                for directory in page.items:
+                    tenant_id = directory["tenant_id"]
+                    if not keys.is_shadow_tenant(tenant_id):
+                        if budget <= 0:
+                            stopped = True  # its directory is read first next time
+                            break
                         budget -= 1
-                        job_type, shard = partitions[done]
-                        since = self._oldest_due_since(tenant_id, job_type, shard, now)
-                        if since is not None and (run_since is None or since < run_since):
-                            run_since = since
-                        done += 1
-                    if done < len(partitions):
-                        resume_skip = done
-                        stopped = True
-                        break
-                # This tenant is done (or a shadow tenant): the next call starts after it.
-                resume = {
-                    k: directory[k] for k in ("tenant_id", "operation_id", PARKED_PK, PARKED_SK)
-                }
-                resume_skip = skip = 0
-            if stopped:
+                        partitions = [
+                            (job_type, shard)
+                            for job_type in self.job_types(tenant_id)
+                            for shard in range(self.spec.due_shards)
+                        ]
+                        done = skip
+                        while done < len(partitions) and budget > 0:
+                            budget -= 1
+                            job_type, shard = partitions[done]
+                            since = self._oldest_due_since(tenant_id, job_type, shard, now)
+                            cycle_since = _earliest(cycle_since, since)
+                            done += 1
+                        if done < len(partitions):
+                            skip = done
+                            stopped = True
+                            break
+                    # This tenant is done (or a shadow tenant): the cycle goes on after it.
+                    cursor = {
+                        k: directory[k] for k in ("tenant_id", "operation_id", PARKED_PK, PARKED_SK)
+                    }
+                    skip = 0
+                if stopped:
+                    break
+                if page.last_key is None:
+                    finished = True
+                    break
+                start = page.last_key
+            if not finished:
                 break
-            if page.last_key is None:
-                finished = True
+            # The cycle is complete: it becomes the last one, and the next starts at the top.
+            last_since, cycle_since, cursor, skip = cycle_since, None, None, 0
+            if from_start:
+                fresh = True
                 break
-            start = page.last_key
-
-        def earliest(*values: Any) -> int | None:
-            found = [int(v) for v in values if v is not None]
-            return min(found) if found else None
-
-        cycle_since = earliest(saved.get("cycle_since"), run_since)
-        updates: dict[str, Any]
-        if finished:
-            since = cycle_since
-            updates = {"cursor": None, "skip": 0, "cycle_since": None, "last_since": cycle_since}
-        else:
-            since = earliest(cycle_since, saved.get("last_since"))
-            updates = {"cursor": resume, "skip": resume_skip, "cycle_since": cycle_since}
-        self._save_fleet_cursor(key, saved, updates, now)
+        since = last_since if fresh else _earliest(last_since, cycle_since)
+        self._save_fleet_cursor(
+            key,
+            saved,
+            {"cursor": cursor, "skip": skip, "cycle_since": cycle_since, "last_since": last_since},
+            now,
+        )
         return 0 if since is None else max(0, now - since)
 
     def _oldest_due_since(self, tenant_id: str, job_type: str, shard: int, now: int) -> int | None:

@@ -162,3 +162,21 @@ def test_a_swept_shadow_operation_is_not_counted_as_the_fleets_unknown(engine, c
     assert engine.oldest_parked_age_ms("unknown") == 10_000
     engine.resolve("acme", "last", "failed_terminal")
     assert engine.oldest_parked_age_ms("unknown") == 0
+
+
+def test_a_call_that_reads_a_whole_cycle_reports_exactly_what_it_read(fleet, clock):
+    """Mid-cycle calls carry the last complete cycle (a little stale); a call whose budget covers
+    every tenant from the top (a small fleet, a large budget) reports only what it read."""
+    engine, recording = fleet
+    tenants = [f"tenant-{i:03d}" for i in range(24)]
+    for tenant in tenants:
+        engine.enqueue(tenant, "op", "refund", H)
+    clock.advance(30_000)
+    figures = [_sample(engine, recording)[0] for _run in range(3)]  # ~14 tenants per call
+    assert figures == [30_000] * 3
+    for tenant in tenants:
+        claim = engine.claim(tenant, "op", "w", lease_ms=1_000)
+        engine.complete(tenant, "op", claim.fence, "done")
+    assert _sample(engine, recording)[0] == 30_000  # the last complete cycle, not read again yet
+    assert engine.oldest_due_age_ms(max_queries=1_000) == 0  # the rest, then a whole cycle
+    assert _sample(engine, recording)[0] == 0
