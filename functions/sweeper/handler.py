@@ -12,11 +12,14 @@ left): each deletion is pinned to the purge time it acted on, so overlapping run
 the TTLs that ended identities got while it was a window (bounded pages of a table scan, resumable
 from the progress it keeps; one read per run when there is nothing to clear).
 
-It publishes ``OldestUnknownAgeSeconds`` (one ``Limit=1`` query per shard of the sparse
-``parked`` index: how long the oldest ``unknown`` operation has waited for an operator) and
+It publishes ``OldestUnknownAgeSeconds`` (one small query per shard of the sparse ``parked``
+index: how long the oldest ``unknown`` operation has waited for an operator) and
 ``OldestDueAgeSeconds`` (how long the oldest due operation of any tenant and job type has waited
-to be claimed: due work that no worker serves shows here). ``SweptToUnknown`` and
-``PayloadsPurged`` are counted by the engine; the answer reports this run's counts.
+to be claimed: due work that no worker serves shows here; each run reads a bounded slice of the
+tenants and resumes where the last one stopped, so every tenant is visited over successive runs:
+:meth:`~leasefence.engine.Engine.oldest_due_age_ms`). Shadow tenants are in neither figure.
+``SweptToUnknown`` and ``PayloadsPurged`` are counted by the engine; the answer reports this
+run's counts.
 
 :data:`FIRST_EVENT_IMPORTS`: what the first run imports (the engine and the payload store, boto3
 with them); with SnapStart they are imported before the snapshot

@@ -200,7 +200,10 @@ def _secret() -> str | None:
 def token(
     tenant: str = typer.Option(..., "--tenant", help="The tenant_id claim."),
     scope: list[str] | None = typer.Option(
-        None, "--scope", help="A scope to grant (repeat). Default: all four."
+        None,
+        "--scope",
+        help="A scope to grant (repeat). Default: all four; for a shadow tenant (shadow:...) "
+        "produce, work, operate and leasefence/shadow.",
     ),
     ttl: int = typer.Option(12 * 3600, "--ttl", min=1, help="Lifetime in seconds."),
     sub: str | None = typer.Option(
@@ -211,7 +214,7 @@ def token(
     ),
 ) -> None:
     """Print a dev JWT for the local stack (HS256, secret from LEASEFENCE_LOCAL_JWT_SECRET)."""
-    from leasefence.auth import ALL_SCOPES, mint
+    from leasefence.auth import mint
 
     secret = _secret()
     if not secret:
@@ -219,7 +222,9 @@ def token(
             "no secret: set LEASEFENCE_LOCAL_JWT_SECRET (or start `leasefence local`)", err=True
         )
         raise typer.Exit(1)
-    typer.echo(mint(tenant, scope or ALL_SCOPES, ttl_seconds=ttl, secret=secret, subject=sub))
+    typer.echo(
+        mint(tenant, scope or _default_scopes(tenant), ttl_seconds=ttl, secret=secret, subject=sub)
+    )
 
 
 # ---------------------------------------------------------------------------------- openapi
@@ -338,10 +343,25 @@ def _client(
                 err=True,
             )
             raise typer.Exit(2)
-        from leasefence.auth import ALL_SCOPES, mint
+        from leasefence.auth import mint
 
-        bearer = mint(tenant or DEV_TENANT, ALL_SCOPES, ttl_seconds=600, secret=secret, subject=sub)
+        bearer = mint(
+            tenant or DEV_TENANT,
+            _default_scopes(tenant or DEV_TENANT),
+            ttl_seconds=600,
+            secret=secret,
+            subject=sub,
+        )
     return LeaseFenceClient(url, bearer, retries=2)
+
+
+def _default_scopes(tenant: str) -> tuple[str, ...]:
+    """A minted dev token's scopes: all four; for a shadow tenant (``shadow:``, a reserved
+    namespace) a shadow token's, the only token the API accepts for one."""
+    from leasefence.api.security import ALL_SCOPES, SHADOW_MODE_SCOPES
+    from leasefence.keys import is_shadow_tenant
+
+    return SHADOW_MODE_SCOPES if is_shadow_tenant(tenant) else ALL_SCOPES
 
 
 def _fail(error: Exception) -> NoReturn:

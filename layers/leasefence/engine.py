@@ -103,6 +103,9 @@ DEFAULT_LEASE_MS = 60_000
 MAX_LEASE_MS = 900_000
 MAX_CHECKPOINT_BYTES = 4096
 MAX_REASON_LENGTH = 1024
+#: :meth:`Engine.oldest_parked_age_ms` reads at most this many pages of 10 per shard looking for
+#: the oldest parked operation that is not a shadow tenant's.
+PARKED_SCAN_PAGES = 5
 MAX_PAYLOAD_REF_LENGTH = 1024
 BACKOFF_BASE_MS = 1_000
 BACKOFF_CAP_MS = 300_000
@@ -159,6 +162,12 @@ _N = {"#state": "state", "#fence": "fence"}
 #: (see :class:`~leasefence.model.Transition`; the stream carries them to history and events).
 _TRANSITION_NAMES = {"#tr": "transition", "#seq": "seq"}
 _ACTOR = {"#actor": "actor"}
+
+
+def _earliest(*values: Any) -> int | None:
+    """The earliest of the times given (None for none)."""
+    found = [int(v) for v in values if v is not None]
+    return min(found) if found else None
 
 
 def validate_id(name: str, value: Any) -> str:
@@ -1466,8 +1475,11 @@ class Engine:
                 self._expire_approval(entry, result)
             else:
                 self._sweep_one(entry, result)
-        if result.swept:
-            self.events("SweptToUnknown", result.swept)
+        # Shadow operations parked here (a shadow run record whose completion was lost) are not
+        # the fleet's: they stay out of the metric (and its alarm).
+        fleet_swept = sum(1 for t, _ in result.swept_keys if not keys.is_shadow_tenant(t))
+        if fleet_swept:
+            self.events("SweptToUnknown", fleet_swept)
         if result.approvals_expired:
             self.events("ApprovalsExpired", result.approvals_expired)
         return result
@@ -1868,24 +1880,36 @@ class Engine:
 
     def oldest_parked_age_ms(self, state: State | str = State.UNKNOWN) -> int:
         """How long the oldest operation in ``state`` (unknown or quarantined) has waited, in ms
-        (0 when none waits). One ``Limit=1`` query per shard of the sparse ``parked`` index,
-        across tenants: for the sweeper's on-call metric, never exposed per tenant."""
+        (0 when none waits). One small query per shard of the sparse ``parked`` index (oldest
+        first), across tenants: for the sweeper's on-call metric, never exposed per tenant.
+        Shadow tenants' operations are skipped (they are not the fleet's): a shard's pages are
+        read on past them, at most :data:`PARKED_SCAN_PAGES` pages of 10."""
         state = State(state)
         if state not in (State.UNKNOWN, State.QUARANTINED):
             raise InvalidInput("only unknown and quarantined operations are parked")
         now = self.clock()
         oldest: int | None = None
         for shard in range(self.spec.sweep_shards):
-            page = self.store.query(
-                IndexName=PARKED_INDEX,
-                KeyConditionExpression="#pk = :pk",
-                ExpressionAttributeNames={"#pk": PARKED_PK},
-                values={":pk": keys.parked_partition(state.value, shard)},
-                Limit=1,
-            )
-            for entry in page.items:
-                parked_at = int(entry[PARKED_SK])
-                oldest = parked_at if oldest is None else min(oldest, parked_at)
+            start = None
+            for _page in range(PARKED_SCAN_PAGES):
+                page = self.store.query(
+                    IndexName=PARKED_INDEX,
+                    KeyConditionExpression="#pk = :pk",
+                    ExpressionAttributeNames={"#pk": PARKED_PK},
+                    values={":pk": keys.parked_partition(state.value, shard)},
+                    Limit=10,
+                    start=start,
+                )
+                found = next(
+                    (e for e in page.items if not keys.is_shadow_tenant(e["tenant_id"])), None
+                )
+                if found is not None:
+                    parked_at = int(found[PARKED_SK])
+                    oldest = parked_at if oldest is None else min(oldest, parked_at)
+                    break
+                start = page.last_key
+                if start is None:
+                    break
         return 0 if oldest is None else max(0, now - oldest)
 
     # ------------------------------------------------------------------ payloads, retention, erasure
@@ -1903,8 +1927,10 @@ class Engine:
         """The inline payload of an operation (or of a claim), checked against its hash.
 
         :class:`NotFound` when the operation has no inline payload (its ``payload_ref`` is the
-        caller's own); :class:`PayloadMissing` when it was purged, erased or cannot be read:
-        never None, so no handler runs without its input.
+        caller's own); :class:`PayloadMissing` when it was purged, erased or its object is gone:
+        never None, so no handler runs without its input. A store that refuses access raises
+        :class:`~leasefence.errors.PayloadAccessDenied` (:class:`Unavailable`): a fault to fix,
+        not a missing payload.
         """
         if not self._inline(operation.tenant_id, operation.operation_id, operation):
             raise NotFound("this operation has no inline payload")
@@ -2435,55 +2461,151 @@ class Engine:
     def oldest_due_age_ms(self, max_queries: int = 200) -> int:
         """How long the oldest due operation of any tenant and job type has waited to be claimed
         (ms; 0 when nothing is overdue). Due work of a job type no worker serves (a typo, a
-        retired type, a fleet that is down) shows here instead of waiting silently. Reads the
-        tenants' job-type directories and one small page per (tenant, type, shard), at most
-        ``max_queries`` queries per call (a sample, then: tenants are visited in random order).
+        retired type, a fleet that is down) shows here instead of waiting silently.
+
+        Reads the tenants' job-type directories and one small page per (tenant, type, shard), at
+        most ``max_queries`` requests per call (directory pages and items included). A fleet
+        larger than that is covered over several calls: each one resumes where the last one
+        stopped (a cursor in one small item, :data:`keys.OLDEST_DUE_CURSOR_ID`) and starts
+        again from the first tenant after the last, so every tenant is visited once per *cycle*.
+        A call that reads a whole cycle itself (from the first tenant to the last: a small
+        fleet, or a large budget) reports exactly what it read. Any other call reports its own
+        reads together with the rest of the cycle in progress and the last complete cycle, so
+        every tenant is always in the figure (at most one cycle stale: work claimed meanwhile
+        leaves it once a cycle that no longer finds it completes). Shadow tenants (``shadow:``)
+        are skipped: their queued operations record what an existing consumer did and are never
+        dispatched, so they are not the fleet's overdue work.
+
         A claimed entry whose lease heartbeats extended is skipped, not counted (and re-filed at
-        its lease when such entries fill the page, as claims do)."""
+        its lease when such entries fill the page, as claims do). Overlapping calls are harmless:
+        the cursor is written only if no other call wrote it since it was read."""
         now = self.clock()
-        oldest = 0
+        key = self._key(keys.FLEET_TENANT, keys.OLDEST_DUE_CURSOR_ID)
+        saved = self.store.get(key) or {}
         budget = max_queries
-        directories = self.store.query(
-            IndexName=PARKED_INDEX,
-            KeyConditionExpression="#pk = :pk",
-            ExpressionAttributeNames={"#pk": PARKED_PK},
-            values={":pk": keys.DIRECTORY_PARTITION},
-            Limit=max_queries,
-        ).items
-        self.rng.shuffle(directories)
-        for directory in directories:
-            tenant_id = directory["tenant_id"]
-            for job_type in self.job_types(tenant_id):
-                for shard in range(self.spec.due_shards):
-                    if budget <= 0:
-                        return oldest
-                    budget -= 1
-                    page = self.store.query(
-                        IndexName=DUE_INDEX,
-                        KeyConditionExpression="#pk = :pk AND #due <= :now",
-                        ExpressionAttributeNames={"#pk": DUE_PK, "#due": DUE_SK},
-                        values={":pk": keys.due_partition(tenant_id, shard, job_type), ":now": now},
-                        Limit=3,
-                    )
-                    held = []
-                    for entry in page.items:
-                        if entry.get("state") == State.CLAIMED:
-                            item = self._unless_held(entry, now)
-                            if item is None:
-                                held.append(entry)
-                                continue
-                            if item.get("state") != State.CLAIMED:
-                                continue
-                            since = int(item.get("lease_expires_at", now))
-                        else:
-                            since = int(entry[DUE_SK])
-                        oldest = max(oldest, now - since)
-                        break
-                    else:
-                        if page.last_key is not None:
-                            for entry in held:
-                                self._refile_held(entry, now)
-        return oldest
+        # Where the cycle in progress stands: the next directory page starts after ``cursor``
+        # (None: at the first tenant), and its first tenant skips the (type, shard) partitions
+        # an earlier call already read. ``cycle_since``: the earliest due time the cycle in
+        # progress found so far; ``last_since``: the last complete cycle's.
+        cursor: dict[str, Any] | None = saved.get("cursor") or None
+        skip = int(saved.get("skip", 0))
+        cycle_since: int | None = _earliest(saved.get("cycle_since"))
+        last_since: int | None = _earliest(saved.get("last_since"))
+        fresh = False  # this call read a whole cycle itself
+
+        while budget > 0:
+            from_start = cursor is None and skip == 0
+            start = cursor
+            finished = False
+            while budget > 0:
+                budget -= 1
+                page = self.store.query(
+                    IndexName=PARKED_INDEX,
+                    KeyConditionExpression="#pk = :pk",
+                    ExpressionAttributeNames={"#pk": PARKED_PK},
+                    values={":pk": keys.DIRECTORY_PARTITION},
+                    Limit=min(max(budget, 1), 100),
+                    start=start,
+                )
+                stopped = False
+                for directory in page.items:
+                    tenant_id = directory["tenant_id"]
+                    if not keys.is_shadow_tenant(tenant_id):
+                        if budget <= 0:
+                            stopped = True  # its directory is read first next time
+                            break
+                        budget -= 1
+                        partitions = [
+                            (job_type, shard)
+                            for job_type in self.job_types(tenant_id)
+                            for shard in range(self.spec.due_shards)
+                        ]
+                        done = skip
+                        while done < len(partitions) and budget > 0:
+                            budget -= 1
+                            job_type, shard = partitions[done]
+                            since = self._oldest_due_since(tenant_id, job_type, shard, now)
+                            cycle_since = _earliest(cycle_since, since)
+                            done += 1
+                        if done < len(partitions):
+                            skip = done
+                            stopped = True
+                            break
+                    # This tenant is done (or a shadow tenant): the cycle goes on after it.
+                    cursor = {
+                        k: directory[k] for k in ("tenant_id", "operation_id", PARKED_PK, PARKED_SK)
+                    }
+                    skip = 0
+                if stopped:
+                    break
+                if page.last_key is None:
+                    finished = True
+                    break
+                start = page.last_key
+            if not finished:
+                break
+            # The cycle is complete: it becomes the last one, and the next starts at the top.
+            last_since, cycle_since, cursor, skip = cycle_since, None, None, 0
+            if from_start:
+                fresh = True
+                break
+        since = last_since if fresh else _earliest(last_since, cycle_since)
+        self._save_fleet_cursor(
+            key,
+            saved,
+            {"cursor": cursor, "skip": skip, "cycle_since": cycle_since, "last_since": last_since},
+            now,
+        )
+        return 0 if since is None else max(0, now - since)
+
+    def _oldest_due_since(self, tenant_id: str, job_type: str, shard: int, now: int) -> int | None:
+        """Since when the oldest due entry of one due partition has been due (None: nothing)."""
+        page = self.store.query(
+            IndexName=DUE_INDEX,
+            KeyConditionExpression="#pk = :pk AND #due <= :now",
+            ExpressionAttributeNames={"#pk": DUE_PK, "#due": DUE_SK},
+            values={":pk": keys.due_partition(tenant_id, shard, job_type), ":now": now},
+            Limit=3,
+        )
+        held = []
+        for entry in page.items:
+            if entry.get("state") == State.CLAIMED:
+                item = self._unless_held(entry, now)
+                if item is None:
+                    held.append(entry)
+                    continue
+                if item.get("state") != State.CLAIMED:
+                    continue
+                return int(item.get("lease_expires_at", now))
+            return int(entry[DUE_SK])
+        if page.last_key is not None:
+            for entry in held:
+                self._refile_held(entry, now)
+        return None
+
+    def _save_fleet_cursor(
+        self, key: dict[str, str], saved: dict[str, Any], updates: dict[str, Any], now: int
+    ) -> None:
+        """One conditional write: only if nobody wrote the item since ``saved`` was read (an
+        overlapping call that wrote first wins; this call's progress is simply not kept)."""
+        names = {"#v": "ver", "#at": "updated_at"}
+        values: dict[str, Any] = {":v1": int(saved.get("ver", 0)) + 1, ":now": now}
+        sets, removes = ["#v = :v1", "#at = :now"], []
+        for i, (name, value) in enumerate(updates.items()):
+            names[f"#a{i}"] = name
+            if value is None:
+                removes.append(f"#a{i}")
+            else:
+                values[f":a{i}"] = value
+                sets.append(f"#a{i} = :a{i}")
+        if "ver" in saved:
+            condition = "#v = :v"
+            values[":v"] = int(saved["ver"])
+        else:
+            condition = "attribute_not_exists(#v)"
+        expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        with contextlib.suppress(ConditionFailed):
+            self.store.update(key, expression, condition, names, values, returns="NONE")
 
     # ------------------------------------------------------------------ reads
 

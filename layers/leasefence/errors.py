@@ -36,7 +36,9 @@ class NotFound(LeaseFenceError):
 
 
 class PayloadMissing(LeaseFenceError):
-    """The operation's inline payload is gone (purged after its retention, erased, or unreadable).
+    """The operation's inline payload is gone (purged after its retention, erased, its object
+    deleted, or bytes that do not match its hash). A store that refuses access is not this but
+    :class:`PayloadAccessDenied`.
 
     Never a silent ``None``: a job cannot run without its input. The worker runtime quarantines
     an operation whose payload is missing (an operator decides); the API answers 410."""
@@ -132,6 +134,16 @@ class Unavailable(LeaseFenceError):
     code = "unavailable"
     status = 503
     retryable = True
+
+
+class PayloadAccessDenied(Unavailable):
+    """The payload store refused to read or write a payload object: S3 ``AccessDenied``, a KMS
+    key fault (``KMS.*``: disabled, pending deletion, no ``kms:Decrypt``), an archived object
+    (``InvalidObjectState``), or credentials S3 does not accept. A bucket policy, role or key
+    misconfiguration that an operator fixes, never a missing payload: like any
+    :class:`Unavailable` it answers 503 ``unavailable`` and the worker neither quarantines the job
+    nor fails it. Counted as ``PayloadAccessDenied`` (alarmed). Only a missing object (S3
+    ``NoSuchKey``, 404) is :class:`PayloadMissing`."""
 
 
 class StoreMisconfigured(LeaseFenceError):

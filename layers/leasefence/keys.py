@@ -105,9 +105,13 @@ def history_id(operation_id: str) -> str:
 #: Every operation id sorts at or after this (no control characters): listings start here.
 FIRST_OPERATION_ID = " "
 
-
 #: Items of the deployment itself, of no tenant: a partition no tenant id can take (tenant ids
 #: have no control characters), so no tenant's query, listing or erasure ever meets it.
 FLEET_TENANT = "\x00leasefence"
 #: The sweeper's progress clearing the TTLs of ended identities once retention became forever.
 RETENTION_ID = "\x00retention"
+#: Where the sweeper's sample of due work (``OldestDueAgeSeconds``) resumes: a cursor over the
+#: tenants' job-type directories, so that run after run every tenant is visited. Like
+#: :data:`RETENTION_ID` it starts with :data:`TENANT_ITEM_PREFIX` (no operation id: the stream
+#: functions skip it) and carries no index key.
+OLDEST_DUE_CURSOR_ID = "\x00oldest-due-cursor"

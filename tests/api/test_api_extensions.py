@@ -200,6 +200,56 @@ def test_case2_the_http_worker_quarantines_a_missing_payload(sdk, tenant):
     assert runtime().engine.get(tenant, "pm-1").reason == "payload missing: the payload was erased"
 
 
+class _DeniedReads:
+    """The stack's S3 client, except that reads are refused (a bucket policy, role or KMS key
+    misconfiguration)."""
+
+    def __init__(self, client, code):
+        self._client, self.code = client, code
+
+    def get_object(self, **kwargs):
+        from botocore.exceptions import ClientError
+
+        raise ClientError({"Error": {"Code": self.code, "Message": "injected"},
+                           "ResponseMetadata": {"HTTPStatusCode": 403}}, "GetObject")
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+@pytest.mark.parametrize("code", ["AccessDenied", "KMS.KMSInvalidStateException"])
+def test_a_payload_the_store_refuses_is_503_unavailable_and_the_http_worker_does_not_quarantine(
+    api, sdk, tenant, monkeypatch, capfd, code
+):
+    """GET .../payload when S3 refuses the read: 503 with the contract's error body (not 410
+    payload_missing), the PayloadAccessDenied metric is emitted, and the HTTP worker leaves the
+    claim to lapse (no quarantine, no fail write)."""
+    sdk.enqueue("pd-1", "charge", {"amount": 5})
+    payloads = runtime().payloads
+    monkeypatch.setattr(payloads, "_client", _DeniedReads(payloads.client, code))
+    capfd.readouterr()
+    reply = api.get(op_path("pd-1", "payload"))
+    assert reply.status == 503, reply.text
+    assert set(reply.json) == {"error"} and set(reply.json["error"]) >= {"code", "message"}
+    assert reply.json["error"]["code"] == "unavailable" and code in reply.json["error"]["message"]
+    emitted = [json.loads(line) for line in capfd.readouterr().out.splitlines()
+               if line.startswith("{") and '"_aws"' in line]
+    assert any(m.get("PayloadAccessDenied") == [1.0] or m.get("PayloadAccessDenied") == 1.0
+               for m in emitted), emitted
+
+    acted, events = [], Events()
+
+    def handler(job):
+        acted.append(job.payload)
+        return "charged"
+
+    worker = http_worker(sdk, tenant, {"charge": FunctionHandler(handler)}, events=events)
+    assert worker.run_once()
+    assert acted == [] and "PayloadMissing" not in events and events["AbandonedStoreUnavailable"] == 1
+    op = sdk.get("pd-1")
+    assert (op.state, op.attempts) == ("claimed", 1)
+
+
 # ---------------------------------------------------------------------------------- case 7 over HTTP
 
 

@@ -27,6 +27,7 @@ from leasefence.api.security import ROUTES, Caller, caller_from_event, route
 from leasefence.clock import to_rfc3339
 from leasefence.engine import MISSING, validate_id
 from leasefence.errors import InvalidInput, PayloadConflict
+from leasefence.keys import is_shadow_tenant
 from leasefence.model import EnqueueResult
 from leasefence.observability import record_claim_latency
 from leasefence.payloads import canonicalize
@@ -301,6 +302,12 @@ def get_operation(id: _OperationPath):
 )
 def claim(body: models.ClaimRequest):
     tenant = _caller("claimOperation").tenant_id
+    if body.operation_id is None and is_shadow_tenant(tenant):
+        # Shadow operations record what an existing consumer did; no worker may be handed one.
+        raise Forbidden(
+            "shadow operations are never dispatched to workers: a shadow tenant claims only "
+            "the operation it names (operation_id), as shadow mode does"
+        )
     engine = runtime().engine_for(tenant)
     # No lease asked for: the job type's default (catalogue), else the contract's 60 s.
     lease_ms = body.lease_seconds * 1000 if "lease_seconds" in body.model_fields_set else None

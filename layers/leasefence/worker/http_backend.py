@@ -2,8 +2,9 @@
 
 The same handlers run unchanged: fenced writes become API calls, and the SDK's typed errors are
 the engine's (a 409 ``stale_fence`` is :class:`~leasefence.errors.StaleFence`), so lost-ownership
-mode works the same way, and a 410 ``payload_missing`` is
-:class:`~leasefence.errors.PayloadMissing`, as in-process.
+mode works the same way, a 410 ``payload_missing`` is
+:class:`~leasefence.errors.PayloadMissing` and a 503 ``unavailable`` (a payload store that refuses
+access included) is :class:`~leasefence.errors.Unavailable`, as in-process.
 
 The API never names the tenant (it is the token's), but targets derive their per-operation
 identity from ``(tenant_id, operation_id)``, so the backend is told the token's tenant.
@@ -139,5 +140,6 @@ class HttpBackend:
 
     def load_payload(self, claim: Claim) -> Any:
         """``GET .../payload``: :class:`~leasefence.errors.PayloadMissing` on 410
-        ``payload_missing``, :class:`~leasefence.errors.NotFound` on 404."""
+        ``payload_missing``, :class:`~leasefence.errors.Unavailable` on 503 ``unavailable``,
+        :class:`~leasefence.errors.NotFound` on 404."""
         return self.client.payload(claim.operation_id)

@@ -17,8 +17,11 @@
   and the next claim reconciles. (Releasing it early would be one more write by a worker that is
   giving up, and for class D a release would spend its only attempt.)
 - A missing payload is never None: :attr:`Job.payload` raises
-  :class:`~leasefence.errors.PayloadMissing` (purged, erased, unreadable) and the runtime
+  :class:`~leasefence.errors.PayloadMissing` (purged, erased, the object gone) and the runtime
   quarantines the operation ("payload missing: ...") for an operator, counted as ``PayloadMissing``.
+  A payload store that refuses access (S3 ``AccessDenied``, a KMS key fault) raises
+  :class:`~leasefence.errors.PayloadAccessDenied`, an :class:`~leasefence.errors.Unavailable`:
+  treated as a busy store below (no quarantine, no fail write), counted as ``PayloadAccessDenied``.
 - A busy store never spends an attempt. The runtime's own writes (the closing write, a class-A
   :meth:`Job.complete_with`, :meth:`Job.record_intent`) retry
   :class:`~leasefence.errors.Unavailable` with capped exponential backoff and full jitter, for at
