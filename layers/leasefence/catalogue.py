@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from leasefence import keys
+from leasefence import keys, payload_schemas
 from leasefence.clock import to_rfc3339
 from leasefence.errors import InvalidInput, NotFound, UnknownJobType, VersionConflict
 from leasefence.model import TargetClass
@@ -43,7 +43,7 @@ from leasefence.store import ConditionFailed, Store
 
 #: How long an engine trusts what it read of a tenant's catalogue (ms of its clock).
 CACHE_MS = 5_000
-MAX_SCHEMA_BYTES = 16_384
+MAX_SCHEMA_BYTES = payload_schemas.MAX_SCHEMA_BYTES
 MAX_TEXT = 1024
 DEFAULT_ATTEMPTS = 5
 DEFAULT_LEASE_SECONDS = 60
@@ -85,26 +85,20 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _refuse_remote(uri: str) -> Any:
-    raise InvalidInput(f"payload_schema may only use local references ('#/...'), not {uri!r}")
-
-
 def compile_schema(schema: Any) -> Callable[[Any], Any]:
-    """A validator for ``schema`` (fastjsonschema). Remote ``$ref`` s are refused, never fetched."""
-    import fastjsonschema  # only where schemas are used: not on every cold start
+    """A validator for ``schema``: see :mod:`leasefence.payload_schemas` (patterns checked here
+    and evaluated in linear time, remote ``$ref`` s refused, never fetched)."""
+    return payload_schemas.compile_schema(schema)
 
-    if not isinstance(schema, dict):
-        raise InvalidInput("payload_schema must be a JSON object (a JSON Schema)")
-    if len(_canonical(schema).encode()) > MAX_SCHEMA_BYTES:
-        raise InvalidInput(f"payload_schema must be at most {MAX_SCHEMA_BYTES} bytes of JSON")
-    refuse = dict.fromkeys(("", "http", "https", "file", "ftp", "urn", "data"), _refuse_remote)
-    try:
-        return fastjsonschema.compile(schema, handlers=refuse)
-    except fastjsonschema.JsonSchemaDefinitionException as error:
-        raise InvalidInput(f"payload_schema is not a usable JSON Schema: {error}") from None
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as error:
-        # Broken schemas can fail inside the code generator; nothing of them is kept.
-        raise InvalidInput(f"payload_schema is not a usable JSON Schema ({error})") from None
+
+def _refusing(message: str) -> Callable[[Any], Any]:
+    """The validator of a stored schema that no longer compiles (declared before leasefence
+    checked patterns): every payload is refused with why, until the entry is declared again."""
+
+    def refuse(_payload: Any) -> Any:
+        raise InvalidInput(f"the job type's payload_schema cannot be used: {message}")
+
+    return refuse
 
 
 @dataclass(frozen=True)
@@ -597,18 +591,11 @@ class Catalogue:
                 f"allows {spec.max_attempts} (version {entry.version}); omit max_attempts"
             )
         if validator is not None:
-            import fastjsonschema
-
             if not payload_given:
                 raise InvalidInput(
                     f"job type {job_type!r} has a payload schema: send the payload inline"
                 )
-            try:
-                validator(payload)
-            except fastjsonschema.JsonSchemaValueException as error:
-                raise InvalidInput(
-                    f"payload does not match the job type's schema: {error.message}"
-                ) from None
+            validator(payload)  # InvalidInput (422) for anything but a match, never 500
         return Admission(
             tenant_id,
             job_type,
@@ -659,7 +646,13 @@ class Catalogue:
         value = None
         if entry is not None and entry.deleted_at is None:
             schema = entry.spec.payload_schema
-            value = (entry, None if schema is None else compile_schema(schema))
+            validator = None
+            if schema is not None:
+                try:
+                    validator = compile_schema(schema)
+                except InvalidInput as error:
+                    validator = _refusing(error.message)
+            value = (entry, validator)
         with self._lock:
             self._entries[(tenant_id, job_type)] = _Cached(self.clock(), value)
             while len(self._entries) > 10_000:

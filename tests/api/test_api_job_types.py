@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -102,6 +103,27 @@ def test_enqueue_under_an_entry(api, stack, tenant):
         .get("Contents", [])
     }
     assert stored == {payloads.key_for(tenant, "r-1", op["payload_hash"])}  # r-1's only
+
+
+def test_schema_patterns_over_http(api):
+    """An invalid pattern is 422 at the PUT (it answered 500); a catastrophic one is evaluated in
+    linear time: the enqueue is 422 at once, and nothing is stored."""
+    invalid = {**REFUND, "payload_schema": {"properties": {"code": {"pattern": "("}}}}
+    put = api.call("PUT", "/v1/job-types/coded", invalid)
+    assert (put.status, put.error_code) == (422, "invalid_request"), put.text
+    assert "#/properties/code/pattern" in put.json["error"]["message"]
+    assert api.get("/v1/job-types/coded").status == 404
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a+)+$"}}}
+    assert api.call("PUT", "/v1/job-types/coded", {**REFUND, "payload_schema": schema}).status == 200
+    started = time.perf_counter()
+    slow = api.post(
+        "/v1/operations",
+        {"operation_id": "c-1", "job_type": "coded", "payload": {"code": "a" * 25 + "!"}},
+    )
+    assert (slow.status, slow.error_code) == (422, "invalid_request"), slow.text
+    assert time.perf_counter() - started < 1.0
+    assert api.get(op_path("c-1")).status == 404
+    assert enqueue(api, "c-2", {"code": "a" * 25}, job_type="coded").status == 201
 
 
 def test_strict_mode(api):
