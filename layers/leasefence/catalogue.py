@@ -37,7 +37,14 @@ from urllib.parse import urlsplit
 
 from leasefence import keys, payload_schemas
 from leasefence.clock import to_rfc3339
-from leasefence.errors import InvalidInput, NotFound, UnknownJobType, VersionConflict
+from leasefence.errors import (
+    IdentityRequired,
+    InlinePayloadRequired,
+    InvalidInput,
+    NotFound,
+    UnknownJobType,
+    VersionConflict,
+)
 from leasefence.model import TargetClass
 from leasefence.store import ConditionFailed, Store
 
@@ -558,13 +565,21 @@ class Catalogue:
         max_attempts: int | None = None,
         payload: Any = None,
         payload_given: bool = False,
+        inline: bool | None = None,
+        identified: bool | None = None,
     ) -> Admission:
         """What an enqueue runs under, or why it is refused (nothing is written either way).
 
         An uncatalogued type: refused in a strict tenant, else the request's own class (default C)
         and budget, exactly as without a catalogue. A catalogued type: the entry's class and
         budget; an explicit ``target_class`` or ``max_attempts`` that differs is 422; with a
-        ``payload_schema``, the payload must be given inline (``payload_given``) and valid."""
+        ``payload_schema``, the payload must be given inline (``payload_given``) and valid.
+
+        An entry that requires approval refuses a payload by reference
+        (:class:`InlinePayloadRequired`: ``inline``, default ``payload_given``, says whether
+        leasefence stores it) and an enqueuer that names nobody (:class:`IdentityRequired`, when
+        ``identified`` is False): the approver approves bytes leasefence holds, and the enqueuer
+        is on record so that it cannot approve its own operation."""
         found = self._cached_entry(tenant_id, job_type)
         if found is None:
             if self._cached_strict(tenant_id):
@@ -590,6 +605,17 @@ class Catalogue:
                 f"max_attempts {max_attempts} contradicts the catalogue: job type {job_type!r} "
                 f"allows {spec.max_attempts} (version {entry.version}); omit max_attempts"
             )
+        if spec.approval_required:
+            if not (payload_given if inline is None else inline):
+                raise InlinePayloadRequired(
+                    f"job type {job_type!r} requires approval: send the payload inline (an "
+                    "approval binds the bytes leasefence stores, which the approver can read)"
+                )
+            if identified is False:
+                raise IdentityRequired(
+                    f"job type {job_type!r} requires approval: the enqueuer's token must name "
+                    "who it is (sub, client_id or username), so it cannot approve its own work"
+                )
         if validator is not None:
             if not payload_given:
                 raise InvalidInput(

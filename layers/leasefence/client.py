@@ -43,6 +43,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from leasefence.api.errors import Forbidden, Unauthorized
 from leasefence.errors import (
+    InlinePayloadRequired,
     InvalidInput,
     InvalidTransition,
     LeaseFenceError,
@@ -73,6 +74,7 @@ __all__ = [
 #: Error code -> class. Unknown codes become a plain LeaseFenceError with that code.
 ERRORS: dict[str, type[LeaseFenceError]] = {
     "invalid_request": InvalidInput,
+    "inline_payload_required": InlinePayloadRequired,
     "payload_too_large": PayloadTooLarge,
     "not_found": NotFound,
     "payload_missing": PayloadMissing,

@@ -40,6 +40,8 @@ from leasefence import history, keys
 from leasefence.catalogue import Admission, Catalogue
 from leasefence.clock import Clock, system_clock
 from leasefence.errors import (
+    IdentityRequired,
+    InlinePayloadRequired,
     InvalidInput,
     InvalidTransition,
     NotFound,
@@ -333,7 +335,14 @@ class Engine:
         _validate_text("payload_ref", payload_ref, MAX_PAYLOAD_REF_LENGTH, required=False)
         if admission is None:
             admitted = self.admit(
-                tenant_id, operation_id, job_type, payload_hash, target_class, max_attempts
+                tenant_id,
+                operation_id,
+                job_type,
+                payload_hash,
+                target_class,
+                max_attempts,
+                inline=payload_inline,
+                actor=actor,
             )
             if isinstance(admitted, EnqueueResult):
                 return admitted
@@ -359,6 +368,18 @@ class Engine:
         if not isinstance(approval_required, bool):
             raise InvalidInput("approval_required must be a boolean")
         valid_ms = self._approval_valid_ms(approval_valid_ms)
+        if approval_required and (not payload_inline or actor is None):
+            # What the approver approves is bytes leasefence stores, and who enqueued it is on
+            # record (that identity can never approve it). A retry of an accepted enqueue is
+            # still a replay.
+            refusal: Exception = (
+                InlinePayloadRequired("an operation that needs approval needs an inline payload")
+                if not payload_inline
+                else IdentityRequired(
+                    "an operation that needs approval needs its enqueuer's identity"
+                )
+            )
+            return self._replay_or_raise(tenant_id, operation_id, payload_hash, refusal)
         self._register_job_type(tenant_id, job_type)
         now = self.clock()
         due_home = self._due_pk(tenant_id, operation_id, job_type)
@@ -432,6 +453,8 @@ class Engine:
         max_attempts: int | None = None,
         payload: Any = None,
         payload_given: bool = False,
+        inline: bool | None = None,
+        actor: str | None = None,
     ) -> Admission | EnqueueResult:
         """What an enqueue of this identity runs under (:meth:`Catalogue.admit`), or, when the
         catalogue refuses it, the replay it is: an operation already enqueued under this identity
@@ -439,7 +462,11 @@ class Engine:
         tenant's strict mode changed since, so a producer retrying after a lost answer is never
         told 422 about work that was accepted. Only on that refusal path is the identity read
         (one strongly consistent read); the refusal stands for an identity that is new or bound
-        to another payload. Nothing is written either way."""
+        to another payload. Nothing is written either way.
+
+        ``inline`` (default ``payload_given``): the payload is one leasefence stores; ``actor``:
+        who enqueues (an entry that requires approval refuses a payload by reference and an
+        enqueuer that names nobody)."""
         try:
             return self.catalogue.admit(
                 tenant_id,
@@ -448,13 +475,22 @@ class Engine:
                 max_attempts=max_attempts,
                 payload=payload,
                 payload_given=payload_given,
+                inline=inline,
+                identified=actor is not None,
             )
-        except InvalidInput:
-            existing = self.store.get(self._key(tenant_id, operation_id))
-            if existing is None or existing.get("payload_hash") != payload_hash:
-                raise
-            self.events("Replays", 1)
-            return EnqueueResult(Operation.from_item(existing), created=False)
+        except (InvalidInput, IdentityRequired) as refusal:
+            return self._replay_or_raise(tenant_id, operation_id, payload_hash, refusal)
+
+    def _replay_or_raise(
+        self, tenant_id: str, operation_id: str, payload_hash: str, refusal: Exception
+    ) -> EnqueueResult:
+        """An enqueue refused before any write: the replay it is, when this identity was already
+        enqueued with this payload hash (one strongly consistent read), else the refusal."""
+        existing = self.store.get(self._key(tenant_id, operation_id))
+        if existing is None or existing.get("payload_hash") != payload_hash:
+            raise refusal
+        self.events("Replays", 1)
+        return EnqueueResult(Operation.from_item(existing), created=False)
 
     @staticmethod
     def _approval_valid_ms(value: Any) -> int:

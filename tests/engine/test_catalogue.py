@@ -191,7 +191,9 @@ def test_an_entry_that_requires_approval_gates_its_operations(engine, clock):
         "t1", "payout", {"target_class": "D", "approval_required": True, "approval_valid_seconds": 600}
     )
     # A caller cannot lift the entry's requirement.
-    op = engine.enqueue("t1", "p-1", "payout", H, payload_ref="r", actor="alice", approval_required=False).operation
+    op = engine.enqueue(
+        "t1", "p-1", "payout", H, payload_ref="r", payload_inline=True, actor="alice", approval_required=False
+    ).operation
     assert (op.state, op.approval_expires_at, op.job_type_version) == (
         State.AWAITING_APPROVAL,
         clock() + 600_000,
