@@ -329,6 +329,12 @@ def plan(
     return changes
 
 
+def _job_type_token(value: Any) -> str:
+    from leasefence.engine import validate_id
+
+    return validate_id("request_token", value)
+
+
 def _job_type(value: Any) -> str:
     from leasefence.engine import validate_id
 
@@ -397,10 +403,21 @@ class Catalogue:
         spec: JobTypeSpec | Mapping[str, Any],
         expected_version: int | None = None,
         actor: str | None = None,
+        request_token: str | None = None,
     ) -> tuple[JobTypeEntry, bool]:
         """Create or replace an entry: one conditional update. Returns the entry and whether it
-        changed (declaring what is already there is no write and no new version)."""
+        changed (declaring what is already there is no write and no new version).
+
+        A declaration sent again after its answer was lost tells the truth about ``changed``:
+        with ``request_token`` (the caller's name for this declaration, recorded with the write,
+        and the write's condition refuses it while the entry carries it), a refusal whose item
+        carries that token is this request's own change: ``changed`` True. With ``expected_version``,
+        ``changed`` is relative to the version the caller based it on: the entry says exactly
+        this, at a later version, so it changed since then. With neither, an entry that already
+        says exactly this is ``changed`` False."""
         job_type = _job_type(job_type)
+        if request_token is not None:
+            _job_type_token(request_token)
         if not isinstance(spec, JobTypeSpec):
             spec = JobTypeSpec.parse(spec)
         now = self.clock()
@@ -422,6 +439,7 @@ class Catalogue:
             "fingerprint": spec.fingerprint,
             "updated_at": now,
             "updated_by": actor,
+            "put_token": request_token,
         }
         names = {"#v": "version", "#fp": "fingerprint", "#del": "deleted_at"}
         values: dict[str, Any] = {":zero": 0, ":one": 1, ":fp": spec.fingerprint}
@@ -435,6 +453,11 @@ class Catalogue:
                 sets.append(f"#a{i} = :a{i}")
         # "Something to change" is inside the write: absent, deleted, or declared differently.
         condition = "(attribute_not_exists(#fp) OR attribute_exists(#del) OR #fp <> :fp)"
+        if request_token is not None:
+            # The same request never writes twice (a late retry finds its own token).
+            names["#tok"] = "put_token"
+            values[":tok"] = request_token
+            condition += " AND (attribute_not_exists(#tok) OR #tok <> :tok)"
         if expected_version == 0:
             condition += " AND attribute_not_exists(#v)"
         elif expected_version is not None:
@@ -452,12 +475,23 @@ class Catalogue:
             current = refused.item
             if (
                 current is not None
+                and request_token is not None
+                and current.get("put_token") == request_token
+            ):
+                # This request's own write, answered again: it changed the entry.
+                entry = JobTypeEntry.from_item(current)
+                self._remember(tenant_id, job_type, entry)
+                return entry, True
+            if (
+                current is not None
                 and "deleted_at" not in current
                 and current.get("fingerprint") == spec.fingerprint
             ):
                 entry = JobTypeEntry.from_item(current)
                 self._remember(tenant_id, job_type, entry)
-                return entry, False
+                # It says exactly this: unchanged, unless the caller based it on an older version.
+                changed = expected_version is not None and entry.version != expected_version
+                return entry, changed
             raise VersionConflict(
                 f"job type {job_type!r} is at version "
                 f"{int(current['version']) if current else 0}, not {expected_version}"
@@ -479,12 +513,13 @@ class Catalogue:
         now = self.clock()
         names = {"#v": "version", "#del": "deleted_at", "#at": "updated_at", "#by": "updated_by"}
         values: dict[str, Any] = {":one": 1, ":now": now}
+        names["#tok"] = "put_token"
         update = "SET #del = :now, #at = :now, #v = #v + :one"
         if actor is not None:
             values[":by"] = actor
-            update += ", #by = :by"
+            update += ", #by = :by REMOVE #tok"
         else:
-            update += " REMOVE #by"
+            update += " REMOVE #by, #tok"
         condition = "attribute_exists(#v) AND attribute_not_exists(#del)"
         if expected_version is not None:
             values[":expected"] = expected_version

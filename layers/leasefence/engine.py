@@ -1414,12 +1414,20 @@ class Engine:
         resolution: Resolution | str,
         note: str = "",
         actor: str | None = None,
+        request_token: str | None = None,
     ) -> Operation:
         """Operator decision for a parked operation (``unknown`` or ``quarantined`` only).
 
         ``requeue`` grants a fresh attempt budget; the fence keeps rising and the next claim has
         ``reconcile_required``. ``actor``: the operator's identity (the API passes the token's
         subject), recorded with the transition.
+
+        A resolve sent again after it succeeded (its answer was lost) is a replay: the current
+        operation, unchanged. Decided from the refused write's own item: with ``request_token``
+        (the caller's name for this decision, recorded with it), a request whose token is on
+        the item already resolved it, and the write's condition refuses it while the item carries
+        it (so it is not applied again even once the operation is parked again); without one, the
+        item's last transition is this decision (same resolution, actor and note).
         """
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
@@ -1431,11 +1439,15 @@ class Engine:
             ) from error
         _validate_text("note", note, MAX_REASON_LENGTH, required=False)
         actor = validate_actor(actor, OPERATOR_ACTOR)
+        if request_token is not None:
+            validate_id("request_token", request_token)
         now = self.clock()
         names = {
             "#state": "state",
             "#ppk": PARKED_PK,
             "#pat": PARKED_SK,
+            "#rtok": "resolve_token",
+            "#ras": "resolved_as",
             **_TRANSITION_NAMES,
             **_ACTOR,
         }
@@ -1448,9 +1460,23 @@ class Engine:
             ":tr": transition.value,
             ":actor": actor,
             ":one": 1,
+            ":as": resolution.value,
         }
-        sets = ["resolution_note = :note", "updated_at = :now", "#tr = :tr", "#actor = :actor"]
+        sets = [
+            "resolution_note = :note",
+            "updated_at = :now",
+            "#tr = :tr",
+            "#actor = :actor",
+            "#ras = :as",
+        ]
         removes = ["#ppk", "#pat"]
+        condition = "#state IN (:unknown, :quarantined)"
+        if request_token is None:
+            removes.append("#rtok")
+        else:
+            values[":tok"] = request_token
+            sets.append("#rtok = :tok")
+            condition += " AND (attribute_not_exists(#rtok) OR #rtok <> :tok)"
         if resolution is Resolution.REQUEUE:
             names.update({"#dpk": DUE_PK, "#due": DUE_SK, "#home": DUE_HOME})
             values.update({":queued": State.QUEUED.value, ":true": True})
@@ -1468,20 +1494,41 @@ class Engine:
         update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)} ADD #seq :one"
         try:
             item = self.store.update(
-                self._key(tenant_id, operation_id),
-                update,
-                "#state IN (:unknown, :quarantined)",
-                names,
-                values,
+                self._key(tenant_id, operation_id), update, condition, names, values
             )
         except ConditionFailed as refused:
-            if refused.item is None:
+            current = refused.item
+            if current is None:
                 raise NotFound("operation not found") from None
+            if self._resolved_already(current, resolution, note or "", actor, request_token):
+                self.events("Replays", 1)
+                return Operation.from_item(current)  # this decision, sent again: a replay
             raise InvalidTransition(
-                f"only unknown or quarantined operations can be resolved (state is {refused.item['state']})"
+                f"only unknown or quarantined operations can be resolved (state is {current['state']})"
             ) from None
         assert item is not None
         return Operation.from_item(item)
+
+    @staticmethod
+    def _resolved_already(
+        item: dict[str, Any],
+        resolution: Resolution,
+        note: str,
+        actor: str | None,
+        request_token: str | None,
+    ) -> bool:
+        """Whether the refused item shows this very decision applied already (see :meth:`resolve`)."""
+        if item.get("resolved_as") != resolution.value:
+            return False
+        if request_token is not None:
+            return bool(item.get("resolve_token") == request_token)
+        transition = Transition.REQUEUE if resolution is Resolution.REQUEUE else Transition.RESOLVE
+        return (
+            item.get("transition") == transition.value
+            and item.get("actor") == actor
+            and item.get("resolution_note", "") == note
+            and "resolve_token" not in item
+        )
 
     # ------------------------------------------------------------------ approval gate, cancel
 

@@ -126,6 +126,26 @@ def test_schema_patterns_over_http(api):
     assert enqueue(api, "c-2", {"code": "a" * 25}, job_type="coded").status == 201
 
 
+def test_a_put_sent_again_tells_the_truth_about_changed(api):
+    """A PUT sent again because its answer was lost said changed: false for the change it made.
+    With its request token, or the version it was based on, it says changed: true."""
+    path = "/v1/job-types/twice"
+    assert api.call("PUT", path, {"target_class": "C"}).json["changed"] is True
+    body = {"target_class": "C", "max_attempts": 4, "request_token": "put-7"}
+    first = api.call("PUT", path, body).json
+    again = api.call("PUT", path, body).json
+    assert (first["changed"], first["job_type"]["version"]) == (True, 2)
+    assert again == first
+    other = api.call("PUT", path, {**body, "request_token": "put-8"}).json
+    assert (other["changed"], other["job_type"]["version"]) == (False, 2)
+    based = {"target_class": "C", "max_attempts": 2, "expected_version": 2}
+    assert api.call("PUT", path, based).json["changed"] is True
+    again = api.call("PUT", path, based).json
+    assert (again["changed"], again["job_type"]["version"]) == (True, 3)
+    current = api.call("PUT", path, {**based, "expected_version": 3}).json
+    assert (current["changed"], current["job_type"]["version"]) == (False, 3)
+
+
 def test_strict_mode(api):
     enqueue(api, "u-1", job_type="misc")  # non-strict: as without a catalogue
     assert api.get("/v1/settings").json == {"strict_job_types": False}

@@ -445,6 +445,11 @@ def payload(id: _OperationPath):
     "resolveOperation",
     "Operator decision for an unknown or quarantined operation",
     {**_ok(200, "Resolved", models.OperationEnvelope), **_error_responses(400, 404, 409, *_AUTH)},
+    description="Sent again after it succeeded (its answer was lost), a resolve is a replay: 200 "
+    "with the operation as it is now, nothing changed. With request_token the retry is "
+    "recognized by it (and never applied twice); without one, while the operation's last "
+    "transition is this decision (same resolution, identity and note). Otherwise, from any "
+    "state but unknown or quarantined: 409 invalid_transition.",
 )
 def resolve(id: _OperationPath, body: models.ResolveRequest):
     caller = _caller("resolveOperation")
@@ -452,7 +457,14 @@ def resolve(id: _OperationPath, body: models.ResolveRequest):
     return _operation(
         runtime()
         .engine_for(tenant)
-        .resolve(tenant, _path_id(id), body.resolution, note=body.note, actor=caller.subject)
+        .resolve(
+            tenant,
+            _path_id(id),
+            body.resolution,
+            note=body.note,
+            actor=caller.subject,
+            request_token=body.request_token,
+        )
     )
 
 
@@ -651,12 +663,14 @@ def get_job_type(job_type: _JobTypePath):
     },
     description="One conditional write: the version rises by one when anything changes; the same "
     "declaration again is no write (changed: false). With expected_version, another writer's "
-    "change in between is 409 version_conflict. Operations enqueued from then on (within a few "
+    "change in between is 409 version_conflict, and changed is relative to that version (a "
+    "retry whose first write went through: changed true). With request_token, a retry of a "
+    "declaration that went through answers changed: true. Operations enqueued from then on (within a few "
     "seconds on every API instance) run under the new version; earlier ones keep theirs.",
 )
 def put_job_type(job_type: _JobTypePath, body: models.JobTypeRequest):
     caller = _caller("putJobType")
-    spec = body.model_dump(exclude_none=True, exclude={"expected_version"})
+    spec = body.model_dump(exclude_none=True, exclude={"expected_version", "request_token"})
     entry, changed = (
         runtime()
         .engine_for(caller.tenant_id)
@@ -666,6 +680,7 @@ def put_job_type(job_type: _JobTypePath, body: models.JobTypeRequest):
             spec,
             expected_version=body.expected_version,
             actor=caller.subject,
+            request_token=body.request_token,
         )
     )
     return _json(200, {"job_type": entry.to_public(), "changed": changed})
