@@ -330,7 +330,11 @@ def compile_schema(schema: Any) -> SchemaValidator:
         ) from None
     # Every expression the generated code evaluates must be one of ours (linear time).
     function = validate.func if isinstance(validate, functools.partial) else validate
-    table = function.__globals__.get("REGEX_PATTERNS", {})
+    table = function.__globals__.get("REGEX_PATTERNS")
+    if table is None:
+        if preparation.patterns:  # a fastjsonschema that keeps them elsewhere: fail closed
+            raise InvalidInput("payload_schema patterns cannot be evaluated safely here")
+        table = {}
     for key in list(table):
         if key not in preparation.patterns:
             raise InvalidInput(
