@@ -117,6 +117,31 @@ class InvalidTransition(LeaseFenceError):
     status = 409
 
 
+class AlreadyAttempted(InvalidTransition):
+    """A cancel of an operation that a worker claimed before (it is queued again after a retry,
+    a takeover or an operator's requeue): its side effect may have happened, so only a worker's
+    reconcile or an operator may end it. Nothing was changed."""
+
+    code = "already_attempted"
+    status = 409
+
+
+class TenantErasing(LeaseFenceError):
+    """The tenant is being erased (``erase-tenant`` holds it until it finished): nothing new is
+    accepted for it meanwhile. Nothing was written."""
+
+    code = "tenant_erasing"
+    status = 409
+
+
+class TooManyJobTypes(InvalidInput):
+    """A new job type would take the tenant's job-type directory past its limit
+    (:data:`leasefence.engine.MAX_JOB_TYPES`). Nothing was written."""
+
+    code = "too_many_job_types"
+    status = 422
+
+
 class Unavailable(LeaseFenceError):
     """Throttling or a transient store failure. Safe to retry: every write is fenced or replayable."""
 

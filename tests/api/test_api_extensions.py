@@ -158,12 +158,17 @@ def test_erase_tenant_command(stack, make_api):
     assert step.exit_code == 0, step.output
     assert re.search(r"rows deleted:\s+2", step.output)
     cursor = re.search(r"next cursor:\s+(\S+)", step.output).group(1)
+    # Held from the first step on: an enqueue meanwhile is 409 tenant_erasing, and nothing is stored.
+    refused = api.post("/v1/operations", {"operation_id": "et-new", "job_type": "job", "payload": {"i": 9}})
+    assert (refused.status, refused.json["error"]["code"]) == (409, "tenant_erasing"), refused.text
+    assert len(tenant_objects(stack, tenant)) == 5 - 2  # its payload was not stored either
     rest = runner.invoke(cli, ["erase-tenant", "--tenant", tenant, "--limit", "2", "--cursor", cursor, "--all", "--json"])
     assert rest.exit_code == 0, rest.output
     totals = json.loads(rest.output)
-    # 4 operations and the tenant's job-type directory item; the claimed one is held.
-    assert totals["rows_deleted"] == 5 - 2 and totals["held"] == 1 and totals["next_cursor"] is None
-    assert totals["steps"] >= 2
+    # The other 2 of the 4 unclaimed operations; the claimed one is held, and with it the tenant
+    # (its directory and hold stay: it is not finished).
+    assert totals["rows_deleted"] == 4 - 2 and totals["held"] == 1 and totals["next_cursor"] is None
+    assert totals["steps"] >= 2 and totals["finished"] is False
     assert [o["operation_id"] for o in api.get("/v1/operations").json["operations"]] == ["et-4"]
     assert bystander.get(op_path("et-0", "payload")).json == {"i": "kept"}
     assert runner.invoke(cli, ["erase-tenant", "--tenant", tenant, "--cursor", "!!"]).exit_code == 1
