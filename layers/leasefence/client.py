@@ -48,6 +48,7 @@ from urllib.parse import quote, urlencode, urlsplit
 from leasefence.api.errors import Forbidden, Unauthorized
 from leasefence.errors import (
     AlreadyAttempted,
+    InlinePayloadRequired,
     InvalidInput,
     InvalidTransition,
     LeaseFenceError,
@@ -80,6 +81,7 @@ __all__ = [
 #: Error code -> class. Unknown codes become a plain LeaseFenceError with that code.
 ERRORS: dict[str, type[LeaseFenceError]] = {
     "invalid_request": InvalidInput,
+    "inline_payload_required": InlinePayloadRequired,
     "payload_too_large": PayloadTooLarge,
     "not_found": NotFound,
     "payload_missing": PayloadMissing,
@@ -605,10 +607,10 @@ class LeaseFenceClient:
             cursor = page.next_cursor
 
     def resolve(self, operation_id: str, resolution: str, note: str = "") -> Operation:
-        """Operator decision for an unknown or quarantined operation. Not retried after a lost answer."""
-        return self._finish(
-            operation_id, "resolve", {"resolution": resolution, "note": note}, idempotent=False
-        )
+        """Operator decision for an unknown or quarantined operation. Retried after a lost answer:
+        the request carries a token of its own, so the retry is answered as a replay."""
+        body = {"resolution": resolution, "note": note, "request_token": uuid.uuid4().hex}
+        return self._finish(operation_id, "resolve", body)
 
     # ------------------------------------------------------------------ job types (operate scope)
 
@@ -622,8 +624,9 @@ class LeaseFenceClient:
         self, job_type: str, spec: dict[str, Any], expected_version: int | None = None
     ) -> tuple[JobType, bool]:
         """Declare a job type; ``(entry, changed)``. Declaring the same again changes nothing,
-        so a lost answer is retried."""
-        body = dict(spec)
+        so a lost answer is retried; the request carries a token of its own, so ``changed`` is
+        true when this call changed the entry, even if the answer came from a retry."""
+        body = {**spec, "request_token": uuid.uuid4().hex}
         if expected_version is not None:
             body["expected_version"] = expected_version
         data = self.request("PUT", f"/v1/job-types/{self._id(job_type)}", body)[1]

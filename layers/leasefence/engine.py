@@ -43,6 +43,8 @@ from leasefence.catalogue import Admission, Catalogue
 from leasefence.clock import Clock, system_clock
 from leasefence.errors import (
     AlreadyAttempted,
+    IdentityRequired,
+    InlinePayloadRequired,
     InvalidInput,
     InvalidTransition,
     NotFound,
@@ -366,7 +368,14 @@ class Engine:
         _validate_text("payload_ref", payload_ref, MAX_PAYLOAD_REF_LENGTH, required=False)
         if admission is None:
             admitted = self.admit(
-                tenant_id, operation_id, job_type, payload_hash, target_class, max_attempts
+                tenant_id,
+                operation_id,
+                job_type,
+                payload_hash,
+                target_class,
+                max_attempts,
+                inline=payload_inline,
+                actor=actor,
             )
             if isinstance(admitted, EnqueueResult):
                 return admitted
@@ -392,6 +401,18 @@ class Engine:
         if not isinstance(approval_required, bool):
             raise InvalidInput("approval_required must be a boolean")
         valid_ms = self._approval_valid_ms(approval_valid_ms)
+        if approval_required and (not payload_inline or actor is None):
+            # What the approver approves is bytes leasefence stores, and who enqueued it is on
+            # record (that identity can never approve it). A retry of an accepted enqueue is
+            # still a replay.
+            refusal: Exception = (
+                InlinePayloadRequired("an operation that needs approval needs an inline payload")
+                if not payload_inline
+                else IdentityRequired(
+                    "an operation that needs approval needs its enqueuer's identity"
+                )
+            )
+            return self._replay_or_raise(tenant_id, operation_id, payload_hash, refusal)
         self._register_job_type(tenant_id, job_type)
         now = self.clock()
         due_home = self._due_pk(tenant_id, operation_id, job_type)
@@ -465,6 +486,8 @@ class Engine:
         max_attempts: int | None = None,
         payload: Any = None,
         payload_given: bool = False,
+        inline: bool | None = None,
+        actor: str | None = None,
     ) -> Admission | EnqueueResult:
         """What an enqueue of this identity runs under (:meth:`Catalogue.admit`), or, when the
         catalogue refuses it, the replay it is: an operation already enqueued under this identity
@@ -472,7 +495,11 @@ class Engine:
         tenant's strict mode changed since, so a producer retrying after a lost answer is never
         told 422 about work that was accepted. Only on that refusal path is the identity read
         (one strongly consistent read); the refusal stands for an identity that is new or bound
-        to another payload. Nothing is written either way."""
+        to another payload. Nothing is written either way.
+
+        ``inline`` (default ``payload_given``): the payload is one leasefence stores; ``actor``:
+        who enqueues (an entry that requires approval refuses a payload by reference and an
+        enqueuer that names nobody)."""
         try:
             return self.catalogue.admit(
                 tenant_id,
@@ -481,13 +508,22 @@ class Engine:
                 max_attempts=max_attempts,
                 payload=payload,
                 payload_given=payload_given,
+                inline=inline,
+                identified=actor is not None,
             )
-        except InvalidInput:
-            existing = self.store.get(self._key(tenant_id, operation_id))
-            if existing is None or existing.get("payload_hash") != payload_hash:
-                raise
-            self.events("Replays", 1)
-            return EnqueueResult(Operation.from_item(existing), created=False)
+        except (InvalidInput, IdentityRequired) as refusal:
+            return self._replay_or_raise(tenant_id, operation_id, payload_hash, refusal)
+
+    def _replay_or_raise(
+        self, tenant_id: str, operation_id: str, payload_hash: str, refusal: Exception
+    ) -> EnqueueResult:
+        """An enqueue refused before any write: the replay it is, when this identity was already
+        enqueued with this payload hash (one strongly consistent read), else the refusal."""
+        existing = self.store.get(self._key(tenant_id, operation_id))
+        if existing is None or existing.get("payload_hash") != payload_hash:
+            raise refusal
+        self.events("Replays", 1)
+        return EnqueueResult(Operation.from_item(existing), created=False)
 
     @staticmethod
     def _approval_valid_ms(value: Any) -> int:
@@ -1560,12 +1596,20 @@ class Engine:
         resolution: Resolution | str,
         note: str = "",
         actor: str | None = None,
+        request_token: str | None = None,
     ) -> Operation:
         """Operator decision for a parked operation (``unknown`` or ``quarantined`` only).
 
         ``requeue`` grants a fresh attempt budget; the fence keeps rising and the next claim has
         ``reconcile_required``. ``actor``: the operator's identity (the API passes the token's
         subject), recorded with the transition.
+
+        A resolve sent again after it succeeded (its answer was lost) is a replay: the current
+        operation, unchanged. Decided from the refused write's own item: with ``request_token``
+        (the caller's name for this decision, recorded with it), a request whose token is on
+        the item already resolved it, and the write's condition refuses it while the item carries
+        it (so it is not applied again even once the operation is parked again); without one, the
+        item's last transition is this decision (same resolution, actor and note).
         """
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
@@ -1577,11 +1621,15 @@ class Engine:
             ) from error
         _validate_text("note", note, MAX_REASON_LENGTH, required=False)
         actor = validate_actor(actor, OPERATOR_ACTOR)
+        if request_token is not None:
+            validate_id("request_token", request_token)
         now = self.clock()
         names = {
             "#state": "state",
             "#ppk": PARKED_PK,
             "#pat": PARKED_SK,
+            "#rtok": "resolve_token",
+            "#ras": "resolved_as",
             **_TRANSITION_NAMES,
             **_ACTOR,
         }
@@ -1594,9 +1642,23 @@ class Engine:
             ":tr": transition.value,
             ":actor": actor,
             ":one": 1,
+            ":as": resolution.value,
         }
-        sets = ["resolution_note = :note", "updated_at = :now", "#tr = :tr", "#actor = :actor"]
+        sets = [
+            "resolution_note = :note",
+            "updated_at = :now",
+            "#tr = :tr",
+            "#actor = :actor",
+            "#ras = :as",
+        ]
         removes = ["#ppk", "#pat"]
+        condition = "#state IN (:unknown, :quarantined)"
+        if request_token is None:
+            removes.append("#rtok")
+        else:
+            values[":tok"] = request_token
+            sets.append("#rtok = :tok")
+            condition += " AND (attribute_not_exists(#rtok) OR #rtok <> :tok)"
         if resolution is Resolution.REQUEUE:
             names.update({"#dpk": DUE_PK, "#due": DUE_SK, "#home": DUE_HOME})
             values.update({":queued": State.QUEUED.value, ":true": True})
@@ -1614,20 +1676,41 @@ class Engine:
         update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)} ADD #seq :one"
         try:
             item = self.store.update(
-                self._key(tenant_id, operation_id),
-                update,
-                "#state IN (:unknown, :quarantined)",
-                names,
-                values,
+                self._key(tenant_id, operation_id), update, condition, names, values
             )
         except ConditionFailed as refused:
-            if refused.item is None:
+            current = refused.item
+            if current is None:
                 raise NotFound("operation not found") from None
+            if self._resolved_already(current, resolution, note or "", actor, request_token):
+                self.events("Replays", 1)
+                return Operation.from_item(current)  # this decision, sent again: a replay
             raise InvalidTransition(
-                f"only unknown or quarantined operations can be resolved (state is {refused.item['state']})"
+                f"only unknown or quarantined operations can be resolved (state is {current['state']})"
             ) from None
         assert item is not None
         return Operation.from_item(item)
+
+    @staticmethod
+    def _resolved_already(
+        item: dict[str, Any],
+        resolution: Resolution,
+        note: str,
+        actor: str | None,
+        request_token: str | None,
+    ) -> bool:
+        """Whether the refused item shows this very decision applied already (see :meth:`resolve`)."""
+        if item.get("resolved_as") != resolution.value:
+            return False
+        if request_token is not None:
+            return bool(item.get("resolve_token") == request_token)
+        transition = Transition.REQUEUE if resolution is Resolution.REQUEUE else Transition.RESOLVE
+        return (
+            item.get("transition") == transition.value
+            and item.get("actor") == actor
+            and item.get("resolution_note", "") == note
+            and "resolve_token" not in item
+        )
 
     # ------------------------------------------------------------------ approval gate, cancel
 

@@ -69,6 +69,22 @@ class SelfApproval(LeaseFenceError):
     status = 403
 
 
+class InlinePayloadRequired(InvalidInput):
+    """A job type that requires approval refuses payloads by reference: an approval binds the
+    bytes leasefence stores (and the approver can read), never content it has not seen."""
+
+    code = "inline_payload_required"
+    status = 422
+
+
+class IdentityRequired(LeaseFenceError):
+    """An operation that needs an approval records who enqueued it (that identity can never
+    approve it): a caller that names nobody cannot enqueue one. Nothing was written."""
+
+    code = "forbidden"
+    status = 403
+
+
 class StaleFence(LeaseFenceError):
     """The fence no longer holds the claim: stop, do not retry, start no new side effect."""
 

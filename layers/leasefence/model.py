@@ -120,6 +120,9 @@ class Operation:
     approval_expires_at: int | None = None
     approved_by: str | None = None
     approved_at: int | None = None
+    #: It was enqueued under the approval gate (awaiting approval, or it did once): what a token
+    #: with only the approve scope may read.
+    approval_gated: bool = False
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Operation:
@@ -149,6 +152,11 @@ class Operation:
             approval_expires_at=_int(item.get("approval_expires_at")),
             approved_by=item.get("approved_by"),
             approved_at=_int(item.get("approved_at")),
+            # Every gated operation records its enqueuer (kept by erasure, compaction and every
+            # transition); older ones are recognized by their state or their approver.
+            approval_gated=item.get("enqueued_by") is not None
+            or item["state"] == State.AWAITING_APPROVAL
+            or item.get("approved_by") is not None,
         )
 
     @property

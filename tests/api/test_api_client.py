@@ -75,7 +75,7 @@ class FaultyProxy:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            do_GET = do_POST = _any
+            do_GET = do_POST = do_PUT = _any
 
             def log_message(self, *args) -> None:
                 pass
@@ -196,6 +196,29 @@ def test_heartbeat_and_fail_are_retried_too(proxy_for, token, sdk):
     client = _client(proxy.url, token)
     client.heartbeat("lost-3", grant.fence, "w")
     assert client.fail("lost-3", grant.fence, retryable=False, reason="no").state == "failed_terminal"
+
+
+def test_resolve_retried_after_a_lost_answer_is_a_replay(proxy_for, token, sdk):
+    """The resolve took effect, its answer was lost: the SDK sends it again (with the same
+    request token) and gets the replay, not 409."""
+    sdk.enqueue("lost-5", "job", payload=1)
+    grant = sdk.claim("w", operation_id="lost-5")
+    sdk.unknown("lost-5", grant.fence, "timeout")
+    proxy = proxy_for(lambda method, path, n: "drop" if path.endswith("/resolve") and n == 0 else None)
+    done = _client(proxy.url, token).resolve("lost-5", "requeue", "checked")
+    assert done.state == "queued" and done.fence == 1
+    assert proxy.count("POST", "/v1/operations/lost-5/resolve") == 2
+    with pytest.raises(InvalidTransition):
+        sdk.resolve("lost-5", "requeue", "checked")  # another call is another decision
+
+
+def test_a_job_type_put_retried_after_a_lost_answer_says_it_changed(proxy_for, token, sdk):
+    sdk.put_job_type("lost-type", {"target_class": "C", "max_attempts": 3})
+    proxy = proxy_for(lambda method, path, n: "drop" if method == "PUT" and n == 0 else None)
+    entry, changed = _client(proxy.url, token).put_job_type("lost-type", {"target_class": "C", "max_attempts": 4})
+    assert (entry.version, entry.spec["max_attempts"], changed) == (2, 4, True)
+    assert proxy.count("PUT", "/v1/job-types/lost-type") == 2
+    assert sdk.put_job_type("lost-type", {"target_class": "C", "max_attempts": 4}) == (entry, False)
 
 
 @pytest.mark.parametrize("named", [False, True], ids=["claim-next", "named"])

@@ -32,7 +32,7 @@ def _arrange(tenant: str, *steps: tuple[str, str]) -> None:
     for state, operation_id in steps:
         engine.enqueue(
             tenant, operation_id, "charge-card", "sha256:" + "0" * 64, "s3://elsewhere/x", max_attempts=3,
-            actor="client-7", approval_required=state == "awaiting",
+            actor="client-7", approval_required=state == "awaiting", payload_inline=state == "awaiting",
         )
         if state == "claimed":
             assert engine.claim(tenant, operation_id, "worker-1", lease_ms=60_000).fence == 1

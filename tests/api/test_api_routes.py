@@ -495,6 +495,32 @@ def test_resolve_only_parked_operations(api):
     assert_error(api.post(op_path("rs-none", "resolve"), {"resolution": "requeue"}), 404, "not_found")
 
 
+def test_a_resolve_sent_again_after_it_succeeded_is_a_replay(api):
+    """What a client does when the answer was lost: send it again. 200 with the same answer (it
+    was 409 invalid_transition); another decision is still 409."""
+    enqueue(api, "rr-1")
+    claimed(api, "rr-1")
+    api.post(op_path("rr-1", "unknown"), {"fence": 1, "reason": "timeout"})
+    body = {"resolution": "succeeded", "note": "checked the ledger"}
+    first = api.post(op_path("rr-1", "resolve"), body)
+    assert first.status == 200, first.text
+    again = api.post(op_path("rr-1", "resolve"), body)
+    assert (again.status, again.json) == (200, first.json), again.text
+    assert_error(api.post(op_path("rr-1", "resolve"), {"resolution": "failed_terminal"}), 409, "invalid_transition")
+    # With a request token, even once a worker claimed what the requeue released.
+    enqueue(api, "rr-2")
+    claimed(api, "rr-2")
+    api.post(op_path("rr-2", "quarantine"), {"fence": 1, "reason": "bad input"})
+    body = {"resolution": "requeue", "note": "fixed", "request_token": "4f1c-requeue"}
+    assert api.post(op_path("rr-2", "resolve"), body).json["operation"]["state"] == "queued"
+    claimed(api, "rr-2")
+    again = api.post(op_path("rr-2", "resolve"), body)
+    assert (again.status, again.json["operation"]["state"], again.json["operation"]["fence"]) == (200, "claimed", 2)
+    other = {**body, "request_token": "another"}
+    assert_error(api.post(op_path("rr-2", "resolve"), other), 409, "invalid_transition")
+    assert_error(api.post(op_path("rr-2", "resolve"), {**body, "request_token": ""}), 422, "invalid_request")
+
+
 def test_requeue_from_quarantine_gives_a_fresh_budget_and_a_rising_fence(api):
     enqueue(api, "rq-1", max_attempts=1)
     claimed(api, "rq-1")

@@ -12,6 +12,7 @@ from leasefence import Engine, InvalidTransition, NotFound, State
 from leasefence.engine import TENANT_ERASURE_SETTLE_MS
 from leasefence.errors import TenantErasing
 from leasefence.keys import SETTINGS_ID
+from leasefence.payloads import PayloadStore, canonicalize
 from leasefence.targets import single_shot
 from leasefence.worker import EngineBackend, FunctionHandler, Worker
 
@@ -178,16 +179,27 @@ def test_a_tenant_is_held_first_and_its_enqueues_answer_409_tenant_erasing(engin
     assert fresh.created and fresh.operation.state is State.QUEUED
 
 
-def test_an_enqueue_admitted_before_the_hold_keeps_its_gate_and_is_erased_before_the_end(engine, other_engine, clock):
+def test_an_enqueue_admitted_before_the_hold_keeps_its_gate_and_is_erased_before_the_end(aws, engine, other_engine, clock):
     """The race the hold cannot refuse: admitted (catalogue read) before the hold, written after
     the rows pass went by. It was admitted under the catalogue, which the erasure keeps to the
     end, so it waits for approval; the erasure finds its row before it deletes the catalogue."""
     engine.catalogue.put(T, "payout", PAYOUT)
-    engine.enqueue(T, "op-0", "payout", H, actor="producer-1")
-    admitted = other_engine.admit(T, "late", "payout", H)
+    # An approval binds a payload leasefence stores: these two are inline, in a bucket.
+    bucket = f"erasure-gated-{random.getrandbits(32):08x}"
+    aws.client("s3").create_bucket(Bucket=bucket)
+    store = PayloadStore(bucket, client=aws.client("s3"))
+    engine.payloads = other_engine.payloads = store
+    canonical = canonicalize({"payout": 1})
+    payout = canonical.hash
+    first = store.put(T, "op-0", canonical)
+    engine.enqueue(T, "op-0", "payout", payout, payload_ref=first.ref, payload_inline=True, actor="producer-1")
+    admitted = other_engine.admit(T, "late", "payout", payout, inline=True, actor="producer-1")
     step = engine.erase_tenant(T)
     assert step.rows_deleted == 1 and step.wait_ms == TENANT_ERASURE_SETTLE_MS and not step.finished
-    late = other_engine.enqueue(T, "late", "payout", H, admission=admitted, actor="producer-1")
+    late_ref = store.put(T, "late", canonical).ref
+    late = other_engine.enqueue(
+        T, "late", "payout", payout, payload_ref=late_ref, payload_inline=True, admission=admitted, actor="producer-1"
+    )
     assert late.created and late.operation.state is State.AWAITING_APPROVAL  # the gate held
     assert other_engine.claim_next(T, "w1") is None
     clock.advance(step.wait_ms)

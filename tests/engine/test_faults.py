@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from leasefence import Engine, PayloadConflict, StaleFence, State, Unavailable
+from leasefence import Engine, InvalidTransition, PayloadConflict, StaleFence, State, Unavailable
 from leasefence.errors import InvalidInput
 from leasefence.faults import AFTER, BEFORE, THROTTLE, FaultyClient
 
@@ -199,3 +199,77 @@ def test_throttled_store_surfaces_as_retryable_and_writes_nothing(engine, faulty
         engine.enqueue(T, "op", "refund", H1)
     assert error.value.retryable
     assert engine.list(T).operations == []
+
+
+def _parked(engine, op="op"):
+    engine.enqueue(T, op, "refund", H1)
+    claim = engine.claim_next(T, "w1")
+    return engine.park_unknown(T, op, claim.fence, "timeout")
+
+
+def test_lost_answer_of_a_resolve_is_a_replay_on_retry(engine, faulty):
+    """The resolve commits, its answer is lost: the retry is a replay (the operation as it is,
+    nothing written), decided from the refused write's own item; it is not 409."""
+    _parked(engine)
+    faulty.fail_next("update_item", AFTER)
+    with pytest.raises(Unavailable):
+        engine.resolve(T, "op", "succeeded", note="ledger checked", actor="op-1")
+    done = engine.get(T, "op")
+    replay = engine.resolve(T, "op", "succeeded", note="ledger checked", actor="op-1")
+    assert replay == done and replay.state == State.SUCCEEDED and replay.outcome_code == "resolved:succeeded"
+    # Another decision is not this one: 409 as before.
+    for other in (
+        {"resolution": "failed_terminal", "note": "ledger checked", "actor": "op-1"},
+        {"resolution": "succeeded", "note": "ledger checked", "actor": "op-2"},
+        {"resolution": "succeeded", "note": "", "actor": "op-1"},
+    ):
+        with pytest.raises(InvalidTransition):
+            engine.resolve(T, "op", **other)
+    assert engine.get(T, "op") == done
+
+
+def test_lost_answer_of_a_requeue_is_a_replay_even_after_a_claim(engine, faulty):
+    """With a request token the retry is recognized whatever happened since (a worker claimed the
+    requeued operation at once), and never applied twice: parked again, the late retry of the
+    first requeue does not requeue it a second time."""
+    _parked(engine)
+    faulty.fail_next("update_item", AFTER)
+    with pytest.raises(Unavailable):
+        engine.resolve(T, "op", "requeue", actor="op-1", request_token="req-1")
+    claim = engine.claim_next(T, "w2")
+    assert claim.fence == 2 and claim.reconcile_required
+    replay = engine.resolve(T, "op", "requeue", actor="op-1", request_token="req-1")
+    assert replay.state == State.CLAIMED and replay.fence == 2  # as it is now; nothing written
+    with pytest.raises(InvalidTransition):
+        engine.resolve(T, "op", "requeue", actor="op-1", request_token="req-2")  # another request
+    with pytest.raises(InvalidTransition):
+        engine.resolve(T, "op", "requeue", actor="op-1")  # no token: its last transition is a claim
+    engine.park_unknown(T, "op", 2, "timeout again")
+    late = engine.resolve(T, "op", "requeue", actor="op-1", request_token="req-1")
+    assert late.state == State.UNKNOWN and late.fence == 2
+    assert engine.resolve(T, "op", "requeue", actor="op-1", request_token="req-2").state == State.QUEUED
+
+
+def test_lost_answer_of_a_catalogue_put_reports_the_change_on_retry(engine, faulty):
+    """The declaration commits, its answer is lost: the retry says changed (true), not 'it already
+    said exactly this', when it carries the version it was based on or the request's token."""
+    cat = engine.catalogue
+    v1 = {"target_class": "B", "max_attempts": 3}
+    v2 = {**v1, "max_attempts": 4}
+    cat.put(T, "refund", v1)
+    # Based on a version: changed is relative to it.
+    faulty.fail_next("update_item", AFTER)
+    with pytest.raises(Unavailable):
+        cat.put(T, "refund", v2, expected_version=1)
+    entry, changed = cat.put(T, "refund", v2, expected_version=1)
+    assert (entry.version, entry.spec.max_attempts, changed) == (2, 4, True)
+    assert cat.put(T, "refund", v2, expected_version=2) == (entry, False)
+    # With the request's token.
+    faulty.fail_next("update_item", AFTER)
+    with pytest.raises(Unavailable):
+        cat.put(T, "refund", v1, request_token="put-1")
+    entry, changed = cat.put(T, "refund", v1, request_token="put-1")
+    assert (entry.version, entry.spec.max_attempts, changed) == (3, 3, True)
+    assert cat.put(T, "refund", v1, request_token="put-2") == (entry, False)  # another request
+    assert cat.put(T, "refund", v1) == (entry, False)
+    assert cat.get(T, "refund").version == 3  # the retries wrote nothing

@@ -61,6 +61,12 @@ CONTRACT_ROUTES = {
     "POST /v1/operations/{id}/reject": "leasefence/approve",
     "POST /v1/operations/{id}/cancel": "leasefence/produce",
 }
+# Issue 21: an approver reads what it approves (the handler limits it to gated operations).
+CONTRACT_ALSO = {
+    "GET /v1/operations/{id}": ("leasefence/approve",),
+    "GET /v1/operations/{id}/payload": ("leasefence/approve",),
+    "GET /v1/operations/{id}/history": ("leasefence/approve",),
+}
 
 EXPECTED_ENV = {
     "LEASEFENCE_TABLE",
@@ -264,7 +270,7 @@ def test_routes_and_scopes_match_the_contract(variant) -> None:
         else:
             assert route["AuthorizationType"] == "JWT", key
             assert route["AuthorizerId"] == {"Ref": authorizer}, key
-            assert route["AuthorizationScopes"] == [scope], key
+            assert route["AuthorizationScopes"] == [scope, *CONTRACT_ALSO.get(key, ())], key
     # One Lambda proxy integration (payload 2.0) serves every route.
     ((integration_lid, integration),) = resources(tpl, "AWS::ApiGatewayV2::Integration").items()
     assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
@@ -903,9 +909,13 @@ def test_gateway_routes_match_the_handler_route_table() -> None:
     from leasefence.api import security
     from leasefence_infra import ROUTES
 
+    from leasefence_infra.contract import ALSO_SCOPES
+
     handler = {r.key: r.scope for r in security.ROUTES}
     gateway = {f"{method} {path}": scope for method, path, scope in ROUTES}
     assert gateway == handler == CONTRACT_ROUTES
+    handler_also = {r.key: r.also for r in security.ROUTES if r.also}
+    assert {f"{m} {p}": also for (m, p), also in ALSO_SCOPES.items()} == handler_also == CONTRACT_ALSO
 
 
 def test_case9_api_timeout_covers_a_claims_retry_budget(synth) -> None:

@@ -343,7 +343,8 @@ def test_the_approval_gate_and_cancel_on_the_stream(aws, table, engine, clock):
     it is approved; every step is recorded and each end publishes a valid event."""
     stream = Stream(aws, table.table_name)
     publisher = Publisher(engine.store, lambda: None, None)
-    gated = {"actor": "producer-1", "approval_required": True, "approval_valid_ms": 5_000}
+    gated = {"actor": "producer-1", "approval_required": True, "approval_valid_ms": 5_000,
+             "payload_ref": "stored/1", "payload_inline": True}
     for op in ("ok", "no", "late", "drop"):
         engine.enqueue("acme", op, "refund", H, **gated)
     engine.approve("acme", "ok", H, actor="approver-1")

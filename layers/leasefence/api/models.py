@@ -174,9 +174,23 @@ class ParkRequest(Strict):
     reason: Reason
 
 
+#: A caller's name for one command, so that sending it again after a lost answer is recognized.
+RequestToken = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=256,
+        pattern=NO_CONTROL,
+        description="Your name for this request (e.g. a UUID), the same on every retry of it: a "
+        "retry after a lost answer is then recognized as this request",
+    ),
+]
+
+
 class ResolveRequest(Strict):
     resolution: Literal["succeeded", "failed_terminal", "requeue"]
     note: str = Field(default="", max_length=MAX_TEXT)
+    request_token: RequestToken | None = None
 
 
 class EraseRequest(Strict):
@@ -220,6 +234,7 @@ class JobTypeRequest(Strict):
         description="Write only if the entry is at this version (0: only if it does not exist); "
         "else 409 version_conflict",
     )
+    request_token: RequestToken | None = None
 
 
 class SettingsRequest(Strict):

@@ -45,6 +45,14 @@ class RouteSpec:
     template: str  # OpenAPI style: /v1/operations/{id}
     scope: str | None  # None: open route
     operation_id: str  # the OpenAPI operationId
+    #: Other scopes that may call the route, for what they serve only (the approve scope reads
+    #: the operations that went through the approval gate: the route checks that).
+    also: tuple[str, ...] = ()
+
+    @property
+    def scopes(self) -> tuple[str, ...]:
+        """Every scope that opens the route (a token needs one of them, as API Gateway's)."""
+        return () if self.scope is None else (self.scope, *self.also)
 
     @property
     def key(self) -> str:
@@ -67,18 +75,18 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/v1/health", None, "health"),
     RouteSpec("POST", "/v1/operations", PRODUCE, "enqueueOperation"),
     RouteSpec("GET", "/v1/operations", OPERATE, "listOperations"),
-    RouteSpec("GET", "/v1/operations/{id}", PRODUCE, "getOperation"),
+    RouteSpec("GET", "/v1/operations/{id}", PRODUCE, "getOperation", also=(APPROVE,)),
     RouteSpec("POST", "/v1/claims", WORK, "claimOperation"),
     RouteSpec("POST", "/v1/operations/{id}/heartbeat", WORK, "heartbeat"),
     RouteSpec("POST", "/v1/operations/{id}/complete", WORK, "completeOperation"),
     RouteSpec("POST", "/v1/operations/{id}/fail", WORK, "failOperation"),
     RouteSpec("POST", "/v1/operations/{id}/unknown", WORK, "parkUnknown"),
     RouteSpec("POST", "/v1/operations/{id}/quarantine", WORK, "quarantineOperation"),
-    RouteSpec("GET", "/v1/operations/{id}/payload", WORK, "getPayload"),
+    RouteSpec("GET", "/v1/operations/{id}/payload", WORK, "getPayload", also=(APPROVE,)),
     RouteSpec("POST", "/v1/operations/{id}/resolve", OPERATE, "resolveOperation"),
     # Extensions of the shared contract: docs/api-contract-extensions.md.
     RouteSpec("POST", "/v1/operations/{id}/erase", OPERATE, "eraseOperation"),
-    RouteSpec("GET", "/v1/operations/{id}/history", OPERATE, "getHistory"),
+    RouteSpec("GET", "/v1/operations/{id}/history", OPERATE, "getHistory", also=(APPROVE,)),
     RouteSpec("GET", "/v1/job-types", OPERATE, "listJobTypes"),
     RouteSpec("GET", "/v1/job-types/{job_type}", OPERATE, "getJobType"),
     RouteSpec("PUT", "/v1/job-types/{job_type}", OPERATE, "putJobType"),
@@ -119,8 +127,9 @@ class Caller:
     #: records it with the caller's transitions; None when the token names nobody usable.
     subject: str | None = None
 
-    def require(self, scope: str | None) -> Caller:
-        if scope is not None and scope not in self.scopes:
+    def require(self, scope: str | None, also: tuple[str, ...] = ()) -> Caller:
+        """This caller, if its token holds ``scope`` or one of ``also``; else :class:`Forbidden`."""
+        if scope is not None and scope not in self.scopes and self.scopes.isdisjoint(also):
             raise Forbidden(f"this token lacks the scope {scope}")
         return self
 
