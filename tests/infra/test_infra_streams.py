@@ -202,7 +202,9 @@ def test_the_publisher_keeps_failed_batches_in_an_encrypted_private_alarmed_buck
     bid = logical_id(stack, svc.publisher.failure_bucket)
     bucket = tpl["Resources"][bid]
     assert bucket["Type"] == "AWS::S3::Bucket"
-    assert bucket["DeletionPolicy"] == "Retain" and bucket["UpdateReplacePolicy"] == "Retain"
+    # Kept like the payload bucket (the stack's removal_policy: retained by default).
+    payloads = tpl["Resources"][logical_id(stack, svc.payload_bucket)]
+    assert bucket["DeletionPolicy"] == payloads["DeletionPolicy"] == ("Retain" if name == "default" else "Delete")
     b = bucket["Properties"]
     assert b["PublicAccessBlockConfiguration"] == {
         "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True}

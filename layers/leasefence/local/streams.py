@@ -126,6 +126,15 @@ class EventSourceMapping:
         """Start reading at the starting position (``LATEST``: the stream's tip, records written
         from now on; ``TRIM_HORIZON``: its oldest record), as a new mapping does; after
         :meth:`stop`, resume where it stopped (as a disabled mapping that is enabled again)."""
+        self.open()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"esm-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def open(self) -> EventSourceMapping:
+        """Take the starting position (once) without polling: :meth:`poll_once` then delivers
+        synchronously (tests), or :meth:`start` polls in the background."""
         if not self._iterators:
             self.stream_arn = self._ddb.describe_table(TableName=self.table_name)["Table"][
                 "LatestStreamArn"
@@ -141,9 +150,6 @@ class EventSourceMapping:
                 )["ShardIterator"]
                 for shard in shards
             }
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name=f"esm-{self.name}", daemon=True)
-        self._thread.start()
         return self
 
     @property
