@@ -147,21 +147,22 @@ def record(store: Store, item: dict[str, Any], entry: dict[str, Any], reset: boo
     set_ttl = ", #ttl = :ttl" if ttl is not None else ""
     if reset:
         return _put_new(store, item, entry, ttl, replace_older_seq=True)
-    current: dict[str, Any] | None
-    try:
-        # The common case, in stream order: the newest entry goes at the end.
-        store.update(
-            _key(tenant_id, operation_id),
-            "SET #e = list_append(#e, :e), #ls = :s, #v = if_not_exists(#v, :zero) + :one"
-            + set_ttl,
-            "#c = :c AND #ls < :s AND size(#e) < :max",
-            names,
-            {**values, ":e": [entry], ":max": MAX_ENTRIES, ":zero": 0, ":one": 1},
-            returns="NONE",
-        )
-        return True
-    except ConditionFailed as refused:
-        current = refused.item
+    current: dict[str, Any] | None = None
+    if seq > 1:  # (the enqueue's entry starts the history: no append to try)
+        try:
+            # The common case, in stream order: the newest entry goes at the end.
+            store.update(
+                _key(tenant_id, operation_id),
+                "SET #e = list_append(#e, :e), #ls = :s, #v = if_not_exists(#v, :zero) + :one"
+                + set_ttl,
+                "#c = :c AND #ls < :s AND size(#e) < :max",
+                names,
+                {**values, ":e": [entry], ":max": MAX_ENTRIES, ":zero": 0, ":one": 1},
+                returns="NONE",
+            )
+            return True
+        except ConditionFailed as refused:
+            current = refused.item
     for _ in range(_ATTEMPTS):
         if current is None or int(current.get("created_at", 0)) < created_at:
             # A new history (the first entry, or a new incarnation of the id).

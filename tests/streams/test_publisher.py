@@ -259,6 +259,9 @@ def test_records_that_exhaust_their_retries_are_kept_whole_and_the_command_redri
     from leasefence.cli import app
 
     command = ["publisher", "redrive", "--bucket", env.bucket, "--json"]
+    counted = cli.invoke(app, [*command, "--dry-run"])
+    assert counted.exit_code == 0, counted.output
+    assert json.loads(counted.output)["records"] == 1 and env.kept() == [key]  # nothing changed
     # Still failing: nothing is lost, the object stays, the command says so.
     failed = cli.invoke(app, command)
     assert failed.exit_code == 1, failed.output

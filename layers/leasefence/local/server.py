@@ -487,11 +487,15 @@ class LocalStack:
         worker_lease_seconds: int = 60,
         event_bus: str | None = None,
         stream_poll_interval: float = 0.05,
+        stream_starting_position: str | None = None,
     ) -> None:
         """``streams``: start the event source mappings with the stack (or later:
         :meth:`start_streams`). ``worker_handlers`` (``module:NAME``) and ``worker_tenants``:
         what the worker function runs, for whom (no handlers: no stream worker, the publisher
-        only). ``event_bus``: the bus on the embedded endpoint (default ``leasefence-local``)."""
+        only). ``event_bus``: the bus on the embedded endpoint (default ``leasefence-local``).
+        ``stream_starting_position``: where the mappings start instead of their own (the
+        publisher's ``TRIM_HORIZON``), e.g. ``LATEST`` on a table that already holds another
+        stack's records (embedded endpoints in one process share their tables)."""
         self.host = host
         self.port = port
         self.dynamodb_port = dynamodb_port
@@ -515,6 +519,7 @@ class LocalStack:
         self.worker_lease_seconds = worker_lease_seconds
         self.event_bus = event_bus
         self.stream_poll_interval = stream_poll_interval
+        self.stream_starting_position = stream_starting_position
         #: The running event source mappings by function name (``worker``, ``publisher``).
         self.mappings: dict[str, Any] = {}
         #: The on-failure destination of each mapping whose destination is a queue (an SQS queue
@@ -634,7 +639,7 @@ class LocalStack:
                 queue,
                 poll_interval_s=self.stream_poll_interval,
                 failure_bucket=bucket,
-                starting_position=starting_position,
+                starting_position=starting_position or self.stream_starting_position,
             ).start()
         self.streams = True
 

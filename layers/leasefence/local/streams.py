@@ -45,7 +45,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from leasefence.streams.filters import passes
-from leasefence.streams.mappings import StreamMapping
+from leasefence.streams.mappings import FAILED_BATCH_PREFIX, StreamMapping
 
 
 @dataclass
@@ -239,7 +239,8 @@ class EventSourceMapping:
         now = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
         created = [r["dynamodb"].get("ApproximateCreationDateTime") for r in records]
         function_arn = "arn:aws:lambda:us-east-1:000000000000:function:leasefence-"
-        message = {
+        shard = next(iter(self._iterators), "")
+        message: dict[str, Any] = {
             "requestContext": {
                 "requestId": str(uuid.uuid4()),
                 "functionArn": function_arn + self.config.function,
@@ -254,7 +255,7 @@ class EventSourceMapping:
             "version": "1.0",
             "timestamp": now,
             "DDBStreamBatchInfo": {
-                "shardId": next(iter(self._iterators), ""),
+                "shardId": shard,
                 "startSequenceNumber": records[0]["dynamodb"]["SequenceNumber"],
                 "endSequenceNumber": records[-1]["dynamodb"]["SequenceNumber"],
                 "approximateArrivalOfFirstRecord": _iso(created[0]),
@@ -265,9 +266,8 @@ class EventSourceMapping:
         }
         if self.config.failure_destination == "s3":
             message["payload"] = {"Records": records}
-            shard = message["DDBStreamBatchInfo"]["shardId"]
             key = (
-                f"aws/lambda/{self.uuid}/{shard}/{moment:%Y/%m/%d}/"
+                f"{FAILED_BATCH_PREFIX}{self.uuid}/{shard}/{moment:%Y/%m/%d}/"
                 f"{moment:%Y-%m-%dT%H.%M.%S}-{uuid.uuid4()}"
             )
             self._s3.put_object(

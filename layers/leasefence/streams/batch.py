@@ -45,7 +45,7 @@ def ordered_stream_processor() -> Any:
     if _ordered_processor is None:
         from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 
-        class OrderedBatchProcessor(BatchProcessor):  # type: ignore[misc]
+        class OrderedBatchProcessor(BatchProcessor):
             skipped = (
                 EarlierRecordFailed,
                 EarlierRecordFailed("an earlier record of the batch failed"),
