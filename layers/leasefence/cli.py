@@ -1070,7 +1070,8 @@ def publisher_redrive(
     destination). This replays every record there, each operation's in sequence order, through
     the publisher's own code (history entries placed by sequence, events published again) and
     deletes each object once all its records went through; what fails again stays, and is listed.
-    Safe to run again at any time. Runs against the table of the environment, as the functions
+    A record whose operation was deleted, replaced or erased since is left out. Safe to run again
+    at any time. Runs against the table of the environment, as the functions
     do (LEASEFENCE_TABLE, LEASEFENCE_DYNAMODB_ENDPOINT, LEASEFENCE_S3_ENDPOINT,
     LEASEFENCE_EVENTS_ENDPOINT, AWS credentials): an operator's command. Exits 1 when anything
     is left."""
@@ -1104,9 +1105,16 @@ def publisher_redrive(
         endpoint_url=rt.settings.dynamodb_endpoint,
         region_name=rt.settings.region,
     )
-    publisher = Publisher(rt.engine.store, lambda: rt.client("events"), rt.settings.event_bus)
+    store = rt.engine.store
+    publisher = Publisher(store, lambda: rt.client("events"), rt.settings.event_bus)
+
+    def current(tenant_id: str, operation_id: str) -> Any:
+        return store.get({"tenant_id": tenant_id, "operation_id": operation_id})
+
     try:
-        report = redrive(rt.client("s3"), target, publisher.handle, streams, dry_run=dry_run)
+        report = redrive(
+            rt.client("s3"), target, publisher.handle, streams, dry_run=dry_run, current=current
+        )
     except Exception as error:  # noqa: BLE001 - no bucket, no access: say so
         typer.echo(f"cannot redrive from {target}: {type(error).__name__}: {error}", err=True)
         raise typer.Exit(1) from None
@@ -1121,6 +1129,7 @@ def publisher_redrive(
             f"replayed:         {summary['replayed']}  ({outcomes})",
             f"failed again:     {len(summary['failed'])}",
             f"waiting behind:   {summary['waiting']}",
+            f"superseded:       {summary['superseded']}  (operation gone, replaced or erased)",
             f"batches deleted:  {summary['deleted']}",
             f"batches left:     {len(summary['kept'])}",
         ]

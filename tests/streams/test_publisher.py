@@ -321,3 +321,41 @@ def test_the_redrive_reads_back_from_the_stream_a_batch_kept_without_its_records
     report = redrive(s3, env.bucket, publisher.handle, env.aws.client("dynamodbstreams"))
     assert (report.records, report.outcomes, report.deleted) == (1, {"recorded": 1}, [key])
     assert env.seqs() == [1, 2]
+
+
+@pytest.mark.parametrize("since", ["deleted", "erased"])
+def test_the_redrive_leaves_out_records_of_operations_deleted_or_erased_since(env, since):
+    """What a kept record would say is gone once its operation was deleted (identity expired,
+    tenant erased) or erased: replaying it would bring back a history or repeat erased text."""
+    mapping = env.mapping()
+    env.engine.enqueue(T, "op-1", "refund", H)
+    claim = env.engine.claim(T, "op-1", "w1", lease_ms=5_000)
+    mapping.poll_once()
+    env.table.faults.left[3] = -1
+    env.engine.fail(T, "op-1", claim.fence, retryable=True, reason="card 4711 declined")
+    mapping.poll_once()
+    (key,) = env.kept()  # the retry, with its reason
+    env.table.faults.left[3] = 0
+    if since == "deleted":
+        env.aws.client().delete_item(
+            TableName=env.spec.table_name,
+            Key={"tenant_id": {"S": T}, "operation_id": {"S": "op-1"}},
+        )
+        mapping.poll_once()  # its deletion removes the history
+        assert env.history() is None
+    else:
+        env.engine.erase(T, "op-1", actor="ops-erin")
+    sent = list(env.events.sent)
+
+    from leasefence.cli import app
+
+    done = CliRunner().invoke(app, ["publisher", "redrive", "--bucket", env.bucket, "--json"])
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.output)
+    assert (report["superseded"], report["replayed"], report["deleted"]) == (1, 0, 1)
+    assert env.events.sent == sent  # no event repeats the reason
+    if since == "deleted":
+        assert env.history() is None  # no history comes back
+    else:
+        assert [e["transition"] for e in env.engine.history(T, "op-1").entries] == ["erase"]
+    assert env.kept() == []

@@ -15,9 +15,13 @@ those records), and replays each operation's records in the order of their ``seq
 each entry by ``seq`` (one it holds already changes nothing) and the event is published again.
 An object is deleted once every record in it went through; when a record fails again the later
 records of the same operation wait (so its events stay in order) and the objects holding them
-stay for the next redrive, with the error reported. Running it again is always safe; a record
-replayed twice publishes its event twice (consumers dedupe on ``(tenant_id, operation_id,
-sequence)``).
+stay for the next redrive, with the error reported. Given the operation as it is now
+(``current``), a record is not replayed (and counts as done) when what it would say is gone: the
+operation was deleted since (its identity expired, or its tenant was erased: the history went
+with it), the id now names a later operation, or the operation was erased after the record was
+written (its history keeps only the erasure, and an event would repeat the erased text).
+Running it again is always safe; a record replayed twice publishes its event twice (consumers
+dedupe on ``(tenant_id, operation_id, sequence)``).
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ class RedriveReport:
     failed: list[dict[str, str]] = field(default_factory=list)
     #: Records not replayed because an earlier record of their operation failed.
     waiting: int = 0
+    #: Records not replayed because their operation is gone, replaced or erased since.
+    superseded: int = 0
     deleted: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     unreadable: list[dict[str, str]] = field(default_factory=list)
@@ -72,6 +78,7 @@ class RedriveReport:
             "outcomes": dict(sorted(self.outcomes.items())),
             "failed": self.failed,
             "waiting": self.waiting,
+            "superseded": self.superseded,
             "deleted": len(self.deleted),
             "kept": self.kept,
             "unreadable": self.unreadable,
@@ -191,17 +198,38 @@ def _operation(record: dict[str, Any]) -> tuple[str, str] | None:
     return change.tenant_id, change.operation_id
 
 
+def _superseded(record: dict[str, Any], current: Callable[[str, str], Any]) -> bool:
+    """The record's operation was deleted, replaced by a later one of the same id, or erased
+    after the record was written (see the module's docstring)."""
+    try:
+        change = records.parse(record)
+    except records.MalformedRecord:
+        return False  # it fails again in the publisher, and is reported
+    if not change.is_operation or change.event_name == "REMOVE":
+        return False
+    image = change.new or {}
+    now = current(change.tenant_id, change.operation_id)
+    if now is None:
+        return True
+    if int(now.get("created_at", 0)) != int(image.get("created_at", 0)):
+        return int(now.get("created_at", 0)) > int(image.get("created_at", 0))
+    return now.get("erased_at") is not None and image.get("erased_at") is None
+
+
 def redrive(
     s3: Any,
     bucket: str,
     handle: Callable[[dict[str, Any]], str],
     streams: Any | None = None,
     dry_run: bool = False,
+    current: Callable[[str, str], Any] | None = None,
 ) -> RedriveReport:
     """Replay every object of the publisher's on-failure bucket through ``handle`` (the
     publisher's :meth:`~leasefence.streams.publisher.Publisher.handle`) and delete the objects
     whose records all went through. ``streams``: a DynamoDB Streams client, to read back the
-    records of an object that holds none. ``dry_run``: only count what is there."""
+    records of an object that holds none. ``dry_run``: only count what is there. ``current``:
+    the operation item as it is now (``(tenant_id, operation_id) -> item or None``), to leave
+    out records whose operation is gone, replaced or erased since."""
     report = RedriveReport(dry_run=dry_run)
     kept = list(read_kept(s3, bucket, streams))
     report.objects = len(kept)
@@ -226,6 +254,10 @@ def redrive(
             report.waiting += 1
             continue
         try:
+            if current is not None and _superseded(record, current):
+                report.superseded += 1
+                pending[key] -= 1
+                continue
             outcome = handle(record)
         except Exception as error:  # noqa: BLE001 - reported; the object stays for the next run
             if operation is not None:
