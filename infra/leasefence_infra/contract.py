@@ -7,6 +7,9 @@ SCOPE_WORK = "leasefence/work"
 SCOPE_OPERATE = "leasefence/operate"
 #: Approve or reject an operation awaiting approval (docs/api-contract-extensions.md).
 SCOPE_APPROVE = "leasefence/approve"
+#: Shadow mode: a token for a ``shadow:<tenant>`` tenant is refused without it (no route of its
+#: own: the API function checks it; docs/api-contract-extensions.md).
+SCOPE_SHADOW = "leasefence/shadow"
 #: Resource server identifier of the optional Cognito user pool (scopes ``<id>/<name>``).
 RESOURCE_SERVER_ID = "leasefence"
 

@@ -49,6 +49,9 @@ APP_METRICS: dict[str, tuple[cw.Unit, str]] = {
     "PayloadsPurged": (cw.Unit.COUNT, "Sum"),
     # Emitted once per stalled claim (worker runtime): counted, never "held" over periods.
     "StalledClaims": (cw.Unit.COUNT, "Sum"),
+    # The payload store refused a read, write or deletion (S3 AccessDenied, a KMS key fault, an
+    # archived object): API, worker and sweeper alike (leasefence.payloads).
+    "PayloadAccessDenied": (cw.Unit.COUNT, "Sum"),
 }
 
 #: Emitted by the worker runtime (``leasefence.worker``) when the worker function is deployed.
@@ -220,6 +223,16 @@ class Monitoring(Construct):
             takeover_alarm_percent,
             f"{takeover_alarm_percent}%+ of claims in 15 minutes were takeovers of expired leases "
             "(workers dying or leases too short)",
+        )
+        alarm(
+            "PayloadAccessDeniedAlarm",
+            # Its own alarm: the throttles alarm's expression already uses CloudWatch's limit of
+            # 10 metrics. One refusal fires it: no healthy deployment is ever refused.
+            app_metric("PayloadAccessDenied", "Sum"),
+            1,
+            "the payload store refused access to payload objects (S3 AccessDenied, a KMS key "
+            "disabled or not granted, an archived object): fix the bucket policy, the function "
+            "roles or the key; the jobs are not quarantined, they are retried once it is fixed",
         )
         alarm(
             "StaleFenceRejectionsAlarm",
@@ -406,8 +419,16 @@ class Monitoring(Construct):
                 width=width,
             ),
             cw.GraphWidget(
-                title="Enqueue replays, payload conflicts, payloads purged",
-                left=[app_metric(n) for n in ("Replays", "PayloadConflicts", "PayloadsPurged")],
+                title="Enqueue replays, payload conflicts, payloads purged, payload access denied",
+                left=[
+                    app_metric(n)
+                    for n in (
+                        "Replays",
+                        "PayloadConflicts",
+                        "PayloadsPurged",
+                        "PayloadAccessDenied",
+                    )
+                ],
                 width=width,
             ),
             cw.GraphWidget(

@@ -37,12 +37,21 @@ from urllib.parse import urlsplit
 
 from leasefence import keys
 from leasefence.clock import to_rfc3339
-from leasefence.errors import InvalidInput, NotFound, UnknownJobType, VersionConflict
+from leasefence.errors import (
+    InvalidInput,
+    NotFound,
+    TenantErasing,
+    UnknownJobType,
+    VersionConflict,
+)
 from leasefence.model import TargetClass
 from leasefence.store import ConditionFailed, Store
 
 #: How long an engine trusts what it read of a tenant's catalogue (ms of its clock).
 CACHE_MS = 5_000
+#: The attribute a tenant erasure sets on the tenant's settings item and catalogue entries (its
+#: start, ms): an admission that reads either refuses the enqueue (409 ``tenant_erasing``).
+ERASING = "tenant_erasing"
 MAX_SCHEMA_BYTES = 16_384
 MAX_TEXT = 1024
 DEFAULT_ATTEMPTS = 5
@@ -351,6 +360,8 @@ class Catalogue:
         #: (tenant, job type) -> (entry or None, its validator or None); tenant -> strict.
         self._entries: dict[tuple[str, str], _Cached] = {}
         self._strict: dict[str, _Cached] = {}
+        #: tenant -> when an erasure of it started, as last read on its settings or an entry.
+        self._erasing: dict[str, _Cached] = {}
 
     # ------------------------------------------------------------------ reads
 
@@ -378,6 +389,7 @@ class Catalogue:
         item = self.store.get(
             {"tenant_id": tenant_id, "operation_id": keys.SETTINGS_ID}, consistent=consistent
         )
+        self._note_erasing(tenant_id, item)
         return bool((item or {}).get("strict_job_types", False))
 
     def _read(self, tenant_id: str, job_type: str, consistent: bool) -> JobTypeEntry | None:
@@ -385,7 +397,46 @@ class Catalogue:
             {"tenant_id": tenant_id, "operation_id": keys.catalogue_id(job_type)},
             consistent=consistent,
         )
+        self._note_erasing(tenant_id, item)
         return None if item is None else JobTypeEntry.from_item(item)
+
+    def _note_erasing(self, tenant_id: str, item: Mapping[str, Any] | None) -> None:
+        if item is not None and item.get(ERASING) is not None:
+            with self._lock:
+                self._erasing[tenant_id] = _Cached(self.clock(), int(item[ERASING]))
+                while len(self._erasing) > 10_000:
+                    self._erasing.pop(next(iter(self._erasing)))
+
+    def hold(self, tenant_id: str, since: int) -> int:
+        """Mark the tenant's catalogue entries as erasing (each one conditional update of an
+        entry that exists and is not marked yet), so an admission of a catalogued type refuses as
+        one of an uncatalogued type does (which reads the settings item the erasure marked
+        first). Returns how many entries it marked. Entries declared while the erasure runs are
+        marked by its next step."""
+        marked, start = 0, None
+        while True:
+            page = self.store.query(
+                KeyConditionExpression="tenant_id = :t AND begins_with(operation_id, :p)",
+                FilterExpression="attribute_not_exists(#erasing)",
+                ExpressionAttributeNames={"#erasing": ERASING},
+                values={":t": tenant_id, ":p": keys.CATALOGUE_PREFIX},
+                ConsistentRead=True,
+                start=start,
+            )
+            for item in page.items:
+                with contextlib.suppress(ConditionFailed):  # deleted or marked meanwhile
+                    self.store.update(
+                        {"tenant_id": tenant_id, "operation_id": item["operation_id"]},
+                        "SET #erasing = :since",
+                        "attribute_exists(#v) AND attribute_not_exists(#erasing)",
+                        {"#erasing": ERASING, "#v": "version"},
+                        {":since": since},
+                        returns="NONE",
+                    )
+                    marked += 1
+            if page.last_key is None:
+                return marked
+            start = page.last_key
 
     # ------------------------------------------------------------------ writes
 
@@ -570,10 +621,20 @@ class Catalogue:
         An uncatalogued type: refused in a strict tenant, else the request's own class (default C)
         and budget, exactly as without a catalogue. A catalogued type: the entry's class and
         budget; an explicit ``target_class`` or ``max_attempts`` that differs is 422; with a
-        ``payload_schema``, the payload must be given inline (``payload_given``) and valid."""
+        ``payload_schema``, the payload must be given inline (``payload_given``) and valid.
+
+        A tenant being erased (its settings item, or the entry, says so as last read: within
+        :data:`CACHE_MS` of the erasure's start) is refused: :class:`TenantErasing` (409)."""
         found = self._cached_entry(tenant_id, job_type)
+        strict = self._cached_strict(tenant_id) if found is None else False
+        with self._lock:
+            erasing = self._erasing.get(tenant_id)
+        if self._fresh(erasing):
+            raise TenantErasing(
+                "this tenant is being erased: nothing new is accepted until the erasure finished"
+            )
         if found is None:
-            if self._cached_strict(tenant_id):
+            if strict:
                 raise UnknownJobType(
                     f"job type {job_type!r} is not in this tenant's catalogue (strict mode)"
                 )
@@ -672,3 +733,4 @@ class Catalogue:
             for key in [k for k in self._entries if k[0] == tenant_id]:
                 del self._entries[key]
             self._strict.pop(tenant_id, None)
+            self._erasing.pop(tenant_id, None)

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -205,7 +206,10 @@ def _secret() -> str | None:
 def token(
     tenant: str = typer.Option(..., "--tenant", help="The tenant_id claim."),
     scope: list[str] | None = typer.Option(
-        None, "--scope", help="A scope to grant (repeat). Default: all four."
+        None,
+        "--scope",
+        help="A scope to grant (repeat). Default: all four; for a shadow tenant (shadow:...) "
+        "produce, work, operate and leasefence/shadow.",
     ),
     ttl: int = typer.Option(12 * 3600, "--ttl", min=1, help="Lifetime in seconds."),
     sub: str | None = typer.Option(
@@ -216,7 +220,7 @@ def token(
     ),
 ) -> None:
     """Print a dev JWT for the local stack (HS256, secret from LEASEFENCE_LOCAL_JWT_SECRET)."""
-    from leasefence.auth import ALL_SCOPES, mint
+    from leasefence.auth import mint
 
     secret = _secret()
     if not secret:
@@ -224,7 +228,9 @@ def token(
             "no secret: set LEASEFENCE_LOCAL_JWT_SECRET (or start `leasefence local`)", err=True
         )
         raise typer.Exit(1)
-    typer.echo(mint(tenant, scope or ALL_SCOPES, ttl_seconds=ttl, secret=secret, subject=sub))
+    typer.echo(
+        mint(tenant, scope or _default_scopes(tenant), ttl_seconds=ttl, secret=secret, subject=sub)
+    )
 
 
 # ---------------------------------------------------------------------------------- openapi
@@ -343,10 +349,25 @@ def _client(
                 err=True,
             )
             raise typer.Exit(2)
-        from leasefence.auth import ALL_SCOPES, mint
+        from leasefence.auth import mint
 
-        bearer = mint(tenant or DEV_TENANT, ALL_SCOPES, ttl_seconds=600, secret=secret, subject=sub)
+        bearer = mint(
+            tenant or DEV_TENANT,
+            _default_scopes(tenant or DEV_TENANT),
+            ttl_seconds=600,
+            secret=secret,
+            subject=sub,
+        )
     return LeaseFenceClient(url, bearer, retries=2)
+
+
+def _default_scopes(tenant: str) -> tuple[str, ...]:
+    """A minted dev token's scopes: all four; for a shadow tenant (``shadow:``, a reserved
+    namespace) a shadow token's, the only token the API accepts for one."""
+    from leasefence.api.security import ALL_SCOPES, SHADOW_MODE_SCOPES
+    from leasefence.keys import is_shadow_tenant
+
+    return SHADOW_MODE_SCOPES if is_shadow_tenant(tenant) else ALL_SCOPES
 
 
 def _fail(error: Exception) -> NoReturn:
@@ -630,10 +651,12 @@ def ops_cancel(
     tenant: str | None = _TENANT,
     sub: str | None = _SUB,
 ) -> None:
-    """Withdraw a queued operation, or one awaiting approval: it ends cancelled.
+    """Withdraw a queued operation no worker ever claimed, or one awaiting approval: it ends
+    cancelled.
 
-    Refused (409 invalid_transition) once a worker claimed it or it ended. Cancelling again is
-    harmless."""
+    Refused once a worker claimed it: 409 already_attempted when it is queued again after an
+    attempt (its next claim reconciles it), 409 invalid_transition while claimed or once ended.
+    Cancelling again is harmless."""
     from leasefence.errors import LeaseFenceError
 
     try:
@@ -991,14 +1014,16 @@ def erase_tenant(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
 ) -> None:
-    """Erase everything of one tenant: its operations (rows and stored payloads), its job-type
-    directory, then any payload object left under its prefix. Irreversible.
+    """Erase everything of one tenant: it is held first (its enqueues answer 409 tenant_erasing
+    until the erasure finished), then its operations (rows and stored payloads) go, then any
+    payload object left under its prefix, and last (a minute after the hold) its job-type
+    directory, catalogue and settings. Irreversible.
 
     Runs against the table and bucket of the environment, as the functions do (LEASEFENCE_TABLE,
     LEASEFENCE_PAYLOAD_BUCKET, LEASEFENCE_DYNAMODB_ENDPOINT, LEASEFENCE_S3_ENDPOINT, AWS
     credentials with access to both): an operator's command, not an API route. One bounded step
-    by default (continue with --cursor); claimed operations are left alone and counted as held:
-    run it again once they ended."""
+    by default (continue with --cursor; --all waits out the settle minute); claimed operations
+    are left alone and counted as held: the tenant stays held, run it again once they ended."""
     from leasefence.errors import LeaseFenceError
     from leasefence.settings import runtime
 
@@ -1010,21 +1035,24 @@ def erase_tenant(
     engine = rt.engine
     counts = {"steps": 0, "rows_deleted": 0, "payloads_deleted": 0, "held": 0}
     next_cursor = cursor
+    finished = False
     try:
         while True:
             step = engine.erase_tenant(tenant, limit=limit, cursor=next_cursor)
             counts["steps"] += 1
             for name in ("rows_deleted", "payloads_deleted", "held"):
                 counts[name] += getattr(step, name)
-            next_cursor = step.next_cursor
+            next_cursor, finished = step.next_cursor, step.finished
             if not all_steps or next_cursor is None:
                 break
+            if step.wait_ms:
+                time.sleep(step.wait_ms / 1000)  # the settle time after the hold
     except LeaseFenceError as error:
         if counts["steps"]:
             progress = json.dumps({**counts, "next_cursor": next_cursor})
             typer.echo(f"stopped after {counts['steps']} step(s): {progress}", err=True)
         _fail(error)
-    totals = {**counts, "next_cursor": next_cursor}
+    totals = {**counts, "next_cursor": next_cursor, "finished": finished}
     if as_json:
         typer.echo(json.dumps(totals))
         return
@@ -1033,7 +1061,8 @@ def erase_tenant(
         f"rows deleted:     {totals['rows_deleted']}",
         f"payloads deleted: {totals['payloads_deleted']}",
         f"held (claimed):   {totals['held']}",
-        f"next cursor:      {totals['next_cursor'] or '-  (done)'}",
+        f"next cursor:      {totals['next_cursor'] or '-'}",
+        f"finished:         {'yes' if finished else 'no (the tenant stays held)'}",
     ]
     if totals["held"]:
         lines.append(

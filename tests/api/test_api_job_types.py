@@ -104,6 +104,23 @@ def test_enqueue_under_an_entry(api, stack, tenant):
     assert stored == {payloads.key_for(tenant, "r-1", op["payload_hash"])}  # r-1's only
 
 
+def test_a_claim_answers_the_lease_the_entry_granted(api):
+    """A claim asking for more than max_lease_seconds is granted the maximum, and the answer
+    says so (lease_ms, lease_seconds, claimed_at), so a worker never runs on the lease it asked
+    for; a claim naming none gets the entry's default, also stated."""
+    assert api.call("PUT", "/v1/job-types/refund", REFUND).status == 200
+    for op_id in ("g-1", "g-2"):
+        enqueue(api, op_id, {"amount": 5}, job_type="refund")
+    cut = claimed(api, "g-1", lease_seconds=600)
+    default = claimed(api, "g-2")
+    for grant, seconds in ((cut, 120), (default, 30)):
+        assert (grant["lease_seconds"], grant["lease_ms"]) == (seconds, seconds * 1000)
+        claimed_at = datetime.fromisoformat(grant["claimed_at"].replace("Z", "+00:00"))
+        expires = datetime.fromisoformat(grant["lease_expires_at"].replace("Z", "+00:00"))
+        assert (expires - claimed_at).total_seconds() == seconds
+        assert abs((claimed_at - datetime.now(UTC)).total_seconds()) < 10
+
+
 def test_strict_mode(api):
     enqueue(api, "u-1", job_type="misc")  # non-strict: as without a catalogue
     assert api.get("/v1/settings").json == {"strict_job_types": False}

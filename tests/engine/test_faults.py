@@ -7,6 +7,7 @@ import random
 import pytest
 
 from leasefence import Engine, PayloadConflict, StaleFence, State, Unavailable
+from leasefence.errors import InvalidInput
 from leasefence.faults import AFTER, BEFORE, THROTTLE, FaultyClient
 
 H1 = "sha256:" + "1" * 64
@@ -112,6 +113,62 @@ def test_claim_request_that_never_arrived_is_sent_again(engine, faulty):
     faulty.fail_next("update_item", THROTTLE)
     claim = engine.claim_next(T, "w1")
     assert claim.fence == 1 and engine.get(T, "op").attempts == 1
+
+
+def _claim_write(request):
+    """The claim's own conditional update (not the claim-next marker, not an index repair)."""
+    return "claimed_from = #state" in request.get("UpdateExpression", "")
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["claim-next", "named"])
+@pytest.mark.parametrize("max_attempts", [5, 1], ids=["attempts-left", "final-attempt"])
+def test_a_claim_that_committed_while_every_answer_was_lost_is_answered_again_when_resent(
+    engine, faulty, clock, named, max_attempts
+):
+    """The claim write commits, its answer is lost, and the store's own resends never arrive: the
+    request fails (a 503 over HTTP). The client resends it with the same claim token: it gets the
+    claim that was made (same fence, attempts not raised), never a second claim or nothing (which
+    would leave the first to lapse: an attempt spent, and on a final attempt an unknown)."""
+    engine.enqueue(T, "op", "refund", H1, max_attempts=max_attempts)
+    faulty.fail_next("update_item", AFTER, when=_claim_write)
+    faulty.fail_next("update_item", BEFORE, when=_claim_write, times=2)
+
+    def resend(token="tok-1", worker="w1"):
+        if named:
+            return engine.claim(T, "op", worker, lease_ms=10_000, claim_token=token)
+        return engine.claim_next(T, worker, lease_ms=10_000, claim_token=token)
+
+    with pytest.raises(Unavailable):
+        resend()
+    assert engine.get(T, "op").state == State.CLAIMED  # it committed, unseen by the claimer
+    clock.advance(3_000)  # the client's backoff
+    again = resend()
+    assert again is not None and (again.fence, again.attempts) == (1, 1)
+    assert again.lease_expires_at == engine.get(T, "op").lease_expires_at
+    assert again.claimed_at == again.lease_expires_at - again.lease_ms
+    assert resend() == again  # and again, while it holds
+    item = engine.store.get({"tenant_id": T, "operation_id": "op"})
+    assert (item["fence"], item["attempts"]) == (1, 1)
+    # Another worker's request with the same token is not that claim's resend.
+    assert resend(worker="w2") is None
+    assert engine.complete(T, "op", again.fence, "refunded").state == State.SUCCEEDED
+    # A claim that ended no longer holds: a resend is no claim of it.
+    assert resend() is None
+
+
+def test_a_resent_claim_whose_claim_was_taken_over_is_a_new_claim(engine, clock):
+    engine.enqueue(T, "op", "refund", H1)
+    first = engine.claim_next(T, "w1", lease_ms=1_000, claim_token="tok-1")
+    clock.advance(1_000)
+    assert engine.claim_next(T, "w2", lease_ms=1_000).fence == 2  # took it over
+    clock.advance(1_000)
+    again = engine.claim_next(T, "w1", lease_ms=1_000, claim_token="tok-1")
+    # The claim the token made no longer holds: the resend claims anew (the lapsed fence 2).
+    assert (first.fence, again.fence, again.attempts) == (1, 3, 3)
+    with pytest.raises(InvalidInput):
+        engine.claim_next(T, "w1", claim_token="")
+    with pytest.raises(InvalidInput):
+        engine.claim(T, "op", "w1", claim_token="bad\ntoken")
 
 
 def test_lost_response_in_the_middle_of_complete(engine, faulty):

@@ -295,7 +295,8 @@ def test_jwt_authorizer_cognito_pool(synth) -> None:
                                                {"Ref": "AWS::URLSuffix"}, "/", {"Ref": pool}]]}
     (server,) = resources(tpl, "AWS::Cognito::UserPoolResourceServer").values()
     assert server["Properties"]["Identifier"] == "leasefence"
-    assert {s["ScopeName"] for s in server["Properties"]["Scopes"]} == {"produce", "work", "operate", "approve"}
+    assert {s["ScopeName"] for s in server["Properties"]["Scopes"]} == {"produce", "work", "operate", "approve",
+                                                                        "shadow"}
     c = props(tpl, client)
     assert c["AllowedOAuthFlows"] == ["client_credentials"] and c["GenerateSecret"] is True
     # Every scope but approve: the service client enqueues, and nobody approves their own operations.
@@ -383,7 +384,7 @@ def test_dynamodb_permissions_are_exact(synth) -> None:
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PARKED_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PURGE_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.DUE_INDEX)),
-        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem"}), getatt(table)),
+        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"}), getatt(table)),
     ])
 
 
@@ -468,7 +469,7 @@ def test_tenant_isolation_role(synth) -> None:
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PARKED_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PURGE_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.DUE_INDEX)),
-        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem"}), getatt(table)),
+        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"}), getatt(table)),
     ])
 
 
@@ -504,6 +505,14 @@ def test_alarms_cover_the_operational_signals(variant) -> None:
         assert metric["Namespace"] == svc.metrics_namespace and metric["Dimensions"] == app_dims
     assert by_metric["OldestUnknownAgeSeconds"][0][0]["Threshold"] == 3600
     assert by_metric["OldestDueAgeSeconds"][0][0]["Threshold"] == 900  # unserved job types show
+    # A payload store that refuses access: its own alarm (the throttles alarm's expression is at
+    # CloudWatch's 10-metric limit), on the first refusal in 5 minutes.
+    ((denied, denied_metric),) = by_metric["PayloadAccessDenied"]
+    assert denied_metric["Namespace"] == svc.metrics_namespace and denied_metric["Dimensions"] == app_dims
+    ((stat,),) = [[m["MetricStat"] for m in denied["Metrics"]]]
+    assert (denied["Threshold"], denied["EvaluationPeriods"], stat["Stat"], stat["Period"]) == (1, 1, "Sum", 300)
+    assert denied["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert denied["TreatMissingData"] == "notBreaching"
     ((unknown_entered, _),) = by_metric["UnknownParked"]
     assert [a for a, _ in by_metric["SweptToUnknown"]] == [unknown_entered]
     # Takeover rate: a percentage of claims (metric math over both).
@@ -698,9 +707,13 @@ def test_worker_role_is_exact(variant) -> None:
             (frozenset({"dynamodb:UpdateItem", "dynamodb:GetItem"}), _imported_table_arn("acme-ledger")),
         ]
     assert grant_set(actions_by_resource(statements, "dynamodb:")) == grant_set(expected_dynamodb)
-    assert actions_by_resource(statements, "s3:") == [
-        (frozenset({"s3:GetObject"}), {"Fn::Join": ["", [getatt(bucket), f"/{PAYLOAD_KEY_PREFIX}*"]]})
-    ]
+    assert grant_set(actions_by_resource(statements, "s3:")) == grant_set([
+        (frozenset({"s3:GetObject"}), {"Fn::Join": ["", [getatt(bucket), f"/{PAYLOAD_KEY_PREFIX}*"]]}),
+        # A missing object is then 404 (payload_missing), never 403 (a refused access).
+        (frozenset({"s3:ListBucket"}), getatt(bucket)),
+    ])
+    (listing,) = [s for s in statements if "s3:ListBucket" in as_list(s["Action"])]
+    assert "Condition" not in listing
     # Its failed invocations and the stream records it could not claim go to their on-failure
     # queues (Lambda sends them with this role).
     send = frozenset({"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"})

@@ -122,6 +122,14 @@ class ClaimRequest(Strict):
     operation_id: Id | None = Field(
         default=None, description="Claim this operation only (404 if it does not exist)"
     )
+    claim_token: Id | None = Field(
+        default=None,
+        description="Your token for this claim request (one per claim you mean to make; a UUID "
+        "will do), sent again unchanged when the answer was lost: while the claim that request "
+        "made holds (still claimed under it: not taken over, parked or finished), the resend "
+        "answers that same claim (same fence, no attempt spent). Without it, a resend is a new "
+        "claim. Scoped to the worker_id: another worker's token never matches",
+    )
 
 
 class HeartbeatRequest(Strict):
@@ -310,6 +318,17 @@ class ClaimOut(BaseModel):
         default=None,
         description="Class D: the intent an earlier holder recorded (a heartbeat's `intent`), or null",
     )
+    claimed_at: Timestamp = Field(
+        description="When the claim was granted, by the server's clock: lease_expires_at is "
+        "claimed_at + lease_ms"
+    )
+    lease_ms: int = Field(
+        description="The lease GRANTED, in ms: what was asked for, the job type's default when "
+        "none was, or its max_lease_seconds when more was asked for. Renew well within it"
+    )
+    lease_seconds: int = Field(
+        description="The lease granted in whole seconds (lease_ms // 1000; lease_ms is exact)"
+    )
 
 
 class ClaimEnvelope(BaseModel):
@@ -455,7 +474,8 @@ class ErrorDetail(BaseModel):
     code: str = Field(
         description="invalid_request, unauthorized, forbidden, not_found, payload_conflict, "
         "stale_fence, invalid_transition, payload_too_large, payload_missing, payload_mismatch, "
-        "unknown_job_type, version_conflict, unavailable, internal_error"
+        "unknown_job_type, version_conflict, already_attempted, tenant_erasing, too_many_job_types, "
+        "unavailable, internal_error"
     )
     message: str
     details: list[FieldProblem] | None = Field(

@@ -27,6 +27,7 @@ from leasefence.api.security import ROUTES, Caller, caller_from_event, route
 from leasefence.clock import to_rfc3339
 from leasefence.engine import MISSING, validate_id
 from leasefence.errors import InvalidInput, PayloadConflict
+from leasefence.keys import is_shadow_tenant
 from leasefence.model import EnqueueResult
 from leasefence.observability import record_claim_latency
 from leasefence.payloads import canonicalize
@@ -133,8 +134,15 @@ def _public(operation: Any) -> dict[str, Any]:
 
 
 def _public_claim(grant: Any) -> dict[str, Any]:
-    """The Claim resource: the contract's fields plus the extension ``intent``."""
-    return {**grant.to_public(), "intent": grant.intent}
+    """The Claim resource: the contract's fields plus the extensions ``intent`` and the lease
+    as granted (``claimed_at``, ``lease_ms``, ``lease_seconds``)."""
+    return {
+        **grant.to_public(),
+        "intent": grant.intent,
+        "claimed_at": to_rfc3339(grant.claimed_at),
+        "lease_ms": grant.lease_ms,
+        "lease_seconds": grant.lease_ms // 1000,
+    }
 
 
 def _operation(operation: Any) -> Response:
@@ -294,17 +302,32 @@ def get_operation(id: _OperationPath):
 )
 def claim(body: models.ClaimRequest):
     tenant = _caller("claimOperation").tenant_id
+    if body.operation_id is None and is_shadow_tenant(tenant):
+        # Shadow operations record what an existing consumer did; no worker may be handed one.
+        raise Forbidden(
+            "shadow operations are never dispatched to workers: a shadow tenant claims only "
+            "the operation it names (operation_id), as shadow mode does"
+        )
     engine = runtime().engine_for(tenant)
     # No lease asked for: the job type's default (catalogue), else the contract's 60 s.
     lease_ms = body.lease_seconds * 1000 if "lease_seconds" in body.model_fields_set else None
     started = time.perf_counter()
     if body.operation_id is not None:
         grant = engine.claim(
-            tenant, body.operation_id, body.worker_id, lease_ms=lease_ms, job_types=body.job_types
+            tenant,
+            body.operation_id,
+            body.worker_id,
+            lease_ms=lease_ms,
+            job_types=body.job_types,
+            claim_token=body.claim_token,
         )
     else:
         grant = engine.claim_next(
-            tenant, body.worker_id, lease_ms=lease_ms, job_types=body.job_types
+            tenant,
+            body.worker_id,
+            lease_ms=lease_ms,
+            job_types=body.job_types,
+            claim_token=body.claim_token,
         )
     record_claim_latency((time.perf_counter() - started) * 1000)
     if grant is None:
@@ -439,8 +462,10 @@ def resolve(id: _OperationPath, body: models.ResolveRequest):
         ),
         **_error_responses(400, 404, 409, *_AUTH),
     },
-    description="Deletes the stored payload and the reasons, notes, checkpoint and intent; keeps the id, the "
-    "payload hash, the fences, the state and the outcome code, so a replay of the enqueue is still a replay "
+    description="Deletes the stored payload and the reasons, notes, checkpoint and the intent's description; "
+    "keeps the id, the payload hash, the fences, the state, the outcome code and a class-D intent's fence "
+    '(the intent reads {"fence": f, "what": "erased"}: a requeued operation still reconciles it and is '
+    "never called again), so a replay of the enqueue is still a replay "
     "(200, created false, the payload is not stored again) and a different payload still a conflict. "
     "409 invalid_transition while the operation is claimed: erase it once it left claimed. A queued or "
     "parked operation keeps its state; a worker that claims it finds no payload and quarantines it.",
@@ -506,14 +531,17 @@ def reject(id: _OperationPath, body: models.RejectRequest | None = None):
 
 @_register(
     "cancelOperation",
-    "Withdraw a queued operation, or one awaiting approval: it ends cancelled",
+    "Withdraw a queued operation no worker ever claimed, or one awaiting approval: it ends cancelled",
     {
         **_ok(200, "Cancelled (cancelling again is a replay)", models.OperationEnvelope),
         **_error_responses(400, 404, 409, *_AUTH),
     },
-    description="Only while no worker holds it: a claimed or ended operation is 409 "
-    "invalid_transition. cancelled is final (kept and purged like the other final states); a "
-    "replay of the enqueue afterwards is still a replay (200, created false).",
+    description="Only before any attempt: an operation queued again after one (a retryable failure, "
+    "a takeover's retry, an operator's requeue from unknown) may have had its side effect and is 409 "
+    "already_attempted (its next claim reconciles it); a claimed or ended operation is 409 "
+    "invalid_transition. Decided inside the cancel's one conditional write. cancelled is final (kept "
+    "and purged like the other final states); a replay of the enqueue afterwards is still a replay "
+    "(200, created false).",
 )
 def cancel(id: _OperationPath, body: models.CancelRequest | None = None):  # noqa: ARG001 - validated and documented, no fields
     caller = _caller("cancelOperation")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from leasefence.api.errors import Forbidden, Unauthorized
+from leasefence.keys import SHADOW_PREFIX, is_shadow_tenant
 
 PRODUCE = "leasefence/produce"
 WORK = "leasefence/work"
@@ -26,6 +27,14 @@ OPERATE = "leasefence/operate"
 #: Approve or reject an operation awaiting approval (docs/api-contract-extensions.md).
 APPROVE = "leasefence/approve"
 ALL_SCOPES = (PRODUCE, WORK, OPERATE, APPROVE)
+#: Shadow mode (:mod:`leasefence.shadow`): tenant ids starting ``shadow:`` are a reserved
+#: namespace, usable only by a token that also carries this scope (a *shadow token*); any other
+#: token for such a tenant is refused (403). Never among :data:`ALL_SCOPES`, so no ordinary token
+#: acquires it by default (docs/api-contract-extensions.md).
+SHADOW = "leasefence/shadow"
+#: What shadow mode over HTTP needs: enqueue and read (produce), claim by id, heartbeat, complete
+#: and fail (work), list for the report (operate), and the shadow scope itself.
+SHADOW_MODE_SCOPES = (PRODUCE, WORK, OPERATE, SHADOW)
 
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -144,11 +153,15 @@ def caller_from_event(event: Mapping[str, Any]) -> Caller:
         or _CONTROL_RE.search(tenant_id)
     ):
         raise Unauthorized("the token has no usable tenant_id claim")
-    return Caller(
-        tenant_id=tenant_id,
-        scopes=_scopes_of(claims, jwt.get("scopes")),
-        subject=_subject_of(claims),
-    )
+    scopes = _scopes_of(claims, jwt.get("scopes"))
+    if is_shadow_tenant(tenant_id) and SHADOW not in scopes:
+        # A reserved namespace: shadow operations are excluded from the fleet's signals and never
+        # dispatched, so an ordinary tenant must not be able to live there.
+        raise Forbidden(
+            f"tenant ids starting {SHADOW_PREFIX!r} are reserved for shadow mode: "
+            f"this token lacks the scope {SHADOW}"
+        )
+    return Caller(tenant_id=tenant_id, scopes=scopes, subject=_subject_of(claims))
 
 
 def _subject_of(claims: Mapping[str, Any]) -> str | None:
