@@ -341,13 +341,11 @@ class Monitoring(Construct):
 
         alarm(
             "PublisherFailuresAlarm",
-            publisher.failure_queue.metric_approximate_number_of_messages_visible(
-                period=FIVE_MINUTES, statistic="Maximum"
-            ),
+            publisher.metric_failed_batches(FIVE_MINUTES),
             1,
-            "stream records the publisher could not process after its retries are in its "
-            "on-failure queue (each message names the shard and sequence numbers): their history "
-            "entries and outcome events are missing; read the publisher's log group",
+            "stream records the publisher could not process after its retries were kept whole in "
+            "its on-failure bucket: their history entries and outcome events are missing until "
+            "`leasefence publisher redrive` replays them; read the publisher's log group",
         )
         alarm(
             "PublisherIteratorAgeAlarm",
@@ -532,11 +530,7 @@ class Monitoring(Construct):
                 width=width,
             ),
         )
-        stream_failures = [
-            publisher.failure_queue.metric_approximate_number_of_messages_visible(
-                period=FIVE_MINUTES, statistic="Maximum", label="Publisher"
-            )
-        ]
+        stream_failures = [publisher.metric_failed_batches(FIVE_MINUTES, label="Publisher")]
         iterator_ages = [iterator_age(publisher_fn, "Publisher")]
         if dispatch is not None:
             stream_failures.append(

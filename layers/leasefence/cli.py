@@ -35,6 +35,11 @@ job_types_app = typer.Typer(
     help="The tenant's job-type catalogue (operate scope; default: the local stack).",
 )
 app.add_typer(job_types_app, name="job-types")
+publisher_app = typer.Typer(
+    no_args_is_help=True,
+    help="The publisher (history and outcome events from the table's stream).",
+)
+app.add_typer(publisher_app, name="publisher")
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8765"
 DEFAULT_DYNAMODB_ENDPOINT = "http://127.0.0.1:8766"
@@ -177,6 +182,7 @@ def local(
             "table": stack.table_name,
             "bucket": stack.bucket,
             "event_bus": stack.event_bus,
+            "publisher_failures_bucket": stack.failure_buckets.get("publisher"),
         }
     )
     try:
@@ -1063,6 +1069,108 @@ def erase_tenant(
             "Some operations were claimed and left alone: run erase-tenant again once they ended."
         )
     typer.echo("\n".join(lines))
+
+
+# ---------------------------------------------------------------------------------- publisher
+
+
+@publisher_app.command("redrive")
+def publisher_redrive(
+    bucket: str | None = typer.Option(
+        None,
+        "--bucket",
+        help="The publisher's on-failure bucket (the stack's PublisherFailuresBucketName output; "
+        "default: LEASEFENCE_PUBLISHER_FAILURES_BUCKET).",
+    ),
+    bus: str | None = typer.Option(
+        None,
+        "--bus",
+        help="The bus of the outcome events (the stack's EventBusName output; default: "
+        "LEASEFENCE_EVENT_BUS).",
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Only count the kept batches and records; change nothing."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+) -> None:
+    """Replay the stream records the publisher gave up on after its retries.
+
+    Its event source mapping keeps each such batch whole in an S3 bucket (its on-failure
+    destination). This replays every record there, each operation's in sequence order, through
+    the publisher's own code (history entries placed by sequence, events published again) and
+    deletes each object once all its records went through; what fails again stays, and is listed.
+    A record whose operation was deleted, replaced or erased since is left out. Safe to run again
+    at any time. Runs against the table of the environment, as the functions
+    do (LEASEFENCE_TABLE, LEASEFENCE_DYNAMODB_ENDPOINT, LEASEFENCE_S3_ENDPOINT,
+    LEASEFENCE_EVENTS_ENDPOINT, AWS credentials): an operator's command. Exits 1 when anything
+    is left."""
+    import dataclasses
+
+    import boto3
+
+    from leasefence import settings as settings_module
+    from leasefence.settings import runtime
+    from leasefence.streams.publisher import Publisher
+    from leasefence.streams.redrive import redrive
+
+    target = bucket or os.environ.get("LEASEFENCE_PUBLISHER_FAILURES_BUCKET")
+    if not target:
+        typer.echo(
+            "error: name the bucket: --bucket or LEASEFENCE_PUBLISHER_FAILURES_BUCKET", err=True
+        )
+        raise typer.Exit(2)
+    rt = runtime()
+    if bus:
+        rt = settings_module.install(dataclasses.replace(rt.settings, event_bus=bus))
+    if not rt.settings.event_bus and not dry_run:
+        typer.echo("error: name the event bus: --bus or LEASEFENCE_EVENT_BUS", err=True)
+        raise typer.Exit(2)
+    if rt.settings.dynamodb_endpoint or rt.settings.s3_endpoint:
+        from leasefence.local.embedded import use_local_credentials
+
+        use_local_credentials()  # a local endpoint takes any credentials
+    streams = boto3.client(
+        "dynamodbstreams",
+        endpoint_url=rt.settings.dynamodb_endpoint,
+        region_name=rt.settings.region,
+    )
+    store = rt.engine.store
+    publisher = Publisher(store, lambda: rt.client("events"), rt.settings.event_bus)
+
+    def current(tenant_id: str, operation_id: str) -> Any:
+        return store.get({"tenant_id": tenant_id, "operation_id": operation_id})
+
+    try:
+        report = redrive(
+            rt.client("s3"), target, publisher.handle, streams, dry_run=dry_run, current=current
+        )
+    except Exception as error:  # noqa: BLE001 - no bucket, no access: say so
+        typer.echo(f"cannot redrive from {target}: {type(error).__name__}: {error}", err=True)
+        raise typer.Exit(1) from None
+    summary = report.as_dict()
+    if as_json:
+        typer.echo(json.dumps(summary))
+    else:
+        outcomes = ", ".join(f"{k} {v}" for k, v in summary["outcomes"].items()) or "-"
+        lines = [
+            f"batches kept:     {summary['objects']}" + ("  (dry run)" if dry_run else ""),
+            f"records in them:  {summary['records']}",
+            f"replayed:         {summary['replayed']}  ({outcomes})",
+            f"failed again:     {len(summary['failed'])}",
+            f"waiting behind:   {summary['waiting']}",
+            f"superseded:       {summary['superseded']}  (operation gone, replaced or erased)",
+            f"batches deleted:  {summary['deleted']}",
+            f"batches left:     {len(summary['kept'])}",
+        ]
+        for failure in summary["failed"]:
+            lines.append(
+                f"  failed: {failure['object']} #{failure['sequence_number']}: {failure['error']}"
+            )
+        for item in summary["unreadable"]:
+            lines.append(f"  unreadable: {item['object']}: {item['why']}")
+        typer.echo("\n".join(lines))
+    if not dry_run and summary["kept"]:
+        raise typer.Exit(1)
 
 
 # ---------------------------------------------------------------------------------- the kit

@@ -84,7 +84,8 @@ def test_the_service_creates_no_table_bucket_or_topic(byo) -> None:
     svc = stack.service
     assert svc.table is stack.table and svc.payload_bucket is stack.bucket and svc.alarm_topic is stack.topic
     assert list(resources(tpl, "AWS::DynamoDB::Table")) == [logical_id(stack, stack.table)]
-    assert resources(tpl, "AWS::S3::Bucket") == {}
+    # The one bucket of the service's own: where the publisher's mapping keeps failed batches.
+    assert list(resources(tpl, "AWS::S3::Bucket")) == [logical_id(stack, svc.publisher.failure_bucket)]
     assert list(resources(tpl, "AWS::SNS::Topic")) == [logical_id(stack, stack.topic)]
     # The service key is not needed: no key of the service's own (only the adopter's two).
     assert set(resources(tpl, "AWS::KMS::Key")) == {logical_id(stack, stack.table_key),

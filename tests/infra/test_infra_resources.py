@@ -824,7 +824,8 @@ def test_no_worker_no_worker_resources(prebuilt_layer) -> None:
     assert svc.dispatch is None
     template.resource_count_is("AWS::Lambda::Function", 3)  # API, sweeper, publisher
     template.resource_count_is("AWS::Scheduler::Schedule", 1)
-    template.resource_count_is("AWS::SQS::Queue", 3)  # sweep schedule DLQ, sweeper and publisher failures
+    template.resource_count_is("AWS::SQS::Queue", 2)  # sweep schedule DLQ, sweeper failures
+    template.resource_count_is("AWS::S3::Bucket", 2)  # payloads, the publisher's failed batches
     template.resource_count_is("AWS::Lambda::EventSourceMapping", 1)  # the publisher's
     template.resource_count_is("AWS::Lambda::EventInvokeConfig", 1)  # the sweeper's
     body = json.dumps(template.to_json())
