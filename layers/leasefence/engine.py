@@ -139,6 +139,14 @@ MEMORY_ENTRIES = 10_000
 #: it may (an awaiting operation has no TTL: it must end by itself).
 DEFAULT_APPROVAL_VALID_MS = DAY_MS
 MAX_APPROVAL_VALID_MS = 30 * DAY_MS
+#: Fences of one fence epoch lie in ``[epoch * FENCE_EPOCH_SPAN + 1, (epoch + 1) * FENCE_EPOCH_SPAN]``.
+#: A point-in-time restore rolls the table's fences back, but not what class-B targets saw:
+#: restored into a new table under the next epoch, every claim's fence starts above every fence
+#: handed out before (the first claim of an operation in the new epoch jumps to its floor). No
+#: operation is claimed a billion times, and fences stay below 2**53 (JSON-safe) up to the epoch
+#: :data:`MAX_FENCE_EPOCH`.
+FENCE_EPOCH_SPAN = 1_000_000_000
+MAX_FENCE_EPOCH = (2**53 - 1) // FENCE_EPOCH_SPAN - 1
 #: The outcome codes of the approval gate's ends (``failed_terminal``) and of a cancel.
 OUTCOME_REJECTED = "rejected"
 OUTCOME_APPROVAL_EXPIRED = "approval_expired"
@@ -240,7 +248,14 @@ class Engine:
         payloads: Any = None,
         contended_page: int = DEFAULT_CONTENDED_PAGE,
         max_job_types: int = MAX_JOB_TYPES,
+        fence_epoch: int = 0,
     ) -> None:
+        if (
+            isinstance(fence_epoch, bool)
+            or not isinstance(fence_epoch, int)
+            or not 0 <= fence_epoch <= MAX_FENCE_EPOCH
+        ):
+            raise ValueError(f"fence_epoch must be an integer from 0 to {MAX_FENCE_EPOCH}")
         if payload_retention_ms < 0 or (
             identity_retention_ms is not None and identity_retention_ms < payload_retention_ms
         ):
@@ -255,6 +270,8 @@ class Engine:
         self.candidate_page = candidate_page
         #: How many job types a tenant's directory holds at most (:meth:`_register_job_type`).
         self.max_job_types = max_job_types
+        #: Every fence this engine hands out is above this (see :data:`FENCE_EPOCH_SPAN`).
+        self.fence_floor = fence_epoch * FENCE_EPOCH_SPAN
         self.contended_page = max(contended_page, candidate_page)
         #: Per tenant: claims left that read the contended page (set by a lost race).
         self._contended: dict[str, int] = {}
@@ -1041,7 +1058,9 @@ class Engine:
             ":tr": Transition.CLAIM.value,
             ":one": 1,
             ":f": fence,
-            ":f1": fence + 1,
+            # Pinned to the snapshot's fence (the condition): one above it, and above the floor
+            # of this engine's fence epoch (after a restore, above every fence handed out before).
+            ":f1": max(fence + 1, self.fence_floor + 1),
             ":a": attempts,
             ":a1": attempts + 1,
             ":m": max_attempts,
@@ -1315,8 +1334,9 @@ class Engine:
         fence = self._fence(fence)
         if retryable:
             if retry_after_ms is None:
-                # attempts == fence: each claim raises both by one.
-                ceiling = min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** min(fence - 1, 20))
+                # The fence's place in its epoch: each claim raises it (and attempts) by one.
+                step = (fence - 1) % FENCE_EPOCH_SPAN
+                ceiling = min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** min(step, 20))
                 retry_after_ms = self.rng.randint(0, ceiling)
             try:
                 return self._close(

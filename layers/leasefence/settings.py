@@ -20,6 +20,9 @@ Environment:
                                    400; ``forever``: no TTL). Within it a replay is a replay.
 ``LEASEFENCE_PAYLOAD_RETENTION_DAYS``   how long an ended operation's stored payload is kept (default
                                    30; 0 allowed). ``LEASEFENCE_RETENTION_DAYS`` is an older name for it.
+``LEASEFENCE_FENCE_EPOCH``         the fence epoch (default 0): raise it by one with every point-in-time
+                                   restore, so every fence handed out after the restore is above every
+                                   fence handed out before it (see ``Engine.fence_floor``)
 ``LEASEFENCE_SWEEP_BATCH``         operations one ``Engine.sweep`` call examines (default 100)
 ``LEASEFENCE_SWEEP_MAX_BATCHES``   sweep calls per sweeper invocation at most (default 50)
 ``LEASEFENCE_MAX_BODY_BYTES``      request bodies larger than this are refused with 413 (default 6 MiB)
@@ -128,6 +131,7 @@ class Settings:
     log_hash_key_param: str | None = None
     identity_retention_days: int | None = DEFAULT_IDENTITY_RETENTION_DAYS
     payload_retention_days: int = DEFAULT_PAYLOAD_RETENTION_DAYS
+    fence_epoch: int = 0
     sweep_batch: int = 100
     sweep_max_batches: int = 50
     max_body_bytes: int = 6 * 1024 * 1024
@@ -160,6 +164,7 @@ class Settings:
                 env, "LEASEFENCE_IDENTITY_RETENTION_DAYS", DEFAULT_IDENTITY_RETENTION_DAYS
             ),
             payload_retention_days=_payload_days(env),
+            fence_epoch=_int_env(env, "LEASEFENCE_FENCE_EPOCH", 0, minimum=0),
             sweep_batch=_int_env(env, "LEASEFENCE_SWEEP_BATCH", 100),
             sweep_max_batches=_int_env(env, "LEASEFENCE_SWEEP_MAX_BATCHES", 50),
             max_body_bytes=_int_env(env, "LEASEFENCE_MAX_BODY_BYTES", 6 * 1024 * 1024),
@@ -190,6 +195,7 @@ class Settings:
         return {
             "identity_retention_ms": None if days is None else days * 86_400_000,
             "payload_retention_ms": self.payload_retention_days * 86_400_000,
+            "fence_epoch": self.fence_epoch,
         }
 
     @property

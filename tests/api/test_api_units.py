@@ -282,6 +282,11 @@ def test_settings_from_env():
         Settings.from_env({"LEASEFENCE_DUE_SHARDS": "zero"})
     with pytest.raises(ValueError):
         Settings.from_env({"LEASEFENCE_DUE_SHARDS": "0"})
+    # The fence epoch (raised after a point-in-time restore) reaches the engine; 0 is a value.
+    assert Settings.from_env({}).engine_options["fence_epoch"] == 0
+    assert Settings.from_env({"LEASEFENCE_FENCE_EPOCH": "2"}).engine_options["fence_epoch"] == 2
+    with pytest.raises(ValueError):
+        Settings.from_env({"LEASEFENCE_FENCE_EPOCH": "-1"})
 
 
 def test_runtime_is_lazy_and_loads_the_hash_key_from_secrets_manager(aws):
