@@ -4,14 +4,16 @@ stack (:meth:`LeaseFenceService.from_attributes <leasefence_infra.LeaseFenceServ
 
 **The IAM API** (``iam_tenant``): a second HTTP API beside the JWT one, every route authorized by
 IAM (SigV4) and placed under the name of its scope: ``POST /produce/v1/operations``,
-``POST /work/v1/claims``, ``GET /operate/v1/operations``, ``POST /approve/v1/operations/{id}/approve``.
-So an IAM policy on a path prefix is the grant of exactly one scope (an IAM ``*`` spans ``/``:
-grants on the contract's own paths could not tell ``GET /v1/operations/{id}`` (produce) from
+``POST /work/v1/claims``, ``GET /operate/v1/operations``,
+``POST /approve/v1/operations/{id}/approve``; a route another scope opens too (an approver reads
+what it approves) is also under that scope's name (``GET /approve/v1/operations/{id}``). So an
+IAM policy on a path prefix is the grant of exactly one scope (an IAM ``*`` spans ``/``: grants
+on the contract's own paths could not tell ``GET /v1/operations/{id}`` (produce) from
 ``GET /v1/operations/{id}/payload`` (work)). Every request acts for the one tenant
-``iam_tenant``, with the scope its prefix names, as the signing principal (its ``userArn``:
-the identity recorded as the actor, so a principal cannot approve what it enqueued). The API
-function checks all of it again (``leasefence.api.security.iam_request``): a request from
-another API, without a prefix, or for a route of another scope is refused.
+``iam_tenant`` (never a shadow tenant), with the scope its prefix names, as the signing principal
+(its ``userArn``: the identity recorded as the actor, so a principal cannot approve what it
+enqueued). The API function checks all of it again (``leasefence.api.security.iam_request``): a
+request from another API, without a prefix, or for a route of another scope is refused.
 
 Limits: one tenant per service's IAM API (callers of several tenants use the JWT API, or one
 service per tenant); IAM decides per principal and prefix only, not per operation.
@@ -38,7 +40,7 @@ from constructs import Construct
 from leasefence.payloads import KEY_PREFIX as PAYLOAD_KEY_PREFIX
 
 from .api import Api, _AccessLogSettings
-from .contract import ROUTES, SCOPE_APPROVE, SCOPE_OPERATE, SCOPE_PRODUCE, SCOPE_WORK
+from .contract import ALSO_SCOPES, ROUTES, SCOPE_APPROVE, SCOPE_OPERATE, SCOPE_PRODUCE, SCOPE_WORK
 from .function import FunctionRuntime
 from .nag import acknowledge, finding_pattern
 
@@ -115,13 +117,16 @@ class IamApi(Construct):
         for method, path, route_scope in ROUTES:
             if route_scope is None:
                 continue  # GET /v1/health stays on the JWT API, open
-            (route,) = self.http_api.add_routes(
-                path=iam_route_path(path, route_scope),
-                methods=[apigw.HttpMethod(method)],
-                integration=integration,
-                authorizer=authorizer,
-            )
-            self.routes[(method, path)] = route
+            # Under its scope, and under each scope that opens it too (an approver reads the
+            # operations it approves: GET /approve/v1/operations/{id}).
+            for prefix_scope in (route_scope, *ALSO_SCOPES.get((method, path), ())):
+                (route,) = self.http_api.add_routes(
+                    path=iam_route_path(path, prefix_scope),
+                    methods=[apigw.HttpMethod(method)],
+                    integration=integration,
+                    authorizer=authorizer,
+                )
+                self.routes[(method, iam_route_path(path, prefix_scope))] = route
         function = api.function.function
         function.add_environment("LEASEFENCE_IAM_TENANT", tenant)
         function.add_environment("LEASEFENCE_IAM_API_ID", self.http_api.api_id)

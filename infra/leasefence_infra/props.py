@@ -26,6 +26,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
 
 from leasefence import schema
+from leasefence.keys import is_shadow_tenant
 
 from .alarm_topic import refuse_unusable_topic
 from .function import LOG_LEVELS
@@ -303,6 +304,11 @@ class LeaseFenceServiceProps:
             _tenant_id("service_client_tenant", self.service_client_tenant)
         if self.iam_tenant is not None:
             _tenant_id("iam_tenant", self.iam_tenant)
+            if is_shadow_tenant(self.iam_tenant):
+                raise ValueError(
+                    f"iam_tenant {self.iam_tenant!r} is a shadow tenant: shadow mode needs the "
+                    "shadow scope, which the IAM API never grants"
+                )
         if self.client_tenants:
             if not self.create_user_pool or self.pre_token_generation is not None:
                 raise ValueError(

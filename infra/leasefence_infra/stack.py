@@ -246,6 +246,13 @@ class LeaseFenceStack(Stack):
         )
         CfnOutput(
             self,
+            "PublisherFailuresBucketName",
+            value=service.publisher.failure_bucket.bucket_name,
+            description="stream records the publisher gave up on, kept whole: "
+            "leasefence publisher redrive --bucket <this>",
+        )
+        CfnOutput(
+            self,
             "TenantErasurePolicyArn",
             value=service.tenant_erasure_policy().managed_policy_arn,
             description="managed policy for the operators who run leasefence erase-tenant",

@@ -83,6 +83,19 @@ def test_a_prefix_grants_only_its_own_scope(stack, iam_tenant) -> None:
     assert _call("GET", "/produce/v1/operations")[0] == 403
     assert _call("POST", "/work/v1/operations", {"operation_id": "x", "job_type": "j", "payload": 1})[0] == 403
     assert _call("GET", "/operate/v1/operations")[0] == 200
+    # A route another scope opens too: an approver passes the scope gate under /approve (then the
+    # route lets it read gated operations only: this one was not gated).
+    assert _call("POST", "/produce/v1/operations", {"operation_id": "p-1", "job_type": "j", "payload": 1})[0] == 201
+    status, body = _call("GET", "/approve/v1/operations/p-1")
+    assert status == 403 and "approval gate" in body["error"]["message"], body
+    status, body = _call("GET", "/work/v1/operations/p-1")
+    assert status == 403 and "lacks the scope" in body["error"]["message"], body
+
+
+def test_a_shadow_tenant_is_never_the_iam_tenant(stack, iam_tenant, monkeypatch) -> None:
+    monkeypatch.setenv("LEASEFENCE_IAM_TENANT", "shadow:" + iam_tenant)
+    status, body = _call("GET", "/produce/v1/operations/x")
+    assert status == 403 and body["error"]["code"] == "forbidden"
 
 
 @pytest.mark.parametrize("path", ["/v1/operations/x", "/admin/v1/operations/x", "/produce", "/produce/"])

@@ -28,7 +28,7 @@ from leasefence_infra.access import (
     SCOPE_PREFIXES,
     iam_route_path,
 )
-from leasefence_infra.contract import ROUTES, SCOPE_PRODUCE, SCOPE_WORK
+from leasefence_infra.contract import ALSO_SCOPES, ROUTES, SCOPE_PRODUCE, SCOPE_WORK
 
 
 def _full(synth) -> tuple[Stack, LeaseFenceService, dict[str, Any]]:
@@ -45,6 +45,9 @@ def test_the_iam_api_has_every_scoped_route_under_its_scope_with_iam_authorizati
     stack, svc, tpl = _full(synth)
     routes = _api_routes(tpl, logical_id(stack, svc.iam_api.http_api))
     expected = {f"{m} /{SCOPE_PREFIXES[s]}{p}" for m, p, s in ROUTES if s is not None}
+    # A route another scope opens too is also under that scope's prefix (approvers read).
+    expected |= {f"{m} /{SCOPE_PREFIXES[also]}{p}" for (m, p), scopes in ALSO_SCOPES.items() for also in scopes}
+    assert "GET /approve/v1/operations/{id}/payload" in expected
     assert set(routes) == expected
     assert all(r["AuthorizationType"] == "AWS_IAM" for r in routes.values())
     assert "GET /v1/health" not in routes  # open, on the JWT API only
@@ -219,3 +222,10 @@ def test_the_example_app_reads_iam_tenant_from_context() -> None:
     props_ = service_props_from_context({"allowPlaceholderIssuer": "true", "iamTenant": "acme"})
     assert props_["iam_tenant"] == "acme"
     assert "iam_tenant" not in service_props_from_context({"allowPlaceholderIssuer": "true"})
+
+
+def test_a_shadow_tenant_cannot_be_the_iam_tenant() -> None:
+    from leasefence_infra import LeaseFenceServiceProps
+
+    with pytest.raises(ValueError, match="shadow tenant"):
+        LeaseFenceServiceProps(jwt_issuer="https://i.example/", jwt_audience=["a"], iam_tenant="shadow:acme")

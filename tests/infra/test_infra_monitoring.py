@@ -54,8 +54,17 @@ def emitted_metrics() -> dict[str, set[str]]:
     """Every metric name the shipped code emits, with the files that emit it (read from the code,
     not from a list: a renamed metric shows up here and its alarm's test fails)."""
     found: dict[str, set[str]] = {}
-    for path in _shipped_sources():
-        tree = ast.parse(path.read_text(), filename=str(path))
+    trees = {path: ast.parse(path.read_text(), filename=str(path)) for path in _shipped_sources()}
+    # Module-level string constants (``ACCESS_DENIED_EVENT = "PayloadAccessDenied"``), so a sink
+    # called with a constant's name counts too.
+    constants = {
+        target.id: node.value.value
+        for tree in trees.values() for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        for target in node.targets if isinstance(target, ast.Name)
+    }
+    for path, tree in trees.items():
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
@@ -71,8 +80,9 @@ def emitted_metrics() -> dict[str, set[str]]:
                 if (attribute == "add_metric" and keyword.arg == "name") or keyword.arg == "event":
                     names.append(keyword.value)
             for name in names:
-                if isinstance(name, ast.Constant) and isinstance(name.value, str):
-                    found.setdefault(name.value, set()).add(str(path.relative_to(ROOT)))
+                value = constants.get(name.id) if isinstance(name, ast.Name) else getattr(name, "value", None)
+                if isinstance(value, str):
+                    found.setdefault(value, set()).add(str(path.relative_to(ROOT)))
     return found
 
 
@@ -94,6 +104,7 @@ def test_the_emitted_metrics_are_found_in_the_code() -> None:
         "HistoryEntries": "layers/leasefence/streams/publisher.py",
         "StreamDispatched": "layers/leasefence/worker/dispatch.py",
         "ClaimLatency": "layers/leasefence/observability.py",
+        "PayloadAccessDenied": "layers/leasefence/payloads.py",  # through a constant
     }.items():
         assert where in EMITTED.get(name, set()), (name, EMITTED.get(name))
 

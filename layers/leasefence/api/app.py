@@ -141,7 +141,7 @@ def handle(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
                 if iam_scope is not None
                 else caller_from_event(prepared)
             )
-            caller = found_caller.require(spec.scope)
+            caller = found_caller.require(spec.scope, spec.also)
             logger.append_keys(tenant=tag(caller.tenant_id))
         app = resolver()
         app.clear_context()
