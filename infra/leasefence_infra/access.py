@@ -49,9 +49,10 @@ SCOPE_PREFIXES = {
     scope: scope.split("/", 1)[1]
     for scope in (SCOPE_PRODUCE, SCOPE_WORK, SCOPE_OPERATE, SCOPE_APPROVE)
 }
-#: What ``leasefence erase-tenant`` does: query a tenant's partition, delete its rows
-#: (conditionally), list and delete its payload objects; the log-hash key for its logs.
-ERASURE_TABLE_ACTIONS = ("dynamodb:Query", "dynamodb:DeleteItem")
+#: What ``leasefence erase-tenant`` does: hold the tenant (a conditional update of its settings
+#: and catalogue items), query its partition, delete its rows and items (conditionally), list and
+#: delete its payload objects; the log-hash key for its logs.
+ERASURE_TABLE_ACTIONS = ("dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
 ERASURE_OBJECT_ACTIONS = ("s3:DeleteObject",)
 ERASURE_LIST_ACTIONS = ("s3:ListBucket",)
 ERASURE_KEY_ACTIONS = ("kms:Decrypt", "kms:DescribeKey")

@@ -265,6 +265,10 @@ UNALARMED_METRICS: dict[str, str] = {
     "TargetEntriesPruned": "class B target housekeeping",
     "TargetPrunesRefused": "class B target housekeeping refused while a claim may still write",
     "TargetPrunesFailed": "class B target housekeeping, retried on the next prune",
+    "InconsistentClaimsRefused": "a class B target refused a claim stating an impossible claim "
+    "time: the job loses ownership (WorkerLostOwnership)",
+    "ClaimReplays": "a resent claim answered with the claim it made: a lost answer, normal",
+    "TtlsCleared": "housekeeping after the identity retention became forever",
 }
 
 

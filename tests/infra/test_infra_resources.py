@@ -220,7 +220,8 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
         assert f["LoggingConfig"]["LogGroup"] == {"Ref": logical_id(stack, log_group)}
         assert f["Role"] == getatt(logical_id(stack, role))
         env = f["Environment"]["Variables"]
-        extra = {"LEASEFENCE_TENANT_ROLE_ARN", "LEASEFENCE_TENANT_SESSION_TAG"} if (
+        extra = {"LEASEFENCE_TENANT_ROLE_ARN", "LEASEFENCE_TENANT_SESSION_TAG",
+                 "LEASEFENCE_IAM_TENANT", "LEASEFENCE_IAM_API_ID"} if (  # the full stack's IAM API
             name == "full" and fn is svc.api.function.function) else set()
         if fn is svc.api.function.function:
             extra |= {"LEASEFENCE_ALARM_TOPIC"}  # the go/no-go report's alert route
