@@ -221,13 +221,11 @@ def find_bytecode_python() -> str | None:
     return None
 
 
-def compile_bytecode(
-    site: Path, python: str, *, timeout_s: float = 300.0, skip: Sequence[str] = ()
-) -> None:
-    """Compile every ``.py`` under ``site`` (but the top-level names in ``skip``) with ``python``:
-    ``unchecked-hash`` pycs (no timestamp: the same sources give the same files; never re-checked
-    at import, as nothing changes under ``/opt``), naming the files as Lambda mounts them."""
-    targets = sorted(str(p) for p in site.iterdir() if p.name not in skip and p.name != "bin")
+def compile_bytecode(site: Path, python: str, *, timeout_s: float = 300.0) -> None:
+    """Compile every ``.py`` under ``site`` with ``python``: ``unchecked-hash`` pycs (no
+    timestamp: the same sources give the same files; never re-checked at import, as nothing
+    changes under ``/opt``), naming the files as Lambda mounts them (:data:`LAMBDA_LAYER_PATH`)."""
+    targets = sorted(str(p) for p in site.iterdir() if p.name != "bin")
     if not targets:
         return
     cmd = [
@@ -504,6 +502,26 @@ def _copy_distribution(dist: importlib.metadata.Distribution, site: Path) -> Non
             dest = site.joinpath(*file.parts)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest)
+
+
+def fetch_wheels(
+    requirements: Sequence[str] = LAYER_REQUIREMENTS,
+    wheel_cache: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Download the core layer's wheels into the wheel cache now (needs a package index), so that
+    later synths work offline (``make install`` runs it)."""
+    bundler = LocalLayerBundler(
+        requirements=requirements, wheel_cache=wheel_cache, bytecode_python=""
+    )
+    bundler.wheel_cache.mkdir(parents=True, exist_ok=True)
+    failed = bundler._run_pip(bundler.download_command())
+    if failed is not None:
+        raise LayerBundlingError(
+            f"could not download {', '.join(requirements)} for Lambda (python3.12, arm64) into "
+            f"{bundler.wheel_cache}: let pip reach a package index (PyPI, or PIP_INDEX_URL).",
+            details=failed,
+        )
+    return bundler.wheel_cache
 
 
 def core_layer_code(

@@ -115,7 +115,9 @@ class LeaseFenceService(Construct):
             code=props.core_layer or core_layer_code(requirements=requirements),
             compatible_runtimes=[lambda_.Runtime.PYTHON_3_12],
             compatible_architectures=[lambda_.Architecture.ARM_64],
-            description=layer_description(requirements),
+            description=layer_description(requirements)
+            if props.core_layer is None
+            else "leasefence core package, pre-built (python3.12, arm64)",
         )
         #: The AWS-managed (or given) Powertools layer; None when the core layer bundles it.
         self.powertools_layer = powertools_layer(self, props.powertools_layer)
