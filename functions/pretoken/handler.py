@@ -7,8 +7,8 @@ app clients; this trigger adds them:
 
 * user tokens (sign-in, hosted UI, refresh): ``tenant_id`` from the user attribute
   ``custom:tenant_id`` (``LEASEFENCE_TENANT_ATTRIBUTE``), else from the one group named
-  ``tenant:<id>``; each group ``leasefence-produce`` / ``-work`` / ``-operate`` / ``-approve``
-  adds that scope to the access token;
+  ``tenant:<id>``; each group ``leasefence-produce`` / ``-work`` / ``-operate`` / ``-approve`` /
+  ``-shadow`` adds that scope to the access token;
 * client-credentials tokens (V3 event, ``TokenGeneration_ClientCredentials``): the OAuth scopes
   are already in the token; ``tenant_id`` comes from ``LEASEFENCE_CLIENT_TENANTS``, a JSON
   object mapping app client ids to tenants (the event has no user, only the client id).
@@ -36,6 +36,8 @@ GROUP_SCOPES = {
     "leasefence-work": "leasefence/work",
     "leasefence-operate": "leasefence/operate",
     "leasefence-approve": "leasefence/approve",
+    # Shadow mode: only with a tenant ``shadow:<id>`` (the API refuses such a tenant without it).
+    "leasefence-shadow": "leasefence/shadow",
 }
 CLIENT_CREDENTIALS = "TokenGeneration_ClientCredentials"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

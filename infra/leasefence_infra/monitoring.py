@@ -49,6 +49,9 @@ APP_METRICS: dict[str, tuple[cw.Unit, str]] = {
     "PayloadsPurged": (cw.Unit.COUNT, "Sum"),
     # Emitted once per stalled claim (worker runtime): counted, never "held" over periods.
     "StalledClaims": (cw.Unit.COUNT, "Sum"),
+    # The payload store refused a read, write or deletion (S3 AccessDenied, a KMS key fault, an
+    # archived object): API, worker and sweeper alike (leasefence.payloads).
+    "PayloadAccessDenied": (cw.Unit.COUNT, "Sum"),
 }
 
 #: Emitted by the worker runtime (``leasefence.worker``) when the worker function is deployed.
@@ -222,6 +225,16 @@ class Monitoring(Construct):
             "(workers dying or leases too short)",
         )
         alarm(
+            "PayloadAccessDeniedAlarm",
+            # Its own alarm: the throttles alarm's expression already uses CloudWatch's limit of
+            # 10 metrics. One refusal fires it: no healthy deployment is ever refused.
+            app_metric("PayloadAccessDenied", "Sum"),
+            1,
+            "the payload store refused access to payload objects (S3 AccessDenied, a KMS key "
+            "disabled or not granted, an archived object): fix the bucket policy, the function "
+            "roles or the key; the jobs are not quarantined, they are retried once it is fixed",
+        )
+        alarm(
             "StaleFenceRejectionsAlarm",
             app_metric("StaleFenceRejections"),
             stale_fence_alarm_threshold,
@@ -328,13 +341,11 @@ class Monitoring(Construct):
 
         alarm(
             "PublisherFailuresAlarm",
-            publisher.failure_queue.metric_approximate_number_of_messages_visible(
-                period=FIVE_MINUTES, statistic="Maximum"
-            ),
+            publisher.metric_failed_batches(FIVE_MINUTES),
             1,
-            "stream records the publisher could not process after its retries are in its "
-            "on-failure queue (each message names the shard and sequence numbers): their history "
-            "entries and outcome events are missing; read the publisher's log group",
+            "stream records the publisher could not process after its retries were kept whole in "
+            "its on-failure bucket: their history entries and outcome events are missing until "
+            "`leasefence publisher redrive` replays them; read the publisher's log group",
         )
         alarm(
             "PublisherIteratorAgeAlarm",
@@ -408,8 +419,16 @@ class Monitoring(Construct):
                 width=width,
             ),
             cw.GraphWidget(
-                title="Enqueue replays, payload conflicts, payloads purged",
-                left=[app_metric(n) for n in ("Replays", "PayloadConflicts", "PayloadsPurged")],
+                title="Enqueue replays, payload conflicts, payloads purged, payload access denied",
+                left=[
+                    app_metric(n)
+                    for n in (
+                        "Replays",
+                        "PayloadConflicts",
+                        "PayloadsPurged",
+                        "PayloadAccessDenied",
+                    )
+                ],
                 width=width,
             ),
             cw.GraphWidget(
@@ -511,11 +530,7 @@ class Monitoring(Construct):
                 width=width,
             ),
         )
-        stream_failures = [
-            publisher.failure_queue.metric_approximate_number_of_messages_visible(
-                period=FIVE_MINUTES, statistic="Maximum", label="Publisher"
-            )
-        ]
+        stream_failures = [publisher.metric_failed_batches(FIVE_MINUTES, label="Publisher")]
         iterator_ages = [iterator_age(publisher_fn, "Publisher")]
         if dispatch is not None:
             stream_failures.append(

@@ -220,6 +220,8 @@ class LeaseFenceService(Construct):
             storage=self.storage,
             environment=environment,
             event_bus=props.event_bus,
+            access_logs=props.server_access_logs_bucket,
+            removal_policy=props.removal_policy,
         )
         self.monitoring = Monitoring(
             self,

@@ -238,6 +238,13 @@ class LeaseFenceStack(Stack):
             value=service.event_bus.event_bus_name,
             description="EventBridge bus of the outcome events (add your rules to it)",
         )
+        CfnOutput(
+            self,
+            "PublisherFailuresBucketName",
+            value=service.publisher.failure_bucket.bucket_name,
+            description="stream records the publisher gave up on, kept whole: "
+            "leasefence publisher redrive --bucket <this>",
+        )
         if service.worker_function is not None:
             CfnOutput(
                 self,

@@ -23,6 +23,7 @@ _SCOPES = (
     ("work", "claim operations and report their outcome"),
     ("operate", "list operations, resolve unknown/quarantined ones, erase operations"),
     ("approve", "approve or reject operations awaiting approval"),
+    ("shadow", "shadow mode: act as a shadow:<tenant> (a reserved namespace, never dispatched)"),
 )
 #: The scopes of the pool's one service client: all but ``approve``. An approver must be another
 #: identity than the producer that enqueued the operation (the API refuses a self-approval), and

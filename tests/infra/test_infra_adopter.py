@@ -321,7 +321,8 @@ def test_code_comes_from_the_installed_wheel(adopter) -> None:
 def test_minimal_adopter_app_synthesizes(adopter) -> None:
     template = json.loads((adopter["out"] / "Adopter.template.json").read_text())
     types = [r["Type"] for r in template["Resources"].values()]
-    assert types.count("AWS::DynamoDB::Table") == 1 and types.count("AWS::S3::Bucket") == 1
+    # Payloads, and the publisher's failed batches.
+    assert types.count("AWS::DynamoDB::Table") == 1 and types.count("AWS::S3::Bucket") == 2
     assert types.count("AWS::Lambda::Function") == 3  # API, sweeper, publisher: no worker unless asked
     # The publisher's handler ships in the wheel and its stream mapping is there.
     assert types.count("AWS::Lambda::EventSourceMapping") == 1 and types.count("AWS::Events::EventBus") == 1
@@ -350,7 +351,9 @@ def test_brought_in_table_and_bucket_with_no_unacknowledged_findings(adopter) ->
     resources = template["Resources"]
     (table_lid,) = [k for k, r in resources.items() if r["Type"] == "AWS::DynamoDB::Table"]
     assert table_lid.startswith("Operations")  # the adopter's table, not one of the service's
-    assert not [r for r in resources.values() if r["Type"] == "AWS::S3::Bucket"]
+    # Only the publisher's failed batches: the payload bucket is the adopter's.
+    (failed_batches,) = [k for k, r in resources.items() if r["Type"] == "AWS::S3::Bucket"]
+    assert "FailedBatches" in failed_batches
     env = [r["Properties"]["Environment"]["Variables"] for r in resources.values()
            if r["Type"] == "AWS::Lambda::Function"]
     assert {json.dumps(e["LEASEFENCE_TABLE"]) for e in env} == {json.dumps({"Ref": table_lid})}

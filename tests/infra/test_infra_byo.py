@@ -84,7 +84,8 @@ def test_the_service_creates_no_table_bucket_or_topic(byo) -> None:
     svc = stack.service
     assert svc.table is stack.table and svc.payload_bucket is stack.bucket and svc.alarm_topic is stack.topic
     assert list(resources(tpl, "AWS::DynamoDB::Table")) == [logical_id(stack, stack.table)]
-    assert resources(tpl, "AWS::S3::Bucket") == {}
+    # The one bucket of the service's own: where the publisher's mapping keeps failed batches.
+    assert list(resources(tpl, "AWS::S3::Bucket")) == [logical_id(stack, svc.publisher.failure_bucket)]
     assert list(resources(tpl, "AWS::SNS::Topic")) == [logical_id(stack, stack.topic)]
     # The service key is not needed: no key of the service's own (only the adopter's two).
     assert set(resources(tpl, "AWS::KMS::Key")) == {logical_id(stack, stack.table_key),
@@ -112,7 +113,7 @@ def test_grants_point_to_the_brought_in_table_bucket_and_keys(byo) -> None:
     assert grant_set(actions_by_resource(sweeper, "dynamodb:")) == grant_set([
         *[(frozenset({"dynamodb:Query"}), index_arn(table, index))
           for index in (schema.SWEEP_INDEX, schema.PARKED_INDEX, schema.PURGE_INDEX, schema.DUE_INDEX)],
-        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem"}), getatt(table)),
+        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"}), getatt(table)),
     ])
     assert grant_set(actions_by_resource(api, "s3:")) == grant_set([
         (frozenset({"s3:PutObject", "s3:GetObject", "s3:DeleteObject"}), _bucket_arn(f"/{PAYLOAD_KEY_PREFIX}*")),

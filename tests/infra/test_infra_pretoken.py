@@ -49,6 +49,12 @@ def test_user_event_gets_tenant_id_and_group_scopes() -> None:
     event = _event("pretoken-user.json")
     event["request"]["groupConfiguration"]["groupsToOverride"] = ["tenant:tenant-sample", "leasefence-approve"]
     assert _details(event)["accessTokenGeneration"]["scopesToAdd"] == ["leasefence/approve"]
+    # Shadow mode: a user of a shadow:<tenant> tenant in the group leasefence-shadow.
+    event["request"]["groupConfiguration"]["groupsToOverride"] = ["tenant:shadow:acme", "leasefence-work",
+                                                                  "leasefence-shadow"]
+    access = _details(event)["accessTokenGeneration"]
+    assert access["claimsToAddOrOverride"] == {"tenant_id": "shadow:acme"}
+    assert sorted(access["scopesToAdd"]) == ["leasefence/shadow", "leasefence/work"]
 
 
 def test_tenant_attribute_wins_and_ambiguous_groups_give_no_tenant() -> None:

@@ -61,6 +61,12 @@ CONTRACT_ROUTES = {
     "POST /v1/operations/{id}/reject": "leasefence/approve",
     "POST /v1/operations/{id}/cancel": "leasefence/produce",
 }
+# Issue 21: an approver reads what it approves (the handler limits it to gated operations).
+CONTRACT_ALSO = {
+    "GET /v1/operations/{id}": ("leasefence/approve",),
+    "GET /v1/operations/{id}/payload": ("leasefence/approve",),
+    "GET /v1/operations/{id}/history": ("leasefence/approve",),
+}
 
 EXPECTED_ENV = {
     "LEASEFENCE_TABLE",
@@ -263,7 +269,7 @@ def test_routes_and_scopes_match_the_contract(variant) -> None:
         else:
             assert route["AuthorizationType"] == "JWT", key
             assert route["AuthorizerId"] == {"Ref": authorizer}, key
-            assert route["AuthorizationScopes"] == [scope], key
+            assert route["AuthorizationScopes"] == [scope, *CONTRACT_ALSO.get(key, ())], key
     # One Lambda proxy integration (payload 2.0) serves every route.
     ((integration_lid, integration),) = resources(tpl, "AWS::ApiGatewayV2::Integration").items()
     assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
@@ -294,7 +300,8 @@ def test_jwt_authorizer_cognito_pool(synth) -> None:
                                                {"Ref": "AWS::URLSuffix"}, "/", {"Ref": pool}]]}
     (server,) = resources(tpl, "AWS::Cognito::UserPoolResourceServer").values()
     assert server["Properties"]["Identifier"] == "leasefence"
-    assert {s["ScopeName"] for s in server["Properties"]["Scopes"]} == {"produce", "work", "operate", "approve"}
+    assert {s["ScopeName"] for s in server["Properties"]["Scopes"]} == {"produce", "work", "operate", "approve",
+                                                                        "shadow"}
     c = props(tpl, client)
     assert c["AllowedOAuthFlows"] == ["client_credentials"] and c["GenerateSecret"] is True
     # Every scope but approve: the service client enqueues, and nobody approves their own operations.
@@ -382,7 +389,7 @@ def test_dynamodb_permissions_are_exact(synth) -> None:
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PARKED_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PURGE_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.DUE_INDEX)),
-        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem"}), getatt(table)),
+        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"}), getatt(table)),
     ])
 
 
@@ -467,7 +474,7 @@ def test_tenant_isolation_role(synth) -> None:
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PARKED_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PURGE_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.DUE_INDEX)),
-        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem"}), getatt(table)),
+        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"}), getatt(table)),
     ])
 
 
@@ -503,6 +510,14 @@ def test_alarms_cover_the_operational_signals(variant) -> None:
         assert metric["Namespace"] == svc.metrics_namespace and metric["Dimensions"] == app_dims
     assert by_metric["OldestUnknownAgeSeconds"][0][0]["Threshold"] == 3600
     assert by_metric["OldestDueAgeSeconds"][0][0]["Threshold"] == 900  # unserved job types show
+    # A payload store that refuses access: its own alarm (the throttles alarm's expression is at
+    # CloudWatch's 10-metric limit), on the first refusal in 5 minutes.
+    ((denied, denied_metric),) = by_metric["PayloadAccessDenied"]
+    assert denied_metric["Namespace"] == svc.metrics_namespace and denied_metric["Dimensions"] == app_dims
+    ((stat,),) = [[m["MetricStat"] for m in denied["Metrics"]]]
+    assert (denied["Threshold"], denied["EvaluationPeriods"], stat["Stat"], stat["Period"]) == (1, 1, "Sum", 300)
+    assert denied["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert denied["TreatMissingData"] == "notBreaching"
     ((unknown_entered, _),) = by_metric["UnknownParked"]
     assert [a for a, _ in by_metric["SweptToUnknown"]] == [unknown_entered]
     # Takeover rate: a percentage of claims (metric math over both).
@@ -697,9 +712,13 @@ def test_worker_role_is_exact(variant) -> None:
             (frozenset({"dynamodb:UpdateItem", "dynamodb:GetItem"}), _imported_table_arn("acme-ledger")),
         ]
     assert grant_set(actions_by_resource(statements, "dynamodb:")) == grant_set(expected_dynamodb)
-    assert actions_by_resource(statements, "s3:") == [
-        (frozenset({"s3:GetObject"}), {"Fn::Join": ["", [getatt(bucket), f"/{PAYLOAD_KEY_PREFIX}*"]]})
-    ]
+    assert grant_set(actions_by_resource(statements, "s3:")) == grant_set([
+        (frozenset({"s3:GetObject"}), {"Fn::Join": ["", [getatt(bucket), f"/{PAYLOAD_KEY_PREFIX}*"]]}),
+        # A missing object is then 404 (payload_missing), never 403 (a refused access).
+        (frozenset({"s3:ListBucket"}), getatt(bucket)),
+    ])
+    (listing,) = [s for s in statements if "s3:ListBucket" in as_list(s["Action"])]
+    assert "Condition" not in listing
     # Its failed invocations and the stream records it could not claim go to their on-failure
     # queues (Lambda sends them with this role).
     send = frozenset({"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"})
@@ -804,7 +823,8 @@ def test_no_worker_no_worker_resources(prebuilt_layer) -> None:
     assert svc.dispatch is None
     template.resource_count_is("AWS::Lambda::Function", 3)  # API, sweeper, publisher
     template.resource_count_is("AWS::Scheduler::Schedule", 1)
-    template.resource_count_is("AWS::SQS::Queue", 3)  # sweep schedule DLQ, sweeper and publisher failures
+    template.resource_count_is("AWS::SQS::Queue", 2)  # sweep schedule DLQ, sweeper failures
+    template.resource_count_is("AWS::S3::Bucket", 2)  # payloads, the publisher's failed batches
     template.resource_count_is("AWS::Lambda::EventSourceMapping", 1)  # the publisher's
     template.resource_count_is("AWS::Lambda::EventInvokeConfig", 1)  # the sweeper's
     body = json.dumps(template.to_json())
@@ -889,9 +909,13 @@ def test_gateway_routes_match_the_handler_route_table() -> None:
     from leasefence.api import security
     from leasefence_infra import ROUTES
 
+    from leasefence_infra.contract import ALSO_SCOPES
+
     handler = {r.key: r.scope for r in security.ROUTES}
     gateway = {f"{method} {path}": scope for method, path, scope in ROUTES}
     assert gateway == handler == CONTRACT_ROUTES
+    handler_also = {r.key: r.also for r in security.ROUTES if r.also}
+    assert {f"{m} {p}": also for (m, p), also in ALSO_SCOPES.items()} == handler_also == CONTRACT_ALSO
 
 
 def test_case9_api_timeout_covers_a_claims_retry_budget(synth) -> None:

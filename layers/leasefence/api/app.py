@@ -123,7 +123,7 @@ def handle(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         caller = None
         if spec is not None and spec.scope is not None:
             # The scope gate runs before body validation (as the authorizer would in AWS).
-            caller = caller_from_event(prepared).require(spec.scope)
+            caller = caller_from_event(prepared).require(spec.scope, spec.also)
             logger.append_keys(tenant=tag(caller.tenant_id))
         app = resolver()
         app.clear_context()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from leasefence.api.errors import Forbidden, Unauthorized
+from leasefence.keys import SHADOW_PREFIX, is_shadow_tenant
 
 PRODUCE = "leasefence/produce"
 WORK = "leasefence/work"
@@ -26,6 +27,14 @@ OPERATE = "leasefence/operate"
 #: Approve or reject an operation awaiting approval (docs/api-contract-extensions.md).
 APPROVE = "leasefence/approve"
 ALL_SCOPES = (PRODUCE, WORK, OPERATE, APPROVE)
+#: Shadow mode (:mod:`leasefence.shadow`): tenant ids starting ``shadow:`` are a reserved
+#: namespace, usable only by a token that also carries this scope (a *shadow token*); any other
+#: token for such a tenant is refused (403). Never among :data:`ALL_SCOPES`, so no ordinary token
+#: acquires it by default (docs/api-contract-extensions.md).
+SHADOW = "leasefence/shadow"
+#: What shadow mode over HTTP needs: enqueue and read (produce), claim by id, heartbeat, complete
+#: and fail (work), list for the report (operate), and the shadow scope itself.
+SHADOW_MODE_SCOPES = (PRODUCE, WORK, OPERATE, SHADOW)
 
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -36,6 +45,14 @@ class RouteSpec:
     template: str  # OpenAPI style: /v1/operations/{id}
     scope: str | None  # None: open route
     operation_id: str  # the OpenAPI operationId
+    #: Other scopes that may call the route, for what they serve only (the approve scope reads
+    #: the operations that went through the approval gate: the route checks that).
+    also: tuple[str, ...] = ()
+
+    @property
+    def scopes(self) -> tuple[str, ...]:
+        """Every scope that opens the route (a token needs one of them, as API Gateway's)."""
+        return () if self.scope is None else (self.scope, *self.also)
 
     @property
     def key(self) -> str:
@@ -58,18 +75,18 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/v1/health", None, "health"),
     RouteSpec("POST", "/v1/operations", PRODUCE, "enqueueOperation"),
     RouteSpec("GET", "/v1/operations", OPERATE, "listOperations"),
-    RouteSpec("GET", "/v1/operations/{id}", PRODUCE, "getOperation"),
+    RouteSpec("GET", "/v1/operations/{id}", PRODUCE, "getOperation", also=(APPROVE,)),
     RouteSpec("POST", "/v1/claims", WORK, "claimOperation"),
     RouteSpec("POST", "/v1/operations/{id}/heartbeat", WORK, "heartbeat"),
     RouteSpec("POST", "/v1/operations/{id}/complete", WORK, "completeOperation"),
     RouteSpec("POST", "/v1/operations/{id}/fail", WORK, "failOperation"),
     RouteSpec("POST", "/v1/operations/{id}/unknown", WORK, "parkUnknown"),
     RouteSpec("POST", "/v1/operations/{id}/quarantine", WORK, "quarantineOperation"),
-    RouteSpec("GET", "/v1/operations/{id}/payload", WORK, "getPayload"),
+    RouteSpec("GET", "/v1/operations/{id}/payload", WORK, "getPayload", also=(APPROVE,)),
     RouteSpec("POST", "/v1/operations/{id}/resolve", OPERATE, "resolveOperation"),
     # Extensions of the shared contract: docs/api-contract-extensions.md.
     RouteSpec("POST", "/v1/operations/{id}/erase", OPERATE, "eraseOperation"),
-    RouteSpec("GET", "/v1/operations/{id}/history", OPERATE, "getHistory"),
+    RouteSpec("GET", "/v1/operations/{id}/history", OPERATE, "getHistory", also=(APPROVE,)),
     RouteSpec("GET", "/v1/job-types", OPERATE, "listJobTypes"),
     RouteSpec("GET", "/v1/job-types/{job_type}", OPERATE, "getJobType"),
     RouteSpec("PUT", "/v1/job-types/{job_type}", OPERATE, "putJobType"),
@@ -110,8 +127,9 @@ class Caller:
     #: records it with the caller's transitions; None when the token names nobody usable.
     subject: str | None = None
 
-    def require(self, scope: str | None) -> Caller:
-        if scope is not None and scope not in self.scopes:
+    def require(self, scope: str | None, also: tuple[str, ...] = ()) -> Caller:
+        """This caller, if its token holds ``scope`` or one of ``also``; else :class:`Forbidden`."""
+        if scope is not None and scope not in self.scopes and self.scopes.isdisjoint(also):
             raise Forbidden(f"this token lacks the scope {scope}")
         return self
 
@@ -144,11 +162,15 @@ def caller_from_event(event: Mapping[str, Any]) -> Caller:
         or _CONTROL_RE.search(tenant_id)
     ):
         raise Unauthorized("the token has no usable tenant_id claim")
-    return Caller(
-        tenant_id=tenant_id,
-        scopes=_scopes_of(claims, jwt.get("scopes")),
-        subject=_subject_of(claims),
-    )
+    scopes = _scopes_of(claims, jwt.get("scopes"))
+    if is_shadow_tenant(tenant_id) and SHADOW not in scopes:
+        # A reserved namespace: shadow operations are excluded from the fleet's signals and never
+        # dispatched, so an ordinary tenant must not be able to live there.
+        raise Forbidden(
+            f"tenant ids starting {SHADOW_PREFIX!r} are reserved for shadow mode: "
+            f"this token lacks the scope {SHADOW}"
+        )
+    return Caller(tenant_id=tenant_id, scopes=scopes, subject=_subject_of(claims))
 
 
 def _subject_of(claims: Mapping[str, Any]) -> str | None:
