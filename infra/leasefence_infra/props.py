@@ -57,8 +57,8 @@ class LeaseFenceServiceProps:
     synthesis refuses any other kind)."""
     create_user_pool: bool = False
     """Create a Cognito user pool (resource server `leasefence`, scopes `produce`, `work`,
-    `operate`, `approve`, one client-credentials app client with all but `approve`) and use it as
-    the issuer."""
+    `operate`, `approve`, `shadow`, one client-credentials app client with `produce`, `work`,
+    `operate`) and use it as the issuer."""
     user_pool_domain_prefix: str | None = None
     """Cognito domain prefix of the created pool (its token endpoint); required with
     `create_user_pool`, globally unique per region."""
