@@ -29,7 +29,8 @@ from .nag import acknowledge
 from .versions import powertools_layer_parameter
 
 #: Public SSM parameter naming the AWS-managed Powertools layer (arm64, py3.12) of the locked
-#: aws-lambda-powertools version (``versions.py``; ``powertools_layer_parameter("3.x.y")`` for another).
+#: aws-lambda-powertools version (``versions.py``; ``powertools_layer_parameter("3.x.y")`` for another),
+#: used with ``powertools_layer="managed"`` only (:mod:`.powertools`).
 POWERTOOLS_LAYER_PARAMETER = powertools_layer_parameter()
 
 #: One ``log_level`` drives Powertools (POWERTOOLS_LOG_LEVEL) and Lambda's JSON log filtering
@@ -48,16 +49,17 @@ LOG_LEVELS: dict[str, tuple[str, lambda_.ApplicationLogLevel, lambda_.SystemLogL
 LIVE_ALIAS = "live"
 
 _PINNED_RUNTIME_REASON = (
-    "Pinned to python3.12 on purpose: the AWS-managed Powertools layer is resolved from "
-    f"{POWERTOOLS_LAYER_PARAMETER} and the core layer is built for cp312; moving runtimes is a "
-    "deliberate change of both."
+    "Pinned to python3.12 on purpose: the core layer (with Powertools and pydantic) is built "
+    f"for cp312, and so is the AWS-managed Powertools layer of {POWERTOOLS_LAYER_PARAMETER} when "
+    "chosen; moving runtimes is a deliberate change of both."
 )
 
 
 @dataclass(frozen=True)
 class FunctionRuntime:
-    """What every function of one service shares: the handlers' code asset, the layers (core +
-    Powertools), the log level, and the retention and removal policy of its log group."""
+    """What every function of one service shares: the handlers' code asset, the layers (core,
+    with Powertools unless it comes from its own layer), the log level, and the retention and
+    removal policy of its log group."""
 
     code: lambda_.Code
     layers: tuple[lambda_.ILayerVersion, ...]

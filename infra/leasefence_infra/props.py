@@ -30,6 +30,7 @@ from leasefence.keys import is_shadow_tenant
 
 from .alarm_topic import refuse_unusable_topic
 from .function import LOG_LEVELS
+from .powertools import check_choice as check_powertools_layer
 from .stream import NO_STREAM_MESSAGE
 from .worker_props import WorkerProps, validate_worker
 
@@ -58,8 +59,8 @@ class LeaseFenceServiceProps:
     synthesis refuses any other kind)."""
     create_user_pool: bool = False
     """Create a Cognito user pool (resource server `leasefence`, scopes `produce`, `work`,
-    `operate`, `approve`, one client-credentials app client with all but `approve`) and use it as
-    the issuer."""
+    `operate`, `approve`, `shadow`, one client-credentials app client with `produce`, `work`,
+    `operate`) and use it as the issuer."""
     user_pool_domain_prefix: str | None = None
     """Cognito domain prefix of the created pool (its token endpoint); required with
     `create_user_pool`, globally unique per region."""
@@ -142,7 +143,14 @@ class LeaseFenceServiceProps:
     the snapshot's cache and each restore (Lambda pricing)."""
     core_layer: lambda_.Code | None = None
     """A pre-built core layer `Code` (default: `core_layer_code()`, built locally with pip at
-    synth, no Docker)."""
+    synth, no Docker). With `powertools_layer="bundled"` it must hold Powertools and what it needs
+    too (`bundling.LAYER_DISTRIBUTIONS`)."""
+    powertools_layer: str = "bundled"
+    """Where Powertools (with pydantic, fastjsonschema and the X-Ray SDK) comes from: `bundled`
+    in the core layer at the locked versions, in every region; `managed`: the AWS-managed
+    Powertools layer of the locked release, from its public SSM parameter (synthesis refuses a
+    region where Powertools publishes none, e.g. me-central-1, me-south-1, ap-east-2, GovCloud,
+    China; a region-agnostic stack gets a warning); or a layer version ARN in the stack's region."""
     worker: WorkerProps | None = None
     """`WorkerProps(...)`: deploy the worker function that runs your job handlers (see Worker);
     default: no worker."""
@@ -397,6 +405,7 @@ class LeaseFenceServiceProps:
             _int_in(self, name, 128, 10240)
         if self.core_layer is not None and not isinstance(self.core_layer, lambda_.Code):
             raise TypeError("core_layer must be an aws_lambda.Code (e.g. core_layer_code(...))")
+        check_powertools_layer(self.powertools_layer)
         if self.worker is not None:
             validate_worker(self.worker)
         from leasefence.catalogue import parse_document

@@ -9,8 +9,10 @@ It composes one construct per concern (see ``infra/README.md`` for the why):
 * ``Storage`` (:mod:`~leasefence_infra.storage`): the operations table (:class:`LeaseFenceTable`,
   from :mod:`leasefence.schema`) and the payload bucket - both created unless you bring your own -
   the log-hash secret and the optional customer-managed key;
-* ``CoreLayer`` (``layers/leasefence`` + ``rfc8785``, built locally without Docker) and the
-  AWS-managed Powertools layer, resolved at deploy time from its public SSM parameter;
+* ``CoreLayer`` (``layers/leasefence`` + ``rfc8785`` + Powertools with pydantic, fastjsonschema
+  and the X-Ray SDK at their locked versions, built locally without Docker); with
+  ``powertools_layer="managed"`` Powertools comes from the AWS-managed layer instead (see
+  :mod:`~leasefence_infra.powertools`);
 * ``UserPool`` (:mod:`~leasefence_infra.user_pool`, ``create_user_pool=True`` only);
 * ``Api`` (:mod:`~leasefence_infra.api`): the API function and the HTTP API with its JWT authorizer;
 * ``Sweeper`` (:mod:`~leasefence_infra.sweeper`): the sweeper function and its schedule;
@@ -44,18 +46,23 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
-from aws_cdk import aws_ssm as ssm
 from constructs import Construct, IValidation
 
 from .access import IamApi, ImportedLeaseFenceService, ServiceAccess
 from .api import Api
 from .assets import functions_code
-from .bundling import core_layer_code
+from .bundling import (
+    LAYER_REQUIREMENTS,
+    SLIM_LAYER_REQUIREMENTS,
+    core_layer_code,
+    layer_description,
+)
 from .catalogue import InitialCatalogue
 from .dispatch import StreamDispatch
 from .environment import shared_environment
-from .function import POWERTOOLS_LAYER_PARAMETER, FunctionRuntime
+from .function import FunctionRuntime
 from .monitoring import Monitoring, default_metrics_namespace
+from .powertools import is_bundled, powertools_layer
 from .props import LeaseFenceServiceProps
 from .publisher import Publisher
 from .storage import Storage
@@ -128,22 +135,23 @@ class LeaseFenceService(Construct, ServiceAccess):
         self.storage = Storage(self, "Storage", props=props)
 
         # ------------------------------------------------------------------ layers
+        bundled = is_bundled(props.powertools_layer)
+        requirements = LAYER_REQUIREMENTS if bundled else SLIM_LAYER_REQUIREMENTS
         self.core_layer = lambda_.LayerVersion(
             self,
             "CoreLayer",
-            code=props.core_layer or core_layer_code(),
+            code=props.core_layer or core_layer_code(requirements=requirements),
             compatible_runtimes=[lambda_.Runtime.PYTHON_3_12],
             compatible_architectures=[lambda_.Architecture.ARM_64],
-            description="leasefence core package + rfc8785 (python3.12, arm64)",
+            description=layer_description(requirements)
+            if props.core_layer is None
+            else "leasefence core package, pre-built (python3.12, arm64)",
         )
-        self.powertools_layer = lambda_.LayerVersion.from_layer_version_arn(
-            self,
-            "PowertoolsLayer",
-            ssm.StringParameter.value_for_string_parameter(self, POWERTOOLS_LAYER_PARAMETER),
-        )
+        #: The AWS-managed (or given) Powertools layer; None when the core layer bundles it.
+        self.powertools_layer = powertools_layer(self, props.powertools_layer)
         #: The worker's handler package (``WorkerProps.code``). CDK renders a function's layers
         #: sorted by construct path (flag recognizeLayerVersion), so its id sorts before
-        #: "CoreLayer": it merges first and the core and Powertools layers win any clash.
+        #: "CoreLayer": it merges first and the core (and Powertools) layers win any clash.
         self.worker_handlers_layer: lambda_.LayerVersion | None = None
         if props.worker is not None and props.worker.code is not None:
             self.worker_handlers_layer = lambda_.LayerVersion(
@@ -156,7 +164,9 @@ class LeaseFenceService(Construct, ServiceAccess):
             )
         runtime = FunctionRuntime(
             code=functions_code(),
-            layers=(self.core_layer, self.powertools_layer),
+            layers=(self.core_layer,)
+            if self.powertools_layer is None
+            else (self.core_layer, self.powertools_layer),
             log_level=props.log_level,
             log_retention=props.log_retention,
             removal_policy=props.removal_policy,

@@ -239,7 +239,11 @@ def token(
 @app.command()
 def openapi(
     output: Path = typer.Option(
-        None, "--output", "-o", help="Where to write it (default: openapi.json at the repo root)."
+        None,
+        "--output",
+        "-o",
+        help="Where to write it (default: openapi.json at the repository root in a checkout, "
+        "else in the current folder).",
     ),
     check: bool = typer.Option(
         False, "--check", help="Only check that the file is up to date (exit 1 if not)."

@@ -194,10 +194,9 @@ def test_payload_bucket(variant) -> None:
 def test_functions_runtime_tracing_env_layers(variant) -> None:
     name, stack, svc, tpl = variant
     core_layer = logical_id(stack, svc.core_layer)
-    (powertools_param,) = [
-        k for k, v in tpl["Parameters"].items() if v.get("Default") == POWERTOOLS_LAYER_PARAMETER
-    ]
-    assert tpl["Parameters"][powertools_param]["Type"] == "AWS::SSM::Parameter::Value<String>"
+    # Powertools is bundled in the core layer (the default): no layer parameter to resolve.
+    assert svc.powertools_layer is None
+    assert not [k for k, v in tpl.get("Parameters", {}).items() if v.get("Default") == POWERTOOLS_LAYER_PARAMETER]
     expected = {
         svc.api.function.function: ("api.handler.lambda_handler", svc.api.function.log_group, svc.api.function.role),
         svc.sweeper.function.function: ("sweeper.handler.lambda_handler", svc.sweeper.function.log_group,
@@ -212,9 +211,9 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
         assert f["Architectures"] == ["arm64"]
         assert f["Handler"] == handler
         assert f["TracingConfig"] == {"Mode": "Active"}
-        layers = [{"Ref": core_layer}, {"Ref": powertools_param}]
+        layers = [{"Ref": core_layer}]
         if fn is svc.worker_function and name == "full":
-            # The handler layer is merged first, so the core and Powertools layers win a clash.
+            # The handler layer is merged first, so the core layer wins a clash.
             layers = [{"Ref": logical_id(stack, svc.worker_handlers_layer)}, *layers]
         assert f["Layers"] == layers
         assert f["LoggingConfig"]["LogGroup"] == {"Ref": logical_id(stack, log_group)}

@@ -40,12 +40,34 @@ from leasefence.api.security import match_route
 from leasefence.local import LISTEN_BACKLOG
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-FUNCTIONS_DIR = REPO_ROOT / "functions"
+#: The package the Lambda handlers ship in (``functions/`` of the repository, inside the wheel).
+FUNCTIONS_PACKAGE_DIR = "_functions"
+
+
+def find_functions_dir() -> Path | None:
+    """The folder of the Lambda handlers (``api/handler.py``, ``worker/``, ...): the installed
+    ``leasefence_infra/_functions`` (found without importing ``leasefence_infra``, which needs
+    aws-cdk-lib: ``leasefence[local]`` runs without it), else ``functions/`` of a checkout."""
+    candidates = []
+    spec = importlib.util.find_spec("leasefence_infra")
+    if spec is not None:
+        candidates += [
+            Path(p) / FUNCTIONS_PACKAGE_DIR for p in spec.submodule_search_locations or ()
+        ]
+    candidates.append(REPO_ROOT / "functions")
+    for candidate in candidates:
+        if (candidate / "api" / "handler.py").is_file():
+            return candidate.resolve()
+    return None
+
+
+#: Where the handlers are loaded from (None: not installed, every load says so).
+FUNCTIONS_DIR = find_functions_dir()
 
 
 def function_names() -> tuple[str, ...]:
-    """The functions in ``functions/`` (each a directory with a ``handler.py``)."""
-    if not FUNCTIONS_DIR.is_dir():
+    """The functions in the handlers' folder (each a directory with a ``handler.py``)."""
+    if FUNCTIONS_DIR is None:
         return ()
     return tuple(sorted(p.parent.name for p in FUNCTIONS_DIR.glob("*/handler.py")))
 
@@ -60,6 +82,11 @@ _load_lock = threading.Lock()
 
 def load_function(name: str) -> ModuleType:
     """``functions/<name>/handler.py``, loaded once per process (as Lambda would, from its file)."""
+    if FUNCTIONS_DIR is None:
+        raise FileNotFoundError(
+            "the Lambda handlers are not installed (leasefence_infra/_functions): reinstall "
+            "leasefence (pip install 'leasefence[local]', or pip install -e '.[dev]' in a checkout)"
+        )
     if name not in function_names():
         raise ValueError(f"unknown function {name!r}; choose from {', '.join(function_names())}")
     module_name = f"leasefence_function_{name}"
@@ -68,10 +95,6 @@ def load_function(name: str) -> ModuleType:
         if module is not None:
             return module
         path = FUNCTIONS_DIR / name / "handler.py"
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"{path} not found: run from a checkout of the leasefence repository"
-            )
         spec = importlib.util.spec_from_file_location(module_name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
@@ -470,8 +493,9 @@ def _from_result(result: Any) -> tuple[int, list[tuple[str, str]], bytes]:
 
 
 #: The demo handlers (``functions/worker/demo_handlers.py``: job type ``demo-receipt``), which
-#: ``leasefence local`` runs for its dev tenant.
-DEMO_HANDLERS = "functions.worker.demo_handlers:HANDLERS"
+#: ``leasefence local`` runs for its dev tenant; named as on AWS, where the handlers' folder is the
+#: function's root (``/var/task``).
+DEMO_HANDLERS = "worker.demo_handlers:HANDLERS"
 
 
 class LocalStack:
@@ -574,8 +598,11 @@ class LocalStack:
             region=current.region or "us-east-1",
         )
         self.event_bus = config.event_bus
-        if str(REPO_ROOT) not in sys.path:
-            # Handlers named from the checkout (functions.worker....).
+        if FUNCTIONS_DIR is not None and str(FUNCTIONS_DIR) not in sys.path:
+            # As on AWS (/var/task): handlers named from the handlers' folder (worker.demo_...).
+            sys.path.append(str(FUNCTIONS_DIR))
+        if (REPO_ROOT / "functions").is_dir() and str(REPO_ROOT) not in sys.path:
+            # In a checkout, also from its root (functions.worker....).
             sys.path.append(str(REPO_ROOT))
         settings.install(config)
         spec = config.table_spec
