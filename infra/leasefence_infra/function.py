@@ -3,17 +3,21 @@
 Every function runs Python 3.12 on arm64 with X-Ray, JSON logs in its own log group, and one log
 level that drives both Powertools and Lambda's log filtering. With SnapStart
 (``FunctionRuntime.snap_start``) a function that runs the core layer publishes a version on each
-deploy and the alias :data:`LIVE_ALIAS` points at it; everything that invokes it (the API
-integration, the stream mappings, the schedules) invokes :attr:`ServiceFunction.target`, the
-alias, and its asynchronous settings (retries, on-failure queue) are the alias's.
+deploy that changes its code, its configuration or any of its layers (:func:`layers_fingerprint`,
+whatever the app's feature flags) and the alias :data:`LIVE_ALIAS` points at it; everything that
+invokes it (the API integration, the stream mappings, the schedules) invokes
+:attr:`ServiceFunction.target`, the alias, and its asynchronous settings (retries, on-failure
+queue) are the alias's.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from aws_cdk import Annotations, Duration, RemovalPolicy
+from aws_cdk import Annotations, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_destinations as destinations
@@ -67,6 +71,29 @@ class FunctionRuntime:
 
     def powertools_log_level(self) -> str:
         return LOG_LEVELS[self.log_level][0]
+
+
+def layers_fingerprint(layers: Sequence[lambda_.ILayerVersion]) -> str:
+    """A digest of what the layers are: the content (asset hash), runtimes and description of
+    each layer built in this app, the ARN (or the token naming it) of each imported one."""
+    described = []
+    for layer in layers:
+        cfn = layer.node.default_child
+        stack = Stack.of(layer)
+        if isinstance(cfn, lambda_.CfnLayerVersion):
+            described.append(
+                stack.resolve(
+                    {
+                        "content": cfn.content,
+                        "runtimes": cfn.compatible_runtimes,
+                        "architectures": cfn.compatible_architectures,
+                        "description": cfn.description,
+                    }
+                )
+            )
+        else:
+            described.append(stack.resolve(layer.layer_version_arn))
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
 
 
 class ServiceFunction(Construct):
@@ -148,6 +175,12 @@ class ServiceFunction(Construct):
         )
         self.alias: lambda_.Alias | None = None
         if snap_start:
+            # A new version whenever a layer changes, whatever the app's feature flags: without
+            # @aws-cdk/aws-lambda:recognizeLayerVersion CDK hashes only the function's own
+            # properties, whose Layers (a Ref to the layer's logical id) do not change with the
+            # layer's content, so a new core layer would publish no version and `live` would keep
+            # the old engine.
+            self.function.invalidate_version_based_on(layers_fingerprint(layers))
             # CDK warns on every SnapStart function that $LATEST is not snapshotted; this one
             # publishes its version and is only invoked through the alias.
             Annotations.of(self.function).acknowledge_warning(

@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import jsii
 from aws_cdk import Stack, Tags
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_apigatewayv2_authorizers as authorizers
@@ -45,8 +46,9 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
-from constructs import Construct
+from constructs import Construct, IValidation
 
+from .access import IamApi, ImportedLeaseFenceService, ServiceAccess
 from .api import Api
 from .assets import functions_code
 from .bundling import (
@@ -59,7 +61,7 @@ from .catalogue import InitialCatalogue
 from .dispatch import StreamDispatch
 from .environment import shared_environment
 from .function import FunctionRuntime
-from .monitoring import NAMESPACE, Monitoring
+from .monitoring import Monitoring, default_metrics_namespace
 from .powertools import is_bundled, powertools_layer
 from .props import LeaseFenceServiceProps
 from .publisher import Publisher
@@ -74,7 +76,32 @@ COMPONENT_TAG = "leasefence:component"
 _TAG_VALUE_UNSAFE = re.compile(r"[^\w\s.:/=+\-@]")
 
 
-class LeaseFenceService(Construct):
+@jsii.implements(IValidation)
+class _OwnNamespace:
+    """At synth: no other service in the stack uses this service's metrics namespace (their
+    metrics would mix, and each one's alarms would fire on the other's)."""
+
+    def __init__(self, service: LeaseFenceService) -> None:
+        self._service = service
+
+    def validate(self) -> list[str]:
+        service = self._service
+        others = [
+            c.node.path
+            for c in Stack.of(service).node.find_all()
+            if isinstance(c, LeaseFenceService)
+            and c is not service
+            and c.metrics_namespace == service.metrics_namespace
+        ]
+        if not others:
+            return []
+        return [
+            f"{service.node.path} and {', '.join(others)} share the metrics namespace "
+            f"{service.metrics_namespace!r}: give each service its own metrics_namespace"
+        ]
+
+
+class LeaseFenceService(Construct, ServiceAccess):
     """The leasefence service: table, bucket, functions, HTTP API, schedules, stream consumers,
     event bus, monitoring.
 
@@ -96,9 +123,10 @@ class LeaseFenceService(Construct):
         props = LeaseFenceServiceProps.of(props, **overrides)  # before any construct is added
         super().__init__(scope, construct_id)
         self.props = props
-        stack = Stack.of(self)
-        #: The EMF namespace of every function, alarm and dashboard widget of this service.
-        self.metrics_namespace = props.metrics_namespace or f"{NAMESPACE}/{stack.stack_name}"
+        #: The EMF namespace of every function, alarm and dashboard widget of this service: by
+        #: default ``LeaseFence/<stack name>/<path below the stack>``, one per service.
+        self.metrics_namespace = props.metrics_namespace or default_metrics_namespace(self)
+        self.node.add_validation(_OwnNamespace(self))
         self.log_level = props.log_level
         Tags.of(self).add(SERVICE_TAG, _TAG_VALUE_UNSAFE.sub("-", self.node.path))
         for key, value in props.tags.items():
@@ -166,6 +194,7 @@ class LeaseFenceService(Construct):
                 domain_prefix=props.user_pool_domain_prefix,
                 pre_token_generation=props.pre_token_generation,
                 client_tenants=props.client_tenants,
+                service_client_tenant=props.service_client_tenant,
                 runtime=runtime,
                 removal_policy=props.removal_policy,
             )
@@ -185,6 +214,18 @@ class LeaseFenceService(Construct):
             throttling_rate_limit=props.throttling_rate_limit,
             throttling_burst_limit=props.throttling_burst_limit,
         )
+        #: The IAM-authorized API for callers inside AWS (``iam_tenant``), else None.
+        self.iam_api: IamApi | None = None
+        if props.iam_tenant is not None:
+            self.iam_api = IamApi(
+                self,
+                "IamApi",
+                api=self.api,
+                tenant=props.iam_tenant,
+                runtime=runtime,
+                throttling_rate_limit=props.throttling_rate_limit,
+                throttling_burst_limit=props.throttling_burst_limit,
+            )
         self.sweeper = Sweeper(
             self,
             "Sweeper",
@@ -260,6 +301,7 @@ class LeaseFenceService(Construct):
         for component, construct in (
             ("storage", self.storage),
             ("api", self.api),
+            ("api", self.iam_api),
             ("sweeper", self.sweeper),
             ("worker", self.worker),
             ("dispatch", self.dispatch),
@@ -336,6 +378,76 @@ class LeaseFenceService(Construct):
     def publisher_function(self) -> lambda_.Function:
         """The publisher function (history and outcome events), e.g. to grant it your bus's key."""
         return self.publisher.function.function
+
+    @property
+    def iam_api_url(self) -> str | None:
+        """The IAM API's base URL (``iam_tenant``), else None: callers sign with SigV4."""
+        return self.iam_api.url if self.iam_api is not None else None
+
+    def _access(self) -> dict[str, Any]:
+        return {
+            "scope": self,
+            "iam_api_id": self.iam_api.http_api.api_id if self.iam_api is not None else None,
+            "table": self.storage.table,
+            "payload_bucket": self.storage.payload_bucket,
+            "log_hash_key": self.storage.log_hash_key,
+            "keys": list(self.storage.data_keys),
+        }
+
+    @staticmethod
+    def from_attributes(
+        scope: Construct,
+        construct_id: str,
+        *,
+        payload_bucket_name: str,
+        table_name: str | None = None,
+        table_arn: str | None = None,
+        table_stream_arn: str | None = None,
+        log_hash_secret_arn: str | None = None,
+        encryption_key_arn: str | None = None,
+        api_url: str | None = None,
+        iam_api_id: str | None = None,
+        alarm_topic_arn: str | None = None,
+        event_bus_arn: str | None = None,
+        metrics_namespace: str | None = None,
+    ) -> ImportedLeaseFenceService:
+        """A service deployed elsewhere (another stack or app), for its ``grant_*`` and its
+        resources: give its table (name or ARN) and payload bucket, and what you use of the rest
+        (``iam_api_id`` for the ``grant_*`` of the IAM API, ``log_hash_secret_arn`` and
+        ``encryption_key_arn`` for :meth:`grant_erase_tenant`). In one app,
+        :meth:`attributes` of the service gives them all."""
+        return ImportedLeaseFenceService(
+            scope,
+            construct_id,
+            table_name=table_name,
+            table_arn=table_arn,
+            table_stream_arn=table_stream_arn,
+            payload_bucket_name=payload_bucket_name,
+            log_hash_secret_arn=log_hash_secret_arn,
+            encryption_key_arn=encryption_key_arn,
+            api_url=api_url,
+            iam_api_id=iam_api_id,
+            alarm_topic_arn=alarm_topic_arn,
+            event_bus_arn=event_bus_arn,
+            metrics_namespace=metrics_namespace,
+        )
+
+    def attributes(self) -> dict[str, str | None]:
+        """The keyword arguments of :meth:`from_attributes` for this service (tokens: use them in
+        another stack of this app, or put them in outputs)."""
+        key = self.storage.encryption_key
+        return {
+            "table_arn": self.storage.table.table_arn,
+            "table_stream_arn": self.storage.table.table_stream_arn,
+            "payload_bucket_name": self.storage.payload_bucket.bucket_name,
+            "log_hash_secret_arn": self.storage.log_hash_key.secret_arn,
+            "encryption_key_arn": key.key_arn if key is not None else None,
+            "api_url": self.api_url,
+            "iam_api_id": self.iam_api.http_api.api_id if self.iam_api is not None else None,
+            "alarm_topic_arn": self.monitoring.topic.topic_arn,
+            "event_bus_arn": self.publisher.event_bus.event_bus_arn,
+            "metrics_namespace": self.metrics_namespace,
+        }
 
     @property
     def token_url(self) -> str | None:

@@ -11,6 +11,12 @@
         ...  # act under claim.fence
         lf.complete(claim.operation_id, claim.fence, "charged")
 
+Callers inside AWS use the service's IAM API (the construct's ``iam_tenant``) with SigV4 instead
+of a token: one client per scope, its base URL the IAM API's with the scope's prefix::
+
+    work = LeaseFenceClient(f"{iam_api_url}/work", signer=sigv4_signer("eu-west-1"))
+    claim = work.claim("worker-1")
+
 Errors are the domain's own classes (:mod:`leasefence.errors`, plus ``Unauthorized`` and
 ``Forbidden``), chosen by the answer's ``error.code``; each carries the HTTP ``status``.
 
@@ -39,7 +45,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -76,6 +82,7 @@ __all__ = [
     "Operation",
     "OperationPage",
     "Unauthorized",
+    "sigv4_signer",
 ]
 
 #: Error code -> class. Unknown codes become a plain LeaseFenceError with that code.
@@ -279,6 +286,40 @@ class HistoryPage:
     dropped: int = 0
 
 
+def sigv4_signer(region: str, credentials: Any = None) -> Callable[[urllib.request.Request], None]:
+    """Sign requests for the IAM API with SigV4 (service ``execute-api``): ``credentials`` are
+    botocore credentials (default: the environment's chain, refreshed as they expire, so a
+    function's role). botocore is in the Lambda runtime and comes with boto3."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    if credentials is None:
+        import botocore.session
+
+        credentials = botocore.session.get_session().get_credentials()
+        if credentials is None:
+            raise Unauthorized("no AWS credentials found to sign requests with")
+
+    def sign(request: urllib.request.Request) -> None:
+        frozen = (
+            credentials.get_frozen_credentials()
+            if hasattr(credentials, "get_frozen_credentials")
+            else credentials
+        )
+        signed = AWSRequest(
+            method=request.get_method(),
+            url=request.full_url,
+            data=request.data,
+            headers=dict(request.header_items()),
+        )
+        SigV4Auth(frozen, "execute-api", region).add_auth(signed)
+        for name, value in signed.headers.items():
+            if name.lower() in ("authorization", "x-amz-date", "x-amz-security-token"):
+                request.add_header(name, value)
+
+    return sign
+
+
 class _NotSent(Exception):
     """The connection was refused: the request never reached the server."""
 
@@ -295,6 +336,7 @@ class LeaseFenceClient:
         backoff: float = 0.2,
         max_backoff: float = 5.0,
         user_agent: str = "leasefence-client/1",
+        signer: Callable[[urllib.request.Request], None] | None = None,
     ) -> None:
         # urllib also opens file: and ftp: URLs; a client of this API has no business with them.
         if urlsplit(base_url).scheme not in ("http", "https"):
@@ -306,6 +348,8 @@ class LeaseFenceClient:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.user_agent = user_agent
+        #: Signs each request just before it is sent (:func:`sigv4_signer`: the IAM API).
+        self.signer = signer
         self._rng = random.Random()
 
     # ------------------------------------------------------------------ transport
@@ -323,6 +367,8 @@ class LeaseFenceClient:
             request.add_header("Content-Type", "application/json")
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
+        if self.signer is not None:
+            self.signer(request)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - as above
                 return response.status, dict(response.headers.items()), response.read()

@@ -219,7 +219,8 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
         assert f["LoggingConfig"]["LogGroup"] == {"Ref": logical_id(stack, log_group)}
         assert f["Role"] == getatt(logical_id(stack, role))
         env = f["Environment"]["Variables"]
-        extra = {"LEASEFENCE_TENANT_ROLE_ARN", "LEASEFENCE_TENANT_SESSION_TAG"} if (
+        extra = {"LEASEFENCE_TENANT_ROLE_ARN", "LEASEFENCE_TENANT_SESSION_TAG",
+                 "LEASEFENCE_IAM_TENANT", "LEASEFENCE_IAM_API_ID"} if (  # the full stack's IAM API
             name == "full" and fn is svc.api.function.function) else set()
         if fn is svc.api.function.function:
             extra |= {"LEASEFENCE_ALARM_TOPIC"}  # the go/no-go report's alert route
@@ -259,7 +260,9 @@ def test_log_hash_key_is_generated_secret(variant) -> None:
 def test_routes_and_scopes_match_the_contract(variant) -> None:
     _, stack, svc, tpl = variant
     authorizer = logical_id(stack, svc.http_api.node.find_child("JwtAuthorizer"))
-    routes = {r["Properties"]["RouteKey"]: r["Properties"] for r in resources(tpl, "AWS::ApiGatewayV2::Route").values()}
+    api = {"Ref": logical_id(stack, svc.http_api)}  # (the full stack also has the IAM API)
+    routes = {r["Properties"]["RouteKey"]: r["Properties"] for r in resources(tpl, "AWS::ApiGatewayV2::Route").values()
+              if r["Properties"]["ApiId"] == api}
     assert set(routes) == set(CONTRACT_ROUTES)
     for key, scope in CONTRACT_ROUTES.items():
         route = routes[key]
@@ -271,7 +274,8 @@ def test_routes_and_scopes_match_the_contract(variant) -> None:
             assert route["AuthorizerId"] == {"Ref": authorizer}, key
             assert route["AuthorizationScopes"] == [scope, *CONTRACT_ALSO.get(key, ())], key
     # One Lambda proxy integration (payload 2.0) serves every route.
-    ((integration_lid, integration),) = resources(tpl, "AWS::ApiGatewayV2::Integration").items()
+    ((integration_lid, integration),) = [(lid, i) for lid, i in resources(tpl, "AWS::ApiGatewayV2::Integration").items()
+                                         if i["Properties"]["ApiId"] == api]
     assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
     assert integration["Properties"]["IntegrationUri"] == invoked_arn(stack, svc.api.function)
     for route in routes.values():
@@ -315,8 +319,7 @@ def test_jwt_authorizer_cognito_pool(synth) -> None:
 
 def test_stage_throttling_and_access_logs(variant) -> None:
     _, stack, svc, tpl = variant
-    (stage,) = resources(tpl, "AWS::ApiGatewayV2::Stage").values()
-    p = stage["Properties"]
+    p = props(tpl, logical_id(stack, svc.api.stage))
     assert p["StageName"] == "$default" and p["AutoDeploy"] is True
     assert p["DefaultRouteSettings"] == {"ThrottlingBurstLimit": 200, "ThrottlingRateLimit": 100}
     assert p["AccessLogSettings"]["DestinationArn"] == getatt(logical_id(stack, svc.api.access_log_group))
@@ -533,7 +536,8 @@ def test_alarms_cover_the_operational_signals(variant) -> None:
     assert api5xx["Dimensions"] == [{"Name": "ApiId", "Value": {"Ref": logical_id(stack, svc.http_api)}}]
     throttle_alarms = {id(a): a for name in ("ReadThrottleEvents", "WriteThrottleEvents")
                        for a, _ in by_metric[name]}
-    assert len(throttle_alarms) == 1
+    # One alarm for the table and one per index (two metrics each, never CloudWatch's 10 in one).
+    assert len(throttle_alarms) == 1 + len(schema.global_secondary_indexes())
     indexes = {d["Value"] for name in ("ReadThrottleEvents", "WriteThrottleEvents")
                for _, m in by_metric[name] for d in m["Dimensions"]
                if d["Name"] == "GlobalSecondaryIndexName"}
@@ -829,6 +833,10 @@ def test_no_worker_no_worker_resources(prebuilt_layer) -> None:
     template.resource_count_is("AWS::Lambda::EventInvokeConfig", 1)  # the sweeper's
     body = json.dumps(template.to_json())
     assert "Worker" not in body and "LostOwnership" not in body
+    # Nor the worker runtime's alarms: nothing without the in-process worker emits their metrics.
+    for metric in ("StalledClaims", "PayloadMissing"):  # as an alarm's or a widget's metric name
+        assert f'"{metric}"' not in body and f'\\"{metric}\\"' not in body, metric
+    assert set(svc.monitoring.alarms).isdisjoint({"StalledClaimsAlarm", "WorkerPayloadMissingAlarm"})
 
 
 def _worker_props(**overrides: Any):
@@ -965,8 +973,9 @@ def _app_namespaces(tpl: dict[str, Any]) -> set[str]:
     found = {m["Namespace"] for a in resources(tpl, "AWS::CloudWatch::Alarm").values() for m in _metrics(a)}
     (dashboard,) = resources(tpl, "AWS::CloudWatch::Dashboard").values()
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
-    found |= {ns for ns in ("LeaseFence", "LeaseFence/LeaseFenceDefault", "LeaseFence/LeaseFenceFull")
-              if f'[\\"{ns}\\",' in body}
+    candidates = ("LeaseFence", "LeaseFence/LeaseFenceDefault", "LeaseFence/LeaseFenceFull",
+                  "LeaseFence/LeaseFenceDefault/LeaseFence", "LeaseFence/LeaseFenceFull/LeaseFence")
+    found |= {ns for ns in candidates if f'[\\"{ns}\\",' in body}
     return {ns for ns in found if not str(ns).startswith("AWS/")}
 
 
@@ -976,7 +985,8 @@ def test_metrics_namespace_is_per_deployment(synth) -> None:
     seen = {}
     for name in ("default", "full"):
         stack, svc, tpl = _svc(synth, name)
-        assert svc.metrics_namespace == f"LeaseFence/{stack.stack_name}"
+        # One per service: the stack's name and the service's path below it.
+        assert svc.metrics_namespace == f"LeaseFence/{stack.stack_name}/LeaseFence"
         functions = resources(tpl, "AWS::Lambda::Function").values()
         env_namespaces = {f["Properties"]["Environment"]["Variables"].get("POWERTOOLS_METRICS_NAMESPACE")
                           for f in functions if "Environment" in f["Properties"]

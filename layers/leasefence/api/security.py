@@ -6,6 +6,14 @@ and hands the Lambda its claims under ``requestContext.authorizer.jwt``. Locally
 again (defence in depth): no claims or no usable ``tenant_id`` claim is 401, a missing route
 scope is 403. The tenant comes from the ``tenant_id`` claim and from nowhere else.
 
+Callers inside AWS may come through a second HTTP API instead, authorized by IAM (SigV4; the
+construct's ``iam_tenant`` option): there every route sits under the name of its scope
+(``POST /work/v1/claims``, ``GET /produce/v1/operations/{id}``), so an IAM policy on the path
+prefix (``execute-api:Invoke`` on ``<api>/*/*/work/*``) is the grant of exactly that scope.
+Such a request (``requestContext.authorizer.iam``, from the API ``LEASEFENCE_IAM_API_ID``) acts
+for the one tenant ``LEASEFENCE_IAM_TENANT``, with the scope its prefix names and nothing else,
+as the signing principal (``userArn``): :func:`iam_request`, :func:`iam_caller`.
+
 :data:`ROUTES` is the route table, shared by the resolver (registration), the handler (the scope
 gate that runs before body validation, so a caller without the scope learns nothing about the
 body rules) and the local server (``routeKey`` and ``pathParameters``).
@@ -13,6 +21,7 @@ body rules) and the local server (``routeKey`` and ``pathParameters``).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -179,3 +188,56 @@ def _subject_of(claims: Mapping[str, Any]) -> str | None:
         if isinstance(value, str) and 1 <= len(value) <= 256 and not _CONTROL_RE.search(value):
             return value
     return None
+
+
+#: The IAM API's path prefixes: the name of each scope (``work`` for ``leasefence/work``).
+IAM_PREFIXES = {scope.split("/", 1)[1]: scope for scope in ALL_SCOPES}
+
+
+def _iam_context(event: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    context = event.get("requestContext")
+    authorizer = context.get("authorizer") if isinstance(context, Mapping) else None
+    iam = authorizer.get("iam") if isinstance(authorizer, Mapping) else None
+    return iam if isinstance(iam, Mapping) else None
+
+
+def iam_request(event: Mapping[str, Any], path: str) -> tuple[str, str] | None:
+    """For a request the IAM authorizer let through: (the scope its path prefix names, the path
+    without the prefix). None for any other request (JWT or open routes).
+
+    :class:`Unauthorized` when it did not come through this deployment's IAM API
+    (``LEASEFENCE_IAM_API_ID``; none configured: IAM callers are not accepted at all) or its path
+    names no scope."""
+    if _iam_context(event) is None:
+        return None
+    api_id = os.environ.get("LEASEFENCE_IAM_API_ID")
+    context = event.get("requestContext") or {}
+    if not api_id or context.get("apiId") != api_id:
+        raise Unauthorized("IAM-signed requests are accepted only through this service's IAM API")
+    prefix, _, rest = path.lstrip("/").partition("/")
+    if prefix not in IAM_PREFIXES or not rest:
+        raise Unauthorized("an IAM route starts with the name of its scope, e.g. /work/v1/claims")
+    return IAM_PREFIXES[prefix], "/" + rest
+
+
+def iam_caller(event: Mapping[str, Any], scope: str) -> Caller:
+    """The caller of an IAM request: the deployment's IAM tenant, only the scope its path names,
+    the signing principal as its identity."""
+    iam = _iam_context(event) or {}
+    tenant_id = os.environ.get("LEASEFENCE_IAM_TENANT")
+    if (
+        not isinstance(tenant_id, str)
+        or not 1 <= len(tenant_id) <= 256
+        or _CONTROL_RE.search(tenant_id)
+    ):
+        raise Unauthorized("this service's IAM API has no tenant configured")
+    if is_shadow_tenant(tenant_id):
+        # Shadow tenants need the shadow scope, which the IAM API never grants.
+        raise Forbidden(f"tenant ids starting {SHADOW_PREFIX!r} are reserved for shadow mode")
+    subject = None
+    for name in ("userArn", "callerId"):
+        value = iam.get(name)
+        if isinstance(value, str) and 1 <= len(value) <= 256 and not _CONTROL_RE.search(value):
+            subject = value
+            break
+    return Caller(tenant_id=tenant_id, scopes=frozenset({scope}), subject=subject)
