@@ -27,6 +27,7 @@ from aws_cdk import aws_sns as sns
 
 from leasefence import schema
 from leasefence.keys import is_shadow_tenant
+from leasefence.limits import MAX_FENCE_EPOCH
 
 from .alarm_topic import refuse_unusable_topic
 from .function import LOG_LEVELS
@@ -116,6 +117,10 @@ class LeaseFenceServiceProps:
     "fences never repeat" hold within it. At least `payload_retention_days` and 1."""
     payload_retention_days: int = 30
     """How long a stored payload is kept after its operation ended (the sweeper deletes it)."""
+    fence_epoch: int = 0
+    """The fence epoch (`LEASEFENCE_FENCE_EPOCH`): raise it by one, in the same deploy that points
+    the service at a table restored to a point in time, so that every fence handed out after the
+    restore is above every fence handed out before it (README, "Recovery")."""
 
     # ------------------------------------------------------------------ compute
     tenant_isolation: bool = False
@@ -376,6 +381,7 @@ class LeaseFenceServiceProps:
         for name in ("due_shards", "sweep_shards"):
             _int_in(self, name, 1, MAX_SHARDS)
         _int_in(self, "payload_retention_days", 0, None)
+        _int_in(self, "fence_epoch", 0, MAX_FENCE_EPOCH)
         if self.identity_retention_days is not None:
             _int_in(self, "identity_retention_days", 1, None)
             if self.identity_retention_days < self.payload_retention_days:

@@ -180,6 +180,7 @@ class LeaseFenceService(Construct, ServiceAccess):
             log_hash_secret_arn=self.storage.log_hash_key.secret_arn,
             identity_retention_days=props.identity_retention_days,
             payload_retention_days=props.payload_retention_days,
+            fence_epoch=props.fence_epoch,
             metrics_namespace=self.metrics_namespace,
             powertools_log_level=runtime.powertools_log_level(),
         )

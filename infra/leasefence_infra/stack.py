@@ -143,6 +143,8 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
         props["identity_retention_days"] = (
             None if identity_days == "forever" else int(identity_days)
         )
+    if get("fenceEpoch") is not None:
+        props["fence_epoch"] = int(str(get("fenceEpoch")))
     props["deletion_protection"] = context_bool(get("deletionProtection"), True)
     props["create_encryption_key"] = context_bool(get("customerManagedKey"), False)
     props["tenant_isolation"] = context_bool(get("tenantIsolation"), False)

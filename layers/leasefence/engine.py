@@ -57,6 +57,7 @@ from leasefence.errors import (
     TooManyJobTypes,
     Unavailable,
 )
+from leasefence.limits import FENCE_EPOCH_SPAN, MAX_FENCE_EPOCH
 from leasefence.model import (
     OPERATOR_ACTOR,
     SWEEPER_ACTOR,
@@ -139,14 +140,6 @@ MEMORY_ENTRIES = 10_000
 #: it may (an awaiting operation has no TTL: it must end by itself).
 DEFAULT_APPROVAL_VALID_MS = DAY_MS
 MAX_APPROVAL_VALID_MS = 30 * DAY_MS
-#: Fences of one fence epoch lie in ``[epoch * FENCE_EPOCH_SPAN + 1, (epoch + 1) * FENCE_EPOCH_SPAN]``.
-#: A point-in-time restore rolls the table's fences back, but not what class-B targets saw:
-#: restored into a new table under the next epoch, every claim's fence starts above every fence
-#: handed out before (the first claim of an operation in the new epoch jumps to its floor). No
-#: operation is claimed a billion times, and fences stay below 2**53 (JSON-safe) up to the epoch
-#: :data:`MAX_FENCE_EPOCH`.
-FENCE_EPOCH_SPAN = 1_000_000_000
-MAX_FENCE_EPOCH = (2**53 - 1) // FENCE_EPOCH_SPAN - 1
 #: The outcome codes of the approval gate's ends (``failed_terminal``) and of a cancel.
 OUTCOME_REJECTED = "rejected"
 OUTCOME_APPROVAL_EXPIRED = "approval_expired"

@@ -241,6 +241,25 @@ def test_a_hand_built_table_with_the_schema_passes_the_check() -> None:
     assert schema_mismatches(new_images_only) == ["its stream must carry NEW_AND_OLD_IMAGES, got NEW_IMAGE"]
 
 
+@pytest.mark.parametrize("kind", ["Table", "TableV2"])
+def test_a_replicated_global_table_is_refused(kind: str) -> None:
+    """Two regions of a global table could each claim one operation at the same fence (conditions
+    are checked per region): the check refuses replication, whatever else the table has right."""
+    from aws_cdk import Environment
+
+    from leasefence_infra.table import schema_mismatches
+
+    stack = Stack(App(), "Global", env=Environment(account="111122223333", region="us-east-1"))
+    key = dynamodb.Attribute(name="tenant_id", type=dynamodb.AttributeType.STRING)
+    if kind == "Table":
+        table: Any = dynamodb.Table(stack, "Ops", partition_key=key, replication_regions=["eu-west-1"])
+    else:
+        table = dynamodb.TableV2(stack, "Ops", partition_key=key,
+                                 replicas=[dynamodb.ReplicaTableProps(region="eu-west-1")])
+    assert [p for p in schema_mismatches(table) if p.startswith("it is replicated (a global table)")]
+    assert not [p for p in schema_mismatches(LeaseFenceTable(stack, "Single")) if "replicated" in p]
+
+
 def test_a_non_jwt_authorizer_is_refused(prebuilt_layer: Path) -> None:
     stack = Stack(App(), "IamAuth")
     with pytest.raises(ValueError, match="authorizer must be a JWT authorizer .* not AWS_IAM"):

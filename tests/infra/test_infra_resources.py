@@ -76,6 +76,7 @@ EXPECTED_ENV = {
     "LEASEFENCE_LOG_HASH_KEY_PARAM",
     "LEASEFENCE_IDENTITY_RETENTION_DAYS",
     "LEASEFENCE_PAYLOAD_RETENTION_DAYS",
+    "LEASEFENCE_FENCE_EPOCH",
     "POWERTOOLS_SERVICE_NAME",
     "POWERTOOLS_METRICS_NAMESPACE",
     "POWERTOOLS_LOG_LEVEL",
@@ -236,6 +237,7 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
         assert env["LEASEFENCE_DUE_SHARDS"] == str(svc.props.due_shards)
         assert env["LEASEFENCE_SWEEP_SHARDS"] == str(svc.props.sweep_shards)
         assert env["LEASEFENCE_PAYLOAD_RETENTION_DAYS"] == str(svc.props.payload_retention_days)
+        assert env["LEASEFENCE_FENCE_EPOCH"] == str(svc.props.fence_epoch)
         assert env["LEASEFENCE_IDENTITY_RETENTION_DAYS"] == (
             "forever" if svc.props.identity_retention_days is None else str(svc.props.identity_retention_days))
         assert env["POWERTOOLS_SERVICE_NAME"] == "leasefence"
