@@ -30,6 +30,8 @@ $(STAMP): pyproject.toml $(LOCK)
 	@$(MAKE_VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c $(LOCK) -e '.[dev]'
+	@# The core layer's aarch64 wheels into the wheel cache, so that make synth works offline.
+	$(BIN)/python -c 'from leasefence_infra.bundling import fetch_wheels; fetch_wheels()'
 	@touch $(STAMP)
 
 $(NODE_STAMP): package.json package-lock.json

@@ -4,10 +4,12 @@ Triggered by an event source mapping on the operations table's stream, filtered 
 and deletions (:func:`leasefence.streams.filters.publisher_filters`). Each record is written to
 the operation's history (idempotent: a record delivered again changes nothing) and, for the
 transitions an upstream service cares about, published to the EventBridge bus named in
-``LEASEFENCE_EVENT_BUS`` (:mod:`leasefence.streams.events`; unset: history only). A partial batch
-response (Powertools batch utility) reports a record that failed by its sequence number: the
-mapping retries from there and sends what still fails to its on-failure destination, so one bad
-record never blocks its shard. See :mod:`leasefence.streams.publisher`.
+``LEASEFENCE_EVENT_BUS`` (:mod:`leasefence.streams.events`; unset: history only). The batch is
+processed in stream order and stops at the first record that fails: that record and every later
+one are reported in the partial batch response (Powertools batch utility), so the mapping
+delivers them again from the failed one and an operation's history and events never skip ahead
+of it. What still fails after the mapping's retries goes whole to its on-failure destination (an
+S3 bucket: ``leasefence publisher redrive`` replays it). See :mod:`leasefence.streams.publisher`.
 
 :data:`FIRST_EVENT_IMPORTS`: what the first batch imports (the engine's store, boto3 with it, the
 publisher and Powertools' batch utility); with SnapStart they are imported before the snapshot
@@ -54,4 +56,4 @@ def _publisher():
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics(raise_on_empty_metrics=False)
 def lambda_handler(event, context):
-    return process_records(event, context, _publisher().handle)
+    return process_records(event, context, _publisher().handle, ordered=True)

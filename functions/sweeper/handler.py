@@ -8,12 +8,18 @@ early when less than a safety margin of the invocation's time is left. Every par
 conditional write, so overlapping runs (a slow run and the next tick) cannot both act.
 ``Engine.purge_payloads`` then runs the same way (same batch size and limits, the time that is
 left): each deletion is pinned to the purge time it acted on, so overlapping runs are harmless.
+``Engine.clear_ttls`` then runs the same way: once the identity retention is forever, it removes
+the TTLs that ended identities got while it was a window (bounded pages of a table scan, resumable
+from the progress it keeps; one read per run when there is nothing to clear).
 
-It publishes ``OldestUnknownAgeSeconds`` (one ``Limit=1`` query per shard of the sparse
-``parked`` index: how long the oldest ``unknown`` operation has waited for an operator) and
+It publishes ``OldestUnknownAgeSeconds`` (one small query per shard of the sparse ``parked``
+index: how long the oldest ``unknown`` operation has waited for an operator) and
 ``OldestDueAgeSeconds`` (how long the oldest due operation of any tenant and job type has waited
-to be claimed: due work that no worker serves shows here). ``SweptToUnknown`` and
-``PayloadsPurged`` are counted by the engine; the answer reports this run's counts.
+to be claimed: due work that no worker serves shows here; each run reads a bounded slice of the
+tenants and resumes where the last one stopped, so every tenant is visited over successive runs:
+:meth:`~leasefence.engine.Engine.oldest_due_age_ms`). Shadow tenants are in neither figure.
+``SweptToUnknown`` and ``PayloadsPurged`` are counted by the engine; the answer reports this
+run's counts.
 
 :data:`FIRST_EVENT_IMPORTS`: what the first run imports (the engine and the payload store, boto3
 with them); with SnapStart they are imported before the snapshot
@@ -94,6 +100,31 @@ def purge(
     return {**totals, "purge_stopped": stopped}
 
 
+def clear_ttls(
+    engine: Engine, batch: int, max_batches: int, remaining_ms: Callable[[], int]
+) -> dict[str, int | str]:
+    """Run ``engine.clear_ttls`` in bounded pages while a pass is under way, like :func:`purge`
+    (nothing to do, and one read, when the identity retention is a window or the clearing is
+    done). An unreachable store stops this run's clearing; the next run resumes it."""
+    totals: dict[str, int | str] = {"ttl_pages": 0, "ttls_cleared": 0, "ttl_state": "window"}
+    pages = cleared = 0
+    while pages < max_batches and remaining_ms() >= SAFETY_MARGIN_MS:
+        try:
+            result = engine.clear_ttls(limit=batch)
+        except Unavailable:
+            logger.warning("TTL clearing stopped: store unavailable; the next run resumes it")
+            break
+        totals["ttl_state"] = result.state
+        if not result.examined:
+            break  # nothing to clear, or the pass is waiting, or done
+        pages += 1
+        cleared += result.cleared
+        if result.state != "clearing":
+            break
+    totals.update(ttl_pages=pages, ttls_cleared=cleared)
+    return totals
+
+
 @logger.inject_lambda_context(log_event=False, clear_state=True)
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics(raise_on_empty_metrics=False)
@@ -110,6 +141,14 @@ def lambda_handler(event, context):
     )
     totals.update(
         purge(
+            rt.engine,
+            batch=settings.sweep_batch,
+            max_batches=settings.sweep_max_batches,
+            remaining_ms=remaining,
+        )
+    )
+    totals.update(
+        clear_ttls(
             rt.engine,
             batch=settings.sweep_batch,
             max_batches=settings.sweep_max_batches,

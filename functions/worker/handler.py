@@ -77,9 +77,10 @@ def build_worker():
         raise ValueError(
             f"{ENVIRONMENT['worker_tenants']} must name at least one tenant (comma separated)"
         )
-    # The backend loads payloads with Engine.payload: PayloadMissing (purged, erased, unreadable)
-    # is raised, never None, and the runtime quarantines the operation instead of running the
-    # handler without its input.
+    # The backend loads payloads with Engine.payload: PayloadMissing (purged, erased, the object
+    # gone) is raised, never None, and the runtime quarantines the operation instead of running
+    # the handler without its input. A payload store that refuses access (a role, bucket policy
+    # or KMS key fault) is Unavailable instead: no quarantine, no fail write, PayloadAccessDenied.
     return Worker(
         EngineBackend(rt.engine, settings.worker_tenants),
         load_handlers(settings.worker_handlers),

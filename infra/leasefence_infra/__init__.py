@@ -5,6 +5,7 @@ core layer's sources ship inside the installed packages. cdk-nag is optional (``
 the service's acknowledgments (each with its reason) apply to ``AwsSolutionsChecks``.
 """
 
+from .access import ImportedLeaseFenceService
 from .bundling import LayerBundlingError, LocalLayerBundler, core_layer_code, package_layer_code
 from .contract import ROUTES, SCOPE_APPROVE, SCOPE_OPERATE, SCOPE_PRODUCE, SCOPE_WORK
 from .props import LeaseFenceServiceProps
@@ -20,6 +21,7 @@ __all__ = [
     "SCOPE_PRODUCE",
     "SCOPE_WORK",
     "ContextError",
+    "ImportedLeaseFenceService",
     "LayerBundlingError",
     "LeaseFenceService",
     "LeaseFenceServiceProps",

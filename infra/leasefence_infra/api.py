@@ -1,5 +1,6 @@
 """The HTTP API of a ``LeaseFenceService``: the API function (every route), its JWT authorizer,
-one authorization scope per route exactly as the public contract lists, ``GET /v1/health`` open,
+the authorization scope the public contract gives each route (and the approve scope on the three
+reads an approver needs: :data:`.contract.ALSO_SCOPES`), ``GET /v1/health`` open,
 JSON access logs, default-stage throttling, and the optional tenant-scoped role."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from leasefence import keys
 from leasefence.engine import CLAIM_RETRY_BUDGET_MS
 from leasefence.settings import STORE_CALL_WORST_S
 
-from .contract import ROUTES
+from .contract import ALSO_SCOPES, ROUTES
 from .function import FunctionRuntime, ServiceFunction
 from .nag import acknowledge
 from .storage import Storage
@@ -180,7 +181,9 @@ class Api(Construct):
                 methods=[apigw.HttpMethod(method)],
                 integration=integration,
                 authorizer=authorizer if route_scope else apigw.HttpNoneAuthorizer(),
-                authorization_scopes=[route_scope] if route_scope else None,
+                authorization_scopes=[route_scope, *ALSO_SCOPES.get((method, path), ())]
+                if route_scope
+                else None,
             )
             self.routes[(method, path)] = route
             if route_scope is None:

@@ -5,6 +5,11 @@ resource backed by a small function that declares the listed entries with the en
 The function may only read and conditionally update items of the listed tenants
 (``dynamodb:LeadingKeys``): their catalogue entries and settings. No index, no delete, no other
 tenant. CloudFormation invokes it with the deploying role's credentials (no resource policy).
+
+CloudFormation always gets an answer: the handler imports ``leasefence`` inside its ``try`` and
+answers FAILED before its own timeout (``functions/catalogue/handler.py``), and the custom
+resource's ``ServiceTimeout`` (:data:`SERVICE_TIMEOUT`, not CloudFormation's default hour) fails
+the deploy when the function never answers at all (never started, throttled, its code missing).
 """
 
 from __future__ import annotations
@@ -26,6 +31,11 @@ CATALOGUE_HANDLER = "catalogue.handler.lambda_handler"
 #: partition), read and set its strict mode.
 CATALOGUE_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query")
 RESOURCE_TYPE = "Custom::LeaseFenceJobTypes"
+#: The function's timeout; its handler answers FAILED 35 s before it when the work hangs.
+FUNCTION_TIMEOUT = Duration.minutes(2)
+#: How long CloudFormation waits for an answer (default: one hour): two attempts of the function
+#: (Lambda retries a failed asynchronous invocation once a minute or so) and a margin.
+SERVICE_TIMEOUT = Duration.minutes(6)
 
 
 class InitialCatalogue(Construct):
@@ -51,7 +61,7 @@ class InitialCatalogue(Construct):
             description="leasefence initial job-type catalogue (custom resource)",
             environment=environment,
             memory_mb=256,
-            timeout=Duration.minutes(2),
+            timeout=FUNCTION_TIMEOUT,
         )
         self.function.role.add_to_principal_policy(
             iam.PolicyStatement(
@@ -69,6 +79,7 @@ class InitialCatalogue(Construct):
             "JobTypes",
             service_token=self.function.target.function_arn,
             resource_type=RESOURCE_TYPE,
+            service_timeout=SERVICE_TIMEOUT,
             # A change of the prop is a change of this property: CloudFormation sends an Update.
             properties={
                 "Catalogues": json.dumps(catalogues, sort_keys=True, separators=(",", ":"))

@@ -1,4 +1,4 @@
-"""The public API contract as the HTTP API deploys it: routes and their one scope each."""
+"""The public API contract as the HTTP API deploys it: routes and their scopes."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ SCOPE_WORK = "leasefence/work"
 SCOPE_OPERATE = "leasefence/operate"
 #: Approve or reject an operation awaiting approval (docs/api-contract-extensions.md).
 SCOPE_APPROVE = "leasefence/approve"
+#: Shadow mode: a token for a ``shadow:<tenant>`` tenant is refused without it (no route of its
+#: own: the API function checks it; docs/api-contract-extensions.md).
+SCOPE_SHADOW = "leasefence/shadow"
 #: Resource server identifier of the optional Cognito user pool (scopes ``<id>/<name>``).
 RESOURCE_SERVER_ID = "leasefence"
 
@@ -40,3 +43,13 @@ ROUTES: tuple[tuple[str, str, str | None], ...] = (
     ("POST", "/v1/operations/{id}/reject", SCOPE_APPROVE),
     ("POST", "/v1/operations/{id}/cancel", SCOPE_PRODUCE),
 )
+
+#: Routes that other scopes open too (a token needs any one of the route's scopes, as API
+#: Gateway checks them): an approver (``leasefence/approve``) reads the operations it approves,
+#: their payloads and their histories; the API function limits it to operations that went
+#: through the approval gate. A test keeps it equal to the API function's own table.
+ALSO_SCOPES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("GET", "/v1/operations/{id}"): (SCOPE_APPROVE,),
+    ("GET", "/v1/operations/{id}/payload"): (SCOPE_APPROVE,),
+    ("GET", "/v1/operations/{id}/history"): (SCOPE_APPROVE,),
+}

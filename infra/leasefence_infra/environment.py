@@ -11,6 +11,7 @@ SHARED_ENV = (
     "LEASEFENCE_LOG_HASH_KEY_PARAM",
     "LEASEFENCE_IDENTITY_RETENTION_DAYS",
     "LEASEFENCE_PAYLOAD_RETENTION_DAYS",
+    "LEASEFENCE_FENCE_EPOCH",
     "POWERTOOLS_SERVICE_NAME",
     "POWERTOOLS_METRICS_NAMESPACE",
     "POWERTOOLS_LOG_LEVEL",
@@ -44,6 +45,7 @@ def shared_environment(
     log_hash_secret_arn: str,
     identity_retention_days: int | None,
     payload_retention_days: int,
+    fence_epoch: int,
     metrics_namespace: str,
     powertools_log_level: str,
 ) -> dict[str, str]:
@@ -60,6 +62,7 @@ def shared_environment(
             "forever" if identity_retention_days is None else str(identity_retention_days)
         ),
         "LEASEFENCE_PAYLOAD_RETENTION_DAYS": str(payload_retention_days),
+        "LEASEFENCE_FENCE_EPOCH": str(fence_epoch),
         "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
         "POWERTOOLS_METRICS_NAMESPACE": metrics_namespace,
         "POWERTOOLS_LOG_LEVEL": powertools_log_level,

@@ -3,17 +3,21 @@
 Every function runs Python 3.12 on arm64 with X-Ray, JSON logs in its own log group, and one log
 level that drives both Powertools and Lambda's log filtering. With SnapStart
 (``FunctionRuntime.snap_start``) a function that runs the core layer publishes a version on each
-deploy and the alias :data:`LIVE_ALIAS` points at it; everything that invokes it (the API
-integration, the stream mappings, the schedules) invokes :attr:`ServiceFunction.target`, the
-alias, and its asynchronous settings (retries, on-failure queue) are the alias's.
+deploy that changes its code, its configuration or any of its layers (:func:`layers_fingerprint`,
+whatever the app's feature flags) and the alias :data:`LIVE_ALIAS` points at it; everything that
+invokes it (the API integration, the stream mappings, the schedules) invokes
+:attr:`ServiceFunction.target`, the alias, and its asynchronous settings (retries, on-failure
+queue) are the alias's.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from aws_cdk import Annotations, Duration, RemovalPolicy
+from aws_cdk import Annotations, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_destinations as destinations
@@ -25,7 +29,8 @@ from .nag import acknowledge
 from .versions import powertools_layer_parameter
 
 #: Public SSM parameter naming the AWS-managed Powertools layer (arm64, py3.12) of the locked
-#: aws-lambda-powertools version (``versions.py``; ``powertools_layer_parameter("3.x.y")`` for another).
+#: aws-lambda-powertools version (``versions.py``; ``powertools_layer_parameter("3.x.y")`` for another),
+#: used with ``powertools_layer="managed"`` only (:mod:`.powertools`).
 POWERTOOLS_LAYER_PARAMETER = powertools_layer_parameter()
 
 #: One ``log_level`` drives Powertools (POWERTOOLS_LOG_LEVEL) and Lambda's JSON log filtering
@@ -44,16 +49,17 @@ LOG_LEVELS: dict[str, tuple[str, lambda_.ApplicationLogLevel, lambda_.SystemLogL
 LIVE_ALIAS = "live"
 
 _PINNED_RUNTIME_REASON = (
-    "Pinned to python3.12 on purpose: the AWS-managed Powertools layer is resolved from "
-    f"{POWERTOOLS_LAYER_PARAMETER} and the core layer is built for cp312; moving runtimes is a "
-    "deliberate change of both."
+    "Pinned to python3.12 on purpose: the core layer (with Powertools and pydantic) is built "
+    f"for cp312, and so is the AWS-managed Powertools layer of {POWERTOOLS_LAYER_PARAMETER} when "
+    "chosen; moving runtimes is a deliberate change of both."
 )
 
 
 @dataclass(frozen=True)
 class FunctionRuntime:
-    """What every function of one service shares: the handlers' code asset, the layers (core +
-    Powertools), the log level, and the retention and removal policy of its log group."""
+    """What every function of one service shares: the handlers' code asset, the layers (core,
+    with Powertools unless it comes from its own layer), the log level, and the retention and
+    removal policy of its log group."""
 
     code: lambda_.Code
     layers: tuple[lambda_.ILayerVersion, ...]
@@ -65,6 +71,29 @@ class FunctionRuntime:
 
     def powertools_log_level(self) -> str:
         return LOG_LEVELS[self.log_level][0]
+
+
+def layers_fingerprint(layers: Sequence[lambda_.ILayerVersion]) -> str:
+    """A digest of what the layers are: the content (asset hash), runtimes and description of
+    each layer built in this app, the ARN (or the token naming it) of each imported one."""
+    described = []
+    for layer in layers:
+        cfn = layer.node.default_child
+        stack = Stack.of(layer)
+        if isinstance(cfn, lambda_.CfnLayerVersion):
+            described.append(
+                stack.resolve(
+                    {
+                        "content": cfn.content,
+                        "runtimes": cfn.compatible_runtimes,
+                        "architectures": cfn.compatible_architectures,
+                        "description": cfn.description,
+                    }
+                )
+            )
+        else:
+            described.append(stack.resolve(layer.layer_version_arn))
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
 
 
 class ServiceFunction(Construct):
@@ -146,6 +175,12 @@ class ServiceFunction(Construct):
         )
         self.alias: lambda_.Alias | None = None
         if snap_start:
+            # A new version whenever a layer changes, whatever the app's feature flags: without
+            # @aws-cdk/aws-lambda:recognizeLayerVersion CDK hashes only the function's own
+            # properties, whose Layers (a Ref to the layer's logical id) do not change with the
+            # layer's content, so a new core layer would publish no version and `live` would keep
+            # the old engine.
+            self.function.invalidate_version_based_on(layers_fingerprint(layers))
             # CDK warns on every SnapStart function that $LATEST is not snapshotted; this one
             # publishes its version and is only invoked through the alias.
             Annotations.of(self.function).acknowledge_warning(

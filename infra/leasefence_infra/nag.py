@@ -8,7 +8,7 @@ nothing to acknowledge to, and :func:`acknowledge` does nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aws_cdk import Stack
@@ -28,17 +28,18 @@ def acknowledge(
     construct: IConstruct,
     rule: str,
     reason: str,
-    applies_to: Sequence[str] | None = None,
+    applies_to: Sequence[str | Mapping[str, str]] | None = None,
     children: bool = True,
 ) -> None:
-    """One cdk-nag acknowledgment (``AwsSolutions-...``), always with its reason."""
+    """One cdk-nag acknowledgment (``AwsSolutions-...``), always with its reason. An
+    ``applies_to`` entry is a finding's text, or ``{"regex": "/.../"}`` (:func:`finding_pattern`)."""
     if not reason.strip():
         raise ValueError(f"{rule}: an acknowledgment needs a reason")
     if NagSuppressions is None:
         return
     suppression: dict[str, object] = {"id": rule, "reason": reason}
     if applies_to:
-        suppression["appliesTo"] = list(applies_to)
+        suppression["appliesTo"] = [dict(a) if isinstance(a, Mapping) else a for a in applies_to]
     NagSuppressions.add_resource_suppressions(construct, [suppression], apply_to_children=children)
 
 
@@ -68,3 +69,11 @@ def _flatten(node: Any) -> str:
         if "Ref" in node:
             return f"<{_flatten(node['Ref'])}>"
     return json.dumps(node, separators=(",", ":"))
+
+
+def finding_pattern(resource_suffix: str) -> dict[str, str]:
+    """``{"regex": ...}`` for the ``applies_to`` of a ``Resource::`` finding that ends with
+    ``resource_suffix``, whatever comes before it: for a grant whose resource another stack
+    renders (an ``Fn::ImportValue`` there, a ``Ref`` here)."""
+    escaped = "".join("\\" + c if c in "/*.^$?+()[]{}|\\" else c for c in resource_suffix)
+    return {"regex": f"/^Resource::.*{escaped}$/"}

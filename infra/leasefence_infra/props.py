@@ -26,15 +26,19 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
 
 from leasefence import schema
+from leasefence.keys import is_shadow_tenant
+from leasefence.limits import MAX_FENCE_EPOCH
 
 from .alarm_topic import refuse_unusable_topic
 from .function import LOG_LEVELS
+from .powertools import check_choice as check_powertools_layer
 from .stream import NO_STREAM_MESSAGE
 from .worker_props import WorkerProps, validate_worker
 
 _NAMESPACE_RE = re.compile(r"^[0-9A-Za-z._/#: -]{1,255}$")
 _DOMAIN_PREFIX_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _TAG_RE = re.compile(r"^[\w\s.:/=+\-@]*$")
+_TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
 MAX_SHARDS = 100
 
 
@@ -56,8 +60,8 @@ class LeaseFenceServiceProps:
     synthesis refuses any other kind)."""
     create_user_pool: bool = False
     """Create a Cognito user pool (resource server `leasefence`, scopes `produce`, `work`,
-    `operate`, `approve`, one client-credentials app client with all but `approve`) and use it as
-    the issuer."""
+    `operate`, `approve`, `shadow`, one client-credentials app client with `produce`, `work`,
+    `operate`) and use it as the issuer."""
     user_pool_domain_prefix: str | None = None
     """Cognito domain prefix of the created pool (its token endpoint); required with
     `create_user_pool`, globally unique per region."""
@@ -67,6 +71,16 @@ class LeaseFenceServiceProps:
     client_tenants: Mapping[str, str] = field(default_factory=dict)
     """Shipped trigger only: app client id -> tenant for client-credentials tokens
     (`LEASEFENCE_CLIENT_TENANTS`)."""
+    service_client_tenant: str | None = None
+    """Shipped trigger only: the tenant of the pool's own app client (its client-credentials
+    tokens get this `tenant_id`; its id is handed to the trigger through an SSM parameter).
+    Without it that client's tokens carry no tenant and the API answers 401 (synth warns)."""
+
+    iam_tenant: str | None = None
+    """Also deploy an HTTP API for callers inside AWS, authorized by IAM (SigV4): every route
+    under its scope's name (`/produce/v1/operations`, `/work/v1/claims`, ...), each request
+    acting for this one tenant with the scope its prefix names. Grant callers with
+    `grant_enqueue`, `grant_work`, `grant_operate`, `grant_approve` (see IAM callers)."""
 
     # ------------------------------------------------------------------ data
     table: dynamodb.ITable | None = None
@@ -75,7 +89,9 @@ class LeaseFenceServiceProps:
     synth (its stream included: new and old images); an imported one must have been created with
     it and be imported with its `table_stream_arn`."""
     table_name: str | None = None
-    """Fixed name of the created table (default: generated, so two stacks never collide)."""
+    """Fixed name of the created table (default: generated, so two stacks never collide). Set it
+    at the first deploy only: changing it later (or setting it on a deployed stack) replaces the
+    table with a new, empty one (the stack policy of `leasefence_infra.stateful` refuses that)."""
     deletion_protection: bool = True
     """DynamoDB deletion protection of the created table."""
     payload_bucket: s3.IBucket | None = None
@@ -101,6 +117,10 @@ class LeaseFenceServiceProps:
     "fences never repeat" hold within it. At least `payload_retention_days` and 1."""
     payload_retention_days: int = 30
     """How long a stored payload is kept after its operation ended (the sweeper deletes it)."""
+    fence_epoch: int = 0
+    """The fence epoch (`LEASEFENCE_FENCE_EPOCH`): raise it by one, in the same deploy that points
+    the service at a table restored to a point in time, so that every fence handed out after the
+    restore is above every fence handed out before it (README, "Recovery")."""
 
     # ------------------------------------------------------------------ compute
     tenant_isolation: bool = False
@@ -112,8 +132,10 @@ class LeaseFenceServiceProps:
     """`DEBUG`, `INFO`, `WARNING`, `ERROR` or `CRITICAL`: `POWERTOOLS_LOG_LEVEL` and Lambda's
     application/system log level (JSON log format) of every function."""
     metrics_namespace: str | None = None
-    """EMF namespace of the functions, alarms and dashboard; default `LeaseFence/<stack name>`,
-    so two deployments in one account never share alarms."""
+    """EMF namespace of the functions, alarms and dashboard; default `LeaseFence/<stack
+    name>/<the service's path below the stack>` (e.g. `LeaseFence/LeaseFence/LeaseFence` for the
+    example app), so two services, in one stack or one account, never share alarms; two services
+    of one stack given the same one are refused at synth."""
     api_memory_mb: int = 1024
     """Memory of the API function (128-10240)."""
     sweeper_memory_mb: int = 512
@@ -126,7 +148,14 @@ class LeaseFenceServiceProps:
     the snapshot's cache and each restore (Lambda pricing)."""
     core_layer: lambda_.Code | None = None
     """A pre-built core layer `Code` (default: `core_layer_code()`, built locally with pip at
-    synth, no Docker)."""
+    synth, no Docker). With `powertools_layer="bundled"` it must hold Powertools and what it needs
+    too (`bundling.LAYER_DISTRIBUTIONS`)."""
+    powertools_layer: str = "bundled"
+    """Where Powertools (with pydantic, fastjsonschema and the X-Ray SDK) comes from: `bundled`
+    in the core layer at the locked versions, in every region; `managed`: the AWS-managed
+    Powertools layer of the locked release, from its public SSM parameter (synthesis refuses a
+    region where Powertools publishes none, e.g. me-central-1, me-south-1, ap-east-2, GovCloud,
+    China; a region-agnostic stack gets a warning); or a layer version ARN in the stack's region."""
     worker: WorkerProps | None = None
     """`WorkerProps(...)`: deploy the worker function that runs your job handlers (see Worker);
     default: no worker."""
@@ -279,6 +308,20 @@ class LeaseFenceServiceProps:
             for name in ("user_pool_domain_prefix", "pre_token_generation"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"{name} needs create_user_pool=True")
+        if self.service_client_tenant is not None:
+            if not self.create_user_pool or self.pre_token_generation is not None:
+                raise ValueError(
+                    "service_client_tenant configures the shipped pre token generation trigger: "
+                    "it needs create_user_pool=True and no pre_token_generation of your own"
+                )
+            _tenant_id("service_client_tenant", self.service_client_tenant)
+        if self.iam_tenant is not None:
+            _tenant_id("iam_tenant", self.iam_tenant)
+            if is_shadow_tenant(self.iam_tenant):
+                raise ValueError(
+                    f"iam_tenant {self.iam_tenant!r} is a shadow tenant: shadow mode needs the "
+                    "shadow scope, which the IAM API never grants"
+                )
         if self.client_tenants:
             if not self.create_user_pool or self.pre_token_generation is not None:
                 raise ValueError(
@@ -308,6 +351,11 @@ class LeaseFenceServiceProps:
                     "table_name and deletion_protection configure the table the service "
                     "creates; set them on the table you bring"
                 )
+        name = self.table_name
+        if name is not None and not Token.is_unresolved(name) and not _TABLE_NAME_RE.match(name):
+            raise ValueError(
+                f"table_name {name!r} is not a DynamoDB table name (3-255 of A-Z a-z 0-9 _ . -)"
+            )
         if self.payload_bucket is not None:
             _require(self.payload_bucket, "bucket_arn", "payload_bucket", "an aws_s3.IBucket")
             if self.server_access_logs_bucket is not None:
@@ -333,6 +381,7 @@ class LeaseFenceServiceProps:
         for name in ("due_shards", "sweep_shards"):
             _int_in(self, name, 1, MAX_SHARDS)
         _int_in(self, "payload_retention_days", 0, None)
+        _int_in(self, "fence_epoch", 0, MAX_FENCE_EPOCH)
         if self.identity_retention_days is not None:
             _int_in(self, "identity_retention_days", 1, None)
             if self.identity_retention_days < self.payload_retention_days:
@@ -362,6 +411,7 @@ class LeaseFenceServiceProps:
             _int_in(self, name, 128, 10240)
         if self.core_layer is not None and not isinstance(self.core_layer, lambda_.Code):
             raise TypeError("core_layer must be an aws_lambda.Code (e.g. core_layer_code(...))")
+        check_powertools_layer(self.powertools_layer)
         if self.worker is not None:
             validate_worker(self.worker)
         from leasefence.catalogue import parse_document
@@ -425,6 +475,20 @@ class LeaseFenceServiceProps:
                     f"tag {key!r}={value!r}: keys 1-128 and values up to 256 characters of "
                     "letters, digits, spaces and _ . : / = + - @; keys may not start with aws:"
                 )
+
+
+def _tenant_id(name: str, value: Any) -> None:
+    from leasefence.engine import validate_id
+    from leasefence.errors import InvalidInput
+
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a tenant id (a string), got {type(value).__name__}")
+    try:
+        validate_id("tenant_id", value)
+    except InvalidInput as error:
+        raise ValueError(f"{name}: {error.message}") from None
+    if value != value.strip():
+        raise ValueError(f"{name}: {value!r} has leading or trailing whitespace")
 
 
 def _require(value: Any, attribute: str, name: str, what: str) -> None:

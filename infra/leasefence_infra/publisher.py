@@ -2,10 +2,17 @@
 
 The publisher function (``functions/publisher``) reads every transition (and every deletion of an
 operation item) through its event source mapping (:func:`leasefence.streams.mappings.publisher`:
-batch 100, no batching window, parallelization 4, 10 retries, bisected, then its on-failure
-queue), appends the history entry next to the operation (idempotent by ``seq``) and publishes the
-outcome events an upstream service cares about to the EventBridge bus: the one you bring
-(``event_bus``) or one it creates. Event schema: ``docs/events/operation-event.v1.schema.json``.
+starting at ``TRIM_HORIZON``, batch 100, no batching window, parallelization 4, 10 retries,
+bisected, then its on-failure bucket), records the history entry next to the operation (placed by
+``seq``: idempotent, a late one inserted) and publishes the outcome events an upstream service
+cares about to the EventBridge bus: the one you bring (``event_bus``) or one it creates. Event
+schema: ``docs/events/operation-event.v1.schema.json``.
+
+A batch the mapping gives up on after its retries is kept whole: the on-failure destination is an
+S3 bucket (``FailedBatches``), where Lambda writes the invocation record with the records
+themselves (an SQS destination would get only their shard and sequence numbers, and the stream
+drops the records after 24 hours). Each write is alarmed (S3 request metrics, ``PutRequests``);
+``leasefence publisher redrive --bucket <PublisherFailuresBucketName>`` replays and deletes them.
 
 A function rather than EventBridge Pipes: history needs a conditional write per record anyway, and
 one reader of the stream does both (DynamoDB Streams serves two readers per shard without
@@ -16,8 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aws_cdk import Duration
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_events as events
+from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from leasefence.streams import mappings
@@ -25,7 +34,7 @@ from leasefence.streams import mappings
 from .environment import PUBLISHER_ENV
 from .function import FunctionRuntime, ServiceFunction
 from .storage import Storage
-from .stream import stream_failure_queue, subscribe
+from .stream import failed_batches_metric, stream_failure_bucket, subscribe
 
 PUBLISHER_HANDLER = "publisher.handler.lambda_handler"
 #: History items (one per operation, next to it in the table): the first entry (put), appends and
@@ -38,8 +47,8 @@ PUBLISHER_MEMORY_MB = 256
 
 
 class Publisher(Construct):
-    """``Function`` (its own role), its stream ``Mapping`` and on-failure queue ``Failures``, and
-    the ``Bus`` unless one is brought (``event_bus``)."""
+    """``Function`` (its own role), its stream ``Mapping`` and on-failure bucket
+    ``FailedBatches``, and the ``Bus`` unless one is brought (``event_bus``)."""
 
     def __init__(
         self,
@@ -50,6 +59,8 @@ class Publisher(Construct):
         storage: Storage,
         environment: Mapping[str, str],
         event_bus: events.IEventBus | None,
+        access_logs: s3.IBucket | None = None,
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
         super().__init__(scope, construct_id)
         #: Where outcome events go (created, or the one you brought).
@@ -57,8 +68,14 @@ class Publisher(Construct):
             self, "Bus", description="leasefence outcome events (source leasefence)"
         )
         self.mapping = mappings.publisher()
-        self.failure_queue = stream_failure_queue(
-            self, "Failures", what="publisher", key=storage.encryption_key
+        #: The mapping's on-failure destination: batches given up on, kept whole until redriven.
+        self.failure_bucket = stream_failure_bucket(
+            self,
+            "FailedBatches",
+            what="publisher",
+            key=storage.encryption_key,
+            access_logs=access_logs,
+            removal_policy=removal_policy,
         )
         self.function = ServiceFunction(
             self,
@@ -84,5 +101,9 @@ class Publisher(Construct):
             function=self.function,
             table=storage.table,
             mapping=self.mapping,
-            failure_queue=self.failure_queue,
+            failure_bucket=self.failure_bucket,
         )
+
+    def metric_failed_batches(self, period: Duration, label: str | None = None) -> cw.Metric:
+        """Batches the mapping gave up on after its retries (objects written to its bucket)."""
+        return failed_batches_metric(self.failure_bucket, period, label)

@@ -9,8 +9,10 @@ It composes one construct per concern (see ``infra/README.md`` for the why):
 * ``Storage`` (:mod:`~leasefence_infra.storage`): the operations table (:class:`LeaseFenceTable`,
   from :mod:`leasefence.schema`) and the payload bucket - both created unless you bring your own -
   the log-hash secret and the optional customer-managed key;
-* ``CoreLayer`` (``layers/leasefence`` + ``rfc8785``, built locally without Docker) and the
-  AWS-managed Powertools layer, resolved at deploy time from its public SSM parameter;
+* ``CoreLayer`` (``layers/leasefence`` + ``rfc8785`` + Powertools with pydantic, fastjsonschema
+  and the X-Ray SDK at their locked versions, built locally without Docker); with
+  ``powertools_layer="managed"`` Powertools comes from the AWS-managed layer instead (see
+  :mod:`~leasefence_infra.powertools`);
 * ``UserPool`` (:mod:`~leasefence_infra.user_pool`, ``create_user_pool=True`` only);
 * ``Api`` (:mod:`~leasefence_infra.api`): the API function and the HTTP API with its JWT authorizer;
 * ``Sweeper`` (:mod:`~leasefence_infra.sweeper`): the sweeper function and its schedule;
@@ -33,6 +35,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import jsii
 from aws_cdk import Stack, Tags
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_apigatewayv2_authorizers as authorizers
@@ -43,17 +46,23 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
-from aws_cdk import aws_ssm as ssm
-from constructs import Construct
+from constructs import Construct, IValidation
 
+from .access import IamApi, ImportedLeaseFenceService, ServiceAccess
 from .api import Api
 from .assets import functions_code
-from .bundling import core_layer_code
+from .bundling import (
+    LAYER_REQUIREMENTS,
+    SLIM_LAYER_REQUIREMENTS,
+    core_layer_code,
+    layer_description,
+)
 from .catalogue import InitialCatalogue
 from .dispatch import StreamDispatch
 from .environment import shared_environment
-from .function import POWERTOOLS_LAYER_PARAMETER, FunctionRuntime
-from .monitoring import NAMESPACE, Monitoring
+from .function import FunctionRuntime
+from .monitoring import Monitoring, default_metrics_namespace
+from .powertools import is_bundled, powertools_layer
 from .props import LeaseFenceServiceProps
 from .publisher import Publisher
 from .storage import Storage
@@ -67,7 +76,32 @@ COMPONENT_TAG = "leasefence:component"
 _TAG_VALUE_UNSAFE = re.compile(r"[^\w\s.:/=+\-@]")
 
 
-class LeaseFenceService(Construct):
+@jsii.implements(IValidation)
+class _OwnNamespace:
+    """At synth: no other service in the stack uses this service's metrics namespace (their
+    metrics would mix, and each one's alarms would fire on the other's)."""
+
+    def __init__(self, service: LeaseFenceService) -> None:
+        self._service = service
+
+    def validate(self) -> list[str]:
+        service = self._service
+        others = [
+            c.node.path
+            for c in Stack.of(service).node.find_all()
+            if isinstance(c, LeaseFenceService)
+            and c is not service
+            and c.metrics_namespace == service.metrics_namespace
+        ]
+        if not others:
+            return []
+        return [
+            f"{service.node.path} and {', '.join(others)} share the metrics namespace "
+            f"{service.metrics_namespace!r}: give each service its own metrics_namespace"
+        ]
+
+
+class LeaseFenceService(Construct, ServiceAccess):
     """The leasefence service: table, bucket, functions, HTTP API, schedules, stream consumers,
     event bus, monitoring.
 
@@ -89,9 +123,10 @@ class LeaseFenceService(Construct):
         props = LeaseFenceServiceProps.of(props, **overrides)  # before any construct is added
         super().__init__(scope, construct_id)
         self.props = props
-        stack = Stack.of(self)
-        #: The EMF namespace of every function, alarm and dashboard widget of this service.
-        self.metrics_namespace = props.metrics_namespace or f"{NAMESPACE}/{stack.stack_name}"
+        #: The EMF namespace of every function, alarm and dashboard widget of this service: by
+        #: default ``LeaseFence/<stack name>/<path below the stack>``, one per service.
+        self.metrics_namespace = props.metrics_namespace or default_metrics_namespace(self)
+        self.node.add_validation(_OwnNamespace(self))
         self.log_level = props.log_level
         Tags.of(self).add(SERVICE_TAG, _TAG_VALUE_UNSAFE.sub("-", self.node.path))
         for key, value in props.tags.items():
@@ -100,22 +135,23 @@ class LeaseFenceService(Construct):
         self.storage = Storage(self, "Storage", props=props)
 
         # ------------------------------------------------------------------ layers
+        bundled = is_bundled(props.powertools_layer)
+        requirements = LAYER_REQUIREMENTS if bundled else SLIM_LAYER_REQUIREMENTS
         self.core_layer = lambda_.LayerVersion(
             self,
             "CoreLayer",
-            code=props.core_layer or core_layer_code(),
+            code=props.core_layer or core_layer_code(requirements=requirements),
             compatible_runtimes=[lambda_.Runtime.PYTHON_3_12],
             compatible_architectures=[lambda_.Architecture.ARM_64],
-            description="leasefence core package + rfc8785 (python3.12, arm64)",
+            description=layer_description(requirements)
+            if props.core_layer is None
+            else "leasefence core package, pre-built (python3.12, arm64)",
         )
-        self.powertools_layer = lambda_.LayerVersion.from_layer_version_arn(
-            self,
-            "PowertoolsLayer",
-            ssm.StringParameter.value_for_string_parameter(self, POWERTOOLS_LAYER_PARAMETER),
-        )
+        #: The AWS-managed (or given) Powertools layer; None when the core layer bundles it.
+        self.powertools_layer = powertools_layer(self, props.powertools_layer)
         #: The worker's handler package (``WorkerProps.code``). CDK renders a function's layers
         #: sorted by construct path (flag recognizeLayerVersion), so its id sorts before
-        #: "CoreLayer": it merges first and the core and Powertools layers win any clash.
+        #: "CoreLayer": it merges first and the core (and Powertools) layers win any clash.
         self.worker_handlers_layer: lambda_.LayerVersion | None = None
         if props.worker is not None and props.worker.code is not None:
             self.worker_handlers_layer = lambda_.LayerVersion(
@@ -128,7 +164,9 @@ class LeaseFenceService(Construct):
             )
         runtime = FunctionRuntime(
             code=functions_code(),
-            layers=(self.core_layer, self.powertools_layer),
+            layers=(self.core_layer,)
+            if self.powertools_layer is None
+            else (self.core_layer, self.powertools_layer),
             log_level=props.log_level,
             log_retention=props.log_retention,
             removal_policy=props.removal_policy,
@@ -142,6 +180,7 @@ class LeaseFenceService(Construct):
             log_hash_secret_arn=self.storage.log_hash_key.secret_arn,
             identity_retention_days=props.identity_retention_days,
             payload_retention_days=props.payload_retention_days,
+            fence_epoch=props.fence_epoch,
             metrics_namespace=self.metrics_namespace,
             powertools_log_level=runtime.powertools_log_level(),
         )
@@ -156,6 +195,7 @@ class LeaseFenceService(Construct):
                 domain_prefix=props.user_pool_domain_prefix,
                 pre_token_generation=props.pre_token_generation,
                 client_tenants=props.client_tenants,
+                service_client_tenant=props.service_client_tenant,
                 runtime=runtime,
                 removal_policy=props.removal_policy,
             )
@@ -175,6 +215,18 @@ class LeaseFenceService(Construct):
             throttling_rate_limit=props.throttling_rate_limit,
             throttling_burst_limit=props.throttling_burst_limit,
         )
+        #: The IAM-authorized API for callers inside AWS (``iam_tenant``), else None.
+        self.iam_api: IamApi | None = None
+        if props.iam_tenant is not None:
+            self.iam_api = IamApi(
+                self,
+                "IamApi",
+                api=self.api,
+                tenant=props.iam_tenant,
+                runtime=runtime,
+                throttling_rate_limit=props.throttling_rate_limit,
+                throttling_burst_limit=props.throttling_burst_limit,
+            )
         self.sweeper = Sweeper(
             self,
             "Sweeper",
@@ -210,6 +262,8 @@ class LeaseFenceService(Construct):
             storage=self.storage,
             environment=environment,
             event_bus=props.event_bus,
+            access_logs=props.server_access_logs_bucket,
+            removal_policy=props.removal_policy,
         )
         self.monitoring = Monitoring(
             self,
@@ -248,6 +302,7 @@ class LeaseFenceService(Construct):
         for component, construct in (
             ("storage", self.storage),
             ("api", self.api),
+            ("api", self.iam_api),
             ("sweeper", self.sweeper),
             ("worker", self.worker),
             ("dispatch", self.dispatch),
@@ -324,6 +379,76 @@ class LeaseFenceService(Construct):
     def publisher_function(self) -> lambda_.Function:
         """The publisher function (history and outcome events), e.g. to grant it your bus's key."""
         return self.publisher.function.function
+
+    @property
+    def iam_api_url(self) -> str | None:
+        """The IAM API's base URL (``iam_tenant``), else None: callers sign with SigV4."""
+        return self.iam_api.url if self.iam_api is not None else None
+
+    def _access(self) -> dict[str, Any]:
+        return {
+            "scope": self,
+            "iam_api_id": self.iam_api.http_api.api_id if self.iam_api is not None else None,
+            "table": self.storage.table,
+            "payload_bucket": self.storage.payload_bucket,
+            "log_hash_key": self.storage.log_hash_key,
+            "keys": list(self.storage.data_keys),
+        }
+
+    @staticmethod
+    def from_attributes(
+        scope: Construct,
+        construct_id: str,
+        *,
+        payload_bucket_name: str,
+        table_name: str | None = None,
+        table_arn: str | None = None,
+        table_stream_arn: str | None = None,
+        log_hash_secret_arn: str | None = None,
+        encryption_key_arn: str | None = None,
+        api_url: str | None = None,
+        iam_api_id: str | None = None,
+        alarm_topic_arn: str | None = None,
+        event_bus_arn: str | None = None,
+        metrics_namespace: str | None = None,
+    ) -> ImportedLeaseFenceService:
+        """A service deployed elsewhere (another stack or app), for its ``grant_*`` and its
+        resources: give its table (name or ARN) and payload bucket, and what you use of the rest
+        (``iam_api_id`` for the ``grant_*`` of the IAM API, ``log_hash_secret_arn`` and
+        ``encryption_key_arn`` for :meth:`grant_erase_tenant`). In one app,
+        :meth:`attributes` of the service gives them all."""
+        return ImportedLeaseFenceService(
+            scope,
+            construct_id,
+            table_name=table_name,
+            table_arn=table_arn,
+            table_stream_arn=table_stream_arn,
+            payload_bucket_name=payload_bucket_name,
+            log_hash_secret_arn=log_hash_secret_arn,
+            encryption_key_arn=encryption_key_arn,
+            api_url=api_url,
+            iam_api_id=iam_api_id,
+            alarm_topic_arn=alarm_topic_arn,
+            event_bus_arn=event_bus_arn,
+            metrics_namespace=metrics_namespace,
+        )
+
+    def attributes(self) -> dict[str, str | None]:
+        """The keyword arguments of :meth:`from_attributes` for this service (tokens: use them in
+        another stack of this app, or put them in outputs)."""
+        key = self.storage.encryption_key
+        return {
+            "table_arn": self.storage.table.table_arn,
+            "table_stream_arn": self.storage.table.table_stream_arn,
+            "payload_bucket_name": self.storage.payload_bucket.bucket_name,
+            "log_hash_secret_arn": self.storage.log_hash_key.secret_arn,
+            "encryption_key_arn": key.key_arn if key is not None else None,
+            "api_url": self.api_url,
+            "iam_api_id": self.iam_api.http_api.api_id if self.iam_api is not None else None,
+            "alarm_topic_arn": self.monitoring.topic.topic_arn,
+            "event_bus_arn": self.publisher.event_bus.event_bus_arn,
+            "metrics_namespace": self.metrics_namespace,
+        }
 
     @property
     def token_url(self) -> str | None:

@@ -87,10 +87,12 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     """``LeaseFenceService`` keyword arguments from CDK context (``-c key=value``).
 
     ``jwtIssuer``, ``jwtAudience`` (comma-separated), ``createUserPool``, ``userPoolDomainPrefix``,
+    ``serviceClientTenant`` (the tenant of the pool's own app client), ``iamTenant`` (the IAM API
+    for callers inside AWS, acting for this tenant),
     ``tableName``, ``retentionDays``, ``deletionProtection``, ``customerManagedKey``,
     ``tenantIsolation``, ``snapStart``, ``logRetentionDays``, ``logLevel``, ``dueShards``, ``sweepShards``,
     ``destroyOnRemoval`` (dev stacks only: tables, buckets, keys are deleted with the stack),
-    ``metricsNamespace`` (default ``LeaseFence/<stack name>``), ``allowPlaceholderIssuer``
+    ``metricsNamespace`` (default ``LeaseFence/<stack name>/LeaseFence``), ``allowPlaceholderIssuer``
     (offline synth only: without ``jwtIssuer`` or ``createUserPool`` synthesis is refused),
     ``workerHandlers`` (``package.module:NAME`` in ``functions/``: deploy the worker function with
     these handlers), ``worker`` (``demo``: the worker with the demo handlers; default: no worker)
@@ -113,6 +115,8 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     if create_user_pool:
         props["create_user_pool"] = True
         props["user_pool_domain_prefix"] = get("userPoolDomainPrefix")
+        if get("serviceClientTenant"):
+            props["service_client_tenant"] = str(get("serviceClientTenant"))
         if get("jwtAudience"):
             props["jwt_audience"] = _list(get("jwtAudience"))
     elif get("jwtIssuer"):
@@ -123,6 +127,8 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
         props["jwt_audience"] = _list(get("jwtAudience")) or [PLACEHOLDER_AUDIENCE]
     else:
         raise ContextError(MISSING_ISSUER_MESSAGE)
+    if get("iamTenant"):
+        props["iam_tenant"] = str(get("iamTenant"))
     if get("tableName"):
         props["table_name"] = str(get("tableName"))
     for key, prop in (
@@ -137,6 +143,8 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
         props["identity_retention_days"] = (
             None if identity_days == "forever" else int(identity_days)
         )
+    if get("fenceEpoch") is not None:
+        props["fence_epoch"] = int(str(get("fenceEpoch")))
     props["deletion_protection"] = context_bool(get("deletionProtection"), True)
     props["create_encryption_key"] = context_bool(get("customerManagedKey"), False)
     props["tenant_isolation"] = context_bool(get("tenantIsolation"), False)
@@ -238,6 +246,26 @@ class LeaseFenceStack(Stack):
             value=service.event_bus.event_bus_name,
             description="EventBridge bus of the outcome events (add your rules to it)",
         )
+        CfnOutput(
+            self,
+            "PublisherFailuresBucketName",
+            value=service.publisher.failure_bucket.bucket_name,
+            description="stream records the publisher gave up on, kept whole: "
+            "leasefence publisher redrive --bucket <this>",
+        )
+        CfnOutput(
+            self,
+            "TenantErasurePolicyArn",
+            value=service.tenant_erasure_policy().managed_policy_arn,
+            description="managed policy for the operators who run leasefence erase-tenant",
+        )
+        if service.iam_api_url is not None:
+            CfnOutput(
+                self,
+                "IamApiUrl",
+                value=service.iam_api_url,
+                description="leasefence API base URL for IAM callers (SigV4, one scope per prefix)",
+            )
         if service.worker_function is not None:
             CfnOutput(
                 self,

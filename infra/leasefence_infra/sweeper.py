@@ -20,9 +20,11 @@ from .storage import Storage
 
 SWEEPER_HANDLER = "sweeper.handler.lambda_handler"
 #: The sweeper reads the due part of the ``sweep`` index (and ``parked``, ``purge``, ``due``) and
-#: parks items with fenced updates.
+#: parks items with fenced updates. Once the identity retention is forever it also scans the table
+#: (bounded pages, a one-off pass or two) to remove the TTLs that ended identities got before
+#: (``Engine.clear_ttls``): it reads nothing it could not already read item by item.
 SWEEPER_INDEX_ACTIONS = ("dynamodb:Query",)
-SWEEPER_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem")
+SWEEPER_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan")
 #: The sweeper deletes payloads that are due (retention after the end, or erasure).
 SWEEPER_BUCKET_ACTIONS = ("s3:DeleteObject",)
 

@@ -119,6 +119,18 @@ def schema_mismatches(table: dynamodb.ITable) -> list[str]:
         return []
     stack = Stack.of(cfn)
     problems: list[str] = []
+    replicas = (
+        _pascal(stack.resolve(cfn.replicas)) or []
+        if isinstance(cfn, dynamodb.CfnGlobalTable)
+        else []
+    )
+    if len(replicas) > 1 or any(c.node.id.startswith("Replica") for c in table.node.children):
+        problems.append(
+            "it is replicated (a global table): conditions are checked per region and replication"
+            " is last-writer-wins, so two regions could claim one operation at the same fence;"
+            " run one service per region, each with its own table"
+        )
+        return problems
     key_schema = _pascal(stack.resolve(cfn.key_schema))
     if key_schema != schema.key_schema():
         problems.append(f"key schema {key_schema} is not {schema.key_schema()}")

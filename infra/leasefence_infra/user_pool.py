@@ -1,14 +1,22 @@
 """The optional Cognito user pool (``create_user_pool=True``) that issues the API's tokens, with
-the shipped pre token generation trigger (``functions/pretoken``) that adds ``tenant_id``."""
+the shipped pre token generation trigger (``functions/pretoken``) that adds ``tenant_id``.
+
+The pool's own app client gets its tenant from ``service_client_tenant``. Its id is known only
+once the pool exists, and the pool names the trigger, so the id cannot be in the trigger's
+environment (a dependency cycle): it is written to an SSM parameter whose name is fixed at synth
+(:func:`service_client_parameter_name`), which the trigger reads.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import Annotations, ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cognito as cognito
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from .contract import RESOURCE_SERVER_ID
@@ -23,12 +31,22 @@ _SCOPES = (
     ("work", "claim operations and report their outcome"),
     ("operate", "list operations, resolve unknown/quarantined ones, erase operations"),
     ("approve", "approve or reject operations awaiting approval"),
+    ("shadow", "shadow mode: act as a shadow:<tenant> (a reserved namespace, never dispatched)"),
 )
 #: The scopes of the pool's one service client: all but ``approve``. An approver must be another
 #: identity than the producer that enqueued the operation (the API refuses a self-approval), and
 #: the service client's tokens all carry the same identity (its client id): approvers are users
 #: in the group ``leasefence-approve`` or an app client of your own (listed in ``jwt_audience``).
 _SERVICE_CLIENT_SCOPES = ("produce", "work", "operate")
+#: Prefix of the SSM parameter holding the pool's own app client id (one per pool construct).
+SERVICE_CLIENT_PARAMETER_PREFIX = "/leasefence/service-client/"
+
+
+def service_client_parameter_name(pool_construct: Construct) -> str:
+    """The SSM parameter naming a pool's own app client: fixed at synth (the construct's
+    address, unique per construct path, so per stack and service), so the trigger's role can
+    be granted it without depending on the parameter."""
+    return f"{SERVICE_CLIENT_PARAMETER_PREFIX}{pool_construct.node.addr}"
 
 
 class LeaseFenceUserPool(Construct):
@@ -49,6 +67,7 @@ class LeaseFenceUserPool(Construct):
         client_tenants: Mapping[str, str],
         runtime: FunctionRuntime,
         removal_policy: RemovalPolicy,
+        service_client_tenant: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         #: The shipped trigger, unless you gave ``pre_token_generation``.
@@ -63,7 +82,8 @@ class LeaseFenceUserPool(Construct):
                 environment={
                     "LEASEFENCE_CLIENT_TENANTS": json.dumps(dict(client_tenants), sort_keys=True)
                 },
-                memory_mb=128,
+                # boto3 (the pool's own client id, from SSM) imports faster with more memory.
+                memory_mb=256 if service_client_tenant is not None else 128,
                 timeout=Duration.seconds(5),
                 layers=(),  # the standard library only
             )
@@ -128,12 +148,52 @@ class LeaseFenceUserPool(Construct):
             prevent_user_existence_errors=True,
         )
         stack = Stack.of(self)
+        #: The SSM parameter holding :attr:`client`'s id, with ``service_client_tenant``.
+        self.service_client_parameter: ssm.StringParameter | None = None
+        if self.pre_token is not None and service_client_tenant is not None:
+            self._map_service_client(stack, self.pre_token, service_client_tenant)
+        elif self.pre_token is not None:
+            Annotations.of(self).add_warning_v2(
+                "leasefence:service-client-without-tenant",
+                "The user pool's app client is mapped to no tenant: its client-credentials "
+                "tokens carry no tenant_id and the API answers 401. Set service_client_tenant "
+                "(context serviceClientTenant) to the tenant it acts for.",
+            )
         #: The issuer as it appears in the tokens' ``iss`` (CloudFormation's ProviderURL lacks the
         #: scheme, so it is built here the way HttpUserPoolAuthorizer builds it).
         self.issuer = f"https://cognito-idp.{stack.region}.{stack.url_suffix}/{pool.user_pool_id}"
         #: Cognito access tokens have no ``aud``; API Gateway then checks ``client_id`` against
         #: the audience list, so the audience is the app client id.
         self.audience = [self.client.user_pool_client_id]
+
+    def _map_service_client(self, stack: Stack, pre_token: ServiceFunction, tenant: str) -> None:
+        name = service_client_parameter_name(self)
+        self.service_client_parameter = ssm.StringParameter(
+            self,
+            "ServiceClientId",
+            parameter_name=name,
+            string_value=self.client.user_pool_client_id,
+            description="leasefence: the user pool's own app client id (pre token trigger)",
+        )
+        function = pre_token.function
+        function.add_environment("LEASEFENCE_SERVICE_CLIENT_TENANT", tenant)
+        function.add_environment("LEASEFENCE_SERVICE_CLIENT_PARAMETER", name)
+        pre_token.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ServiceClientId",
+                actions=["ssm:GetParameter"],
+                # Built from the name, not the parameter: the parameter depends on the client,
+                # the client on the pool, the pool on this function and its role.
+                resources=[
+                    stack.format_arn(
+                        service="ssm",
+                        resource="parameter",
+                        resource_name=name.lstrip("/"),
+                        arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+                    )
+                ],
+            )
+        )
 
     @property
     def token_url(self) -> str:

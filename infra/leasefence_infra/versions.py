@@ -7,17 +7,16 @@ with ``uv pip compile --universal``: one resolution valid for Python 3.11 (the d
 with it as constraints, so the tests run on the locked versions, and this module reads it by
 distribution name for the Lambda target (:data:`LAMBDA_ENVIRONMENT`: CPython 3.12, Linux, arm64):
 
-* the core layer bundles the locked versions of its distributions (``bundling.LAYER_REQUIREMENTS``);
-* the AWS-managed Powertools layer is the one published for the locked ``aws-lambda-powertools``
-  (:func:`powertools_layer_parameter`).
+* the core layer bundles the locked versions of its distributions (``bundling.LAYER_REQUIREMENTS``:
+  Powertools, pydantic, fastjsonschema, the X-Ray SDK, rfc8785 and what they need), so in Lambda
+  they are the versions the tests ran with;
+* with ``powertools_layer="managed"``, the AWS-managed Powertools layer is the one published for
+  the locked ``aws-lambda-powertools`` (:func:`powertools_layer_parameter`); pydantic then comes
+  from that layer, in the version that Powertools release was built with (it can differ from the
+  lock's), and the core layer bundles ``rfc8785`` only (``bundling.SLIM_LAYER_REQUIREMENTS``).
 
-Not pinned by the lock (they come with what Lambda provides):
-
-* **pydantic** (with pydantic-core, typing-extensions, annotated-types) comes from the Powertools
-  layer, which ships the pydantic its release was built with. Pinning the Powertools version pins
-  that pydantic too, but it can differ from the lock's pydantic (what the tests ran with). The
-  core layer does not bundle pydantic: two copies on ``sys.path`` would mix.
-* **boto3 / botocore** come from the Lambda python3.12 runtime, whose version AWS updates.
+Not pinned by the lock: **boto3 / botocore** come from the Lambda python3.12 runtime, whose
+version AWS updates.
 """
 
 from __future__ import annotations

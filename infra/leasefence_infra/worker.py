@@ -28,9 +28,13 @@ from .worker_props import WORKER_HANDLER, WorkerProps
 WORKER_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
 #: Claims: Query the listed tenants' ``due`` shards. Never the ``sweep`` index.
 WORKER_DUE_INDEX_ACTIONS = ("dynamodb:Query",)
-#: Inline payloads, read-only. No ListBucket: a missing object is a 403 (an error, the job is
-#: retried), never "no payload" (a job must not run as if it had none).
+#: Inline payloads, read-only (a job never runs as if it had none: a missing payload is an error).
 WORKER_BUCKET_ACTIONS = ("s3:GetObject",)
+#: ListBucket only so that S3 answers GetObject on a missing object with 404 NoSuchKey (the job
+#: is quarantined: ``payload_missing``) instead of 403 AccessDenied, which the runtime treats as
+#: a misconfiguration (``PayloadAccessDenied``: alarmed, the job left to be retried). Object keys
+#: are keyed hashes, so a listing reveals no ids.
+WORKER_BUCKET_LIST_ACTIONS = ("s3:ListBucket",)
 #: Class A business tables: the items of ``Job.complete_with``'s ``TransactWriteItems`` (IAM
 #: authorizes each item by its own action; there is no TransactWriteItems action).
 WORKER_BUSINESS_TABLE_ACTIONS = (
@@ -108,6 +112,15 @@ class Worker(Construct):
             "PayloadRead",
             WORKER_BUCKET_ACTIONS,
             "the worker reads the inline payloads of the jobs it claims.",
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="PayloadMissingIs404",
+                actions=list(WORKER_BUCKET_LIST_ACTIONS),
+                resources=[storage.payload_bucket.bucket_arn],
+                # No s3:prefix condition: a GetObject carries no prefix key, so a conditioned
+                # grant would not count and S3 would still answer 403.
+            )
         )
         storage.log_hash_key.grant_read(role)
         if props.business_tables:

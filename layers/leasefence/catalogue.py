@@ -35,15 +35,26 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from leasefence import keys
+from leasefence import keys, payload_schemas
 from leasefence.clock import to_rfc3339
-from leasefence.errors import InvalidInput, NotFound, UnknownJobType, VersionConflict
+from leasefence.errors import (
+    IdentityRequired,
+    InlinePayloadRequired,
+    InvalidInput,
+    NotFound,
+    TenantErasing,
+    UnknownJobType,
+    VersionConflict,
+)
 from leasefence.model import TargetClass
 from leasefence.store import ConditionFailed, Store
 
 #: How long an engine trusts what it read of a tenant's catalogue (ms of its clock).
 CACHE_MS = 5_000
-MAX_SCHEMA_BYTES = 16_384
+#: The attribute a tenant erasure sets on the tenant's settings item and catalogue entries (its
+#: start, ms): an admission that reads either refuses the enqueue (409 ``tenant_erasing``).
+ERASING = "tenant_erasing"
+MAX_SCHEMA_BYTES = payload_schemas.MAX_SCHEMA_BYTES
 MAX_TEXT = 1024
 DEFAULT_ATTEMPTS = 5
 DEFAULT_LEASE_SECONDS = 60
@@ -85,26 +96,20 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _refuse_remote(uri: str) -> Any:
-    raise InvalidInput(f"payload_schema may only use local references ('#/...'), not {uri!r}")
-
-
 def compile_schema(schema: Any) -> Callable[[Any], Any]:
-    """A validator for ``schema`` (fastjsonschema). Remote ``$ref`` s are refused, never fetched."""
-    import fastjsonschema  # only where schemas are used: not on every cold start
+    """A validator for ``schema``: see :mod:`leasefence.payload_schemas` (patterns checked here
+    and evaluated in linear time, remote ``$ref`` s refused, never fetched)."""
+    return payload_schemas.compile_schema(schema)
 
-    if not isinstance(schema, dict):
-        raise InvalidInput("payload_schema must be a JSON object (a JSON Schema)")
-    if len(_canonical(schema).encode()) > MAX_SCHEMA_BYTES:
-        raise InvalidInput(f"payload_schema must be at most {MAX_SCHEMA_BYTES} bytes of JSON")
-    refuse = dict.fromkeys(("", "http", "https", "file", "ftp", "urn", "data"), _refuse_remote)
-    try:
-        return fastjsonschema.compile(schema, handlers=refuse)
-    except fastjsonschema.JsonSchemaDefinitionException as error:
-        raise InvalidInput(f"payload_schema is not a usable JSON Schema: {error}") from None
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as error:
-        # Broken schemas can fail inside the code generator; nothing of them is kept.
-        raise InvalidInput(f"payload_schema is not a usable JSON Schema ({error})") from None
+
+def _refusing(message: str) -> Callable[[Any], Any]:
+    """The validator of a stored schema that no longer compiles (declared before leasefence
+    checked patterns): every payload is refused with why, until the entry is declared again."""
+
+    def refuse(_payload: Any) -> Any:
+        raise InvalidInput(f"the job type's payload_schema cannot be used: {message}")
+
+    return refuse
 
 
 @dataclass(frozen=True)
@@ -328,6 +333,12 @@ def plan(
     return changes
 
 
+def _job_type_token(value: Any) -> str:
+    from leasefence.engine import validate_id
+
+    return validate_id("request_token", value)
+
+
 def _job_type(value: Any) -> str:
     from leasefence.engine import validate_id
 
@@ -351,6 +362,8 @@ class Catalogue:
         #: (tenant, job type) -> (entry or None, its validator or None); tenant -> strict.
         self._entries: dict[tuple[str, str], _Cached] = {}
         self._strict: dict[str, _Cached] = {}
+        #: tenant -> when an erasure of it started, as last read on its settings or an entry.
+        self._erasing: dict[str, _Cached] = {}
 
     # ------------------------------------------------------------------ reads
 
@@ -378,6 +391,7 @@ class Catalogue:
         item = self.store.get(
             {"tenant_id": tenant_id, "operation_id": keys.SETTINGS_ID}, consistent=consistent
         )
+        self._note_erasing(tenant_id, item)
         return bool((item or {}).get("strict_job_types", False))
 
     def _read(self, tenant_id: str, job_type: str, consistent: bool) -> JobTypeEntry | None:
@@ -385,7 +399,46 @@ class Catalogue:
             {"tenant_id": tenant_id, "operation_id": keys.catalogue_id(job_type)},
             consistent=consistent,
         )
+        self._note_erasing(tenant_id, item)
         return None if item is None else JobTypeEntry.from_item(item)
+
+    def _note_erasing(self, tenant_id: str, item: Mapping[str, Any] | None) -> None:
+        if item is not None and item.get(ERASING) is not None:
+            with self._lock:
+                self._erasing[tenant_id] = _Cached(self.clock(), int(item[ERASING]))
+                while len(self._erasing) > 10_000:
+                    self._erasing.pop(next(iter(self._erasing)))
+
+    def hold(self, tenant_id: str, since: int) -> int:
+        """Mark the tenant's catalogue entries as erasing (each one conditional update of an
+        entry that exists and is not marked yet), so an admission of a catalogued type refuses as
+        one of an uncatalogued type does (which reads the settings item the erasure marked
+        first). Returns how many entries it marked. Entries declared while the erasure runs are
+        marked by its next step."""
+        marked, start = 0, None
+        while True:
+            page = self.store.query(
+                KeyConditionExpression="tenant_id = :t AND begins_with(operation_id, :p)",
+                FilterExpression="attribute_not_exists(#erasing)",
+                ExpressionAttributeNames={"#erasing": ERASING},
+                values={":t": tenant_id, ":p": keys.CATALOGUE_PREFIX},
+                ConsistentRead=True,
+                start=start,
+            )
+            for item in page.items:
+                with contextlib.suppress(ConditionFailed):  # deleted or marked meanwhile
+                    self.store.update(
+                        {"tenant_id": tenant_id, "operation_id": item["operation_id"]},
+                        "SET #erasing = :since",
+                        "attribute_exists(#v) AND attribute_not_exists(#erasing)",
+                        {"#erasing": ERASING, "#v": "version"},
+                        {":since": since},
+                        returns="NONE",
+                    )
+                    marked += 1
+            if page.last_key is None:
+                return marked
+            start = page.last_key
 
     # ------------------------------------------------------------------ writes
 
@@ -396,10 +449,21 @@ class Catalogue:
         spec: JobTypeSpec | Mapping[str, Any],
         expected_version: int | None = None,
         actor: str | None = None,
+        request_token: str | None = None,
     ) -> tuple[JobTypeEntry, bool]:
         """Create or replace an entry: one conditional update. Returns the entry and whether it
-        changed (declaring what is already there is no write and no new version)."""
+        changed (declaring what is already there is no write and no new version).
+
+        A declaration sent again after its answer was lost tells the truth about ``changed``:
+        with ``request_token`` (the caller's name for this declaration, recorded with the write,
+        and the write's condition refuses it while the entry carries it), a refusal whose item
+        carries that token is this request's own change: ``changed`` True. With ``expected_version``,
+        ``changed`` is relative to the version the caller based it on: the entry says exactly
+        this, at a later version, so it changed since then. With neither, an entry that already
+        says exactly this is ``changed`` False."""
         job_type = _job_type(job_type)
+        if request_token is not None:
+            _job_type_token(request_token)
         if not isinstance(spec, JobTypeSpec):
             spec = JobTypeSpec.parse(spec)
         now = self.clock()
@@ -421,6 +485,7 @@ class Catalogue:
             "fingerprint": spec.fingerprint,
             "updated_at": now,
             "updated_by": actor,
+            "put_token": request_token,
         }
         names = {"#v": "version", "#fp": "fingerprint", "#del": "deleted_at"}
         values: dict[str, Any] = {":zero": 0, ":one": 1, ":fp": spec.fingerprint}
@@ -434,6 +499,11 @@ class Catalogue:
                 sets.append(f"#a{i} = :a{i}")
         # "Something to change" is inside the write: absent, deleted, or declared differently.
         condition = "(attribute_not_exists(#fp) OR attribute_exists(#del) OR #fp <> :fp)"
+        if request_token is not None:
+            # The same request never writes twice (a late retry finds its own token).
+            names["#tok"] = "put_token"
+            values[":tok"] = request_token
+            condition += " AND (attribute_not_exists(#tok) OR #tok <> :tok)"
         if expected_version == 0:
             condition += " AND attribute_not_exists(#v)"
         elif expected_version is not None:
@@ -451,12 +521,23 @@ class Catalogue:
             current = refused.item
             if (
                 current is not None
+                and request_token is not None
+                and current.get("put_token") == request_token
+            ):
+                # This request's own write, answered again: it changed the entry.
+                entry = JobTypeEntry.from_item(current)
+                self._remember(tenant_id, job_type, entry)
+                return entry, True
+            if (
+                current is not None
                 and "deleted_at" not in current
                 and current.get("fingerprint") == spec.fingerprint
             ):
                 entry = JobTypeEntry.from_item(current)
                 self._remember(tenant_id, job_type, entry)
-                return entry, False
+                # It says exactly this: unchanged, unless the caller based it on an older version.
+                changed = expected_version is not None and entry.version != expected_version
+                return entry, changed
             raise VersionConflict(
                 f"job type {job_type!r} is at version "
                 f"{int(current['version']) if current else 0}, not {expected_version}"
@@ -478,12 +559,13 @@ class Catalogue:
         now = self.clock()
         names = {"#v": "version", "#del": "deleted_at", "#at": "updated_at", "#by": "updated_by"}
         values: dict[str, Any] = {":one": 1, ":now": now}
+        names["#tok"] = "put_token"
         update = "SET #del = :now, #at = :now, #v = #v + :one"
         if actor is not None:
             values[":by"] = actor
-            update += ", #by = :by"
+            update += ", #by = :by REMOVE #tok"
         else:
-            update += " REMOVE #by"
+            update += " REMOVE #by, #tok"
         condition = "attribute_exists(#v) AND attribute_not_exists(#del)"
         if expected_version is not None:
             values[":expected"] = expected_version
@@ -564,16 +646,34 @@ class Catalogue:
         max_attempts: int | None = None,
         payload: Any = None,
         payload_given: bool = False,
+        inline: bool | None = None,
+        identified: bool | None = None,
     ) -> Admission:
         """What an enqueue runs under, or why it is refused (nothing is written either way).
 
         An uncatalogued type: refused in a strict tenant, else the request's own class (default C)
         and budget, exactly as without a catalogue. A catalogued type: the entry's class and
         budget; an explicit ``target_class`` or ``max_attempts`` that differs is 422; with a
-        ``payload_schema``, the payload must be given inline (``payload_given``) and valid."""
+        ``payload_schema``, the payload must be given inline (``payload_given``) and valid.
+
+        An entry that requires approval refuses a payload by reference
+        (:class:`InlinePayloadRequired`: ``inline``, default ``payload_given``, says whether
+        leasefence stores it) and an enqueuer that names nobody (:class:`IdentityRequired`, when
+        ``identified`` is False): the approver approves bytes leasefence holds, and the enqueuer
+        is on record so that it cannot approve its own operation.
+
+        A tenant being erased (its settings item, or the entry, says so as last read: within
+        :data:`CACHE_MS` of the erasure's start) is refused: :class:`TenantErasing` (409)."""
         found = self._cached_entry(tenant_id, job_type)
+        strict = self._cached_strict(tenant_id) if found is None else False
+        with self._lock:
+            erasing = self._erasing.get(tenant_id)
+        if self._fresh(erasing):
+            raise TenantErasing(
+                "this tenant is being erased: nothing new is accepted until the erasure finished"
+            )
         if found is None:
-            if self._cached_strict(tenant_id):
+            if strict:
                 raise UnknownJobType(
                     f"job type {job_type!r} is not in this tenant's catalogue (strict mode)"
                 )
@@ -596,19 +696,23 @@ class Catalogue:
                 f"max_attempts {max_attempts} contradicts the catalogue: job type {job_type!r} "
                 f"allows {spec.max_attempts} (version {entry.version}); omit max_attempts"
             )
+        if spec.approval_required:
+            if not (payload_given if inline is None else inline):
+                raise InlinePayloadRequired(
+                    f"job type {job_type!r} requires approval: send the payload inline (an "
+                    "approval binds the bytes leasefence stores, which the approver can read)"
+                )
+            if identified is False:
+                raise IdentityRequired(
+                    f"job type {job_type!r} requires approval: the enqueuer's token must name "
+                    "who it is (sub, client_id or username), so it cannot approve its own work"
+                )
         if validator is not None:
-            import fastjsonschema
-
             if not payload_given:
                 raise InvalidInput(
                     f"job type {job_type!r} has a payload schema: send the payload inline"
                 )
-            try:
-                validator(payload)
-            except fastjsonschema.JsonSchemaValueException as error:
-                raise InvalidInput(
-                    f"payload does not match the job type's schema: {error.message}"
-                ) from None
+            validator(payload)  # InvalidInput (422) for anything but a match, never 500
         return Admission(
             tenant_id,
             job_type,
@@ -659,7 +763,13 @@ class Catalogue:
         value = None
         if entry is not None and entry.deleted_at is None:
             schema = entry.spec.payload_schema
-            value = (entry, None if schema is None else compile_schema(schema))
+            validator = None
+            if schema is not None:
+                try:
+                    validator = compile_schema(schema)
+                except InvalidInput as error:
+                    validator = _refusing(error.message)
+            value = (entry, validator)
         with self._lock:
             self._entries[(tenant_id, job_type)] = _Cached(self.clock(), value)
             while len(self._entries) > 10_000:
@@ -672,3 +782,4 @@ class Catalogue:
             for key in [k for k in self._entries if k[0] == tenant_id]:
                 del self._entries[key]
             self._strict.pop(tenant_id, None)
+            self._erasing.pop(tenant_id, None)

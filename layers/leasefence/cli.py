@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -34,6 +35,11 @@ job_types_app = typer.Typer(
     help="The tenant's job-type catalogue (operate scope; default: the local stack).",
 )
 app.add_typer(job_types_app, name="job-types")
+publisher_app = typer.Typer(
+    no_args_is_help=True,
+    help="The publisher (history and outcome events from the table's stream).",
+)
+app.add_typer(publisher_app, name="publisher")
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8765"
 DEFAULT_DYNAMODB_ENDPOINT = "http://127.0.0.1:8766"
@@ -176,6 +182,7 @@ def local(
             "table": stack.table_name,
             "bucket": stack.bucket,
             "event_bus": stack.event_bus,
+            "publisher_failures_bucket": stack.failure_buckets.get("publisher"),
         }
     )
     try:
@@ -199,7 +206,10 @@ def _secret() -> str | None:
 def token(
     tenant: str = typer.Option(..., "--tenant", help="The tenant_id claim."),
     scope: list[str] | None = typer.Option(
-        None, "--scope", help="A scope to grant (repeat). Default: all four."
+        None,
+        "--scope",
+        help="A scope to grant (repeat). Default: all four; for a shadow tenant (shadow:...) "
+        "produce, work, operate and leasefence/shadow.",
     ),
     ttl: int = typer.Option(12 * 3600, "--ttl", min=1, help="Lifetime in seconds."),
     sub: str | None = typer.Option(
@@ -210,7 +220,7 @@ def token(
     ),
 ) -> None:
     """Print a dev JWT for the local stack (HS256, secret from LEASEFENCE_LOCAL_JWT_SECRET)."""
-    from leasefence.auth import ALL_SCOPES, mint
+    from leasefence.auth import mint
 
     secret = _secret()
     if not secret:
@@ -218,7 +228,9 @@ def token(
             "no secret: set LEASEFENCE_LOCAL_JWT_SECRET (or start `leasefence local`)", err=True
         )
         raise typer.Exit(1)
-    typer.echo(mint(tenant, scope or ALL_SCOPES, ttl_seconds=ttl, secret=secret, subject=sub))
+    typer.echo(
+        mint(tenant, scope or _default_scopes(tenant), ttl_seconds=ttl, secret=secret, subject=sub)
+    )
 
 
 # ---------------------------------------------------------------------------------- openapi
@@ -227,7 +239,11 @@ def token(
 @app.command()
 def openapi(
     output: Path = typer.Option(
-        None, "--output", "-o", help="Where to write it (default: openapi.json at the repo root)."
+        None,
+        "--output",
+        "-o",
+        help="Where to write it (default: openapi.json at the repository root in a checkout, "
+        "else in the current folder).",
     ),
     check: bool = typer.Option(
         False, "--check", help="Only check that the file is up to date (exit 1 if not)."
@@ -337,10 +353,25 @@ def _client(
                 err=True,
             )
             raise typer.Exit(2)
-        from leasefence.auth import ALL_SCOPES, mint
+        from leasefence.auth import mint
 
-        bearer = mint(tenant or DEV_TENANT, ALL_SCOPES, ttl_seconds=600, secret=secret, subject=sub)
+        bearer = mint(
+            tenant or DEV_TENANT,
+            _default_scopes(tenant or DEV_TENANT),
+            ttl_seconds=600,
+            secret=secret,
+            subject=sub,
+        )
     return LeaseFenceClient(url, bearer, retries=2)
+
+
+def _default_scopes(tenant: str) -> tuple[str, ...]:
+    """A minted dev token's scopes: all four; for a shadow tenant (``shadow:``, a reserved
+    namespace) a shadow token's, the only token the API accepts for one."""
+    from leasefence.api.security import ALL_SCOPES, SHADOW_MODE_SCOPES
+    from leasefence.keys import is_shadow_tenant
+
+    return SHADOW_MODE_SCOPES if is_shadow_tenant(tenant) else ALL_SCOPES
 
 
 def _fail(error: Exception) -> NoReturn:
@@ -624,10 +655,12 @@ def ops_cancel(
     tenant: str | None = _TENANT,
     sub: str | None = _SUB,
 ) -> None:
-    """Withdraw a queued operation, or one awaiting approval: it ends cancelled.
+    """Withdraw a queued operation no worker ever claimed, or one awaiting approval: it ends
+    cancelled.
 
-    Refused (409 invalid_transition) once a worker claimed it or it ended. Cancelling again is
-    harmless."""
+    Refused once a worker claimed it: 409 already_attempted when it is queued again after an
+    attempt (its next claim reconciles it), 409 invalid_transition while claimed or once ended.
+    Cancelling again is harmless."""
     from leasefence.errors import LeaseFenceError
 
     try:
@@ -985,14 +1018,16 @@ def erase_tenant(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
 ) -> None:
-    """Erase everything of one tenant: its operations (rows and stored payloads), its job-type
-    directory, then any payload object left under its prefix. Irreversible.
+    """Erase everything of one tenant: it is held first (its enqueues answer 409 tenant_erasing
+    until the erasure finished), then its operations (rows and stored payloads) go, then any
+    payload object left under its prefix, and last (a minute after the hold) its job-type
+    directory, catalogue and settings. Irreversible.
 
     Runs against the table and bucket of the environment, as the functions do (LEASEFENCE_TABLE,
     LEASEFENCE_PAYLOAD_BUCKET, LEASEFENCE_DYNAMODB_ENDPOINT, LEASEFENCE_S3_ENDPOINT, AWS
     credentials with access to both): an operator's command, not an API route. One bounded step
-    by default (continue with --cursor); claimed operations are left alone and counted as held:
-    run it again once they ended."""
+    by default (continue with --cursor; --all waits out the settle minute); claimed operations
+    are left alone and counted as held: the tenant stays held, run it again once they ended."""
     from leasefence.errors import LeaseFenceError
     from leasefence.settings import runtime
 
@@ -1004,21 +1039,24 @@ def erase_tenant(
     engine = rt.engine
     counts = {"steps": 0, "rows_deleted": 0, "payloads_deleted": 0, "held": 0}
     next_cursor = cursor
+    finished = False
     try:
         while True:
             step = engine.erase_tenant(tenant, limit=limit, cursor=next_cursor)
             counts["steps"] += 1
             for name in ("rows_deleted", "payloads_deleted", "held"):
                 counts[name] += getattr(step, name)
-            next_cursor = step.next_cursor
+            next_cursor, finished = step.next_cursor, step.finished
             if not all_steps or next_cursor is None:
                 break
+            if step.wait_ms:
+                time.sleep(step.wait_ms / 1000)  # the settle time after the hold
     except LeaseFenceError as error:
         if counts["steps"]:
             progress = json.dumps({**counts, "next_cursor": next_cursor})
             typer.echo(f"stopped after {counts['steps']} step(s): {progress}", err=True)
         _fail(error)
-    totals = {**counts, "next_cursor": next_cursor}
+    totals = {**counts, "next_cursor": next_cursor, "finished": finished}
     if as_json:
         typer.echo(json.dumps(totals))
         return
@@ -1027,13 +1065,116 @@ def erase_tenant(
         f"rows deleted:     {totals['rows_deleted']}",
         f"payloads deleted: {totals['payloads_deleted']}",
         f"held (claimed):   {totals['held']}",
-        f"next cursor:      {totals['next_cursor'] or '-  (done)'}",
+        f"next cursor:      {totals['next_cursor'] or '-'}",
+        f"finished:         {'yes' if finished else 'no (the tenant stays held)'}",
     ]
     if totals["held"]:
         lines.append(
             "Some operations were claimed and left alone: run erase-tenant again once they ended."
         )
     typer.echo("\n".join(lines))
+
+
+# ---------------------------------------------------------------------------------- publisher
+
+
+@publisher_app.command("redrive")
+def publisher_redrive(
+    bucket: str | None = typer.Option(
+        None,
+        "--bucket",
+        help="The publisher's on-failure bucket (the stack's PublisherFailuresBucketName output; "
+        "default: LEASEFENCE_PUBLISHER_FAILURES_BUCKET).",
+    ),
+    bus: str | None = typer.Option(
+        None,
+        "--bus",
+        help="The bus of the outcome events (the stack's EventBusName output; default: "
+        "LEASEFENCE_EVENT_BUS).",
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Only count the kept batches and records; change nothing."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+) -> None:
+    """Replay the stream records the publisher gave up on after its retries.
+
+    Its event source mapping keeps each such batch whole in an S3 bucket (its on-failure
+    destination). This replays every record there, each operation's in sequence order, through
+    the publisher's own code (history entries placed by sequence, events published again) and
+    deletes each object once all its records went through; what fails again stays, and is listed.
+    A record whose operation was deleted, replaced or erased since is left out. Safe to run again
+    at any time. Runs against the table of the environment, as the functions
+    do (LEASEFENCE_TABLE, LEASEFENCE_DYNAMODB_ENDPOINT, LEASEFENCE_S3_ENDPOINT,
+    LEASEFENCE_EVENTS_ENDPOINT, AWS credentials): an operator's command. Exits 1 when anything
+    is left."""
+    import dataclasses
+
+    import boto3
+
+    from leasefence import settings as settings_module
+    from leasefence.settings import runtime
+    from leasefence.streams.publisher import Publisher
+    from leasefence.streams.redrive import redrive
+
+    target = bucket or os.environ.get("LEASEFENCE_PUBLISHER_FAILURES_BUCKET")
+    if not target:
+        typer.echo(
+            "error: name the bucket: --bucket or LEASEFENCE_PUBLISHER_FAILURES_BUCKET", err=True
+        )
+        raise typer.Exit(2)
+    rt = runtime()
+    if bus:
+        rt = settings_module.install(dataclasses.replace(rt.settings, event_bus=bus))
+    if not rt.settings.event_bus and not dry_run:
+        typer.echo("error: name the event bus: --bus or LEASEFENCE_EVENT_BUS", err=True)
+        raise typer.Exit(2)
+    if rt.settings.dynamodb_endpoint or rt.settings.s3_endpoint:
+        from leasefence.local.embedded import use_local_credentials
+
+        use_local_credentials()  # a local endpoint takes any credentials
+    streams = boto3.client(
+        "dynamodbstreams",
+        endpoint_url=rt.settings.dynamodb_endpoint,
+        region_name=rt.settings.region,
+    )
+    store = rt.engine.store
+    publisher = Publisher(store, lambda: rt.client("events"), rt.settings.event_bus)
+
+    def current(tenant_id: str, operation_id: str) -> Any:
+        return store.get({"tenant_id": tenant_id, "operation_id": operation_id})
+
+    try:
+        report = redrive(
+            rt.client("s3"), target, publisher.handle, streams, dry_run=dry_run, current=current
+        )
+    except Exception as error:  # noqa: BLE001 - no bucket, no access: say so
+        typer.echo(f"cannot redrive from {target}: {type(error).__name__}: {error}", err=True)
+        raise typer.Exit(1) from None
+    summary = report.as_dict()
+    if as_json:
+        typer.echo(json.dumps(summary))
+    else:
+        outcomes = ", ".join(f"{k} {v}" for k, v in summary["outcomes"].items()) or "-"
+        lines = [
+            f"batches kept:     {summary['objects']}" + ("  (dry run)" if dry_run else ""),
+            f"records in them:  {summary['records']}",
+            f"replayed:         {summary['replayed']}  ({outcomes})",
+            f"failed again:     {len(summary['failed'])}",
+            f"waiting behind:   {summary['waiting']}",
+            f"superseded:       {summary['superseded']}  (operation gone, replaced or erased)",
+            f"batches deleted:  {summary['deleted']}",
+            f"batches left:     {len(summary['kept'])}",
+        ]
+        for failure in summary["failed"]:
+            lines.append(
+                f"  failed: {failure['object']} #{failure['sequence_number']}: {failure['error']}"
+            )
+        for item in summary["unreadable"]:
+            lines.append(f"  unreadable: {item['object']}: {item['why']}")
+        typer.echo("\n".join(lines))
+    if not dry_run and summary["kept"]:
+        raise typer.Exit(1)
 
 
 # ---------------------------------------------------------------------------------- the kit

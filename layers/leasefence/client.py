@@ -11,6 +11,12 @@
         ...  # act under claim.fence
         lf.complete(claim.operation_id, claim.fence, "charged")
 
+Callers inside AWS use the service's IAM API (the construct's ``iam_tenant``) with SigV4 instead
+of a token: one client per scope, its base URL the IAM API's with the scope's prefix::
+
+    work = LeaseFenceClient(f"{iam_api_url}/work", signer=sigv4_signer("eu-west-1"))
+    claim = work.claim("worker-1")
+
 Errors are the domain's own classes (:mod:`leasefence.errors`, plus ``Unauthorized`` and
 ``Forbidden``), chosen by the answer's ``error.code``; each carries the HTTP ``status``.
 
@@ -21,9 +27,12 @@ safe to repeat:
   ``erase`` (erasing again is harmless), ``heartbeat`` and the fenced finishes
   (``complete``/``fail``/``unknown``/``quarantine``: the same fence repeating the same
   transition gets its answer again) retry on connection failures, lost answers, 429 and 5xx;
-* ``claim`` and ``resolve`` are not idempotent (a repeated claim would take a second attempt;
-  a repeated requeue could undo a later claim's view), so they retry only when the request
-  surely did not run: a refused connection or a 429 from the gateway.
+* ``claim`` sends a claim token (one per call, or the caller's ``claim_token``) and retries
+  like the above with the same token: a resend of a claim that was made answers that same claim
+  (same fence, no attempt spent) while it holds;
+* ``resolve`` is not idempotent (a repeated requeue could undo a later claim's view), so it
+  retries only when the request surely did not run: a refused connection or a 429 from the
+  gateway.
 """
 
 from __future__ import annotations
@@ -35,7 +44,8 @@ import random
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -43,6 +53,8 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from leasefence.api.errors import Forbidden, Unauthorized
 from leasefence.errors import (
+    AlreadyAttempted,
+    InlinePayloadRequired,
     InvalidInput,
     InvalidTransition,
     LeaseFenceError,
@@ -52,6 +64,8 @@ from leasefence.errors import (
     PayloadMissing,
     PayloadTooLarge,
     StaleFence,
+    TenantErasing,
+    TooManyJobTypes,
     Unavailable,
     UnknownJobType,
     VersionConflict,
@@ -68,11 +82,13 @@ __all__ = [
     "Operation",
     "OperationPage",
     "Unauthorized",
+    "sigv4_signer",
 ]
 
 #: Error code -> class. Unknown codes become a plain LeaseFenceError with that code.
 ERRORS: dict[str, type[LeaseFenceError]] = {
     "invalid_request": InvalidInput,
+    "inline_payload_required": InlinePayloadRequired,
     "payload_too_large": PayloadTooLarge,
     "not_found": NotFound,
     "payload_missing": PayloadMissing,
@@ -81,6 +97,9 @@ ERRORS: dict[str, type[LeaseFenceError]] = {
     "stale_fence": StaleFence,
     "invalid_transition": InvalidTransition,
     "unknown_job_type": UnknownJobType,
+    "already_attempted": AlreadyAttempted,
+    "tenant_erasing": TenantErasing,
+    "too_many_job_types": TooManyJobTypes,
     "version_conflict": VersionConflict,
     "unavailable": Unavailable,
     "unauthorized": Unauthorized,
@@ -188,9 +207,17 @@ class Claim:
     checkpoint: Any
     #: Class D: ``{"fence": int, "what": str}`` when an earlier holder recorded an intent.
     intent: Any = None
+    #: When the server granted the claim (``lease_expires_at = claimed_at + lease_ms``), and the
+    #: lease it GRANTED (a job type's ``max_lease_seconds`` may cut the lease asked for). None
+    #: from a server that does not send them.
+    claimed_at: datetime | None = None
+    lease_ms: int | None = None
+    lease_seconds: int | None = None
+    #: The claim token the request carried (resend it to get this claim again while it holds).
+    claim_token: str | None = None
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Claim:
+    def from_json(cls, data: dict[str, Any], claim_token: str | None = None) -> Claim:
         return cls(
             operation_id=data["operation_id"],
             job_type=data["job_type"],
@@ -203,6 +230,10 @@ class Claim:
             reconcile_required=bool(data["reconcile_required"]),
             checkpoint=data.get("checkpoint"),
             intent=data.get("intent"),
+            claimed_at=_time(data.get("claimed_at")),
+            lease_ms=None if data.get("lease_ms") is None else int(data["lease_ms"]),
+            lease_seconds=None if data.get("lease_seconds") is None else int(data["lease_seconds"]),
+            claim_token=claim_token,
         )
 
 
@@ -255,6 +286,40 @@ class HistoryPage:
     dropped: int = 0
 
 
+def sigv4_signer(region: str, credentials: Any = None) -> Callable[[urllib.request.Request], None]:
+    """Sign requests for the IAM API with SigV4 (service ``execute-api``): ``credentials`` are
+    botocore credentials (default: the environment's chain, refreshed as they expire, so a
+    function's role). botocore is in the Lambda runtime and comes with boto3."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    if credentials is None:
+        import botocore.session
+
+        credentials = botocore.session.get_session().get_credentials()
+        if credentials is None:
+            raise Unauthorized("no AWS credentials found to sign requests with")
+
+    def sign(request: urllib.request.Request) -> None:
+        frozen = (
+            credentials.get_frozen_credentials()
+            if hasattr(credentials, "get_frozen_credentials")
+            else credentials
+        )
+        signed = AWSRequest(
+            method=request.get_method(),
+            url=request.full_url,
+            data=request.data,
+            headers=dict(request.header_items()),
+        )
+        SigV4Auth(frozen, "execute-api", region).add_auth(signed)
+        for name, value in signed.headers.items():
+            if name.lower() in ("authorization", "x-amz-date", "x-amz-security-token"):
+                request.add_header(name, value)
+
+    return sign
+
+
 class _NotSent(Exception):
     """The connection was refused: the request never reached the server."""
 
@@ -271,6 +336,7 @@ class LeaseFenceClient:
         backoff: float = 0.2,
         max_backoff: float = 5.0,
         user_agent: str = "leasefence-client/1",
+        signer: Callable[[urllib.request.Request], None] | None = None,
     ) -> None:
         # urllib also opens file: and ftp: URLs; a client of this API has no business with them.
         if urlsplit(base_url).scheme not in ("http", "https"):
@@ -282,6 +348,8 @@ class LeaseFenceClient:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.user_agent = user_agent
+        #: Signs each request just before it is sent (:func:`sigv4_signer`: the IAM API).
+        self.signer = signer
         self._rng = random.Random()
 
     # ------------------------------------------------------------------ transport
@@ -299,6 +367,8 @@ class LeaseFenceClient:
             request.add_header("Content-Type", "application/json")
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
+        if self.signer is not None:
+            self.signer(request)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - as above
                 return response.status, dict(response.headers.items()), response.read()
@@ -448,19 +518,27 @@ class LeaseFenceClient:
         lease_seconds: int | None = None,
         job_types: builtins.list[str] | None = None,  # list alone: the method above
         operation_id: str | None = None,
+        claim_token: str | None = None,
     ) -> Claim | None:
-        """A claim, or None when nothing is claimable. Not retried after a lost answer."""
-        body: dict[str, Any] = {"worker_id": worker_id}
+        """A claim, or None when nothing is claimable.
+
+        The request carries a claim token (``claim_token``, else a new one for this call) and
+        is retried after a lost answer (a dropped connection, a 5xx) with the same token: if
+        the first request claimed, the resend answers that same claim (same fence, no attempt
+        spent) while it holds. To resend yourself after :class:`Unavailable`, call again with
+        the same ``worker_id``, ``claim_token`` and arguments."""
+        token = claim_token if claim_token is not None else uuid.uuid4().hex
+        body: dict[str, Any] = {"worker_id": worker_id, "claim_token": token}
         if lease_seconds is not None:
             body["lease_seconds"] = lease_seconds
         if job_types is not None:
             body["job_types"] = list(job_types)
         if operation_id is not None:
             body["operation_id"] = operation_id
-        status, data = self.request("POST", "/v1/claims", body, idempotent=False)
+        status, data = self.request("POST", "/v1/claims", body)
         if status == 204 or not data:
             return None
-        return Claim.from_json(data["claim"])
+        return Claim.from_json(data["claim"], claim_token=token)
 
     def heartbeat(
         self,
@@ -542,9 +620,11 @@ class LeaseFenceClient:
         return self._finish(operation_id, "reject", {"note": note})
 
     def cancel(self, operation_id: str) -> Operation:
-        """Withdraw a queued operation or one awaiting approval (needs the produce scope): it ends
-        ``cancelled``. A claimed or ended one raises :class:`InvalidTransition`. Cancelling
-        again is a replay."""
+        """Withdraw a queued operation no worker ever claimed, or one awaiting approval (needs the
+        produce scope): it ends ``cancelled``. One queued again after an attempt raises
+        :class:`AlreadyAttempted` (409 ``already_attempted``, a kind of
+        :class:`InvalidTransition`); a claimed or ended one raises :class:`InvalidTransition`.
+        Cancelling again is a replay."""
         return self._finish(operation_id, "cancel", {})
 
     def history(
@@ -573,10 +653,10 @@ class LeaseFenceClient:
             cursor = page.next_cursor
 
     def resolve(self, operation_id: str, resolution: str, note: str = "") -> Operation:
-        """Operator decision for an unknown or quarantined operation. Not retried after a lost answer."""
-        return self._finish(
-            operation_id, "resolve", {"resolution": resolution, "note": note}, idempotent=False
-        )
+        """Operator decision for an unknown or quarantined operation. Retried after a lost answer:
+        the request carries a token of its own, so the retry is answered as a replay."""
+        body = {"resolution": resolution, "note": note, "request_token": uuid.uuid4().hex}
+        return self._finish(operation_id, "resolve", body)
 
     # ------------------------------------------------------------------ job types (operate scope)
 
@@ -590,8 +670,9 @@ class LeaseFenceClient:
         self, job_type: str, spec: dict[str, Any], expected_version: int | None = None
     ) -> tuple[JobType, bool]:
         """Declare a job type; ``(entry, changed)``. Declaring the same again changes nothing,
-        so a lost answer is retried."""
-        body = dict(spec)
+        so a lost answer is retried; the request carries a token of its own, so ``changed`` is
+        true when this call changed the entry, even if the answer came from a retry."""
+        body = {**spec, "request_token": uuid.uuid4().hex}
         if expected_version is not None:
             body["expected_version"] = expected_version
         data = self.request("PUT", f"/v1/job-types/{self._id(job_type)}", body)[1]

@@ -11,7 +11,7 @@ State machine::
                                      ├──reject / sweep(approval expired)──> failed_terminal
                                      └──cancel──> cancelled
     enqueue ──> queued ──claim──> claimed ──complete──> succeeded
-                  ^  └──cancel──> cancelled
+                  ^  └──cancel (never claimed)──> cancelled
                   │                  │ ├──fail(retryable, attempts left)──> queued
                   │                  │ ├──fail(otherwise)──> failed_terminal
                   │                  │ ├──park_unknown / sweep(expired, no attempts left)──> unknown
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import logging
 import random
@@ -37,9 +38,13 @@ from functools import partial
 from typing import Any
 
 from leasefence import history, keys
+from leasefence.catalogue import ERASING as ERASING_ATTRIBUTE
 from leasefence.catalogue import Admission, Catalogue
 from leasefence.clock import Clock, system_clock
 from leasefence.errors import (
+    AlreadyAttempted,
+    IdentityRequired,
+    InlinePayloadRequired,
     InvalidInput,
     InvalidTransition,
     NotFound,
@@ -49,8 +54,10 @@ from leasefence.errors import (
     SelfApproval,
     StaleFence,
     TargetRefused,
+    TooManyJobTypes,
     Unavailable,
 )
+from leasefence.limits import FENCE_EPOCH_SPAN, MAX_FENCE_EPOCH
 from leasefence.model import (
     OPERATOR_ACTOR,
     SWEEPER_ACTOR,
@@ -65,6 +72,7 @@ from leasefence.model import (
     TargetClass,
     TenantErasure,
     Transition,
+    TtlClearing,
 )
 from leasefence.privacy import keyed_hash
 from leasefence.schema import (
@@ -98,6 +106,9 @@ DEFAULT_LEASE_MS = 60_000
 MAX_LEASE_MS = 900_000
 MAX_CHECKPOINT_BYTES = 4096
 MAX_REASON_LENGTH = 1024
+#: :meth:`Engine.oldest_parked_age_ms` reads at most this many pages of 10 per shard looking for
+#: the oldest parked operation that is not a shadow tenant's.
+PARKED_SCAN_PAGES = 5
 MAX_PAYLOAD_REF_LENGTH = 1024
 BACKOFF_BASE_MS = 1_000
 BACKOFF_CAP_MS = 300_000
@@ -115,6 +126,11 @@ DEFAULT_CANDIDATE_PAGE = 24
 #: :meth:`Engine._page_for`): about 1 to 1.5 read units, against a collision rate that falls with
 #: the page (32 claimers on one tenant: 0.25 refused claim writes per claim at 24, under 0.1 at 64).
 DEFAULT_CONTENDED_PAGE = 64
+#: How many job types a tenant's directory holds at most. Every claim without ``job_types`` reads
+#: the directory (one eventually consistent read: 0.5 unit up to 4 KB, 100 types of 40 characters)
+#: and queries each type's shards, so a directory that only grew would make every idle poll dearer
+#: (and reach DynamoDB's 400 KB item limit after about 1,500 types of 256 characters).
+MAX_JOB_TYPES = 100
 #: How many claims of a tenant after its last lost race still read the contended page.
 CONTENTION_MEMORY = 20
 #: How many tenants (contention) and live leases (:meth:`Engine._remember_held`) an engine
@@ -128,6 +144,17 @@ MAX_APPROVAL_VALID_MS = 30 * DAY_MS
 OUTCOME_REJECTED = "rejected"
 OUTCOME_APPROVAL_EXPIRED = "approval_expired"
 OUTCOME_CANCELLED = "cancelled"
+#: What an erased class-D intent says instead of the handler's description (its fence stays).
+ERASED_INTENT = "erased"
+#: After the identity retention became forever, the TTLs already set on ended identities are
+#: cleared in passes over the table; a pass that started this long after the sweeper first saw
+#: the switch is the last one: by then no function still configured with the old window (the
+#: longest Lambda invocation is 15 minutes) can set another TTL.
+RETENTION_SWITCH_GRACE_MS = 15 * 60_000
+#: A tenant erasure deletes the tenant's catalogue, directory and hold only this long after it
+#: held the tenant: longer than an engine trusts a catalogue read (5 s) plus an API request's
+#: longest run (29 s), so no enqueue admitted without seeing the hold can commit after it.
+TENANT_ERASURE_SETTLE_MS = 60_000
 
 _HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -138,6 +165,12 @@ _N = {"#state": "state", "#fence": "fence"}
 #: (see :class:`~leasefence.model.Transition`; the stream carries them to history and events).
 _TRANSITION_NAMES = {"#tr": "transition", "#seq": "seq"}
 _ACTOR = {"#actor": "actor"}
+
+
+def _earliest(*values: Any) -> int | None:
+    """The earliest of the times given (None for none)."""
+    found = [int(v) for v in values if v is not None]
+    return min(found) if found else None
 
 
 def validate_id(name: str, value: Any) -> str:
@@ -207,7 +240,15 @@ class Engine:
         client_factory: Callable[[], Any] | None = None,
         payloads: Any = None,
         contended_page: int = DEFAULT_CONTENDED_PAGE,
+        max_job_types: int = MAX_JOB_TYPES,
+        fence_epoch: int = 0,
     ) -> None:
+        if (
+            isinstance(fence_epoch, bool)
+            or not isinstance(fence_epoch, int)
+            or not 0 <= fence_epoch <= MAX_FENCE_EPOCH
+        ):
+            raise ValueError(f"fence_epoch must be an integer from 0 to {MAX_FENCE_EPOCH}")
         if payload_retention_ms < 0 or (
             identity_retention_ms is not None and identity_retention_ms < payload_retention_ms
         ):
@@ -220,6 +261,10 @@ class Engine:
         self.identity_retention_ms = identity_retention_ms
         self.payload_retention_ms = payload_retention_ms
         self.candidate_page = candidate_page
+        #: How many job types a tenant's directory holds at most (:meth:`_register_job_type`).
+        self.max_job_types = max_job_types
+        #: Every fence this engine hands out is above this (see :data:`FENCE_EPOCH_SPAN`).
+        self.fence_floor = fence_epoch * FENCE_EPOCH_SPAN
         self.contended_page = max(contended_page, candidate_page)
         #: Per tenant: claims left that read the contended page (set by a lost race).
         self._contended: dict[str, int] = {}
@@ -333,7 +378,14 @@ class Engine:
         _validate_text("payload_ref", payload_ref, MAX_PAYLOAD_REF_LENGTH, required=False)
         if admission is None:
             admitted = self.admit(
-                tenant_id, operation_id, job_type, payload_hash, target_class, max_attempts
+                tenant_id,
+                operation_id,
+                job_type,
+                payload_hash,
+                target_class,
+                max_attempts,
+                inline=payload_inline,
+                actor=actor,
             )
             if isinstance(admitted, EnqueueResult):
                 return admitted
@@ -359,6 +411,18 @@ class Engine:
         if not isinstance(approval_required, bool):
             raise InvalidInput("approval_required must be a boolean")
         valid_ms = self._approval_valid_ms(approval_valid_ms)
+        if approval_required and (not payload_inline or actor is None):
+            # What the approver approves is bytes leasefence stores, and who enqueued it is on
+            # record (that identity can never approve it). A retry of an accepted enqueue is
+            # still a replay.
+            refusal: Exception = (
+                InlinePayloadRequired("an operation that needs approval needs an inline payload")
+                if not payload_inline
+                else IdentityRequired(
+                    "an operation that needs approval needs its enqueuer's identity"
+                )
+            )
+            return self._replay_or_raise(tenant_id, operation_id, payload_hash, refusal)
         self._register_job_type(tenant_id, job_type)
         now = self.clock()
         due_home = self._due_pk(tenant_id, operation_id, job_type)
@@ -432,6 +496,8 @@ class Engine:
         max_attempts: int | None = None,
         payload: Any = None,
         payload_given: bool = False,
+        inline: bool | None = None,
+        actor: str | None = None,
     ) -> Admission | EnqueueResult:
         """What an enqueue of this identity runs under (:meth:`Catalogue.admit`), or, when the
         catalogue refuses it, the replay it is: an operation already enqueued under this identity
@@ -439,7 +505,11 @@ class Engine:
         tenant's strict mode changed since, so a producer retrying after a lost answer is never
         told 422 about work that was accepted. Only on that refusal path is the identity read
         (one strongly consistent read); the refusal stands for an identity that is new or bound
-        to another payload. Nothing is written either way."""
+        to another payload. Nothing is written either way.
+
+        ``inline`` (default ``payload_given``): the payload is one leasefence stores; ``actor``:
+        who enqueues (an entry that requires approval refuses a payload by reference and an
+        enqueuer that names nobody)."""
         try:
             return self.catalogue.admit(
                 tenant_id,
@@ -448,13 +518,22 @@ class Engine:
                 max_attempts=max_attempts,
                 payload=payload,
                 payload_given=payload_given,
+                inline=inline,
+                identified=actor is not None,
             )
-        except InvalidInput:
-            existing = self.store.get(self._key(tenant_id, operation_id))
-            if existing is None or existing.get("payload_hash") != payload_hash:
-                raise
-            self.events("Replays", 1)
-            return EnqueueResult(Operation.from_item(existing), created=False)
+        except (InvalidInput, IdentityRequired) as refusal:
+            return self._replay_or_raise(tenant_id, operation_id, payload_hash, refusal)
+
+    def _replay_or_raise(
+        self, tenant_id: str, operation_id: str, payload_hash: str, refusal: Exception
+    ) -> EnqueueResult:
+        """An enqueue refused before any write: the replay it is, when this identity was already
+        enqueued with this payload hash (one strongly consistent read), else the refusal."""
+        existing = self.store.get(self._key(tenant_id, operation_id))
+        if existing is None or existing.get("payload_hash") != payload_hash:
+            raise refusal
+        self.events("Replays", 1)
+        return EnqueueResult(Operation.from_item(existing), created=False)
 
     @staticmethod
     def _approval_valid_ms(value: Any) -> int:
@@ -471,17 +550,34 @@ class Engine:
     def _register_job_type(self, tenant_id: str, job_type: str) -> None:
         """Put the job type in the tenant's directory (once per engine, before the first enqueue
         of that type, so an unfiltered claimer can always find the type of any due operation).
-        One idempotent write per (engine, tenant, type): nothing on the steady-state path."""
+        One idempotent write per (engine, tenant, type): nothing on the steady-state path.
+
+        The directory is one small item that every claim without ``job_types`` reads (and whose
+        every type it queries, per shard), so it is bounded: the write is conditional on the type
+        being there already or the directory holding fewer than :attr:`max_job_types` types. A
+        new type beyond that is :class:`TooManyJobTypes` (422), and nothing is written."""
         pair = (tenant_id, job_type)
         with self._registered_lock:
             if pair in self._registered:
                 return
-        self.store.add_to_set(
-            self._key(tenant_id, keys.DIRECTORY_ID),
-            "job_types",
-            [job_type],
-            {PARKED_PK: keys.DIRECTORY_PARTITION, PARKED_SK: 0},
-        )
+        try:
+            self.store.add_to_set(
+                self._key(tenant_id, keys.DIRECTORY_ID),
+                "job_types",
+                [job_type],
+                {PARKED_PK: keys.DIRECTORY_PARTITION, PARKED_SK: 0},
+                condition="attribute_not_exists(#set) OR contains(#set, :type) "
+                "OR size(#set) < :cap",
+                condition_values={":type": job_type, ":cap": self.max_job_types},
+            )
+        except ConditionFailed as refused:
+            held = len((refused.item or {}).get("job_types", []))
+            raise TooManyJobTypes(
+                f"this tenant already has {held} job types, the most its directory holds "
+                f"({self.max_job_types}): reuse a job type (job types name kinds of work, not "
+                "instances)",
+                limit=self.max_job_types,
+            ) from None
         with self._registered_lock:
             self._registered[pair] = None
             while len(self._registered) > 10_000:
@@ -501,6 +597,7 @@ class Engine:
         worker_id: str,
         lease_ms: int | None = None,
         job_types: Iterable[str] | None = None,
+        claim_token: str | None = None,
     ) -> Claim | None:
         """Claim one due operation of this tenant (queued and available, or an expired lease).
 
@@ -519,11 +616,30 @@ class Engine:
         page stale: the claimer moves on to the next partition and reads the raced ones again
         only if no other partition gives a claim; and this engine reads larger pages of that
         tenant for a while (:meth:`_page_for`).
+
+        ``claim_token``: the client's token for this claim request (see :meth:`claim`), resent
+        unchanged when its answer was lost. Before each claim write the engine records which
+        operation it is about to claim under that token (a small marker item, keyed by the worker
+        and the token: :func:`keys.claim_marker_id`); a resend reads the marker first and, while
+        the claim it names holds, answers that same claim (:meth:`_confirm_claim`), spending no
+        attempt. The marker is written before the claim, so a claim that committed is always
+        named by it, even when the engine never learned that it committed.
         """
         validate_id("tenant_id", tenant_id)
         validate_id("worker_id", worker_id)
+        token = self._client_claim_token(claim_token)
         lease_ms = self._claim_lease(lease_ms)
         types = self._job_types(job_types)
+        marker = None
+        if token is not None:
+            marker = self._key(tenant_id, keys.claim_marker_id(worker_id, token))
+            found = self.store.get(marker)
+            if found is not None and "claimed_op" in found:
+                again = self._confirm_claim(
+                    self._key(tenant_id, found["claimed_op"]), worker_id, token, types
+                )
+                if isinstance(again, Claim):
+                    return again
         partitions = [
             (job_type, shard)
             for job_type in (types if types is not None else self.job_types(tenant_id))
@@ -533,7 +649,7 @@ class Engine:
         raced = []
         for job_type, shard in partitions:
             claim, lost = self._claim_from_partition(
-                tenant_id, job_type, shard, worker_id, lease_ms, stop_at_race=True
+                tenant_id, job_type, shard, worker_id, lease_ms, True, token, marker
             )
             if claim is not None:
                 return claim
@@ -542,7 +658,7 @@ class Engine:
         # A lost race left the rest of those pages stale: read them again, trying every candidate.
         for job_type, shard in raced:
             claim, _ = self._claim_from_partition(
-                tenant_id, job_type, shard, worker_id, lease_ms, stop_at_race=False
+                tenant_id, job_type, shard, worker_id, lease_ms, False, token, marker
             )
             if claim is not None:
                 return claim
@@ -555,17 +671,27 @@ class Engine:
         worker_id: str,
         lease_ms: int | None = None,
         job_types: Iterable[str] | None = None,
+        claim_token: str | None = None,
     ) -> Claim | None:
-        """Claim one named operation if it is claimable now; None if not; NotFound if absent."""
+        """Claim one named operation if it is claimable now; None if not; NotFound if absent.
+
+        ``claim_token``: the client's token for this claim request (1-256 characters, no control
+        characters), resent unchanged when the answer was lost. The claim write stores it on the
+        operation; a resend whose worker and token are the ones the operation's claim carries
+        gets that same claim back (same fence, same attempt) for as long as it holds (still
+        ``claimed`` under that claim: not taken over, parked or finished). That is decided by a
+        conditional write (:meth:`_confirm_claim`) or read from the refused claim write's
+        ``ALL_OLD`` item, never from a read alone. Without a token, a resend is a new claim."""
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
         validate_id("worker_id", worker_id)
+        token = self._client_claim_token(claim_token)
         lease_ms = self._claim_lease(lease_ms)
         types = self._job_types(job_types)
         snapshot = self.store.get(self._key(tenant_id, operation_id))
         if snapshot is None:
             raise NotFound("operation not found")
-        return self._try_claim(snapshot, worker_id, lease_ms, types, retries=3)
+        return self._try_claim(snapshot, worker_id, lease_ms, types, retries=3, claim_token=token)
 
     def claim_seen(
         self,
@@ -585,6 +711,10 @@ class Engine:
         return self._try_claim(
             item, worker_id, self._claim_lease(lease_ms), self._job_types(job_types), retries=1
         )
+
+    @staticmethod
+    def _client_claim_token(claim_token: str | None) -> str | None:
+        return None if claim_token is None else validate_id("claim_token", claim_token)
 
     def _claim_lease(self, lease_ms: int | None) -> int | None:
         """A claim's lease: None takes the job type's default (``lease_default_ms`` on the item,
@@ -617,6 +747,8 @@ class Engine:
         worker_id: str,
         lease_ms: int | None,
         stop_at_race: bool,
+        claim_token: str | None = None,
+        marker: dict[str, str] | None = None,
     ) -> tuple[Claim | None, bool]:
         """A claim from one partition, a page at a time. With ``stop_at_race``, the first lost
         race ends it (the page it was read from is stale by then): (None, True)."""
@@ -651,6 +783,8 @@ class Engine:
                         retries=1,
                         repair=False,
                         stop_at_race=stop_at_race,
+                        claim_token=claim_token,
+                        marker=marker,
                     )
                 except _LostRace:
                     return None, True
@@ -747,6 +881,8 @@ class Engine:
         retries: int,
         repair: bool = True,
         stop_at_race: bool = False,
+        claim_token: str | None = None,
+        marker: dict[str, str] | None = None,
     ) -> Claim | None:
         """One conditional write per try, pinned to the snapshot's fence and attempt counters.
 
@@ -755,16 +891,40 @@ class Engine:
         re-filed at its lease); otherwise the claimer moves on. A refusal because another
         claimer took the operation counts as a lost race (:meth:`_page_for`); with
         ``stop_at_race`` it raises :class:`_LostRace`.
+
+        Every claim write carries a claim token (the client's, else one made for this call), so a
+        write that committed although its answer was lost is recognized from the refusal of its
+        resend (:meth:`_is_claim_of`). A snapshot that already shows this worker's claim under
+        the client's token (a resent request) is answered by :meth:`_confirm_claim`. With a
+        ``marker`` (claim-next with a client token), the operation about to be claimed is
+        recorded there before its claim write.
         """
         tenant_id, operation_id = snapshot["tenant_id"], snapshot["operation_id"]
-        claim_token = uuid.uuid4().hex
+        claim_token = claim_token or uuid.uuid4().hex
         started = self.clock()
+        marked = None
         for _ in range(retries + 1):
+            if self._is_claim_of(snapshot, worker_id, claim_token):
+                confirmed = self._confirm_claim(
+                    self._key(tenant_id, operation_id), worker_id, claim_token, types
+                )
+                if isinstance(confirmed, Claim):
+                    return confirmed
+                if confirmed is None or self._is_claim_of(confirmed, worker_id, claim_token):
+                    return None  # gone; or still ours, but of a job type not asked for now
+                snapshot = confirmed  # the claim no longer holds: the item as it is now
+                continue
             if not self._claimable(snapshot, self.clock(), types):
                 self._remember_held(snapshot, self.clock())
                 if repair:
                     self._repair_due_entry(snapshot, self.clock())
                 return None
+            if marker is not None and marked != operation_id:
+                # Before the claim write: a claim that commits is always named by the marker.
+                self._write_retrying(
+                    marker, partial(self._marker_write, operation_id=operation_id), started
+                )
+                marked = operation_id
             try:
                 item = self._write_retrying(
                     self._key(tenant_id, operation_id),
@@ -783,8 +943,9 @@ class Engine:
                 current = refused.item
                 if current is None:
                     return None
-                if current.get("claim_token") == claim_token:
-                    # Our own write committed and its answer was lost (the client retried).
+                if self._is_claim_of(current, worker_id, claim_token):
+                    # Our own write committed and its answer was lost (the store client, or the
+                    # client of a resent request, sent it again): that claim, still held.
                     item = current
                 else:
                     if int(current.get("fence", 0)) > int(snapshot["fence"]):
@@ -806,6 +967,63 @@ class Engine:
         if repair:
             self._repair_due_entry(snapshot, self.clock())
         return None
+
+    @staticmethod
+    def _is_claim_of(item: dict[str, Any] | None, worker_id: str, claim_token: str) -> bool:
+        """Whether ``item`` (as a refused write returned it, or as read) shows the claim this
+        worker made under this token, still held: every claim write sets ``claim_token``, so a
+        later claim by anyone else replaced it; a finished or parked claim is no longer
+        ``claimed``. A lapsed lease alone does not end it (as for every fenced write)."""
+        return (
+            item is not None
+            and item.get("state") == State.CLAIMED
+            and item.get("claim_token") == claim_token
+            and item.get("lease_owner") == worker_id
+        )
+
+    def _confirm_claim(
+        self,
+        key: dict[str, str],
+        worker_id: str,
+        claim_token: str,
+        types: tuple[str, ...] | None,
+    ) -> Claim | dict[str, Any] | None:
+        """A resent claim request: one conditional write that changes nothing, on condition that
+        the operation still holds the claim this worker made under this token. Returns that
+        claim (same fence, same attempt: nothing is spent), else the item as the refusal showed
+        it (None: no such item). The write changes no attribute and no ``seq``: it is no
+        transition (history and events skip a record of it, and it is no work to dispatch)."""
+        names = {"#state": "state"}
+        values: dict[str, Any] = {
+            ":tok": claim_token,
+            ":w": worker_id,
+            ":claimed": State.CLAIMED.value,
+        }
+        condition = "#state = :claimed AND claim_token = :tok AND lease_owner = :w"
+        if types:
+            type_values = {f":jt{i}": t for i, t in enumerate(types)}
+            condition += f" AND job_type IN ({', '.join(type_values)})"
+            values.update(type_values)
+        try:
+            item = self.store.update(key, "SET claim_token = :tok", condition, names, values)
+        except ConditionFailed as refused:
+            return refused.item
+        assert item is not None
+        return self._claimed(item, worker_id, replay=True)
+
+    def _marker_write(
+        self, now: int, operation_id: str
+    ) -> tuple[str, str, dict[str, str], dict[str, Any]]:
+        """The claim-next marker (:func:`keys.claim_marker_id`): the operation a claim request
+        with a client token is about to claim. Written before that claim write (never onto an
+        operation item); kept a day (TTL); only a pointer for a resend: the claim's own item
+        decides."""
+        return (
+            "SET claimed_op = :op, #ttl = :ttl",
+            "attribute_not_exists(#state)",
+            {"#ttl": TTL_ATTRIBUTE, "#state": "state"},
+            {":op": operation_id, ":ttl": (now + DAY_MS) // 1000},
+        )
 
     def _claim_write(
         self,
@@ -833,7 +1051,9 @@ class Engine:
             ":tr": Transition.CLAIM.value,
             ":one": 1,
             ":f": fence,
-            ":f1": fence + 1,
+            # Pinned to the snapshot's fence (the condition): one above it, and above the floor
+            # of this engine's fence epoch (after a restore, above every fence handed out before).
+            ":f1": max(fence + 1, self.fence_floor + 1),
             ":a": attempts,
             ":a1": attempts + 1,
             ":m": max_attempts,
@@ -863,7 +1083,7 @@ class Engine:
         update = (
             "SET claimed_from = #state, #state = :claimed, #fence = :f1, attempts = :a1, "
             f"lease_owner = :w, lease_expires_at = {expires}, lease_ms = {lease}, "
-            "claim_token = :tok, updated_at = :now, #tr = :tr, #actor = :w"
+            "claimed_at = :now, claim_token = :tok, updated_at = :now, #tr = :tr, #actor = :w"
         )
         if last_attempt:
             # The final attempt leaves the claim index for the sweeper's index: if this lease
@@ -896,13 +1116,17 @@ class Engine:
                     raise
         return None  # pragma: no cover
 
-    def _claimed(self, item: dict[str, Any], worker_id: str) -> Claim:
+    def _claimed(self, item: dict[str, Any], worker_id: str, replay: bool = False) -> Claim:
+        """The claim ``item`` shows; ``replay``: a resent request answered with it again."""
         takeover = item.get("claimed_from") == State.CLAIMED
-        self.events("Claims", 1)
-        if takeover:
-            self.events("Takeovers", 1)
+        if replay:
+            self.events("ClaimReplays", 1)
+        else:
+            self.events("Claims", 1)
+            if takeover:
+                self.events("Takeovers", 1)
         log.info(
-            "claimed",
+            "claimed again" if replay else "claimed",
             extra={
                 "op": self._tag(item["tenant_id"], item["operation_id"]),
                 "fence": int(item["fence"]),
@@ -910,14 +1134,15 @@ class Engine:
             },
         )
         operation = Operation.from_item(item)
+        lease_expires_at, lease_ms = int(item["lease_expires_at"]), int(item["lease_ms"])
         return Claim(
             tenant_id=operation.tenant_id,
             operation_id=operation.operation_id,
             job_type=operation.job_type,
             fence=operation.fence,
             attempts=operation.attempts,
-            lease_expires_at=int(item["lease_expires_at"]),
-            lease_ms=int(item["lease_ms"]),
+            lease_expires_at=lease_expires_at,
+            lease_ms=lease_ms,
             payload_ref=operation.payload_ref,
             payload_hash=operation.payload_hash,
             target_class=operation.target_class,
@@ -929,6 +1154,8 @@ class Engine:
             worker_id=worker_id,
             intent=operation.intent,
             payload_inline=operation.payload_inline,
+            # A claim written before ``claimed_at`` was kept, and not renewed since, says it so.
+            claimed_at=int(item.get("claimed_at", lease_expires_at - lease_ms)),
         )
 
     def _repair_due_entry(self, item: dict[str, Any], now: int) -> bool:
@@ -1100,8 +1327,9 @@ class Engine:
         fence = self._fence(fence)
         if retryable:
             if retry_after_ms is None:
-                # attempts == fence: each claim raises both by one.
-                ceiling = min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** min(fence - 1, 20))
+                # The fence's place in its epoch: each claim raises it (and attempts) by one.
+                step = (fence - 1) % FENCE_EPOCH_SPAN
+                ceiling = min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** min(step, 20))
                 retry_after_ms = self.rng.randint(0, ceiling)
             try:
                 return self._close(
@@ -1296,8 +1524,11 @@ class Engine:
                 self._expire_approval(entry, result)
             else:
                 self._sweep_one(entry, result)
-        if result.swept:
-            self.events("SweptToUnknown", result.swept)
+        # Shadow operations parked here (a shadow run record whose completion was lost) are not
+        # the fleet's: they stay out of the metric (and its alarm).
+        fleet_swept = sum(1 for t, _ in result.swept_keys if not keys.is_shadow_tenant(t))
+        if fleet_swept:
+            self.events("SweptToUnknown", fleet_swept)
         if result.approvals_expired:
             self.events("ApprovalsExpired", result.approvals_expired)
         return result
@@ -1378,12 +1609,20 @@ class Engine:
         resolution: Resolution | str,
         note: str = "",
         actor: str | None = None,
+        request_token: str | None = None,
     ) -> Operation:
         """Operator decision for a parked operation (``unknown`` or ``quarantined`` only).
 
         ``requeue`` grants a fresh attempt budget; the fence keeps rising and the next claim has
         ``reconcile_required``. ``actor``: the operator's identity (the API passes the token's
         subject), recorded with the transition.
+
+        A resolve sent again after it succeeded (its answer was lost) is a replay: the current
+        operation, unchanged. Decided from the refused write's own item: with ``request_token``
+        (the caller's name for this decision, recorded with it), a request whose token is on
+        the item already resolved it, and the write's condition refuses it while the item carries
+        it (so it is not applied again even once the operation is parked again); without one, the
+        item's last transition is this decision (same resolution, actor and note).
         """
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
@@ -1395,11 +1634,15 @@ class Engine:
             ) from error
         _validate_text("note", note, MAX_REASON_LENGTH, required=False)
         actor = validate_actor(actor, OPERATOR_ACTOR)
+        if request_token is not None:
+            validate_id("request_token", request_token)
         now = self.clock()
         names = {
             "#state": "state",
             "#ppk": PARKED_PK,
             "#pat": PARKED_SK,
+            "#rtok": "resolve_token",
+            "#ras": "resolved_as",
             **_TRANSITION_NAMES,
             **_ACTOR,
         }
@@ -1412,9 +1655,23 @@ class Engine:
             ":tr": transition.value,
             ":actor": actor,
             ":one": 1,
+            ":as": resolution.value,
         }
-        sets = ["resolution_note = :note", "updated_at = :now", "#tr = :tr", "#actor = :actor"]
+        sets = [
+            "resolution_note = :note",
+            "updated_at = :now",
+            "#tr = :tr",
+            "#actor = :actor",
+            "#ras = :as",
+        ]
         removes = ["#ppk", "#pat"]
+        condition = "#state IN (:unknown, :quarantined)"
+        if request_token is None:
+            removes.append("#rtok")
+        else:
+            values[":tok"] = request_token
+            sets.append("#rtok = :tok")
+            condition += " AND (attribute_not_exists(#rtok) OR #rtok <> :tok)"
         if resolution is Resolution.REQUEUE:
             names.update({"#dpk": DUE_PK, "#due": DUE_SK, "#home": DUE_HOME})
             values.update({":queued": State.QUEUED.value, ":true": True})
@@ -1432,20 +1689,41 @@ class Engine:
         update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)} ADD #seq :one"
         try:
             item = self.store.update(
-                self._key(tenant_id, operation_id),
-                update,
-                "#state IN (:unknown, :quarantined)",
-                names,
-                values,
+                self._key(tenant_id, operation_id), update, condition, names, values
             )
         except ConditionFailed as refused:
-            if refused.item is None:
+            current = refused.item
+            if current is None:
                 raise NotFound("operation not found") from None
+            if self._resolved_already(current, resolution, note or "", actor, request_token):
+                self.events("Replays", 1)
+                return Operation.from_item(current)  # this decision, sent again: a replay
             raise InvalidTransition(
-                f"only unknown or quarantined operations can be resolved (state is {refused.item['state']})"
+                f"only unknown or quarantined operations can be resolved (state is {current['state']})"
             ) from None
         assert item is not None
         return Operation.from_item(item)
+
+    @staticmethod
+    def _resolved_already(
+        item: dict[str, Any],
+        resolution: Resolution,
+        note: str,
+        actor: str | None,
+        request_token: str | None,
+    ) -> bool:
+        """Whether the refused item shows this very decision applied already (see :meth:`resolve`)."""
+        if item.get("resolved_as") != resolution.value:
+            return False
+        if request_token is not None:
+            return bool(item.get("resolve_token") == request_token)
+        transition = Transition.REQUEUE if resolution is Resolution.REQUEUE else Transition.RESOLVE
+        return (
+            item.get("transition") == transition.value
+            and item.get("actor") == actor
+            and item.get("resolution_note", "") == note
+            and "resolve_token" not in item
+        )
 
     # ------------------------------------------------------------------ approval gate, cancel
 
@@ -1563,9 +1841,16 @@ class Engine:
 
     def cancel(self, tenant_id: str, operation_id: str, actor: str | None = None) -> Operation:
         """``queued`` or ``awaiting_approval`` -> ``cancelled`` (final: retention, payload purge
-        and index removal as every final state): one conditional write, so a claim racing it
-        either wins first (the cancel is refused) or finds it gone. A claimed or ended operation
-        is :class:`InvalidTransition`; cancelling a cancelled one again is a replay."""
+        and index removal as every final state), only while no worker ever claimed it: one write
+        conditional on the state and on no attempt made (``attempts`` and ``fence`` still 0), so
+        a claim racing it either wins first (the cancel is refused) or finds it gone.
+
+        An operation queued again after an attempt (a retryable failure, a takeover's retry, an
+        operator's requeue from ``unknown``) may have had its side effect: cancelling it would
+        skip the reconcile its next claim must make, so it is :class:`AlreadyAttempted` (409
+        ``already_attempted``); a claimed or ended operation is :class:`InvalidTransition`.
+        Cancelling a cancelled one again is a replay. Each refusal is read from the refused
+        write's own answer."""
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
         actor = validate_actor(actor, OPERATOR_ACTOR)
@@ -1579,6 +1864,9 @@ class Engine:
                 actor,
                 (State.QUEUED, State.AWAITING_APPROVAL),
                 None,
+                extra_condition=" AND attempts = :zero AND #fence = :zero",
+                extra_names={"#fence": "fence"},
+                extra_values={":zero": 0},
             )
         except ConditionFailed as refused:
             current = refused.item
@@ -1586,6 +1874,13 @@ class Engine:
                 raise NotFound("operation not found") from None
             if current["state"] == State.CANCELLED:
                 return Operation.from_item(current)  # cancelled already: a replay
+            if current["state"] in (State.QUEUED, State.AWAITING_APPROVAL):
+                raise AlreadyAttempted(
+                    "only an operation no worker ever claimed can be cancelled: this one was "
+                    f"attempted {int(current.get('attempts', 0))} time(s) and is queued again; "
+                    "its next claim reconciles it (or an operator resolves it)",
+                    attempts=int(current.get("attempts", 0)),
+                ) from None
             raise InvalidTransition(
                 "only a queued operation or one awaiting approval can be cancelled "
                 f"(state is {current['state']})"
@@ -1605,6 +1900,8 @@ class Engine:
         sources: tuple[State, ...],
         reason: str | None,
         extra_condition: str = "",
+        extra_names: dict[str, str] | None = None,
+        extra_values: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """End an operation no worker holds (one of ``sources``) in ``target``: one conditional
         write that takes it out of every index and gives it a final state's retention.
@@ -1642,6 +1939,8 @@ class Engine:
             values[":why"] = reason
             sets.append("reason = :why")
         removes = ["#dpk", "#due", "#spk", "#sat", "approval_expires_at"]
+        names.update(extra_names or {})
+        values.update(extra_values or {})
         self._ending(now, names, values, sets, removes)
         item = self.store.update(
             self._key(tenant_id, operation_id),
@@ -1677,24 +1976,36 @@ class Engine:
 
     def oldest_parked_age_ms(self, state: State | str = State.UNKNOWN) -> int:
         """How long the oldest operation in ``state`` (unknown or quarantined) has waited, in ms
-        (0 when none waits). One ``Limit=1`` query per shard of the sparse ``parked`` index,
-        across tenants: for the sweeper's on-call metric, never exposed per tenant."""
+        (0 when none waits). One small query per shard of the sparse ``parked`` index (oldest
+        first), across tenants: for the sweeper's on-call metric, never exposed per tenant.
+        Shadow tenants' operations are skipped (they are not the fleet's): a shard's pages are
+        read on past them, at most :data:`PARKED_SCAN_PAGES` pages of 10."""
         state = State(state)
         if state not in (State.UNKNOWN, State.QUARANTINED):
             raise InvalidInput("only unknown and quarantined operations are parked")
         now = self.clock()
         oldest: int | None = None
         for shard in range(self.spec.sweep_shards):
-            page = self.store.query(
-                IndexName=PARKED_INDEX,
-                KeyConditionExpression="#pk = :pk",
-                ExpressionAttributeNames={"#pk": PARKED_PK},
-                values={":pk": keys.parked_partition(state.value, shard)},
-                Limit=1,
-            )
-            for entry in page.items:
-                parked_at = int(entry[PARKED_SK])
-                oldest = parked_at if oldest is None else min(oldest, parked_at)
+            start = None
+            for _page in range(PARKED_SCAN_PAGES):
+                page = self.store.query(
+                    IndexName=PARKED_INDEX,
+                    KeyConditionExpression="#pk = :pk",
+                    ExpressionAttributeNames={"#pk": PARKED_PK},
+                    values={":pk": keys.parked_partition(state.value, shard)},
+                    Limit=10,
+                    start=start,
+                )
+                found = next(
+                    (e for e in page.items if not keys.is_shadow_tenant(e["tenant_id"])), None
+                )
+                if found is not None:
+                    parked_at = int(found[PARKED_SK])
+                    oldest = parked_at if oldest is None else min(oldest, parked_at)
+                    break
+                start = page.last_key
+                if start is None:
+                    break
         return 0 if oldest is None else max(0, now - oldest)
 
     # ------------------------------------------------------------------ payloads, retention, erasure
@@ -1712,8 +2023,10 @@ class Engine:
         """The inline payload of an operation (or of a claim), checked against its hash.
 
         :class:`NotFound` when the operation has no inline payload (its ``payload_ref`` is the
-        caller's own); :class:`PayloadMissing` when it was purged, erased or cannot be read:
-        never None, so no handler runs without its input.
+        caller's own); :class:`PayloadMissing` when it was purged, erased or its object is gone:
+        never None, so no handler runs without its input. A store that refuses access raises
+        :class:`~leasefence.errors.PayloadAccessDenied` (:class:`Unavailable`): a fault to fix,
+        not a missing payload.
         """
         if not self._inline(operation.tenant_id, operation.operation_id, operation):
             raise NotFound("this operation has no inline payload")
@@ -1725,12 +2038,23 @@ class Engine:
         return self.payloads.read(operation.payload_ref, operation.payload_hash)
 
     def erase(self, tenant_id: str, operation_id: str, actor: str | None = None) -> Operation:
-        """Erase one operation's payload and free text (reasons, notes, checkpoint, intent, and
-        its history) and keep its identity (id, payload hash, fences, state, outcome code), so a
-        replay is still a replay and a different payload still a conflict. One conditional write:
-        refused while the operation is ``claimed`` (:class:`InvalidTransition`; erase it once it
+        """Erase one operation's payload and free text (reasons, notes, checkpoint, the intent's
+        description, and its history) and keep its identity (id, payload hash, fences, state,
+        outcome code), so a replay is still a replay and a different payload still a conflict.
+        Refused while the operation is ``claimed`` (:class:`InvalidTransition`; erase it once it
         left ``claimed``). A queued or parked operation stays in its state; a claim of it finds
         no payload and the worker quarantines it. Erasing again is harmless.
+
+        What a reconcile needs stays: a class-D intent is kept as ``{"fence": f, "what":
+        "erased"}`` (the fence under which a call may have started, without the handler's text),
+        also when an older operation kept it in its checkpoint (``intent_fence``), so the next
+        claim after a requeue still reconciles it as "a call may have been made" and never calls
+        again. The checkpoint itself goes (it is the handler's own data).
+
+        One read (to find the intent's fence in the text that goes) and one write conditional on
+        the operation not being claimed and pinned to the intent and checkpoint it read: if a
+        claim changed them in between, the write is refused and made again from the refusal's
+        item; a refusal that shows the operation claimed is :class:`InvalidTransition`.
 
         The stored payload is deleted right after the write; if that fails the write has already
         made it due in the ``purge`` index, so the sweeper deletes it. The history is replaced by
@@ -1740,35 +2064,24 @@ class Engine:
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
         actor = validate_actor(actor, OPERATOR_ACTOR)
-        now = self.clock()
-        try:
-            item = self.store.update(
-                self._key(tenant_id, operation_id),
-                "SET erased_at = if_not_exists(erased_at, :now), updated_at = :now, #pat = :now, "
-                "#tr = :tr, #actor = :actor "
-                "REMOVE reason, resolution_note, checkpoint, intent ADD #seq :one",
-                "attribute_exists(#op) AND #state <> :claimed",
-                {
-                    "#op": "operation_id",
-                    "#state": "state",
-                    "#pat": PURGE_SK,
-                    **_TRANSITION_NAMES,
-                    **_ACTOR,
-                },
-                {
-                    ":now": now,
-                    ":claimed": State.CLAIMED.value,
-                    ":tr": Transition.ERASE.value,
-                    ":actor": actor,
-                    ":one": 1,
-                },
-            )
-        except ConditionFailed as refused:
-            if refused.item is None:
-                raise NotFound("operation not found") from None
-            raise InvalidTransition(
-                "a claimed operation cannot be erased until it leaves claimed"
-            ) from None
+        current = self.store.get(self._key(tenant_id, operation_id))
+        item: dict[str, Any] | None = None
+        for _ in range(3):
+            if current is None:
+                raise NotFound("operation not found")
+            try:
+                item = self.store.update(
+                    self._key(tenant_id, operation_id), *self._erase_write(current, actor)
+                )
+                break
+            except ConditionFailed as refused:
+                current = refused.item
+                if current is not None and current.get("state") == State.CLAIMED:
+                    raise InvalidTransition(
+                        "a claimed operation cannot be erased until it leaves claimed"
+                    ) from None
+        else:
+            raise Unavailable("the operation kept changing while it was erased; erase it again")
         assert item is not None
         self.events("Erasures", 1)
         log.info("erased", extra={"op": self._tag(tenant_id, operation_id)})
@@ -1791,6 +2104,68 @@ class Engine:
             else:
                 operation = self.get(tenant_id, operation_id)
         return operation
+
+    @staticmethod
+    def _erased_intent(item: dict[str, Any]) -> str | None:
+        """The intent an erasure keeps (JSON ``{"fence": f, "what": "erased"}``), or None when no
+        intent was ever recorded: from the ``intent`` attribute, or from a checkpoint of an
+        operation recorded before that attribute existed (``{"intent_fence": f, ...}``)."""
+        fence = None
+        for name, field in (("intent", "fence"), ("checkpoint", "intent_fence")):
+            try:
+                value = json.loads(item[name]) if name in item else None
+            except (TypeError, ValueError):
+                value = None
+            if isinstance(value, dict) and isinstance(value.get(field), int):
+                fence = value[field]
+                break
+        if fence is None:
+            return None
+        return json.dumps({"fence": fence, "what": ERASED_INTENT}, separators=(",", ":"))
+
+    def _erase_write(
+        self, current: dict[str, Any], actor: str | None
+    ) -> tuple[str, str, dict[str, str], dict[str, Any]]:
+        """The erasure's update, pinned to the state class (not claimed) and to the intent and
+        checkpoint it was computed from."""
+        now = self.clock()
+        names = {
+            "#op": "operation_id",
+            "#state": "state",
+            "#pat": PURGE_SK,
+            **_TRANSITION_NAMES,
+            **_ACTOR,
+        }
+        values: dict[str, Any] = {
+            ":now": now,
+            ":claimed": State.CLAIMED.value,
+            ":tr": Transition.ERASE.value,
+            ":actor": actor,
+            ":one": 1,
+        }
+        sets = [
+            "erased_at = if_not_exists(erased_at, :now)",
+            "updated_at = :now",
+            "#pat = :now",
+            "#tr = :tr",
+            "#actor = :actor",
+        ]
+        removes = ["reason", "resolution_note", "checkpoint"]
+        kept = self._erased_intent(current)
+        if kept is None:
+            removes.append("intent")
+        else:
+            values[":intent"] = kept
+            sets.append("intent = :intent")
+        condition = "attribute_exists(#op) AND #state <> :claimed"
+        for name in ("intent", "checkpoint"):
+            if name in current:
+                values[f":was_{name}"] = current[name]
+                condition += f" AND {name} = :was_{name}"
+            else:
+                condition += f" AND attribute_not_exists({name})"
+        update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)} ADD #seq :one"
+        return update, condition, names, values
 
     def _purge_one(self, item: dict[str, Any]) -> bool:
         """Delete one operation's stored payload, then record that (pinned to the purge time the
@@ -1838,60 +2213,288 @@ class Engine:
             self.events("PayloadsPurged", result.purged)
         return result
 
+    def clear_ttls(self, limit: int = 100) -> TtlClearing:
+        """One bounded step of keeping ended identities forever once this deployment's identity
+        retention is forever (:attr:`identity_retention_ms` None): the TTLs set while it was a
+        window would otherwise still delete them. The sweeper runs it on every run.
+
+        A pass reads the table a page of ``limit`` items at a time (a ``Scan`` for items that
+        carry a TTL: ended operations and their histories) and removes each TTL with one write
+        conditional on the TTL it read (an item deleted or changed meanwhile is left alone: the
+        write never creates one). Its progress (the page to continue from) is kept on one item of
+        the deployment (:data:`keys.FLEET_TENANT`), written conditionally on the pass and the
+        position it read, so overlapping runs never move it back. The first pass starts when a
+        sweeper first sees forever; a pass that ended before :data:`RETENTION_SWITCH_GRACE_MS`
+        had passed since is followed by another one, started after it (functions still running
+        the old window may have set TTLs behind the first). Then it is done and costs one read
+        per call.
+
+        With a window, a finished or started clearing is forgotten (one read, and one write when
+        there is something to forget), so switching to forever again clears again."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidInput("limit must be from 1 to 1000")
+        key = self._key(keys.FLEET_TENANT, keys.RETENTION_ID)
+        result = TtlClearing()
+        if self.identity_retention_ms is not None:
+            marker = self.store.get(key, consistent=False)
+            if marker is not None and "since" in marker:
+                with contextlib.suppress(ConditionFailed):  # another run forgot it first
+                    self.store.update(
+                        key,
+                        "REMOVE since, pass_started, pass_ended, done_at, #cursor",
+                        "since = :since",
+                        {"#cursor": "cursor"},
+                        {":since": int(marker["since"])},
+                        returns="NONE",
+                    )
+            return result
+        now = self.clock()
+        marker = self.store.get(key)
+        if marker is None or "since" not in marker:
+            try:
+                marker = self.store.update(
+                    key,
+                    "SET since = :now, pass_started = :now REMOVE pass_ended, done_at, #cursor",
+                    "attribute_not_exists(since)",
+                    {"#cursor": "cursor"},
+                    {":now": now},
+                )
+                log.info("identity retention is forever: clearing the TTLs already set")
+            except ConditionFailed as refused:
+                marker = refused.item
+        assert marker is not None
+        if "done_at" in marker:
+            result.state = "done"
+            return result
+        since, started = int(marker["since"]), int(marker["pass_started"])
+        if "pass_ended" in marker:
+            if now < since + RETENTION_SWITCH_GRACE_MS:
+                result.state = "waiting"
+                return result
+            try:
+                marker = self.store.update(
+                    key,
+                    "SET pass_started = :now REMOVE pass_ended, #cursor",
+                    "pass_started = :started AND attribute_exists(pass_ended)",
+                    {"#cursor": "cursor"},
+                    {":now": now, ":started": started},
+                )
+            except ConditionFailed:
+                result.state = "clearing"  # another run started it
+                return result
+            assert marker is not None
+            started = now
+        result.state = "clearing"
+        cursor = marker.get("cursor")
+        page = self.store.scan(
+            FilterExpression="attribute_exists(#ttl)",
+            ProjectionExpression="tenant_id, operation_id, #ttl",
+            ExpressionAttributeNames={"#ttl": TTL_ATTRIBUTE},
+            Limit=limit,
+            start=json.loads(cursor) if cursor else None,
+        )
+        result.examined = page.scanned
+        for item in page.items:
+            try:
+                self.store.update(
+                    self._key(item["tenant_id"], item["operation_id"]),
+                    "REMOVE #ttl",
+                    "#ttl = :seen",
+                    {"#ttl": TTL_ATTRIBUTE},
+                    {":seen": item[TTL_ATTRIBUTE]},
+                    returns="NONE",
+                )
+            except ConditionFailed:
+                continue  # deleted (erased, or its TTL came first) or changed meanwhile
+            result.cleared += 1
+        names = {"#cursor": "cursor"}
+        values: dict[str, Any] = {":started": started, ":n": result.cleared}
+        if page.last_key is not None:
+            values[":next"] = json.dumps(page.last_key, sort_keys=True)
+            update = "SET #cursor = :next"
+        elif started >= since + RETENTION_SWITCH_GRACE_MS:
+            values[":now"] = self.clock()
+            update = "SET done_at = :now REMOVE #cursor"
+            result.state = "done"
+        else:
+            values[":now"] = self.clock()
+            update = "SET pass_ended = :now REMOVE #cursor"
+            result.state = "waiting"
+        condition = "pass_started = :started AND "
+        if cursor is None:
+            condition += "attribute_not_exists(#cursor)"
+        else:
+            values[":cursor"] = cursor
+            condition += "#cursor = :cursor"
+        with contextlib.suppress(ConditionFailed):  # an overlapping run moved on first
+            self.store.update(key, update + " ADD cleared :n", condition, names, values, "NONE")
+        if result.cleared:
+            self.events("TtlsCleared", result.cleared)
+        return result
+
     def erase_tenant(
         self, tenant_id: str, limit: int = 100, cursor: str | None = None
     ) -> TenantErasure:
-        """One bounded step of erasing everything of one tenant: its operations (rows and stored
-        payloads), its job-type directory, then (once no row is left) any payload object still
-        under the tenant's prefix (an upload whose enqueue never committed).
+        """One bounded step of erasing everything of one tenant. Call again with ``next_cursor``
+        until it is None; ``finished`` says whether everything is gone.
 
-        Call again with ``next_cursor`` until it is None. Claimed operations are left alone and
-        counted as ``held`` (a claim may be acting on them): run the erasure again once they
-        ended. Every delete is conditional on the row not being claimed."""
+        1. **Hold** (every step): one conditional write on the tenant's settings item records
+           when the erasure started (``tenant_erasing``; a later step or a re-run finds it and
+           keeps the first start), and the tenant's catalogue entries are marked the same way.
+           From then on an admission that reads either refuses the enqueue with 409
+           ``tenant_erasing`` (within :data:`~leasefence.catalogue.CACHE_MS`: what an engine
+           read of the catalogue before is trusted that long).
+        2. **Rows**: its operations (rows and stored payloads) and their histories, a page of
+           ``limit`` per step. Claimed operations are left alone and counted as ``held`` (a claim
+           may be acting on them): the tenant stays held until a later run finds them ended.
+        3. **Objects**: once no row is left, any payload object still under the tenant's prefix
+           (an upload whose enqueue never committed).
+        4. **Tenant items**, last, and only :data:`TENANT_ERASURE_SETTLE_MS` after the hold and
+           once a consistent read finds no row again: its job-type directory, catalogue entries
+           and finally the settings item (the hold). An enqueue admitted just before the hold
+           (whose write commits after the rows pass) was admitted under the catalogue, which is
+           still there, so it kept its approval gate; its row is found here and sends the erasure
+           back to step 2. The catalogue is never gone while an enqueue could still be admitted
+           without seeing the hold.
+
+        Idempotent: a re-run (with or without a cursor) resumes; a re-run after it finished holds
+        the tenant again for the settle time and finds nothing. Every delete of an operation is
+        conditional on it not being claimed."""
         validate_id("tenant_id", tenant_id)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise InvalidInput("limit must be from 1 to 1000")
         result = TenantErasure()
-        phase, position = self._decode_erasure_cursor(cursor)
+        phase, position, held_before = self._decode_erasure_cursor(cursor)
+        since = self._hold_tenant(tenant_id)
         with self._registered_lock:  # its directory is about to go: register types again later
             for pair in [p for p in self._registered if p[0] == tenant_id]:
                 del self._registered[pair]
         self.catalogue.forget(tenant_id)  # its catalogue goes with its rows
         if phase == "rows":
             page = self.store.query(
-                KeyConditionExpression="tenant_id = :t",
-                values={":t": tenant_id},
+                # Operations and histories; the tenant's own items (directory, catalogue,
+                # settings: sort keys before HISTORY_PREFIX) go last.
+                KeyConditionExpression="tenant_id = :t AND operation_id >= :first",
+                values={":t": tenant_id, ":first": keys.HISTORY_PREFIX},
                 ConsistentRead=True,
                 Limit=limit,
                 start={"tenant_id": tenant_id, "operation_id": position}
-                if position is not None
+                if position and position >= keys.HISTORY_PREFIX
                 else None,
             )
             for item in page.items:
                 self._erase_row(item, result)
+            held_before = held_before or result.held > 0
             if page.last_key is not None:
                 result.next_cursor = self._encode_erasure_cursor(
-                    "rows", page.last_key["operation_id"]
+                    "rows", page.last_key["operation_id"], held_before
                 )
-                return result
+                return self._erasure_step(result)
             phase, position = "objects", None
-        remaining = self.store.query(
-            KeyConditionExpression="tenant_id = :t",
-            values={":t": tenant_id},
-            ConsistentRead=True,
-            Limit=1,
-        ).items
-        # Rows left (claimed ones, counted as held) keep their objects: the sweep of objects nothing
-        # references runs only once the tenant has no row left (erase again after they ended).
-        if not remaining and self.payloads is not None:
-            deleted, token = self.payloads.delete_tenant_objects(
-                tenant_id, limit=limit, token=position
-            )
-            result.payloads_deleted += deleted
-            if token is not None:
-                result.next_cursor = self._encode_erasure_cursor("objects", token)
+        if self._tenant_rows_left(tenant_id):
+            # This pass left claimed rows alone: run it again once they ended. Otherwise rows
+            # were enqueued after the pass went by (admitted just before the hold): another pass.
+            if not held_before:
+                result.next_cursor = self._encode_erasure_cursor("rows", "")
+            return self._erasure_step(result)
+        if phase == "objects":
+            if self.payloads is not None:
+                deleted, token = self.payloads.delete_tenant_objects(
+                    tenant_id, limit=limit, token=position or None
+                )
+                result.payloads_deleted += deleted
+                if token is not None:
+                    result.next_cursor = self._encode_erasure_cursor("objects", token)
+                    return self._erasure_step(result)
+            phase = "tenant"
+        wait = since + TENANT_ERASURE_SETTLE_MS - self.clock()
+        if wait > 0:
+            result.wait_ms = wait
+            result.next_cursor = self._encode_erasure_cursor("tenant", "")
+            return self._erasure_step(result)
+        if self._tenant_rows_left(tenant_id):
+            result.next_cursor = self._encode_erasure_cursor("rows", "")
+            return self._erasure_step(result)
+        self._erase_tenant_items(tenant_id, since, result)
+        return self._erasure_step(result)
+
+    def _erasure_step(self, result: TenantErasure) -> TenantErasure:
         self.events("TenantErasureSteps", 1)
         return result
+
+    def _hold_tenant(self, tenant_id: str) -> int:
+        """Hold the tenant for its erasure (one conditional write on its settings item: the
+        first start is kept, read from the refusal on a later step) and mark its catalogue
+        entries. Returns when the erasure started (ms)."""
+        now = self.clock()
+        key = self._key(tenant_id, keys.SETTINGS_ID)
+        try:
+            self.store.update(
+                key,
+                "SET #erasing = :now",
+                "attribute_not_exists(#erasing)",
+                {"#erasing": ERASING_ATTRIBUTE},
+                {":now": now},
+                returns="NONE",
+            )
+            since = now
+            log.info("tenant held for erasure", extra={"tenant": keyed_hash(tenant_id)})
+        except ConditionFailed as refused:
+            since = int((refused.item or {})[ERASING_ATTRIBUTE])
+        self.catalogue.hold(tenant_id, since)
+        return since
+
+    def _tenant_rows_left(self, tenant_id: str) -> bool:
+        """Whether any operation or history of the tenant is left (one consistent read)."""
+        return bool(
+            self.store.query(
+                KeyConditionExpression="tenant_id = :t AND operation_id >= :first",
+                values={":t": tenant_id, ":first": keys.HISTORY_PREFIX},
+                ConsistentRead=True,
+                Limit=1,
+            ).items
+        )
+
+    def _erase_tenant_items(self, tenant_id: str, since: int, result: TenantErasure) -> None:
+        """The tenant's own items (job-type directory, catalogue entries, then the settings item
+        that holds it), each deleted once: the erasure is finished."""
+        start = None
+        while True:
+            page = self.store.query(
+                KeyConditionExpression="tenant_id = :t AND operation_id < :first",
+                values={":t": tenant_id, ":first": keys.HISTORY_PREFIX},
+                ConsistentRead=True,
+                start=start,
+            )
+            for item in page.items:
+                if item["operation_id"] == keys.SETTINGS_ID:
+                    continue
+                try:
+                    self.store.delete(
+                        self._key(tenant_id, item["operation_id"]),
+                        "attribute_exists(#k)",
+                        {"#k": "operation_id"},
+                        {},
+                    )
+                    result.rows_deleted += 1
+                except ConditionFailed:
+                    pass  # another step deleted it first
+            if page.last_key is None:
+                break
+            start = page.last_key
+        try:
+            self.store.delete(
+                self._key(tenant_id, keys.SETTINGS_ID),
+                "#erasing = :since",
+                {"#erasing": ERASING_ATTRIBUTE},
+                {":since": since},
+            )
+            result.rows_deleted += 1
+        except ConditionFailed:
+            pass  # another step finished first
+        result.finished = True
+        self.catalogue.forget(tenant_id)
+        log.info("tenant erased", extra={"tenant": keyed_hash(tenant_id)})
 
     def _erase_row(self, item: dict[str, Any], result: TenantErasure) -> None:
         if item.get("state") == State.CLAIMED:
@@ -1928,75 +2531,177 @@ class Engine:
         result.rows_deleted += 1
 
     @staticmethod
-    def _encode_erasure_cursor(phase: str, position: str) -> str:
-        raw = json.dumps({"p": phase, "at": position}).encode()
+    def _encode_erasure_cursor(phase: str, position: str, held: bool = False) -> str:
+        """Where the next step starts: the phase, the position in it, and (rows) whether this
+        pass over the rows left a claimed one alone so far."""
+        raw = json.dumps({"p": phase, "at": position, **({"h": 1} if held else {})}).encode()
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
     @staticmethod
-    def _decode_erasure_cursor(cursor: str | None) -> tuple[str, str | None]:
+    def _decode_erasure_cursor(cursor: str | None) -> tuple[str, str | None, bool]:
         if not cursor:
-            return "rows", None
+            return "rows", None, False
         try:
             raw = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-            phase, position = raw["p"], raw["at"]
-            if phase not in ("rows", "objects") or not isinstance(position, str):
+            phase, position, held = raw["p"], raw["at"], raw.get("h", 0)
+            if (
+                phase not in ("rows", "objects", "tenant")
+                or not isinstance(position, str)
+                or held not in (0, 1)
+            ):
                 raise ValueError(phase)
-        except (ValueError, KeyError, TypeError, binascii.Error) as error:
+        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as error:
             raise InvalidInput("cursor is not valid") from error
-        return phase, position
+        return phase, position, bool(held)
 
     def oldest_due_age_ms(self, max_queries: int = 200) -> int:
         """How long the oldest due operation of any tenant and job type has waited to be claimed
         (ms; 0 when nothing is overdue). Due work of a job type no worker serves (a typo, a
-        retired type, a fleet that is down) shows here instead of waiting silently. Reads the
-        tenants' job-type directories and one small page per (tenant, type, shard), at most
-        ``max_queries`` queries per call (a sample, then: tenants are visited in random order).
+        retired type, a fleet that is down) shows here instead of waiting silently.
+
+        Reads the tenants' job-type directories and one small page per (tenant, type, shard), at
+        most ``max_queries`` requests per call (directory pages and items included). A fleet
+        larger than that is covered over several calls: each one resumes where the last one
+        stopped (a cursor in one small item, :data:`keys.OLDEST_DUE_CURSOR_ID`) and starts
+        again from the first tenant after the last, so every tenant is visited once per *cycle*.
+        A call that reads a whole cycle itself (from the first tenant to the last: a small
+        fleet, or a large budget) reports exactly what it read. Any other call reports its own
+        reads together with the rest of the cycle in progress and the last complete cycle, so
+        every tenant is always in the figure (at most one cycle stale: work claimed meanwhile
+        leaves it once a cycle that no longer finds it completes). Shadow tenants (``shadow:``)
+        are skipped: their queued operations record what an existing consumer did and are never
+        dispatched, so they are not the fleet's overdue work.
+
         A claimed entry whose lease heartbeats extended is skipped, not counted (and re-filed at
-        its lease when such entries fill the page, as claims do)."""
+        its lease when such entries fill the page, as claims do). Overlapping calls are harmless:
+        the cursor is written only if no other call wrote it since it was read."""
         now = self.clock()
-        oldest = 0
+        key = self._key(keys.FLEET_TENANT, keys.OLDEST_DUE_CURSOR_ID)
+        saved = self.store.get(key) or {}
         budget = max_queries
-        directories = self.store.query(
-            IndexName=PARKED_INDEX,
-            KeyConditionExpression="#pk = :pk",
-            ExpressionAttributeNames={"#pk": PARKED_PK},
-            values={":pk": keys.DIRECTORY_PARTITION},
-            Limit=max_queries,
-        ).items
-        self.rng.shuffle(directories)
-        for directory in directories:
-            tenant_id = directory["tenant_id"]
-            for job_type in self.job_types(tenant_id):
-                for shard in range(self.spec.due_shards):
-                    if budget <= 0:
-                        return oldest
-                    budget -= 1
-                    page = self.store.query(
-                        IndexName=DUE_INDEX,
-                        KeyConditionExpression="#pk = :pk AND #due <= :now",
-                        ExpressionAttributeNames={"#pk": DUE_PK, "#due": DUE_SK},
-                        values={":pk": keys.due_partition(tenant_id, shard, job_type), ":now": now},
-                        Limit=3,
-                    )
-                    held = []
-                    for entry in page.items:
-                        if entry.get("state") == State.CLAIMED:
-                            item = self._unless_held(entry, now)
-                            if item is None:
-                                held.append(entry)
-                                continue
-                            if item.get("state") != State.CLAIMED:
-                                continue
-                            since = int(item.get("lease_expires_at", now))
-                        else:
-                            since = int(entry[DUE_SK])
-                        oldest = max(oldest, now - since)
-                        break
-                    else:
-                        if page.last_key is not None:
-                            for entry in held:
-                                self._refile_held(entry, now)
-        return oldest
+        # Where the cycle in progress stands: the next directory page starts after ``cursor``
+        # (None: at the first tenant), and its first tenant skips the (type, shard) partitions
+        # an earlier call already read. ``cycle_since``: the earliest due time the cycle in
+        # progress found so far; ``last_since``: the last complete cycle's.
+        cursor: dict[str, Any] | None = saved.get("cursor") or None
+        skip = int(saved.get("skip", 0))
+        cycle_since: int | None = _earliest(saved.get("cycle_since"))
+        last_since: int | None = _earliest(saved.get("last_since"))
+        fresh = False  # this call read a whole cycle itself
+
+        while budget > 0:
+            from_start = cursor is None and skip == 0
+            start = cursor
+            finished = False
+            while budget > 0:
+                budget -= 1
+                page = self.store.query(
+                    IndexName=PARKED_INDEX,
+                    KeyConditionExpression="#pk = :pk",
+                    ExpressionAttributeNames={"#pk": PARKED_PK},
+                    values={":pk": keys.DIRECTORY_PARTITION},
+                    Limit=min(max(budget, 1), 100),
+                    start=start,
+                )
+                stopped = False
+                for directory in page.items:
+                    tenant_id = directory["tenant_id"]
+                    if not keys.is_shadow_tenant(tenant_id):
+                        if budget <= 0:
+                            stopped = True  # its directory is read first next time
+                            break
+                        budget -= 1
+                        partitions = [
+                            (job_type, shard)
+                            for job_type in self.job_types(tenant_id)
+                            for shard in range(self.spec.due_shards)
+                        ]
+                        done = skip
+                        while done < len(partitions) and budget > 0:
+                            budget -= 1
+                            job_type, shard = partitions[done]
+                            since = self._oldest_due_since(tenant_id, job_type, shard, now)
+                            cycle_since = _earliest(cycle_since, since)
+                            done += 1
+                        if done < len(partitions):
+                            skip = done
+                            stopped = True
+                            break
+                    # This tenant is done (or a shadow tenant): the cycle goes on after it.
+                    cursor = {
+                        k: directory[k] for k in ("tenant_id", "operation_id", PARKED_PK, PARKED_SK)
+                    }
+                    skip = 0
+                if stopped:
+                    break
+                if page.last_key is None:
+                    finished = True
+                    break
+                start = page.last_key
+            if not finished:
+                break
+            # The cycle is complete: it becomes the last one, and the next starts at the top.
+            last_since, cycle_since, cursor, skip = cycle_since, None, None, 0
+            if from_start:
+                fresh = True
+                break
+        since = last_since if fresh else _earliest(last_since, cycle_since)
+        self._save_fleet_cursor(
+            key,
+            saved,
+            {"cursor": cursor, "skip": skip, "cycle_since": cycle_since, "last_since": last_since},
+            now,
+        )
+        return 0 if since is None else max(0, now - since)
+
+    def _oldest_due_since(self, tenant_id: str, job_type: str, shard: int, now: int) -> int | None:
+        """Since when the oldest due entry of one due partition has been due (None: nothing)."""
+        page = self.store.query(
+            IndexName=DUE_INDEX,
+            KeyConditionExpression="#pk = :pk AND #due <= :now",
+            ExpressionAttributeNames={"#pk": DUE_PK, "#due": DUE_SK},
+            values={":pk": keys.due_partition(tenant_id, shard, job_type), ":now": now},
+            Limit=3,
+        )
+        held = []
+        for entry in page.items:
+            if entry.get("state") == State.CLAIMED:
+                item = self._unless_held(entry, now)
+                if item is None:
+                    held.append(entry)
+                    continue
+                if item.get("state") != State.CLAIMED:
+                    continue
+                return int(item.get("lease_expires_at", now))
+            return int(entry[DUE_SK])
+        if page.last_key is not None:
+            for entry in held:
+                self._refile_held(entry, now)
+        return None
+
+    def _save_fleet_cursor(
+        self, key: dict[str, str], saved: dict[str, Any], updates: dict[str, Any], now: int
+    ) -> None:
+        """One conditional write: only if nobody wrote the item since ``saved`` was read (an
+        overlapping call that wrote first wins; this call's progress is simply not kept)."""
+        names = {"#v": "ver", "#at": "updated_at"}
+        values: dict[str, Any] = {":v1": int(saved.get("ver", 0)) + 1, ":now": now}
+        sets, removes = ["#v = :v1", "#at = :now"], []
+        for i, (name, value) in enumerate(updates.items()):
+            names[f"#a{i}"] = name
+            if value is None:
+                removes.append(f"#a{i}")
+            else:
+                values[f":a{i}"] = value
+                sets.append(f"#a{i} = :a{i}")
+        if "ver" in saved:
+            condition = "#v = :v"
+            values[":v"] = int(saved["ver"])
+        else:
+            condition = "attribute_not_exists(#v)"
+        expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        with contextlib.suppress(ConditionFailed):
+            self.store.update(key, expression, condition, names, values, returns="NONE")
 
     # ------------------------------------------------------------------ reads
 

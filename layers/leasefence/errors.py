@@ -36,7 +36,9 @@ class NotFound(LeaseFenceError):
 
 
 class PayloadMissing(LeaseFenceError):
-    """The operation's inline payload is gone (purged after its retention, erased, or unreadable).
+    """The operation's inline payload is gone (purged after its retention, erased, its object
+    deleted, or bytes that do not match its hash). A store that refuses access is not this but
+    :class:`PayloadAccessDenied`.
 
     Never a silent ``None``: a job cannot run without its input. The worker runtime quarantines
     an operation whose payload is missing (an operator decides); the API answers 410."""
@@ -62,6 +64,22 @@ class PayloadMismatch(LeaseFenceError):
 
 class SelfApproval(LeaseFenceError):
     """An approver tried to approve an operation enqueued under its own identity."""
+
+    code = "forbidden"
+    status = 403
+
+
+class InlinePayloadRequired(InvalidInput):
+    """A job type that requires approval refuses payloads by reference: an approval binds the
+    bytes leasefence stores (and the approver can read), never content it has not seen."""
+
+    code = "inline_payload_required"
+    status = 422
+
+
+class IdentityRequired(LeaseFenceError):
+    """An operation that needs an approval records who enqueued it (that identity can never
+    approve it): a caller that names nobody cannot enqueue one. Nothing was written."""
 
     code = "forbidden"
     status = 403
@@ -101,12 +119,47 @@ class InvalidTransition(LeaseFenceError):
     status = 409
 
 
+class AlreadyAttempted(InvalidTransition):
+    """A cancel of an operation that a worker claimed before (it is queued again after a retry,
+    a takeover or an operator's requeue): its side effect may have happened, so only a worker's
+    reconcile or an operator may end it. Nothing was changed."""
+
+    code = "already_attempted"
+    status = 409
+
+
+class TenantErasing(LeaseFenceError):
+    """The tenant is being erased (``erase-tenant`` holds it until it finished): nothing new is
+    accepted for it meanwhile. Nothing was written."""
+
+    code = "tenant_erasing"
+    status = 409
+
+
+class TooManyJobTypes(InvalidInput):
+    """A new job type would take the tenant's job-type directory past its limit
+    (:data:`leasefence.engine.MAX_JOB_TYPES`). Nothing was written."""
+
+    code = "too_many_job_types"
+    status = 422
+
+
 class Unavailable(LeaseFenceError):
     """Throttling or a transient store failure. Safe to retry: every write is fenced or replayable."""
 
     code = "unavailable"
     status = 503
     retryable = True
+
+
+class PayloadAccessDenied(Unavailable):
+    """The payload store refused to read or write a payload object: S3 ``AccessDenied``, a KMS
+    key fault (``KMS.*``: disabled, pending deletion, no ``kms:Decrypt``), an archived object
+    (``InvalidObjectState``), or credentials S3 does not accept. A bucket policy, role or key
+    misconfiguration that an operator fixes, never a missing payload: like any
+    :class:`Unavailable` it answers 503 ``unavailable`` and the worker neither quarantines the job
+    nor fails it. Counted as ``PayloadAccessDenied`` (alarmed). Only a missing object (S3
+    ``NoSuchKey``, 404) is :class:`PayloadMissing`."""
 
 
 class StoreMisconfigured(LeaseFenceError):

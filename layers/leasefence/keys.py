@@ -80,6 +80,18 @@ def catalogue_id(job_type: str) -> str:
     return CATALOGUE_PREFIX + job_type
 
 
+#: A claim-next marker: which operation a claim request with a client claim token claimed, so a
+#: resend of that request (its answer was lost) finds the same claim. In the tenant's partition
+#: under this prefix + a digest of (worker id, claim token): no operation id can take that sort
+#: key, listings never meet it, and the streams' filters drop it (it records no transition).
+CLAIM_MARKER_PREFIX = "\x00claim:"
+
+
+def claim_marker_id(worker_id: str, claim_token: str) -> str:
+    w, t = worker_id.encode(), claim_token.encode()
+    return CLAIM_MARKER_PREFIX + hashlib.sha256(len(w).to_bytes(4, "big") + w + t).hexdigest()
+
+
 #: An operation's history item lives in its tenant's partition under this prefix + the operation
 #: id: no operation id can take that sort key (no control characters), and it sorts before every
 #: operation id, so listings never meet it.
@@ -92,3 +104,14 @@ def history_id(operation_id: str) -> str:
 
 #: Every operation id sorts at or after this (no control characters): listings start here.
 FIRST_OPERATION_ID = " "
+
+#: Items of the deployment itself, of no tenant: a partition no tenant id can take (tenant ids
+#: have no control characters), so no tenant's query, listing or erasure ever meets it.
+FLEET_TENANT = "\x00leasefence"
+#: The sweeper's progress clearing the TTLs of ended identities once retention became forever.
+RETENTION_ID = "\x00retention"
+#: Where the sweeper's sample of due work (``OldestDueAgeSeconds``) resumes: a cursor over the
+#: tenants' job-type directories, so that run after run every tenant is visited. Like
+#: :data:`RETENTION_ID` it starts with :data:`TENANT_ITEM_PREFIX` (no operation id: the stream
+#: functions skip it) and carries no index key.
+OLDEST_DUE_CURSOR_ID = "\x00oldest-due-cursor"

@@ -120,6 +120,9 @@ class Operation:
     approval_expires_at: int | None = None
     approved_by: str | None = None
     approved_at: int | None = None
+    #: It was enqueued under the approval gate (awaiting approval, or it did once): what a token
+    #: with only the approve scope may read.
+    approval_gated: bool = False
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Operation:
@@ -149,6 +152,11 @@ class Operation:
             approval_expires_at=_int(item.get("approval_expires_at")),
             approved_by=item.get("approved_by"),
             approved_at=_int(item.get("approved_at")),
+            # Every gated operation records its enqueuer (kept by erasure, compaction and every
+            # transition); older ones are recognized by their state or their approver.
+            approval_gated=item.get("enqueued_by") is not None
+            or item["state"] == State.AWAITING_APPROVAL
+            or item.get("approved_by") is not None,
         )
 
     @property
@@ -206,11 +214,13 @@ class Claim:
     intent: Any = None
     #: The inline payload leasefence stored for this operation (``payload_ref`` names it).
     payload_inline: bool = False
-
-    @property
-    def claimed_at(self) -> int:
-        """When this claim was granted (ms), by the clock of whoever granted it."""
-        return self.lease_expires_at - self.lease_ms
+    #: When this claim was granted (ms), by the clock of the engine that granted it: the claim
+    #: write sets ``lease_expires_at = claimed_at + lease_ms``, where ``lease_ms`` is the lease
+    #: GRANTED (a job type's ``max_lease_seconds`` may have cut the lease asked for). Both
+    #: backends state it; None only for a claim built by hand without it (then
+    #: ``lease_expires_at - lease_ms`` is the claim time: see
+    #: :func:`leasefence.targets.fenced_table.claimed_at`).
+    claimed_at: int | None = None
 
     def to_public(self) -> dict[str, Any]:
         return {
@@ -241,6 +251,10 @@ class TenantErasure:
     payloads_deleted: int = 0
     held: int = 0  # claimed operations left alone this time (erase again once they end)
     next_cursor: str | None = None
+    #: Everything of the tenant is gone, its hold too (enqueues are accepted again: a new tenant).
+    finished: bool = False
+    #: How long to wait before the step ``next_cursor`` names can finish (ms; 0: at once).
+    wait_ms: int = 0
 
     def to_public(self) -> dict[str, Any]:
         return {
@@ -248,7 +262,21 @@ class TenantErasure:
             "payloads_deleted": self.payloads_deleted,
             "held": self.held,
             "next_cursor": self.next_cursor,
+            "finished": self.finished,
+            "wait_ms": self.wait_ms,
         }
+
+
+@dataclass
+class TtlClearing:
+    """One bounded step of clearing the TTLs of ended identities after the identity retention
+    became forever (:meth:`leasefence.engine.Engine.clear_ttls`)."""
+
+    #: ``window``: retention is a window, nothing to clear; ``clearing``: a pass is under way;
+    #: ``waiting``: a pass ended, the final one starts after the switch's grace; ``done``.
+    state: str = "window"
+    examined: int = 0  # items this step's page of the table scan read
+    cleared: int = 0  # TTLs removed by this step
 
 
 @dataclass

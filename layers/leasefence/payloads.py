@@ -12,8 +12,12 @@
   engine only for payloads it stored: ``payload_inline``), never a key recomputed with today's
   secret, so changing the naming secret orphans nothing. A client-chosen ``payload_ref`` is never
   flagged inline, so it can never point a read at another tenant's object.
-* A payload that is gone (purged after its retention, erased, or unreadable) is
-  :class:`~leasefence.errors.PayloadMissing`, never None.
+* A payload that is gone (purged after its retention, erased, a missing object, bytes that do
+  not match the hash) is :class:`~leasefence.errors.PayloadMissing`, never None. A store that
+  refuses access (``AccessDenied``, a KMS key fault, an archived object) is not "gone": it is
+  :class:`~leasefence.errors.PayloadAccessDenied`, an :class:`~leasefence.errors.Unavailable`
+  (503, the worker neither quarantines nor fails the job), counted as ``PayloadAccessDenied``
+  through ``events`` so the misconfiguration is alarmed instead of quarantining jobs in bulk.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 from leasefence.errors import (
     InvalidInput,
     LeaseFenceError,
+    PayloadAccessDenied,
     PayloadMissing,
     PayloadTooLarge,
     Unavailable,
@@ -42,6 +47,24 @@ KEY_PREFIX = "payloads/"
 CONTENT_TYPE = "application/json"
 
 _MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+#: The store refused access: a permission, key, storage-class or credentials fault that an
+#: operator fixes (the object may well be there). Codes starting ``KMS`` (S3 relays a KMS key's
+#: faults as ``KMS.DisabledException``, ``KMS.KMSInvalidStateException``, ...) count too.
+_DENIED_CODES = frozenset(
+    {
+        "AccessDenied",
+        "403",
+        "AllAccessDisabled",
+        "AccountProblem",
+        "InvalidObjectState",
+        "InvalidAccessKeyId",
+        "InvalidToken",
+        "ExpiredToken",
+        "SignatureDoesNotMatch",
+    }
+)
+#: The metric counted for each refusal (``events``): alarmed by the CDK construct.
+ACCESS_DENIED_EVENT = "PayloadAccessDenied"
 _EXISTS_CODES = frozenset({"PreconditionFailed", "412"})
 _TRANSIENT_CODES = frozenset(
     {
@@ -101,8 +124,11 @@ class PayloadStore:
         secret: str | bytes | None = None,
         client: Any = None,
         client_factory: Callable[[], Any] | None = None,
+        events: Callable[[str, float], None] | None = None,
     ) -> None:
         self.bucket = bucket
+        #: Called with ("PayloadAccessDenied", 1) each time the store refuses access.
+        self.events = events if events is not None else (lambda _name, _value: None)
         if secret is None:
             # Deterministic but not secret: keys stay stable across processes (replays address
             # the same object) but are guessable by someone who knows the ids (reading still
@@ -181,12 +207,15 @@ class PayloadStore:
             if code in _EXISTS_CODES:
                 created = False
             else:
-                raise _translate(error, code) from error
+                raise self._translate(error, code) from error
         return StoredPayload(ref=self.ref_for(key), hash=payload.hash, key=key, created=created)
 
     def read(self, ref: str, payload_hash: str) -> bytes:
         """The stored canonical JSON that ``ref`` names, checked against the hash.
-        :class:`PayloadMissing` when it is gone or not readable; never None."""
+        :class:`PayloadMissing` when the object is gone (404 ``NoSuchKey``) or its bytes do not
+        match; never None. :class:`PayloadAccessDenied` when the store refuses access (the
+        roles that read payloads may ``s3:ListBucket``, so a missing object is a 404, not a
+        403): the payload may well be there, the job must not be quarantined for it."""
         key = self.key_of(ref)
         try:
             response = self.client.get_object(Bucket=self.bucket, Key=key)
@@ -195,12 +224,7 @@ class PayloadStore:
             code = _error_code(error)
             if code in _MISSING_CODES:
                 raise PayloadMissing("the payload object is gone") from None
-            if code in ("AccessDenied", "403"):
-                # Without s3:ListBucket, S3 answers a missing key with 403: the object is gone
-                # or this role cannot read it. Either way the job cannot run on it.
-                log.warning("payload object not readable", extra={"error_type": code})
-                raise PayloadMissing("the payload object is not readable") from None
-            raise _translate(error, code) from error
+            raise self._translate(error, code) from error
         if "sha256:" + hashlib.sha256(body).hexdigest() != payload_hash:
             raise PayloadMissing("the stored payload does not match its hash")
         return body
@@ -214,7 +238,7 @@ class PayloadStore:
             code = _error_code(error)
             if code in _MISSING_CODES:
                 return
-            raise _translate(error, code) from error
+            raise self._translate(error, code) from error
 
     def delete_tenant_objects(
         self, tenant_id: str, limit: int, token: str | None
@@ -236,10 +260,22 @@ class PayloadStore:
                     Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True}
                 )
         except Exception as error:
-            raise _translate(error, _error_code(error)) from error
+            raise self._translate(error, _error_code(error)) from error
         return len(objects), listing.get("NextContinuationToken") if listing.get(
             "IsTruncated"
         ) else None
+
+    def _translate(self, error: Exception, code: str | None) -> Exception:
+        """The domain error for a failed S3 call; a refused access is also counted and logged
+        (the error code only: keys and ids never reach the log)."""
+        if _denied(code):
+            self.events(ACCESS_DENIED_EVENT, 1)
+            log.error("payload store refused access", extra={"error_type": code})
+            return PayloadAccessDenied(
+                f"the payload store refused access ({code}): check the bucket policy, the "
+                "function's role and the bucket's KMS key; retry once fixed"
+            )
+        return _translate(error, code)
 
     def delete_quietly(self, key: str) -> None:
         """Best-effort removal of an object nothing references (an enqueue that lost)."""
@@ -258,6 +294,10 @@ def _error_code(error: Exception) -> str | None:
         status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         return str(status) if status else None
     return None
+
+
+def _denied(code: str | None) -> bool:
+    return code is not None and (code in _DENIED_CODES or code.startswith("KMS"))
 
 
 def _translate(error: Exception, code: str | None) -> Exception:

@@ -20,6 +20,9 @@ Environment:
                                    400; ``forever``: no TTL). Within it a replay is a replay.
 ``LEASEFENCE_PAYLOAD_RETENTION_DAYS``   how long an ended operation's stored payload is kept (default
                                    30; 0 allowed). ``LEASEFENCE_RETENTION_DAYS`` is an older name for it.
+``LEASEFENCE_FENCE_EPOCH``         the fence epoch (default 0): raise it by one with every point-in-time
+                                   restore, so every fence handed out after the restore is above every
+                                   fence handed out before it (see ``Engine.fence_floor``)
 ``LEASEFENCE_SWEEP_BATCH``         operations one ``Engine.sweep`` call examines (default 100)
 ``LEASEFENCE_SWEEP_MAX_BATCHES``   sweep calls per sweeper invocation at most (default 50)
 ``LEASEFENCE_MAX_BODY_BYTES``      request bodies larger than this are refused with 413 (default 6 MiB)
@@ -128,6 +131,7 @@ class Settings:
     log_hash_key_param: str | None = None
     identity_retention_days: int | None = DEFAULT_IDENTITY_RETENTION_DAYS
     payload_retention_days: int = DEFAULT_PAYLOAD_RETENTION_DAYS
+    fence_epoch: int = 0
     sweep_batch: int = 100
     sweep_max_batches: int = 50
     max_body_bytes: int = 6 * 1024 * 1024
@@ -160,6 +164,7 @@ class Settings:
                 env, "LEASEFENCE_IDENTITY_RETENTION_DAYS", DEFAULT_IDENTITY_RETENTION_DAYS
             ),
             payload_retention_days=_payload_days(env),
+            fence_epoch=_int_env(env, "LEASEFENCE_FENCE_EPOCH", 0, minimum=0),
             sweep_batch=_int_env(env, "LEASEFENCE_SWEEP_BATCH", 100),
             sweep_max_batches=_int_env(env, "LEASEFENCE_SWEEP_MAX_BATCHES", 50),
             max_body_bytes=_int_env(env, "LEASEFENCE_MAX_BODY_BYTES", 6 * 1024 * 1024),
@@ -190,6 +195,7 @@ class Settings:
         return {
             "identity_retention_ms": None if days is None else days * 86_400_000,
             "payload_retention_ms": self.payload_retention_days * 86_400_000,
+            "fence_epoch": self.fence_epoch,
         }
 
     @property
@@ -215,6 +221,7 @@ class Runtime:
         self._lock = threading.RLock()
         self._clients: dict[str, Any] = {}
         self._engine: Engine | None = None
+        self._shadow_engine: Engine | None = None
         self._payloads: PayloadStore | None = None
         # Payload object names never depend on the log-hash key (rotating it must orphan nothing).
         self._payload_secret: str | None = settings.payload_key_secret
@@ -295,12 +302,32 @@ class Runtime:
                 )
             return self._engine
 
+    @property
+    def shadow_engine(self) -> Engine:
+        """:attr:`engine` for shadow tenants: the same table and payloads, no fleet events."""
+        with self._lock:
+            if self._shadow_engine is None:
+                from leasefence.engine import Engine
+
+                self._shadow_engine = Engine(
+                    spec=self.settings.table_spec,
+                    events=_no_fleet_event,
+                    client_factory=lambda: self.client("dynamodb"),
+                    payloads=self.payloads,
+                    **self.settings.engine_options,
+                )
+            return self._shadow_engine
+
     def after_restore(self) -> None:
         """Re-seed the random generator of every engine built so far (SnapStart: an engine built
         before the snapshot would otherwise order shards and candidates identically in every
         restored instance). Seeding with no argument draws from ``os.urandom``."""
         with self._lock:
-            engines = [e for e in (self._engine, *self._tenant_engines.values()) if e is not None]
+            engines = [
+                e
+                for e in (self._engine, self._shadow_engine, *self._tenant_engines.values())
+                if e is not None
+            ]
         for engine in engines:
             engine.rng.seed()
 
@@ -310,9 +337,16 @@ class Runtime:
         Without tenant isolation that is :attr:`engine`. With it (``LEASEFENCE_TENANT_ROLE_ARN``),
         an engine whose DynamoDB client holds credentials of the tenant role assumed with a
         session tag naming this tenant, so IAM itself refuses any key of another tenant.
+
+        A shadow tenant's engine (``shadow:<tenant>``, :mod:`leasefence.shadow`) counts no events:
+        shadow claims, takeovers and stale fences describe an existing consumer, not the fleet,
+        so they stay out of the fleet's metrics and alarms.
         """
+        from leasefence.keys import is_shadow_tenant
+
+        shadow = is_shadow_tenant(tenant_id)
         if not self.settings.tenant_role_arn:
-            return self.engine
+            return self.shadow_engine if shadow else self.engine
         with self._lock:
             engine = self._tenant_engines.get(tenant_id)
             if engine is not None:
@@ -325,7 +359,7 @@ class Runtime:
         engine = Engine(
             client=client,
             spec=self.settings.table_spec,
-            events=record_event,
+            events=_no_fleet_event if shadow else record_event,
             payloads=self.payloads,
             **self.settings.engine_options,
         )
@@ -387,14 +421,20 @@ class Runtime:
     def payloads(self) -> PayloadStore:
         with self._lock:
             if self._payloads is None:
+                from leasefence.observability import record_event
                 from leasefence.payloads import PayloadStore
 
                 self._payloads = PayloadStore(
                     bucket=self.settings.payload_bucket,
                     secret=self._payload_secret,
                     client_factory=lambda: self.client("s3"),
+                    events=record_event,
                 )
             return self._payloads
+
+
+def _no_fleet_event(_name: str, _value: float) -> None:
+    """The event sink of shadow tenants' engines: their counts are not the fleet's."""
 
 
 _runtime: Runtime | None = None

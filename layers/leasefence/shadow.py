@@ -32,9 +32,15 @@ cooldown, not one per call. Heartbeats run on a background thread.
 Own identity space. Shadow operations live in their own tenant, ``shadow:<tenant>``
 (:func:`shadow_tenant`): never mixed with real operations, and never dispatched to workers (a
 worker serves the tenants it is given, and :class:`~leasefence.worker.EngineBackend` refuses a
-shadow tenant). Over the HTTP API the tenant is the token's: mint the shadow token for
-``shadow:<tenant>`` (:func:`api_store` checks it). Payloads are never sent: only their hash
-(``payload_ref`` is the placeholder :data:`NOT_STORED`).
+shadow tenant). The ``shadow:`` namespace is reserved: over the HTTP API the tenant is the
+token's, and a token for ``shadow:<tenant>`` is refused (403) unless it carries the scope
+``leasefence/shadow`` as well (a *shadow token*: :data:`SHADOW_TOKEN_SCOPES`, which
+:func:`api_store` checks); even a shadow token only claims the operation it names, never "the
+next due one". Shadow tenants stay out of the fleet's signals: the API's engine for them counts
+no metrics, and the sweeper's ``OldestDueAgeSeconds``, ``SweptToUnknown`` and
+``OldestUnknownAgeSeconds`` skip them. (In-process, :class:`EngineShadowStore` counts through the
+engine it is given: give it one whose ``events`` are not the fleet's.) Payloads are never sent:
+only their hash (``payload_ref`` is the placeholder :data:`NOT_STORED`).
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from leasefence.api.security import SHADOW, SHADOW_MODE_SCOPES
 from leasefence.errors import InvalidTransition, NotFound, PayloadConflict, StaleFence
 from leasefence.keys import SHADOW_PREFIX, is_shadow_tenant
 from leasefence.payloads import canonicalize
@@ -65,6 +72,10 @@ NOT_STORED = "shadow:not-stored"
 SHADOW_MAX_ATTEMPTS = 100
 #: The kinds of run record, i.e. why leasefence would have refused an execution.
 DUPLICATE, OVERTAKEN, CONFLICT = "duplicate", "overtaken", "conflict"
+#: The scopes of a shadow token (tenant ``shadow:<tenant>``): enqueue and read, claim by id,
+#: heartbeat and finish, list (the report), and ``leasefence/shadow``, without which the API
+#: refuses any token for a shadow tenant.
+SHADOW_TOKEN_SCOPES = SHADOW_MODE_SCOPES
 
 
 def shadow_tenant(tenant_id: str) -> str:
@@ -235,15 +246,30 @@ class EngineShadowStore:
             cursor = page.next_cursor
 
 
-def token_tenant(token: str) -> str | None:
-    """The ``tenant_id`` claim of a JWT, read without verifying it (the API verifies it)."""
+def _token_claims(token: str) -> dict[str, Any]:
+    """A JWT's claims, read without verifying them (the API verifies the token)."""
     try:
         body = token.split(".")[1]
         claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
     except (IndexError, ValueError):
-        return None
-    tenant = claims.get("tenant_id") if isinstance(claims, dict) else None
+        return {}
+    return claims if isinstance(claims, dict) else {}
+
+
+def token_tenant(token: str) -> str | None:
+    """The ``tenant_id`` claim of a JWT, read without verifying it (the API verifies it)."""
+    tenant = _token_claims(token).get("tenant_id")
     return tenant if isinstance(tenant, str) else None
+
+
+def token_scopes(token: str) -> frozenset[str]:
+    """The scopes of a JWT (its ``scope`` claim), read without verifying it."""
+    raw = _token_claims(token).get("scope")
+    if isinstance(raw, str):
+        return frozenset(raw.split())
+    if isinstance(raw, list):
+        return frozenset(str(s) for s in raw)
+    return frozenset()
 
 
 def api_store(base_url: str, token: str, timeout_s: float = 0.5) -> Any:
@@ -258,6 +284,11 @@ def api_store(base_url: str, token: str, timeout_s: float = 0.5) -> Any:
             "shadow mode needs a token whose tenant_id is a shadow tenant "
             f"('{SHADOW_PREFIX}<tenant>'), so shadow operations never mix with real ones; "
             f"this token's tenant_id is {tenant!r}"
+        )
+    if SHADOW not in token_scopes(token):
+        raise ValueError(
+            f"shadow mode needs a shadow token: the API refuses a token for {tenant!r} unless it "
+            f"carries the scope {SHADOW} (scopes: {' '.join(SHADOW_TOKEN_SCOPES)})"
         )
     return LeaseFenceClient(base_url, token, timeout=timeout_s, retries=0)
 
@@ -522,6 +553,7 @@ __all__ = [
     "CONFLICT",
     "DUPLICATE",
     "OVERTAKEN",
+    "SHADOW_TOKEN_SCOPES",
     "EngineShadowStore",
     "RunRecord",
     "Shadow",

@@ -129,6 +129,8 @@ def translate(error: Exception) -> Exception:
 class QueryPage:
     items: list[dict[str, Any]]
     last_key: dict[str, Any] | None
+    #: Items read before any filter (what ``Limit`` counts).
+    scanned: int = 0
 
 
 class Store:
@@ -222,6 +224,21 @@ class Store:
             last_key=from_item(response.get("LastEvaluatedKey")),
         )
 
+    def scan(self, **kwargs: Any) -> QueryPage:
+        """One page of a ``Scan`` (``values`` and ``start`` as for :meth:`query`)."""
+        values = kwargs.pop("values", None)
+        if values:
+            kwargs["ExpressionAttributeValues"] = {k: to_attr(v) for k, v in values.items()}
+        start = kwargs.pop("start", None)
+        if start:
+            kwargs["ExclusiveStartKey"] = to_item(start)
+        response = self._call("scan", TableName=self.table_name, **kwargs)
+        return QueryPage(
+            items=[from_item(i) or {} for i in response.get("Items", [])],
+            last_key=from_item(response.get("LastEvaluatedKey")),
+            scanned=int(response.get("ScannedCount", 0)),
+        )
+
     def update_action(
         self,
         key: dict[str, Any],
@@ -258,10 +275,18 @@ class Store:
         self._call("delete_item", **kwargs)
 
     def add_to_set(
-        self, key: dict[str, Any], attribute: str, members: list[str], extra: dict[str, Any]
+        self,
+        key: dict[str, Any],
+        attribute: str,
+        members: list[str],
+        extra: dict[str, Any],
+        condition: str | None = None,
+        condition_values: dict[str, Any] | None = None,
     ) -> None:
         """``ADD attribute :members`` (a string set) and ``SET`` the ``extra`` attributes: an
-        unconditional, idempotent upsert."""
+        idempotent upsert, conditional when ``condition`` is given (``#set`` names the set;
+        ``condition_values`` its placeholders): a refusal raises :class:`ConditionFailed` with
+        the item as it is."""
         names = {"#set": attribute}
         values: dict[str, Any] = {":m": {"SS": list(members)}}
         sets = []
@@ -269,6 +294,11 @@ class Store:
             names[f"#e{i}"] = name
             values[f":e{i}"] = to_attr(value)
             sets.append(f"#e{i} = :e{i}")
+        kwargs: dict[str, Any] = {}
+        if condition is not None:
+            kwargs["ConditionExpression"] = condition
+            kwargs["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+            values.update({k: to_attr(v) for k, v in (condition_values or {}).items()})
         self._call(
             "update_item",
             TableName=self.table_name,
@@ -276,6 +306,7 @@ class Store:
             UpdateExpression="ADD #set :m" + (f" SET {', '.join(sets)}" if sets else ""),
             ExpressionAttributeNames=names,
             ExpressionAttributeValues=values,
+            **kwargs,
         )
 
     def transact(self, actions: list[dict[str, Any]]) -> None:

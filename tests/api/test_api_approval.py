@@ -16,9 +16,11 @@ from leasefence.api.security import APPROVE, OPERATE, PRODUCE, WORK
 from leasefence.auth import mint
 from leasefence.cli import app as cli
 from leasefence.errors import InvalidTransition, PayloadMismatch
+from leasefence.payloads import canonicalize
 from leasefence.settings import runtime
 
-H = "sha256:" + "a" * 64
+PAYLOAD = {"refund": {"order": "o-7", "cents": 1250}}
+H = canonicalize(PAYLOAD).hash
 OTHER = "sha256:" + "b" * 64
 
 
@@ -28,13 +30,16 @@ def assert_error(reply, status: int, code: str) -> None:
 
 
 def awaiting(tenant: str, operation_id: str, by: str | None = None) -> None:
-    """Enqueued by the tenant's default dev identity (``dev:<tenant>``), as its producer token."""
+    """Enqueued by the tenant's default dev identity (``dev:<tenant>``), as its producer token,
+    with the payload stored inline (as the API's enqueue stores it)."""
+    stored = runtime().payloads.put(tenant, operation_id, canonicalize(PAYLOAD))
     runtime().engine_for(tenant).enqueue(
         tenant,
         operation_id,
         "refund",
         H,
-        payload_ref="s3://theirs/1",
+        payload_ref=stored.ref,
+        payload_inline=True,
         actor=by or f"dev:{tenant}",
         approval_required=True,
         approval_valid_ms=3_600_000,
@@ -71,6 +76,61 @@ def test_approve_over_http(stack, api, tenant, approver):
     assert (again.status, again.json) == (200, done.json)  # a replay
     assert claimed(api, "ap-1")["fence"] == 1
     assert_error(approver.post(op_path("missing", "approve"), {"payload_hash": H}), 404, "not_found")
+
+
+def test_an_approval_gated_job_type_refuses_payloads_by_reference_and_anonymous_producers(
+    stack, api, tenant
+):
+    """The approver approves bytes leasefence stores, and the enqueuer is always on record (so
+    self-approval is always decided): by reference, 422 inline_payload_required; from a token
+    that names nobody, 403 forbidden. Nothing is written either way."""
+    gate = {"target_class": "C", "approval_required": True}
+    assert api.call("PUT", "/v1/job-types/payout", gate).status == 200
+    by_ref = api.post(
+        "/v1/operations",
+        {"operation_id": "g-1", "job_type": "payout", "payload_ref": "s3://theirs/1", "payload_hash": H},
+    )
+    assert_error(by_ref, 422, "inline_payload_required")
+    nobody = Api(stack.base_url, mint(tenant, [PRODUCE], secret=stack.secret, extra_claims={"sub": ""}))
+    anonymous = nobody.post("/v1/operations", {"operation_id": "g-1", "job_type": "payout", "payload": PAYLOAD})
+    assert_error(anonymous, 403, "forbidden")
+    assert api.get(op_path("g-1")).status == 404
+    stored = stack.aws.client("s3").list_objects_v2(
+        Bucket=stack.bucket, Prefix=runtime().payloads.tenant_prefix(tenant)
+    )
+    assert stored.get("KeyCount", 0) == 0  # the refusals came before the payload was stored
+    made = enqueue(api, "g-1", PAYLOAD, job_type="payout")
+    assert (made.status, made.json["operation"]["state"]) == (201, "awaiting_approval")
+    # A retry of it is a replay, whoever sends it.
+    again = nobody.post("/v1/operations", {"operation_id": "g-1", "job_type": "payout", "payload": PAYLOAD})
+    assert (again.status, again.json["created"]) == (200, False), again.text
+
+
+def test_an_approver_reads_what_it_approves_without_the_work_scope(stack, api, tenant, approver):
+    """With only leasefence/approve: the operation, its payload and its history, for operations
+    that went through the approval gate; not other operations (403), not another tenant's
+    (404), and no claim."""
+    awaiting(tenant, "rd-1")
+    shown = approver.get(op_path("rd-1"))
+    assert shown.status == 200, shown.text
+    assert shown.json["payload_hash"] == H and shown.json["state"] == "awaiting_approval"
+    payload = approver.get(op_path("rd-1", "payload"))
+    assert (payload.status, payload.json) == (200, PAYLOAD)
+    assert canonicalize(payload.json).hash == shown.json["payload_hash"]  # what it approves
+    history = approver.get(op_path("rd-1", "history"))
+    assert history.status == 200 and "entries" in history.json, history.text
+    assert approver.post(op_path("rd-1", "approve"), {"payload_hash": H}).status == 200
+    # Approved (then ended): still readable, it went through the gate.
+    assert approver.get(op_path("rd-1", "payload")).json == PAYLOAD
+    enqueue(api, "plain-1", {"n": 1})
+    for path in (op_path("plain-1"), op_path("plain-1", "payload"), op_path("plain-1", "history")):
+        assert_error(approver.get(path), 403, "forbidden")
+    assert_error(approver.get(op_path("missing")), 404, "not_found")
+    elsewhere = Api(stack.base_url, stack.token(new_tenant(), [APPROVE], subject="approver-1"))
+    for path in (op_path("rd-1"), op_path("rd-1", "payload"), op_path("rd-1", "history")):
+        assert_error(elsewhere.get(path), 404, "not_found")
+    assert_error(claim(approver), 403, "forbidden")
+    assert_error(approver.get("/v1/operations"), 403, "forbidden")
 
 
 def test_reject_and_what_comes_after(stack, api, tenant, approver):

@@ -104,16 +104,18 @@ def test_handler_refuses_an_event_without_authorizer_context(stack):
 
 @pytest.mark.parametrize("route", PROTECTED, ids=lambda r: r.operation_id)
 def test_every_route_checks_its_scope(stack, tenant, route):
-    others = [s for s in ALL_SCOPES if s != route.scope]
+    others = [s for s in ALL_SCOPES if s not in route.scopes]
     api = Api(stack.base_url, None)
     _error(_send(api, route, stack.token(tenant, others)), 403, "forbidden")
     _error(_send(api, route, stack.token(tenant, [])), 403, "forbidden")
     # The scope is checked before the body: a caller without it learns nothing about the rules.
     if route.method in ("POST", "PUT"):
         _error(_send(api, route, stack.token(tenant, others), body={"nonsense": True}), 403, "forbidden")
-    # With only its own scope the route is reachable (whatever the answer).
-    reply = _send(api, route, stack.token(tenant, [route.scope]))
-    assert reply.status not in (401, 403), reply.text
+    # With only its own scope (or one of the others it admits) the route is reachable (whatever
+    # the answer).
+    for scope in route.scopes:
+        reply = _send(api, route, stack.token(tenant, [scope]))
+        assert reply.status not in (401, 403), reply.text
 
 
 def test_scope_table_is_the_contracts():
@@ -144,6 +146,12 @@ def test_scope_table_is_the_contracts():
         ("POST", "/v1/operations/{id}/approve"): APPROVE,  # extensions: the approval gate
         ("POST", "/v1/operations/{id}/reject"): APPROVE,
         ("POST", "/v1/operations/{id}/cancel"): PRODUCE,
+    }
+    # An approver reads what it approves (the routes serve it gated operations only).
+    assert {(r.method, r.template): r.also for r in ROUTES if r.also} == {
+        ("GET", "/v1/operations/{id}"): (APPROVE,),
+        ("GET", "/v1/operations/{id}/payload"): (APPROVE,),
+        ("GET", "/v1/operations/{id}/history"): (APPROVE,),
     }
 
 

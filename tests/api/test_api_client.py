@@ -75,7 +75,7 @@ class FaultyProxy:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            do_GET = do_POST = _any
+            do_GET = do_POST = do_PUT = _any
 
             def log_message(self, *args) -> None:
                 pass
@@ -198,13 +198,55 @@ def test_heartbeat_and_fail_are_retried_too(proxy_for, token, sdk):
     assert client.fail("lost-3", grant.fence, retryable=False, reason="no").state == "failed_terminal"
 
 
-def test_a_claim_whose_answer_was_lost_is_not_repeated(proxy_for, token, sdk):
-    sdk.enqueue("lost-4", "job", payload=1)
-    proxy = proxy_for(lambda method, path, n: "drop" if path == "/v1/claims" else None)
+def test_resolve_retried_after_a_lost_answer_is_a_replay(proxy_for, token, sdk):
+    """The resolve took effect, its answer was lost: the SDK sends it again (with the same
+    request token) and gets the replay, not 409."""
+    sdk.enqueue("lost-5", "job", payload=1)
+    grant = sdk.claim("w", operation_id="lost-5")
+    sdk.unknown("lost-5", grant.fence, "timeout")
+    proxy = proxy_for(lambda method, path, n: "drop" if path.endswith("/resolve") and n == 0 else None)
+    done = _client(proxy.url, token).resolve("lost-5", "requeue", "checked")
+    assert done.state == "queued" and done.fence == 1
+    assert proxy.count("POST", "/v1/operations/lost-5/resolve") == 2
+    with pytest.raises(InvalidTransition):
+        sdk.resolve("lost-5", "requeue", "checked")  # another call is another decision
+
+
+def test_a_job_type_put_retried_after_a_lost_answer_says_it_changed(proxy_for, token, sdk):
+    sdk.put_job_type("lost-type", {"target_class": "C", "max_attempts": 3})
+    proxy = proxy_for(lambda method, path, n: "drop" if method == "PUT" and n == 0 else None)
+    entry, changed = _client(proxy.url, token).put_job_type("lost-type", {"target_class": "C", "max_attempts": 4})
+    assert (entry.version, entry.spec["max_attempts"], changed) == (2, 4, True)
+    assert proxy.count("PUT", "/v1/job-types/lost-type") == 2
+    assert sdk.put_job_type("lost-type", {"target_class": "C", "max_attempts": 4}) == (entry, False)
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["claim-next", "named"])
+def test_a_claim_whose_answer_was_lost_is_resent_and_answered_with_the_same_claim(proxy_for, token, sdk, named):
+    """The claim was made, its answer lost: the SDK resends the request with the same claim
+    token and gets that claim (same fence, no attempt spent), on a final attempt too (without
+    it, the claim would lapse and the operation end unknown)."""
+    sdk.enqueue("lost-4", "job", payload=1, target_class="D")  # one attempt
+    proxy = proxy_for(lambda method, path, n: "drop" if path == "/v1/claims" and n == 0 else None)
+    client = _client(proxy.url, token)
+    grant = client.claim("w", lease_seconds=30, operation_id="lost-4" if named else None)
+    assert grant is not None and (grant.operation_id, grant.fence, grant.attempts) == ("lost-4", 1, 1)
+    assert proxy.count("POST", "/v1/claims") == 2
+    assert grant.claim_token and grant.lease_ms == 30_000 and grant.lease_seconds == 30
+    op = sdk.get("lost-4")
+    assert (op.state, op.fence, op.attempts, op.lease_owner) == ("claimed", 1, 1, "w")
+    assert op.lease_expires_at == grant.lease_expires_at
+    # When every resend is lost too, the caller resends with the claim's token itself.
+    sdk.enqueue("lost-5", "job", payload=1, target_class="D")
+    proxy = proxy_for(lambda method, path, n: "drop" if path == "/v1/claims" and n < 4 else None)
+    client = _client(proxy.url, token)
     with pytest.raises(Unavailable):
-        _client(proxy.url, token).claim("w")
-    assert proxy.count("POST", "/v1/claims") == 1  # a second claim would burn another attempt
-    assert sdk.get("lost-4").attempts == 1
+        client.claim("w", claim_token="tok-5", operation_id="lost-5" if named else None)
+    again = client.claim("w", claim_token="tok-5", operation_id="lost-5" if named else None)
+    assert again is not None and (again.operation_id, again.fence, again.attempts) == ("lost-5", 1, 1)
+    assert client.claim("w", claim_token="tok-5", operation_id="lost-5" if named else None) == again
+    assert sdk.complete("lost-5", 1, "sent").state == "succeeded"
+    assert client.claim("w", claim_token="tok-5", operation_id="lost-5" if named else None) is None
 
 
 def test_5xx_and_429_are_retried_with_backoff(proxy_for, token, sdk):
@@ -212,14 +254,14 @@ def test_5xx_and_429_are_retried_with_backoff(proxy_for, token, sdk):
     proxy = proxy_for(lambda method, path, n: 503 if n < 2 else None)
     assert _client(proxy.url, token).get("busy-1").operation_id == "busy-1"
     assert proxy.count("GET", "/v1/operations/busy-1") == 3
-    # A claim is retried on 429 (the gateway refused it before it ran) ...
+    # A claim is retried on 429 and on 503 too (it carries a claim token: a resend of a claim
+    # that was made answers that claim).
     proxy = proxy_for(lambda method, path, n: 429 if n == 0 else None)
     assert _client(proxy.url, token).claim("w").operation_id == "busy-1"
-    # ... but not on 503 (it may have run).
     proxy = proxy_for(lambda method, path, n: 503)
     with pytest.raises(Unavailable) as error:
         _client(proxy.url, token).claim("w")
-    assert error.value.status == 503 and proxy.count("POST", "/v1/claims") == 1
+    assert error.value.status == 503 and proxy.count("POST", "/v1/claims") == 4
     # Retries end: the last answer is raised.
     proxy = proxy_for(lambda method, path, n: 503)
     with pytest.raises(Unavailable):

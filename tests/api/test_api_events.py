@@ -32,7 +32,7 @@ def _arrange(tenant: str, *steps: tuple[str, str]) -> None:
     for state, operation_id in steps:
         engine.enqueue(
             tenant, operation_id, "charge-card", "sha256:" + "0" * 64, "s3://elsewhere/x", max_attempts=3,
-            actor="client-7", approval_required=state == "awaiting",
+            actor="client-7", approval_required=state == "awaiting", payload_inline=state == "awaiting",
         )
         if state == "claimed":
             assert engine.claim(tenant, operation_id, "worker-1", lease_ms=60_000).fence == 1
@@ -134,7 +134,10 @@ def test_sweeper_scheduled_event(stack):
     result = stack.invoker.invoke("sweeper", event)
     assert set(result) == {"batches", "examined", "swept", "repaired", "approvals_expired", "stopped",
                            "oldest_unknown_age_s",
-                           "purge_batches", "payloads_purged", "purge_stopped", "oldest_due_age_s"}
+                           "purge_batches", "payloads_purged", "purge_stopped", "oldest_due_age_s",
+                           "ttl_pages", "ttls_cleared", "ttl_state"}
     assert result["swept"] >= 1 and result["stopped"] == "drained"
     assert engine.get(tenant, "sweep-me").state == "unknown"
     assert result["oldest_unknown_age_s"] >= 0
+    # A window retention (the default): the sweeper clears no TTLs.
+    assert result["ttl_state"] == "window" and result["ttls_cleared"] == 0

@@ -158,12 +158,17 @@ def test_erase_tenant_command(stack, make_api):
     assert step.exit_code == 0, step.output
     assert re.search(r"rows deleted:\s+2", step.output)
     cursor = re.search(r"next cursor:\s+(\S+)", step.output).group(1)
+    # Held from the first step on: an enqueue meanwhile is 409 tenant_erasing, and nothing is stored.
+    refused = api.post("/v1/operations", {"operation_id": "et-new", "job_type": "job", "payload": {"i": 9}})
+    assert (refused.status, refused.json["error"]["code"]) == (409, "tenant_erasing"), refused.text
+    assert len(tenant_objects(stack, tenant)) == 5 - 2  # its payload was not stored either
     rest = runner.invoke(cli, ["erase-tenant", "--tenant", tenant, "--limit", "2", "--cursor", cursor, "--all", "--json"])
     assert rest.exit_code == 0, rest.output
     totals = json.loads(rest.output)
-    # 4 operations and the tenant's job-type directory item; the claimed one is held.
-    assert totals["rows_deleted"] == 5 - 2 and totals["held"] == 1 and totals["next_cursor"] is None
-    assert totals["steps"] >= 2
+    # The other 2 of the 4 unclaimed operations; the claimed one is held, and with it the tenant
+    # (its directory and hold stay: it is not finished).
+    assert totals["rows_deleted"] == 4 - 2 and totals["held"] == 1 and totals["next_cursor"] is None
+    assert totals["steps"] >= 2 and totals["finished"] is False
     assert [o["operation_id"] for o in api.get("/v1/operations").json["operations"]] == ["et-4"]
     assert bystander.get(op_path("et-0", "payload")).json == {"i": "kept"}
     assert runner.invoke(cli, ["erase-tenant", "--tenant", tenant, "--cursor", "!!"]).exit_code == 1
@@ -193,6 +198,56 @@ def test_case2_the_http_worker_quarantines_a_missing_payload(sdk, tenant):
     op = sdk.get("pm-1")
     assert (op.state, op.attempts) == ("quarantined", 1)
     assert runtime().engine.get(tenant, "pm-1").reason == "payload missing: the payload was erased"
+
+
+class _DeniedReads:
+    """The stack's S3 client, except that reads are refused (a bucket policy, role or KMS key
+    misconfiguration)."""
+
+    def __init__(self, client, code):
+        self._client, self.code = client, code
+
+    def get_object(self, **kwargs):
+        from botocore.exceptions import ClientError
+
+        raise ClientError({"Error": {"Code": self.code, "Message": "injected"},
+                           "ResponseMetadata": {"HTTPStatusCode": 403}}, "GetObject")
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+@pytest.mark.parametrize("code", ["AccessDenied", "KMS.KMSInvalidStateException"])
+def test_a_payload_the_store_refuses_is_503_unavailable_and_the_http_worker_does_not_quarantine(
+    api, sdk, tenant, monkeypatch, capfd, code
+):
+    """GET .../payload when S3 refuses the read: 503 with the contract's error body (not 410
+    payload_missing), the PayloadAccessDenied metric is emitted, and the HTTP worker leaves the
+    claim to lapse (no quarantine, no fail write)."""
+    sdk.enqueue("pd-1", "charge", {"amount": 5})
+    payloads = runtime().payloads
+    monkeypatch.setattr(payloads, "_client", _DeniedReads(payloads.client, code))
+    capfd.readouterr()
+    reply = api.get(op_path("pd-1", "payload"))
+    assert reply.status == 503, reply.text
+    assert set(reply.json) == {"error"} and set(reply.json["error"]) >= {"code", "message"}
+    assert reply.json["error"]["code"] == "unavailable" and code in reply.json["error"]["message"]
+    emitted = [json.loads(line) for line in capfd.readouterr().out.splitlines()
+               if line.startswith("{") and '"_aws"' in line]
+    assert any(m.get("PayloadAccessDenied") == [1.0] or m.get("PayloadAccessDenied") == 1.0
+               for m in emitted), emitted
+
+    acted, events = [], Events()
+
+    def handler(job):
+        acted.append(job.payload)
+        return "charged"
+
+    worker = http_worker(sdk, tenant, {"charge": FunctionHandler(handler)}, events=events)
+    assert worker.run_once()
+    assert acted == [] and "PayloadMissing" not in events and events["AbandonedStoreUnavailable"] == 1
+    op = sdk.get("pd-1")
+    assert (op.state, op.attempts) == ("claimed", 1)
 
 
 # ---------------------------------------------------------------------------------- case 7 over HTTP

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -102,6 +103,64 @@ def test_enqueue_under_an_entry(api, stack, tenant):
         .get("Contents", [])
     }
     assert stored == {payloads.key_for(tenant, "r-1", op["payload_hash"])}  # r-1's only
+
+
+def test_schema_patterns_over_http(api):
+    """An invalid pattern is 422 at the PUT (it answered 500); a catastrophic one is evaluated in
+    linear time: the enqueue is 422 at once, and nothing is stored."""
+    invalid = {**REFUND, "payload_schema": {"properties": {"code": {"pattern": "("}}}}
+    put = api.call("PUT", "/v1/job-types/coded", invalid)
+    assert (put.status, put.error_code) == (422, "invalid_request"), put.text
+    assert "#/properties/code/pattern" in put.json["error"]["message"]
+    assert api.get("/v1/job-types/coded").status == 404
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a+)+$"}}}
+    assert api.call("PUT", "/v1/job-types/coded", {**REFUND, "payload_schema": schema}).status == 200
+    started = time.perf_counter()
+    slow = api.post(
+        "/v1/operations",
+        {"operation_id": "c-1", "job_type": "coded", "payload": {"code": "a" * 25 + "!"}},
+    )
+    assert (slow.status, slow.error_code) == (422, "invalid_request"), slow.text
+    assert time.perf_counter() - started < 1.0
+    assert api.get(op_path("c-1")).status == 404
+    assert enqueue(api, "c-2", {"code": "a" * 25}, job_type="coded").status == 201
+
+
+def test_a_put_sent_again_tells_the_truth_about_changed(api):
+    """A PUT sent again because its answer was lost said changed: false for the change it made.
+    With its request token, or the version it was based on, it says changed: true."""
+    path = "/v1/job-types/twice"
+    assert api.call("PUT", path, {"target_class": "C"}).json["changed"] is True
+    body = {"target_class": "C", "max_attempts": 4, "request_token": "put-7"}
+    first = api.call("PUT", path, body).json
+    again = api.call("PUT", path, body).json
+    assert (first["changed"], first["job_type"]["version"]) == (True, 2)
+    assert again == first
+    other = api.call("PUT", path, {**body, "request_token": "put-8"}).json
+    assert (other["changed"], other["job_type"]["version"]) == (False, 2)
+    based = {"target_class": "C", "max_attempts": 2, "expected_version": 2}
+    assert api.call("PUT", path, based).json["changed"] is True
+    again = api.call("PUT", path, based).json
+    assert (again["changed"], again["job_type"]["version"]) == (True, 3)
+    current = api.call("PUT", path, {**based, "expected_version": 3}).json
+    assert (current["changed"], current["job_type"]["version"]) == (False, 3)
+
+
+def test_a_claim_answers_the_lease_the_entry_granted(api):
+    """A claim asking for more than max_lease_seconds is granted the maximum, and the answer
+    says so (lease_ms, lease_seconds, claimed_at), so a worker never runs on the lease it asked
+    for; a claim naming none gets the entry's default, also stated."""
+    assert api.call("PUT", "/v1/job-types/refund", REFUND).status == 200
+    for op_id in ("g-1", "g-2"):
+        enqueue(api, op_id, {"amount": 5}, job_type="refund")
+    cut = claimed(api, "g-1", lease_seconds=600)
+    default = claimed(api, "g-2")
+    for grant, seconds in ((cut, 120), (default, 30)):
+        assert (grant["lease_seconds"], grant["lease_ms"]) == (seconds, seconds * 1000)
+        claimed_at = datetime.fromisoformat(grant["claimed_at"].replace("Z", "+00:00"))
+        expires = datetime.fromisoformat(grant["lease_expires_at"].replace("Z", "+00:00"))
+        assert (expires - claimed_at).total_seconds() == seconds
+        assert abs((claimed_at - datetime.now(UTC)).total_seconds()) < 10
 
 
 def test_strict_mode(api):

@@ -47,7 +47,7 @@ def test_openapi_describes_every_route_with_its_scope():
         if route.scope is None:
             assert "security" not in op
         else:
-            assert op["security"] == [{"bearerAuth": [route.scope]}]
+            assert op["security"] == [{"bearerAuth": [scope]} for scope in route.scopes]
             assert {"401", "403"} <= set(op["responses"])
     schemas = SPEC["components"]["schemas"]
     assert schemas["EnqueueRequest"]["additionalProperties"] is False

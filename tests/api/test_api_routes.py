@@ -24,7 +24,13 @@ CLAIM_FIELDS = {
     "operation_id", "job_type", "fence", "attempts", "lease_expires_at", "payload_ref", "payload_hash",
     "target_class", "reconcile_required", "checkpoint",
     "intent",  # extension: docs/api-contract-extensions.md
+    "claimed_at", "lease_ms", "lease_seconds",  # extension: the lease as granted
 }
+
+
+def ms(stamp: str) -> int:
+    moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    return round(moment.timestamp() * 1000)
 
 
 def sha(value) -> str:
@@ -280,7 +286,9 @@ def test_claim_shape_and_204_when_nothing_is_claimable(api):
     assert grant["operation_id"] == "c-1" and grant["job_type"] == "resize"
     assert grant["fence"] == 1 and grant["attempts"] == 1 and grant["reconcile_required"] is False
     assert grant["checkpoint"] is None and HASH_RE.match(grant["payload_hash"])
-    assert RFC3339_RE.match(grant["lease_expires_at"])
+    assert RFC3339_RE.match(grant["lease_expires_at"]) and RFC3339_RE.match(grant["claimed_at"])
+    assert (grant["lease_ms"], grant["lease_seconds"]) == (30_000, 30)
+    assert ms(grant["claimed_at"]) + grant["lease_ms"] == ms(grant["lease_expires_at"])
     op = api.get(op_path("c-1")).json
     assert op["state"] == "claimed" and op["lease_owner"] == "worker-9"
     assert op["lease_expires_at"] == grant["lease_expires_at"]
@@ -298,9 +306,35 @@ def test_claim_filters_by_job_type_and_names_operations(api):
     assert claim(api, operation_id="j-a").json["claim"]["operation_id"] == "j-a"
 
 
+def test_a_claim_resent_with_its_claim_token_answers_the_same_claim(api):
+    """A claim request resent with its claim_token (its answer was lost) gets the claim it made,
+    not a second one, while that claim holds; another worker's request with the same token, or a
+    resend once the claim ended, is a claim request like any other."""
+    enqueue(api, "t-1")
+    first = claim(api, "worker-1", lease_seconds=30, claim_token="tok-1")
+    assert first.status == 200, first.text
+    for _ in range(2):
+        again = claim(api, "worker-1", lease_seconds=30, claim_token="tok-1")
+        assert again.status == 200 and again.json == first.json
+    named = claim(api, "worker-1", lease_seconds=30, claim_token="tok-1", operation_id="t-1")
+    assert named.status == 200 and named.json == first.json
+    op = api.get(op_path("t-1")).json
+    assert (op["fence"], op["attempts"], op["lease_expires_at"]) == (1, 1, first.json["claim"]["lease_expires_at"])
+    assert claim(api, "worker-2", claim_token="tok-1").status == 204
+    assert claim(api, "worker-1", claim_token="tok-2").status == 204  # another request: nothing due
+    done = api.post(op_path("t-1", "complete"), {"fence": 1, "outcome_code": "ok"})
+    assert done.status == 200, done.text
+    assert claim(api, "worker-1", claim_token="tok-1").status == 204
+    assert claim(api, "worker-1", claim_token="tok-1", operation_id="t-1").status == 204
+
+
 @pytest.mark.parametrize(
     "fields",
     [
+        {"claim_token": ""},
+        {"claim_token": "x" * 257},
+        {"claim_token": "bad\u0000token"},
+        {"claim_token": 7},
         {"lease_seconds": 0},
         {"lease_seconds": 901},
         {"lease_seconds": 1.5},
@@ -459,6 +493,32 @@ def test_resolve_only_parked_operations(api):
     assert reply.json["operation"]["state"] == "succeeded"
     assert_error(api.post(op_path("rs-1", "resolve"), {"resolution": "requeue"}), 409, "invalid_transition")
     assert_error(api.post(op_path("rs-none", "resolve"), {"resolution": "requeue"}), 404, "not_found")
+
+
+def test_a_resolve_sent_again_after_it_succeeded_is_a_replay(api):
+    """What a client does when the answer was lost: send it again. 200 with the same answer (it
+    was 409 invalid_transition); another decision is still 409."""
+    enqueue(api, "rr-1")
+    claimed(api, "rr-1")
+    api.post(op_path("rr-1", "unknown"), {"fence": 1, "reason": "timeout"})
+    body = {"resolution": "succeeded", "note": "checked the ledger"}
+    first = api.post(op_path("rr-1", "resolve"), body)
+    assert first.status == 200, first.text
+    again = api.post(op_path("rr-1", "resolve"), body)
+    assert (again.status, again.json) == (200, first.json), again.text
+    assert_error(api.post(op_path("rr-1", "resolve"), {"resolution": "failed_terminal"}), 409, "invalid_transition")
+    # With a request token, even once a worker claimed what the requeue released.
+    enqueue(api, "rr-2")
+    claimed(api, "rr-2")
+    api.post(op_path("rr-2", "quarantine"), {"fence": 1, "reason": "bad input"})
+    body = {"resolution": "requeue", "note": "fixed", "request_token": "4f1c-requeue"}
+    assert api.post(op_path("rr-2", "resolve"), body).json["operation"]["state"] == "queued"
+    claimed(api, "rr-2")
+    again = api.post(op_path("rr-2", "resolve"), body)
+    assert (again.status, again.json["operation"]["state"], again.json["operation"]["fence"]) == (200, "claimed", 2)
+    other = {**body, "request_token": "another"}
+    assert_error(api.post(op_path("rr-2", "resolve"), other), 409, "invalid_transition")
+    assert_error(api.post(op_path("rr-2", "resolve"), {**body, "request_token": ""}), 422, "invalid_request")
 
 
 def test_requeue_from_quarantine_gives_a_fresh_budget_and_a_rising_fence(api):

@@ -106,6 +106,71 @@ def test_payload_store_put_get_and_replay(aws):
         store.read("s3://elsewhere/payloads/x.json", payload.hash)
 
 
+class _RefusingS3:
+    """An S3 client whose every call fails with one error code, as S3 answers it."""
+
+    def __init__(self, code: str, status: int) -> None:
+        self.code, self.status = code, status
+
+    def _refuse(self, operation: str, **_kwargs):
+        from botocore.exceptions import ClientError
+
+        raise ClientError(
+            {"Error": {"Code": self.code, "Message": "injected"},
+             "ResponseMetadata": {"HTTPStatusCode": self.status}},
+            operation,
+        )
+
+    def get_object(self, **kwargs):
+        self._refuse("GetObject", **kwargs)
+
+    def put_object(self, **kwargs):
+        self._refuse("PutObject", **kwargs)
+
+    def delete_object(self, **kwargs):
+        self._refuse("DeleteObject", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [("AccessDenied", 403), ("KMS.DisabledException", 400), ("KMS.KMSInvalidStateException", 400),
+     ("InvalidObjectState", 403)],
+)
+def test_a_payload_store_that_refuses_access_is_unavailable_and_counted_never_missing(code, status):
+    """A permission, KMS key or archived-object fault is an operator's fault to fix: 503
+    ``unavailable`` (the worker neither quarantines nor fails the job), counted as
+    ``PayloadAccessDenied`` for the alarm; never ``payload_missing``."""
+    from leasefence.errors import PayloadAccessDenied
+
+    counted = []
+    store = PayloadStore("bucket", secret="k", client=_RefusingS3(code, status),
+                         events=lambda name, value: counted.append((name, value)))
+    payload = canonicalize({"a": 1})
+    ref = store.ref_for(store.key_for("tenant-x", "op-secret-id", payload.hash))
+    with pytest.raises(Unavailable) as refused:
+        store.read(ref, payload.hash)
+    assert not isinstance(refused.value, PayloadMissing)
+    assert isinstance(refused.value, PayloadAccessDenied)
+    assert (refused.value.status, refused.value.code, refused.value.retryable) == (503, "unavailable", True)
+    assert code in refused.value.message and "op-secret-id" not in refused.value.message
+    assert errors.describe(refused.value) == (503, errors.error_body("unavailable", refused.value.message))
+    with pytest.raises(PayloadAccessDenied):
+        store.put("tenant-x", "op-secret-id", payload)
+    with pytest.raises(PayloadAccessDenied):
+        store.delete(ref)
+    assert counted == [("PayloadAccessDenied", 1)] * 3
+
+
+def test_only_a_missing_object_is_a_missing_payload():
+    counted = []
+    store = PayloadStore("bucket", secret="k", client=_RefusingS3("NoSuchKey", 404),
+                         events=lambda name, value: counted.append((name, value)))
+    payload = canonicalize({"a": 1})
+    with pytest.raises(PayloadMissing):
+        store.read(store.ref_for(store.key_for("t", "o", payload.hash)), payload.hash)
+    assert counted == []
+
+
 # ---------------------------------------------------------------------------------- JSON
 
 
@@ -130,6 +195,15 @@ def _event(claims=None, scopes=None):
     if claims is not None:
         context["authorizer"] = {"jwt": {"claims": claims, "scopes": scopes}}
     return {"requestContext": context}
+
+
+def test_a_shadow_tenant_needs_the_shadow_scope():
+    """``shadow:`` tenants are reserved for shadow mode: an ordinary token for one is 403."""
+    with pytest.raises(Forbidden, match="leasefence/shadow"):
+        caller_from_event(_event({"tenant_id": "shadow:acme", "scope": f"{PRODUCE} {WORK} {OPERATE}"}))
+    caller = caller_from_event(_event({"tenant_id": "shadow:acme", "scope": f"{WORK} leasefence/shadow"}))
+    assert caller.tenant_id == "shadow:acme" and caller.require(WORK) is caller
+    assert caller_from_event(_event({"tenant_id": "shadowy", "scope": WORK})).tenant_id == "shadowy"
 
 
 def test_caller_from_the_authorizer_context():
@@ -208,6 +282,11 @@ def test_settings_from_env():
         Settings.from_env({"LEASEFENCE_DUE_SHARDS": "zero"})
     with pytest.raises(ValueError):
         Settings.from_env({"LEASEFENCE_DUE_SHARDS": "0"})
+    # The fence epoch (raised after a point-in-time restore) reaches the engine; 0 is a value.
+    assert Settings.from_env({}).engine_options["fence_epoch"] == 0
+    assert Settings.from_env({"LEASEFENCE_FENCE_EPOCH": "2"}).engine_options["fence_epoch"] == 2
+    with pytest.raises(ValueError):
+        Settings.from_env({"LEASEFENCE_FENCE_EPOCH": "-1"})
 
 
 def test_runtime_is_lazy_and_loads_the_hash_key_from_secrets_manager(aws):

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from leasefence import Engine, InvalidInput, InvalidTransition, NotFound, State
-from leasefence.errors import PayloadMismatch, SelfApproval
+from leasefence.errors import IdentityRequired, InlinePayloadRequired, PayloadMismatch, SelfApproval
 from leasefence.model import SWEEPER_ACTOR
 from leasefence.schema import DUE_PK, DUE_SK, PURGE_SK, SWEEP_PK, SWEEP_SK, TTL_ATTRIBUTE
 
@@ -23,9 +23,13 @@ def raw(engine, op="op-1"):
     return engine.store.get({"tenant_id": T, "operation_id": op})
 
 
+#: An approval binds a payload leasefence stores (inline): the engine is told where it is.
+STORED = {"payload_ref": "stored/1", "payload_inline": True}
+
+
 def awaiting(engine, op="op-1", valid_ms=HOUR, by="producer-1"):
     return engine.enqueue(
-        T, op, "refund", H1, actor=by, approval_required=True, approval_valid_ms=valid_ms
+        T, op, "refund", H1, actor=by, approval_required=True, approval_valid_ms=valid_ms, **STORED
     ).operation
 
 
@@ -41,10 +45,11 @@ def test_an_operation_that_needs_approval_waits_in_no_claim_index(engine, clock)
     assert engine.claim(T, "op-1", "w1") is None
     assert engine.claim_seen(item, "w1") is None
     assert raw(engine) == item
-    # A replay is a replay (it changes nothing); the default validity is a day.
+    # A replay is a replay (it changes nothing), even sent by reference or by nobody; the
+    # default validity is a day.
     assert not engine.enqueue(T, "op-1", "refund", H1, approval_required=True).created
     assert raw(engine) == item
-    second = engine.enqueue(T, "op-2", "refund", H1, approval_required=True).operation
+    second = engine.enqueue(T, "op-2", "refund", H1, actor="p", approval_required=True, **STORED).operation
     assert second.approval_expires_at == clock() + 86_400_000
 
 
@@ -109,9 +114,28 @@ def test_a_different_hash_or_the_enqueuer_changes_nothing(engine):
         engine.approve(T, "op-1", "sha256:abc", actor="approver-9")
 
 
-def test_an_operation_enqueued_by_nobody_in_particular_can_be_approved(engine):
-    engine.enqueue(T, "op-1", "refund", H1, approval_required=True)
-    assert engine.approve(T, "op-1", H1, actor="approver-9").state is State.QUEUED
+def test_an_approval_binds_a_stored_payload_and_a_known_enqueuer(engine):
+    """An operation that needs approval is refused by reference (the approver could not read what
+    it approves) and from nobody in particular (self-approval could not be decided): nothing is
+    written. Under a catalogue entry that requires approval as when asked for directly."""
+    with pytest.raises(InlinePayloadRequired) as by_ref:
+        engine.enqueue(T, "op-1", "refund", H1, payload_ref="s3://theirs/1", actor="p", approval_required=True)
+    assert (by_ref.value.status, by_ref.value.code) == (422, "inline_payload_required")
+    with pytest.raises(IdentityRequired) as nobody:
+        engine.enqueue(T, "op-1", "refund", H1, approval_required=True, **STORED)
+    assert (nobody.value.status, nobody.value.code) == (403, "forbidden")
+    engine.catalogue.put(T, "payout", {"target_class": "C", "approval_required": True})
+    with pytest.raises(InlinePayloadRequired):
+        engine.enqueue(T, "op-1", "payout", H1, payload_ref="s3://theirs/1", actor="p")
+    with pytest.raises(IdentityRequired):
+        engine.enqueue(T, "op-1", "payout", H1, **STORED)
+    with pytest.raises(NotFound):
+        engine.get(T, "op-1")
+    assert engine.job_types(T) == []  # not even the directory was written
+    op = engine.enqueue(T, "op-1", "payout", H1, actor="p", **STORED).operation
+    assert op.state is State.AWAITING_APPROVAL and raw(engine)["enqueued_by"] == "p"
+    with pytest.raises(SelfApproval):
+        engine.approve(T, "op-1", H1, actor="p")
 
 
 def test_reject_ends_it_failed_terminal_with_outcome_rejected(engine, clock):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import time
+
 import pytest
 
 from leasefence import Engine, keys
-from leasefence.catalogue import CACHE_MS, UnknownJobType, VersionConflict
+from leasefence.catalogue import CACHE_MS, JobTypeSpec, UnknownJobType, VersionConflict
 from leasefence.errors import InvalidInput, NotFound
-from leasefence.model import State
+from leasefence.model import State, TargetClass
 
 H = "sha256:" + "ab" * 32
 REFUND = {
@@ -188,10 +191,84 @@ def test_an_entry_that_requires_approval_gates_its_operations(engine, clock):
         "t1", "payout", {"target_class": "D", "approval_required": True, "approval_valid_seconds": 600}
     )
     # A caller cannot lift the entry's requirement.
-    op = engine.enqueue("t1", "p-1", "payout", H, payload_ref="r", actor="alice", approval_required=False).operation
+    op = engine.enqueue(
+        "t1", "p-1", "payout", H, payload_ref="r", payload_inline=True, actor="alice", approval_required=False
+    ).operation
     assert (op.state, op.approval_expires_at, op.job_type_version) == (
         State.AWAITING_APPROVAL,
         clock() + 600_000,
         1,
     )
     assert engine.claim_next("t1", "w1") is None
+
+
+def test_schema_patterns_are_checked_when_declared(engine):
+    """An invalid pattern, or one an automaton cannot decide in linear time, is refused at the
+    PUT (naming where it is), never accepted to fail at enqueue."""
+    cat = engine.catalogue
+    for schema, where in (
+        ({"properties": {"code": {"type": "string", "pattern": "("}}}, "#/properties/code/pattern"),
+        ({"patternProperties": {"(": {}}}, "#/patternProperties/("),
+        ({"items": {"pattern": "(a)\\1"}}, "backreferences"),
+        ({"propertyNames": {"pattern": "(?<!x)y"}}, "lookahead or lookbehind"),
+        ({"definitions": {"d": {"pattern": "(?i)x"}}, "$ref": "#/definitions/d"}, "inline flags"),
+        # A reference may only reach a subschema the check visited (not a const's value).
+        ({"const": {"pattern": "(a)\\1"}, "$ref": "#/const"}, "must point to a subschema"),
+        ({"properties": {"p": {"$id": "x", "pattern": "a"}}}, "$id below the root"),
+    ):
+        with pytest.raises(InvalidInput, match=re.escape(where)):
+            cat.put("t1", "refund", {**REFUND, "payload_schema": schema})
+    with pytest.raises(NotFound):
+        cat.get("t1", "refund")  # nothing was written
+
+
+def test_a_catastrophic_schema_pattern_costs_microseconds(engine):
+    """^(a+)+$ took Python's re 1.7-3.3 s per enqueue on 25 characters (in the API function
+    every tenant shares): as a property's pattern, a property name pattern or a referenced one."""
+    schema = {
+        "type": "object",
+        "definitions": {"bad": {"type": "string", "pattern": "^(a+)+$"}},
+        "properties": {"code": {"$ref": "#/definitions/bad"}},
+        "patternProperties": {"^(b+)+$": {"type": "integer"}},
+    }
+    engine.catalogue.put("t1", "refund", {**REFUND, "payload_schema": schema})
+    admit = engine.catalogue.admit
+    started = time.perf_counter()
+    with pytest.raises(InvalidInput, match=re.escape("must match pattern ^(a+)+$")):
+        admit("t1", "refund", payload={"code": "a" * 25 + "!"}, payload_given=True)
+    with pytest.raises(InvalidInput, match="must be integer"):
+        admit("t1", "refund", payload={"b" * 25: "x"}, payload_given=True)
+    assert admit("t1", "refund", payload={"code": "a" * 25, "b" * 24 + "!": "x"}, payload_given=True)
+    assert time.perf_counter() - started < 0.5
+
+
+def test_a_long_string_under_the_email_format_costs_milliseconds(engine):
+    """The email format's own expression backtracks quadratically (40,000 characters: seconds)."""
+    schema = {"type": "object", "properties": {"to": {"type": "string", "format": "email"}}}
+    engine.catalogue.put("t1", "mail", {**REFUND, "payload_schema": schema})
+    admit = engine.catalogue.admit
+    started = time.perf_counter()
+    with pytest.raises(InvalidInput, match="must be email"):
+        admit("t1", "mail", payload={"to": "a" + "." * 40_000}, payload_given=True)
+    assert time.perf_counter() - started < 0.5
+    assert admit("t1", "mail", payload={"to": "ops@b.example"}, payload_given=True)
+    with pytest.raises(InvalidInput, match="must be email"):
+        admit("t1", "mail", payload={"to": "o..ps@b.example"}, payload_given=True)
+
+
+def test_a_schema_never_answers_an_enqueue_with_an_error_of_its_own(engine):
+    """Whatever the tenant's schema or the payload, an admission either passes or is
+    InvalidInput (422): a payload deeper than Python's recursion under a recursive schema, and an
+    entry stored before patterns were checked (a backreference), included."""
+    node = {"type": "array", "items": {"$ref": "#/definitions/n"}}
+    recursive = {"$ref": "#/definitions/n", "definitions": {"n": node}}
+    engine.catalogue.put("t1", "tree", {**REFUND, "payload_schema": recursive})
+    deep: list = []
+    for _ in range(5_000):
+        deep = [deep]
+    with pytest.raises(InvalidInput, match="could not be checked"):
+        engine.catalogue.admit("t1", "tree", payload=deep, payload_given=True)
+    legacy = JobTypeSpec(target_class=TargetClass.C, max_attempts=3, payload_schema={"pattern": "^(a)\\1$"})
+    engine.catalogue.put("t1", "legacy", legacy)  # a spec object skips the checks, as old code did
+    with pytest.raises(InvalidInput, match="backreferences"):
+        engine.catalogue.admit("t1", "legacy", payload="aa", payload_given=True)

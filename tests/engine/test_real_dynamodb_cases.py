@@ -206,16 +206,22 @@ def test_tenant_erasure_is_bounded_resumable_and_leaves_claimed_operations(aws, 
         if cursor is None:
             break
     assert steps >= 3  # bounded per call
-    # 6 rows and the directory; the held operation's row and payload stay, and so does every
-    # object under the tenant's prefix while a row is left.
-    assert totals == {"rows_deleted": 7, "payloads_deleted": 6, "held": 1}
+    # 6 rows; the held operation's row and payload stay, and so does every object under the
+    # tenant's prefix and the tenant's own items (its directory, its hold) while a row is left.
+    assert totals == {"rows_deleted": 6, "payloads_deleted": 6, "held": 1} and not step.finished
     assert [op.operation_id for op in engine.list(T).operations] == ["op-3"]
     assert json.loads(engine.payload(held)) == {"i": 3}
     assert engine.get("other", "op-0").state == State.QUEUED  # another tenant is untouched
     engine.complete(T, "op-3", held.fence, "ok")
     again = engine.erase_tenant(T, limit=10)
-    assert (again.rows_deleted, again.payloads_deleted, again.held, again.next_cursor) == (1, 1 + 1, 0, None)
+    assert (again.rows_deleted, again.payloads_deleted, again.held) == (1, 1 + 1, 0)
     assert aws.client("s3").list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0  # the orphan too
+    # The directory and the hold go last, once the settle time after the hold has passed.
+    assert again.next_cursor is not None and again.wait_ms > 0 and not again.finished
+    clock.advance(again.wait_ms)
+    last = engine.erase_tenant(T, cursor=again.next_cursor)
+    assert (last.rows_deleted, last.next_cursor, last.finished) == (2, None, True)  # directory, settings
+    assert engine.store.query(KeyConditionExpression="tenant_id = :t", values={":t": T}).items == []
 
 
 # ---------------------------------------------------------------- case 3: job types do not block each other

@@ -126,6 +126,7 @@ class LeaseFenceMachine(RuleBasedStateMachine):
             result = self.engine.enqueue(
                 *key, "job", h, max_attempts=max_attempts, actor=PRODUCER,
                 approval_required=approval, approval_valid_ms=APPROVAL_VALID_MS,
+                payload_ref=f"stored/{h}", payload_inline=True,  # an approval binds stored bytes
             )
         except PayloadConflict:
             assert existing is not None and existing.payload_hash != h

@@ -209,3 +209,55 @@ def test_a_new_incarnation_starts_a_new_history_and_removal_spares_it(engine, cl
     assert written and new["created_at"] > old["created_at"]
     history.remove(engine.store, old)  # the old item's deletion, processed late
     assert [e["at"] for e in engine.history(T, "op-1").entries] == [new["created_at"]]
+
+
+def test_a_late_entry_is_inserted_in_sequence_order_and_writing_it_again_changes_nothing(engine):
+    """A record retried after later ones (or redriven) lands where its seq belongs: no
+    high-water mark discards it."""
+    engine.enqueue(T, "op-1", "refund", H)
+    enqueued, _ = record(engine, None)
+    claim = engine.claim(T, "op-1", "w1", lease_ms=5_000)
+    claimed = raw(engine)
+    engine.park_unknown(T, "op-1", claim.fence, "timeout at the provider")
+    parked, _ = record(engine, claimed)  # seq 3 first: the claim's record failed
+    engine.resolve(T, "op-1", "succeeded", actor="ops-1", note="provider says done")
+    record(engine, parked)  # seq 4
+    late = history.entry_from(enqueued, claimed)
+    assert history.record(engine.store, claimed, late)  # the claim, late: inserted
+    stored = engine.store.get({"tenant_id": T, "operation_id": "\x01op-1"})
+    assert [e["seq"] for e in engine.history(T, "op-1").entries] == [1, 2, 3, 4]
+    assert engine.history(T, "op-1").entries[1] == late and stored["last_seq"] == 4
+    for seq_image in (claimed, parked, raw(engine)):  # every one delivered again
+        assert not history.record(engine.store, seq_image, {**late, "seq": seq_image["seq"]})
+    assert engine.store.get({"tenant_id": T, "operation_id": "\x01op-1"}) == stored
+
+
+def test_a_history_begun_by_a_later_record_takes_the_enqueue_before_it(engine):
+    engine.enqueue(T, "op-1", "refund", H)
+    enqueued = raw(engine)
+    engine.claim(T, "op-1", "w1", lease_ms=5_000)
+    record(engine, enqueued)  # the claim's entry starts the history (the enqueue's record failed)
+    assert history.record(engine.store, enqueued, history.entry_from(None, enqueued))
+    assert [(e["seq"], e["transition"]) for e in engine.history(T, "op-1").entries] == [
+        (1, "enqueue"),
+        (2, "claim"),
+    ]
+
+
+def test_a_late_entry_in_a_full_history_keeps_the_first_and_the_newest(engine):
+    engine.enqueue(T, "op-1", "refund", H)
+    item = raw(engine)
+    base = history.entry_from(None, item)
+    newest = history.MAX_ENTRIES + 10
+    for seq in [1, *range(3, newest + 1)]:  # seq 2 ... and one near the end are late
+        if seq != newest - 5:
+            history.record(engine.store, item, {**base, "seq": seq})
+    assert history.record(engine.store, item, {**base, "seq": newest - 5})  # among the kept: in
+    assert not history.record(engine.store, item, {**base, "seq": 2})  # older than what is kept
+    page = engine.history(T, "op-1")
+    seqs = [e["seq"] for e in page.entries]
+    assert len(seqs) == history.MAX_ENTRIES and seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    assert seqs[0] == 1 and seqs[-(history.MAX_ENTRIES - 1) :] == list(
+        range(newest - history.MAX_ENTRIES + 2, newest + 1)
+    )
+    assert page.dropped == newest - history.MAX_ENTRIES - 1  # 2 never came, the rest were dropped

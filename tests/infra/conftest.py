@@ -2,7 +2,7 @@
 
 * ``default`` stack: the example app's composition with ``-c worker=demo``: the construct with
   its defaults (external JWT issuer, AWS-owned table encryption, S3-managed bucket encryption, no
-  tenant role, log level INFO, namespace ``LeaseFence/LeaseFenceDefault``) plus the worker with
+  tenant role, log level INFO, namespace ``LeaseFence/LeaseFenceDefault/LeaseFence``) plus the worker with
   its defaults (demo handlers from ``functions/``, tenant ``demo``).
 * ``full`` stack: every option on (Cognito user pool + pre-token trigger, customer-managed KMS
   key, tenant isolation role, server access logs, no deletion protection, 3 due shards, log
@@ -10,7 +10,9 @@
   with its own handler layer, two tenants, a business table under its own KMS key, a fenced
   target table, its own lease, timeout, schedule, memory and environment, and its own stream
   batch size, parallelization and reserved concurrency; SnapStart, so its functions are invoked
-  through their ``live`` alias; an initial job-type catalogue for two tenants).
+  through their ``live`` alias; an initial job-type catalogue for two tenants; the IAM API for
+  tenant ``acme``, a caller role granted produce and work on it, an operators' role granted
+  tenant erasure).
 
 Both use a pre-built core layer (``LocalLayerBundler`` without pip: the repo's
 ``layers/leasefence`` minus its dev-only parts, plus the ``rfc8785`` installed in this venv, which
@@ -41,6 +43,7 @@ os.environ.setdefault("CDK_DISABLE_CLI_TELEMETRY", "true")
 
 from aws_cdk import App, Aspects, Duration, RemovalPolicy, Stack  # noqa: E402
 from aws_cdk import aws_dynamodb as dynamodb  # noqa: E402
+from aws_cdk import aws_iam as iam  # noqa: E402
 from aws_cdk import aws_kms as kms  # noqa: E402
 from aws_cdk import aws_lambda as lambda_  # noqa: E402
 from aws_cdk import aws_s3 as s3  # noqa: E402
@@ -84,6 +87,7 @@ FULL_PROPS_BASE = {
         "globex": {"job_types": {"email": {"target_class": "C"}}},
     },
     "snap_start": True,
+    "iam_tenant": "acme",
 }
 
 
@@ -135,6 +139,13 @@ class FullStack(Stack):
             core_layer=core_layer,
             worker=self.worker,
         )
+        # Callers inside AWS: a billing service that enqueues and works over the IAM API, and the
+        # operators' role that may erase a tenant.
+        self.billing_role = iam.Role(self, "BillingService", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        self.service.grant_enqueue(self.billing_role)
+        self.service.grant_work(self.billing_role)
+        self.operator_role = iam.Role(self, "Operators", assumed_by=iam.AccountRootPrincipal())
+        self.service.grant_erase_tenant(self.operator_role)
 
 
 @dataclass

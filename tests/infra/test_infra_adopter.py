@@ -1,14 +1,21 @@
-"""Issue 12's acceptance: a platform team installs the wheel and deploys from its own CDK app.
+"""The installed wheel, as a platform team and a developer use it, outside the repository.
 
-Builds the project's wheel from a copy of its sources, installs ``leasefence[cdk]`` (plus the
-``[nag]`` pins: cdk-nag, cfn-lint) into a fresh virtual environment, and synthesizes two apps in a
-folder outside the repository, with nothing of the checkout on the path:
+Builds the project's wheel once from a copy of its sources (``built_wheel``), then, each in a fresh
+virtual environment and a folder outside the repository, with nothing of the checkout on the path:
 
-* the issue's minimal adopter app, exactly as written;
-* an app that brings its own table (``LeaseFenceTable``) and payload bucket, runs cdk-nag
-  (AwsSolutions) and cfn-lint: zero unacknowledged findings, no cfn-lint errors.
+* ``pip install '<wheel>[cdk]'``, exactly that extra (the lock only as constraints: it pins
+  versions, it adds nothing): ``leasefence_infra`` imports and the issue's minimal adopter app
+  synthesizes; then, with the ``[nag]`` pins added (cdk-nag, cfn-lint), an app that brings its own
+  table (``LeaseFenceTable``) and payload bucket, runs cdk-nag (AwsSolutions) and cfn-lint: zero
+  unacknowledged findings, no cfn-lint errors;
+* ``[cdk]`` beside the oldest ``aws-cdk-lib`` its range accepts (an adopter on an older CDK):
+  the minimal app synthesizes;
+* ``pip install '<wheel>[local]'`` in an empty folder: ``leasefence local`` in the background and
+  the README walkthrough's basic commands against it (token, enqueue through the SDK, the stream
+  worker running the demo job, ``ops list``/``show``, ``invoke``, the OpenAPI route and Swagger
+  UI, ``leasefence openapi``), then SIGTERM.
 
-With ``uv`` (a dev dependency) the venv is ready in seconds from uv's cache; without it the test
+With ``uv`` (a dev dependency) a venv is ready in seconds from uv's cache; without it the test
 falls back to venv + pip (about two minutes on 2 cores, cold). Timings are printed (``-s``).
 """
 
@@ -17,16 +24,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
 import tomllib
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
+LOCK = ROOT / "infra" / "leasefence_infra" / "requirements.lock"
 
 #: The issue's minimal adopter app, verbatim.
 MINIMAL_APP = '''\
@@ -126,15 +138,47 @@ def _copy_sources(dest: Path) -> Path:
     return dest
 
 
+def _locked() -> dict[str, str]:
+    """``{name: ==version}`` of the lock."""
+    lines = (line.split(" #")[0].strip() for line in LOCK.read_text().splitlines())
+    return {r.name: str(r.specifier) for r in map(Requirement, (x for x in lines if x and not x.startswith(("#", "-"))))}
+
+
+def _cdk_requirement() -> Requirement:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (cdk_lib,) = [r for r in map(Requirement, project["optional-dependencies"]["cdk"]) if r.name == "aws-cdk-lib"]
+    return cdk_lib
+
+
+def _oldest(requirement: Requirement) -> str:
+    (floor,) = [s.version for s in requirement.specifier if s.operator == ">="]
+    return floor
+
+
+def _make_venv(uv: str | None, venv: Path, work: Path, env: dict[str, str], requirements: list[str],
+               constraints: Path | None = LOCK) -> Path:
+    """A fresh venv with exactly ``requirements`` (``constraints`` pin versions, add nothing)."""
+    python = venv / "bin" / "python"
+    pinned = ["-c", str(constraints)] if constraints else []
+    if uv:
+        # pip (what `python3.12 -m venv` seeds): the core layer is bundled with `python -m pip` at
+        # synth. Not uv's --seed: its `wheel` brings `packaging`, which would hide a missing one.
+        _run([uv, "venv", "--quiet", "--python", sys.executable, str(venv)], work, env, 120)
+        _run([uv, "pip", "install", "--quiet", "--python", str(python), *pinned, "pip", *requirements],
+             work, env, 600)
+    else:
+        _run([sys.executable, "-m", "venv", str(venv)], work, env, 120)
+        _run([str(python), "-m", "pip", "install", "--quiet", *pinned, *requirements], work, env, 900)
+    return python
+
+
 @pytest.fixture(scope="module")
-def adopter(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    timings: dict[str, float] = {}
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The wheel, built once for the module from a copy of the sources."""
     env = _clean_env()
     work = tmp_path_factory.mktemp("adopter")
     assert ROOT not in work.parents
     uv = _uv()
-    nag_pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["nag"]
-
     started = time.monotonic()
     src = _copy_sources(work / "src")
     dist = work / "dist"
@@ -143,31 +187,42 @@ def adopter(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     else:
         _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(src)], work, env, 300)
     (wheel,) = dist.glob("leasefence-*.whl")
-    timings["build wheel"] = time.monotonic() - started
+    return {"wheel": wheel, "work": work, "env": env, "uv": uv, "src": src,
+            "timings": {"build wheel": time.monotonic() - started}}
 
+
+@pytest.fixture(scope="module")
+def cdk_venv(built_wheel: dict[str, Any]) -> Path:
+    """A fresh venv with exactly ``<wheel>[cdk]`` (the lock as constraints): its python."""
+    work, env, uv = built_wheel["work"], built_wheel["env"], built_wheel["uv"]
     started = time.monotonic()
-    venv = work / "venv"
-    python = venv / "bin" / "python"
-    requirements = [f"{wheel}[cdk]", *nag_pins]
-    if uv:
-        # --seed: the core layer is bundled with `python -m pip` at synth (no Docker).
-        _run([uv, "venv", "--seed", "--quiet", "--python", sys.executable, str(venv)], work, env, 120)
-        _run([uv, "pip", "install", "--quiet", "--python", str(python), *requirements], work, env, 600)
-    else:
-        _run([sys.executable, "-m", "venv", str(venv)], work, env, 120)
-        _run([str(python), "-m", "pip", "install", "--quiet", *requirements], work, env, 900)
-    timings[f"venv + install ({'uv' if uv else 'pip'})"] = time.monotonic() - started
+    python = _make_venv(uv, work / "venv", work, env, [f"{built_wheel['wheel']}[cdk]"])
+    built_wheel["timings"][f"venv + [cdk] ({'uv' if uv else 'pip'})"] = time.monotonic() - started
+    return python
 
+
+@pytest.fixture(scope="module")
+def adopter(built_wheel: dict[str, Any], cdk_venv: Path) -> dict[str, Any]:
+    timings: dict[str, float] = built_wheel["timings"]
+    work, env, uv, src = built_wheel["work"], built_wheel["env"], built_wheel["uv"], built_wheel["src"]
+    venv, python = cdk_venv.parents[1], cdk_venv
     app_dir = work / "app"
     app_dir.mkdir()
     (app_dir / "app.py").write_text(MINIMAL_APP)
     (app_dir / "byo_app.py").write_text(BYO_APP)
     started = time.monotonic()
     minimal = _run([str(python), "app.py"], app_dir, env, 300)
-    timings["synth minimal app"] = time.monotonic() - started
+    timings["synth minimal app ([cdk] only)"] = time.monotonic() - started
+
+    # The checks a platform team adds: the [nag] pins, into the same venv.
     started = time.monotonic()
+    nag_pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["nag"]
+    if uv:
+        _run([uv, "pip", "install", "--quiet", "--python", str(python), "-c", str(LOCK), *nag_pins], work, env, 600)
+    else:
+        _run([str(python), "-m", "pip", "install", "--quiet", "-c", str(LOCK), *nag_pins], work, env, 900)
     byo = _run([str(python), "byo_app.py"], app_dir, env, 300)
-    timings["synth byo app + cdk-nag + cfn-lint"] = time.monotonic() - started
+    timings["[nag] + synth byo app + cdk-nag + cfn-lint"] = time.monotonic() - started
 
     # The same sources installed in editable mode (what `make install` does with this repo).
     started = time.monotonic()
@@ -196,6 +251,64 @@ def adopter(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     }
 
 
+#: What exactly ``[cdk]`` installed, and whether the constructs import.
+CDK_ONLY = """\
+import importlib.metadata, json
+names = sorted(d.metadata["Name"].lower() for d in importlib.metadata.distributions())
+try:
+    import leasefence_infra
+    imported = leasefence_infra.__file__
+except Exception as error:
+    imported = f"{type(error).__name__}: {error}"
+print(json.dumps({"names": names, "imported": imported, "aws-cdk-lib": importlib.metadata.version("aws-cdk-lib")}))
+"""
+
+
+def test_cdk_extra_alone_imports_the_constructs(built_wheel: dict[str, Any], cdk_venv: Path) -> None:
+    """``pip install 'leasefence[cdk]'`` and nothing else: ``import leasefence_infra`` works (it
+    needs ``packaging``, which only ``[nag]`` brought before)."""
+    proc = _run([str(cdk_venv), "-c", CDK_ONLY], built_wheel["work"], built_wheel["env"], 120)
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert Path(found["imported"]).resolve().is_relative_to(cdk_venv.parents[1].resolve()), found["imported"]
+    assert "packaging" in found["names"]
+    assert not {"cdk-nag", "cfn-lint", "moto", "typer"} & set(found["names"])  # nothing but [cdk]
+    assert f"=={found['aws-cdk-lib']}" == _locked()["aws-cdk-lib"]  # this repository's build: the lock's
+
+
+def test_cdk_extra_is_a_compatible_range() -> None:
+    """``[cdk]`` accepts the adopter's CDK 2 version (from the oldest that synthesizes every
+    option), not one exact release; the lock keeps this repository's builds exact."""
+    requirement = _cdk_requirement()
+    assert {s.operator for s in requirement.specifier} == {">=", "<"}
+    assert requirement.specifier.contains(_oldest(requirement)) and not requirement.specifier.contains("3.0.0")
+    assert requirement.specifier.contains(_locked()["aws-cdk-lib"].removeprefix("=="))
+
+
+def test_cdk_extra_synthesizes_with_the_oldest_cdk_it_accepts(built_wheel: dict[str, Any]) -> None:
+    """An adopter whose app is on the oldest aws-cdk-lib of the range: the install resolves and
+    the minimal app synthesizes (the CDK packages are left out of the lock's constraints)."""
+    work, env, uv = built_wheel["work"], built_wheel["env"], built_wheel["uv"]
+    oldest = _oldest(_cdk_requirement())
+    constraints = work / "constraints-without-cdk.txt"
+    constraints.write_text("".join(line + "\n" for line in LOCK.read_text().splitlines()
+                                   if not line.startswith(("aws-cdk", "constructs", "jsii", "typeguard",
+                                                           "publication", "cattrs"))))
+    started = time.monotonic()
+    python = _make_venv(uv, work / "oldest-cdk-venv", work, env,
+                        [f"{built_wheel['wheel']}[cdk]", f"aws-cdk-lib=={oldest}"], constraints)
+    app_dir = work / "oldest-cdk-app"
+    app_dir.mkdir()
+    (app_dir / "app.py").write_text(MINIMAL_APP)
+    _run([str(python), "app.py"], app_dir, env, 300)
+    print(f"\noldest aws-cdk-lib {oldest}: venv + synth {time.monotonic() - started:.1f} s")
+    template = json.loads((app_dir / "cdk.out" / "Adopter.template.json").read_text())
+    types = [r["Type"] for r in template["Resources"].values()]
+    assert types.count("AWS::Lambda::Function") == 3 and types.count("AWS::ApiGatewayV2::Stage") == 1
+    version = _run([str(python), "-c", "import importlib.metadata as m; print(m.version('aws-cdk-lib'))"],
+                   app_dir, env, 60).stdout.strip()
+    assert version == oldest
+
+
 def test_code_comes_from_the_installed_wheel(adopter) -> None:
     report, venv = adopter["report"], adopter["venv"].resolve()
     for key in ("leasefence_infra", "leasefence", "functions"):
@@ -208,19 +321,25 @@ def test_code_comes_from_the_installed_wheel(adopter) -> None:
 def test_minimal_adopter_app_synthesizes(adopter) -> None:
     template = json.loads((adopter["out"] / "Adopter.template.json").read_text())
     types = [r["Type"] for r in template["Resources"].values()]
-    assert types.count("AWS::DynamoDB::Table") == 1 and types.count("AWS::S3::Bucket") == 1
+    # Payloads, and the publisher's failed batches.
+    assert types.count("AWS::DynamoDB::Table") == 1 and types.count("AWS::S3::Bucket") == 2
     assert types.count("AWS::Lambda::Function") == 3  # API, sweeper, publisher: no worker unless asked
     # The publisher's handler ships in the wheel and its stream mapping is there.
     assert types.count("AWS::Lambda::EventSourceMapping") == 1 and types.count("AWS::Events::EventBus") == 1
     (authorizer,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::ApiGatewayV2::Authorizer"]
     assert authorizer["Properties"]["JwtConfiguration"] == {"Issuer": "https://idp.example.com/",
                                                             "Audience": ["leasefence"]}
-    # The core layer was bundled from the installed package, with rfc8785 from PyPI.
+    # The core layer was bundled from the installed package, with the locked rfc8785, Powertools
+    # and pydantic (aarch64) from PyPI: no Powertools layer parameter to resolve at deploy.
     (layer,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::LayerVersion"]
     asset = adopter["out"] / f"asset.{layer['Properties']['Content']['S3Key'].removesuffix('.zip')}"
     assert (asset / "python" / "leasefence" / "engine.py").is_file()
-    assert (asset / "python" / "rfc8785").is_dir()
+    for package in ("rfc8785", "aws_lambda_powertools", "pydantic", "fastjsonschema", "aws_xray_sdk"):
+        assert (asset / "python" / package).is_dir(), package
+    assert list((asset / "python" / "pydantic_core").glob("*aarch64-linux-gnu.so"))
     assert not (asset / "python" / "leasefence" / "local").exists()
+    assert not [p for p in template.get("Parameters", {}).values()
+                if str(p.get("Default", "")).startswith("/aws/service/powertools/")]
 
 
 def test_brought_in_table_and_bucket_with_no_unacknowledged_findings(adopter) -> None:
@@ -232,7 +351,9 @@ def test_brought_in_table_and_bucket_with_no_unacknowledged_findings(adopter) ->
     resources = template["Resources"]
     (table_lid,) = [k for k, r in resources.items() if r["Type"] == "AWS::DynamoDB::Table"]
     assert table_lid.startswith("Operations")  # the adopter's table, not one of the service's
-    assert not [r for r in resources.values() if r["Type"] == "AWS::S3::Bucket"]
+    # Only the publisher's failed batches: the payload bucket is the adopter's.
+    (failed_batches,) = [k for k, r in resources.items() if r["Type"] == "AWS::S3::Bucket"]
+    assert "FailedBatches" in failed_batches
     env = [r["Properties"]["Environment"]["Variables"] for r in resources.values()
            if r["Type"] == "AWS::Lambda::Function"]
     assert {json.dumps(e["LEASEFENCE_TABLE"]) for e in env} == {json.dumps({"Ref": table_lid})}
@@ -249,3 +370,104 @@ def test_an_editable_install_finds_the_checkouts_code(adopter) -> None:
     assert origins["leasefence_infra"] == package / "__init__.py"
     assert (package / "_functions").resolve() == src / "functions"
     assert (package / "_functions" / "worker" / "handler.py").is_file()
+
+
+# ----------------------------------------------------------------------------- leasefence[local]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+#: The README's Python walkthrough, against the running stack: enqueue, then wait for the stream
+#: worker to run the demo job (``demo-receipt``).
+SDK_WALKTHROUGH = """\
+import json, sys, time
+from leasefence.client import LeaseFenceClient
+
+client = LeaseFenceClient(sys.argv[1], sys.argv[2])
+first = client.enqueue("receipt-1", "demo-receipt", {"order": "A-1"})
+replay = client.enqueue("receipt-1", "demo-receipt", {"order": "A-1"})
+deadline = time.monotonic() + 60
+while (operation := client.get("receipt-1")).state != "succeeded" and time.monotonic() < deadline:
+    time.sleep(0.2)
+print(json.dumps({"created": [first.created, first.operation.state], "replay": replay.created,
+                  "state": operation.state, "fence": operation.fence, "outcome": operation.outcome_code}))
+"""
+
+#: `leasefence bench` finds the installed handlers too (no checkout around).
+COLDSTART_ROOT = """\
+from leasefence.bench.coldstart import first_event_imports, repo_root
+print(first_event_imports("functions.api.handler", repo_root()))
+"""
+
+
+def test_local_stack_and_cli_from_the_installed_wheel_in_an_empty_folder(
+    built_wheel: dict[str, Any], tmp_path: Path
+) -> None:
+    """``pip install '<wheel>[local]'`` into a fresh venv, then from an empty folder:
+    ``leasefence local`` serves the API with the installed handlers (it said ``unknown function
+    'api'`` when it looked for ``functions/`` beside the sources), the stream worker runs the demo
+    job, and the walkthrough's commands work against it."""
+    work, uv = built_wheel["work"], built_wheel["uv"]
+    started = time.monotonic()
+    python = _make_venv(uv, work / "local-venv", work, built_wheel["env"], [f"{built_wheel['wheel']}[local]"])
+    installed = time.monotonic() - started
+    leasefence = str(python.with_name("leasefence"))
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    api_port, ddb_port = _free_port(), _free_port()
+    env = {**built_wheel["env"], "LEASEFENCE_STATE_DIR": str(tmp_path / "state"),
+           "LEASEFENCE_LOCAL_JWT_SECRET": "a-secret-for-the-installed-wheel-test"}
+    base = f"http://127.0.0.1:{api_port}"
+    log = (tmp_path / "local.txt").open("w+")
+    process = subprocess.Popen(
+        [leasefence, "local", "--port", str(api_port), "--dynamodb-port", str(ddb_port)],
+        cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while "Press Ctrl-C to stop." not in (tmp_path / "local.txt").read_text():
+            assert process.poll() is None, (tmp_path / "local.txt").read_text()[-3000:]
+            assert time.monotonic() < deadline, "leasefence local never became ready"
+            time.sleep(0.2)
+        up = time.monotonic() - started - installed
+
+        token = _run([leasefence, "token", "--tenant", "dev"], folder, env, 60).stdout.strip()
+        assert token.count(".") == 2
+        sdk = _run([str(python), "-c", SDK_WALKTHROUGH, base, token], folder, env, 120)
+        walkthrough = json.loads(sdk.stdout.strip().splitlines()[-1])
+        assert walkthrough == {"created": [True, "queued"], "replay": False, "state": "succeeded", "fence": 1,
+                               "outcome": walkthrough["outcome"]} and walkthrough["outcome"].startswith("sent:")
+
+        listed = _run([leasefence, "ops", "list", "--state", "succeeded", "--json"], folder, env, 60).stdout
+        assert [json.loads(line)["operation_id"] for line in listed.splitlines() if line.strip()] == ["receipt-1"]
+        assert "succeeded" in _run([leasefence, "ops", "show", "receipt-1"], folder, env, 60).stdout
+        (folder / "sweep.json").write_text("{}")
+        swept = _run([leasefence, "invoke", "sweeper", "--event", "sweep.json"], folder, env, 120).stdout
+        assert '"stopped": "drained"' in swept
+
+        with urllib.request.urlopen(f"{base}/openapi.json", timeout=30) as response:
+            document = json.loads(response.read())
+        assert response.status == 200 and "/v1/operations" in document["paths"]
+        assert document["servers"] == [{"url": base, "description": "leasefence local"}]
+        with urllib.request.urlopen(f"{base}/docs", timeout=30) as response:
+            assert response.status == 200 and b"swagger" in response.read().lower()
+        # `leasefence openapi` writes the document into the current folder (not beside the package).
+        _run([leasefence, "openapi"], folder, env, 120)
+        written = json.loads((folder / "openapi.json").read_text())
+        assert written["paths"] == document["paths"]
+
+        roots = _run([str(python), "-c", COLDSTART_ROOT], folder, env, 60).stdout
+        assert "leasefence.api.routes" in roots
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=30)
+    log.seek(0)
+    output = log.read()
+    assert code == 0, output[-3000:]
+    assert "unknown function" not in output
+    assert sorted(p.name for p in folder.iterdir()) == ["openapi.json", "sweep.json"]  # nothing else written
+    print(f"\n[local] venv {installed:.1f} s, leasefence local ready in {up:.1f} s")

@@ -1,7 +1,8 @@
 """The example app as `make synth` runs it (real local bundling), and the bundler's failure mode.
 
 ``test_app_synthesizes_offline_with_local_bundling`` is the one infra test that needs the
-network: pip fetches the ``rfc8785`` wheel (manylinux2014_aarch64 / py3-none-any) from PyPI.
+network: pip fetches the core layer's wheels (manylinux2014_aarch64 / py3-none-any) from PyPI
+into the wheel cache, unless they are there already.
 """
 
 from __future__ import annotations
@@ -74,7 +75,12 @@ def assert_the_example_app(template: dict, outdir: Path, stderr: str) -> None:
     asset_dir = outdir / f"asset.{asset_key.removesuffix('.zip')}"
     assert (asset_dir / "python" / "rfc8785" / "__init__.py").is_file()
     assert (asset_dir / "python" / "leasefence" / "schema.py").is_file()
-    assert not list(asset_dir.rglob("__pycache__"))
+    # Powertools (with pydantic) is bundled: the functions need no layer from an SSM parameter.
+    assert (asset_dir / "python" / "aws_lambda_powertools" / "__init__.py").is_file()
+    assert (asset_dir / "python" / "pydantic_core").is_dir()
+    assert not [p for p in template.get("Parameters", {}).values()
+                if str(p.get("Default", "")).startswith("/aws/service/powertools/")]
+    assert not list((asset_dir / "python" / "leasefence").rglob("__pycache__"))
     assert_runtime_package_only(asset_dir / "python" / "leasefence")
     # -c worker=demo: the worker with the demo handlers for the tenant `demo`.
     Template.from_json(template).has_resource_properties("AWS::Lambda::Function", {

@@ -84,7 +84,8 @@ def test_the_service_creates_no_table_bucket_or_topic(byo) -> None:
     svc = stack.service
     assert svc.table is stack.table and svc.payload_bucket is stack.bucket and svc.alarm_topic is stack.topic
     assert list(resources(tpl, "AWS::DynamoDB::Table")) == [logical_id(stack, stack.table)]
-    assert resources(tpl, "AWS::S3::Bucket") == {}
+    # The one bucket of the service's own: where the publisher's mapping keeps failed batches.
+    assert list(resources(tpl, "AWS::S3::Bucket")) == [logical_id(stack, svc.publisher.failure_bucket)]
     assert list(resources(tpl, "AWS::SNS::Topic")) == [logical_id(stack, stack.topic)]
     # The service key is not needed: no key of the service's own (only the adopter's two).
     assert set(resources(tpl, "AWS::KMS::Key")) == {logical_id(stack, stack.table_key),
@@ -112,7 +113,7 @@ def test_grants_point_to_the_brought_in_table_bucket_and_keys(byo) -> None:
     assert grant_set(actions_by_resource(sweeper, "dynamodb:")) == grant_set([
         *[(frozenset({"dynamodb:Query"}), index_arn(table, index))
           for index in (schema.SWEEP_INDEX, schema.PARKED_INDEX, schema.PURGE_INDEX, schema.DUE_INDEX)],
-        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem"}), getatt(table)),
+        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"}), getatt(table)),
     ])
     assert grant_set(actions_by_resource(api, "s3:")) == grant_set([
         (frozenset({"s3:PutObject", "s3:GetObject", "s3:DeleteObject"}), _bucket_arn(f"/{PAYLOAD_KEY_PREFIX}*")),
@@ -238,6 +239,25 @@ def test_a_hand_built_table_with_the_schema_passes_the_check() -> None:
     new_images_only.node.default_child.stream_specification = dynamodb.CfnTable.StreamSpecificationProperty(
         stream_view_type="NEW_IMAGE")
     assert schema_mismatches(new_images_only) == ["its stream must carry NEW_AND_OLD_IMAGES, got NEW_IMAGE"]
+
+
+@pytest.mark.parametrize("kind", ["Table", "TableV2"])
+def test_a_replicated_global_table_is_refused(kind: str) -> None:
+    """Two regions of a global table could each claim one operation at the same fence (conditions
+    are checked per region): the check refuses replication, whatever else the table has right."""
+    from aws_cdk import Environment
+
+    from leasefence_infra.table import schema_mismatches
+
+    stack = Stack(App(), "Global", env=Environment(account="111122223333", region="us-east-1"))
+    key = dynamodb.Attribute(name="tenant_id", type=dynamodb.AttributeType.STRING)
+    if kind == "Table":
+        table: Any = dynamodb.Table(stack, "Ops", partition_key=key, replication_regions=["eu-west-1"])
+    else:
+        table = dynamodb.TableV2(stack, "Ops", partition_key=key,
+                                 replicas=[dynamodb.ReplicaTableProps(region="eu-west-1")])
+    assert [p for p in schema_mismatches(table) if p.startswith("it is replicated (a global table)")]
+    assert not [p for p in schema_mismatches(LeaseFenceTable(stack, "Single")) if "replicated" in p]
 
 
 def test_a_non_jwt_authorizer_is_refused(prebuilt_layer: Path) -> None:

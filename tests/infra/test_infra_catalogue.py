@@ -3,8 +3,14 @@ synth-time checks, and the function's handler against the engine."""
 
 from __future__ import annotations
 
+import http.server
+import importlib.util
 import json
 import random
+import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 from infra_helpers import getatt, logical_id, props, resources, role_statements
@@ -13,7 +19,12 @@ from leasefence import Engine
 from leasefence.clock import ManualClock
 from leasefence.local.server import LambdaContext, load_function
 from leasefence_infra import LeaseFenceServiceProps
-from leasefence_infra.catalogue import CATALOGUE_TABLE_ACTIONS, RESOURCE_TYPE
+from leasefence_infra.catalogue import (
+    CATALOGUE_TABLE_ACTIONS,
+    FUNCTION_TIMEOUT,
+    RESOURCE_TYPE,
+    SERVICE_TIMEOUT,
+)
 
 BASE = {"jwt_issuer": "https://issuer.example.com/", "jwt_audience": ["a"]}
 
@@ -88,3 +99,112 @@ def test_the_handler_declares_the_listed_entries_idempotently(aws, spec, monkeyp
     bad = {"acme": {"job_types": {"refund": {"target_class": "Z"}}}}
     handler.lambda_handler({**event, "ResourceProperties": {"Catalogues": json.dumps(bad)}}, context)
     assert answers[-1][0] == "FAILED"
+
+
+# ----------------------------------------------------------------------------- always an answer
+
+HANDLER_FILE = Path(__file__).resolve().parents[2] / "functions" / "catalogue" / "handler.py"
+
+
+class _Answers(http.server.BaseHTTPRequestHandler):
+    """CloudFormation's presigned response URL: records every PUT body."""
+
+    received: list[dict] = []
+
+    def do_PUT(self) -> None:  # noqa: N802 - the http.server name
+        length = int(self.headers.get("Content-Length") or 0)
+        type(self).received.append(json.loads(self.rfile.read(length)))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *_args) -> None:
+        return
+
+
+@pytest.fixture
+def response_url():
+    """A local stand-in for the presigned S3 URL; yields (url, answers received)."""
+    received: list[dict] = []
+    handler = type("Answers", (_Answers,), {"received": received})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/answer", received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _fresh_handler():
+    """The handler module loaded from its file as Lambda would (a new module object each time)."""
+    spec = importlib.util.spec_from_file_location(f"catalogue_handler_{time.monotonic_ns()}", HANDLER_FILE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _event(url: str, request_type: str = "Create") -> dict:
+    return {
+        "RequestType": request_type, "ResponseURL": url, "StackId": "stack", "RequestId": "req",
+        "LogicalResourceId": "JobTypes",
+        "ResourceProperties": {"Catalogues": json.dumps({"acme": {"job_types": {"x": {"target_class": "C"}}}})},
+    }
+
+
+def test_an_import_failure_answers_failed_instead_of_hanging_the_deploy(response_url, monkeypatch) -> None:
+    """A broken core layer (leasefence not importable) still answers CloudFormation: FAILED, with
+    the reason, rather than a function that dies before its handler runs (an hour's wait)."""
+    url, received = response_url
+    monkeypatch.setitem(sys.modules, "leasefence.settings", None)  # import of it now fails
+    monkeypatch.setitem(sys.modules, "leasefence.observability", None)
+    handler = _fresh_handler()
+    handler.lambda_handler(_event(url), LambdaContext("catalogue", 120_000))
+    ((answer,),) = [received]
+    assert answer["Status"] == "FAILED"
+    assert answer["Reason"].startswith("ModuleNotFoundError") or answer["Reason"].startswith("ImportError")
+    assert answer["PhysicalResourceId"] == handler.PHYSICAL_ID
+    assert (answer["StackId"], answer["RequestId"], answer["LogicalResourceId"]) == ("stack", "req", "JobTypes")
+
+
+def test_work_that_hangs_answers_failed_before_the_function_times_out(response_url, monkeypatch) -> None:
+    url, received = response_url
+    handler = _fresh_handler()
+    release = threading.Event()
+
+    def stuck_runtime():
+        release.wait(8)  # a table that never answers (released at the end of the test)
+        raise RuntimeError("released")
+
+    monkeypatch.setattr(handler, "runtime", stuck_runtime)
+    # 1.5 s of the invocation left once the answer's margin is kept.
+    context = LambdaContext("catalogue", handler.ANSWER_MARGIN_MS + 1_500)
+    started = time.monotonic()
+    try:
+        handler.lambda_handler(_event(url, "Update"), context)
+    finally:
+        release.set()
+    elapsed = time.monotonic() - started
+    ((answer,),) = [received]
+    assert answer["Status"] == "FAILED" and answer["Reason"].startswith("timed out"), answer
+    assert elapsed < 4, elapsed  # answered within the budget, not when the work gave up
+
+
+def test_delete_answers_success_without_importing_the_engine(response_url, monkeypatch) -> None:
+    url, received = response_url
+    monkeypatch.setitem(sys.modules, "leasefence.settings", None)
+    _fresh_handler().lambda_handler(_event(url, "Delete"), LambdaContext("catalogue", 120_000))
+    assert [a["Status"] for a in received] == ["SUCCESS"]  # a rollback is never blocked by the layer
+
+
+def test_cloudformation_waits_minutes_not_an_hour_for_an_answer(synth) -> None:
+    """ServiceTimeout: CloudFormation fails the resource itself when the function never answers
+    (it could not start at all); longer than the function's attempts, far shorter than 1 h."""
+    ((_, resource),) = resources(synth.template_json("full"), RESOURCE_TYPE).items()
+    service_timeout = int(resource["Properties"]["ServiceTimeout"])
+    assert service_timeout == SERVICE_TIMEOUT.to_seconds() <= 600
+    assert service_timeout > 2 * FUNCTION_TIMEOUT.to_seconds()
+    function = props(synth.template_json("full"), logical_id(synth.stacks["full"],
+                                                            synth.stacks["full"].service.catalogue.function.function))
+    assert function["Timeout"] == FUNCTION_TIMEOUT.to_seconds()

@@ -96,10 +96,15 @@ def _acknowledgments(template: dict[str, Any]) -> dict[str, list[str]]:
         rules = resource.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", [])
         if rules:
             out[lid] = sorted(
-                r["id"] + (f" [{', '.join(sorted(r['applies_to']))}]" if r.get("applies_to") else "")
+                r["id"] + (f" [{', '.join(sorted(map(_applies, r['applies_to'])))}]" if r.get("applies_to") else "")
                 for r in rules
             )
     return out
+
+
+def _applies(entry: Any) -> str:
+    """An appliesTo entry: a finding's text, or a regex over findings."""
+    return f"regex:{entry['regex']}" if isinstance(entry, dict) else str(entry)
 
 
 def _snapshot(template: dict[str, Any]) -> dict[str, Any]:

@@ -8,13 +8,26 @@ bundler's copy of ``layers/leasefence`` (pip only adds ``rfc8785``, checked by
 from __future__ import annotations
 
 import ast
+import marshal
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from leasefence_infra.bundling import CORE_LAYER_EXCLUDES, PACKAGE_DIR, is_excluded, source_fingerprint
+from leasefence_infra import bundling
+from leasefence_infra.bundling import (
+    BYTECODE_PYTHON_ENV,
+    CORE_LAYER_EXCLUDES,
+    PACKAGE_DIR,
+    LocalLayerBundler,
+    compile_bytecode,
+    find_bytecode_python,
+    is_excluded,
+    source_fingerprint,
+)
+from leasefence_infra.versions import locked_version
 
 ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS = ROOT / "functions"
@@ -143,3 +156,89 @@ def test_bundling_accepts_manylinux_2_28_wheels() -> None:
 
     platforms = [PIP_PLATFORM_ARGS[i + 1] for i, arg in enumerate(PIP_PLATFORM_ARGS) if arg == "--platform"]
     assert platforms == ["manylinux2014_aarch64", "manylinux_2_28_aarch64"]
+
+
+# ----------------------------------------------------------------------------- bytecode
+
+TAG = sys.implementation.cache_tag
+
+
+def _pyc_flags(pyc: Path) -> int:
+    """The PEP 552 flags of a pyc: bit 0 hash-based, bit 1 check the source."""
+    return int.from_bytes(pyc.read_bytes()[4:8], "little")
+
+
+def test_bytecode_is_reproducible_unchecked_and_names_the_lambda_path(tmp_path: Path) -> None:
+    """/opt is read-only in Lambda: a module without a pyc there is compiled at every cold start.
+    The layer's pycs are hash-based and unchecked (no timestamp, no source read at import), the
+    same bytes on every build, and their code names the file where Lambda mounts it."""
+    site = tmp_path / "python"
+    (site / "dep").mkdir(parents=True)
+    (site / "dep" / "__init__.py").write_text("def f():\n    return 1\n")
+    (site / "single.py").write_text("Y = 2\n")
+    compile_bytecode(site, sys.executable)
+    pyc = site / "dep" / "__pycache__" / f"__init__.{TAG}.pyc"
+    assert (site / "__pycache__" / f"single.{TAG}.pyc").is_file()
+    assert _pyc_flags(pyc) == 0b01
+    assert marshal.loads(pyc.read_bytes()[16:]).co_filename == "/opt/python/dep/__init__.py"
+    first = pyc.read_bytes()
+    shutil.rmtree(pyc.parent)
+    os.utime(site / "dep" / "__init__.py", (1, 1))  # another mtime: the same pyc
+    compile_bytecode(site, sys.executable)
+    assert pyc.read_bytes() == first
+
+
+def test_the_layer_compiles_its_dependencies_not_leasefence(tmp_path: Path) -> None:
+    """With a bytecode interpreter (here this one; the real target is CPython 3.12), every
+    installed distribution ships its pycs; the leasefence package ships as source, as before."""
+    pin = f"rfc8785=={locked_version('rfc8785')}"
+    site = LocalLayerBundler(requirements=(pin,), bytecode_python=sys.executable).build(tmp_path)
+    assert (site / "rfc8785" / "__pycache__" / f"__init__.{TAG}.pyc").is_file()
+    assert not list((site / "leasefence").rglob("*.pyc"))
+    assert_runtime_package_only(site / "leasefence")
+
+
+def test_without_a_python_312_the_layer_ships_sources_and_says_so(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    pin = f"rfc8785=={locked_version('rfc8785')}"
+    bundler = LocalLayerBundler(requirements=(pin,), bytecode_python="")
+    assert bundler.bytecode is None
+    site = bundler.build(tmp_path)
+    assert (site / "rfc8785" / "__init__.py").is_file()
+    assert not list(site.rglob("*.pyc"))
+    assert "no CPython 3.12 found to compile" in capfd.readouterr().err
+
+
+def test_bytecode_python_must_make_lambdas_bytecode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only an interpreter whose bytecode is CPython 3.12's is used (pycs of another version are
+    ignored by Lambda's Python: they would cost size and save nothing)."""
+    monkeypatch.setenv(BYTECODE_PYTHON_ENV, sys.executable)
+    assert find_bytecode_python() == (sys.executable if TAG == "cpython-312" else None)
+    monkeypatch.setenv(BYTECODE_PYTHON_ENV, str(tmp_path / "no-such-python"))
+    assert find_bytecode_python() is None
+    monkeypatch.setattr(bundling, "LAMBDA_CACHE_TAG", TAG)  # as if this interpreter were 3.12
+    monkeypatch.setenv(BYTECODE_PYTHON_ENV, sys.executable)
+    assert find_bytecode_python() == sys.executable
+    assert LocalLayerBundler(requirements=()).bytecode == TAG
+
+
+def test_fingerprint_tracks_the_bytecode_and_the_pip_arguments(tmp_path: Path) -> None:
+    pkg = tmp_path / "leasefence"
+    pkg.mkdir()
+    (pkg / "engine.py").write_text("x = 1\n")
+    reqs = ("rfc8785==0.1.4",)
+    sources = source_fingerprint(pkg, reqs)
+    assert source_fingerprint(pkg, reqs, bytecode="cpython-312") != sources
+    assert source_fingerprint(pkg, reqs, ("--no-deps",)) != sources
+    assert source_fingerprint(pkg, (), bytecode="cpython-312") == source_fingerprint(pkg, ())  # nothing compiled
+
+
+def test_the_core_layer_installs_exactly_its_list() -> None:
+    """The core layer lists every dependency itself (--no-deps, from the cache only); a worker's
+    package layer lets pip resolve its requirements' dependencies."""
+    core = LocalLayerBundler(bytecode_python="").pip_command(Path("/out"))
+    assert "--no-deps" in core and "--no-index" in core and "--find-links" in core
+    package = LocalLayerBundler(requirements=("httpx==0.28.1",), resolve_dependencies=True, bytecode_python="")
+    assert "--no-deps" not in package.pip_command(Path("/out"))
+    assert "--no-deps" not in package.download_command()

@@ -56,6 +56,8 @@ ISSUER_KW: dict[str, Any] = dict(ISSUER)
         ({**ISSUER_KW, "sweep_shards": 101}, ValueError, "sweep_shards"),
         ({**ISSUER_KW, "due_shards": True}, ValueError, "due_shards"),
         ({**ISSUER_KW, "payload_retention_days": -1}, ValueError, "payload_retention_days"),
+        ({**ISSUER_KW, "fence_epoch": -1}, ValueError, "fence_epoch"),
+        ({**ISSUER_KW, "fence_epoch": 9_007_199}, ValueError, "fence_epoch"),
         ({**ISSUER_KW, "identity_retention_days": 10}, ValueError, "at least payload_retention_days"),
         ({**ISSUER_KW, "log_level": "LOUD"}, ValueError, "log_level must be one of"),
         ({**ISSUER_KW, "log_retention": 30}, TypeError, "RetentionDays"),

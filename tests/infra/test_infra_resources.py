@@ -61,6 +61,12 @@ CONTRACT_ROUTES = {
     "POST /v1/operations/{id}/reject": "leasefence/approve",
     "POST /v1/operations/{id}/cancel": "leasefence/produce",
 }
+# Issue 21: an approver reads what it approves (the handler limits it to gated operations).
+CONTRACT_ALSO = {
+    "GET /v1/operations/{id}": ("leasefence/approve",),
+    "GET /v1/operations/{id}/payload": ("leasefence/approve",),
+    "GET /v1/operations/{id}/history": ("leasefence/approve",),
+}
 
 EXPECTED_ENV = {
     "LEASEFENCE_TABLE",
@@ -70,6 +76,7 @@ EXPECTED_ENV = {
     "LEASEFENCE_LOG_HASH_KEY_PARAM",
     "LEASEFENCE_IDENTITY_RETENTION_DAYS",
     "LEASEFENCE_PAYLOAD_RETENTION_DAYS",
+    "LEASEFENCE_FENCE_EPOCH",
     "POWERTOOLS_SERVICE_NAME",
     "POWERTOOLS_METRICS_NAMESPACE",
     "POWERTOOLS_LOG_LEVEL",
@@ -188,10 +195,9 @@ def test_payload_bucket(variant) -> None:
 def test_functions_runtime_tracing_env_layers(variant) -> None:
     name, stack, svc, tpl = variant
     core_layer = logical_id(stack, svc.core_layer)
-    (powertools_param,) = [
-        k for k, v in tpl["Parameters"].items() if v.get("Default") == POWERTOOLS_LAYER_PARAMETER
-    ]
-    assert tpl["Parameters"][powertools_param]["Type"] == "AWS::SSM::Parameter::Value<String>"
+    # Powertools is bundled in the core layer (the default): no layer parameter to resolve.
+    assert svc.powertools_layer is None
+    assert not [k for k, v in tpl.get("Parameters", {}).items() if v.get("Default") == POWERTOOLS_LAYER_PARAMETER]
     expected = {
         svc.api.function.function: ("api.handler.lambda_handler", svc.api.function.log_group, svc.api.function.role),
         svc.sweeper.function.function: ("sweeper.handler.lambda_handler", svc.sweeper.function.log_group,
@@ -206,15 +212,16 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
         assert f["Architectures"] == ["arm64"]
         assert f["Handler"] == handler
         assert f["TracingConfig"] == {"Mode": "Active"}
-        layers = [{"Ref": core_layer}, {"Ref": powertools_param}]
+        layers = [{"Ref": core_layer}]
         if fn is svc.worker_function and name == "full":
-            # The handler layer is merged first, so the core and Powertools layers win a clash.
+            # The handler layer is merged first, so the core layer wins a clash.
             layers = [{"Ref": logical_id(stack, svc.worker_handlers_layer)}, *layers]
         assert f["Layers"] == layers
         assert f["LoggingConfig"]["LogGroup"] == {"Ref": logical_id(stack, log_group)}
         assert f["Role"] == getatt(logical_id(stack, role))
         env = f["Environment"]["Variables"]
-        extra = {"LEASEFENCE_TENANT_ROLE_ARN", "LEASEFENCE_TENANT_SESSION_TAG"} if (
+        extra = {"LEASEFENCE_TENANT_ROLE_ARN", "LEASEFENCE_TENANT_SESSION_TAG",
+                 "LEASEFENCE_IAM_TENANT", "LEASEFENCE_IAM_API_ID"} if (  # the full stack's IAM API
             name == "full" and fn is svc.api.function.function) else set()
         if fn is svc.api.function.function:
             extra |= {"LEASEFENCE_ALARM_TOPIC"}  # the go/no-go report's alert route
@@ -230,6 +237,7 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
         assert env["LEASEFENCE_DUE_SHARDS"] == str(svc.props.due_shards)
         assert env["LEASEFENCE_SWEEP_SHARDS"] == str(svc.props.sweep_shards)
         assert env["LEASEFENCE_PAYLOAD_RETENTION_DAYS"] == str(svc.props.payload_retention_days)
+        assert env["LEASEFENCE_FENCE_EPOCH"] == str(svc.props.fence_epoch)
         assert env["LEASEFENCE_IDENTITY_RETENTION_DAYS"] == (
             "forever" if svc.props.identity_retention_days is None else str(svc.props.identity_retention_days))
         assert env["POWERTOOLS_SERVICE_NAME"] == "leasefence"
@@ -254,7 +262,9 @@ def test_log_hash_key_is_generated_secret(variant) -> None:
 def test_routes_and_scopes_match_the_contract(variant) -> None:
     _, stack, svc, tpl = variant
     authorizer = logical_id(stack, svc.http_api.node.find_child("JwtAuthorizer"))
-    routes = {r["Properties"]["RouteKey"]: r["Properties"] for r in resources(tpl, "AWS::ApiGatewayV2::Route").values()}
+    api = {"Ref": logical_id(stack, svc.http_api)}  # (the full stack also has the IAM API)
+    routes = {r["Properties"]["RouteKey"]: r["Properties"] for r in resources(tpl, "AWS::ApiGatewayV2::Route").values()
+              if r["Properties"]["ApiId"] == api}
     assert set(routes) == set(CONTRACT_ROUTES)
     for key, scope in CONTRACT_ROUTES.items():
         route = routes[key]
@@ -264,9 +274,10 @@ def test_routes_and_scopes_match_the_contract(variant) -> None:
         else:
             assert route["AuthorizationType"] == "JWT", key
             assert route["AuthorizerId"] == {"Ref": authorizer}, key
-            assert route["AuthorizationScopes"] == [scope], key
+            assert route["AuthorizationScopes"] == [scope, *CONTRACT_ALSO.get(key, ())], key
     # One Lambda proxy integration (payload 2.0) serves every route.
-    ((integration_lid, integration),) = resources(tpl, "AWS::ApiGatewayV2::Integration").items()
+    ((integration_lid, integration),) = [(lid, i) for lid, i in resources(tpl, "AWS::ApiGatewayV2::Integration").items()
+                                         if i["Properties"]["ApiId"] == api]
     assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
     assert integration["Properties"]["IntegrationUri"] == invoked_arn(stack, svc.api.function)
     for route in routes.values():
@@ -295,7 +306,8 @@ def test_jwt_authorizer_cognito_pool(synth) -> None:
                                                {"Ref": "AWS::URLSuffix"}, "/", {"Ref": pool}]]}
     (server,) = resources(tpl, "AWS::Cognito::UserPoolResourceServer").values()
     assert server["Properties"]["Identifier"] == "leasefence"
-    assert {s["ScopeName"] for s in server["Properties"]["Scopes"]} == {"produce", "work", "operate", "approve"}
+    assert {s["ScopeName"] for s in server["Properties"]["Scopes"]} == {"produce", "work", "operate", "approve",
+                                                                        "shadow"}
     c = props(tpl, client)
     assert c["AllowedOAuthFlows"] == ["client_credentials"] and c["GenerateSecret"] is True
     # Every scope but approve: the service client enqueues, and nobody approves their own operations.
@@ -309,8 +321,7 @@ def test_jwt_authorizer_cognito_pool(synth) -> None:
 
 def test_stage_throttling_and_access_logs(variant) -> None:
     _, stack, svc, tpl = variant
-    (stage,) = resources(tpl, "AWS::ApiGatewayV2::Stage").values()
-    p = stage["Properties"]
+    p = props(tpl, logical_id(stack, svc.api.stage))
     assert p["StageName"] == "$default" and p["AutoDeploy"] is True
     assert p["DefaultRouteSettings"] == {"ThrottlingBurstLimit": 200, "ThrottlingRateLimit": 100}
     assert p["AccessLogSettings"]["DestinationArn"] == getatt(logical_id(stack, svc.api.access_log_group))
@@ -383,7 +394,7 @@ def test_dynamodb_permissions_are_exact(synth) -> None:
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PARKED_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PURGE_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.DUE_INDEX)),
-        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem"}), getatt(table)),
+        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"}), getatt(table)),
     ])
 
 
@@ -468,7 +479,7 @@ def test_tenant_isolation_role(synth) -> None:
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PARKED_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PURGE_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.DUE_INDEX)),
-        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem"}), getatt(table)),
+        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"}), getatt(table)),
     ])
 
 
@@ -504,6 +515,14 @@ def test_alarms_cover_the_operational_signals(variant) -> None:
         assert metric["Namespace"] == svc.metrics_namespace and metric["Dimensions"] == app_dims
     assert by_metric["OldestUnknownAgeSeconds"][0][0]["Threshold"] == 3600
     assert by_metric["OldestDueAgeSeconds"][0][0]["Threshold"] == 900  # unserved job types show
+    # A payload store that refuses access: its own alarm (the throttles alarm's expression is at
+    # CloudWatch's 10-metric limit), on the first refusal in 5 minutes.
+    ((denied, denied_metric),) = by_metric["PayloadAccessDenied"]
+    assert denied_metric["Namespace"] == svc.metrics_namespace and denied_metric["Dimensions"] == app_dims
+    ((stat,),) = [[m["MetricStat"] for m in denied["Metrics"]]]
+    assert (denied["Threshold"], denied["EvaluationPeriods"], stat["Stat"], stat["Period"]) == (1, 1, "Sum", 300)
+    assert denied["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert denied["TreatMissingData"] == "notBreaching"
     ((unknown_entered, _),) = by_metric["UnknownParked"]
     assert [a for a, _ in by_metric["SweptToUnknown"]] == [unknown_entered]
     # Takeover rate: a percentage of claims (metric math over both).
@@ -519,7 +538,8 @@ def test_alarms_cover_the_operational_signals(variant) -> None:
     assert api5xx["Dimensions"] == [{"Name": "ApiId", "Value": {"Ref": logical_id(stack, svc.http_api)}}]
     throttle_alarms = {id(a): a for name in ("ReadThrottleEvents", "WriteThrottleEvents")
                        for a, _ in by_metric[name]}
-    assert len(throttle_alarms) == 1
+    # One alarm for the table and one per index (two metrics each, never CloudWatch's 10 in one).
+    assert len(throttle_alarms) == 1 + len(schema.global_secondary_indexes())
     indexes = {d["Value"] for name in ("ReadThrottleEvents", "WriteThrottleEvents")
                for _, m in by_metric[name] for d in m["Dimensions"]
                if d["Name"] == "GlobalSecondaryIndexName"}
@@ -698,9 +718,13 @@ def test_worker_role_is_exact(variant) -> None:
             (frozenset({"dynamodb:UpdateItem", "dynamodb:GetItem"}), _imported_table_arn("acme-ledger")),
         ]
     assert grant_set(actions_by_resource(statements, "dynamodb:")) == grant_set(expected_dynamodb)
-    assert actions_by_resource(statements, "s3:") == [
-        (frozenset({"s3:GetObject"}), {"Fn::Join": ["", [getatt(bucket), f"/{PAYLOAD_KEY_PREFIX}*"]]})
-    ]
+    assert grant_set(actions_by_resource(statements, "s3:")) == grant_set([
+        (frozenset({"s3:GetObject"}), {"Fn::Join": ["", [getatt(bucket), f"/{PAYLOAD_KEY_PREFIX}*"]]}),
+        # A missing object is then 404 (payload_missing), never 403 (a refused access).
+        (frozenset({"s3:ListBucket"}), getatt(bucket)),
+    ])
+    (listing,) = [s for s in statements if "s3:ListBucket" in as_list(s["Action"])]
+    assert "Condition" not in listing
     # Its failed invocations and the stream records it could not claim go to their on-failure
     # queues (Lambda sends them with this role).
     send = frozenset({"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"})
@@ -805,11 +829,16 @@ def test_no_worker_no_worker_resources(prebuilt_layer) -> None:
     assert svc.dispatch is None
     template.resource_count_is("AWS::Lambda::Function", 3)  # API, sweeper, publisher
     template.resource_count_is("AWS::Scheduler::Schedule", 1)
-    template.resource_count_is("AWS::SQS::Queue", 3)  # sweep schedule DLQ, sweeper and publisher failures
+    template.resource_count_is("AWS::SQS::Queue", 2)  # sweep schedule DLQ, sweeper failures
+    template.resource_count_is("AWS::S3::Bucket", 2)  # payloads, the publisher's failed batches
     template.resource_count_is("AWS::Lambda::EventSourceMapping", 1)  # the publisher's
     template.resource_count_is("AWS::Lambda::EventInvokeConfig", 1)  # the sweeper's
     body = json.dumps(template.to_json())
     assert "Worker" not in body and "LostOwnership" not in body
+    # Nor the worker runtime's alarms: nothing without the in-process worker emits their metrics.
+    for metric in ("StalledClaims", "PayloadMissing"):  # as an alarm's or a widget's metric name
+        assert f'"{metric}"' not in body and f'\\"{metric}\\"' not in body, metric
+    assert set(svc.monitoring.alarms).isdisjoint({"StalledClaimsAlarm", "WorkerPayloadMissingAlarm"})
 
 
 def _worker_props(**overrides: Any):
@@ -890,9 +919,13 @@ def test_gateway_routes_match_the_handler_route_table() -> None:
     from leasefence.api import security
     from leasefence_infra import ROUTES
 
+    from leasefence_infra.contract import ALSO_SCOPES
+
     handler = {r.key: r.scope for r in security.ROUTES}
     gateway = {f"{method} {path}": scope for method, path, scope in ROUTES}
     assert gateway == handler == CONTRACT_ROUTES
+    handler_also = {r.key: r.also for r in security.ROUTES if r.also}
+    assert {f"{m} {p}": also for (m, p), also in ALSO_SCOPES.items()} == handler_also == CONTRACT_ALSO
 
 
 def test_case9_api_timeout_covers_a_claims_retry_budget(synth) -> None:
@@ -942,8 +975,9 @@ def _app_namespaces(tpl: dict[str, Any]) -> set[str]:
     found = {m["Namespace"] for a in resources(tpl, "AWS::CloudWatch::Alarm").values() for m in _metrics(a)}
     (dashboard,) = resources(tpl, "AWS::CloudWatch::Dashboard").values()
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
-    found |= {ns for ns in ("LeaseFence", "LeaseFence/LeaseFenceDefault", "LeaseFence/LeaseFenceFull")
-              if f'[\\"{ns}\\",' in body}
+    candidates = ("LeaseFence", "LeaseFence/LeaseFenceDefault", "LeaseFence/LeaseFenceFull",
+                  "LeaseFence/LeaseFenceDefault/LeaseFence", "LeaseFence/LeaseFenceFull/LeaseFence")
+    found |= {ns for ns in candidates if f'[\\"{ns}\\",' in body}
     return {ns for ns in found if not str(ns).startswith("AWS/")}
 
 
@@ -953,7 +987,8 @@ def test_metrics_namespace_is_per_deployment(synth) -> None:
     seen = {}
     for name in ("default", "full"):
         stack, svc, tpl = _svc(synth, name)
-        assert svc.metrics_namespace == f"LeaseFence/{stack.stack_name}"
+        # One per service: the stack's name and the service's path below it.
+        assert svc.metrics_namespace == f"LeaseFence/{stack.stack_name}/LeaseFence"
         functions = resources(tpl, "AWS::Lambda::Function").values()
         env_namespaces = {f["Properties"]["Environment"]["Variables"].get("POWERTOOLS_METRICS_NAMESPACE")
                           for f in functions if "Environment" in f["Properties"]

@@ -80,7 +80,8 @@ def test_publisher_mapping(variant) -> None:
     assert {k: v for k, v in mapping.items() if k != "Tags"} == {
         "FunctionName": invoked_name(stack, svc.publisher.function),
         "EventSourceArn": getatt(logical_id(stack, svc.table), "StreamArn"),
-        "StartingPosition": "LATEST",
+        # A mapping created again replays what the stream holds (24 h) instead of skipping it.
+        "StartingPosition": "TRIM_HORIZON",
         "BatchSize": 100,
         "MaximumBatchingWindowInSeconds": 0,
         "ParallelizationFactor": 4,
@@ -88,7 +89,8 @@ def test_publisher_mapping(variant) -> None:
         "BisectBatchOnFunctionError": True,
         "FunctionResponseTypes": ["ReportBatchItemFailures"],
         # No MaximumRecordAgeInSeconds: a record is retried until the stream drops it (24 h).
-        "DestinationConfig": {"OnFailure": {"Destination": getatt(logical_id(stack, svc.publisher.failure_queue))}},
+        # An S3 destination: Lambda writes the invocation record with the whole batch there.
+        "DestinationConfig": {"OnFailure": {"Destination": getatt(logical_id(stack, svc.publisher.failure_bucket))}},
     }
     assert _patterns({"FilterCriteria": filters_json}) == [
         {"eventName": ["INSERT", "MODIFY"], "dynamodb": {"NewImage": {"transition": {"S": [{"exists": True}]}}}},
@@ -165,12 +167,11 @@ def test_the_deployed_filters_pass_the_records_they_are_meant_for(variant) -> No
     assert not filters.passes(publisher, history_write)
 
 
-def test_failure_queues_are_encrypted_tls_only_and_alarmed(variant) -> None:
+def test_the_worker_mapping_failure_queue_is_encrypted_tls_only_and_alarmed(variant) -> None:
     name, stack, svc, tpl = variant
     template = Template.from_json(tpl)
     topic = {"Ref": logical_id(stack, svc.alarm_topic)}
-    queues = [svc.publisher.failure_queue, svc.dispatch.failure_queue]
-    assert len({logical_id(stack, q) for q in queues}) == 2
+    queues = [svc.dispatch.failure_queue]
     assert svc.dispatch.failure_queue is not svc.worker.failure_queue  # its own, apart from async failures
     for queue in queues:
         qid = logical_id(stack, queue)
@@ -190,6 +191,43 @@ def test_failure_queues_are_encrypted_tls_only_and_alarmed(variant) -> None:
             "Statistic": "Maximum", "Threshold": 1, "ComparisonOperator": "GreaterThanOrEqualToThreshold",
             "AlarmActions": [topic], "OKActions": [topic],
         })
+
+
+def test_the_publisher_keeps_failed_batches_in_an_encrypted_private_alarmed_bucket(variant) -> None:
+    """The publisher mapping's on-failure destination is an S3 bucket (Lambda writes the whole
+    batch there, not only where it was): private, TLS only, the service key when there is one,
+    kept with the stack, and every object written raises the alarm (S3 request metrics)."""
+    name, stack, svc, tpl = variant
+    topic = {"Ref": logical_id(stack, svc.alarm_topic)}
+    bid = logical_id(stack, svc.publisher.failure_bucket)
+    bucket = tpl["Resources"][bid]
+    assert bucket["Type"] == "AWS::S3::Bucket"
+    # Kept like the payload bucket (the stack's removal_policy: retained by default).
+    payloads = tpl["Resources"][logical_id(stack, svc.payload_bucket)]
+    assert bucket["DeletionPolicy"] == payloads["DeletionPolicy"] == ("Retain" if name == "default" else "Delete")
+    b = bucket["Properties"]
+    assert b["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+    (encryption,) = b["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    if name == "default":
+        assert encryption["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
+    else:
+        assert encryption["ServerSideEncryptionByDefault"] == {
+            "SSEAlgorithm": "aws:kms", "KMSMasterKeyID": getatt(logical_id(stack, svc.encryption_key))}
+    # No expiry: an object is records not processed yet; the redrive deletes it.
+    assert [r.get("ExpirationInDays") for r in b["LifecycleConfiguration"]["Rules"]] == [None]
+    assert b["MetricsConfigurations"] == [{"Id": "FailedBatches", "Prefix": "aws/lambda/"}]
+    (policy,) = [p["Properties"] for p in resources(tpl, "AWS::S3::BucketPolicy").values()
+                 if p["Properties"]["Bucket"] == {"Ref": bid}]
+    assert any(st["Effect"] == "Deny" and st["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+               for st in policy["PolicyDocument"]["Statement"])
+    Template.from_json(tpl).has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Namespace": "AWS/S3", "MetricName": "PutRequests",
+        "Dimensions": [{"Name": "BucketName", "Value": {"Ref": bid}}, {"Name": "FilterId", "Value": "FailedBatches"}],
+        "Statistic": "Sum", "Threshold": 1, "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+        "AlarmActions": [topic], "OKActions": [topic],
+    })
+    assert bid in resources(tpl, "AWS::S3::Bucket")
 
 
 def test_iterator_age_alarms_on_both_functions(variant) -> None:
@@ -213,8 +251,8 @@ def test_dashboard_shows_the_stream_consumers(variant) -> None:
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     for metric in (*PUBLISHER_METRICS, "IteratorAge", "StreamDispatched", "StreamDispatchDeferred"):
         assert f'\\"{metric}\\"' in body, metric
-    for queue in (svc.publisher.failure_queue, svc.dispatch.failure_queue):
-        assert logical_id(stack, queue) in body
+    for resource in (svc.publisher.failure_bucket, svc.dispatch.failure_queue):
+        assert logical_id(stack, resource) in body
     assert logical_id(stack, svc.publisher_function) in body
 
 
@@ -238,7 +276,8 @@ def test_publisher_function(variant) -> None:
 
 
 def test_publisher_role_is_exact(variant) -> None:
-    """History writes without reads, the stream, PutEvents on the bus, its failure queue."""
+    """History writes without reads, the stream, PutEvents on the bus, its failure bucket (the
+    mapping writes failed batches there under aws/lambda/: put and list, no read, no delete)."""
     name, stack, svc, tpl = variant
     table = logical_id(stack, svc.table)
     statements = role_statements(tpl, logical_id(stack, svc.publisher.function.role))
@@ -249,8 +288,12 @@ def test_publisher_role_is_exact(variant) -> None:
     ])
     assert actions_by_resource(statements, "events:") == [
         (frozenset({"events:PutEvents"}), getatt(logical_id(stack, svc.event_bus)))]
-    assert actions_by_resource(statements, "sqs:") == [
-        (SEND, getatt(logical_id(stack, svc.publisher.failure_queue)))]
+    bucket = logical_id(stack, svc.publisher.failure_bucket)
+    assert actions_by_resource(statements, "sqs:") == []
+    assert grant_set(actions_by_resource(statements, "s3:")) == grant_set([
+        (frozenset({"s3:PutObject"}), {"Fn::Join": ["", [getatt(bucket), "/aws/lambda/*"]]}),
+        (frozenset({"s3:ListBucket"}), getatt(bucket)),
+    ])
     assert actions_by_resource(statements, "secretsmanager:") == [
         (frozenset({"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}),
          {"Ref": logical_id(stack, svc.storage.log_hash_key)})]
@@ -260,13 +303,14 @@ def test_publisher_role_is_exact(variant) -> None:
     kms_grants = actions_by_resource(statements, "kms:")
     if name == "default":
         assert kms_grants == []
-    else:  # the table's key (the service key here): writes, the stream, the queue; nothing else
+    else:  # the table's key (the service key here): writes, the stream, the bucket; nothing else
         key = getatt(logical_id(stack, svc.encryption_key))
         assert {json.dumps(resource) for _, resource in kms_grants} == {json.dumps(key)}
         assert {a for actions, _ in kms_grants for a in actions} == {
-            "kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*", "kms:DescribeKey"}
+            "kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*", "kms:DescribeKey",
+            "kms:GenerateDataKey"}
     services = {a.split(":")[0] for st in statements for a in as_list(st["Action"])}
-    assert services == {"dynamodb", "events", "sqs", "secretsmanager", "logs", "xray"} | (
+    assert services == {"dynamodb", "events", "s3", "secretsmanager", "logs", "xray"} | (
         {"kms"} if name == "full" else set())
     for st in statements:
         assert st["Effect"] == "Allow" and "Condition" not in st
@@ -289,6 +333,9 @@ def test_created_bus_and_its_output(synth) -> None:
     (bus_lid,) = resources(tpl, "AWS::Events::EventBus")
     assert bus_lid == logical_id(stack, svc.event_bus)
     assert tpl["Outputs"]["EventBusName"]["Value"] == {"Ref": bus_lid}
+    # What `leasefence publisher redrive --bucket` takes.
+    assert tpl["Outputs"]["PublisherFailuresBucketName"]["Value"] == {
+        "Ref": logical_id(stack, svc.publisher.failure_bucket)}
 
 
 def test_a_brought_in_bus_is_used_and_none_is_created(prebuilt_layer: Path) -> None:
@@ -349,6 +396,10 @@ def test_the_stream_defaults_are_the_shared_mapping() -> None:
     assert props_default.stream_mapping == shared
     assert (shared.batch_size, shared.parallelization_factor, shared.max_retries, shared.max_record_age_s) == (
         10, 10, 2, 600)
+    # The drain finds what the worker's mapping misses: it starts at the tip, failures to a queue.
+    assert (shared.starting_position, shared.failure_destination) == ("LATEST", "sqs")
+    publisher = mappings.publisher()
+    assert (publisher.starting_position, publisher.failure_destination) == ("TRIM_HORIZON", "s3")
     assert props_default.max_concurrency is None
 
 

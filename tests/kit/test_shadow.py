@@ -24,7 +24,14 @@ import pytest
 
 from leasefence.auth import mint
 from leasefence.kit.shadow_report import build_report
-from leasefence.shadow import RUN_PREFIX, EngineShadowStore, Shadow, api_store, shadow_tenant
+from leasefence.shadow import (
+    RUN_PREFIX,
+    SHADOW_TOKEN_SCOPES,
+    EngineShadowStore,
+    Shadow,
+    api_store,
+    shadow_tenant,
+)
 from leasefence.worker import EngineBackend, FunctionHandler, Worker
 
 VISIBILITY_MS = 30_000
@@ -358,7 +365,7 @@ def test_shadow_operations_are_never_dispatched_to_workers(engine, clock) -> Non
 
 def _shadow_token() -> tuple[str, str]:
     secret = "kit-test-secret-of-at-least-32-bytes"
-    return mint(shadow_tenant("acme"), secret=secret), secret
+    return mint(shadow_tenant("acme"), SHADOW_TOKEN_SCOPES, secret=secret), secret
 
 
 def _closed_port() -> int:
@@ -426,6 +433,13 @@ def test_the_wrapped_call_keeps_its_result_and_its_exception(engine) -> None:
 def test_a_token_for_a_real_tenant_is_refused() -> None:
     with pytest.raises(ValueError, match="shadow tenant"):
         api_store("http://127.0.0.1:1", mint("acme", secret="kit-test-secret-of-at-least-32-bytes"))
+
+
+def test_a_token_for_a_shadow_tenant_without_the_shadow_scope_is_refused() -> None:
+    """The API would refuse it (403): api_store says so at once, naming the scope."""
+    ordinary = mint(shadow_tenant("acme"), secret="kit-test-secret-of-at-least-32-bytes")
+    with pytest.raises(ValueError, match="leasefence/shadow"):
+        api_store("http://127.0.0.1:1", ordinary)
 
 
 def test_heartbeats_run_on_their_own_thread(engine) -> None:

@@ -221,6 +221,50 @@ def test_a_stale_holder_whose_entry_was_pruned_is_refused(ddb):
     assert (item["balance"], item["note"]) == (30, "new")
 
 
+def stated_job(operation_id, fence, claimed_at, lease_ms, lease_expires_at, events):
+    """A job whose claim states its claim time (as both backends' claims do)."""
+    claim = Claim(
+        tenant_id="acme", operation_id=operation_id, job_type="ledger", fence=fence, attempts=fence,
+        lease_expires_at=lease_expires_at, lease_ms=lease_ms, payload_ref=None, payload_hash=H1,
+        target_class=TargetClass.B, reconcile_required=fence > 1, checkpoint=None, takeover=False,
+        worker_id="w", claimed_at=claimed_at,
+    )
+    return Job(claim, None, events)
+
+
+def test_a_claim_whose_stated_claim_time_disagrees_with_its_lease_is_refused_before_any_write(ddb):
+    """A claim granted 1 s (a catalogued maximum cut the 60 s asked for) but carried with the
+    requested lease: ``lease_expires_at - lease_ms`` would put its claim 59 s early. The target
+    uses the stated claim time, and refuses a claim whose claim time and lease disagree: nothing
+    is written, the job is in lost-ownership mode."""
+    events = Events()
+    name = create_table(ddb)
+    table = FencedTable(ddb, name, events=events, clock=ManualClock(T0))
+    key = {"pk": "acct-stated"}
+    wrong = stated_job("op", 1, T0, 60_000, T0 + 1_000, events)
+    with pytest.raises(fenced_table.InconsistentClaim) as refused:
+        table.raise_fence(wrong, key)
+    assert isinstance(refused.value, LostOwnership) and wrong.cancelled.is_set()
+    with pytest.raises(LostOwnership):
+        table.write(wrong, key, {"balance": 1})
+    assert raw_item(ddb, name, key) == {} and events["InconsistentClaimsRefused"] == 1
+    # Consistent: the entry records the claim time as stated, to the millisecond.
+    right = stated_job("op", 1, T0 + 7, 1_000, T0 + 1_007, events)
+    table.raise_fence(right, key)
+    table.write(right, key, {"balance": 1})
+    assert table.fence_state(key).entries[attr("op")] == (1, T0 + 7)
+    # The target's clock takes no part by default; max_claim_skew_ms bounds a claim time ahead.
+    later = stated_job("op", 2, T0 + 600_000, 1_000, T0 + 601_000, events)
+    table.raise_fence(later, key)
+    strict = FencedTable(ddb, name, events=events, clock=ManualClock(T0), max_claim_skew_ms=60_000)
+    ahead = stated_job("op", 3, T0 + 60_001, 1_000, T0 + 61_001, events)
+    with pytest.raises(fenced_table.InconsistentClaim, match="ahead"):
+        strict.raise_fence(ahead, key)
+    assert table.fence_state(key).entries[attr("op")] == (2, T0 + 600_000)
+    strict.raise_fence(stated_job("op", 3, T0 + 60_000, 1_000, T0 + 61_000, events), key)
+    assert table.fence_state(key).entries[attr("op")] == (3, T0 + 60_000)
+
+
 def test_zombie_pauses_after_claim_and_its_pruned_entry_still_refuses_it(ddb, engine, clock):
     """The zombie story on a hot shared item: w1 claims (raising the fence), pauses past its
     lease; w2 takes over, raises the fence and posts; other operations then write the item until

@@ -157,6 +157,34 @@ def test_lost_ownership_stops_the_next_guarded_call(engine, clock):
         job.guard()
 
 
+def test_renewals_follow_the_granted_lease_when_the_catalogue_cuts_it(engine, clock):
+    """The worker asks for 60 s and would renew every 20 s; the job type's max_lease_seconds
+    grants 1 s. The job renews within the granted lease (at least three times per lease), so a
+    healthy job keeps its claim: no takeover, completed under its own fence."""
+    engine.catalogue.put(T, "short", {"target_class": "C", "lease_seconds": 1, "max_lease_seconds": 1})
+    engine.enqueue(T, "op", "short", H)
+    events = Events()
+    competitors = []
+
+    def handler(job):
+        assert job.claim.lease_ms == 1_000  # granted, not the 60 s asked for
+        for step in range(3):
+            job.progress()
+            _wait_until(lambda done=step: events.get("Heartbeats", 0) > done, limit_s=3.0)
+            clock.advance(600)  # 1.8 s of lease time in all: past the 1 s granted without renewals
+            competitors.append(engine.claim_next(T, "w2", lease_ms=60_000))
+        return "done"
+
+    worker = Worker(EngineBackend(engine, [T]), {"short": FunctionHandler(handler)}, worker_id="w1",
+                    lease_ms=60_000, idle_sleep_ms=20, events=events)
+    assert worker.heartbeat_interval_ms == 20_000
+    assert worker.run_once()
+    assert competitors == [None, None, None]  # never lapsed: nobody could take it over
+    assert events.get("Heartbeats", 0) >= 3 and "StalledClaims" not in events
+    op = engine.get(T, "op")
+    assert (op.state, op.fence, op.attempts, op.outcome_code) == (State.SUCCEEDED, 1, 1, "done")
+
+
 @pytest.mark.parametrize(
     ("found", "expected_state", "ran"),
     [

@@ -15,7 +15,7 @@ from leasefence import Engine, State
 from leasefence.demo.kits import SameTableKit
 from leasefence.faults import THROTTLE, FaultyClient
 from leasefence.targets import single_shot
-from leasefence.worker import EngineBackend, FunctionHandler, LostOwnership, Worker
+from leasefence.worker import EngineBackend, FunctionHandler, LostOwnership, Reconciled, Worker
 
 H = "sha256:" + "9" * 64
 T = "acme"
@@ -135,6 +135,63 @@ def test_case2_a_missing_payload_is_quarantined_never_none(payload_engine, how):
     assert op.reason.startswith("payload missing: ")
     assert acted == [] and events["PayloadMissing"] == 1
     assert op.attempts == 1 and op.fence == 1
+
+
+class _DeniedReads:
+    """The embedded S3 client, except that reads are refused (a bucket policy, role or KMS key
+    misconfiguration) while ``code`` is set."""
+
+    def __init__(self, client, code):
+        self._client, self.code = client, code
+
+    def get_object(self, **kwargs):
+        if self.code:
+            raise ClientError({"Error": {"Code": self.code, "Message": "injected"},
+                               "ResponseMetadata": {"HTTPStatusCode": 403}}, "GetObject")
+        return self._client.get_object(**kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+@pytest.mark.parametrize("code", ["AccessDenied", "KMS.DisabledException"])
+def test_a_payload_the_store_refuses_to_read_is_neither_quarantined_nor_failed(payload_engine, clock, code):
+    """A permission or KMS fault reading the payload is not a missing payload: the runtime makes
+    no quarantine and no fail write (the claim lapses as with a busy store), the refusal is
+    counted as PayloadAccessDenied, and once the fault is fixed the next claim runs the job."""
+    store = payload_engine.payloads
+    _enqueue_inline(payload_engine, "op", {"amount": 1200})
+    refusing = _DeniedReads(store.client, code)
+    store._client = refusing
+    counted = Events()
+    store.events = counted
+    acted = []
+    events = Events()
+
+    def handler(job):
+        acted.append(job.payload)
+        return "charged"
+
+    # The next claim reconciles (as after any lapse): nothing was done, so the job runs.
+    reconciled = []
+
+    def reconcile(job):
+        reconciled.append(job.claim.fence)
+        return Reconciled.not_done()
+
+    worker = make_worker(payload_engine, {"job": FunctionHandler(handler, reconcile)}, events=events)
+    assert worker.run_once()
+    op = payload_engine.get(T, "op")
+    assert (op.state, op.attempts, op.reason) == (State.CLAIMED, 1, None), op
+    assert acted == [] and "PayloadMissing" not in events
+    assert events["AbandonedStoreUnavailable"] == 1 and counted["PayloadAccessDenied"] == 1
+
+    refusing.code = None  # the operator fixes the policy or the key
+    clock.advance(LEASE + 1)
+    assert worker.run_once()
+    op = payload_engine.get(T, "op")
+    assert (op.state, op.attempts, op.outcome_code) == (State.SUCCEEDED, 2, "charged")
+    assert acted == [{"amount": 1200}] and reconciled == [2]
 
 
 # ---------------------------------------------------------------------------------- case 5

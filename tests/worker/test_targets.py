@@ -14,6 +14,7 @@ import pytest
 from leasefence import Engine, PayloadConflict, State
 from leasefence.demo.kits import FencedTableKit, Hooks, IdempotentApiKit, SameTableKit, SingleShotKit
 from leasefence.faults import AFTER, FaultyClient
+from leasefence.schema import PARTITION_KEY, SORT_KEY
 from leasefence.targets import fenced_table
 from leasefence.worker import EngineBackend, Job, LostOwnership, Worker
 from leasefence.worker.runtime import FunctionHandler
@@ -239,3 +240,73 @@ def test_handler_for_unused_hooks_is_harmless(engine, ddb):
     worker(engine, kit, "w1").run_once()
     assert calls == [1]
     assert isinstance(kit.handler(), FunctionHandler)
+
+
+def _snapshot(ddb, table):
+    """Every item of ``table``: what a point-in-time restore brings back."""
+    return ddb.scan(TableName=table, ConsistentRead=True)["Items"]
+
+
+def _restore(ddb, table, items, key_names=("pk", "sk")):
+    """The table as it was at the snapshot: later items gone, earlier ones as they were."""
+    for item in _snapshot(ddb, table):
+        ddb.delete_item(TableName=table, Key={k: item[k] for k in key_names if k in item})
+    for item in items:
+        ddb.put_item(TableName=table, Item=item)
+
+
+@pytest.mark.parametrize("epoch_after_restore", [0, 1])
+def test_after_a_point_in_time_restore_the_next_fence_epoch_keeps_class_b_targets_safe(
+    ddb, spec, clock, epoch_after_restore
+):
+    """A restore rolls the operation's fence back, not what the class-B target saw. Under the next
+    fence epoch, every claim after the restore is above every fence handed out before it: the
+    target refuses no legitimate new claim and accepts no stale one. Under the same epoch the
+    next claim repeats a fence the target already saw (why the runbook raises the epoch)."""
+    ledger = f"ledger-restore-{next(_names)}"
+    ddb.create_table(
+        TableName=ledger,
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    table, events = fenced_table.FencedTable(ddb, ledger), Events()
+    before = Engine(client=ddb, spec=spec, clock=clock, rng=random.Random(3))
+    before.enqueue("acme", "op", "ledger", H1, target_class="B")
+    backend = EngineBackend(before, ["acme"])
+    first = Job(before.claim_next("acme", "w1", lease_ms=LEASE), backend, events)
+    assert first.fence == 1
+    table.write(first, {"pk": "acct"}, {"balance": 1})
+    backup = _snapshot(ddb, spec.table_name)  # the restore point: fence 1 held by w1
+    clock.advance(LEASE)
+    second = Job(before.claim_next("acme", "w2", lease_ms=LEASE), backend, events)
+    assert second.fence == 2
+    table.write(second, {"pk": "acct"}, {"balance": 2})  # the target saw fence 2
+    # Disaster: the table is restored to the backup (a new table, the service pointed at it).
+    _restore(ddb, spec.table_name, backup, (PARTITION_KEY, SORT_KEY))
+    after = Engine(client=ddb, spec=spec, clock=clock, rng=random.Random(4), fence_epoch=epoch_after_restore)
+    clock.advance(LEASE)
+    claim = after.claim_next("acme", "w3", lease_ms=LEASE)
+    third = Job(claim, EngineBackend(after, ["acme"]), events)
+    if epoch_after_restore == 0:
+        # The fence repeats: two holders (w2 before the restore, w3 after it) share fence 2.
+        assert third.fence == second.fence
+        return
+    assert third.fence == 1_000_000_001 > second.fence
+    table.write(third, {"pk": "acct"}, {"balance": 3})  # the legitimate new holder is accepted
+    assert table.read({"pk": "acct"})["balance"] == 3
+    for stale in (first, second):  # holders from before the restore are refused by the target
+        with pytest.raises(LostOwnership):
+            table.write(stale, {"pk": "acct"}, {"balance": -1})
+    assert table.read({"pk": "acct"})["balance"] == 3
+    # Later claims keep rising from the epoch's floor; the engine's own writes accept the fence.
+    after.fail("acme", "op", third.fence, retryable=True, reason="transient", retry_after_ms=0)
+    fourth = after.claim_next("acme", "w4", lease_ms=LEASE)
+    assert fourth is not None and fourth.fence == 1_000_000_002
+    assert after.complete("acme", "op", fourth.fence, "done").state == State.SUCCEEDED
+
+
+def test_a_fence_epoch_outside_its_range_is_refused(ddb, spec):
+    for epoch in (-1, True, 9_007_199, "1"):
+        with pytest.raises(ValueError, match="fence_epoch"):
+            Engine(client=ddb, spec=spec, fence_epoch=epoch)

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from leasefence import snapstart
 from leasefence.api import errors
-from leasefence.api.errors import MalformedRequest
-from leasefence.api.security import caller_from_event, match_route
+from leasefence.api.errors import MalformedRequest, Unauthorized
+from leasefence.api.security import caller_from_event, iam_caller, iam_request, match_route
 from leasefence.errors import PayloadTooLarge
 from leasefence.observability import logger, tag
 from leasefence.settings import runtime
@@ -115,15 +115,33 @@ def handle(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     stage = request_context.get("stage")
     if stage and stage != "$default" and path.startswith(f"/{stage}/"):
         path = path[len(stage) + 1 :]  # a named stage prefixes the path (Powertools strips it too)
+    # Through the IAM API: the path's prefix names the scope (security.iam_request).
+    iam_scope: str | None = None
+    iam_refused: Unauthorized | None = None
+    try:
+        found = iam_request(event, path)
+    except Unauthorized as refused:
+        found, iam_refused = None, refused
+    if found is not None:
+        iam_scope, path = found
     matched = match_route(str(http.get("method", "")), path)
     spec = matched[0] if matched else None
     app = None
     try:
+        if iam_refused is not None:
+            raise iam_refused
         prepared = _normalized(event)
+        if iam_scope is not None:
+            prepared["rawPath"] = path  # the resolver routes the path without its prefix
         caller = None
         if spec is not None and spec.scope is not None:
             # The scope gate runs before body validation (as the authorizer would in AWS).
-            caller = caller_from_event(prepared).require(spec.scope)
+            found_caller = (
+                iam_caller(prepared, iam_scope)
+                if iam_scope is not None
+                else caller_from_event(prepared)
+            )
+            caller = found_caller.require(spec.scope, spec.also)
             logger.append_keys(tenant=tag(caller.tenant_id))
         app = resolver()
         app.clear_context()

@@ -122,6 +122,14 @@ class ClaimRequest(Strict):
     operation_id: Id | None = Field(
         default=None, description="Claim this operation only (404 if it does not exist)"
     )
+    claim_token: Id | None = Field(
+        default=None,
+        description="Your token for this claim request (one per claim you mean to make; a UUID "
+        "will do), sent again unchanged when the answer was lost: while the claim that request "
+        "made holds (still claimed under it: not taken over, parked or finished), the resend "
+        "answers that same claim (same fence, no attempt spent). Without it, a resend is a new "
+        "claim. Scoped to the worker_id: another worker's token never matches",
+    )
 
 
 class HeartbeatRequest(Strict):
@@ -166,9 +174,23 @@ class ParkRequest(Strict):
     reason: Reason
 
 
+#: A caller's name for one command, so that sending it again after a lost answer is recognized.
+RequestToken = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=256,
+        pattern=NO_CONTROL,
+        description="Your name for this request (e.g. a UUID), the same on every retry of it: a "
+        "retry after a lost answer is then recognized as this request",
+    ),
+]
+
+
 class ResolveRequest(Strict):
     resolution: Literal["succeeded", "failed_terminal", "requeue"]
     note: str = Field(default="", max_length=MAX_TEXT)
+    request_token: RequestToken | None = None
 
 
 class EraseRequest(Strict):
@@ -212,6 +234,7 @@ class JobTypeRequest(Strict):
         description="Write only if the entry is at this version (0: only if it does not exist); "
         "else 409 version_conflict",
     )
+    request_token: RequestToken | None = None
 
 
 class SettingsRequest(Strict):
@@ -309,6 +332,17 @@ class ClaimOut(BaseModel):
     intent: Intent | None = Field(
         default=None,
         description="Class D: the intent an earlier holder recorded (a heartbeat's `intent`), or null",
+    )
+    claimed_at: Timestamp = Field(
+        description="When the claim was granted, by the server's clock: lease_expires_at is "
+        "claimed_at + lease_ms"
+    )
+    lease_ms: int = Field(
+        description="The lease GRANTED, in ms: what was asked for, the job type's default when "
+        "none was, or its max_lease_seconds when more was asked for. Renew well within it"
+    )
+    lease_seconds: int = Field(
+        description="The lease granted in whole seconds (lease_ms // 1000; lease_ms is exact)"
     )
 
 
@@ -455,7 +489,8 @@ class ErrorDetail(BaseModel):
     code: str = Field(
         description="invalid_request, unauthorized, forbidden, not_found, payload_conflict, "
         "stale_fence, invalid_transition, payload_too_large, payload_missing, payload_mismatch, "
-        "unknown_job_type, version_conflict, unavailable, internal_error"
+        "unknown_job_type, version_conflict, already_attempted, tenant_erasing, too_many_job_types, "
+        "unavailable, internal_error"
     )
     message: str
     details: list[FieldProblem] | None = Field(

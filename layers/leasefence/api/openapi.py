@@ -2,7 +2,8 @@
 
 ``openapi.json`` at the repository root is this document; ``leasefence openapi`` (or
 ``python -m leasefence.api.openapi``) rewrites it, ``--check`` fails when it drifted, and so does
-a test.
+a test. Outside a checkout (the installed wheel) the default file is ``openapi.json`` in the
+current folder; the local stack serves the document generated from the routes, never a file.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ DESCRIPTION = (
     '`{"error": {"code": "...", "message": "..."}}`.'
 )
 REPO_ROOT = Path(__file__).resolve().parents[3]
-DEFAULT_PATH = REPO_ROOT / "openapi.json"
+#: The repository's ``openapi.json`` in a checkout (``layers/leasefence`` under the root), else
+#: ``openapi.json`` in the current folder (never beside an installed package).
+DEFAULT_PATH = (
+    REPO_ROOT / "openapi.json"
+    if (REPO_ROOT / "layers" / "leasefence" / "api" / "openapi.py").is_file()
+    else Path("openapi.json")
+)
 
 
 def _referenced(node: Any, found: set[str]) -> None:

@@ -27,6 +27,7 @@ from leasefence.api.security import ROUTES, Caller, caller_from_event, route
 from leasefence.clock import to_rfc3339
 from leasefence.engine import MISSING, validate_id
 from leasefence.errors import InvalidInput, PayloadConflict
+from leasefence.keys import is_shadow_tenant
 from leasefence.model import EnqueueResult
 from leasefence.observability import record_claim_latency
 from leasefence.payloads import canonicalize
@@ -78,7 +79,8 @@ def _register(
     operation_id: str, summary: str, responses: dict[int, Any], description: str | None = None
 ):
     spec = route(operation_id)
-    security = [{"bearerAuth": [spec.scope]}] if spec.scope else None
+    # One alternative per scope that opens the route (OpenAPI: any one of them suffices).
+    security = [{"bearerAuth": [scope]} for scope in spec.scopes] or None
     return app.route(
         spec.rule,
         spec.method,
@@ -104,7 +106,22 @@ def _caller(operation_id: str) -> Caller:
     caller = app.context.get("caller")
     if caller is None:
         caller = caller_from_event(app.current_event.raw_event)
-    return caller.require(route(operation_id).scope)
+    spec = route(operation_id)
+    return caller.require(spec.scope, spec.also)
+
+
+def _readable(caller: Caller, operation_id: str, operation: Any) -> Any:
+    """``operation``, if the caller may read it through this route: any of its tenant's with the
+    route's own scope; with only another scope the route admits (``leasefence/approve``), one
+    that went through the approval gate: an approver reads what it approves (the operation, its
+    payload, its history) and nothing else, and claims nothing (that takes ``leasefence/work``)."""
+    spec = route(operation_id)
+    if spec.scope in caller.scopes or operation.approval_gated:
+        return operation
+    raise Forbidden(
+        f"without the scope {spec.scope}, a token reads only operations that went through the "
+        "approval gate"
+    )
 
 
 def _path_id(raw: str, name: str = "operation_id") -> str:
@@ -133,8 +150,15 @@ def _public(operation: Any) -> dict[str, Any]:
 
 
 def _public_claim(grant: Any) -> dict[str, Any]:
-    """The Claim resource: the contract's fields plus the extension ``intent``."""
-    return {**grant.to_public(), "intent": grant.intent}
+    """The Claim resource: the contract's fields plus the extensions ``intent`` and the lease
+    as granted (``claimed_at``, ``lease_ms``, ``lease_seconds``)."""
+    return {
+        **grant.to_public(),
+        "intent": grant.intent,
+        "claimed_at": to_rfc3339(grant.claimed_at),
+        "lease_ms": grant.lease_ms,
+        "lease_seconds": grant.lease_ms // 1000,
+    }
 
 
 def _operation(operation: Any) -> Response:
@@ -174,7 +198,9 @@ def health():
     "(a target_class or max_attempts that differs from the entry: 422 invalid_request), may "
     "require inline payloads that match its JSON Schema (else 422, nothing stored), and its "
     "version is recorded as job_type_version. A tenant in strict mode refuses job types that "
-    "are not in its catalogue: 422 unknown_job_type.",
+    "are not in its catalogue: 422 unknown_job_type. An entry that requires approval refuses a "
+    "payload by reference (422 inline_payload_required) and a token that names nobody (403 "
+    "forbidden): the approver approves bytes leasefence stores, and the enqueuer is recorded.",
 )
 def enqueue(body: models.EnqueueRequest):
     caller = _caller("enqueueOperation")
@@ -203,6 +229,7 @@ def enqueue(body: models.EnqueueRequest):
         max_attempts=body.max_attempts,
         payload=body.payload,
         payload_given=inline,
+        actor=caller.subject,
     )
     if isinstance(admission, EnqueueResult):
         return _json(200, {"operation": _public(admission.operation), "created": False})
@@ -277,10 +304,15 @@ def list_operations(
     "getOperation",
     "Read one operation",
     {**_ok(200, "The operation", models.OperationOut), **_error_responses(404, *_AUTH)},
+    description="With only the `leasefence/approve` scope (an approver): operations that went "
+    "through the approval gate only (another: 403 forbidden), so an approver reads what it "
+    "approves without the scope that claims it.",
 )
 def get_operation(id: _OperationPath):
-    tenant = _caller("getOperation").tenant_id
-    return _json(200, _public(runtime().engine_for(tenant).get(tenant, _path_id(id))))
+    caller = _caller("getOperation")
+    tenant = caller.tenant_id
+    operation = runtime().engine_for(tenant).get(tenant, _path_id(id))
+    return _json(200, _public(_readable(caller, "getOperation", operation)))
 
 
 @_register(
@@ -294,17 +326,32 @@ def get_operation(id: _OperationPath):
 )
 def claim(body: models.ClaimRequest):
     tenant = _caller("claimOperation").tenant_id
+    if body.operation_id is None and is_shadow_tenant(tenant):
+        # Shadow operations record what an existing consumer did; no worker may be handed one.
+        raise Forbidden(
+            "shadow operations are never dispatched to workers: a shadow tenant claims only "
+            "the operation it names (operation_id), as shadow mode does"
+        )
     engine = runtime().engine_for(tenant)
     # No lease asked for: the job type's default (catalogue), else the contract's 60 s.
     lease_ms = body.lease_seconds * 1000 if "lease_seconds" in body.model_fields_set else None
     started = time.perf_counter()
     if body.operation_id is not None:
         grant = engine.claim(
-            tenant, body.operation_id, body.worker_id, lease_ms=lease_ms, job_types=body.job_types
+            tenant,
+            body.operation_id,
+            body.worker_id,
+            lease_ms=lease_ms,
+            job_types=body.job_types,
+            claim_token=body.claim_token,
         )
     else:
         grant = engine.claim_next(
-            tenant, body.worker_id, lease_ms=lease_ms, job_types=body.job_types
+            tenant,
+            body.worker_id,
+            lease_ms=lease_ms,
+            job_types=body.job_types,
+            claim_token=body.claim_token,
         )
     record_claim_latency((time.perf_counter() - started) * 1000)
     if grant is None:
@@ -404,12 +451,16 @@ def quarantine(id: _OperationPath, body: models.ParkRequest):
         200: {"description": "The payload", "content": {JSON: {"schema": {}}}},
         **_error_responses(404, 410, *_AUTH),
     },
+    description="With only the `leasefence/approve` scope (an approver): operations that went "
+    "through the approval gate only (another: 403 forbidden), so an approver reads what it "
+    "approves without the scope that claims it.",
 )
 def payload(id: _OperationPath):
-    tenant = _caller("getPayload").tenant_id
+    caller = _caller("getPayload")
+    tenant = caller.tenant_id
     op_id = _path_id(id)
     engine = runtime().engine_for(tenant)
-    body = engine.payload(engine.get(tenant, op_id))
+    body = engine.payload(_readable(caller, "getPayload", engine.get(tenant, op_id)))
     return Response(status_code=200, content_type=JSON, body=body.decode("utf-8"))
 
 
@@ -417,6 +468,11 @@ def payload(id: _OperationPath):
     "resolveOperation",
     "Operator decision for an unknown or quarantined operation",
     {**_ok(200, "Resolved", models.OperationEnvelope), **_error_responses(400, 404, 409, *_AUTH)},
+    description="Sent again after it succeeded (its answer was lost), a resolve is a replay: 200 "
+    "with the operation as it is now, nothing changed. With request_token the retry is "
+    "recognized by it (and never applied twice); without one, while the operation's last "
+    "transition is this decision (same resolution, identity and note). Otherwise, from any "
+    "state but unknown or quarantined: 409 invalid_transition.",
 )
 def resolve(id: _OperationPath, body: models.ResolveRequest):
     caller = _caller("resolveOperation")
@@ -424,7 +480,14 @@ def resolve(id: _OperationPath, body: models.ResolveRequest):
     return _operation(
         runtime()
         .engine_for(tenant)
-        .resolve(tenant, _path_id(id), body.resolution, note=body.note, actor=caller.subject)
+        .resolve(
+            tenant,
+            _path_id(id),
+            body.resolution,
+            note=body.note,
+            actor=caller.subject,
+            request_token=body.request_token,
+        )
     )
 
 
@@ -439,8 +502,10 @@ def resolve(id: _OperationPath, body: models.ResolveRequest):
         ),
         **_error_responses(400, 404, 409, *_AUTH),
     },
-    description="Deletes the stored payload and the reasons, notes, checkpoint and intent; keeps the id, the "
-    "payload hash, the fences, the state and the outcome code, so a replay of the enqueue is still a replay "
+    description="Deletes the stored payload and the reasons, notes, checkpoint and the intent's description; "
+    "keeps the id, the payload hash, the fences, the state, the outcome code and a class-D intent's fence "
+    '(the intent reads {"fence": f, "what": "erased"}: a requeued operation still reconciles it and is '
+    "never called again), so a replay of the enqueue is still a replay "
     "(200, created false, the payload is not stored again) and a different payload still a conflict. "
     "409 invalid_transition while the operation is claimed: erase it once it left claimed. A queued or "
     "parked operation keeps its state; a worker that claims it finds no payload and quarantines it.",
@@ -506,14 +571,17 @@ def reject(id: _OperationPath, body: models.RejectRequest | None = None):
 
 @_register(
     "cancelOperation",
-    "Withdraw a queued operation, or one awaiting approval: it ends cancelled",
+    "Withdraw a queued operation no worker ever claimed, or one awaiting approval: it ends cancelled",
     {
         **_ok(200, "Cancelled (cancelling again is a replay)", models.OperationEnvelope),
         **_error_responses(400, 404, 409, *_AUTH),
     },
-    description="Only while no worker holds it: a claimed or ended operation is 409 "
-    "invalid_transition. cancelled is final (kept and purged like the other final states); a "
-    "replay of the enqueue afterwards is still a replay (200, created false).",
+    description="Only before any attempt: an operation queued again after one (a retryable failure, "
+    "a takeover's retry, an operator's requeue from unknown) may have had its side effect and is 409 "
+    "already_attempted (its next claim reconciles it); a claimed or ended operation is 409 "
+    "invalid_transition. Decided inside the cancel's one conditional write. cancelled is final (kept "
+    "and purged like the other final states); a replay of the enqueue afterwards is still a replay "
+    "(200, created false).",
 )
 def cancel(id: _OperationPath, body: models.CancelRequest | None = None):  # noqa: ARG001 - validated and documented, no fields
     caller = _caller("cancelOperation")
@@ -542,7 +610,7 @@ def _history_entry(entry: dict[str, Any]) -> dict[str, Any]:
 
 @_register(
     "getHistory",
-    "What happened to an operation, oldest first (operators)",
+    "What happened to an operation, oldest first (operators; approvers: gated ones)",
     {
         **_ok(200, "A page of the operation's history", models.HistoryOut),
         **_error_responses(404, *_AUTH),
@@ -552,7 +620,8 @@ def _history_entry(entry: dict[str, Any]) -> dict[str, Any]:
     "reason or note). Recorded from the table's stream, so it trails the operation by about a "
     "second; kept as long as the operation's identity; an erasure replaces it with the erasure's "
     "own entry. 404 not_found for an id that is unknown or another tenant's (answered exactly "
-    "alike).",
+    "alike). With only the `leasefence/approve` scope: operations that went through the approval "
+    "gate only (another: 403 forbidden).",
 )
 def history(
     id: _OperationPath,
@@ -561,12 +630,13 @@ def history(
         str | None, Query(max_length=256, description="next_cursor of the previous page")
     ] = None,
 ):
-    tenant = _caller("getHistory").tenant_id
-    page = (
-        runtime()
-        .engine_for(tenant)
-        .history(tenant, _path_id(id), limit=limit, cursor=cursor or None)
-    )
+    caller = _caller("getHistory")
+    tenant = caller.tenant_id
+    engine = runtime().engine_for(tenant)
+    op_id = _path_id(id)
+    if route("getHistory").scope not in caller.scopes:  # an approver's: gated operations only
+        _readable(caller, "getHistory", engine.get(tenant, op_id))
+    page = engine.history(tenant, op_id, limit=limit, cursor=cursor or None)
     return _json(
         200,
         {
@@ -621,12 +691,14 @@ def get_job_type(job_type: _JobTypePath):
     },
     description="One conditional write: the version rises by one when anything changes; the same "
     "declaration again is no write (changed: false). With expected_version, another writer's "
-    "change in between is 409 version_conflict. Operations enqueued from then on (within a few "
+    "change in between is 409 version_conflict, and changed is relative to that version (a "
+    "retry whose first write went through: changed true). With request_token, a retry of a "
+    "declaration that went through answers changed: true. Operations enqueued from then on (within a few "
     "seconds on every API instance) run under the new version; earlier ones keep theirs.",
 )
 def put_job_type(job_type: _JobTypePath, body: models.JobTypeRequest):
     caller = _caller("putJobType")
-    spec = body.model_dump(exclude_none=True, exclude={"expected_version"})
+    spec = body.model_dump(exclude_none=True, exclude={"expected_version", "request_token"})
     entry, changed = (
         runtime()
         .engine_for(caller.tenant_id)
@@ -636,6 +708,7 @@ def put_job_type(job_type: _JobTypePath, body: models.JobTypeRequest):
             spec,
             expected_version=body.expected_version,
             actor=caller.subject,
+            request_token=body.request_token,
         )
     )
     return _json(200, {"job_type": entry.to_public(), "changed": changed})

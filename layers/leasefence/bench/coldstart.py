@@ -32,6 +32,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -60,14 +61,23 @@ _LINE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 
 
 def repo_root() -> Path:
-    """The repository root (where ``functions/`` lives), found from this file or the cwd."""
+    """A root whose ``functions/`` holds the handlers: the repository (found from this file or the
+    cwd), else, for the installed wheel, a temporary folder whose ``functions`` links to the
+    installed handlers (``leasefence_infra/_functions``)."""
     for start in (Path(__file__).resolve(), Path.cwd().resolve()):
         for candidate in (start, *start.parents):
             if (candidate / "functions" / "api" / "handler.py").exists():
                 return candidate
-    raise FileNotFoundError(
-        "functions/api/handler.py not found above the package or the working directory"
-    )
+    from leasefence.local.server import FUNCTIONS_DIR
+
+    if FUNCTIONS_DIR is None:
+        raise FileNotFoundError(
+            "the Lambda handlers are neither in a checkout (functions/) nor installed "
+            "(leasefence_infra/_functions)"
+        )
+    root = Path(tempfile.mkdtemp(prefix="leasefence-coldstart-"))
+    (root / "functions").symlink_to(FUNCTIONS_DIR, target_is_directory=True)
+    return root
 
 
 def first_event_imports(module: str, root: Path) -> tuple[str, ...]:

@@ -228,6 +228,8 @@ def _measure(runs: int) -> dict[str, Any]:
             sweep_interval=None,
             secret="bench-" + "p" * 32,
             streams=True,
+            # Fresh lifecycles only: not the records the other sections left in the shared table.
+            stream_starting_position="LATEST",
             worker_handlers="leasefence.bench.profiles:HANDLERS",
             worker_tenants=[STREAM_TENANT, CLASS_A_TENANT, POLL_TENANT],
         ) as stack,

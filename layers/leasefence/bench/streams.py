@@ -114,6 +114,8 @@ def latency(runs: int) -> dict[str, Any]:
             sweep_interval=None,
             secret="bench-" + "s" * 32,
             streams=True,
+            # Fresh lifecycles only: not the records the other sections left in the shared table.
+            stream_starting_position="LATEST",
             worker_handlers="leasefence.bench.streams:HANDLERS",
             worker_tenants=[BENCH_TENANT],
         ) as stack,

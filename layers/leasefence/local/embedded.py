@@ -32,6 +32,7 @@ from typing import Any, ClassVar, cast
 import boto3
 
 from leasefence import schema
+from leasefence.local import LISTEN_BACKLOG
 
 LOCAL_REGION = "us-east-1"
 
@@ -1310,6 +1311,7 @@ class EmbeddedAws:
             port=self.port,
             threads=8,
             connection_limit=2000,
+            backlog=LISTEN_BACKLOG,  # waitress's default too: stated, so it cannot drift
             channel_timeout=600,
             # Whole seconds: waitress reads this as an int (0.2 became 0, a select that never
             # waited: the loop thread spun, a fifth of a core while idle, and took the interpreter

@@ -37,14 +37,37 @@ from urllib.parse import parse_qsl, quote, unquote
 
 from leasefence import auth
 from leasefence.api.security import match_route
+from leasefence.local import LISTEN_BACKLOG
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-FUNCTIONS_DIR = REPO_ROOT / "functions"
+#: The package the Lambda handlers ship in (``functions/`` of the repository, inside the wheel).
+FUNCTIONS_PACKAGE_DIR = "_functions"
+
+
+def find_functions_dir() -> Path | None:
+    """The folder of the Lambda handlers (``api/handler.py``, ``worker/``, ...): the installed
+    ``leasefence_infra/_functions`` (found without importing ``leasefence_infra``, which needs
+    aws-cdk-lib: ``leasefence[local]`` runs without it), else ``functions/`` of a checkout."""
+    candidates = []
+    spec = importlib.util.find_spec("leasefence_infra")
+    if spec is not None:
+        candidates += [
+            Path(p) / FUNCTIONS_PACKAGE_DIR for p in spec.submodule_search_locations or ()
+        ]
+    candidates.append(REPO_ROOT / "functions")
+    for candidate in candidates:
+        if (candidate / "api" / "handler.py").is_file():
+            return candidate.resolve()
+    return None
+
+
+#: Where the handlers are loaded from (None: not installed, every load says so).
+FUNCTIONS_DIR = find_functions_dir()
 
 
 def function_names() -> tuple[str, ...]:
-    """The functions in ``functions/`` (each a directory with a ``handler.py``)."""
-    if not FUNCTIONS_DIR.is_dir():
+    """The functions in the handlers' folder (each a directory with a ``handler.py``)."""
+    if FUNCTIONS_DIR is None:
         return ()
     return tuple(sorted(p.parent.name for p in FUNCTIONS_DIR.glob("*/handler.py")))
 
@@ -59,6 +82,11 @@ _load_lock = threading.Lock()
 
 def load_function(name: str) -> ModuleType:
     """``functions/<name>/handler.py``, loaded once per process (as Lambda would, from its file)."""
+    if FUNCTIONS_DIR is None:
+        raise FileNotFoundError(
+            "the Lambda handlers are not installed (leasefence_infra/_functions): reinstall "
+            "leasefence (pip install 'leasefence[local]', or pip install -e '.[dev]' in a checkout)"
+        )
     if name not in function_names():
         raise ValueError(f"unknown function {name!r}; choose from {', '.join(function_names())}")
     module_name = f"leasefence_function_{name}"
@@ -67,10 +95,6 @@ def load_function(name: str) -> ModuleType:
         if module is not None:
             return module
         path = FUNCTIONS_DIR / name / "handler.py"
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"{path} not found: run from a checkout of the leasefence repository"
-            )
         spec = importlib.util.spec_from_file_location(module_name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
@@ -238,6 +262,14 @@ def http_api_event(
 # ---------------------------------------------------------------------------------- HTTP API
 
 
+class _Server(ThreadingHTTPServer):
+    """A thread per connection, and a listen backlog sized for many workers connecting at once
+    (``socketserver``'s default of 5 dropped or reset connections in a burst of 16)."""
+
+    request_queue_size = LISTEN_BACKLOG
+    daemon_threads = True
+
+
 class LocalApi:
     """The HTTP API on ``host:port`` (port 0: any free port)."""
 
@@ -253,8 +285,7 @@ class LocalApi:
         self.host = host
         self.invoker = invoker or Invoker()
         self.quiet = quiet
-        self._server = ThreadingHTTPServer((host, port), self._handler_class())
-        self._server.daemon_threads = True
+        self._server = _Server((host, port), self._handler_class())
         self.port = self._server.server_address[1]
         self._thread: threading.Thread | None = None
         self._docs_html: bytes | None = None
@@ -462,8 +493,9 @@ def _from_result(result: Any) -> tuple[int, list[tuple[str, str]], bytes]:
 
 
 #: The demo handlers (``functions/worker/demo_handlers.py``: job type ``demo-receipt``), which
-#: ``leasefence local`` runs for its dev tenant.
-DEMO_HANDLERS = "functions.worker.demo_handlers:HANDLERS"
+#: ``leasefence local`` runs for its dev tenant; named as on AWS, where the handlers' folder is the
+#: function's root (``/var/task``).
+DEMO_HANDLERS = "worker.demo_handlers:HANDLERS"
 
 
 class LocalStack:
@@ -487,11 +519,15 @@ class LocalStack:
         worker_lease_seconds: int = 60,
         event_bus: str | None = None,
         stream_poll_interval: float = 0.05,
+        stream_starting_position: str | None = None,
     ) -> None:
         """``streams``: start the event source mappings with the stack (or later:
         :meth:`start_streams`). ``worker_handlers`` (``module:NAME``) and ``worker_tenants``:
         what the worker function runs, for whom (no handlers: no stream worker, the publisher
-        only). ``event_bus``: the bus on the embedded endpoint (default ``leasefence-local``)."""
+        only). ``event_bus``: the bus on the embedded endpoint (default ``leasefence-local``).
+        ``stream_starting_position``: where the mappings start instead of their own (the
+        publisher's ``TRIM_HORIZON``), e.g. ``LATEST`` on a table that already holds another
+        stack's records (embedded endpoints in one process share their tables)."""
         self.host = host
         self.port = port
         self.dynamodb_port = dynamodb_port
@@ -515,10 +551,15 @@ class LocalStack:
         self.worker_lease_seconds = worker_lease_seconds
         self.event_bus = event_bus
         self.stream_poll_interval = stream_poll_interval
+        self.stream_starting_position = stream_starting_position
         #: The running event source mappings by function name (``worker``, ``publisher``).
         self.mappings: dict[str, Any] = {}
-        #: Each mapping's on-failure destination (an SQS queue URL on the embedded endpoint).
+        #: The on-failure destination of each mapping whose destination is a queue (an SQS queue
+        #: URL on the embedded endpoint: the worker's).
         self.failure_queues: dict[str, str] = {}
+        #: The on-failure destination of each mapping whose destination is a bucket (a bucket on
+        #: the embedded endpoint: the publisher's, which ``leasefence publisher redrive`` reads).
+        self.failure_buckets: dict[str, str] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -557,8 +598,11 @@ class LocalStack:
             region=current.region or "us-east-1",
         )
         self.event_bus = config.event_bus
-        if str(REPO_ROOT) not in sys.path:
-            # Handlers named from the checkout (functions.worker....).
+        if FUNCTIONS_DIR is not None and str(FUNCTIONS_DIR) not in sys.path:
+            # As on AWS (/var/task): handlers named from the handlers' folder (worker.demo_...).
+            sys.path.append(str(FUNCTIONS_DIR))
+        if (REPO_ROOT / "functions").is_dir() and str(REPO_ROOT) not in sys.path:
+            # In a checkout, also from its root (functions.worker....).
             sys.path.append(str(REPO_ROOT))
         settings.install(config)
         spec = config.table_spec
@@ -583,15 +627,20 @@ class LocalStack:
             self.start_streams()
         return self
 
-    def start_streams(self) -> None:
+    def start_streams(self, starting_position: str | None = None) -> None:
         """Turn the table's stream on (if it is not) and start the event source mappings: the
-        publisher's, and the worker's when handlers were given. They read from the stream's tip:
-        what is written from now on."""
+        publisher's, and the worker's when handlers were given. Created now, each starts at its
+        own starting position (the publisher's ``TRIM_HORIZON``: everything the stream holds; the
+        worker's ``LATEST``), or at ``starting_position``; stopped by :meth:`stop_streams`, they
+        resume where they stopped."""
         from leasefence.local.streams import EventSourceMapping
         from leasefence.schema import create_table
         from leasefence.streams import mappings
 
         if self.mappings:
+            for running in self.mappings.values():
+                if not running.running:
+                    running.start()
             return
         if self.table_name is None:
             raise RuntimeError("start the local stack before its streams")
@@ -604,12 +653,18 @@ class LocalStack:
             load_function("worker")
             wanted.append(mappings.worker(self.worker_tenants))
         load_function("publisher")
-        sqs = self.aws.client("sqs")
+        sqs, s3 = self.aws.client("sqs"), self.aws.client("s3")
         for mapping in wanted:
-            queue = sqs.create_queue(QueueName=f"leasefence-{mapping.function}-stream-failures")[
-                "QueueUrl"
-            ]
-            self.failure_queues[mapping.function] = queue
+            name = f"leasefence-{mapping.function}-stream-failures"
+            queue: str | None = None
+            bucket: str | None = None
+            if mapping.failure_destination == "s3":
+                with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+                    s3.create_bucket(Bucket=name)
+                bucket = self.failure_buckets[mapping.function] = name
+            else:
+                queue = sqs.create_queue(QueueName=name)["QueueUrl"]
+                self.failure_queues[mapping.function] = queue
             self.mappings[mapping.function] = EventSourceMapping(
                 mapping.function,
                 mapping,
@@ -618,13 +673,16 @@ class LocalStack:
                 Invoker(),
                 queue,
                 poll_interval_s=self.stream_poll_interval,
+                failure_bucket=bucket,
+                starting_position=starting_position or self.stream_starting_position,
             ).start()
         self.streams = True
 
     def stop_streams(self) -> None:
+        """Stop the event source mappings (as disabled mappings): :meth:`start_streams` resumes
+        them where they stopped."""
         for mapping in self.mappings.values():
             mapping.stop()
-        self.mappings.clear()
 
     def _spec(self) -> Any:
         from leasefence import settings
@@ -635,6 +693,7 @@ class LocalStack:
         from leasefence import settings
 
         self.stop_streams()
+        self.mappings.clear()
         self._stop.set()
         if self._sweeper is not None:
             self._sweeper.join(timeout=10)

@@ -15,9 +15,17 @@ read as Lambda reads it:
 
 What failed is split in two and each half retried on its own (``BisectBatchOnFunctionError``;
 a split does not spend a retry), until the failing records are alone; a record that still fails
-after ``max_retries`` retries (``MaximumRetryAttempts``) goes to the on-failure destination, an
-SQS queue on the embedded endpoint, as an invocation record with ``DDBStreamBatchInfo`` like
-Lambda's. The records after it are then processed: a poison record never blocks its shard.
+after ``max_retries`` retries (``MaximumRetryAttempts``) goes to the on-failure destination as an
+invocation record with ``DDBStreamBatchInfo`` like Lambda's: an SQS queue on the embedded
+endpoint (where the records are, not the records), or, for a mapping whose
+``failure_destination`` is ``s3``, an object in a bucket there holding the invocation record and
+the whole batch (``payload``), named as Lambda names it
+(``aws/lambda/<mapping UUID>/<shard>/YYYY/MM/DD/YYYY-MM-DDTHH.MM.SS-<UUID>``). The records after
+it are then processed: a poison record never blocks its shard.
+
+A mapping starts at its ``starting_position``: ``LATEST`` (what is written from then on) or
+``TRIM_HORIZON`` (everything the stream holds), as a new Lambda mapping does; stopped and started
+again it resumes where it stopped (a mapping disabled and enabled again).
 
 Not modelled: ``ParallelizationFactor`` (one batch at a time per shard), batching windows,
 record age limits, shard splits (moto's stream has one shard). Reading the stream costs nothing
@@ -37,7 +45,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from leasefence.streams.filters import passes
-from leasefence.streams.mappings import StreamMapping
+from leasefence.streams.mappings import FAILED_BATCH_PREFIX, StreamMapping
 
 
 @dataclass
@@ -73,25 +81,39 @@ class EventSourceMapping:
         table_name: str,
         clients: Any,
         invoker: Any,
-        failure_queue_url: str,
+        failure_queue_url: str | None,
         poll_interval_s: float = 0.05,
         timeout_ms: int = 300_000,
+        failure_bucket: str | None = None,
+        starting_position: str | None = None,
     ) -> None:
         """``config``: the mapping's settings (:mod:`leasefence.streams.mappings`; batch size,
-        retries, bisect and filters are honoured); ``clients(service)``: a boto3 client of the
-        embedded endpoint; ``invoker``: the function's own
-        :class:`~leasefence.local.server.Invoker` (its execution environment); ``timeout_ms``:
-        the function's timeout (what ``context.get_remaining_time_in_millis`` counts down)."""
+        retries, bisect, filters, starting position and the kind of on-failure destination are
+        honoured); ``clients(service)``: a boto3 client of the embedded endpoint; ``invoker``:
+        the function's own :class:`~leasefence.local.server.Invoker` (its execution
+        environment); ``failure_queue_url`` / ``failure_bucket``: the on-failure destination
+        (the bucket for a mapping whose ``failure_destination`` is ``s3``); ``timeout_ms``: the
+        function's timeout (what ``context.get_remaining_time_in_millis`` counts down);
+        ``starting_position``: instead of the config's."""
         self.name = name
         self.config = config
         self.table_name = table_name
         self.invoker = invoker
         self.failure_queue_url = failure_queue_url
+        self.failure_bucket = failure_bucket
+        self.starting_position = starting_position or config.starting_position
+        if config.failure_destination == "s3" and not failure_bucket:
+            raise ValueError(f"mapping {name}: its on-failure destination needs a bucket")
+        if config.failure_destination != "s3" and not failure_queue_url:
+            raise ValueError(f"mapping {name}: its on-failure destination needs a queue")
+        #: Names the objects of an S3 on-failure destination, as a Lambda mapping's UUID does.
+        self.uuid = str(uuid.uuid4())
         self.poll_interval_s = poll_interval_s
         self.timeout_ms = timeout_ms
         self.stats = MappingStats()
         self._streams = clients("dynamodbstreams")
         self._sqs = clients("sqs")
+        self._s3 = clients("s3")
         self._ddb = clients("dynamodb")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -101,9 +123,18 @@ class EventSourceMapping:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> EventSourceMapping:
-        """Start reading at the stream's tip (records written from now on), as a new mapping
-        with ``StartingPosition: LATEST`` does; after :meth:`stop`, resume where it stopped (as
-        a disabled mapping that is enabled again)."""
+        """Start reading at the starting position (``LATEST``: the stream's tip, records written
+        from now on; ``TRIM_HORIZON``: its oldest record), as a new mapping does; after
+        :meth:`stop`, resume where it stopped (as a disabled mapping that is enabled again)."""
+        self.open()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"esm-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def open(self) -> EventSourceMapping:
+        """Take the starting position (once) without polling: :meth:`poll_once` then delivers
+        synchronously (tests), or :meth:`start` polls in the background."""
         if not self._iterators:
             self.stream_arn = self._ddb.describe_table(TableName=self.table_name)["Table"][
                 "LatestStreamArn"
@@ -113,14 +144,17 @@ class EventSourceMapping:
             ]
             self._iterators = {
                 shard["ShardId"]: self._streams.get_shard_iterator(
-                    StreamArn=self.stream_arn, ShardId=shard["ShardId"], ShardIteratorType="LATEST"
+                    StreamArn=self.stream_arn,
+                    ShardId=shard["ShardId"],
+                    ShardIteratorType=self.starting_position,
                 )["ShardIterator"]
                 for shard in shards
             }
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name=f"esm-{self.name}", daemon=True)
-        self._thread.start()
         return self
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
 
     def stop(self) -> None:
         self._stop.set()
@@ -200,11 +234,13 @@ class EventSourceMapping:
 
     def _to_destination(self, records: list[dict[str, Any]], attempts: int) -> None:
         """What Lambda sends to a stream mapping's on-failure destination: where the records
-        are, not the records (the stream keeps them for 24 hours)."""
-        now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        are (the stream keeps them for 24 hours); to an S3 destination the records too."""
+        moment = datetime.now(UTC)
+        now = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
         created = [r["dynamodb"].get("ApproximateCreationDateTime") for r in records]
         function_arn = "arn:aws:lambda:us-east-1:000000000000:function:leasefence-"
-        message = {
+        shard = next(iter(self._iterators), "")
+        message: dict[str, Any] = {
             "requestContext": {
                 "requestId": str(uuid.uuid4()),
                 "functionArn": function_arn + self.config.function,
@@ -219,7 +255,7 @@ class EventSourceMapping:
             "version": "1.0",
             "timestamp": now,
             "DDBStreamBatchInfo": {
-                "shardId": next(iter(self._iterators), ""),
+                "shardId": shard,
                 "startSequenceNumber": records[0]["dynamodb"]["SequenceNumber"],
                 "endSequenceNumber": records[-1]["dynamodb"]["SequenceNumber"],
                 "approximateArrivalOfFirstRecord": _iso(created[0]),
@@ -228,7 +264,17 @@ class EventSourceMapping:
                 "streamArn": self.stream_arn,
             },
         }
-        self._sqs.send_message(QueueUrl=self.failure_queue_url, MessageBody=json.dumps(message))
+        if self.config.failure_destination == "s3":
+            message["payload"] = {"Records": records}
+            key = (
+                f"{FAILED_BATCH_PREFIX}{self.uuid}/{shard}/{moment:%Y/%m/%d}/"
+                f"{moment:%Y-%m-%dT%H.%M.%S}-{uuid.uuid4()}"
+            )
+            self._s3.put_object(
+                Bucket=self.failure_bucket, Key=key, Body=json.dumps(message).encode()
+            )
+        else:
+            self._sqs.send_message(QueueUrl=self.failure_queue_url, MessageBody=json.dumps(message))
         self.stats.records_to_destination += len(records)
 
 

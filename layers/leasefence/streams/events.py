@@ -3,9 +3,13 @@
 One event per transition an upstream service cares about (:data:`DETAIL_TYPES`), with
 ``source`` :data:`SOURCE`, the operation's identity and outcome in ``detail`` and never its
 payload (nor its reference or hash). The schema is ``docs/events/operation-event.v1.schema.json``
-(:data:`SCHEMA_VERSION`; ``detail.version`` carries it). Delivery is at least once: a record
-delivered again publishes its event again, so consumers dedupe on ``(detail.tenant_id,
-detail.operation_id, detail.sequence)``.
+(:data:`SCHEMA_VERSION`; ``detail.version`` carries it). ``detail.sequence`` is the transition's
+``seq``. Delivery is at least once: a record delivered again (retried, redriven, replayed by a
+mapping created again) publishes its event again, so consumers dedupe on ``(detail.tenant_id,
+detail.operation_id, detail.sequence)``; and they order one operation's events by
+``detail.sequence``, not by arrival: the publisher never lets a record overtake a failed one in
+its batch, but a record given up after its retries and redriven later arrives after the ones
+behind it.
 """
 
 from __future__ import annotations

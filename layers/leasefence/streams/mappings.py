@@ -13,14 +13,17 @@ from typing import Any
 
 from leasefence.streams.filters import dispatch_filters, publisher_filters
 
+#: Where Lambda writes a mapping's failed batches in an S3 on-failure destination
+#: (``aws/lambda/<mapping UUID>/<shard>/YYYY/MM/DD/YYYY-MM-DDTHH.MM.SS-<UUID>``).
+FAILED_BATCH_PREFIX = "aws/lambda/"
+
 
 @dataclass(frozen=True)
 class StreamMapping:
     """An event source mapping (the Lambda ``CreateEventSourceMapping`` settings it needs).
 
-    Always: ``StartingPosition: LATEST``, ``FunctionResponseTypes: [ReportBatchItemFailures]``
-    (the functions answer with a partial batch response), an on-failure destination (an SQS
-    queue, alarmed when not empty)."""
+    Always: ``FunctionResponseTypes: [ReportBatchItemFailures]`` (the functions answer with a
+    partial batch response) and an alarmed on-failure destination."""
 
     function: str  # the directory of functions/
     filters: list[dict[str, Any]] = field(default_factory=list)
@@ -31,6 +34,13 @@ class StreamMapping:
     bisect: bool = True
     #: Records older than this are not delivered (-1: no limit).
     max_record_age_s: int = -1
+    #: Where a new mapping starts reading: ``LATEST`` (what is written from then on) or
+    #: ``TRIM_HORIZON`` (the oldest record the stream keeps: 24 hours).
+    starting_position: str = "LATEST"
+    #: The on-failure destination: ``sqs`` (a queue: what Lambda sends there says where the
+    #: records are, shard and sequence numbers, not the records) or ``s3`` (a bucket: Lambda
+    #: writes the invocation record with the whole batch, kept until it is redriven).
+    failure_destination: str = "sqs"
 
 
 def worker(tenants: Sequence[str] | None) -> StreamMapping:
@@ -46,6 +56,10 @@ def worker(tenants: Sequence[str] | None) -> StreamMapping:
     * 2 retries, bisected, then the on-failure destination: the work itself is still found by
       the scheduled drain, so retrying longer only blocks the records behind it.
     * records older than 10 minutes are skipped: the drain has found that work long before.
+    * starts at ``LATEST``, with an SQS on-failure queue: a record it misses (the mapping
+      recreated, retries exhausted) is work the drain still finds, so nothing is replayed (at
+      ``TRIM_HORIZON`` a new mapping would discard a day of records older than 10 minutes into
+      its on-failure queue).
     """
     return StreamMapping(
         "worker",
@@ -68,7 +82,15 @@ def publisher() -> StreamMapping:
     * 10 retries, bisected, then the on-failure destination: a failing EventBridge call is
       retried for a while before a record is given up (its history entry is written first and
       a retry never writes it twice); records of any age are delivered (the stream keeps them
-      24 hours).
+      24 hours). The function stops a batch at its first failed record, so the retries start
+      there and nothing overtakes it.
+    * on-failure destination an S3 bucket: Lambda writes the invocation record with the whole
+      batch, which stays there (not only 24 hours) until ``leasefence publisher redrive``
+      replays it (:mod:`leasefence.streams.redrive`).
+    * starts at ``TRIM_HORIZON``: a mapping created again (a stack update that replaces it, a
+      mapping deleted and recreated) replays what the stream still holds rather than skipping
+      the gap; the history ignores entries it has (by ``seq``), events go out again (consumers
+      dedupe on ``(tenant_id, operation_id, sequence)``).
     """
     return StreamMapping(
         "publisher",
@@ -79,4 +101,6 @@ def publisher() -> StreamMapping:
         max_retries=10,
         bisect=True,
         max_record_age_s=-1,
+        starting_position="TRIM_HORIZON",
+        failure_destination="s3",
     )

@@ -1,11 +1,15 @@
 """The publisher function's logic: each stream record becomes a history entry, then an event.
 
 Per record, in stream order (a shard's records for one operation arrive in the order of its
-writes): the history entry is written first (idempotent by ``seq``), then the outcome event is
-published. A failure raises, so the record is reported in the partial batch response and
-delivered again from there; the history write recognizes it, the event goes out again (at least
-once). A record that can never be read (:class:`~leasefence.streams.records.MalformedRecord`)
-ends in the event source mapping's on-failure destination after its retries.
+writes; the function stops its batch at the first failed record, so none overtakes it): the
+history entry is written first (placed by ``seq``: idempotent, and a late one is inserted where
+it belongs), then the outcome event is published. A failure raises, so the record (and every
+later one of the batch) is reported in the partial batch response and delivered again from
+there; the history write recognizes it, the event goes out again (at least once: events carry
+``sequence``, consumers dedupe and order by it). A record that still fails after the mapping's
+retries (one that can never be read, :class:`~leasefence.streams.records.MalformedRecord`, or a
+fault that outlasts them) is kept whole in the mapping's on-failure destination, an S3 bucket,
+and :mod:`leasefence.streams.redrive` replays it through this same code.
 """
 
 from __future__ import annotations

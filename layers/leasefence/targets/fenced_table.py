@@ -17,9 +17,9 @@ pruned, and what pruning forgets is summed up in one number, the item's *horizon
 
 - ``lf_fence_<40 hex digits of the operation's identity digest>``: one entry per operation, a
   number ``F.T``: its integer part ``F`` is the highest fence of that operation that wrote the
-  item, its 13 fraction digits ``T`` that holder's claim time in ms since the epoch
-  (``claim.lease_expires_at - claim.lease_ms``), i.e. ``F + T * 10**-13``. A plain integer (what
-  earlier versions wrote) is an entry whose claim time is unknown.
+  item, its 13 fraction digits ``T`` that holder's claim time in ms since the epoch (see "Claim
+  time" below), i.e. ``F + T * 10**-13``. A plain integer (what earlier versions wrote) is an
+  entry whose claim time is unknown.
 - ``lf_horizon``: the latest claim time (ms) of any entry ever pruned from the item; absent until
   the first prune. It only rises.
 
@@ -64,6 +64,24 @@ at most N entries, plus one for each other write in flight: fence bookkeeping st
 the item. Each write still costs 1 write unit per KB of the whole item, so a smaller N makes
 writes cheaper and needs more prunes.
 
+Claim time
+----------
+The claim time is the one the engine states (``claim.claimed_at``: the time its claim write was
+checked against, by its clock), never one a worker computes from the lease it asked for: a job
+type's ``max_lease_seconds`` may cut that lease, and ``lease_expires_at - requested lease`` then
+lies before the real claim, so a pruned entry would leave a horizon older than a stalled
+predecessor's claim and let its write through. A claim must be consistent with its lease: the
+engine grants ``lease_expires_at = claimed_at + lease_ms`` exactly, with ``lease_ms`` the lease
+GRANTED. A claim that states a claim time that breaks this (a backend that put the requested lease
+in ``lease_ms``, a corrupted claim) is refused before any write (:class:`InconsistentClaim`, a
+:class:`LostOwnership`: nothing is written, the lease lapses and the next claim reconciles;
+counted as ``InconsistentClaimsRefused``). A claim that states none (built by hand) is taken as
+``lease_expires_at - lease_ms``. The target's clock is no part of the safety argument (per
+operation, claim times rise by the engine's own lease condition), so by default a claim time in
+the future is not refused; ``max_claim_skew_ms`` refuses claims stated more than that ahead of
+the target's ``clock`` (a sanity bound on the engine's clock; its cost is liveness, if clocks
+drift apart by more than it).
+
 Upgrading: entries written by earlier versions (plain integers) are honoured as fences and pruned
 first (their claim time being unknown, the horizon rises to the pruner's clock). Earlier versions
 do not know the horizon: stop every old writer of a table before any new one prunes it.
@@ -101,6 +119,12 @@ _SERIALIZER = TypeSerializer()
 _DESERIALIZER = TypeDeserializer()
 
 
+class InconsistentClaim(LostOwnership):
+    """The claim's stated claim time does not agree with its lease (``claimed_at + lease_ms !=
+    lease_expires_at``), or lies further in the future than the target allows: nothing is
+    written with it (see "Claim time" in the module docstring)."""
+
+
 class HorizonRefused(LostOwnership):
     """The target no longer has this operation's fence entry (it was pruned), and its horizon is
     not older than this claim. Either a stale holder, refused for safety, or an honest holder
@@ -121,8 +145,20 @@ def fence_attribute(tenant_id: str, operation_id: str) -> str:
 
 
 def claimed_at(claim: Claim) -> int:
-    """When the claim was granted, in ms: the engine set ``lease_expires_at = now + lease_ms``."""
-    return claim.lease_expires_at - claim.lease_ms
+    """When the claim was granted, in ms, as the engine states it (``claim.claimed_at``); for a
+    claim that states none, ``lease_expires_at - lease_ms``. :class:`InconsistentClaim` when the
+    stated time and the lease disagree: the engine grants ``lease_expires_at = claimed_at +
+    lease_ms`` exactly, so a ``lease_ms`` other than the granted lease shows here."""
+    derived = claim.lease_expires_at - claim.lease_ms
+    if claim.claimed_at is None:
+        return derived
+    if claim.claimed_at != derived:
+        raise InconsistentClaim(
+            f"claim of fence {claim.fence} is inconsistent: claimed at {claim.claimed_at} with a "
+            f"lease of {claim.lease_ms} ms, but its lease expires at {claim.lease_expires_at} "
+            "(a lease other than the one granted?)"
+        )
+    return claim.claimed_at
 
 
 def entry_value(fence: int, claim_time: int) -> Decimal:
@@ -175,7 +211,8 @@ class FencedTable:
     """Fenced writes to one target table, with per-item fence entries kept to a fixed number.
 
     ``max_entries`` (N) and ``prune_age_ms`` bound the item (see the module docstring); ``clock``
-    (ms) is used only to tell which entries are older than the prune age.
+    (ms) is used to tell which entries are older than the prune age and, with
+    ``max_claim_skew_ms`` (default None: off), to refuse claims stated further in the future.
     """
 
     def __init__(
@@ -187,7 +224,10 @@ class FencedTable:
         clock: Clock | None = None,
         max_entries: int = DEFAULT_MAX_ENTRIES,
         prune_age_ms: int = DEFAULT_PRUNE_AGE_MS,
+        max_claim_skew_ms: int | None = None,
     ) -> None:
+        if max_claim_skew_ms is not None and max_claim_skew_ms < 0:
+            raise ValueError("max_claim_skew_ms must not be negative")
         if max_entries < 2:
             raise ValueError("max_entries must be at least 2")
         if prune_age_ms <= 0:
@@ -197,6 +237,7 @@ class FencedTable:
         self.clock = clock if clock is not None else system_clock
         self.max_entries = max_entries
         self.prune_age_ms = prune_age_ms
+        self.max_claim_skew_ms = max_claim_skew_ms
 
     # ------------------------------------------------------------ public
 
@@ -250,9 +291,27 @@ class FencedTable:
 
     # ------------------------------------------------------------ the fenced write
 
-    @staticmethod
-    def _entry(job: Job) -> Decimal:
-        return entry_value(job.fence, claimed_at(job.claim))
+    def _claim_time(self, job: Job) -> int:
+        """The job's claim time (:func:`claimed_at`); an inconsistent claim puts the job in
+        lost-ownership mode and raises :class:`InconsistentClaim` before anything is written."""
+        try:
+            claim_time = claimed_at(job.claim)
+            if (
+                self.max_claim_skew_ms is not None
+                and claim_time > self.clock() + self.max_claim_skew_ms
+            ):
+                raise InconsistentClaim(
+                    f"claim of fence {job.fence} states a claim time {claim_time} more than "
+                    f"{self.max_claim_skew_ms} ms ahead of this target's clock"
+                )
+        except InconsistentClaim as refused:
+            self.events("InconsistentClaimsRefused", 1)
+            job.lose(str(refused))
+            raise
+        return claim_time
+
+    def _entry(self, job: Job) -> Decimal:
+        return entry_value(job.fence, self._claim_time(job))
 
     def _write(
         self,
@@ -265,7 +324,7 @@ class FencedTable:
     ) -> dict[str, Any] | None:
         """One conditional write under the fence; returns the item as it is after it."""
         job.guard()
-        claim_time = claimed_at(job.claim)
+        claim_time = self._claim_time(job)
         fence_ok = "(#lf < :fnext OR (attribute_not_exists(#lf) AND (attribute_not_exists(#hz) OR #hz < :claimed)))"
         condition = f"{fence_ok} AND ({business})" if business else fence_ok
         try:

@@ -34,8 +34,9 @@ def reconcile(job: Job) -> Reconciled:
     record proves no call was started, so acting is safe.
 
     The intent is the operation's own attribute (``job.claim.intent``), which no checkpoint
-    overwrites. Operations recorded before it existed kept the intent in the checkpoint
-    (``{"intent_fence": f, ...}``): still honoured."""
+    overwrites and an erasure keeps (as ``{"fence": f, "what": "erased"}``: the description goes,
+    the fence stays). Operations recorded before it existed kept the intent in the checkpoint
+    (``{"intent_fence": f, ...}``): still honoured (an erasure lifts it into the intent)."""
     intent = job.claim.intent
     if isinstance(intent, dict) and "fence" in intent:
         return Reconciled.unknown(f"intent recorded by fence {intent['fence']}; no lookup exists")

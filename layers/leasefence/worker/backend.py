@@ -3,9 +3,11 @@
 Both backends speak the same small protocol, so handler code does not change between a Lambda
 or container with IAM access to the table and a worker that only has an API token. They also
 fail the same documented way: ``load_payload`` raises
-:class:`~leasefence.errors.PayloadMissing` when the inline payload was purged, erased or cannot be
-read, and :class:`~leasefence.errors.NotFound` when the operation has no inline payload; it never
-returns None for a payload that is gone.
+:class:`~leasefence.errors.PayloadMissing` when the inline payload was purged, erased or its
+object is gone, :class:`~leasefence.errors.Unavailable` when the payload store refuses access
+(:class:`~leasefence.errors.PayloadAccessDenied`: a permission or KMS key fault, not a missing
+payload) or cannot be reached, and :class:`~leasefence.errors.NotFound` when the operation has no
+inline payload; it never returns None for a payload that is gone.
 """
 
 from __future__ import annotations
@@ -130,6 +132,7 @@ class EngineBackend:
 
     def load_payload(self, claim: Claim) -> Any:
         """The claim's payload: :class:`~leasefence.errors.PayloadMissing` when it is gone,
+        :class:`~leasefence.errors.Unavailable` when the store refuses access or is unreachable,
         :class:`~leasefence.errors.NotFound` when the operation has none inline."""
         if self._payload_loader is None:
             return json.loads(self.engine.payload(claim))

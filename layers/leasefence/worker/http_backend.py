@@ -2,41 +2,71 @@
 
 The same handlers run unchanged: fenced writes become API calls, and the SDK's typed errors are
 the engine's (a 409 ``stale_fence`` is :class:`~leasefence.errors.StaleFence`), so lost-ownership
-mode works the same way, and a 410 ``payload_missing`` is
-:class:`~leasefence.errors.PayloadMissing`, as in-process.
+mode works the same way, a 410 ``payload_missing`` is
+:class:`~leasefence.errors.PayloadMissing` and a 503 ``unavailable`` (a payload store that refuses
+access included) is :class:`~leasefence.errors.Unavailable`, as in-process.
 
 The API never names the tenant (it is the token's), but targets derive their per-operation
 identity from ``(tenant_id, operation_id)``, so the backend is told the token's tenant.
+
+The worker's :class:`~leasefence.model.Claim` carries what the server GRANTED: its ``lease_ms``
+and ``claimed_at`` come from the answer (a job type's ``max_lease_seconds`` may have cut the lease
+the worker asked for), never from the request, so the runtime renews within the granted lease and
+a class-B target records the server's claim time.
+
+Each claim request carries a claim token. The SDK resends it after a lost answer; when the SDK
+gives up (:class:`~leasefence.errors.Unavailable`), the backend keeps that token and sends it
+with the worker's next claim, so a claim that was made meanwhile is answered again (same fence,
+no attempt spent) instead of being left to lapse.
 """
 
 from __future__ import annotations
 
+import threading
+import uuid
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from leasefence.client import Claim as HttpClaim
 from leasefence.client import LeaseFenceClient
 from leasefence.engine import MISSING
+from leasefence.errors import Unavailable
 from leasefence.model import Claim, TargetClass
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
-def _ms(moment: Any) -> int:
-    return int(moment.timestamp() * 1000)
+
+def _ms(moment: datetime) -> int:
+    """Exact integer milliseconds (float seconds times 1000 can come out one ms short)."""
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
 
 
 class HttpBackend:
     def __init__(self, client: LeaseFenceClient, tenant_id: str) -> None:
         self.client = client
         self.tenant_id = tenant_id
+        #: Per worker id: the token of a claim request whose answer never came, sent again next.
+        self._unanswered: dict[str, str] = {}
+        self._lock = threading.Lock()
 
     def _claim(self, claim: HttpClaim, worker_id: str, lease_ms: int) -> Claim:
+        """The worker's claim from the answer: the lease and claim time as GRANTED.
+        ``lease_ms`` (what was asked for) is used only with a server that does not state the
+        granted lease (older than these fields)."""
+        lease_expires_at = _ms(claim.lease_expires_at)
+        if claim.lease_ms is not None:
+            lease_ms = claim.lease_ms
+        elif claim.lease_seconds is not None:
+            lease_ms = claim.lease_seconds * 1000
+        claimed_at = None if claim.claimed_at is None else _ms(claim.claimed_at)
         return Claim(
             tenant_id=self.tenant_id,
             operation_id=claim.operation_id,
             job_type=claim.job_type,
             fence=claim.fence,
             attempts=claim.attempts,
-            lease_expires_at=_ms(claim.lease_expires_at),
+            lease_expires_at=lease_expires_at,
             lease_ms=lease_ms,
             payload_ref=claim.payload_ref,
             payload_hash=claim.payload_hash,
@@ -46,17 +76,31 @@ class HttpBackend:
             takeover=claim.attempts > 1,
             worker_id=worker_id,
             intent=claim.intent,
+            claimed_at=claimed_at,
         )
 
     def claim_next(
         self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None = None
     ) -> Claim | None:
         lease_seconds = max(1, lease_ms // 1000)
-        claim = self.client.claim(
-            worker_id,
-            lease_seconds=lease_seconds,
-            job_types=list(job_types) if job_types is not None else None,
-        )
+        with self._lock:
+            token = self._unanswered.get(worker_id) or uuid.uuid4().hex
+            self._unanswered[worker_id] = token
+        try:
+            claim = self.client.claim(
+                worker_id,
+                lease_seconds=lease_seconds,
+                job_types=list(job_types) if job_types is not None else None,
+                claim_token=token,
+            )
+        except Unavailable:
+            raise  # the token stays: the next claim by this worker sends it again
+        except Exception:
+            with self._lock:
+                self._unanswered.pop(worker_id, None)
+            raise
+        with self._lock:
+            self._unanswered.pop(worker_id, None)
         return None if claim is None else self._claim(claim, worker_id, lease_seconds * 1000)
 
     def heartbeat(
@@ -96,5 +140,6 @@ class HttpBackend:
 
     def load_payload(self, claim: Claim) -> Any:
         """``GET .../payload``: :class:`~leasefence.errors.PayloadMissing` on 410
-        ``payload_missing``, :class:`~leasefence.errors.NotFound` on 404."""
+        ``payload_missing``, :class:`~leasefence.errors.Unavailable` on 503 ``unavailable``,
+        :class:`~leasefence.errors.NotFound` on 404."""
         return self.client.payload(claim.operation_id)

@@ -8,14 +8,20 @@
   :class:`LostOwnership` from then on, and the runtime makes no further write for that claim:
   no "one last commit".
 - A claim with ``reconcile_required`` runs the handler's ``reconcile`` first: confirmed done ->
-  complete; confirmed not done -> run under the new fence; cannot tell -> ``unknown``.
+  complete; confirmed not done -> run under the new fence; cannot tell -> ``unknown``. A class-D
+  claim that carries an intent (an erased one too: its fence stays) is never "not done": a
+  reconcile that says so is taken as "cannot tell" (``unknown``), so the handler never runs and a
+  class-D target is called at most once.
 - Graceful shutdown: :meth:`Worker.stop` (wired to SIGTERM) stops claiming; the job in flight
   finishes, or after the grace period is cancelled: it makes no further write, its lease lapses
   and the next claim reconciles. (Releasing it early would be one more write by a worker that is
   giving up, and for class D a release would spend its only attempt.)
 - A missing payload is never None: :attr:`Job.payload` raises
-  :class:`~leasefence.errors.PayloadMissing` (purged, erased, unreadable) and the runtime
+  :class:`~leasefence.errors.PayloadMissing` (purged, erased, the object gone) and the runtime
   quarantines the operation ("payload missing: ...") for an operator, counted as ``PayloadMissing``.
+  A payload store that refuses access (S3 ``AccessDenied``, a KMS key fault) raises
+  :class:`~leasefence.errors.PayloadAccessDenied`, an :class:`~leasefence.errors.Unavailable`:
+  treated as a busy store below (no quarantine, no fail write), counted as ``PayloadAccessDenied``.
 - A busy store never spends an attempt. The runtime's own writes (the closing write, a class-A
   :meth:`Job.complete_with`, :meth:`Job.record_intent`) retry
   :class:`~leasefence.errors.Unavailable` with capped exponential backoff and full jitter, for at
@@ -26,6 +32,10 @@
   last attempt, where a lapse ends ``unknown`` for an operator.
 - The heartbeat thread never dies silently: anything unexpected from a renewal (say a checkpoint
   over 4 KiB) puts the job in lost-ownership mode, counted as ``HeartbeatErrors``.
+- Everything timed by the lease uses the lease GRANTED (``claim.lease_ms``), not the one the
+  worker asked for: a job type's ``max_lease_seconds`` may cut it. The renewal interval is the
+  configured one but at most a third of the granted lease (:meth:`Worker.renewal_interval_ms`),
+  the stall detector and the retry budget (half the lease) count from the granted lease too.
 """
 
 from __future__ import annotations
@@ -331,7 +341,10 @@ class Worker:
         self.handlers = dict(handlers)
         self.claim_any_type = claim_any_type
         self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:12]}"
+        #: The lease this worker asks for; a claim may grant less (``claim.lease_ms``).
         self.lease_ms = lease_ms
+        #: How often a job renews, at most (:meth:`renewal_interval_ms`: a third of the granted
+        #: lease when that is shorter).
         self.heartbeat_interval_ms = heartbeat_interval_ms or max(lease_ms // 3, 50)
         self.idle_sleep_ms = idle_sleep_ms
         self.shutdown_grace_ms = shutdown_grace_ms
@@ -426,6 +439,17 @@ class Worker:
                     else Reconciled.unknown("the handler has no way to reconcile")
                 )
                 self.events("Reconciles", 1)
+                if (
+                    found.kind == "not_done"
+                    and claim.target_class is TargetClass.D
+                    and isinstance(claim.intent, dict)
+                    and "fence" in claim.intent
+                ):
+                    # Class D has no lookup: with an intent on record (an erased one too) a call
+                    # may have been made, whatever this reconcile believes. Never call twice.
+                    found = Reconciled.unknown(
+                        f"intent recorded by fence {claim.intent['fence']}; no lookup exists"
+                    )
                 if found.kind == "done":
                     return partial(backend.complete, claim, found.outcome_code or "reconciled")
                 if found.kind == "unknown":
@@ -491,15 +515,23 @@ class Worker:
                 extra={"op": _tag(job.claim)},
             )
 
+    def renewal_interval_ms(self, claim: Claim) -> int:
+        """How often a job of this claim renews: the configured interval, but at least three
+        times per GRANTED lease (a catalogued ``max_lease_seconds`` below the configured
+        interval would otherwise let every claim lapse before its first renewal)."""
+        return max(1, min(self.heartbeat_interval_ms, max(claim.lease_ms // 3, 50)))
+
     def _renew(self, job: Job) -> None:
         """Extend the lease only when the handler made progress since the last renewal.
 
         A job whose lease runs out while its handler makes no progress is reported once as
-        ``StalledClaims`` (the on-call signal for "claimed but stalled")."""
+        ``StalledClaims`` (the on-call signal for "claimed but stalled"). Both the interval and
+        the stall are measured against the lease the claim GRANTED."""
         renewed_at = 0
         lease_ends = time.monotonic() + job.claim.lease_ms / 1000
         stalled = False
-        while not job.finished.wait(self.heartbeat_interval_ms / 1000):
+        interval_s = self.renewal_interval_ms(job.claim) / 1000
+        while not job.finished.wait(interval_s):
             if job.cancelled.is_set():
                 return
             progress, checkpoint = job._progress_snapshot()

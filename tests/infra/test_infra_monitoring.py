@@ -1,0 +1,300 @@
+"""Alarms that can fire and cannot break the deploy: each alarm reads metrics the code emits (and
+every emitted metric is alarmed or explained), exists only where its metric can be emitted,
+never reads more metrics than CloudWatch allows, waits for its schedule, and reads its own
+service's namespace."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import fnmatch
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import App, Duration, Stack
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_scheduler as scheduler
+from aws_cdk.assertions import Template
+from infra_helpers import logical_id, props, resources
+from leasefence import schema
+from leasefence_infra import LeaseFenceService, WorkerProps
+from leasefence_infra.bundling import CORE_LAYER_EXCLUDES
+from leasefence_infra.monitoring import (
+    APP_ALARMS,
+    MAX_ALARM_METRICS,
+    UNALARMED_METRICS,
+    WORKER,
+    not_running_window,
+    schedule_interval_seconds,
+)
+from leasefence_infra.stack import DEMO_WORKER_HANDLERS
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "layers" / "leasefence"
+#: Metric sinks: ``events("X", n)`` / ``_events`` (engine, worker runtime, targets), ``self.count``
+#: (stream publisher and dispatch), ``add_metric(name="X")`` (Powertools), ``event="X"`` keywords
+#: handed to the engine's closing writes.
+_SINK_ATTRIBUTES = {"events", "_events", "record_event"}
+
+
+def _shipped_sources() -> Iterator[Path]:
+    """The code that runs in Lambda: the core layer (without its dev-only parts) and the
+    handlers."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        top = path.relative_to(PACKAGE).parts[0]
+        if not any(fnmatch.fnmatch(top, pattern) for pattern in CORE_LAYER_EXCLUDES):
+            yield path
+    yield from sorted((ROOT / "functions").rglob("*.py"))
+
+
+def emitted_metrics() -> dict[str, set[str]]:
+    """Every metric name the shipped code emits, with the files that emit it (read from the code,
+    not from a list: a renamed metric shows up here and its alarm's test fails)."""
+    found: dict[str, set[str]] = {}
+    trees = {path: ast.parse(path.read_text(), filename=str(path)) for path in _shipped_sources()}
+    # Module-level string constants (``ACCESS_DENIED_EVENT = "PayloadAccessDenied"``), so a sink
+    # called with a constant's name counts too.
+    constants = {
+        target.id: node.value.value
+        for tree in trees.values() for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        for target in node.targets if isinstance(target, ast.Name)
+    }
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            names: list[Any] = []
+            func = node.func
+            attribute = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if attribute in _SINK_ATTRIBUTES and node.args:
+                names.append(node.args[0])
+            if (attribute == "count" and isinstance(func, ast.Attribute)
+                    and isinstance(func.value, ast.Name) and func.value.id == "self" and node.args):
+                names.append(node.args[0])
+            for keyword in node.keywords:
+                if (attribute == "add_metric" and keyword.arg == "name") or keyword.arg == "event":
+                    names.append(keyword.value)
+            for name in names:
+                value = constants.get(name.id) if isinstance(name, ast.Name) else getattr(name, "value", None)
+                if isinstance(value, str):
+                    found.setdefault(value, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+EMITTED = emitted_metrics()
+#: TakeoverRate (a ratio, not a row of APP_ALARMS) reads these two.
+RATIO_ALARMED = {"Claims", "Takeovers"}
+
+
+def test_the_emitted_metrics_are_found_in_the_code() -> None:
+    """The reader of the code finds what the engine, the sweeper, the runtime and the stream
+    functions are known to emit (so an empty or partial scan cannot pass the tests below)."""
+    for name, where in {
+        "Claims": "layers/leasefence/engine.py",
+        "UnknownParked": "layers/leasefence/engine.py",
+        "ApprovalsExpired": "layers/leasefence/engine.py",
+        "OldestDueAgeSeconds": "functions/sweeper/handler.py",
+        "StalledClaims": "layers/leasefence/worker/runtime.py",
+        "PayloadMissing": "layers/leasefence/worker/runtime.py",
+        "HistoryEntries": "layers/leasefence/streams/publisher.py",
+        "StreamDispatched": "layers/leasefence/worker/dispatch.py",
+        "ClaimLatency": "layers/leasefence/observability.py",
+        "PayloadAccessDenied": "layers/leasefence/payloads.py",  # through a constant
+    }.items():
+        assert where in EMITTED.get(name, set()), (name, EMITTED.get(name))
+
+
+def test_every_alarmed_metric_is_emitted_somewhere() -> None:
+    for spec in APP_ALARMS:
+        for name in spec.metrics:
+            assert name in EMITTED, f"{spec.key} alarms on {name}, which no shipped code emits"
+
+
+def test_every_emitted_metric_is_alarmed_or_explained() -> None:
+    alarmed = {name for spec in APP_ALARMS for name in spec.metrics} | RATIO_ALARMED
+    unexplained = sorted(set(EMITTED) - alarmed - set(UNALARMED_METRICS))
+    assert unexplained == [], "alarm these metrics (APP_ALARMS) or say why not (UNALARMED_METRICS)"
+    assert sorted(set(UNALARMED_METRICS) - set(EMITTED)) == []  # no stale explanation
+    assert sorted((alarmed - RATIO_ALARMED) & set(UNALARMED_METRICS)) == []
+
+
+@pytest.mark.parametrize("spec", APP_ALARMS, ids=lambda s: s.key)
+def test_each_alarm_is_scoped_to_where_its_metric_is_emitted(spec) -> None:
+    """A worker-runtime metric (the in-process worker) is alarmed only with the worker function;
+    any other is emitted by an always-deployed function (engine, sweeper)."""
+    runtime_only = all(
+        where.startswith("layers/leasefence/worker/") for name in spec.metrics for where in EMITTED[name]
+    )
+    assert (spec.emitted_by == WORKER) == runtime_only, (spec.key, {n: EMITTED[n] for n in spec.metrics})
+
+
+def _alarm_metrics(alarm: dict[str, Any]) -> list[dict[str, Any]]:
+    p = alarm["Properties"]
+    if "MetricName" in p:
+        return [{k: p.get(k) for k in ("Namespace", "MetricName", "Dimensions")}]
+    return [m["MetricStat"]["Metric"] for m in p.get("Metrics", []) if "MetricStat" in m]
+
+
+@pytest.mark.parametrize("name", ["default", "full"])
+def test_every_alarm_in_the_templates_reads_emitted_metrics_of_its_own_namespace(synth, name) -> None:
+    stack = synth.stacks[name]
+    template = synth.template_json(name)
+    alarms = resources(template, "AWS::CloudWatch::Alarm")
+    own = set()
+    for alarm in alarms.values():
+        metrics = _alarm_metrics(alarm)
+        assert 1 <= len(metrics) <= MAX_ALARM_METRICS
+        for metric in metrics:
+            if not str(metric["Namespace"]).startswith("AWS/"):
+                assert metric["Namespace"] == stack.service.metrics_namespace
+                assert metric["MetricName"] in EMITTED, metric["MetricName"]
+                own.add(metric["MetricName"])
+    expected = {n for spec in APP_ALARMS for n in spec.metrics} | RATIO_ALARMED
+    assert own == expected  # both stacks have the worker: every row of the table is there
+
+
+# ----------------------------------------------------------------------------- a stack that grows
+
+
+@pytest.fixture(scope="module")
+def grown(prebuilt_layer: Path) -> tuple[Stack, LeaseFenceService, dict[str, Any]]:
+    """Two more indexes than today (six: CloudWatch's 10 metrics would be 14 in one sum) and a
+    worker on a 30-minute schedule."""
+    extra = []
+    for gsi in schema.global_secondary_indexes()[:2]:
+        more = copy.deepcopy(gsi)
+        more["IndexName"] = gsi["IndexName"] + "-more"
+        extra.append(more)
+    original = schema.global_secondary_indexes
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(schema, "global_secondary_indexes", lambda: [*original(), *copy.deepcopy(extra)])
+        app = App()
+        stack = Stack(app, "Grown")
+        svc = LeaseFenceService(
+            stack, "LeaseFence", jwt_issuer="https://issuer.example.com/", jwt_audience=["a"],
+            core_layer=lambda_.Code.from_asset(str(prebuilt_layer)),
+            worker=WorkerProps(handlers=DEMO_WORKER_HANDLERS, tenants=["demo"],
+                               schedule=scheduler.ScheduleExpression.rate(Duration.minutes(30))),
+        )
+        template = Template.from_stack(stack).to_json()
+    return stack, svc, template
+
+
+def test_no_alarm_reads_more_than_ten_metrics_as_indexes_grow(grown) -> None:
+    stack, svc, template = grown
+    alarms = resources(template, "AWS::CloudWatch::Alarm")
+    counts = {lid: len(_alarm_metrics(a)) for lid, a in alarms.items()}
+    assert max(counts.values()) <= MAX_ALARM_METRICS, counts
+    # Every index (and the table) is still watched for throttles, reads and writes.
+    throttled = {
+        next((d["Value"] for d in m.get("Dimensions", []) if d["Name"] == "GlobalSecondaryIndexName"), "table")
+        for a in alarms.values() for m in _alarm_metrics(a)
+        if m["MetricName"] in ("ReadThrottleEvents", "WriteThrottleEvents")
+    }
+    assert len(schema.global_secondary_indexes()) == 4  # the patch is gone
+    assert throttled == {"table", *(g["IndexName"] for g in schema.global_secondary_indexes()),
+                         *(g["IndexName"] + "-more" for g in schema.global_secondary_indexes()[:2])}
+
+
+def test_worker_not_running_waits_for_twice_a_slow_schedule(grown, synth) -> None:
+    """rate(30 minutes): no invocation for an hour, not 10 minutes (which would alarm between
+    every two ticks, forever)."""
+    stack, svc, template = grown
+    alarm = props(template, logical_id(stack, svc.monitoring.alarms["WorkerNotRunningAlarm"]))
+    assert (alarm["MetricName"], alarm["Period"], alarm["EvaluationPeriods"]) == ("Invocations", 3600, 1)
+    assert alarm["ComparisonOperator"] == "LessThanThreshold" and alarm["Threshold"] == 1
+    assert alarm["TreatMissingData"] == "breaching"
+    # The example app's worker ticks every minute (and the full stack's every 2): 10 minutes.
+    for name in ("default", "full"):
+        s = synth.stacks[name]
+        for key in ("WorkerNotRunningAlarm", "SweeperNotRunningAlarm"):
+            a = props(synth.template_json(name), logical_id(s, s.service.monitoring.alarms[key]))
+            assert a["Period"] == 600, (name, key)
+
+
+@pytest.mark.parametrize("expression, interval_s, window_s", [
+    ("rate(1 minute)", 60, 600),
+    ("rate(2 minutes)", 120, 600),
+    ("rate(15 minutes)", 900, 1800),
+    ("rate(1 hour)", 3600, 7200),
+    ("rate(12 hours)", 43_200, 86_400),
+    ("rate(16 hours)", 57_600, 86_400),
+    ("cron(* * * * ? *)", 60, 600),
+    ("cron(0/20 * * * ? *)", 1200, 2400),
+    ("cron(5 * * * ? *)", 3600, 7200),
+    ("cron(0 */6 * * ? *)", 21_600, 43_200),
+])
+def test_not_running_window_is_twice_the_interval(expression, interval_s, window_s) -> None:
+    assert schedule_interval_seconds(expression) == interval_s
+    interval, window = not_running_window(expression)
+    assert (interval.to_seconds(), window.to_seconds()) == (interval_s, window_s)
+
+
+@pytest.mark.parametrize("expression", [
+    "rate(1 day)", "rate(25 hours)", "cron(0 9 ? * MON-FRI *)", "cron(0 9 1 * ? *)",
+    "at(2030-01-01T00:00:00)", "cron(7,37 * * * ? *)",
+])
+def test_schedules_without_a_usable_window_get_no_not_running_alarm(expression) -> None:
+    assert not_running_window(expression) is None
+
+
+def test_an_irregular_worker_schedule_warns_instead_of_alarming_forever(prebuilt_layer: Path) -> None:
+    from aws_cdk.assertions import Annotations, Match
+
+    app = App()
+    stack = Stack(app, "Weekdays")
+    svc = LeaseFenceService(
+        stack, "LeaseFence", jwt_issuer="https://issuer.example.com/", jwt_audience=["a"],
+        core_layer=lambda_.Code.from_asset(str(prebuilt_layer)),
+        worker=WorkerProps(handlers=DEMO_WORKER_HANDLERS, tenants=["demo"],
+                           schedule=scheduler.ScheduleExpression.expression("cron(0 9 ? * MON-FRI *)")),
+    )
+    assert "WorkerNotRunningAlarm" not in svc.monitoring.alarms
+    assert "SweeperNotRunningAlarm" in svc.monitoring.alarms
+    found = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp(".*No WorkerNotRunningAlarm.*"))
+    assert len(found) == 1
+
+
+# ----------------------------------------------------------------------------- one namespace per service
+
+
+def test_two_services_in_one_stack_have_their_own_namespaces(prebuilt_layer: Path) -> None:
+    app = App()
+    stack = Stack(app, "Shared")
+    layer = lambda_.Code.from_asset(str(prebuilt_layer))
+    orders = LeaseFenceService(stack, "Orders", jwt_issuer="https://i.example/", jwt_audience=["a"], core_layer=layer)
+    billing = LeaseFenceService(stack, "Billing", jwt_issuer="https://i.example/", jwt_audience=["a"], core_layer=layer)
+    assert orders.metrics_namespace == "LeaseFence/Shared/Orders"
+    assert billing.metrics_namespace == "LeaseFence/Shared/Billing"
+    template = Template.from_stack(stack).to_json()
+    for svc in (orders, billing):
+        for alarm in svc.monitoring.alarms.values():
+            for metric in _alarm_metrics({"Properties": props(template, logical_id(stack, alarm))}):
+                if not str(metric["Namespace"]).startswith("AWS/"):
+                    assert metric["Namespace"] == svc.metrics_namespace
+        env = props(template, logical_id(stack, svc.api.function.function))["Environment"]["Variables"]
+        assert env["POWERTOOLS_METRICS_NAMESPACE"] == svc.metrics_namespace
+
+
+def test_two_services_given_one_namespace_are_refused_at_synth(prebuilt_layer: Path) -> None:
+    app = App()
+    stack = Stack(app, "Clash")
+    layer = lambda_.Code.from_asset(str(prebuilt_layer))
+    for name in ("Orders", "Billing"):
+        LeaseFenceService(stack, name, jwt_issuer="https://i.example/", jwt_audience=["a"], core_layer=layer,
+                          metrics_namespace="Acme/Jobs")
+    with pytest.raises(Exception, match="share the metrics namespace 'Acme/Jobs'"):
+        app.synth()
+
+
+def test_the_dashboard_reads_the_services_namespace(synth) -> None:
+    for name in ("default", "full"):
+        svc = synth.stacks[name].service
+        (dashboard,) = resources(synth.template_json(name), "AWS::CloudWatch::Dashboard").values()
+        body = json.dumps(dashboard["Properties"]["DashboardBody"])
+        assert f'[\\"{svc.metrics_namespace}\\",' in body
