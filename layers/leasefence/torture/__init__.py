@@ -61,7 +61,7 @@ is the point of running it many times.
 Time runs ``speed`` times faster than the wall clock for the engine (leases, backoff), so a
 10 s lease lapses in one second and stalls stay cheap.
 
-``python -m leasefence.torture --help`` lists the switches (``--no-compose``, ``--claim-tokens``).
+``python -m leasefence.torture --help`` lists the switches (``--no-compose``, ``--no-claim-tokens``).
 """
 
 from __future__ import annotations

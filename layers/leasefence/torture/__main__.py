@@ -21,9 +21,10 @@ def cli(argv: list[str] | None = None) -> int:
         help="one feature at a time (no HTTP workers, catalogue, approvals, publisher...)",
     )
     parser.add_argument(
-        "--claim-tokens",
-        action="store_true",
-        help="expect every HTTP claim to carry a claim_token (issue 21 case 8)",
+        "--no-claim-tokens",
+        dest="claim_tokens",
+        action="store_false",
+        help="do not expect every HTTP claim to carry a claim_token (an SDK from before them)",
     )
     parser.add_argument("--no-months", dest="months", action="store_false")
     args = parser.parse_args(argv)

@@ -531,4 +531,5 @@ def _check_composed(
         "approved": len(report.approved),
         "slow_jobs": dict(sorted(lapsed.items())),
         "counts": dict(sorted(report.counts.items())),
+        "errors": list(report.errors),
     }

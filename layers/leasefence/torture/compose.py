@@ -560,7 +560,15 @@ class Actors:
                     next_tick = time.monotonic() + 0.25
                     self.tick()
             except (LeaseFenceError, ConnectionError) as error:
-                self.report.count(f"actor_error:{getattr(error, 'code', type(error).__name__)}")
+                self._failed(error)
+
+    def _failed(self, error: Exception) -> None:
+        """An action that failed unexpectedly (counted; its first messages kept for the summary)."""
+        code = getattr(error, "code", type(error).__name__)
+        self.report.count(f"actor_error:{code}")
+        with self.report.lock:
+            if len(self.report.errors) < 10:
+                self.report.errors.append(f"{code}: {error}"[:300])
 
     def _race(self, action: Callable[[], None]) -> None:
         racer = threading.Thread(target=self._guarded, args=(action,), daemon=True)
@@ -571,7 +579,7 @@ class Actors:
         try:
             action()
         except (LeaseFenceError, ConnectionError) as error:
-            self.report.count(f"actor_error:{getattr(error, 'code', type(error).__name__)}")
+            self._failed(error)
 
     # ------------------------------------------------------------ producers
 
@@ -719,13 +727,20 @@ class Actors:
 
 
 class PublisherRig:
-    """The publisher function on the table's stream, as the local stack runs it (the event source
-    mapping of :mod:`leasefence.local.streams` with the publisher's settings, Powertools' batch
-    processor, :class:`~leasefence.streams.publisher.Publisher`), with faults in its history
-    writes and its ``PutEvents`` calls."""
+    """The publisher function on the table's stream, as the local stack runs it: the event source
+    mapping of :mod:`leasefence.local.streams` with the publisher's own settings
+    (:func:`leasefence.streams.mappings.publisher`: batch size, retries, bisection, starting
+    position, on-failure destination), invoking the function's own handler
+    (``functions/publisher/handler.py``, without its Powertools decorators), whose
+    :class:`~leasefence.streams.publisher.Publisher` is given faults in its history writes and its
+    ``PutEvents`` calls."""
 
     def __init__(self, aws: Any, settings: Settings, report: Report, table: str) -> None:
+        import inspect
+
+        from leasefence.local.server import load_function
         from leasefence.local.streams import EventSourceMapping
+        from leasefence.settings import runtime
         from leasefence.store import Store
         from leasefence.streams import mappings
         from leasefence.streams.publisher import Publisher
@@ -739,23 +754,32 @@ class PublisherRig:
             prefix="history_",
         )
         store = Store(table, client=FaultyClient(aws.client(), chaos=chaos))
-        self.publisher = Publisher(store, lambda: self.events, "torture-bus")
-        queue = aws.client("sqs").create_queue(QueueName="torture-publisher-failures")["QueueUrl"]
+        function = load_function("publisher")
+        # The function builds its publisher once per runtime: this one is already built.
+        vars(function)["_built"] = (
+            runtime(),
+            Publisher(store, lambda: self.events, "torture-bus"),
+        )
+        self._handler = inspect.unwrap(function.lambda_handler)
+        config = mappings.publisher()
+        destination: dict[str, Any] = {"failure_queue_url": None}
+        if getattr(config, "failure_destination", "sqs") == "s3":
+            aws.client("s3").create_bucket(Bucket="torture-publisher-failures")
+            destination["failure_bucket"] = "torture-publisher-failures"
+        else:
+            destination["failure_queue_url"] = aws.client("sqs").create_queue(
+                QueueName="torture-publisher-failures"
+            )["QueueUrl"]
         self.mapping = EventSourceMapping(
-            "publisher", mappings.publisher(), table, aws.client, self, queue, poll_interval_s=0.25
+            "publisher", config, table, aws.client, self, poll_interval_s=0.25, **destination
         )
 
     def invoke(self, name: str, event: dict[str, Any], timeout_ms: int | None = None) -> Any:
         """The publisher function's execution environment (what the mapping invokes)."""
         from leasefence.local.server import LambdaContext
-        from leasefence.streams.batch import process_records
 
         del name
-        return process_records(
-            event,
-            LambdaContext("leasefence-publisher", timeout_ms or 300_000),
-            self.publisher.handle,
-        )
+        return self._handler(event, LambdaContext("leasefence-publisher", timeout_ms or 300_000))
 
     def start(self) -> PublisherRig:
         self.mapping.start()

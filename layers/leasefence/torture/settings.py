@@ -92,9 +92,9 @@ class Settings:
     account_max_entries: int = 2
     #: Stalls of class-B holders (the zombies whose late writes the accounts must refuse).
     b_stall_rate: float = 0.12
-    #: Expect claim tokens: every HTTP claim carries ``claim_token`` and a claim whose answer was
-    #: lost is sent again with it (issue 21 case 8). Switch on once the API takes ``claim_token``.
-    claim_tokens: bool = False
+    #: Expect claim tokens: every HTTP claim carries ``claim_token`` (the SDK and the HTTP backend
+    #: send one, and send it again after a lost answer: issue 21 case 8).
+    claim_tokens: bool = True
 
     @property
     def http_worker_count(self) -> int:
@@ -149,6 +149,7 @@ class Report:
     untokened_claims: int = 0
     slow_jobs: list[dict[str, Any]] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)  # unexpected failures of actors, workers
 
     def note(self, tenant_id: str, operation_id: str, event: str) -> None:
         with self.lock:
