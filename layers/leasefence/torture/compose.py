@@ -309,7 +309,11 @@ class ApiClient(LeaseFenceClient):
             report.count("claims_without_token")
         status, headers, raw = self.http.api.respond(method, path, data, self.claims)
         if lost_before is not None:
-            self.http.retried(self, lost_before, status, raw)
+            if status >= 500 or status == 429:  # busy: no answer yet, the next try is compared
+                with self.lock:
+                    self.pending.setdefault(request, lost_before)
+            else:
+                self.http.retried(self, lost_before, status, raw)
         if (
             method != "GET"
             and status < 500
