@@ -295,7 +295,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                 ),
                 rng=random.Random(settings.seed + 3),
             )
-            api = InProcessApi(api_engine, payloads, TABLE, BUCKET, settings.api_environments)
+            api = InProcessApi(api_engine, payloads, TABLE, BUCKET)
             http = Http(api, settings, report, clock, checker_engine)
             actors = Actors(
                 settings,

@@ -58,12 +58,11 @@ class Settings:
     compose: bool = True
     #: Workers over the HTTP API, one tenant each (-1: one per tenant); the rest are in-process.
     http_workers: int = -1
-    #: Execution environments of the API function (requests served at once).
-    api_environments: int = 4
-    #: The lease HTTP workers ask for (engine ms): more than the cut job types allow.
-    http_lease_ms: int = 30_000
+    #: The lease HTTP workers ask for (engine ms): more than the cut job types allow. Their
+    #: renewal interval (a third of it) is longer than the cut lease.
+    http_lease_ms: int = 40_000
     #: ``max_lease_seconds`` of the cut job types (engine seconds): below what workers ask.
-    cut_lease_seconds: int = 5
+    cut_lease_seconds: int = 8
     #: How often the operator flips the class-B job type between cut and uncut (wall seconds).
     catalogue_flip_s: float = 2.0
     #: Enqueues made over the HTTP API (the rest in-process), and by reference (the producer's
