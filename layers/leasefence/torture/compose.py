@@ -127,18 +127,32 @@ class InProcessApi:
     """API Gateway (the JWT authorizer's claims given) and the API function, in this process.
 
     The function runs as the local stack runs it (``leasefence.api.app.handle``: scope gate,
-    validated resolver, routes), one invocation at a time (Powertools keeps the request being
-    resolved in a class attribute shared by every resolver, so two at once would read each
-    other's), over the torture's own engine (its clock, its store faults) and payload store."""
+    validated resolver, routes) over the torture's own engine (its clock, its store faults) and
+    payload store, in ``environments`` execution environments at once, as Lambda runs several:
+    a request takes a free one, which handles one request at a time. Each environment has its
+    own copy of the routes module (its own resolver), as each Lambda instance has its own
+    interpreter; Powertools keeps the request being resolved in a class attribute every resolver
+    shares, so each environment's resolver is given the request it resolves as its own (an
+    instance attribute, which is what its routes and middlewares read)."""
 
-    def __init__(self, engine: Engine, payloads: PayloadStore, table: str, bucket: str) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        payloads: PayloadStore,
+        table: str,
+        bucket: str,
+        environments: int = 3,
+    ) -> None:
+        import importlib.util
         import logging
+        import queue
 
         # The API's Powertools logger sets the "leasefence" logger's level when first imported:
         # keep the one the run was given (the torture silences expected failures).
         level = logging.getLogger("leasefence").level
         from leasefence import settings as runtime_settings
         from leasefence.api import app as api_app
+        from leasefence.api import routes
 
         logging.getLogger("leasefence").setLevel(level)
         runtime = runtime_settings.install(
@@ -146,30 +160,62 @@ class InProcessApi:
         )
         runtime._engine = engine
         runtime._payloads = payloads
-        self._handle = api_app.handle
-        self.lock = threading.Lock()
+        self.free: queue.Queue[Any] = queue.Queue()
+        for number in range(environments):
+            spec = importlib.util.spec_from_file_location(
+                f"leasefence.api._torture_routes_{number}", routes.__file__
+            )
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            # Its metrics would never be flushed here.
+            vars(module)["record_claim_latency"] = lambda _ms: None
+            self.free.put(_own_request(module.app))
+        self._current = threading.local()
+        self._module = api_app
+        self._original = api_app.resolver
+        api_app.resolver = self._resolver
+
+    def _resolver(self) -> Any:
+        app = getattr(self._current, "app", None)
+        return app if app is not None else self._original()
 
     def respond(
         self, method: str, target: str, body: bytes | None, claims: dict[str, Any]
     ) -> tuple[int, dict[str, str], bytes]:
         from leasefence.local.server import LambdaContext, _from_result, http_api_event
-        from leasefence.observability import metrics
 
         headers = [("content-type", "application/json")] if body else []
         event = http_api_event(method, target, headers, body, claims)
-        with self.lock:
-            try:
-                result = self._handle(event, LambdaContext("leasefence-api", 30_000))
-            finally:
-                metrics.clear_metrics()  # what each invocation's flush does (never printed here)
+        app = self.free.get()
+        self._current.app = app
+        try:
+            result = self._module.handle(event, LambdaContext("leasefence-api", 30_000))
+        finally:
+            self._current.app = None
+            self.free.put(app)
         status, answer_headers, raw = _from_result(result)
         return status, dict(answer_headers), raw
 
-    @staticmethod
-    def close() -> None:
+    def close(self) -> None:
         from leasefence import settings as runtime_settings
 
+        self._module.resolver = self._original
         runtime_settings.reset()
+
+
+def _own_request(app: Any) -> Any:
+    """Make ``app`` (a Powertools resolver) keep the request it resolves as its own attribute
+    (Powertools also sets it on the shared class, where another environment would read it)."""
+    resolve = app.resolve
+
+    def resolve_own(event: Any, context: Any) -> Any:
+        app.current_event = app._to_proxy_event(event)
+        app.lambda_context = context
+        return resolve(event, context)
+
+    app.resolve = resolve_own
+    return app
 
 
 class Http:
