@@ -201,6 +201,12 @@ def test_healthy_lease_rule_reports_a_kind_of_worker_whose_healthy_jobs_lose_the
     assert "http" in findings[0][1] and "cut" in findings[0][1]
 
 
+def test_healthy_lease_rule_leaves_out_jobs_whose_lease_was_gone_before_they_began():
+    jobs = [{**slow("http", True, True), "late_start": True}] * 4 + [slow("http", True, False)]
+    assert healthy_lease_rule(jobs) == []
+    assert kinds(healthy_lease_rule([{**j, "late_start": False} for j in jobs])) == ["healthy_claims_lapsed"]
+
+
 def test_healthy_lease_rule_tolerates_some_lapses_and_too_few_samples():
     assert healthy_lease_rule([slow("http", True, True)] * 2 + [slow("http", True, False)] * 2) == []
     assert healthy_lease_rule([slow("http", True, True)] * 3) == []

@@ -207,11 +207,13 @@ def claim_token_rule(expected: bool, without_token: int) -> list[Finding]:
 def healthy_lease_rule(slow_jobs: list[dict[str, Any]]) -> list[Finding]:
     """Healthy jobs keep their leases: per kind of worker and whether the job type's maximum cut
     the lease asked for, fewer than three in four of the long jobs that kept calling ``progress``
-    saw their lease lapse (at least four of them: a loaded machine can starve a renewal now and
-    then; a renewal interval longer than the granted lease starves them all)."""
+    saw their lease lapse while they did (at least four of them: a loaded machine can starve a
+    renewal now and then; a renewal interval longer than the granted lease starves them all).
+    A job whose lease was gone before it began (``late_start``) says nothing about renewals."""
     groups: dict[tuple[str, bool], list[bool]] = defaultdict(list)
     for job in slow_jobs:
-        groups[(job["backend"], bool(job["cut"]))].append(bool(job["lapsed"]))
+        if not job.get("late_start"):  # its lease was gone before it began to make progress
+            groups[(job["backend"], bool(job["cut"]))].append(bool(job["lapsed"]))
     found: list[Finding] = []
     for (backend, cut), lapses in sorted(groups.items()):
         if len(lapses) >= 4 and sum(lapses) * 4 >= len(lapses) * 3:
@@ -518,7 +520,8 @@ def _check_composed(
     judge("*", "*", healthy_lease_rule(report.slow_jobs))
     judge("*", "*", claim_token_rule(settings.claim_tokens, report.counts["claims_without_token"]))
     lapsed = Counter(
-        f"{j['backend']}_{'cut' if j['cut'] else 'uncut'}_{'lapsed' if j['lapsed'] else 'kept'}"
+        f"{j['backend']}_{'cut' if j['cut'] else 'uncut'}_"
+        + ("late_start" if j.get("late_start") else "lapsed" if j["lapsed"] else "kept")
         for j in report.slow_jobs
     )
     return {
