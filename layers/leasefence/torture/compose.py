@@ -141,7 +141,7 @@ class InProcessApi:
         payloads: PayloadStore,
         table: str,
         bucket: str,
-        environments: int = 3,
+        environments: int = 6,
     ) -> None:
         import importlib.util
         import logging

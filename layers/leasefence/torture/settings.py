@@ -60,9 +60,10 @@ class Settings:
     http_workers: int = -1
     #: The lease HTTP workers ask for (engine ms): more than the cut job types allow. Their
     #: renewal interval (a third of it) is longer than the cut lease.
-    http_lease_ms: int = 40_000
-    #: ``max_lease_seconds`` of the cut job types (engine seconds): below what workers ask.
-    cut_lease_seconds: int = 8
+    http_lease_ms: int = 60_000
+    #: ``max_lease_seconds`` of the cut job types (engine seconds): below what HTTP workers ask
+    #: (in-process workers ask for less: their claims are not cut).
+    cut_lease_seconds: int = 15
     #: How often the operator flips the class-B job type between cut and uncut (wall seconds).
     catalogue_flip_s: float = 2.0
     #: Enqueues made over the HTTP API (the rest in-process), and by reference (the producer's
