@@ -117,6 +117,9 @@ class ChaosHooks(Hooks):
         kind, asked_ms, interval_ms = self.workers.get(
             job.claim.worker_id, ("engine", self.settings.lease_ms, 1_000)
         )
+        # Each lease is compared with the time its read was sent: an answer that took long to
+        # come shows the lease as it was then, not now.
+        asked = self.clock()
         item = self.observer.store.get(
             {"tenant_id": job.tenant_id, "operation_id": job.operation_id}
         )
@@ -128,21 +131,31 @@ class ChaosHooks(Hooks):
             item is None
             or int(item.get("fence", 0)) != job.fence
             or item.get("state") != State.CLAIMED
-            or int(item.get("lease_expires_at", 0)) <= self.clock()
+            or int(item.get("lease_expires_at", 0)) <= asked
         )
         lapsed = late
-        end = time.monotonic() + (0 if late else 1.5 * interval_ms / 1000)
+        started = time.monotonic()
+        end = started + (0 if late else 1.5 * interval_ms / 1000)
+        expires = int((item or {}).get("lease_expires_at", 0))
+        renewed_at = started
+        longest = 0.0  # the longest wait for a renewal (wall seconds), as the table shows them
         while time.monotonic() < end:
             job.progress()  # LostOwnership once a renewal was refused
             time.sleep(0.05)
+            asked = self.clock()
             current = self.observer.get(job.tenant_id, job.operation_id)
+            now = time.monotonic()
+            if (current.lease_expires_at or 0) > expires:
+                longest = max(longest, now - renewed_at)
+                expires, renewed_at = current.lease_expires_at or 0, now
             if (
                 current.fence != job.fence
                 or current.state != State.CLAIMED
-                or (current.lease_expires_at or 0) <= self.clock()
+                or (current.lease_expires_at or 0) <= asked
             ):
                 lapsed = True
                 break
+        longest = max(longest, time.monotonic() - renewed_at)
         with self.report.lock:
             self.report.slow_jobs.append(
                 {
@@ -154,6 +167,7 @@ class ChaosHooks(Hooks):
                     "granted_ms": granted,
                     "lapsed": lapsed,
                     "late_start": late,
+                    "longest_renewal_wait_ms": int(longest * 1000),
                 }
             )
         if lapsed:

@@ -524,6 +524,11 @@ def _check_composed(
         + ("late_start" if j.get("late_start") else "lapsed" if j["lapsed"] else "kept")
         for j in report.slow_jobs
     )
+    waits = sorted(
+        j["longest_renewal_wait_ms"]
+        for j in report.slow_jobs
+        if j["backend"] == "http" and "longest_renewal_wait_ms" in j and not j.get("late_start")
+    )
     return {
         "histories_checked": histories,
         "events_published": len(composed.events or []),
@@ -533,6 +538,8 @@ def _check_composed(
         "approval_operations": len(composed.approval_ops),
         "approved": len(report.approved),
         "slow_jobs": dict(sorted(lapsed.items())),
+        # How long HTTP long jobs waited for a renewal at worst (ms: median, slowest).
+        "http_renewal_waits_ms": [waits[len(waits) // 2], waits[-1]] if waits else [],
         "counts": dict(sorted(report.counts.items())),
         "errors": list(report.errors),
     }
