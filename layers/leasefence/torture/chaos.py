@@ -100,6 +100,10 @@ class ChaosHooks(Hooks):
             deadline = time.monotonic() + self.clock.wall_seconds(self.settings.lease_ms * 5)
             while time.monotonic() < deadline and not overtaken(self.observer, job):
                 time.sleep(0.05)
+            if self.settings.compose:
+                # And wakes up some time after that (while its successor and other operations
+                # write the same shared items), not at once.
+                time.sleep(chance(seed, "wake", job.tenant_id, job.operation_id, job.fence))
             return
         if (
             self.settings.compose
