@@ -526,10 +526,10 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                         )
                     )
             except (InvalidInput, Forbidden) as refused:
-                if mode.approval and mode.by_ref:
+                if mode.approval and mode.by_ref and isinstance(refused, InvalidInput):
                     report.count(f"approval_by_ref_refused:{refused.code}")
                     mode.by_ref = False
-                elif mode.approval and mode.anonymous:
+                elif mode.approval and mode.anonymous and isinstance(refused, Forbidden):
                     report.count(f"anonymous_approval_refused:{refused.code}")
                     mode.anonymous = False
                 else:
