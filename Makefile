@@ -77,8 +77,10 @@ demo: install
 bench: install
 	$(BIN)/leasefence bench --out bench-report.json
 
+# Every feature composed on the same operations (leasefence.torture); SEED and OPERATIONS choose
+# the run (python -m leasefence.torture --help for the other switches).
 torture: install
-	$(BIN)/leasefence torture --operations 10000 --seed $${SEED:-1}
+	$(BIN)/leasefence torture --operations $${OPERATIONS:-5000} --seed $${SEED:-1}
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache .mypy_cache .ruff_cache
