@@ -44,6 +44,9 @@ app.add_typer(publisher_app, name="publisher")
 DEFAULT_BASE_URL = "http://127.0.0.1:8765"
 DEFAULT_DYNAMODB_ENDPOINT = "http://127.0.0.1:8766"
 DEV_TENANT = "dev"
+#: Who the console link of ``leasefence local`` signs in as by default (not the dev token's
+#: ``dev:dev``, so it may approve what the dev token enqueued).
+CONSOLE_SUB = "dev:console"
 
 
 def _wait_for_signal() -> None:
@@ -121,6 +124,22 @@ def local(
         "--worker-tenant",
         help=f"A tenant the stream worker serves (repeat; default {DEV_TENANT}).",
     ),
+    console_sub: str = typer.Option(
+        CONSOLE_SUB,
+        "--console-sub",
+        help="Who the printed console link signs in as (its dev token's sub).",
+    ),
+    console_scope: list[str] | None = typer.Option(
+        None,
+        "--console-scope",
+        help="A scope of the console link's token (repeat; operate or leasefence/operate; "
+        "default all four).",
+    ),
+    samples: bool = typer.Option(
+        False,
+        "--samples",
+        help=f"Make sample operations in tenant {DEV_TENANT} (leasefence.local.samples) to look at.",
+    ),
 ) -> None:
     """Run the whole service on this machine until SIGINT/SIGTERM."""
     from leasefence.local.server import DEMO_HANDLERS, LocalStack
@@ -143,10 +162,27 @@ def local(
         typer.echo(f"cannot start: {error}", err=True)
         raise typer.Exit(1) from None
     token = stack.token(DEV_TENANT)
+    if samples:
+        from leasefence.local.samples import seed
+
+        seed(
+            stack.base_url,
+            lambda sub, scopes: stack.token(DEV_TENANT, scopes.split(), subject=sub),
+            DEV_TENANT,
+        )
+    console_scopes = [s if "/" in s else f"leasefence/{s}" for s in console_scope or []] or list(
+        _default_scopes(DEV_TENANT)
+    )
+    console_link = (
+        f"{stack.base_url}/console#token="
+        f"{stack.token(DEV_TENANT, console_scopes, subject=console_sub)}"
+    )
     lines = [
         f"API base URL:       {stack.base_url}",
         f"DynamoDB endpoint:  {stack.dynamodb_endpoint}  (table {stack.table_name}; S3 on the same "
         f"endpoint, bucket {stack.bucket}; linearizable: one request at a time)",
+        f"Console:            {stack.base_url}/console  (signed in as {console_sub}, tenant "
+        f"'{DEV_TENANT}', {' '.join(s.split('/')[-1] for s in console_scopes)}: open the link below)",
         f"Docs (Swagger UI):  {stack.docs_url}   OpenAPI: {stack.base_url}/openapi.json",
         f"Sweeper:            every {sweep_interval:g} s"
         if sweep_interval
@@ -168,6 +204,8 @@ def local(
         f"  {token}",
         "",
         f"  curl -H 'Authorization: Bearer <token>' {stack.base_url}/v1/operations",
+        "Console link (the token stays in the page, never in a request URL):",
+        f"  {console_link}",
         "Press Ctrl-C to stop.",
     ]
     typer.echo("\n".join(lines))

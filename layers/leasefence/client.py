@@ -139,6 +139,14 @@ class Operation:
     approval_expires_at: datetime | None = None
     #: Who approved it (the approver's token ``sub``), or None.
     approved_by: str | None = None
+    #: Who enqueued it (operations that went through the approval gate), or None.
+    enqueued_by: str | None = None
+    #: The latest failure or park reason, or an operator's or approver's note.
+    reason: str | None = None
+    #: Class D: ``{"fence": int, "what": str}`` a holder recorded before its side effect.
+    intent: Any = None
+    #: The latest checkpoint a holder kept.
+    checkpoint: Any = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Operation:
@@ -162,6 +170,10 @@ class Operation:
             approval_expires_at=_time(data.get("approval_expires_at")),
             approved_by=data.get("approved_by"),
             job_type_version=data.get("job_type_version"),
+            enqueued_by=data.get("enqueued_by"),
+            reason=data.get("reason"),
+            intent=data.get("intent"),
+            checkpoint=data.get("checkpoint"),
         )
 
 
@@ -488,11 +500,17 @@ class LeaseFenceClient:
         )
 
     def list(
-        self, state: str | None = None, limit: int | None = None, cursor: str | None = None
+        self,
+        state: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        **filters: str,
     ) -> OperationPage:
+        """A page of operations; ``filters``: ``job_type``, ``target_class``, ``updated_after``,
+        ``updated_before`` (RFC 3339), ``q`` (text in the id, job type or reason)."""
         query = {
             k: v
-            for k, v in {"state": state, "limit": limit, "cursor": cursor}.items()
+            for k, v in {"state": state, "limit": limit, "cursor": cursor, **filters}.items()
             if v is not None
         }
         path = "/v1/operations" + (f"?{urlencode(query)}" if query else "")
@@ -689,6 +707,18 @@ class LeaseFenceClient:
 
     def set_strict_job_types(self, strict: bool) -> dict[str, Any]:
         return self.request("PUT", "/v1/settings", {"strict_job_types": strict})[1]
+
+    def state_counts(self, limit: int | None = None, **filters: str) -> dict[str, Any]:
+        """``{"counts": {state: n}, "total", "examined", "complete"}`` (the list's filters but
+        ``state``)."""
+        query = {k: v for k, v in {"limit": limit, **filters}.items() if v is not None}
+        return self.request("GET", "/v1/state-counts" + (f"?{urlencode(query)}" if query else ""))[
+            1
+        ]
+
+    def target_classes(self) -> list[dict[str, Any]]:
+        """What each target class guarantees and what each resolution means for it."""
+        return self.request("GET", "/v1/target-classes")[1]["target_classes"]
 
     def controls(self) -> dict[str, Any]:
         """The go/no-go report: ``{"go": bool, "job_types": [...]}`` (see the API reference)."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import dataclasses
 import json
 import logging
 import random
@@ -37,7 +38,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
-from leasefence import history, keys
+from leasefence import history, keys, listing
 from leasefence.catalogue import ERASING as ERASING_ATTRIBUTE
 from leasefence.catalogue import Admission, Catalogue
 from leasefence.clock import Clock, system_clock
@@ -2730,28 +2731,19 @@ class Engine:
         state: State | str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        filters: listing.Filters | None = None,
     ) -> Page:
-        """One tenant's operations in id order, optionally in one state. An operator path: it
-        reads the tenant's partition (a state filter is applied after the read)."""
+        """One tenant's operations in id order, optionally in one state and matching ``filters``
+        (:mod:`leasefence.listing`). An operator path: it reads the tenant's partition (the filters
+        are applied after the read, so a page may be short and still carry a cursor)."""
         validate_id("tenant_id", tenant_id)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 500:
             raise InvalidInput("limit must be from 1 to 500")
+        chosen = filters or listing.Filters()
         if state is not None:
-            try:
-                state = State(state)
-            except ValueError as error:
-                raise InvalidInput("unknown state") from error
+            chosen = dataclasses.replace(chosen, state=listing.Filters.of(state=state).state)
         start = self._decode_cursor(cursor, tenant_id) if cursor else None
-        query: dict[str, Any] = {
-            # From the first possible operation id: the tenant's directory item sorts before it.
-            "KeyConditionExpression": "tenant_id = :t AND operation_id >= :first",
-            "values": {":t": tenant_id, ":first": keys.FIRST_OPERATION_ID},
-            "ConsistentRead": True,
-        }
-        if state is not None:
-            query["FilterExpression"] = "#state = :s"
-            query["ExpressionAttributeNames"] = {"#state": "state"}
-            query["values"][":s"] = state.value
+        query = listing.partition_query(tenant_id, chosen)
         found: list[Operation] = []
         for _round in range(20):
             # Limit counts items read, so the page stops exactly where the cursor will resume.
@@ -2762,6 +2754,19 @@ class Engine:
                 break
         next_cursor = self._encode_cursor(start) if start else None
         return Page(operations=found, next_cursor=next_cursor)
+
+    def state_counts(
+        self,
+        tenant_id: str,
+        filters: listing.Filters | None = None,
+        limit: int = listing.DEFAULT_COUNT_ITEMS,
+    ) -> listing.StateCounts:
+        """How many of the tenant's operations (matching ``filters``, whatever their state) are in
+        each state, over at most ``limit`` of them (:func:`leasefence.listing.count_states`)."""
+        validate_id("tenant_id", tenant_id)
+        return listing.count_states(
+            self.store.query, tenant_id, filters or listing.Filters(), limit=limit
+        )
 
     @staticmethod
     def _encode_cursor(key: dict[str, Any]) -> str:

@@ -123,6 +123,8 @@ class Operation:
     #: It was enqueued under the approval gate (awaiting approval, or it did once): what a token
     #: with only the approve scope may read.
     approval_gated: bool = False
+    #: Who enqueued it, kept for an operation enqueued under the approval gate (None otherwise).
+    enqueued_by: str | None = None
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Operation:
@@ -157,6 +159,7 @@ class Operation:
             approval_gated=item.get("enqueued_by") is not None
             or item["state"] == State.AWAITING_APPROVAL
             or item.get("approved_by") is not None,
+            enqueued_by=item.get("enqueued_by"),
         )
 
     @property

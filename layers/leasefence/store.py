@@ -222,6 +222,7 @@ class Store:
         return QueryPage(
             items=[from_item(i) or {} for i in response.get("Items", [])],
             last_key=from_item(response.get("LastEvaluatedKey")),
+            scanned=int(response.get("ScannedCount", 0)),
         )
 
     def scan(self, **kwargs: Any) -> QueryPage:

@@ -264,6 +264,11 @@ class CancelRequest(Strict):
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 
 
+class Intent(BaseModel):
+    fence: int = Field(description="The fence under which it was recorded")
+    what: str
+
+
 class OperationOut(BaseModel):
     operation_id: str
     job_type: str
@@ -297,6 +302,24 @@ class OperationOut(BaseModel):
     approved_by: str | None = Field(
         default=None, description="The approver's identity (the token's sub); null if not approved"
     )
+    enqueued_by: str | None = Field(
+        default=None,
+        description="Who enqueued it (the producer's identity), for an operation that went "
+        "through the approval gate; null otherwise (the history's enqueue entry names the actor)",
+    )
+    reason: str | None = Field(
+        default=None,
+        description="The latest failure or park reason, or the operator's or approver's note "
+        "(null when none, or erased)",
+    )
+    intent: Intent | None = Field(
+        default=None,
+        description="Class D: the intent a holder recorded before its side effect (what, under "
+        "which fence), or null",
+    )
+    checkpoint: Any = Field(
+        default=None, description="The latest checkpoint a holder kept (the handler's JSON), or null"
+    )
 
 
 class EnqueueOut(BaseModel):
@@ -311,11 +334,6 @@ class OperationEnvelope(BaseModel):
 class OperationPage(BaseModel):
     operations: list[OperationOut]
     next_cursor: str | None
-
-
-class Intent(BaseModel):
-    fence: int = Field(description="The fence under which it was recorded")
-    what: str
 
 
 class ClaimOut(BaseModel):
@@ -457,6 +475,42 @@ class JobTypeList(BaseModel):
 
 class SettingsOut(BaseModel):
     strict_job_types: bool
+    identity_retention_days: int | None = Field(
+        default=None,
+        description="The deployment's identity retention in days (null: forever); read-only",
+    )
+    payload_retention_days: int | None = Field(
+        default=None, description="The deployment's payload retention in days; read-only"
+    )
+
+
+class StateCountsOut(BaseModel):
+    counts: dict[StateName, int] = Field(description="Operations per state (every state listed)")
+    total: int
+    examined: int = Field(description="Operations read")
+    complete: bool = Field(
+        description="true: every operation of the tenant was read (else the counts are a lower bound)"
+    )
+
+
+class ResolutionsAdvice(BaseModel):
+    requeue: str
+    succeeded: str
+    failed_terminal: str
+
+
+class TargetClassOut(BaseModel):
+    target_class: TargetClassName
+    name: str
+    guarantee: str = Field(description="What the fence enforces for this class")
+    reconcile: str = Field(description="How to find out whether the side effect happened")
+    resolutions: ResolutionsAdvice = Field(
+        description="What each resolution of an unknown or quarantined operation means for it"
+    )
+
+
+class TargetClassesOut(BaseModel):
+    target_classes: list[TargetClassOut]
 
 
 class ControlOut(BaseModel):

@@ -14,12 +14,14 @@ SnapStart it is imported before the snapshot (:mod:`leasefence.snapstart`).
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Annotated, Any
 from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
+from leasefence import listing
 from leasefence.api import errors, models
 from leasefence.api.app import JSON, strict_json_loads
 from leasefence.api.errors import Forbidden
@@ -76,7 +78,11 @@ _FENCED = (400, 401, 403, 404, 409, 422, 503)
 
 
 def _register(
-    operation_id: str, summary: str, responses: dict[int, Any], description: str | None = None
+    operation_id: str,
+    summary: str,
+    responses: dict[int, Any],
+    description: str | None = None,
+    tag: str | None = None,
 ):
     spec = route(operation_id)
     # One alternative per scope that opens the route (OpenAPI: any one of them suffices).
@@ -90,7 +96,9 @@ def _register(
         responses=responses,
         security=security,
         tags=[
-            "operator"
+            tag
+            if tag is not None
+            else "operator"
             if spec.scope == "leasefence/operate"
             else "approvals"
             if spec.scope == "leasefence/approve"
@@ -146,6 +154,10 @@ def _public(operation: Any) -> dict[str, Any]:
         "job_type_version": operation.job_type_version,
         "approval_expires_at": to_rfc3339(operation.approval_expires_at),
         "approved_by": operation.approved_by,
+        "enqueued_by": operation.enqueued_by,
+        "reason": operation.reason,
+        "intent": operation.intent,
+        "checkpoint": operation.checkpoint,
     }
 
 
@@ -276,10 +288,67 @@ def enqueue(body: models.EnqueueRequest):
     )
 
 
+_JobTypeQuery = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=256,
+        pattern=models.NO_CONTROL,
+        description="Only operations of this job type",
+    ),
+]
+_ClassQuery = Annotated[
+    models.TargetClassName | None, Query(description="Only operations of this target class")
+]
+_AfterQuery = Annotated[
+    str | None,
+    Query(
+        max_length=64,
+        description="Only operations updated at or after this time (RFC 3339 with a time zone)",
+        json_schema_extra={"format": "date-time"},
+    ),
+]
+_BeforeQuery = Annotated[
+    str | None,
+    Query(
+        max_length=64,
+        description="Only operations updated before this time (RFC 3339 with a time zone)",
+        json_schema_extra={"format": "date-time"},
+    ),
+]
+_TextQuery = Annotated[
+    str | None,
+    Query(
+        max_length=listing.MAX_TEXT_QUERY,
+        pattern=models.NO_CONTROL,
+        description="Only operations whose id, job type or reason contains this text "
+        "(case-sensitive)",
+    ),
+]
+
+
+def _time_ms(value: str | None, name: str) -> int | None:
+    """An RFC 3339 time with a zone, as ms since the epoch (None for none)."""
+    if value is None or value == "":
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidInput(f"{name} must be an RFC 3339 time, e.g. 2026-12-01T10:00:00Z") from None
+    if parsed.tzinfo is None:
+        raise InvalidInput(f"{name} needs a time zone (e.g. Z)")
+    return int(parsed.timestamp() * 1000)
+
+
 @_register(
     "listOperations",
-    "List this tenant's operations (operators)",
+    "List this tenant's operations (operators; approvers: those awaiting approval)",
     {**_ok(200, "A page of operations", models.OperationPage), **_error_responses(*_AUTH)},
+    description="In id order. The filters (state, job_type, target_class, updated_after, "
+    "updated_before, q) are applied to the items a page reads, so a page of a narrow filter may "
+    "hold fewer than limit operations (even none) and still carry a next_cursor. With only the "
+    "`leasefence/approve` scope (an approver's inbox): state=awaiting_approval only (anything "
+    "else: 403 forbidden).",
 )
 def list_operations(
     state: Annotated[
@@ -289,10 +358,32 @@ def list_operations(
     cursor: Annotated[
         str | None, Query(max_length=2048, description="next_cursor of the previous page")
     ] = None,
+    job_type: _JobTypeQuery = None,
+    target_class: _ClassQuery = None,
+    updated_after: _AfterQuery = None,
+    updated_before: _BeforeQuery = None,
+    q: _TextQuery = None,
 ):
-    tenant = _caller("listOperations").tenant_id
+    caller = _caller("listOperations")
+    tenant = caller.tenant_id
+    if route("listOperations").scope not in caller.scopes and state != "awaiting_approval":
+        # An approver's inbox: what awaits approval, nothing else.
+        raise Forbidden(
+            f"without the scope {route('listOperations').scope}, a token lists only operations "
+            "awaiting approval (state=awaiting_approval)"
+        )
+    filters = listing.Filters.of(
+        state=state,
+        job_type=job_type,
+        target_class=target_class,
+        updated_after=_time_ms(updated_after, "updated_after"),
+        updated_before=_time_ms(updated_before, "updated_before"),
+        text=q or None,
+    )
     page = (
-        runtime().engine_for(tenant).list(tenant, state=state, limit=limit, cursor=cursor or None)
+        runtime()
+        .engine_for(tenant)
+        .list(tenant, limit=limit, cursor=cursor or None, filters=filters)
     )
     return _json(
         200,
@@ -745,6 +836,16 @@ def delete_job_type(
     return _json(200, entry.to_public())
 
 
+def _settings(strict: bool) -> dict[str, Any]:
+    """The tenant's settings, with the deployment's retention (read-only: the deployment's)."""
+    deployment = runtime().settings
+    return {
+        "strict_job_types": strict,
+        "identity_retention_days": deployment.identity_retention_days,
+        "payload_retention_days": deployment.payload_retention_days,
+    }
+
+
 @_register(
     "getSettings",
     "This tenant's settings (operators)",
@@ -752,7 +853,7 @@ def delete_job_type(
 )
 def get_settings():
     tenant = _caller("getSettings").tenant_id
-    return _json(200, {"strict_job_types": runtime().engine_for(tenant).catalogue.strict(tenant)})
+    return _json(200, _settings(runtime().engine_for(tenant).catalogue.strict(tenant)))
 
 
 @_register(
@@ -769,7 +870,7 @@ def put_settings(body: models.SettingsRequest):
         .engine_for(caller.tenant_id)
         .catalogue.set_strict(caller.tenant_id, body.strict_job_types, actor=caller.subject)
     )
-    return _json(200, {"strict_job_types": strict})
+    return _json(200, _settings(strict))
 
 
 @_register(
@@ -789,6 +890,124 @@ def get_controls():
         200,
         {"go": all(r.go for r in report), "job_types": [r.to_public() for r in report]},
     )
+
+
+# ---------------------------------------------------------------------------------- console
+
+
+@_register(
+    "countOperations",
+    "How many of this tenant's operations are in each state (operators)",
+    {**_ok(200, "Counts per state", models.StateCountsOut), **_error_responses(*_AUTH)},
+    description="Reads at most `limit` operations (default 1000, at most 5000) in id order, only "
+    "their state: complete is true when that was all of them (else the counts are a lower "
+    "bound). The same filters as GET /v1/operations but state.",
+)
+def count_operations(
+    job_type: _JobTypeQuery = None,
+    target_class: _ClassQuery = None,
+    updated_after: _AfterQuery = None,
+    updated_before: _BeforeQuery = None,
+    q: _TextQuery = None,
+    limit: Annotated[
+        int,
+        Query(ge=1, le=listing.MAX_COUNT_ITEMS, description="Operations read at most (1-5000)"),
+    ] = listing.DEFAULT_COUNT_ITEMS,
+):
+    tenant = _caller("countOperations").tenant_id
+    filters = listing.Filters.of(
+        job_type=job_type,
+        target_class=target_class,
+        updated_after=_time_ms(updated_after, "updated_after"),
+        updated_before=_time_ms(updated_before, "updated_before"),
+        text=q or None,
+    )
+    counts = runtime().engine_for(tenant).state_counts(tenant, filters, limit=limit)
+    return _json(200, counts.to_public())
+
+
+@_register(
+    "listTargetClasses",
+    "What each target class guarantees, and what each resolution of a parked operation means",
+    _ok(200, "The four target classes", models.TargetClassesOut),
+    description="A static table (no token needed): the operator console shows it beside every "
+    "unknown or quarantined operation, before a resolution is chosen.",
+    tag="console",
+)
+def list_target_classes():
+    from leasefence.advice import target_classes
+
+    return _json(200, {"target_classes": target_classes()})
+
+
+def _console(name: str) -> Response:
+    from leasefence import console
+
+    if not console.enabled():
+        return errors.to_response(errors.RouteNotFound("no such route"))
+    status, content_type, body = console.answer(name)
+    return Response(
+        status_code=status,
+        content_type=content_type,
+        body=body.decode("utf-8"),
+        headers=console.security_headers(),
+    )
+
+
+_HTML = {"text/html": {"schema": {"type": "string"}}}
+
+
+@_register(
+    "consoleRedirect",
+    "The operator console is at /console",
+    {302: {"description": "Redirect to /console"}, **_error_responses(404)},
+    tag="console",
+)
+def console_redirect():
+    from leasefence import console
+
+    if not console.enabled():
+        return errors.to_response(errors.RouteNotFound("no such route"))
+    return Response(
+        status_code=302,
+        content_type="text/plain; charset=utf-8",
+        body="",
+        headers={"Location": console.PATH, "Cache-Control": "no-cache"},
+    )
+
+
+@_register(
+    "consolePage",
+    "The operator console (a page; its data comes from this API with your token)",
+    {200: {"description": "The page", "content": _HTML}, **_error_responses(404)},
+    tag="console",
+)
+def console_page():
+    return _console("index.html")
+
+
+@_register(
+    "consoleAsset",
+    "The operator console's files (script, style sheet, sign-in configuration)",
+    {
+        200: {
+            "description": "The file (text/javascript, text/css or application/json)",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+        **_error_responses(404),
+    },
+    tag="console",
+)
+def console_asset(
+    asset: Annotated[
+        str,
+        Path(
+            description="console.js, console.css, index.html or config.json",
+            json_schema_extra={"minLength": 1, "maxLength": 64, "pattern": models.NO_CONTROL},
+        ),
+    ],
+):
+    return _console(asset)
 
 
 # Every route is declared in ROUTES (Powertools keeps its routes in private lists).

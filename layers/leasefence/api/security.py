@@ -83,7 +83,7 @@ class RouteSpec:
 ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/v1/health", None, "health"),
     RouteSpec("POST", "/v1/operations", PRODUCE, "enqueueOperation"),
-    RouteSpec("GET", "/v1/operations", OPERATE, "listOperations"),
+    RouteSpec("GET", "/v1/operations", OPERATE, "listOperations", also=(APPROVE,)),
     RouteSpec("GET", "/v1/operations/{id}", PRODUCE, "getOperation", also=(APPROVE,)),
     RouteSpec("POST", "/v1/claims", WORK, "claimOperation"),
     RouteSpec("POST", "/v1/operations/{id}/heartbeat", WORK, "heartbeat"),
@@ -106,7 +106,16 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/v1/operations/{id}/approve", APPROVE, "approveOperation"),
     RouteSpec("POST", "/v1/operations/{id}/reject", APPROVE, "rejectOperation"),
     RouteSpec("POST", "/v1/operations/{id}/cancel", PRODUCE, "cancelOperation"),
+    # For the operator console (docs/api-contract-extensions.md, section 14).
+    RouteSpec("GET", "/v1/state-counts", OPERATE, "countOperations"),
+    RouteSpec("GET", "/v1/target-classes", None, "listTargetClasses"),
+    RouteSpec("GET", "/", None, "consoleRedirect"),
+    RouteSpec("GET", "/console", None, "consolePage"),
+    RouteSpec("GET", "/console/{asset}", None, "consoleAsset"),
 )
+#: The console's own routes (open static files: :mod:`leasefence.console`); a deployment without
+#: the console leaves them out, and the API function answers them 404.
+CONSOLE_ROUTES = frozenset({"consoleRedirect", "consolePage", "consoleAsset"})
 
 _BY_ID = {route.operation_id: route for route in ROUTES}
 _COMPILED = tuple((route, route.regex) for route in ROUTES)
