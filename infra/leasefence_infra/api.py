@@ -21,7 +21,7 @@ from leasefence import keys
 from leasefence.engine import CLAIM_RETRY_BUDGET_MS
 from leasefence.settings import STORE_CALL_WORST_S
 
-from .contract import ALSO_SCOPES, ROUTES
+from .contract import ALSO_SCOPES, CONSOLE_ROUTES, ROUTES
 from .function import FunctionRuntime, ServiceFunction
 from .nag import acknowledge
 from .storage import Storage
@@ -78,6 +78,20 @@ _ACCESS_LOG_FORMAT = json.dumps(
 )
 
 
+#: Why each open route is open (cdk-nag's APIG4 acknowledgment).
+_OPEN_ROUTES = {
+    ("GET", "/v1/health"): "GET /v1/health is open by contract (load balancers and uptime checks "
+    "call it without a token); it returns a constant and reads no data.",
+    ("GET", "/v1/target-classes"): "A static table of the four target classes (what each "
+    "guarantees, how to reconcile it); it reads no data.",
+    ("GET", "/"): "Redirects to the operator console (/console); reads no data.",
+    ("GET", "/console"): "The operator console's page: a static file that holds no data; every "
+    "call it makes goes to the JWT-authorized routes with the signed-in person's token.",
+    ("GET", "/console/{asset}"): "The operator console's script, style sheet and sign-in "
+    "settings (issuer and public client id): static, no data.",
+}
+
+
 class Api(Construct):
     """``Function`` (the API function), ``HttpApi`` with one route per contract route,
     ``DefaultStage``, ``AccessLogs`` and, with tenant isolation, ``TenantAccessRole``.
@@ -99,10 +113,16 @@ class Api(Construct):
         memory_mb: int,
         throttling_rate_limit: float,
         throttling_burst_limit: int,
+        console: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         self._storage = storage
         api_environment = dict(environment)
+        #: The operator console is served (``GET /console``): its routes exist and the function
+        #: answers them; off, neither.
+        self.console = console
+        if not console:
+            api_environment["LEASEFENCE_CONSOLE"] = "off"
         self.function = ServiceFunction(
             self,
             "Function",
@@ -176,6 +196,8 @@ class Api(Construct):
         )
         self.routes: dict[tuple[str, str], apigw.HttpRoute] = {}
         for method, path, route_scope in ROUTES:
+            if not console and (method, path) in CONSOLE_ROUTES:
+                continue
             (route,) = self.http_api.add_routes(
                 path=path,
                 methods=[apigw.HttpMethod(method)],
@@ -187,12 +209,7 @@ class Api(Construct):
             )
             self.routes[(method, path)] = route
             if route_scope is None:
-                acknowledge(
-                    route,
-                    "AwsSolutions-APIG4",
-                    "GET /v1/health is open by contract (load balancers and uptime checks call "
-                    "it without a token); it returns a constant and reads no data.",
-                )
+                acknowledge(route, "AwsSolutions-APIG4", _OPEN_ROUTES[(method, path)])
             else:
                 kind = route.node.default_child.authorization_type
                 if kind != "JWT":

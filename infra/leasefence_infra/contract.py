@@ -42,6 +42,19 @@ ROUTES: tuple[tuple[str, str, str | None], ...] = (
     ("POST", "/v1/operations/{id}/approve", SCOPE_APPROVE),
     ("POST", "/v1/operations/{id}/reject", SCOPE_APPROVE),
     ("POST", "/v1/operations/{id}/cancel", SCOPE_PRODUCE),
+    # For the operator console (docs/api-contract-extensions.md, section 14).
+    ("GET", "/v1/state-counts", SCOPE_OPERATE),
+    ("GET", "/v1/target-classes", None),
+    # The console's own files (open, like /v1/health; left out with console=False).
+    ("GET", "/", None),
+    ("GET", "/console", None),
+    ("GET", "/console/{asset}", None),
+)
+
+#: The operator console's routes: static files that hold no data (the page calls the API with
+#: the signed-in person's token). A service with ``console=False`` does not route them.
+CONSOLE_ROUTES: frozenset[tuple[str, str]] = frozenset(
+    {("GET", "/"), ("GET", "/console"), ("GET", "/console/{asset}")}
 )
 
 #: Routes that other scopes open too (a token needs any one of the route's scopes, as API
@@ -49,6 +62,8 @@ ROUTES: tuple[tuple[str, str, str | None], ...] = (
 #: their payloads and their histories; the API function limits it to operations that went
 #: through the approval gate. A test keeps it equal to the API function's own table.
 ALSO_SCOPES: dict[tuple[str, str], tuple[str, ...]] = {
+    # An approver's inbox: the API function limits it to state=awaiting_approval.
+    ("GET", "/v1/operations"): (SCOPE_APPROVE,),
     ("GET", "/v1/operations/{id}"): (SCOPE_APPROVE,),
     ("GET", "/v1/operations/{id}/payload"): (SCOPE_APPROVE,),
     ("GET", "/v1/operations/{id}/history"): (SCOPE_APPROVE,),

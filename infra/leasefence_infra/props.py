@@ -177,6 +177,18 @@ class LeaseFenceServiceProps:
     """Steady requests per second of the `$default` stage."""
     throttling_burst_limit: int = 200
     """Burst of the `$default` stage."""
+    console: bool = True
+    """Serve the operator console at `GET /console` (`GET /` redirects there): static files from
+    the API function, every call the page makes an API call with the signed-in person's token.
+    With `create_user_pool` it signs in through the pool (an app client for it is created);
+    `False`: no console routes."""
+    console_client_id: str | None = None
+    """With `jwt_issuer`: the console's OpenID Connect client at your identity provider (public,
+    authorization code with PKCE, redirect URI `<api url>/console`; its access tokens must be
+    accepted by `jwt_audience`). Without it the deployed console signs in with a pasted token."""
+    console_scopes: Sequence[str] = ("openid",)
+    """OAuth scopes the console asks for at sign-in (its access token must carry `tenant_id` and
+    the leasefence scopes; with the created user pool the groups grant them)."""
 
     # ------------------------------------------------------------------ operations
     alarm_topic: sns.ITopic | None = None
@@ -246,6 +258,9 @@ class LeaseFenceServiceProps:
             raise TypeError("jwt_audience must be a list of audiences, not one string")
         self._set("jwt_audience", tuple(self.jwt_audience or ()))
         self._set("client_tenants", dict(self.client_tenants or {}))
+        if isinstance(self.console_scopes, str):
+            raise TypeError("console_scopes must be a list of scopes, not one string")
+        self._set("console_scopes", tuple(self.console_scopes or ()))
         self._set("tags", dict(self.tags or {}))
         self._set("job_types", {k: dict(v) for k, v in (self.job_types or {}).items()})
         if not isinstance(self.log_level, str):
@@ -315,6 +330,17 @@ class LeaseFenceServiceProps:
                     "it needs create_user_pool=True and no pre_token_generation of your own"
                 )
             _tenant_id("service_client_tenant", self.service_client_tenant)
+        if self.console_client_id is not None:
+            if not self.console or not self.jwt_issuer:
+                raise ValueError(
+                    "console_client_id is the console's client at your jwt_issuer: it needs "
+                    "jwt_issuer and console=True (with create_user_pool the service makes one)"
+                )
+            if not isinstance(self.console_client_id, str) or not self.console_client_id.strip():
+                raise ValueError("console_client_id must be a client id (a non-empty string)")
+        for console_scope in self.console_scopes:
+            if not isinstance(console_scope, str) or not console_scope or " " in console_scope:
+                raise ValueError(f"console_scopes: {console_scope!r} is not one OAuth scope")
         if self.iam_tenant is not None:
             _tenant_id("iam_tenant", self.iam_tenant)
             if is_shadow_tenant(self.iam_tenant):

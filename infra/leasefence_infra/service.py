@@ -36,7 +36,7 @@ import re
 from typing import Any
 
 import jsii
-from aws_cdk import Stack, Tags
+from aws_cdk import IStableStringProducer, Lazy, Stack, Tags
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_apigatewayv2_authorizers as authorizers
 from aws_cdk import aws_cloudwatch as cw
@@ -198,6 +198,10 @@ class LeaseFenceService(Construct, ServiceAccess):
                 service_client_tenant=props.service_client_tenant,
                 runtime=runtime,
                 removal_policy=props.removal_policy,
+                # The console signs people in through the pool: its callback is this API's
+                # /console, known once the API exists (resolved at synth).
+                console_callback_url=Lazy.string(_ConsoleUrl(self)) if props.console else None,
+                console_scopes=props.console_scopes,
             )
             Tags.of(self.user_pool).add(COMPONENT_TAG, "user-pool")
         authorizer = props.authorizer or self._jwt_authorizer(props)
@@ -214,7 +218,10 @@ class LeaseFenceService(Construct, ServiceAccess):
             memory_mb=props.api_memory_mb,
             throttling_rate_limit=props.throttling_rate_limit,
             throttling_burst_limit=props.throttling_burst_limit,
+            console=props.console,
         )
+        for name, value in self._console_sign_in(props).items():
+            self.api.function.function.add_environment(name, value)
         #: The IAM-authorized API for callers inside AWS (``iam_tenant``), else None.
         self.iam_api: IamApi | None = None
         if props.iam_tenant is not None:
@@ -312,6 +319,32 @@ class LeaseFenceService(Construct, ServiceAccess):
         ):
             if construct is not None:
                 Tags.of(construct).add(COMPONENT_TAG, component)
+
+    def _console_sign_in(self, props: LeaseFenceServiceProps) -> dict[str, str]:
+        """How the console signs people in (``leasefence.console``): OpenID Connect with PKCE
+        through the created user pool's console client, or the issuer's client you named
+        (``console_client_id``); else nothing (the page takes a pasted token)."""
+        prefix = "LEASEFENCE_CONSOLE_OIDC_"
+        scopes = " ".join(props.console_scopes)
+        if not props.console:
+            return {}
+        if self.user_pool is not None and self.user_pool.console_client is not None:
+            base = self.user_pool.domain.base_url()
+            return {
+                f"{prefix}ISSUER": self.user_pool.issuer,
+                f"{prefix}CLIENT_ID": self.user_pool.console_client.user_pool_client_id,
+                f"{prefix}SCOPES": scopes,
+                f"{prefix}AUTHORIZATION_ENDPOINT": f"{base}/oauth2/authorize",
+                f"{prefix}TOKEN_ENDPOINT": f"{base}/oauth2/token",
+                f"{prefix}LOGOUT_ENDPOINT": f"{base}/logout",
+            }
+        if props.console_client_id is not None and props.jwt_issuer is not None:
+            return {
+                f"{prefix}ISSUER": props.jwt_issuer,
+                f"{prefix}CLIENT_ID": props.console_client_id,
+                f"{prefix}SCOPES": scopes,
+            }
+        return {}
 
     def _jwt_authorizer(self, props: LeaseFenceServiceProps) -> authorizers.HttpJwtAuthorizer:
         if self.user_pool is not None:
@@ -454,3 +487,14 @@ class LeaseFenceService(Construct, ServiceAccess):
     def token_url(self) -> str | None:
         """The Cognito OAuth2 token endpoint (client credentials), when the pool is created."""
         return self.user_pool.token_url if self.user_pool is not None else None
+
+
+@jsii.implements(IStableStringProducer)
+class _ConsoleUrl:
+    """The console's URL (``<api url>/console``), produced at synth once the API exists."""
+
+    def __init__(self, service: LeaseFenceService) -> None:
+        self._service = service
+
+    def produce(self) -> str:
+        return f"{self._service.api.url}/console"

@@ -10,7 +10,7 @@ environment (a dependency cycle): it is written to an SSM parameter whose name i
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import Annotations, ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cognito as cognito
@@ -68,6 +68,8 @@ class LeaseFenceUserPool(Construct):
         runtime: FunctionRuntime,
         removal_policy: RemovalPolicy,
         service_client_tenant: str | None = None,
+        console_callback_url: str | None = None,
+        console_scopes: Sequence[str] = ("openid",),
     ) -> None:
         super().__init__(scope, construct_id)
         #: The shipped trigger, unless you gave ``pre_token_generation``.
@@ -147,6 +149,28 @@ class LeaseFenceUserPool(Construct):
             access_token_validity=Duration.hours(1),
             prevent_user_existence_errors=True,
         )
+        #: The operator console's app client (``console_callback_url``), else None: public (no
+        #: secret), authorization code with PKCE, redirected back to the console. Its tokens carry
+        #: a person's identity; the groups ``leasefence-<scope>`` and ``tenant:<id>`` (or the
+        #: ``custom:tenant_id`` attribute) give them scopes and a tenant (the shipped trigger).
+        self.console_client: cognito.UserPoolClient | None = None
+        if console_callback_url is not None:
+            self.console_client = pool.add_client(
+                "ConsoleClient",
+                generate_secret=False,
+                auth_flows=cognito.AuthFlow(),
+                o_auth=cognito.OAuthSettings(
+                    flows=cognito.OAuthFlows(authorization_code_grant=True),
+                    scopes=[cognito.OAuthScope.custom(name) for name in console_scopes],
+                    callback_urls=[console_callback_url],
+                    logout_urls=[console_callback_url],
+                ),
+                supported_identity_providers=[cognito.UserPoolClientIdentityProvider.COGNITO],
+                access_token_validity=Duration.hours(1),
+                id_token_validity=Duration.hours(1),
+                refresh_token_validity=Duration.hours(12),
+                prevent_user_existence_errors=True,
+            )
         stack = Stack.of(self)
         #: The SSM parameter holding :attr:`client`'s id, with ``service_client_tenant``.
         self.service_client_parameter: ssm.StringParameter | None = None
@@ -165,6 +189,8 @@ class LeaseFenceUserPool(Construct):
         #: Cognito access tokens have no ``aud``; API Gateway then checks ``client_id`` against
         #: the audience list, so the audience is the app client id.
         self.audience = [self.client.user_pool_client_id]
+        if self.console_client is not None:
+            self.audience.append(self.console_client.user_pool_client_id)
 
     def _map_service_client(self, stack: Stack, pre_token: ServiceFunction, tenant: str) -> None:
         name = service_client_parameter_name(self)

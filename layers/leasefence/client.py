@@ -141,7 +141,7 @@ class Operation:
     approved_by: str | None = None
     #: Who enqueued it (operations that went through the approval gate), or None.
     enqueued_by: str | None = None
-    #: The latest failure or park reason, or an operator's or approver's note.
+    #: The latest failure or park reason, or a rejection's note (a resolution's note: history).
     reason: str | None = None
     #: Class D: ``{"fence": int, "what": str}`` a holder recorded before its side effect.
     intent: Any = None

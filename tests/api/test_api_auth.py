@@ -33,7 +33,9 @@ PROTECTED = [r for r in ROUTES if r.scope is not None]
 
 
 def _path(route, operation_id: str = "s-1") -> str:
-    return route.template.replace("{id}", operation_id).replace("{job_type}", "s-job")
+    path = route.template.replace("{id}", operation_id).replace("{job_type}", "s-job")
+    # An approver lists only what awaits approval (every other scope may ask for it too).
+    return path + "?state=awaiting_approval" if route.operation_id == "listOperations" else path
 
 
 def _send(api: Api, route, token, body=None, operation_id: str = "s-1"):
@@ -146,9 +148,17 @@ def test_scope_table_is_the_contracts():
         ("POST", "/v1/operations/{id}/approve"): APPROVE,  # extensions: the approval gate
         ("POST", "/v1/operations/{id}/reject"): APPROVE,
         ("POST", "/v1/operations/{id}/cancel"): PRODUCE,
+        # The operator console (issue 25): counts for operators, an open table, the page's files.
+        ("GET", "/v1/state-counts"): OPERATE,
+        ("GET", "/v1/target-classes"): None,
+        ("GET", "/"): None,
+        ("GET", "/console"): None,
+        ("GET", "/console/{asset}"): None,
     }
-    # An approver reads what it approves (the routes serve it gated operations only).
+    # An approver reads what it approves (the routes serve it gated operations only) and lists
+    # what awaits approval (its inbox: the route refuses any other state).
     assert {(r.method, r.template): r.also for r in ROUTES if r.also} == {
+        ("GET", "/v1/operations"): (APPROVE,),
         ("GET", "/v1/operations/{id}"): (APPROVE,),
         ("GET", "/v1/operations/{id}/payload"): (APPROVE,),
         ("GET", "/v1/operations/{id}/history"): (APPROVE,),

@@ -148,7 +148,9 @@ def test_routes_use_the_brought_in_authorizer(byo) -> None:
                                                             "Audience": ["jobs-api"]}
     routes = [r["Properties"] for r in resources(tpl, "AWS::ApiGatewayV2::Route").values()]
     secured = [r for r in routes if r["AuthorizationType"] != "NONE"]
-    assert len(secured) == len(routes) - 1  # all but GET /v1/health
+    # All but the open ones: GET /v1/health, the target-class table and the console's files.
+    assert {r["RouteKey"] for r in routes if r["AuthorizationType"] == "NONE"} == {
+        "GET /v1/health", "GET /v1/target-classes", "GET /", "GET /console", "GET /console/{asset}"}
     assert all(r["AuthorizerId"] == {"Ref": authorizer_lid} and r["AuthorizationType"] == "JWT" for r in secured)
 
 

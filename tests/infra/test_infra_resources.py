@@ -60,9 +60,16 @@ CONTRACT_ROUTES = {
     "POST /v1/operations/{id}/approve": "leasefence/approve",
     "POST /v1/operations/{id}/reject": "leasefence/approve",
     "POST /v1/operations/{id}/cancel": "leasefence/produce",
+    # issue 25 (contract extensions): the operator console, its reads and its files
+    "GET /v1/state-counts": "leasefence/operate",
+    "GET /v1/target-classes": None,
+    "GET /": None,
+    "GET /console": None,
+    "GET /console/{asset}": None,
 }
 # Issue 21: an approver reads what it approves (the handler limits it to gated operations).
 CONTRACT_ALSO = {
+    "GET /v1/operations": ("leasefence/approve",),  # issue 25: an approver's inbox
     "GET /v1/operations/{id}": ("leasefence/approve",),
     "GET /v1/operations/{id}/payload": ("leasefence/approve",),
     "GET /v1/operations/{id}/history": ("leasefence/approve",),

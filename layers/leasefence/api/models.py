@@ -309,8 +309,8 @@ class OperationOut(BaseModel):
     )
     reason: str | None = Field(
         default=None,
-        description="The latest failure or park reason, or the operator's or approver's note "
-        "(null when none, or erased)",
+        description="The latest failure or park reason, or a rejection's note (null when none, "
+        "or erased); an operator's resolution note is in the history",
     )
     intent: Intent | None = Field(
         default=None,
