@@ -20,7 +20,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export CDK_DISABLE_VERSION_CHECK := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install lock run lint test synth deploy demo bench torture clean
+.PHONY: install lock run lint test synth deploy demo bench torture screenshots clean
 
 install: $(STAMP) $(NODE_STAMP)
 
@@ -81,6 +81,11 @@ bench: install
 # the run (python -m leasefence.torture --help for the other switches).
 torture: install
 	$(BIN)/leasefence torture --operations $${OPERATIONS:-5000} --seed $${SEED:-1}
+
+# The operator console's screenshots (docs/console/*.png, shown by docs/console.md): a real
+# `leasefence local --samples` in the system's Chromium (apt-get install -y chromium).
+screenshots: install
+	$(BIN)/python tests/console/screenshots.py docs/console
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache .mypy_cache .ruff_cache

@@ -367,8 +367,21 @@ function liveStamp() {
   if (status) status.textContent = ` updated ${new Date().toLocaleTimeString()}`;
 }
 
+// A link that carries a token in its fragment (what `leasefence local` prints): take the token,
+// take it out of the address bar at once, and go on to "view" (optional).
+function tokenFromFragment() {
+  const fragment = new URLSearchParams(location.hash.replace(/^#/, ""));
+  if (!fragment.get("token")) return false;
+  takeToken(fragment.get("token"), false);
+  const next = (fragment.get("view") || "/operations").replace(/^#?\/?/, "/");
+  history.replaceState(null, "", location.pathname + location.search + "#" + next);
+  renderWho();
+  return true;
+}
+
 async function route() {
   stopPolling();
+  tokenFromFragment();
   if (!state.token) return renderSignIn();
   const { parts, params } = parseHash();
   const view = parts[0] || "operations";
@@ -715,6 +728,10 @@ async function viewOperation(main, id) {
   if (PARKED.has(op.state)) add(main, resolveForm(op, classAdvice, () => route()));
   const history = h("section", { class: "history" }, h("h2", {}, "History"));
   add(main, history);
+  if (!has(SCOPES.operate) && !(has(SCOPES.approve) && op.enqueued_by)) {
+    add(history, needs(SCOPES.operate, "The history"));
+    return;
+  }
   try {
     let page = await loadHistory(id);
     add(history, ...timeline(page.entries, page.dropped));
@@ -957,12 +974,10 @@ async function viewSettings(main) {
 
 async function start() {
   await loadConfig();
-  const fragment = new URLSearchParams(location.hash.replace(/^#/, ""));
   const query = new URLSearchParams(location.search);
   let message = null;
-  if (fragment.get("token")) {
-    takeToken(fragment.get("token"), false);
-    history.replaceState(null, "", location.pathname + location.search + "#/operations");
+  if (tokenFromFragment()) {
+    // signed in from the link
   } else if (query.get("code") || query.get("error")) {
     try { await finishOidc(query); } catch (error) { message = `Sign-in failed: ${error.message}`; }
   } else if (sessionStorage.getItem(TOKEN_KEY)) {
