@@ -960,7 +960,7 @@ _HTML = {"text/html": {"schema": {"type": "string"}}}
 @_register(
     "consoleRedirect",
     "The operator console is at /console",
-    {302: {"description": "Redirect to /console"}, **_error_responses(404)},
+    {302: {"description": "Redirect to /console (no body)", "content": {}}, **_error_responses(404)},
     tag="console",
 )
 def console_redirect():
@@ -970,7 +970,7 @@ def console_redirect():
         return errors.to_response(errors.RouteNotFound("no such route"))
     return Response(
         status_code=302,
-        content_type="text/plain; charset=utf-8",
+        content_type=None,
         body="",
         headers={"Location": console.PATH, "Cache-Control": "no-cache"},
     )
@@ -991,8 +991,14 @@ def console_page():
     "The operator console's files (script, style sheet, sign-in configuration)",
     {
         200: {
-            "description": "The file (text/javascript, text/css or application/json)",
-            "content": {"text/plain": {"schema": {"type": "string"}}},
+            "description": "The file: the page, its script, its style sheet, or its sign-in "
+            "settings (config.json)",
+            "content": {
+                "text/html": {"schema": {"type": "string"}},
+                "text/javascript": {"schema": {"type": "string"}},
+                "text/css": {"schema": {"type": "string"}},
+                "application/json": {"schema": {"type": "object"}},
+            },
         },
         **_error_responses(404),
     },
