@@ -168,7 +168,6 @@ def local(
         seed(
             stack.base_url,
             lambda sub, scopes: stack.token(DEV_TENANT, scopes.split(), subject=sub),
-            DEV_TENANT,
         )
     console_scopes = [s if "/" in s else f"leasefence/{s}" for s in console_scope or []] or list(
         _default_scopes(DEV_TENANT)

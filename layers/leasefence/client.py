@@ -716,7 +716,7 @@ class LeaseFenceClient:
             1
         ]
 
-    def target_classes(self) -> list[dict[str, Any]]:
+    def target_classes(self) -> builtins.list[dict[str, Any]]:
         """What each target class guarantees and what each resolution means for it."""
         return self.request("GET", "/v1/target-classes")[1]["target_classes"]
 

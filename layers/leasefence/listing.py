@@ -160,7 +160,9 @@ def count_states(
     result = StateCounts()
     start = None
     while result.examined < limit:
-        page = query_page(start=start, Limit=limit - result.examined, Select="SPECIFIC_ATTRIBUTES", **query)
+        page = query_page(
+            start=start, Limit=limit - result.examined, Select="SPECIFIC_ATTRIBUTES", **query
+        )
         for item in page.items:
             state = item.get("state")
             if state in result.counts:

@@ -35,7 +35,7 @@ def test_root_redirects_to_the_console_and_the_page_is_served_without_a_token(ht
         assert "http://" not in text and "https://" not in text, f"{name} loads nothing from elsewhere"
     status, _, _ = anonymous.call("GET", "/console/secrets.txt")
     assert status == 404
-    status, body = anonymous.json("GET", "/console/../v1/settings")
+    status, _ = anonymous.json("GET", "/console/../v1/settings")
     assert status in (401, 404)  # never the settings without a token
 
 

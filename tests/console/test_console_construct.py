@@ -13,14 +13,14 @@ import pytest
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 
-from aws_cdk import App, Aspects, Stack  # noqa: E402
-from aws_cdk import aws_lambda as lambda_  # noqa: E402
-from aws_cdk.assertions import Annotations, Match, Template  # noqa: E402
-from cdk_nag import AwsSolutionsChecks  # noqa: E402
-from leasefence_infra import LeaseFenceService, LocalLayerBundler  # noqa: E402
-from leasefence_infra.props import LeaseFenceServiceProps  # noqa: E402
+from aws_cdk import App, Aspects, Stack
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk.assertions import Annotations, Match, Template
+from cdk_nag import AwsSolutionsChecks
 
-from leasefence.console import ASSETS  # noqa: E402
+from leasefence.console import ASSETS
+from leasefence_infra import LeaseFenceService, LocalLayerBundler
+from leasefence_infra.props import LeaseFenceServiceProps
 
 ISSUER = {"jwt_issuer": "https://login.example.com/", "jwt_audience": ["leasefence-api", "console-spa"]}
 CONSOLE_ROUTES = {"GET /", "GET /console", "GET /console/{asset}"}

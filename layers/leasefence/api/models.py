@@ -318,7 +318,8 @@ class OperationOut(BaseModel):
         "which fence), or null",
     )
     checkpoint: Any = Field(
-        default=None, description="The latest checkpoint a holder kept (the handler's JSON), or null"
+        default=None,
+        description="The latest checkpoint a holder kept (the handler's JSON), or null",
     )
 
 

@@ -960,7 +960,10 @@ _HTML = {"text/html": {"schema": {"type": "string"}}}
 @_register(
     "consoleRedirect",
     "The operator console is at /console",
-    {302: {"description": "Redirect to /console (no body)", "content": {}}, **_error_responses(404)},
+    {
+        302: {"description": "Redirect to /console (no body)", "content": {}},
+        **_error_responses(404),
+    },
     tag="console",
 )
 def console_redirect():

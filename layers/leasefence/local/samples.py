@@ -50,17 +50,19 @@ def _quietly(call: Callable[[], Any]) -> Any:
 def seed(
     base_url: str,
     token: Callable[[str, str], str],
-    tenant: str = "dev",
     takeover: bool = True,
 ) -> list[str]:
-    """Make the sample operations in ``tenant`` through the API at ``base_url``; ``token(subject,
-    scopes)`` mints a token for that identity (space-separated scopes). Returns their ids."""
+    """Make the sample operations through the API at ``base_url``; ``token(subject, scopes)``
+    mints a token of the tenant to fill for that identity (space-separated scopes). Returns
+    their ids."""
     everything = "leasefence/produce leasefence/work leasefence/operate"
     operator = LeaseFenceClient(base_url, token("operator:sam", everything))
     agent = LeaseFenceClient(base_url, token(AGENT, "leasefence/produce leasefence/work"))
     made: list[str] = []
 
-    def enqueue(client: LeaseFenceClient, op_id: str, job_type: str, payload: Any, **kw: Any) -> None:
+    def enqueue(
+        client: LeaseFenceClient, op_id: str, job_type: str, payload: Any, **kw: Any
+    ) -> None:
         _quietly(lambda: client.enqueue(op_id, job_type, payload, **kw))
         made.append(op_id)
 
@@ -91,7 +93,9 @@ def seed(
         {"order": "A-1002", "amount": 89900, "currency": "EUR", "reason": "duplicate charge"},
     )
     for n in (5001, 5002, 5003):
-        enqueue(agent, f"receipt-{n}", "demo-receipt", {"order": f"A-{n}", "to": "buyer@example.com"})
+        enqueue(
+            agent, f"receipt-{n}", "demo-receipt", {"order": f"A-{n}", "to": "buyer@example.com"}
+        )
 
     def worked(
         op_id: str,
@@ -158,7 +162,9 @@ def seed(
             lease_seconds=1,
         )
         time.sleep(1.3)
-        claim = _quietly(lambda: agent.claim("worker-b", lease_seconds=30, operation_id="sync-4001"))
+        claim = _quietly(
+            lambda: agent.claim("worker-b", lease_seconds=30, operation_id="sync-4001")
+        )
         if claim is not None:
             _quietly(lambda: agent.complete("sync-4001", claim.fence, "synced"))
     return made
