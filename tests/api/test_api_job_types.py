@@ -165,9 +165,12 @@ def test_a_claim_answers_the_lease_the_entry_granted(api):
 
 def test_strict_mode(api):
     enqueue(api, "u-1", job_type="misc")  # non-strict: as without a catalogue
-    assert api.get("/v1/settings").json == {"strict_job_types": False}
+    # With the deployment's retention, read-only (issue 25).
+    retention = {"identity_retention_days": 400, "payload_retention_days": 30}
+    assert api.get("/v1/settings").json == {"strict_job_types": False, **retention}
     assert api.call("PUT", "/v1/settings", {"strict_job_types": True}).json == {
-        "strict_job_types": True
+        "strict_job_types": True,
+        **retention,
     }
     refused = api.post("/v1/operations", {"operation_id": "u-2", "job_type": "misc", "payload": 1})
     assert (refused.status, refused.error_code) == (422, "unknown_job_type")

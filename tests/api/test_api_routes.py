@@ -19,6 +19,7 @@ OPERATION_FIELDS = {
     "payload_ref", "outcome_code", "lease_owner", "lease_expires_at", "created_at", "updated_at",
     "payload_state", "erased_at", "job_type_version",  # extensions: docs/api-contract-extensions.md
     "approval_expires_at", "approved_by",  # extensions: the approval gate
+    "enqueued_by", "reason", "intent", "checkpoint",  # extensions: the operator console (issue 25)
 }
 CLAIM_FIELDS = {
     "operation_id", "job_type", "fence", "attempts", "lease_expires_at", "payload_ref", "payload_hash",

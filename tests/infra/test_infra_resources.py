@@ -233,6 +233,9 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
         if fn is svc.api.function.function:
             extra |= {"LEASEFENCE_ALARM_TOPIC"}  # the go/no-go report's alert route
             assert env["LEASEFENCE_ALARM_TOPIC"] == {"Ref": logical_id(stack, svc.alarm_topic)}
+            if name == "full":  # the console signs in through the user pool (issue 25)
+                extra |= {f"LEASEFENCE_CONSOLE_OIDC_{k}" for k in (
+                    "ISSUER", "CLIENT_ID", "SCOPES", "AUTHORIZATION_ENDPOINT", "TOKEN_ENDPOINT", "LOGOUT_ENDPOINT")}
         if fn is svc.worker_function:
             extra = WORKER_ENV | set(svc.props.worker.environment)
         if fn is svc.publisher_function:
@@ -308,7 +311,9 @@ def test_jwt_authorizer_cognito_pool(synth) -> None:
     client = logical_id(stack, svc.user_pool.client)
     (authorizer,) = resources(tpl, "AWS::ApiGatewayV2::Authorizer").values()
     jwt = authorizer["Properties"]["JwtConfiguration"]
-    assert jwt["Audience"] == [{"Ref": client}]
+    # The service client's tokens, and the operator console's (issue 25: tests/console).
+    console = logical_id(stack, svc.user_pool.console_client)
+    assert jwt["Audience"] == [{"Ref": client}, {"Ref": console}]
     assert jwt["Issuer"] == {"Fn::Join": ["", ["https://cognito-idp.", {"Ref": "AWS::Region"}, ".",
                                                {"Ref": "AWS::URLSuffix"}, "/", {"Ref": pool}]]}
     (server,) = resources(tpl, "AWS::Cognito::UserPoolResourceServer").values()

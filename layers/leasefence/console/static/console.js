@@ -286,7 +286,9 @@ function renderWho() {
   const scopes = [...scopesOf(state.claims)].map((s) => s.replace(/^leasefence\//, ""));
   const exp = state.claims.exp ? new Date(state.claims.exp * 1000) : null;
   add(box, 
-    h("span", { "data-test": "who" }, h("strong", {}, who(state.claims))),
+    // The identity the API records (sub); a person's user name beside it when the token has one.
+    h("span", { "data-test": "who", title: state.claims.username ? `sub ${who(state.claims)}` : "" },
+      h("strong", {}, state.claims.username && state.claims.username !== who(state.claims) ? state.claims.username : who(state.claims))),
     h("span", { class: "muted" }, " · tenant "), h("strong", { "data-test": "tenant" }, state.claims.tenant_id || "(none)"),
     h("span", { class: "scopes", "data-test": "scopes", title: exp ? `token expires ${fmtTime(exp)}` : "" },
       scopes.length ? scopes.map((s) => badge(s, "scope")) : badge("no scopes", "scope")),
