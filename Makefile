@@ -48,7 +48,7 @@ lock:
 	  --custom-compile-command 'make lock' --quiet $(LOCK_ARGS) -o $(LOCK)
 
 run: install
-	$(BIN)/leasefence local
+	$(BIN)/leasefence local --samples
 
 # Lint, format check and type check; make test runs it first, so CI fails on any of them.
 LINT_PATHS := layers functions infra
