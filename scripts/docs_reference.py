@@ -283,13 +283,17 @@ PAGES: dict[str, Callable[[], str]] = {
 }
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def drifted() -> list[str]:
     """The reference pages that differ from what the code generates."""
     stale = []
     for name, build in PAGES.items():
         path = REFERENCE / name
         if not path.exists() or path.read_text(encoding="utf-8") != build():
-            stale.append(str(path.relative_to(ROOT)))
+            stale.append(_shown(path))
     return stale
 
 
@@ -313,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path} is out of date: run `make docs` (or python scripts/docs_reference.py)", file=sys.stderr)
         return 1 if stale else 0
     for path in write():
-        print(f"wrote {path.relative_to(ROOT)}")
+        print(f"wrote {_shown(path)}")
     return 0
 
 

@@ -80,6 +80,6 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     built = (tmp_path / "site" / "getting-started.html").read_text(encoding="utf-8")
-    assert "leasefence token --tenant dev" in built
+    assert "Walk an operation through its life" in built
     constructs = (tmp_path / "site" / "constructs.html").read_text(encoding="utf-8")
     assert "Bring your own" in constructs  # infra/README.md, included
