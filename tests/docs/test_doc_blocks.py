@@ -206,20 +206,7 @@ def _clone_like(folder: Path) -> None:
         (folder / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
 
 
-@dataclass
-class LocalStack:
-    base_url: str
-    env: dict[str, str]
-    cwd: Path
-
-
-@pytest.fixture
-def local_stack(tmp_path: Path):
-    """A fresh ``leasefence local`` on free ports with its own state folder, and the environment
-    and working folder the blocks run with."""
-    cwd = tmp_path / "clone"
-    _clone_like(cwd)
-    state = tmp_path / "state"
+def _environment(state: Path) -> dict[str, str]:
     bin_dir = str(Path(sys.executable).parent)
     env = {
         **os.environ,
@@ -227,42 +214,145 @@ def local_stack(tmp_path: Path):
         "LEASEFENCE_STATE_DIR": str(state),
         "PYTHONUNBUFFERED": "1",
         "COLUMNS": "160",
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
     }
     for name in ("LEASEFENCE_BASE_URL", "LEASEFENCE_TOKEN", "LEASEFENCE_LOCAL_JWT_SECRET", "VIRTUAL_ENV"):
         env.pop(name, None)
-    api_port, ddb_port = _free_port(), _free_port()
-    log = (tmp_path / "stack.log").open("w+")
-    stack = subprocess.Popen(
-        [str(Path(bin_dir) / "leasefence"), "local", "--port", str(api_port), "--dynamodb-port", str(ddb_port)],
-        cwd=cwd,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    base_url = f"http://127.0.0.1:{api_port}"
-    try:
-        deadline = time.monotonic() + 60
-        while "Press Ctrl-C to stop." not in (tmp_path / "stack.log").read_text():
-            assert stack.poll() is None, (tmp_path / "stack.log").read_text()
+    return env
+
+
+#: A page needs a running stack when one of its blocks talks to one.
+NEEDS_STACK = re.compile(
+    r"LEASEFENCE_BASE_URL|LEASEFENCE_DYNAMODB_ENDPOINT|\$API\b|"
+    r"leasefence (token|ops|job-types|controls|events|invoke|shadow|erase-tenant|publisher)\b"
+)
+
+
+def needs_stack(path: Path) -> bool:
+    return any(NEEDS_STACK.search(expand_snippets(b.code)) for b in runnable(path))
+
+
+@dataclass
+class LocalStack:
+    """Where a page's blocks run: a clone-like folder, its environment and (when the page needs
+    one) a ``leasefence local`` of its own."""
+
+    cwd: Path
+    env: dict[str, str]
+    process: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+    base_url: str = ""
+
+    def wait_ready(self) -> bool:
+        """True once it serves; False when it could not start (a port taken meanwhile by
+        another process on this shared machine: another one is started instead)."""
+        assert self.process and self.log
+        deadline = time.monotonic() + 90
+        while "Press Ctrl-C to stop." not in self.log.read_text(errors="replace"):
+            if self.process.poll() is not None:
+                output = self.log.read_text(errors="replace")
+                assert "cannot start" in output, output
+                self.process = None  # nothing to stop or reap
+                return False
             assert time.monotonic() < deadline, "leasefence local never became ready"
             time.sleep(0.1)
-        yield LocalStack(base_url, {**env, "LEASEFENCE_BASE_URL": base_url}, cwd)
-    finally:
-        with contextlib.suppress(OSError):
-            os.killpg(stack.pid, signal.SIGTERM)
+        return True
+
+    def stop(self) -> None:
+        if self.process:
+            with contextlib.suppress(OSError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+
+    def reap(self) -> str | None:
+        """None when it stopped cleanly (exit 0), else what went wrong."""
+        if not self.process or not self.log:
+            return None
         try:
-            code = stack.wait(timeout=30)
+            code = self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            os.killpg(stack.pid, signal.SIGKILL)
-            code = stack.wait()
-        log.seek(0)
-        assert code == 0, "leasefence local did not stop cleanly:\n" + log.read()
+            os.killpg(self.process.pid, signal.SIGKILL)
+            code = self.process.wait()
+        return None if code == 0 else f"exit {code}:\n" + self.log.read_text(errors="replace")
+
+
+class Stacks:
+    """Fresh stacks, one per page that needs one, each started while the page before runs (a
+    stack takes seconds to start and to stop; neither is waited for in line)."""
+
+    def __init__(self, folder: Path, needed: int) -> None:
+        self.folder = folder
+        self.needed = needed
+        self.count = 0
+        self.spare: LocalStack | None = None
+        self.started: list[LocalStack] = []
+
+    def _folder(self) -> Path:
+        self.count += 1
+        return self.folder / f"page-{self.count}"
+
+    def plain(self) -> LocalStack:
+        folder = self._folder()
+        _clone_like(folder / "clone")
+        return LocalStack(folder / "clone", _environment(folder / "state"))
+
+    def _start(self) -> LocalStack:
+        folder = self._folder()
+        _clone_like(folder / "clone")
+        env = _environment(folder / "state")
+        api_port, ddb_port = _free_port(), _free_port()
+        log = folder / "stack.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                ["leasefence", "local", "--port", str(api_port), "--dynamodb-port", str(ddb_port)],
+                cwd=folder / "clone",
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        base_url = f"http://127.0.0.1:{api_port}"
+        endpoint = f"http://127.0.0.1:{ddb_port}"
+        env = {**env, "LEASEFENCE_BASE_URL": base_url, "LEASEFENCE_DYNAMODB_ENDPOINT": endpoint}
+        stack = LocalStack(folder / "clone", env, process, log, base_url)
+        self.started.append(stack)
+        self.needed -= 1
+        return stack
+
+    def take(self) -> LocalStack:
+        for _ in range(3):
+            stack = self.spare or self._start()
+            self.spare = self._start() if self.needed > 0 else None
+            if stack.wait_ready():
+                return stack
+            self.needed += 1  # its replacement
+        raise AssertionError("leasefence local could not start three times in a row")
+
+    def close(self) -> list[str]:
+        for stack in self.started:
+            stack.stop()
+        return [problem for stack in self.started if (problem := stack.reap())]
 
 
 # --------------------------------------------------------------------------------------- tests
 
 RUNNABLE = [p for p in documents() if runnable(p)]
+
+
+@pytest.fixture(scope="module")
+def stacks(tmp_path_factory: pytest.TempPathFactory):
+    pool = Stacks(tmp_path_factory.mktemp("stacks"), needed=sum(map(needs_stack, RUNNABLE)))
+    yield pool
+    problems = pool.close()
+    assert not problems, "leasefence local did not stop cleanly: " + "\n".join(problems)
+
+
+@pytest.fixture
+def local_stack(stacks: Stacks, document: Path):
+    """A fresh ``leasefence local`` on free ports with its own state folder (for a page that
+    talks to one), the environment and the clone-like folder the page's blocks run in."""
+    stack = stacks.take() if needs_stack(document) else stacks.plain()
+    yield stack
+    stack.stop()
 
 
 @pytest.mark.parametrize("document", RUNNABLE, ids=[str(p.relative_to(ROOT)) for p in RUNNABLE])
