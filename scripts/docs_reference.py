@@ -51,7 +51,9 @@ def _type(schema: dict[str, Any]) -> str:
         name = schema["$ref"].rsplit("/", 1)[-1]
         return f"[{name}](#{_anchor(name)})"
     if "anyOf" in schema or "oneOf" in schema:
-        options = [s for s in schema.get("anyOf", schema.get("oneOf", [])) if s.get("type") != "null"]
+        options = [
+            s for s in schema.get("anyOf", schema.get("oneOf", [])) if s.get("type") != "null"
+        ]
         nullable = len(options) < len(schema.get("anyOf", schema.get("oneOf", [])))
         text = " or ".join(_type(s) for s in options) or "`null`"
         return f"{text} or `null`" if nullable else text
@@ -60,7 +62,11 @@ def _type(schema: dict[str, Any]) -> str:
     kind = schema.get("type")
     if kind == "array":
         return f"array of {_type(schema.get('items', {}))}"
-    if kind == "object" and "additionalProperties" in schema and isinstance(schema["additionalProperties"], dict):
+    if (
+        kind == "object"
+        and "additionalProperties" in schema
+        and isinstance(schema["additionalProperties"], dict)
+    ):
         return f"object of {_type(schema['additionalProperties'])}"
     if isinstance(kind, list):
         return " or ".join(f"`{k}`" for k in kind)
@@ -81,7 +87,11 @@ def _constraints(schema: dict[str, Any]) -> str:
         ):
             if key in s:
                 value = s[key]
-                parts.append(label.format(int(value) if isinstance(value, float) and value.is_integer() else value))
+                parts.append(
+                    label.format(
+                        int(value) if isinstance(value, float) and value.is_integer() else value
+                    )
+                )
         if "pattern" in s:
             parts.append(f"pattern `{s['pattern']}`")
     if "default" in schema:
@@ -122,24 +132,41 @@ def http_api_page(spec: dict[str, Any]) -> str:
         "| --- | --- | --- | --- |",
     ]
     for path, method, op in _routes(spec):
-        scopes = ", ".join(f"`{s}`" for req in op.get("security", []) for v in req.values() for s in v) or "none"
+        scopes = (
+            ", ".join(f"`{s}`" for req in op.get("security", []) for v in req.values() for s in v)
+            or "none"
+        )
         slug = f"{method}-{path}".lower().replace("/", "-").replace("{", "").replace("}", "")
-        lines.append(f"| `{method.upper()}` | [`{path}`](#{slug}) | {scopes} | {_cell(op.get('summary', ''))} |")
+        lines.append(
+            f"| `{method.upper()}` | [`{path}`](#{slug}) | {scopes} | {_cell(op.get('summary', ''))} |"
+        )
     for path, method, op in _routes(spec):
         slug = f"{method}-{path}".lower().replace("/", "-").replace("{", "").replace("}", "")
         lines += ["", f"### `{method.upper()} {path}` {{#{slug}}}", "", op.get("summary", "")]
         if op.get("description"):
             lines += ["", op["description"].strip()]
         scopes = [s for req in op.get("security", []) for v in req.values() for s in v]
-        lines += ["", f"Scope: {', '.join(f'`{s}`' for s in scopes) if scopes else 'none (no token needed)'}."]
+        lines += [
+            "",
+            f"Scope: {', '.join(f'`{s}`' for s in scopes) if scopes else 'none (no token needed)'}.",
+        ]
         params = op.get("parameters", [])
         if params:
-            lines += ["", "| parameter | in | type | required | meaning |", "| --- | --- | --- | --- | --- |"]
+            lines += [
+                "",
+                "| parameter | in | type | required | meaning |",
+                "| --- | --- | --- | --- | --- |",
+            ]
             for p in params:
                 schema = p.get("schema", {})
-                meaning = "; ".join(x for x in (p.get("description") or _description(schema), _constraints(schema)) if x)
+                meaning = "; ".join(
+                    x
+                    for x in (p.get("description") or _description(schema), _constraints(schema))
+                    if x
+                )
+                required = "yes" if p.get("required") else "no"
                 lines.append(
-                    f"| `{p['name']}` | {p['in']} | {_type(schema)} | {'yes' if p.get('required') else 'no'} | {_cell(meaning)} |"
+                    f"| `{p['name']}` | {p['in']} | {_type(schema)} | {required} | {_cell(meaning)} |"
                 )
         body = op.get("requestBody")
         if body:
@@ -150,7 +177,9 @@ def http_api_page(spec: dict[str, Any]) -> str:
         for status in sorted(op.get("responses", {})):
             answer = op["responses"][status]
             schemas = [_type(c.get("schema", {})) for c in answer.get("content", {}).values()]
-            lines.append(f"| {status} | {_cell(answer.get('description', ''))} | {', '.join(schemas) or '-'} |")
+            lines.append(
+                f"| {status} | {_cell(answer.get('description', ''))} | {', '.join(schemas) or '-'} |"
+            )
     lines += ["", "## Schemas"]
     for name, schema in sorted(spec.get("components", {}).get("schemas", {}).items()):
         lines += ["", f"### {name} {{#{_anchor(name)}}}"]
@@ -162,7 +191,9 @@ def http_api_page(spec: dict[str, Any]) -> str:
             lines += ["", "| field | type | required | meaning |", "| --- | --- | --- | --- |"]
             for field, prop in properties.items():
                 meaning = "; ".join(x for x in (_description(prop), _constraints(prop)) if x)
-                lines.append(f"| `{field}` | {_type(prop)} | {'yes' if field in required else 'no'} | {_cell(meaning)} |")
+                lines.append(
+                    f"| `{field}` | {_type(prop)} | {'yes' if field in required else 'no'} | {_cell(meaning)} |"
+                )
             if schema.get("additionalProperties") is False:
                 lines += ["", "Other fields are refused (422 `invalid_request`)."]
         elif "enum" in schema or "type" in schema:
@@ -217,14 +248,25 @@ def cli_page() -> str:
         anchor = path.replace(" ", "-")
         ctx = command.make_context(path, [], resilient_parsing=True)
         usage = " ".join(command.collect_usage_pieces(ctx))
-        lines += ["", f"## `{path}` {{#{anchor}}}", "", "```text", f"{path} {usage}".rstrip(), "```"]
+        lines += [
+            "",
+            f"## `{path}` {{#{anchor}}}",
+            "",
+            "```text",
+            f"{path} {usage}".rstrip(),
+            "```",
+        ]
         if command.help:
             lines += ["", command.help.strip()]
         if hasattr(command, "commands"):
-            subcommands = ", ".join(f"[`{path} {n}`](#{anchor}-{n})" for n in sorted(command.commands))
+            subcommands = ", ".join(
+                f"[`{path} {n}`](#{anchor}-{n})" for n in sorted(command.commands)
+            )
             lines += ["", f"Commands: {subcommands}."]
             continue
-        records = [p.get_help_record(ctx) for p in command.params if not getattr(p, "hidden", False)]
+        records = [
+            p.get_help_record(ctx) for p in command.params if not getattr(p, "hidden", False)
+        ]
         records = [r for r in records if r]
         if records:
             lines += ["", "| option | meaning |", "| --- | --- |"]
@@ -245,33 +287,38 @@ def props_page() -> str:
     worker_rows = ["| prop | type | default | meaning |", "| --- | --- | --- | --- |"]
     for f in fields(WorkerProps):
         type_ = str(f.type).replace("|", "\\|")
-        worker_rows.append(f"| `{f.name}` | `{type_}` | `{props_doc._default(f)}` | {worker_docs.get(f.name, '')} |")
-    return "\n".join(
-        [
-            NOTE,
-            "",
-            "# Construct props",
-            "",
-            "Every option of `LeaseFenceService` (`leasefence_infra.LeaseFenceServiceProps`), generated "
-            "from the dataclass's field docstrings, types and defaults (`python -m "
-            "leasefence_infra.props_doc`): pass them as keyword arguments, or a `props=` object. "
-            "Synthesis checks them and refuses a bad combination in one sentence. How to deploy: "
-            "[Deploying](../deploying.md); what each part does: [the construct library](../constructs.md).",
-            "",
-            "## LeaseFenceServiceProps",
-            "",
-            props_doc.BEGIN,
-            props_doc.props_table(),
-            props_doc.END,
-            "",
-            "## WorkerProps",
-            "",
-            "The `worker` prop: `WorkerProps(handlers=\"package.module:HANDLERS\", tenants=[...], ...)` "
-            "deploys the worker function that runs your job handlers.",
-            "",
-            *worker_rows,
-        ]
-    ) + "\n"
+        worker_rows.append(
+            f"| `{f.name}` | `{type_}` | `{props_doc._default(f)}` | {worker_docs.get(f.name, '')} |"
+        )
+    return (
+        "\n".join(
+            [
+                NOTE,
+                "",
+                "# Construct props",
+                "",
+                "Every option of `LeaseFenceService` (`leasefence_infra.LeaseFenceServiceProps`), generated "
+                "from the dataclass's field docstrings, types and defaults (`python -m "
+                "leasefence_infra.props_doc`): pass them as keyword arguments, or a `props=` object. "
+                "Synthesis checks them and refuses a bad combination in one sentence. How to deploy: "
+                "[Deploying](../deploying.md); what each part does: [the construct library](../constructs.md).",
+                "",
+                "## LeaseFenceServiceProps",
+                "",
+                props_doc.BEGIN,
+                props_doc.props_table(),
+                props_doc.END,
+                "",
+                "## WorkerProps",
+                "",
+                'The `worker` prop: `WorkerProps(handlers="package.module:HANDLERS", tenants=[...], ...)` '
+                "deploys the worker function that runs your job handlers.",
+                "",
+                *worker_rows,
+            ]
+        )
+        + "\n"
+    )
 
 
 # ---------------------------------------------------------------------------------------- main
@@ -309,12 +356,17 @@ def write() -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="only check; exit 1 when a page drifted")
+    parser.add_argument(
+        "--check", action="store_true", help="only check; exit 1 when a page drifted"
+    )
     args = parser.parse_args(argv)
     if args.check:
         stale = drifted()
         for path in stale:
-            print(f"{path} is out of date: run `make docs` (or python scripts/docs_reference.py)", file=sys.stderr)
+            print(
+                f"{path} is out of date: run `make docs` (or python scripts/docs_reference.py)",
+                file=sys.stderr,
+            )
         return 1 if stale else 0
     for path in write():
         print(f"wrote {_shown(path)}")

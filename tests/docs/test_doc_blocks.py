@@ -85,7 +85,9 @@ def blocks(path: Path) -> list[Block]:
             line = lines[j]
             body.append(line[indent:] if line[:indent].strip() == "" else line.lstrip())
             j += 1
-        found.append(Block(path, i + 1, language, "\n".join(body) + "\n", skip["why"] if skip else None))
+        found.append(
+            Block(path, i + 1, language, "\n".join(body) + "\n", skip["why"] if skip else None)
+        )
         i = j + 1
     return found
 
@@ -102,7 +104,11 @@ def expand_snippets(code: str) -> str:
 
 def documents() -> list[Path]:
     """The README and every guide: docs/**/*.md but the generated reference pages."""
-    pages = sorted(p for p in (ROOT / "docs").rglob("*.md") if "reference" not in p.relative_to(ROOT / "docs").parts)
+    pages = sorted(
+        p
+        for p in (ROOT / "docs").rglob("*.md")
+        if "reference" not in p.relative_to(ROOT / "docs").parts
+    )
     return [ROOT / "README.md", *pages]
 
 
@@ -216,7 +222,12 @@ def _environment(state: Path) -> dict[str, str]:
         "COLUMNS": "160",
         "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
     }
-    for name in ("LEASEFENCE_BASE_URL", "LEASEFENCE_TOKEN", "LEASEFENCE_LOCAL_JWT_SECRET", "VIRTUAL_ENV"):
+    for name in (
+        "LEASEFENCE_BASE_URL",
+        "LEASEFENCE_TOKEN",
+        "LEASEFENCE_LOCAL_JWT_SECRET",
+        "VIRTUAL_ENV",
+    ):
         env.pop(name, None)
     return env
 
@@ -356,7 +367,9 @@ def local_stack(stacks: Stacks, document: Path):
 
 
 @pytest.mark.parametrize("document", RUNNABLE, ids=[str(p.relative_to(ROOT)) for p in RUNNABLE])
-def test_every_block_runs_as_written(document: Path, local_stack: LocalStack, tmp_path: Path) -> None:
+def test_every_block_runs_as_written(
+    document: Path, local_stack: LocalStack, tmp_path: Path
+) -> None:
     log = tmp_path / "blocks.log"
     sessions: dict[str, Session] = {}
     try:
@@ -373,12 +386,11 @@ def test_every_block_runs_as_written(document: Path, local_stack: LocalStack, tm
                 sessions[block.kind] = Session(argv, local_stack.cwd, local_stack.env, log)
                 if block.kind == "bash":
                     sessions["bash"].run(f"set -euo pipefail; echo {DONE} 0")
-            if block.kind == "bash":
-                command = f"source {source}; echo {DONE} 0"
-            else:
-                command = str(source)
+            command = f"source {source}; echo {DONE} 0" if block.kind == "bash" else str(source)
             status, output = sessions[block.kind].run(command)
-            assert status == 0, f"{block.where()} ({block.language}) failed with {status}:\n{code}\n--- output\n{output}"
+            assert status == 0, (
+                f"{block.where()} ({block.language}) failed with {status}:\n{code}\n--- output\n{output}"
+            )
     finally:
         for session in sessions.values():
             session.close()

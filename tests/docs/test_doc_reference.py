@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("docs_reference", ROOT / "scripts" / "docs_reference.py")
+    spec = importlib.util.spec_from_file_location(
+        "docs_reference", ROOT / "scripts" / "docs_reference.py"
+    )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -53,7 +55,15 @@ def test_the_http_reference_lists_every_route_and_schema() -> None:
 
 def test_the_cli_reference_has_every_command_and_option() -> None:
     text = generator.cli_page()
-    for command in ("local", "token", "openapi", "ops approve", "job-types apply", "events tail", "erase-tenant"):
+    for command in (
+        "local",
+        "token",
+        "openapi",
+        "ops approve",
+        "job-types apply",
+        "events tail",
+        "erase-tenant",
+    ):
         assert f"## `leasefence {command}`" in text
     assert "`--dynamodb-port <int>`" in text and "`--payload-hash <str>`" in text
 
@@ -71,7 +81,17 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     """``mkdocs build --strict`` (what ``make docs`` runs): a broken link or anchor, a page
     missing from the nav or a snippet that names no file fails the build."""
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(tmp_path / "site")],
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--quiet",
+            "--site-dir",
+            str(tmp_path / "site"),
+        ],
+        check=False,
         cwd=ROOT,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
         capture_output=True,
