@@ -20,7 +20,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export CDK_DISABLE_VERSION_CHECK := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install lock run lint test synth deploy demo bench torture screenshots clean
+.PHONY: install lock run lint test docs synth deploy demo bench torture screenshots clean
 
 install: $(STAMP) $(NODE_STAMP)
 
@@ -61,6 +61,12 @@ lint: install
 test: install lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=12
 
+# The documentation site (mkdocs.yml, docs/) into site/: the generated reference pages first
+# (HTTP API from openapi.json, CLI, construct props), then a strict build (a broken link fails).
+docs: install
+	$(BIN)/python scripts/docs_reference.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 # Offline: no issuer is known here, so the placeholder is allowed explicitly (a real deploy
 # passes -c jwtIssuer=... or -c createUserPool=true to cdk). More context: SYNTH_ARGS='-c k=v'.
 synth: install
@@ -88,4 +94,4 @@ screenshots: install
 	$(BIN)/python tests/console/screenshots.py docs/console
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules cdk.out site .pytest_cache .mypy_cache .ruff_cache

@@ -141,16 +141,16 @@ def test_every_field_has_a_docstring() -> None:
 
 
 def test_readme_props_table_is_generated_from_the_dataclass() -> None:
-    """infra/README.md's table is exactly what props_doc generates (regenerate it with
-    LEASEFENCE_UPDATE_DOCS=1 after changing a field)."""
-    readme = ROOT / "infra" / "README.md"
+    """The docs site's construct props page holds exactly the table props_doc generates
+    (regenerate it with LEASEFENCE_UPDATE_DOCS=1, or make docs, after changing a field)."""
+    readme = ROOT / "docs" / "reference" / "construct-props.md"
     text = readme.read_text()
     import os
 
     if os.environ.get("LEASEFENCE_UPDATE_DOCS") == "1":
         readme.write_text(replace_table(text))
         text = readme.read_text()
-    assert replace_table(text) == text, "infra/README.md's props table drifted: run with LEASEFENCE_UPDATE_DOCS=1"
+    assert replace_table(text) == text, f"{readme}'s props table drifted: run with LEASEFENCE_UPDATE_DOCS=1"
     table = text.split(BEGIN)[1].split(END)[0]
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     names = [f.name for f in dataclasses.fields(LeaseFenceServiceProps)]
