@@ -51,7 +51,7 @@ run: install
 	$(BIN)/leasefence local
 
 # Lint, format check and type check; make test runs it first, so CI fails on any of them.
-LINT_PATHS := layers functions infra
+LINT_PATHS := layers tools functions infra
 
 lint: install
 	$(BIN)/ruff check $(LINT_PATHS)
@@ -77,8 +77,8 @@ demo: install
 bench: install
 	$(BIN)/leasefence bench --out bench-report.json
 
-# Every feature composed on the same operations (leasefence.torture); SEED and OPERATIONS choose
-# the run (python -m leasefence.torture --help for the other switches).
+# Every feature composed on the same operations (leasefence_tools.torture); SEED and OPERATIONS
+# choose the run (python -m leasefence_tools.torture --help for the other switches).
 torture: install
 	$(BIN)/leasefence torture --operations $${OPERATIONS:-5000} --seed $${SEED:-1}
 

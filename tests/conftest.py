@@ -9,7 +9,7 @@ import pytest
 
 from leasefence import Engine
 from leasefence.clock import ManualClock
-from leasefence.local.embedded import EmbeddedAws
+from leasefence_tools.local.embedded import EmbeddedAws
 from leasefence.schema import TableSpec
 
 _tables = itertools.count()

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from api_helpers import Api, new_tenant
 
-from leasefence.auth import ALL_SCOPES
+from leasefence_tools.local.tokens import ALL_SCOPES
 from leasefence.client import LeaseFenceClient
-from leasefence.local.server import LocalStack
+from leasefence_tools.local.server import LocalStack
 
 SECRET = "api-tests-secret-0123456789abcdef"
 #: The only tenants the local stream worker serves (the other API tests' tenants are random).

@@ -19,8 +19,8 @@ import jwt
 import pytest
 from typer.testing import CliRunner
 
-from leasefence.auth import ALL_SCOPES
-from leasefence.cli import app as cli
+from leasefence_tools.local.tokens import ALL_SCOPES
+from leasefence_tools.cli import app as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,7 @@ def test_local_serves_the_whole_stack_and_exits_0_on_a_signal(tmp_path, stop_sig
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LEASEFENCE_", "PYTEST"))}
     env.update(LEASEFENCE_STATE_DIR=str(tmp_path), PYTHONUNBUFFERED="1")
     process = subprocess.Popen(
-        [sys.executable, "-c", "from leasefence.cli import main; main()", "local", "--port", str(port),
+        [sys.executable, "-c", "from leasefence_tools.cli import main; main()", "local", "--port", str(port),
          "--dynamodb-port", str(ddb_port), "--sweep-interval", "0.5"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
@@ -77,7 +77,7 @@ def test_local_serves_the_whole_stack_and_exits_0_on_a_signal(tmp_path, stop_sig
         state = json.loads((tmp_path / "local.json").read_text())
         assert state["base_url"] == base
         shown = subprocess.run(
-            [sys.executable, "-c", "from leasefence.cli import main; main()", "ops", "show", "cli-1"],
+            [sys.executable, "-c", "from leasefence_tools.cli import main; main()", "ops", "show", "cli-1"],
             env=env, capture_output=True, text=True, timeout=60,
         )
         assert shown.returncode == 0, shown.stderr
@@ -104,7 +104,7 @@ def test_local_serves_the_whole_stack_and_exits_0_on_a_signal(tmp_path, stop_sig
 def _stream_walkthrough(base: str, token: str, env: dict[str, str]) -> None:
     """`make run`'s stream worker: a demo job runs right after its enqueue (no schedule), `events
     tail` prints its outcome event, `ops history` lists what happened."""
-    command = [sys.executable, "-c", "from leasefence.cli import main; main()"]
+    command = [sys.executable, "-c", "from leasefence_tools.cli import main; main()"]
     tail = subprocess.Popen(
         [
             *command,

@@ -11,7 +11,7 @@ import pytest
 from test_api_client import FaultyProxy
 
 from leasefence.client import LeaseFenceClient
-from leasefence.demo.kits import Hooks, IdempotentApiKit
+from leasefence_tools.testing.kits import Hooks, IdempotentApiKit
 from leasefence.errors import Unavailable
 from leasefence.targets import fenced_table
 from leasefence.targets.fenced_table import FencedTable

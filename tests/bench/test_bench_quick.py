@@ -1,7 +1,7 @@
 """`leasefence bench --quick` runs and its report has every field (not a timed test).
 
 Runs the ``leasefence bench`` command when the command line has it, and the module
-(``python -m leasefence.bench``) otherwise: both end in :func:`leasefence.bench.main`.
+(``python -m leasefence_tools.bench``) otherwise: both end in :func:`leasefence_tools.bench.main`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import sys
 from numbers import Number
 from pathlib import Path
 
-from leasefence.bench import cost_per_million, prices, profiles
-from leasefence.bench.report import REQUIRED_KEYS, STREAM_KEYS
+from leasefence_tools.bench import cost_per_million, prices, profiles
+from leasefence_tools.bench.report import REQUIRED_KEYS, STREAM_KEYS
 
 
 def _command() -> list[str]:
@@ -22,7 +22,7 @@ def _command() -> list[str]:
         probe = subprocess.run([str(script), "bench", "--help"], capture_output=True, text=True, timeout=60)
         if probe.returncode == 0 and "--quick" in probe.stdout:
             return [str(script), "bench"]
-    return [sys.executable, "-m", "leasefence.bench"]
+    return [sys.executable, "-m", "leasefence_tools.bench"]
 
 
 def test_quick_bench_reports_every_figure(tmp_path):

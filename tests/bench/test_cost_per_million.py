@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from leasefence.bench import cost_per_million as C
-from leasefence.bench import prices
+from leasefence_tools.bench import cost_per_million as C
+from leasefence_tools.bench import prices
 
 MEASURED = {
     "runs": 3,

@@ -7,9 +7,9 @@ import random
 import pytest
 
 from leasefence import Engine, StaleFence
-from leasefence.bench.harness import ServerProcess
-from leasefence.bench.meter import Meter
-from leasefence.bench.scale_sim import max_rate
+from leasefence_tools.bench.harness import ServerProcess
+from leasefence_tools.bench.meter import Meter
+from leasefence_tools.bench.scale_sim import max_rate
 
 H = "sha256:" + "1" * 64
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from leasefence import schema
-from leasefence.bench import units as U
+from leasefence_tools.bench import units as U
 
 MODEL = U.TableModel.from_description(schema.create_table_request())
 

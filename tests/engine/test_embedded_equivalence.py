@@ -12,12 +12,12 @@ import random
 import subprocess
 import sys
 
-from leasefence.local.embedded import EmbeddedAws
+from leasefence_tools.local.embedded import EmbeddedAws
 from leasefence.schema import TableSpec
 
 WORKLOAD = r'''
 import json, random, sys
-from leasefence.local.embedded import EmbeddedAws
+from leasefence_tools.local.embedded import EmbeddedAws
 from leasefence.schema import TableSpec
 
 def run(aws):

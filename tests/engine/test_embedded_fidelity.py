@@ -11,8 +11,8 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from leasefence.faults import TXN_THROTTLE, TXN_THROTTLE_PROVISIONED, FaultyClient
-from leasefence.local.embedded import EmbeddedAws, Fidelity
+from leasefence_tools.testing.faults import TXN_THROTTLE, TXN_THROTTLE_PROVISIONED, FaultyClient
+from leasefence_tools.local.embedded import EmbeddedAws, Fidelity
 from leasefence.schema import DUE_INDEX, TTL_ATTRIBUTE, TableSpec
 
 T0 = 1_800_000_000_000  # what the tests' ManualClock starts at (epoch ms)
@@ -301,7 +301,7 @@ def test_endpoint_throttles_a_seeded_fraction_of_transactions():
 
 def test_engine_treats_a_throttled_transaction_as_retryable():
     from leasefence.errors import Unavailable
-    from leasefence.faults import throttled_transaction_error
+    from leasefence_tools.testing.faults import throttled_transaction_error
     from leasefence.store import translate
 
     assert isinstance(translate(throttled_transaction_error(2, [1])), Unavailable)

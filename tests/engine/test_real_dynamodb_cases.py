@@ -21,7 +21,7 @@ from botocore.exceptions import ClientError
 
 from leasefence import Engine, PayloadConflict, StaleFence, State, Unavailable
 from leasefence.errors import NotFound, PayloadMissing
-from leasefence.faults import BEFORE, FaultyClient
+from leasefence_tools.testing.faults import BEFORE, FaultyClient
 from leasefence.payloads import PayloadStore, canonicalize
 from leasefence.schema import TTL_ATTRIBUTE
 from leasefence.store import translate

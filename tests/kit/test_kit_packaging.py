@@ -9,10 +9,10 @@ from pathlib import Path
 
 from leasefence_infra.bundling import CORE_LAYER_EXCLUDES, PACKAGE_DIR, is_excluded
 
-from leasefence.kit import examples
+from leasefence_tools.kit import examples
 
 ROOT = Path(__file__).resolve().parents[2]
-PLUGIN = "leasefence.kit.pytest_plugin"
+PLUGIN = "leasefence_tools.kit.pytest_plugin"
 
 
 def test_the_package_declares_the_pytest_plugin() -> None:
@@ -33,7 +33,7 @@ def test_the_kit_stays_out_of_the_lambda_layer_and_shadow_mode_ships() -> None:
     assert not is_excluded(Path("shadow.py"), CORE_LAYER_EXCLUDES)
     shipped = [p for p in PACKAGE_DIR.rglob("*.py")
                if not is_excluded(p.relative_to(PACKAGE_DIR), CORE_LAYER_EXCLUDES)]
-    assert not [p for p in shipped if "leasefence.kit" in p.read_text()]
+    assert not [p for p in shipped if "leasefence_tools.kit" in p.read_text()]
 
 
 def test_the_readme_shows_the_handlers_verify_says_go_for() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
-from leasefence.kit import Target, VerifyEnv
+from leasefence_tools.kit import Target, VerifyEnv
 from leasefence.targets.fenced_table import FencedTable
 from leasefence.worker import FunctionHandler, Job, Reconciled
 

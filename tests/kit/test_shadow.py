@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from leasefence.auth import mint
-from leasefence.kit.shadow_report import build_report
+from leasefence_tools.local.tokens import mint
+from leasefence_tools.kit.shadow_report import build_report
 from leasefence.shadow import (
     RUN_PREFIX,
     SHADOW_TOKEN_SCOPES,

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from leasefence.kit import examples
-from leasefence.kit.checks import CHECK_NAMES
-from leasefence.kit.report import VerifyReport
-from leasefence.kit.verify import SetupError, verify
+from leasefence_tools.kit import examples
+from leasefence_tools.kit.checks import CHECK_NAMES
+from leasefence_tools.kit.report import VerifyReport
+from leasefence_tools.kit.verify import SetupError, verify
 
-EXAMPLES = "leasefence.kit.examples:HANDLERS"
-FIXTURE = "leasefence.kit.example_fixture:build"
+EXAMPLES = "leasefence_tools.kit.examples:HANDLERS"
+FIXTURE = "leasefence_tools.kit.example_fixture:build"
 
 
 def _actions(report: VerifyReport, check: str, operation_id: str, **fields):
@@ -70,7 +70,7 @@ BROKEN_ONE_CHECK = [
 @pytest.mark.parametrize(("variant", "job_type", "target_class", "no_go", "named", "why"), BROKEN,
                          ids=[b[0] for b in BROKEN])
 def test_broken_variants_are_no_go(aws, variant, job_type, target_class, no_go, named, why) -> None:
-    report = verify(f"leasefence.kit.examples_broken:{variant}", job_type, target_class, FIXTURE,
+    report = verify(f"leasefence_tools.kit.examples_broken:{variant}", job_type, target_class, FIXTURE,
                     aws=aws)
     assert not report.go
     assert set(report.no_go) == no_go, report.text()
@@ -82,7 +82,7 @@ def test_broken_variants_are_no_go(aws, variant, job_type, target_class, no_go, 
                          ids=[b[0] for b in BROKEN_ONE_CHECK])
 def test_more_broken_variants_are_caught_by_their_check(aws, variant, job_type, target_class,
                                                          named, why) -> None:
-    report = verify(f"leasefence.kit.examples_broken:{variant}", job_type, target_class, FIXTURE,
+    report = verify(f"leasefence_tools.kit.examples_broken:{variant}", job_type, target_class, FIXTURE,
                     aws=aws, checks=[named])
     assert report.no_go == [named]
     assert why in report.check(named).why, report.check(named).why
@@ -95,7 +95,7 @@ def test_a_handler_writing_through_its_own_client_is_no_go_not_go(aws) -> None:
     write from the checks: that proves nothing, so it is a no-go saying so, never a go."""
 
     def own_client(env):
-        from leasefence.kit.example_fixture import build
+        from leasefence_tools.kit.example_fixture import build
 
         target = build(env)
         examples.connect(aws.client(), env.idempotent_api, env.gateway)  # not env.dynamodb
@@ -112,4 +112,4 @@ def test_setup_errors_say_what_is_missing(aws) -> None:
     with pytest.raises(SetupError, match="cannot import 'no_such_module'"):
         verify("no_such_module:HANDLERS", "refund", "A", FIXTURE, aws=aws)
     with pytest.raises(SetupError, match="has no attribute 'nothing'"):
-        verify(EXAMPLES, "refund", "A", "leasefence.kit.example_fixture:nothing", aws=aws)
+        verify(EXAMPLES, "refund", "A", "leasefence_tools.kit.example_fixture:nothing", aws=aws)

@@ -6,17 +6,17 @@ import json
 
 from typer.testing import CliRunner
 
-from leasefence.cli import app
-from leasefence.kit.report import VerifyReport
+from leasefence_tools.cli import app
+from leasefence_tools.kit.report import VerifyReport
 
 runner = CliRunner()
-FIXTURE = "leasefence.kit.example_fixture"  # the default function: build
+FIXTURE = "leasefence_tools.kit.example_fixture"  # the default function: build
 
 
 def test_a_no_go_names_the_check_says_why_and_exits_1(tmp_path) -> None:
     out = tmp_path / "report.json"
     result = runner.invoke(app, [
-        "verify", "leasefence.kit.examples_broken:NO_FENCE", "--job-type", "ledger-post",
+        "verify", "leasefence_tools.kit.examples_broken:NO_FENCE", "--job-type", "ledger-post",
         "--target-class", "B", "--fixture", FIXTURE, "--check", "stale-write", "--report", str(out),
     ])
     assert result.exit_code == 1, result.output
@@ -33,7 +33,7 @@ def test_a_no_go_names_the_check_says_why_and_exits_1(tmp_path) -> None:
 def test_a_go_exits_0_with_the_evidence(tmp_path) -> None:
     out = tmp_path / "report.json"
     result = runner.invoke(app, [
-        "verify", "leasefence.kit.examples:HANDLERS", "--job-type", "sms", "--target-class", "d",
+        "verify", "leasefence_tools.kit.examples:HANDLERS", "--job-type", "sms", "--target-class", "d",
         "--fixture", FIXTURE, "--check", "crash-after-effect", "--report", str(out),
     ])
     assert result.exit_code == 0, result.output
@@ -44,7 +44,7 @@ def test_a_go_exits_0_with_the_evidence(tmp_path) -> None:
 
 def test_what_cannot_be_loaded_exits_2_with_one_sentence() -> None:
     result = runner.invoke(app, [
-        "verify", "leasefence.kit.examples:HANDLERS", "--job-type", "refunds", "--target-class",
+        "verify", "leasefence_tools.kit.examples:HANDLERS", "--job-type", "refunds", "--target-class",
         "A", "--fixture", FIXTURE, "--report", "-",
     ])
     assert result.exit_code == 2

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from leasefence.torture import Settings, run_torture
+from leasefence_tools.torture import Settings, run_torture
 
 OPERATIONS = 1_000
 

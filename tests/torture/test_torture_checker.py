@@ -8,8 +8,8 @@ import logging
 import pytest
 
 from leasefence.targets.fenced_table import FencedTable
-from leasefence.torture import Settings, run_torture
-from leasefence.torture.checker import (
+from leasefence_tools.torture import Settings, run_torture
+from leasefence_tools.torture.checker import (
     approval_rule,
     approver_rule,
     cancel_rule,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from leasefence.demo.zombie import run_demo
+from leasefence_tools.demo.zombie import run_demo
 
 
 def test_demo_sees_no_duplicates_and_parks_class_d_ambiguity():

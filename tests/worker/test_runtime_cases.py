@@ -12,8 +12,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from leasefence import Engine, State
-from leasefence.demo.kits import SameTableKit
-from leasefence.faults import THROTTLE, FaultyClient
+from leasefence_tools.testing.kits import SameTableKit
+from leasefence_tools.testing.faults import THROTTLE, FaultyClient
 from leasefence.targets import single_shot
 from leasefence.worker import EngineBackend, FunctionHandler, LostOwnership, Reconciled, Worker
 
