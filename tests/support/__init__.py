@@ -1,0 +1,1 @@
+"""Helpers shared by the test folders, imported absolutely (``from tests.support.api import ...``)."""
