@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from api_helpers import Api, claim, claimed, enqueue, new_tenant, op_path
+from tests.support.api import Api, claim, claimed, enqueue, new_tenant, op_path
 from typer.testing import CliRunner
 
 from leasefence.api.errors import Forbidden

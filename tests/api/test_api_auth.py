@@ -8,7 +8,7 @@ import time
 
 import jwt
 import pytest
-from api_helpers import Api, claim, claimed, enqueue, new_tenant, op_path
+from tests.support.api import Api, claim, claimed, enqueue, new_tenant, op_path
 
 from leasefence.api.security import APPROVE, OPERATE, PRODUCE, ROUTES, WORK
 from leasefence_tools.local.tokens import ALL_SCOPES, mint

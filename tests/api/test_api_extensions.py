@@ -10,7 +10,7 @@ import re
 from types import SimpleNamespace
 
 import pytest
-from api_helpers import claim, claimed, enqueue, new_tenant, op_path
+from tests.support.api import claim, claimed, enqueue, new_tenant, op_path
 from typer.testing import CliRunner
 
 from leasefence.api.security import OPERATE, PRODUCE, WORK

@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 import pytest
-from api_helpers import Api, enqueue, new_tenant
+from tests.support.api import Api, enqueue, new_tenant
 
 from leasefence.api.security import APPROVE, IAM_PREFIXES, ROUTES, iam_caller, iam_request
 from leasefence_tools.local.tokens import ALL_SCOPES

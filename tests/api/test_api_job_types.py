@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from api_helpers import claimed, enqueue, op_path
+from tests.support.api import claimed, enqueue, op_path
 from typer.testing import CliRunner
 
 from leasefence_tools.local.tokens import ALL_SCOPES

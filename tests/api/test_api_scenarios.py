@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from api_helpers import claim, claimed, enqueue, op_path
+from tests.support.api import claim, claimed, enqueue, op_path
 from typer.testing import CliRunner
 
 from leasefence_tools.cli import app as cli

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-import stream_jobs
-from api_helpers import Api, op_path
-from conftest import STREAM_TENANTS
+from tests.support import stream_jobs
+from tests.support.api import Api, op_path
+from tests.support.stack import STREAM_TENANTS
 
 from leasefence_tools.local import tokens as auth
 from leasefence.api.security import OPERATE, PRODUCE, WORK

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from infra_helpers import getatt, logical_id, props, resources, role_statements
+from tests.support.infra import getatt, logical_id, props, resources, role_statements
 
 from leasefence import Engine
 from leasefence.clock import ManualClock

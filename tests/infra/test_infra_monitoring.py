@@ -17,7 +17,7 @@ from aws_cdk import App, Duration, Stack
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk.assertions import Template
-from infra_helpers import logical_id, props, resources
+from tests.support.infra import logical_id, props, resources
 
 from leasefence import schema
 from leasefence_infra import LeaseFenceService, WorkerProps

@@ -1,6 +1,6 @@
 """One handler per target class, written the way the README tells you to.
 
-``leasefence verify`` says go for each of them (``tests/kit/test_verify.py``); the README's
+``leasefence verify`` says go for each of them (``tests/tools/kit/test_verify.py``); the README's
 "Workers and targets" section shows the same code. Where the side effects go is set by
 :func:`connect`: a worker function would call it at import with its real clients; a
 verification fixture (:mod:`leasefence_tools.kit.example_fixture`) points it at the embedded stack.

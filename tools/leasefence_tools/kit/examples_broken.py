@@ -1,5 +1,5 @@
 """Deliberately broken variants of :mod:`leasefence_tools.kit.examples`: ``leasefence verify`` must say
-no-go for each, naming the check that catches it (``tests/kit/test_verify.py``).
+no-go for each, naming the check that catches it (``tests/tools/kit/test_verify.py``).
 
 Each attribute is a handler mapping (``leasefence_tools.kit.examples_broken:NO_FENCE``), verified with
 the examples' fixture. The comment says which check catches it.

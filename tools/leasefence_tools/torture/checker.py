@@ -3,7 +3,7 @@ events, and judges them.
 
 Each rule of the composed run is a pure function of what it judges (a history, one operation's
 events, the fences a target committed, ...) returning ``(kind, detail)`` pairs, so each can be
-fed a violating record on its own (``tests/torture/test_torture_checker.py``); :func:`check`
+fed a violating record on its own (``tests/tools/torture/test_torture_checker.py``); :func:`check`
 gathers the records and applies them.
 """
 

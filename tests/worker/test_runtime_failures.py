@@ -112,7 +112,7 @@ def test_the_payload_is_loaded_from_the_engine_by_default(payload_engine):
 
 
 @pytest.mark.parametrize("how", ["erased", "object-deleted"])
-def test_case2_a_missing_payload_is_quarantined_never_none(payload_engine, how):
+def test_a_missing_payload_is_quarantined_never_none(payload_engine, how):
     """Case 2: job.payload raises PayloadMissing (never None); the runtime quarantines the
     operation with a clear reason and counts PayloadMissing; the handler never acts."""
     stored = _enqueue_inline(payload_engine, "op", {"amount": 1200})
@@ -197,7 +197,7 @@ def test_a_payload_the_store_refuses_to_read_is_neither_quarantined_nor_failed(p
 # ---------------------------------------------------------------------------------- case 5
 
 
-def test_case5_a_throttled_class_a_transaction_spends_no_attempt(engine, faulty, ddb):
+def test_a_throttled_class_a_transaction_spends_no_attempt(engine, faulty, ddb):
     """Case 5: TransactionCanceledException [ThrottlingError, None] twice: complete_with retries
     with backoff and the operation ends succeeded on its first attempt."""
     events = Events()
@@ -214,7 +214,7 @@ def test_case5_a_throttled_class_a_transaction_spends_no_attempt(engine, faulty,
     assert events["StoreRetries"] == 2
 
 
-def test_case5_a_throttled_closing_write_is_retried_not_failed(engine, faulty):
+def test_a_throttled_closing_write_is_retried_not_failed(engine, faulty):
     """Case 5: the closing write (complete) throttled twice: retried, not turned into fail()."""
     engine.enqueue(T, "op", "job", H, max_attempts=1)
     faulty.fail_next("update_item", THROTTLE, when=lambda kw: kw.get("ExpressionAttributeValues", {}).get(":cmd")
@@ -226,7 +226,7 @@ def test_case5_a_throttled_closing_write_is_retried_not_failed(engine, faulty):
     assert faulty.injected[THROTTLE] == 2
 
 
-def test_case5_a_store_that_stays_unavailable_leaves_the_claim_to_lapse(engine, faulty, clock):
+def test_a_store_that_stays_unavailable_leaves_the_claim_to_lapse(engine, faulty, clock):
     """Case 5: an Unavailable that survives the retries (here from the handler's own store
     call, on the last attempt) makes no fail write: the lease lapses and the sweeper parks the
     operation unknown for an operator, never failed_terminal."""
@@ -251,7 +251,7 @@ def test_case5_a_store_that_stays_unavailable_leaves_the_claim_to_lapse(engine, 
 # ---------------------------------------------------------------------------------- case 6
 
 
-def test_case6_a_heartbeat_error_puts_the_job_in_lost_ownership_mode(engine, faulty):
+def test_a_heartbeat_error_puts_the_job_in_lost_ownership_mode(engine, faulty):
     """Case 6: a checkpoint over 4 KiB makes the renewal raise InvalidInput: the job loses
     ownership (guard raises), HeartbeatErrors is counted, the thread ends, and no further write
     is made for that claim."""
@@ -289,7 +289,7 @@ def test_case6_a_heartbeat_error_puts_the_job_in_lost_ownership_mode(engine, fau
 # ---------------------------------------------------------------------------------- case 7
 
 
-def test_case7_the_intent_survives_a_checkpoint_a_lapse_and_a_requeue(engine, clock):
+def test_the_intent_survives_a_checkpoint_a_lapse_and_a_requeue(engine, clock):
     """Case 7: record_intent, then a checkpoint, then the worker dies and the lease lapses; the
     sweeper parks the operation unknown and an operator requeues it. The next claim sees the
     intent (not the checkpoint's), and reconcile parks it unknown instead of calling again."""
@@ -337,7 +337,7 @@ def test_reconcile_still_honours_an_intent_kept_in_the_checkpoint(engine, clock)
     assert calls == [] and engine.get(T, "old-1").state == State.UNKNOWN
 
 
-def test_case3_a_worker_claiming_any_type_quarantines_what_it_cannot_run(engine):
+def test_a_worker_claiming_any_type_quarantines_what_it_cannot_run(engine):
     """Issue 11, case 3: with the filter, the "no handler" branch was unreachable and work of an
     unserved type waited forever. A worker that claims any type sends it to an operator."""
     engine.enqueue("acme", "typo", "refnud", "sha256:" + "1" * 64)

@@ -13,16 +13,14 @@ import sys
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
 import jwt
 import pytest
 from typer.testing import CliRunner
 
-from leasefence_tools.local.tokens import ALL_SCOPES
 from leasefence_tools.cli import app as cli
-
-ROOT = Path(__file__).resolve().parents[2]
+from leasefence_tools.local.tokens import ALL_SCOPES
+from tests.support import ROOT
 
 
 def _free_port() -> int:

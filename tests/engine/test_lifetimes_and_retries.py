@@ -66,7 +66,7 @@ def enqueue_inline(engine, store, operation_id, payload, **kwargs):
 # ---------------------------------------------------------------- case 1: identity outlives months
 
 
-def test_case1_a_late_replay_after_months_is_still_a_replay_and_no_fence_repeats(engine, ddb, spec, clock):
+def test_a_late_replay_after_months_is_still_a_replay_and_no_fence_repeats(engine, ddb, spec, clock):
     engine.enqueue(T, "refund-1", "refund", H1, target_class="B")
     first = engine.claim_next(T, "w1")
     engine.complete(T, "refund-1", first.fence, "refunded")
@@ -79,7 +79,7 @@ def test_case1_a_late_replay_after_months_is_still_a_replay_and_no_fence_repeats
         engine.enqueue(T, "refund-1", "refund", H2)
 
 
-def test_case1_the_identity_window_is_stated_and_forever_is_possible(aws, spec, clock, ddb):
+def test_the_identity_window_is_stated_and_forever_is_possible(aws, spec, clock, ddb):
     windowed = Engine(client=ddb, spec=spec, clock=clock, identity_retention_ms=400 * DAY)
     windowed.enqueue(T, "a", "refund", H1)
     windowed.complete(T, "a", windowed.claim(T, "a", "w").fence, "ok")
@@ -97,7 +97,7 @@ def test_case1_the_identity_window_is_stated_and_forever_is_possible(aws, spec, 
         Engine(client=ddb, spec=spec, identity_retention_ms=10 * DAY, payload_retention_ms=30 * DAY)
 
 
-def test_case1_live_and_parked_operations_never_expire(engine, ddb, spec, clock):
+def test_live_and_parked_operations_never_expire(engine, ddb, spec, clock):
     engine.enqueue(T, "queued", "refund", H1)
     engine.enqueue(T, "parked", "refund", H1, max_attempts=1)
     engine.claim(T, "parked", "w1", lease_ms=1_000)
@@ -114,7 +114,7 @@ def test_case1_live_and_parked_operations_never_expire(engine, ddb, spec, clock)
 # ---------------------------------------------------------------- case 2: payloads live as long as their operation
 
 
-def test_case2_a_payload_outlives_a_long_backlog_and_is_purged_only_after_its_operation_ends(aws, spec, clock, bucket):
+def test_a_payload_outlives_a_long_backlog_and_is_purged_only_after_its_operation_ends(aws, spec, clock, bucket):
     engine, store = payload_engine(aws, spec, clock, bucket, payload_retention_ms=30 * DAY)
     enqueue_inline(engine, store, "late", {"cents": 1250})
     clock.advance(90 * DAY)  # a backlog three times the payload retention
@@ -135,7 +135,7 @@ def test_case2_a_payload_outlives_a_long_backlog_and_is_purged_only_after_its_op
     assert not enqueue_inline(engine, store, "late", {"cents": 1250}).created  # identity kept
 
 
-def test_case2_a_missing_payload_object_is_an_error_never_none(aws, spec, clock, bucket):
+def test_a_missing_payload_object_is_an_error_never_none(aws, spec, clock, bucket):
     engine, store = payload_engine(aws, spec, clock, bucket)
     enqueue_inline(engine, store, "gone", {"x": 1})
     claim = engine.claim_next(T, "w1")
@@ -147,7 +147,7 @@ def test_case2_a_missing_payload_object_is_an_error_never_none(aws, spec, clock,
         engine.payload(engine.get(T, "external"))
 
 
-def test_case2_rotating_the_log_hash_key_orphans_no_payload(aws, spec, clock, bucket, monkeypatch):
+def test_rotating_the_log_hash_key_orphans_no_payload(aws, spec, clock, bucket, monkeypatch):
     from leasefence import settings as settings_module
 
     def runtime(log_key):
@@ -167,7 +167,7 @@ def test_case2_rotating_the_log_hash_key_orphans_no_payload(aws, spec, clock, bu
     assert after.payloads.key_for(T, "rot", canonical.hash) == stored.key  # names never used the log key
 
 
-def test_case2_erasure_keeps_the_identity_and_refuses_a_claimed_operation(aws, spec, clock, bucket):
+def test_erasure_keeps_the_identity_and_refuses_a_claimed_operation(aws, spec, clock, bucket):
     from leasefence import InvalidTransition
 
     engine, store = payload_engine(aws, spec, clock, bucket)
@@ -227,7 +227,7 @@ def test_tenant_erasure_is_bounded_resumable_and_leaves_claimed_operations(aws, 
 # ---------------------------------------------------------------- case 3: job types do not block each other
 
 
-def test_case3_due_work_of_an_unserved_type_never_hides_a_served_one(engine, clock):
+def test_due_work_of_an_unserved_type_never_hides_a_served_one(engine, clock):
     for i in range(600):
         engine.enqueue(T, f"typo-{i:04d}", "refnud", H1)  # a type nobody serves, due first
         clock.advance(1)
@@ -243,7 +243,7 @@ def test_case3_due_work_of_an_unserved_type_never_hides_a_served_one(engine, clo
     assert engine.oldest_due_age_ms() >= 600_000
 
 
-def test_case3_a_claim_reads_only_the_served_types_partitions(ddb, spec, clock):
+def test_a_claim_reads_only_the_served_types_partitions(ddb, spec, clock):
     calls = []
 
     class Recording(FaultyClient):
@@ -268,7 +268,7 @@ def test_case3_a_claim_reads_only_the_served_types_partitions(ddb, spec, clock):
 # ---------------------------------------------------------------- case 5: throttled transactions are transient
 
 
-def test_case5_a_throttled_transaction_is_unavailable_not_an_error():
+def test_a_throttled_transaction_is_unavailable_not_an_error():
     for reasons in ([{"Code": "ThrottlingError", "Message": "x"}, {"Code": "None"}],
                     [{"Code": "None"}, {"Code": "ProvisionedThroughputExceeded"}]):
         error = ClientError({"Error": {"Code": "TransactionCanceledException", "Message": "cancelled"},
@@ -276,7 +276,7 @@ def test_case5_a_throttled_transaction_is_unavailable_not_an_error():
         assert isinstance(translate(error), Unavailable)
 
 
-def test_case5_a_throttled_class_a_completion_changes_nothing_and_spends_no_attempt(ddb, spec, clock):
+def test_a_throttled_class_a_completion_changes_nothing_and_spends_no_attempt(ddb, spec, clock):
     throttled = ClientError({"Error": {"Code": "TransactionCanceledException", "Message": "cancelled"},
                              "CancellationReasons": [{"Code": "ThrottlingError"}, {"Code": "None"}]}, "TransactWriteItems")
 
@@ -302,7 +302,7 @@ def test_case5_a_throttled_class_a_completion_changes_nothing_and_spends_no_atte
 # ---------------------------------------------------------------- case 8: a stale fence repeating itself
 
 
-def test_case8_a_stale_fence_repeating_a_command_it_made_earlier_is_refused(engine, clock):
+def test_a_stale_fence_repeating_a_command_it_made_earlier_is_refused(engine, clock):
     engine.enqueue(T, "op", "refund", H1)
     first = engine.claim(T, "op", "w1")
     engine.fail(T, "op", first.fence, retryable=True, reason="timeout", retry_after_ms=0)
@@ -319,7 +319,7 @@ def test_case8_a_stale_fence_repeating_a_command_it_made_earlier_is_refused(engi
 # ---------------------------------------------------------------- case 9: claim retries use fresh time
 
 
-def test_case9_a_retried_claim_write_takes_its_time_from_the_retry(ddb, spec, clock):
+def test_a_retried_claim_write_takes_its_time_from_the_retry(ddb, spec, clock):
     faulty = FaultyClient(ddb)
     engine = Engine(client=faulty, spec=spec, clock=clock)
     engine.enqueue(T, "op", "refund", H1)
@@ -333,7 +333,7 @@ def test_case9_a_retried_claim_write_takes_its_time_from_the_retry(ddb, spec, cl
     assert claim.lease_expires_at == clock() + 10_000  # not the time before the retry
 
 
-def test_case9_a_claim_stops_retrying_past_its_budget(ddb, spec, clock):
+def test_a_claim_stops_retrying_past_its_budget(ddb, spec, clock):
     faulty = FaultyClient(ddb)
     engine = Engine(client=faulty, spec=spec, clock=clock)
     engine.enqueue(T, "op", "refund", H1)

@@ -1,10 +1,11 @@
-"""The API tests' stack: the session's embedded AWS endpoint (tests/conftest.py), a table and a
-bucket of their own, and the HTTP API on a free port, served in-process by the real handlers.
+"""The local stack's fixtures (a pytest plugin: tests/conftest.py loads it, so that every test
+folder has them): the session's embedded AWS endpoint (tests/conftest.py), a table and a bucket of
+their own, and the HTTP API on a free port, served in-process by the real handlers.
 
 The sweeper timer is off: tests run the sweeper function explicitly (``stack.sweep_now()``).
 The table's stream and the stream-driven functions are off too, until a test module asks for
 them (the ``streams`` fixture of tests/api/test_stream_e2e.py): the stream worker then serves
-:data:`STREAM_TENANTS` with ``stream_jobs.HANDLERS``, and no other tenant.
+:data:`STREAM_TENANTS` with :data:`tests.support.stream_jobs.HANDLERS`, and no other tenant.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from api_helpers import Api, new_tenant
 
-from leasefence_tools.local.tokens import ALL_SCOPES
 from leasefence.client import LeaseFenceClient
 from leasefence_tools.local.server import LocalStack
+from leasefence_tools.local.tokens import ALL_SCOPES
+from tests.support.api import Api, new_tenant
 
 SECRET = "api-tests-secret-0123456789abcdef"
 #: The only tenants the local stream worker serves (the other API tests' tenants are random).
@@ -33,7 +34,7 @@ def stack(aws):
         bucket="api-payloads",
         sweep_interval=None,
         secret=SECRET,
-        worker_handlers="stream_jobs:HANDLERS",
+        worker_handlers="tests.support.stream_jobs:HANDLERS",
         worker_tenants=STREAM_TENANTS,
         worker_lease_seconds=1,
     ) as running:
@@ -67,9 +68,3 @@ def make_api(stack):
 def sdk(stack, token) -> LeaseFenceClient:
     return LeaseFenceClient(stack.base_url, token, retries=2, backoff=0.01)
 
-
-def pytest_collection_modifyitems(config, items):
-    # Powertools warns on every invocation that recorded no metric (reads, health): expected here.
-    for item in items:
-        if "tests/api/" in str(item.fspath).replace("\\", "/"):
-            item.add_marker(pytest.mark.filterwarnings("ignore:No application metrics to publish"))

@@ -10,8 +10,8 @@ from pathlib import Path
 import leasefence_tools.kit
 from leasefence_infra.bundling import PACKAGE_DIR
 from leasefence_tools.kit import examples
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = "leasefence_tools.kit.pytest_plugin"
 
 

@@ -8,7 +8,7 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
-from test_api_client import FaultyProxy
+from tests.support.proxy import FaultyProxy
 
 from leasefence.client import LeaseFenceClient
 from leasefence_tools.testing.kits import Hooks, IdempotentApiKit
