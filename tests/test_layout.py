@@ -43,12 +43,18 @@ def test_helpers_are_imported_absolutely_never_through_sys_path() -> None:
                 continue
             else:
                 continue
-            found += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
-                      if n.split(".")[0] in local_names]
+            found += [
+                f"{path.relative_to(ROOT)}:{node.lineno}: {n}"
+                for n in names
+                if n.split(".")[0] in local_names
+            ]
     assert found == []
 
 
 def test_plugins_are_declared_by_the_root_conftest_only() -> None:
-    declaring = sorted(str(p.relative_to(ROOT)) for p in TESTS.rglob("conftest.py")
-                       if "pytest_plugins" in p.read_text())
+    declaring = sorted(
+        str(p.relative_to(ROOT))
+        for p in TESTS.rglob("conftest.py")
+        if "pytest_plugins" in p.read_text()
+    )
     assert declaring == ["tests/conftest.py"]

@@ -33,8 +33,9 @@ def test_the_handlers_import_no_tools() -> None:
 def test_the_scan_finds_each_kind_of_import(tmp_path: Path) -> None:
     """The static check could fail: each way of importing a tool module is found."""
     source = tmp_path / "m.py"
-    source.write_text(textwrap.dedent(
-        '''
+    source.write_text(
+        textwrap.dedent(
+            '''
         """Docstrings may name leasefence_tools.cli."""
         import importlib
         import leasefence_tools
@@ -45,17 +46,26 @@ def test_the_scan_finds_each_kind_of_import(tmp_path: Path) -> None:
             return importlib.import_module("leasefence_tools.kit"), __import__("leasefence_tools")
         import leasefence_toolsmith  # another package
         '''
-    ))
+        )
+    )
     found = [line.split(": ", 1)[1] for line in tool_imports([source])]
-    assert found == ["leasefence_tools", "leasefence_tools.cli", "leasefence_tools.local",
-                     "leasefence_tools.testing.faults", "leasefence_tools.kit", "leasefence_tools"]
+    assert found == [
+        "leasefence_tools",
+        "leasefence_tools.cli",
+        "leasefence_tools.local",
+        "leasefence_tools.testing.faults",
+        "leasefence_tools.kit",
+        "leasefence_tools",
+    ]
 
 
 def test_importing_every_runtime_module_loads_no_tool() -> None:
     """In a fresh interpreter (no test plugin loaded): import each module of ``leasefence``, then
     look in ``sys.modules``."""
     modules = sorted(
-        ".".join(("leasefence", *p.relative_to(RUNTIME).with_suffix("").parts)).removesuffix(".__init__")
+        ".".join(("leasefence", *p.relative_to(RUNTIME).with_suffix("").parts)).removesuffix(
+            ".__init__"
+        )
         for p in RUNTIME.rglob("*.py")
         if "__pycache__" not in p.parts
     )
@@ -71,10 +81,21 @@ def test_importing_every_runtime_module_loads_no_tool() -> None:
         }}))
         """
     )
-    env = {**os.environ, "POWERTOOLS_TRACE_DISABLED": "true", "AWS_DEFAULT_REGION": "eu-west-1",
-           "POWERTOOLS_METRICS_NAMESPACE": "LeaseFence"}
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, env=env, cwd=ROOT, check=False)
+    env = {
+        **os.environ,
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+        "POWERTOOLS_METRICS_NAMESPACE": "LeaseFence",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(modules) - {"leasefence"} <= set(result["loaded"])

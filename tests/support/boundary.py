@@ -27,7 +27,9 @@ def tool_imports(files: Iterable[Path]) -> list[str]:
                 modules = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 modules = [node.module]
-            elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            elif (
+                isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+            ):
                 func = node.func
                 name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
                 if name in {"import_module", "__import__"} and isinstance(node.args[0].value, str):
