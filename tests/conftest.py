@@ -9,8 +9,11 @@ import pytest
 
 from leasefence import Engine
 from leasefence.clock import ManualClock
-from leasefence.local.embedded import EmbeddedAws
 from leasefence.schema import TableSpec
+from leasefence_tools.local.embedded import EmbeddedAws
+
+#: The local stack's fixtures (``stack``, ``api``, ``sdk``, ...), for every folder that needs them.
+pytest_plugins = ["tests.support.stack"]
 
 _tables = itertools.count()
 

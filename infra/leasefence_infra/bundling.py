@@ -17,9 +17,10 @@ So the layer is built by :class:`LocalLayerBundler`, an ``ILocalBundling`` that 
   (:func:`find_bytecode_python`), so that a cold start does not compile Powertools and pydantic
   from source (``/opt`` is read-only: nothing compiled there is kept); without one the layer ships
   sources only and says so;
-* the installed ``leasefence`` package is copied to ``<out>/python/leasefence``, without the
-  dev-only parts (:data:`CORE_LAYER_EXCLUDES`: the local stack, the CLI, the demo, the benchmarks,
-  fault injection, the torture harness, the rollout kit) and without ``__pycache__``.
+* the installed ``leasefence`` package is copied to ``<out>/python/leasefence`` as it is, without
+  ``__pycache__`` and compiled files: the package is exactly the runtime (the CLI, the local stack,
+  the benchmarks, the torture run, the demo, the rollout kit and the fakes are a separate package,
+  ``leasefence_tools``, that the layer never sees).
 
 :func:`package_layer_code` builds any other package the same way (a worker's handler module).
 
@@ -33,7 +34,6 @@ fall back to Docker, which is not what anybody on this project wants to debug.
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import hashlib
 import importlib.metadata
@@ -126,19 +126,6 @@ WHEEL_CACHE_ENV = "LEASEFENCE_WHEEL_CACHE"
 #: installed in editable mode, ``site-packages/leasefence`` from the wheel).
 PACKAGE_DIR = Path(importlib.util.find_spec("leasefence").origin).parent  # type: ignore[union-attr,arg-type]
 
-#: Dev-only parts of the core package that the Lambda layer does not ship, as glob patterns on
-#: the path relative to the package (``leasefence/``); a directory pattern drops its whole tree.
-#: Nothing a function imports may live here (``tests/infra`` checks the bundled tree's imports).
-CORE_LAYER_EXCLUDES: tuple[str, ...] = (
-    "local",  # the local stack (moto, in-process server)
-    "cli.py",  # `leasefence` command line
-    "demo",  # zombie demo and its instrumented kits
-    "bench",  # benchmarks and request-unit meter
-    "faults.py",  # fault-injecting client for tests
-    "torture*",  # torture harness
-    "kit",  # rollout kit: leasefence verify, the pytest plugin, the shadow report
-)
-
 _IGNORED_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 _IGNORED_SUFFIXES = (".pyc", ".pyo")
 
@@ -159,24 +146,14 @@ class LayerBundlingError(RuntimeError):
         self.details = details
 
 
-def is_excluded(rel: Path, excludes: Sequence[str] = ()) -> bool:
-    """Whether a path relative to the package root stays out of the layer (and its hash).
-
-    A pattern (``fnmatch``, anchored at the package root) excludes the path it matches and, for
-    a directory, everything below it; caches and compiled files are always excluded.
-    """
-    if any(part in _IGNORED_DIRS for part in rel.parts) or rel.name.endswith(_IGNORED_SUFFIXES):
-        return True
-    prefixes = ["/".join(rel.parts[: i + 1]) for i in range(len(rel.parts))]
-    return any(fnmatch.fnmatchcase(prefix, pattern) for prefix in prefixes for pattern in excludes)
+def is_cache(rel: Path) -> bool:
+    """Whether a path (relative to the package root) is a cache or a compiled file: the one kind
+    of file that stays out of the layer (and its hash). Everything else in the package ships."""
+    return any(part in _IGNORED_DIRS for part in rel.parts) or rel.name.endswith(_IGNORED_SUFFIXES)
 
 
-def _ignore_for(root: Path, excludes: Sequence[str]):
-    def ignore(directory: str, names: list[str]) -> set[str]:
-        base = Path(directory).relative_to(root)
-        return {n for n in names if is_excluded(base / n, excludes)}
-
-    return ignore
+def _ignore_caches(directory: str, names: list[str]) -> set[str]:
+    return {n for n in names if is_cache(Path(directory) / n)}
 
 
 def wheel_cache_dir() -> Path:
@@ -262,26 +239,22 @@ def source_fingerprint(
     package_dir: Path = PACKAGE_DIR,
     requirements: Sequence[str] = LAYER_REQUIREMENTS,
     extra_pip_args: Sequence[str] = (),
-    excludes: Sequence[str] = CORE_LAYER_EXCLUDES,
     bytecode: str | None = None,
 ) -> str:
     """SHA-256 over the shipped files (path + bytes), the requirements, the pip target and the
     bytecode the requirements are compiled to (``None``: sources only).
 
     Used as the asset hash: the same sources give the same hash (CDK then reuses a bundle it
-    already built in the same ``cdk.out``), any edit of a shipped file gives a new one; an edit of
-    an excluded (dev-only) file does not.
+    already built in the same ``cdk.out``), any edit of a shipped file gives a new one.
     """
     h = hashlib.sha256()
     for item in (*requirements, *PIP_PLATFORM_ARGS, *extra_pip_args):
         h.update(item.encode() + b"\0")
     if bytecode is not None and requirements:
         h.update(b"bytecode:" + bytecode.encode() + b"\0")
-    for pattern in excludes:
-        h.update(b"exclude:" + pattern.encode() + b"\0")
     for path in sorted(package_dir.rglob("*")):
         rel = path.relative_to(package_dir)
-        if is_excluded(rel, excludes):
+        if is_cache(rel):
             continue
         if path.is_file():
             h.update(str(rel.as_posix()).encode() + b"\0")
@@ -294,10 +267,10 @@ def source_fingerprint(
 class LocalLayerBundler:
     """Builds ``<output_dir>/python/{<package>,<requirements>}`` with pip, no Docker.
 
-    ``excludes`` (see :func:`is_excluded`) defaults to the core package's dev-only parts; give
-    ``()`` for any other package. ``resolve_dependencies``: let pip add the requirements'
-    dependencies (default: no, the requirements list every one, as the core layer's do);
-    ``extra_pip_args`` go to every pip command.
+    The package is copied as it is (caches and compiled files left out).
+    ``resolve_dependencies``: let pip add the requirements' dependencies (default: no, the
+    requirements list every one, as the core layer's do); ``extra_pip_args`` go to every pip
+    command.
     ``bytecode_python``: the CPython 3.12 that compiles the installed requirements (default:
     :func:`find_bytecode_python`; ``""`` for none). ``wheel_cache``: where downloaded wheels are
     kept (default :func:`wheel_cache_dir`).
@@ -310,7 +283,6 @@ class LocalLayerBundler:
         *,
         python: str = sys.executable,
         extra_pip_args: Sequence[str] = (),
-        excludes: Sequence[str] = CORE_LAYER_EXCLUDES,
         timeout_s: float = 300.0,
         resolve_dependencies: bool = False,
         bytecode_python: str | None = None,
@@ -320,7 +292,6 @@ class LocalLayerBundler:
         self.requirements = tuple(requirements)
         self.python = python
         self.extra_pip_args = pip_args(extra_pip_args, resolve_dependencies)
-        self.excludes = tuple(excludes)
         self.timeout_s = timeout_s
         self.bytecode_python = (
             find_bytecode_python() if bytecode_python is None else bytecode_python or None
@@ -390,7 +361,7 @@ class LocalLayerBundler:
         dest = site / self.package_dir.name
         if dest.exists():
             shutil.rmtree(dest)
-        shutil.copytree(self.package_dir, dest, ignore=_ignore_for(self.package_dir, self.excludes))
+        shutil.copytree(self.package_dir, dest, ignore=_ignore_caches)
         return site
 
     def _run_pip(self, cmd: list[str]) -> str | None:
@@ -495,7 +466,7 @@ def _installed_stand_in(
 def _copy_distribution(dist: importlib.metadata.Distribution, site: Path) -> None:
     """Copy an installed distribution's files (its RECORD) into ``site``, as pip --target would."""
     for file in dist.files or ():
-        if file.parts[0] == ".." or is_excluded(Path(*file.parts)):
+        if file.parts[0] == ".." or is_cache(Path(*file.parts)):
             continue  # console scripts outside site-packages; caches
         source = Path(str(dist.locate_file(file)))
         if source.is_file():
@@ -529,7 +500,6 @@ def core_layer_code(
     requirements: Sequence[str] = LAYER_REQUIREMENTS,
     *,
     extra_pip_args: Sequence[str] = (),
-    excludes: Sequence[str] = CORE_LAYER_EXCLUDES,
     resolve_dependencies: bool = False,
 ) -> lambda_.Code:
     """``Code`` for the core layer, bundled locally at synth time (see module docstring).
@@ -539,14 +509,13 @@ def core_layer_code(
         package_dir,
         requirements,
         extra_pip_args=extra_pip_args,
-        excludes=excludes,
         resolve_dependencies=resolve_dependencies,
     )
     return lambda_.Code.from_asset(
         str(package_dir),
         asset_hash_type=AssetHashType.CUSTOM,
         asset_hash=source_fingerprint(
-            package_dir, requirements, bundler.extra_pip_args, excludes, bundler.bytecode
+            package_dir, requirements, bundler.extra_pip_args, bundler.bytecode
         ),
         bundling=BundlingOptions(
             # Required by the API but never pulled: the local bundler either succeeds or raises.
@@ -561,7 +530,6 @@ def package_layer_code(
     requirements: Sequence[str] = (),
     *,
     extra_pip_args: Sequence[str] = (),
-    excludes: Sequence[str] = (),
 ) -> lambda_.Code:
     """``Code`` for a layer holding one package of yours (``python/<package>``) and, optionally,
     its pinned requirements (with their dependencies) as aarch64 / Python 3.12 wheels; built like
@@ -574,6 +542,5 @@ def package_layer_code(
         Path(package_dir).resolve(),
         tuple(requirements),
         extra_pip_args=extra_pip_args,
-        excludes=excludes,
         resolve_dependencies=True,
     )

@@ -14,7 +14,7 @@ same items. So:
   (``FIRST_EVENT_IMPORTS``: the engine, the validated resolver, the batch utility ...), and they
   are imported there, so restored instances do not import them on their first event. The
   benchmark reports each handler's import with and without them
-  (:mod:`leasefence.bench.coldstart`).
+  (:mod:`leasefence_tools.bench.coldstart`).
 
 Lambda's Python runtime provides ``snapshot_restore_py`` (``register_before_snapshot``,
 ``register_after_restore``); when it is importable the hooks are registered with it, and always

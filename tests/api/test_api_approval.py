@@ -8,13 +8,13 @@ from __future__ import annotations
 import re
 
 import pytest
-from api_helpers import Api, claim, claimed, enqueue, new_tenant, op_path
+from tests.support.api import Api, claim, claimed, enqueue, new_tenant, op_path
 from typer.testing import CliRunner
 
 from leasefence.api.errors import Forbidden
 from leasefence.api.security import APPROVE, OPERATE, PRODUCE, WORK
-from leasefence.auth import mint
-from leasefence.cli import app as cli
+from leasefence_tools.local.tokens import mint
+from leasefence_tools.cli import app as cli
 from leasefence.errors import InvalidTransition, PayloadMismatch
 from leasefence.payloads import canonicalize
 from leasefence.settings import runtime

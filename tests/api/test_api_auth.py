@@ -8,10 +8,10 @@ import time
 
 import jwt
 import pytest
-from api_helpers import Api, claim, claimed, enqueue, new_tenant, op_path
+from tests.support.api import Api, claim, claimed, enqueue, new_tenant, op_path
 
 from leasefence.api.security import APPROVE, OPERATE, PRODUCE, ROUTES, WORK
-from leasefence.auth import ALL_SCOPES, mint
+from leasefence_tools.local.tokens import ALL_SCOPES, mint
 
 SAMPLE_BODIES = {
     "enqueueOperation": {"operation_id": "s-1", "job_type": "job", "payload": 1},
@@ -91,7 +91,7 @@ def test_bad_tokens_are_401(stack, tenant):
 
 def test_handler_refuses_an_event_without_authorizer_context(stack):
     """Defence in depth: the handler does not trust that an authorizer ran."""
-    from leasefence.local.server import http_api_event
+    from leasefence_tools.local.server import http_api_event
 
     event = http_api_event("GET", "/v1/operations", [], None, claims=None)
     result = stack.invoker.invoke("api", event)
@@ -222,7 +222,7 @@ def test_cursor_cannot_cross_tenants(make_api):
 
 
 def test_scope_gate_also_works_under_a_named_stage(stack):
-    from leasefence.local.server import http_api_event
+    from leasefence_tools.local.server import http_api_event
 
     event = http_api_event("POST", "/prod/v1/operations", [], b'{"nonsense": 1}',
                            claims={"tenant_id": "t", "scope": WORK})

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from api_helpers import claimed, enqueue, op_path
+from tests.support.api import claimed, enqueue, op_path
 
 from leasefence.errors import AlreadyAttempted
 

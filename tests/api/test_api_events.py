@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from api_helpers import new_tenant
+from tests.support.api import new_tenant
 
 from leasefence.settings import runtime
 

@@ -10,13 +10,13 @@ import re
 from types import SimpleNamespace
 
 import pytest
-from api_helpers import claim, claimed, enqueue, new_tenant, op_path
+from tests.support.api import claim, claimed, enqueue, new_tenant, op_path
 from typer.testing import CliRunner
 
 from leasefence.api.security import OPERATE, PRODUCE, WORK
-from leasefence.cli import app as cli
+from leasefence_tools.cli import app as cli
 from leasefence.errors import InvalidTransition, NotFound
-from leasefence.local.server import load_function
+from leasefence_tools.local.server import load_function
 from leasefence.payloads import canonicalize
 from leasefence.settings import runtime
 from leasefence.targets import single_shot

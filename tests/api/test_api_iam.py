@@ -10,12 +10,12 @@ import threading
 from typing import Any
 
 import pytest
-from api_helpers import Api, enqueue, new_tenant
+from tests.support.api import Api, enqueue, new_tenant
 
 from leasefence.api.security import APPROVE, IAM_PREFIXES, ROUTES, iam_caller, iam_request
-from leasefence.auth import ALL_SCOPES
+from leasefence_tools.local.tokens import ALL_SCOPES
 from leasefence.client import LeaseFenceClient, sigv4_signer
-from leasefence.local.server import LambdaContext, http_api_event, load_function
+from leasefence_tools.local.server import LambdaContext, http_api_event, load_function
 
 IAM_API_ID = "iamapi0001"
 PRINCIPAL = "arn:aws:sts::111122223333:assumed-role/acme-billing/i-0abc"

@@ -8,11 +8,11 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from api_helpers import claimed, enqueue, op_path
+from tests.support.api import claimed, enqueue, op_path
 from typer.testing import CliRunner
 
-from leasefence.auth import ALL_SCOPES
-from leasefence.cli import app as cli
+from leasefence_tools.local.tokens import ALL_SCOPES
+from leasefence_tools.cli import app as cli
 from leasefence.settings import runtime
 
 REFUND = {

@@ -57,7 +57,7 @@ def test_openapi_describes_every_route_with_its_scope():
 def test_openapi_command_writes_and_checks(tmp_path):
     from typer.testing import CliRunner
 
-    from leasefence.cli import app
+    from leasefence_tools.cli import app
 
     target = tmp_path / "openapi.json"
     runner = CliRunner()

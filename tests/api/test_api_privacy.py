@@ -7,7 +7,7 @@ import io
 import logging
 
 import pytest
-from api_helpers import Api, op_path
+from tests.support.api import Api, op_path
 
 from leasefence import observability
 from leasefence.privacy import keyed_hash

@@ -10,7 +10,7 @@ from datetime import datetime
 
 import pytest
 import rfc8785
-from api_helpers import claim, claimed, enqueue, op_path
+from tests.support.api import claim, claimed, enqueue, op_path
 
 HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 RFC3339_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from api_helpers import claim, claimed, enqueue, op_path
+from tests.support.api import claim, claimed, enqueue, op_path
 from typer.testing import CliRunner
 
-from leasefence.cli import app as cli
+from leasefence_tools.cli import app as cli
 
 
 def _wait_past(rfc3339: str, margin: float = 0.05) -> None:

@@ -7,8 +7,8 @@ import uuid
 
 from typer.testing import CliRunner
 
-from leasefence.auth import ALL_SCOPES
-from leasefence.cli import app
+from leasefence_tools.local.tokens import ALL_SCOPES
+from leasefence_tools.cli import app
 from leasefence.settings import runtime
 from leasefence.shadow import Shadow, api_store, shadow_tenant
 

@@ -27,7 +27,7 @@ from leasefence.errors import (
     StoreMisconfigured,
     Unavailable,
 )
-from leasefence.local.server import http_api_event, load_function
+from leasefence_tools.local.server import http_api_event, load_function
 from leasefence.payloads import MAX_PAYLOAD_BYTES, PayloadStore, canonicalize
 from leasefence.settings import Runtime, Settings
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-import stream_jobs
-from api_helpers import Api, op_path
-from conftest import STREAM_TENANTS
+from tests.support import stream_jobs
+from tests.support.api import Api, op_path
+from tests.support.stack import STREAM_TENANTS
 
-from leasefence import auth
+from leasefence_tools.local import tokens as auth
 from leasefence.api.security import OPERATE, PRODUCE, WORK
-from leasefence.local.events import Subscription
+from leasefence_tools.local.events import Subscription
 from leasefence.streams.events import subscription_pattern
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from leasefence.auth import ALL_SCOPES
+from leasefence_tools.local.tokens import ALL_SCOPES
 from leasefence.client import LeaseFenceClient
-from leasefence.local.server import LocalStack
+from leasefence_tools.local.server import LocalStack
 
 SECRET = "console-tests-secret-0123456789abcdef"
 

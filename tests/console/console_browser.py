@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from leasefence.auth import mint
+from leasefence_tools.local.tokens import mint
 
 SECRET = "console-browser-secret-0123456789abcdef"
 #: How Chromium starts here: headless, and nothing that reaches out to the network on its own.

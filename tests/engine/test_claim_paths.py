@@ -10,7 +10,7 @@ import pytest
 
 from leasefence import Engine
 from leasefence import engine as engine_module
-from leasefence.bench.meter import Meter
+from leasefence_tools.bench.meter import Meter
 from leasefence.schema import DUE_SK, TableSpec
 
 H = "sha256:" + "4" * 64

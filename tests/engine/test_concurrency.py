@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from leasefence import Engine, StaleFence, State
-from leasefence.local.embedded import EmbeddedAws
+from leasefence_tools.local.embedded import EmbeddedAws
 from leasefence.schema import TableSpec
 
 H = "sha256:" + "3" * 64

@@ -8,7 +8,7 @@ import pytest
 
 from leasefence import Engine, InvalidTransition, PayloadConflict, StaleFence, State, Unavailable
 from leasefence.errors import InvalidInput
-from leasefence.faults import AFTER, BEFORE, THROTTLE, FaultyClient
+from leasefence_tools.testing.faults import AFTER, BEFORE, THROTTLE, FaultyClient
 
 H1 = "sha256:" + "1" * 64
 H2 = "sha256:" + "2" * 64

@@ -13,7 +13,7 @@ import pytest
 
 from leasefence import Engine, PayloadConflict, State, settings
 from leasefence.clock import ManualClock
-from leasefence.local.embedded import EmbeddedAws, Fidelity
+from leasefence_tools.local.embedded import EmbeddedAws, Fidelity
 from leasefence.schema import TTL_ATTRIBUTE, TableSpec
 
 H = "sha256:" + "e" * 64

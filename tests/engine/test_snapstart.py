@@ -155,7 +155,7 @@ def test_the_bench_reads_each_handlers_first_event_imports_from_its_source():
     import importlib
     from pathlib import Path
 
-    from leasefence.bench import coldstart
+    from leasefence_tools.bench import coldstart
 
     root = Path(__file__).resolve().parents[2]
     for name in HANDLERS:

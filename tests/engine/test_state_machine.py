@@ -26,7 +26,7 @@ from leasefence import (
 )
 from leasefence.errors import PayloadMismatch, SelfApproval
 from leasefence.clock import ManualClock
-from leasefence.local.embedded import EmbeddedAws
+from leasefence_tools.local.embedded import EmbeddedAws
 from leasefence.schema import TableSpec
 
 HASHES = ["sha256:" + "a" * 64, "sha256:" + "b" * 64]

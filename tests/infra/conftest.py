@@ -53,7 +53,7 @@ from cdk_nag import AwsSolutionsChecks  # noqa: E402
 from constructs import Construct  # noqa: E402
 from leasefence_infra import LeaseFenceService, LocalLayerBundler, WorkerProps, package_layer_code  # noqa: E402
 from leasefence_infra.stack import DEMO_WORKER_HANDLERS, LeaseFenceStack  # noqa: E402
-from infra_helpers import ORDERS_KEY_ARN  # noqa: E402
+from tests.support.infra import ORDERS_KEY_ARN  # noqa: E402
 
 DEFAULT_PROPS = {
     "jwt_issuer": "https://issuer.example.com/",

@@ -14,7 +14,7 @@ from aws_cdk import App, Aspects, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Annotations, Match, Template
 from cdk_nag import AwsSolutionsChecks
-from infra_helpers import as_list, getatt, invoked_arn, logical_id, props, resources, role_statements
+from tests.support.infra import as_list, getatt, invoked_arn, logical_id, props, resources, role_statements
 
 from leasefence import Engine
 from leasefence.clock import ManualClock

@@ -86,14 +86,16 @@ print(json.dumps({
     "cfn_lint": lint,
     "leasefence_infra": leasefence_infra.__file__,
     "leasefence": importlib.util.find_spec("leasefence").origin,
+    "leasefence_tools": importlib.util.find_spec("leasefence_tools").origin,
     "functions": importlib.util.find_spec("leasefence_infra._functions").submodule_search_locations[0],
 }))
 '''
 
-#: Where an installed environment finds the two packages (without importing them: no aws_cdk).
+#: Where an installed environment finds the three packages (without importing them: no aws_cdk).
 FIND_SPECS = """\
 import importlib.util, json
-print(json.dumps({name: importlib.util.find_spec(name).origin for name in ("leasefence", "leasefence_infra")}))
+print(json.dumps({name: importlib.util.find_spec(name).origin
+                  for name in ("leasefence", "leasefence_tools", "leasefence_infra")}))
 """
 
 #: cfn-lint warnings accepted with a reason (as in test_infra_compliance): CDK adds DependsOn from
@@ -132,6 +134,7 @@ def _copy_sources(dest: Path) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, dest / name)
     shutil.copytree(ROOT / "layers" / "leasefence", dest / "layers" / "leasefence", ignore=ignore)
+    shutil.copytree(ROOT / "tools" / "leasefence_tools", dest / "tools" / "leasefence_tools", ignore=ignore)
     shutil.copytree(ROOT / "infra" / "leasefence_infra", dest / "infra" / "leasefence_infra", symlinks=True,
                     ignore=ignore)
     shutil.copytree(ROOT / "functions", dest / "functions", ignore=ignore)
@@ -366,6 +369,7 @@ def test_an_editable_install_finds_the_checkouts_code(adopter) -> None:
     src = adopter["src"].resolve()
     origins = {name: Path(origin).resolve() for name, origin in adopter["editable"].items()}
     assert origins["leasefence"] == src / "layers" / "leasefence" / "__init__.py"
+    assert origins["leasefence_tools"] == src / "tools" / "leasefence_tools" / "__init__.py"
     package = src / "infra" / "leasefence_infra"
     assert origins["leasefence_infra"] == package / "__init__.py"
     assert (package / "_functions").resolve() == src / "functions"
@@ -399,7 +403,7 @@ print(json.dumps({"created": [first.created, first.operation.state], "replay": r
 
 #: `leasefence bench` finds the installed handlers too (no checkout around).
 COLDSTART_ROOT = """\
-from leasefence.bench.coldstart import first_event_imports, repo_root
+from leasefence_tools.bench.coldstart import first_event_imports, repo_root
 print(first_event_imports("functions.api.handler", repo_root()))
 """
 

@@ -27,7 +27,7 @@ from leasefence_infra.stack import (
     ContextError,
     service_props_from_context,
 )
-from test_infra_layer import assert_runtime_package_only
+from tests.support.layer import assert_runtime_package_only
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Annotations, Match, Template
 from cdk_nag import AwsSolutionsChecks
-from infra_helpers import (
+from tests.support.infra import (
     actions_by_resource,
     as_list,
     getatt,

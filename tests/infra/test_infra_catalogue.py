@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from infra_helpers import getatt, logical_id, props, resources, role_statements
+from tests.support.infra import getatt, logical_id, props, resources, role_statements
 
 from leasefence import Engine
 from leasefence.clock import ManualClock
-from leasefence.local.server import LambdaContext, load_function
+from leasefence_tools.local.server import LambdaContext, load_function
 from leasefence_infra import LeaseFenceServiceProps
 from leasefence_infra.catalogue import (
     CATALOGUE_TABLE_ACTIONS,

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 from leasefence_infra.bundling import fetch_wheels
-from test_infra_app import MAKE_SYNTH_ARGS, assert_the_example_app
-from test_infra_versions import assert_bundles_the_locked_versions
+from tests.infra.test_infra_app import MAKE_SYNTH_ARGS, assert_the_example_app
+from tests.infra.test_infra_versions import assert_bundles_the_locked_versions
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = ROOT / "node_modules" / ".bin" / "cdk"

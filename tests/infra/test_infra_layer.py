@@ -1,4 +1,5 @@
-"""The core layer ships the runtime package only, and everything the functions import is in it.
+"""The core layer ships the runtime package as it is, no tool is in it, and everything the functions
+import is in it.
 
 ``prebuilt_layer`` (conftest) is ``LocalLayerBundler(requirements=()).build(...)``: the real
 bundler's copy of ``layers/leasefence`` (pip only adds ``rfc8785``, checked by
@@ -16,60 +17,41 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from leasefence_infra import bundling
 from leasefence_infra.bundling import (
     BYTECODE_PYTHON_ENV,
-    CORE_LAYER_EXCLUDES,
     PACKAGE_DIR,
     LocalLayerBundler,
     compile_bytecode,
     find_bytecode_python,
-    is_excluded,
+    is_cache,
     source_fingerprint,
 )
 from leasefence_infra.versions import locked_version
+from tests.support.layer import MUST_NOT_SHIP, TOOLS_DIR, assert_runtime_package_only
 
 ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS = ROOT / "functions"
 
-#: What the worker (and the other functions) need, spelled out.
-MUST_SHIP = ("engine.py", "worker/runtime.py", "worker/backend.py", "targets/fenced_table.py",
-             "targets/same_table.py", "settings.py", "observability.py", "api/app.py")
-#: The dev-only parts, spelled out (independently of CORE_LAYER_EXCLUDES).
-MUST_NOT_SHIP = ("local", "cli.py", "demo", "bench", "faults.py", "kit")
-
-
 def _package(prebuilt_layer: Path) -> Path:
     return prebuilt_layer / "python" / "leasefence"
-
-
-def assert_runtime_package_only(package: Path) -> None:
-    """The layer's ``leasefence`` tree: the runtime modules, none of the dev-only ones."""
-    for rel in MUST_SHIP:
-        assert (package / rel).is_file(), rel
-    for rel in MUST_NOT_SHIP:
-        assert not (package / rel).exists(), rel
-    assert not list(package.glob("torture*"))
-    assert not list(package.rglob("__pycache__")) and not list(package.rglob("*.pyc"))
-    # Everything else of the source package is shipped.
-    source = {p.relative_to(PACKAGE_DIR) for p in PACKAGE_DIR.rglob("*.py")
-              if not is_excluded(p.relative_to(PACKAGE_DIR), CORE_LAYER_EXCLUDES)}
-    assert {p.relative_to(package) for p in package.rglob("*.py")} == source
 
 
 def test_layer_ships_the_runtime_package_only(prebuilt_layer: Path) -> None:
     assert_runtime_package_only(_package(prebuilt_layer))
 
 
-def test_exclusions_are_the_dev_only_parts() -> None:
-    excluded = [Path(p) for p in ("local/server.py", "cli.py", "demo/zombie.py", "bench/meter.py",
-                                  "faults.py", "torture.py", "torture/harness.py", "api/__pycache__/x.pyc")]
+def test_only_caches_and_compiled_files_are_left_out() -> None:
+    """No exclude list: whatever is in the runtime package ships, caches and bytecode aside."""
+    left_out = [Path(p) for p in ("api/__pycache__/x.pyc", "engine.pyc", ".mypy_cache/x.json",
+                                  "__pycache__/engine.cpython-312.pyc", "x.pyo")]
     kept = [Path(p) for p in ("engine.py", "client.py", "worker/runtime.py", "targets/fenced_table.py",
-                              "worker/local.py", "localize.py", "api/cli.py")]
-    for rel in excluded:
-        assert is_excluded(rel, CORE_LAYER_EXCLUDES), rel
+                              "cli.py", "local/server.py", "kit/checks.py", "torture.py", "py.typed")]
+    for rel in left_out:
+        assert is_cache(rel), rel
     for rel in kept:
-        assert not is_excluded(rel, CORE_LAYER_EXCLUDES), rel
+        assert not is_cache(rel), rel
 
 
 def _leasefence_imports(path: Path) -> set[tuple[str, str | None]]:
@@ -128,25 +110,27 @@ print("ok", len([n for n in sys.modules if n.startswith("leasefence")]))
     assert proc.stdout.startswith("ok")
 
 
-def test_fingerprint_ignores_excluded_files(tmp_path: Path) -> None:
+def test_fingerprint_covers_every_file_but_caches(tmp_path: Path) -> None:
     pkg = tmp_path / "leasefence"
-    (pkg / "local").mkdir(parents=True)
+    (pkg / "local" / "__pycache__").mkdir(parents=True)
     (pkg / "engine.py").write_text("x = 1\n")
-    (pkg / "cli.py").write_text("y = 1\n")
     (pkg / "local" / "server.py").write_text("z = 1\n")
     first = source_fingerprint(pkg, requirements=())
-    (pkg / "cli.py").write_text("y = 2\n")
+    (pkg / "local" / "__pycache__" / "server.cpython-312.pyc").write_bytes(b"\0")
+    (pkg / "engine.pyc").write_bytes(b"\0")
+    assert source_fingerprint(pkg, requirements=()) == first  # caches: same layer
     (pkg / "local" / "server.py").write_text("z = 2\n")
+    second = source_fingerprint(pkg, requirements=())
+    assert second != first  # any shipped file, in any folder
     (pkg / "torture.py").write_text("t = 1\n")
-    assert source_fingerprint(pkg, requirements=()) == first  # dev-only edits: same layer
-    (pkg / "engine.py").write_text("x = 2\n")
-    assert source_fingerprint(pkg, requirements=()) != first
+    assert source_fingerprint(pkg, requirements=()) != second  # a new file too
 
 
-@pytest.mark.parametrize("rel", MUST_NOT_SHIP)
-def test_excluded_paths_exist_in_the_source(rel: str) -> None:
-    """The exclusions are not dead: each named dev-only part exists in the source package."""
-    assert (PACKAGE_DIR / rel).exists()
+@pytest.mark.parametrize("rel", sorted(MUST_NOT_SHIP))
+def test_the_tools_live_in_their_own_package(rel: str) -> None:
+    """What used to be excluded from the layer is not in the runtime package at all."""
+    assert not (PACKAGE_DIR / rel).exists()
+    assert (TOOLS_DIR / MUST_NOT_SHIP[rel]).exists()
 
 
 def test_bundling_accepts_manylinux_2_28_wheels() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from aws_cdk import CfnResource, Stack, TagManager
-from infra_helpers import logical_id
+from tests.support.infra import logical_id
 
 import leasefence_infra
 from leasefence_infra.service import COMPONENT_TAG, SERVICE_TAG

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import fnmatch
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,10 +17,10 @@ from aws_cdk import App, Duration, Stack
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk.assertions import Template
-from infra_helpers import logical_id, props, resources
+from tests.support.infra import logical_id, props, resources
+
 from leasefence import schema
 from leasefence_infra import LeaseFenceService, WorkerProps
-from leasefence_infra.bundling import CORE_LAYER_EXCLUDES
 from leasefence_infra.monitoring import (
     APP_ALARMS,
     MAX_ALARM_METRICS,
@@ -41,12 +40,9 @@ _SINK_ATTRIBUTES = {"events", "_events", "record_event"}
 
 
 def _shipped_sources() -> Iterator[Path]:
-    """The code that runs in Lambda: the core layer (without its dev-only parts) and the
+    """The code that runs in Lambda: the core layer (the runtime package as it is) and the
     handlers."""
-    for path in sorted(PACKAGE.rglob("*.py")):
-        top = path.relative_to(PACKAGE).parts[0]
-        if not any(fnmatch.fnmatch(top, pattern) for pattern in CORE_LAYER_EXCLUDES):
-            yield path
+    yield from sorted(PACKAGE.rglob("*.py"))
     yield from sorted((ROOT / "functions").rglob("*.py"))
 
 

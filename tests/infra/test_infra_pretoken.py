@@ -14,7 +14,7 @@ from aws_cdk import App, Aspects, Stack
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Annotations, Match, Template
 from cdk_nag import AwsSolutionsChecks
-from infra_helpers import as_list, getatt, logical_id, props, resources, role_statements
+from tests.support.infra import as_list, getatt, logical_id, props, resources, role_statements
 from leasefence_infra import LeaseFenceService, LeaseFenceServiceProps
 
 ROOT = Path(__file__).resolve().parents[2]

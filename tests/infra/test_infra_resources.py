@@ -10,7 +10,7 @@ import pytest
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Match, Template
-from infra_helpers import (
+from tests.support.infra import (
     ORDERS_KEY_ARN,
     actions_by_resource,
     as_list,

@@ -12,7 +12,7 @@ import pytest
 from aws_cdk import App, Stack
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
-from infra_helpers import logical_id, props, resources
+from tests.support.infra import logical_id, props, resources
 from leasefence_infra import LeaseFenceService
 from leasefence_infra.function import LIVE_ALIAS, layers_fingerprint
 

@@ -24,7 +24,7 @@ import pytest
 from aws_cdk import App, Stack
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
-from infra_helpers import logical_id
+from tests.support.infra import logical_id
 from leasefence_infra import LeaseFenceService, LeaseFenceServiceProps
 from leasefence_infra.stateful import STATEFUL_TYPES, main, moved, stack_policy, stateful_resources
 

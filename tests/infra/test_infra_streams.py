@@ -19,7 +19,7 @@ from aws_cdk import App, Duration, Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
-from infra_helpers import (
+from tests.support.infra import (
     actions_by_resource,
     as_list,
     getatt,

@@ -1,7 +1,7 @@
 """The publisher function behind its event source mapping, as Lambda runs it: batches of one
 shard's records, partial batch responses retried from the first failed record (bisected), an
 on-failure destination after the retries, a mapping created again. The mapping is the local
-stack's (:class:`leasefence.local.streams.EventSourceMapping`, Lambda's rules) driving the real
+stack's (:class:`leasefence_tools.local.streams.EventSourceMapping`, Lambda's rules) driving the real
 function handler (``functions/publisher``) against the embedded table, stream, bus and bucket;
 faults are injected into the function's own DynamoDB and EventBridge clients."""
 
@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from leasefence import Engine, settings
 from leasefence.clock import ManualClock
-from leasefence.local.streams import EventSourceMapping
+from leasefence_tools.local.streams import EventSourceMapping
 from leasefence.schema import TableSpec, create_table
 from leasefence.streams import mappings
 from leasefence.streams.publisher import Publisher
@@ -256,7 +256,7 @@ def test_records_that_exhaust_their_retries_are_kept_whole_and_the_command_redri
     assert [s for _, s, _ in env.events.sent] == [4, 6]
 
     cli = CliRunner()
-    from leasefence.cli import app
+    from leasefence_tools.cli import app
 
     command = ["publisher", "redrive", "--bucket", env.bucket, "--json"]
     counted = cli.invoke(app, [*command, "--dry-run"])
@@ -347,7 +347,7 @@ def test_the_redrive_leaves_out_records_of_operations_deleted_or_erased_since(en
         env.engine.erase(T, "op-1", actor="ops-erin")
     sent = list(env.events.sent)
 
-    from leasefence.cli import app
+    from leasefence_tools.cli import app
 
     done = CliRunner().invoke(app, ["publisher", "redrive", "--bucket", env.bucket, "--json"])
     assert done.exit_code == 0, done.output

@@ -16,8 +16,8 @@ import pytest
 
 from leasefence import Engine
 from leasefence.clock import ManualClock
-from leasefence.local.events import Subscription
-from leasefence.local.streams import lambda_record
+from leasefence_tools.local.events import Subscription
+from leasefence_tools.local.streams import lambda_record
 from leasefence.schema import TableSpec, create_table
 from leasefence.streams import events, filters, mappings, records
 from leasefence.streams.publisher import Publisher

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from leasefence.bench.units import item_size
+from leasefence_tools.bench.units import item_size
 from leasefence.clock import ManualClock
 from leasefence.model import Claim, State, TargetClass
 from leasefence.targets import fenced_table
@@ -98,7 +98,7 @@ def bookkeeping(wire_item):
 def own_ddb():
     """An endpoint of its own in a child process (thousands of requests: no interpreter lock
     shared with the server, no other test's tables in its backend)."""
-    from leasefence.local.embedded import EmbeddedAws
+    from leasefence_tools.local.embedded import EmbeddedAws
 
     with EmbeddedAws(process=True) as server:
         yield server.client()

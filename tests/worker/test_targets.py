@@ -12,8 +12,8 @@ import random
 import pytest
 
 from leasefence import Engine, PayloadConflict, State
-from leasefence.demo.kits import FencedTableKit, Hooks, IdempotentApiKit, SameTableKit, SingleShotKit
-from leasefence.faults import AFTER, FaultyClient
+from leasefence_tools.testing.kits import FencedTableKit, Hooks, IdempotentApiKit, SameTableKit, SingleShotKit
+from leasefence_tools.testing.faults import AFTER, FaultyClient
 from leasefence.schema import PARTITION_KEY, SORT_KEY
 from leasefence.targets import fenced_table
 from leasefence.worker import EngineBackend, Job, LostOwnership, Worker

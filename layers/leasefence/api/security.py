@@ -2,7 +2,7 @@
 
 In AWS the HTTP API's JWT authorizer validates the token (issuer, audience, expiry, route scopes)
 and hands the Lambda its claims under ``requestContext.authorizer.jwt``. Locally,
-:mod:`leasefence.local.server` does the same with HS256 tokens. Either way the handler checks
+:mod:`leasefence_tools.local.server` does the same with HS256 tokens. Either way the handler checks
 again (defence in depth): no claims or no usable ``tenant_id`` claim is 401, a missing route
 scope is 403. The tenant comes from the ``tenant_id`` claim and from nowhere else.
 

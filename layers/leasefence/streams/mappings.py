@@ -1,5 +1,5 @@
 """The two event source mappings on the operations table's stream, defined once: the CDK app
-creates them from these values and the local stack runs them (:mod:`leasefence.local.streams`).
+creates them from these values and the local stack runs them (:mod:`leasefence_tools.local.streams`).
 
 DynamoDB Streams lets at most two readers poll a shard at a time without throttling: these two
 are all there are (history and events share the publisher's read for that reason).

@@ -1,0 +1,64 @@
+"""`leasefence bench --quick` runs and its report has every field (not a timed test).
+
+Runs the ``leasefence bench`` command when the command line has it, and the module
+(``python -m leasefence_tools.bench``) otherwise: both end in :func:`leasefence_tools.bench.main`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from numbers import Number
+from pathlib import Path
+
+from leasefence_tools.bench import cost_per_million, prices, profiles
+from leasefence_tools.bench.report import REQUIRED_KEYS, STREAM_KEYS
+
+
+def _command() -> list[str]:
+    script = Path(sys.executable).parent / "leasefence"
+    if script.exists():
+        probe = subprocess.run([str(script), "bench", "--help"], capture_output=True, text=True, timeout=60)
+        if probe.returncode == 0 and "--quick" in probe.stdout:
+            return [str(script), "bench"]
+    return [sys.executable, "-m", "leasefence_tools.bench"]
+
+
+def test_quick_bench_reports_every_figure(tmp_path):
+    out = tmp_path / "report.json"
+    result = subprocess.run(
+        [*_command(), "--quick", "--json", "--out", str(out)],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    for key in REQUIRED_KEYS + STREAM_KEYS:
+        assert key in report, key
+        assert isinstance(report[key], Number) and not isinstance(report[key], bool), (key, report[key])
+    assert {row["name"] for row in report["targets"]} >= {
+        "wcu_per_lifecycle", "rcu_per_lifecycle", "wcu_per_heartbeat", "throughput_ratio_8", "throughput_ratio_32",
+        "wasted_claims_per_success", "depth_read_ratio", "fairness_claims_before_small_tenant", "import_ratio_max",
+        "stream_start_p50", "stream path cost",
+    }
+    assert json.loads(out.read_text())["wcu_per_lifecycle"] == report["wcu_per_lifecycle"]
+    # Issue 16, deterministic at any scale (a manual clock): a long job's heartbeats in a polled
+    # tenant, the takeover after a crash, and what an idle poll reads.
+    takeover = report["sections"]["cost"]["long_job"]["takeover"]
+    assert report["wcu_per_heartbeat"] <= 1.5
+    assert report["takeover_latency_max_ms"] == takeover["max_ms"] <= takeover["bound_ms"]
+    assert report["rcu_idle_poll"] == 2.0  # one empty page per shard, 4 shards
+
+    # Issue 16: dollars per million lifecycles by profile, from what this run measured.
+    costs = report["cost_per_million"]
+    assert set(costs) == {f"leasefence_{p}" for p in profiles.PROFILES} | set(cost_per_million.ALTERNATIVES)
+    assert all(isinstance(v, Number) and v > 0 for v in costs.values()), costs
+    measured = report["sections"]["profiles"]["profiles"]
+    lines = report["sections"]["cost_per_million"]["profiles"]
+    for name in profiles.PROFILES:
+        wcu = measured[name]["wcu"]
+        assert wcu >= report["wcu_per_lifecycle"]  # the lifecycle's own writes and then some
+        assert lines[name]["dynamodb_writes"] == round(wcu * prices.usd("dynamodb_write_request_unit") * 1e6, 4)
+        assert measured[name]["billed_ms"]["api"] > 0 and lines[name]["lambda_duration"] > 0
+    assert measured["http_workers"]["api_requests"] == 4  # enqueue, claim, payload, complete
+    assert measured["worker_function"]["rcu"] == 0  # claimed from the stream record: no query

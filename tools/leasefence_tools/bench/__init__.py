@@ -1,0 +1,71 @@
+"""leasefence's performance benchmarks: cost per job, throughput, contention, depth, fairness,
+cold start and scale (issue 7).
+
+``python -m leasefence_tools.bench [--quick] [--json] [--out FILE]`` runs them all against the embedded
+endpoint, writes the JSON report to ``FILE`` (default ``bench-report.json``) and prints the cost
+table (dollars per million lifecycles, issue 16) and a short table of the targets; with ``--json``
+the report itself goes to stdout as one JSON object; ``--render FILE`` prints the tables of a
+report already written (what the README's performance section pastes). ``--quick`` runs every
+benchmark at a small scale (under a minute; what the test suite checks).
+
+Modules: :mod:`~leasefence_tools.bench.units` (request-unit arithmetic), :mod:`~leasefence_tools.bench.meter`
+(the metering client), :mod:`~leasefence_tools.bench.harness` (the endpoint process and its setup
+shortcuts), one module per benchmark, :mod:`~leasefence_tools.bench.report` (targets and the table),
+:mod:`~leasefence_tools.bench.scale_sim` (the shard simulation; also runnable on its own),
+:mod:`~leasefence_tools.bench.prices` (the one price table: each price with its page and date),
+:mod:`~leasefence_tools.bench.profiles` (what a lifecycle uses, all in, on the local stack) and
+:mod:`~leasefence_tools.bench.cost_per_million` (that at list prices, next to the alternatives).
+
+Importing this package starts nothing; the benchmarks import moto only when they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEFAULT_OUT = "bench-report.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="leasefence bench",
+        description="Cost per job and per million jobs, throughput, contention, depth, fairness, "
+        "cold start and scale, measured on the embedded endpoint.",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="every benchmark at a small scale (under a minute)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the report as one JSON object on stdout"
+    )
+    parser.add_argument(
+        "--out",
+        default=DEFAULT_OUT,
+        help=f"write the JSON report here (default {DEFAULT_OUT}; '-' for none)",
+    )
+    parser.add_argument(
+        "--render",
+        metavar="REPORT",
+        help="print the tables of a report already written (e.g. bench-report.json) and exit",
+    )
+    args = parser.parse_args(argv)
+
+    from leasefence_tools.bench.report import render_table, run
+
+    if args.render:
+        print(render_table(json.loads(Path(args.render).read_text())))
+        return 0
+
+    report = run(quick=args.quick)
+    text = json.dumps(report, indent=2, sort_keys=False, default=str)
+    if args.out and args.out != "-":
+        Path(args.out).write_text(text + "\n")
+        print(f"[bench] report written to {args.out}", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(json.dumps(report, default=str) + "\n")
+    else:
+        print(render_table(report))
+    return 0

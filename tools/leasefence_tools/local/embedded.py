@@ -1,0 +1,1436 @@
+"""An embedded, linearizable DynamoDB (and S3) endpoint on moto's server.
+
+moto's backends hold no lock, so concurrent conditional writes to one item can both win (see the
+design notes). :class:`SerializedApp` holds one lock around each whole request, response body
+included, which makes every request atomic with respect to every other: the property DynamoDB
+gives per item, and the one every concurrency test here relies on.
+
+moto is also kinder than DynamoDB. With a :class:`Fidelity` (``EmbeddedAws(fidelity=...)`` or the
+``LEASEFENCE_FIDELITY*`` environment variables) the endpoint is not: it deletes expired TTL items
+after a lag, answers index queries from a lagging view of the table, and can throttle
+transactions. See :class:`Fidelity` and :class:`FidelityState`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import itertools
+import json
+import logging
+import os
+import random
+import threading
+import time
+import types
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, fields
+from decimal import Decimal, InvalidOperation
+from typing import Any, ClassVar, cast
+
+import boto3
+
+from leasefence import schema
+from leasefence_tools.local import LISTEN_BACKLOG
+
+LOCAL_REGION = "us-east-1"
+
+
+def use_local_credentials() -> None:
+    """moto accepts any credentials; make sure boto3 finds some without touching real ones."""
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    os.environ.setdefault("AWS_DEFAULT_REGION", LOCAL_REGION)
+
+
+#: Item-level operations whose moto results are already DynamoDB wire JSON.
+_FAST_JSON_ACTIONS = frozenset(
+    {
+        "GetItem",
+        "PutItem",
+        "UpdateItem",
+        "DeleteItem",
+        "Query",
+        "Scan",
+        "TransactWriteItems",
+        "BatchWriteItem",
+    }
+)
+
+
+def _has_none(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, dict):
+        return any(_has_none(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_none(v) for v in value)
+    return False
+
+
+def install_fast_json_responses() -> None:
+    """Serve moto's item-level DynamoDB results with ``json.dumps``.
+
+    moto 5.2 runs every result through a generic, model-driven serializer that costs about 5 ms
+    per item returned, half of an UpdateItem's time. For the item operations the result is
+    already AttributeValue JSON, so it is written as is. Anything unusual (errors, None values,
+    non-JSON types, other operations) still goes through moto's own serializer.
+    """
+    from moto.dynamodb.responses import DynamoHandler
+
+    if getattr(DynamoHandler, "_leasefence_fast_json", False):
+        return
+    original = DynamoHandler.serialized
+
+    def serialized(self: Any, action_result: Any) -> Any:
+        result = action_result.result
+        if (
+            isinstance(result, dict)
+            and self._get_action() in _FAST_JSON_ACTIONS
+            and not _has_none(result)
+        ):
+            try:
+                body = json.dumps(result, allow_nan=False)
+            except (TypeError, ValueError):
+                return original(self, action_result)
+            headers = {"Content-Type": "application/x-amz-json-1.0"}
+            headers.update(self.response_headers)
+            return 200, headers, body
+        return original(self, action_result)
+
+    DynamoHandler.serialized = serialized  # type: ignore[method-assign]
+    DynamoHandler._leasefence_fast_json = True  # type: ignore[attr-defined]
+
+
+def install_fast_index_sort() -> None:
+    """Make moto's index queries sort with precomputed keys.
+
+    moto sorts a Query's candidates with ``DynamoType`` comparisons that rebuild a ``Decimal``
+    for every comparison (32,000 per query at 2,000 items: 170 ms). Sorting by keys computed
+    once per item gives the same order (numbers by value, strings and binary by content).
+    Equality of two strings, the hot path of its key matching, is likewise compared directly,
+    and a string is hashed directly (to the same hash moto computes).
+    """
+    from decimal import Decimal
+
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    if getattr(Table, "_leasefence_fast_sort", False):
+        return
+
+    def scalar(value: DynamoType) -> Any:
+        return Decimal(value.value) if value.type == "N" else value.cast_value
+
+    def sorted_items(
+        self: Any, hash_key_attrs: list[str], range_key_attrs: list[str | None], items: list[Any]
+    ) -> list[Any]:
+        attrs = self._generate_attr_to_sort_by(hash_key_attrs, range_key_attrs)
+        items.sort(key=lambda item: tuple(scalar(item.attrs[a]) for a in attrs))
+        return items
+
+    def number(text: str) -> Any:
+        digits = text[1:] if text[:1] == "-" else text
+        return int(text) if digits.isdigit() else Decimal(text)
+
+    def fast(op: Any, original: Any) -> Any:
+        """Compare two scalars of the same type directly; anything else as moto does."""
+
+        def compare(self: DynamoType, other: DynamoType) -> bool:
+            if self.type == other.type:
+                if self.type == "S":
+                    return op(self.value, other.value)
+                if self.type == "N":
+                    return op(number(self.value), number(other.value))
+            return original(self, other)
+
+        return compare
+
+    import operator
+
+    for name, op in (
+        ("__lt__", operator.lt),
+        ("__le__", operator.le),
+        ("__gt__", operator.gt),
+        ("__ge__", operator.ge),
+    ):
+        setattr(DynamoType, name, fast(op, getattr(DynamoType, name)))
+    original_eq, original_ne = DynamoType.__eq__, DynamoType.__ne__
+
+    def eq(self: DynamoType, other: DynamoType) -> bool:
+        if self.type == "S" and other.type == "S":
+            return self.value == other.value
+        return original_eq(self, other)
+
+    def ne(self: DynamoType, other: DynamoType) -> bool:
+        if self.type == "S" and other.type == "S":
+            return self.value != other.value
+        return original_ne(self, other)
+
+    from moto.dynamodb.models.dynamo_type import Item
+
+    original_project = Item.project
+
+    def project(self: Any, projection_expressions: list[list[str]]) -> Any:
+        """Top-level attribute names only (what index projections ask for): copy those
+        attributes. moto otherwise converts the whole item to plain JSON once per name."""
+        if all(len(path) == 1 for path in projection_expressions):
+            names = {path[0] for path in projection_expressions}
+            attrs = {name: value.to_json() for name, value in self.attrs.items() if name in names}
+            return Item(hash_key=self.hash_key, range_key=self.range_key, attrs=attrs)
+        return original_project(self, projection_expressions)
+
+    Item.project = project  # type: ignore[method-assign]
+    original_hash = DynamoType.__hash__
+
+    def hash_(self: DynamoType) -> int:
+        """moto hashes ``(type, cast_value)``; for a string that is ``(type, value)``: the same
+        number, without the property's type dispatch (every table-key lookup hashes twice)."""
+        if self.type == "S":
+            return hash(("S", self.value))
+        return original_hash(self)
+
+    Table.sorted_items = sorted_items  # type: ignore[method-assign]
+    DynamoType.__eq__, DynamoType.__ne__ = eq, ne  # type: ignore[method-assign]
+    DynamoType.__hash__ = hash_  # type: ignore[method-assign]  # hashable again after __eq__
+    Table._leasefence_fast_sort = True  # type: ignore[attr-defined]
+
+
+def install_fast_update_expressions() -> None:
+    """Take the repeated work out of moto's UpdateItem (about 3.7 ms each, the endpoint's
+    largest cost), keeping every check it makes:
+
+    * an update expression is parsed once per distinct text (moto parses it twice per request;
+      the tree is only read, and its validator works on its own deep copy);
+    * the tree walkers look up which node types they process once, not at every node;
+    * the SET/REMOVE/ADD "one clause each" check runs once, at the top of the tree, instead
+      of at every nested node (quadratic in the number of actions). The top counts every
+      clause, so any expression the nested checks refuse, it refuses.
+    """
+    import functools
+
+    from moto.dynamodb.parsing import expressions, validators
+
+    # moto marks ast_nodes and expressions '# type: ignore' whole: mypy sees no names in them.
+    from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]
+        DepthFirstTraverser,
+        Node,
+        UpdateExpression,
+    )
+
+    if getattr(DepthFirstTraverser, "_leasefence_fast", False):
+        return
+    parser = expressions.UpdateExpressionParser  # type: ignore[attr-defined]
+    parser.make = staticmethod(functools.lru_cache(maxsize=512)(parser.make))
+
+    def processing(self: Any) -> tuple[tuple[type, Any], ...]:
+        table = self.__dict__.get("_leasefence_map")
+        if table is None:
+            table = self._leasefence_map = tuple(self._processing_map().items())
+            self._leasefence_types = tuple(node_type for node_type, _ in table)
+        return table
+
+    def nodes_to_be_processed(self: Any) -> tuple[type, ...]:
+        processing(self)
+        return self._leasefence_types
+
+    def process(self: Any, node: Any) -> Any:
+        for node_type, processor in processing(self):
+            if isinstance(node, node_type):
+                return processor(node)
+        return None
+
+    def traverse_node_recursively(self: Any, node: Any, child_id: int = -1) -> Any:
+        if isinstance(node, Node):
+            parent_node = node.parent
+            if node.children is not None:
+                for i, child_node in enumerate(node.children):
+                    self.pre_processing_of_child(node, i)
+                    self.traverse_node_recursively(child_node, i)
+            if isinstance(node, nodes_to_be_processed(self)):
+                node = self.process(node)
+                node.parent = parent_node
+                if parent_node:
+                    parent_node.children[child_id] = node
+        return node
+
+    DepthFirstTraverser.nodes_to_be_processed = nodes_to_be_processed
+    DepthFirstTraverser.process = process
+    DepthFirstTraverser.traverse_node_recursively = traverse_node_recursively
+
+    count_actions = validators.ActionCountValidator.verify_action_counts
+
+    def verify_action_counts(self: Any, node: Any) -> Any:
+        if isinstance(node.parent, UpdateExpression):
+            return node  # an inner part: the top of the tree counts its clauses too
+        return count_actions(self, node)
+
+    validators.ActionCountValidator.verify_action_counts = verify_action_counts  # type: ignore[method-assign]
+    DepthFirstTraverser._leasefence_fast = True
+
+
+def install_unsorted_query_candidates() -> None:
+    """Let moto's Query collect its candidates without sorting the whole table first.
+
+    ``Table.all_items`` sorts every item of the table by primary key; Query calls it and then
+    sorts the few matching candidates again by the index's (or the table's) full key, a total
+    order, so the first sort never shows in a result. At 10,000 items it made an empty index
+    Query cost 68 ms. Scans keep moto's sorted order (their pages depend on it).
+    """
+    from moto.dynamodb.models.table import Table
+
+    if getattr(Table, "_leasefence_unsorted_query", False):
+        return
+    original_query = Table.query
+
+    def unsorted_items(self: Any) -> list[Any]:
+        if self.range_key_attr:
+            return [item for items in self.items.values() for item in items.values()]
+        return list(self.items.values())
+
+    def query(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if "all_items" in self.__dict__:  # someone already chose the candidates for this call
+            return original_query(self, *args, **kwargs)
+        self.all_items = types.MethodType(
+            unsorted_items, self
+        )  # this call only (requests are serialized)
+        try:
+            return original_query(self, *args, **kwargs)
+        finally:
+            del self.all_items
+
+    Table.query = query  # type: ignore[method-assign]
+    Table._leasefence_unsorted_query = True  # type: ignore[attr-defined]
+
+
+def install_item_level_transaction_rollback() -> None:
+    """Make moto's TransactWriteItems back up the items it touches, not whole tables.
+
+    moto deep-copies every table a transaction names before applying it, so that it can put the
+    copies back if any part fails: O(table size) per transaction (a quarter of the endpoint's CPU
+    in a torture run at a few thousand items). Here the tables are not copied; the items the
+    transaction names are (at most 100), and on failure exactly those are put back as they were.
+    The outcome is the same: all of the transaction or none of it, in the table's stream too: the
+    records moto appended for the actions it applied before one failed are taken back (DynamoDB
+    streams only what a transaction committed).
+    """
+    import copy as copy_module
+
+    from moto.dynamodb import models
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    backend_class = models.DynamoDBBackend
+    if getattr(backend_class, "_leasefence_item_rollback", False):
+        return
+    original = backend_class.transact_write_items
+
+    # Inside moto's dynamodb models module, `copy.deepcopy(table)` (the whole-table backup)
+    # becomes a no-op; any other deep copy is the real one.
+    shim = types.SimpleNamespace(**{name: getattr(copy_module, name) for name in ("copy", "Error")})
+    shim.deepcopy = lambda value, memo=None: (
+        value if isinstance(value, models.Table) else copy_module.deepcopy(value, memo)
+    )
+    models.copy = shim  # type: ignore[assignment]
+
+    def touched_items(
+        self: Any, transact_items: list[dict[str, Any]]
+    ) -> list[tuple[Any, Any, Any, Any]]:
+        saved = []
+        for entry in transact_items:
+            op_type, op = next(iter(entry.items()))
+            table = self.tables.get(op.get("TableName"))
+            if table is None:
+                continue
+            key = op.get("Item", {}) if op_type == "Put" else op.get("Key", {})
+            hash_attr, range_attr = table.hash_key_attr, table.range_key_attr
+            if hash_attr not in key or (range_attr is not None and range_attr not in key):
+                continue  # moto rejects it before writing anything
+            hash_value = DynamoType(key[hash_attr])
+            range_value = DynamoType(key[range_attr]) if range_attr is not None else None
+            current = table.get_item(hash_value, range_value)
+            saved.append((table, hash_value, range_value, copy_module.deepcopy(current)))
+        return saved
+
+    def restore(saved: list[tuple[Any, Any, Any, Any]]) -> None:
+        for table, hash_value, range_value, item in reversed(saved):
+            if range_value is None:
+                if item is None:
+                    table.items.pop(hash_value, None)
+                else:
+                    table.items[hash_value] = item
+            elif item is None:
+                table.items.get(hash_value, {}).pop(range_value, None)
+                if hash_value in table.items and not table.items[hash_value]:
+                    del table.items[hash_value]
+            else:
+                table.items[hash_value][range_value] = item
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        saved = touched_items(self, transact_items)
+        streams = {
+            id(t): (t.stream_shard, len(t.stream_shard.items))
+            for t, *_ in saved
+            if t.stream_shard is not None
+        }
+        try:
+            original(self, transact_items)
+        except BaseException:
+            restore(saved)
+            for shard, length in streams.values():
+                del shard.items[length:]
+            raise
+
+    backend_class.transact_write_items = transact_write_items  # type: ignore[method-assign]
+    backend_class._leasefence_item_rollback = True  # type: ignore[attr-defined]
+
+
+def install_stream_iterator_pruning() -> None:
+    """Forget a DynamoDB Streams shard iterator once ``GetRecords`` used it.
+
+    moto keeps every iterator it ever handed out (each ``GetRecords`` answer makes a new one), so
+    a poller reading the stream a few times a second grew the endpoint by about 100 MB an hour.
+    DynamoDB lets an iterator be used for 15 minutes; every reader here (the local event source
+    mappings) uses each one once, as Lambda does.
+    """
+    from moto.dynamodbstreams.models import DynamoDBStreamsBackend
+
+    if getattr(DynamoDBStreamsBackend, "_leasefence_pruned", False):
+        return
+    original = DynamoDBStreamsBackend.get_records
+
+    def get_records(self: Any, iterator_arn: str, limit: int) -> Any:
+        try:
+            return original(self, iterator_arn, limit)
+        finally:
+            self.shard_iterators.pop(iterator_arn, None)
+
+    DynamoDBStreamsBackend.get_records = get_records
+    DynamoDBStreamsBackend._leasefence_pruned = True
+
+
+def install_event_account_field() -> None:
+    """Deliver EventBridge events to targets with their ``account`` field, as EventBridge does
+    (moto's default target input leaves it out)."""
+    from moto.events.utils import EventTemplateParser
+
+    EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE = (
+        '{"version": "0", "id": "<id>", "detail-type": "<detail-type>", "source": "<source>", '
+        '"account": "<account>", "time": <time>, "region": "<region>", "resources": <resources>, '
+        '"detail": <detail>}'
+    )
+
+
+def install_fast_dispatch() -> None:
+    """moto's server lists its own package directory on disk to route every request; the list
+    does not change while it runs, so it is read once."""
+    from moto import backends
+
+    if getattr(backends, "_leasefence_cached_modules", None) is not None:
+        return
+    modules = tuple(backends.list_of_moto_modules())
+    backends._leasefence_cached_modules = modules
+    backends.list_of_moto_modules = lambda: modules
+
+
+class _Untracked(list):
+    """A list that forgets what is appended to it."""
+
+    def append(self, item: Any) -> None:
+        pass
+
+
+def stop_item_tracking() -> None:
+    """Stop moto from keeping every DynamoDB and S3 model object it ever made.
+
+    moto's ``BaseModel`` appends each new instance to a class-level list (for its model-instances
+    API). Every update deep-copies the item twice and every transaction deep-copies the tables,
+    so a long-running endpoint grew by kilobytes per request and megabytes per transaction (6 GB
+    in a 5,000-operation torture run). The embedded endpoint never uses those lists.
+    """
+    import moto.dynamodb.models  # registers the model classes
+    import moto.s3.models  # noqa: F401
+    from moto.core.model_instances import model_data
+
+    for service in ("dynamodb", "s3"):
+        classes: dict[str, Any] = model_data[service]  # moto types the classes as object
+        for model in classes.values():
+            if not isinstance(model.instances_tracked, _Untracked):
+                model.instances_tracked = _Untracked()
+
+
+class SerializedApp:
+    """WSGI middleware: one request at a time, start to last byte."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        with self.lock:
+            body = self.app(environ, start_response)
+            try:
+                return [b"".join(body)]
+            finally:
+                close = getattr(body, "close", None)
+                if close is not None:
+                    close()
+
+
+# ---------------------------------------------------------------------------------------- fidelity
+
+_DAY_MS = 86_400_000
+_SCALAR_TYPES = frozenset({"S", "N", "B", "BOOL", "NULL"})
+_FIVE_YEARS_MS = 5 * 365 * _DAY_MS
+ADMIN_PREFIX = "/__leasefence/"
+
+
+def _env_flag(value: str) -> bool:
+    return value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """Where the embedded endpoint is as unkind as real DynamoDB (all off without one).
+
+    * **TTL deletion** (``ttl_deletion``): an item whose TTL attribute (the table's
+      ``UpdateTimeToLive`` setting; epoch *seconds*, a Number) is past is deleted, with its index
+      entries, once the endpoint clock reaches ``ttl + lag``. The lag is per item, a seeded
+      fraction between ``ttl_lag_min_ms`` and ``ttl_lag_ms`` (DynamoDB: typically within two
+      days, never at an exact moment). Until then the item is readable. As in DynamoDB, a TTL more
+      than five years in the past, or not a Number, is ignored. The endpoint clock is the wall
+      clock unless a test sets it (:meth:`EmbeddedAws.set_time`).
+    * **Lagging global secondary indexes** (``index_lag_ms``): an index Query (``IndexName`` of a
+      GSI) sees each item as it was ``lag`` ago, wall-clock time: a write within the lag is not
+      seen yet (the old version shows, or nothing if the item is new), a delete within the lag
+      still shows. The lag is per item, a seeded fraction between ``index_lag_min_ms`` and
+      ``index_lag_ms``. Table reads, table queries and conditions always see the latest item.
+    * **Throttled transactions** (``txn_throttle_rate``): that fraction of ``TransactWriteItems``
+      (seeded) is refused with ``TransactionCanceledException`` and ``ThrottlingError`` reasons
+      (``ProvisionedThroughputExceeded`` on a provisioned table), nothing applied.
+    """
+
+    ttl_deletion: bool = True
+    ttl_lag_ms: int = 2 * _DAY_MS
+    ttl_lag_min_ms: int = 0
+    index_lag_ms: int = 250
+    index_lag_min_ms: int = 0
+    txn_throttle_rate: float = 0.0
+    seed: int = 0
+    #: How often (wall seconds) an idle endpoint looks for TTL deletions that are due. Requests
+    #: look too, before they run, so a request never sees an item that is due for deletion.
+    reap_interval_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.ttl_lag_min_ms <= self.ttl_lag_ms:
+            raise ValueError("need 0 <= ttl_lag_min_ms <= ttl_lag_ms")
+        if not 0 <= self.index_lag_min_ms <= self.index_lag_ms:
+            raise ValueError("need 0 <= index_lag_min_ms <= index_lag_ms")
+        if not 0.0 <= self.txn_throttle_rate <= 1.0:
+            raise ValueError("txn_throttle_rate is a fraction between 0 and 1")
+        if self.reap_interval_s <= 0:
+            raise ValueError("reap_interval_s must be positive")
+
+    #: Environment variable per field (``LEASEFENCE_FIDELITY=1`` switches the whole thing on).
+    ENV: ClassVar[dict[str, str]] = {
+        "ttl_deletion": "LEASEFENCE_FIDELITY_TTL_DELETION",
+        "ttl_lag_ms": "LEASEFENCE_FIDELITY_TTL_LAG_MS",
+        "ttl_lag_min_ms": "LEASEFENCE_FIDELITY_TTL_LAG_MIN_MS",
+        "index_lag_ms": "LEASEFENCE_FIDELITY_INDEX_LAG_MS",
+        "index_lag_min_ms": "LEASEFENCE_FIDELITY_INDEX_LAG_MIN_MS",
+        "txn_throttle_rate": "LEASEFENCE_FIDELITY_TXN_THROTTLE_RATE",
+        "seed": "LEASEFENCE_FIDELITY_SEED",
+        "reap_interval_s": "LEASEFENCE_FIDELITY_REAP_INTERVAL_S",
+    }
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Fidelity | None:
+        """``None`` unless ``LEASEFENCE_FIDELITY`` is set and true; then the defaults, each
+        overridden by its ``LEASEFENCE_FIDELITY_*`` variable where set."""
+        env = os.environ if env is None else env
+        if not _env_flag(env.get("LEASEFENCE_FIDELITY", "")):
+            return None
+        values: dict[str, Any] = {}
+        types_ = {f.name: f.type for f in fields(cls)}
+        for name, var in cls.ENV.items():
+            raw = env.get(var)
+            if raw is None or raw.strip() == "":
+                continue
+            kind = types_[name]
+            if kind in ("bool", bool):
+                values[name] = _env_flag(raw)
+            elif kind in ("float", float):
+                values[name] = float(raw)
+            else:
+                values[name] = int(raw)
+        return cls(**values)
+
+
+class EndpointClock:
+    """The endpoint's notion of now (epoch ms): the wall clock, shifted or frozen by tests."""
+
+    def __init__(self) -> None:
+        self.frozen_ms: int | None = None
+        self.offset_ms = 0
+
+    def now_ms(self) -> int:
+        if self.frozen_ms is not None:
+            return self.frozen_ms
+        return time.time_ns() // 1_000_000 + self.offset_ms
+
+    def set(self, now_ms: int | None) -> None:
+        """Freeze at ``now_ms``; ``None`` returns to the (unshifted) wall clock."""
+        self.frozen_ms = None if now_ms is None else int(now_ms)
+        self.offset_ms = 0
+
+    def advance(self, ms: int) -> None:
+        if self.frozen_ms is not None:
+            self.frozen_ms += int(ms)
+        else:
+            self.offset_ms += int(ms)
+
+
+def _fraction(seed: int, kind: str, table: str, key: tuple[Any, Any]) -> float:
+    """A deterministic number in [0, 1) per (seed, purpose, table, item key)."""
+    hash_key, range_key = key
+    text = f"{seed}\0{kind}\0{table}\0{hash_key.type}:{hash_key.value}\0"
+    if range_key is not None:
+        text += f"{range_key.type}:{range_key.value}"
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if a is None or b is None:
+        return False
+    return a.type == b.type and a.value == b.value
+
+
+class _IndexShape:
+    """What a table's global secondary indexes read of an item."""
+
+    __slots__ = ("memberships", "relevant")
+
+    def __init__(self, table: Any) -> None:
+        relevant: set[str] | None = {table.hash_key_attr} | (
+            {table.range_key_attr} if table.range_key_attr else set()
+        )
+        memberships = []
+        for index in table.global_indexes or []:
+            keys = tuple(index.schema_key_attrs)
+            memberships.append(keys)
+            projection = (index.projection or {}).get("ProjectionType", "ALL")
+            if relevant is not None:
+                relevant.update(keys)
+                if projection == "INCLUDE":
+                    relevant.update(index.projection.get("NonKeyAttributes", []))
+                elif projection != "KEYS_ONLY":
+                    relevant = None  # ALL: every attribute shows
+        self.relevant: frozenset[str] | None = None if relevant is None else frozenset(relevant)
+        self.memberships: tuple[tuple[str, ...], ...] = tuple(memberships)
+
+    def indexed(self, item: Any) -> bool:
+        attrs = item.attrs
+        return any(all(name in attrs for name in keys) for keys in self.memberships)
+
+    def same(self, old: Any, new: Any) -> bool:
+        """Whether an index would show ``old`` and ``new`` alike (``None``: no item)."""
+        if old is None or new is None:
+            other = new if old is None else old
+            return other is None or not self.indexed(other)
+        if self.relevant is None:
+            return old.attrs.keys() == new.attrs.keys() and all(
+                _same_value(value, new.attrs[name]) for name, value in old.attrs.items()
+            )
+        old_attrs, new_attrs = old.attrs, new.attrs
+        return all(_same_value(old_attrs.get(name), new_attrs.get(name)) for name in self.relevant)
+
+    def snapshot(self, item: Any) -> Any:
+        """A copy of what the indexes read of ``item`` (keys and projected attributes), immune to
+        the in-place changes an UpdateItem makes to the original."""
+        import copy
+
+        from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
+
+        if self.relevant is None:
+            return copy.deepcopy(item)
+        result = cast(Item, Item.__new__(Item))  # moto types __new__ as -> BaseModel
+        result.hash_key, result.range_key = item.hash_key, item.range_key
+        attrs = LimitedSizeDict.__new__(LimitedSizeDict)
+        dict.__init__(attrs)
+        source = item.attrs
+        for name in self.relevant:
+            value = source.get(name)
+            if value is None:
+                continue
+            if value.type in _SCALAR_TYPES:  # immutable value: a new wrapper around it suffices
+                copied = DynamoType.__new__(DynamoType)
+                copied.type, copied.value = value.type, value.value
+            else:
+                copied = copy.deepcopy(value)
+            dict.__setitem__(attrs, name, copied)
+        result.attrs = attrs
+        return result
+
+
+def _shape_of(table: Any) -> _IndexShape:
+    """The table's :class:`_IndexShape`, cached on it until its indexes change."""
+    signature = tuple(map(id, table.global_indexes or ()))
+    cached = table.__dict__.get("_leasefence_shape")
+    if cached is None or cached[0] != signature:
+        cached = table._leasefence_shape = (signature, _IndexShape(table))
+    return cached[1]
+
+
+def _all_items_unsorted(table: Any) -> list[Any]:
+    if table.range_key_attr:
+        return [item for items in table.items.values() for item in items.values()]
+    return list(table.items.values())
+
+
+class FidelityState:
+    """Per endpoint: its clock, the tables it created, the index lag's pending versions and the
+    TTL deletion schedule. Every method runs under the endpoint's request lock.
+
+    Index lag: per (table, key), a list of ``(visible_at, version_before)`` for the changes an
+    index does not show yet (wall-clock monotonic seconds); an index query shows the version
+    before the first change not yet visible. Entries are dropped once visible, so memory is
+    bounded by the writes of the last ``index_lag_ms``.
+
+    TTL: a heap of ``(due_ms, table, key)``, pushed by every write that leaves a TTL on an item;
+    an entry is re-checked against the item when it comes due (the item may have changed since).
+    A full scan (:meth:`reap` with ``full=True``) rebuilds it.
+    """
+
+    def __init__(self, config: Fidelity) -> None:
+        self.config = config
+        self.clock = EndpointClock()
+        self.owned: dict[str, Any] = {}  # table name -> its moto backend
+        self.pending: dict[str, dict[tuple[Any, Any], list[tuple[float, Any]]]] = {}
+        self._expiry: deque[tuple[float, str, tuple[Any, Any]]] = deque()
+        self.staging: list[tuple[str, tuple[Any, Any], float, float, Any]] | None = None
+        self._ttl_heap: list[tuple[int, int, str, tuple[Any, Any]]] = []
+        self._seq = itertools.count()
+        self.scan_needed = False
+        self.rng = random.Random(config.seed)
+        self.stats = {
+            "ttl_deleted": 0,
+            "ttl_passes": 0,
+            "index_versions_recorded": 0,
+            "index_queries_lagged": 0,
+            "index_stale_items_served": 0,
+            "txn_throttled": 0,
+        }
+
+    # ---------------------------------------------------------------- writes
+
+    def record(self, table: Any, key: tuple[Any, Any], old: Any, new: Any) -> None:
+        """A write changed ``key`` of ``table`` from ``old`` to ``new`` (``None``: no item)."""
+        config = self.config
+        if config.index_lag_ms > 0 and table.global_indexes and not _shape_of(table).same(old, new):
+            lag_ms: float = config.index_lag_min_ms
+            if config.index_lag_ms > lag_ms:
+                lag_ms += _fraction(config.seed, "index", table.name, key) * (
+                    config.index_lag_ms - lag_ms
+                )
+            if lag_ms > 0:
+                now = time.monotonic()
+                entry = (
+                    table.name,
+                    key,
+                    now + lag_ms / 1000,
+                    now + config.index_lag_ms / 1000,
+                    old,
+                )
+                if self.staging is not None:
+                    self.staging.append(entry)
+                else:
+                    self._add_pending(*entry)
+        if config.ttl_deletion and new is not None:
+            ttl = table.ttl
+            if ttl.get("TimeToLiveStatus") == "ENABLED":
+                due = self.ttl_due_ms(table, new, ttl.get("AttributeName"))
+                if due is not None:
+                    heapq.heappush(self._ttl_heap, (due, next(self._seq), table.name, key))
+
+    def _add_pending(
+        self, name: str, key: tuple[Any, Any], visible_at: float, forget_at: float, old: Any
+    ) -> None:
+        self.pending.setdefault(name, {}).setdefault(key, []).append((visible_at, old))
+        self._expiry.append((forget_at, name, key))
+        self.stats["index_versions_recorded"] += 1
+        self.prune(time.monotonic())
+
+    def commit_staged(self) -> None:
+        staged, self.staging = self.staging, None
+        for entry in staged or ():
+            self._add_pending(*entry)
+
+    def prune(self, now: float) -> None:
+        expiry = self._expiry
+        while expiry and expiry[0][0] <= now:
+            _, name, key = expiry.popleft()
+            table = self.pending.get(name)
+            entries = table.get(key) if table is not None else None
+            if table is None or entries is None:
+                continue
+            while entries and entries[0][0] <= now:
+                del entries[0]
+            if not entries:
+                del table[key]
+                if not table:
+                    del self.pending[name]
+
+    def forget_table(self, name: str) -> None:
+        self.owned.pop(name, None)
+        self.pending.pop(name, None)
+
+    # ---------------------------------------------------------------- index queries
+
+    def index_candidates(self, table: Any) -> list[Any] | None:
+        """The items an index query of ``table`` sees now, or ``None``: the table as it is."""
+        pending = self.pending.get(table.name)
+        if not pending:
+            return None
+        now = time.monotonic()
+        self.prune(now)
+        stored = table.items
+        ranged = table.range_key_attr is not None
+        replace: dict[int, Any] = {}
+        gone = []
+        for (hash_key, range_key), entries in pending.items():
+            for visible_at, old in entries:  # noqa: B007 - the break keeps old for below
+                if visible_at > now:
+                    break
+            else:
+                continue  # every change of this item is visible already
+            current = stored.get(hash_key)
+            if ranged and current is not None:
+                current = current.get(range_key)
+            if current is None:
+                if old is not None:
+                    gone.append(old)
+            else:
+                replace[id(current)] = old
+        if not replace and not gone:
+            return None
+        items = _all_items_unsorted(table)
+        if replace:
+            items = [replace.get(id(item), item) for item in items]
+            items = [item for item in items if item is not None]
+        items.extend(gone)
+        self.stats["index_queries_lagged"] += 1
+        self.stats["index_stale_items_served"] += len(replace) + len(gone)
+        return items
+
+    # ---------------------------------------------------------------- TTL
+
+    def ttl_due_ms(self, table: Any, item: Any, attribute: str | None) -> int | None:
+        """When the endpoint deletes ``item`` (epoch ms), or ``None``: never (no usable TTL)."""
+        value = item.attrs.get(attribute) if attribute else None
+        if value is None or value.type != "N":
+            return None
+        try:
+            expires_ms = int(Decimal(value.value) * 1000)
+        except (InvalidOperation, ValueError, OverflowError):
+            return None
+        config = self.config
+        lag_ms = config.ttl_lag_min_ms
+        if config.ttl_lag_ms > lag_ms:
+            key = (item.hash_key, item.range_key)
+            lag_ms += int(
+                _fraction(config.seed, "ttl", table.name, key) * (config.ttl_lag_ms - lag_ms)
+            )
+        return expires_ms + lag_ms
+
+    def ttl_due(self, now_ms: int | None = None) -> bool:
+        if not self.config.ttl_deletion:
+            return False
+        if self.scan_needed:
+            return True
+        heap = self._ttl_heap
+        return bool(heap) and heap[0][0] <= (self.clock.now_ms() if now_ms is None else now_ms)
+
+    def _ttl_table(self, name: str) -> tuple[Any, str] | None:
+        backend = self.owned.get(name)
+        table = backend.tables.get(name) if backend is not None else None
+        if table is None or table.ttl.get("TimeToLiveStatus") != "ENABLED":
+            return None
+        return table, table.ttl.get("AttributeName")
+
+    def reap(self, full: bool = False) -> int:
+        """Delete the items whose TTL deletion is due; ``full`` rescans every owned table."""
+        if not self.config.ttl_deletion:
+            return 0
+        now_ms = self.clock.now_ms()
+        self.stats["ttl_passes"] += 1
+        deleted = 0
+        if full or self.scan_needed:
+            self.scan_needed = False
+            heap: list[tuple[int, int, str, tuple[Any, Any]]] = []
+            for name in list(self.owned):
+                found = self._ttl_table(name)
+                if found is None:
+                    continue
+                table, attribute = found
+                for item in _all_items_unsorted(table):
+                    due = self.ttl_due_ms(table, item, attribute)
+                    if due is None:
+                        continue
+                    key = (item.hash_key, item.range_key)
+                    if due <= now_ms:
+                        deleted += self._expire(table, item, key, now_ms)
+                    else:
+                        heap.append((due, next(self._seq), name, key))
+            heapq.heapify(heap)
+            self._ttl_heap = heap
+        heap = self._ttl_heap
+        while heap and heap[0][0] <= now_ms:
+            _, _, name, key = heapq.heappop(heap)
+            found = self._ttl_table(name)
+            if found is None:
+                continue
+            table, attribute = found
+            try:
+                item = table.get_item(*key)
+            except Exception:  # noqa: BLE001
+                item = None
+            if item is None:
+                continue
+            due = self.ttl_due_ms(table, item, attribute)
+            if (
+                due is not None and due <= now_ms
+            ):  # else: changed since; its write pushed its own entry
+                deleted += self._expire(table, item, key, now_ms)
+        self.stats["ttl_deleted"] += deleted
+        return deleted
+
+    def _expire(self, table: Any, item: Any, key: tuple[Any, Any], now_ms: int) -> int:
+        if (
+            int(Decimal(item.attrs[table.ttl["AttributeName"]].value) * 1000)
+            < now_ms - _FIVE_YEARS_MS
+        ):
+            return 0  # DynamoDB ignores TTLs more than five years in the past
+        stream = table.stream_shard
+        before = len(stream.items) if stream is not None else 0
+        table.delete_item(item.hash_key, item.range_key)  # moto adds the REMOVE stream record
+        if stream is not None and len(stream.items) > before:
+            # As DynamoDB marks deletions by TTL in a stream (GetRecords' member names).
+            stream.items[-1].record["userIdentity"] = {
+                "Type": "Service",
+                "PrincipalId": "dynamodb.amazonaws.com",
+            }
+        self.record(table, key, item, None)
+        return 1
+
+    # ---------------------------------------------------------------- throttled transactions
+
+    def throttle_transaction(self, environ: dict[str, Any]) -> bytes | None:
+        """The error body of a TransactWriteItems refused as throttled, or ``None``: let it run."""
+        if not self.config.txn_throttle_rate or self.rng.random() >= self.config.txn_throttle_rate:
+            return None
+        from leasefence_tools.testing.faults import (
+            cancellation_message,
+            cancellation_reasons,
+            pick_throttled,
+        )
+
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        try:
+            actions = json.loads(body or b"{}").get("TransactItems") or []
+        except ValueError:
+            return None  # let moto answer what it cannot parse either (the body is gone: it will refuse)
+        if not isinstance(actions, list) or not actions:
+            return None
+        provisioned = False
+        for action in actions:
+            op: Any = next(iter(action.values()), {}) if isinstance(action, dict) and action else {}
+            backend = self.owned.get(op.get("TableName", "")) if isinstance(op, dict) else None
+            table = backend.tables.get(op["TableName"]) if backend is not None else None
+            if table is not None and getattr(table, "billing_mode", "") == "PROVISIONED":
+                provisioned = True
+        code = "ProvisionedThroughputExceeded" if provisioned else "ThrottlingError"
+        reasons = cancellation_reasons(len(actions), pick_throttled(len(actions), self.rng), code)
+        self.stats["txn_throttled"] += 1
+        return json.dumps(
+            {
+                "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+                "Message": cancellation_message(reasons),
+                "CancellationReasons": reasons,
+            }
+        ).encode()
+
+
+#: The fidelity state of the endpoint whose request this thread is serving (if it has one).
+_active = threading.local()
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], position: int, name: str) -> Any:
+    return args[position] if len(args) > position else kwargs.get(name)
+
+
+def install_fidelity_hooks() -> None:
+    """Record every item write (and answer index queries from the lagging view) for requests
+    served by an endpoint with a :class:`Fidelity`. For any other request, and for every
+    endpoint without one, the hooks call moto's own code unchanged."""
+
+    from moto.dynamodb import models
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    backend_class = models.DynamoDBBackend
+    if getattr(backend_class, "_leasefence_fidelity", False):
+        return
+    original_put, original_delete = backend_class.put_item, backend_class.delete_item
+    original_update, original_transact = (
+        backend_class.update_item,
+        backend_class.transact_write_items,
+    )
+    original_create, original_delete_table = backend_class.create_table, backend_class.delete_table
+    original_ttl, original_query = backend_class.update_time_to_live, Table.query
+
+    def owned_table(state: FidelityState, backend: Any, name: Any) -> Any:
+        table = backend.tables.get(name) if isinstance(name, str) else None
+        return table if table is not None and state.owned.get(table.name) is backend else None
+
+    def key_of(table: Any, values: dict[str, Any]) -> tuple[Any, Any] | None:
+        try:
+            hash_key = DynamoType(values[table.hash_key_attr])
+            range_key = DynamoType(values[table.range_key_attr]) if table.range_key_attr else None
+        except (KeyError, TypeError, IndexError, AttributeError):
+            return None
+        return hash_key, range_key
+
+    def put_item(self: Any, *args: Any, **kwargs: Any) -> Any:
+        state = getattr(_active, "state", None)
+        table = (
+            owned_table(state, self, _arg(args, kwargs, 0, "table_name"))
+            if state is not None
+            else None
+        )
+        key = (
+            key_of(table, _arg(args, kwargs, 1, "item_attrs") or {}) if table is not None else None
+        )
+        if state is None or table is None or key is None:
+            return original_put(self, *args, **kwargs)
+        old = table.get_item(*key)  # replaced, never changed in place: no copy needed
+        new = original_put(self, *args, **kwargs)
+        state.record(table, key, old, new)
+        return new
+
+    def delete_item(self: Any, *args: Any, **kwargs: Any) -> Any:
+        state = getattr(_active, "state", None)
+        table = (
+            owned_table(state, self, _arg(args, kwargs, 0, "table_name"))
+            if state is not None
+            else None
+        )
+        old = original_delete(self, *args, **kwargs)
+        if state is not None and table is not None and old is not None:
+            state.record(table, (old.hash_key, old.range_key), old, None)
+        return old
+
+    def update_item(self: Any, *args: Any, **kwargs: Any) -> Any:
+        state = getattr(_active, "state", None)
+        table = (
+            owned_table(state, self, _arg(args, kwargs, 0, "table_name"))
+            if state is not None
+            else None
+        )
+        key = key_of(table, _arg(args, kwargs, 1, "key") or {}) if table is not None else None
+        if state is None or table is None or key is None:
+            return original_update(self, *args, **kwargs)
+        current = table.get_item(*key)
+        old = None
+        if current is not None:
+            # UpdateItem changes the stored item in place: keep what an index would read of it.
+            old = (
+                _shape_of(table).snapshot(current)
+                if state.config.index_lag_ms and table.global_indexes
+                else current
+            )
+        new = original_update(self, *args, **kwargs)
+        state.record(table, key, old, new)
+        return new
+
+    def transact_write_items(self: Any, *args: Any, **kwargs: Any) -> Any:
+        state = getattr(_active, "state", None)
+        if state is None:
+            return original_transact(self, *args, **kwargs)
+        state.staging = []  # index versions count only if the whole transaction commits
+        try:
+            result = original_transact(self, *args, **kwargs)
+        except BaseException:
+            state.staging = None
+            raise
+        state.commit_staged()
+        return result
+
+    def create_table(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        table = original_create(self, name, *args, **kwargs)
+        state = getattr(_active, "state", None)
+        if state is not None:
+            state.owned[table.name] = self
+        return table
+
+    def delete_table(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        table = original_delete_table(self, name, *args, **kwargs)
+        state = getattr(_active, "state", None)
+        if state is not None and state.owned.get(table.name) is self:
+            state.forget_table(table.name)
+        return table
+
+    def update_time_to_live(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original_ttl(self, *args, **kwargs)
+        state = getattr(_active, "state", None)
+        if state is not None:
+            state.scan_needed = True  # items already in the table may now be due
+        return result
+
+    def query(self: Any, *args: Any, **kwargs: Any) -> Any:
+        state = getattr(_active, "state", None)
+        if state is None or not state.pending or "all_items" in self.__dict__:
+            return original_query(self, *args, **kwargs)
+        index_name = _arg(args, kwargs, 7, "index_name")
+        if not index_name or state.owned.get(self.name) is None:
+            return original_query(self, *args, **kwargs)
+        if not any(index.name == index_name for index in self.global_indexes or []):
+            return original_query(self, *args, **kwargs)  # LSIs and unknown names: as moto does
+        candidates = state.index_candidates(self)
+        if candidates is None:
+            return original_query(self, *args, **kwargs)
+        self.all_items = lambda: candidates  # this call only (requests are serialized)
+        try:
+            return original_query(self, *args, **kwargs)
+        finally:
+            del self.all_items
+
+    backend_class.put_item = put_item  # type: ignore[method-assign]
+    backend_class.delete_item = delete_item  # type: ignore[method-assign]
+    backend_class.update_item = update_item  # type: ignore[method-assign]
+    backend_class.transact_write_items = transact_write_items  # type: ignore[method-assign]
+    backend_class.create_table = create_table  # type: ignore[method-assign]
+    backend_class.delete_table = delete_table  # type: ignore[method-assign]
+    backend_class.update_time_to_live = update_time_to_live  # type: ignore[method-assign]
+    Table.query = query  # type: ignore[method-assign]
+    backend_class._leasefence_fidelity = True  # type: ignore[attr-defined]
+
+
+class FidelityApp(SerializedApp):
+    """:class:`SerializedApp` plus the :class:`Fidelity` behaviours and the admin paths under
+    ``/__leasefence/`` (handled here, never by moto):
+
+    * ``GET /__leasefence/time``: ``{"now_ms": ..., "frozen": ...}`` (the endpoint clock);
+    * ``POST /__leasefence/time`` with ``{"now_ms": N}`` (freeze at N), ``{"advance_ms": N}`` or
+      ``{"wall": true}`` (back to the wall clock); answers as GET;
+    * ``POST /__leasefence/ttl/reap``: a full TTL deletion pass now, ``{"deleted": n, "now_ms": ...}``;
+    * ``GET /__leasefence/fidelity``: the configuration and counters.
+    """
+
+    def __init__(self, app: Any, fidelity: Fidelity) -> None:
+        super().__init__(app)
+        self.state = FidelityState(fidelity)
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        state = self.state
+        with self.lock:
+            if environ.get("PATH_INFO", "").startswith(ADMIN_PREFIX):
+                return self._admin(environ, start_response)
+            if state.ttl_due():
+                state.reap()
+            if state.config.txn_throttle_rate and environ.get("HTTP_X_AMZ_TARGET", "").endswith(
+                ".TransactWriteItems"
+            ):
+                refused = state.throttle_transaction(environ)
+                if refused is not None:
+                    start_response(
+                        "400 Bad Request",
+                        [
+                            ("Content-Type", "application/x-amz-json-1.0"),
+                            ("x-amzn-RequestId", f"throttled-{state.stats['txn_throttled']}"),
+                            ("Content-Length", str(len(refused))),
+                        ],
+                    )
+                    return [refused]
+            _active.state = state
+            try:
+                body = self.app(environ, start_response)
+                try:
+                    return [b"".join(body)]
+                finally:
+                    close = getattr(body, "close", None)
+                    if close is not None:
+                        close()
+            finally:
+                _active.state = None
+
+    def reap_if_due(self) -> None:
+        with self.lock:
+            if self.state.ttl_due():
+                self.state.reap()
+
+    def _admin(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        state, path, method = (
+            self.state,
+            environ.get("PATH_INFO", ""),
+            environ.get("REQUEST_METHOD", "GET"),
+        )
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            request = json.loads(environ["wsgi.input"].read(length) or b"{}") if length else {}
+            if path == ADMIN_PREFIX + "time":
+                if method == "POST":
+                    if request.get("wall"):
+                        state.clock.set(None)
+                    elif "now_ms" in request:
+                        state.clock.set(int(request["now_ms"]))
+                    elif "advance_ms" in request:
+                        state.clock.advance(int(request["advance_ms"]))
+                    else:
+                        raise ValueError("expected now_ms, advance_ms or wall")
+                answer: dict[str, Any] = {
+                    "now_ms": state.clock.now_ms(),
+                    "frozen": state.clock.frozen_ms is not None,
+                }
+            elif path == ADMIN_PREFIX + "ttl/reap" and method == "POST":
+                answer = {"deleted": state.reap(full=True), "now_ms": state.clock.now_ms()}
+            elif path == ADMIN_PREFIX + "fidelity":
+                pending = sum(
+                    len(entries) for table in state.pending.values() for entries in table.values()
+                )
+                answer = {
+                    "config": asdict(state.config),
+                    "stats": {
+                        **state.stats,
+                        "index_versions_pending": pending,
+                        "ttl_scheduled": len(state._ttl_heap),
+                    },
+                }
+            else:
+                status, answer = "404 Not Found", {"error": f"no admin path {method} {path}"}
+                return self._json(start_response, status, answer)
+        except (ValueError, TypeError) as error:
+            return self._json(start_response, "400 Bad Request", {"error": str(error)})
+        return self._json(start_response, "200 OK", answer)
+
+    @staticmethod
+    def _json(start_response: Any, status: str, answer: dict[str, Any]) -> list[bytes]:
+        body = json.dumps(answer).encode()
+        start_response(
+            status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        )
+        return [body]
+
+
+def _serve_in_child(host: str, port: int, ready: Any, fidelity: Fidelity | bool = False) -> None:
+    server = EmbeddedAws(host, port, fidelity=fidelity).start()
+    ready.put(server.port)
+    threading.Event().wait()  # until the parent terminates this process
+
+
+class EmbeddedAws:
+    """moto's server, serialized, in a background thread (or, with ``process=True``, in a child
+    process, so the endpoint and its callers do not share one interpreter lock).
+
+    ``fidelity``: a :class:`Fidelity` (``True``: the defaults) makes it as unkind as DynamoDB (TTL
+    deletion, lagging indexes, throttled transactions); ``False`` keeps plain moto; ``None`` (the default) reads
+    :meth:`Fidelity.from_env`, which is off unless ``LEASEFENCE_FIDELITY`` is set.
+
+    In thread mode every endpoint of a process shares moto's one backend; an endpoint's
+    fidelity applies to the tables created through it and to the requests it serves.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        process: bool = False,
+        fidelity: Fidelity | bool | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.process = process
+        if fidelity is None:
+            fidelity = Fidelity.from_env()
+        elif fidelity is True:
+            fidelity = Fidelity()
+        self.fidelity: Fidelity | None = fidelity if isinstance(fidelity, Fidelity) else None
+        self._server: Any = None
+        self.app: SerializedApp | None = None
+        self._thread: threading.Thread | None = None
+        self._reaper: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._child: Any = None
+
+    def start(self) -> EmbeddedAws:
+        if self.process:
+            import multiprocessing
+
+            use_local_credentials()
+            context = multiprocessing.get_context("spawn")
+            ready = context.Queue()
+            self._child = context.Process(
+                target=_serve_in_child,
+                args=(self.host, self.port, ready, self.fidelity or False),
+                daemon=True,
+            )
+            self._child.start()
+            self.port = ready.get(timeout=120)
+            return self
+        return self._start_in_thread()
+
+    def _start_in_thread(self) -> EmbeddedAws:
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+        from waitress.server import create_server
+
+        use_local_credentials()
+        stop_item_tracking()
+        if not os.environ.get("LEASEFENCE_MOTO_AS_IS"):
+            install_fast_json_responses()
+            install_fast_index_sort()
+            install_unsorted_query_candidates()
+            install_fast_update_expressions()
+            install_item_level_transaction_rollback()
+            install_fast_dispatch()
+        install_stream_iterator_pruning()
+        install_event_account_field()
+        logging.getLogger("waitress.queue").setLevel(
+            logging.ERROR
+        )  # callers queue on the lock by design
+
+        moto_app = DomainDispatcherApplication(create_backend_app)
+        if self.fidelity is not None:
+            install_fidelity_hooks()
+            self.app = FidelityApp(moto_app, self.fidelity)
+        else:
+            self.app = SerializedApp(moto_app)
+        # waitress keeps HTTP/1.1 connections open (werkzeug's development server closes each
+        # one after a single request: a new TCP connection and thread per request).
+        self._server = create_server(
+            self.app,
+            host=self.host,
+            port=self.port,
+            threads=8,
+            connection_limit=2000,
+            backlog=LISTEN_BACKLOG,  # waitress's default too: stated, so it cannot drift
+            channel_timeout=600,
+            # Whole seconds: waitress reads this as an int (0.2 became 0, a select that never
+            # waited: the loop thread spun, a fifth of a core while idle, and took the interpreter
+            # lock from the requests). New work and stop() wake the loop through its trigger.
+            asyncore_loop_timeout=1,
+            ident="embedded-aws",
+        )
+        self.port = self._server.effective_port
+        self._thread = threading.Thread(target=self._server.run, name="embedded-aws", daemon=True)
+        self._thread.start()
+        if isinstance(self.app, FidelityApp) and self.app.state.config.ttl_deletion:
+            self._stopping.clear()
+            self._reaper = threading.Thread(
+                target=self._reap_forever, name="embedded-aws-ttl", daemon=True
+            )
+            self._reaper.start()
+        return self
+
+    def _reap_forever(self) -> None:
+        """Deletes what TTL makes due while no request comes (a request looks for itself)."""
+        app = self.app
+        assert isinstance(app, FidelityApp)
+        while not self._stopping.wait(app.state.config.reap_interval_s):
+            app.reap_if_due()
+
+    # ------------------------------------------------------------------ fidelity controls
+
+    def _admin(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Call an admin path of this endpoint (in either mode: the same HTTP path)."""
+        import urllib.error
+        import urllib.request
+
+        if self.fidelity is None:
+            raise RuntimeError(
+                "this endpoint runs without fidelity (EmbeddedAws(fidelity=Fidelity(...)))"
+            )
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(  # noqa: S310 - this endpoint's own http:// URL
+            self.endpoint + ADMIN_PREFIX + path,
+            data=data,
+            method="GET" if data is None else "POST",
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:  # noqa: S310 - as above
+                return json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            raise RuntimeError(f"{path}: {error.read().decode(errors='replace')}") from error
+
+    def now_ms(self) -> int:
+        """The endpoint clock (epoch ms): what TTL deletion compares against."""
+        return int(self._admin("time")["now_ms"])
+
+    def set_time(self, now_ms: int | None) -> int:
+        """Freeze the endpoint clock at ``now_ms`` (``None``: back to the wall clock)."""
+        return int(
+            self._admin("time", {"wall": True} if now_ms is None else {"now_ms": int(now_ms)})[
+                "now_ms"
+            ]
+        )
+
+    def advance_time(self, ms: int) -> int:
+        """Move the endpoint clock ``ms`` forward (frozen or not); returns the new now."""
+        return int(self._admin("time", {"advance_ms": int(ms)})["now_ms"])
+
+    def reap_ttl(self) -> int:
+        """Run a full TTL deletion pass now; returns how many items it deleted."""
+        return int(self._admin("ttl/reap", {})["deleted"])
+
+    def fidelity_stats(self) -> dict[str, Any]:
+        """The fidelity configuration and counters (TTL deletions, lagged index queries, ...)."""
+        return self._admin("fidelity")
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def client(self, service: str = "dynamodb", **kwargs: Any) -> Any:
+        from botocore.config import Config
+
+        config = kwargs.pop("config", None) or Config(
+            retries={"mode": "standard", "max_attempts": 3}, max_pool_connections=64
+        )
+        return boto3.client(
+            service, endpoint_url=self.endpoint, region_name=LOCAL_REGION, config=config, **kwargs
+        )
+
+    def create_tables(self, spec: schema.TableSpec | None = None) -> schema.TableSpec:
+        spec = spec or schema.TableSpec()
+        schema.create_table(self.client(), spec)
+        return spec
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._reaper is not None:
+            self._reaper.join(timeout=5)
+            self._reaper = None
+        if self._child is not None:
+            self._child.terminate()
+            self._child.join(timeout=10)
+            self._child = None
+        if self._server is not None:
+            from waitress import wasyncore
+
+            server = self._server
+            server.task_dispatcher.shutdown()  # requests in progress finish first
+            # Close every connection from the server's own loop thread (closing them from here
+            # would pull sockets from under its select); the loop ends once none is left.
+            server.trigger.pull_trigger(lambda: wasyncore.close_all(server._map))
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+
+    def __enter__(self) -> EmbeddedAws:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

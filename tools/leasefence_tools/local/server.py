@@ -1,0 +1,758 @@
+"""The service on one machine, served by the same Lambda handlers that AWS runs.
+
+:class:`LocalApi` plays API Gateway (HTTP API, payload format 2.0) in front of
+``functions/api/handler.py``: it checks the bearer token as the JWT authorizer would (401 for a
+missing, malformed, badly signed or expired token; the handler itself checks route scopes, 403),
+turns each HTTP request into the event API Gateway would send (``requestContext.authorizer.jwt``
+with string claims and the token's scopes), invokes the handler and writes its answer back. It
+also serves the OpenAPI document and a self-contained Swagger UI.
+
+:class:`LocalStack` puts it together: embedded DynamoDB + S3 (moto, serialized), the table and
+the payload bucket, the environment the handlers read, the HTTP API, and the sweeper on a timer.
+With ``streams`` it also reads the table's stream as Lambda's event source mappings would
+(:mod:`leasefence_tools.local.streams`) and runs the worker function (stream dispatch) and the
+publisher function (history, outcome events to a bus on the embedded endpoint) with the same
+handler code and event shapes as on AWS.
+
+One invocation runs at a time (Lambda runs one event per execution environment, and the
+Powertools resolver keeps per-request state in class attributes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from urllib.parse import parse_qsl, quote, unquote
+
+from leasefence.api.security import match_route
+from leasefence_tools.local import LISTEN_BACKLOG
+from leasefence_tools.local import tokens as auth
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+#: The package the Lambda handlers ship in (``functions/`` of the repository, inside the wheel).
+FUNCTIONS_PACKAGE_DIR = "_functions"
+
+
+def find_functions_dir() -> Path | None:
+    """The folder of the Lambda handlers (``api/handler.py``, ``worker/``, ...): the installed
+    ``leasefence_infra/_functions`` (found without importing ``leasefence_infra``, which needs
+    aws-cdk-lib: ``leasefence[local]`` runs without it), else ``functions/`` of a checkout."""
+    candidates = []
+    spec = importlib.util.find_spec("leasefence_infra")
+    if spec is not None:
+        candidates += [
+            Path(p) / FUNCTIONS_PACKAGE_DIR for p in spec.submodule_search_locations or ()
+        ]
+    candidates.append(REPO_ROOT / "functions")
+    for candidate in candidates:
+        if (candidate / "api" / "handler.py").is_file():
+            return candidate.resolve()
+    return None
+
+
+#: Where the handlers are loaded from (None: not installed, every load says so).
+FUNCTIONS_DIR = find_functions_dir()
+
+
+def function_names() -> tuple[str, ...]:
+    """The functions in the handlers' folder (each a directory with a ``handler.py``)."""
+    if FUNCTIONS_DIR is None:
+        return ()
+    return tuple(sorted(p.parent.name for p in FUNCTIONS_DIR.glob("*/handler.py")))
+
+
+#: API Gateway HTTP API's own limit on a request body.
+MAX_REQUEST_BYTES = 10 * 1024 * 1024
+API_TIMEOUT_MS = 30_000
+SWEEPER_TIMEOUT_MS = 60_000
+
+_load_lock = threading.Lock()
+
+
+def load_function(name: str) -> ModuleType:
+    """``functions/<name>/handler.py``, loaded once per process (as Lambda would, from its file)."""
+    if FUNCTIONS_DIR is None:
+        raise FileNotFoundError(
+            "the Lambda handlers are not installed (leasefence_infra/_functions): reinstall "
+            "leasefence (pip install 'leasefence[local]', or pip install -e '.[dev]' in a checkout)"
+        )
+    if name not in function_names():
+        raise ValueError(f"unknown function {name!r}; choose from {', '.join(function_names())}")
+    module_name = f"leasefence_function_{name}"
+    with _load_lock:
+        module = sys.modules.get(module_name)
+        if module is not None:
+            return module
+        path = FUNCTIONS_DIR / name / "handler.py"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(module_name, None)
+            raise
+        return module
+
+
+class LambdaContext:
+    """The parts of the Lambda context object that the handlers and Powertools use."""
+
+    def __init__(self, function_name: str, timeout_ms: int, memory_mb: int = 512) -> None:
+        self.function_name = function_name
+        self.function_version = "$LATEST"
+        self.memory_limit_in_mb = memory_mb
+        self.invoked_function_arn = (
+            f"arn:aws:lambda:us-east-1:000000000000:function:{function_name}"
+        )
+        self.aws_request_id = str(uuid.uuid4())
+        self.log_group_name = f"/aws/lambda/{function_name}"
+        self.log_stream_name = "local"
+        self._deadline = time.monotonic() + timeout_ms / 1000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+class Invoker:
+    """Invokes the functions one at a time, as a single execution environment would."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def invoke(self, name: str, event: dict[str, Any], timeout_ms: int | None = None) -> Any:
+        handler: Callable[..., Any] = load_function(name).lambda_handler
+        timeout = timeout_ms or (API_TIMEOUT_MS if name == "api" else SWEEPER_TIMEOUT_MS)
+        context = LambdaContext(f"leasefence-{name}", timeout)
+        with self.lock:
+            return handler(event, context)
+
+
+def scheduled_event(now: datetime | None = None) -> dict[str, Any]:
+    """An EventBridge Scheduler / scheduled-rule event, as the sweeper receives it."""
+    now = now or datetime.now(UTC)
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": "000000000000",
+        "time": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": "us-east-1",
+        "resources": ["arn:aws:events:us-east-1:000000000000:rule/leasefence-sweeper"],
+        "detail": {},
+    }
+
+
+# ---------------------------------------------------------------------------------- events
+
+
+def _claim_string(value: Any) -> str:
+    """API Gateway hands every JWT claim to the integration as a string."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(int(value)) if float(value).is_integer() else str(value)
+    if isinstance(value, list):
+        return "[" + " ".join(_claim_string(v) for v in value) + "]"
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _canonical_path(raw_path: str) -> str:
+    """Each segment percent-encoded exactly once (unreserved characters left as they are)."""
+    return "/".join(
+        quote(unquote(segment, errors="surrogateescape"), safe="", errors="surrogateescape")
+        for segment in raw_path.split("/")
+    )
+
+
+def http_api_event(
+    method: str,
+    target: str,
+    headers: list[tuple[str, str]],
+    body: bytes | None,
+    claims: dict[str, Any] | None,
+    source_ip: str = "127.0.0.1",
+    host: str = "localhost",
+) -> dict[str, Any]:
+    """The API Gateway HTTP API payload-v2 event for one request (``target`` as in the request
+    line: path and query string, still percent-encoded)."""
+    raw_path, _, raw_query = target.partition("?")
+    raw_path = _canonical_path(raw_path or "/")
+    lowered: dict[str, str] = {}
+    cookies: list[str] = []
+    for name, value in headers:
+        key = name.lower()
+        if key == "cookie":
+            cookies.extend(c.strip() for c in value.split(";") if c.strip())
+            continue
+        lowered[key] = f"{lowered[key]},{value}" if key in lowered else value
+    query: dict[str, str] = {}
+    for name, value in parse_qsl(raw_query, keep_blank_values=True, errors="replace"):
+        query[name] = f"{query[name]},{value}" if name in query else value
+    matched = match_route(method, raw_path)
+    route_key = matched[0].key if matched else "$default"
+    now = datetime.now(UTC)
+    context: dict[str, Any] = {
+        "accountId": "000000000000",
+        "apiId": "local",
+        "domainName": host,
+        "domainPrefix": host.split(".", maxsplit=1)[0],
+        "http": {
+            "method": method,
+            "path": raw_path,
+            "protocol": "HTTP/1.1",
+            "sourceIp": source_ip,
+            "userAgent": lowered.get("user-agent", ""),
+        },
+        "requestId": uuid.uuid4().hex[:16],
+        "routeKey": route_key,
+        "stage": "$default",
+        "time": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
+        "timeEpoch": int(now.timestamp() * 1000),
+    }
+    if claims is not None:
+        scope = claims.get("scope")
+        scopes = scope.split() if isinstance(scope, str) else [str(s) for s in scope or []]
+        context["authorizer"] = {
+            "jwt": {
+                "claims": {k: _claim_string(v) for k, v in claims.items()},
+                "scopes": scopes or None,
+            }
+        }
+    event: dict[str, Any] = {
+        "version": "2.0",
+        "routeKey": route_key,
+        "rawPath": raw_path,
+        "rawQueryString": raw_query,
+        "headers": lowered,
+        "requestContext": context,
+        "isBase64Encoded": False,
+    }
+    if cookies:
+        event["cookies"] = cookies
+    if query:
+        event["queryStringParameters"] = query
+    if matched and matched[1]:
+        event["pathParameters"] = {k: unquote(v) for k, v in matched[1].items()}
+    if body:
+        try:
+            event["body"] = body.decode("utf-8")
+        except UnicodeDecodeError:
+            import base64
+
+            event["body"], event["isBase64Encoded"] = base64.b64encode(body).decode(), True
+    return event
+
+
+# ---------------------------------------------------------------------------------- HTTP API
+
+
+class _Server(ThreadingHTTPServer):
+    """A thread per connection, and a listen backlog sized for many workers connecting at once
+    (``socketserver``'s default of 5 dropped or reset connections in a burst of 16)."""
+
+    request_queue_size = LISTEN_BACKLOG
+    daemon_threads = True
+
+
+class LocalApi:
+    """The HTTP API on ``host:port`` (port 0: any free port)."""
+
+    def __init__(
+        self,
+        secret: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        invoker: Invoker | None = None,
+        quiet: bool = True,
+    ) -> None:
+        self.secret = secret
+        self.host = host
+        self.invoker = invoker or Invoker()
+        self.quiet = quiet
+        self._server = _Server((host, port), self._handler_class())
+        self.port = self._server.server_address[1]
+        self._thread: threading.Thread | None = None
+        self._docs_html: bytes | None = None
+        self._spec: dict[str, Any] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def docs_url(self) -> str:
+        return f"{self.base_url}/docs"
+
+    def start(self) -> LocalApi:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="leasefence-api",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    # ------------------------------------------------------------------ docs
+
+    def openapi(self) -> dict[str, Any]:
+        if self._spec is None:
+            from leasefence.api.openapi import build_spec
+
+            spec = build_spec()
+            spec["servers"] = [{"url": self.base_url, "description": "leasefence local"}]
+            self._spec = spec
+        return self._spec
+
+    def docs_html(self) -> bytes:
+        if self._docs_html is None:
+            from aws_lambda_powertools import event_handler
+            from aws_lambda_powertools.event_handler.openapi.swagger_ui import generate_swagger_html
+
+            assets = Path(event_handler.__file__).parent / "openapi" / "swagger_ui"
+            spec = json.dumps(self.openapi()).replace("</", "<\\/")
+            self._docs_html = generate_swagger_html(
+                spec,
+                (assets / "swagger-ui-bundle.min.js").read_text(encoding="utf-8"),
+                (assets / "swagger-ui.min.css").read_text(encoding="utf-8"),
+                "",  # no base URL: the script and styles above are inlined
+                None,
+                True,
+            ).encode()
+        return self._docs_html
+
+    # ------------------------------------------------------------------ requests
+
+    def authorize(self, headers: list[tuple[str, str]]) -> dict[str, Any]:
+        """The JWT authorizer: the token's claims, or :class:`auth.TokenError`."""
+        values = [v for k, v in headers if k.lower() == "authorization"]
+        if len(values) != 1:
+            raise auth.TokenError("a bearer token is required")
+        scheme, _, token = values[0].strip().partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise auth.TokenError("a bearer token is required")
+        return auth.verify(token.strip(), self.secret)
+
+    def respond(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[str, str]],
+        body: bytes | None,
+        source_ip: str = "127.0.0.1",
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        """One request through authorizer and handler: ``(status, headers, body)``."""
+        path = target.partition("?")[0]
+        if method == "GET" and path == "/openapi.json":
+            return (
+                200,
+                [("Content-Type", "application/json")],
+                json.dumps(self.openapi(), indent=2).encode(),
+            )
+        if method == "GET" and path in ("/docs", "/docs/"):
+            return 200, [("Content-Type", "text/html; charset=utf-8")], self.docs_html()
+        claims = None
+        matched = match_route(method, _canonical_path(path or "/"))
+        # As in AWS: the authorizer guards the routes that have one; an unmatched route is the
+        # handler's 404 whatever the token.
+        if matched is not None and matched[0].scope is not None:
+            try:
+                claims = self.authorize(headers)
+            except auth.TokenError as error:
+                return _error(
+                    401,
+                    "unauthorized",
+                    str(error),
+                    [("WWW-Authenticate", 'Bearer realm="leasefence"')],
+                )
+        event = http_api_event(
+            method, target, headers, body, claims, source_ip=source_ip, host=self.host
+        )
+        try:
+            result = self.invoker.invoke("api", event)
+        except Exception:  # noqa: BLE001 - what API Gateway answers when the integration fails
+            return (
+                500,
+                [("Content-Type", "application/json")],
+                b'{"message":"Internal Server Error"}',
+            )
+        return _from_result(result)
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            # Keep-alive clients would otherwise wait on delayed ACKs between header and body writes.
+            disable_nagle_algorithm = True
+            server_version = "leasefence-local"
+            sys_version = ""
+
+            def _serve(self) -> None:
+                length = self.headers.get("Content-Length")
+                body: bytes | None = None
+                try:
+                    size = int(length) if length else 0
+                except ValueError:
+                    self._write(*_error(400, "invalid_request", "bad Content-Length"))
+                    return
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    self._write(
+                        *_error(
+                            411,
+                            "invalid_request",
+                            "chunked bodies are not supported; send Content-Length",
+                        )
+                    )
+                    return
+                if size > MAX_REQUEST_BYTES:
+                    self.close_connection = True
+                    self._write(
+                        *_error(413, "payload_too_large", "request body is larger than 10 MiB")
+                    )
+                    return
+                if size:
+                    body = self.rfile.read(size)
+                status, headers, payload = api.respond(
+                    self.command,
+                    self.path,
+                    list(self.headers.items()),
+                    body,
+                    source_ip=self.client_address[0],
+                )
+                self._write(status, headers, payload)
+
+            def _write(self, status: int, headers: list[tuple[str, str]], payload: bytes) -> None:
+                self.send_response(status)
+                for name, value in headers:
+                    if name.lower() not in ("content-length", "connection", "transfer-encoding"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                if self.command != "HEAD" and payload:
+                    self.wfile.write(payload)
+
+            def __getattr__(self, name: str) -> Any:
+                # Every method reaches the gateway's routing (unmatched ones get 404, as in AWS).
+                if name.startswith("do_"):
+                    return self._serve
+                raise AttributeError(name)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: ARG002 - stdlib signature
+                if not api.quiet:
+                    # Method and status only: the path holds operation ids.
+                    sys.stderr.write(f"{self.command} -> {args[1] if len(args) > 1 else ''}\n")
+
+        return Handler
+
+
+def _error(status: int, code: str, message: str, extra: list[tuple[str, str]] | None = None):
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    return status, [("Content-Type", "application/json"), *(extra or [])], body
+
+
+def _from_result(result: Any) -> tuple[int, list[tuple[str, str]], bytes]:
+    """API Gateway's mapping of a payload-v2 Lambda result to the HTTP response."""
+    import base64
+
+    if not isinstance(result, dict) or "statusCode" not in result:
+        body = result if isinstance(result, str) else json.dumps(result)
+        return 200, [("Content-Type", "application/json")], body.encode()
+    headers: list[tuple[str, str]] = [(k, str(v)) for k, v in (result.get("headers") or {}).items()]
+    for name, values in (result.get("multiValueHeaders") or {}).items():
+        headers.extend((name, str(v)) for v in values)
+    headers.extend(("Set-Cookie", c) for c in result.get("cookies") or [])
+    raw = result.get("body") or ""
+    payload = base64.b64decode(raw) if result.get("isBase64Encoded") else str(raw).encode()
+    return int(result["statusCode"]), headers, payload
+
+
+# ---------------------------------------------------------------------------------- the stack
+
+
+#: The demo handlers (``functions/worker/demo_handlers.py``: job type ``demo-receipt``), which
+#: ``leasefence local`` runs for its dev tenant; named as on AWS, where the handlers' folder is the
+#: function's root (``/var/task``).
+DEMO_HANDLERS = "worker.demo_handlers:HANDLERS"
+
+
+class LocalStack:
+    """Embedded DynamoDB + S3, table and bucket, the HTTP API, the sweeper on a timer, and with
+    ``streams`` the stream-driven worker and publisher."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        dynamodb_port: int = 8766,
+        sweep_interval: float | None = 60.0,
+        secret: str | None = None,
+        aws: Any = None,
+        table_name: str | None = None,
+        bucket: str | None = None,
+        quiet: bool = True,
+        streams: bool = False,
+        worker_handlers: str | None = None,
+        worker_tenants: Sequence[str] = (),
+        worker_lease_seconds: int = 60,
+        event_bus: str | None = None,
+        stream_poll_interval: float = 0.05,
+        stream_starting_position: str | None = None,
+    ) -> None:
+        """``streams``: start the event source mappings with the stack (or later:
+        :meth:`start_streams`). ``worker_handlers`` (``module:NAME``) and ``worker_tenants``:
+        what the worker function runs, for whom (no handlers: no stream worker, the publisher
+        only). ``event_bus``: the bus on the embedded endpoint (default ``leasefence-local``).
+        ``stream_starting_position``: where the mappings start instead of their own (the
+        publisher's ``TRIM_HORIZON``), e.g. ``LATEST`` on a table that already holds another
+        stack's records (embedded endpoints in one process share their tables)."""
+        self.host = host
+        self.port = port
+        self.dynamodb_port = dynamodb_port
+        self.sweep_interval = sweep_interval
+        self.secret = secret
+        self.aws = aws
+        self._own_aws = aws is None
+        self.table_name = table_name
+        self.bucket = bucket
+        self.quiet = quiet
+        self.invoker = Invoker()
+        self.api: LocalApi | None = None
+        self._stop = threading.Event()
+        self._sweeper: threading.Thread | None = None
+        self.generated_secret = False
+        self.sweeps = 0
+        self.last_sweep: dict[str, Any] | None = None
+        self.streams = streams
+        self.worker_handlers = worker_handlers
+        self.worker_tenants = tuple(worker_tenants)
+        self.worker_lease_seconds = worker_lease_seconds
+        self.event_bus = event_bus
+        self.stream_poll_interval = stream_poll_interval
+        self.stream_starting_position = stream_starting_position
+        #: The running event source mappings by function name (``worker``, ``publisher``).
+        self.mappings: dict[str, Any] = {}
+        #: The on-failure destination of each mapping whose destination is a queue (an SQS queue
+        #: URL on the embedded endpoint: the worker's).
+        self.failure_queues: dict[str, str] = {}
+        #: The on-failure destination of each mapping whose destination is a bucket (a bucket on
+        #: the embedded endpoint: the publisher's, which ``leasefence publisher redrive`` reads).
+        self.failure_buckets: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> LocalStack:
+        import dataclasses
+
+        from leasefence import settings
+        from leasefence.schema import create_table
+        from leasefence_tools.local.embedded import EmbeddedAws, use_local_credentials
+        from leasefence_tools.local.events import LOCAL_BUS
+
+        use_local_credentials()
+        if self.aws is None:
+            self.aws = EmbeddedAws(host="127.0.0.1", port=self.dynamodb_port).start()
+        endpoint = self.aws.endpoint
+        current = settings.Settings.from_env()
+        table = self.table_name or current.table_name
+        bucket = self.bucket or current.payload_bucket
+        if not self.secret:
+            self.secret = auth.secret_from_env()
+        if not self.secret:
+            self.secret, self.generated_secret = auth.generate_secret(), True
+        # The handlers run in this process: give them this stack's endpoints directly (the
+        # environment stays as it was, so nothing leaks into whatever else runs here).
+        config = dataclasses.replace(
+            current,
+            table_name=table,
+            payload_bucket=bucket,
+            dynamodb_endpoint=endpoint,
+            s3_endpoint=endpoint,
+            events_endpoint=endpoint,
+            event_bus=self.event_bus or LOCAL_BUS,
+            worker_handlers=self.worker_handlers,
+            worker_tenants=self.worker_tenants,
+            worker_lease_seconds=self.worker_lease_seconds,
+            region=current.region or "us-east-1",
+        )
+        self.event_bus = config.event_bus
+        if FUNCTIONS_DIR is not None and str(FUNCTIONS_DIR) not in sys.path:
+            # As on AWS (/var/task): handlers named from the handlers' folder (worker.demo_...).
+            sys.path.append(str(FUNCTIONS_DIR))
+        if (REPO_ROOT / "functions").is_dir() and str(REPO_ROOT) not in sys.path:
+            # In a checkout, also from its root (functions.worker....).
+            sys.path.append(str(REPO_ROOT))
+        settings.install(config)
+        spec = config.table_spec
+        create_table(self.aws.client("dynamodb"), spec, stream=self.streams)
+        s3 = self.aws.client("s3")
+        with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+            s3.create_bucket(Bucket=bucket)
+        self.table_name, self.bucket = table, bucket
+        # Load the functions now (as a cold start would), so the first request is not the one to pay.
+        load_function("api")
+        load_function("sweeper")
+        self.api = LocalApi(
+            self.secret, host=self.host, port=self.port, invoker=self.invoker, quiet=self.quiet
+        )
+        self.api.start()
+        if self.sweep_interval:
+            self._sweeper = threading.Thread(
+                target=self._sweep_loop, name="leasefence-sweeper", daemon=True
+            )
+            self._sweeper.start()
+        if self.streams:
+            self.start_streams()
+        return self
+
+    def start_streams(self, starting_position: str | None = None) -> None:
+        """Turn the table's stream on (if it is not) and start the event source mappings: the
+        publisher's, and the worker's when handlers were given. Created now, each starts at its
+        own starting position (the publisher's ``TRIM_HORIZON``: everything the stream holds; the
+        worker's ``LATEST``), or at ``starting_position``; stopped by :meth:`stop_streams`, they
+        resume where they stopped."""
+        from leasefence.schema import create_table
+        from leasefence.streams import mappings
+        from leasefence_tools.local.streams import EventSourceMapping
+
+        if self.mappings:
+            for running in self.mappings.values():
+                if not running.running:
+                    running.start()
+            return
+        if self.table_name is None:
+            raise RuntimeError("start the local stack before its streams")
+        create_table(self.aws.client("dynamodb"), self._spec(), stream=True)
+        events = self.aws.client("events")
+        with contextlib.suppress(events.exceptions.ResourceAlreadyExistsException):
+            events.create_event_bus(Name=self.event_bus)
+        wanted = [mappings.publisher()]
+        if self.worker_handlers:
+            load_function("worker")
+            wanted.append(mappings.worker(self.worker_tenants))
+        load_function("publisher")
+        sqs, s3 = self.aws.client("sqs"), self.aws.client("s3")
+        for mapping in wanted:
+            name = f"leasefence-{mapping.function}-stream-failures"
+            queue: str | None = None
+            bucket: str | None = None
+            if mapping.failure_destination == "s3":
+                with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+                    s3.create_bucket(Bucket=name)
+                bucket = self.failure_buckets[mapping.function] = name
+            else:
+                queue = sqs.create_queue(QueueName=name)["QueueUrl"]
+                self.failure_queues[mapping.function] = queue
+            self.mappings[mapping.function] = EventSourceMapping(
+                mapping.function,
+                mapping,
+                self.table_name,
+                self.aws.client,
+                Invoker(),
+                queue,
+                poll_interval_s=self.stream_poll_interval,
+                failure_bucket=bucket,
+                starting_position=starting_position or self.stream_starting_position,
+            ).start()
+        self.streams = True
+
+    def stop_streams(self) -> None:
+        """Stop the event source mappings (as disabled mappings): :meth:`start_streams` resumes
+        them where they stopped."""
+        for mapping in self.mappings.values():
+            mapping.stop()
+
+    def _spec(self) -> Any:
+        from leasefence import settings
+
+        return settings.runtime().settings.table_spec
+
+    def stop(self) -> None:
+        from leasefence import settings
+
+        self.stop_streams()
+        self.mappings.clear()
+        self._stop.set()
+        if self._sweeper is not None:
+            self._sweeper.join(timeout=10)
+        if self.api is not None:
+            self.api.stop()
+        if self._own_aws and self.aws is not None:
+            self.aws.stop()
+        settings.reset()
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ the sweeper
+
+    def sweep_now(self) -> dict[str, Any]:
+        """One run of the sweeper function, as the schedule would invoke it."""
+        result = self.invoker.invoke("sweeper", scheduled_event())
+        self.sweeps += 1
+        self.last_sweep = result
+        return result
+
+    def _sweep_loop(self) -> None:
+        assert self.sweep_interval
+        while not self._stop.wait(self.sweep_interval):
+            try:
+                self.sweep_now()
+            except Exception as error:  # noqa: BLE001 - a failed run is retried at the next tick
+                sys.stderr.write(f"sweeper run failed: {type(error).__name__}\n")
+
+    # ------------------------------------------------------------------ facts for people
+
+    @property
+    def base_url(self) -> str:
+        assert self.api is not None
+        return self.api.base_url
+
+    @property
+    def docs_url(self) -> str:
+        assert self.api is not None
+        return self.api.docs_url
+
+    @property
+    def dynamodb_endpoint(self) -> str:
+        return self.aws.endpoint
+
+    def token(
+        self,
+        tenant_id: str,
+        scopes: Any = None,
+        ttl_seconds: int = auth.DEFAULT_TTL_SECONDS,
+        subject: str | None = None,
+    ) -> str:
+        return auth.mint(
+            tenant_id,
+            auth.ALL_SCOPES if scopes is None else scopes,
+            ttl_seconds=ttl_seconds,
+            secret=self.secret,
+            subject=subject,
+        )

@@ -1,0 +1,288 @@
+"""Lambda event source mappings on the embedded table's stream, for the local stack.
+
+:class:`EventSourceMapping` does locally what a Lambda event source mapping on a DynamoDB stream
+does on AWS, with the same function code and the same event shape: it reads the stream
+(``GetRecords`` on the embedded endpoint, moto's DynamoDB Streams), drops the records its filter
+criteria do not match (:func:`leasefence.streams.filters.passes`), and invokes the function with
+batches of the rest (``{"Records": [...]}``, each record as Lambda delivers it). The answer is
+read as Lambda reads it:
+
+* an error (the function raised), or a partial batch response naming a record that is not in
+  the batch: the whole batch failed;
+* ``{"batchItemFailures": [{"itemIdentifier": <sequence number>}, ...]}``: the records before
+  the lowest failed one are done, the rest is retried from it (a record after a failed one is
+  delivered again: the functions are idempotent).
+
+What failed is split in two and each half retried on its own (``BisectBatchOnFunctionError``;
+a split does not spend a retry), until the failing records are alone; a record that still fails
+after ``max_retries`` retries (``MaximumRetryAttempts``) goes to the on-failure destination as an
+invocation record with ``DDBStreamBatchInfo`` like Lambda's: an SQS queue on the embedded
+endpoint (where the records are, not the records), or, for a mapping whose
+``failure_destination`` is ``s3``, an object in a bucket there holding the invocation record and
+the whole batch (``payload``), named as Lambda names it
+(``aws/lambda/<mapping UUID>/<shard>/YYYY/MM/DD/YYYY-MM-DDTHH.MM.SS-<UUID>``). The records after
+it are then processed: a poison record never blocks its shard.
+
+A mapping starts at its ``starting_position``: ``LATEST`` (what is written from then on) or
+``TRIM_HORIZON`` (everything the stream holds), as a new Lambda mapping does; stopped and started
+again it resumes where it stopped (a mapping disabled and enabled again).
+
+Not modelled: ``ParallelizationFactor`` (one batch at a time per shard), batching windows,
+record age limits, shard splits (moto's stream has one shard). Reading the stream costs nothing
+here or on AWS (Lambda's reads of a DynamoDB stream are not billed).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from leasefence.streams.filters import passes
+from leasefence.streams.mappings import FAILED_BATCH_PREFIX, StreamMapping
+
+
+@dataclass
+class MappingStats:
+    records_read: int = 0
+    records_filtered_out: int = 0
+    invocations: int = 0
+    failed_invocations: int = 0
+    records_to_destination: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def lambda_record(record: Mapping[str, Any], stream_arn: str) -> dict[str, Any]:
+    """A ``GetRecords`` record as Lambda hands it to a function (creation time in epoch
+    seconds, the stream's ARN added)."""
+    body = dict(record["dynamodb"])
+    created = body.get("ApproximateCreationDateTime")
+    if isinstance(created, datetime):
+        body["ApproximateCreationDateTime"] = created.timestamp()
+    shaped = {k: v for k, v in record.items() if k != "dynamodb"}
+    shaped["dynamodb"] = body
+    shaped["eventSourceARN"] = stream_arn
+    return shaped
+
+
+class EventSourceMapping:
+    """One mapping polling the table's stream in a background thread (``start``/``stop``)."""
+
+    def __init__(
+        self,
+        name: str,
+        config: StreamMapping,
+        table_name: str,
+        clients: Any,
+        invoker: Any,
+        failure_queue_url: str | None,
+        poll_interval_s: float = 0.05,
+        timeout_ms: int = 300_000,
+        failure_bucket: str | None = None,
+        starting_position: str | None = None,
+    ) -> None:
+        """``config``: the mapping's settings (:mod:`leasefence.streams.mappings`; batch size,
+        retries, bisect, filters, starting position and the kind of on-failure destination are
+        honoured); ``clients(service)``: a boto3 client of the embedded endpoint; ``invoker``:
+        the function's own :class:`~leasefence_tools.local.server.Invoker` (its execution
+        environment); ``failure_queue_url`` / ``failure_bucket``: the on-failure destination
+        (the bucket for a mapping whose ``failure_destination`` is ``s3``); ``timeout_ms``: the
+        function's timeout (what ``context.get_remaining_time_in_millis`` counts down);
+        ``starting_position``: instead of the config's."""
+        self.name = name
+        self.config = config
+        self.table_name = table_name
+        self.invoker = invoker
+        self.failure_queue_url = failure_queue_url
+        self.failure_bucket = failure_bucket
+        self.starting_position = starting_position or config.starting_position
+        if config.failure_destination == "s3" and not failure_bucket:
+            raise ValueError(f"mapping {name}: its on-failure destination needs a bucket")
+        if config.failure_destination != "s3" and not failure_queue_url:
+            raise ValueError(f"mapping {name}: its on-failure destination needs a queue")
+        #: Names the objects of an S3 on-failure destination, as a Lambda mapping's UUID does.
+        self.uuid = str(uuid.uuid4())
+        self.poll_interval_s = poll_interval_s
+        self.timeout_ms = timeout_ms
+        self.stats = MappingStats()
+        self._streams = clients("dynamodbstreams")
+        self._sqs = clients("sqs")
+        self._s3 = clients("s3")
+        self._ddb = clients("dynamodb")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.stream_arn = ""
+        self._iterators: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> EventSourceMapping:
+        """Start reading at the starting position (``LATEST``: the stream's tip, records written
+        from now on; ``TRIM_HORIZON``: its oldest record), as a new mapping does; after
+        :meth:`stop`, resume where it stopped (as a disabled mapping that is enabled again)."""
+        self.open()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"esm-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def open(self) -> EventSourceMapping:
+        """Take the starting position (once) without polling: :meth:`poll_once` then delivers
+        synchronously (tests), or :meth:`start` polls in the background."""
+        if not self._iterators:
+            self.stream_arn = self._ddb.describe_table(TableName=self.table_name)["Table"][
+                "LatestStreamArn"
+            ]
+            shards = self._streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"][
+                "Shards"
+            ]
+            self._iterators = {
+                shard["ShardId"]: self._streams.get_shard_iterator(
+                    StreamArn=self.stream_arn,
+                    ShardId=shard["ShardId"],
+                    ShardIteratorType=self.starting_position,
+                )["ShardIterator"]
+                for shard in shards
+            }
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    # ------------------------------------------------------------------ polling
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                busy = self.poll_once()
+            except Exception as error:  # noqa: BLE001 - the mapping keeps polling, as Lambda's does
+                self.stats.errors.append(f"{type(error).__name__}: {error}"[:300])
+                sys.stderr.write(f"event source mapping {self.name}: {type(error).__name__}\n")
+                busy = False
+            if not busy:
+                self._stop.wait(self.poll_interval_s)
+
+    def poll_once(self) -> bool:
+        """Read each shard once and deliver what passes the filters; True if records came."""
+        came = False
+        for shard, iterator in list(self._iterators.items()):
+            answer = self._streams.get_records(ShardIterator=iterator, Limit=1000)
+            self._iterators[shard] = answer["NextShardIterator"]
+            records = [lambda_record(r, self.stream_arn) for r in answer.get("Records", [])]
+            if not records:
+                continue
+            came = True
+            self.stats.records_read += len(records)
+            wanted = [r for r in records if passes(self.config.filters, r)]
+            self.stats.records_filtered_out += len(records) - len(wanted)
+            for start in range(0, len(wanted), self.config.batch_size):
+                self.deliver(wanted[start : start + self.config.batch_size])
+        return came
+
+    # ------------------------------------------------------------------ delivery
+
+    def deliver(self, batch: list[dict[str, Any]]) -> None:
+        """One batch, retried and bisected as described in the module docstring."""
+        pending: deque[tuple[list[dict[str, Any]], int]] = deque([(batch, 0)])
+        while pending:
+            records, retries = pending.popleft()
+            failed_at = self._invoke(records)
+            if failed_at is None:
+                continue
+            rest = records[failed_at:]
+            if self.config.bisect and len(rest) > 1:
+                half = len(rest) // 2
+                pending.extendleft([(rest[half:], retries), (rest[:half], retries)])
+            elif retries < self.config.max_retries:
+                pending.appendleft((rest, retries + 1))
+            else:
+                self._to_destination(rest, retries + 1)
+
+    def _invoke(self, records: list[dict[str, Any]]) -> int | None:
+        """Invoke once; the index of the first record to retry from, or None when all are done."""
+        self.stats.invocations += 1
+        try:
+            answer = self.invoker.invoke(
+                self.config.function, {"Records": records}, timeout_ms=self.timeout_ms
+            )
+        except Exception:  # noqa: BLE001 - a function error fails the whole batch, as in Lambda
+            self.stats.failed_invocations += 1
+            return 0
+        failures = (answer or {}).get("batchItemFailures") if isinstance(answer, Mapping) else None
+        if not failures:
+            return None
+        self.stats.failed_invocations += 1
+        positions = {r["dynamodb"]["SequenceNumber"]: i for i, r in enumerate(records)}
+        found = [
+            positions.get(f.get("itemIdentifier")) if isinstance(f, Mapping) else None
+            for f in failures
+        ]
+        return 0 if any(i is None for i in found) else min(found)  # type: ignore[type-var]
+
+    def _to_destination(self, records: list[dict[str, Any]], attempts: int) -> None:
+        """What Lambda sends to a stream mapping's on-failure destination: where the records
+        are (the stream keeps them for 24 hours); to an S3 destination the records too."""
+        moment = datetime.now(UTC)
+        now = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        created = [r["dynamodb"].get("ApproximateCreationDateTime") for r in records]
+        function_arn = "arn:aws:lambda:us-east-1:000000000000:function:leasefence-"
+        shard = next(iter(self._iterators), "")
+        message: dict[str, Any] = {
+            "requestContext": {
+                "requestId": str(uuid.uuid4()),
+                "functionArn": function_arn + self.config.function,
+                "condition": "RetryAttemptsExhausted",
+                "approximateInvokeCount": attempts,
+            },
+            "responseContext": {
+                "statusCode": 200,
+                "executedVersion": "$LATEST",
+                "functionError": "Unhandled",
+            },
+            "version": "1.0",
+            "timestamp": now,
+            "DDBStreamBatchInfo": {
+                "shardId": shard,
+                "startSequenceNumber": records[0]["dynamodb"]["SequenceNumber"],
+                "endSequenceNumber": records[-1]["dynamodb"]["SequenceNumber"],
+                "approximateArrivalOfFirstRecord": _iso(created[0]),
+                "approximateArrivalOfLastRecord": _iso(created[-1]),
+                "batchSize": len(records),
+                "streamArn": self.stream_arn,
+            },
+        }
+        if self.config.failure_destination == "s3":
+            message["payload"] = {"Records": records}
+            key = (
+                f"{FAILED_BATCH_PREFIX}{self.uuid}/{shard}/{moment:%Y/%m/%d}/"
+                f"{moment:%Y-%m-%dT%H.%M.%S}-{uuid.uuid4()}"
+            )
+            self._s3.put_object(
+                Bucket=self.failure_bucket, Key=key, Body=json.dumps(message).encode()
+            )
+        else:
+            self._sqs.send_message(QueueUrl=self.failure_queue_url, MessageBody=json.dumps(message))
+        self.stats.records_to_destination += len(records)
+
+
+def _iso(epoch_s: Any) -> str | None:
+    if not isinstance(epoch_s, (int, float)):
+        return None
+    return (
+        datetime.fromtimestamp(epoch_s, tz=UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )

@@ -1,0 +1,548 @@
+"""The checker: reads the final table, the targets' own records, the histories and the published
+events, and judges them.
+
+Each rule of the composed run is a pure function of what it judges (a history, one operation's
+events, the fences a target committed, ...) returning ``(kind, detail)`` pairs, so each can be
+fed a violating record on its own (``tests/tools/torture/test_torture_checker.py``); :func:`check`
+gathers the records and applies them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from leasefence.engine import Engine
+from leasefence.keys import FIRST_OPERATION_ID
+from leasefence.model import Operation, State, TargetClass, Transition
+from leasefence.streams.events import detail_type
+from leasefence.targets.idempotent_api import idempotency_key
+from leasefence_tools.testing.kits import (
+    FencedTableKit,
+    IdempotentApiKit,
+    Kit,
+    SameTableKit,
+    SingleShotKit,
+)
+from leasefence_tools.torture.settings import FINAL_STATES, Key, Report, Settings, payload_hash
+
+Finding = tuple[str, str]
+
+
+# ---------------------------------------------------------------------------------- rules
+
+
+def _seq(entry: dict[str, Any]) -> int:
+    return int(entry["seq"] if "seq" in entry else entry["sequence"])
+
+
+def history_rule(entries: list[dict[str, Any]], dropped: int, final_seq: int) -> list[Finding]:
+    """Every sequence once, in order, with no gap, up to the operation's own ``seq``.
+
+    A history starts at 1 (the enqueue) or at an erasure (which replaces it); a bounded history
+    keeps its first entry and the newest ones and counts the ``dropped`` ones in between."""
+    if final_seq < 1:
+        return []
+    if not entries:
+        return [("history_missing", f"no history for an operation at seq {final_seq}")]
+    seqs = [_seq(e) for e in entries]
+    found: list[Finding] = []
+    if len(set(seqs)) != len(seqs):
+        found.append(("history_duplicate", f"sequences {seqs}"))
+    if any(b <= a for a, b in itertools.pairwise(seqs)):
+        found.append(("history_order", f"sequences {seqs}"))
+    first = seqs[0]
+    if first != 1 and entries[0].get("transition") != Transition.ERASE.value:
+        found.append(("history_gap", f"starts at {first} with {entries[0].get('transition')}"))
+    expected = [first, *range(first + 1 + dropped, final_seq + 1)]
+    if seqs != expected:
+        missing = sorted(set(expected) - set(seqs))
+        found.append(
+            (
+                "history_gap",
+                f"sequences {seqs} (dropped {dropped}), operation at seq {final_seq}: "
+                f"missing {missing[:10]}",
+            )
+        )
+    return found
+
+
+def event_order_rule(sequences: list[int]) -> list[Finding]:
+    """One operation's events, as published: deduplicated by sequence (delivery is at least once),
+    their first deliveries come in sequence order."""
+    firsts: list[int] = []
+    seen: set[int] = set()
+    for seq in sequences:
+        if seq not in seen:
+            seen.add(seq)
+            firsts.append(seq)
+    if any(b < a for a, b in itertools.pairwise(firsts)):
+        return [("events_out_of_order", f"published in the order {sequences}")]
+    return []
+
+
+def event_delivery_rule(entries: list[dict[str, Any]], published: set[int]) -> list[Finding]:
+    """Every transition of the history that publishes an event has one (at least once)."""
+    missing = [
+        _seq(e)
+        for e in entries
+        if detail_type(Transition(e["transition"]), {"state": e.get("state")}) is not None
+        and _seq(e) not in published
+    ]
+    return [("event_missing", f"no event for sequences {missing}")] if missing else []
+
+
+def fence_order_rule(commits: list[int]) -> list[Finding]:
+    """Class B: the fences a target applied for one operation, in commit order, never go down."""
+    highest = 0
+    for fence in commits:
+        if fence < highest:
+            return [
+                (
+                    "lower_fence_accepted",
+                    f"committed fences {commits}: {fence} after {highest}",
+                )
+            ]
+        highest = max(highest, fence)
+    return []
+
+
+def single_call_rule(calls: int) -> list[Finding]:
+    """Class D: at most one call per operation."""
+    return [("class_d_called_twice", f"{calls} calls")] if calls > 1 else []
+
+
+def approval_rule(approved: str | None, executed: list[str]) -> list[Finding]:
+    """An approval-required operation runs only after an approval, and only the bytes approved:
+    ``executed`` are the hashes of the payloads its handlers loaded."""
+    if approved is None:
+        return (
+            [("ran_unapproved", f"ran {len(executed)} time(s) without an approval")]
+            if executed
+            else []
+        )
+    other = sorted({h for h in executed if h != approved})
+    if other:
+        return [
+            (
+                "approval_released_other_bytes",
+                f"approved {approved[:19]}..., executed {[h[:19] + '...' for h in other]}",
+            )
+        ]
+    return []
+
+
+def approver_rule(self_approved: bool, mismatch_approved: bool, enqueued_by: Any) -> list[Finding]:
+    """An approval is never given by the operation's enqueuer, nor for another hash; and the
+    enqueuer is always recorded (else self-approval cannot be decided)."""
+    found: list[Finding] = []
+    if self_approved:
+        found.append(("self_approved", "its enqueuer approved it"))
+    if mismatch_approved:
+        found.append(("approved_other_hash", "an approval naming another hash was accepted"))
+    if not enqueued_by:
+        found.append(("approval_without_enqueuer", "awaited approval with no enqueuer recorded"))
+    return found
+
+
+def cancel_rule(state: str, attempts: int) -> list[Finding]:
+    """Cancel only before any attempt."""
+    if state == State.CANCELLED and attempts > 0:
+        return [("cancelled_after_attempt", f"cancelled after {attempts} attempt(s)")]
+    return []
+
+
+def retry_rule(record: dict[str, Any]) -> list[Finding]:
+    """A command sent again after its answer was lost answers as the first one did.
+
+    * a claim with a ``claim_token``: the same claim (operation and fence), while it holds;
+    * a catalogue ``PUT``: ``changed`` tells the truth about the first try;
+    * an operation command: not refused, when nothing happened to the operation in between
+      (its state, fence and ``updated_at`` are still what the lost answer said)."""
+    if "claim" in record:
+        lost = record["claim"]
+        if lost.get("token") is None:
+            return []  # no token: nothing can recognize it (issue 21 case 8)
+        got = record.get("retry_claim")
+        if got != [lost["operation_id"], lost["fence"]] and record["at"] < lost["lease_expires_at"]:
+            return [
+                (
+                    "lost_claim_not_recognized",
+                    f"claim {lost['operation_id']} fence {lost['fence']} sent again with its "
+                    f"token got {got}",
+                )
+            ]
+        return []
+    if "changed" in record:
+        if record["changed"] and not record.get("retry_changed"):
+            return [("retry_untruthful", f"{record['path']}: changed, then changed false")]
+        return []
+    status, retry_status = record["status"], record["retry_status"]
+    if (
+        200 <= status < 300
+        and 400 <= retry_status < 500
+        and retry_status != 429
+        and record.get("snapshot") is not None
+        and record["snapshot"] == record.get("operation")
+    ):
+        return [
+            (
+                "retry_refused",
+                f"{record['method']} {record['path']}: {status}, then {retry_status} with "
+                f"nothing changed in between",
+            )
+        ]
+    return []
+
+
+def claim_token_rule(expected: bool, without_token: int) -> list[Finding]:
+    """Once claim tokens are expected (``Settings.claim_tokens``), every HTTP claim carries one."""
+    if expected and without_token:
+        return [("claim_without_token", f"{without_token} HTTP claims carried no claim_token")]
+    return []
+
+
+def healthy_lease_rule(slow_jobs: list[dict[str, Any]]) -> list[Finding]:
+    """Healthy jobs keep their leases: per kind of worker and whether the job type's maximum cut
+    the lease asked for, fewer than three in four of the long jobs that kept calling ``progress``
+    saw their lease lapse while they did (at least four of them: a loaded machine can starve a
+    renewal now and then; a renewal interval longer than the granted lease starves them all).
+    A job whose lease was gone before it began (``late_start``) says nothing about renewals, and
+    neither does a lapse whose renewals were all sent in time (``renewal_late`` false: the
+    answers came late on a loaded machine; the runtime did its part)."""
+    groups: dict[tuple[str, bool], list[bool]] = defaultdict(list)
+    for job in slow_jobs:
+        if not job.get("late_start"):  # its lease was gone before it began to make progress
+            lapsed = bool(job["lapsed"]) and bool(job.get("renewal_late", True))
+            groups[(job["backend"], bool(job["cut"]))].append(lapsed)
+    found: list[Finding] = []
+    for (backend, cut), lapses in sorted(groups.items()):
+        if len(lapses) >= 4 and sum(lapses) * 4 >= len(lapses) * 3:
+            found.append(
+                (
+                    "healthy_claims_lapsed",
+                    f"{sum(lapses)} of {len(lapses)} healthy long jobs of {backend} workers "
+                    f"({'cut' if cut else 'uncut'} lease) lost their lease",
+                )
+            )
+    return found
+
+
+# ---------------------------------------------------------------------------------- reading
+
+
+def raw_operations(engine: Engine, tenants: Iterable[str]) -> dict[Key, dict[str, Any]]:
+    """Every operation item of these tenants as stored (with its ``seq``), a page at a time."""
+    found: dict[Key, dict[str, Any]] = {}
+    for tenant in sorted(tenants):
+        start = None
+        while True:
+            page = engine.store.query(
+                KeyConditionExpression="tenant_id = :t AND operation_id >= :first",
+                values={":t": tenant, ":first": FIRST_OPERATION_ID},
+                ConsistentRead=True,
+                start=start,
+            )
+            found.update({(tenant, item["operation_id"]): item for item in page.items})
+            start = page.last_key
+            if start is None:
+                break
+    return found
+
+
+def history_of(
+    engine: Engine, tenant_id: str, operation_id: str
+) -> tuple[list[dict[str, Any]], int]:
+    """The operation's whole history through the engine's reader (every page), and ``dropped``."""
+    entries: list[dict[str, Any]] = []
+    cursor = None
+    dropped = 0
+    while True:
+        page = engine.history(tenant_id, operation_id, limit=50, cursor=cursor)
+        entries.extend(page.entries)
+        dropped = max(dropped, page.dropped)
+        cursor = page.next_cursor
+        if cursor is None:
+            return entries, dropped
+
+
+class Composed:
+    """What the composed run hands the checker besides the table and the kits."""
+
+    def __init__(
+        self,
+        events: list[dict[str, Any]] | None,
+        accounts: Any,
+        approval_ops: set[Key],
+    ) -> None:
+        self.events = events
+        self.accounts = accounts
+        self.approval_ops = approval_ops
+
+
+# ---------------------------------------------------------------------------------- check
+
+
+def check(
+    settings: Settings,
+    report: Report,
+    engine: Engine,
+    kits: dict[TargetClass, Kit],
+    enqueued: list[tuple[str, str, TargetClass]],
+    claims: list[tuple[str, str, int]],
+    composed: Composed | None = None,
+) -> dict[str, Any]:
+    counts: Counter[str] = Counter()
+    claimed_fences: dict[Key, list[int]] = defaultdict(list)
+    for tenant, operation_id, fence in claims:
+        claimed_fences[(tenant, operation_id)].append(fence)
+    a_kit, b_kit, c_kit, d_kit = (kits[c] for c in TargetClass)
+    assert isinstance(a_kit, SameTableKit) and isinstance(b_kit, FencedTableKit)
+    assert isinstance(c_kit, IdempotentApiKit) and isinstance(d_kit, SingleShotKit)
+    known_keys = set()
+    items = raw_operations(engine, {t for t, _, _ in enqueued})
+    rules: Counter[str] = Counter()
+
+    def judge(tenant: str, operation_id: str, findings: list[Finding]) -> None:
+        for kind, detail in findings:
+            rules[kind] += 1
+            report.violate(kind, tenant, operation_id, detail)
+
+    for tenant, operation_id, target in enqueued:
+        key = (tenant, operation_id)
+        expected_hash = payload_hash(tenant, operation_id)
+        item = items.get(key)
+        if item is None:  # a missing row is the violation being looked for
+            counts["lost"] += 1
+            report.violate("lost", tenant, operation_id, "enqueued but not in the table")
+            continue
+        op = Operation.from_item(item)
+        counts[op.state.value] += 1
+        if op.state not in FINAL_STATES:
+            counts["stuck"] += 1
+            report.violate(
+                "stuck",
+                tenant,
+                operation_id,
+                f"still {op.state.value} (lease {op.lease_expires_at})",
+            )
+        if op.payload_hash != expected_hash:
+            counts["cross_tenant"] += 1
+            report.violate("payload_changed", tenant, operation_id, "stored payload hash changed")
+        fences = claimed_fences.get(key, [])
+        if (
+            len(set(fences)) != len(fences)
+            or any(f > op.fence for f in fences)
+            or op.fence != op.attempts
+        ):
+            counts["fence_violations"] += 1
+            report.violate(
+                "fence",
+                tenant,
+                operation_id,
+                f"claims {sorted(fences)}, final fence {op.fence}, attempts {op.attempts}",
+            )
+        # The target's own record, read once: class A's order, class B's ledger entry.
+        if target is TargetClass.A:
+            order = a_kit.order(tenant, operation_id)
+            effects = a_kit.refunds(order)
+        elif target is TargetClass.B:
+            entry = b_kit.entry(tenant, operation_id)
+            history = b_kit.history_of(entry)
+            effects = len(history)
+        else:
+            effects = kits[target].effects(tenant, operation_id)
+        if effects > 1:
+            counts["duplicates"] += effects - 1
+            report.violate(
+                "duplicate",
+                tenant,
+                operation_id,
+                f"{effects} side effects at a class {target.value} target",
+            )
+        succeeded = op.state == State.SUCCEEDED
+        if succeeded and effects != 1:
+            counts["missing_effects"] += 1
+            report.violate(
+                "missing_effect", tenant, operation_id, f"succeeded with {effects} side effects"
+            )
+        if target is TargetClass.A:
+            refunded_by = order.get("refunded_by_fence", {}).get("N")
+            if effects and (not succeeded or int(refunded_by) != op.fence):
+                counts["stale_commits"] += 1
+                report.violate(
+                    "stale_commit",
+                    tenant,
+                    operation_id,
+                    f"refund by fence {refunded_by}, operation fence {op.fence}",
+                )
+            if effects and order.get("refunded_payload", {}).get("S") != expected_hash:
+                counts["cross_tenant"] += 1
+                report.violate(
+                    "cross_tenant",
+                    tenant,
+                    operation_id,
+                    "refund carries another operation's payload",
+                )
+        elif target is TargetClass.B:
+            if fence_order_rule(history) or any(f > op.fence for f in history):
+                counts["stale_commits"] += 1
+                report.violate(
+                    "stale_commit",
+                    tenant,
+                    operation_id,
+                    f"target history {history}, fence {op.fence}",
+                )
+            if history and entry.get("payload_hash") != expected_hash:
+                counts["cross_tenant"] += 1
+                report.violate(
+                    "cross_tenant", tenant, operation_id, "ledger entry carries another payload"
+                )
+        elif target is TargetClass.C:
+            key_c = idempotency_key(tenant, operation_id)
+            known_keys.add(key_c)
+            request = c_kit.api.requests.get(key_c)
+            if request is not None and request.get("payload_hash") != expected_hash:
+                counts["cross_tenant"] += 1
+                report.violate(
+                    "cross_tenant", tenant, operation_id, "provider request carries another payload"
+                )
+        else:
+            sent = d_kit.sent[key]
+            judge(tenant, operation_id, single_call_rule(sent))
+            if sent and not succeeded and op.state != State.UNKNOWN:
+                counts["unhonest_d"] += 1
+                report.violate(
+                    "ambiguous_not_unknown",
+                    tenant,
+                    operation_id,
+                    f"called once, then {op.state.value}",
+                )
+            if any(h != expected_hash for h in d_kit.sent_payloads.get(key, [])):
+                counts["cross_tenant"] += 1
+                report.violate(
+                    "cross_tenant", tenant, operation_id, "gateway call carries another payload"
+                )
+        if composed is not None:
+            judge(tenant, operation_id, cancel_rule(op.state.value, op.attempts))
+            if key in composed.approval_ops:
+                judge(
+                    tenant,
+                    operation_id,
+                    approval_rule(report.approved.get(key), report.executed.get(key, [])),
+                )
+                judge(
+                    tenant,
+                    operation_id,
+                    approver_rule(
+                        key in report.self_approved,
+                        key in report.mismatch_approved,
+                        item.get("enqueued_by"),
+                    ),
+                )
+    stray = set(c_kit.api.executions) - known_keys
+    if stray:
+        counts["cross_tenant"] += len(stray)
+    composed_summary: dict[str, Any] = {}
+    if composed is not None:
+        composed_summary = _check_composed(
+            settings, report, engine, enqueued, items, composed, judge
+        )
+    faults = dict(sorted(report.faults.items()))
+    summary = {
+        "operations": len(enqueued),
+        "faults": faults,
+        "faults_total": sum(v for k, v in faults.items() if k != "sweep"),
+        "states": {s.value: counts[s.value] for s in State},
+        "duplicates": counts["duplicates"],
+        "lost": counts["lost"],
+        "cross_tenant": counts["cross_tenant"],
+        "stale_commits": counts["stale_commits"],
+        "fence_violations": counts["fence_violations"],
+        "missing_effects": counts["missing_effects"],
+        "stuck": counts["stuck"],
+        "unknown": counts[State.UNKNOWN.value],
+        "violations": len(report.violations),
+        "seed": settings.seed,
+    }
+    if composed is not None:
+        summary["composed"] = {**composed_summary, "rules": dict(sorted(rules.items()))}
+    summary["violation_kinds"] = dict(sorted(Counter(v["kind"] for v in report.violations).items()))
+    summary["first_violations"] = first_of_each_kind(report.violations)
+    return summary
+
+
+def first_of_each_kind(violations: list[dict[str, Any]], limit: int = 12) -> list[dict[str, Any]]:
+    """The first violation of each kind (in the order they were found), at most ``limit``."""
+    seen: dict[str, dict[str, Any]] = {}
+    for violation in violations:
+        seen.setdefault(violation["kind"], violation)
+    return list(seen.values())[:limit]
+
+
+def _check_composed(
+    settings: Settings,
+    report: Report,
+    engine: Engine,
+    enqueued: list[tuple[str, str, TargetClass]],
+    items: dict[Key, dict[str, Any]],
+    composed: Composed,
+    judge: Any,
+) -> dict[str, Any]:
+    """The rules over histories, events, shared class-B items, retried commands and leases."""
+    published: dict[Key, list[int]] = defaultdict(list)
+    for detail in composed.events or []:
+        published[(detail["tenant_id"], detail["operation_id"])].append(_seq(detail))
+    histories = 0
+    for tenant, operation_id, _target in enqueued:
+        key = (tenant, operation_id)
+        item = items.get(key)
+        if item is None:
+            continue
+        if composed.events is not None:
+            entries, dropped = history_of(engine, tenant, operation_id)
+            histories += 1
+            judge(tenant, operation_id, history_rule(entries, dropped, int(item.get("seq", 0))))
+            judge(tenant, operation_id, event_order_rule(published.get(key, [])))
+            judge(tenant, operation_id, event_delivery_rule(entries, set(published.get(key, []))))
+    # Shared class-B items: every operation's postings, in each account's commit order.
+    postings = 0
+    if composed.accounts is not None:
+        for account in composed.accounts.account_keys():
+            by_operation: dict[Key, list[int]] = defaultdict(list)
+            for key, fence in composed.accounts.postings(account):
+                by_operation[key].append(fence)
+                postings += 1
+            for (tenant, operation_id), fences in sorted(by_operation.items()):
+                judge(tenant, operation_id, fence_order_rule(fences))
+    for record in report.retries:
+        tenant = str(record.get("client", "")).partition("-")[2] or "*"
+        judge(tenant, str(record.get("path", "*")), retry_rule(record))
+    judge("*", "*", healthy_lease_rule(report.slow_jobs))
+    judge("*", "*", claim_token_rule(settings.claim_tokens, report.counts["claims_without_token"]))
+    lapsed = Counter(
+        f"{j['backend']}_{'cut' if j['cut'] else 'uncut'}_"
+        + ("late_start" if j.get("late_start") else "lapsed" if j["lapsed"] else "kept")
+        for j in report.slow_jobs
+    )
+    waits = sorted(
+        j["longest_renewal_wait_ms"]
+        for j in report.slow_jobs
+        if j["backend"] == "http" and "longest_renewal_wait_ms" in j and not j.get("late_start")
+    )
+    return {
+        "histories_checked": histories,
+        "events_published": len(composed.events or []),
+        "account_postings": postings,
+        "retried_after_lost_answer": len(report.retries),
+        "claim_answers_lost": len(report.lost_claims),
+        "approval_operations": len(composed.approval_ops),
+        "approved": len(report.approved),
+        "slow_jobs": dict(sorted(lapsed.items())),
+        # How long HTTP long jobs waited for a renewal at worst (ms: median, slowest).
+        "http_renewal_waits_ms": [waits[len(waits) // 2], waits[-1]] if waits else [],
+        "counts": dict(sorted(report.counts.items())),
+        "errors": list(report.errors),
+    }
