@@ -100,7 +100,7 @@ torture: install
 # The operator console's screenshots (docs/console/*.png, shown by docs/console.md): a real
 # `leasefence local --samples` in the system's Chromium (apt-get install -y chromium).
 screenshots: install
-	$(BIN)/python tests/console/screenshots.py docs/console
+	$(BIN)/python -m tests.console.screenshots docs/console
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out site .pytest_cache .mypy_cache .ruff_cache

@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from console_browser import browser, local_stack
+from tests.support.browser import browser, local_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 #: name -> (who signs in, scopes, view, what must be on the page before the shot, scroll to)

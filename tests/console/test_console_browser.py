@@ -11,7 +11,7 @@ import re
 import time
 
 import pytest
-from console_browser import browser, local_stack
+from tests.support.browser import browser, local_stack
 from playwright.sync_api import expect
 
 from leasefence.client import LeaseFenceClient
