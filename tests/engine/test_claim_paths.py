@@ -9,7 +9,7 @@ import random
 import pytest
 
 from leasefence import Engine
-from leasefence.engine import _engine as engine_module
+from leasefence.engine import _claim as engine_module
 from leasefence.bench.meter import Meter
 from leasefence.schema import DUE_SK, TableSpec
 
