@@ -30,21 +30,20 @@ with the operation's other free text, and an entry older than the erasure is nev
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from leasefence import cursor as cursors
 from leasefence import keys
 from leasefence.errors import InvalidInput
+from leasefence.limits import MAX_HISTORY_ENTRIES
 from leasefence.model import State, Transition
 from leasefence.schema import DUE_SK, TTL_ATTRIBUTE
 from leasefence.store import ConditionFailed, Store
 
 #: Entries one history keeps (the first, the enqueue, always stays).
-MAX_ENTRIES = 50
+MAX_ENTRIES = MAX_HISTORY_ENTRIES
 #: A reason or note is cut to this many characters in an entry (the operation keeps the latest
 #: one whole).
 MAX_REASON = 256
@@ -325,14 +324,11 @@ def read(
 
 
 def _encode_cursor(seq: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"s": seq}).encode()).decode().rstrip("=")
+    return cursors.encode({"s": seq})
 
 
 def _decode_cursor(cursor: str) -> int:
-    try:
-        seq = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))["s"]
-        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-            raise ValueError(seq)
-    except (ValueError, KeyError, TypeError, binascii.Error) as error:
-        raise InvalidInput("cursor is not valid") from error
+    seq = cursors.decode(cursor, ("s",))["s"]
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        raise cursors.invalid()
     return seq

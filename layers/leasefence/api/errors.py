@@ -16,25 +16,13 @@ import logging
 import traceback
 from typing import Any
 
-from leasefence.errors import InvalidInput, LeaseFenceError, NotFound
+# Unauthorized and Forbidden are domain errors (leasefence.errors), re-exported here where the
+# API and the SDK have always imported them.
+from leasefence.errors import Forbidden, InvalidInput, LeaseFenceError, NotFound, Unauthorized
 
 log = logging.getLogger("leasefence.api")
 
 JSON = "application/json"
-
-
-class Unauthorized(LeaseFenceError):
-    """Missing, malformed, badly signed or expired token (or one without a tenant)."""
-
-    code = "unauthorized"
-    status = 401
-
-
-class Forbidden(LeaseFenceError):
-    """A valid token without the route's scope."""
-
-    code = "forbidden"
-    status = 403
 
 
 class MalformedRequest(InvalidInput):

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from leasefence.engine import Engine
+from leasefence.metrics import Metric
 from leasefence.model import Claim, State
 from leasefence.schema import DUE_SK
 from leasefence.streams import records
@@ -74,16 +75,16 @@ class StreamDispatch:
         ):
             return "not_served", None
         if remaining_ms is not None and remaining_ms() < self.worker.lease_ms + MARGIN_MS:
-            self.count("StreamDispatchDeferred", 1)
+            self.count(Metric.STREAM_DISPATCH_DEFERRED, 1)
             return "deferred", None
         early = int(new.get(DUE_SK, 0)) - self.engine.clock()
         if 0 < early <= MAX_SKEW_WAIT_MS:
             time.sleep(early / 1000)
         claim = self.engine.claim_seen(new, self.worker.worker_id, self.worker.lease_ms, types)
         if claim is None:
-            self.count("StreamDispatchTaken", 1)
+            self.count(Metric.STREAM_DISPATCH_TAKEN, 1)
             return "taken", None
-        self.count("StreamDispatched", 1)
+        self.count(Metric.STREAM_DISPATCHED, 1)
         return "claimed", claim
 
     def run(self, claims: Sequence[Claim]) -> None:

@@ -52,10 +52,11 @@ from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from leasefence import snapstart
-from leasefence.engine import MISSING
 from leasefence.errors import NotFound, PayloadMissing, StaleFence, TargetRefused, Unavailable
+from leasefence.metrics import Metric
 from leasefence.model import Claim, TargetClass
 from leasefence.privacy import keyed_hash
+from leasefence.validation import MISSING
 from leasefence.worker.backend import Backend
 
 log = logging.getLogger("leasefence.worker")
@@ -93,7 +94,7 @@ def retry_unavailable(job: Job, write: Callable[[], T]) -> T:
             delay = _jitter.uniform(0, min(RETRY_CAP_MS, RETRY_BASE_MS * 2 ** (tries - 1))) / 1000
             if tries >= RETRY_MAX_TRIES or time.monotonic() + delay >= deadline:
                 raise
-            job._events("StoreRetries", 1)
+            job._events(Metric.STORE_RETRIES, 1)
             if job.cancelled.wait(delay):
                 raise LostOwnership(job.lost_reason or "ownership lost") from None
 
@@ -273,7 +274,7 @@ class Job:
         if not self.cancelled.is_set():
             self.lost_reason = reason
             self.cancelled.set()
-            self._events("LostOwnership", 1)
+            self._events(Metric.LOST_OWNERSHIP, 1)
             log.warning("lost ownership", extra={"op": _tag(self.claim), "why": reason})
 
     def fenced(self, write: Callable[[], Any]) -> Any:
@@ -438,7 +439,7 @@ class Worker:
                     if reconcile
                     else Reconciled.unknown("the handler has no way to reconcile")
                 )
-                self.events("Reconciles", 1)
+                self.events(Metric.RECONCILES, 1)
                 if (
                     found.kind == "not_done"
                     and claim.target_class is TargetClass.D
@@ -459,10 +460,10 @@ class Worker:
                 return None
             return partial(backend.complete, claim, outcome or "ok")
         except LostOwnership:
-            self.events("AbandonedAfterLostOwnership", 1)
+            self.events(Metric.ABANDONED_AFTER_LOST_OWNERSHIP, 1)
         except PayloadMissing as missing:
             # Running the handler without its input would be wrong; retrying cannot bring it back.
-            self.events("PayloadMissing", 1)
+            self.events(Metric.PAYLOAD_MISSING, 1)
             log.warning(
                 "payload missing: quarantined", extra={"op": _tag(claim), "why": missing.message}
             )
@@ -483,7 +484,7 @@ class Worker:
             # The store stayed busy through the runtime's retries (or a handler's own call hit
             # it): spend no attempt on it. No fail write; the lease lapses, the next claim
             # reconciles (on the last attempt the sweeper parks it unknown, never failed_terminal).
-            self.events("AbandonedStoreUnavailable", 1)
+            self.events(Metric.ABANDONED_STORE_UNAVAILABLE, 1)
             log.warning("store unavailable: claim left to lapse", extra={"op": _tag(claim)})
         except Exception as error:  # a handler bug must not kill the worker
             log.exception("handler raised", extra={"op": _tag(claim)})
@@ -500,16 +501,16 @@ class Worker:
         store is retried within half the lease (a repeat by the same fence is recognized as
         done); if it stays busy, no further write is made and the lease lapses."""
         if job.cancelled.is_set():
-            self.events("AbandonedAfterLostOwnership", 1)
+            self.events(Metric.ABANDONED_AFTER_LOST_OWNERSHIP, 1)
             return
         try:
             retry_unavailable(job, write)
         except (StaleFence, NotFound) as refused:
             job.lose(f"closing write refused: {refused.code}")
         except LostOwnership:
-            self.events("AbandonedAfterLostOwnership", 1)
+            self.events(Metric.ABANDONED_AFTER_LOST_OWNERSHIP, 1)
         except Unavailable:
-            self.events("AbandonedStoreUnavailable", 1)
+            self.events(Metric.ABANDONED_STORE_UNAVAILABLE, 1)
             log.warning(
                 "store unavailable: closing write not made, claim left to lapse",
                 extra={"op": _tag(job.claim)},
@@ -536,16 +537,16 @@ class Worker:
                 return
             progress, checkpoint = job._progress_snapshot()
             if progress == renewed_at and checkpoint is MISSING:
-                self.events("HeartbeatsSkippedNoProgress", 1)
+                self.events(Metric.HEARTBEATS_SKIPPED_NO_PROGRESS, 1)
                 if not stalled and time.monotonic() >= lease_ends:
                     stalled = True
-                    self.events("StalledClaims", 1)
+                    self.events(Metric.STALLED_CLAIMS, 1)
                 continue
             try:
                 job.backend.heartbeat(job.claim, checkpoint=checkpoint)
                 renewed_at = progress
                 lease_ends = time.monotonic() + job.claim.lease_ms / 1000
-                self.events("Heartbeats", 1)
+                self.events(Metric.HEARTBEATS, 1)
             except (StaleFence, NotFound) as refused:
                 job.lose(f"heartbeat refused: {refused.code}")
                 return
@@ -556,7 +557,7 @@ class Worker:
             except Exception as error:  # noqa: BLE001 - this thread must never die silently
                 # Anything else (a checkpoint over 4 KiB, a bug, an unexpected store error): the
                 # lease can no longer be kept, so stop acting now rather than after it lapses.
-                self.events("HeartbeatErrors", 1)
+                self.events(Metric.HEARTBEAT_ERRORS, 1)
                 log.error(
                     "heartbeat failed: giving up the claim",
                     extra={"op": _tag(job.claim), "error_type": type(error).__name__},
