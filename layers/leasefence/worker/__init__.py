@@ -1,7 +1,7 @@
 """The worker runtime: handlers per job type, progress-tied heartbeats, lost-ownership mode."""
 
 from leasefence.worker.backend import Backend, EngineBackend
-from leasefence.worker.runtime import (
+from leasefence.worker._runtime import (
     Ambiguous,
     FunctionHandler,
     Handler,

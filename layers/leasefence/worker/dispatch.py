@@ -22,7 +22,7 @@ from leasefence.model import Claim, State
 from leasefence.schema import DUE_SK
 from leasefence.streams import records
 from leasefence.streams.filters import CLAIMABLE_NOW
-from leasefence.worker.runtime import Worker
+from leasefence.worker._runtime import Worker
 
 #: A record can arrive before the enqueuer's clock said the work is due by the worker's clock
 #: (skew between hosts): wait that long at most instead of leaving it to the drain.
