@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS = ROOT / "functions"
 
 #: What the worker (and the other functions) need, spelled out.
-MUST_SHIP = ("engine/_engine.py", "worker/runtime.py", "worker/backend.py", "targets/fenced_table.py",
+MUST_SHIP = ("engine/_engine.py", "worker/_runtime.py", "worker/handler.py", "worker/backend.py", "targets/fenced_table.py",
              "targets/same_table.py", "settings.py", "observability.py", "api/app.py")
 #: The dev-only parts, spelled out (independently of CORE_LAYER_EXCLUDES).
 MUST_NOT_SHIP = ("local", "cli.py", "demo", "bench", "faults.py", "kit")

@@ -103,7 +103,7 @@ from leasefence.metrics import Metric
 from leasefence.model import Claim
 from leasefence.store import Store, translate
 from leasefence.targets.identity import identity_digest
-from leasefence.worker._runtime import Job, LostOwnership
+from leasefence.worker.handler import Job, LostOwnership
 
 ENTRY_PREFIX = "lf_fence_"
 HORIZON = "lf_horizon"

@@ -24,7 +24,7 @@ from leasefence.payloads import canonicalize
 from leasefence.targets.idempotent_api import InMemoryIdempotentApi
 from leasefence.torture.settings import Crash, FastClock, Report, Settings, chance, payload
 from leasefence.worker import Job
-from leasefence.worker._runtime import Retry
+from leasefence.worker.runtime import Retry
 
 #: The variant of a by-reference payload its producer swapped after the approval (compose).
 SWAPPED = "swapped"

@@ -6,7 +6,8 @@
 - Lost-ownership mode. When a heartbeat or any fenced write is refused, :attr:`Job.cancelled` is
   set; every guarded side-effect call (:meth:`Job.guard`, the target helpers) raises
   :class:`LostOwnership` from then on, and the runtime makes no further write for that claim:
-  no "one last commit".
+  no "one last commit". :class:`LostOwnership` is a ``BaseException``: a handler's own
+  ``except Exception:`` around its calls cannot swallow it.
 - A claim with ``reconcile_required`` runs the handler's ``reconcile`` first: confirmed done ->
   complete; confirmed not done -> run under the new fence; cannot tell -> ``unknown``. A class-D
   claim that carries an intent (an erased one too: its fence stays) is never "not done": a
@@ -41,279 +42,53 @@
 from __future__ import annotations
 
 import logging
-import random
 import signal
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
-from leasefence import snapstart
-from leasefence.errors import NotFound, PayloadMissing, StaleFence, TargetRefused, Unavailable
-from leasefence.metrics import Metric
+from leasefence.errors import NotFound, PayloadMissing, StaleFence, Unavailable
+from leasefence.limits import MAX_REASON_LENGTH
+from leasefence.metrics import Metric, MetricSink, no_metrics
 from leasefence.model import Claim, TargetClass
-from leasefence.privacy import keyed_hash
 from leasefence.validation import MISSING
 from leasefence.worker.backend import Backend
+from leasefence.worker.handler import (
+    Ambiguous,
+    FunctionHandler,
+    Handler,
+    Job,
+    LostOwnership,
+    Permanent,
+    Reconciled,
+    Retry,
+    Uninterpretable,
+    _tag,
+    retry_unavailable,
+)
 
 log = logging.getLogger("leasefence.worker")
 
-T = TypeVar("T")
-
-#: Retrying a write the store refused as busy: the n-th wait is uniform in
-#: ``[0, min(RETRY_CAP_MS, RETRY_BASE_MS * 2**n)]`` (full jitter), at most ``RETRY_MAX_TRIES``
-#: tries, and never past half the claim's lease from the first try.
-RETRY_BASE_MS = 50
-RETRY_CAP_MS = 2_000
-RETRY_MAX_TRIES = 6
 #: The engine refuses longer reasons; the runtime's own reasons are cut to fit.
-MAX_REASON = 1024
-
-_jitter = random.Random()
-snapstart.after_restore(_jitter.seed)  # SnapStart: restored instances must not back off in step
-
-
-def retry_unavailable(job: Job, write: Callable[[], T]) -> T:
-    """Run ``write``; while it raises :class:`Unavailable` (throttled, conflicted, unreachable),
-    try again after a capped exponential backoff with full jitter, within half the claim's lease.
-
-    Only for writes that are safe to repeat: every fenced write is (a repeat by the same fence
-    is recognized as done). Stops early, raising :class:`LostOwnership`, once the job lost
-    ownership. The last :class:`Unavailable` is raised when the budget is spent."""
-    deadline = time.monotonic() + job.claim.lease_ms / 2000
-    tries = 0
-    while True:
-        job.guard()
-        try:
-            return write()
-        except Unavailable:
-            tries += 1
-            delay = _jitter.uniform(0, min(RETRY_CAP_MS, RETRY_BASE_MS * 2 ** (tries - 1))) / 1000
-            if tries >= RETRY_MAX_TRIES or time.monotonic() + delay >= deadline:
-                raise
-            job._events(Metric.STORE_RETRIES, 1)
-            if job.cancelled.wait(delay):
-                raise LostOwnership(job.lost_reason or "ownership lost") from None
-
-
-def _tag(claim: Claim) -> str:
-    """The claim's operation as logs name it: a keyed hash, never the raw ids."""
-    return keyed_hash(claim.tenant_id, claim.operation_id)
+MAX_REASON = MAX_REASON_LENGTH
 
 
 def _reason(text: str) -> str:
     return text[:MAX_REASON] or "no reason given"
 
 
-# ---------------------------------------------------------------- what handlers raise and return
-
-
-class LostOwnership(Exception):
-    """This worker no longer holds the claim. Start no side effect; make no further write."""
-
-
-class Retry(Exception):
-    """A transient failure: try again later (if attempts remain), after reconciling."""
-
-    def __init__(self, reason: str, retry_after_ms: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after_ms = retry_after_ms
-
-
-class Permanent(Exception):
-    """A definite failure that no retry will fix: ``failed_terminal``."""
-
-
-class Ambiguous(Exception):
-    """The side effect may or may not have happened: park as ``unknown`` for reconciliation."""
-
-
-class Uninterpretable(Exception):
-    """The input cannot be understood: ``quarantined`` for an operator."""
-
-
-@dataclass(frozen=True)
-class Reconciled:
-    """What a reconcile step found out about the previous attempts' side effect."""
-
-    kind: str  # "done" | "not_done" | "unknown"
-    outcome_code: str | None = None
-    reason: str = ""
-
-    @classmethod
-    def done(cls, outcome_code: str) -> Reconciled:
-        return cls("done", outcome_code)
-
-    @classmethod
-    def not_done(cls) -> Reconciled:
-        return cls("not_done")
-
-    @classmethod
-    def unknown(cls, reason: str = "cannot tell whether the side effect happened") -> Reconciled:
-        return cls("unknown", reason=reason)
-
-
-class Handler(Protocol):
-    """One job type's code. ``run`` returns the outcome code (or completes via class A)."""
-
-    def run(self, job: Job) -> str | None: ...
-
-
-@dataclass
-class FunctionHandler:
-    """A handler from plain functions: ``run``, and optionally ``reconcile`` and ``on_claim``
-    (called right after the claim, before reconciling: class B raises target fences there)."""
-
-    run_fn: Callable[[Job], str | None]
-    reconcile_fn: Callable[[Job], Reconciled] | None = None
-    on_claim_fn: Callable[[Job], None] | None = None
-
-    def run(self, job: Job) -> str | None:
-        return self.run_fn(job)
-
-    def reconcile(self, job: Job) -> Reconciled:
-        if self.reconcile_fn is None:
-            return Reconciled.unknown("the handler has no way to reconcile")
-        return self.reconcile_fn(job)
-
-    def on_claim(self, job: Job) -> None:
-        if self.on_claim_fn is not None:
-            self.on_claim_fn(job)
-
-
-# ---------------------------------------------------------------- the job a handler sees
-
-
-class Job:
-    """A claimed operation as its handler sees it."""
-
-    def __init__(
-        self, claim: Claim, backend: Backend, events: Callable[[str, float], None]
-    ) -> None:
-        self.claim = claim
-        self.backend = backend
-        self.cancelled = threading.Event()
-        self.finished = threading.Event()
-        self.completed = False
-        self.lost_reason: str | None = None
-        self._events = events
-        self._lock = threading.Lock()
-        self._progress = 0
-        self._checkpoint: Any = MISSING
-        self._payload: Any = MISSING
-
-    # identity and claim facts
-    @property
-    def tenant_id(self) -> str:
-        return self.claim.tenant_id
-
-    @property
-    def operation_id(self) -> str:
-        return self.claim.operation_id
-
-    @property
-    def fence(self) -> int:
-        return self.claim.fence
-
-    @property
-    def target_class(self) -> TargetClass:
-        return self.claim.target_class
-
-    @property
-    def reconcile_required(self) -> bool:
-        return self.claim.reconcile_required
-
-    @property
-    def checkpoint(self) -> Any:
-        """The checkpoint handed over by the previous holder (or saved by this one)."""
-        return self.claim.checkpoint
-
-    @property
-    def payload(self) -> Any:
-        """The operation's inline payload (JSON), loaded once.
-
-        Never None for a payload that is gone: :class:`~leasefence.errors.PayloadMissing` when
-        it was purged, erased or cannot be read (the runtime then quarantines the operation),
-        :class:`~leasefence.errors.NotFound` when the operation has no inline payload (it was
-        enqueued by reference: read ``job.claim.payload_ref`` yourself)."""
-        if self._payload is MISSING:
-            self._payload = self.backend.load_payload(self.claim)
-        return self._payload
-
-    # progress and ownership
-    def progress(self, checkpoint: Any = MISSING) -> None:
-        """Tell the runtime the handler advanced (optionally with a checkpoint to keep): the
-        next renewal will extend the lease. Raises :class:`LostOwnership` if already lost."""
-        self.guard()
-        with self._lock:
-            self._progress += 1
-            if checkpoint is not MISSING:
-                self._checkpoint = checkpoint
-
-    def _progress_snapshot(self) -> tuple[int, Any]:
-        with self._lock:
-            checkpoint, self._checkpoint = self._checkpoint, MISSING
-            return self._progress, checkpoint
-
-    def _unsent(self, checkpoint: Any) -> None:
-        """A checkpoint whose renewal did not go through: keep it unless a newer one came."""
-        with self._lock:
-            if self._checkpoint is MISSING:
-                self._checkpoint = checkpoint
-
-    def guard(self) -> None:
-        """Call before every side effect: raises :class:`LostOwnership` once ownership is lost."""
-        if self.cancelled.is_set():
-            raise LostOwnership(self.lost_reason or "ownership lost")
-
-    def lose(self, reason: str) -> None:
-        if not self.cancelled.is_set():
-            self.lost_reason = reason
-            self.cancelled.set()
-            self._events(Metric.LOST_OWNERSHIP, 1)
-            log.warning("lost ownership", extra={"op": _tag(self.claim), "why": reason})
-
-    def fenced(self, write: Callable[[], Any]) -> Any:
-        """Run a fenced write; a refusal puts the job in lost-ownership mode."""
-        self.guard()
-        try:
-            return write()
-        except (StaleFence, NotFound) as refused:
-            self.lose(f"fenced write refused: {refused.code}")
-            raise LostOwnership(self.lost_reason) from refused
-
-    def record_intent(self, what: str = "call") -> None:
-        """Durably record, under this fence, that a side effect is about to start (class D).
-
-        Kept in the operation's own ``intent`` attribute (``{"fence": f, "what": what}``), which
-        later checkpoints never overwrite and every later claim sees as ``claim.intent`` (after a
-        takeover or an operator's requeue too). A busy store is retried (within half the lease);
-        if the intent cannot be recorded, nothing may be called."""
-        self.fenced(
-            lambda: retry_unavailable(self, lambda: self.backend.heartbeat(self.claim, intent=what))
-        )
-
-    def complete_with(self, outcome_code: str, writes: list[dict[str, Any]]) -> None:
-        """Class A: complete together with the business writes, in one transaction.
-
-        A throttled or conflicted transaction (nothing committed) is retried with backoff within
-        half the lease; a repeat of a transaction that did commit is recognized as done."""
-        complete_with = getattr(self.backend, "complete_with", None)
-        if complete_with is None:
-            raise Permanent("class A needs the in-process engine backend (same database)")
-        try:
-            self.fenced(
-                lambda: retry_unavailable(
-                    self, lambda: complete_with(self.claim, outcome_code, writes)
-                )
-            )
-        except TargetRefused as refused:
-            raise Permanent(f"business guard refused: {refused.message}") from refused
-        self.completed = True
+def with_hooks(handler: Handler) -> Handler:
+    """``handler`` as the runtime calls it. A handler object written before :class:`Handler`
+    declared its hooks (``run`` only, or one hook) gets the protocol's defaults for the ones it
+    lacks, once, here: the runtime then calls ``on_claim`` and ``reconcile`` directly."""
+    if isinstance(handler, Handler):
+        return handler
+    return FunctionHandler(
+        handler.run, getattr(handler, "reconcile", None), getattr(handler, "on_claim", None)
+    )
 
 
 # ---------------------------------------------------------------- the worker
@@ -331,7 +106,7 @@ class Worker:
         heartbeat_interval_ms: int | None = None,
         idle_sleep_ms: int = 1_000,
         shutdown_grace_ms: int = 10_000,
-        events: Callable[[str, float], None] | None = None,
+        events: MetricSink | None = None,
         claim_any_type: bool = False,
     ) -> None:
         """``claim_any_type``: claim every job type of the tenant (not only those in
@@ -339,7 +114,7 @@ class Worker:
         typo, a retired type) reaches an operator instead of waiting. Off by default: a worker
         claims only its handlers' types, and the ``OldestDueAgeSeconds`` alarm shows the rest."""
         self.backend = backend
-        self.handlers = dict(handlers)
+        self.handlers = {job_type: with_hooks(h) for job_type, h in handlers.items()}
         self.claim_any_type = claim_any_type
         self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:12]}"
         #: The lease this worker asks for; a claim may grant less (``claim.lease_ms``).
@@ -349,7 +124,7 @@ class Worker:
         self.heartbeat_interval_ms = heartbeat_interval_ms or max(lease_ms // 3, 50)
         self.idle_sleep_ms = idle_sleep_ms
         self.shutdown_grace_ms = shutdown_grace_ms
-        self.events = events if events is not None else (lambda _name, _value: None)
+        self.events = events if events is not None else no_metrics
         self._stopping = threading.Event()
         self.current: Job | None = None
 
@@ -429,16 +204,9 @@ class Worker:
                     claim,
                     _reason(f"no handler for job type {claim.job_type!r}"),
                 )
-            on_claim = getattr(handler, "on_claim", None)
-            if on_claim is not None:
-                on_claim(job)
+            handler.on_claim(job)
             if claim.reconcile_required:
-                reconcile = getattr(handler, "reconcile", None)
-                found = (
-                    reconcile(job)
-                    if reconcile
-                    else Reconciled.unknown("the handler has no way to reconcile")
-                )
+                found = handler.reconcile(job)
                 self.events(Metric.RECONCILES, 1)
                 if (
                     found.kind == "not_done"

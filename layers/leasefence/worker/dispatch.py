@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from leasefence.engine import Engine
-from leasefence.metrics import Metric
+from leasefence.metrics import Metric, MetricSink
 from leasefence.model import Claim, State
 from leasefence.schema import DUE_SK
 from leasefence.streams import records
@@ -44,7 +44,7 @@ class StreamDispatch:
         worker: Worker,
         engine: Engine,
         tenants: Sequence[str],
-        count: Callable[[str, float], None] | None = None,
+        count: MetricSink | None = None,
     ) -> None:
         if not tenants:
             raise ValueError("stream dispatch serves at least one tenant")
