@@ -31,6 +31,7 @@ with the operation's other free text, and an entry older than the erasure is nev
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,7 +75,7 @@ OUTCOME_TRANSITIONS = frozenset(
 _NOTE = frozenset({Transition.RESOLVE, Transition.REQUEUE})
 
 
-def transition_of(new: dict[str, Any]) -> Transition:
+def transition_of(new: Mapping[str, Any]) -> Transition:
     """The transition a write made, as history and events name it (a claim of a lapsed lease is
     a takeover)."""
     transition = Transition(new["transition"])
@@ -87,7 +88,7 @@ def _text(value: Any) -> str | None:
     return value[:MAX_REASON] if isinstance(value, str) and value else None
 
 
-def entry_from(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+def entry_from(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
     """The history entry for one transition, from the operation item before and after it (plain
     values, as :func:`leasefence.store.from_item` gives them). ``old`` None: an enqueue, or the
     engine recording its own erasure (which keeps the state)."""
@@ -131,7 +132,9 @@ def _key(tenant_id: str, operation_id: str) -> dict[str, str]:
     return {"tenant_id": tenant_id, "operation_id": keys.history_id(operation_id)}
 
 
-def record(store: Store, item: dict[str, Any], entry: dict[str, Any], reset: bool = False) -> bool:
+def record(
+    store: Store, item: Mapping[str, Any], entry: dict[str, Any], reset: bool = False
+) -> bool:
     """Record ``entry`` in the history of the operation ``item`` (its image after the transition),
     at the place of its ``seq``; ``reset``: replace the history with it (an erasure). Idempotent:
     an entry whose ``seq`` is recorded already is not written again. True when something was
@@ -214,7 +217,7 @@ def record(store: Store, item: dict[str, Any], entry: dict[str, Any], reset: boo
 
 def _put_new(
     store: Store,
-    item: dict[str, Any],
+    item: Mapping[str, Any],
     entry: dict[str, Any],
     ttl: Any,
     *,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from leasefence import keys
 from leasefence.engine import _expr as x
@@ -31,7 +31,15 @@ from leasefence.limits import (
 )
 from leasefence.metrics import Metric
 from leasefence.model import Claim, Operation, State, Transition
-from leasefence.schema import DUE_INDEX, DUE_PK, DUE_SK, SWEEP_PK, SWEEP_SK, TTL_ATTRIBUTE
+from leasefence.schema import (
+    DUE_INDEX,
+    DUE_PK,
+    DUE_SK,
+    SWEEP_PK,
+    SWEEP_SK,
+    TTL_ATTRIBUTE,
+    OperationItem,
+)
 from leasefence.store import ConditionFailed
 from leasefence.validation import validate_id, validate_job_types, validate_lease
 
@@ -45,7 +53,7 @@ class LostRace(Exception):
 
 
 def claim_write(
-    snapshot: dict[str, Any],
+    snapshot: OperationItem,
     now: int,
     worker_id: str,
     lease_ms: int | None,
@@ -217,14 +225,14 @@ class Claimer:
         token = _client_claim_token(claim_token)
         lease_ms = _claim_lease(lease_ms)
         types = validate_job_types(job_types)
-        snapshot = self.ctx.store.get(self.ctx.key(tenant_id, operation_id))
+        snapshot = self.ctx.store.get_operation(self.ctx.key(tenant_id, operation_id))
         if snapshot is None:
             raise NotFound("operation not found")
         return self.try_claim(snapshot, worker_id, lease_ms, types, retries=3, claim_token=token)
 
     def claim_seen(
         self,
-        item: dict[str, Any],
+        item: Mapping[str, Any],
         worker_id: str,
         lease_ms: int | None,
         job_types: Iterable[str] | None,
@@ -233,7 +241,11 @@ class Claimer:
         validate_id("operation_id", item.get("operation_id"))
         validate_id("worker_id", worker_id)
         return self.try_claim(
-            item, worker_id, _claim_lease(lease_ms), validate_job_types(job_types), retries=1
+            cast("OperationItem", item),
+            worker_id,
+            _claim_lease(lease_ms),
+            validate_job_types(job_types),
+            retries=1,
         )
 
     # ------------------------------------------------------------------ reading a partition
@@ -262,9 +274,9 @@ class Claimer:
         start = None
         for _page in range(4):
             page = self.ctx.store.query(start=start, **query)
-            candidates = page.items
+            candidates = page.operations
             self.ctx.rng.shuffle(candidates)
-            held: list[dict[str, Any]] = []
+            held: list[OperationItem] = []
             for candidate in candidates:
                 snapshot = candidate
                 if candidate.get("state") == State.CLAIMED:
@@ -322,7 +334,7 @@ class Claimer:
 
     # ------------------------------------------------------------------ live claims met on the way
 
-    def unless_held(self, entry: dict[str, Any], now: int) -> dict[str, Any] | None:
+    def unless_held(self, entry: OperationItem, now: int) -> OperationItem | None:
         """For a due entry of a claimed operation: None while its claim is live (known from an
         earlier read, else read now and remembered); otherwise the item as read (claim from it:
         the claim write pins what it shows). An eventually consistent read can only be behind:
@@ -332,14 +344,14 @@ class Claimer:
             known = self._held.get(key)
         if known is not None and known[0] == int(entry["fence"]) and known[1] > now:
             return None
-        item = self.ctx.store.get(self.ctx.key(*key), consistent=False)
+        item = self.ctx.store.get_operation(self.ctx.key(*key), consistent=False)
         if item is None:
             return None
         if self.remember_held(item, now):
             return None
         return item
 
-    def remember_held(self, item: dict[str, Any], now: int) -> bool:
+    def remember_held(self, item: OperationItem, now: int) -> bool:
         """Remember a live claim's fence and lease (bounded memory, oldest forgotten first).
         Returns whether the item is a live claim."""
         if not rules.is_live_claim(item, now):
@@ -352,15 +364,15 @@ class Claimer:
                 self._held.pop(next(iter(self._held)))
         return True
 
-    def refile_held(self, entry: dict[str, Any], now: int) -> None:
+    def refile_held(self, entry: OperationItem, now: int) -> None:
         """Re-file a live claim's lapsed due entry at the lease this engine saw (at or before
         the real one, so a takeover is never delayed by it)."""
         with self._memory_lock:
             known = self._held.get((entry["tenant_id"], entry["operation_id"]))
         if known is not None and known[0] == int(entry["fence"]):
-            self.repair_due_entry(dict(entry, lease_expires_at=known[1]), now)
+            self.repair_due_entry({**entry, "lease_expires_at": known[1]}, now)
 
-    def repair_due_entry(self, item: dict[str, Any], now: int) -> bool:
+    def repair_due_entry(self, item: OperationItem, now: int) -> bool:
         """A live claim whose lease heartbeats moved past its index position is re-filed at the
         lease ``item`` shows (its real expiry, or an earlier one if heartbeats extended it since:
         never later), so claimers stop meeting it. Pinned to state, fence and a lease at least
@@ -390,7 +402,7 @@ class Claimer:
 
     def try_claim(
         self,
-        snapshot: dict[str, Any],
+        snapshot: OperationItem,
         worker_id: str,
         lease_ms: int | None,
         types: tuple[str, ...] | None,
@@ -459,7 +471,7 @@ class Claimer:
                     started,
                 )
             except ConditionFailed as refused:
-                current = refused.item
+                current = refused.operation
                 if current is None:
                     return None
                 if rules.is_claim_of(current, worker_id, claim_token):
@@ -489,7 +501,7 @@ class Claimer:
         worker_id: str,
         claim_token: str,
         types: tuple[str, ...] | None,
-    ) -> Claim | dict[str, Any] | None:
+    ) -> Claim | OperationItem | None:
         """A resent claim request: one conditional write that changes nothing, on condition that
         the operation still holds the claim this worker made under this token. Returns that
         claim (same fence, same attempt: nothing is spent), else the item as the refusal showed
@@ -506,11 +518,11 @@ class Claimer:
             still_ours += f" AND {of_types}"
             values.update(type_values)
         try:
-            item = self.ctx.store.update(
+            item = self.ctx.store.update_operation(
                 key, "SET claim_token = :tok", still_ours, dict(x.STATE), values
             )
         except ConditionFailed as refused:
-            return refused.item
+            return refused.operation
         assert item is not None
         return self.claimed(item, worker_id, replay=True)
 
@@ -520,7 +532,7 @@ class Claimer:
         build: Callable[[int], Write],
         started: int,
         attempts: int = 3,
-    ) -> dict[str, Any] | None:
+    ) -> OperationItem | None:
         """A claim write sent again when its answer was lost or the store was busy, each time
         built afresh from the clock (a retry never commits a lease computed before it), and not
         past :data:`~leasefence.limits.CLAIM_RETRY_BUDGET_MS`. Safe because the write carries a
@@ -529,13 +541,13 @@ class Claimer:
         for attempt in range(attempts):
             now = self.ctx.clock()
             try:
-                return self.ctx.store.update(key, *build(now))
+                return self.ctx.store.update_operation(key, *build(now))
             except Unavailable:
                 if attempt == attempts - 1 or self.ctx.clock() - started >= CLAIM_RETRY_BUDGET_MS:
                     raise
         return None  # pragma: no cover
 
-    def claimed(self, item: dict[str, Any], worker_id: str, replay: bool = False) -> Claim:
+    def claimed(self, item: OperationItem, worker_id: str, replay: bool = False) -> Claim:
         """The claim ``item`` shows; ``replay``: a resent request answered with it again."""
         takeover = item.get("claimed_from") == State.CLAIMED
         if replay:
@@ -555,7 +567,7 @@ class Claimer:
         return claim_of(item, worker_id, takeover)
 
 
-def claim_of(item: dict[str, Any], worker_id: str, takeover: bool) -> Claim:
+def claim_of(item: OperationItem, worker_id: str, takeover: bool) -> Claim:
     """The :class:`~leasefence.model.Claim` a claimed item shows."""
     operation = Operation.from_item(item)
     lease_expires_at, lease_ms = int(item["lease_expires_at"]), int(item["lease_ms"])

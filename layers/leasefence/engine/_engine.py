@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 from leasefence import history
 from leasefence.catalogue import Admission, Catalogue
@@ -69,7 +69,7 @@ from leasefence.model import (
     TenantErasure,
     TtlClearing,
 )
-from leasefence.schema import TableSpec
+from leasefence.schema import OperationItem, TableSpec
 from leasefence.store import Store
 from leasefence.validation import MISSING, is_int
 
@@ -174,7 +174,7 @@ class Engine:
         return self._claimer.page_for(tenant_id)
 
     def _expire_approval(self, entry: dict[str, Any], result: SweepResult) -> None:
-        self._housekeeper.expire_approval(entry, result)
+        self._housekeeper.expire_approval(cast("OperationItem", entry), result)
 
     def enqueue(
         self,

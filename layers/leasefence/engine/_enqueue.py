@@ -35,6 +35,7 @@ from leasefence.schema import (
     PURGE_PK,
     SWEEP_PK,
     SWEEP_SK,
+    OperationItem,
 )
 from leasefence.store import ConditionFailed
 from leasefence.validation import (
@@ -127,7 +128,7 @@ class Enqueuer:
         ctx = self.ctx
         now = ctx.clock()
         due_home = ctx.due_pk(tenant_id, operation_id, job_type)
-        item: dict[str, Any] = {
+        item: OperationItem = {
             "tenant_id": tenant_id,
             "operation_id": operation_id,
             "job_type": job_type,
@@ -152,8 +153,10 @@ class Enqueuer:
             # The entry's version, and its lease bounds for claims (read from the item by the
             # claim's write itself: no claim reads the catalogue).
             item["job_type_version"] = admission.job_type_version
-            item["lease_default_ms"] = admission.lease_default_ms
-            item["lease_max_ms"] = admission.lease_max_ms
+            if admission.lease_default_ms is not None:
+                item["lease_default_ms"] = admission.lease_default_ms
+            if admission.lease_max_ms is not None:
+                item["lease_max_ms"] = admission.lease_max_ms
         if approval_required:
             # In no claim index (no due_pk: no claimer can see it); its deadline is in the
             # sweeper's index, so an approval not given in time ends it without a scan.
@@ -173,7 +176,7 @@ class Enqueuer:
         try:
             ctx.store.put_new(item, x.IS_NEW, x.OPERATION_ID)
         except ConditionFailed as refused:
-            existing = refused.item
+            existing = refused.operation
             if existing is None:  # pragma: no cover - a refused put-if-absent always has an item
                 raise
             if existing["payload_hash"] == payload_hash:
@@ -219,7 +222,7 @@ class Enqueuer:
     ) -> EnqueueResult:
         """An enqueue refused before any write: the replay it is, when this identity was already
         enqueued with this payload hash (one strongly consistent read), else the refusal."""
-        existing = self.ctx.store.get(self.ctx.key(tenant_id, operation_id))
+        existing = self.ctx.store.get_operation(self.ctx.key(tenant_id, operation_id))
         if existing is None or existing.get("payload_hash") != payload_hash:
             raise refusal
         self.ctx.count(Metric.REPLAYS)

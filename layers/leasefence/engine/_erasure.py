@@ -27,8 +27,8 @@ from leasefence.model import (
     Transition,
 )
 from leasefence.privacy import keyed_hash
-from leasefence.schema import PURGE_PK, PURGE_SK
-from leasefence.store import ConditionFailed
+from leasefence.schema import PURGE_PK, PURGE_SK, OperationItem
+from leasefence.store import ConditionFailed, Item
 from leasefence.validation import validate_actor, validate_id, validate_limit
 
 log = logging.getLogger("leasefence.engine")
@@ -37,7 +37,7 @@ log = logging.getLogger("leasefence.engine")
 ERASURE_PHASES = ("rows", "objects", "tenant")
 
 
-def purge_one(ctx: EngineContext, item: dict[str, Any]) -> bool:
+def purge_one(ctx: EngineContext, item: OperationItem) -> bool:
     """Delete one operation's stored payload, then record that (pinned to the purge time the
     deletion acted on). Deleting twice is harmless, so a crash in between only repeats it."""
     if ctx.payloads is None:
@@ -59,7 +59,7 @@ def purge_one(ctx: EngineContext, item: dict[str, Any]) -> bool:
 
 
 def erase_write(
-    current: dict[str, Any], actor: str | None, now: int
+    current: OperationItem, actor: str | None, now: int
 ) -> tuple[str, str, dict[str, str], dict[str, Any]]:
     """The erasure's update, pinned to the state class (not claimed) and to the intent and
     checkpoint it was computed from."""
@@ -141,16 +141,16 @@ class Eraser:
         actor = validate_actor(actor, OPERATOR_ACTOR)
         ctx = self.ctx
         key = ctx.key(tenant_id, operation_id)
-        current = ctx.store.get(key)
-        item: dict[str, Any] | None = None
+        current = ctx.store.get_operation(key)
+        item: OperationItem | None = None
         for _ in range(3):
             if current is None:
                 raise NotFound("operation not found")
             try:
-                item = ctx.store.update(key, *erase_write(current, actor, ctx.clock()))
+                item = ctx.store.update_operation(key, *erase_write(current, actor, ctx.clock()))
                 break
             except ConditionFailed as refused:
-                current = refused.item
+                current = refused.operation
                 if current is not None and current.get("state") == State.CLAIMED:
                     raise InvalidTransition(
                         "a claimed operation cannot be erased until it leaves claimed"
@@ -313,7 +313,7 @@ class Eraser:
         ctx.catalogue.forget(tenant_id)
         log.info("tenant erased", extra={"tenant": keyed_hash(tenant_id)})
 
-    def erase_row(self, item: dict[str, Any], result: TenantErasure) -> None:
+    def erase_row(self, item: Item, result: TenantErasure) -> None:
         if item.get("state") == State.CLAIMED:
             result.held += 1
             return

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, cast
 
 from leasefence.engine import _expr as x
 from leasefence.engine import _rules as rules
@@ -24,7 +24,16 @@ from leasefence.limits import (
 )
 from leasefence.metrics import Metric
 from leasefence.model import Operation, State
-from leasefence.schema import DUE_HOME, DUE_PK, DUE_SK, PARKED_PK, PARKED_SK, SWEEP_PK, SWEEP_SK
+from leasefence.schema import (
+    DUE_HOME,
+    DUE_PK,
+    DUE_SK,
+    PARKED_PK,
+    PARKED_SK,
+    SWEEP_PK,
+    SWEEP_SK,
+    OperationItem,
+)
 from leasefence.store import ConditionFailed
 from leasefence.validation import (
     MISSING,
@@ -84,11 +93,11 @@ class FencedCommands:
             )
             expr.set("intent = :intent")
         try:
-            item = self.ctx.store.update(
+            item = self.ctx.store.update_operation(
                 self.ctx.key(tenant_id, operation_id), *expr.write(condition)
             )
         except ConditionFailed as refused:
-            current = refused.item
+            current = refused.operation
             if lease_ms is not None and rules.lease_over_maximum(
                 current, fence, worker_id, lease_ms
             ):
@@ -250,10 +259,10 @@ class FencedCommands:
         key = ctx.key(tenant_id, operation_id)
         try:
             if writes is None:
-                item = ctx.store.update(key, *expr.write(condition))
+                item = ctx.store.update_operation(key, *expr.write(condition))
             else:
                 ctx.store.transact([ctx.store.update_action(key, *expr.write(condition)), *writes])
-                item = ctx.store.get(key)
+                item = ctx.store.get_operation(key)
         except ConditionFailed as refused:
             if refused.reasons is not None and refused.reasons[0] is None:
                 # The fence held; one of the caller's own guards refused. Nothing was written.
@@ -262,7 +271,11 @@ class FencedCommands:
                     "a business write's condition was not met; nothing was written",
                     write_index=failed - 1,
                 ) from None
-            current = refused.item if refused.reasons is None else (refused.reasons[0] or None)
+            current = (
+                refused.operation
+                if refused.reasons is None
+                else cast("OperationItem | None", refused.reasons[0] or None)
+            )
             decided = rules.classify_close_refusal(current, fence, command, fields, target)
             if decided is rules.CloseRefusal.REPLAY:
                 assert current is not None
@@ -279,7 +292,7 @@ class FencedCommands:
         )
         return Operation.from_item(item)
 
-    def refusal(self, current: dict[str, Any] | None) -> Exception:
+    def refusal(self, current: OperationItem | None) -> Exception:
         """The error of a refused fenced command (a stale fence is counted)."""
         error = rules.fenced_refusal(current)
         if isinstance(error, StaleFence):

@@ -16,7 +16,16 @@ from leasefence.errors import InvalidInput, InvalidTransition, NotFound, Payload
 from leasefence.limits import MAX_REASON_LENGTH
 from leasefence.metrics import Metric
 from leasefence.model import OPERATOR_ACTOR, Operation, Resolution, State, Transition
-from leasefence.schema import DUE_HOME, DUE_PK, DUE_SK, PARKED_PK, PARKED_SK, SWEEP_PK, SWEEP_SK
+from leasefence.schema import (
+    DUE_HOME,
+    DUE_PK,
+    DUE_SK,
+    PARKED_PK,
+    PARKED_SK,
+    SWEEP_PK,
+    SWEEP_SK,
+    OperationItem,
+)
 from leasefence.store import ConditionFailed
 from leasefence.validation import validate_actor, validate_hash, validate_id, validate_text
 
@@ -38,7 +47,7 @@ def end_early(
     extra_condition: str = "",
     extra_names: dict[str, str] | None = None,
     extra_values: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> OperationItem:
     """End an operation no worker holds (one of ``sources``) in ``target``: one conditional
     write that takes it out of every index and gives it a final state's retention.
     :class:`ConditionFailed` (with the current item) when it was in no source state."""
@@ -64,7 +73,7 @@ def end_early(
     expr.remove("#dpk", "#due", "#spk", "#sat", "approval_expires_at")
     expr.name(extra_names or {}).value(extra_values or {})
     expr.end_of_life(now, ctx.identity_retention_ms, ctx.payload_retention_ms)
-    item = ctx.store.update(
+    item = ctx.store.update_operation(
         ctx.key(tenant_id, operation_id),
         *expr.add("#seq :one").write(in_a_source + extra_condition),
     )
@@ -105,9 +114,11 @@ class ApprovalGate:
             f"AND {x.NOT_SELF_APPROVAL}"
         )
         try:
-            item = ctx.store.update(ctx.key(tenant_id, operation_id), *expr.write(condition))
+            item = ctx.store.update_operation(
+                ctx.key(tenant_id, operation_id), *expr.write(condition)
+            )
         except ConditionFailed as refused:
-            error = rules.approval_refusal(refused.item, payload_hash, actor)
+            error = rules.approval_refusal(refused.operation, payload_hash, actor)
             if error is None:
                 assert refused.item is not None
                 return Operation.from_item(refused.item)  # approved already: a replay
@@ -138,7 +149,7 @@ class ApprovalGate:
                 note or None,
             )
         except ConditionFailed as refused:
-            error = rules.rejection_refusal(refused.item)
+            error = rules.rejection_refusal(refused.operation)
             if error is None:
                 assert refused.item is not None
                 return Operation.from_item(refused.item)  # rejected already: a replay
@@ -168,7 +179,7 @@ class ApprovalGate:
                 extra_values={":zero": 0},
             )
         except ConditionFailed as refused:
-            error = rules.cancel_refusal(refused.item)
+            error = rules.cancel_refusal(refused.operation)
             if error is None:
                 assert refused.item is not None
                 return Operation.from_item(refused.item)  # cancelled already: a replay
@@ -243,9 +254,11 @@ class ApprovalGate:
             expr.end_of_life(now, ctx.identity_retention_ms, ctx.payload_retention_ms)
         expr.add("#seq :one")
         try:
-            item = ctx.store.update(ctx.key(tenant_id, operation_id), *expr.write(condition))
+            item = ctx.store.update_operation(
+                ctx.key(tenant_id, operation_id), *expr.write(condition)
+            )
         except ConditionFailed as refused:
-            current = refused.item
+            current = refused.operation
             if current is None:
                 raise NotFound("operation not found") from None
             if rules.resolved_already(current, resolution, note or "", actor, request_token):

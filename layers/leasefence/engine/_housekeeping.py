@@ -48,6 +48,7 @@ from leasefence.schema import (
     SWEEP_PK,
     SWEEP_SK,
     TTL_ATTRIBUTE,
+    OperationItem,
 )
 from leasefence.store import ConditionFailed
 from leasefence.validation import validate_limit
@@ -89,7 +90,7 @@ class Housekeeper:
 
     def due_entries(
         self, index: str, pk: str, sk: str, partition: Callable[[int], str], limit: int
-    ) -> Iterable[dict[str, Any]]:
+    ) -> Iterable[OperationItem]:
         """At most ``limit`` entries of a sparse, sharded index (``sweep``, ``purge``) whose sort key
         is due (``<= now``), from the shards in random order, one page per shard."""
         shards = list(range(self.ctx.spec.sweep_shards))
@@ -105,11 +106,11 @@ class Housekeeper:
                 values={":pk": partition(shard), ":now": self.ctx.clock()},
                 Limit=limit - count,
             )
-            for entry in page.items:
+            for entry in page.operations:
                 count += 1
                 yield entry
 
-    def sweep_one(self, entry: dict[str, Any], result: SweepResult) -> None:
+    def sweep_one(self, entry: OperationItem, result: SweepResult) -> None:
         """Park an expired final-attempt claim as ``unknown``: conditional on the fence, the state
         and the lease it read (a late heartbeat or another sweeper wins, and nothing changes)."""
         ctx = self.ctx
@@ -150,14 +151,15 @@ class Housekeeper:
                 returns="NONE",
             )
         except ConditionFailed as refused:
-            if refused.item is not None and self.claimer.repair_due_entry(refused.item, now):
+            current = refused.operation
+            if current is not None and self.claimer.repair_due_entry(current, now):
                 result.repaired += 1
             return
         result.swept += 1
         result.swept_keys.append((tenant_id, operation_id))
         log.info("swept to unknown", extra={"op": ctx.tag(tenant_id, operation_id)})
 
-    def expire_approval(self, entry: dict[str, Any], result: SweepResult) -> None:
+    def expire_approval(self, entry: OperationItem, result: SweepResult) -> None:
         """The sweeper's end of an approval not given in time: ``failed_terminal`` with outcome
         ``approval_expired``, conditional on the operation still awaiting approval past its
         deadline (an approval that won the race stands; a second sweeper changes nothing)."""
@@ -188,7 +190,7 @@ class Housekeeper:
         for entry in self.due_entries(PURGE_INDEX, PURGE_PK, PURGE_SK, keys.purge_partition, limit):
             result.examined += 1
             try:
-                item = ctx.store.get(ctx.key(entry["tenant_id"], entry["operation_id"]))
+                item = ctx.store.get_operation(ctx.key(entry["tenant_id"], entry["operation_id"]))
                 if (
                     item is None
                     or PURGE_PK not in item
@@ -429,7 +431,7 @@ class Housekeeper:
             Limit=3,
         )
         held = []
-        for entry in page.items:
+        for entry in page.operations:
             if entry.get("state") == State.CLAIMED:
                 item = self.claimer.unless_held(entry, now)
                 if item is None:

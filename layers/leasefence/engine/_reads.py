@@ -21,7 +21,7 @@ class Reads:
     def get(self, tenant_id: str, operation_id: str) -> Operation:
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
-        item = self.ctx.store.get(self.ctx.key(tenant_id, operation_id))
+        item = self.ctx.store.get_operation(self.ctx.key(tenant_id, operation_id))
         if item is None:
             raise NotFound("operation not found")
         return Operation.from_item(item)

@@ -26,9 +26,9 @@ from leasefence.errors import (
 )
 from leasefence.limits import BACKOFF_BASE_MS, BACKOFF_CAP_MS, FENCE_EPOCH_SPAN
 from leasefence.model import Resolution, State, Transition
-from leasefence.schema import DUE_PK, DUE_SK, SWEEP_PK, SWEEP_SK
+from leasefence.schema import DUE_PK, DUE_SK, SWEEP_PK, SWEEP_SK, OperationItem
 
-Item = Mapping[str, Any]
+Item = OperationItem
 
 #: The outcome codes of the approval gate's ends (``failed_terminal``) and of a cancel.
 OUTCOME_REJECTED = "rejected"
@@ -167,7 +167,7 @@ def classify_close_refusal(
         current.get("closed_fence") == fence
         and int(current.get("fence", -1)) == fence  # nobody claimed since: not a stale fence
         and current.get("closed_by") == command
-        and all(current.get(k) == v for k, v in fields.items() if k == "outcome_code")
+        and ("outcome_code" not in fields or current.get("outcome_code") == fields["outcome_code"])
     ):
         return CloseRefusal.REPLAY
     if (
@@ -183,7 +183,7 @@ def backoff_ceiling_ms(fence: int) -> int:
     """The longest backoff of a retryable failure under ``fence`` (full jitter below it): doubles
     with the fence's place in its epoch (each claim raises it, and the attempts, by one)."""
     step = (fence - 1) % FENCE_EPOCH_SPAN
-    return min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** min(step, 20))
+    return min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * int(2 ** min(step, 20)))
 
 
 # ------------------------------------------------------------------ the approval gate, operator
@@ -274,9 +274,9 @@ def erased_intent(item: Item) -> str | None:
     intent was ever recorded: from the ``intent`` attribute, or from a checkpoint of an operation
     recorded before that attribute existed (``{"intent_fence": f, ...}``)."""
     fence = None
-    for name, field in (("intent", "fence"), ("checkpoint", "intent_fence")):
+    for text, field in ((item.get("intent"), "fence"), (item.get("checkpoint"), "intent_fence")):
         try:
-            value = json.loads(item[name]) if name in item else None
+            value = json.loads(text) if text is not None else None
         except (TypeError, ValueError):
             value = None
         if isinstance(value, dict) and isinstance(value.get(field), int):
