@@ -251,3 +251,16 @@ def test_condition_helpers_bind_their_own_values():
     assert in_states([State.QUEUED]) == ("#state IN (:src0)", {":src0": "queued"})
     assert unchanged("intent", {"intent": "x"}) == ("intent = :was_intent", {":was_intent": "x"})
     assert unchanged("intent", {}) == ("attribute_not_exists(intent)", {})
+
+
+def test_a_claim_must_reconcile_after_the_first_attempt_or_a_requeue():
+    full = claimed(fence=1, lease=NOW + 5_000, payload_hash=H, target_class="C", lease_ms=5_000,
+                   created_at=1, updated_at=NOW, claimed_at=NOW)
+    first = rules.claim_of(full, "w1", takeover=False)
+    assert (first.fence, first.lease_expires_at, first.lease_ms, first.claimed_at) == (1, NOW + 5_000, 5_000, NOW)
+    assert not first.reconcile_required and not first.takeover and first.worker_id == "w1"
+    assert rules.claim_of(dict(full, attempts=2, fence=2), "w2", takeover=True).reconcile_required
+    assert rules.claim_of(dict(full, requeued=True), "w1", takeover=False).reconcile_required
+    # A claim written before claimed_at was kept says when it was made from its lease.
+    older = {k: v for k, v in full.items() if k != "claimed_at"}
+    assert rules.claim_of(older, "w1", takeover=False).claimed_at == NOW

@@ -30,7 +30,7 @@ from leasefence.limits import (
     MEMORY_ENTRIES,
 )
 from leasefence.metrics import Metric
-from leasefence.model import Claim, Operation, State, Transition
+from leasefence.model import Claim, State, Transition
 from leasefence.schema import (
     DUE_INDEX,
     DUE_PK,
@@ -564,35 +564,7 @@ class Claimer:
                 "takeover": takeover,
             },
         )
-        return claim_of(item, worker_id, takeover)
-
-
-def claim_of(item: OperationItem, worker_id: str, takeover: bool) -> Claim:
-    """The :class:`~leasefence.model.Claim` a claimed item shows."""
-    operation = Operation.from_item(item)
-    lease_expires_at, lease_ms = int(item["lease_expires_at"]), int(item["lease_ms"])
-    return Claim(
-        tenant_id=operation.tenant_id,
-        operation_id=operation.operation_id,
-        job_type=operation.job_type,
-        fence=operation.fence,
-        attempts=operation.attempts,
-        lease_expires_at=lease_expires_at,
-        lease_ms=lease_ms,
-        payload_ref=operation.payload_ref,
-        payload_hash=operation.payload_hash,
-        target_class=operation.target_class,
-        # Any claim after the first attempt (a requeue from unknown is always after one) may
-        # follow a side effect that already happened: reconcile before acting.
-        reconcile_required=operation.attempts > 1 or bool(item.get("requeued")),
-        checkpoint=operation.checkpoint,
-        takeover=takeover,
-        worker_id=worker_id,
-        intent=operation.intent,
-        payload_inline=operation.payload_inline,
-        # A claim written before ``claimed_at`` was kept, and not renewed since, says it so.
-        claimed_at=int(item.get("claimed_at", lease_expires_at - lease_ms)),
-    )
+        return rules.claim_of(item, worker_id, takeover)
 
 
 def _client_claim_token(claim_token: str | None) -> str | None:

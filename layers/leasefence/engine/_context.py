@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from leasefence import keys
 from leasefence.catalogue import Catalogue
@@ -20,6 +20,9 @@ from leasefence.model import State
 from leasefence.privacy import keyed_hash
 from leasefence.schema import TableSpec
 from leasefence.store import Store
+
+if TYPE_CHECKING:
+    from leasefence.engine._engine import Engine
 
 Key = dict[str, str]
 
@@ -73,3 +76,27 @@ class EngineContext:
 
     def purge_pk(self, tenant_id: str, operation_id: str) -> str:
         return keys.purge_partition(keys.shard_of(tenant_id, operation_id, self.spec.sweep_shards))
+
+
+T = TypeVar("T")
+
+
+class Shared(Generic[T]):
+    """An engine attribute kept by one of its parts (``part``: an attribute of the engine), read
+    and set through the engine: replacing ``engine.clock`` changes what every phase reads."""
+
+    def __init__(self, part: str, field: str) -> None:
+        self.part, self.field = part, field
+
+    @overload
+    def __get__(self, engine: None, owner: type | None = None) -> Shared[T]: ...
+    @overload
+    def __get__(self, engine: Engine, owner: type | None = None) -> T: ...
+    def __get__(self, engine: Engine | None, owner: type | None = None) -> T | Shared[T]:
+        if engine is None:
+            return self
+        value: T = getattr(getattr(engine, self.part), self.field)
+        return value
+
+    def __set__(self, engine: Engine, value: T) -> None:
+        setattr(getattr(engine, self.part), self.field, value)

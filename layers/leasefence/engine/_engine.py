@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
-from typing import Any, Generic, TypeVar, cast, overload
+from typing import Any, cast
 
 from leasefence import history
 from leasefence.catalogue import Admission, Catalogue
 from leasefence.clock import Clock, system_clock
 from leasefence.engine._claim import Claimer
-from leasefence.engine._context import EngineContext
+from leasefence.engine._context import EngineContext, Shared
 from leasefence.engine._enqueue import Enqueuer
 from leasefence.engine._erasure import Eraser
 from leasefence.engine._fenced import FencedCommands
@@ -76,51 +76,28 @@ from leasefence.validation import MISSING, is_int
 #: Called with (metric name, value) for every domain event worth counting.
 EventSink = MetricSink
 
-T = TypeVar("T")
-
-
-class _Shared(Generic[T]):
-    """An engine attribute kept by one of its parts (``part``: an attribute of the engine), read
-    and set through the engine: replacing ``engine.clock`` changes what every phase reads."""
-
-    def __init__(self, part: str, field: str) -> None:
-        self.part, self.field = part, field
-
-    @overload
-    def __get__(self, engine: None, owner: type | None = None) -> _Shared[T]: ...
-    @overload
-    def __get__(self, engine: Engine, owner: type | None = None) -> T: ...
-    def __get__(self, engine: Engine | None, owner: type | None = None) -> T | _Shared[T]:
-        if engine is None:
-            return self
-        value: T = getattr(getattr(engine, self.part), self.field)
-        return value
-
-    def __set__(self, engine: Engine, value: T) -> None:
-        setattr(getattr(engine, self.part), self.field, value)
-
 
 class Engine:
     """Lease-Plus-Fence over one DynamoDB table (see :mod:`leasefence.schema`)."""
 
-    store: _Shared[Store] = _Shared("_ctx", "store")
-    spec: _Shared[TableSpec] = _Shared("_ctx", "spec")
-    clock: _Shared[Clock] = _Shared("_ctx", "clock")
-    rng: _Shared[random.Random] = _Shared("_ctx", "rng")
-    events: _Shared[MetricSink] = _Shared("_ctx", "metrics")
-    identity_retention_ms: _Shared[int | None] = _Shared("_ctx", "identity_retention_ms")
-    payload_retention_ms: _Shared[int] = _Shared("_ctx", "payload_retention_ms")
+    store: Shared[Store] = Shared("_ctx", "store")
+    spec: Shared[TableSpec] = Shared("_ctx", "spec")
+    clock: Shared[Clock] = Shared("_ctx", "clock")
+    rng: Shared[random.Random] = Shared("_ctx", "rng")
+    events: Shared[MetricSink] = Shared("_ctx", "metrics")
+    identity_retention_ms: Shared[int | None] = Shared("_ctx", "identity_retention_ms")
+    payload_retention_ms: Shared[int] = Shared("_ctx", "payload_retention_ms")
     #: Where inline payloads live (a :class:`~leasefence.payloads.PayloadStore`): needed to
     #: read, purge and erase them. None: this engine only handles operations by reference.
-    payloads: _Shared[Any] = _Shared("_ctx", "payloads")
+    payloads: Shared[Any] = Shared("_ctx", "payloads")
     #: The tenants' job-type catalogues (entries cached briefly: see :mod:`leasefence.catalogue`).
-    catalogue: _Shared[Catalogue] = _Shared("_ctx", "catalogue")
+    catalogue: Shared[Catalogue] = Shared("_ctx", "catalogue")
     #: Every fence this engine hands out is above this (see :data:`FENCE_EPOCH_SPAN`).
-    fence_floor: _Shared[int] = _Shared("_ctx", "fence_floor")
-    candidate_page: _Shared[int] = _Shared("_claimer", "candidate_page")
-    contended_page: _Shared[int] = _Shared("_claimer", "contended_page")
+    fence_floor: Shared[int] = Shared("_ctx", "fence_floor")
+    candidate_page: Shared[int] = Shared("_claimer", "candidate_page")
+    contended_page: Shared[int] = Shared("_claimer", "contended_page")
     #: How many job types a tenant's directory holds at most.
-    max_job_types: _Shared[int] = _Shared("_enqueuer", "max_job_types")
+    max_job_types: Shared[int] = Shared("_enqueuer", "max_job_types")
 
     def __init__(
         self,
