@@ -16,9 +16,15 @@ import logging
 import traceback
 from typing import Any
 
-# Unauthorized and Forbidden are domain errors (leasefence.errors), re-exported here where the
-# API and the SDK have always imported them.
-from leasefence.errors import Forbidden, InvalidInput, LeaseFenceError, NotFound, Unauthorized
+# Forbidden and Unauthorized are domain errors (leasefence.errors); the API and the SDK import
+# them from here.
+from leasefence.errors import (
+    Forbidden,  # noqa: F401
+    InvalidInput,
+    LeaseFenceError,
+    NotFound,
+    Unauthorized,  # noqa: F401
+)
 
 log = logging.getLogger("leasefence.api")
 
