@@ -25,6 +25,8 @@ from leasefence_infra.bundling import CORE_LAYER_EXCLUDES
 from leasefence_infra.monitoring import (
     APP_ALARMS,
     MAX_ALARM_METRICS,
+    METRICS,
+    PUBLISHER,
     UNALARMED_METRICS,
     WORKER,
     not_running_window,
@@ -131,6 +133,48 @@ def test_each_alarm_is_scoped_to_where_its_metric_is_emitted(spec) -> None:
         where.startswith("layers/leasefence/worker/") for name in spec.metrics for where in EMITTED[name]
     )
     assert (spec.emitted_by == WORKER) == runtime_only, (spec.key, {n: EMITTED[n] for n in spec.metrics})
+
+
+def test_every_emitted_metric_has_one_row_in_the_metric_table() -> None:
+    """The metric factory's table (unit, statistic, emitter) is the list of names the code
+    emits: no metric without a row, no row for a metric nothing emits."""
+    assert sorted(set(EMITTED) - set(METRICS)) == []
+    assert sorted(set(METRICS) - set(EMITTED)) == []
+
+
+@pytest.mark.parametrize("name", sorted(METRICS))
+def test_each_metric_row_names_who_emits_it(name: str) -> None:
+    """A worker row is emitted only by the worker runtime or the targets its handlers use, a
+    publisher row only by the publisher, and a service row by code that always runs (so its
+    widget belongs on every dashboard)."""
+    places = EMITTED[name]
+    worker_only = all(p.startswith(("layers/leasefence/worker/", "layers/leasefence/targets/"))
+                      for p in places)
+    publisher_only = places == {"layers/leasefence/streams/publisher.py"}
+    expected = WORKER if worker_only else PUBLISHER if publisher_only else "service"
+    assert METRICS[name].emitted_by == expected, (name, places)
+
+
+def _dashboard_body(template: dict[str, Any]) -> str:
+    (dashboard,) = resources(template, "AWS::CloudWatch::Dashboard").values()
+    return json.dumps(dashboard["Properties"]["DashboardBody"])
+
+
+@pytest.mark.parametrize("name", ["default", "full"])
+def test_the_dashboard_graphs_every_emitted_metric(synth, name) -> None:
+    """Both test stacks have the worker: every metric the code emits has a graph."""
+    body = _dashboard_body(synth.template_json(name))
+    missing = sorted(m for m in EMITTED if f'\\"{m}\\"' not in body)
+    assert missing == []
+
+
+def test_without_the_worker_the_dashboard_graphs_no_worker_metric(prebuilt_layer: Path) -> None:
+    stack = Stack(App(), "NoWorker")
+    LeaseFenceService(stack, "LeaseFence", jwt_issuer="https://issuer.example.com/", jwt_audience=["a"],
+                      core_layer=lambda_.Code.from_asset(str(prebuilt_layer)))
+    body = _dashboard_body(Template.from_stack(stack).to_json())
+    shown = {m for m in METRICS if f'\\"{m}\\"' in body}
+    assert shown == {m for m, spec in METRICS.items() if spec.emitted_by != WORKER}
 
 
 def _alarm_metrics(alarm: dict[str, Any]) -> list[dict[str, Any]]:

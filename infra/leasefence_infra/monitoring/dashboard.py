@@ -112,6 +112,18 @@ def _service_rows(
             right=metrics.metrics("ApprovalMismatches", "ApprovalsExpired"),
             width=WIDTH,
         ),
+        cw.GraphWidget(
+            title="Cancellations, erasures, tenant erasure steps",
+            left=metrics.metrics("Cancellations", "Erasures"),
+            right=metrics.metrics("TenantErasureSteps"),
+            width=WIDTH,
+        ),
+        cw.GraphWidget(
+            title="Claim replays, TTLs cleared",
+            left=metrics.metrics("ClaimReplays"),
+            right=metrics.metrics("TtlsCleared"),
+            width=WIDTH,
+        ),
     )
 
 
@@ -248,6 +260,28 @@ def _worker_rows(dashboard: cw.Dashboard, metrics: AppMetrics, worker: Worker) -
                     period=FIVE_MINUTES, statistic="p99", label="Duration p99 (ms)"
                 )
             ],
+            width=WIDTH,
+        ),
+    )
+    dashboard.add_widgets(
+        cw.GraphWidget(
+            title="Worker: heartbeat errors, abandoned (table unavailable), store retries",
+            left=metrics.metrics("HeartbeatErrors", "AbandonedStoreUnavailable"),
+            right=metrics.metrics("StoreRetries"),
+            width=WIDTH,
+        ),
+        # Class B targets run in the worker's handlers (leasefence.targets.fenced_table).
+        cw.GraphWidget(
+            title="Class B targets: stale writes, horizon refusals, inconsistent claims refused",
+            left=metrics.metrics(
+                "StaleTargetWritesRejected", "TargetHorizonRefusals", "InconsistentClaimsRefused"
+            ),
+            width=WIDTH,
+        ),
+        cw.GraphWidget(
+            title="Class B targets: prunes (refused, failed), entries pruned",
+            left=metrics.metrics("TargetPrunes", "TargetPrunesRefused", "TargetPrunesFailed"),
+            right=metrics.metrics("TargetEntriesPruned"),
             width=WIDTH,
         ),
     )

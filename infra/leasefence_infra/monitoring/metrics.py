@@ -98,6 +98,13 @@ METRICS: dict[str, MetricSpec] = {
     # The payload store refused a read, write or deletion (S3 AccessDenied, a KMS key fault, an
     # archived object): API, worker and sweeper alike (leasefence.payloads).
     "PayloadAccessDenied": _count(SERVICE),
+    # A resent claim answered with the claim it made; producers' and operators' decisions;
+    # housekeeping after the identity retention became forever.
+    "ClaimReplays": _count(SERVICE),
+    "Cancellations": _count(SERVICE),
+    "Erasures": _count(SERVICE),
+    "TenantErasureSteps": _count(SERVICE),
+    "TtlsCleared": _count(SERVICE),
     # The worker runtime (leasefence.worker), with the worker function. Emitted once per stalled
     # claim: counted, never "held" over periods.
     "StalledClaims": _count(WORKER),
@@ -113,6 +120,19 @@ METRICS: dict[str, MetricSpec] = {
     "StreamDispatched": _count(WORKER),
     "StreamDispatchTaken": _count(WORKER),
     "StreamDispatchDeferred": _count(WORKER),
+    # The runtime's store faults: a renewal that failed, a job abandoned while the table was
+    # unavailable, a busy table's write retried.
+    "HeartbeatErrors": _count(WORKER),
+    "AbandonedStoreUnavailable": _count(WORKER),
+    "StoreRetries": _count(WORKER),
+    # Class B targets (leasefence.targets.fenced_table), in the worker's handlers.
+    "StaleTargetWritesRejected": _count(WORKER),
+    "TargetHorizonRefusals": _count(WORKER),
+    "InconsistentClaimsRefused": _count(WORKER),
+    "TargetPrunes": _count(WORKER),
+    "TargetEntriesPruned": _count(WORKER),
+    "TargetPrunesRefused": _count(WORKER),
+    "TargetPrunesFailed": _count(WORKER),
     # The publisher function (leasefence.streams.publisher).
     "HistoryEntries": _count(PUBLISHER),
     "EventsPublished": _count(PUBLISHER),
