@@ -24,24 +24,12 @@ MAX_MODULE_LINES = 600
 
 #: Modules over the limit when the rule was set, each with why it may stay until it is split.
 OVERSIZED: dict[str, str] = {
-    "layers/leasefence/engine.py": "one Engine class of 67 methods: being split by lifecycle phase "
-    "into engine/ (admission, claim, fenced commands, gate, housekeeping, erasure, reads)",
-    "layers/leasefence/catalogue.py": "the catalogue's document, admission and cache together: "
-    "being split with the engine (limits and validation move out)",
-    "layers/leasefence/client.py": "the SDK's every route in one class: being split with the "
+    "layers/leasefence/client.py": "the SDK's every route in one class: to be split with the "
     "routes into one resource shape",
-    "layers/leasefence/api/routes.py": "every route handler in one module: being split per resource "
-    "(operations, job types, approvals)",
-    # The tools below move out of the runtime to tools/leasefence_tools (not guarded there).
-    "layers/leasefence/cli.py": "a tool: moves to tools/leasefence_tools/cli/, one file per command",
-    "layers/leasefence/local/embedded.py": "a tool: moves to tools/ and splits into endpoint, "
-    "fidelity and moto_patches",
-    "layers/leasefence/local/server.py": "a tool: the local stack's HTTP server, moves to tools/",
-    "layers/leasefence/torture/compose.py": "a tool: the composed torture run, moves to tools/",
-    "layers/leasefence/torture/run.py": "a tool: the torture runner, moves to tools/",
-    "layers/leasefence/kit/checks.py": "a tool: the rollout kit's checks, moves to tools/",
-    "layers/leasefence/bench/harness.py": "a tool: the bench harness, moves to tools/",
-    "layers/leasefence/bench/report.py": "a tool: the bench report, moves to tools/",
+    "layers/leasefence/api/routes.py": "every route handler in one module: to be split per resource "
+    "(operations, job types, approvals, console)",
+    "layers/leasefence/engine/_engine.py": "the Engine facade: 27 public methods, each one call "
+    "with its docstring (the contract's reference); no logic of its own",
 }
 
 #: The complexity rule's codes.
@@ -111,13 +99,18 @@ def _baseline() -> dict[str, set[str]]:
     """pyproject's per-file ignores of the complexity codes."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     ignores = config["tool"]["ruff"]["lint"]["per-file-ignores"]
-    found = {path: set(codes) & COMPLEXITY_CODES for path, codes in ignores.items()}
+    # The tools (``tools/**``: never shipped) are not guarded; their one glob entry is not baseline.
+    found = {
+        path: set(codes) & COMPLEXITY_CODES
+        for path, codes in ignores.items()
+        if not path.startswith("tools/")
+    }
     return {path: codes for path, codes in found.items() if codes}
 
 
 def _offenders() -> dict[str, set[str]]:
     """What the complexity rule finds with no per-file ignore at all."""
-    paths = [p for p in ("layers", "tools", "functions", "infra") if (ROOT / p).is_dir()]
+    paths = [p for p in ("layers", "functions", "infra") if (ROOT / p).is_dir()]
     select = ",".join(sorted(COMPLEXITY_CODES))
     command = [sys.executable, "-m", "ruff", "check", "--config", "lint.per-file-ignores = {}"]
     command += ["--select", select, "--output-format", "json", "--exit-zero", *paths]
