@@ -29,11 +29,11 @@ import builtins
 import contextlib
 import hashlib
 import json
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from leasefence import keys, payload_schemas
 from leasefence.clock import to_rfc3339
@@ -92,6 +92,16 @@ def _text(spec: Mapping[str, Any], name: str) -> str | None:
     return value
 
 
+#: What a runbook_url must be (the API's schema states the same pattern): http:// or https://,
+#: a host (an IPv6 literal in brackets), then optionally a path, query or fragment; no whitespace
+#: or control characters anywhere.
+RUNBOOK_URL_PATTERN = (
+    r"^[Hh][Tt][Tt][Pp][Ss]?://(?:[^\x00-\x20\x7f-\x9f/?#\[\]]|\[[0-9A-Fa-f:.]+\])+"
+    r"(?:[/?#][^\x00-\x20\x7f-\x9f]*)?$"
+)
+_RUNBOOK_URL = re.compile(RUNBOOK_URL_PATTERN)
+
+
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -147,9 +157,7 @@ class JobTypeSpec:
         if lease > max_lease:
             raise InvalidInput("lease_seconds must not exceed max_lease_seconds")
         runbook = _text(spec, "runbook_url")
-        if runbook is not None and (
-            urlsplit(runbook).scheme not in ("https", "http") or not urlsplit(runbook).netloc
-        ):
+        if runbook is not None and not _RUNBOOK_URL.fullmatch(runbook):
             raise InvalidInput("runbook_url must be an http(s) URL")
         approval = spec.get("approval_required", False)
         if not isinstance(approval, bool):

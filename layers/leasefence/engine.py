@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
+from leasefence import cursor as cursors
 from leasefence import history, keys
 from leasefence.catalogue import ERASING as ERASING_ATTRIBUTE
 from leasefence.catalogue import Admission, Catalogue
@@ -2765,19 +2766,13 @@ class Engine:
 
     @staticmethod
     def _encode_cursor(key: dict[str, Any]) -> str:
-        return (
-            base64.urlsafe_b64encode(json.dumps({"o": key["operation_id"]}).encode())
-            .decode()
-            .rstrip("=")
-        )
+        return cursors.encode_operation_cursor(key["operation_id"])
 
     @staticmethod
-    def _decode_cursor(cursor: str, tenant_id: str) -> dict[str, str]:
-        try:
-            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-            operation_id = json.loads(raw)["o"]
-            validate_id("cursor", operation_id)
-        except (ValueError, KeyError, TypeError, binascii.Error, InvalidInput) as error:
-            raise InvalidInput("cursor is not valid") from error
-        # The cursor names only an operation id; the tenant always comes from the caller.
-        return {"tenant_id": tenant_id, "operation_id": operation_id}
+    def _decode_cursor(cursor: str, tenant_id: str) -> dict[str, str] | None:
+        # Any position the cursor's pattern admits; one before the first possible id: the start.
+        position = cursors.decode_operation_cursor(cursor)
+        if position < keys.FIRST_OPERATION_ID:
+            return None
+        # The cursor names only a position; the tenant always comes from the caller.
+        return {"tenant_id": tenant_id, "operation_id": position}

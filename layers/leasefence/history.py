@@ -30,14 +30,12 @@ with the operation's other free text, and an entry older than the erasure is nev
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from leasefence import keys
+from leasefence.cursor import decode_history_cursor, encode_history_cursor
 from leasefence.errors import InvalidInput
 from leasefence.model import State, Transition
 from leasefence.schema import DUE_SK, TTL_ATTRIBUTE
@@ -314,25 +312,11 @@ def read(
     trails the operation by the stream's lag anyway."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_ENTRIES:
         raise InvalidInput(f"limit must be from 1 to {MAX_ENTRIES}")
-    after = _decode_cursor(cursor) if cursor else 0
+    after = decode_history_cursor(cursor) if cursor else 0
     item = store.get(_key(tenant_id, operation_id), consistent=False)
     if item is None or int(item.get("created_at", -1)) != created_at:
         return HistoryPage(entries=[], next_cursor=None)
     newer = [e for e in item.get("entries") or [] if int(e["seq"]) > after]
     page = newer[:limit]
-    next_cursor = _encode_cursor(int(page[-1]["seq"])) if len(newer) > limit else None
+    next_cursor = encode_history_cursor(int(page[-1]["seq"])) if len(newer) > limit else None
     return HistoryPage(entries=page, next_cursor=next_cursor, dropped=int(item.get("dropped", 0)))
-
-
-def _encode_cursor(seq: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"s": seq}).encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> int:
-    try:
-        seq = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))["s"]
-        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-            raise ValueError(seq)
-    except (ValueError, KeyError, TypeError, binascii.Error) as error:
-        raise InvalidInput("cursor is not valid") from error
-    return seq

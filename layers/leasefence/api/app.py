@@ -19,8 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from leasefence import snapstart
 from leasefence.api import errors
-from leasefence.api.errors import MalformedRequest, Unauthorized
-from leasefence.api.security import caller_from_event, iam_caller, iam_request, match_route
+from leasefence.api.errors import MalformedRequest, MethodNotAllowed, Unauthorized
+from leasefence.api.security import (
+    allowed_methods,
+    caller_from_event,
+    iam_caller,
+    iam_request,
+    match_route,
+)
 from leasefence.errors import PayloadTooLarge
 from leasefence.observability import logger, tag
 from leasefence.settings import runtime
@@ -124,12 +130,17 @@ def handle(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         found, iam_refused = None, refused
     if found is not None:
         iam_scope, path = found
-    matched = match_route(str(http.get("method", "")), path)
+    method = str(http.get("method", ""))
+    matched = match_route(method, path)
     spec = matched[0] if matched else None
     app = None
     try:
         if iam_refused is not None:
             raise iam_refused
+        if spec is None:
+            allow = allowed_methods(path)
+            if allow:  # a known path, another method: 405 before any token is read
+                raise MethodNotAllowed(method.upper(), allow)
         prepared = _normalized(event)
         if iam_scope is not None:
             prepared["rawPath"] = path  # the resolver routes the path without its prefix

@@ -18,13 +18,17 @@ from typing import Annotated, Any
 from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
+from leasefence import resources
 from leasefence.api import errors, models
+from leasefence.api._docs import ROUTE_DOCS
 from leasefence.api.app import JSON, strict_json_loads
 from leasefence.api.errors import Forbidden
 from leasefence.api.security import ROUTES, Caller, caller_from_event, route
 from leasefence.clock import to_rfc3339
+from leasefence.cursor import HISTORY_CURSOR_PATTERN, OPERATION_CURSOR_PATTERN
 from leasefence.engine import MISSING, validate_id
 from leasefence.errors import InvalidInput, PayloadConflict
 from leasefence.keys import is_shadow_tenant
@@ -33,7 +37,27 @@ from leasefence.observability import record_claim_latency
 from leasefence.payloads import canonicalize
 from leasefence.settings import runtime
 
-app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=strict_json_loads)
+
+def _json_body(text: str) -> Any:
+    """The request body (:func:`strict_json_loads`), refused here when it is an array: every body
+    is an object (or, where a route takes none, null), and the resolver would otherwise validate
+    an array's first item in place of the body."""
+    body = strict_json_loads(text)
+    if isinstance(body, list):
+        raise RequestValidationError(
+            [
+                {
+                    "type": "model_type",
+                    "loc": ("body",),
+                    "msg": "the request body must be a JSON object, not an array",
+                    "input": None,
+                }
+            ]
+        )
+    return body
+
+
+app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=_json_body)
 
 
 @app.exception_handler(Exception)
@@ -49,45 +73,20 @@ def _no_route(_exc: Exception) -> Response:
 # ---------------------------------------------------------------------------------- helpers
 
 
-def _error_responses(*statuses: int) -> dict[int, dict[str, Any]]:
-    meaning = {
-        400: "Malformed JSON body",
-        401: "Missing, malformed, badly signed or expired token",
-        403: "The token lacks the route's scope",
-        404: "No such operation for this tenant",
-        409: "Conflict (see error.code)",
-        410: "The payload is gone: purged after its retention, or erased (payload_missing)",
-        413: "Payload too large",
-        422: "Invalid request (invalid_request)",
-        503: "Temporarily unavailable; safe to retry",
-    }
-    return {
-        status: {"description": meaning[status], "content": {JSON: {"model": models.ErrorOut}}}
-        for status in statuses
-    }
-
-
-def _ok(status: int, description: str, model: Any) -> dict[int, dict[str, Any]]:
-    return {status: {"description": description, "content": {JSON: {"model": model}}}}
-
-
-_AUTH = (401, 403, 422, 503)
-_FENCED = (400, 401, 403, 404, 409, 422, 503)
-
-
-def _register(
-    operation_id: str, summary: str, responses: dict[int, Any], description: str | None = None
-):
+def _register(operation_id: str):
+    """Register the route ``operation_id`` (:data:`~leasefence.api.security.ROUTES`) with what
+    the document says of it (:data:`~leasefence.api._docs.ROUTE_DOCS`)."""
+    doc = ROUTE_DOCS[operation_id]
     spec = route(operation_id)
     # One alternative per scope that opens the route (OpenAPI: any one of them suffices).
     security = [{"bearerAuth": [scope]} for scope in spec.scopes] or None
     return app.route(
         spec.rule,
         spec.method,
-        summary=summary,
-        description=description,
+        summary=doc.summary,
+        description=doc.description,
         operation_id=operation_id,
-        responses=responses,
+        responses=doc.responses,
         security=security,
         tags=[
             "operator"
@@ -138,27 +137,13 @@ def _json(status: int, body: Any) -> Response:
 
 
 def _public(operation: Any) -> dict[str, Any]:
-    """The Operation resource: the contract's fields plus the extensions (payload_state, erased_at)."""
-    return {
-        **operation.to_public(),
-        "payload_state": operation.payload_state,
-        "erased_at": to_rfc3339(operation.erased_at),
-        "job_type_version": operation.job_type_version,
-        "approval_expires_at": to_rfc3339(operation.approval_expires_at),
-        "approved_by": operation.approved_by,
-    }
+    """The Operation resource (:class:`leasefence.resources.Operation`) of an engine record."""
+    return resources.dump(resources.Operation, operation)
 
 
 def _public_claim(grant: Any) -> dict[str, Any]:
-    """The Claim resource: the contract's fields plus the extensions ``intent`` and the lease
-    as granted (``claimed_at``, ``lease_ms``, ``lease_seconds``)."""
-    return {
-        **grant.to_public(),
-        "intent": grant.intent,
-        "claimed_at": to_rfc3339(grant.claimed_at),
-        "lease_ms": grant.lease_ms,
-        "lease_seconds": grant.lease_ms // 1000,
-    }
+    """The Claim resource (:class:`leasefence.resources.Claim`) of the engine's grant."""
+    return resources.dump(resources.Claim, grant, lease_seconds=grant.lease_ms // 1000)
 
 
 def _operation(operation: Any) -> Response:
@@ -177,31 +162,12 @@ _OperationPath = Annotated[
 # ---------------------------------------------------------------------------------- routes
 
 
-@_register("health", "Liveness of the API", _ok(200, "Up", models.HealthOut))
+@_register("health")
 def health():
     return _json(200, {"status": "ok"})
 
 
-@_register(
-    "enqueueOperation",
-    "Record an operation (idempotent by operation_id and payload hash)",
-    {
-        **_ok(201, "Created", models.EnqueueOut),
-        **_ok(
-            200,
-            "Replay: the same id with the same payload hash; nothing changed",
-            models.EnqueueOut,
-        ),
-        **_error_responses(400, 409, 413, *_AUTH),
-    },
-    description="A job type in the tenant's catalogue gives the class and the attempt budget "
-    "(a target_class or max_attempts that differs from the entry: 422 invalid_request), may "
-    "require inline payloads that match its JSON Schema (else 422, nothing stored), and its "
-    "version is recorded as job_type_version. A tenant in strict mode refuses job types that "
-    "are not in its catalogue: 422 unknown_job_type. An entry that requires approval refuses a "
-    "payload by reference (422 inline_payload_required) and a token that names nobody (403 "
-    "forbidden): the approver approves bytes leasefence stores, and the enqueuer is recorded.",
-)
+@_register("enqueueOperation")
 def enqueue(body: models.EnqueueRequest):
     caller = _caller("enqueueOperation")
     tenant = caller.tenant_id
@@ -276,18 +242,19 @@ def enqueue(body: models.EnqueueRequest):
     )
 
 
-@_register(
-    "listOperations",
-    "List this tenant's operations (operators)",
-    {**_ok(200, "A page of operations", models.OperationPage), **_error_responses(*_AUTH)},
-)
+@_register("listOperations")
 def list_operations(
     state: Annotated[
-        models.StateName | None, Query(description="Only operations in this state")
+        resources.StateName | None, Query(description="Only operations in this state")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=500, description="Page size (1-500)")] = 50,
     cursor: Annotated[
-        str | None, Query(max_length=2048, description="next_cursor of the previous page")
+        str | None,
+        Query(
+            pattern=OPERATION_CURSOR_PATTERN,
+            description="next_cursor of the previous page (any string of this pattern names a "
+            "position: the page starts after it)",
+        ),
     ] = None,
 ):
     tenant = _caller("listOperations").tenant_id
@@ -300,14 +267,7 @@ def list_operations(
     )
 
 
-@_register(
-    "getOperation",
-    "Read one operation",
-    {**_ok(200, "The operation", models.OperationOut), **_error_responses(404, *_AUTH)},
-    description="With only the `leasefence/approve` scope (an approver): operations that went "
-    "through the approval gate only (another: 403 forbidden), so an approver reads what it "
-    "approves without the scope that claims it.",
-)
+@_register("getOperation")
 def get_operation(id: _OperationPath):
     caller = _caller("getOperation")
     tenant = caller.tenant_id
@@ -315,15 +275,7 @@ def get_operation(id: _OperationPath):
     return _json(200, _public(_readable(caller, "getOperation", operation)))
 
 
-@_register(
-    "claimOperation",
-    "Claim the next due operation (or a named one)",
-    {
-        **_ok(200, "Claimed: act under this fence", models.ClaimEnvelope),
-        204: {"description": "Nothing is claimable now (no body)", "content": {}},
-        **_error_responses(400, 404, *_AUTH),
-    },
-)
+@_register("claimOperation")
 def claim(body: models.ClaimRequest):
     tenant = _caller("claimOperation").tenant_id
     if body.operation_id is None and is_shadow_tenant(tenant):
@@ -359,11 +311,7 @@ def claim(body: models.ClaimRequest):
     return _json(200, {"claim": _public_claim(grant)})
 
 
-@_register(
-    "heartbeat",
-    "Extend the lease held by this fence (and keep a checkpoint)",
-    {**_ok(200, "The new lease expiry", models.LeaseOut), **_error_responses(*_FENCED)},
-)
+@_register("heartbeat")
 def heartbeat(id: _OperationPath, body: models.HeartbeatRequest):
     tenant = _caller("heartbeat").tenant_id
     checkpoint = body.checkpoint if "checkpoint" in body.model_fields_set else MISSING
@@ -383,11 +331,7 @@ def heartbeat(id: _OperationPath, body: models.HeartbeatRequest):
     return _json(200, {"lease_expires_at": to_rfc3339(expires)})
 
 
-@_register(
-    "completeOperation",
-    "Record success (the same fence repeating the same completion gets 200 again)",
-    {**_ok(200, "Succeeded", models.OperationEnvelope), **_error_responses(*_FENCED)},
-)
+@_register("completeOperation")
 def complete(id: _OperationPath, body: models.CompleteRequest):
     tenant = _caller("completeOperation").tenant_id
     return _operation(
@@ -395,14 +339,7 @@ def complete(id: _OperationPath, body: models.CompleteRequest):
     )
 
 
-@_register(
-    "failOperation",
-    "Record a failure: retryable with attempts left requeues, otherwise failed_terminal",
-    {
-        **_ok(200, "Requeued or failed_terminal", models.OperationEnvelope),
-        **_error_responses(*_FENCED),
-    },
-)
+@_register("failOperation")
 def fail(id: _OperationPath, body: models.FailRequest):
     tenant = _caller("failOperation").tenant_id
     retry_after_ms = None if body.retry_after_seconds is None else body.retry_after_seconds * 1000
@@ -420,11 +357,7 @@ def fail(id: _OperationPath, body: models.FailRequest):
     )
 
 
-@_register(
-    "parkUnknown",
-    "The outcome is ambiguous: park as unknown for reconciliation",
-    {**_ok(200, "Parked as unknown", models.OperationEnvelope), **_error_responses(*_FENCED)},
-)
+@_register("parkUnknown")
 def unknown(id: _OperationPath, body: models.ParkRequest):
     tenant = _caller("parkUnknown").tenant_id
     return _operation(
@@ -432,11 +365,7 @@ def unknown(id: _OperationPath, body: models.ParkRequest):
     )
 
 
-@_register(
-    "quarantineOperation",
-    "The input cannot be processed: park as quarantined",
-    {**_ok(200, "Quarantined", models.OperationEnvelope), **_error_responses(*_FENCED)},
-)
+@_register("quarantineOperation")
 def quarantine(id: _OperationPath, body: models.ParkRequest):
     tenant = _caller("quarantineOperation").tenant_id
     return _operation(
@@ -444,17 +373,7 @@ def quarantine(id: _OperationPath, body: models.ParkRequest):
     )
 
 
-@_register(
-    "getPayload",
-    "The inline payload as enqueued (its RFC 8785 canonical JSON)",
-    {
-        200: {"description": "The payload", "content": {JSON: {"schema": {}}}},
-        **_error_responses(404, 410, *_AUTH),
-    },
-    description="With only the `leasefence/approve` scope (an approver): operations that went "
-    "through the approval gate only (another: 403 forbidden), so an approver reads what it "
-    "approves without the scope that claims it.",
-)
+@_register("getPayload")
 def payload(id: _OperationPath):
     caller = _caller("getPayload")
     tenant = caller.tenant_id
@@ -464,16 +383,7 @@ def payload(id: _OperationPath):
     return Response(status_code=200, content_type=JSON, body=body.decode("utf-8"))
 
 
-@_register(
-    "resolveOperation",
-    "Operator decision for an unknown or quarantined operation",
-    {**_ok(200, "Resolved", models.OperationEnvelope), **_error_responses(400, 404, 409, *_AUTH)},
-    description="Sent again after it succeeded (its answer was lost), a resolve is a replay: 200 "
-    "with the operation as it is now, nothing changed. With request_token the retry is "
-    "recognized by it (and never applied twice); without one, while the operation's last "
-    "transition is this decision (same resolution, identity and note). Otherwise, from any "
-    "state but unknown or quarantined: 409 invalid_transition.",
-)
+@_register("resolveOperation")
 def resolve(id: _OperationPath, body: models.ResolveRequest):
     caller = _caller("resolveOperation")
     tenant = caller.tenant_id
@@ -491,25 +401,7 @@ def resolve(id: _OperationPath, body: models.ResolveRequest):
     )
 
 
-@_register(
-    "eraseOperation",
-    "Erase an operation's payload and free text, keeping its identity (operators)",
-    {
-        **_ok(
-            200,
-            "Erased (erasing again is harmless): payload_state is erased",
-            models.OperationEnvelope,
-        ),
-        **_error_responses(400, 404, 409, *_AUTH),
-    },
-    description="Deletes the stored payload and the reasons, notes, checkpoint and the intent's description; "
-    "keeps the id, the payload hash, the fences, the state, the outcome code and a class-D intent's fence "
-    '(the intent reads {"fence": f, "what": "erased"}: a requeued operation still reconciles it and is '
-    "never called again), so a replay of the enqueue is still a replay "
-    "(200, created false, the payload is not stored again) and a different payload still a conflict. "
-    "409 invalid_transition while the operation is claimed: erase it once it left claimed. A queued or "
-    "parked operation keeps its state; a worker that claims it finds no payload and quarantines it.",
-)
+@_register("eraseOperation")
 def erase(id: _OperationPath, body: models.EraseRequest | None = None):  # noqa: ARG001 - validated and documented, no fields
     caller = _caller("eraseOperation")
     tenant = caller.tenant_id
@@ -525,21 +417,7 @@ def _approver(operation_id: str) -> Caller:
     return caller
 
 
-@_register(
-    "approveOperation",
-    "Approve an operation awaiting approval: it becomes queued, claimable at once",
-    {
-        **_ok(
-            200, "Approved (approving again is a replay: 200, unchanged)", models.OperationEnvelope
-        ),
-        **_error_responses(400, 404, 409, *_AUTH),
-    },
-    description="`payload_hash` is the hash of the payload the approver saw: another hash than the "
-    "operation's is 409 payload_mismatch and changes nothing. The approver (the token's sub) is "
-    "recorded as approved_by and cannot be the identity that enqueued the operation (403 "
-    "forbidden). After a reject, an expiry or a cancel: 409 invalid_transition. One conditional "
-    "write decides all of it.",
-)
+@_register("approveOperation")
 def approve(id: _OperationPath, body: models.ApproveRequest):
     caller = _approver("approveOperation")
     tenant = caller.tenant_id
@@ -551,14 +429,7 @@ def approve(id: _OperationPath, body: models.ApproveRequest):
     )
 
 
-@_register(
-    "rejectOperation",
-    "Reject an operation awaiting approval: it ends failed_terminal, outcome rejected",
-    {
-        **_ok(200, "Rejected (rejecting again is a replay)", models.OperationEnvelope),
-        **_error_responses(400, 404, 409, *_AUTH),
-    },
-)
+@_register("rejectOperation")
 def reject(id: _OperationPath, body: models.RejectRequest | None = None):
     caller = _approver("rejectOperation")
     tenant = caller.tenant_id
@@ -569,20 +440,7 @@ def reject(id: _OperationPath, body: models.RejectRequest | None = None):
     )
 
 
-@_register(
-    "cancelOperation",
-    "Withdraw a queued operation no worker ever claimed, or one awaiting approval: it ends cancelled",
-    {
-        **_ok(200, "Cancelled (cancelling again is a replay)", models.OperationEnvelope),
-        **_error_responses(400, 404, 409, *_AUTH),
-    },
-    description="Only before any attempt: an operation queued again after one (a retryable failure, "
-    "a takeover's retry, an operator's requeue from unknown) may have had its side effect and is 409 "
-    "already_attempted (its next claim reconciles it); a claimed or ended operation is 409 "
-    "invalid_transition. Decided inside the cancel's one conditional write. cancelled is final (kept "
-    "and purged like the other final states); a replay of the enqueue afterwards is still a replay "
-    "(200, created false).",
-)
+@_register("cancelOperation")
 def cancel(id: _OperationPath, body: models.CancelRequest | None = None):  # noqa: ARG001 - validated and documented, no fields
     caller = _caller("cancelOperation")
     tenant = caller.tenant_id
@@ -592,42 +450,21 @@ def cancel(id: _OperationPath, body: models.CancelRequest | None = None):  # noq
 
 
 def _history_entry(entry: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "sequence": entry["seq"],
-        "time": to_rfc3339(entry["at"]),
-        "transition": entry["transition"],
-        "previous_state": entry.get("previous_state"),
-        "state": entry["state"],
-        "fence": entry["fence"],
-        "attempt": entry["attempt"],
-        "actor": entry.get("actor"),
-        "previous_actor": entry.get("previous_actor"),
-        "outcome_code": entry.get("outcome_code"),
-        "reason": entry.get("reason"),
-        "available_at": to_rfc3339(entry.get("available_at")),
-    }
+    """A HistoryEntry resource (:class:`leasefence.resources.HistoryEntry`) of a stored entry."""
+    return resources.dump(resources.HistoryEntry, entry, sequence=entry["seq"], time=entry["at"])
 
 
-@_register(
-    "getHistory",
-    "What happened to an operation, oldest first (operators; approvers: gated ones)",
-    {
-        **_ok(200, "A page of the operation's history", models.HistoryOut),
-        **_error_responses(404, *_AUTH),
-    },
-    description="Each transition with its time, the state before and after, the fence, who made it "
-    "(worker id, or the operator's or producer's identity from the token) and why (outcome code, "
-    "reason or note). Recorded from the table's stream, so it trails the operation by about a "
-    "second; kept as long as the operation's identity; an erasure replaces it with the erasure's "
-    "own entry. 404 not_found for an id that is unknown or another tenant's (answered exactly "
-    "alike). With only the `leasefence/approve` scope: operations that went through the approval "
-    "gate only (another: 403 forbidden).",
-)
+@_register("getHistory")
 def history(
     id: _OperationPath,
     limit: Annotated[int, Query(ge=1, le=50, description="Entries per page (1-50)")] = 50,
     cursor: Annotated[
-        str | None, Query(max_length=256, description="next_cursor of the previous page")
+        str | None,
+        Query(
+            pattern=HISTORY_CURSOR_PATTERN,
+            description="next_cursor of the previous page (the sequence number the next page "
+            "starts after)",
+        ),
     ] = None,
 ):
     caller = _caller("getHistory")
@@ -658,44 +495,21 @@ _JobTypePath = Annotated[
 ]
 
 
-@_register(
-    "listJobTypes",
-    "This tenant's job-type catalogue (operators)",
-    {**_ok(200, "Every entry, by name", models.JobTypeList), **_error_responses(*_AUTH)},
-)
+@_register("listJobTypes")
 def list_job_types():
     tenant = _caller("listJobTypes").tenant_id
     entries = runtime().engine_for(tenant).catalogue.list(tenant)
     return _json(200, {"job_types": [e.to_public() for e in entries]})
 
 
-@_register(
-    "getJobType",
-    "One catalogue entry (operators)",
-    {**_ok(200, "The entry", models.JobTypeOut), **_error_responses(404, *_AUTH)},
-)
+@_register("getJobType")
 def get_job_type(job_type: _JobTypePath):
     tenant = _caller("getJobType").tenant_id
     entry = runtime().engine_for(tenant).catalogue.get(tenant, _path_id(job_type, "job_type"))
     return _json(200, entry.to_public())
 
 
-@_register(
-    "putJobType",
-    "Declare a job type: its class, budget, leases, owner, runbook, approval, payload schema",
-    {
-        **_ok(
-            200, "The entry (changed false: it already said exactly this)", models.JobTypeEnvelope
-        ),
-        **_error_responses(400, 409, *_AUTH),
-    },
-    description="One conditional write: the version rises by one when anything changes; the same "
-    "declaration again is no write (changed: false). With expected_version, another writer's "
-    "change in between is 409 version_conflict, and changed is relative to that version (a "
-    "retry whose first write went through: changed true). With request_token, a retry of a "
-    "declaration that went through answers changed: true. Operations enqueued from then on (within a few "
-    "seconds on every API instance) run under the new version; earlier ones keep theirs.",
-)
+@_register("putJobType")
 def put_job_type(job_type: _JobTypePath, body: models.JobTypeRequest):
     caller = _caller("putJobType")
     spec = body.model_dump(exclude_none=True, exclude={"expected_version", "request_token"})
@@ -714,17 +528,7 @@ def put_job_type(job_type: _JobTypePath, body: models.JobTypeRequest):
     return _json(200, {"job_type": entry.to_public(), "changed": changed})
 
 
-@_register(
-    "deleteJobType",
-    "Remove a job type from the catalogue (operators)",
-    {
-        **_ok(200, "Removed: the entry as it was, at its new version", models.JobTypeOut),
-        **_error_responses(404, 409, *_AUTH),
-    },
-    description="Kept as a tombstone: the version keeps rising, so a later declaration never "
-    "reuses a version an operation recorded. Operations already enqueued keep what they were "
-    "enqueued under. 404 when the entry does not exist (or was removed already).",
-)
+@_register("deleteJobType")
 def delete_job_type(
     job_type: _JobTypePath,
     expected_version: Annotated[
@@ -745,23 +549,13 @@ def delete_job_type(
     return _json(200, entry.to_public())
 
 
-@_register(
-    "getSettings",
-    "This tenant's settings (operators)",
-    {**_ok(200, "The settings", models.SettingsOut), **_error_responses(*_AUTH)},
-)
+@_register("getSettings")
 def get_settings():
     tenant = _caller("getSettings").tenant_id
     return _json(200, {"strict_job_types": runtime().engine_for(tenant).catalogue.strict(tenant)})
 
 
-@_register(
-    "putSettings",
-    "Change this tenant's settings (operators)",
-    {**_ok(200, "The settings", models.SettingsOut), **_error_responses(400, *_AUTH)},
-    description="strict_job_types: true refuses enqueues of job types that are not in the "
-    "catalogue (422 unknown_job_type), within a few seconds on every API instance.",
-)
+@_register("putSettings")
 def put_settings(body: models.SettingsRequest):
     caller = _caller("putSettings")
     strict = (
@@ -772,14 +566,7 @@ def put_settings(body: models.SettingsRequest):
     return _json(200, {"strict_job_types": strict})
 
 
-@_register(
-    "getControls",
-    "Go/no-go: the nine controls per job type, with the evidence leasefence holds",
-    {**_ok(200, "The report", models.ControlsOut), **_error_responses(*_AUTH)},
-    description="Every job type of the tenant (catalogued, or ever enqueued). A job type is go "
-    "only when all nine controls hold; controls 5, 7 and 9 need its catalogue entry (class; "
-    "owner, runbook and the deployment's alert route; owner of the retention plan).",
-)
+@_register("getControls")
 def get_controls():
     from leasefence.controls import assess
 

@@ -128,6 +128,11 @@ def match_route(method: str, path: str) -> tuple[RouteSpec, dict[str, str]] | No
     return None
 
 
+def allowed_methods(path: str) -> tuple[str, ...]:
+    """The methods declared for a raw path (empty: no route has this path at all)."""
+    return tuple(sorted({spec.method for spec, regex in _COMPILED if regex.match(path)}))
+
+
 @dataclass(frozen=True)
 class Caller:
     tenant_id: str
