@@ -27,6 +27,12 @@ def cli(argv: list[str] | None = None) -> int:
         help="do not expect every HTTP claim to carry a claim_token (an SDK from before them)",
     )
     parser.add_argument("--no-months", dest="months", action="store_false")
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=0.0,
+        help="wall-clock budget in seconds (default: 300 plus 0.5 per operation composed, 0.25 not)",
+    )
     args = parser.parse_args(argv)
     return main(
         operations=args.operations,
@@ -35,6 +41,7 @@ def cli(argv: list[str] | None = None) -> int:
         compose=args.compose,
         claim_tokens=args.claim_tokens,
         months=args.months,
+        timeout_s=args.timeout_s,
     )
 
 
