@@ -91,6 +91,13 @@ _OPEN_ROUTES = {
     ("GET", "/console/{asset}"): "The operator console's script, style sheet and sign-in "
     "settings (issuer and public client id): static, no data.",
 }
+#: Why the ``$default`` route needs no authorizer.
+_UNMATCHED_ROUTE_REASON = (
+    "$default only receives requests that no declared route matches; the function answers each "
+    "with 404 or 405 (the contract's error body) and reads no data: every route that reads or "
+    "writes is declared with the JWT authorizer, and the function itself requires the verified "
+    "claims and scopes of the route it serves."
+)
 
 
 class Api(Construct):
@@ -205,6 +212,17 @@ class Api(Construct):
                         f"authorizer must be a JWT authorizer (HttpJwtAuthorizer or HttpUserPoolAuthorizer), "
                         f"not {kind}: the API function reads tenant_id and scope from the JWT claims"
                     )
+        # Requests no route declares (another method on a known path, an unknown path) reach the
+        # function too, so that AWS answers them as the contract says (405 with Allow, or 404, with
+        # the contract's error body) instead of API Gateway's own {"message": "Not Found"}.
+        self.default_route = apigw.HttpRoute(
+            self,
+            "UnmatchedRoute",
+            http_api=self.http_api,
+            route_key=apigw.HttpRouteKey.DEFAULT,
+            integration=integration,
+        )
+        acknowledge(self.default_route, "AwsSolutions-APIG4", _UNMATCHED_ROUTE_REASON)
 
     @property
     def url(self) -> str:

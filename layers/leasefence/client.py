@@ -70,6 +70,15 @@ from leasefence.errors import (
     UnknownJobType,
     VersionConflict,
 )
+from leasefence.resources import (
+    Claim,
+    EnqueueResult,
+    HistoryEntry,
+    HistoryPage,
+    Operation,
+    OperationPage,
+    from_json,
+)
 
 __all__ = [
     "Claim",
@@ -115,69 +124,6 @@ def _time(value: str | None) -> datetime | None:
 
 
 @dataclass(frozen=True)
-class Operation:
-    operation_id: str
-    job_type: str
-    state: str
-    fence: int
-    attempts: int
-    max_attempts: int
-    target_class: str
-    payload_hash: str
-    payload_ref: str | None
-    outcome_code: str | None
-    lease_owner: str | None
-    lease_expires_at: datetime | None
-    created_at: datetime
-    updated_at: datetime
-    #: ``external`` (your payload_ref), ``stored``, ``purged`` or ``erased``.
-    payload_state: str | None = None
-    erased_at: datetime | None = None
-    #: The version of the job type's catalogue entry it was enqueued under (None: uncatalogued).
-    job_type_version: int | None = None
-    #: ``awaiting_approval``: until when an approval is accepted; else None.
-    approval_expires_at: datetime | None = None
-    #: Who approved it (the approver's token ``sub``), or None.
-    approved_by: str | None = None
-    #: Who enqueued it (operations that went through the approval gate), or None.
-    enqueued_by: str | None = None
-    #: The latest failure or park reason, or a rejection's note (a resolution's note: history).
-    reason: str | None = None
-    #: Class D: ``{"fence": int, "what": str}`` a holder recorded before its side effect.
-    intent: Any = None
-    #: The latest checkpoint a holder kept.
-    checkpoint: Any = None
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Operation:
-        return cls(
-            operation_id=data["operation_id"],
-            job_type=data["job_type"],
-            state=data["state"],
-            fence=int(data["fence"]),
-            attempts=int(data["attempts"]),
-            max_attempts=int(data["max_attempts"]),
-            target_class=data["target_class"],
-            payload_hash=data["payload_hash"],
-            payload_ref=data.get("payload_ref"),
-            outcome_code=data.get("outcome_code"),
-            lease_owner=data.get("lease_owner"),
-            lease_expires_at=_time(data.get("lease_expires_at")),
-            created_at=_time(data["created_at"]),  # type: ignore[arg-type]
-            updated_at=_time(data["updated_at"]),  # type: ignore[arg-type]
-            payload_state=data.get("payload_state"),
-            erased_at=_time(data.get("erased_at")),
-            approval_expires_at=_time(data.get("approval_expires_at")),
-            approved_by=data.get("approved_by"),
-            job_type_version=data.get("job_type_version"),
-            enqueued_by=data.get("enqueued_by"),
-            reason=data.get("reason"),
-            intent=data.get("intent"),
-            checkpoint=data.get("checkpoint"),
-        )
-
-
-@dataclass(frozen=True)
 class JobType:
     """A catalogue entry (``spec``: its declared fields, as ``put_job_type`` takes them)."""
 
@@ -197,105 +143,6 @@ class JobType:
             updated_at=_time(data["updated_at"]),  # type: ignore[arg-type]
             updated_by=data.get("updated_by"),
         )
-
-
-@dataclass(frozen=True)
-class EnqueueResult:
-    operation: Operation
-    created: bool
-
-
-@dataclass(frozen=True)
-class Claim:
-    operation_id: str
-    job_type: str
-    fence: int
-    attempts: int
-    lease_expires_at: datetime
-    payload_ref: str | None
-    payload_hash: str
-    target_class: str
-    reconcile_required: bool
-    checkpoint: Any
-    #: Class D: ``{"fence": int, "what": str}`` when an earlier holder recorded an intent.
-    intent: Any = None
-    #: When the server granted the claim (``lease_expires_at = claimed_at + lease_ms``), and the
-    #: lease it GRANTED (a job type's ``max_lease_seconds`` may cut the lease asked for). None
-    #: from a server that does not send them.
-    claimed_at: datetime | None = None
-    lease_ms: int | None = None
-    lease_seconds: int | None = None
-    #: The claim token the request carried (resend it to get this claim again while it holds).
-    claim_token: str | None = None
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any], claim_token: str | None = None) -> Claim:
-        return cls(
-            operation_id=data["operation_id"],
-            job_type=data["job_type"],
-            fence=int(data["fence"]),
-            attempts=int(data["attempts"]),
-            lease_expires_at=_time(data["lease_expires_at"]),  # type: ignore[arg-type]
-            payload_ref=data.get("payload_ref"),
-            payload_hash=data["payload_hash"],
-            target_class=data["target_class"],
-            reconcile_required=bool(data["reconcile_required"]),
-            checkpoint=data.get("checkpoint"),
-            intent=data.get("intent"),
-            claimed_at=_time(data.get("claimed_at")),
-            lease_ms=None if data.get("lease_ms") is None else int(data["lease_ms"]),
-            lease_seconds=None if data.get("lease_seconds") is None else int(data["lease_seconds"]),
-            claim_token=claim_token,
-        )
-
-
-@dataclass(frozen=True)
-class OperationPage:
-    operations: list[Operation]
-    next_cursor: str | None
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    """One transition of an operation (see ``GET /v1/operations/{id}/history``)."""
-
-    sequence: int
-    time: datetime
-    transition: str
-    previous_state: str | None
-    state: str
-    fence: int
-    attempt: int
-    actor: str | None
-    previous_actor: str | None = None
-    outcome_code: str | None = None
-    reason: str | None = None
-    available_at: datetime | None = None
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> HistoryEntry:
-        return cls(
-            sequence=int(data["sequence"]),
-            time=_time(data["time"]),  # type: ignore[arg-type]
-            transition=data["transition"],
-            previous_state=data.get("previous_state"),
-            state=data["state"],
-            fence=int(data["fence"]),
-            attempt=int(data["attempt"]),
-            actor=data.get("actor"),
-            previous_actor=data.get("previous_actor"),
-            outcome_code=data.get("outcome_code"),
-            reason=data.get("reason"),
-            available_at=_time(data.get("available_at")),
-        )
-
-
-@dataclass(frozen=True)
-class HistoryPage:
-    entries: list[HistoryEntry]
-    next_cursor: str | None
-    #: Entries left out to keep the history bounded.
-    dropped: int = 0
 
 
 def sigv4_signer(region: str, credentials: Any = None) -> Callable[[urllib.request.Request], None]:
@@ -491,8 +338,7 @@ class LeaseFenceClient:
             body["max_attempts"] = max_attempts
         if target_class is not None:
             body["target_class"] = target_class
-        _, data = self.request("POST", "/v1/operations", body)
-        return EnqueueResult(Operation.from_json(data["operation"]), bool(data["created"]))
+        return from_json(EnqueueResult, self.request("POST", "/v1/operations", body)[1])
 
     def get(self, operation_id: str) -> Operation:
         return Operation.from_json(
@@ -514,10 +360,7 @@ class LeaseFenceClient:
             if v is not None
         }
         path = "/v1/operations" + (f"?{urlencode(query)}" if query else "")
-        data = self.request("GET", path)[1]
-        return OperationPage(
-            [Operation.from_json(o) for o in data["operations"]], data.get("next_cursor")
-        )
+        return from_json(OperationPage, self.request("GET", path)[1])
 
     def iter_operations(
         self, state: str | None = None, page_size: int = 100
@@ -655,11 +498,7 @@ class LeaseFenceClient:
             f"?{urlencode(query)}" if query else ""
         )
         data = self.request("GET", path)[1]
-        return HistoryPage(
-            [HistoryEntry.from_json(e) for e in data["entries"]],
-            data.get("next_cursor"),
-            int(data.get("dropped", 0)),
-        )
+        return from_json(HistoryPage, data)
 
     def iter_history(self, operation_id: str, page_size: int = 50) -> Iterator[HistoryEntry]:
         cursor = None

@@ -35,8 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from leasefence import cursor as cursors
 from leasefence import keys
+from leasefence.cursor import decode_history_cursor, encode_history_cursor
 from leasefence.errors import InvalidInput
 from leasefence.limits import MAX_HISTORY_ENTRIES
 from leasefence.model import State, Transition
@@ -316,22 +316,11 @@ def read(
     trails the operation by the stream's lag anyway."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_ENTRIES:
         raise InvalidInput(f"limit must be from 1 to {MAX_ENTRIES}")
-    after = _decode_cursor(cursor) if cursor else 0
+    after = decode_history_cursor(cursor) if cursor else 0
     item = store.get(_key(tenant_id, operation_id), consistent=False)
     if item is None or int(item.get("created_at", -1)) != created_at:
         return HistoryPage(entries=[], next_cursor=None)
     newer = [e for e in item.get("entries") or [] if int(e["seq"]) > after]
     page = newer[:limit]
-    next_cursor = _encode_cursor(int(page[-1]["seq"])) if len(newer) > limit else None
+    next_cursor = encode_history_cursor(int(page[-1]["seq"])) if len(newer) > limit else None
     return HistoryPage(entries=page, next_cursor=next_cursor, dropped=int(item.get("dropped", 0)))
-
-
-def _encode_cursor(seq: int) -> str:
-    return cursors.encode({"s": seq})
-
-
-def _decode_cursor(cursor: str) -> int:
-    seq = cursors.decode(cursor, ("s",))["s"]
-    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-        raise cursors.invalid()
-    return seq

@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from leasefence.clock import to_rfc3339
-
 
 class State(StrEnum):
     QUEUED = "queued"
@@ -172,25 +170,6 @@ class Operation:
             return "external"
         return "stored" if self.payload_purged_at is None else "purged"
 
-    def to_public(self) -> dict[str, Any]:
-        """The contract's Operation resource (no tenant id: the caller knows its own)."""
-        return {
-            "operation_id": self.operation_id,
-            "job_type": self.job_type,
-            "state": self.state.value,
-            "fence": self.fence,
-            "attempts": self.attempts,
-            "max_attempts": self.max_attempts,
-            "target_class": self.target_class.value,
-            "payload_hash": self.payload_hash,
-            "payload_ref": self.payload_ref,
-            "outcome_code": self.outcome_code,
-            "lease_owner": self.lease_owner,
-            "lease_expires_at": to_rfc3339(self.lease_expires_at),
-            "created_at": to_rfc3339(self.created_at),
-            "updated_at": to_rfc3339(self.updated_at),
-        }
-
 
 @dataclass(frozen=True)
 class EnqueueResult:
@@ -225,20 +204,6 @@ class Claim:
     #: ``lease_expires_at - lease_ms`` is the claim time: see
     #: :func:`leasefence.targets.fenced_table.claimed_at`).
     claimed_at: int | None = None
-
-    def to_public(self) -> dict[str, Any]:
-        return {
-            "operation_id": self.operation_id,
-            "job_type": self.job_type,
-            "fence": self.fence,
-            "attempts": self.attempts,
-            "lease_expires_at": to_rfc3339(self.lease_expires_at),
-            "payload_ref": self.payload_ref,
-            "payload_hash": self.payload_hash,
-            "target_class": self.target_class.value,
-            "reconcile_required": self.reconcile_required,
-            "checkpoint": self.checkpoint,
-        }
 
 
 @dataclass(frozen=True)

@@ -181,8 +181,13 @@ class PayloadStore:
         self, tenant_id: str, operation_id: str, payload_hash: str, payload_ref: str | None
     ) -> bool:
         """Whether ``payload_ref`` is the inline payload this store wrote for that identity."""
-        return payload_ref is not None and hmac.compare_digest(
-            payload_ref, self.ref_for(self.key_for(tenant_id, operation_id, payload_hash))
+        if payload_ref is None:
+            return False
+        expected = self.ref_for(self.key_for(tenant_id, operation_id, payload_hash))
+        # As bytes: compare_digest refuses str with non-ASCII characters, and a caller's own
+        # payload_ref may have any.
+        return hmac.compare_digest(
+            payload_ref.encode("utf-8", "surrogatepass"), expected.encode("utf-8")
         )
 
     # ------------------------------------------------------------------ I/O

@@ -58,8 +58,30 @@ def test_health_is_open(api):
 
 def test_unknown_route_is_404_in_the_contract_shape(api):
     assert_error(api.get("/v1/nothing-here"), 404, "not_found")
-    assert_error(api.call("DELETE", "/v1/operations/x"), 404, "not_found")
+    assert_error(api.call("PATCH", "/v1/operations/x/nothing"), 404, "not_found")
     assert_error(api.get("/v1/nothing-here", token=None), 404, "not_found")  # no route, no authorizer
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("DELETE", "/v1/operations/x", "GET"),
+        ("PUT", "/v1/operations", "GET, POST"),
+        ("GET", "/v1/claims", "POST"),
+        ("PATCH", "/v1/job-types/refund", "DELETE, GET, PUT"),
+        ("OPTIONS", "/v1/settings", "GET, PUT"),
+        ("TRACE", "/v1/health", "GET"),
+        ("QUERY", "/v1/operations/x/history", "GET"),
+        ("GET", "/v1/operations/x/complete", "POST"),
+    ],
+)
+def test_an_undeclared_method_on_a_known_path_is_405_with_allow(api, method, path, allow):
+    # Before any token is read (a 405 tells nothing the OpenAPI document does not), and writing nothing.
+    for token in (True, None):
+        reply = api.call(method, path, {"fence": 1}, token=token)
+        assert_error(reply, 405, "method_not_allowed")
+        assert reply.headers["Allow"] == allow
+    assert_error(api.get("/v1/operations/x"), 404, "not_found")
 
 
 # ---------------------------------------------------------------------------------- enqueue
@@ -223,6 +245,56 @@ def test_a_body_that_is_not_an_object_is_422(api, raw):
     assert_error(api.post("/v1/operations", raw=raw), 422, "invalid_request")
 
 
+@pytest.mark.parametrize("route", ["/v1/operations", "/v1/claims", "/v1/operations/arr/erase", "/v1/operations/arr/complete"])
+def test_an_array_body_is_422_even_when_its_first_item_would_do(api, route):
+    enqueue(api, "arr")
+    first_item = {
+        "/v1/operations": {"operation_id": "arr-2", "job_type": "job", "payload": 1},
+        "/v1/claims": {"worker_id": "w"},
+        "/v1/operations/arr/erase": None,
+        "/v1/operations/arr/complete": {"fence": 1, "outcome_code": "ok"},
+    }[route]
+    assert_error(api.post(route, raw=json.dumps([first_item, first_item])), 422, "invalid_request")
+    assert_error(api.get(op_path("arr-2")), 404, "not_found")
+    assert api.get(op_path("arr")).json["state"] == "queued"
+    assert api.get(op_path("arr")).json["payload_state"] == "stored"
+
+
+def test_integers_are_json_schema_integers_2_0_included(api):
+    # JSON Schema's integer is any number without a fraction: 2.0 is the integer 2 (the OpenAPI
+    # document says integer, so it is accepted); 2.5, "2" and true are not integers.
+    reply = api.post("/v1/operations", raw='{"operation_id":"i-1","job_type":"job","payload":1,"max_attempts":3.0}')
+    assert reply.status == 201 and reply.json["operation"]["max_attempts"] == 3
+    grant = claim(api, "w-i", lease_seconds=30).json["claim"]
+    assert grant["lease_seconds"] == 30
+    fence = grant["fence"]
+    beat = api.post(op_path("i-1", "heartbeat"), raw=f'{{"fence":{fence}.0,"worker_id":"w-i","lease_seconds":20.0}}')
+    assert beat.status == 200, beat.text
+    for bad in (f"{fence}.5", f'"{fence}"', "true", "1e400"):
+        reply = api.post(op_path("i-1", "complete"), raw=f'{{"fence":{bad},"outcome_code":"ok"}}')
+        assert reply.status in (400, 422), (bad, reply.text)
+        assert reply.json["error"]["code"] == "invalid_request"
+    done = api.post(op_path("i-1", "complete"), raw=f'{{"fence":{float(fence)},"outcome_code":"ok"}}')
+    assert done.status == 200 and done.json["operation"]["state"] == "succeeded"
+
+
+def test_a_payload_integer_beyond_2_53_is_refused_as_the_document_says(api):
+    reply = api.post("/v1/operations", {"operation_id": "big-int", "job_type": "job", "payload": {"n": 2**53}})
+    assert_error(reply, 422, "invalid_request")
+    assert_error(api.get(op_path("big-int")), 404, "not_found")
+    assert enqueue(api, "safe-int", {"n": 2**53 - 1}).status == 201
+
+
+def test_a_payload_ref_of_any_characters_is_never_a_5xx(api):
+    # A caller's own payload_ref is compared with the store's keys: non-ASCII characters once made
+    # that comparison raise (500) on reading the payload and on erasure.
+    body = {"operation_id": "ref-ü", "job_type": "job", "payload_ref": "s3://mine/ünï-☃", "payload_hash": "sha256:" + "cd" * 32}
+    assert api.post("/v1/operations", body).status == 201
+    assert_error(api.get(op_path("ref-ü", "payload")), 404, "not_found")
+    erased = api.post(op_path("ref-ü", "erase"), {})
+    assert erased.status == 200 and erased.json["operation"]["payload_state"] == "erased"
+
+
 def test_json_body_is_read_whatever_its_content_type_label(api):
     body = json.dumps({"operation_id": "ct-1", "job_type": "job", "payload": 1}).encode()
     for content_type in ("text/plain", "application/x-www-form-urlencoded", "application/json; charset=utf-8"):
@@ -268,9 +340,31 @@ def test_list_pages_with_a_cursor_and_filters_by_state(api):
     assert len(api.get("/v1/operations").json["operations"]) == 7  # default limit 50
 
 
-@pytest.mark.parametrize("query", ["state=bogus", "limit=0", "limit=501", "limit=ten", "cursor=%21%21not-a-cursor"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "state=bogus",
+        "limit=0",
+        "limit=501",
+        "limit=ten",
+        "cursor=%21%21not-a-cursor",
+        "cursor=eyJvIjogImwtMSJ9",  # an earlier version's cursor: refused, never read as a position
+        "cursor=oA",  # not base64url of whole bytes
+    ],
+)
 def test_list_refuses_bad_queries(api, query):
     assert_error(api.get(f"/v1/operations?{query}"), 422, "invalid_request")
+
+
+def test_any_cursor_the_pattern_admits_is_a_position(api):
+    for i in range(4):
+        enqueue(api, f"p-{i}")
+    # "o" + base64url("p-1"): the page starts after p-1, whether or not a page ever ended there.
+    assert [o["operation_id"] for o in api.get("/v1/operations?cursor=ocC0x").json["operations"]] == ["p-2", "p-3"]
+    assert [o["operation_id"] for o in api.get("/v1/operations?cursor=ocC0").json["operations"]] == ["p-0", "p-1", "p-2", "p-3"]
+    assert api.get("/v1/operations?cursor=o_w").json == {"operations": [], "next_cursor": None}  # after U+FFFD
+    assert len(api.get("/v1/operations?cursor=o").json["operations"]) == 4  # empty position: the start
+    assert len(api.get("/v1/operations?cursor=").json["operations"]) == 4  # no cursor
 
 
 # ---------------------------------------------------------------------------------- claims

@@ -62,6 +62,21 @@ def test_a_deployment_without_the_console_answers_its_routes_404(http, monkeypat
     assert anonymous.json("GET", "/v1/health") == (200, {"status": "ok"})
 
 
+def test_an_undeclared_method_on_the_consoles_paths_is_405_and_404_once_it_is_off(http, monkeypatch):
+    anonymous = http(None)
+    for method, path in (("POST", "/console"), ("DELETE", "/console/console.js"), ("PUT", "/")):
+        status, headers, _ = anonymous.call(method, path)
+        assert (status, headers.get("Allow")) == (405, "GET"), path
+    # Without the console its paths are unknown (as API Gateway, without their routes, says).
+    monkeypatch.setenv("LEASEFENCE_CONSOLE", "off")
+    for method, path in (("POST", "/console"), ("DELETE", "/console/console.js"), ("PUT", "/")):
+        status, body = anonymous.json(method, path)
+        assert (status, body["error"]["code"]) == (404, "not_found"), path
+    # The console's data routes stay, and so do their 405s.
+    status, headers, _ = anonymous.call("POST", "/v1/target-classes")
+    assert (status, headers.get("Allow")) == (405, "GET")
+
+
 # ---------------------------------------------------------------------------------- the operation
 
 
@@ -143,7 +158,12 @@ def test_list_filters_by_time_and_pages_through_a_narrow_filter(mixed, http, ten
     status, page = operate.json("GET", "/v1/operations?" + urlencode({"job_type": "charge", "limit": 2}))
     assert status == 200 and len(page["operations"]) <= 2 and page["next_cursor"]
     assert _ids(mixed, job_type="charge", limit=2) == ["op-0", "op-1", "op-5"]
+    # RFC 3339 exactly as the document's format: date-time (lower-case t and z, a leap second too).
+    for fine in ("2026-12-01t10:00:00z", "2016-12-31T23:59:60Z", "2026-12-01T10:00:00.123456789-05:30"):
+        assert operate.json("GET", "/v1/operations?" + urlencode({"updated_before": fine}))[0] == 200, fine
     for bad in ({"updated_after": "yesterday"}, {"updated_after": "2026-12-01T10:00:00"},
+                {"updated_after": ""}, {"updated_before": "2026-12-01T10:00Z"},
+                {"updated_before": "2026-02-30T10:00:00Z"}, {"updated_after": "2026-12-01 10:00:00Z"},
                 {"target_class": "E"}, {"q": "x" * 257}, {"job_type": ""}):
         status, body = operate.json("GET", "/v1/operations?" + urlencode(bad))
         if bad == {"job_type": ""}:

@@ -150,7 +150,7 @@ def test_routes_use_the_brought_in_authorizer(byo) -> None:
     secured = [r for r in routes if r["AuthorizationType"] != "NONE"]
     # All but the open ones: GET /v1/health, the target-class table and the console's files.
     assert {r["RouteKey"] for r in routes if r["AuthorizationType"] == "NONE"} == {
-        "GET /v1/health", "GET /v1/target-classes", "GET /", "GET /console", "GET /console/{asset}"}
+        "GET /v1/health", "GET /v1/target-classes", "GET /", "GET /console", "GET /console/{asset}", "$default"}
     assert all(r["AuthorizerId"] == {"Ref": authorizer_lid} and r["AuthorizationType"] == "JWT" for r in secured)
 
 

@@ -19,8 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 from leasefence import snapstart
 from leasefence.api import errors
-from leasefence.api.errors import MalformedRequest, Unauthorized
-from leasefence.api.security import caller_from_event, iam_caller, iam_request, match_route
+from leasefence.api.errors import MalformedRequest, MethodNotAllowed, Unauthorized
+from leasefence.api.security import (
+    CONSOLE_ROUTES,
+    allowed_methods,
+    caller_from_event,
+    iam_caller,
+    iam_request,
+    match_route,
+)
 from leasefence.errors import PayloadTooLarge
 from leasefence.observability import logger, tag
 from leasefence.settings import runtime
@@ -106,6 +113,19 @@ def _normalized(event: Mapping[str, Any]) -> dict[str, Any]:
     return event
 
 
+def _refuse_method(method: str, path: str) -> None:
+    """405 (:class:`MethodNotAllowed`) for a known path asked with a method it does not declare,
+    before any token is read; nothing for a path no route has (the resolver's 404)."""
+    allow = allowed_methods(path)
+    if allow:
+        from leasefence import console
+
+        if not console.enabled():  # a console turned off has no routes: 404, as in AWS
+            allow = allowed_methods(path, CONSOLE_ROUTES)
+    if allow:
+        raise MethodNotAllowed(method.upper(), allow)
+
+
 def handle(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     """The API's Lambda entry (the function module adds the Powertools decorators)."""
     started = time.perf_counter()
@@ -124,12 +144,15 @@ def handle(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         found, iam_refused = None, refused
     if found is not None:
         iam_scope, path = found
-    matched = match_route(str(http.get("method", "")), path)
+    method = str(http.get("method", ""))
+    matched = match_route(method, path)
     spec = matched[0] if matched else None
     app = None
     try:
         if iam_refused is not None:
             raise iam_refused
+        if spec is None:
+            _refuse_method(method, path)
         prepared = _normalized(event)
         if iam_scope is not None:
             prepared["rawPath"] = path  # the resolver routes the path without its prefix

@@ -45,6 +45,24 @@ class RouteNotFound(NotFound):
     pass
 
 
+class MethodNotAllowed(LeaseFenceError):
+    """A known path asked with a method it does not declare: 405 with ``Allow`` (RFC 9110)."""
+
+    code = "method_not_allowed"
+    status = 405
+
+    def __init__(self, method: str, allow: tuple[str, ...]) -> None:
+        super().__init__(f"{method} is not allowed here; allowed: {', '.join(allow)}")
+        self.allow = allow
+
+
+def headers_of(exc: BaseException) -> dict[str, str]:
+    """The headers an error answer carries beside its content type (``Allow`` for a 405)."""
+    if isinstance(exc, MethodNotAllowed):
+        return {"Allow": ", ".join(exc.allow)}
+    return {}
+
+
 def error_body(
     code: str, message: str, details: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
@@ -123,7 +141,7 @@ def to_response(exc: BaseException) -> Any:
     from aws_lambda_powertools.event_handler import Response
 
     status, body = describe(exc)
-    return Response(status_code=status, content_type=JSON, body=body)
+    return Response(status_code=status, content_type=JSON, body=body, headers=headers_of(exc))
 
 
 def to_proxy_result(exc: BaseException, serializer: Any = None) -> dict[str, Any]:
@@ -134,7 +152,7 @@ def to_proxy_result(exc: BaseException, serializer: Any = None) -> dict[str, Any
     dump = serializer or (lambda value: json.dumps(value, separators=(",", ":")))
     return {
         "statusCode": status,
-        "headers": {"Content-Type": JSON},
+        "headers": {"Content-Type": JSON, **headers_of(exc)},
         "body": dump(body),
         "isBase64Encoded": False,
         "cookies": [],

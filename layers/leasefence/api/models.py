@@ -6,20 +6,49 @@ engine would enforce on input is checked here too, before anything is written (a
 uploads its payload before the conditional put, so the engine's own checks come too late to
 keep "bad input writes nothing").
 
-Responses are documented here; the handlers return the engine's ``to_public()`` dicts, which
-these models describe (their extra fields are allowed, so the contract can grow).
+Responses are documented here: those of the operation, the claim and the history are derived from
+:mod:`leasefence.resources` (which the handlers write the answers with); the others describe the
+``to_public()`` dicts of the catalogue, the controls and the listing counts (their extra fields
+are allowed, so the contract can grow).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, model_validator
 
-from leasefence.limits import MAX_CHECKPOINT_DEPTH, MAX_FENCE, MAX_LEASE_SECONDS
+from leasefence import resources
+from leasefence.catalogue import RUNBOOK_URL_PATTERN
+from leasefence.limits import (
+    MAX_APPROVAL_VALID_SECONDS,
+    MAX_ATTEMPTS,
+    MAX_CHECKPOINT_DEPTH,
+    MAX_FENCE,
+    MAX_LEASE_SECONDS,
+    MAX_RETRY_AFTER_SECONDS,
+    MIN_APPROVAL_VALID_SECONDS,
+)
 from leasefence.limits import MAX_ID_LENGTH as MAX_ID
 from leasefence.limits import MAX_TEXT_LENGTH as MAX_TEXT
+from leasefence.resources import StateName, TargetClassName
 from leasefence.validation import HASH_PATTERN, NO_CONTROL
+
+
+def _whole_number(value: Any) -> Any:
+    """JSON Schema's ``integer`` is any number without a fraction: ``2.0`` is the integer 2 (and
+    ``2.5``, ``"2"`` and ``true`` are not integers, which strict validation refuses)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+#: Integers as the OpenAPI document (JSON Schema) defines them: ``2`` or ``2.0``, nothing else.
+#: (The bounds come before the validator, so that the schema states them as minimum/maximum.)
+_WHOLE = BeforeValidator(_whole_number)
 
 Id = Annotated[
     str,
@@ -30,21 +59,17 @@ Id = Annotated[
         description="1-256 characters, no control characters",
     ),
 ]
-Fence = Annotated[int, Field(ge=1, le=MAX_FENCE, description="The fence returned by the claim")]
-Reason = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
-LeaseSeconds = Annotated[int, Field(ge=1, le=MAX_LEASE_SECONDS)]
-StateName = Literal[
-    "queued",
-    "claimed",
-    "succeeded",
-    "failed_terminal",
-    "unknown",
-    "quarantined",
-    "awaiting_approval",
-    "cancelled",
+Fence = Annotated[
+    int, Field(ge=1, le=MAX_FENCE, description="The fence returned by the claim"), _WHOLE
 ]
-PayloadStateName = Literal["external", "stored", "purged", "erased"]
-TargetClassName = Literal["A", "B", "C", "D"]
+Reason = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
+LeaseSeconds = Annotated[int, Field(ge=1, le=MAX_LEASE_SECONDS), _WHOLE]
+Attempts = Annotated[int, Field(ge=1, le=MAX_ATTEMPTS), _WHOLE]
+DelaySeconds = Annotated[int, Field(ge=0, le=MAX_RETRY_AFTER_SECONDS), _WHOLE]
+ApprovalSeconds = Annotated[
+    int, Field(ge=MIN_APPROVAL_VALID_SECONDS, le=MAX_APPROVAL_VALID_SECONDS), _WHOLE
+]
+Version = Annotated[int, Field(ge=0, le=MAX_FENCE), _WHOLE]
 PayloadHash = Annotated[str, Field(pattern=HASH_PATTERN, description="sha256:<64 lowercase hex>")]
 
 
@@ -62,15 +87,68 @@ def _depth(value: Any) -> int:
     return deepest
 
 
+#: Any value RFC 8785 (I-JSON) canonicalizes: integers within +-(2**53 - 1), any other number,
+#: and strings, booleans, null, arrays and objects of such values (a payload's hash is taken over
+#: its canonical JSON, so a larger integer has none). The OpenAPI document's ``IJsonValue``.
+IJSON_VALUE_SCHEMA: dict[str, Any] = {
+    "description": "A JSON value RFC 8785 can canonicalize: integers within +-(2**53 - 1)",
+    "anyOf": [
+        {"type": ["string", "boolean", "null"]},
+        {"type": "number", "not": {"type": "integer"}},
+        {"type": "integer", "minimum": -MAX_FENCE, "maximum": MAX_FENCE},
+        {"type": "array", "items": {"$ref": "#/components/schemas/IJsonValue"}},
+        {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/IJsonValue"}},
+    ],
+}
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+#: JSON Schema for "target_class D allows exactly one attempt" (a model validator enforces it).
+_CLASS_D_ONE_ATTEMPT: dict[str, Any] = {
+    "if": {"required": ["target_class"], "properties": {"target_class": {"const": "D"}}},
+    "then": {"properties": {"max_attempts": {"anyOf": [{"const": 1}, {"type": "null"}]}}},
+}
 
 
 # ---------------------------------------------------------------------------------- requests
 
 
 class EnqueueRequest(Strict):
-    """Either `payload` (stored inline) or `payload_ref` + `payload_hash` (stored by you)."""
+    """Either `payload` (stored inline) or `payload_ref` + `payload_hash` (stored by you).
+
+    Beside the rules this schema states, an enqueue may be refused for what no schema can state:
+    a payload over 256 KiB as canonical JSON (413), and the tenant's catalogue and settings (a
+    job type outside the catalogue in strict mode, a class or attempt budget that contradicts
+    its entry, a payload its `payload_schema` refuses, a by-reference payload for a job type that
+    requires approval, a 101st job type: 422 with the codes the responses list)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {
+                    "title": "inline payload",
+                    "required": ["payload"],
+                    "properties": {
+                        "payload_ref": {"type": "null"},
+                        "payload_hash": {"type": "null"},
+                    },
+                },
+                {
+                    "title": "payload by reference",
+                    "required": ["payload_ref", "payload_hash"],
+                    "properties": {
+                        "payload_ref": {"type": "string"},
+                        "payload_hash": {"type": "string"},
+                    },
+                    "not": {"required": ["payload"]},
+                },
+            ],
+            **_CLASS_D_ONE_ATTEMPT,
+        }
+    )
 
     operation_id: Id
     job_type: Id
@@ -78,17 +156,20 @@ class EnqueueRequest(Strict):
         default=None,
         description="Any JSON value but null; at most 256 KiB as RFC 8785 canonical JSON. "
         "Its hash is SHA-256 over that canonical JSON.",
+        json_schema_extra={
+            "allOf": [{"$ref": "#/components/schemas/IJsonValue"}],
+            "not": {"type": "null"},
+        },
     )
     payload_ref: str | None = Field(
         default=None, min_length=1, max_length=MAX_TEXT, pattern=NO_CONTROL
     )
     payload_hash: PayloadHash | None = Field(
         default=None,
-        description="Required with payload_ref; with payload it must equal the computed hash",
+        description="Required with payload_ref, and only with it (beside an inline payload, a "
+        "hash equal to the payload's own is tolerated as a check; another is 422)",
     )
-    max_attempts: int | None = Field(
-        default=None, ge=1, le=100, description="Default 5 (1 for class D)"
-    )
+    max_attempts: Attempts | None = Field(default=None, description="Default 5 (1 for class D)")
     target_class: TargetClassName = "C"
 
     @model_validator(mode="after")
@@ -163,7 +244,7 @@ class FailRequest(Strict):
     fence: Fence
     retryable: bool
     reason: Reason
-    retry_after_seconds: int | None = Field(default=None, ge=0, le=86_400)
+    retry_after_seconds: DelaySeconds | None = None
 
 
 class ParkRequest(Strict):
@@ -196,11 +277,30 @@ class EraseRequest(Strict):
 
 class JobTypeRequest(Strict):
     """A job type's catalogue entry. Omitted fields take their defaults (not the old values):
-    a PUT declares the whole entry."""
+    a PUT declares the whole entry.
+
+    Two rules no JSON Schema can state are checked too (422 invalid_request): `lease_seconds`
+    must not exceed `max_lease_seconds` (with their defaults when omitted), and `payload_schema`
+    must be a JSON Schema leasefence can use (local `$ref`s only, patterns it can run)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                _CLASS_D_ONE_ATTEMPT,
+                {
+                    "if": {
+                        "required": ["approval_required"],
+                        "properties": {"approval_required": {"const": True}},
+                    },
+                    "else": {"properties": {"approval_valid_seconds": {"type": "null"}}},
+                },
+            ]
+        }
+    )
 
     target_class: TargetClassName = Field(description="What the job type's target can enforce")
-    max_attempts: int | None = Field(
-        default=None, ge=1, le=100, description="The attempt budget (default 5; class D: 1)"
+    max_attempts: Attempts | None = Field(
+        default=None, description="The attempt budget (default 5; class D: 1)"
     )
     lease_seconds: LeaseSeconds = Field(
         default=60, description="The lease of a claim that names none"
@@ -210,13 +310,15 @@ class JobTypeRequest(Strict):
     )
     owner: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT)
     runbook_url: str | None = Field(
-        default=None, min_length=1, max_length=MAX_TEXT, description="An http(s) URL"
+        default=None,
+        min_length=1,
+        max_length=MAX_TEXT,
+        pattern=RUNBOOK_URL_PATTERN,
+        description="An http(s) URL",
     )
     approval_required: bool = False
-    approval_valid_seconds: int | None = Field(
+    approval_valid_seconds: ApprovalSeconds | None = Field(
         default=None,
-        ge=60,
-        le=30 * 86_400,
         description="With approval_required: how long an approval may take (default 86400)",
     )
     payload_schema: dict[str, Any] | None = Field(
@@ -224,10 +326,8 @@ class JobTypeRequest(Strict):
         description="A JSON Schema that inline payloads must match (local $refs only; at most "
         "16 KiB). A job type with one refuses payloads by reference",
     )
-    expected_version: int | None = Field(
+    expected_version: Version | None = Field(
         default=None,
-        ge=0,
-        le=MAX_FENCE,
         description="Write only if the entry is at this version (0: only if it does not exist); "
         "else 409 version_conflict",
     )
@@ -261,109 +361,56 @@ class CancelRequest(Strict):
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 
 
-class Intent(BaseModel):
-    fence: int = Field(description="The fence under which it was recorded")
-    what: str
+def _annotation(hint: Any, extra: dict[str, Any] | None = None) -> Any:
+    """The schema type of a resource field (:mod:`leasefence.resources`); ``extra``: JSON Schema
+    keywords of the value itself (inside the ``anyOf`` with null when it may be null)."""
+    base, nullable = resources.optional(hint)
+    if base is datetime:
+        schema_type: Any = Timestamp
+    elif typing.get_origin(base) is list:
+        (item,) = typing.get_args(base)
+        schema_type = list[_annotation(item)]  # type: ignore[misc]
+    elif isinstance(base, type) and (dataclasses.is_dataclass(base) or typing.is_typeddict(base)):
+        schema_type = _resource_model(base)
+    else:
+        schema_type = base
+    if extra:
+        schema_type = Annotated[schema_type, Field(json_schema_extra=extra)]
+    return schema_type | None if nullable else schema_type
 
 
-class OperationOut(BaseModel):
-    operation_id: str
-    job_type: str
-    state: StateName
-    fence: int
-    attempts: int
-    max_attempts: int
-    target_class: TargetClassName
-    payload_hash: PayloadHash
-    payload_ref: str | None
-    outcome_code: str | None
-    lease_owner: str | None
-    lease_expires_at: Timestamp | None
-    created_at: Timestamp
-    updated_at: Timestamp
-    payload_state: PayloadStateName = Field(
-        description="external: the caller's payload_ref; stored: the inline payload is kept; purged: deleted after "
-        "its retention; erased: deleted by an operator (with the operation's free text)"
-    )
-    erased_at: Timestamp | None = Field(description="When the operation was erased; null if never")
-    job_type_version: int | None = Field(
-        default=None,
-        description="The version of the job type's catalogue entry it was enqueued under; null "
-        "for an uncatalogued job type",
-    )
-    approval_expires_at: Timestamp | None = Field(
-        default=None,
-        description="awaiting_approval: until when an approval is accepted (then the sweeper ends it "
-        "failed_terminal, outcome approval_expired); null otherwise",
-    )
-    approved_by: str | None = Field(
-        default=None, description="The approver's identity (the token's sub); null if not approved"
-    )
-    enqueued_by: str | None = Field(
-        default=None,
-        description="Who enqueued it (the producer's identity), for an operation that went "
-        "through the approval gate; null otherwise (the history's enqueue entry names the actor)",
-    )
-    reason: str | None = Field(
-        default=None,
-        description="The latest failure or park reason, or a rejection's note (null when none, "
-        "or erased); an operator's resolution note is in the history",
-    )
-    intent: Intent | None = Field(
-        default=None,
-        description="Class D: the intent a holder recorded before its side effect (what, under "
-        "which fence), or null",
-    )
-    checkpoint: Any = Field(
-        default=None,
-        description="The latest checkpoint a holder kept (the handler's JSON), or null",
-    )
+_MODELS: dict[type, type[BaseModel]] = {}
 
 
-class EnqueueOut(BaseModel):
-    operation: OperationOut
-    created: bool
+def _resource_model(resource: type, name: str | None = None) -> type[BaseModel]:
+    """The response model (OpenAPI schema) of a resource: every field it sends, in order, each
+    required (the API always sends every field; null where the type allows it)."""
+    if resource not in _MODELS:
+        fields: dict[str, Any] = {}
+        for f in resources.wire_fields(resource):
+            hint = resources.optional(f.type)[0] if f.doc.always else f.type
+            annotation = _annotation(hint, dict(f.doc.schema or {}))
+            fields[f.name] = (annotation, Field(description=f.doc.text or None))
+        model = create_model(name or resource.__name__, __doc__=resource.__doc__, **fields)
+        _MODELS[resource] = model
+    return _MODELS[resource]
+
+
+# The response models of the operation, claim and history resources, and their pages.
+OperationOut = _resource_model(resources.Operation, "OperationOut")
+ClaimOut = _resource_model(resources.Claim, "ClaimOut")
+HistoryEntryOut = _resource_model(resources.HistoryEntry, "HistoryEntryOut")
+HistoryOut = _resource_model(resources.HistoryPage, "HistoryOut")
+OperationPage = _resource_model(resources.OperationPage, "OperationPage")
+EnqueueOut = _resource_model(resources.EnqueueResult, "EnqueueOut")
 
 
 class OperationEnvelope(BaseModel):
-    operation: OperationOut
-
-
-class OperationPage(BaseModel):
-    operations: list[OperationOut]
-    next_cursor: str | None
-
-
-class ClaimOut(BaseModel):
-    operation_id: str
-    job_type: str
-    fence: int
-    attempts: int
-    lease_expires_at: Timestamp
-    payload_ref: str | None
-    payload_hash: PayloadHash
-    target_class: TargetClassName
-    reconcile_required: bool
-    checkpoint: Any = None
-    intent: Intent | None = Field(
-        default=None,
-        description="Class D: the intent an earlier holder recorded (a heartbeat's `intent`), or null",
-    )
-    claimed_at: Timestamp = Field(
-        description="When the claim was granted, by the server's clock: lease_expires_at is "
-        "claimed_at + lease_ms"
-    )
-    lease_ms: int = Field(
-        description="The lease GRANTED, in ms: what was asked for, the job type's default when "
-        "none was, or its max_lease_seconds when more was asked for. Renew well within it"
-    )
-    lease_seconds: int = Field(
-        description="The lease granted in whole seconds (lease_ms // 1000; lease_ms is exact)"
-    )
+    operation: OperationOut  # type: ignore[valid-type]
 
 
 class ClaimEnvelope(BaseModel):
-    claim: ClaimOut
+    claim: ClaimOut  # type: ignore[valid-type]
 
 
 class LeaseOut(BaseModel):
@@ -372,78 +419,6 @@ class LeaseOut(BaseModel):
 
 class HealthOut(BaseModel):
     status: Literal["ok"]
-
-
-TransitionName = Literal[
-    "enqueue",
-    "claim",
-    "takeover",
-    "complete",
-    "fail",
-    "retry",
-    "retry_later",
-    "unknown",
-    "quarantine",
-    "sweep",
-    "resolve",
-    "requeue",
-    "erase",
-    "approve",
-    "reject",
-    "approval_expire",
-    "cancel",
-]
-
-
-class HistoryEntryOut(BaseModel):
-    sequence: int = Field(
-        description="The operation's transition counter: 1 for the enqueue, +1 per transition"
-    )
-    time: Timestamp = Field(
-        description="When the transition was made (the clock of whoever made it)"
-    )
-    transition: TransitionName = Field(
-        description="What happened: enqueue, claim, takeover (a claim of a lapsed lease: the fence "
-        "rose past a holder that stalled), complete, fail (failed_terminal), retry / retry_later "
-        "(a retryable failure back to queued, claimable at once / after a backoff), unknown, "
-        "quarantine, sweep (the final lease lapsed: unknown), resolve / requeue (an operator's "
-        "decision), erase, approve / reject (an approver's decision on an operation awaiting approval), "
-        "approval_expire (no approval within its validity: failed_terminal), cancel (the producer "
-        "withdrew it: cancelled)"
-    )
-    previous_state: StateName | None = Field(description="The state before (null for the enqueue)")
-    state: StateName
-    fence: int = Field(
-        description="The operation's fence after the transition (a claim's is its own)"
-    )
-    attempt: int = Field(description="Attempts made so far")
-    actor: str | None = Field(
-        description="Who made it: the worker id (claims and a holder's closing transitions), the "
-        "operator's or producer's identity from the token (sub, client_id or username), or "
-        "leasefence-sweeper"
-    )
-    previous_actor: str | None = Field(
-        default=None, description="A takeover: the worker whose lease lapsed"
-    )
-    outcome_code: str | None = Field(
-        default=None, description="complete, resolve: the outcome code"
-    )
-    reason: str | None = Field(
-        default=None,
-        description="The failure or park reason, or the operator's note (at most 256 characters)",
-    )
-    available_at: Timestamp | None = Field(
-        default=None, description="retry, retry_later: when it is claimable again"
-    )
-
-
-class HistoryOut(BaseModel):
-    entries: list[HistoryEntryOut] = Field(description="Oldest first")
-    next_cursor: str | None
-    dropped: int = Field(
-        description="Entries left out to keep the history bounded (the oldest after the first: a "
-        "history keeps the enqueue and the 49 newest transitions)"
-    )
 
 
 class JobTypeOut(BaseModel):

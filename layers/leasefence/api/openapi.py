@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from leasefence.api.links import LINKS
+
 API_VERSION = "1.0.0"
 TITLE = "leasefence"
 DESCRIPTION = (
@@ -43,9 +45,23 @@ def _referenced(node: Any, found: set[str]) -> None:
             _referenced(value, found)
 
 
+def _query_without_null(operation: dict[str, Any]) -> None:
+    """An optional query parameter is absent or a value, never null: Powertools writes
+    ``anyOf [X, null]`` for ``X | None``; the document says X."""
+    for parameter in operation.get("parameters", []):
+        schema = parameter.get("schema", {})
+        if parameter.get("in") != "query" or "anyOf" not in schema:
+            continue
+        kept = [s for s in schema["anyOf"] if s != {"type": "null"}]
+        if len(kept) == 1:
+            del schema["anyOf"]
+            schema.update(kept[0])
+
+
 def build_spec() -> dict[str, Any]:
     from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 
+    from leasefence.api.models import IJSON_VALUE_SCHEMA
     from leasefence.api.routes import app
 
     raw = app.get_openapi_json_schema(
@@ -64,6 +80,9 @@ def build_spec() -> dict[str, Any]:
     # and a route without input has no 422 at all.
     for methods in spec.get("paths", {}).values():
         for operation in methods.values():
+            _query_without_null(operation)
+            for status, links in LINKS.get(operation.get("operationId", ""), {}).items():
+                operation["responses"][status]["links"] = links
             responses = operation.get("responses", {})
             default_422 = (
                 responses.get("422", {})
@@ -81,6 +100,7 @@ def build_spec() -> dict[str, Any]:
                     del responses["422"]
     # Drop the schemas nothing refers to any more.
     schemas = spec.get("components", {}).get("schemas", {})
+    schemas["IJsonValue"] = IJSON_VALUE_SCHEMA
     used: set[str] = set()
     _referenced({k: v for k, v in spec.items() if k != "components"}, used)
     pending = list(used)

@@ -137,6 +137,20 @@ def match_route(method: str, path: str) -> tuple[RouteSpec, dict[str, str]] | No
     return None
 
 
+def allowed_methods(path: str, without: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The methods declared for a raw path (empty: no route has this path at all), leaving out
+    the routes named in ``without`` (the console's, when it is turned off)."""
+    return tuple(
+        sorted(
+            {
+                spec.method
+                for spec, regex in _COMPILED
+                if spec.operation_id not in without and regex.match(path)
+            }
+        )
+    )
+
+
 @dataclass(frozen=True)
 class Caller:
     tenant_id: str

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from leasefence import payload_schemas
 from leasefence.clock import to_rfc3339
@@ -42,6 +42,7 @@ __all__ = [
     "MAX_LEASE_SECONDS",
     "MAX_SCHEMA_BYTES",
     "MAX_TEXT",
+    "RUNBOOK_URL_PATTERN",
     "Admission",
     "Change",
     "JobTypeEntry",
@@ -79,6 +80,16 @@ def _text(spec: Mapping[str, Any], name: str) -> str | None:
     if not isinstance(value, str) or not 1 <= len(value) <= MAX_TEXT:
         raise InvalidInput(f"{name} must be a string of 1-{MAX_TEXT} characters")
     return value
+
+
+#: What a runbook_url must be (the API's schema states the same pattern): http:// or https://,
+#: a host (an IPv6 literal in brackets), then optionally a path, query or fragment; no whitespace
+#: or control characters anywhere.
+RUNBOOK_URL_PATTERN = (
+    r"^[Hh][Tt][Tt][Pp][Ss]?://(?:[^\x00-\x20\x7f-\x9f/?#\[\]]|\[[0-9A-Fa-f:.]+\])+"
+    r"(?:[/?#][^\x00-\x20\x7f-\x9f]*)?$"
+)
+_RUNBOOK_URL = re.compile(RUNBOOK_URL_PATTERN)
 
 
 def canonical(value: Any) -> str:
@@ -140,9 +151,7 @@ class JobTypeSpec:
         if lease > max_lease:
             raise InvalidInput("lease_seconds must not exceed max_lease_seconds")
         runbook = _text(spec, "runbook_url")
-        if runbook is not None and (
-            urlsplit(runbook).scheme not in ("https", "http") or not urlsplit(runbook).netloc
-        ):
+        if runbook is not None and not _RUNBOOK_URL.fullmatch(runbook):
             raise InvalidInput("runbook_url must be an http(s) URL")
         approval = spec.get("approval_required", False)
         if not isinstance(approval, bool):

@@ -8,7 +8,7 @@ from leasefence import cursor as cursors
 from leasefence import history as histories
 from leasefence import keys, listing
 from leasefence.engine._context import EngineContext
-from leasefence.errors import InvalidInput, NotFound
+from leasefence.errors import NotFound
 from leasefence.limits import MAX_LIST_PAGE
 from leasefence.model import Operation, Page, State
 from leasefence.validation import validate_id, validate_limit
@@ -67,7 +67,7 @@ class Reads:
             start = page.last_key
             if start is None or len(found) >= limit:
                 break
-        next_cursor = cursors.encode({"o": start["operation_id"]}) if start else None
+        next_cursor = cursors.encode_operation_cursor(start["operation_id"]) if start else None
         return Page(operations=found, next_cursor=next_cursor)
 
     def state_counts(
@@ -79,12 +79,11 @@ class Reads:
         )
 
 
-def _decode_cursor(cursor: str, tenant_id: str) -> dict[str, str]:
-    """The key a listing resumes after: the cursor names only an operation id; the tenant always
+def _decode_cursor(cursor: str, tenant_id: str) -> dict[str, str] | None:
+    """The key a listing resumes after: any position the cursor's pattern admits (one before the
+    first possible id: the start, None). The cursor names only a position; the tenant always
     comes from the caller."""
-    operation_id = cursors.decode(cursor, ("o",))["o"]
-    try:
-        validate_id("cursor", operation_id)
-    except InvalidInput:
-        raise cursors.invalid() from None
-    return {"tenant_id": tenant_id, "operation_id": operation_id}
+    position = cursors.decode_operation_cursor(cursor)
+    if position < keys.FIRST_OPERATION_ID:
+        return None
+    return {"tenant_id": tenant_id, "operation_id": position}

@@ -1,0 +1,309 @@
+"""What the OpenAPI document says of each route: its summary, its answers and their meaning.
+
+Kept apart from the handlers (:mod:`leasefence.api.routes`), which register each route with its
+entry here (``_register(operation_id)``). The request and response schemas come from the models
+(:mod:`leasefence.api.models`), the links from :mod:`leasefence.api.links`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from leasefence.api import models
+from leasefence.api.app import JSON
+
+
+class RouteDoc(NamedTuple):
+    summary: str
+    responses: dict[int, Any]
+    description: str | None = None
+    #: The document's tag (default: from the route's scope).
+    tag: str | None = None
+
+
+def _error_responses(*statuses: int) -> dict[int, dict[str, Any]]:
+    meaning = {
+        400: "Malformed JSON body",
+        401: "Missing, malformed, badly signed or expired token",
+        403: "The token lacks the route's scope",
+        404: "No such operation for this tenant",
+        409: "Conflict (see error.code)",
+        410: "The payload is gone: purged after its retention, or erased (payload_missing)",
+        413: "Payload too large",
+        422: "Invalid request (invalid_request)",
+        503: "Temporarily unavailable; safe to retry",
+    }
+    return {
+        status: {"description": meaning[status], "content": {JSON: {"model": models.ErrorOut}}}
+        for status in statuses
+    }
+
+
+def _ok(status: int, description: str, model: Any) -> dict[int, dict[str, Any]]:
+    return {status: {"description": description, "content": {JSON: {"model": model}}}}
+
+
+_AUTH = (401, 403, 422, 503)
+_HTML = {"text/html": {"schema": {"type": "string"}}}
+_FENCED = (400, 401, 403, 404, 409, 422, 503)
+
+#: operationId -> what the document says of the route.
+ROUTE_DOCS: dict[str, RouteDoc] = {
+    "health": RouteDoc(
+        "Liveness of the API",
+        _ok(200, "Up", models.HealthOut),
+    ),
+    "enqueueOperation": RouteDoc(
+        "Record an operation (idempotent by operation_id and payload hash)",
+        {
+            **_ok(201, "Created", models.EnqueueOut),
+            **_ok(
+                200,
+                "Replay: the same id with the same payload hash; nothing changed",
+                models.EnqueueOut,
+            ),
+            **_error_responses(400, 409, 413, *_AUTH),
+        },
+        "A job type in the tenant's catalogue gives the class and the attempt budget "
+        "(a target_class or max_attempts that differs from the entry: 422 invalid_request), may "
+        "require inline payloads that match its JSON Schema (else 422, nothing stored), and its "
+        "version is recorded as job_type_version. A tenant in strict mode refuses job types that "
+        "are not in its catalogue: 422 unknown_job_type. An entry that requires approval refuses a "
+        "payload by reference (422 inline_payload_required) and a token that names nobody (403 "
+        "forbidden): the approver approves bytes leasefence stores, and the enqueuer is recorded.",
+    ),
+    "listOperations": RouteDoc(
+        "List this tenant's operations (operators; approvers: those awaiting approval)",
+        {**_ok(200, "A page of operations", models.OperationPage), **_error_responses(*_AUTH)},
+        "In id order. The filters (state, job_type, target_class, updated_after, "
+        "updated_before, q) are applied to the items a page reads, so a page of a narrow filter may "
+        "hold fewer than limit operations (even none) and still carry a next_cursor. With only the "
+        "`leasefence/approve` scope (an approver's inbox): state=awaiting_approval only (anything "
+        "else: 403 forbidden).",
+    ),
+    "getOperation": RouteDoc(
+        "Read one operation",
+        {**_ok(200, "The operation", models.OperationOut), **_error_responses(404, *_AUTH)},
+        "With only the `leasefence/approve` scope (an approver): operations that went "
+        "through the approval gate only (another: 403 forbidden), so an approver reads what it "
+        "approves without the scope that claims it.",
+    ),
+    "claimOperation": RouteDoc(
+        "Claim the next due operation (or a named one)",
+        {
+            **_ok(200, "Claimed: act under this fence", models.ClaimEnvelope),
+            204: {"description": "Nothing is claimable now (no body)", "content": {}},
+            **_error_responses(400, 404, *_AUTH),
+        },
+    ),
+    "heartbeat": RouteDoc(
+        "Extend the lease held by this fence (and keep a checkpoint)",
+        {**_ok(200, "The new lease expiry", models.LeaseOut), **_error_responses(*_FENCED)},
+    ),
+    "completeOperation": RouteDoc(
+        "Record success (the same fence repeating the same completion gets 200 again)",
+        {**_ok(200, "Succeeded", models.OperationEnvelope), **_error_responses(*_FENCED)},
+    ),
+    "failOperation": RouteDoc(
+        "Record a failure: retryable with attempts left requeues, otherwise failed_terminal",
+        {
+            **_ok(200, "Requeued or failed_terminal", models.OperationEnvelope),
+            **_error_responses(*_FENCED),
+        },
+    ),
+    "parkUnknown": RouteDoc(
+        "The outcome is ambiguous: park as unknown for reconciliation",
+        {**_ok(200, "Parked as unknown", models.OperationEnvelope), **_error_responses(*_FENCED)},
+    ),
+    "quarantineOperation": RouteDoc(
+        "The input cannot be processed: park as quarantined",
+        {**_ok(200, "Quarantined", models.OperationEnvelope), **_error_responses(*_FENCED)},
+    ),
+    "getPayload": RouteDoc(
+        "The inline payload as enqueued (its RFC 8785 canonical JSON)",
+        {
+            200: {"description": "The payload", "content": {JSON: {"schema": {}}}},
+            **_error_responses(404, 410, *_AUTH),
+        },
+        "With only the `leasefence/approve` scope (an approver): operations that went "
+        "through the approval gate only (another: 403 forbidden), so an approver reads what it "
+        "approves without the scope that claims it.",
+    ),
+    "resolveOperation": RouteDoc(
+        "Operator decision for an unknown or quarantined operation",
+        {
+            **_ok(200, "Resolved", models.OperationEnvelope),
+            **_error_responses(400, 404, 409, *_AUTH),
+        },
+        "Sent again after it succeeded (its answer was lost), a resolve is a replay: 200 "
+        "with the operation as it is now, nothing changed. With request_token the retry is "
+        "recognized by it (and never applied twice); without one, while the operation's last "
+        "transition is this decision (same resolution, identity and note). Otherwise, from any "
+        "state but unknown or quarantined: 409 invalid_transition.",
+    ),
+    "eraseOperation": RouteDoc(
+        "Erase an operation's payload and free text, keeping its identity (operators)",
+        {
+            **_ok(
+                200,
+                "Erased (erasing again is harmless): payload_state is erased",
+                models.OperationEnvelope,
+            ),
+            **_error_responses(400, 404, 409, *_AUTH),
+        },
+        "Deletes the stored payload and the reasons, notes, checkpoint and the intent's description; "
+        "keeps the id, the payload hash, the fences, the state, the outcome code and a class-D intent's fence "
+        '(the intent reads {"fence": f, "what": "erased"}: a requeued operation still reconciles it and is '
+        "never called again), so a replay of the enqueue is still a replay "
+        "(200, created false, the payload is not stored again) and a different payload still a conflict. "
+        "409 invalid_transition while the operation is claimed: erase it once it left claimed. A queued or "
+        "parked operation keeps its state; a worker that claims it finds no payload and quarantines it.",
+    ),
+    "approveOperation": RouteDoc(
+        "Approve an operation awaiting approval: it becomes queued, claimable at once",
+        {
+            **_ok(
+                200,
+                "Approved (approving again is a replay: 200, unchanged)",
+                models.OperationEnvelope,
+            ),
+            **_error_responses(400, 404, 409, *_AUTH),
+        },
+        "`payload_hash` is the hash of the payload the approver saw: another hash than the "
+        "operation's is 409 payload_mismatch and changes nothing. The approver (the token's sub) is "
+        "recorded as approved_by and cannot be the identity that enqueued the operation (403 "
+        "forbidden). After a reject, an expiry or a cancel: 409 invalid_transition. One conditional "
+        "write decides all of it.",
+    ),
+    "rejectOperation": RouteDoc(
+        "Reject an operation awaiting approval: it ends failed_terminal, outcome rejected",
+        {
+            **_ok(200, "Rejected (rejecting again is a replay)", models.OperationEnvelope),
+            **_error_responses(400, 404, 409, *_AUTH),
+        },
+    ),
+    "cancelOperation": RouteDoc(
+        "Withdraw a queued operation no worker ever claimed, or one awaiting approval: it ends cancelled",
+        {
+            **_ok(200, "Cancelled (cancelling again is a replay)", models.OperationEnvelope),
+            **_error_responses(400, 404, 409, *_AUTH),
+        },
+        "Only before any attempt: an operation queued again after one (a retryable failure, "
+        "a takeover's retry, an operator's requeue from unknown) may have had its side effect and is 409 "
+        "already_attempted (its next claim reconciles it); a claimed or ended operation is 409 "
+        "invalid_transition. Decided inside the cancel's one conditional write. cancelled is final (kept "
+        "and purged like the other final states); a replay of the enqueue afterwards is still a replay "
+        "(200, created false).",
+    ),
+    "getHistory": RouteDoc(
+        "What happened to an operation, oldest first (operators; approvers: gated ones)",
+        {
+            **_ok(200, "A page of the operation's history", models.HistoryOut),
+            **_error_responses(404, *_AUTH),
+        },
+        "Each transition with its time, the state before and after, the fence, who made it "
+        "(worker id, or the operator's or producer's identity from the token) and why (outcome code, "
+        "reason or note). Recorded from the table's stream, so it trails the operation by about a "
+        "second; kept as long as the operation's identity; an erasure replaces it with the erasure's "
+        "own entry. 404 not_found for an id that is unknown or another tenant's (answered exactly "
+        "alike). With only the `leasefence/approve` scope: operations that went through the approval "
+        "gate only (another: 403 forbidden).",
+    ),
+    "listJobTypes": RouteDoc(
+        "This tenant's job-type catalogue (operators)",
+        {**_ok(200, "Every entry, by name", models.JobTypeList), **_error_responses(*_AUTH)},
+    ),
+    "getJobType": RouteDoc(
+        "One catalogue entry (operators)",
+        {**_ok(200, "The entry", models.JobTypeOut), **_error_responses(404, *_AUTH)},
+    ),
+    "putJobType": RouteDoc(
+        "Declare a job type: its class, budget, leases, owner, runbook, approval, payload schema",
+        {
+            **_ok(
+                200,
+                "The entry (changed false: it already said exactly this)",
+                models.JobTypeEnvelope,
+            ),
+            **_error_responses(400, 409, *_AUTH),
+        },
+        "One conditional write: the version rises by one when anything changes; the same "
+        "declaration again is no write (changed: false). With expected_version, another writer's "
+        "change in between is 409 version_conflict, and changed is relative to that version (a "
+        "retry whose first write went through: changed true). With request_token, a retry of a "
+        "declaration that went through answers changed: true. Operations enqueued from then on (within a few "
+        "seconds on every API instance) run under the new version; earlier ones keep theirs.",
+    ),
+    "deleteJobType": RouteDoc(
+        "Remove a job type from the catalogue (operators)",
+        {
+            **_ok(200, "Removed: the entry as it was, at its new version", models.JobTypeOut),
+            **_error_responses(404, 409, *_AUTH),
+        },
+        "Kept as a tombstone: the version keeps rising, so a later declaration never "
+        "reuses a version an operation recorded. Operations already enqueued keep what they were "
+        "enqueued under. 404 when the entry does not exist (or was removed already).",
+    ),
+    "getSettings": RouteDoc(
+        "This tenant's settings (operators)",
+        {**_ok(200, "The settings", models.SettingsOut), **_error_responses(*_AUTH)},
+    ),
+    "putSettings": RouteDoc(
+        "Change this tenant's settings (operators)",
+        {**_ok(200, "The settings", models.SettingsOut), **_error_responses(400, *_AUTH)},
+        "strict_job_types: true refuses enqueues of job types that are not in the "
+        "catalogue (422 unknown_job_type), within a few seconds on every API instance.",
+    ),
+    "getControls": RouteDoc(
+        "Go/no-go: the nine controls per job type, with the evidence leasefence holds",
+        {**_ok(200, "The report", models.ControlsOut), **_error_responses(*_AUTH)},
+        "Every job type of the tenant (catalogued, or ever enqueued). A job type is go "
+        "only when all nine controls hold; controls 5, 7 and 9 need its catalogue entry (class; "
+        "owner, runbook and the deployment's alert route; owner of the retention plan).",
+    ),
+    # The operator console's (docs/api-contract-extensions.md, section 14).
+    "countOperations": RouteDoc(
+        "How many of this tenant's operations are in each state (operators)",
+        {**_ok(200, "Counts per state", models.StateCountsOut), **_error_responses(*_AUTH)},
+        "Reads at most `limit` operations (default 1000, at most 5000) in id order, only "
+        "their state: complete is true when that was all of them (else the counts are a lower "
+        "bound). The same filters as GET /v1/operations but state.",
+    ),
+    "listTargetClasses": RouteDoc(
+        "What each target class guarantees, and what each resolution of a parked operation means",
+        _ok(200, "The four target classes", models.TargetClassesOut),
+        "A static table (no token needed): the operator console shows it beside every "
+        "unknown or quarantined operation, before a resolution is chosen.",
+        tag="console",
+    ),
+    "consoleRedirect": RouteDoc(
+        "The operator console is at /console",
+        {
+            302: {"description": "Redirect to /console (no body)", "content": {}},
+            **_error_responses(404),
+        },
+        tag="console",
+    ),
+    "consolePage": RouteDoc(
+        "The operator console (a page; its data comes from this API with your token)",
+        {200: {"description": "The page", "content": _HTML}, **_error_responses(404)},
+        tag="console",
+    ),
+    "consoleAsset": RouteDoc(
+        "The operator console's files (script, style sheet, sign-in configuration)",
+        {
+            200: {
+                "description": "The file: the page, its script, its style sheet, or its sign-in "
+                "settings (config.json)",
+                "content": {
+                    "text/html": {"schema": {"type": "string"}},
+                    "text/javascript": {"schema": {"type": "string"}},
+                    "text/css": {"schema": {"type": "string"}},
+                    "application/json": {"schema": {"type": "object"}},
+                },
+            },
+            **_error_responses(404),
+        },
+        tag="console",
+    ),
+}
