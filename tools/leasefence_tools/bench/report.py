@@ -12,6 +12,7 @@ from importlib import metadata
 from typing import Any
 
 from leasefence_tools.bench import (
+    allin,
     coldstart,
     contention,
     cost,
@@ -211,6 +212,10 @@ def run(quick: bool = False) -> dict[str, Any]:
     sections["cost_per_million"] = cost_per_million.compute(
         sections["profiles"], sections["cost"]["powertools"]["first_call"]["wcu"]
     )
+    # Issue 24: every line of the bill, at a stated volume and capacity mode.
+    sections["cost_per_million_all_in"] = allin.compute(
+        sections["profiles"], sections["cost"]["powertools"]["first_call"]["wcu"]
+    )
     sections["scale"] = _timed(
         "scale simulation",
         timings,
@@ -229,8 +234,16 @@ def run(quick: bool = False) -> dict[str, Any]:
     c, t, ct, d, f, cs = (
         sections[k] for k in ("cost", "throughput", "contention", "depth", "fairness", "coldstart")
     )
+    all_in = sections["cost_per_million_all_in"]
     report: dict[str, Any] = {
-        # Issue 16: all-in dollars per million lifecycles, by profile, and the alternatives'.
+        # Issue 24: every line of the bill, by profile and alternative, at the volume and
+        # capacity mode it assumes (``assumes``); totals at every volume and mode in the section.
+        "cost_per_million_all_in": allin.summary(all_in),
+        "wru_per_lifecycle_all": {
+            name: p["wru_per_lifecycle_all"] for name, p in all_in["profiles"].items()
+        },
+        "idle_worker_month_usd": all_in["idle_worker_month"]["usd"],
+        # Issue 16: dollars per million lifecycles as that model counted them (fewer lines).
         "cost_per_million": cost_per_million.summary(sections["cost_per_million"]),
         "wcu_per_lifecycle": c["lifecycle"]["wcu"],
         "rcu_per_lifecycle": c["lifecycle"]["rcu"],
@@ -646,7 +659,7 @@ def render_table(report: dict[str, Any]) -> str:
     """The cost table (issue 16), then the short table (markdown) for the terminal and the
     README, then its notes."""
     lines = [
-        cost_per_million.render(report["sections"]["cost_per_million"]),
+        allin.render(report["sections"]["cost_per_million_all_in"]),
         "",
         "| # | measure | target | result | status |",
         "| ---: | --- | --- | --- | --- |",
