@@ -48,6 +48,8 @@ GROUP_SCOPES = {
     "leasefence-shadow": "leasefence/shadow",
 }
 CLIENT_CREDENTIALS = "TokenGeneration_ClientCredentials"
+# Copies of leasefence.validation.CONTROL_CHARACTERS and leasefence.limits.MAX_ID_LENGTH: the
+# trigger is standard-library only by design (it needs neither the core layer nor Powertools).
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 MAX_TENANT_LENGTH = 256
 #: How long the pool's own client id read from SSM is trusted (a replaced client is recognized

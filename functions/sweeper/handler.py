@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools.metrics import MetricUnit
 
 from leasefence.errors import Unavailable
+from leasefence.metrics import Metric
 from leasefence.observability import logger, metrics, tracer
 from leasefence.settings import runtime
 from leasefence.snapstart import preload
@@ -156,10 +157,14 @@ def lambda_handler(event, context):
         )
     )
     oldest_s = rt.engine.oldest_parked_age_ms("unknown") // 1000
-    metrics.add_metric(name="OldestUnknownAgeSeconds", unit=MetricUnit.Seconds, value=oldest_s)
+    metrics.add_metric(
+        name=Metric.OLDEST_UNKNOWN_AGE_SECONDS, unit=MetricUnit.Seconds, value=oldest_s
+    )
     totals["oldest_unknown_age_s"] = oldest_s
     oldest_due_s = rt.engine.oldest_due_age_ms() // 1000
-    metrics.add_metric(name="OldestDueAgeSeconds", unit=MetricUnit.Seconds, value=oldest_due_s)
+    metrics.add_metric(
+        name=Metric.OLDEST_DUE_AGE_SECONDS, unit=MetricUnit.Seconds, value=oldest_due_s
+    )
     totals["oldest_due_age_s"] = oldest_due_s
     logger.info("sweep finished", extra=totals)
     return totals

@@ -31,7 +31,6 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
@@ -39,7 +38,7 @@ from constructs import Construct
 
 from leasefence.payloads import KEY_PREFIX as PAYLOAD_KEY_PREFIX
 
-from .api import Api, _AccessLogSettings
+from .api import Api, http_api_with_stage
 from .contract import ALSO_SCOPES, ROUTES, SCOPE_APPROVE, SCOPE_OPERATE, SCOPE_PRODUCE, SCOPE_WORK
 from .function import FunctionRuntime
 from .nag import acknowledge, finding_pattern
@@ -82,28 +81,12 @@ class IamApi(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.tenant = tenant
-        self.http_api = apigw.HttpApi(
+        self.http_api, self.access_log_group, self.stage = http_api_with_stage(
             self,
-            "HttpApi",
             description="leasefence API v1 for IAM callers (SigV4), one scope per path prefix",
-            create_default_stage=False,
-        )
-        self.access_log_group = logs.LogGroup(
-            self,
-            "AccessLogs",
-            retention=runtime.log_retention,
-            removal_policy=runtime.removal_policy,
-        )
-        self.stage = apigw.HttpStage(
-            self,
-            "DefaultStage",
-            http_api=self.http_api,
-            stage_name="$default",
-            auto_deploy=True,
-            throttle=apigw.ThrottleSettings(
-                rate_limit=throttling_rate_limit, burst_limit=throttling_burst_limit
-            ),
-            access_log_settings=_AccessLogSettings(self.access_log_group),
+            runtime=runtime,
+            throttling_rate_limit=throttling_rate_limit,
+            throttling_burst_limit=throttling_burst_limit,
         )
         integration = integrations.HttpLambdaIntegration(
             "IamApiIntegration",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import jsii
 from aws_cdk import Duration
@@ -169,25 +170,12 @@ class Api(Construct):
 
         # ------------------------------------------------------------------ HTTP API
         self.authorizer = authorizer
-        self.http_api = apigw.HttpApi(
-            self, "HttpApi", description="leasefence public API v1", create_default_stage=False
-        )
-        self.access_log_group = logs.LogGroup(
+        self.http_api, self.access_log_group, self.stage = http_api_with_stage(
             self,
-            "AccessLogs",
-            retention=runtime.log_retention,
-            removal_policy=runtime.removal_policy,
-        )
-        self.stage = apigw.HttpStage(
-            self,
-            "DefaultStage",
-            http_api=self.http_api,
-            stage_name="$default",
-            auto_deploy=True,
-            throttle=apigw.ThrottleSettings(
-                rate_limit=throttling_rate_limit, burst_limit=throttling_burst_limit
-            ),
-            access_log_settings=_AccessLogSettings(self.access_log_group),
+            description="leasefence public API v1",
+            runtime=runtime,
+            throttling_rate_limit=throttling_rate_limit,
+            throttling_burst_limit=throttling_burst_limit,
         )
         integration = integrations.HttpLambdaIntegration(
             "ApiIntegration",
@@ -280,6 +268,46 @@ class Api(Construct):
             )
         )
         return role
+
+
+class HttpApiStage(NamedTuple):
+    """An HTTP API with its one stage and that stage's access log group."""
+
+    http_api: apigw.HttpApi
+    access_log_group: logs.LogGroup
+    stage: apigw.HttpStage
+
+
+def http_api_with_stage(
+    scope: Construct,
+    *,
+    description: str,
+    runtime: FunctionRuntime,
+    throttling_rate_limit: float,
+    throttling_burst_limit: int,
+) -> HttpApiStage:
+    """``HttpApi`` (no stage of its own), ``AccessLogs`` (the runtime's retention and removal
+    policy) and ``DefaultStage`` (``$default``, deployed automatically, throttled, one JSON access
+    log line a request), in ``scope``: the JWT API and the IAM API alike."""
+    http_api = apigw.HttpApi(scope, "HttpApi", description=description, create_default_stage=False)
+    access_log_group = logs.LogGroup(
+        scope,
+        "AccessLogs",
+        retention=runtime.log_retention,
+        removal_policy=runtime.removal_policy,
+    )
+    stage = apigw.HttpStage(
+        scope,
+        "DefaultStage",
+        http_api=http_api,
+        stage_name="$default",
+        auto_deploy=True,
+        throttle=apigw.ThrottleSettings(
+            rate_limit=throttling_rate_limit, burst_limit=throttling_burst_limit
+        ),
+        access_log_settings=_AccessLogSettings(access_log_group),
+    )
+    return HttpApiStage(http_api, access_log_group, stage)
 
 
 @jsii.implements(apigw.IAccessLogSettings)

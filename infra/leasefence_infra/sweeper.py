@@ -27,6 +27,8 @@ SWEEPER_INDEX_ACTIONS = ("dynamodb:Query",)
 SWEEPER_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan")
 #: The sweeper deletes payloads that are due (retention after the end, or erasure).
 SWEEPER_BUCKET_ACTIONS = ("s3:DeleteObject",)
+#: One sweep a minute (its ``SweeperNotRunningAlarm`` waits for twice that).
+SWEEPER_SCHEDULE = scheduler.ScheduleExpression.rate(Duration.minutes(1))
 
 
 class Sweeper(Construct):
@@ -87,6 +89,6 @@ class Sweeper(Construct):
             function=self.function.target,
             what="sweeper",
             description="leasefence sweeper: park expired final-attempt claims",
-            expression=scheduler.ScheduleExpression.rate(Duration.minutes(1)),
+            expression=SWEEPER_SCHEDULE,
             key=storage.encryption_key,
         )

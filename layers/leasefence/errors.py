@@ -20,6 +20,20 @@ class LeaseFenceError(Exception):
         self.details = details
 
 
+class Unauthorized(LeaseFenceError):
+    """Missing, malformed, badly signed or expired token (or one without a tenant)."""
+
+    code = "unauthorized"
+    status = 401
+
+
+class Forbidden(LeaseFenceError):
+    """A valid token without the route's scope (or a caller the deployment refuses)."""
+
+    code = "forbidden"
+    status = 403
+
+
 class InvalidInput(LeaseFenceError):
     code = "invalid_request"
     status = 422
@@ -138,7 +152,7 @@ class TenantErasing(LeaseFenceError):
 
 class TooManyJobTypes(InvalidInput):
     """A new job type would take the tenant's job-type directory past its limit
-    (:data:`leasefence.engine.MAX_JOB_TYPES`). Nothing was written."""
+    (:data:`leasefence.limits.MAX_JOB_TYPES`). Nothing was written."""
 
     code = "too_many_job_types"
     status = 422

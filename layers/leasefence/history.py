@@ -30,21 +30,21 @@ with the operation's other free text, and an entry older than the erasure is nev
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
-import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from leasefence import cursor as cursors
 from leasefence import keys
 from leasefence.errors import InvalidInput
+from leasefence.limits import MAX_HISTORY_ENTRIES
 from leasefence.model import State, Transition
 from leasefence.schema import DUE_SK, TTL_ATTRIBUTE
 from leasefence.store import ConditionFailed, Store
 
 #: Entries one history keeps (the first, the enqueue, always stays).
-MAX_ENTRIES = 50
+MAX_ENTRIES = MAX_HISTORY_ENTRIES
 #: A reason or note is cut to this many characters in an entry (the operation keeps the latest
 #: one whole).
 MAX_REASON = 256
@@ -75,7 +75,7 @@ OUTCOME_TRANSITIONS = frozenset(
 _NOTE = frozenset({Transition.RESOLVE, Transition.REQUEUE})
 
 
-def transition_of(new: dict[str, Any]) -> Transition:
+def transition_of(new: Mapping[str, Any]) -> Transition:
     """The transition a write made, as history and events name it (a claim of a lapsed lease is
     a takeover)."""
     transition = Transition(new["transition"])
@@ -88,7 +88,7 @@ def _text(value: Any) -> str | None:
     return value[:MAX_REASON] if isinstance(value, str) and value else None
 
 
-def entry_from(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+def entry_from(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
     """The history entry for one transition, from the operation item before and after it (plain
     values, as :func:`leasefence.store.from_item` gives them). ``old`` None: an enqueue, or the
     engine recording its own erasure (which keeps the state)."""
@@ -132,7 +132,9 @@ def _key(tenant_id: str, operation_id: str) -> dict[str, str]:
     return {"tenant_id": tenant_id, "operation_id": keys.history_id(operation_id)}
 
 
-def record(store: Store, item: dict[str, Any], entry: dict[str, Any], reset: bool = False) -> bool:
+def record(
+    store: Store, item: Mapping[str, Any], entry: dict[str, Any], reset: bool = False
+) -> bool:
     """Record ``entry`` in the history of the operation ``item`` (its image after the transition),
     at the place of its ``seq``; ``reset``: replace the history with it (an erasure). Idempotent:
     an entry whose ``seq`` is recorded already is not written again. True when something was
@@ -215,7 +217,7 @@ def record(store: Store, item: dict[str, Any], entry: dict[str, Any], reset: boo
 
 def _put_new(
     store: Store,
-    item: dict[str, Any],
+    item: Mapping[str, Any],
     entry: dict[str, Any],
     ttl: Any,
     *,
@@ -325,14 +327,11 @@ def read(
 
 
 def _encode_cursor(seq: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"s": seq}).encode()).decode().rstrip("=")
+    return cursors.encode({"s": seq})
 
 
 def _decode_cursor(cursor: str) -> int:
-    try:
-        seq = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))["s"]
-        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-            raise ValueError(seq)
-    except (ValueError, KeyError, TypeError, binascii.Error) as error:
-        raise InvalidInput("cursor is not valid") from error
+    seq = cursors.decode(cursor, ("s",))["s"]
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        raise cursors.invalid()
     return seq

@@ -1,5 +1,9 @@
-"""Contract limits that the runtime and the constructs share (standard library only: the CDK
-app imports this without the engine).
+"""Every contract limit and default of leasefence, in one table, units in the names.
+
+Standard library only: the CDK app, the API's request models, the catalogue and the engine all
+import this module (never the engine for a constant), so a limit cannot drift between them.
+Units: ``_MS`` milliseconds, ``_SECONDS``, ``_DAYS``, ``_BYTES``, ``_LENGTH`` characters; a bare
+``MAX_`` or ``DEFAULT_`` counts things.
 
 Fences of one fence epoch lie in ``[epoch * FENCE_EPOCH_SPAN + 1, (epoch + 1) * FENCE_EPOCH_SPAN]``.
 A point-in-time restore rolls the table's fences back, but not what class-B targets saw: restored
@@ -11,7 +15,132 @@ operation is claimed a billion times, and fences stay below 2**53 (JSON-safe) up
 
 from __future__ import annotations
 
+# ------------------------------------------------------------------ time
+
+SECOND_MS = 1_000
+DAY_MS = 86_400_000
+DAY_SECONDS = 86_400
+
+# ------------------------------------------------------------------ identifiers and text
+
+#: Ids (tenant, operation, job type, worker, actor, tokens) and outcome codes: 1-256 characters,
+#: no control characters (:mod:`leasefence.validation`).
+MAX_ID_LENGTH = 256
+#: Reasons, notes, payload references, catalogue owners and runbook URLs.
+MAX_TEXT_LENGTH = 1024
+MAX_REASON_LENGTH = MAX_TEXT_LENGTH
+MAX_PAYLOAD_REF_LENGTH = MAX_TEXT_LENGTH
+
+# ------------------------------------------------------------------ fences
+
 #: The largest fence (and any integer the API accepts as one): JSON-safe.
 MAX_FENCE = 2**53 - 1
 FENCE_EPOCH_SPAN = 1_000_000_000
 MAX_FENCE_EPOCH = MAX_FENCE // FENCE_EPOCH_SPAN - 1
+
+# ------------------------------------------------------------------ attempts and retries
+
+#: The largest attempt budget an operation (or a catalogue entry) may have.
+MAX_ATTEMPTS = 100
+#: The attempt budget when neither the request nor the catalogue names one (class D: 1).
+DEFAULT_MAX_ATTEMPTS = 5
+#: A retryable failure without a delay waits a uniform time up to
+#: ``min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2**n)`` (full jitter; n: the claims so far).
+BACKOFF_BASE_MS = 1_000
+BACKOFF_CAP_MS = 300_000
+#: The longest delay a failing worker may ask for (``retry_after``).
+MAX_RETRY_AFTER_MS = DAY_MS
+MAX_RETRY_AFTER_SECONDS = MAX_RETRY_AFTER_MS // SECOND_MS
+
+# ------------------------------------------------------------------ leases and claims
+
+MIN_LEASE_MS = 1_000
+#: A claim's lease when neither the claim nor its job type's catalogue entry names one.
+DEFAULT_LEASE_MS = 60_000
+MAX_LEASE_MS = 900_000
+DEFAULT_LEASE_SECONDS = DEFAULT_LEASE_MS // SECOND_MS
+MAX_LEASE_SECONDS = MAX_LEASE_MS // SECOND_MS
+#: A claim names at most this many job types.
+MAX_CLAIM_JOB_TYPES = 50
+#: A claim gives up retrying a lost or throttled write after this long (ms of its own clock).
+CLAIM_RETRY_BUDGET_MS = 5_000
+#: Entries read per claim attempt from one due shard (one 0.5-unit read: they are small).
+DEFAULT_CANDIDATE_PAGE = 24
+#: Entries read per claim attempt while claimers race for this tenant's work (see
+#: ``Claimer.page_for``): about 1 to 1.5 read units, against a collision rate that falls with
+#: the page (32 claimers on one tenant: 0.25 refused claim writes per claim at 24, under 0.1 at 64).
+DEFAULT_CONTENDED_PAGE = 64
+#: How many claims of a tenant after its last lost race still read the contended page.
+CONTENTION_MEMORY = 20
+#: How many tenants (contention), live leases and registered job types an engine remembers at
+#: most, each: the oldest are forgotten first.
+MEMORY_ENTRIES = 10_000
+#: How long a claim-next marker (the operation a claim request with a client token is about to
+#: claim) is kept.
+CLAIM_MARKER_TTL_MS = DAY_MS
+
+# ------------------------------------------------------------------ checkpoints, payloads, bodies
+
+MAX_CHECKPOINT_BYTES = 4096
+MAX_CHECKPOINT_DEPTH = 32
+#: An inline payload's canonical JSON.
+MAX_PAYLOAD_BYTES = 256 * 1024
+#: A job type's payload JSON Schema.
+MAX_SCHEMA_BYTES = 16_384
+#: Request bodies larger than this are refused with 413 (``LEASEFENCE_MAX_BODY_BYTES``).
+DEFAULT_MAX_BODY_BYTES = 6 * 1024 * 1024
+#: A class-A completion carries 1 to this many business writes (one transaction of 100 actions).
+MAX_BUSINESS_WRITES = 99
+
+# ------------------------------------------------------------------ job types and catalogue
+
+#: How many job types a tenant's directory holds at most. Every claim without ``job_types`` reads
+#: the directory (one eventually consistent read: 0.5 unit up to 4 KB, 100 types of 40 characters)
+#: and queries each type's shards, so a directory that only grew would make every idle poll dearer
+#: (and reach DynamoDB's 400 KB item limit after about 1,500 types of 256 characters).
+MAX_JOB_TYPES = 100
+#: How long an engine trusts what it read of a tenant's catalogue (ms of its clock).
+CATALOGUE_CACHE_MS = 5_000
+
+# ------------------------------------------------------------------ the approval gate
+
+#: How long an operation awaits its approval when the caller names no validity, and the longest
+#: it may (an awaiting operation has no TTL: it must end by itself).
+MIN_APPROVAL_VALID_MS = 1_000
+DEFAULT_APPROVAL_VALID_MS = DAY_MS
+MAX_APPROVAL_VALID_MS = 30 * DAY_MS
+#: A catalogue entry's ``approval_valid_seconds``.
+MIN_APPROVAL_VALID_SECONDS = 60
+DEFAULT_APPROVAL_VALID_SECONDS = DEFAULT_APPROVAL_VALID_MS // SECOND_MS
+MAX_APPROVAL_VALID_SECONDS = MAX_APPROVAL_VALID_MS // SECOND_MS
+
+# ------------------------------------------------------------------ retention
+
+DEFAULT_IDENTITY_RETENTION_DAYS = 400
+DEFAULT_PAYLOAD_RETENTION_DAYS = 30
+#: How long an ended operation's identity (id, payload hash, fences, state) is kept: within it a
+#: replay is a replay and no fence of the operation is handed out again. None: forever.
+DEFAULT_IDENTITY_RETENTION_MS: int | None = DEFAULT_IDENTITY_RETENTION_DAYS * DAY_MS
+#: How long an ended operation's stored payload is kept after it ended.
+DEFAULT_PAYLOAD_RETENTION_MS = DEFAULT_PAYLOAD_RETENTION_DAYS * DAY_MS
+#: After the identity retention became forever, the TTLs already set on ended identities are
+#: cleared in passes over the table; a pass that started this long after the sweeper first saw
+#: the switch is the last one: by then no function still configured with the old window (the
+#: longest Lambda invocation is 15 minutes) can set another TTL.
+RETENTION_SWITCH_GRACE_MS = 15 * 60_000
+#: A tenant erasure deletes the tenant's catalogue, directory and hold only this long after it
+#: held the tenant: longer than an engine trusts a catalogue read (5 s) plus an API request's
+#: longest run (29 s), so no enqueue admitted without seeing the hold can commit after it.
+TENANT_ERASURE_SETTLE_MS = 60_000
+
+# ------------------------------------------------------------------ pages
+
+#: Operations per page of a listing.
+MAX_LIST_PAGE = 500
+#: Entries one history keeps, and per page of it (the first, the enqueue, always stays).
+MAX_HISTORY_ENTRIES = 50
+#: Items per step of the bounded housekeeping calls (``clear_ttls``, ``erase_tenant``).
+MAX_STEP_ITEMS = 1000
+#: :meth:`Engine.oldest_parked_age_ms` reads at most this many pages of 10 per shard looking for
+#: the oldest parked operation that is not a shadow tenant's.
+PARKED_SCAN_PAGES = 5

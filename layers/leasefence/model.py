@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -80,7 +81,7 @@ def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _json_attr(item: dict[str, Any], name: str) -> Any:
+def _json_attr(item: Mapping[str, Any], name: str) -> Any:
     raw = item.get(name)
     return None if raw is None else json.loads(raw)
 
@@ -127,7 +128,7 @@ class Operation:
     enqueued_by: str | None = None
 
     @classmethod
-    def from_item(cls, item: dict[str, Any]) -> Operation:
+    def from_item(cls, item: Mapping[str, Any]) -> Operation:
         return cls(
             tenant_id=item["tenant_id"],
             operation_id=item["operation_id"],

@@ -23,26 +23,13 @@ import warnings
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 
+from leasefence.metrics import Metric
 from leasefence.privacy import keyed_hash
 from leasefence.tracing import TRACED_MODULES, NoTracing, tracing_enabled
 
 SERVICE = "leasefence"
 #: An explicit ``namespace=`` would override the environment, so it is read here.
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "LeaseFence"
-
-#: Engine event names (counts) published as metrics.
-COUNT_METRICS = frozenset(
-    {
-        "Claims",
-        "Takeovers",
-        "StaleFenceRejections",
-        "Replays",
-        "PayloadConflicts",
-        "UnknownParked",
-        "Quarantined",
-        "SweptToUnknown",
-    }
-)
 
 logger = Logger(service=SERVICE, utc=True)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
@@ -59,12 +46,13 @@ warnings.filterwarnings("ignore", message="No application metrics to publish")
 
 
 def record_event(name: str, value: float) -> None:
-    """The engine's event sink: one count metric per domain event."""
+    """The engine's event sink: one count metric per domain event (a
+    :class:`~leasefence.metrics.Metric`)."""
     metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
 
 
 def record_claim_latency(milliseconds: float) -> None:
-    metrics.add_metric(name="ClaimLatency", unit=MetricUnit.Milliseconds, value=milliseconds)
+    metrics.add_metric(name=Metric.CLAIM_LATENCY, unit=MetricUnit.Milliseconds, value=milliseconds)
 
 
 def tag(*parts: str) -> str:

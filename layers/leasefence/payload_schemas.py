@@ -37,10 +37,10 @@ from urllib.parse import unquote
 
 from leasefence import safe_regex
 from leasefence.errors import InvalidInput
+from leasefence.limits import MAX_SCHEMA_BYTES
 
 log = logging.getLogger("leasefence.catalogue")
 
-MAX_SCHEMA_BYTES = 16_384
 #: What a placeholder looks like: a regex comment, so fastjsonschema's own ``re`` use of it
 #: (compiling it, and one check at code generation) costs nothing and matches everywhere.
 _PLACEHOLDER = "(?#leasefence-pattern-{})"

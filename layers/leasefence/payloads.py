@@ -38,11 +38,11 @@ from leasefence.errors import (
     PayloadTooLarge,
     Unavailable,
 )
+from leasefence.limits import MAX_PAYLOAD_BYTES
+from leasefence.metrics import Metric
 
 log = logging.getLogger("leasefence.payloads")
 
-#: The contract's limit on an inline payload: its canonical JSON, in bytes.
-MAX_PAYLOAD_BYTES = 256 * 1024
 KEY_PREFIX = "payloads/"
 CONTENT_TYPE = "application/json"
 
@@ -64,7 +64,7 @@ _DENIED_CODES = frozenset(
     }
 )
 #: The metric counted for each refusal (``events``): alarmed by the CDK construct.
-ACCESS_DENIED_EVENT = "PayloadAccessDenied"
+ACCESS_DENIED_EVENT = Metric.PAYLOAD_ACCESS_DENIED
 _EXISTS_CODES = frozenset({"PreconditionFailed", "412"})
 _TRANSIENT_CODES = frozenset(
     {

@@ -58,32 +58,108 @@ happened; the worker (stream dispatch) and the publisher (history, outcome event
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, TypedDict
 
-PARTITION_KEY = "tenant_id"
-SORT_KEY = "operation_id"
+PARTITION_KEY: Final = "tenant_id"
+SORT_KEY: Final = "operation_id"
 
-DUE_INDEX = "due"
-DUE_PK = "due_pk"
-DUE_SK = "due_at"
+DUE_INDEX: Final = "due"
+DUE_PK: Final = "due_pk"
+DUE_SK: Final = "due_at"
 
-SWEEP_INDEX = "sweep"
-SWEEP_PK = "sweep_pk"
-SWEEP_SK = "sweep_at"
+SWEEP_INDEX: Final = "sweep"
+SWEEP_PK: Final = "sweep_pk"
+SWEEP_SK: Final = "sweep_at"
 
-PARKED_INDEX = "parked"
-PARKED_PK = "parked_pk"
-PARKED_SK = "parked_at"
+PARKED_INDEX: Final = "parked"
+PARKED_PK: Final = "parked_pk"
+PARKED_SK: Final = "parked_at"
 
-PURGE_INDEX = "purge"
-PURGE_PK = "purge_pk"
-PURGE_SK = "purge_at"
+PURGE_INDEX: Final = "purge"
+PURGE_PK: Final = "purge_pk"
+PURGE_SK: Final = "purge_at"
 
 #: The item's own due partition, copied into ``due_pk`` whenever the operation becomes due again.
-DUE_HOME = "due_home"
+DUE_HOME: Final = "due_home"
 
 #: TTL attribute (DynamoDB requires epoch *seconds* here; everything else in the item is ms).
-TTL_ATTRIBUTE = "expires_at_epoch_s"
+TTL_ATTRIBUTE: Final = "expires_at_epoch_s"
+
+
+class OperationItem(TypedDict, total=False):
+    """An operation's item, as the engine writes and reads it (names are the attribute names).
+
+    ``total=False``: an index entry carries the keys and :data:`INDEX_PROJECTION` only, a
+    compacted ended item drops what only a live operation needs, and a refused write's
+    ``ALL_OLD`` item is whatever the item was. Times are integer milliseconds (but
+    ``expires_at_epoch_s``); JSON-valued attributes (``checkpoint``, ``intent``) are stored as
+    their compact JSON text. :data:`OPERATION_ATTRIBUTES` lists the names.
+    """
+
+    # identity (kept for the identity retention, whatever else is erased or compacted)
+    tenant_id: str
+    operation_id: str
+    job_type: str
+    target_class: str
+    payload_hash: str
+    payload_ref: str | None
+    payload_inline: bool
+    job_type_version: int
+    created_at: int
+    # state and fences
+    state: str
+    fence: int
+    attempts: int
+    max_attempts: int
+    attempt_budget: int
+    updated_at: int
+    # the last transition (see leasefence.model.Transition): name, who, sequence number
+    transition: str
+    actor: str | None
+    seq: int
+    # the sparse indexes (see the module docstring)
+    due_home: str
+    due_pk: str
+    due_at: int
+    sweep_pk: str
+    sweep_at: int
+    parked_pk: str
+    parked_at: int
+    purge_pk: str
+    purge_at: int
+    expires_at_epoch_s: int
+    # the claim
+    lease_owner: str
+    lease_expires_at: int
+    lease_ms: int
+    lease_default_ms: int
+    lease_max_ms: int
+    claimed_at: int
+    claimed_from: str
+    claim_token: str
+    checkpoint: str
+    intent: str
+    requeued: bool
+    # how it ended (or was parked)
+    closed_fence: int
+    closed_by: str
+    outcome_code: str
+    reason: str
+    # the approval gate
+    enqueued_by: str | None
+    approval_expires_at: int
+    approved_by: str
+    approved_at: int
+    # operator decisions, payload retention, erasure
+    resolution_note: str
+    resolved_as: str
+    resolve_token: str
+    payload_purged_at: int
+    erased_at: int
+
+
+#: Every attribute an operation item may carry.
+OPERATION_ATTRIBUTES: Final = frozenset(OperationItem.__annotations__)
 
 #: Non-key attributes copied into both indexes: enough for a claimer to build its conditional
 #: write without reading the item. None of them changes on a heartbeat, so heartbeats never

@@ -53,6 +53,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from leasefence import snapstart
+from leasefence.limits import (
+    DEFAULT_IDENTITY_RETENTION_DAYS,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_PAYLOAD_RETENTION_DAYS,
+)
 from leasefence.schema import (
     DEFAULT_DUE_SHARDS,
     DEFAULT_SWEEP_SHARDS,
@@ -65,8 +70,6 @@ if TYPE_CHECKING:
     from leasefence.payloads import PayloadStore
 
 DEFAULT_PAYLOAD_BUCKET = "leasefence-payloads"
-DEFAULT_IDENTITY_RETENTION_DAYS = 400
-DEFAULT_PAYLOAD_RETENTION_DAYS = 30
 
 #: The DynamoDB client of the functions: each call gives up within about
 #: ``STORE_ATTEMPTS * (CONNECT + READ) + backoff`` seconds (:data:`STORE_CALL_WORST_S`), so the
@@ -134,7 +137,7 @@ class Settings:
     fence_epoch: int = 0
     sweep_batch: int = 100
     sweep_max_batches: int = 50
-    max_body_bytes: int = 6 * 1024 * 1024
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     tenant_role_arn: str | None = None
     tenant_session_tag: str = "tenant_id"
     event_bus: str | None = None
@@ -167,7 +170,7 @@ class Settings:
             fence_epoch=_int_env(env, "LEASEFENCE_FENCE_EPOCH", 0, minimum=0),
             sweep_batch=_int_env(env, "LEASEFENCE_SWEEP_BATCH", 100),
             sweep_max_batches=_int_env(env, "LEASEFENCE_SWEEP_MAX_BATCHES", 50),
-            max_body_bytes=_int_env(env, "LEASEFENCE_MAX_BODY_BYTES", 6 * 1024 * 1024),
+            max_body_bytes=_int_env(env, "LEASEFENCE_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
             tenant_role_arn=env.get("LEASEFENCE_TENANT_ROLE_ARN") or None,
             tenant_session_tag=env.get("LEASEFENCE_TENANT_SESSION_TAG") or "tenant_id",
             event_bus=env.get("LEASEFENCE_EVENT_BUS") or None,
@@ -375,7 +378,7 @@ class Runtime:
         from botocore.credentials import RefreshableCredentials
         from botocore.session import get_session
 
-        from leasefence.api.errors import Forbidden
+        from leasefence.errors import Forbidden
         from leasefence.privacy import keyed_hash
 
         if not _TAG_VALUE_RE.match(tenant_id):

@@ -60,6 +60,7 @@ from typing import Any, Protocol, TypeVar
 from leasefence.api.security import SHADOW, SHADOW_MODE_SCOPES
 from leasefence.errors import InvalidTransition, NotFound, PayloadConflict, StaleFence
 from leasefence.keys import SHADOW_PREFIX, is_shadow_tenant
+from leasefence.metrics import Metric
 from leasefence.payloads import canonicalize
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -381,7 +382,7 @@ class Shadow:
     def _count(self, name: str) -> None:
         with self._lock:
             self.stats[name] += 1
-        self.events("Shadow" + name.title().replace("_", ""), 1)
+        self.events(Metric("Shadow" + name.title().replace("_", "")), 1)
 
     def _gap(self) -> None:
         self._count("gaps")

@@ -12,15 +12,21 @@ nothing.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, ReadTimeoutError
 
 from leasefence.errors import InvalidInput, LeaseFenceError, StoreMisconfigured, Unavailable
+from leasefence.schema import OperationItem
+
+#: An item as the store returns it: attribute name -> plain Python value (numbers as int/float).
+Item = dict[str, Any]
+#: A table key: ``tenant_id`` and ``operation_id``.
+Key = Mapping[str, Any]
 
 _SERIALIZER = TypeSerializer()
 _DESERIALIZER = TypeDeserializer()
@@ -51,18 +57,22 @@ _TRANSIENT_REASONS = frozenset(
 class ConditionFailed(Exception):
     """A conditional write was refused. ``item`` is the item as it is now (None: no such item)."""
 
-    def __init__(
-        self, item: dict[str, Any] | None, reasons: list[dict[str, Any] | None] | None = None
-    ):
+    def __init__(self, item: Item | None, reasons: list[Item | None] | None = None) -> None:
         super().__init__("condition failed")
         self.item = item
         #: For a transaction: per action, None where its condition held, else the current item
         #: (``{}`` when there is none).
         self.reasons = reasons
 
+    @property
+    def operation(self) -> OperationItem | None:
+        """:attr:`item`, when the refused write was on an operation item."""
+        return cast("OperationItem | None", self.item)
+
 
 def to_attr(value: Any) -> dict[str, Any]:
-    return _SERIALIZER.serialize(value)
+    attr: dict[str, Any] = _SERIALIZER.serialize(value)
+    return attr
 
 
 def _plain(value: Any) -> Any:
@@ -75,13 +85,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def from_item(item: dict[str, Any] | None) -> dict[str, Any] | None:
+def from_item(item: Mapping[str, Any] | None) -> Item | None:
     if item is None:
         return None
     return {k: _plain(_DESERIALIZER.deserialize(v)) for k, v in item.items()}
 
 
-def to_item(values: dict[str, Any]) -> dict[str, Any]:
+def to_item(values: Mapping[str, Any]) -> dict[str, Any]:
     return {k: to_attr(v) for k, v in values.items() if v is not None}
 
 
@@ -127,10 +137,15 @@ def translate(error: Exception) -> Exception:
 
 @dataclass
 class QueryPage:
-    items: list[dict[str, Any]]
-    last_key: dict[str, Any] | None
+    items: list[Item]
+    last_key: Item | None
     #: Items read before any filter (what ``Limit`` counts).
     scanned: int = 0
+
+    @property
+    def operations(self) -> list[OperationItem]:
+        """:attr:`items`, when the page is of operation items (or index entries of them)."""
+        return cast("list[OperationItem]", self.items)
 
 
 class Store:
@@ -154,17 +169,22 @@ class Store:
 
     def _call(self, method: str, **kwargs: Any) -> dict[str, Any]:
         try:
-            return getattr(self.client, method)(**kwargs)
+            response: dict[str, Any] = getattr(self.client, method)(**kwargs)
+            return response
         except Exception as error:  # translated, never swallowed
             raise translate(error) from error
 
-    def get(self, key: dict[str, Any], consistent: bool = True) -> dict[str, Any] | None:
+    def get(self, key: Key, consistent: bool = True) -> Item | None:
         response = self._call(
             "get_item", TableName=self.table_name, Key=to_item(key), ConsistentRead=consistent
         )
         return from_item(response.get("Item"))
 
-    def put_new(self, item: dict[str, Any], condition: str, names: dict[str, str]) -> None:
+    def get_operation(self, key: Key, consistent: bool = True) -> OperationItem | None:
+        """:meth:`get` of an operation item."""
+        return cast("OperationItem | None", self.get(key, consistent))
+
+    def put_new(self, item: Mapping[str, Any], condition: str, names: dict[str, str]) -> None:
         self._call(
             "put_item",
             TableName=self.table_name,
@@ -175,7 +195,7 @@ class Store:
         )
 
     def put(
-        self, item: dict[str, Any], condition: str, names: dict[str, str], values: dict[str, Any]
+        self, item: Mapping[str, Any], condition: str, names: dict[str, str], values: dict[str, Any]
     ) -> None:
         """A conditional put whose condition compares with values."""
         self._call(
@@ -190,13 +210,13 @@ class Store:
 
     def update(
         self,
-        key: dict[str, Any],
+        key: Key,
         update: str,
         condition: str,
         names: dict[str, str],
         values: dict[str, Any],
         returns: str = "ALL_NEW",
-    ) -> dict[str, Any] | None:
+    ) -> Item | None:
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
             "Key": to_item(key),
@@ -210,6 +230,19 @@ class Store:
             kwargs["ExpressionAttributeValues"] = {k: to_attr(v) for k, v in values.items()}
         response = self._call("update_item", **kwargs)
         return from_item(response.get("Attributes"))
+
+    def update_operation(
+        self,
+        key: Key,
+        update: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        returns: str = "ALL_NEW",
+    ) -> OperationItem | None:
+        """:meth:`update` of an operation item (refusals: :attr:`ConditionFailed.operation`)."""
+        item = self.update(key, update, condition, names, values, returns)
+        return cast("OperationItem | None", item)
 
     def query(self, **kwargs: Any) -> QueryPage:
         values = kwargs.pop("values", None)
@@ -242,7 +275,7 @@ class Store:
 
     def update_action(
         self,
-        key: dict[str, Any],
+        key: Key,
         update: str,
         condition: str,
         names: dict[str, str],
@@ -262,7 +295,7 @@ class Store:
         return {"Update": action}
 
     def delete(
-        self, key: dict[str, Any], condition: str, names: dict[str, str], values: dict[str, Any]
+        self, key: Key, condition: str, names: dict[str, str], values: dict[str, Any]
     ) -> None:
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
@@ -277,7 +310,7 @@ class Store:
 
     def add_to_set(
         self,
-        key: dict[str, Any],
+        key: Key,
         attribute: str,
         members: list[str],
         extra: dict[str, Any],

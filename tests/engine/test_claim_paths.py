@@ -9,7 +9,7 @@ import random
 import pytest
 
 from leasefence import Engine
-from leasefence import engine as engine_module
+from leasefence.engine import _claim as engine_module
 from leasefence_tools.bench.meter import Meter
 from leasefence.schema import DUE_SK, TableSpec
 

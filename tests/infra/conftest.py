@@ -185,6 +185,13 @@ def worker_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return pkg
 
 
+@pytest.fixture(scope="module", params=["default", "full"])
+def variant(request: pytest.FixtureRequest, synth: Synth) -> tuple[str, Stack, LeaseFenceService, dict]:
+    """Each test stack in turn: (name, stack, its service, its template)."""
+    stack = synth.stacks[request.param]
+    return request.param, stack, stack.service, synth.template_json(request.param)
+
+
 @pytest.fixture(scope="session")
 def synth(prebuilt_layer: Path, worker_package: Path, tmp_path_factory: pytest.TempPathFactory) -> Synth:
     outdir = tmp_path_factory.mktemp("cdk.out")

@@ -336,7 +336,7 @@ def test_minimal_adopter_app_synthesizes(adopter) -> None:
     # and pydantic (aarch64) from PyPI: no Powertools layer parameter to resolve at deploy.
     (layer,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::LayerVersion"]
     asset = adopter["out"] / f"asset.{layer['Properties']['Content']['S3Key'].removesuffix('.zip')}"
-    assert (asset / "python" / "leasefence" / "engine.py").is_file()
+    assert (asset / "python" / "leasefence" / "engine" / "_engine.py").is_file()
     for package in ("rfc8785", "aws_lambda_powertools", "pydantic", "fastjsonschema", "aws_xray_sdk"):
         assert (asset / "python" / package).is_dir(), package
     assert list((asset / "python" / "pydantic_core").glob("*aarch64-linux-gnu.so"))

@@ -226,3 +226,9 @@ def test_the_core_layer_installs_exactly_its_list() -> None:
     package = LocalLayerBundler(requirements=("httpx==0.28.1",), resolve_dependencies=True, bytecode_python="")
     assert "--no-deps" not in package.pip_command(Path("/out"))
     assert "--no-deps" not in package.download_command()
+
+
+def test_layer_requirements_are_pinned() -> None:
+    from leasefence_infra.bundling import LAYER_REQUIREMENTS
+
+    assert LAYER_REQUIREMENTS and all("==" in r for r in LAYER_REQUIREMENTS)

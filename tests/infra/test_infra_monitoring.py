@@ -1,7 +1,8 @@
-"""Alarms that can fire and cannot break the deploy: each alarm reads metrics the code emits (and
-every emitted metric is alarmed or explained), exists only where its metric can be emitted,
-never reads more metrics than CloudWatch allows, waits for its schedule, and reads its own
-service's namespace."""
+"""Monitoring (``monitoring/``): alarms that can fire and cannot break the deploy (each reads
+metrics the code emits, and every emitted metric is alarmed or explained; each exists only where
+its metric can be emitted, never reads more metrics than CloudWatch allows, waits for its
+schedule), a dashboard that graphs every emitted metric, the encrypted alarm topic, and one
+metrics namespace per service."""
 
 from __future__ import annotations
 
@@ -17,13 +18,16 @@ from aws_cdk import App, Duration, Stack
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk.assertions import Template
-from tests.support.infra import logical_id, props, resources
-
+from tests.support.infra import as_list, logical_id, props, resources, service_of
 from leasefence import schema
+from leasefence.metrics import Metric
 from leasefence_infra import LeaseFenceService, WorkerProps
 from leasefence_infra.monitoring import (
     APP_ALARMS,
+    APP_METRICS,
     MAX_ALARM_METRICS,
+    METRICS,
+    PUBLISHER,
     UNALARMED_METRICS,
     WORKER,
     not_running_window,
@@ -62,6 +66,11 @@ def emitted_metrics() -> dict[str, set[str]]:
     }
     for path, tree in trees.items():
         for node in ast.walk(tree):
+            # A member of the metric-name enum, wherever the code names one (``ctx.count(Metric.X)``,
+            # ``event=Metric.X``, ``ACCESS_DENIED_EVENT = Metric.X``): every emission names one.
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id == "Metric"):
+                found.setdefault(Metric[node.attr].value, set()).add(str(path.relative_to(ROOT)))
             if not isinstance(node, ast.Call):
                 continue
             names: list[Any] = []
@@ -91,12 +100,12 @@ def test_the_emitted_metrics_are_found_in_the_code() -> None:
     """The reader of the code finds what the engine, the sweeper, the runtime and the stream
     functions are known to emit (so an empty or partial scan cannot pass the tests below)."""
     for name, where in {
-        "Claims": "layers/leasefence/engine.py",
-        "UnknownParked": "layers/leasefence/engine.py",
-        "ApprovalsExpired": "layers/leasefence/engine.py",
+        "Claims": "layers/leasefence/engine/_claim.py",
+        "UnknownParked": "layers/leasefence/engine/_fenced.py",
+        "ApprovalsExpired": "layers/leasefence/engine/_housekeeping.py",
         "OldestDueAgeSeconds": "functions/sweeper/handler.py",
-        "StalledClaims": "layers/leasefence/worker/runtime.py",
-        "PayloadMissing": "layers/leasefence/worker/runtime.py",
+        "StalledClaims": "layers/leasefence/worker/_runtime.py",
+        "PayloadMissing": "layers/leasefence/worker/_runtime.py",
         "HistoryEntries": "layers/leasefence/streams/publisher.py",
         "StreamDispatched": "layers/leasefence/worker/dispatch.py",
         "ClaimLatency": "layers/leasefence/observability.py",
@@ -127,6 +136,48 @@ def test_each_alarm_is_scoped_to_where_its_metric_is_emitted(spec) -> None:
         where.startswith("layers/leasefence/worker/") for name in spec.metrics for where in EMITTED[name]
     )
     assert (spec.emitted_by == WORKER) == runtime_only, (spec.key, {n: EMITTED[n] for n in spec.metrics})
+
+
+def test_every_emitted_metric_has_one_row_in_the_metric_table() -> None:
+    """The metric factory's table (unit, statistic, emitter) is the list of names the code
+    emits: no metric without a row, no row for a metric nothing emits."""
+    assert sorted(set(EMITTED) - set(METRICS)) == []
+    assert sorted(set(METRICS) - set(EMITTED)) == []
+
+
+@pytest.mark.parametrize("name", sorted(METRICS))
+def test_each_metric_row_names_who_emits_it(name: str) -> None:
+    """A worker row is emitted only by the worker runtime or the targets its handlers use, a
+    publisher row only by the publisher, and a service row by code that always runs (so its
+    widget belongs on every dashboard)."""
+    places = EMITTED[name]
+    worker_only = all(p.startswith(("layers/leasefence/worker/", "layers/leasefence/targets/"))
+                      for p in places)
+    publisher_only = places == {"layers/leasefence/streams/publisher.py"}
+    expected = WORKER if worker_only else PUBLISHER if publisher_only else "service"
+    assert METRICS[name].emitted_by == expected, (name, places)
+
+
+def _dashboard_body(template: dict[str, Any]) -> str:
+    (dashboard,) = resources(template, "AWS::CloudWatch::Dashboard").values()
+    return json.dumps(dashboard["Properties"]["DashboardBody"])
+
+
+@pytest.mark.parametrize("name", ["default", "full"])
+def test_the_dashboard_graphs_every_emitted_metric(synth, name) -> None:
+    """Both test stacks have the worker: every metric the code emits has a graph."""
+    body = _dashboard_body(synth.template_json(name))
+    missing = sorted(m for m in EMITTED if f'\\"{m}\\"' not in body)
+    assert missing == []
+
+
+def test_without_the_worker_the_dashboard_graphs_no_worker_metric(prebuilt_layer: Path) -> None:
+    stack = Stack(App(), "NoWorker")
+    LeaseFenceService(stack, "LeaseFence", jwt_issuer="https://issuer.example.com/", jwt_audience=["a"],
+                      core_layer=lambda_.Code.from_asset(str(prebuilt_layer)))
+    body = _dashboard_body(Template.from_stack(stack).to_json())
+    shown = {m for m in METRICS if f'\\"{m}\\"' in body}
+    assert shown == {m for m, spec in METRICS.items() if spec.emitted_by != WORKER}
 
 
 def _alarm_metrics(alarm: dict[str, Any]) -> list[dict[str, Any]]:
@@ -294,3 +345,152 @@ def test_the_dashboard_reads_the_services_namespace(synth) -> None:
         (dashboard,) = resources(synth.template_json(name), "AWS::CloudWatch::Dashboard").values()
         body = json.dumps(dashboard["Properties"]["DashboardBody"])
         assert f'[\\"{svc.metrics_namespace}\\",' in body
+
+
+def _metrics(alarm: dict[str, Any]) -> list[dict[str, Any]]:
+    """An alarm's metrics as {Namespace, MetricName, Dimensions}, whichever form CDK rendered."""
+    p = alarm["Properties"]
+    if "MetricName" in p:
+        return [{"Namespace": p["Namespace"], "MetricName": p["MetricName"],
+                 "Dimensions": p.get("Dimensions", [])}]
+    return [
+        {**m["MetricStat"]["Metric"], "Dimensions": m["MetricStat"]["Metric"].get("Dimensions", [])}
+        for m in p.get("Metrics", []) if "MetricStat" in m
+    ]
+
+
+def test_alarms_cover_the_operational_signals(variant) -> None:
+    _, stack, svc, tpl = variant
+    alarms = resources(tpl, "AWS::CloudWatch::Alarm")
+    topic = {"Ref": logical_id(stack, svc.alarm_topic)}
+    by_metric: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for alarm in alarms.values():
+        assert alarm["Properties"]["AlarmActions"] == [topic]
+        assert alarm["Properties"]["OKActions"] == [topic]
+        for metric in _metrics(alarm):
+            by_metric.setdefault(metric["MetricName"], []).append((alarm["Properties"], metric))
+    app_dims = [{"Name": "service", "Value": "leasefence"}]
+    for name in ("StalledClaims", "OldestUnknownAgeSeconds", "OldestDueAgeSeconds", "Quarantined",
+                 "StaleFenceRejections"):
+        ((_, metric),) = by_metric[name]
+        assert metric["Namespace"] == svc.metrics_namespace and metric["Dimensions"] == app_dims
+    assert by_metric["OldestUnknownAgeSeconds"][0][0]["Threshold"] == 3600
+    assert by_metric["OldestDueAgeSeconds"][0][0]["Threshold"] == 900  # unserved job types show
+    # A payload store that refuses access: its own alarm (the throttles alarm's expression is at
+    # CloudWatch's 10-metric limit), on the first refusal in 5 minutes.
+    ((denied, denied_metric),) = by_metric["PayloadAccessDenied"]
+    assert denied_metric["Namespace"] == svc.metrics_namespace and denied_metric["Dimensions"] == app_dims
+    ((stat,),) = [[m["MetricStat"] for m in denied["Metrics"]]]
+    assert (denied["Threshold"], denied["EvaluationPeriods"], stat["Stat"], stat["Period"]) == (1, 1, "Sum", 300)
+    assert denied["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert denied["TreatMissingData"] == "notBreaching"
+    ((unknown_entered, _),) = by_metric["UnknownParked"]
+    assert [a for a, _ in by_metric["SweptToUnknown"]] == [unknown_entered]
+    # Takeover rate: a percentage of claims (metric math over both).
+    ((takeover, _),) = by_metric["Takeovers"]
+    assert [a for a, _ in by_metric["Claims"]] == [takeover]
+    assert any("100 * FILL(takeovers, 0) / FILL(claims, 0)" in m.get("Expression", "")
+               for m in takeover["Metrics"])
+    sweeper_dims = [{"Name": "FunctionName", "Value": {"Ref": logical_id(stack, svc.sweeper.function.function)}}]
+    (errors,) = [m for _, m in by_metric["Errors"] if m["Dimensions"] == sweeper_dims]
+    assert errors["Namespace"] == "AWS/Lambda"
+    ((_, api5xx),) = by_metric["5xx"]
+    assert api5xx["Namespace"] == "AWS/ApiGateway"
+    assert api5xx["Dimensions"] == [{"Name": "ApiId", "Value": {"Ref": logical_id(stack, svc.http_api)}}]
+    throttle_alarms = {id(a): a for name in ("ReadThrottleEvents", "WriteThrottleEvents")
+                       for a, _ in by_metric[name]}
+    # One alarm for the table and one per index (two metrics each, never CloudWatch's 10 in one).
+    assert len(throttle_alarms) == 1 + len(schema.global_secondary_indexes())
+    indexes = {d["Value"] for name in ("ReadThrottleEvents", "WriteThrottleEvents")
+               for _, m in by_metric[name] for d in m["Dimensions"]
+               if d["Name"] == "GlobalSecondaryIndexName"}
+    assert indexes == {schema.DUE_INDEX, schema.SWEEP_INDEX, schema.PARKED_INDEX, schema.PURGE_INDEX}
+    assert "ApproximateNumberOfMessagesVisible" in by_metric  # schedule DLQ
+    assert "Invocations" in by_metric  # sweeper not running
+
+
+def test_alarm_topic_is_encrypted_and_cloudwatch_can_use_it(variant) -> None:
+    _, stack, svc, tpl = variant
+    topic = props(tpl, logical_id(stack, svc.alarm_topic))
+    key_lid = topic["KmsMasterKeyId"]["Fn::GetAtt"][0]
+    key_policy = props(tpl, key_lid)["KeyPolicy"]["Statement"]
+    assert any(s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+               and "kms:Decrypt" in as_list(s["Action"]) for s in key_policy)
+    (topic_policy,) = resources(tpl, "AWS::SNS::TopicPolicy").values()
+    statements = topic_policy["Properties"]["PolicyDocument"]["Statement"]
+    assert any(s["Effect"] == "Deny" and s["Condition"]["Bool"]["aws:SecureTransport"] == "false"
+               for s in statements)
+    assert any(s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"} for s in statements)
+
+
+def test_dashboard_shows_every_app_metric(variant) -> None:
+    _, stack, svc, tpl = variant
+    (dashboard,) = resources(tpl, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for name in APP_METRICS:
+        assert f'\\"{name}\\"' in body, name
+    assert f'\\"{svc.metrics_namespace}\\"' in body and '\\"service\\",\\"leasefence\\"' in body
+
+
+def test_stalled_claims_alarm_fires_on_one_stalled_claim(variant) -> None:
+    """StalledClaims is emitted once per stalled claim: the alarm counts it (Sum) over one period,
+    so the first stalled claim raises it, and a quiet period (no data) is OK, not breaching."""
+    _, stack, svc, tpl = variant
+    alarm = props(tpl, logical_id(stack, svc.monitoring.alarms["StalledClaimsAlarm"]))
+    # One metric, no math (CDK renders a labelled metric in the Metrics form).
+    ((query,),) = [alarm["Metrics"]] if "Metrics" in alarm else [[{"MetricStat": {
+        "Metric": {k: alarm[k] for k in ("Namespace", "MetricName", "Dimensions")},
+        "Period": alarm["Period"], "Stat": alarm["Statistic"]}}]]
+    stat = query["MetricStat"]
+    assert stat["Metric"]["MetricName"] == "StalledClaims"
+    assert stat["Metric"]["Namespace"] == svc.metrics_namespace
+    assert stat["Stat"] == "Sum" and stat["Period"] == 300
+    assert query.get("ReturnData", True) is True and "Expression" not in query
+    assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert alarm["EvaluationPeriods"] == 1 and alarm.get("DatapointsToAlarm", 1) == 1
+    assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def _app_namespaces(tpl: dict[str, Any]) -> set[str]:
+    """Every non-AWS metric namespace the template's alarms and dashboard read."""
+    found = {m["Namespace"] for a in resources(tpl, "AWS::CloudWatch::Alarm").values() for m in _metrics(a)}
+    (dashboard,) = resources(tpl, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    candidates = ("LeaseFence", "LeaseFence/LeaseFenceDefault", "LeaseFence/LeaseFenceFull",
+                  "LeaseFence/LeaseFenceDefault/LeaseFence", "LeaseFence/LeaseFenceFull/LeaseFence")
+    found |= {ns for ns in candidates if f'[\\"{ns}\\",' in body}
+    return {ns for ns in found if not str(ns).startswith("AWS/")}
+
+
+def test_metrics_namespace_is_per_deployment(synth) -> None:
+    """Two stacks in one app (one account): distinct namespaces, each shared by the functions'
+    EMF (POWERTOOLS_METRICS_NAMESPACE), the alarms and the dashboard."""
+    seen = {}
+    for name in ("default", "full"):
+        stack, svc, tpl = service_of(synth, name)
+        # One per service: the stack's name and the service's path below it.
+        assert svc.metrics_namespace == f"LeaseFence/{stack.stack_name}/LeaseFence"
+        functions = resources(tpl, "AWS::Lambda::Function").values()
+        env_namespaces = {f["Properties"]["Environment"]["Variables"].get("POWERTOOLS_METRICS_NAMESPACE")
+                          for f in functions if "Environment" in f["Properties"]
+                          and "LEASEFENCE_TABLE" in f["Properties"]["Environment"]["Variables"]}
+        assert env_namespaces == {svc.metrics_namespace}
+        assert _app_namespaces(tpl) == {svc.metrics_namespace}
+        seen[name] = svc.metrics_namespace
+    assert seen["default"] != seen["full"]
+
+
+def test_observability_reads_the_namespace_from_the_environment() -> None:
+    import subprocess
+    import sys
+
+    layers = Path(__file__).resolve().parents[2] / "layers"
+    script = ("import sys; sys.path.insert(0, %r); from leasefence import observability as o; "
+              "print(o.NAMESPACE, o.metrics.namespace)" % str(layers))
+    import os
+
+    env = {**os.environ, "POWERTOOLS_METRICS_NAMESPACE": "LeaseFence/Staging",
+           "POWERTOOLS_TRACE_DISABLED": "true", "AWS_DEFAULT_REGION": "eu-west-1"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split()
+    assert out == ["LeaseFence/Staging", "LeaseFence/Staging"]

@@ -130,7 +130,7 @@ def changed_layer(prebuilt_layer: Path, tmp_path_factory: pytest.TempPathFactory
     """The core layer with one module changed (a new engine release)."""
     out = tmp_path_factory.mktemp("core-layer-changed") / "layer"
     shutil.copytree(prebuilt_layer, out)
-    (engine,) = out.rglob("leasefence/engine.py")
+    (engine,) = out.rglob("leasefence/engine/_engine.py")
     engine.write_text(engine.read_text() + "\n# the next release\n")
     return out
 

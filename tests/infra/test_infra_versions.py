@@ -195,7 +195,7 @@ def test_without_an_index_the_installed_pure_python_wheels_stand_in(
     dist = importlib.metadata.distribution("rfc8785")
     copied = {p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file() and "rfc8785" in p.as_posix()}
     assert copied == {f.as_posix() for f in dist.files if "__pycache__" not in f.parts}
-    assert (site / "leasefence" / "engine.py").is_file()
+    assert (site / "leasefence" / "engine" / "_engine.py").is_file()
     assert "pip failed, so the installed pure-Python rfc8785==" in capfd.readouterr().err
 
 

@@ -9,6 +9,23 @@ from constructs import IConstruct
 
 #: The full test stack's class A table is under this (imported) customer-managed key.
 ORDERS_KEY_ARN = "arn:aws:kms:eu-west-1:111122223333:key/0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+#: An external JWT issuer for the small stacks a test builds itself.
+ISSUER = {"jwt_issuer": "https://idp.example.com/", "jwt_audience": ["leasefence"]}
+
+
+def service_of(synth: Any, name: str) -> tuple[Stack, Any, dict[str, Any]]:
+    """(stack, its ``LeaseFenceService``, its template) of one of the session's test stacks."""
+    stack = synth.stacks[name]
+    return stack, stack.service, synth.template_json(name)
+
+
+def denies_insecure_transport(policy: dict[str, Any]) -> bool:
+    """A bucket or queue policy that refuses every request without TLS."""
+    return any(
+        st["Effect"] == "Deny"
+        and st.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false"
+        for st in policy["PolicyDocument"]["Statement"]
+    )
 
 
 def logical_id(stack: Stack, construct: IConstruct) -> str:

@@ -10,8 +10,9 @@ from tests.support.boundary import tool_imports
 
 #: What the worker (and the other functions) need, spelled out.
 MUST_SHIP = (
-    "engine.py",
-    "worker/runtime.py",
+    "engine/_engine.py",
+    "worker/_runtime.py",
+    "worker/handler.py",
     "worker/backend.py",
     "targets/fenced_table.py",
     "targets/same_table.py",

@@ -17,7 +17,7 @@ from leasefence_tools.testing.faults import AFTER, FaultyClient
 from leasefence.schema import PARTITION_KEY, SORT_KEY
 from leasefence.targets import fenced_table
 from leasefence.worker import EngineBackend, Job, LostOwnership, Worker
-from leasefence.worker.runtime import FunctionHandler
+from leasefence.worker import FunctionHandler
 
 H1 = "sha256:" + "6" * 64
 H2 = "sha256:" + "7" * 64

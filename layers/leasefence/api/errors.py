@@ -16,25 +16,19 @@ import logging
 import traceback
 from typing import Any
 
-from leasefence.errors import InvalidInput, LeaseFenceError, NotFound
+# Forbidden and Unauthorized are domain errors (leasefence.errors); the API and the SDK import
+# them from here.
+from leasefence.errors import (
+    Forbidden,  # noqa: F401
+    InvalidInput,
+    LeaseFenceError,
+    NotFound,
+    Unauthorized,  # noqa: F401
+)
 
 log = logging.getLogger("leasefence.api")
 
 JSON = "application/json"
-
-
-class Unauthorized(LeaseFenceError):
-    """Missing, malformed, badly signed or expired token (or one without a tenant)."""
-
-    code = "unauthorized"
-    status = 401
-
-
-class Forbidden(LeaseFenceError):
-    """A valid token without the route's scope."""
-
-    code = "forbidden"
-    status = 403
 
 
 class MalformedRequest(InvalidInput):

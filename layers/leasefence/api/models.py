@@ -16,11 +16,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-MAX_ID = 256
-MAX_TEXT = 1024
-MAX_FENCE = 2**53 - 1
-MAX_CHECKPOINT_DEPTH = 32
-NO_CONTROL = r"^[^\x00-\x1f\x7f-\x9f]*$"
+from leasefence.limits import MAX_CHECKPOINT_DEPTH, MAX_FENCE, MAX_LEASE_SECONDS
+from leasefence.limits import MAX_ID_LENGTH as MAX_ID
+from leasefence.limits import MAX_TEXT_LENGTH as MAX_TEXT
+from leasefence.validation import HASH_PATTERN, NO_CONTROL
 
 Id = Annotated[
     str,
@@ -33,7 +32,7 @@ Id = Annotated[
 ]
 Fence = Annotated[int, Field(ge=1, le=MAX_FENCE, description="The fence returned by the claim")]
 Reason = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
-LeaseSeconds = Annotated[int, Field(ge=1, le=900)]
+LeaseSeconds = Annotated[int, Field(ge=1, le=MAX_LEASE_SECONDS)]
 StateName = Literal[
     "queued",
     "claimed",
@@ -46,9 +45,7 @@ StateName = Literal[
 ]
 PayloadStateName = Literal["external", "stored", "purged", "erased"]
 TargetClassName = Literal["A", "B", "C", "D"]
-PayloadHash = Annotated[
-    str, Field(pattern=r"^sha256:[0-9a-f]{64}$", description="sha256:<64 lowercase hex>")
-]
+PayloadHash = Annotated[str, Field(pattern=HASH_PATTERN, description="sha256:<64 lowercase hex>")]
 
 
 def _depth(value: Any) -> int:

@@ -27,13 +27,13 @@ from leasefence.api.app import JSON, strict_json_loads
 from leasefence.api.errors import Forbidden
 from leasefence.api.security import ROUTES, Caller, caller_from_event, route
 from leasefence.clock import to_rfc3339
-from leasefence.engine import MISSING, validate_id
 from leasefence.errors import InvalidInput, PayloadConflict
 from leasefence.keys import is_shadow_tenant
 from leasefence.model import EnqueueResult
 from leasefence.observability import record_claim_latency
 from leasefence.payloads import canonicalize
 from leasefence.settings import runtime
+from leasefence.validation import MISSING, validate_id
 
 app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=strict_json_loads)
 

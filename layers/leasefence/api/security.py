@@ -29,6 +29,8 @@ from typing import Any
 
 from leasefence.api.errors import Forbidden, Unauthorized
 from leasefence.keys import SHADOW_PREFIX, is_shadow_tenant
+from leasefence.limits import MAX_ID_LENGTH
+from leasefence.validation import CONTROL_RE
 
 PRODUCE = "leasefence/produce"
 WORK = "leasefence/work"
@@ -44,8 +46,6 @@ SHADOW = "leasefence/shadow"
 #: What shadow mode over HTTP needs: enqueue and read (produce), claim by id, heartbeat, complete
 #: and fail (work), list for the report (operate), and the shadow scope itself.
 SHADOW_MODE_SCOPES = (PRODUCE, WORK, OPERATE, SHADOW)
-
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -176,8 +176,8 @@ def caller_from_event(event: Mapping[str, Any]) -> Caller:
     tenant_id = claims.get("tenant_id")
     if (
         not isinstance(tenant_id, str)
-        or not 1 <= len(tenant_id) <= 256
-        or _CONTROL_RE.search(tenant_id)
+        or not 1 <= len(tenant_id) <= MAX_ID_LENGTH
+        or CONTROL_RE.search(tenant_id)
     ):
         raise Unauthorized("the token has no usable tenant_id claim")
     scopes = _scopes_of(claims, jwt.get("scopes"))
@@ -194,7 +194,11 @@ def caller_from_event(event: Mapping[str, Any]) -> Caller:
 def _subject_of(claims: Mapping[str, Any]) -> str | None:
     for name in ("sub", "client_id", "username"):
         value = claims.get(name)
-        if isinstance(value, str) and 1 <= len(value) <= 256 and not _CONTROL_RE.search(value):
+        if (
+            isinstance(value, str)
+            and 1 <= len(value) <= MAX_ID_LENGTH
+            and not CONTROL_RE.search(value)
+        ):
             return value
     return None
 
@@ -236,8 +240,8 @@ def iam_caller(event: Mapping[str, Any], scope: str) -> Caller:
     tenant_id = os.environ.get("LEASEFENCE_IAM_TENANT")
     if (
         not isinstance(tenant_id, str)
-        or not 1 <= len(tenant_id) <= 256
-        or _CONTROL_RE.search(tenant_id)
+        or not 1 <= len(tenant_id) <= MAX_ID_LENGTH
+        or CONTROL_RE.search(tenant_id)
     ):
         raise Unauthorized("this service's IAM API has no tenant configured")
     if is_shadow_tenant(tenant_id):
@@ -246,7 +250,11 @@ def iam_caller(event: Mapping[str, Any], scope: str) -> Caller:
     subject = None
     for name in ("userArn", "callerId"):
         value = iam.get(name)
-        if isinstance(value, str) and 1 <= len(value) <= 256 and not _CONTROL_RE.search(value):
+        if (
+            isinstance(value, str)
+            and 1 <= len(value) <= MAX_ID_LENGTH
+            and not CONTROL_RE.search(value)
+        ):
             subject = value
             break
     return Caller(tenant_id=tenant_id, scopes=frozenset({scope}), subject=subject)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from leasefence import history
+from leasefence.metrics import Metric
 from leasefence.model import Transition
 from leasefence.store import Store
 from leasefence.streams import events, records
@@ -57,12 +58,12 @@ class Publisher:
         assert new is not None
         entry = history.entry_from(change.old, new)
         if history.record(self.store, new, entry, reset=transition is Transition.ERASE):
-            self.count("HistoryEntries", 1)
+            self.count(Metric.HISTORY_ENTRIES, 1)
         if self.bus is None:
             return "recorded"
         published = events.entry(change, self.bus)
         if published is None:
             return "recorded"
         events.publish(self._events_client(), [published])
-        self.count("EventsPublished", 1)
+        self.count(Metric.EVENTS_PUBLISHED, 1)
         return "published"

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from leasefence import keys
-from leasefence.engine import validate_id
 from leasefence.errors import InvalidInput
 from leasefence.model import State, Transition
 from leasefence.store import from_item
+from leasefence.validation import validate_id
 
 #: What a transition's image must hold (everything the engine writes on every operation).
 _REQUIRED = (

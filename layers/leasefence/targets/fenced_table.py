@@ -99,10 +99,11 @@ from botocore.exceptions import ClientError
 
 from leasefence.clock import Clock, system_clock
 from leasefence.errors import LeaseFenceError, TargetRefused
+from leasefence.metrics import Metric
 from leasefence.model import Claim
 from leasefence.store import Store, translate
 from leasefence.targets.identity import identity_digest
-from leasefence.worker.runtime import Job, LostOwnership
+from leasefence.worker.handler import Job, LostOwnership
 
 ENTRY_PREFIX = "lf_fence_"
 HORIZON = "lf_horizon"
@@ -305,7 +306,7 @@ class FencedTable:
                     f"{self.max_claim_skew_ms} ms ahead of this target's clock"
                 )
         except InconsistentClaim as refused:
-            self.events("InconsistentClaimsRefused", 1)
+            self.events(Metric.INCONSISTENT_CLAIMS_REFUSED, 1)
             job.lose(str(refused))
             raise
         return claim_time
@@ -344,13 +345,13 @@ class FencedTable:
             state = state_of(refused.item)
             seen = state.entries.get(names["#lf"])
             if seen is not None and seen[0] > job.fence:
-                self.events("StaleTargetWritesRejected", 1)
+                self.events(Metric.STALE_TARGET_WRITES_REJECTED, 1)
                 job.lose(f"target has seen fence {seen[0]}")
                 raise LostOwnership(
                     f"target refused fence {job.fence}: it has seen {seen[0]}"
                 ) from None
             if seen is None and state.horizon is not None and state.horizon >= claim_time:
-                self.events("TargetHorizonRefusals", 1)
+                self.events(Metric.TARGET_HORIZON_REFUSALS, 1)
                 reason = (
                     f"target refused fence {job.fence}: it no longer keeps this operation's fence entry "
                     f"and its horizon ({state.horizon}) is not older than this claim ({claim_time}): "
@@ -397,13 +398,13 @@ class FencedTable:
                 ReturnValues="NONE",
             )
         except _Refused:
-            self.events("TargetPrunesRefused", 1)
+            self.events(Metric.TARGET_PRUNES_REFUSED, 1)
             return
         except LeaseFenceError:  # busy, unreachable: the write itself succeeded; prune next time
-            self.events("TargetPrunesFailed", 1)
+            self.events(Metric.TARGET_PRUNES_FAILED, 1)
             return
-        self.events("TargetPrunes", 1)
-        self.events("TargetEntriesPruned", len(victims))
+        self.events(Metric.TARGET_PRUNES, 1)
+        self.events(Metric.TARGET_ENTRIES_PRUNED, len(victims))
 
     def _victims(
         self, state: FenceState, keep: str, now: int

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from leasefence.targets.identity import identity_digest
-from leasefence.worker.runtime import Ambiguous, Job, Reconciled
+from leasefence.worker.handler import Ambiguous, Job, Reconciled
 
 
 def idempotency_key(tenant_id: str, operation_id: str) -> str:

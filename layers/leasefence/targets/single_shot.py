@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from leasefence.worker.runtime import Ambiguous, Job, Permanent, Reconciled
+from leasefence.worker.handler import Ambiguous, Job, Permanent, Reconciled
 
 
 class NotSent(Exception):

@@ -1,17 +1,28 @@
-"""The worker runtime: handlers per job type, progress-tied heartbeats, lost-ownership mode."""
+"""The worker: handlers per job type, progress-tied heartbeats, lost-ownership mode.
 
+What a handler needs is here: :class:`Job` (the claimed operation, its payload, progress and
+guards), the :class:`Handler` protocol (``run``, and the ``on_claim`` and ``reconcile`` hooks) or
+:class:`FunctionHandler`, the outcomes it raises (:class:`HandlerOutcome`: :class:`Retry`,
+:class:`Permanent`, :class:`Ambiguous`, :class:`Uninterpretable`), :class:`Reconciled`, and
+:class:`LostOwnership` (a ``BaseException``: the order to stop). :class:`Worker` runs handlers
+against a :class:`Backend` (:class:`EngineBackend` in process, or the HTTP API's). The machinery
+(claim loop, renewer, shutdown) is private: :mod:`leasefence.worker._runtime`.
+"""
+
+from leasefence.worker._runtime import Worker
 from leasefence.worker.backend import Backend, EngineBackend
-from leasefence.worker.runtime import (
+from leasefence.worker.handler import (
     Ambiguous,
     FunctionHandler,
     Handler,
+    HandlerOutcome,
     Job,
     LostOwnership,
     Permanent,
     Reconciled,
     Retry,
     Uninterpretable,
-    Worker,
+    retry_unavailable,
 )
 
 __all__ = [
@@ -20,6 +31,7 @@ __all__ = [
     "EngineBackend",
     "FunctionHandler",
     "Handler",
+    "HandlerOutcome",
     "Job",
     "LostOwnership",
     "Permanent",
@@ -27,4 +39,5 @@ __all__ = [
     "Retry",
     "Uninterpretable",
     "Worker",
+    "retry_unavailable",
 ]

@@ -18,9 +18,10 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
-from leasefence.engine import MISSING, Engine
+from leasefence.engine import Engine
 from leasefence.keys import is_shadow_tenant
 from leasefence.model import Claim
+from leasefence.validation import MISSING
 
 
 class Backend(Protocol):

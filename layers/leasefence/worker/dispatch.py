@@ -17,11 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from leasefence.engine import Engine
+from leasefence.metrics import Metric, MetricSink
 from leasefence.model import Claim, State
 from leasefence.schema import DUE_SK
 from leasefence.streams import records
 from leasefence.streams.filters import CLAIMABLE_NOW
-from leasefence.worker.runtime import Worker
+from leasefence.worker._runtime import Worker
 
 #: A record can arrive before the enqueuer's clock said the work is due by the worker's clock
 #: (skew between hosts): wait that long at most instead of leaving it to the drain.
@@ -43,7 +44,7 @@ class StreamDispatch:
         worker: Worker,
         engine: Engine,
         tenants: Sequence[str],
-        count: Callable[[str, float], None] | None = None,
+        count: MetricSink | None = None,
     ) -> None:
         if not tenants:
             raise ValueError("stream dispatch serves at least one tenant")
@@ -74,16 +75,16 @@ class StreamDispatch:
         ):
             return "not_served", None
         if remaining_ms is not None and remaining_ms() < self.worker.lease_ms + MARGIN_MS:
-            self.count("StreamDispatchDeferred", 1)
+            self.count(Metric.STREAM_DISPATCH_DEFERRED, 1)
             return "deferred", None
         early = int(new.get(DUE_SK, 0)) - self.engine.clock()
         if 0 < early <= MAX_SKEW_WAIT_MS:
             time.sleep(early / 1000)
         claim = self.engine.claim_seen(new, self.worker.worker_id, self.worker.lease_ms, types)
         if claim is None:
-            self.count("StreamDispatchTaken", 1)
+            self.count(Metric.STREAM_DISPATCH_TAKEN, 1)
             return "taken", None
-        self.count("StreamDispatched", 1)
+        self.count(Metric.STREAM_DISPATCHED, 1)
         return "claimed", claim
 
     def run(self, claims: Sequence[Claim]) -> None:

@@ -30,9 +30,9 @@ from typing import Any
 
 from leasefence.client import Claim as HttpClaim
 from leasefence.client import LeaseFenceClient
-from leasefence.engine import MISSING
 from leasefence.errors import Unavailable
 from leasefence.model import Claim, TargetClass
+from leasefence.validation import MISSING
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

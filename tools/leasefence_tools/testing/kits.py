@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from leasefence.model import State, TargetClass
 from leasefence.targets import fenced_table, idempotent_api, same_table, single_shot
 from leasefence.targets.identity import identity_digest
-from leasefence.worker import FunctionHandler, Job, Reconciled
+from leasefence.worker import FunctionHandler, Job, LostOwnership, Reconciled
 
 if TYPE_CHECKING:
     from leasefence.engine import Engine
@@ -145,7 +145,7 @@ class SameTableKit(Kit):
             )
             try:
                 job.complete_with("refunded", [refund])
-            except Exception:
+            except (Exception, LostOwnership):
                 if job.cancelled.is_set():
                     self.events("StaleWritesRejected", 1)
                 raise
@@ -201,7 +201,7 @@ class FencedTableKit(Kit):
                     },
                     append={"history": [job.fence]},  # in commit order: the target's own record
                 )
-            except Exception:
+            except (Exception, LostOwnership):
                 if job.cancelled.is_set():
                     self.events("StaleWritesRejected", 1)
                 raise

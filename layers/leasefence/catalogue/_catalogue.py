@@ -1,42 +1,32 @@
-"""A tenant's job-type catalogue: one versioned entry per job type, and the tenant's strict mode.
+"""The catalogue's reads and writes: :class:`Catalogue`, one per engine, with its short cache.
 
-An entry declares what every operation of its job type runs under: the target class, the attempt
-budget, the default and maximum lease, the owner, the runbook, whether approval is required (and
-for how long one stays valid), and optionally a JSON Schema for inline payloads. Entries are items
-in the operations table (sort key :func:`keys.catalogue_id`; settings :data:`keys.SETTINGS_ID`),
-in no index. Every write is ONE conditional ``UpdateItem``: the version check is inside the write,
-and a refusal returns the item as it is (``ALL_OLD``), so the loser learns why without a read.
-
-* ``put``: creates or replaces an entry; the version rises by one. Writing what is already there
-  changes nothing (the write's condition compares a fingerprint of the declared fields, so the
-  same declaration twice is one version). ``expected_version`` (optional) makes it a
-  compare-and-set: another writer's change in between is 409 ``version_conflict``.
-* ``delete``: a tombstone (``deleted_at``), not a deletion: the version keeps rising, so an entry
-  declared again later never reuses a version an operation recorded.
-* :meth:`Catalogue.admit`: what an enqueue of a job type runs under (:class:`Admission`), or a
-  refusal: 422 ``unknown_job_type`` (strict tenant, uncatalogued type), 422 ``invalid_request``
-  (a request that contradicts the entry, a payload that fails its schema).
-
-Reads for enqueues are eventually consistent and cached per engine for :data:`CACHE_MS`: an
-entry's change reaches every engine within that time (plus the read's own lag, well under a
-second); each operation records the ``job_type_version`` it was admitted under, so which version
-applied is never a guess. Writes made through an engine update its own cache at once.
+Every write is ONE conditional ``UpdateItem``: the version check is inside the write, and a
+refusal returns the item as it is (``ALL_OLD``), so the loser learns why without a read. Reads
+for enqueues are eventually consistent and cached for :data:`~leasefence.limits.CATALOGUE_CACHE_MS`.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
-import hashlib
-import json
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
-from leasefence import keys, payload_schemas
-from leasefence.clock import to_rfc3339
+from leasefence import keys
+from leasefence.catalogue._entries import (
+    Admission,
+    Change,
+    JobTypeEntry,
+    JobTypeSpec,
+    canonical,
+    compile_schema,
+    job_type_id,
+    parse_document,
+    plan,
+    refusing,
+)
 from leasefence.errors import (
     IdentityRequired,
     InlinePayloadRequired,
@@ -46,303 +36,16 @@ from leasefence.errors import (
     UnknownJobType,
     VersionConflict,
 )
+from leasefence.limits import CATALOGUE_CACHE_MS, DEFAULT_MAX_ATTEMPTS, MEMORY_ENTRIES
 from leasefence.model import TargetClass
 from leasefence.store import ConditionFailed, Store
+from leasefence.validation import validate_id
 
 #: How long an engine trusts what it read of a tenant's catalogue (ms of its clock).
-CACHE_MS = 5_000
+CACHE_MS = CATALOGUE_CACHE_MS
 #: The attribute a tenant erasure sets on the tenant's settings item and catalogue entries (its
 #: start, ms): an admission that reads either refuses the enqueue (409 ``tenant_erasing``).
 ERASING = "tenant_erasing"
-MAX_SCHEMA_BYTES = payload_schemas.MAX_SCHEMA_BYTES
-MAX_TEXT = 1024
-DEFAULT_ATTEMPTS = 5
-DEFAULT_LEASE_SECONDS = 60
-MAX_LEASE_SECONDS = 900
-DEFAULT_APPROVAL_VALID_SECONDS = 86_400
-MAX_APPROVAL_VALID_SECONDS = 30 * 86_400
-
-#: The declared fields of an entry, in the order files, diffs and answers show them.
-FIELDS = (
-    "target_class",
-    "max_attempts",
-    "lease_seconds",
-    "max_lease_seconds",
-    "owner",
-    "runbook_url",
-    "approval_required",
-    "approval_valid_seconds",
-    "payload_schema",
-)
-
-
-def _int(spec: Mapping[str, Any], name: str, default: int | None, low: int, high: int) -> int:
-    value = spec.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidInput(f"{name} must be an integer from {low} to {high}")
-    return value
-
-
-def _text(spec: Mapping[str, Any], name: str) -> str | None:
-    value = spec.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not 1 <= len(value) <= MAX_TEXT:
-        raise InvalidInput(f"{name} must be a string of 1-{MAX_TEXT} characters")
-    return value
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def compile_schema(schema: Any) -> Callable[[Any], Any]:
-    """A validator for ``schema``: see :mod:`leasefence.payload_schemas` (patterns checked here
-    and evaluated in linear time, remote ``$ref`` s refused, never fetched)."""
-    return payload_schemas.compile_schema(schema)
-
-
-def _refusing(message: str) -> Callable[[Any], Any]:
-    """The validator of a stored schema that no longer compiles (declared before leasefence
-    checked patterns): every payload is refused with why, until the entry is declared again."""
-
-    def refuse(_payload: Any) -> Any:
-        raise InvalidInput(f"the job type's payload_schema cannot be used: {message}")
-
-    return refuse
-
-
-@dataclass(frozen=True)
-class JobTypeSpec:
-    """The declared fields of an entry, validated and with defaults filled in."""
-
-    target_class: TargetClass
-    max_attempts: int
-    lease_seconds: int = DEFAULT_LEASE_SECONDS
-    max_lease_seconds: int = MAX_LEASE_SECONDS
-    owner: str | None = None
-    runbook_url: str | None = None
-    approval_required: bool = False
-    approval_valid_seconds: int | None = None
-    payload_schema: dict[str, Any] | None = None
-
-    @classmethod
-    def parse(cls, spec: Mapping[str, Any]) -> JobTypeSpec:
-        if not isinstance(spec, Mapping):
-            raise InvalidInput("a job type entry must be an object")
-        unknown = sorted(set(spec) - set(FIELDS))
-        if unknown:
-            raise InvalidInput(f"unknown fields in a job type entry: {', '.join(unknown)}")
-        try:
-            target = TargetClass(str(spec.get("target_class")))
-        except ValueError:
-            raise InvalidInput("target_class is required: one of A, B, C, D") from None
-        attempts = _int(
-            spec, "max_attempts", 1 if target is TargetClass.D else DEFAULT_ATTEMPTS, 1, 100
-        )
-        if target is TargetClass.D and attempts != 1:
-            raise InvalidInput("target_class D allows exactly one attempt (max_attempts 1)")
-        lease = _int(spec, "lease_seconds", DEFAULT_LEASE_SECONDS, 1, MAX_LEASE_SECONDS)
-        max_lease = _int(spec, "max_lease_seconds", MAX_LEASE_SECONDS, 1, MAX_LEASE_SECONDS)
-        if lease > max_lease:
-            raise InvalidInput("lease_seconds must not exceed max_lease_seconds")
-        runbook = _text(spec, "runbook_url")
-        if runbook is not None and (
-            urlsplit(runbook).scheme not in ("https", "http") or not urlsplit(runbook).netloc
-        ):
-            raise InvalidInput("runbook_url must be an http(s) URL")
-        approval = spec.get("approval_required", False)
-        if not isinstance(approval, bool):
-            raise InvalidInput("approval_required must be true or false")
-        valid: int | None = None
-        if approval:
-            valid = _int(
-                spec,
-                "approval_valid_seconds",
-                DEFAULT_APPROVAL_VALID_SECONDS,
-                60,
-                MAX_APPROVAL_VALID_SECONDS,
-            )
-        elif spec.get("approval_valid_seconds") is not None:
-            raise InvalidInput("approval_valid_seconds needs approval_required: true")
-        schema = spec.get("payload_schema")
-        if schema is not None:
-            compile_schema(schema)
-        return cls(
-            target_class=target,
-            max_attempts=attempts,
-            lease_seconds=lease,
-            max_lease_seconds=max_lease,
-            owner=_text(spec, "owner"),
-            runbook_url=runbook,
-            approval_required=approval,
-            approval_valid_seconds=valid,
-            payload_schema=schema,
-        )
-
-    def to_public(self) -> dict[str, Any]:
-        return {
-            "target_class": self.target_class.value,
-            "max_attempts": self.max_attempts,
-            "lease_seconds": self.lease_seconds,
-            "max_lease_seconds": self.max_lease_seconds,
-            "owner": self.owner,
-            "runbook_url": self.runbook_url,
-            "approval_required": self.approval_required,
-            "approval_valid_seconds": self.approval_valid_seconds,
-            "payload_schema": self.payload_schema,
-        }
-
-    @property
-    def fingerprint(self) -> str:
-        return "sha256:" + hashlib.sha256(_canonical(self.to_public()).encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class JobTypeEntry:
-    job_type: str
-    version: int
-    spec: JobTypeSpec
-    updated_at: int
-    updated_by: str | None = None
-    deleted_at: int | None = None
-
-    @classmethod
-    def from_item(cls, item: Mapping[str, Any]) -> JobTypeEntry:
-        schema = item.get("payload_schema")
-        spec = JobTypeSpec(
-            target_class=TargetClass(item["target_class"]),
-            max_attempts=int(item["max_attempts"]),
-            lease_seconds=int(item["lease_default_ms"]) // 1000,
-            max_lease_seconds=int(item["lease_max_ms"]) // 1000,
-            owner=item.get("owner"),
-            runbook_url=item.get("runbook_url"),
-            approval_required=bool(item.get("approval_required", False)),
-            approval_valid_seconds=(
-                None
-                if item.get("approval_valid_ms") is None
-                else int(item["approval_valid_ms"]) // 1000
-            ),
-            payload_schema=None if schema is None else json.loads(schema),
-        )
-        return cls(
-            job_type=item["job_type"],
-            version=int(item["version"]),
-            spec=spec,
-            updated_at=int(item["updated_at"]),
-            updated_by=item.get("updated_by"),
-            deleted_at=None if item.get("deleted_at") is None else int(item["deleted_at"]),
-        )
-
-    def to_public(self) -> dict[str, Any]:
-        return {
-            "job_type": self.job_type,
-            "version": self.version,
-            **self.spec.to_public(),
-            "updated_at": to_rfc3339(self.updated_at),
-            "updated_by": self.updated_by,
-        }
-
-
-@dataclass(frozen=True)
-class Admission:
-    """What one enqueue runs under: the entry's class, budget, lease bounds and approval (or the
-    request's own class and budget for an uncatalogued type in a non-strict tenant)."""
-
-    tenant_id: str
-    job_type: str
-    target_class: TargetClass
-    max_attempts: int
-    job_type_version: int | None = None
-    lease_default_ms: int | None = None
-    lease_max_ms: int | None = None
-    approval_required: bool = False
-    approval_valid_ms: int | None = None
-
-
-@dataclass(frozen=True)
-class Change:
-    """One line of a catalogue plan: ``added``, ``changed`` (with ``fields``: name -> (old, new))
-    or ``removed``."""
-
-    kind: str
-    job_type: str
-    fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    spec: JobTypeSpec | None = None
-
-    def describe(self) -> list[str]:
-        sign = {"added": "+", "changed": "~", "removed": "-"}[self.kind]
-        lines = [f"{sign} {self.job_type} ({self.kind})"]
-        for name, (old, new) in self.fields.items():
-            lines.append(f"    {name}: {_canonical(old)} -> {_canonical(new)}")
-        return lines
-
-    def to_public(self) -> dict[str, Any]:
-        return {
-            "change": self.kind,
-            "job_type": self.job_type,
-            "fields": {k: {"from": o, "to": n} for k, (o, n) in self.fields.items()},
-        }
-
-
-def parse_document(document: Any) -> tuple[dict[str, JobTypeSpec], bool | None]:
-    """A catalogue file's content: ``{"job_types": {name: entry, ...}, "strict_job_types": bool}``
-    (``strict_job_types`` optional: absent leaves the tenant's setting alone)."""
-    if not isinstance(document, Mapping) or not isinstance(document.get("job_types", {}), Mapping):
-        raise InvalidInput("a catalogue is an object with a job_types object (name -> entry)")
-    unknown = sorted(set(document) - {"job_types", "strict_job_types"})
-    if unknown:
-        raise InvalidInput(f"unknown top-level fields in the catalogue: {', '.join(unknown)}")
-    strict = document.get("strict_job_types")
-    if strict is not None and not isinstance(strict, bool):
-        raise InvalidInput("strict_job_types must be true or false")
-    specs: dict[str, JobTypeSpec] = {}
-    for name, spec in (document.get("job_types") or {}).items():
-        _job_type(name)
-        try:
-            specs[name] = JobTypeSpec.parse(spec or {})
-        except InvalidInput as error:
-            raise InvalidInput(f"job type {name!r}: {error.message}") from None
-    return specs, strict
-
-
-def plan(
-    current: Mapping[str, JobTypeSpec], desired: Mapping[str, JobTypeSpec], prune: bool = True
-) -> list[Change]:
-    """What turns ``current`` into ``desired``, field by field; nothing when they are equal.
-    ``prune``: entries missing from ``desired`` are removed (a file is the whole catalogue)."""
-    changes = []
-    for name in sorted(set(current) | set(desired)):
-        old, new = current.get(name), desired.get(name)
-        if new is None:
-            if prune and old is not None:
-                changes.append(Change("removed", name))
-        elif old is None:
-            changes.append(
-                Change(
-                    "added",
-                    name,
-                    {k: (None, v) for k, v in new.to_public().items() if v is not None},
-                    new,
-                )
-            )
-        elif old != new:
-            before, after = old.to_public(), new.to_public()
-            diff = {k: (before[k], after[k]) for k in FIELDS if before[k] != after[k]}
-            changes.append(Change("changed", name, diff, new))
-    return changes
-
-
-def _job_type_token(value: Any) -> str:
-    from leasefence.engine import validate_id
-
-    return validate_id("request_token", value)
-
-
-def _job_type(value: Any) -> str:
-    from leasefence.engine import validate_id
-
-    return validate_id("job_type", value)
 
 
 @dataclass
@@ -368,7 +71,7 @@ class Catalogue:
     # ------------------------------------------------------------------ reads
 
     def get(self, tenant_id: str, job_type: str) -> JobTypeEntry:
-        entry = self._read(tenant_id, _job_type(job_type), consistent=True)
+        entry = self._read(tenant_id, job_type_id(job_type), consistent=True)
         if entry is None or entry.deleted_at is not None:
             raise NotFound("job type not in the catalogue")
         return entry
@@ -406,7 +109,7 @@ class Catalogue:
         if item is not None and item.get(ERASING) is not None:
             with self._lock:
                 self._erasing[tenant_id] = _Cached(self.clock(), int(item[ERASING]))
-                while len(self._erasing) > 10_000:
+                while len(self._erasing) > MEMORY_ENTRIES:
                     self._erasing.pop(next(iter(self._erasing)))
 
     def hold(self, tenant_id: str, since: int) -> int:
@@ -461,9 +164,9 @@ class Catalogue:
         ``changed`` is relative to the version the caller based it on: the entry says exactly
         this, at a later version, so it changed since then. With neither, an entry that already
         says exactly this is ``changed`` False."""
-        job_type = _job_type(job_type)
+        job_type = job_type_id(job_type)
         if request_token is not None:
-            _job_type_token(request_token)
+            validate_id("request_token", request_token)
         if not isinstance(spec, JobTypeSpec):
             spec = JobTypeSpec.parse(spec)
         now = self.clock()
@@ -481,7 +184,7 @@ class Catalogue:
             else spec.approval_valid_seconds * 1000,
             "payload_schema": None
             if spec.payload_schema is None
-            else _canonical(spec.payload_schema),
+            else canonical(spec.payload_schema),
             "fingerprint": spec.fingerprint,
             "updated_at": now,
             "updated_by": actor,
@@ -555,7 +258,7 @@ class Catalogue:
         actor: str | None = None,
     ) -> JobTypeEntry:
         """Tombstone an entry (its version rises; a later ``put`` continues from there)."""
-        job_type = _job_type(job_type)
+        job_type = job_type_id(job_type)
         now = self.clock()
         names = {"#v": "version", "#del": "deleted_at", "#at": "updated_at", "#by": "updated_by"}
         values: dict[str, Any] = {":one": 1, ":now": now}
@@ -682,7 +385,7 @@ class Catalogue:
             except ValueError as error:
                 raise InvalidInput("target_class must be one of A, B, C, D") from error
             if max_attempts is None:
-                max_attempts = 1 if target is TargetClass.D else DEFAULT_ATTEMPTS
+                max_attempts = 1 if target is TargetClass.D else DEFAULT_MAX_ATTEMPTS
             return Admission(tenant_id, job_type, target, max_attempts)
         entry, validator = found
         spec = entry.spec
@@ -768,11 +471,11 @@ class Catalogue:
                 try:
                     validator = compile_schema(schema)
                 except InvalidInput as error:
-                    validator = _refusing(error.message)
+                    validator = refusing(error.message)
             value = (entry, validator)
         with self._lock:
             self._entries[(tenant_id, job_type)] = _Cached(self.clock(), value)
-            while len(self._entries) > 10_000:
+            while len(self._entries) > MEMORY_ENTRIES:
                 self._entries.pop(next(iter(self._entries)))
         return value
 

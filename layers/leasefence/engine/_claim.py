@@ -1,0 +1,578 @@
+"""Claims: a due operation taken under a lease and a new fence, in one conditional write.
+
+A :class:`Claimer` reads the tenant's ``due`` partitions a page at a time, tries candidates in
+random order and writes a claim pinned to the fence and attempt counters it read
+(:func:`claim_write`). It remembers, with bounded memory, which tenants it recently lost races
+for (it then reads larger pages) and which live claims it saw (skipped without a request until
+their lease as read). Resent requests are recognized by their claim token.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from typing import Any, cast
+
+from leasefence import keys
+from leasefence.engine import _expr as x
+from leasefence.engine import _rules as rules
+from leasefence.engine._context import EngineContext, Key
+from leasefence.engine._reads import Reads
+from leasefence.errors import NotFound, Unavailable
+from leasefence.limits import (
+    CLAIM_MARKER_TTL_MS,
+    CLAIM_RETRY_BUDGET_MS,
+    CONTENTION_MEMORY,
+    DEFAULT_LEASE_MS,
+    MEMORY_ENTRIES,
+)
+from leasefence.metrics import Metric
+from leasefence.model import Claim, State, Transition
+from leasefence.schema import (
+    DUE_INDEX,
+    DUE_PK,
+    DUE_SK,
+    SWEEP_PK,
+    SWEEP_SK,
+    TTL_ATTRIBUTE,
+    OperationItem,
+)
+from leasefence.store import ConditionFailed
+from leasefence.validation import validate_id, validate_job_types, validate_lease
+
+log = logging.getLogger("leasefence.engine")
+
+Write = tuple[str, str, dict[str, str], dict[str, Any]]
+
+
+class LostRace(Exception):
+    """Another claimer took the candidate between this claimer's read and its write."""
+
+
+def claim_write(
+    snapshot: OperationItem,
+    now: int,
+    worker_id: str,
+    lease_ms: int | None,
+    types: tuple[str, ...] | None,
+    claim_token: str,
+    sweep_pk: str,
+    fence_floor: int,
+) -> Write:
+    """The claim's conditional update at time ``now``, pinned to the snapshot's counters.
+
+    ``lease_ms`` None: the item's ``lease_default_ms`` (its job type's default), else
+    :data:`~leasefence.limits.DEFAULT_LEASE_MS`, computed inside the write. A lease asked for is
+    refused above the item's ``lease_max_ms`` (the caller retries with that maximum)."""
+    fence, attempts, max_attempts = (
+        int(snapshot["fence"]),
+        int(snapshot["attempts"]),
+        int(snapshot["max_attempts"]),
+    )
+    expr = x.Expr(x.STATE_FENCE, x.TRANSITION_NAMES, x.ACTOR, {"#due": DUE_SK})
+    expr.value(
+        {
+            ":tr": Transition.CLAIM.value,
+            ":one": 1,
+            ":f": fence,
+            # Pinned to the snapshot's fence (the condition): one above it, and above the floor
+            # of this engine's fence epoch (after a restore, above every fence handed out before).
+            ":f1": max(fence + 1, fence_floor + 1),
+            ":a": attempts,
+            ":a1": attempts + 1,
+            ":m": max_attempts,
+            ":queued": State.QUEUED.value,
+            ":claimed": State.CLAIMED.value,
+            ":now": now,
+            ":w": worker_id,
+            ":tok": claim_token,
+        }
+    )
+    # Nobody claimed it since it was read, and it is claimable now: queued and due, or its
+    # holder's lease lapsed (a takeover).
+    condition = f"{x.FENCE_UNCHANGED} AND {x.COUNTERS_UNCHANGED} AND ({x.QUEUED_AND_DUE} OR {x.LEASE_LAPSED})"
+    if lease_ms is None:
+        expr.values[":lease"] = DEFAULT_LEASE_MS
+        # Every operand is read from the item as it was before this write.
+        lease = "if_not_exists(lease_default_ms, :lease)"
+        expires = f":now + {lease}"
+    else:
+        expr.values[":lease"] = lease_ms
+        lease, expires = ":lease", ":now + :lease"
+        condition += f" AND {x.LEASE_ALLOWED}"
+    if types:
+        of_types, type_values = x.job_type_in(types)
+        condition += f" AND {of_types}"
+        expr.value(type_values)
+    expr.set(
+        "claimed_from = #state",
+        "#state = :claimed",
+        "#fence = :f1",
+        "attempts = :a1",
+        "lease_owner = :w",
+        f"lease_expires_at = {expires}",
+        f"lease_ms = {lease}",
+        "claimed_at = :now",
+        "claim_token = :tok",
+        "updated_at = :now",
+        "#tr = :tr",
+        "#actor = :w",
+    )
+    if attempts + 1 >= max_attempts:
+        # The final attempt leaves the claim index for the sweeper's index: if this lease
+        # lapses, the operation is parked as unknown, never claimed again.
+        expr.name({"#dpk": DUE_PK, "#spk": SWEEP_PK, "#sat": SWEEP_SK})
+        expr.value({":spk": sweep_pk})
+        expr.set("#spk = :spk", f"#sat = {expires}").remove("#dpk", "#due")
+    else:
+        expr.set(f"#due = {expires}")
+    return expr.add("#seq :one").write(condition)
+
+
+def marker_write(now: int, operation_id: str) -> Write:
+    """The claim-next marker (:func:`keys.claim_marker_id`): the operation a claim request with a
+    client token is about to claim. Written before that claim write (never onto an operation
+    item); kept a day (TTL); only a pointer for a resend: the claim's own item decides."""
+    return (
+        "SET claimed_op = :op, #ttl = :ttl",
+        x.NOT_AN_OPERATION,
+        {"#ttl": TTL_ATTRIBUTE, **x.STATE},
+        {":op": operation_id, ":ttl": (now + CLAIM_MARKER_TTL_MS) // 1000},
+    )
+
+
+class Claimer:
+    """Claims for one engine, with its page sizes and its memory of races and live leases."""
+
+    def __init__(
+        self, ctx: EngineContext, reads: Reads, candidate_page: int, contended_page: int
+    ) -> None:
+        self.ctx = ctx
+        self.reads = reads
+        self.candidate_page = candidate_page
+        self.contended_page = max(contended_page, candidate_page)
+        #: Per tenant: claims left that read the contended page (set by a lost race).
+        self._contended: dict[str, int] = {}
+        #: (tenant, operation) -> (fence, lease expiry) of claims seen live although their due
+        #: entry had lapsed (heartbeats extended the lease): skipped without a request until then.
+        self._held: dict[tuple[str, str], tuple[int, int]] = {}
+        self._memory_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ the three ways to claim
+
+    def claim_next(
+        self,
+        tenant_id: str,
+        worker_id: str,
+        lease_ms: int | None,
+        job_types: Iterable[str] | None,
+        claim_token: str | None,
+    ) -> Claim | None:
+        validate_id("tenant_id", tenant_id)
+        validate_id("worker_id", worker_id)
+        token = _client_claim_token(claim_token)
+        lease_ms = _claim_lease(lease_ms)
+        types = validate_job_types(job_types)
+        marker = None
+        if token is not None:
+            marker = self.ctx.key(tenant_id, keys.claim_marker_id(worker_id, token))
+            found = self.ctx.store.get(marker)
+            if found is not None and "claimed_op" in found:
+                again = self.confirm_claim(
+                    self.ctx.key(tenant_id, found["claimed_op"]), worker_id, token, types
+                )
+                if isinstance(again, Claim):
+                    return again
+        partitions = [
+            (job_type, shard)
+            for job_type in (types if types is not None else self.reads.job_types(tenant_id))
+            for shard in range(self.ctx.spec.due_shards)
+        ]
+        self.ctx.rng.shuffle(partitions)
+        raced = []
+        for job_type, shard in partitions:
+            claim, lost = self.claim_from_partition(
+                tenant_id, job_type, shard, worker_id, lease_ms, True, token, marker
+            )
+            if claim is not None:
+                return claim
+            if lost:
+                raced.append((job_type, shard))
+        # A lost race left the rest of those pages stale: read them again, trying every candidate.
+        for job_type, shard in raced:
+            claim, _ = self.claim_from_partition(
+                tenant_id, job_type, shard, worker_id, lease_ms, False, token, marker
+            )
+            if claim is not None:
+                return claim
+        return None
+
+    def claim(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        worker_id: str,
+        lease_ms: int | None,
+        job_types: Iterable[str] | None,
+        claim_token: str | None,
+    ) -> Claim | None:
+        validate_id("tenant_id", tenant_id)
+        validate_id("operation_id", operation_id)
+        validate_id("worker_id", worker_id)
+        token = _client_claim_token(claim_token)
+        lease_ms = _claim_lease(lease_ms)
+        types = validate_job_types(job_types)
+        snapshot = self.ctx.store.get_operation(self.ctx.key(tenant_id, operation_id))
+        if snapshot is None:
+            raise NotFound("operation not found")
+        return self.try_claim(snapshot, worker_id, lease_ms, types, retries=3, claim_token=token)
+
+    def claim_seen(
+        self,
+        item: Mapping[str, Any],
+        worker_id: str,
+        lease_ms: int | None,
+        job_types: Iterable[str] | None,
+    ) -> Claim | None:
+        validate_id("tenant_id", item.get("tenant_id"))
+        validate_id("operation_id", item.get("operation_id"))
+        validate_id("worker_id", worker_id)
+        return self.try_claim(
+            cast("OperationItem", item),
+            worker_id,
+            _claim_lease(lease_ms),
+            validate_job_types(job_types),
+            retries=1,
+        )
+
+    # ------------------------------------------------------------------ reading a partition
+
+    def claim_from_partition(
+        self,
+        tenant_id: str,
+        job_type: str,
+        shard: int,
+        worker_id: str,
+        lease_ms: int | None,
+        stop_at_race: bool,
+        claim_token: str | None = None,
+        marker: Key | None = None,
+    ) -> tuple[Claim | None, bool]:
+        """A claim from one partition, a page at a time. With ``stop_at_race``, the first lost
+        race ends it (the page it was read from is stale by then): (None, True)."""
+        now = self.ctx.clock()
+        query: dict[str, Any] = {
+            "IndexName": DUE_INDEX,
+            "KeyConditionExpression": "#pk = :pk AND #due <= :now",
+            "ExpressionAttributeNames": {"#pk": DUE_PK, "#due": DUE_SK},
+            "values": {":pk": keys.due_partition(tenant_id, shard, job_type), ":now": now},
+            "Limit": self.page_for(tenant_id),
+        }
+        start = None
+        for _page in range(4):
+            page = self.ctx.store.query(start=start, **query)
+            candidates = page.operations
+            self.ctx.rng.shuffle(candidates)
+            held: list[OperationItem] = []
+            for candidate in candidates:
+                snapshot = candidate
+                if candidate.get("state") == State.CLAIMED:
+                    lapsed = self.unless_held(candidate, now)
+                    if lapsed is None:
+                        held.append(candidate)
+                        continue
+                    snapshot = lapsed
+                try:
+                    claim = self.try_claim(
+                        snapshot,
+                        worker_id,
+                        lease_ms,
+                        None,
+                        retries=1,
+                        repair=False,
+                        stop_at_race=stop_at_race,
+                        claim_token=claim_token,
+                        marker=marker,
+                    )
+                except LostRace:
+                    return None, True
+                if claim is not None:
+                    return claim, False
+            if page.last_key is None:
+                return None, False
+            # A full page gave nothing: entries of live claims may be crowding the head of the
+            # partition. Re-file them at their leases, so that no claimer pages past them again.
+            for entry in held:
+                self.refile_held(entry, now)
+            start = page.last_key
+        return None, False
+
+    def page_for(self, tenant_id: str) -> int:
+        """How many entries a claim query of this tenant reads: :attr:`candidate_page`, or
+        :attr:`contended_page` for :data:`~leasefence.limits.CONTENTION_MEMORY` claims after this
+        engine lost a race (a claim write refused because another claimer took the candidate
+        between this engine's read and its write). Claimers of one partition pick at random from
+        the same head of it, so collisions fall with the page; an idle or lone claimer never
+        reads more than before (an empty page costs the same at any limit)."""
+        with self._memory_lock:
+            return self.contended_page if self._contended.get(tenant_id) else self.candidate_page
+
+    def note_race(self, tenant_id: str, lost: bool) -> None:
+        with self._memory_lock:
+            if lost:
+                self._contended.pop(tenant_id, None)
+                self._contended[tenant_id] = CONTENTION_MEMORY
+                while len(self._contended) > MEMORY_ENTRIES:
+                    self._contended.pop(next(iter(self._contended)))
+            elif self._contended.get(tenant_id):
+                self._contended[tenant_id] -= 1
+                if not self._contended[tenant_id]:
+                    del self._contended[tenant_id]
+
+    # ------------------------------------------------------------------ live claims met on the way
+
+    def unless_held(self, entry: OperationItem, now: int) -> OperationItem | None:
+        """For a due entry of a claimed operation: None while its claim is live (known from an
+        earlier read, else read now and remembered); otherwise the item as read (claim from it:
+        the claim write pins what it shows). An eventually consistent read can only be behind:
+        it shows an earlier lease or fence, never a later one, so at worst the write is refused."""
+        key = (entry["tenant_id"], entry["operation_id"])
+        with self._memory_lock:
+            known = self._held.get(key)
+        if known is not None and known[0] == int(entry["fence"]) and known[1] > now:
+            return None
+        item = self.ctx.store.get_operation(self.ctx.key(*key), consistent=False)
+        if item is None:
+            return None
+        if self.remember_held(item, now):
+            return None
+        return item
+
+    def remember_held(self, item: OperationItem, now: int) -> bool:
+        """Remember a live claim's fence and lease (bounded memory, oldest forgotten first).
+        Returns whether the item is a live claim."""
+        if not rules.is_live_claim(item, now):
+            return False
+        key = (item["tenant_id"], item["operation_id"])
+        with self._memory_lock:
+            self._held.pop(key, None)
+            self._held[key] = (int(item["fence"]), int(item["lease_expires_at"]))
+            while len(self._held) > MEMORY_ENTRIES:
+                self._held.pop(next(iter(self._held)))
+        return True
+
+    def refile_held(self, entry: OperationItem, now: int) -> None:
+        """Re-file a live claim's lapsed due entry at the lease this engine saw (at or before
+        the real one, so a takeover is never delayed by it)."""
+        with self._memory_lock:
+            known = self._held.get((entry["tenant_id"], entry["operation_id"]))
+        if known is not None and known[0] == int(entry["fence"]):
+            self.repair_due_entry({**entry, "lease_expires_at": known[1]}, now)
+
+    def repair_due_entry(self, item: OperationItem, now: int) -> bool:
+        """A live claim whose lease heartbeats moved past its index position is re-filed at the
+        lease ``item`` shows (its real expiry, or an earlier one if heartbeats extended it since:
+        never later), so claimers stop meeting it. Pinned to state, fence and a lease at least
+        that: harmless if anything changed meanwhile."""
+        misfiled = rules.misfiled_index(item, now)
+        if misfiled is None:
+            return False
+        attr, pk = misfiled
+        try:
+            self.ctx.store.update(
+                self.ctx.key(item["tenant_id"], item["operation_id"]),
+                "SET #at = :lease",
+                f"{x.IS_CLAIMED} AND {x.FENCE_UNCHANGED} AND {x.LEASE_AT_LEAST} AND {x.IN_INDEX}",
+                dict(x.STATE_FENCE, **{"#at": attr, "#pk": pk}),
+                {
+                    ":claimed": State.CLAIMED.value,
+                    ":f": int(item["fence"]),
+                    ":lease": int(item["lease_expires_at"]),
+                },
+                returns="NONE",
+            )
+        except ConditionFailed:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ the claim write
+
+    def try_claim(
+        self,
+        snapshot: OperationItem,
+        worker_id: str,
+        lease_ms: int | None,
+        types: tuple[str, ...] | None,
+        retries: int,
+        repair: bool = True,
+        stop_at_race: bool = False,
+        claim_token: str | None = None,
+        marker: Key | None = None,
+    ) -> Claim | None:
+        """One conditional write per try, pinned to the snapshot's fence and attempt counters.
+
+        A refusal returns the item as it is now; if that is still claimable the next try uses it
+        (no extra read); a live claim is remembered (and with ``repair``, its stale index entry
+        re-filed at its lease); otherwise the claimer moves on. A refusal because another
+        claimer took the operation counts as a lost race (:meth:`page_for`); with
+        ``stop_at_race`` it raises :class:`LostRace`.
+
+        Every claim write carries a claim token (the client's, else one made for this call), so a
+        write that committed although its answer was lost is recognized from the refusal of its
+        resend (:func:`~leasefence.engine._rules.is_claim_of`). A snapshot that already shows this
+        worker's claim under the client's token (a resent request) is answered by
+        :meth:`confirm_claim`. With a ``marker`` (claim-next with a client token), the operation
+        about to be claimed is recorded there before its claim write.
+        """
+        ctx = self.ctx
+        tenant_id, operation_id = snapshot["tenant_id"], snapshot["operation_id"]
+        claim_token = claim_token or uuid.uuid4().hex
+        started = ctx.clock()
+        marked = None
+        for _ in range(retries + 1):
+            if rules.is_claim_of(snapshot, worker_id, claim_token):
+                confirmed = self.confirm_claim(
+                    ctx.key(tenant_id, operation_id), worker_id, claim_token, types
+                )
+                if isinstance(confirmed, Claim):
+                    return confirmed
+                if confirmed is None or rules.is_claim_of(confirmed, worker_id, claim_token):
+                    return None  # gone; or still ours, but of a job type not asked for now
+                snapshot = confirmed  # the claim no longer holds: the item as it is now
+                continue
+            if not rules.is_claimable(snapshot, ctx.clock(), types):
+                self.remember_held(snapshot, ctx.clock())
+                if repair:
+                    self.repair_due_entry(snapshot, ctx.clock())
+                return None
+            if marker is not None and marked != operation_id:
+                # Before the claim write: a claim that commits is always named by the marker.
+                self.write_retrying(
+                    marker, partial(marker_write, operation_id=operation_id), started
+                )
+                marked = operation_id
+            try:
+                item = self.write_retrying(
+                    ctx.key(tenant_id, operation_id),
+                    # Built from this try's snapshot (the loop moves on to the refused item).
+                    partial(
+                        claim_write,
+                        snapshot,
+                        worker_id=worker_id,
+                        lease_ms=lease_ms,
+                        types=types,
+                        claim_token=claim_token,
+                        sweep_pk=ctx.sweep_pk(tenant_id, operation_id),
+                        fence_floor=ctx.fence_floor,
+                    ),
+                    started,
+                )
+            except ConditionFailed as refused:
+                current = refused.operation
+                if current is None:
+                    return None
+                if rules.is_claim_of(current, worker_id, claim_token):
+                    # Our own write committed and its answer was lost (the store client, or the
+                    # client of a resent request, sent it again): that claim, still held.
+                    item = current
+                else:
+                    if rules.lost_race(current, snapshot):
+                        self.note_race(tenant_id, lost=True)
+                        if stop_at_race:
+                            raise LostRace() from None
+                    # The job type's maximum lease: the next try asks for exactly that.
+                    lease_ms = rules.capped_lease(current, lease_ms)
+                    snapshot = current
+                    continue
+            assert item is not None
+            self.note_race(tenant_id, lost=False)
+            return self.claimed(item, worker_id)
+        self.remember_held(snapshot, ctx.clock())
+        if repair:
+            self.repair_due_entry(snapshot, ctx.clock())
+        return None
+
+    def confirm_claim(
+        self,
+        key: Key,
+        worker_id: str,
+        claim_token: str,
+        types: tuple[str, ...] | None,
+    ) -> Claim | OperationItem | None:
+        """A resent claim request: one conditional write that changes nothing, on condition that
+        the operation still holds the claim this worker made under this token. Returns that
+        claim (same fence, same attempt: nothing is spent), else the item as the refusal showed
+        it (None: no such item). The write changes no attribute and no ``seq``: it is no
+        transition (history and events skip a record of it, and it is no work to dispatch)."""
+        values: dict[str, Any] = {
+            ":tok": claim_token,
+            ":w": worker_id,
+            ":claimed": State.CLAIMED.value,
+        }
+        still_ours = f"{x.IS_CLAIMED} AND {x.CLAIM_TOKEN_MATCHES} AND {x.HELD_BY_WORKER}"
+        if types:
+            of_types, type_values = x.job_type_in(types)
+            still_ours += f" AND {of_types}"
+            values.update(type_values)
+        try:
+            item = self.ctx.store.update_operation(
+                key, "SET claim_token = :tok", still_ours, dict(x.STATE), values
+            )
+        except ConditionFailed as refused:
+            return refused.operation
+        assert item is not None
+        return self.claimed(item, worker_id, replay=True)
+
+    def write_retrying(
+        self,
+        key: Key,
+        build: Callable[[int], Write],
+        started: int,
+        attempts: int = 3,
+    ) -> OperationItem | None:
+        """A claim write sent again when its answer was lost or the store was busy, each time
+        built afresh from the clock (a retry never commits a lease computed before it), and not
+        past :data:`~leasefence.limits.CLAIM_RETRY_BUDGET_MS`. Safe because the write carries a
+        claim token: if an earlier one committed, the retry is refused and the refusal shows our
+        token (recognized by the caller as our own claim)."""
+        for attempt in range(attempts):
+            now = self.ctx.clock()
+            try:
+                return self.ctx.store.update_operation(key, *build(now))
+            except Unavailable:
+                if attempt == attempts - 1 or self.ctx.clock() - started >= CLAIM_RETRY_BUDGET_MS:
+                    raise
+        return None  # pragma: no cover
+
+    def claimed(self, item: OperationItem, worker_id: str, replay: bool = False) -> Claim:
+        """The claim ``item`` shows; ``replay``: a resent request answered with it again."""
+        takeover = item.get("claimed_from") == State.CLAIMED
+        if replay:
+            self.ctx.count(Metric.CLAIM_REPLAYS)
+        else:
+            self.ctx.count(Metric.CLAIMS)
+            if takeover:
+                self.ctx.count(Metric.TAKEOVERS)
+        log.info(
+            "claimed again" if replay else "claimed",
+            extra={
+                "op": self.ctx.tag(item["tenant_id"], item["operation_id"]),
+                "fence": int(item["fence"]),
+                "takeover": takeover,
+            },
+        )
+        return rules.claim_of(item, worker_id, takeover)
+
+
+def _client_claim_token(claim_token: str | None) -> str | None:
+    return None if claim_token is None else validate_id("claim_token", claim_token)
+
+
+def _claim_lease(lease_ms: int | None) -> int | None:
+    """A claim's lease: None takes the job type's default (``lease_default_ms`` on the item,
+    from its catalogue entry), else :data:`~leasefence.limits.DEFAULT_LEASE_MS`, inside the
+    claim's write."""
+    return None if lease_ms is None else validate_lease(lease_ms)

@@ -1,0 +1,102 @@
+"""What every lifecycle phase of the engine shares: the store, the table's layout, the clock, the
+randomness, the metric sink, the retentions, the payload store and the catalogue.
+
+One :class:`EngineContext` per :class:`~leasefence.engine.Engine`; the phases hold it (never a
+copy of its fields), so a caller that replaces ``engine.clock`` or ``engine.payloads`` changes
+what every phase sees.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+from leasefence import keys
+from leasefence.catalogue import Catalogue
+from leasefence.clock import Clock
+from leasefence.metrics import Metric, MetricSink
+from leasefence.model import State
+from leasefence.privacy import keyed_hash
+from leasefence.schema import TableSpec
+from leasefence.store import Store
+
+if TYPE_CHECKING:
+    from leasefence.engine._engine import Engine
+
+Key = dict[str, str]
+
+
+@dataclass
+class EngineContext:
+    store: Store
+    spec: TableSpec
+    clock: Clock
+    rng: random.Random
+    #: Called with (metric name, value) for every domain event worth counting.
+    metrics: MetricSink
+    #: How long an ended operation's identity is kept (ms; None: forever).
+    identity_retention_ms: int | None
+    #: How long an ended operation's stored payload is kept (ms).
+    payload_retention_ms: int
+    #: Where inline payloads live (a :class:`~leasefence.payloads.PayloadStore`): needed to read,
+    #: purge and erase them. None: this engine only handles operations by reference.
+    payloads: Any
+    #: The tenants' job-type catalogues (entries cached briefly: see :mod:`leasefence.catalogue`).
+    catalogue: Catalogue
+    #: Every fence this engine hands out is above this (see :data:`~leasefence.limits.FENCE_EPOCH_SPAN`).
+    fence_floor: int = 0
+
+    def count(self, metric: Metric, value: float = 1) -> None:
+        self.metrics(metric, value)
+
+    @staticmethod
+    def key(tenant_id: str, operation_id: str) -> Key:
+        return {"tenant_id": tenant_id, "operation_id": operation_id}
+
+    @staticmethod
+    def tag(tenant_id: str, operation_id: str) -> str:
+        """The operation as logs name it: a keyed hash, never the raw ids."""
+        return keyed_hash(tenant_id, operation_id)
+
+    # ------------------------------------------------------------------ index partitions
+
+    def due_pk(self, tenant_id: str, operation_id: str, job_type: str) -> str:
+        return keys.due_partition(
+            tenant_id, keys.shard_of(tenant_id, operation_id, self.spec.due_shards), job_type
+        )
+
+    def sweep_pk(self, tenant_id: str, operation_id: str) -> str:
+        return keys.sweep_partition(keys.shard_of(tenant_id, operation_id, self.spec.sweep_shards))
+
+    def parked_pk(self, state: State, tenant_id: str, operation_id: str) -> str:
+        return keys.parked_partition(
+            state.value, keys.shard_of(tenant_id, operation_id, self.spec.sweep_shards)
+        )
+
+    def purge_pk(self, tenant_id: str, operation_id: str) -> str:
+        return keys.purge_partition(keys.shard_of(tenant_id, operation_id, self.spec.sweep_shards))
+
+
+T = TypeVar("T")
+
+
+class Shared(Generic[T]):
+    """An engine attribute kept by one of its parts (``part``: an attribute of the engine), read
+    and set through the engine: replacing ``engine.clock`` changes what every phase reads."""
+
+    def __init__(self, part: str, field: str) -> None:
+        self.part, self.field = part, field
+
+    @overload
+    def __get__(self, engine: None, owner: type | None = None) -> Shared[T]: ...
+    @overload
+    def __get__(self, engine: Engine, owner: type | None = None) -> T: ...
+    def __get__(self, engine: Engine | None, owner: type | None = None) -> T | Shared[T]:
+        if engine is None:
+            return self
+        value: T = getattr(getattr(engine, self.part), self.field)
+        return value
+
+    def __set__(self, engine: Engine, value: T) -> None:
+        setattr(getattr(engine, self.part), self.field, value)

@@ -1,0 +1,347 @@
+"""Payloads and erasure: reading an inline payload, purging it, erasing one operation's payload
+and free text (its identity stays), and erasing a whole tenant in bounded, resumable steps.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from leasefence import cursor as cursors
+from leasefence import history, keys
+from leasefence.catalogue import ERASING
+from leasefence.engine import _expr as x
+from leasefence.engine import _rules as rules
+from leasefence.engine._context import EngineContext
+from leasefence.engine._enqueue import Enqueuer
+from leasefence.engine._reads import Reads
+from leasefence.errors import InvalidTransition, NotFound, PayloadMissing, Unavailable
+from leasefence.limits import MAX_STEP_ITEMS, TENANT_ERASURE_SETTLE_MS
+from leasefence.metrics import Metric
+from leasefence.model import (
+    OPERATOR_ACTOR,
+    Claim,
+    Operation,
+    State,
+    TenantErasure,
+    Transition,
+)
+from leasefence.privacy import keyed_hash
+from leasefence.schema import PURGE_PK, PURGE_SK, OperationItem
+from leasefence.store import ConditionFailed, Item
+from leasefence.validation import validate_actor, validate_id, validate_limit
+
+log = logging.getLogger("leasefence.engine")
+
+#: The phases of a tenant erasure, in order (see :meth:`Eraser.erase_tenant`).
+ERASURE_PHASES = ("rows", "objects", "tenant")
+
+
+def purge_one(ctx: EngineContext, item: OperationItem) -> bool:
+    """Delete one operation's stored payload, then record that (pinned to the purge time the
+    deletion acted on). Deleting twice is harmless, so a crash in between only repeats it."""
+    if ctx.payloads is None:
+        raise Unavailable("no payload store configured: cannot purge payloads")
+    if item.get("payload_ref"):
+        ctx.payloads.delete(item["payload_ref"])
+    try:
+        ctx.store.update(
+            ctx.key(item["tenant_id"], item["operation_id"]),
+            "SET payload_purged_at = :now REMOVE #ppk, #pat",
+            x.PURGE_TIME_UNCHANGED,
+            {"#ppk": PURGE_PK, "#pat": PURGE_SK},
+            {":now": ctx.clock(), ":pat": int(item[PURGE_SK])},
+            returns="NONE",
+        )
+    except ConditionFailed:
+        return False
+    return True
+
+
+def erase_write(
+    current: OperationItem, actor: str | None, now: int
+) -> tuple[str, str, dict[str, str], dict[str, Any]]:
+    """The erasure's update, pinned to the state class (not claimed) and to the intent and
+    checkpoint it was computed from."""
+    expr = x.Expr(x.OPERATION_ID, x.STATE, {"#pat": PURGE_SK}, x.TRANSITION_NAMES, x.ACTOR)
+    expr.value(
+        {
+            ":now": now,
+            ":claimed": State.CLAIMED.value,
+            ":tr": Transition.ERASE.value,
+            ":actor": actor,
+            ":one": 1,
+        }
+    )
+    expr.set("erased_at = if_not_exists(erased_at, :now)", "updated_at = :now", "#pat = :now")
+    expr.set("#tr = :tr", "#actor = :actor").remove("reason", "resolution_note", "checkpoint")
+    kept = rules.erased_intent(current)
+    if kept is None:
+        expr.remove("intent")
+    else:
+        expr.values[":intent"] = kept
+        expr.set("intent = :intent")
+    condition = f"{x.EXISTS} AND {x.NOT_CLAIMED}"
+    for name in ("intent", "checkpoint"):
+        same, values = x.unchanged(name, current)
+        condition += f" AND {same}"
+        expr.value(values)
+    return expr.add("#seq :one").write(condition)
+
+
+def _encode_erasure_cursor(phase: str, position: str, held: bool = False) -> str:
+    """Where the next step starts: the phase, the position in it, and (rows) whether this pass
+    over the rows left a claimed one alone so far."""
+    return cursors.encode({"p": phase, "at": position, **({"h": 1} if held else {})})
+
+
+def _decode_erasure_cursor(cursor: str | None) -> tuple[str, str | None, bool]:
+    if not cursor:
+        return "rows", None, False
+    fields = cursors.decode(cursor, ("p", "at"))
+    phase, position, held = fields["p"], fields["at"], fields.get("h", 0)
+    if phase not in ERASURE_PHASES or not isinstance(position, str) or held not in (0, 1):
+        raise cursors.invalid()
+    return phase, position, bool(held)
+
+
+class Eraser:
+    def __init__(self, ctx: EngineContext, reads: Reads, enqueuer: Enqueuer) -> None:
+        self.ctx = ctx
+        self.reads = reads
+        self.enqueuer = enqueuer
+
+    # ------------------------------------------------------------------ inline payloads
+
+    def inline(self, tenant_id: str, operation_id: str, operation: Operation | Claim) -> bool:
+        if operation.payload_inline:
+            return True
+        # Items written before the flag existed: a ref this store would have written is ours.
+        owns = getattr(self.ctx.payloads, "owns", None)
+        return bool(
+            owns and owns(tenant_id, operation_id, operation.payload_hash, operation.payload_ref)
+        )
+
+    def payload(self, operation: Operation | Claim) -> bytes:
+        if not self.inline(operation.tenant_id, operation.operation_id, operation):
+            raise NotFound("this operation has no inline payload")
+        if isinstance(operation, Operation) and operation.payload_state in ("purged", "erased"):
+            raise PayloadMissing(f"the payload was {operation.payload_state}")
+        if self.ctx.payloads is None:
+            raise PayloadMissing("this engine has no payload store configured")
+        assert operation.payload_ref is not None
+        payload: bytes = self.ctx.payloads.read(operation.payload_ref, operation.payload_hash)
+        return payload
+
+    # ------------------------------------------------------------------ one operation
+
+    def erase(self, tenant_id: str, operation_id: str, actor: str | None) -> Operation:
+        validate_id("tenant_id", tenant_id)
+        validate_id("operation_id", operation_id)
+        actor = validate_actor(actor, OPERATOR_ACTOR)
+        ctx = self.ctx
+        key = ctx.key(tenant_id, operation_id)
+        current = ctx.store.get_operation(key)
+        item: OperationItem | None = None
+        for _ in range(3):
+            if current is None:
+                raise NotFound("operation not found")
+            try:
+                item = ctx.store.update_operation(key, *erase_write(current, actor, ctx.clock()))
+                break
+            except ConditionFailed as refused:
+                current = refused.operation
+                if current is not None and current.get("state") == State.CLAIMED:
+                    raise InvalidTransition(
+                        "a claimed operation cannot be erased until it leaves claimed"
+                    ) from None
+        else:
+            raise Unavailable("the operation kept changing while it was erased; erase it again")
+        assert item is not None
+        ctx.count(Metric.ERASURES)
+        tag = ctx.tag(tenant_id, operation_id)
+        log.info("erased", extra={"op": tag})
+        try:
+            history.record(ctx.store, item, history.entry_from(None, item), reset=True)
+        except Unavailable:
+            log.warning("history not reset yet; the publisher will", extra={"op": tag})
+        operation = Operation.from_item(item)
+        if self.inline(tenant_id, operation_id, operation) and operation.payload_purged_at is None:
+            try:
+                purge_one(ctx, item)
+            except Unavailable:
+                log.warning("erased payload not deleted yet; the sweeper will", extra={"op": tag})
+            else:
+                operation = self.reads.get(tenant_id, operation_id)
+        return operation
+
+    # ------------------------------------------------------------------ a whole tenant
+
+    def erase_tenant(self, tenant_id: str, limit: int, cursor: str | None) -> TenantErasure:
+        validate_id("tenant_id", tenant_id)
+        validate_limit(limit, MAX_STEP_ITEMS)
+        ctx = self.ctx
+        result = TenantErasure()
+        phase, position, held_before = _decode_erasure_cursor(cursor)
+        since = self.hold_tenant(tenant_id)
+        self.enqueuer.forget_tenant(tenant_id)  # its directory is about to go
+        ctx.catalogue.forget(tenant_id)  # its catalogue goes with its rows
+        if phase == "rows":
+            page = ctx.store.query(
+                # Operations and histories; the tenant's own items (directory, catalogue,
+                # settings: sort keys before HISTORY_PREFIX) go last.
+                KeyConditionExpression="tenant_id = :t AND operation_id >= :first",
+                values={":t": tenant_id, ":first": keys.HISTORY_PREFIX},
+                ConsistentRead=True,
+                Limit=limit,
+                start={"tenant_id": tenant_id, "operation_id": position}
+                if position and position >= keys.HISTORY_PREFIX
+                else None,
+            )
+            for item in page.items:
+                self.erase_row(item, result)
+            held_before = held_before or result.held > 0
+            if page.last_key is not None:
+                result.next_cursor = _encode_erasure_cursor(
+                    "rows", page.last_key["operation_id"], held_before
+                )
+                return self.step(result)
+            phase, position = "objects", None
+        if self.tenant_rows_left(tenant_id):
+            # This pass left claimed rows alone: run it again once they ended. Otherwise rows
+            # were enqueued after the pass went by (admitted just before the hold): another pass.
+            if not held_before:
+                result.next_cursor = _encode_erasure_cursor("rows", "")
+            return self.step(result)
+        if phase == "objects":
+            if ctx.payloads is not None:
+                deleted, token = ctx.payloads.delete_tenant_objects(
+                    tenant_id, limit=limit, token=position or None
+                )
+                result.payloads_deleted += deleted
+                if token is not None:
+                    result.next_cursor = _encode_erasure_cursor("objects", token)
+                    return self.step(result)
+            phase = "tenant"
+        wait = since + TENANT_ERASURE_SETTLE_MS - ctx.clock()
+        if wait > 0:
+            result.wait_ms = wait
+            result.next_cursor = _encode_erasure_cursor("tenant", "")
+            return self.step(result)
+        if self.tenant_rows_left(tenant_id):
+            result.next_cursor = _encode_erasure_cursor("rows", "")
+            return self.step(result)
+        self.erase_tenant_items(tenant_id, since, result)
+        return self.step(result)
+
+    def step(self, result: TenantErasure) -> TenantErasure:
+        self.ctx.count(Metric.TENANT_ERASURE_STEPS)
+        return result
+
+    def hold_tenant(self, tenant_id: str) -> int:
+        """Hold the tenant for its erasure (one conditional write on its settings item: the
+        first start is kept, read from the refusal on a later step) and mark its catalogue
+        entries. Returns when the erasure started (ms)."""
+        ctx = self.ctx
+        now = ctx.clock()
+        try:
+            ctx.store.update(
+                ctx.key(tenant_id, keys.SETTINGS_ID),
+                "SET #erasing = :now",
+                "attribute_not_exists(#erasing)",
+                {"#erasing": ERASING},
+                {":now": now},
+                returns="NONE",
+            )
+            since = now
+            log.info("tenant held for erasure", extra={"tenant": keyed_hash(tenant_id)})
+        except ConditionFailed as refused:
+            since = int((refused.item or {})[ERASING])
+        ctx.catalogue.hold(tenant_id, since)
+        return since
+
+    def tenant_rows_left(self, tenant_id: str) -> bool:
+        """Whether any operation or history of the tenant is left (one consistent read)."""
+        return bool(
+            self.ctx.store.query(
+                KeyConditionExpression="tenant_id = :t AND operation_id >= :first",
+                values={":t": tenant_id, ":first": keys.HISTORY_PREFIX},
+                ConsistentRead=True,
+                Limit=1,
+            ).items
+        )
+
+    def erase_tenant_items(self, tenant_id: str, since: int, result: TenantErasure) -> None:
+        """The tenant's own items (job-type directory, catalogue entries, then the settings item
+        that holds it), each deleted once: the erasure is finished."""
+        ctx = self.ctx
+        start = None
+        while True:
+            page = ctx.store.query(
+                KeyConditionExpression="tenant_id = :t AND operation_id < :first",
+                values={":t": tenant_id, ":first": keys.HISTORY_PREFIX},
+                ConsistentRead=True,
+                start=start,
+            )
+            for item in page.items:
+                if item["operation_id"] == keys.SETTINGS_ID:
+                    continue
+                try:
+                    ctx.store.delete(
+                        ctx.key(tenant_id, item["operation_id"]),
+                        "attribute_exists(#k)",
+                        {"#k": "operation_id"},
+                        {},
+                    )
+                    result.rows_deleted += 1
+                except ConditionFailed:
+                    pass  # another step deleted it first
+            if page.last_key is None:
+                break
+            start = page.last_key
+        try:
+            ctx.store.delete(
+                ctx.key(tenant_id, keys.SETTINGS_ID),
+                "#erasing = :since",
+                {"#erasing": ERASING},
+                {":since": since},
+            )
+            result.rows_deleted += 1
+        except ConditionFailed:
+            pass  # another step finished first
+        result.finished = True
+        ctx.catalogue.forget(tenant_id)
+        log.info("tenant erased", extra={"tenant": keyed_hash(tenant_id)})
+
+    def erase_row(self, item: Item, result: TenantErasure) -> None:
+        if item.get("state") == State.CLAIMED:
+            result.held += 1
+            return
+        ctx = self.ctx
+        payloads = ctx.payloads
+        stored = item.get("payload_inline") or (
+            item.get("payload_ref")
+            and payloads is not None
+            and payloads.owns(
+                item["tenant_id"],
+                item["operation_id"],
+                item.get("payload_hash", ""),
+                item["payload_ref"],
+            )
+        )
+        if stored and "payload_purged_at" not in item:
+            if payloads is None:
+                raise Unavailable("no payload store configured: cannot erase payloads")
+            payloads.delete(item["payload_ref"])
+            result.payloads_deleted += 1
+        try:
+            ctx.store.delete(
+                ctx.key(item["tenant_id"], item["operation_id"]),
+                f"{x.NOT_AN_OPERATION} OR {x.NOT_CLAIMED}",
+                dict(x.STATE),
+                {":claimed": State.CLAIMED.value},
+            )
+        except ConditionFailed:
+            result.held += 1
+            return
+        result.rows_deleted += 1

@@ -1,0 +1,90 @@
+"""Reads: one operation, a tenant's operations, an operation's history, a tenant's job types."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from leasefence import cursor as cursors
+from leasefence import history as histories
+from leasefence import keys, listing
+from leasefence.engine._context import EngineContext
+from leasefence.errors import InvalidInput, NotFound
+from leasefence.limits import MAX_LIST_PAGE
+from leasefence.model import Operation, Page, State
+from leasefence.validation import validate_id, validate_limit
+
+
+class Reads:
+    def __init__(self, ctx: EngineContext) -> None:
+        self.ctx = ctx
+
+    def get(self, tenant_id: str, operation_id: str) -> Operation:
+        validate_id("tenant_id", tenant_id)
+        validate_id("operation_id", operation_id)
+        item = self.ctx.store.get_operation(self.ctx.key(tenant_id, operation_id))
+        if item is None:
+            raise NotFound("operation not found")
+        return Operation.from_item(item)
+
+    def history(
+        self, tenant_id: str, operation_id: str, limit: int, cursor: str | None
+    ) -> histories.HistoryPage:
+        operation = self.get(tenant_id, operation_id)
+        return histories.read(
+            self.ctx.store,
+            tenant_id,
+            operation_id,
+            operation.created_at,
+            limit=limit,
+            cursor=cursor,
+        )
+
+    def job_types(self, tenant_id: str) -> list[str]:
+        validate_id("tenant_id", tenant_id)
+        item = self.ctx.store.get(self.ctx.key(tenant_id, keys.DIRECTORY_ID), consistent=False)
+        return sorted((item or {}).get("job_types", []))
+
+    def list(
+        self,
+        tenant_id: str,
+        state: State | str | None,
+        limit: int,
+        cursor: str | None,
+        filters: listing.Filters | None = None,
+    ) -> Page:
+        validate_id("tenant_id", tenant_id)
+        validate_limit(limit, MAX_LIST_PAGE)
+        chosen = filters or listing.Filters()
+        if state is not None:
+            chosen = dataclasses.replace(chosen, state=listing.Filters.of(state=state).state)
+        start = _decode_cursor(cursor, tenant_id) if cursor else None
+        query = listing.partition_query(tenant_id, chosen)
+        found: list[Operation] = []
+        for _round in range(20):
+            # Limit counts items read, so the page stops exactly where the cursor will resume.
+            page = self.ctx.store.query(start=start, Limit=limit - len(found), **query)
+            found.extend(Operation.from_item(i) for i in page.items)
+            start = page.last_key
+            if start is None or len(found) >= limit:
+                break
+        next_cursor = cursors.encode({"o": start["operation_id"]}) if start else None
+        return Page(operations=found, next_cursor=next_cursor)
+
+    def state_counts(
+        self, tenant_id: str, filters: listing.Filters | None, limit: int
+    ) -> listing.StateCounts:
+        validate_id("tenant_id", tenant_id)
+        return listing.count_states(
+            self.ctx.store.query, tenant_id, filters or listing.Filters(), limit=limit
+        )
+
+
+def _decode_cursor(cursor: str, tenant_id: str) -> dict[str, str]:
+    """The key a listing resumes after: the cursor names only an operation id; the tenant always
+    comes from the caller."""
+    operation_id = cursors.decode(cursor, ("o",))["o"]
+    try:
+        validate_id("cursor", operation_id)
+    except InvalidInput:
+        raise cursors.invalid() from None
+    return {"tenant_id": tenant_id, "operation_id": operation_id}

@@ -1,0 +1,104 @@
+"""schema.OperationItem names every attribute the engine writes on an operation item, with the
+type it is written with: a lifecycle through every transition, read back from the table."""
+
+from __future__ import annotations
+
+import random
+import typing
+
+from leasefence import schema
+from leasefence.payloads import PayloadStore, canonicalize
+from leasefence.schema import OPERATION_ATTRIBUTES, OperationItem
+
+T = "acme"
+H = "sha256:" + "7" * 64
+ENTRY = {"target_class": "B", "max_attempts": 3, "lease_seconds": 30, "max_lease_seconds": 120}
+GATED = {"target_class": "C", "max_attempts": 2, "approval_required": True}
+
+
+def _operations(engine) -> list[dict]:
+    items, start = [], None
+    while True:
+        page = engine.store.scan(start=start)
+        items += [i for i in page.items if "payload_hash" in i and "state" in i]
+        if page.last_key is None:
+            return items
+        start = page.last_key
+
+
+def _plain(hint) -> tuple[type, ...]:
+    """The runtime types a TypedDict field's hint allows (``int | None`` -> (int, NoneType))."""
+    args = typing.get_args(hint)
+    return tuple(a for a in args) if args else (hint,)
+
+
+def test_the_item_type_names_every_attribute_the_engine_writes(aws, engine, clock):
+    bucket = f"operation-item-{random.getrandbits(32):08x}"
+    aws.client("s3").create_bucket(Bucket=bucket)
+    engine.payloads = PayloadStore(bucket, client=aws.client("s3"))
+    engine.catalogue.put(T, "refund", ENTRY)
+    engine.catalogue.put(T, "payout", GATED)
+    seen: list[dict] = []
+
+    def snap(operation_id):
+        seen.append(engine.store.get({"tenant_id": T, "operation_id": operation_id}))
+
+    # Claim, heartbeat with a checkpoint and an intent, a retryable failure, a takeover, complete.
+    engine.enqueue(T, "a", "refund", H, actor="producer")
+    first = engine.claim(T, "a", "w1", claim_token="tok-1")
+    engine.heartbeat(T, "a", first.fence, "w1", lease_ms=60_000, checkpoint={"step": 1}, intent="call")
+    snap("a")
+    engine.fail(T, "a", first.fence, retryable=True, reason="busy", retry_after_ms=0)
+    second = engine.claim(T, "a", "w2")
+    clock.advance(200_000)
+    third = engine.claim(T, "a", "w3")  # a takeover
+    assert third.fence == second.fence + 1
+    snap("a")
+    engine.complete(T, "a", third.fence, "done")
+    snap("a")
+    # The last attempt lapses: the sweeper parks it; an operator requeues, it is quarantined,
+    # then resolved.
+    engine.enqueue(T, "b", "other", H, max_attempts=1)
+    claim = engine.claim(T, "b", "w1", lease_ms=1_000)
+    snap("b")
+    clock.advance(2_000)
+    assert engine.sweep().swept == 1
+    snap("b")
+    engine.resolve(T, "b", "requeue", note="try again", request_token="r-1")
+    snap("b")
+    again = engine.claim(T, "b", "w1")
+    engine.quarantine(T, "b", again.fence, "garbled")
+    engine.resolve(T, "b", "failed_terminal", note="gave up")
+    snap("b")
+    # The approval gate, inline payloads, erasure, purge.
+    canonical = canonicalize({"payout": 1})
+    for name in ("c", "d"):
+        ref = engine.payloads.put(T, name, canonical).ref
+        engine.enqueue(T, name, "payout", canonical.hash, payload_ref=ref, payload_inline=True, actor="producer")
+    snap("c")
+    engine.approve(T, "c", canonical.hash, actor="approver")
+    snap("c")
+    engine.reject(T, "d", actor="approver", note="no")
+    engine.erase(T, "d")
+    snap("d")
+    engine.enqueue(T, "e", "other", H)
+    engine.cancel(T, "e")
+    snap("e")
+    seen += _operations(engine)
+
+    hints = typing.get_type_hints(OperationItem)
+    assert set(hints) == OPERATION_ATTRIBUTES
+    written = set().union(*seen)
+    assert written - OPERATION_ATTRIBUTES == set(), "declare the new attribute in schema.OperationItem"
+    for item in seen:
+        for name, value in item.items():
+            assert isinstance(value, _plain(hints[name])), (name, value)
+    # The lifecycle reached everything the type declares (so the checks above mean something).
+    assert OPERATION_ATTRIBUTES - written == set()
+
+
+def test_the_index_attributes_are_the_schemas_constants():
+    for name in (schema.DUE_PK, schema.DUE_SK, schema.SWEEP_PK, schema.SWEEP_SK, schema.PARKED_PK,
+                 schema.PARKED_SK, schema.PURGE_PK, schema.PURGE_SK, schema.DUE_HOME,
+                 schema.TTL_ATTRIBUTE, *schema.INDEX_PROJECTION):
+        assert name in OPERATION_ATTRIBUTES, name
