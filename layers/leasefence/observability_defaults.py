@@ -16,9 +16,9 @@ library only: the CDK app and the benchmark import it without Powertools or the 
 from __future__ import annotations
 
 #: The functions' log level (``LeaseFenceServiceProps.log_level``).
-DEFAULT_LOG_LEVEL = "INFO"
+DEFAULT_LOG_LEVEL = "WARNING"
 #: Active X-Ray tracing on the functions (``LeaseFenceServiceProps.tracing``).
-DEFAULT_TRACING = True
+DEFAULT_TRACING = False
 
 #: Accepted log levels -> the level Python's logging (Powertools) uses.
 LOG_LEVELS = {

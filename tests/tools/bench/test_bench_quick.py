@@ -85,3 +85,6 @@ def test_quick_bench_reports_every_figure(tmp_path):
     assert events["heartbeat_http"]["api_requests"] == 1 and events["heartbeat_in_process"]["wcu"] >= 1
     assert events["idle_poll_http"]["wcu"] == 0  # an idle poll writes nothing
     assert events["purge"]["s3_delete"] >= 1
+    # Every log and EMF line the functions wrote was checked: no raw id, no payload.
+    privacy = report["sections"]["profiles"]["log_privacy"]
+    assert privacy["lines_checked"] > 0 and privacy["lines_with_a_raw_id_or_payload"] == {}

@@ -54,6 +54,7 @@ from leasefence.observability_defaults import (
     system_log_level,
 )
 from leasefence.settings import DEFAULT_IDENTITY_RETENTION_DAYS, DEFAULT_PAYLOAD_RETENTION_DAYS
+from leasefence.worker.http_backend import IDLE_MAX_SLEEP_MS
 from leasefence_tools.bench import prices
 from leasefence_tools.bench.prices import DAYS_PER_MONTH, GB, usd
 
@@ -168,8 +169,9 @@ class Assumptions:
     idle_worker_months: float = 1.0
     """HTTP workers: idle worker-months a month (a fleet's spare capacity: one worker always
     idle). Each polls as the worker runtime does (:attr:`idle_poll_mean_s`)."""
-    idle_poll_mean_s: float = 1.0
-    """Mean time between an idle HTTP worker's polls."""
+    idle_poll_mean_s: float = 0.75 * IDLE_MAX_SLEEP_MS / 1000
+    """Mean time between an idle HTTP worker's polls once backed off (the worker runtime draws
+    each wait between half the cap and the cap: :meth:`leasefence.worker.Worker.idle_wait_ms`)."""
     schedule_runs_per_month: float = MINUTES_PER_MONTH
     """The sweeper's and the worker function's schedules: rate(1 minute)."""
     sqs_batch: int = 1

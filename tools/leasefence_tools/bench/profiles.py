@@ -165,6 +165,21 @@ class _Invocations:
         self._lock = threading.Lock()
         self._tally: dict[str, Any] = {}
         self.metric_names: set[tuple[str, tuple[str, ...]]] = set()
+        #: Raw ids and payload text that no log line may carry (and the lines that did).
+        self.secrets: set[str] = set()
+        self.lines_checked = 0
+        self.leaks: Counter[str] = Counter()
+
+    def check(self, function: str, text: str) -> None:
+        """Count ``text`` as a log line that must carry no raw id and no payload."""
+        with self._lock:
+            self.lines_checked += 1
+            secrets = list(self.secrets)
+        for secret in secrets:
+            if secret in text:
+                with self._lock:
+                    self.leaks[function] += 1
+                return
 
     # ---------------------------------------------------------------- attribution
 
@@ -281,9 +296,11 @@ class _LogTap(logging.Handler):
         if function is None:
             return
         try:
-            size = len(self.format(record).encode()) + 1  # the newline
+            text = self.format(record)
         except Exception:  # noqa: BLE001 - a record the formatter cannot render: count nothing
             return
+        size = len(text.encode()) + 1  # the newline
+        self.invocations.check(function, text)
         level = record.levelname if record.levelname in LEVELS else "INFO"
         self.invocations.count(function, "log_bytes", level, value=size)
         self.invocations.count(function, "log_lines", level)
@@ -306,6 +323,7 @@ class _StdoutTap(io.TextIOBase):
             return sys.stderr.write(text)
         self.invocations.count(function, "emf_bytes", value=len(text.encode()))
         if text.startswith('{"_aws"'):
+            self.invocations.check(function, text)
             self.invocations.count(function, "emf_lines")
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 blob = json.loads(text)
@@ -387,6 +405,10 @@ def _measure(runs: int) -> dict[str, Any]:
             service_logger.removeHandler(log_tap)
             if original_stream is not None:
                 tap_handler.setStream(original_stream)
+    out["log_privacy"] = {
+        "lines_checked": invocations.lines_checked,
+        "lines_with_a_raw_id_or_payload": dict(invocations.leaks),
+    }
     out["custom_metrics"] = sorted(
         f"{name}[{','.join(dims)}]" for name, dims in invocations.metric_names
     )
@@ -543,10 +565,18 @@ def _run_all(
     http = client(HTTP_TENANT)
     http_backend = HttpBackend(http, HTTP_TENANT)
     http_worker = Worker(http_backend, {JOB_B: HANDLERS[JOB_B]}, lease_ms=30_000)
+    invocations.secrets.update({http_worker.worker_id, "hb-worker", "idle-worker"})
     ops: dict[str, list[tuple[str, str]]] = {name: [] for name in PROFILES}
 
     def new_op(name: str) -> str:
-        return f"{name}-{uuid.uuid4().hex[:12]}"
+        op = f"{name}-{uuid.uuid4().hex[:12]}"
+        invocations.secrets.add(op)
+        return op
+
+    invocations.secrets.update(
+        {HTTP_TENANT, STREAM_TENANT, POLL_TENANT, CLASS_A_TENANT, IDLE_TENANT}
+        | {str(PAYLOAD["order_id"]), str(PAYLOAD["note"])[:64]}
+    )
 
     def via_http(_ctx: Any) -> None:
         op = new_op("http")
