@@ -178,3 +178,28 @@ def test_every_new_price_names_its_page_and_date() -> None:
         assert price.source.startswith("https://"), name
         assert price.read_on in (prices.READ_ON, prices.ALL_IN_READ_ON), name
     assert math.isclose(prices.usd("xray_trace_recorded"), 5e-6)
+
+
+def test_the_throughput_replay_reads_the_backlog_partitions_the_engine_claims_from() -> None:
+    """The replayed claim query names a partition as the engine does (tenant, shard, job type):
+    a stale name reads an empty partition and flatters the engine's orchestration ratio."""
+    import random
+
+    from leasefence import Engine, keys
+    from leasefence.schema import TableSpec, create_table
+    from leasefence_tools.bench import throughput as T
+    from leasefence_tools.local.embedded import EmbeddedAws
+
+    with EmbeddedAws() as aws:
+        client = aws.client()
+        spec = TableSpec(table_name="bench-replay-shape")
+        create_table(client, spec)
+        seed = Engine(client=client, spec=spec, rng=random.Random(3))
+        for i in range(8):
+            seed.enqueue(T.TENANT, f"backlog-{i}", "refund", T.HASH)
+        shapes = T._capture_lifecycle(client, spec)
+        for shard in range(spec.due_shards):
+            request = T.replay_query(shapes, shard)
+            assert request["ExpressionAttributeValues"][":pk"]["S"] == keys.due_partition(T.TENANT, shard, "refund")
+        found = sum(client.query(**T.replay_query(shapes, s))["Count"] for s in range(spec.due_shards))
+        assert found == 8  # every backlog operation is in a partition the replay reads
