@@ -682,12 +682,23 @@ def compute(
             "retrievals, Logs Insights queries, cold starts' init lines",
         }
     )
+    # What the same measurements cost with the defaults shipped before issue 24 (INFO logs and
+    # platform lines, tracing on, an idle HTTP worker polling every second).
+    before = replace(a, log_level="INFO", system_log_level=None, tracing=True, idle_poll_mean_s=1.0)
     return {
         "assumes": assumed,
         "profiles": profiles,
         "alternatives": alternatives,
         "grid": grid,
         "idle_worker_month": idle_worker_month_usd(measured, a),
+        "with_previous_defaults": {
+            "assumes": before.observability() | {"idle_poll_mean_s": before.idle_poll_mean_s},
+            "profiles": {
+                name: leasefence_profile(name, measured, before)["total"]
+                for name in measured["profiles"]
+            },
+            "idle_worker_month_usd": idle_worker_month_usd(measured, before)["usd"],
+        },
     }
 
 

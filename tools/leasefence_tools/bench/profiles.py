@@ -492,7 +492,9 @@ def _run_all(
         """Bytes the operation leaves stored: its items (table) and their index entries, each
         with DynamoDB's 100 bytes of overhead."""
         table_bytes = index_bytes = 0
+        sizes = []
         for found in (item(tenant, op), item(tenant, keys.history_id(op))):
+            sizes.append(U.item_size(found))
             if not found:
                 continue
             table_bytes += U.item_size(found) + ITEM_OVERHEAD
@@ -500,7 +502,12 @@ def _run_all(
                 entry = model.index_entry(index, found)
                 if entry is not None:
                     index_bytes += U.item_size(entry) + ITEM_OVERHEAD
-        return {"table_bytes": table_bytes, "index_bytes": index_bytes}
+        return {
+            "table_bytes": table_bytes,
+            "index_bytes": index_bytes,
+            "item_bytes": sizes[0],
+            "history_bytes": sizes[1],
+        }
 
     def client(tenant: str) -> Any:
         return LeaseFenceClient(stack.base_url, stack.token(tenant), retries=1)
@@ -875,7 +882,7 @@ def _finish(raw: dict[str, Any]) -> dict[str, Any]:
 
 def _mean_bytes(rows: list[dict[str, int]]) -> dict[str, float]:
     if not rows:
-        return {"table_bytes": 0, "index_bytes": 0}
+        return {"table_bytes": 0, "index_bytes": 0, "item_bytes": 0, "history_bytes": 0}
     return {k: round(sum(r[k] for r in rows) / len(rows), 1) for k in rows[0]}
 
 
