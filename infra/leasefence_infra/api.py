@@ -19,7 +19,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from leasefence import keys
-from leasefence.engine import CLAIM_RETRY_BUDGET_MS
+from leasefence.limits import CLAIM_RETRY_BUDGET_MS
 from leasefence.settings import STORE_CALL_WORST_S
 
 from .contract import ALSO_SCOPES, CONSOLE_ROUTES, ROUTES

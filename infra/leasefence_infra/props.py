@@ -466,8 +466,8 @@ class LeaseFenceServiceProps:
         if self.worker is not None:
             validate_worker(self.worker)
         from leasefence.catalogue import parse_document
-        from leasefence.engine import validate_id
         from leasefence.errors import InvalidInput
+        from leasefence.validation import validate_id
 
         for tenant, document in self.job_types.items():
             try:
@@ -529,8 +529,8 @@ class LeaseFenceServiceProps:
 
 
 def _tenant_id(name: str, value: Any) -> None:
-    from leasefence.engine import validate_id
     from leasefence.errors import InvalidInput
+    from leasefence.validation import validate_id
 
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a tenant id (a string), got {type(value).__name__}")

@@ -23,7 +23,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_scheduler as scheduler
 
-from leasefence.engine import MAX_ID_LENGTH
+from leasefence.limits import MAX_ID_LENGTH
 from leasefence.streams import filters, mappings
 
 from .assets import functions_dir as shipped_functions_dir

@@ -193,7 +193,7 @@ def test_the_deployed_routes_are_the_handlers_routes() -> None:
 
 def test_api_timeout_covers_a_claims_retry_budget(synth) -> None:
     """Issue 11, case 9: the API function was cut off (15 s) before a claim's own retries ended."""
-    from leasefence.engine import CLAIM_RETRY_BUDGET_MS
+    from leasefence.limits import CLAIM_RETRY_BUDGET_MS
     from leasefence.settings import STORE_CALL_WORST_S
 
     stack, svc, tpl = service_of(synth, "default")

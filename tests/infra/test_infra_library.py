@@ -172,3 +172,25 @@ def test_module_imports_have_no_cycle() -> None:
 
     for module in graph:
         visit(module, ())
+
+
+def test_the_constructs_take_limits_and_validation_never_the_engine() -> None:
+    """The CDK imports the contract's limits and validation (``leasefence.limits``,
+    ``leasefence.validation``), never the engine: synthesis loads no transition code."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "infra" / "leasefence_infra"
+    found = []
+    for path in root.rglob("*.py"):
+        if "_functions" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            found += [f"{path.name}: {n}" for n in names if n.startswith("leasefence.engine")]
+    assert found == []

@@ -359,3 +359,20 @@ def test_the_redrive_leaves_out_records_of_operations_deleted_or_erased_since(en
     else:
         assert [e["transition"] for e in env.engine.history(T, "op-1").entries] == ["erase"]
     assert env.kept() == []
+
+
+def test_a_lost_get_records_answer_does_not_stop_the_mapping_nor_skip_a_record(env):
+    """The endpoint read the mapping's iterator but its answer was lost (the client timed out and
+    sent it again): that iterator is gone. The mapping resumes after the last record it read, as
+    Lambda's does: the next poll delivers every record once, in order."""
+    mapping = env.mapping()
+    env.engine.enqueue(T, "op-1", "refund", H)
+    mapping.poll_once()  # the enqueue, read
+    _five_transitions(env.engine, env.clock)
+    (iterator,) = mapping._iterators.values()
+    env.aws.client("dynamodbstreams").get_records(ShardIterator=iterator)  # its answer lost
+    with pytest.raises(Exception):  # noqa: B017 - whatever the endpoint answers for a used iterator
+        mapping.poll_once()
+    mapping.poll_once()
+    assert env.seqs() == [1, 2, 3, 4, 5, 6]
+    assert env.events.sent == EVENTS

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -41,8 +40,6 @@ publisher_app = typer.Typer(
 )
 app.add_typer(publisher_app, name="publisher")
 
-DEFAULT_BASE_URL = "http://127.0.0.1:8765"
-DEFAULT_DYNAMODB_ENDPOINT = "http://127.0.0.1:8766"
 DEV_TENANT = "dev"
 #: Who the console link of ``leasefence local`` signs in as by default (not the dev token's
 #: ``dev:dev``, so it may approve what the dev token enqueued).
@@ -59,38 +56,19 @@ def _wait_for_signal() -> None:
 
 # ---------------------------------------------------------------------------------- local state
 
-
-def _state_path() -> Path:
-    root = os.environ.get("LEASEFENCE_STATE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "leasefence"
-    )
-    return Path(root) / "local.json"
-
-
-def _write_state(state: dict[str, Any]) -> Path | None:
-    path = _state_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(state, handle)
-        return path
-    except OSError:
-        return None
+_STATE_DIR = typer.Option(
+    None,
+    "--state-dir",
+    help="The local stack's state folder (default: LEASEFENCE_STATE_DIR, else the nearest "
+    ".leasefence/ from the current folder up).",
+)
 
 
-def _read_state() -> dict[str, Any]:
-    try:
-        return json.loads(_state_path().read_text())
-    except (OSError, ValueError):
-        return {}
+def _found(state_dir: str | None) -> Any:
+    """What the commands know of the running local stack (leasefence_tools.local.state)."""
+    from leasefence_tools.local import state
 
-
-def _remove_state(expected_pid: int) -> None:
-    state = _read_state()
-    if state.get("pid") == expected_pid:
-        with contextlib.suppress(OSError):
-            _state_path().unlink()
+    return state.find(state_dir)
 
 
 # ---------------------------------------------------------------------------------- local
@@ -140,10 +118,29 @@ def local(
         "--samples",
         help=f"Make sample operations in tenant {DEV_TENANT} (leasefence_tools.local.samples) to look at.",
     ),
+    state_dir: str | None = typer.Option(
+        None,
+        "--state-dir",
+        help="Where this stack keeps its state for the other commands (default: "
+        "LEASEFENCE_STATE_DIR, else ./.leasefence). One stack per state folder.",
+    ),
 ) -> None:
-    """Run the whole service on this machine until SIGINT/SIGTERM."""
-    from leasefence_tools.local.server import DEMO_HANDLERS, LocalStack
+    """Run the whole service on this machine until SIGINT/SIGTERM.
 
+    It writes where it listens, its JWT secret and its dev token to a state folder
+    (./.leasefence by default), where the other commands (token, ops, job-types, controls,
+    events tail, invoke) find it from that folder or any folder below it. It holds the folder
+    while it runs: a second stack on the same folder refuses to start; run it from another
+    folder or with --state-dir (and its commands with the same --state-dir)."""
+    from leasefence_tools.local.server import DEMO_HANDLERS, LocalStack
+    from leasefence_tools.local.state import StateFolder, StateFolderInUse, own_folder
+
+    folder = StateFolder(own_folder(state_dir))
+    try:
+        folder.acquire()  # before any port is taken: a second stack here stops right away
+    except (StateFolderInUse, OSError) as error:
+        typer.echo(f"cannot start: {error}", err=True)
+        raise typer.Exit(1) from None
     handlers = worker_handlers or DEMO_HANDLERS
     tenants = worker_tenant or [DEV_TENANT]
     stack = LocalStack(
@@ -159,6 +156,7 @@ def local(
     try:
         stack.start()
     except OSError as error:
+        folder.release()
         typer.echo(f"cannot start: {error}", err=True)
         raise typer.Exit(1) from None
     token = stack.token(DEV_TENANT)
@@ -183,6 +181,8 @@ def local(
         f"Console:            {stack.base_url}/console  (signed in as {console_sub}, tenant "
         f"'{DEV_TENANT}', {' '.join(s.split('/')[-1] for s in console_scopes)}: open the link below)",
         f"Docs (Swagger UI):  {stack.docs_url}   OpenAPI: {stack.base_url}/openapi.json",
+        f"State folder:       {folder.folder}  ({_finds_it(folder.folder)}; one stack per "
+        "folder: a second stack needs another, --state-dir DIR)",
         f"Sweeper:            every {sweep_interval:g} s"
         if sweep_interval
         else "Sweeper:            off",
@@ -209,7 +209,7 @@ def local(
     ]
     typer.echo("\n".join(lines))
     sys.stdout.flush()
-    _write_state(
+    folder.write(
         {
             "pid": os.getpid(),
             "base_url": stack.base_url,
@@ -225,18 +225,27 @@ def local(
     try:
         _wait_for_signal()
     finally:
-        _remove_state(os.getpid())
+        folder.release()  # the commands stop finding it before it stops answering
         stack.stop()
     typer.echo("stopped")
+
+
+def _finds_it(folder: Path) -> str:
+    """How the other commands find a stack that uses this state folder."""
+    from leasefence_tools.local.state import FOLDER
+
+    if folder.name == FOLDER:
+        return f"the CLI finds this stack from {folder.parent} and the folders below it"
+    return f"the CLI finds this stack with --state-dir {folder} or LEASEFENCE_STATE_DIR"
 
 
 # ---------------------------------------------------------------------------------- token
 
 
-def _secret() -> str | None:
+def _secret(found: Any) -> str | None:
     from leasefence_tools.local.tokens import secret_from_env
 
-    return secret_from_env() or _read_state().get("secret")
+    return secret_from_env() or found.get("secret")
 
 
 @app.command()
@@ -255,14 +264,19 @@ def token(
         help="The sub claim: who the caller is (default dev:<tenant>). An approver needs "
         "another sub than the producer that enqueued the operation.",
     ),
+    state_dir: str | None = _STATE_DIR,
 ) -> None:
-    """Print a dev JWT for the local stack (HS256, secret from LEASEFENCE_LOCAL_JWT_SECRET)."""
+    """Print a dev JWT for the local stack (HS256, secret from LEASEFENCE_LOCAL_JWT_SECRET, else
+    the running local stack's)."""
     from leasefence_tools.local.tokens import mint
 
-    secret = _secret()
+    found = _found(state_dir)
+    secret = _secret(found)
     if not secret:
         typer.echo(
-            "no secret: set LEASEFENCE_LOCAL_JWT_SECRET (or start `leasefence local`)", err=True
+            f"no secret: set LEASEFENCE_LOCAL_JWT_SECRET, or start `leasefence local` "
+            f"({found.why_none()}).",
+            err=True,
         )
         raise typer.Exit(1)
     typer.echo(
@@ -311,10 +325,10 @@ def invoke(
     endpoint: str = typer.Option(
         None,
         "--endpoint",
-        help="DynamoDB/S3 endpoint (default: the running local stack, or "
-        + DEFAULT_DYNAMODB_ENDPOINT
-        + ").",
+        help="DynamoDB/S3 endpoint (default: LEASEFENCE_DYNAMODB_ENDPOINT, else the running local "
+        "stack's).",
     ),
+    state_dir: str | None = _STATE_DIR,
 ) -> None:
     """Invoke a function's handler once with an event, as Lambda would, and print its answer."""
     from leasefence_tools.local.embedded import use_local_credentials
@@ -330,13 +344,13 @@ def invoke(
     except ValueError as error:
         typer.echo(f"{event} is not JSON: {error}", err=True)
         raise typer.Exit(2) from None
-    state = _read_state()
+    state = _found(state_dir)
     target = (
-        endpoint
-        or os.environ.get("LEASEFENCE_DYNAMODB_ENDPOINT")
-        or state.get("dynamodb_endpoint")
-        or DEFAULT_DYNAMODB_ENDPOINT
+        endpoint or os.environ.get("LEASEFENCE_DYNAMODB_ENDPOINT") or state.get("dynamodb_endpoint")
     )
+    if not target:
+        typer.echo(state.advice("--endpoint"), err=True)
+        raise typer.Exit(1)
     os.environ["LEASEFENCE_DYNAMODB_ENDPOINT"] = target
     os.environ["LEASEFENCE_S3_ENDPOINT"] = (
         endpoint or os.environ.get("LEASEFENCE_S3_ENDPOINT") or target
@@ -362,31 +376,41 @@ def invoke(
 
 
 def _client(
-    base_url: str | None, token_value: str | None, tenant: str | None, sub: str | None = None
+    base_url: str | None,
+    token_value: str | None,
+    tenant: str | None,
+    sub: str | None = None,
+    state_dir: str | None = None,
 ) -> Any:
+    """A client of the API named by --base-url or LEASEFENCE_BASE_URL, else of the running local
+    stack (found in its state folder; none there: say so, never guess a port)."""
     from leasefence.client import LeaseFenceClient
 
-    state = _read_state()
-    url = (
-        base_url
-        or os.environ.get("LEASEFENCE_BASE_URL")
-        or state.get("base_url")
-        or DEFAULT_BASE_URL
-    )
+    url = base_url or os.environ.get("LEASEFENCE_BASE_URL")
     bearer = token_value or os.environ.get("LEASEFENCE_TOKEN")
+    state = _found(state_dir) if not (url and bearer) else None
+    if not url:
+        assert state is not None
+        url = state.get("base_url")
+        if not url:
+            typer.echo(state.advice("--base-url (or LEASEFENCE_BASE_URL)"), err=True)
+            raise typer.Exit(1)
     if (
         not bearer
+        and state is not None
         and tenant is None
         and sub is None
         and state.get("token")
         and state.get("base_url") == url
     ):
-        bearer = state["token"]
+        bearer = state.get("token")
     if not bearer:
-        secret = _secret()
+        assert state is not None
+        secret = _secret(state)
         if not secret:
             typer.echo(
-                "no token: pass --token, set LEASEFENCE_TOKEN or LEASEFENCE_LOCAL_JWT_SECRET",
+                "no token: pass --token, set LEASEFENCE_TOKEN or LEASEFENCE_LOCAL_JWT_SECRET "
+                f"({state.why_none()}).",
                 err=True,
             )
             raise typer.Exit(2)
@@ -447,6 +471,7 @@ def ops_list(
     cursor: str | None = typer.Option(None, "--cursor", help="Start from this cursor."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table."),
     base_url: str | None = _BASE_URL,
+    state_dir: str | None = _STATE_DIR,
     token_value: str | None = _TOKEN,
     tenant: str | None = _TENANT,
 ) -> None:
@@ -456,7 +481,7 @@ def ops_list(
 
     from leasefence.errors import LeaseFenceError
 
-    client = _client(base_url, token_value, tenant)
+    client = _client(base_url, token_value, tenant, state_dir=state_dir)
     rows, next_cursor = [], cursor
     try:
         while True:
@@ -511,6 +536,7 @@ def ops_list(
 def ops_show(
     operation_id: str = typer.Argument(..., help="The operation id."),
     base_url: str | None = _BASE_URL,
+    state_dir: str | None = _STATE_DIR,
     token_value: str | None = _TOKEN,
     tenant: str | None = _TENANT,
 ) -> None:
@@ -518,7 +544,7 @@ def ops_show(
     from leasefence.errors import LeaseFenceError
 
     try:
-        _show(_client(base_url, token_value, tenant).get(operation_id))
+        _show(_client(base_url, token_value, tenant, state_dir=state_dir).get(operation_id))
     except LeaseFenceError as error:
         _fail(error)
 
@@ -530,6 +556,7 @@ def ops_history(
     all_pages: bool = typer.Option(False, "--all", help="Follow next_cursor through every page."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table."),
     base_url: str | None = _BASE_URL,
+    state_dir: str | None = _STATE_DIR,
     token_value: str | None = _TOKEN,
     tenant: str | None = _TENANT,
 ) -> None:
@@ -539,7 +566,7 @@ def ops_history(
 
     from leasefence.errors import LeaseFenceError
 
-    client = _client(base_url, token_value, tenant)
+    client = _client(base_url, token_value, tenant, state_dir=state_dir)
     entries, cursor, dropped = [], None, 0
     try:
         while True:
@@ -605,6 +632,7 @@ def ops_resolve(
     ),
     note: str = typer.Option("", "--note", help="Why (kept with the operation)."),
     base_url: str | None = _BASE_URL,
+    state_dir: str | None = _STATE_DIR,
     token_value: str | None = _TOKEN,
     tenant: str | None = _TENANT,
 ) -> None:
@@ -612,7 +640,11 @@ def ops_resolve(
     from leasefence.errors import LeaseFenceError
 
     try:
-        _show(_client(base_url, token_value, tenant).resolve(operation_id, resolution, note))
+        _show(
+            _client(base_url, token_value, tenant, state_dir=state_dir).resolve(
+                operation_id, resolution, note
+            )
+        )
     except LeaseFenceError as error:
         _fail(error)
 
@@ -621,6 +653,7 @@ def ops_resolve(
 def ops_erase(
     operation_id: str = typer.Argument(..., help="The operation id."),
     base_url: str | None = _BASE_URL,
+    state_dir: str | None = _STATE_DIR,
     token_value: str | None = _TOKEN,
     tenant: str | None = _TENANT,
 ) -> None:
@@ -630,7 +663,7 @@ def ops_erase(
     from leasefence.errors import LeaseFenceError
 
     try:
-        _show(_client(base_url, token_value, tenant).erase(operation_id))
+        _show(_client(base_url, token_value, tenant, state_dir=state_dir).erase(operation_id))
     except LeaseFenceError as error:
         _fail(error)
 
@@ -649,6 +682,7 @@ def ops_approve(
         ..., "--payload-hash", help="The hash of the payload you approve (sha256:<64 hex>)."
     ),
     base_url: str | None = _BASE_URL,
+    state_dir: str | None = _STATE_DIR,
     token_value: str | None = _TOKEN,
     tenant: str | None = _TENANT,
     sub: str | None = _SUB,
@@ -661,7 +695,11 @@ def ops_approve(
     from leasefence.errors import LeaseFenceError
 
     try:
-        _show(_client(base_url, token_value, tenant, sub).approve(operation_id, payload_hash))
+        _show(
+            _client(base_url, token_value, tenant, sub, state_dir=state_dir).approve(
+                operation_id, payload_hash
+            )
+        )
     except LeaseFenceError as error:
         _fail(error)
 
@@ -671,6 +709,7 @@ def ops_reject(
     operation_id: str = typer.Argument(..., help="The operation id."),
     note: str = typer.Option("", "--note", help="Why (kept as the operation's reason)."),
     base_url: str | None = _BASE_URL,
+    state_dir: str | None = _STATE_DIR,
     token_value: str | None = _TOKEN,
     tenant: str | None = _TENANT,
     sub: str | None = _SUB,
@@ -679,7 +718,11 @@ def ops_reject(
     from leasefence.errors import LeaseFenceError
 
     try:
-        _show(_client(base_url, token_value, tenant, sub).reject(operation_id, note))
+        _show(
+            _client(base_url, token_value, tenant, sub, state_dir=state_dir).reject(
+                operation_id, note
+            )
+        )
     except LeaseFenceError as error:
         _fail(error)
 
@@ -688,6 +731,7 @@ def ops_reject(
 def ops_cancel(
     operation_id: str = typer.Argument(..., help="The operation id."),
     base_url: str | None = _BASE_URL,
+    state_dir: str | None = _STATE_DIR,
     token_value: str | None = _TOKEN,
     tenant: str | None = _TENANT,
     sub: str | None = _SUB,
@@ -701,7 +745,7 @@ def ops_cancel(
     from leasefence.errors import LeaseFenceError
 
     try:
-        _show(_client(base_url, token_value, tenant, sub).cancel(operation_id))
+        _show(_client(base_url, token_value, tenant, sub, state_dir=state_dir).cancel(operation_id))
     except LeaseFenceError as error:
         _fail(error)
 
@@ -743,6 +787,7 @@ def _read_document(path: Path) -> Any:
 def job_types_list(
     as_json: bool = typer.Option(False, "--json", help="Print the entries as JSON."),
     base_url: str | None = _BASE_URL,
+    state_dir: str | None = _STATE_DIR,
     token_value: str | None = _TOKEN,
     tenant: str | None = _TENANT,
 ) -> None:
@@ -753,7 +798,7 @@ def job_types_list(
     from leasefence.errors import LeaseFenceError
 
     try:
-        entries = _client(base_url, token_value, tenant).list_job_types()
+        entries = _client(base_url, token_value, tenant, state_dir=state_dir).list_job_types()
     except LeaseFenceError as error:
         _fail(error)
     if as_json:
@@ -782,6 +827,7 @@ def job_types_list(
 def job_types_show(
     job_type: str = typer.Argument(..., help="The job type."),
     base_url: str | None = _BASE_URL,
+    state_dir: str | None = _STATE_DIR,
     token_value: str | None = _TOKEN,
     tenant: str | None = _TENANT,
 ) -> None:
@@ -789,7 +835,9 @@ def job_types_show(
     from leasefence.errors import LeaseFenceError
 
     try:
-        _print_entry(_client(base_url, token_value, tenant).get_job_type(job_type))
+        _print_entry(
+            _client(base_url, token_value, tenant, state_dir=state_dir).get_job_type(job_type)
+        )
     except LeaseFenceError as error:
         _fail(error)
 
@@ -816,6 +864,7 @@ def job_types_put(
         None, "--expected-version", help="Write only if the entry is at this version (0: new)."
     ),
     base_url: str | None = _BASE_URL,
+    state_dir: str | None = _STATE_DIR,
     token_value: str | None = _TOKEN,
     tenant: str | None = _TENANT,
 ) -> None:
@@ -835,7 +884,7 @@ def job_types_put(
     }
     spec = {k: v for k, v in spec.items() if v is not None}
     try:
-        entry, changed = _client(base_url, token_value, tenant).put_job_type(
+        entry, changed = _client(base_url, token_value, tenant, state_dir=state_dir).put_job_type(
             job_type, spec, expected_version=expected_version
         )
     except LeaseFenceError as error:
@@ -850,6 +899,7 @@ def job_types_delete(
         None, "--expected-version", help="Remove only if the entry is at this version."
     ),
     base_url: str | None = _BASE_URL,
+    state_dir: str | None = _STATE_DIR,
     token_value: str | None = _TOKEN,
     tenant: str | None = _TENANT,
 ) -> None:
@@ -857,7 +907,7 @@ def job_types_delete(
     from leasefence.errors import LeaseFenceError
 
     try:
-        entry = _client(base_url, token_value, tenant).delete_job_type(
+        entry = _client(base_url, token_value, tenant, state_dir=state_dir).delete_job_type(
             job_type, expected_version=expected_version
         )
     except LeaseFenceError as error:
@@ -875,6 +925,7 @@ def job_types_apply(
         False, "--keep", help="Keep entries that the file does not list (default: remove them)."
     ),
     base_url: str | None = _BASE_URL,
+    state_dir: str | None = _STATE_DIR,
     token_value: str | None = _TOKEN,
     tenant: str | None = _TENANT,
 ) -> None:
@@ -887,7 +938,7 @@ def job_types_apply(
 
     try:
         desired, strict = parse_document(_read_document(file))
-        client = _client(base_url, token_value, tenant)
+        client = _client(base_url, token_value, tenant, state_dir=state_dir)
         current = {e.job_type: JobTypeSpec.parse(e.spec) for e in client.list_job_types()}
         changes = plan(current, desired, prune=not keep)
         if strict is not None and strict == client.settings()["strict_job_types"]:
@@ -921,6 +972,7 @@ def job_types_apply(
 def controls(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     base_url: str | None = _BASE_URL,
+    state_dir: str | None = _STATE_DIR,
     token_value: str | None = _TOKEN,
     tenant: str | None = _TENANT,
 ) -> None:
@@ -929,7 +981,7 @@ def controls(
     from leasefence.errors import LeaseFenceError
 
     try:
-        report = _client(base_url, token_value, tenant).controls()
+        report = _client(base_url, token_value, tenant, state_dir=state_dir).controls()
     except LeaseFenceError as error:
         _fail(error)
     if as_json:
@@ -972,6 +1024,7 @@ def events_tail(
         0, "--timeout", min=0, help="Stop after this many seconds (0: never)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print each event as one JSON line."),
+    state_dir: str | None = _STATE_DIR,
 ) -> None:
     """Print outcome events as the local stack publishes them.
 
@@ -984,8 +1037,11 @@ def events_tail(
     from leasefence_tools.local.embedded import use_local_credentials
     from leasefence_tools.local.events import LOCAL_BUS, Subscription
 
-    state = _read_state()
-    target = endpoint or state.get("dynamodb_endpoint") or DEFAULT_DYNAMODB_ENDPOINT
+    state = _found(state_dir)
+    target = endpoint or state.get("dynamodb_endpoint")
+    if not target:
+        typer.echo(state.advice("--endpoint"), err=True)
+        raise typer.Exit(1)
     use_local_credentials()
 
     def clients(service: str) -> Any:
@@ -1275,6 +1331,7 @@ def shadow_report(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     out: str | None = typer.Option(None, "--out", help="Also write the JSON report here."),
     base_url: str | None = _BASE_URL,
+    state_dir: str | None = _STATE_DIR,
     token_value: str | None = typer.Option(
         None, "--token", help="A bearer token for the shadow tenant (default: LEASEFENCE_TOKEN)."
     ),
@@ -1285,7 +1342,9 @@ def shadow_report(
     from leasefence.shadow import shadow_tenant, token_tenant
     from leasefence_tools.kit.shadow_report import build_report
 
-    client = _client(base_url, token_value, shadow_tenant(tenant or DEV_TENANT))
+    client = _client(
+        base_url, token_value, shadow_tenant(tenant or DEV_TENANT), state_dir=state_dir
+    )
     name = token_tenant(client.token or "") or shadow_tenant(tenant or DEV_TENANT)
     try:
         report = build_report(name, client.iter_operations(), max_examples=examples or None)

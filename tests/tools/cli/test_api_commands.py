@@ -187,7 +187,11 @@ def test_invoke_command_runs_the_handlers(stack, monkeypatch, tmp_path):
         monkeypatch.setenv(key, "placeholder")
         monkeypatch.delenv(key)
     runner = CliRunner()
+    # No stack runs in that state folder and no endpoint is named: it says so, guessing no port.
     result = runner.invoke(cli, ["invoke", "api", "--event", str(ROOT / "events" / "api-health.json")])
+    assert result.exit_code == 1 and f"no running local stack in the state folder {tmp_path}" in result.output
+    result = runner.invoke(cli, ["invoke", "api", "--event", str(ROOT / "events" / "api-health.json"),
+                                 "--endpoint", stack.dynamodb_endpoint])
     assert result.exit_code == 0, result.output
     answer = json.loads(result.output[result.output.index("{\n"):])
     assert answer["statusCode"] == 200 and json.loads(answer["body"]) == {"status": "ok"}

@@ -39,7 +39,8 @@ def test_local_serves_a_dynamodb_endpoint_and_stops_cleanly_on_sigterm(tmp_path)
         [str(leasefence), "local", "--port", str(api_port), "--dynamodb-port", str(ddb_port), "--sweep-interval", "1"],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "LEASEFENCE_LOCAL_JWT_SECRET": "test-secret-for-the-local-command-test"},
+        env={**os.environ, "LEASEFENCE_LOCAL_JWT_SECRET": "test-secret-for-the-local-command-test",
+             "LEASEFENCE_STATE_DIR": str(tmp_path / "state")},  # its own: never a developer's
     )
     try:
         _wait_for(ddb_port)
@@ -68,3 +69,5 @@ def test_local_serves_a_dynamodb_endpoint_and_stops_cleanly_on_sigterm(tmp_path)
     output = log.read()
     assert code == 0, output
     assert f"http://127.0.0.1:{ddb_port}" in output
+    assert f"State folder:       {tmp_path / 'state'}" in output
+    assert not (tmp_path / "state" / "local.json").exists()

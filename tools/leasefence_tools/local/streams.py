@@ -119,6 +119,8 @@ class EventSourceMapping:
         self._thread: threading.Thread | None = None
         self.stream_arn = ""
         self._iterators: dict[str, str] = {}
+        #: Per shard, the sequence number of the last record read: where a new iterator resumes.
+        self._read_to: dict[str, str] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -179,9 +181,20 @@ class EventSourceMapping:
         """Read each shard once and deliver what passes the filters; True if records came."""
         came = False
         for shard, iterator in list(self._iterators.items()):
-            answer = self._streams.get_records(ShardIterator=iterator, Limit=1000)
+            try:
+                answer = self._streams.get_records(ShardIterator=iterator, Limit=1000)
+            except Exception:
+                # An iterator is used once; one whose answer was lost (the endpoint read it, the
+                # client timed out and sent it again) or that expired is gone for good. Lambda's
+                # mapping takes a new one after the last record it read: so does this one, and
+                # the next poll goes on from there (nothing skipped, nothing read twice).
+                self._iterators[shard] = self._resume_iterator(shard)
+                raise
             self._iterators[shard] = answer["NextShardIterator"]
-            records = [lambda_record(r, self.stream_arn) for r in answer.get("Records", [])]
+            raw = answer.get("Records", [])
+            if raw:
+                self._read_to[shard] = raw[-1]["dynamodb"]["SequenceNumber"]
+            records = [lambda_record(r, self.stream_arn) for r in raw]
             if not records:
                 continue
             came = True
@@ -191,6 +204,17 @@ class EventSourceMapping:
             for start in range(0, len(wanted), self.config.batch_size):
                 self.deliver(wanted[start : start + self.config.batch_size])
         return came
+
+    def _resume_iterator(self, shard: str) -> str:
+        """A new iterator of ``shard`` just after the last record read (at the starting position
+        if none was read yet)."""
+        where: dict[str, str] = (
+            {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": self._read_to[shard]}
+            if shard in self._read_to
+            else {"ShardIteratorType": self.starting_position}
+        )
+        answer = self._streams.get_shard_iterator(StreamArn=self.stream_arn, ShardId=shard, **where)
+        return str(answer["ShardIterator"])
 
     # ------------------------------------------------------------------ delivery
 
