@@ -20,8 +20,7 @@ from leasefence.errors import PayloadMissing
 from leasefence.model import State, TargetClass
 from leasefence.payloads import canonicalize
 from leasefence.targets.idempotent_api import InMemoryIdempotentApi
-from leasefence.worker import Job
-from leasefence.worker.runtime import Retry
+from leasefence.worker import Job, Retry
 from leasefence_tools.testing.faults import AFTER, BEFORE, CONFLICT, THROTTLE, TXN_THROTTLE
 from leasefence_tools.testing.kits import Hooks, overtaken
 from leasefence_tools.torture.settings import Crash, FastClock, Report, Settings, chance, payload
