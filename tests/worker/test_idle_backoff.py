@@ -4,6 +4,7 @@ in-process worker keeps its fixed idle wait; work resets the backoff."""
 from __future__ import annotations
 
 from leasefence.client import LeaseFenceClient
+from leasefence.errors import Unavailable
 from leasefence.worker import EngineBackend, FunctionHandler, Worker
 from leasefence.worker.http_backend import IDLE_MAX_SLEEP_MS, HttpBackend
 
@@ -40,7 +41,7 @@ def test_in_process_workers_and_an_explicit_setting_keep_a_fixed_wait(engine) ->
 class _Scripted(Worker):
     """A worker whose polls find work or not as scripted; records the idle counts it waits on."""
 
-    def __init__(self, script: list[bool]) -> None:
+    def __init__(self, script: list[bool | str]) -> None:
         super().__init__(HttpBackend(LeaseFenceClient("http://127.0.0.1:9", "t", retries=0), "acme"), HANDLERS)
         self.script = list(script)
         self.waited_after: list[int] = []
@@ -49,7 +50,10 @@ class _Scripted(Worker):
         if not self.script:
             self.stop()
             return False
-        return self.script.pop(0)
+        step = self.script.pop(0)
+        if step == "unavailable":
+            raise Unavailable("the claim's answer was lost")
+        return bool(step)
 
     def idle_wait_ms(self, idle_polls: int) -> float:
         self.waited_after.append(idle_polls)
@@ -61,3 +65,15 @@ def test_a_claim_resets_the_backoff() -> None:
     worker.run()
     # The last wait is the one after the poll that stopped the worker (it returns at once).
     assert worker.waited_after == [1, 2, 3, 1, 2, 1, 2]
+
+
+def test_a_claim_that_met_unavailable_is_asked_again_after_the_shortest_wait() -> None:
+    """Over HTTP the answer of a claim that was made may be lost (``Unavailable``): the next
+    claim sends the same token and must reach it within its lease, which may be shorter than the
+    backoff's cap. So an ``Unavailable`` claim is retried after the first wait, not the
+    backed-off one, and the backoff starts over."""
+    worker = _Scripted([False, False, False, False, "unavailable", False, False])
+    worker.run()
+    assert worker.waited_after == [1, 2, 3, 4, 1, 1, 2, 3]
+    # The first wait is short whatever the backoff had reached (at most idle_sleep_ms).
+    assert Worker.idle_wait_ms(worker, 1) <= worker.idle_sleep_ms

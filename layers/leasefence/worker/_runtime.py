@@ -153,13 +153,19 @@ class Worker:
 
     def run(self, until: Callable[[], bool] | None = None) -> None:
         """Claim and run jobs until :meth:`stop` (or ``until()`` is true). After a poll that
-        found nothing it waits :meth:`idle_wait_ms`; a claim resets the backoff."""
+        found nothing it waits :meth:`idle_wait_ms`; a claim resets the backoff. A claim that
+        met ``Unavailable`` is asked again after the shortest wait, not the backed-off one: its
+        answer may have been lost after the claim was made, and the next claim (the same claim
+        token, over HTTP) must reach it within its lease, which may be shorter than the
+        backoff's cap."""
         idle = 0
         while not self._stopping.is_set() and not (until and until()):
             try:
                 worked = self.run_once()
             except Unavailable:
-                worked = False
+                idle = 0
+                self._stopping.wait(self.idle_wait_ms(1) / 1000)
+                continue
             if worked:
                 idle = 0
                 continue
