@@ -679,7 +679,8 @@ def compute(
             "prices_read_on": sorted({p.read_on for p in prices.PRICES.values()}),
             "excluded": "the job's own work (and its time in the worker), free tiers, data "
             "transfer, Secrets Manager and KMS requests (one read per cold start), X-Ray "
-            "retrievals, Logs Insights queries, cold starts' init lines",
+            "retrievals, Logs Insights queries, cold starts (their init lines, and their init "
+            "duration, billed since August 2025: AWS puts cold starts under 1% of invocations)",
         }
     )
     # What the same measurements cost with the defaults shipped before issue 24 (INFO logs and
