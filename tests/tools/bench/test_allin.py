@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,74 @@ def test_the_throughput_replay_reads_the_backlog_partitions_the_engine_claims_fr
             assert request["ExpressionAttributeValues"][":pk"]["S"] == keys.due_partition(T.TENANT, shard, "refund")
         found = sum(client.query(**T.replay_query(shapes, s))["Count"] for s in range(spec.due_shards))
         assert found == 8  # every backlog operation is in a partition the replay reads
+
+
+def _window(api_requests: float = 0, s3_put: float = 0, s3_get: float = 0, events: float = 0,
+            **functions: dict) -> dict:
+    """A measured window with its totals summed from its functions, as the profiles give it."""
+    full = {name: {"invocations": 0, "cpu_ms": 0.0, "requests": {}, "wcu": 0, "wcu_index": 0, "rcu": 0,
+                   **node} for name, node in functions.items()}
+    return {
+        "functions": full,
+        **{key: sum(n[key] for n in full.values()) for key in ("wcu", "wcu_index", "rcu")},
+        "api_requests": api_requests, "s3_put": s3_put, "s3_get": s3_get, "s3_delete": 0, "events": events,
+    }
+
+
+def test_a_profile_adds_up_its_lifecycle_the_work_around_it_and_the_month() -> None:
+    """leasefence_profile composes the windows: the lifecycle once, one heartbeat per renewal of
+    the stated job, the purge and the end of retention once each, and per month the sweeper's
+    runs, the idle worker's polls and the deployment; every line is the counted requests times
+    the price, and the total is the sum of the lines."""
+    volume = 10 * M
+    measured = {
+        "memory_mb": {"api": 1024, "publisher": 256, "sweeper": 512},
+        "payload_bytes": 979,
+        "custom_metrics": ["Claims[service]", "EventsPublished[service]"],
+        "profiles": {"http_workers": {
+            **WINDOW,
+            "stored": {"ended": {"table_bytes": 1200, "index_bytes": 180},
+                       "after_purge": {"table_bytes": 1100, "index_bytes": 0}},
+            "payload_object_bytes": 979,
+        }},
+        "events": {
+            "heartbeat_http": _window(api_requests=1, api={"invocations": 1, "wcu": 1},
+                                      publisher={"invocations": 1}),
+            "purge": _window(sweeper={"wcu": 2, "wcu_index": 1, "rcu": 1}, publisher={"invocations": 1}),
+            "end_of_retention": _window(publisher={"invocations": 1, "wcu": 1}),
+            "idle_poll_http": _window(api_requests=1, api={"invocations": 1, "rcu": 3}),
+            "idle_sweeper_run": _window(sweeper={"invocations": 1, "rcu": 20}),
+        },
+    }
+    a = Assumptions(volume=volume, tracing=False, log_level="WARNING", job_seconds=70, lease_seconds=60)
+    assert a.heartbeats() == 3  # renewals at 20, 40 and 60 s of a 70 s job
+    out = allin.leasefence_profile("http_workers", measured, a)
+    lines = out["lines"]
+    polls = allin.SECONDS_PER_MONTH / a.idle_poll_mean_s / volume  # idle polls per lifecycle
+    runs = allin.MINUTES_PER_MONTH / volume  # sweeper runs per lifecycle
+
+    # Writes: lifecycle 8 (2 index, 2 history), 3 heartbeats of 1, purge 2 (1 index), deletion 1
+    # (the publisher's: history).
+    assert out["wru_per_lifecycle_all"] == 8
+    assert out["wru_per_lifecycle_all_in"] == 8 + 3 * 1 + 2 + 1
+    assert lines["dynamodb_writes_table"] == pytest.approx((4 + 3 + 1) * 0.625, abs=1e-4)
+    assert lines["dynamodb_writes_index"] == pytest.approx((2 + 1) * 0.625, abs=1e-4)
+    assert lines["dynamodb_writes_history"] == pytest.approx((2 + 1) * 0.625, abs=1e-4)
+    assert lines["dynamodb_reads"] == pytest.approx((1 + 1 + 3 * polls + 20 * runs) * 0.125, abs=1e-4)
+    assert lines["api_gateway_requests"] == pytest.approx((2 + 3 + polls) * 1.00, abs=1e-4)
+    # Invocations: lifecycle 3, heartbeats 2 each, purge 1 and deletion 1 (the publisher's), the
+    # idle polls and the sweeper's runs.
+    assert lines["lambda_requests"] == pytest.approx((3 + 3 * 2 + 1 + 1 + polls + runs) * 0.20, abs=1e-4)
+    assert lines["s3_requests"] == pytest.approx(5.00, abs=1e-4)
+    assert lines["schedules"] == pytest.approx(runs * 1.00, abs=1e-4)
+    # By the month: 30 alarms, a dashboard, 2 custom metrics, a secret and a key, over the volume.
+    assert lines["cloudwatch_alarms"] == pytest.approx(30 * 0.10 / volume * M)
+    assert lines["cloudwatch_dashboard"] == pytest.approx(3.00 / volume * M)
+    assert lines["cloudwatch_metrics"] == pytest.approx(2 * 0.30 / volume * M)
+    assert lines["secrets_and_keys"] == pytest.approx((0.40 + 1.00) / volume * M)
+    assert out["total"] == pytest.approx(sum(lines.values()), abs=0.01)
+    # The same profile at 1M a month: the lifecycle's lines unchanged, the month's ten times more.
+    small = allin.leasefence_profile("http_workers", measured, replace(a, volume=M))
+    assert small["lines"]["dynamodb_writes_index"] == lines["dynamodb_writes_index"]
+    assert small["lines"]["cloudwatch_alarms"] == pytest.approx(10 * lines["cloudwatch_alarms"])
+
