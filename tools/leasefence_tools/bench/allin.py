@@ -175,9 +175,10 @@ class Assumptions:
     schedule_runs_per_month: float = MINUTES_PER_MONTH
     """The sweeper's and the worker function's schedules: rate(1 minute)."""
     sqs_batch: int = 1
-    """Records per invocation for SQS and the stream alike (one operation at a time at these
-    rates; a busy queue or stream shares a batch of up to 10)."""
-    stream_batch: int = 1
+    """Records per invocation for SQS (one operation at a time at these rates; a busy queue
+    shares a batch of up to 10). leasefence's stream invocations are not assumed but measured,
+    one operation at a time: a record per batch, or several of one operation's records sharing
+    one."""
     alternative_handler_cpu_ms: float = 1.0
     """An alternative's function doing the job's plumbing (no leasefence code): CPU per
     invocation (stated)."""

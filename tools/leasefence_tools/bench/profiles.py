@@ -34,8 +34,9 @@ Each measurement runs twice, and each figure comes from the pass that does not d
 
 Operations run one at a time, each followed until its history is written and the stream
 functions are quiet, so the figures are per lifecycle and the meter's item images are exact.
-Invocation counts are upper bounds: one operation at a time gets one stream batch per record,
-where a busy stream shares a batch (up to 10 records) between operations.
+Invocation counts are upper bounds for a busy stream: one operation at a time gets a stream
+batch per record (or one for several of its records when they arrive together), where a busy
+stream shares a batch (up to 10 records) between operations.
 """
 
 from __future__ import annotations
