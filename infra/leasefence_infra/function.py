@@ -1,7 +1,8 @@
 """One function of the service: its log group, its own least-privilege role, the function.
 
-Every function runs Python 3.12 on arm64 with X-Ray, JSON logs in its own log group, and one log
-level that drives both Powertools and Lambda's log filtering. With SnapStart
+Every function runs Python 3.12 on arm64 with JSON logs in its own log group, one log level that
+drives both Powertools and Lambda's log filtering (:data:`LOG_LEVELS`), and active X-Ray tracing
+when ``FunctionRuntime.tracing`` (off by default: each recorded trace is billed). With SnapStart
 (``FunctionRuntime.snap_start``) a function that runs the core layer publishes a version on each
 deploy that changes its code, its configuration or any of its layers (:func:`layers_fingerprint`,
 whatever the app's feature flags) and the alias :data:`LIVE_ALIAS` points at it; everything that
@@ -25,6 +26,8 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from leasefence import observability_defaults
+
 from .nag import acknowledge
 from .versions import powertools_layer_parameter
 
@@ -33,15 +36,27 @@ from .versions import powertools_layer_parameter
 #: used with ``powertools_layer="managed"`` only (:mod:`.powertools`).
 POWERTOOLS_LAYER_PARAMETER = powertools_layer_parameter()
 
-#: One ``log_level`` drives Powertools (POWERTOOLS_LOG_LEVEL) and Lambda's JSON log filtering
-#: (application and system log level): name -> (Powertools, application, system).
+_APPLICATION = {
+    "DEBUG": lambda_.ApplicationLogLevel.DEBUG,
+    "INFO": lambda_.ApplicationLogLevel.INFO,
+}
+_SYSTEM = {
+    "DEBUG": lambda_.SystemLogLevel.DEBUG,
+    "INFO": lambda_.SystemLogLevel.INFO,
+    "WARN": lambda_.SystemLogLevel.WARN,
+}
+
+#: ``log_level`` drives Powertools (POWERTOOLS_LOG_LEVEL) and Lambda's JSON log filtering:
+#: name -> (Powertools, application, system) (:mod:`leasefence.observability_defaults`: the
+#: application level never goes above INFO, where the metrics' EMF lines are filed; the system
+#: level follows unless ``system_log_level`` says otherwise).
 LOG_LEVELS: dict[str, tuple[str, lambda_.ApplicationLogLevel, lambda_.SystemLogLevel]] = {
-    "DEBUG": ("DEBUG", lambda_.ApplicationLogLevel.DEBUG, lambda_.SystemLogLevel.DEBUG),
-    "INFO": ("INFO", lambda_.ApplicationLogLevel.INFO, lambda_.SystemLogLevel.INFO),
-    "WARNING": ("WARNING", lambda_.ApplicationLogLevel.WARN, lambda_.SystemLogLevel.WARN),
-    "WARN": ("WARNING", lambda_.ApplicationLogLevel.WARN, lambda_.SystemLogLevel.WARN),
-    "ERROR": ("ERROR", lambda_.ApplicationLogLevel.ERROR, lambda_.SystemLogLevel.WARN),
-    "CRITICAL": ("CRITICAL", lambda_.ApplicationLogLevel.FATAL, lambda_.SystemLogLevel.WARN),
+    name: (
+        observability_defaults.powertools_log_level(name),
+        _APPLICATION[observability_defaults.application_log_level(name)],
+        _SYSTEM[observability_defaults.system_log_level(name)],
+    )
+    for name in observability_defaults.LOG_LEVELS
 }
 
 #: The alias every invoker targets when SnapStart is on (SnapStart applies to published versions
@@ -68,6 +83,10 @@ class FunctionRuntime:
     removal_policy: RemovalPolicy
     #: Lambda SnapStart on published versions for the functions that run the core layer.
     snap_start: bool = False
+    #: Active X-Ray tracing on the functions that run the core layer.
+    tracing: bool = observability_defaults.DEFAULT_TRACING
+    #: Lambda's system log level (None: as ``log_level`` implies).
+    system_log_level: str | None = None
 
     def powertools_log_level(self) -> str:
         return LOG_LEVELS[self.log_level][0]
@@ -101,7 +120,7 @@ class ServiceFunction(Construct):
     its log group, X-Ray, and what its concern grants it).
 
     ``layers=()`` gives a function that uses the standard library only (the Cognito trigger),
-    without tracing (and without SnapStart: it has nothing worth a snapshot).
+    never traced (and without SnapStart: it has nothing worth a snapshot).
 
     :attr:`target` is what invokers must call: the ``Live`` alias (:data:`LIVE_ALIAS`) with
     SnapStart, the function itself otherwise.
@@ -126,8 +145,9 @@ class ServiceFunction(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         layers = list(runtime.layers if layers is None else layers)
-        traced = bool(layers)
-        snap_start = runtime.snap_start and traced
+        core = bool(layers)
+        traced = core and runtime.tracing
+        snap_start = runtime.snap_start and core
         asynchronous: dict[str, object] = {
             "retry_attempts": retry_attempts,
             "max_event_age": max_event_age,
@@ -147,7 +167,10 @@ class ServiceFunction(Construct):
             description=f"{description}: least privilege",
         )
         self.log_group.grant_write(self.role)
-        _, application_level, system_level = LOG_LEVELS[runtime.log_level]
+        _, application_level, _ = LOG_LEVELS[runtime.log_level]
+        system_level = _SYSTEM[
+            observability_defaults.system_log_level(runtime.log_level, runtime.system_log_level)
+        ]
         self.function = lambda_.Function(
             self,
             "Function",
@@ -159,10 +182,15 @@ class ServiceFunction(Construct):
             role=self.role,
             log_group=self.log_group,
             logging_format=lambda_.LoggingFormat.JSON,
-            # The same level as POWERTOOLS_LOG_LEVEL: Lambda drops JSON log lines below it.
+            # Lambda drops JSON log lines below it: POWERTOOLS_LOG_LEVEL, but at most INFO (the
+            # EMF metric lines carry no level, and Lambda files them as INFO).
             application_log_level_v2=application_level,
             system_log_level_v2=system_level,
-            environment=dict(environment),
+            # Without active tracing Powertools imports no X-Ray SDK and sends nothing.
+            environment={
+                **environment,
+                **({"POWERTOOLS_TRACE_DISABLED": "false" if traced else "true"} if core else {}),
+            },
             layers=layers or None,
             memory_size=memory_mb,
             timeout=timeout,
@@ -208,7 +236,7 @@ class ServiceFunction(Construct):
             self.function.node.default_child,  # not its EventInvokeConfig child
             "AwsSolutions-L1",
             _PINNED_RUNTIME_REASON
-            if traced
+            if core
             else (
                 "Pinned to python3.12 like the service's other functions (one runtime to move "
                 "deliberately); this function uses the standard library only."

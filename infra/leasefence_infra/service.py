@@ -171,6 +171,8 @@ class LeaseFenceService(Construct, ServiceAccess):
             log_retention=props.log_retention,
             removal_policy=props.removal_policy,
             snap_start=props.snap_start,
+            tracing=props.tracing,
+            system_log_level=props.system_log_level,
         )
         environment = shared_environment(
             table_name=self.storage.table.table_name,

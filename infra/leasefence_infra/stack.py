@@ -90,7 +90,8 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     ``serviceClientTenant`` (the tenant of the pool's own app client), ``iamTenant`` (the IAM API
     for callers inside AWS, acting for this tenant),
     ``tableName``, ``retentionDays``, ``deletionProtection``, ``customerManagedKey``,
-    ``tenantIsolation``, ``snapStart``, ``logRetentionDays``, ``logLevel``, ``dueShards``, ``sweepShards``,
+    ``tenantIsolation``, ``snapStart``, ``logRetentionDays``, ``logLevel``, ``tracing`` (X-Ray,
+    off by default), ``dueShards``, ``sweepShards``,
     ``destroyOnRemoval`` (dev stacks only: tables, buckets, keys are deleted with the stack),
     ``metricsNamespace`` (default ``LeaseFence/<stack name>/LeaseFence``), ``allowPlaceholderIssuer``
     (offline synth only: without ``jwtIssuer`` or ``createUserPool`` synthesis is refused),
@@ -161,6 +162,8 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
         props["log_retention"] = _RETENTION[days]
     if get("logLevel"):
         props["log_level"] = str(get("logLevel")).upper()
+    if get("tracing") is not None:
+        props["tracing"] = context_bool(get("tracing"), False)
     if get("metricsNamespace"):
         props["metrics_namespace"] = str(get("metricsNamespace"))
     worker = _worker_from_context(get)

@@ -74,6 +74,7 @@ FULL_PROPS_BASE = {
     "due_shards": 3,
     "sweep_shards": 2,
     "log_level": "DEBUG",
+    "tracing": True,
     "tags": {"team": "payments", "cost-center": "42"},
     "stream_iterator_age_alarm_age": Duration.minutes(2),
     "job_types": {

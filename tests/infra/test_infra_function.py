@@ -3,7 +3,14 @@ environment, log level, and roles that hold only what each function needs."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk.assertions import Template
 from tests.support.infra import (
+    ISSUER,
     actions_by_resource,
     as_list,
     getatt,
@@ -17,6 +24,7 @@ from tests.support.infra import (
 
 from leasefence import schema
 from leasefence.payloads import KEY_PREFIX as PAYLOAD_KEY_PREFIX
+from leasefence_infra import LeaseFenceService
 from leasefence_infra.function import POWERTOOLS_LAYER_PARAMETER
 
 EXPECTED_ENV = {
@@ -32,6 +40,7 @@ EXPECTED_ENV = {
     "POWERTOOLS_METRICS_NAMESPACE",
     "POWERTOOLS_LOG_LEVEL",
     "POWERTOOLS_TRACER_CAPTURE_RESPONSE",
+    "POWERTOOLS_TRACE_DISABLED",
 }
 
 
@@ -57,7 +66,11 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
         assert f["Runtime"] == "python3.12"
         assert f["Architectures"] == ["arm64"]
         assert f["Handler"] == handler
-        assert f["TracingConfig"] == {"Mode": "Active"}
+        # Tracing is off by default (each recorded trace is billed); the full stack turns it on.
+        if name == "full":
+            assert f["TracingConfig"] == {"Mode": "Active"}
+        else:
+            assert "TracingConfig" not in f
         layers = [{"Ref": core_layer}]
         if fn is svc.worker_function and name == "full":
             # The handler layer is merged first, so the core layer wins a clash.
@@ -80,6 +93,8 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
         if fn is svc.publisher_function:
             extra = {"LEASEFENCE_EVENT_BUS"}
         assert set(env) == EXPECTED_ENV | extra
+        # Powertools imports no X-Ray SDK unless the function is traced.
+        assert env["POWERTOOLS_TRACE_DISABLED"] == ("false" if name == "full" else "true")
         assert env["LEASEFENCE_TABLE"] == {"Ref": logical_id(stack, svc.table)}
         assert env["LEASEFENCE_PAYLOAD_BUCKET"] == {"Ref": logical_id(stack, svc.payload_bucket)}
         assert env["LEASEFENCE_LOG_HASH_KEY_PARAM"] == {"Ref": logical_id(stack, svc.storage.log_hash_key)}
@@ -91,7 +106,7 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
             "forever" if svc.props.identity_retention_days is None else str(svc.props.identity_retention_days))
         assert env["POWERTOOLS_SERVICE_NAME"] == "leasefence"
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == svc.metrics_namespace
-        assert env["POWERTOOLS_LOG_LEVEL"] == ("INFO" if name == "default" else "DEBUG")
+        assert env["POWERTOOLS_LOG_LEVEL"] == ("WARNING" if name == "default" else "DEBUG")
         assert props(tpl, logical_id(stack, log_group))["RetentionInDays"] == 30
     layer = props(tpl, core_layer)
     assert layer["CompatibleRuntimes"] == ["python3.12"]
@@ -99,9 +114,11 @@ def test_functions_runtime_tracing_env_layers(variant) -> None:
 
 
 def test_one_log_level_drives_powertools_and_lambda(variant) -> None:
-    """log_level sets POWERTOOLS_LOG_LEVEL and Lambda's JSON log filtering alike, on every function."""
+    """log_level sets POWERTOOLS_LOG_LEVEL and Lambda's JSON log filtering on every function: the
+    application filter never above INFO (the EMF metric lines have no level and count as INFO),
+    the system level (platform start/report lines) WARN unless the level is DEBUG or INFO."""
     name, stack, svc, tpl = variant
-    level = "INFO" if name == "default" else "DEBUG"
+    level, application, system = ("WARNING", "INFO", "WARN") if name == "default" else ("DEBUG",) * 3
     assert svc.log_level == level
     functions = [svc.api.function.function, svc.sweeper.function.function, svc.worker_function]
     if svc.user_pool is not None and svc.user_pool.pre_token is not None:
@@ -109,11 +126,31 @@ def test_one_log_level_drives_powertools_and_lambda(variant) -> None:
     for fn in functions:
         f = props(tpl, logical_id(stack, fn))
         assert f["LoggingConfig"]["LogFormat"] == "JSON"
-        assert f["LoggingConfig"]["ApplicationLogLevel"] == level
-        assert f["LoggingConfig"]["SystemLogLevel"] == level
+        assert f["LoggingConfig"]["ApplicationLogLevel"] == application
+        assert f["LoggingConfig"]["SystemLogLevel"] == system
         env = f["Environment"]["Variables"]
         if "POWERTOOLS_LOG_LEVEL" in env:
             assert env["POWERTOOLS_LOG_LEVEL"] == level
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"log_level": "INFO"}, ("INFO", "INFO", "INFO", None)),
+        ({"log_level": "ERROR", "system_log_level": "info"}, ("ERROR", "INFO", "INFO", None)),
+        ({"tracing": True}, ("WARNING", "INFO", "WARN", {"Mode": "Active"})),
+    ],
+)
+def test_each_observability_default_can_be_overridden(prebuilt_layer: Path, overrides, expected) -> None:
+    stack = Stack(App(), "Observability")
+    svc = LeaseFenceService(stack, "Svc", **ISSUER, core_layer=lambda_.Code.from_asset(str(prebuilt_layer)),
+                            **overrides)
+    f = props(Template.from_stack(stack).to_json(), logical_id(stack, svc.api.function.function))
+    powertools, application, system, tracing = expected
+    assert f["Environment"]["Variables"]["POWERTOOLS_LOG_LEVEL"] == powertools
+    assert (f["LoggingConfig"]["ApplicationLogLevel"], f["LoggingConfig"]["SystemLogLevel"]) == (application, system)
+    assert f.get("TracingConfig") == tracing
+    assert f["Environment"]["Variables"]["POWERTOOLS_TRACE_DISABLED"] == ("false" if tracing else "true")
 
 
 def test_no_function_role_has_managed_policies(variant) -> None:
@@ -143,7 +180,7 @@ def test_dynamodb_permissions_are_exact(synth) -> None:
 
 
 def test_other_permissions_are_scoped(variant) -> None:
-    _, stack, svc, tpl = variant
+    name, stack, svc, tpl = variant
     bucket = logical_id(stack, svc.payload_bucket)
     api = role_statements(tpl, logical_id(stack, svc.api.function.role))
     sweeper = role_statements(tpl, logical_id(stack, svc.sweeper.function.role))
@@ -167,9 +204,10 @@ def test_other_permissions_are_scoped(variant) -> None:
         assert actions_by_resource(statements, "logs:") == [
             (frozenset({"logs:CreateLogStream", "logs:PutLogEvents"}), getatt(logical_id(stack, log_group)))
         ]
-        # The only "*" resource is X-Ray, which has no resource-level permissions.
+        # The only "*" resource is X-Ray (no resource-level permissions), and only when traced.
         star = [s for s in statements if s["Resource"] == "*"]
-        assert [sorted(as_list(s["Action"])) for s in star] == [["xray:PutTelemetryRecords", "xray:PutTraceSegments"]]
+        traced = [["xray:PutTelemetryRecords", "xray:PutTraceSegments"]] if name == "full" else []
+        assert [sorted(as_list(s["Action"])) for s in star] == traced
         for st in statements:
             for action in as_list(st["Action"]):
                 assert not action.endswith(":*"), action

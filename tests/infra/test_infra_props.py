@@ -23,7 +23,9 @@ ISSUER = {"jwt_issuer": "https://idp.example.com/", "jwt_audience": ["leasefence
 def test_defaults_are_valid_and_documented() -> None:
     props = LeaseFenceServiceProps(**ISSUER)
     assert props.jwt_audience == ("leasefence",)  # normalized, the caller's list is not kept
-    assert props.log_level == "INFO" and props.removal_policy == RemovalPolicy.RETAIN
+    assert props.log_level == "WARNING" and props.removal_policy == RemovalPolicy.RETAIN
+    # Cost-aware observability (issue 24): no INFO lines, no platform lines, no traces.
+    assert props.system_log_level is None and props.tracing is False
     assert props.deletion_protection is True and props.table is None and props.worker is None
     assert props.log_retention == logs.RetentionDays.ONE_MONTH
     assert props.oldest_unknown_alarm_age.to_seconds() == 3600
@@ -34,6 +36,7 @@ def test_defaults_are_valid_and_documented() -> None:
 
 def test_log_level_is_normalized() -> None:
     assert LeaseFenceServiceProps(**ISSUER, log_level="debug").log_level == "DEBUG"
+    assert LeaseFenceServiceProps(**ISSUER, system_log_level="warn").system_log_level == "WARN"
 
 
 ISSUER_KW: dict[str, Any] = dict(ISSUER)
@@ -60,6 +63,9 @@ ISSUER_KW: dict[str, Any] = dict(ISSUER)
         ({**ISSUER_KW, "fence_epoch": 9_007_199}, ValueError, "fence_epoch"),
         ({**ISSUER_KW, "identity_retention_days": 10}, ValueError, "at least payload_retention_days"),
         ({**ISSUER_KW, "log_level": "LOUD"}, ValueError, "log_level must be one of"),
+        ({**ISSUER_KW, "system_log_level": "WARNING"}, ValueError, "system_log_level must be one of"),
+        ({**ISSUER_KW, "system_log_level": 3}, TypeError, "system_log_level must be a string"),
+        ({**ISSUER_KW, "tracing": "yes"}, TypeError, "tracing must be True or False"),
         ({**ISSUER_KW, "log_retention": 30}, TypeError, "RetentionDays"),
         ({**ISSUER_KW, "metrics_namespace": "AWS/Lambda"}, ValueError, "namespace"),
         ({**ISSUER_KW, "metrics_namespace": "a$b"}, ValueError, "namespace"),
@@ -155,6 +161,7 @@ def test_readme_props_table_is_generated_from_the_dataclass() -> None:
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     names = [f.name for f in dataclasses.fields(LeaseFenceServiceProps)]
     assert [re.match(r"\| `(\w+)`", r).group(1) for r in rows] == names
-    assert "| `log_level` | `str` | `'INFO'` |" in table
+    assert "| `log_level` | `str` | `'WARNING'` |" in table
+    assert "| `tracing` | `bool` | `False` |" in table
     assert "| `removal_policy` | `RemovalPolicy` | `RemovalPolicy.RETAIN` |" in table
 

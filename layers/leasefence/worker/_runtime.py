@@ -42,6 +42,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import signal
 import threading
 import time
@@ -50,6 +51,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from leasefence import snapstart
 from leasefence.errors import NotFound, PayloadMissing, StaleFence, Unavailable
 from leasefence.limits import MAX_REASON_LENGTH
 from leasefence.metrics import Metric, MetricSink, no_metrics
@@ -71,6 +73,9 @@ from leasefence.worker.handler import (
 )
 
 log = logging.getLogger("leasefence.worker")
+
+_idle_jitter = random.Random()
+snapstart.after_restore(_idle_jitter.seed)  # SnapStart: restored workers must not poll in step
 
 #: The engine refuses longer reasons; the runtime's own reasons are cut to fit.
 MAX_REASON = MAX_REASON_LENGTH
@@ -108,11 +113,16 @@ class Worker:
         shutdown_grace_ms: int = 10_000,
         events: MetricSink | None = None,
         claim_any_type: bool = False,
+        idle_max_sleep_ms: int | None = None,
     ) -> None:
         """``claim_any_type``: claim every job type of the tenant (not only those in
         ``handlers``) and quarantine what has no handler, so work of a type nobody serves (a
         typo, a retired type) reaches an operator instead of waiting. Off by default: a worker
-        claims only its handlers' types, and the ``OldestDueAgeSeconds`` alarm shows the rest."""
+        claims only its handlers' types, and the ``OldestDueAgeSeconds`` alarm shows the rest.
+
+        ``idle_max_sleep_ms``: how far :meth:`run` backs off while it finds nothing to claim
+        (:meth:`idle_wait_ms`); None: the backend's ``idle_max_sleep_ms`` (the HTTP backend's:
+        every idle poll is a billed request), else no backoff (a fixed ``idle_sleep_ms``)."""
         self.backend = backend
         self.handlers = {job_type: with_hooks(h) for job_type, h in handlers.items()}
         self.claim_any_type = claim_any_type
@@ -123,6 +133,12 @@ class Worker:
         #: lease when that is shorter).
         self.heartbeat_interval_ms = heartbeat_interval_ms or max(lease_ms // 3, 50)
         self.idle_sleep_ms = idle_sleep_ms
+        #: The longest wait between idle polls (None or at most ``idle_sleep_ms``: no backoff).
+        self.idle_max_sleep_ms = (
+            idle_max_sleep_ms
+            if idle_max_sleep_ms is not None
+            else getattr(backend, "idle_max_sleep_ms", None)
+        )
         self.shutdown_grace_ms = shutdown_grace_ms
         self.events = events if events is not None else no_metrics
         self._stopping = threading.Event()
@@ -136,14 +152,37 @@ class Worker:
     # ------------------------------------------------------------ loop
 
     def run(self, until: Callable[[], bool] | None = None) -> None:
-        """Claim and run jobs until :meth:`stop` (or ``until()`` is true)."""
+        """Claim and run jobs until :meth:`stop` (or ``until()`` is true). After a poll that
+        found nothing it waits :meth:`idle_wait_ms`; a claim resets the backoff. A claim that
+        met ``Unavailable`` is asked again after the shortest wait, not the backed-off one: its
+        answer may have been lost after the claim was made, and the next claim (the same claim
+        token, over HTTP) must reach it within its lease, which may be shorter than the
+        backoff's cap."""
+        idle = 0
         while not self._stopping.is_set() and not (until and until()):
             try:
                 worked = self.run_once()
             except Unavailable:
-                worked = False
-            if not worked:
-                self._stopping.wait(self.idle_sleep_ms / 1000)
+                idle = 0
+                self._stopping.wait(self.idle_wait_ms(1) / 1000)
+                continue
+            if worked:
+                idle = 0
+                continue
+            idle += 1
+            self._stopping.wait(self.idle_wait_ms(idle) / 1000)
+
+    def idle_wait_ms(self, idle_polls: int) -> float:
+        """The wait after the ``idle_polls``-th poll in a row that found nothing: without a
+        backoff (:attr:`idle_max_sleep_ms` unset or not above ``idle_sleep_ms``)
+        ``idle_sleep_ms``; with one, ``idle_sleep_ms`` doubled with each idle poll up to
+        :attr:`idle_max_sleep_ms`, each wait drawn between half of that and all of it (idle
+        workers started together do not poll in step)."""
+        cap = self.idle_max_sleep_ms
+        if cap is None or cap <= self.idle_sleep_ms:
+            return self.idle_sleep_ms
+        ceiling = min(cap, self.idle_sleep_ms * 2 ** min(max(idle_polls, 1) - 1, 30))
+        return _idle_jitter.uniform(ceiling / 2, ceiling)
 
     def stop(self) -> None:
         """Stop claiming. The job in flight may finish within the grace period."""

@@ -42,7 +42,18 @@ def _ms(moment: datetime) -> int:
     return (moment - _EPOCH) // timedelta(milliseconds=1)
 
 
+#: How far an idle worker over HTTP backs off between polls (``Worker.idle_wait_ms``): each idle
+#: poll is an API request and a function invocation, so a worker that finds nothing slows down
+#: to one poll every 15 s on average (10 to 20 s between polls once backed off) instead of every
+#: second; the first claim after that resets it. A job enqueued while the fleet is idle waits up
+#: to this long to be claimed.
+IDLE_MAX_SLEEP_MS = 20_000
+
+
 class HttpBackend:
+    #: Workers over this backend back off while idle (see :data:`IDLE_MAX_SLEEP_MS`).
+    idle_max_sleep_ms: int | None = IDLE_MAX_SLEEP_MS
+
     def __init__(self, client: LeaseFenceClient, tenant_id: str) -> None:
         self.client = client
         self.tenant_id = tenant_id

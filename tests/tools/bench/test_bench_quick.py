@@ -12,6 +12,8 @@ import sys
 from numbers import Number
 from pathlib import Path
 
+import pytest
+
 from leasefence_tools.bench import cost_per_million, prices, profiles
 from leasefence_tools.bench.report import REQUIRED_KEYS, STREAM_KEYS
 
@@ -62,3 +64,27 @@ def test_quick_bench_reports_every_figure(tmp_path):
         assert measured[name]["billed_ms"]["api"] > 0 and lines[name]["lambda_duration"] > 0
     assert measured["http_workers"]["api_requests"] == 4  # enqueue, claim, payload, complete
     assert measured["worker_function"]["rcu"] == 0  # claimed from the stream record: no query
+
+    # Issue 24: all in, every line, at a stated volume and capacity mode.
+    all_in = report["cost_per_million_all_in"]
+    assert all_in["assumes"]["volume_per_month"] == 10_000_000
+    assert all_in["assumes"]["capacity"] == "on_demand"
+    for name in ("http_workers", "worker_function"):
+        profile = all_in["profiles"][name]
+        assert profile["total"] > lines[name]["dynamodb_writes"]
+        assert sum(profile["lines"].values()) == pytest.approx(profile["total"], abs=0.02)
+        for line in ("dynamodb_writes_history", "dynamodb_backup_pitr", "s3_storage", "lambda_duration",
+                     "logs_ingestion", "eventbridge_events"):
+            assert profile["lines"][line] > 0, (name, line)
+        # Index and history writes counted: at least the lifecycle's own units.
+        assert report["wru_per_lifecycle_all"][name] >= measured[name]["wcu"] - 1e-9
+        assert profile["by_component"]["heartbeats"] > 0 and profile["by_component"]["payload_purge"] > 0
+    assert set(all_in["alternatives"]) == set(cost_per_million.ALTERNATIVES)
+    assert isinstance(report["idle_worker_month_usd"], Number) and report["idle_worker_month_usd"] > 0
+    events = report["sections"]["profiles"]["events"]
+    assert events["heartbeat_http"]["api_requests"] == 1 and events["heartbeat_in_process"]["wcu"] >= 1
+    assert events["idle_poll_http"]["wcu"] == 0  # an idle poll writes nothing
+    assert events["purge"]["s3_delete"] >= 1
+    # Every log and EMF line the functions wrote was checked: no raw id, no payload.
+    privacy = report["sections"]["profiles"]["log_privacy"]
+    assert privacy["lines_checked"] > 0 and privacy["lines_with_a_raw_id_or_payload"] == {}

@@ -12,6 +12,7 @@ from importlib import metadata
 from typing import Any
 
 from leasefence_tools.bench import (
+    allin,
     coldstart,
     contention,
     cost,
@@ -211,6 +212,10 @@ def run(quick: bool = False) -> dict[str, Any]:
     sections["cost_per_million"] = cost_per_million.compute(
         sections["profiles"], sections["cost"]["powertools"]["first_call"]["wcu"]
     )
+    # Issue 24: every line of the bill, at a stated volume and capacity mode.
+    sections["cost_per_million_all_in"] = allin.compute(
+        sections["profiles"], sections["cost"]["powertools"]["first_call"]["wcu"]
+    )
     sections["scale"] = _timed(
         "scale simulation",
         timings,
@@ -229,8 +234,16 @@ def run(quick: bool = False) -> dict[str, Any]:
     c, t, ct, d, f, cs = (
         sections[k] for k in ("cost", "throughput", "contention", "depth", "fairness", "coldstart")
     )
+    all_in = sections["cost_per_million_all_in"]
     report: dict[str, Any] = {
-        # Issue 16: all-in dollars per million lifecycles, by profile, and the alternatives'.
+        # Issue 24: every line of the bill, by profile and alternative, at the volume and
+        # capacity mode it assumes (``assumes``); totals at every volume and mode in the section.
+        "cost_per_million_all_in": allin.summary(all_in),
+        "wru_per_lifecycle_all": {
+            name: p["wru_per_lifecycle_all"] for name, p in all_in["profiles"].items()
+        },
+        "idle_worker_month_usd": all_in["idle_worker_month"]["usd"],
+        # Issue 16: dollars per million lifecycles as that model counted them (fewer lines).
         "cost_per_million": cost_per_million.summary(sections["cost_per_million"]),
         "wcu_per_lifecycle": c["lifecycle"]["wcu"],
         "rcu_per_lifecycle": c["lifecycle"]["rcu"],
@@ -635,6 +648,7 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
             "table partition takes 3 write units per lifecycle, 333/s unless DynamoDB splits it. See docs/scale.md.",
         )
     )
+    rows.extend(_issue_24_rows(r, s))
     for row in rows:
         if row["met"] is False and isinstance(row["value"], (int, float)):
             target = float(row["target"].split()[1])
@@ -642,11 +656,92 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _top_lines(lines: dict[str, float], n: int = 4) -> str:
+    top = sorted(lines.items(), key=lambda kv: -kv[1])[:n]
+    return ", ".join(f"{name} ${value:.2f}" for name, value in top)
+
+
+def _issue_24_rows(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 24's targets: all in at 10M lifecycles a month, on-demand, the shipped defaults."""
+    all_in = s["cost_per_million_all_in"]
+    assumed = all_in["assumes"]
+    where = f"{assumed['volume'] // 1_000_000}M a month, {assumed['capacity'].replace('_', '-')}"
+    rows = []
+    for name, profile, bound in (
+        ("all_in_stream_worker", "worker_function", 8.0),
+        ("all_in_http_workers", "http_workers", 12.0),
+    ):
+        p = all_in["profiles"][profile]
+        rows.append(
+            _row(
+                name,
+                f"<= {bound:g}",
+                p["total"],
+                p["total"] <= bound,
+                f"${p['total']:.2f} per million ({where})",
+                f"Largest lines: {_top_lines(p['lines'])}. By component: "
+                + ", ".join(f"{k} ${v:.2f}" for k, v in p["by_component"].items() if v >= 0.05)
+                + ".",
+            )
+        )
+    wru = r["wru_per_lifecycle_all"]
+    worst = max(wru[p] for p in allin.MAIN_PROFILES)
+    rows.append(
+        _row(
+            "wru_per_lifecycle_all",
+            "<= 6",
+            worst,
+            worst <= 6,
+            ", ".join(f"{p} {wru[p]:g}" for p in allin.MAIN_PROFILES),
+            "Write units per lifecycle with the index writes and the history the publisher "
+            "writes; with a heartbeat, the purge and the end-of-retention deletion: "
+            + ", ".join(
+                f"{p} {all_in['profiles'][p]['wru_per_lifecycle_all_in']:g}"
+                for p in allin.MAIN_PROFILES
+            )
+            + ".",
+        )
+    )
+    idle = all_in["idle_worker_month"]
+    rows.append(
+        _row(
+            "idle_worker_month_usd",
+            "<= 0.5",
+            idle["usd"],
+            idle["usd"] <= 0.5,
+            f"${idle['usd']:.2f} a month ({idle['polls']:,} polls, one every "
+            f"{idle['poll_mean_s']:g} s on average)",
+            f"An HTTP worker that finds nothing backs off to one poll every {idle['poll_mean_s']:g} "
+            f"s on average; each poll is an API request, an invocation and {_idle_poll_rcu(s):g} "
+            f"read units. Lines: {_top_lines(idle['lines'])}.",
+        )
+    )
+    orchestration = min(r["throughput_orchestration_8"], r["throughput_orchestration_32"])
+    rows.append(
+        _row(
+            "throughput_orchestration",
+            ">= 0.8",
+            orchestration,
+            orchestration >= 0.8,
+            f"8 workers {r['throughput_orchestration_8']:g}, 32 workers "
+            f"{r['throughput_orchestration_32']:g}",
+            "The engine's lifecycle rate against the raw rates of its own four requests replayed "
+            "on the same endpoint (the claim query reading the same backlog partitions the engine "
+            "claims from). Timed: moves with the machine's load.",
+        )
+    )
+    return rows
+
+
+def _idle_poll_rcu(s: dict[str, Any]) -> float:
+    return float(s["profiles"]["events"]["idle_poll_http"]["rcu"])
+
+
 def render_table(report: dict[str, Any]) -> str:
     """The cost table (issue 16), then the short table (markdown) for the terminal and the
     README, then its notes."""
     lines = [
-        cost_per_million.render(report["sections"]["cost_per_million"]),
+        allin.render(report["sections"]["cost_per_million_all_in"]),
         "",
         "| # | measure | target | result | status |",
         "| ---: | --- | --- | --- | --- |",

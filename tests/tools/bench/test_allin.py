@@ -1,0 +1,277 @@
+"""The all-in cost model (issue 24): its arithmetic checked against counted requests by hand.
+
+Every expected figure below is computed here from the counts and the published prices, not by
+the model's own functions; nothing is timed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from leasefence_tools.bench import allin, prices
+from leasefence_tools.bench.allin import Assumptions, Bill
+
+ROOT = Path(__file__).resolve().parents[3]
+M = 1_000_000
+GB = 2**30
+
+#: One window as the profiles measure it: an API function called twice (4 DynamoDB requests and
+#: an S3 PUT between them) and the publisher once (2 history writes, one event).
+API = {
+    "invocations": 2, "cpu_ms": 10.0, "requests": {"dynamodb": 4, "s3": 1},
+    "log_bytes": {"INFO": 1000, "WARNING": 200}, "log_lines": {"INFO": 2, "WARNING": 1},
+    "emf_bytes": 300, "emf_lines": 1, "wcu": 6, "wcu_index": 2, "rcu": 1,
+}
+PUBLISHER = {
+    "invocations": 1, "cpu_ms": 2.0, "requests": {"dynamodb": 2, "events": 1},
+    "log_bytes": {"INFO": 400}, "log_lines": {"INFO": 1}, "emf_bytes": 0, "emf_lines": 0,
+    "wcu": 2, "wcu_index": 0, "rcu": 0,
+}
+WINDOW = {
+    "functions": {"api": API, "publisher": PUBLISHER},
+    "wcu": 8, "wcu_index": 2, "rcu": 1, "api_requests": 2,
+    "s3_put": 1, "s3_get": 0, "s3_delete": 0, "events": 1,
+}
+MEASURED = {"memory_mb": {"api": 1024, "publisher": 256}, "payload_bytes": 979}
+ACCESS_LINE = len(json.dumps(allin.ACCESS_LOG_LINE, separators=(",", ":")).encode()) + 1
+
+
+def _bill(**kwargs) -> Bill:
+    defaults = {"volume": M, "tracing": False, "log_level": "WARNING"}
+    return Bill(Assumptions(**{**defaults, **kwargs}), MEASURED)
+
+
+def _lines(bill: Bill) -> dict[str, float]:
+    bill.window("lifecycle", copy.deepcopy(WINDOW))
+    return {k: v * M for k, v in bill.lines.items()}
+
+
+def test_request_and_unit_lines_follow_the_counted_requests() -> None:
+    lines = _lines(_bill())
+    assert lines["dynamodb_writes_table"] == pytest.approx((8 - 2 - 2) * 0.625)  # 4 on the table
+    assert lines["dynamodb_writes_index"] == pytest.approx(2 * 0.625)
+    assert lines["dynamodb_writes_history"] == pytest.approx(2 * 0.625)  # the publisher's
+    assert lines["dynamodb_reads"] == pytest.approx(1 * 0.125)
+    assert lines["api_gateway_requests"] == pytest.approx(2 * 1.00)
+    assert lines["lambda_requests"] == pytest.approx(3 * 0.20)
+    assert lines["s3_requests"] == pytest.approx(1 * 5.00)  # $0.005 per 1,000 PUTs
+    assert lines["eventbridge_events"] == pytest.approx(1 * 1.00)
+    assert lines["xray_traces"] == 0  # tracing off
+
+
+def test_duration_is_cpu_at_the_memory_share_plus_request_latency() -> None:
+    lines = _lines(_bill())
+    # api: 10 CPU-ms at 1024/1769 of a vCPU, 4 DynamoDB requests at 5 ms and a PUT at 15 ms,
+    # half a ms of rounding per invocation; 1 GB. publisher: 2 CPU-ms at 256/1769, two requests
+    # at 5 ms, one PutEvents at 15 ms; 0.25 GB.
+    api_ms = 10 / (1024 / 1769) + 4 * 5 + 15 + 2 * 0.5
+    pub_ms = 2 / (256 / 1769) + 2 * 5 + 15 + 0.5
+    gb_s = api_ms / 1000 * 1.0 + pub_ms / 1000 * 0.25
+    assert lines["lambda_duration"] == pytest.approx(gb_s * 0.0000133334 * M)
+    slower = _bill(cpu_factor=2.0)
+    assert _lines(slower)["lambda_duration"] > lines["lambda_duration"]
+
+
+def test_logs_apply_the_levels_emf_and_platform_lines() -> None:
+    retention = 30 / prices.DAYS_PER_MONTH
+    per_gb = 0.50 + 0.03 * retention
+
+    # WARNING: the API's WARNING line and its EMF line (Lambda keeps EMF: application level
+    # INFO), no INFO line, no platform lines (system WARN); one access log line per request.
+    warning = 200 + 26 + 300 + 26 + 2 * (ACCESS_LINE + 26)
+    assert _lines(_bill())["logs_ingestion"] + _lines(_bill())["logs_storage"] == pytest.approx(
+        warning / GB * per_gb * M
+    )
+    # INFO: the INFO lines too, and Lambda's start and report lines of the 3 invocations.
+    platform = allin.platform_bytes_per_invocation(tracing=False)
+    info = warning + 1000 + 2 * 26 + 400 + 26 + 3 * platform
+    lines = _lines(_bill(log_level="INFO"))
+    assert lines["logs_ingestion"] == pytest.approx(info / GB * 0.50 * M)
+    assert platform > 300 and allin.platform_bytes_per_invocation(tracing=True) > platform
+
+
+def test_traces_follow_the_default_sampling_at_the_volume() -> None:
+    # 2 API invocations per lifecycle at 1M lifecycles a month: 0.76 a second, all recorded.
+    rate = 2 * M / allin.SECONDS_PER_MONTH
+    assert allin.traced_share(2 * M, tracing=True) == 1.0 and rate < 1
+    # At 100M: 76 a second, the first each second and 5% of the rest.
+    fast = 2 * 100 * M / allin.SECONDS_PER_MONTH
+    assert allin.traced_share(200 * M, tracing=True) == pytest.approx((1 + 0.05 * (fast - 1)) / fast)
+    assert allin.traced_share(200 * M, tracing=False) == 0
+    bill = _bill(tracing=True)
+    bill.traced_share = {"api": 1.0, "publisher": 1.0}
+    assert _lines(bill)["xray_traces"] == pytest.approx(3 * 5.00)
+
+
+def test_provisioned_capacity_prices_the_same_units_as_capacity_hours() -> None:
+    on_demand = _lines(_bill())
+    provisioned = _lines(_bill(capacity="provisioned"))
+    per_wru = 0.00065 / 3600 / 0.7 * M
+    assert provisioned["dynamodb_writes_index"] == pytest.approx(2 * per_wru)
+    assert provisioned["dynamodb_reads"] == pytest.approx(0.00013 / 3600 / 0.7 * M)
+    assert provisioned["dynamodb_writes_table"] < on_demand["dynamodb_writes_table"]
+    assert provisioned["api_gateway_requests"] == on_demand["api_gateway_requests"]
+
+
+def test_storage_spans_each_retention_window() -> None:
+    bill = _bill()
+    stored = {"ended": {"table_bytes": 1200, "index_bytes": 180},
+              "after_purge": {"table_bytes": 1100, "index_bytes": 0}}
+    bill.storage("storage", stored, payload_bytes=979)
+    lines = {k: v * M for k, v in bill.lines.items()}
+    keep, rest = 30 / prices.DAYS_PER_MONTH, 370 / prices.DAYS_PER_MONTH
+    assert lines["dynamodb_storage"] == pytest.approx(((1200 + 180) * keep + 1100 * rest) / GB * 0.25 * M)
+    assert lines["dynamodb_backup_pitr"] == pytest.approx((1200 * keep + 1100 * rest) / GB * 0.20 * M)
+    assert lines["s3_storage"] == pytest.approx(979 * keep / GB * 0.023 * M)
+
+
+def test_heartbeats_and_tiers() -> None:
+    assert Assumptions(job_seconds=30, lease_seconds=60).heartbeats() == 1
+    assert Assumptions(job_seconds=60, lease_seconds=60).heartbeats() == 2
+    assert Assumptions(job_seconds=10, lease_seconds=60).heartbeats() == 0
+    # Temporal: 30M actions, 1M included: 5M at $50, 5M at $45, 10M at $40, 9M at $35.
+    assert allin._tiered(29 * M, prices.TEMPORAL_ACTION_TIERS) == pytest.approx(250 + 225 + 400 + 315)
+
+
+def test_alternatives_are_priced_with_the_same_kinds_of_lines() -> None:
+    a = Assumptions(volume=10 * M, tracing=False, log_level="WARNING")
+    measured = {**MEASURED, "profiles": {}, "events": {}}
+    sqs = allin.alternative("sqs_lambda_powertools", measured, 2.0, a)["lines"]
+    assert sqs["api_gateway_requests"] == pytest.approx(1.00)  # the producer's API
+    # send, receive, delete; and the event source mapping's idle long polls (5 x 3 a minute)
+    idle = 5 * 3 * allin.MINUTES_PER_MONTH * 0.40 / (10 * M)
+    assert sqs["sqs_requests"] == pytest.approx(3 * 0.40 + idle, abs=1e-4)  # lines: 4 decimals
+    assert sqs["dynamodb_writes_table"] == pytest.approx(2 * 0.625)  # the measured idempotency writes
+    sfn = allin.alternative("step_functions_standard", measured, 2.0, a)["lines"]
+    assert sfn["step_functions_transitions"] == pytest.approx(25.00)
+    durable = allin.alternative("lambda_durable_functions", measured, 2.0, a)["lines"]
+    assert durable["durable_operations"] == pytest.approx(2 * 8.00)  # start and one step
+    temporal = allin.alternative("temporal_cloud", measured, 2.0, a)
+    actions = 3 * 10 * M - M  # started, activity, one heartbeat; 1M included
+    assert temporal["lines"]["temporal_actions"] == pytest.approx(
+        allin._tiered(actions, prices.TEMPORAL_ACTION_TIERS) / (10 * M) * M, abs=1e-4
+    )
+    for name in allin.ALTERNATIVES:
+        assert allin.ALTERNATIVES[name]["does_not_guarantee"]
+
+
+def test_the_deployment_and_the_access_log_line_are_the_constructs() -> None:
+    snapshot = json.loads((ROOT / "tests/infra/snapshots/default.json").read_text())["resource_types"]
+    assert {
+        "alarms": snapshot["AWS::CloudWatch::Alarm"],
+        "dashboards": snapshot["AWS::CloudWatch::Dashboard"],
+        "secrets": snapshot["AWS::SecretsManager::Secret"],
+        "kms_keys": snapshot["AWS::KMS::Key"],
+    } == allin.DEPLOYMENT
+    from leasefence_infra.api import _ACCESS_LOG_FORMAT
+
+    assert set(json.loads(_ACCESS_LOG_FORMAT)) == set(allin.ACCESS_LOG_LINE)
+
+
+def test_every_new_price_names_its_page_and_date() -> None:
+    for name, price in prices.PRICES.items():
+        assert price.source.startswith("https://"), name
+        assert price.read_on in (prices.READ_ON, prices.ALL_IN_READ_ON), name
+    assert math.isclose(prices.usd("xray_trace_recorded"), 5e-6)
+
+
+def test_the_throughput_replay_reads_the_backlog_partitions_the_engine_claims_from() -> None:
+    """The replayed claim query names a partition as the engine does (tenant, shard, job type):
+    a stale name reads an empty partition and flatters the engine's orchestration ratio."""
+    import random
+
+    from leasefence import Engine, keys
+    from leasefence.schema import TableSpec, create_table
+    from leasefence_tools.bench import throughput as T
+    from leasefence_tools.local.embedded import EmbeddedAws
+
+    with EmbeddedAws() as aws:
+        client = aws.client()
+        spec = TableSpec(table_name="bench-replay-shape")
+        create_table(client, spec)
+        seed = Engine(client=client, spec=spec, rng=random.Random(3))
+        for i in range(8):
+            seed.enqueue(T.TENANT, f"backlog-{i}", "refund", T.HASH)
+        shapes = T._capture_lifecycle(client, spec)
+        for shard in range(spec.due_shards):
+            request = T.replay_query(shapes, shard)
+            assert request["ExpressionAttributeValues"][":pk"]["S"] == keys.due_partition(T.TENANT, shard, "refund")
+        found = sum(client.query(**T.replay_query(shapes, s))["Count"] for s in range(spec.due_shards))
+        assert found == 8  # every backlog operation is in a partition the replay reads
+
+
+def _window(api_requests: float = 0, s3_put: float = 0, s3_get: float = 0, events: float = 0,
+            **functions: dict) -> dict:
+    """A measured window with its totals summed from its functions, as the profiles give it."""
+    full = {name: {"invocations": 0, "cpu_ms": 0.0, "requests": {}, "wcu": 0, "wcu_index": 0, "rcu": 0,
+                   **node} for name, node in functions.items()}
+    return {
+        "functions": full,
+        **{key: sum(n[key] for n in full.values()) for key in ("wcu", "wcu_index", "rcu")},
+        "api_requests": api_requests, "s3_put": s3_put, "s3_get": s3_get, "s3_delete": 0, "events": events,
+    }
+
+
+def test_a_profile_adds_up_its_lifecycle_the_work_around_it_and_the_month() -> None:
+    """leasefence_profile composes the windows: the lifecycle once, one heartbeat per renewal of
+    the stated job, the purge and the end of retention once each, and per month the sweeper's
+    runs, the idle worker's polls and the deployment; every line is the counted requests times
+    the price, and the total is the sum of the lines."""
+    volume = 10 * M
+    measured = {
+        "memory_mb": {"api": 1024, "publisher": 256, "sweeper": 512},
+        "payload_bytes": 979,
+        "custom_metrics": ["Claims[service]", "EventsPublished[service]"],
+        "profiles": {"http_workers": {
+            **WINDOW,
+            "stored": {"ended": {"table_bytes": 1200, "index_bytes": 180},
+                       "after_purge": {"table_bytes": 1100, "index_bytes": 0}},
+            "payload_object_bytes": 979,
+        }},
+        "events": {
+            "heartbeat_http": _window(api_requests=1, api={"invocations": 1, "wcu": 1},
+                                      publisher={"invocations": 1}),
+            "purge": _window(sweeper={"wcu": 2, "wcu_index": 1, "rcu": 1}, publisher={"invocations": 1}),
+            "end_of_retention": _window(publisher={"invocations": 1, "wcu": 1}),
+            "idle_poll_http": _window(api_requests=1, api={"invocations": 1, "rcu": 3}),
+            "idle_sweeper_run": _window(sweeper={"invocations": 1, "rcu": 20}),
+        },
+    }
+    a = Assumptions(volume=volume, tracing=False, log_level="WARNING", job_seconds=70, lease_seconds=60)
+    assert a.heartbeats() == 3  # renewals at 20, 40 and 60 s of a 70 s job
+    out = allin.leasefence_profile("http_workers", measured, a)
+    lines = out["lines"]
+    polls = allin.SECONDS_PER_MONTH / a.idle_poll_mean_s / volume  # idle polls per lifecycle
+    runs = allin.MINUTES_PER_MONTH / volume  # sweeper runs per lifecycle
+
+    # Writes: lifecycle 8 (2 index, 2 history), 3 heartbeats of 1, purge 2 (1 index), deletion 1
+    # (the publisher's: history).
+    assert out["wru_per_lifecycle_all"] == 8
+    assert out["wru_per_lifecycle_all_in"] == 8 + 3 * 1 + 2 + 1
+    assert lines["dynamodb_writes_table"] == pytest.approx((4 + 3 + 1) * 0.625, abs=1e-4)
+    assert lines["dynamodb_writes_index"] == pytest.approx((2 + 1) * 0.625, abs=1e-4)
+    assert lines["dynamodb_writes_history"] == pytest.approx((2 + 1) * 0.625, abs=1e-4)
+    assert lines["dynamodb_reads"] == pytest.approx((1 + 1 + 3 * polls + 20 * runs) * 0.125, abs=1e-4)
+    assert lines["api_gateway_requests"] == pytest.approx((2 + 3 + polls) * 1.00, abs=1e-4)
+    # Invocations: lifecycle 3, heartbeats 2 each, purge 1 and deletion 1 (the publisher's), the
+    # idle polls and the sweeper's runs.
+    assert lines["lambda_requests"] == pytest.approx((3 + 3 * 2 + 1 + 1 + polls + runs) * 0.20, abs=1e-4)
+    assert lines["s3_requests"] == pytest.approx(5.00, abs=1e-4)
+    assert lines["schedules"] == pytest.approx(runs * 1.00, abs=1e-4)
+    # By the month: 30 alarms, a dashboard, 2 custom metrics, a secret and a key, over the volume.
+    assert lines["cloudwatch_alarms"] == pytest.approx(30 * 0.10 / volume * M)
+    assert lines["cloudwatch_dashboard"] == pytest.approx(3.00 / volume * M)
+    assert lines["cloudwatch_metrics"] == pytest.approx(2 * 0.30 / volume * M)
+    assert lines["secrets_and_keys"] == pytest.approx((0.40 + 1.00) / volume * M)
+    assert out["total"] == pytest.approx(sum(lines.values()), abs=0.01)
+    # The same profile at 1M a month: the lifecycle's lines unchanged, the month's ten times more.
+    small = allin.leasefence_profile("http_workers", measured, replace(a, volume=M))
+    assert small["lines"]["dynamodb_writes_index"] == lines["dynamodb_writes_index"]
+    assert small["lines"]["cloudwatch_alarms"] == pytest.approx(10 * lines["cloudwatch_alarms"])
+
