@@ -186,6 +186,9 @@ def test_invoke_command_runs_the_handlers(stack, monkeypatch, tmp_path):
     ):
         monkeypatch.setenv(key, "placeholder")
         monkeypatch.delenv(key)
+    # The functions find their table through the environment, as in Lambda: name this stack's
+    # (unset, they would use the default name, which this session's endpoint may not hold).
+    monkeypatch.setenv("LEASEFENCE_TABLE", stack.table_name)
     runner = CliRunner()
     # No stack runs in that state folder and no endpoint is named: it says so, guessing no port.
     result = runner.invoke(cli, ["invoke", "api", "--event", str(ROOT / "events" / "api-health.json")])
