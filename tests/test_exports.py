@@ -68,6 +68,9 @@ CLIENT = {
     "sigv4_signer",
 }
 
+#: The ``leasefence`` command: its Typer app and the console script's ``main``.
+CLI = {"app", "main"}
+
 INFRA = {
     "ROUTES",
     "SCOPE_APPROVE",
@@ -252,6 +255,7 @@ ENGINE_METHODS = {
         ("leasefence.worker", WORKER),
         ("leasefence.client", CLIENT),
         ("leasefence_infra", INFRA),
+        ("leasefence_tools.cli", CLI),
     ],
 )
 def test_all_keeps_every_pinned_name_and_each_resolves(module: str, pinned: set[str]) -> None:

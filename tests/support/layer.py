@@ -24,7 +24,7 @@ MUST_SHIP = (
 #: of it: none of these may come back (old name -> where it lives now, under tools/leasefence_tools).
 MUST_NOT_SHIP = {
     "local": "local",
-    "cli.py": "cli.py",
+    "cli.py": "cli",
     "demo": "demo",
     "bench": "bench",
     "faults.py": "testing/faults.py",

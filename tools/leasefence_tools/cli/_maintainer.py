@@ -1,0 +1,55 @@
+"""The maintainers' runs on the embedded stack: ``demo`` (the zombie-worker story), ``torture``
+(randomized fault injection) and ``bench`` (cost, throughput, contention, ...)."""
+
+from __future__ import annotations
+
+import typer
+
+from ._app import app
+
+
+@app.command()
+def demo(
+    per_class: int = typer.Option(
+        3, "--per-class", min=1, max=20, help="Zombie operations per target class."
+    ),
+    lease_seconds: int = typer.Option(
+        1, "--lease-seconds", min=1, max=10, help="Lease of every claim."
+    ),
+) -> None:
+    """The zombie-worker story for each target class, on the embedded stack, with real threads."""
+    from leasefence_tools.demo.zombie import main as run
+
+    raise typer.Exit(run(per_class=per_class, lease_ms=lease_seconds * 1000))
+
+
+@app.command()
+def torture(
+    operations: int = typer.Option(2_000, "--operations", min=1, help="Operations to run."),
+    seed: int = typer.Option(1, "--seed", help="Fixes the workload and every fault decision."),
+    workers: int = typer.Option(6, "--workers", min=1, max=64, help="Worker threads."),
+) -> None:
+    """Randomized fault injection over all four target classes; exits non-zero on any violation."""
+    from leasefence_tools.torture import main as run
+
+    raise typer.Exit(run(operations=operations, seed=seed, workers=workers))
+
+
+@app.command()
+def bench(
+    quick: bool = typer.Option(
+        False, "--quick", help="Every benchmark at a small scale (under a minute)."
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the report as one JSON object on stdout."
+    ),
+    out: str = typer.Option(
+        "bench-report.json", "--out", help="Write the JSON report here ('-' for none)."
+    ),
+) -> None:
+    """Cost per job in request units, throughput, contention, depth, fairness, cold start, scale."""
+    from leasefence_tools.bench import main as run
+
+    raise typer.Exit(
+        run([*(["--quick"] if quick else []), *(["--json"] if json_out else []), "--out", out])
+    )
