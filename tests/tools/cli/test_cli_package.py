@@ -108,3 +108,14 @@ def test_api_errors_lets_anything_else_through(capsys) -> None:
     with api_errors():
         pass
     assert ran == [] and capsys.readouterr().err == ""
+
+
+def test_an_unreadable_schema_file_is_refused_in_one_line_before_any_request(tmp_path) -> None:
+    bad = tmp_path / "schema.json"
+    bad.write_text("{not json", encoding="utf-8")
+    # No stack, no token: the file is refused before the command looks for either.
+    result = CliRunner().invoke(app, ["job-types", "put", "refund", "--class", "C", "--schema", str(bad),
+                                      "--base-url", "http://127.0.0.1:9", "--token", "t"])
+    assert result.exit_code == 1
+    assert result.output.startswith("error 422 invalid_request: ") and "is not valid JSON" in result.output
+    assert "Traceback" not in result.output

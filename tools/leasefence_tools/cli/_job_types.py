@@ -123,19 +123,19 @@ def job_types_put(
     tenant: str | None = TENANT,
 ) -> None:
     """Declare a job type (the whole entry: omitted options take their defaults)."""
-    spec: dict[str, Any] = {
-        "target_class": target_class,
-        "max_attempts": max_attempts,
-        "lease_seconds": lease_seconds,
-        "max_lease_seconds": max_lease_seconds,
-        "owner": owner,
-        "runbook_url": runbook_url,
-        "approval_required": approval_required,
-        "approval_valid_seconds": approval_valid_seconds,
-        "payload_schema": None if schema is None else _read_document(schema),
-    }
-    spec = {k: v for k, v in spec.items() if v is not None}
-    with api_errors():
+    with api_errors():  # an unreadable --schema file is refused like the API's 400, no traceback
+        spec: dict[str, Any] = {
+            "target_class": target_class,
+            "max_attempts": max_attempts,
+            "lease_seconds": lease_seconds,
+            "max_lease_seconds": max_lease_seconds,
+            "owner": owner,
+            "runbook_url": runbook_url,
+            "approval_required": approval_required,
+            "approval_valid_seconds": approval_valid_seconds,
+            "payload_schema": None if schema is None else _read_document(schema),
+        }
+        spec = {k: v for k, v in spec.items() if v is not None}
         entry, changed = api_client(
             base_url, token_value, tenant, state_dir=state_dir
         ).put_job_type(job_type, spec, expected_version=expected_version)
