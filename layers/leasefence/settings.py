@@ -49,6 +49,9 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -442,10 +445,16 @@ def _no_fleet_event(_name: str, _value: float) -> None:
 
 _runtime: Runtime | None = None
 _runtime_lock = threading.Lock()
+#: The runtime of the invocation running in this context (:func:`using`), before the process's.
+_scoped: ContextVar[Runtime | None] = ContextVar("leasefence_scoped_runtime", default=None)
 
 
 def runtime() -> Runtime:
-    """The process-wide runtime (built from the environment on first call)."""
+    """The runtime of the invocation in progress (:func:`using`), else the process-wide one
+    (built from the environment on first call)."""
+    scoped = _scoped.get()
+    if scoped is not None:
+        return scoped
     global _runtime
     with _runtime_lock:
         if _runtime is None:
@@ -469,8 +478,22 @@ def install(settings: Settings) -> Runtime:
         return _runtime
 
 
-def reset() -> None:
-    """Forget the cached runtime, so the next call re-reads the environment (local stacks, tests)."""
+def reset(only: Runtime | None = None) -> None:
+    """Forget the cached runtime, so the next call re-reads the environment (local stacks, tests);
+    with ``only``, forget it only if it is that one (a stack stopping leaves another's alone)."""
     global _runtime
     with _runtime_lock:
-        _runtime = None
+        if only is None or _runtime is only:
+            _runtime = None
+
+
+@contextmanager
+def using(scoped: Runtime) -> Iterator[Runtime]:
+    """Run the block (one invocation) with ``scoped`` as :func:`runtime`, whatever the process's
+    is: a local stack's handlers keep their own endpoints and table while other code in the same
+    process installs or resets its own (several stacks, tests)."""
+    token = _scoped.set(scoped)
+    try:
+        yield scoped
+    finally:
+        _scoped.reset(token)

@@ -127,17 +127,24 @@ class LambdaContext:
 
 
 class Invoker:
-    """Invokes the functions one at a time, as a single execution environment would."""
+    """Invokes the functions one at a time, as a single execution environment would; with a
+    ``runtime`` (a local stack's), each invocation runs with it whatever the process installs."""
 
-    def __init__(self) -> None:
+    def __init__(self, runtime: Any = None) -> None:
         self.lock = threading.Lock()
+        self.runtime = runtime
 
     def invoke(self, name: str, event: dict[str, Any], timeout_ms: int | None = None) -> Any:
+        from leasefence import settings
+
         handler: Callable[..., Any] = load_function(name).lambda_handler
         timeout = timeout_ms or (API_TIMEOUT_MS if name == "api" else SWEEPER_TIMEOUT_MS)
         context = LambdaContext(f"leasefence-{name}", timeout)
         with self.lock:
-            return handler(event, context)
+            if self.runtime is None:
+                return handler(event, context)
+            with settings.using(self.runtime):
+                return handler(event, context)
 
 
 def scheduled_event(now: datetime | None = None) -> dict[str, Any]:
@@ -539,6 +546,8 @@ class LocalStack:
         self.bucket = bucket
         self.quiet = quiet
         self.invoker = Invoker()
+        #: This stack's runtime (settings, clients, engine): every invocation runs with it.
+        self.runtime: Any = None
         self.api: LocalApi | None = None
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
@@ -604,7 +613,11 @@ class LocalStack:
         if (REPO_ROOT / "functions").is_dir() and str(REPO_ROOT) not in sys.path:
             # In a checkout, also from its root (functions.worker....).
             sys.path.append(str(REPO_ROOT))
-        settings.install(config)
+        # Installed for this process (the CLI's `leasefence local` serves nothing else), and
+        # given to every invocation, so that whatever else this process installs or resets later
+        # (another stack, a test) does not move this stack's handlers to other endpoints.
+        self.runtime = settings.install(config)
+        self.invoker.runtime = self.runtime
         spec = config.table_spec
         create_table(self.aws.client("dynamodb"), spec, stream=self.streams)
         s3 = self.aws.client("s3")
@@ -670,7 +683,7 @@ class LocalStack:
                 mapping,
                 self.table_name,
                 self.aws.client,
-                Invoker(),
+                Invoker(self.runtime),
                 queue,
                 poll_interval_s=self.stream_poll_interval,
                 failure_bucket=bucket,
@@ -685,9 +698,7 @@ class LocalStack:
             mapping.stop()
 
     def _spec(self) -> Any:
-        from leasefence import settings
-
-        return settings.runtime().settings.table_spec
+        return self.runtime.settings.table_spec
 
     def stop(self) -> None:
         from leasefence import settings
@@ -701,7 +712,8 @@ class LocalStack:
             self.api.stop()
         if self._own_aws and self.aws is not None:
             self.aws.stop()
-        settings.reset()
+        if self.runtime is not None:
+            settings.reset(only=self.runtime)
 
     def __enter__(self) -> LocalStack:
         return self.start()

@@ -162,6 +162,7 @@ class InProcessApi:
         )
         runtime._engine = engine
         runtime._payloads = payloads
+        self._runtime = runtime
         self.free: queue.Queue[Any] = queue.Queue()
         for number in range(environments):
             spec = importlib.util.spec_from_file_location(
@@ -203,7 +204,7 @@ class InProcessApi:
         from leasefence import settings as runtime_settings
 
         self._module.resolver = self._original
-        runtime_settings.reset()
+        runtime_settings.reset(only=self._runtime)
 
 
 def _own_request(app: Any) -> Any:
