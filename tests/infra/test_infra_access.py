@@ -53,7 +53,9 @@ def test_the_iam_api_has_every_scoped_route_under_its_scope_with_iam_authorizati
     assert "GET /v1/health" not in routes  # open, on the JWT API only
     # The JWT API is unchanged: no prefixes, JWT on every scoped route.
     jwt_routes = _api_routes(tpl, logical_id(stack, svc.http_api))
-    open_routes = {f"{m} {p}" for m, p, s in ROUTES if s is None}  # health, the console's files
+    # Open: health, the console's files, and $default (what no route declares: 404/405 from the function).
+    open_routes = {f"{m} {p}" for m, p, s in ROUTES if s is None} | {"$default"}
+    assert "$default" in jwt_routes and "$default" not in routes  # the IAM API keeps API Gateway's 404
     assert {k for k in jwt_routes if k not in open_routes} == {f"{m} {p}" for m, p, s in ROUTES if s}
     # The same function (its live alias with SnapStart) serves both.
     integrations = [i["Properties"] for i in resources(tpl, "AWS::ApiGatewayV2::Integration").values()
