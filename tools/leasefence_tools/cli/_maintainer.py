@@ -28,11 +28,17 @@ def torture(
     operations: int = typer.Option(2_000, "--operations", min=1, help="Operations to run."),
     seed: int = typer.Option(1, "--seed", help="Fixes the workload and every fault decision."),
     workers: int = typer.Option(6, "--workers", min=1, max=64, help="Worker threads."),
+    timeout_s: float = typer.Option(
+        0.0,
+        "--timeout-s",
+        min=0.0,
+        help="Wall-clock budget in seconds (0: 300 plus 1.5 per operation).",
+    ),
 ) -> None:
     """Randomized fault injection over all four target classes; exits non-zero on any violation."""
     from leasefence_tools.torture import main as run
 
-    raise typer.Exit(run(operations=operations, seed=seed, workers=workers))
+    raise typer.Exit(run(operations=operations, seed=seed, workers=workers, timeout_s=timeout_s))
 
 
 @app.command()

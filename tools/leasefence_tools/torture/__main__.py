@@ -31,7 +31,7 @@ def cli(argv: list[str] | None = None) -> int:
         "--timeout-s",
         type=float,
         default=0.0,
-        help="wall-clock budget in seconds (default: 300 plus 0.5 per operation composed, 0.25 not)",
+        help="wall-clock budget in seconds (default: 300 plus 1.5 per operation composed, 0.75 not)",
     )
     args = parser.parse_args(argv)
     return main(

@@ -46,7 +46,7 @@ class Settings:
     replay_rate: float = 0.05
     conflict_rate: float = 0.03
     window: int = 0  # operations enqueued but not yet final, at most (0: four per worker)
-    timeout_s: float = 0.0  # wall-clock budget; 0: 300 s plus 0.25 s per operation (0.5 composed)
+    timeout_s: float = 0.0  # wall-clock budget; 0: 300 s plus 0.75 s per operation (1.5 composed)
     progress: bool = False  # a line on stderr every tenth of the run
     months: bool = True  # the months phase: clock jumps past the retention windows
     fidelity: bool = True  # TTL deletion and index lag in the embedded endpoint
