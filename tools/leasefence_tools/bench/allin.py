@@ -56,6 +56,7 @@ from leasefence.observability_defaults import (
 from leasefence.settings import DEFAULT_IDENTITY_RETENTION_DAYS, DEFAULT_PAYLOAD_RETENTION_DAYS
 from leasefence.worker.http_backend import IDLE_MAX_SLEEP_MS
 from leasefence_tools.bench import prices
+from leasefence_tools.bench.cost_per_million import LABELS
 from leasefence_tools.bench.prices import DAYS_PER_MONTH, GB, usd
 
 MILLION = 1_000_000
@@ -734,16 +735,8 @@ def summary(computed: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-_LABELS = {
-    "http_workers": "leasefence, HTTP workers",
-    "worker_function": "leasefence, worker function (stream)",
-    "worker_function_polled": "leasefence, worker function (schedule)",
-    "class_a": "leasefence, class A (worker function)",
-    "sqs_lambda_powertools": "SQS + Lambda + Powertools idempotency",
-    "step_functions_standard": "Step Functions Standard",
-    "lambda_durable_functions": "Lambda durable functions",
-    "temporal_cloud": "Temporal Cloud (Essentials)",
-}
+#: The names of :data:`cost_per_million.LABELS`; the all-in model prices Temporal's Essentials plan.
+_LABELS = {**LABELS, "temporal_cloud": "Temporal Cloud (Essentials)"}
 #: The table's columns: line groups.
 COLUMNS: dict[str, tuple[str, ...]] = {
     "DynamoDB writes (table/index/history)": (

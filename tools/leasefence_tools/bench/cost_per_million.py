@@ -157,7 +157,8 @@ def summary(computed: dict[str, Any]) -> dict[str, float]:
     }
 
 
-_LABELS = {
+#: Each profile's and alternative's name in the report's tables.
+LABELS = {
     "http_workers": "leasefence, HTTP workers",
     "worker_function": "leasefence, worker function (stream)",
     "worker_function_polled": "leasefence, worker function (schedule)",
@@ -198,7 +199,7 @@ def render(computed: dict[str, Any]) -> str:
     for name, lines in computed["profiles"].items():
         cells = [_usd(sum(lines[k] for k in keys)) for keys in _COLUMNS.values()]
         rows.append(
-            f"| {_LABELS.get(name, name)} | "
+            f"| {LABELS.get(name, name)} | "
             + " | ".join(cells)
             + f" | **{_usd(lines['total'])}** |"
         )
@@ -207,7 +208,7 @@ def render(computed: dict[str, Any]) -> str:
         billed = ", ".join(f"{count:g} {_UNITS[price]}" for price, count in alt["per_job"].items())
         if "temporal_cloud_plan" in alt["lines"]:
             billed += ", the plan's 10% of usage"
-        rows.append(f"| {_LABELS.get(name, name)} | {billed} | **{_usd(alt['lines']['total'])}** |")
+        rows.append(f"| {LABELS.get(name, name)} | {billed} | **{_usd(alt['lines']['total'])}** |")
     identity = a["identity_retention_days"]
     rows += [
         "",
