@@ -90,7 +90,8 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     ``serviceClientTenant`` (the tenant of the pool's own app client), ``iamTenant`` (the IAM API
     for callers inside AWS, acting for this tenant),
     ``tableName``, ``retentionDays``, ``deletionProtection``, ``customerManagedKey``,
-    ``tenantIsolation``, ``snapStart``, ``logRetentionDays``, ``logLevel``, ``tracing`` (X-Ray,
+    ``tenantIsolation``, ``snapStart``, ``logRetentionDays``, ``logLevel``, ``systemLogLevel`` (Lambda's platform lines:
+    ``DEBUG``, ``INFO`` or ``WARN``), ``tracing`` (X-Ray,
     off by default), ``dueShards``, ``sweepShards``,
     ``destroyOnRemoval`` (dev stacks only: tables, buckets, keys are deleted with the stack),
     ``metricsNamespace`` (default ``LeaseFence/<stack name>/LeaseFence``), ``allowPlaceholderIssuer``
@@ -162,6 +163,8 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
         props["log_retention"] = _RETENTION[days]
     if get("logLevel"):
         props["log_level"] = str(get("logLevel")).upper()
+    if get("systemLogLevel"):
+        props["system_log_level"] = str(get("systemLogLevel")).upper()
     if get("tracing") is not None:
         props["tracing"] = context_bool(get("tracing"), False)
     if get("metricsNamespace"):

@@ -204,6 +204,7 @@ def test_context_values_are_parsed() -> None:
         "logRetentionDays": "90",
         "dueShards": "8",
         "tracing": "true",
+        "systemLogLevel": "info",
     })
     assert props["jwt_issuer"] == "https://idp.example.com/"
     assert props["jwt_audience"] == ["a", "b"]
@@ -215,6 +216,8 @@ def test_context_values_are_parsed() -> None:
     assert props["log_retention"] == logs.RetentionDays.THREE_MONTHS
     assert props["log_level"] == "DEBUG" and props["metrics_namespace"] == "Acme/LeaseFence-dev"
     assert props["tracing"] is True  # off unless asked for
+    assert props["system_log_level"] == "INFO"
+    assert "system_log_level" not in service_props_from_context({"jwtIssuer": "https://idp.example.com/"})
     assert "tracing" not in service_props_from_context({"jwtIssuer": "https://idp.example.com/"})
     pool = service_props_from_context({"createUserPool": "true", "userPoolDomainPrefix": "acme-lf"})
     assert pool["create_user_pool"] is True and "jwt_issuer" not in pool
