@@ -188,6 +188,10 @@ class Api(Construct):
             "ApiIntegration",
             self.function.target,
             payload_format_version=apigw.PayloadFormatVersion.VERSION_2_0,
+            # One invoke permission for the whole API (source <api>/*/*), not one per route: a
+            # statement per route (about 400 bytes each) would fill the function's resource
+            # policy (20 KB at most, a deploy failure past it) as routes are added.
+            scope_permission_to_route=False,
         )
         self.routes: dict[tuple[str, str], apigw.HttpRoute] = {}
         for method, path, route_scope in ROUTES:

@@ -202,3 +202,41 @@ def test_api_timeout_covers_a_claims_retry_budget(synth) -> None:
     stack, svc, tpl = service_of(synth, "default")
     timeout = props(tpl, logical_id(stack, svc.api.function.function))["Timeout"]
     assert CLAIM_RETRY_BUDGET_MS / 1000 + STORE_CALL_WORST_S <= timeout < 30  # API Gateway's limit is 30 s
+
+
+#: Lambda's cap on a function's resource-based policy (bytes; AddPermission fails past it).
+RESOURCE_POLICY_CAP = 20 * 1024
+
+
+def _statement_bytes(permission: dict) -> int:
+    """About what Lambda stores for one AddPermission: the statement with its Sid, the function's
+    ARN and the source condition (an ARN of 90 characters stands in for each token)."""
+    statement = {
+        "Sid": "x" * 64,
+        "Effect": "Allow",
+        "Principal": {"Service": permission["Principal"]},
+        "Action": permission["Action"],
+        "Resource": "arn:aws:lambda:ap-southeast-2:123456789012:function:" + "f" * 64 + ":live",
+        "Condition": {"ArnLike": {"AWS:SourceArn": json.dumps(permission.get("SourceArn"))}},
+    }
+    return len(json.dumps(statement))
+
+
+def test_the_api_functions_resource_policy_stays_far_below_lambdas_cap(variant) -> None:
+    """One invoke permission per API (source ``<api>/*/*``), however many routes it has: one
+    statement per route (30 JWT routes, about 400 bytes each) would approach Lambda's 20 KB
+    resource-policy cap as routes are added, and a deploy past it fails."""
+    name, stack, service, template = variant
+    target = service.api.function.target
+    permissions = [
+        p["Properties"]
+        for p in resources(template, "AWS::Lambda::Permission").values()
+        if p["Properties"]["Principal"] == "apigateway.amazonaws.com"
+        and json.dumps(p["Properties"]["FunctionName"]) == json.dumps(stack.resolve(target.function_arn))
+    ]
+    apis = len(resources(template, "AWS::ApiGatewayV2::Api"))
+    assert len(permissions) == apis, (name, len(permissions), apis)
+    for permission in permissions:
+        source = json.dumps(permission["SourceArn"])
+        assert source.endswith('/*/*"]]}'), source  # every stage, method and route of its API
+    assert sum(_statement_bytes(p) for p in permissions) < RESOURCE_POLICY_CAP // 10
