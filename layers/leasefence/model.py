@@ -204,6 +204,10 @@ class Claim:
     #: ``lease_expires_at - lease_ms`` is the claim time: see
     #: :func:`leasefence.targets.fenced_table.claimed_at`).
     claimed_at: int | None = None
+    #: The payload's JSON value as a claim answer over HTTP carried it (None: not carried, e.g.
+    #: by reference, or a server older than the field; read it with ``GET .../payload``). Never
+    #: in the claim's ``repr``: a claim may be logged, a payload never is.
+    payload: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

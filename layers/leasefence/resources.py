@@ -220,6 +220,15 @@ class Claim:
             always=True,
         ),
     ] = None
+    payload: Annotated[
+        Any,
+        Doc(
+            "The payload as enqueued (the JSON value whose canonical JSON hashes to "
+            "payload_hash), for a payload leasefence stores (payload_state stored): no GET "
+            ".../payload needed. null when the payload is the caller's (payload_ref), purged, "
+            "erased, or could not be read when the claim was answered (GET .../payload says why)"
+        ),
+    ] = dataclasses.field(default=None, repr=False)
     claim_token: Annotated[
         str | None,
         Doc(

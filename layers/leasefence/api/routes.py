@@ -16,6 +16,7 @@ SnapStart it is imported before the snapshot (:mod:`leasefence.snapstart`).
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Annotated, Any
 
@@ -46,7 +47,7 @@ from leasefence.api.errors import Forbidden
 from leasefence.api.security import ROUTES, Caller, caller_from_event, route
 from leasefence.clock import to_rfc3339
 from leasefence.cursor import HISTORY_CURSOR_PATTERN, OPERATION_CURSOR_PATTERN
-from leasefence.errors import InvalidInput, PayloadConflict
+from leasefence.errors import InvalidInput, LeaseFenceError, PayloadConflict
 from leasefence.keys import is_shadow_tenant
 from leasefence.model import EnqueueResult
 from leasefence.observability import record_claim_latency
@@ -246,7 +247,19 @@ def claim(body: models.ClaimRequest):
     record_claim_latency((time.perf_counter() - started) * 1000)
     if grant is None:
         return Response(status_code=204, content_type=None, body="")
-    return answer(200, {"claim": public_claim(grant)})
+    return answer(200, {"claim": public_claim(grant, payload=_claim_payload(engine, grant))})
+
+
+def _claim_payload(engine: Any, grant: Any) -> Any:
+    """The payload a claim answer carries: the one leasefence stores for the operation, read as
+    ``GET .../payload`` reads it (checked against its hash), so the worker needs no request of its
+    own. None (the field is null) when there is none (by reference) or it cannot be read now
+    (purged, erased, its store refusing or unreachable): the claim is granted either way, and the
+    worker's ``GET .../payload`` answers why (410, 503). The payload is never logged."""
+    try:
+        return json.loads(engine.payload(grant))
+    except LeaseFenceError:
+        return None
 
 
 @register("heartbeat")
