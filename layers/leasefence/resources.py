@@ -110,7 +110,11 @@ class Operation:
     target_class: TargetClass
     payload_hash: Hash
     payload_ref: Annotated[
-        str | None, Doc("Where the payload lives: your reference, or leasefence's object")
+        str | None,
+        Doc(
+            "Where the payload lives: your reference, or leasefence's S3 object; null for a "
+            "payload leasefence keeps in the operation itself (canonical JSON of at most 1 KiB)"
+        ),
     ]
     outcome_code: str | None
     lease_owner: Annotated[str | None, Doc("The worker holding the claim (claimed only)")]

@@ -100,7 +100,8 @@ def test_enqueue_creates_then_replays(api):
     assert op["state"] == "queued" and op["fence"] == 0 and op["attempts"] == 0
     assert op["max_attempts"] == 5 and op["target_class"] == "C"
     assert op["payload_hash"] == sha(payload)
-    assert op["payload_ref"] and op["outcome_code"] is None and op["lease_owner"] is None
+    assert op["payload_ref"] is None  # kept in the operation's item (payload_state "stored"): no object
+    assert op["payload_state"] == "stored" and op["outcome_code"] is None and op["lease_owner"] is None
     assert op["lease_expires_at"] is None
     assert RFC3339_RE.match(op["created_at"]) and RFC3339_RE.match(op["updated_at"])
 

@@ -51,7 +51,7 @@ from leasefence.errors import InvalidInput, LeaseFenceError, PayloadConflict
 from leasefence.keys import is_shadow_tenant
 from leasefence.model import EnqueueResult
 from leasefence.observability import record_claim_latency
-from leasefence.payloads import canonicalize
+from leasefence.payloads import canonicalize, fits_in_item
 from leasefence.settings import runtime
 from leasefence.validation import MISSING
 
@@ -126,7 +126,8 @@ def enqueue(body: models.EnqueueRequest):
     payloads = runtime().payloads
     stored = None
     payload_ref: str | None = body.payload_ref
-    if canonical is not None:
+    kept = canonical is not None and fits_in_item(canonical)
+    if canonical is not None and not kept:
         # The object first, then the record that points at it: a 2xx is never given for an
         # operation whose payload is not durable. A replay addresses the same key and writes nothing.
         stored = payloads.put(tenant, body.operation_id, canonical)
@@ -143,6 +144,8 @@ def enqueue(body: models.EnqueueRequest):
             payload_inline=stored is not None,
             actor=caller.subject,
             admission=admission,
+            # A small payload is kept in the operation's item, written by the same put.
+            payload_json=canonical.body if kept and canonical is not None else None,
         )
     except PayloadConflict:
         if stored is not None:
