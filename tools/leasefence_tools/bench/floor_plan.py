@@ -210,8 +210,8 @@ STEPS: tuple[tuple[str, Callable[[dict[str, Any]], None]], ...] = (
     ("heartbeat and purge records invoke nothing (stream filter)", filters),
     ("history kept in the operation's item (same conditional write, bounded)", history_in_the_item),
     ("slim ended record after the history retention (30 days)", slim_record),
-    ("payloads up to 2 KB in the item (S3 above)", inline_payloads),
-    ("the claim answer carries the payload (HTTP)", claim_carries_payload),
+    ("payloads up to 1 KiB in the item, S3 above (built: measured)", inline_payloads),
+    ("the claim answer carries the payload (HTTP; built: measured)", claim_carries_payload),
     ("complete-and-claim-next in one request (HTTP, busy worker)", complete_and_claim_next),
     ("a claim updates its due entry in place (one index write fewer)", due_entry_updated),
 )
