@@ -476,7 +476,8 @@ class Engine:
         return self._housekeeper.oldest_parked_age_ms(state)
 
     def payload(self, operation: Operation | Claim) -> bytes:
-        """The inline payload of an operation (or of a claim), checked against its hash.
+        """The inline payload of an operation (or of a claim), checked against its hash: from
+        the item itself when it keeps it (``payload_json``: no request), else its S3 object.
 
         :class:`NotFound` when the operation has no inline payload (its ``payload_ref`` is the
         caller's own); :class:`PayloadMissing` when it was purged, erased or its object is gone:
