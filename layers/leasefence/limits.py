@@ -85,6 +85,14 @@ MAX_CHECKPOINT_BYTES = 4096
 MAX_CHECKPOINT_DEPTH = 32
 #: An inline payload's canonical JSON.
 MAX_PAYLOAD_BYTES = 256 * 1024
+#: An inline payload whose canonical JSON is at most this long is kept in the operation's own
+#: item (``payload_json``, written by the enqueue's conditional put); a longer one goes to S3. At
+#: most 1 KiB, every write of the item costs at most one write unit more, whatever else the item
+#: holds (ceil((x + 1024) / 1024) <= ceil(x / 1024) + 1): four writes carry it (enqueue, claim,
+#: completion, purge; a heartbeat one more), $2.50 to $3.13 per million lifecycles at on-demand
+#: prices, plus its storage for the payload retention, against $5.40 for S3's PUT and GET. A
+#: larger payload can cost two units more per write, no cheaper than S3 (docs/performance.md).
+MAX_ITEM_PAYLOAD_BYTES = 1024
 #: A job type's payload JSON Schema.
 MAX_SCHEMA_BYTES = 16_384
 #: Request bodies larger than this are refused with 413 (``LEASEFENCE_MAX_BODY_BYTES``).

@@ -106,7 +106,8 @@ class Operation:
     #: Class D: what the holder said it was about to do, and under which fence (its own
     #: attribute: a later checkpoint never overwrites it). ``{"fence": int, "what": str}``.
     intent: Any = None
-    #: The payload is an inline one that leasefence stored (``payload_ref`` names its object).
+    #: The payload is an inline one that leasefence stores (``payload_ref`` names its object in
+    #: S3; None: it is kept in the item, ``payload_json``).
     payload_inline: bool = False
     #: When the stored payload was deleted (after its retention, or by erasure); None while kept.
     payload_purged_at: int | None = None
@@ -124,6 +125,10 @@ class Operation:
     approval_gated: bool = False
     #: Who enqueued it, kept for an operation enqueued under the approval gate (None otherwise).
     enqueued_by: str | None = None
+    #: A stored payload kept in the item: its canonical JSON (None: in S3, by reference, purged
+    #: or erased). Read it with :meth:`leasefence.engine.Engine.payload` (hash checked); never in
+    #: the operation's ``repr``.
+    payload_json: str | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> Operation:
@@ -159,6 +164,7 @@ class Operation:
             or item["state"] == State.AWAITING_APPROVAL
             or item.get("approved_by") is not None,
             enqueued_by=item.get("enqueued_by"),
+            payload_json=item.get("payload_json"),
         )
 
     @property
@@ -195,7 +201,7 @@ class Claim:
     worker_id: str
     #: The intent a previous holder recorded (class D), or None.
     intent: Any = None
-    #: The inline payload leasefence stored for this operation (``payload_ref`` names it).
+    #: The payload is one leasefence stores (``payload_ref`` names its object; None: in the item).
     payload_inline: bool = False
     #: When this claim was granted (ms), by the clock of the engine that granted it: the claim
     #: write sets ``lease_expires_at = claimed_at + lease_ms``, where ``lease_ms`` is the lease
@@ -204,6 +210,13 @@ class Claim:
     #: ``lease_expires_at - lease_ms`` is the claim time: see
     #: :func:`leasefence.targets.fenced_table.claimed_at`).
     claimed_at: int | None = None
+    #: The payload's JSON value as a claim answer over HTTP carried it (None: not carried, e.g.
+    #: by reference, or a server older than the field; read it with ``GET .../payload``). Never
+    #: in the claim's ``repr``: a claim may be logged, a payload never is.
+    payload: Any = field(default=None, repr=False, compare=False)
+    #: In-process: the stored payload's canonical JSON as the claimed item keeps it (None: in
+    #: S3, by reference, or gone); :meth:`leasefence.engine.Engine.payload` reads it, hash checked.
+    payload_json: str | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""Inline payloads: canonical JSON (RFC 8785) in S3, bound to the operation by its SHA-256.
+"""Inline payloads: canonical JSON (RFC 8785), bound to the operation by its SHA-256, kept in the
+operation's own item up to :data:`~leasefence.limits.MAX_ITEM_PAYLOAD_BYTES` (``payload_json``:
+:func:`fits_in_item`, :func:`read_kept`), in S3 above it.
 
 * The hash is ``"sha256:" + hex(sha256(canonical JSON))``, so key order and whitespace never
   change it, and the stored object's bytes hash to exactly the operation's ``payload_hash``.
@@ -38,7 +40,7 @@ from leasefence.errors import (
     PayloadTooLarge,
     Unavailable,
 )
-from leasefence.limits import MAX_PAYLOAD_BYTES
+from leasefence.limits import MAX_ITEM_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES
 from leasefence.metrics import Metric
 
 log = logging.getLogger("leasefence.payloads")
@@ -105,6 +107,20 @@ def canonicalize(value: Any) -> CanonicalPayload:
             f"payload canonical JSON is {len(body)} bytes; the limit is {MAX_PAYLOAD_BYTES}"
         )
     return CanonicalPayload(body=body, hash="sha256:" + hashlib.sha256(body).hexdigest())
+
+
+def fits_in_item(payload: CanonicalPayload) -> bool:
+    """Whether the payload is kept in the operation's item (``payload_json``) rather than S3."""
+    return len(payload.body) <= MAX_ITEM_PAYLOAD_BYTES
+
+
+def read_kept(text: str, payload_hash: str) -> bytes:
+    """The canonical JSON an operation's item keeps (``payload_json``), checked against the hash
+    exactly as an S3 object is: :class:`PayloadMissing` when it does not match."""
+    body = text.encode("utf-8", "surrogatepass")
+    if "sha256:" + hashlib.sha256(body).hexdigest() != payload_hash:
+        raise PayloadMissing("the stored payload does not match its hash")
+    return body
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,11 @@ class Operation:
     target_class: TargetClass
     payload_hash: Hash
     payload_ref: Annotated[
-        str | None, Doc("Where the payload lives: your reference, or leasefence's object")
+        str | None,
+        Doc(
+            "Where the payload lives: your reference, or leasefence's S3 object; null for a "
+            "payload leasefence keeps in the operation itself (canonical JSON of at most 1 KiB)"
+        ),
     ]
     outcome_code: str | None
     lease_owner: Annotated[str | None, Doc("The worker holding the claim (claimed only)")]
@@ -220,6 +224,15 @@ class Claim:
             always=True,
         ),
     ] = None
+    payload: Annotated[
+        Any,
+        Doc(
+            "The payload as enqueued (the JSON value whose canonical JSON hashes to "
+            "payload_hash), for a payload leasefence stores (payload_state stored): no GET "
+            ".../payload needed. null when the payload is the caller's (payload_ref), purged, "
+            "erased, or could not be read when the claim was answered (GET .../payload says why)"
+        ),
+    ] = dataclasses.field(default=None, repr=False)
     claim_token: Annotated[
         str | None,
         Doc(

@@ -24,10 +24,13 @@ Layout (one item per operation):
   operation is parked or resolved, never on the hot path.
 
 * ``purge`` index (sparse, keys only): holds an ended operation whose inline payload is still
-  stored. Partition ``purge_pk`` = ``purge#<shard>`` (set at enqueue, for inline payloads only),
-  sort ``purge_at`` = when the payload is due for deletion (set when the operation ends: its end
-  plus the payload retention; at erasure: now). An operation without an inline payload gets
-  ``purge_at`` but no ``purge_pk``, so it never enters the index (no index write).
+  stored (in S3, or in the item itself: ``payload_json``, up to 1 KiB of canonical JSON, which
+  the purge removes with a conditional update and an erasure with its own write). Partition
+  ``purge_pk`` = ``purge#<shard>`` (set at enqueue, for inline payloads only), sort ``purge_at``
+  = when the payload is due for deletion (set when the operation ends: its end plus the payload
+  retention; at erasure: now, for an S3 object; an erasure of a payload kept in the item leaves
+  the index at once). An operation without an inline payload gets ``purge_at`` but no
+  ``purge_pk``, so it never enters the index (no index write).
 * job-type directory: one item per tenant (sort key :data:`keys.DIRECTORY_ID`, which no operation
   id can take) listing the job types the tenant ever enqueued; it is in the ``parked`` index under
   :data:`keys.DIRECTORY_PARTITION`, so the sweeper finds every tenant's types without a scan.
@@ -103,7 +106,13 @@ class OperationItem(TypedDict, total=False):
     target_class: str
     payload_hash: str
     payload_ref: str | None
+    #: The payload is one leasefence stores: in S3 (``payload_ref`` names the object) or, when
+    #: ``payload_ref`` is absent, in this item (``payload_json``).
     payload_inline: bool
+    #: A stored payload kept in the item: its canonical JSON (RFC 8785) as text, whose SHA-256 is
+    #: ``payload_hash``; at most :data:`~leasefence.limits.MAX_ITEM_PAYLOAD_BYTES`. Written only
+    #: by the enqueue's conditional put, removed by the purge or the erasure; in no index.
+    payload_json: str
     job_type_version: int
     created_at: int
     # state and fences

@@ -42,6 +42,14 @@ def tenant_objects(stack, tenant: str) -> list[str]:
     return [o["Key"] for o in listing.get("Contents", [])]
 
 
+#: Padding that puts a payload's canonical JSON past MAX_ITEM_PAYLOAD_BYTES: stored in S3.
+BIG = "x" * 1100
+
+
+def raw_item(tenant: str, operation_id: str) -> dict:
+    return runtime().engine.store.get_operation({"tenant_id": tenant, "operation_id": operation_id})
+
+
 def http_worker(sdk, tenant, handlers, events=None, name="w1"):
     return Worker(HttpBackend(sdk, tenant), handlers, worker_id=name, lease_ms=5_000,
                   heartbeat_interval_ms=10_000, idle_sleep_ms=20, events=events)
@@ -77,10 +85,15 @@ def test_operation_resource_has_payload_state_and_erased_at(api):
     assert {o["operation_id"]: o["payload_state"] for o in listed} == {"ps-1": "stored", "ps-2": "external"}
 
 
-def test_erase_keeps_the_identity_and_deletes_the_payload(stack, api, tenant):
+@pytest.mark.parametrize("where", ["item", "s3"])
+def test_erase_keeps_the_identity_and_deletes_the_payload(stack, api, tenant, where):
     payload = {"card": "4111-1111-1111-1111", "name": "A. Person"}
+    if where == "s3":
+        payload["notes"] = BIG
     created = enqueue(api, "er-1", payload)
-    assert created.status == 201 and len(tenant_objects(stack, tenant)) == 1
+    objects = 1 if where == "s3" else 0
+    assert created.status == 201 and len(tenant_objects(stack, tenant)) == objects
+    assert ("payload_json" in raw_item(tenant, "er-1")) is (where == "item")
     claimed(api, "er-1")
     api.post(op_path("er-1", "quarantine"), {"fence": 1, "reason": "the card number looks wrong"})
     erased = api.post(op_path("er-1", "erase"), {})
@@ -90,6 +103,9 @@ def test_erase_keeps_the_identity_and_deletes_the_payload(stack, api, tenant):
     assert op["payload_state"] == "erased" and RFC3339_RE.match(op["erased_at"])
     assert (op["state"], op["fence"], op["payload_hash"]) == ("quarantined", 1, created.json["operation"]["payload_hash"])
     assert tenant_objects(stack, tenant) == []
+    item = raw_item(tenant, "er-1")
+    assert "payload_json" not in item and "4111" not in json.dumps(item)  # gone from the item too
+    assert "purge_pk" not in item and "purge_at" not in item  # nothing left for the sweeper
     assert runtime().engine.get(tenant, "er-1").reason is None  # free text is erased too
     assert_error(api.get(op_path("er-1", "payload")), 410, "payload_missing")
     # A replay is still a replay, and does not store the payload again; another payload conflicts.
@@ -147,12 +163,12 @@ def test_sdk_and_cli_erase(stack, sdk, tenant, token):
 def test_erase_tenant_command(stack, make_api):
     tenant = new_tenant()
     api = make_api(tenant)
-    for i in range(5):
-        enqueue(api, f"et-{i}", {"i": i})
+    for i in range(5):  # the even ones in S3, the odd ones kept in their items
+        enqueue(api, f"et-{i}", {"i": i, **({"pad": BIG} if i % 2 == 0 else {})})
     claimed(api, "et-4")  # held: a claim may be acting on it
     bystander = make_api(new_tenant())
     enqueue(bystander, "et-0", {"i": "kept"})
-    assert len(tenant_objects(stack, tenant)) == 5
+    assert len(tenant_objects(stack, tenant)) == 3
     runner = CliRunner()
     step = runner.invoke(cli, ["erase-tenant", "--tenant", tenant, "--limit", "2"])
     assert step.exit_code == 0, step.output
@@ -161,10 +177,12 @@ def test_erase_tenant_command(stack, make_api):
     # Held from the first step on: an enqueue meanwhile is 409 tenant_erasing, and nothing is stored.
     refused = api.post("/v1/operations", {"operation_id": "et-new", "job_type": "job", "payload": {"i": 9}})
     assert (refused.status, refused.json["error"]["code"]) == (409, "tenant_erasing"), refused.text
-    assert len(tenant_objects(stack, tenant)) == 5 - 2  # its payload was not stored either
+    assert len(tenant_objects(stack, tenant)) == 3 - 1  # its payload was not stored either
     rest = runner.invoke(cli, ["erase-tenant", "--tenant", tenant, "--limit", "2", "--cursor", cursor, "--all", "--json"])
     assert rest.exit_code == 0, rest.output
     totals = json.loads(rest.output)
+    assert totals["payloads_deleted"] == 2  # et-2 (its object) and et-3 (with its row)
+    assert len(tenant_objects(stack, tenant)) == 1  # et-4's: held with it
     # The other 2 of the 4 unclaimed operations; the claimed one is held, and with it the tenant
     # (its directory and hold stay: it is not finished).
     assert totals["rows_deleted"] == 4 - 2 and totals["held"] == 1 and totals["next_cursor"] is None
@@ -172,6 +190,58 @@ def test_erase_tenant_command(stack, make_api):
     assert [o["operation_id"] for o in api.get("/v1/operations").json["operations"]] == ["et-4"]
     assert bystander.get(op_path("et-0", "payload")).json == {"i": "kept"}
     assert runner.invoke(cli, ["erase-tenant", "--tenant", tenant, "--cursor", "!!"]).exit_code == 1
+
+
+# ---------------------------------------------------------------------------------- payloads kept in the item
+
+
+def test_a_payload_up_to_the_item_limit_is_kept_in_the_item_and_one_byte_more_goes_to_s3(stack, api, tenant):
+    """MAX_ITEM_PAYLOAD_BYTES of canonical JSON is kept in the operation's item (no object, no
+    payload_ref); one byte more is stored in S3 as before. Both read, hash and claim alike."""
+    from leasefence.limits import MAX_ITEM_PAYLOAD_BYTES
+
+    at = {"p": "x" * (MAX_ITEM_PAYLOAD_BYTES - 8)}  # '{"p":"' + n + '"}': n + 8 bytes
+    over = {"p": "x" * (MAX_ITEM_PAYLOAD_BYTES - 7)}
+    assert [len(canonicalize(v).body) for v in (at, over)] == [MAX_ITEM_PAYLOAD_BYTES, MAX_ITEM_PAYLOAD_BYTES + 1]
+    kept = enqueue(api, "th-at", at).json["operation"]
+    assert tenant_objects(stack, tenant) == [] and kept["payload_ref"] is None
+    assert raw_item(tenant, "th-at")["payload_json"].encode() == canonicalize(at).body
+    in_s3 = enqueue(api, "th-over", over).json["operation"]
+    assert len(tenant_objects(stack, tenant)) == 1 and in_s3["payload_ref"].startswith("s3://")
+    assert "payload_json" not in raw_item(tenant, "th-over")
+    for operation_id, value, op in (("th-at", at, kept), ("th-over", over, in_s3)):
+        assert op["payload_state"] == "stored" and op["payload_hash"] == canonicalize(value).hash
+        reply = api.get(op_path(operation_id, "payload"))
+        assert reply.status == 200 and reply.text.encode() == canonicalize(value).body
+        assert claimed(api, operation_id)["payload"] == value
+    # A replay stores nothing; another payload of either size is still a conflict.
+    assert api.post("/v1/operations", {"operation_id": "th-at", "job_type": "job", "payload": at}).status == 200
+    assert api.post("/v1/operations", {"operation_id": "th-over", "job_type": "job", "payload": over}).status == 200
+    assert len(tenant_objects(stack, tenant)) == 1
+    for operation_id, other in (("th-at", over), ("th-over", at)):
+        assert_error(api.post("/v1/operations", {"operation_id": operation_id, "job_type": "job", "payload": other}),
+                     409, "payload_conflict")
+    assert len(tenant_objects(stack, tenant)) == 1
+
+
+def test_an_approval_binds_the_hash_of_a_payload_kept_in_the_item(stack, api, tenant):
+    from tests.support.api import Api
+
+    from leasefence.api.security import APPROVE
+
+    approver = Api(stack.base_url, stack.token(tenant, [APPROVE], subject="approver-1"))
+    assert api.call("PUT", "/v1/job-types/gated", {"target_class": "C", "approval_required": True}).status == 200
+    payload = {"wire": 250}
+    created = enqueue(api, "ap-1", payload, job_type="gated").json["operation"]
+    assert created["state"] == "awaiting_approval" and tenant_objects(stack, tenant) == []
+    assert "payload_json" in raw_item(tenant, "ap-1")
+    seen = approver.get(op_path("ap-1", "payload"))
+    assert seen.status == 200 and seen.json == payload
+    assert_error(approver.post(op_path("ap-1", "approve"), {"payload_hash": canonicalize({"wire": 251}).hash}),
+                 409, "payload_mismatch")
+    approved = approver.post(op_path("ap-1", "approve"), {"payload_hash": canonicalize(payload).hash})
+    assert approved.status == 200, approved.text
+    assert claimed(api, "ap-1")["payload"] == payload
 
 
 # ---------------------------------------------------------------------------------- case 2 over HTTP
@@ -224,7 +294,8 @@ def test_a_payload_the_store_refuses_is_503_unavailable_and_the_http_worker_does
     """GET .../payload when S3 refuses the read: 503 with the contract's error body (not 410
     payload_missing), the PayloadAccessDenied metric is emitted, and the HTTP worker leaves the
     claim to lapse (no quarantine, no fail write)."""
-    sdk.enqueue("pd-1", "charge", {"amount": 5})
+    sdk.enqueue("pd-1", "charge", {"amount": 5, "pad": BIG})  # in S3
+    sdk.enqueue("pd-kept", "kept", {"amount": 6})  # in its item: no S3 call to refuse
     payloads = runtime().payloads
     monkeypatch.setattr(payloads, "_client", _DeniedReads(payloads.client, code))
     capfd.readouterr()
@@ -248,6 +319,9 @@ def test_a_payload_the_store_refuses_is_503_unavailable_and_the_http_worker_does
     assert acted == [] and "PayloadMissing" not in events and events["AbandonedStoreUnavailable"] == 1
     op = sdk.get("pd-1")
     assert (op.state, op.attempts) == ("claimed", 1)
+    assert api.get(op_path("pd-kept", "payload")).json == {"amount": 6}
+    kept = http_worker(sdk, tenant, {"kept": FunctionHandler(lambda job: acted.append(job.payload) or "ok")})
+    assert kept.run_once() and acted == [{"amount": 6}] and sdk.get("pd-kept").state == "succeeded"
 
 
 # ---------------------------------------------------------------------------------- case 7 over HTTP

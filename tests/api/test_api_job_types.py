@@ -61,7 +61,8 @@ def test_catalogue_routes(api, make_api, tenant):
 
 def test_enqueue_under_an_entry(api, stack, tenant):
     assert api.call("PUT", "/v1/job-types/refund", REFUND).status == 200
-    reply = enqueue(api, "r-1", {"amount": 5}, job_type="refund")
+    memo = "x" * 1100  # past MAX_ITEM_PAYLOAD_BYTES: these payloads would be stored in S3
+    reply = enqueue(api, "r-1", {"amount": 5, "memo": memo}, job_type="refund")
     op = reply.json["operation"]
     assert (op["target_class"], op["max_attempts"], op["job_type_version"]) == ("B", 3, 1)
     # The entry's default lease when the claim names none.
@@ -73,14 +74,15 @@ def test_enqueue_under_an_entry(api, stack, tenant):
         {
             "operation_id": "r-2",
             "job_type": "refund",
-            "payload": {"amount": 5},
+            "payload": {"amount": 5, "memo": memo},
             "target_class": "C",
         },
     )
     assert (contradiction.status, contradiction.error_code) == (422, "invalid_request")
     # A payload that fails the schema: 422, and neither the operation nor its payload is stored.
     bad = api.post(
-        "/v1/operations", {"operation_id": "r-3", "job_type": "refund", "payload": {"amount": 0}}
+        "/v1/operations",
+        {"operation_id": "r-3", "job_type": "refund", "payload": {"amount": 0, "memo": memo}},
     )
     assert (bad.status, bad.error_code) == (422, "invalid_request"), bad.text
     by_ref = api.post(

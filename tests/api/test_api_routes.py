@@ -26,6 +26,7 @@ CLAIM_FIELDS = {
     "target_class", "reconcile_required", "checkpoint",
     "intent",  # extension: docs/api-contract-extensions.md
     "claimed_at", "lease_ms", "lease_seconds",  # extension: the lease as granted
+    "payload",  # extension: the claim answer carries the stored payload
 }
 
 
@@ -99,7 +100,8 @@ def test_enqueue_creates_then_replays(api):
     assert op["state"] == "queued" and op["fence"] == 0 and op["attempts"] == 0
     assert op["max_attempts"] == 5 and op["target_class"] == "C"
     assert op["payload_hash"] == sha(payload)
-    assert op["payload_ref"] and op["outcome_code"] is None and op["lease_owner"] is None
+    assert op["payload_ref"] is None  # kept in the operation's item (payload_state "stored"): no object
+    assert op["payload_state"] == "stored" and op["outcome_code"] is None and op["lease_owner"] is None
     assert op["lease_expires_at"] is None
     assert RFC3339_RE.match(op["created_at"]) and RFC3339_RE.match(op["updated_at"])
 
@@ -421,6 +423,29 @@ def test_a_claim_resent_with_its_claim_token_answers_the_same_claim(api):
     assert done.status == 200, done.text
     assert claim(api, "worker-1", claim_token="tok-1").status == 204
     assert claim(api, "worker-1", claim_token="tok-1", operation_id="t-1").status == 204
+
+
+def test_the_claim_answer_carries_the_stored_payload_and_a_resend_carries_it_again(api):
+    """Claim-next and the claim of a named operation answer with the payload leasefence stores
+    (the value, beside its hash): an HTTP worker needs no GET .../payload. A resend with the claim
+    token answers the same claim, payload included. A payload by reference is not carried."""
+    payload = {"b": [1, 2, {"c": None}], "a": "ü", "x": 3.5}
+    enqueue(api, "cp-1", payload)
+    enqueue(api, "cp-2", [1, "two"])
+    api.post("/v1/operations", {"operation_id": "cp-3", "job_type": "job", "payload_ref": "s3://mine/x",
+                                "payload_hash": "sha256:" + "3" * 64})
+    first = claimed(api, "cp-1", claim_token="tok-cp")
+    assert first["payload"] == payload and first["payload_hash"] == sha(payload)
+    resent = claim(api, "worker-1", claim_token="tok-cp", operation_id="cp-1")
+    assert resent.status == 200 and resent.json["claim"] == first
+    nxt = claim(api, "worker-2", job_types=["job"], claim_token="tok-next")
+    assert nxt.status == 200, nxt.text
+    grants = {nxt.json["claim"]["operation_id"]: nxt.json["claim"]}
+    again = claim(api, "worker-2", job_types=["job"], claim_token="tok-next")
+    assert again.json == nxt.json  # the resend of a claim-next: the same claim, payload included
+    grants.update({g["operation_id"]: g for g in (claimed(api, op) for op in ("cp-2", "cp-3") if op not in grants)})
+    assert grants["cp-2"]["payload"] == [1, "two"]
+    assert grants["cp-3"]["payload"] is None and grants["cp-3"]["payload_ref"] == "s3://mine/x"
 
 
 @pytest.mark.parametrize(

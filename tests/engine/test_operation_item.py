@@ -84,6 +84,9 @@ def test_the_item_type_names_every_attribute_the_engine_writes(aws, engine, cloc
     engine.enqueue(T, "e", "other", H)
     engine.cancel(T, "e")
     snap("e")
+    kept = canonicalize({"kept": 1})  # a payload kept in the item
+    engine.enqueue(T, "f", "other", kept.hash, payload_json=kept.body)
+    snap("f")
     seen += _operations(engine)
 
     hints = typing.get_type_hints(OperationItem)

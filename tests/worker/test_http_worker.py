@@ -187,3 +187,40 @@ def test_the_http_backend_resends_an_unanswered_claim_with_its_token(stack, toke
         proxy.close()
     op = sdk.get("only")
     assert (op.state, op.fence, op.attempts, op.lease_owner) == ("claimed", 1, 1, "w1")
+
+
+# ---------------------------------------------------------------- the payload in the claim answer
+
+
+def test_an_http_worker_takes_the_payload_from_the_claim_answer_and_sends_no_payload_request(stack, token, sdk, tenant):
+    """The claim answer carries the stored payload: the worker's handler gets it and the worker
+    sends no GET .../payload (counted at a proxy in front of the API). A claim without it (a server
+    older than the field, here the same claim with the field taken off) falls back to the GET."""
+    import dataclasses
+
+    payload = {"to": "pii-value-xyz", "items": [1, 2.5, "ü"]}
+    sdk.enqueue("carried-1", "carry", payload)
+    proxy = FaultyProxy(stack.base_url, lambda method, path, n: None)
+    seen = []
+    try:
+        backend = HttpBackend(LeaseFenceClient(proxy.url, token, retries=2, backoff=0.001), tenant)
+        worker = Worker(backend, {"carry": FunctionHandler(lambda job: seen.append(job.payload) or "done")},
+                        worker_id="w1", lease_ms=30_000, heartbeat_interval_ms=10_000, idle_sleep_ms=20)
+        assert worker.run_once()
+        assert seen == [payload]
+        assert sdk.get("carried-1").state == "succeeded"
+        assert [p for m, p, _ in proxy.seen if m == "GET"] == []
+        assert proxy.count("POST", "/v1/claims") == 1
+
+        sdk.enqueue("carried-2", "carry", payload)
+        grant = backend.claim_next("w2", 30_000, ["carry"])
+        assert grant is not None and grant.payload == payload
+        assert "pii-value-xyz" not in repr(grant)  # a claim may be logged; its payload never is
+        sdk.enqueue("carried-3", "carry", payload)
+        raw = backend.client.claim("w3", operation_id="carried-3")
+        assert raw is not None and raw.payload == payload and "pii-value-xyz" not in repr(raw)
+        older = dataclasses.replace(grant, payload=None)
+        assert backend.load_payload(older) == payload
+        assert proxy.count("GET", "/v1/operations/carried-2/payload") == 1
+    finally:
+        proxy.close()

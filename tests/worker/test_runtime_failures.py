@@ -111,6 +111,41 @@ def test_the_payload_is_loaded_from_the_engine_by_default(payload_engine):
     assert payload_engine.get(T, "op").state == State.SUCCEEDED
 
 
+def _enqueue_kept(engine, operation_id, payload):
+    from leasefence.payloads import canonicalize
+
+    canonical = canonicalize(payload)
+    engine.enqueue(T, operation_id, "job", canonical.hash, payload_json=canonical.body)
+
+
+class _NoS3:
+    def __getattr__(self, name):
+        raise AssertionError(f"an S3 call ({name}) for a payload kept in the item")
+
+
+def test_a_payload_kept_in_the_item_is_loaded_from_the_claim_with_no_s3_call(payload_engine, monkeypatch):
+    """The worker function's path: the claim's own item carries the payload (no GET, no read)."""
+    _enqueue_kept(payload_engine, "op", {"to": "x@example.com"})
+    monkeypatch.setattr(payload_engine.payloads, "_client", _NoS3())
+    seen = []
+    worker = make_worker(payload_engine, {"job": FunctionHandler(lambda job: seen.append(job.payload) or "sent")})
+    assert worker.run_once()
+    assert seen == [{"to": "x@example.com"}]
+    assert payload_engine.get(T, "op").state == State.SUCCEEDED
+
+
+def test_an_erased_payload_kept_in_the_item_is_quarantined_never_none(payload_engine):
+    _enqueue_kept(payload_engine, "op", {"amount": 1200})
+    payload_engine.erase(T, "op")
+    acted, events = [], Events()
+    worker = make_worker(payload_engine, {"job": FunctionHandler(lambda job: acted.append(job.payload))},
+                         events=events)
+    assert worker.run_once()
+    op = payload_engine.get(T, "op")
+    assert op.state == State.QUARANTINED and op.reason.startswith("payload missing: ")
+    assert acted == [] and events["PayloadMissing"] == 1
+
+
 @pytest.mark.parametrize("how", ["erased", "object-deleted"])
 def test_a_missing_payload_is_quarantined_never_none(payload_engine, how):
     """Case 2: job.payload raises PayloadMissing (never None); the runtime quarantines the

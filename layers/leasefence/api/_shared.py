@@ -109,9 +109,12 @@ def public(operation: Any) -> dict[str, Any]:
     return resources.dump(resources.Operation, operation)
 
 
-def public_claim(grant: Any) -> dict[str, Any]:
-    """The Claim resource (:class:`leasefence.resources.Claim`) of the engine's grant."""
-    return resources.dump(resources.Claim, grant, lease_seconds=grant.lease_ms // 1000)
+def public_claim(grant: Any, payload: Any = None) -> dict[str, Any]:
+    """The Claim resource (:class:`leasefence.resources.Claim`) of the engine's grant, carrying
+    ``payload`` (the stored payload's JSON value; None: not carried)."""
+    return resources.dump(
+        resources.Claim, grant, lease_seconds=grant.lease_ms // 1000, payload=payload
+    )
 
 
 def operation_answer(operation: Any) -> Response:

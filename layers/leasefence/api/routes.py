@@ -16,6 +16,7 @@ SnapStart it is imported before the snapshot (:mod:`leasefence.snapstart`).
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Annotated, Any
 
@@ -46,11 +47,11 @@ from leasefence.api.errors import Forbidden
 from leasefence.api.security import ROUTES, Caller, caller_from_event, route
 from leasefence.clock import to_rfc3339
 from leasefence.cursor import HISTORY_CURSOR_PATTERN, OPERATION_CURSOR_PATTERN
-from leasefence.errors import InvalidInput, PayloadConflict
+from leasefence.errors import InvalidInput, LeaseFenceError, PayloadConflict
 from leasefence.keys import is_shadow_tenant
 from leasefence.model import EnqueueResult
 from leasefence.observability import record_claim_latency
-from leasefence.payloads import canonicalize
+from leasefence.payloads import canonicalize, fits_in_item
 from leasefence.settings import runtime
 from leasefence.validation import MISSING
 
@@ -125,7 +126,8 @@ def enqueue(body: models.EnqueueRequest):
     payloads = runtime().payloads
     stored = None
     payload_ref: str | None = body.payload_ref
-    if canonical is not None:
+    kept = canonical is not None and fits_in_item(canonical)
+    if canonical is not None and not kept:
         # The object first, then the record that points at it: a 2xx is never given for an
         # operation whose payload is not durable. A replay addresses the same key and writes nothing.
         stored = payloads.put(tenant, body.operation_id, canonical)
@@ -142,6 +144,8 @@ def enqueue(body: models.EnqueueRequest):
             payload_inline=stored is not None,
             actor=caller.subject,
             admission=admission,
+            # A small payload is kept in the operation's item, written by the same put.
+            payload_json=canonical.body if kept and canonical is not None else None,
         )
     except PayloadConflict:
         if stored is not None:
@@ -246,7 +250,19 @@ def claim(body: models.ClaimRequest):
     record_claim_latency((time.perf_counter() - started) * 1000)
     if grant is None:
         return Response(status_code=204, content_type=None, body="")
-    return answer(200, {"claim": public_claim(grant)})
+    return answer(200, {"claim": public_claim(grant, payload=_claim_payload(engine, grant))})
+
+
+def _claim_payload(engine: Any, grant: Any) -> Any:
+    """The payload a claim answer carries: the one leasefence stores for the operation, read as
+    ``GET .../payload`` reads it (checked against its hash), so the worker needs no request of its
+    own. None (the field is null) when there is none (by reference) or it cannot be read now
+    (purged, erased, its store refusing or unreachable): the claim is granted either way, and the
+    worker's ``GET .../payload`` answers why (410, 503). The payload is never logged."""
+    try:
+        return json.loads(engine.payload(grant))
+    except LeaseFenceError:
+        return None
 
 
 @register("heartbeat")

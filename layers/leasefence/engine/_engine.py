@@ -167,6 +167,7 @@ class Engine:
         admission: Admission | None = None,
         approval_required: bool = False,
         approval_valid_ms: int | None = None,
+        payload_json: bytes | None = None,
     ) -> EnqueueResult:
         """Durably record an operation bound to its payload hash: one conditional put.
 
@@ -174,8 +175,12 @@ class Engine:
         :class:`PayloadConflict` (nothing is changed). Both hold for as long as the identity is
         retained (:attr:`identity_retention_ms` after the operation ended), whatever was purged
         or erased meanwhile. ``payload_inline``: ``payload_ref`` names an object that
-        :attr:`payloads` stored for this identity (set only by the API's inline path). ``actor``:
-        who enqueued it (the API passes the token's subject), recorded with the transition.
+        :attr:`payloads` stored for this identity (set only by the API's inline path).
+        ``payload_json``: an inline payload kept in the operation's own item instead (its
+        canonical JSON, at most :data:`~leasefence.limits.MAX_ITEM_PAYLOAD_BYTES`, hashing to
+        ``payload_hash``; no ``payload_ref``), written by this same put and never changed after.
+        ``actor``: who enqueued it (the API passes the token's subject), recorded with the
+        transition.
 
         The job type's catalogue entry decides the class and the attempt budget (``target_class``
         and ``max_attempts``, when given, must agree with it: else :class:`InvalidInput`), and the
@@ -206,6 +211,7 @@ class Engine:
             admission,
             approval_required,
             approval_valid_ms,
+            payload_json,
         )
 
     def admit(
@@ -470,7 +476,8 @@ class Engine:
         return self._housekeeper.oldest_parked_age_ms(state)
 
     def payload(self, operation: Operation | Claim) -> bytes:
-        """The inline payload of an operation (or of a claim), checked against its hash.
+        """The inline payload of an operation (or of a claim), checked against its hash: from
+        the item itself when it keeps it (``payload_json``: no request), else its S3 object.
 
         :class:`NotFound` when the operation has no inline payload (its ``payload_ref`` is the
         caller's own); :class:`PayloadMissing` when it was purged, erased or its object is gone:

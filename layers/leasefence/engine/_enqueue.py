@@ -8,6 +8,7 @@ unfiltered claims and the fleet signals read).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from typing import Any
@@ -23,7 +24,12 @@ from leasefence.errors import (
     PayloadConflict,
     TooManyJobTypes,
 )
-from leasefence.limits import MAX_ATTEMPTS, MAX_PAYLOAD_REF_LENGTH, MEMORY_ENTRIES
+from leasefence.limits import (
+    MAX_ATTEMPTS,
+    MAX_ITEM_PAYLOAD_BYTES,
+    MAX_PAYLOAD_REF_LENGTH,
+    MEMORY_ENTRIES,
+)
 from leasefence.metrics import Metric
 from leasefence.model import EnqueueResult, Operation, State, TargetClass, Transition
 from leasefence.schema import (
@@ -75,12 +81,15 @@ class Enqueuer:
         admission: Admission | None,
         approval_required: bool,
         approval_valid_ms: int | None,
+        payload_json: bytes | None = None,
     ) -> EnqueueResult:
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
         validate_id("job_type", job_type)
         validate_hash(payload_hash)
         validate_text("payload_ref", payload_ref, MAX_PAYLOAD_REF_LENGTH, required=False)
+        kept = _kept_payload(payload_json, payload_hash, payload_ref)
+        payload_inline = payload_inline or kept is not None
         if admission is None:
             admitted = self.admit(
                 tenant_id,
@@ -106,8 +115,8 @@ class Enqueuer:
         if target is TargetClass.D and max_attempts != 1:
             raise InvalidInput("target_class D allows exactly one attempt (max_attempts 1)")
 
-        if payload_inline and payload_ref is None:
-            raise InvalidInput("an inline payload needs its payload_ref")
+        if payload_inline and payload_ref is None and kept is None:
+            raise InvalidInput("an inline payload needs its payload_ref or its payload_json")
         actor = validate_actor(actor, None)
         if not isinstance(approval_required, bool):
             raise InvalidInput("approval_required must be a boolean")
@@ -173,6 +182,10 @@ class Enqueuer:
         if payload_inline:
             item["payload_inline"] = True
             item[PURGE_PK] = ctx.purge_pk(tenant_id, operation_id)
+        if kept is not None:
+            # Kept in the item: written by this put only (a replay or a conflict writes nothing),
+            # removed by the purge or the erasure. In no index projection.
+            item["payload_json"] = kept
         try:
             ctx.store.put_new(item, x.IS_NEW, x.OPERATION_ID)
         except ConditionFailed as refused:
@@ -269,3 +282,23 @@ class Enqueuer:
         with self._registered_lock:
             for pair in [p for p in self._registered if p[0] == tenant_id]:
                 del self._registered[pair]
+
+
+def _kept_payload(body: bytes | None, payload_hash: str, payload_ref: str | None) -> str | None:
+    """The text of a payload to keep in the item (``payload_json``), checked: canonical JSON of
+    at most :data:`MAX_ITEM_PAYLOAD_BYTES` that hashes to ``payload_hash``, and no
+    ``payload_ref`` beside it. None when there is none."""
+    if body is None:
+        return None
+    if payload_ref is not None:
+        raise InvalidInput("a payload kept in the item has no payload_ref")
+    if not isinstance(body, bytes) or len(body) > MAX_ITEM_PAYLOAD_BYTES:
+        raise InvalidInput(
+            f"payload_json must be at most {MAX_ITEM_PAYLOAD_BYTES} bytes of canonical JSON"
+        )
+    if "sha256:" + hashlib.sha256(body).hexdigest() != payload_hash:
+        raise InvalidInput("payload_json does not hash to payload_hash")
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput("payload_json must be UTF-8 canonical JSON") from None

@@ -5,6 +5,7 @@ and free text (its identity stays), and erasing a whole tenant in bounded, resum
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from leasefence import cursor as cursors
@@ -26,6 +27,7 @@ from leasefence.model import (
     TenantErasure,
     Transition,
 )
+from leasefence.payloads import read_kept
 from leasefence.privacy import keyed_hash
 from leasefence.schema import PURGE_PK, PURGE_SK, OperationItem
 from leasefence.store import ConditionFailed, Item
@@ -37,17 +39,28 @@ log = logging.getLogger("leasefence.engine")
 ERASURE_PHASES = ("rows", "objects", "tenant")
 
 
+def kept_in_item(item: Mapping[str, Any]) -> bool:
+    """Whether the operation's stored payload is (or was, until purged or erased) kept in its
+    item (``payload_json``) rather than in S3: an inline payload without a ``payload_ref``."""
+    return "payload_json" in item or (
+        bool(item.get("payload_inline")) and not item.get("payload_ref")
+    )
+
+
 def purge_one(ctx: EngineContext, item: OperationItem) -> bool:
     """Delete one operation's stored payload, then record that (pinned to the purge time the
-    deletion acted on). Deleting twice is harmless, so a crash in between only repeats it."""
-    if ctx.payloads is None:
-        raise Unavailable("no payload store configured: cannot purge payloads")
-    if item.get("payload_ref"):
-        ctx.payloads.delete(item["payload_ref"])
+    deletion acted on). Deleting twice is harmless, so a crash in between only repeats it. A
+    payload kept in the item goes with the recording write itself (``REMOVE payload_json``, no
+    S3 call)."""
+    if not kept_in_item(item):
+        if ctx.payloads is None:
+            raise Unavailable("no payload store configured: cannot purge payloads")
+        if item.get("payload_ref"):
+            ctx.payloads.delete(item["payload_ref"])
     try:
         ctx.store.update(
             ctx.key(item["tenant_id"], item["operation_id"]),
-            "SET payload_purged_at = :now REMOVE #ppk, #pat",
+            "SET payload_purged_at = :now REMOVE #ppk, #pat, payload_json",
             x.PURGE_TIME_UNCHANGED,
             {"#ppk": PURGE_PK, "#pat": PURGE_SK},
             {":now": ctx.clock(), ":pat": int(item[PURGE_SK])},
@@ -73,7 +86,16 @@ def erase_write(
             ":one": 1,
         }
     )
-    expr.set("erased_at = if_not_exists(erased_at, :now)", "updated_at = :now", "#pat = :now")
+    expr.set("erased_at = if_not_exists(erased_at, :now)", "updated_at = :now")
+    if kept_in_item(current):
+        # The payload goes with this write: nothing for the sweeper to do, so the operation
+        # leaves (or never enters) the purge index instead of being filed there for "now".
+        expr.name({"#ppk": PURGE_PK}).set(
+            "payload_purged_at = if_not_exists(payload_purged_at, :now)"
+        )
+        expr.remove("payload_json", "#ppk", "#pat")
+    else:
+        expr.set("#pat = :now")
     expr.set("#tr = :tr", "#actor = :actor").remove("reason", "resolution_note", "checkpoint")
     kept = rules.erased_intent(current)
     if kept is None:
@@ -127,6 +149,10 @@ class Eraser:
             raise NotFound("this operation has no inline payload")
         if isinstance(operation, Operation) and operation.payload_state in ("purged", "erased"):
             raise PayloadMissing(f"the payload was {operation.payload_state}")
+        if operation.payload_json is not None:
+            return read_kept(operation.payload_json, operation.payload_hash)
+        if operation.payload_ref is None:  # kept in the item, and no longer there
+            raise PayloadMissing("the payload was purged or erased")
         if self.ctx.payloads is None:
             raise PayloadMissing("this engine has no payload store configured")
         assert operation.payload_ref is not None
@@ -330,9 +356,11 @@ class Eraser:
             )
         )
         if stored and "payload_purged_at" not in item:
-            if payloads is None:
-                raise Unavailable("no payload store configured: cannot erase payloads")
-            payloads.delete(item["payload_ref"])
+            if not kept_in_item(item):
+                if payloads is None:
+                    raise Unavailable("no payload store configured: cannot erase payloads")
+                payloads.delete(item["payload_ref"])
+            # A payload kept in the item goes with the row's deletion below.
             result.payloads_deleted += 1
         try:
             ctx.store.delete(

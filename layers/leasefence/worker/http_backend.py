@@ -14,6 +14,10 @@ and ``claimed_at`` come from the answer (a job type's ``max_lease_seconds`` may 
 the worker asked for), never from the request, so the runtime renews within the granted lease and
 a class-B target records the server's claim time.
 
+A claim answer carries the payload leasefence stores for the operation (``Claim.payload``), so
+:meth:`HttpBackend.load_payload` makes no request for it; it falls back to ``GET .../payload``
+when the answer has none (a by-reference payload, a server older than the field).
+
 Each claim request carries a claim token. The SDK resends it after a lost answer; when the SDK
 gives up (:class:`~leasefence.errors.Unavailable`), the backend keeps that token and sends it
 with the worker's next claim, so a claim that was made meanwhile is answered again (same fence,
@@ -88,6 +92,7 @@ class HttpBackend:
             worker_id=worker_id,
             intent=claim.intent,
             claimed_at=claimed_at,
+            payload=claim.payload,
         )
 
     def claim_next(
@@ -150,7 +155,12 @@ class HttpBackend:
         self.client.quarantine(claim.operation_id, claim.fence, reason)
 
     def load_payload(self, claim: Claim) -> Any:
-        """``GET .../payload``: :class:`~leasefence.errors.PayloadMissing` on 410
+        """The payload the claim answer carried (no request), else ``GET .../payload`` (a
+        by-reference payload, one the server could not read when it answered, or a server older
+        than the claim's ``payload``): :class:`~leasefence.errors.PayloadMissing` on 410
         ``payload_missing``, :class:`~leasefence.errors.Unavailable` on 503 ``unavailable``,
         :class:`~leasefence.errors.NotFound` on 404."""
+        carried = getattr(claim, "payload", None)  # a payload is never null: None is "not carried"
+        if carried is not None:
+            return carried
         return self.client.payload(claim.operation_id)

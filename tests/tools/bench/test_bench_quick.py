@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from leasefence.limits import MAX_ITEM_PAYLOAD_BYTES
 from leasefence_tools.bench import cost_per_million, prices, profiles
 from leasefence_tools.bench.report import REQUIRED_KEYS, STREAM_KEYS
 
@@ -62,7 +63,13 @@ def test_quick_bench_reports_every_figure(tmp_path):
         assert wcu >= report["wcu_per_lifecycle"]  # the lifecycle's own writes and then some
         assert lines[name]["dynamodb_writes"] == round(wcu * prices.usd("dynamodb_write_request_unit") * 1e6, 4)
         assert measured[name]["billed_ms"]["api"] > 0 and lines[name]["lambda_duration"] > 0
-    assert measured["http_workers"]["api_requests"] == 4  # enqueue, claim, payload, complete
+    # Enqueue, claim (its answer carries the payload: no GET .../payload), complete.
+    assert measured["http_workers"]["api_requests"] == 3
+    # The bench's payload (979 bytes) is kept in the item: no S3 PUT, GET or object.
+    assert report["sections"]["profiles"]["payload_bytes"] <= MAX_ITEM_PAYLOAD_BYTES
+    for name in profiles.PROFILES:
+        assert (measured[name]["s3_put"], measured[name]["s3_get"]) == (0, 0), name
+        assert measured[name]["payload_object_bytes"] == 0, name
     assert measured["worker_function"]["rcu"] == 0  # claimed from the stream record: no query
 
     # Issue 24: all in, every line, at a stated volume and capacity mode.
@@ -73,9 +80,10 @@ def test_quick_bench_reports_every_figure(tmp_path):
         profile = all_in["profiles"][name]
         assert profile["total"] > lines[name]["dynamodb_writes"]
         assert sum(profile["lines"].values()) == pytest.approx(profile["total"], abs=0.02)
-        for line in ("dynamodb_writes_history", "dynamodb_backup_pitr", "s3_storage", "lambda_duration",
+        for line in ("dynamodb_writes_history", "dynamodb_backup_pitr", "lambda_duration",
                      "logs_ingestion", "eventbridge_events"):
             assert profile["lines"][line] > 0, (name, line)
+        assert profile["lines"]["s3_requests"] == 0 and profile["lines"]["s3_storage"] == 0, name
         # Index and history writes counted: at least the lifecycle's own units.
         assert report["wru_per_lifecycle_all"][name] >= measured[name]["wcu"] - 1e-9
         assert profile["by_component"]["heartbeats"] > 0 and profile["by_component"]["payload_purge"] > 0
@@ -84,7 +92,8 @@ def test_quick_bench_reports_every_figure(tmp_path):
     events = report["sections"]["profiles"]["events"]
     assert events["heartbeat_http"]["api_requests"] == 1 and events["heartbeat_in_process"]["wcu"] >= 1
     assert events["idle_poll_http"]["wcu"] == 0  # an idle poll writes nothing
-    assert events["purge"]["s3_delete"] >= 1
+    # The purge of a payload kept in the item: one conditional REMOVE, no S3 call.
+    assert events["purge"]["s3_delete"] == 0 and events["purge"]["wcu"] >= 1
     # Every log and EMF line the functions wrote was checked: no raw id, no payload.
     privacy = report["sections"]["profiles"]["log_privacy"]
     assert privacy["lines_checked"] > 0 and privacy["lines_with_a_raw_id_or_payload"] == {}

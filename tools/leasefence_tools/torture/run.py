@@ -10,6 +10,7 @@ import random
 import sys
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -18,7 +19,7 @@ from leasefence.api.errors import Forbidden
 from leasefence.engine import DAY_MS, MISSING, Engine
 from leasefence.errors import InvalidInput, LeaseFenceError, PayloadConflict, Unavailable
 from leasefence.model import Claim, TargetClass
-from leasefence.payloads import PayloadStore, canonicalize
+from leasefence.payloads import PayloadStore, canonicalize, fits_in_item
 from leasefence.schema import TableSpec, create_table
 from leasefence.worker import EngineBackend, Worker
 from leasefence_tools.testing.faults import FaultyClient
@@ -463,8 +464,24 @@ def run_torture(settings: Settings) -> dict[str, Any]:
         def enqueue_inline(
             tenant: str, operation_id: str, job_type: str, target: TargetClass, variant: str
         ) -> bool:
-            """In-process, with the payload stored inline first (what the API does)."""
+            """In-process, with the payload stored inline (what the API does): kept in the item
+            when it fits, else in S3 first. Every third identity is stored in S3 whatever its
+            size, as the code before in-item payloads did: items of both kinds side by side, as
+            after an upgrade."""
             canonical = canonicalize(payload(tenant, operation_id, variant))
+            if fits_in_item(canonical) and zlib.crc32(f"{tenant}/{operation_id}".encode()) % 3:
+                return bool(
+                    retrying(
+                        lambda: engine.enqueue(
+                            tenant,
+                            operation_id,
+                            job_type,
+                            canonical.hash,
+                            target_class=target,
+                            payload_json=canonical.body,
+                        )
+                    ).created
+                )
             stored = payloads.put(tenant, operation_id, canonical)
             try:
                 result = retrying(

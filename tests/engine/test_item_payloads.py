@@ -1,0 +1,292 @@
+"""Payloads kept in the operation's own item (``payload_json``, at most MAX_ITEM_PAYLOAD_BYTES of
+canonical JSON), next to the S3-stored ones items written before kept (and larger ones still get):
+the same hash check, replay and conflict, purge after the payload retention (a REMOVE, no S3
+call), erasure, and never a payload byte in an index, an event, a history entry or a log line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+
+import pytest
+
+from leasefence import Engine, PayloadConflict
+from leasefence.errors import InvalidInput, NotFound, PayloadMissing
+from leasefence.history import entry_from
+from leasefence.limits import MAX_CHECKPOINT_BYTES, MAX_ITEM_PAYLOAD_BYTES, MAX_TEXT_LENGTH
+from leasefence.payloads import PayloadStore, canonicalize, fits_in_item
+from leasefence.schema import DUE_INDEX, INDEX_PROJECTION, PURGE_INDEX, global_secondary_indexes
+from leasefence.streams import events
+from leasefence.streams.records import Change
+from leasefence_tools.bench.units import item_size
+
+T = "acme"
+DAY = 86_400_000
+SECRET = "pii-4111-1111-1111-1111"
+
+
+class NoS3:
+    """A payload store whose every S3 call fails the test: the in-item path must make none."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"an S3 call ({name}) on the path of a payload kept in the item")
+
+
+@pytest.fixture
+def bucket(aws):
+    name = f"payloads-{random.getrandbits(32):08x}"
+    aws.client("s3").create_bucket(Bucket=name)
+    return name
+
+
+def make_engine(aws, spec, clock, bucket, s3=None, **options):
+    store = PayloadStore(bucket, client=s3 if s3 is not None else aws.client("s3"))
+    engine = Engine(client=aws.client(), spec=spec, clock=clock, rng=random.Random(3), payloads=store, **options)
+    return engine, store
+
+
+def enqueue_kept(engine, operation_id, payload, **kwargs):
+    """What the API does for a payload of at most MAX_ITEM_PAYLOAD_BYTES."""
+    canonical = canonicalize(payload)
+    assert fits_in_item(canonical)
+    return engine.enqueue(T, operation_id, "refund", canonical.hash, payload_json=canonical.body, **kwargs)
+
+
+def enqueue_in_s3(engine, store, operation_id, payload):
+    """What the API did before (and does for larger payloads): the object, then the item."""
+    canonical = canonicalize(payload)
+    stored = store.put(T, operation_id, canonical)
+    return engine.enqueue(T, operation_id, "refund", canonical.hash, payload_ref=stored.ref, payload_inline=True)
+
+
+def raw(ddb, spec, operation_id):
+    return ddb.get_item(TableName=spec.table_name, Key={"tenant_id": {"S": T}, "operation_id": {"S": operation_id}},
+                        ConsistentRead=True).get("Item")
+
+
+def objects(aws, bucket):
+    return aws.client("s3").list_objects_v2(Bucket=bucket).get("KeyCount", 0)
+
+
+def test_a_small_payload_round_trips_through_the_item_with_no_s3_call(aws, ddb, spec, clock, bucket):
+    engine, _ = make_engine(aws, spec, clock, bucket, s3=NoS3())
+    payload = {"card": SECRET, "cents": 1250, "note": "ü"}
+    created = enqueue_kept(engine, "k-1", payload)
+    assert created.created and created.operation.payload_state == "stored"
+    assert created.operation.payload_ref is None and created.operation.payload_inline
+    item = raw(ddb, spec, "k-1")
+    # The bytes kept are the canonical JSON whose SHA-256 is payload_hash, as an S3 object's are.
+    assert item["payload_json"]["S"].encode() == canonicalize(payload).body
+    assert "payload_ref" not in item and item["payload_inline"] == {"BOOL": True}
+    operation = engine.get(T, "k-1")
+    assert json.loads(engine.payload(operation)) == payload
+    claim = engine.claim_next(T, "w1")
+    assert json.loads(engine.payload(claim)) == payload  # the claim's own item: no read, no S3
+    assert SECRET not in repr(claim) and SECRET not in repr(operation)
+    assert objects(aws, bucket) == 0
+
+
+def test_a_kept_payload_that_does_not_match_its_hash_is_missing_never_returned(aws, ddb, spec, clock, bucket):
+    engine, _ = make_engine(aws, spec, clock, bucket, s3=NoS3())
+    enqueue_kept(engine, "k-2", {"x": 1})
+    ddb.update_item(TableName=spec.table_name, Key={"tenant_id": {"S": T}, "operation_id": {"S": "k-2"}},
+                    UpdateExpression="SET payload_json = :j", ExpressionAttributeValues={":j": {"S": '{"x":2}'}})
+    with pytest.raises(PayloadMissing):
+        engine.payload(engine.get(T, "k-2"))
+    with pytest.raises(PayloadMissing):
+        engine.payload(engine.claim_next(T, "w1"))
+
+
+def test_the_engine_keeps_only_checked_canonical_json_of_at_most_the_limit(engine):
+    small = canonicalize({"a": 1})
+    with pytest.raises(InvalidInput):  # not the bytes of that hash
+        engine.enqueue(T, "v-1", "job", canonicalize({"a": 2}).hash, payload_json=small.body)
+    with pytest.raises(InvalidInput):  # both forms at once
+        engine.enqueue(T, "v-2", "job", small.hash, payload_ref="s3://x/y", payload_json=small.body)
+    big = canonicalize({"p": "x" * MAX_ITEM_PAYLOAD_BYTES})
+    with pytest.raises(InvalidInput):
+        engine.enqueue(T, "v-3", "job", big.hash, payload_json=big.body)
+    with pytest.raises(InvalidInput):  # inline needs a ref or the bytes
+        engine.enqueue(T, "v-4", "job", small.hash, payload_inline=True)
+    assert engine.list(T, limit=10).operations == []
+
+
+def test_the_threshold_is_inclusive():
+    # '{"p":"' + n characters + '"}' is n + 8 bytes of canonical JSON.
+    at = canonicalize({"p": "x" * (MAX_ITEM_PAYLOAD_BYTES - 8)})
+    over = canonicalize({"p": "x" * (MAX_ITEM_PAYLOAD_BYTES - 7)})
+    assert (len(at.body), len(over.body)) == (MAX_ITEM_PAYLOAD_BYTES, MAX_ITEM_PAYLOAD_BYTES + 1)
+    assert fits_in_item(at) and not fits_in_item(over)
+
+
+def test_a_replay_is_a_replay_and_another_payload_a_conflict_and_neither_writes(aws, ddb, spec, clock, bucket):
+    engine, store = make_engine(aws, spec, clock, bucket)
+    enqueue_kept(engine, "r-1", {"x": 1})
+    before = raw(ddb, spec, "r-1")
+    replay = enqueue_kept(engine, "r-1", {"x": 1})
+    assert not replay.created and replay.operation.payload_state == "stored"
+    with pytest.raises(PayloadConflict):
+        enqueue_kept(engine, "r-1", {"x": 2})
+    with pytest.raises(PayloadConflict):  # the same id with a large payload (the API's S3 path)
+        enqueue_in_s3(engine, store, "r-1", {"x": "y" * 2000})
+    assert raw(ddb, spec, "r-1") == before  # immutable: written only by the enqueue's own put
+    # An operation stored in S3 by the code before: a replay of it is a replay, whatever size.
+    enqueue_in_s3(engine, store, "r-old", {"x": 1})
+    assert not enqueue_kept(engine, "r-old", {"x": 1}).created
+    assert "payload_json" not in raw(ddb, spec, "r-old")
+
+
+def test_purge_removes_the_kept_payload_after_its_retention_and_the_old_s3_objects_as_before(
+    aws, ddb, spec, clock, bucket
+):
+    engine, store = make_engine(aws, spec, clock, bucket, payload_retention_ms=30 * DAY)
+    enqueue_kept(engine, "p-new", {"card": SECRET})
+    enqueue_in_s3(engine, store, "p-old", {"card": SECRET})  # written by the code before
+    enqueue_kept(engine, "p-live", {"still": "queued"})
+    assert objects(aws, bucket) == 1
+    for operation_id in ("p-new", "p-old"):
+        claim = engine.claim(T, operation_id, "w1")
+        engine.complete(T, operation_id, claim.fence, "ok")
+    # Within the retention GET .../payload still answers (the contract keeps it 30 days).
+    clock.advance(29 * DAY)
+    assert engine.purge_payloads().purged == 0
+    assert json.loads(engine.payload(engine.get(T, "p-new"))) == {"card": SECRET}
+    assert json.loads(engine.payload(engine.get(T, "p-old"))) == {"card": SECRET}
+    clock.advance(2 * DAY)
+    # The kept payload goes with one conditional REMOVE; the old item's object is deleted.
+    assert engine.purge_payloads().purged == 2
+    assert engine.purge_payloads().purged == 0
+    assert objects(aws, bucket) == 0
+    item = raw(ddb, spec, "p-new")
+    assert "payload_json" not in item and "purge_pk" not in item and "payload_purged_at" in item
+    for operation_id in ("p-new", "p-old"):
+        operation = engine.get(T, operation_id)
+        assert operation.payload_state == "purged"
+        with pytest.raises(PayloadMissing):
+            engine.payload(operation)
+    assert engine.get(T, "p-live").payload_state == "stored"  # a live operation keeps it
+    assert not enqueue_kept(engine, "p-new", {"card": SECRET}).created  # identity kept
+    assert "payload_json" not in raw(ddb, spec, "p-new")  # and the payload is not kept again
+
+
+def test_the_purge_of_a_kept_payload_needs_no_payload_store(aws, ddb, spec, clock, bucket):
+    engine, _ = make_engine(aws, spec, clock, bucket, s3=NoS3(), payload_retention_ms=0)
+    enqueue_kept(engine, "n-1", {"x": 1})
+    claim = engine.claim_next(T, "w1")
+    engine.complete(T, "n-1", claim.fence, "ok")
+    clock.advance(1)
+    assert engine.purge_payloads().purged == 1
+    assert "payload_json" not in raw(ddb, spec, "n-1")
+
+
+def test_erasure_removes_the_kept_payload_in_its_own_write_and_leaves_nothing_for_the_sweeper(
+    aws, ddb, spec, clock, bucket
+):
+    engine, store = make_engine(aws, spec, clock, bucket, s3=NoS3())
+    enqueue_kept(engine, "e-1", {"card": SECRET})
+    erased = engine.erase(T, "e-1")
+    assert erased.payload_state == "erased"
+    item = raw(ddb, spec, "e-1")
+    assert "payload_json" not in item and SECRET not in json.dumps(item)
+    assert "purge_pk" not in item and "purge_at" not in item  # no purge index entry to write
+    with pytest.raises(PayloadMissing):
+        engine.payload(engine.get(T, "e-1"))
+    claim = engine.claim_next(T, "w1")  # still claimable: the worker finds no payload (quarantine)
+    with pytest.raises(PayloadMissing):
+        engine.payload(claim)
+    engine.complete(T, "e-1", claim.fence, "ok")
+    assert "purge_pk" not in raw(ddb, spec, "e-1")  # its end files nothing for the sweeper either
+    assert engine.erase(T, "e-1").erased_at == erased.erased_at  # erasing again is harmless
+    assert not enqueue_kept(engine, "e-1", {"card": SECRET}).created  # a replay
+    assert "payload_json" not in raw(ddb, spec, "e-1")  # and nothing is kept again
+    with pytest.raises(PayloadConflict):
+        enqueue_kept(engine, "e-1", {"card": "other"})
+
+
+def test_an_old_s3_stored_item_still_reads_and_erases_as_before(aws, ddb, spec, clock, bucket):
+    engine, store = make_engine(aws, spec, clock, bucket)
+    enqueue_in_s3(engine, store, "o-1", {"x": 1})
+    claim = engine.claim_next(T, "w1")
+    assert claim.payload_json is None and json.loads(engine.payload(claim)) == {"x": 1}
+    engine.quarantine(T, "o-1", claim.fence, "why")
+    assert engine.erase(T, "o-1").payload_state == "erased"
+    assert objects(aws, bucket) == 0
+    engine.enqueue(T, "ext", "refund", "sha256:" + "1" * 64, payload_ref="s3://elsewhere/k")
+    with pytest.raises(NotFound):
+        engine.payload(engine.get(T, "ext"))
+
+
+def test_tenant_erasure_deletes_kept_payloads_with_their_rows(aws, ddb, spec, clock, bucket):
+    engine, store = make_engine(aws, spec, clock, bucket)
+    enqueue_kept(engine, "t-1", {"card": SECRET})
+    enqueue_in_s3(engine, store, "t-2", {"card": SECRET})
+    totals = engine.erase_tenant(T, limit=100, cursor=None)
+    while totals.next_cursor and not totals.wait_ms:
+        totals = engine.erase_tenant(T, limit=100, cursor=totals.next_cursor)
+    assert raw(ddb, spec, "t-1") is None and raw(ddb, spec, "t-2") is None
+    assert objects(aws, bucket) == 0
+
+
+def test_no_index_holds_the_payload(aws, ddb, spec, clock, bucket):
+    assert "payload_json" not in INDEX_PROJECTION
+    for index in global_secondary_indexes():
+        assert "payload_json" not in index["Projection"].get("NonKeyAttributes", [])
+    engine, _ = make_engine(aws, spec, clock, bucket, payload_retention_ms=0)
+    enqueue_kept(engine, "i-1", {"card": SECRET})
+    enqueue_kept(engine, "i-2", {"card": SECRET})
+    claim = engine.claim(T, "i-2", "w1")
+    engine.complete(T, "i-2", claim.fence, "ok")
+    for index in (DUE_INDEX, PURGE_INDEX):
+        entries = ddb.scan(TableName=spec.table_name, IndexName=index)["Items"]
+        assert entries and SECRET not in json.dumps(entries)
+
+
+def test_the_item_stays_far_below_the_400_kb_limit_with_everything_at_its_maximum(aws, ddb, spec, clock, bucket):
+    """moto does not enforce DynamoDB's 400 KB item limit: the bound is checked here. The largest
+    kept payload, a checkpoint and a reason at their maximum, ids of 256 characters."""
+    engine, _ = make_engine(aws, spec, clock, bucket)
+    tenant, op, job = "t" * 256, "o" * 256, "j" * 256
+    canonical = canonicalize({"p": "\U0001f600" * 200 + "x" * (MAX_ITEM_PAYLOAD_BYTES - 8 - 800)})
+    assert len(canonical.body) == MAX_ITEM_PAYLOAD_BYTES
+    engine.enqueue(tenant, op, job, canonical.hash, payload_json=canonical.body, actor="a" * 256)
+    claim = engine.claim(tenant, op, "w" * 256)
+    engine.heartbeat(tenant, op, claim.fence, "w" * 256, checkpoint={"c": "x" * (MAX_CHECKPOINT_BYTES - 8)})
+    engine.fail(tenant, op, claim.fence, True, "r" * MAX_TEXT_LENGTH)
+    item = ddb.get_item(TableName=spec.table_name, Key={"tenant_id": {"S": tenant}, "operation_id": {"S": op}},
+                        ConsistentRead=True)["Item"]
+    assert item["payload_json"]["S"].encode() == canonical.body
+    assert item_size(item) < 12 * 1024  # under 3% of DynamoDB's 400 KB
+
+
+def test_no_event_history_entry_or_log_line_carries_the_payload(aws, ddb, spec, clock, bucket, caplog):
+    """The stream's images now hold ``payload_json``: the outcome event and the history entry built
+    from them copy named fields only, and the engine logs none of it."""
+    caplog.set_level(logging.DEBUG, logger="leasefence")
+    engine, _ = make_engine(aws, spec, clock, bucket)
+    images = []
+    enqueue_kept(engine, "l-1", {"card": SECRET})
+    images.append(raw(ddb, spec, "l-1"))
+    claim = engine.claim_next(T, "w1")
+    images.append(raw(ddb, spec, "l-1"))
+    engine.fail(T, "l-1", claim.fence, True, "retry")
+    images.append(raw(ddb, spec, "l-1"))
+    clock.advance(DAY)
+    claim = engine.claim_next(T, "w1")
+    images.append(raw(ddb, spec, "l-1"))
+    engine.complete(T, "l-1", claim.fence, "ok")
+    images.append(raw(ddb, spec, "l-1"))
+    engine.erase(T, "l-1")
+    images.append(raw(ddb, spec, "l-1"))
+    from leasefence.store import from_item
+
+    plain = [from_item(i) for i in images]
+    assert SECRET in plain[0]["payload_json"]
+    for old, new in zip([None, *plain], plain, strict=False):
+        change = Change("MODIFY" if old else "INSERT", "1", T, "l-1", old, new)
+        assert SECRET not in json.dumps(entry_from(old, new))
+        entry = events.entry(change, "bus")
+        assert entry is None or SECRET not in json.dumps(entry, default=str)
+    ours = [r for r in caplog.records if r.name.startswith("leasefence")]  # botocore's DEBUG is not on
+    logged = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in ours)
+    assert ours and SECRET not in logged
