@@ -1,28 +1,65 @@
 """Each operation's history: what happened to it, in order, who did it and why.
 
-Recorded from the table's stream, off the claim's critical path: every transition writes
-``transition``, ``actor`` and ``seq`` (+1) on the operation item (see
-:class:`~leasefence.model.Transition`), and the publisher function turns each stream record
-into one entry here (:func:`entry_from`, :func:`record`). The engine writes nothing here on its
-hot path; only an erasure resets the history at once (:meth:`Engine.erase`).
+**Kept in the operation's own item, written by the transition's own conditional write.** Every
+transition's update appends one compact entry to the item's list :data:`ITEM_HISTORY` (``h``)
+in the same ``UpdateItem`` that changes the state, raises ``seq`` and names the ``transition``
+and ``actor`` (the enqueue's ``PutItem`` starts the list; see
+:meth:`leasefence.engine._expr.Expr.history`). So the history commits with the transition: it can
+have no gap and no entry out of order, it is there as soon as the transition's answer is, and it
+costs no write of its own (only the bytes it adds to the item). Heartbeats are no transition and
+add nothing. The history is stored and deleted with the operation (its TTL).
 
-One item per operation, next to it in its tenant's partition (sort key
-:func:`keys.history_id`: no operation id can take it and listings never meet it):
+A compact entry (:func:`compact_entry`) holds what the write knows: ``e`` the transition, ``t``
+the time (ms), and when the write sets them ``a`` the actor, ``s`` the state (left out where
+the transition implies it, :data:`_IMPLIED_STATE`), ``f`` the fence and ``n`` the attempts (a
+claim, the enqueue, an erasure), ``o`` the outcome code, ``r`` the reason or note (cut to
+:data:`MAX_REASON` characters, as the entries of the history item were, and to
+:data:`MAX_REASON_BYTES` bytes), ``d`` when a retry is
+claimable again. What a write does not know, the entry before it tells (:func:`expand`): the
+fence and attempts change only by a claim, the actor stays the claim's through a holder's
+closing command, the previous state is the entry before's state, a claim from ``claimed`` is a
+takeover of that entry's actor. The ``seq`` of an entry is derived: every transition raises
+``seq`` by one and appends exactly one entry, so the last entry's is the item's ``seq`` and each
+one before it one less, except where an entry carries its own (``q``: the first entry kept by a
+compaction).
+
+**Bounded.** The API shows at most :data:`MAX_ENTRIES`: the first entry (the enqueue, or an
+erasure) and the newest, the others counted in ``dropped``. The engine cannot know the list's
+length in the write that appends to it (it never reads to decide), so the stored list is
+compacted afterwards: the publisher, which receives every outcome record (and every loop of an
+operation passes one: a retry, a park, a requeue, a takeover all publish an event, so no more than
+two entries are added between two records it sees), rewrites the list once it holds more than
+:data:`COMPACT_AT` entries, keeping the first and the :data:`MAX_ENTRIES` - 1 newest (stamped with
+what :func:`expand` derived, so nothing is lost by dropping the entries before them) and adding
+the rest to ``hd`` (:data:`ITEM_DROPPED`). Its write is conditional on the ``seq`` it saw, so it
+never races a transition: a transition in between wins and a later record compacts. The absolute
+guard, for a publisher that falls behind or fails: an operator's requeue (the one transition that
+restarts a loop) is refused with :class:`~leasefence.errors.Unavailable` while the list holds
+:data:`REQUEUE_ROOM` entries or more, and without one an operation adds at most
+2 x ``max_attempts`` + 3 entries (a claim and a retry per attempt, the park and its resolution);
+an entry is at most about 1 KB (a reason cut to 256 characters and :data:`MAX_REASON_BYTES`, a
+256-character actor), so the list stays below :data:`MAX_LIST_BYTES` (half of DynamoDB's 400 KB
+item size) whatever happens (asserted by a test with the largest entries; an item that grows
+also costs a write unit per KB on every write, so the bound matters long before the limit). An erasure replaces the list with its single ``erase`` entry.
+
+**Items written before** (no :data:`ITEM_HISTORY_MARK` ``hv``, set by every enqueue since) keep
+their history item as before, next to the operation in its tenant's partition (sort key
+:func:`keys.history_id`): the publisher still writes their entries there from the stream
+(:func:`entry_from`, :func:`record`) and deletes it when the operation item is deleted; the
+reader merges it with the entries their transitions appended to the item since (:func:`read`).
+The rest of this docstring describes that history item:
 
 * ``created_at``: the operation's ``created_at``. An enqueue of the same id after its identity
   was deleted is a new operation and starts a new history.
 * ``entries``: oldest first (ordered by ``seq``), at most :data:`MAX_ENTRIES`: beyond that the
-  oldest entries after the first (the enqueue) are dropped and counted in ``dropped``, so the item
-  stays under about 10 KB however often an operation is retried or requeued.
+  oldest entries after the first (the enqueue) are dropped and counted in ``dropped``.
 * ``last_seq``: the highest ``seq`` recorded, and ``v``: a version, +1 on every write. An entry
   is placed by its ``seq``, never discarded for being late: the newest is appended (the common
   case, one conditional update), a late one (a record retried after later ones, or redriven) is
   inserted where its ``seq`` belongs. Writing an entry whose ``seq`` is recorded already changes
   nothing, so a stream record delivered again (retries, bisected batches, a mapping replaying
   from ``TRIM_HORIZON``, a redrive) is harmless.
-* ``expires_at_epoch_s``: the operation's own TTL, copied once it ended. The history is kept as
-  long as the operation's identity and goes with it (the publisher also deletes it when the
-  operation item is deleted: TTL or tenant erasure).
+* ``expires_at_epoch_s``: the operation's own TTL, copied once it ended.
 
 An erasure replaces the history with a single ``erase`` entry: the reasons and notes it held go
 with the operation's other free text, and an entry older than the erasure is never inserted again.
@@ -116,6 +153,221 @@ def entry_from(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[st
     if transition in (Transition.RETRY, Transition.RETRY_LATER) and DUE_SK in new:
         entry["available_at"] = int(new[DUE_SK])
     return {k: v for k, v in entry.items() if v is not None}
+
+
+# ------------------------------------------------------------------ the history in the item
+
+#: The operation item's list of compact entries, and the count of entries compaction dropped.
+ITEM_HISTORY = "h"
+ITEM_DROPPED = "hd"
+#: Set (1) by every enqueue whose operation keeps its history in its item only; an item without
+#: it was written before and has a history item too (the publisher keeps writing that one).
+ITEM_HISTORY_MARK = "hv"
+#: The publisher compacts the list once it holds more entries than this (then it holds
+#: :data:`MAX_ENTRIES`): a little slack, so one compaction serves several loops.
+COMPACT_AT = MAX_ENTRIES + 10
+#: An operator's requeue is refused (503, retried later) while the list holds this many entries:
+#: compaction fell behind (see the module's docstring for the bound this gives).
+REQUEUE_ROOM = MAX_ENTRIES + 30
+#: A reason or note in an entry in the item is also cut to this many bytes (UTF-8; whole
+#: characters): 256 characters of any script up to three bytes each fit.
+MAX_REASON_BYTES = 3 * MAX_REASON
+#: The stored list's size never reaches this (bytes, DynamoDB's measure): asserted by a test.
+MAX_LIST_BYTES = 200 * 1024
+
+#: The state a transition always leads to (its entry leaves ``s`` out).
+_IMPLIED_STATE: dict[str, str] = {
+    Transition.CLAIM.value: State.CLAIMED.value,
+    Transition.COMPLETE.value: State.SUCCEEDED.value,
+    Transition.FAIL.value: State.FAILED_TERMINAL.value,
+    Transition.RETRY.value: State.QUEUED.value,
+    Transition.RETRY_LATER.value: State.QUEUED.value,
+    Transition.UNKNOWN.value: State.UNKNOWN.value,
+    Transition.QUARANTINE.value: State.QUARANTINED.value,
+    Transition.SWEEP.value: State.UNKNOWN.value,
+    Transition.REQUEUE.value: State.QUEUED.value,
+    Transition.APPROVE.value: State.QUEUED.value,
+    Transition.REJECT.value: State.FAILED_TERMINAL.value,
+    Transition.APPROVAL_EXPIRE.value: State.FAILED_TERMINAL.value,
+    Transition.CANCEL.value: State.CANCELLED.value,
+}
+#: Compact name -> the public entry's field (besides ``e``, ``t`` and ``q``).
+_FIELDS = {
+    "s": "state",
+    "f": "fence",
+    "n": "attempt",
+    "a": "actor",
+    "o": "outcome_code",
+    "r": "reason",
+    "d": "available_at",
+    "p": "previous_state",
+    "pa": "previous_actor",
+}
+
+
+def in_item(item: Mapping[str, Any]) -> bool:
+    """Whether the operation ``item`` keeps its history in the item only (no history item)."""
+    return ITEM_HISTORY_MARK in item
+
+
+def compact_entry(
+    transition: Transition,
+    at: int,
+    *,
+    actor: str | None = None,
+    state: State | str | None = None,
+    fence: int | None = None,
+    attempts: int | None = None,
+    outcome_code: str | None = None,
+    reason: str | None = None,
+    available_at: int | None = None,
+) -> dict[str, Any]:
+    """The entry a transition's own write appends to the item's history: what that write knows
+    (see the module's docstring; the rest is derived from the entry before it)."""
+    entry: dict[str, Any] = {"e": transition.value, "t": int(at)}
+    state_value = None if state is None else State(state).value
+    if state_value is not None and _IMPLIED_STATE.get(transition.value) != state_value:
+        entry["s"] = state_value
+    optional = {
+        "a": actor,
+        "f": fence,
+        "n": attempts,
+        "o": outcome_code if transition in OUTCOME_TRANSITIONS else None,
+        "r": _bytes_cut(_text(reason)) if transition in _REASON or transition in _NOTE else None,
+        "d": available_at if transition in (Transition.RETRY, Transition.RETRY_LATER) else None,
+    }
+    entry.update({k: v for k, v in optional.items() if v is not None})
+    return entry
+
+
+def _bytes_cut(text: str | None) -> str | None:
+    if text is None or len(text.encode()) <= MAX_REASON_BYTES:
+        return text
+    return text.encode()[:MAX_REASON_BYTES].decode(errors="ignore")
+
+
+def _expand_one(
+    compact: Mapping[str, Any], seq: int, before: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """One public entry from its compact form and the public entry before it (None: unknown)."""
+    prev = before or {}
+    transition = str(compact["e"])
+    state = compact.get("s") or _IMPLIED_STATE.get(transition) or prev.get("state")
+    erase = transition == Transition.ERASE.value
+    previous_state = state if erase else compact.get("p", prev.get("state"))
+    entry: dict[str, Any] = {
+        "seq": seq,
+        "at": int(compact["t"]),
+        "transition": transition,
+        "previous_state": previous_state,
+        "state": state,
+        "fence": compact.get("f", prev.get("fence")),
+        "attempt": compact.get("n", prev.get("attempt")),
+        "actor": compact.get("a", prev.get("actor")),
+    }
+    if transition == Transition.CLAIM.value and previous_state == State.CLAIMED.value:
+        transition = entry["transition"] = Transition.TAKEOVER.value
+    if transition == Transition.TAKEOVER.value:
+        entry["previous_actor"] = compact.get("pa", prev.get("actor"))
+    for short in ("o", "r", "d"):
+        if short in compact:
+            entry[_FIELDS[short]] = compact[short]
+    for name in ("fence", "attempt", "available_at"):
+        if entry.get(name) is not None:
+            entry[name] = int(entry[name])
+    return {k: v for k, v in entry.items() if v is not None}
+
+
+def _seqs(compacts: list[Mapping[str, Any]], last_seq: int) -> list[int]:
+    """The ``seq`` of each compact entry: the last one's is the item's, each one before it one
+    less, unless it carries its own (``q``)."""
+    seqs = [0] * len(compacts)
+    following = last_seq + 1
+    for i in range(len(compacts) - 1, -1, -1):
+        q = compacts[i].get("q")
+        seqs[i] = int(q) if q is not None else following - 1
+        following = seqs[i]
+    return seqs
+
+
+def expand(
+    item: Mapping[str, Any], known: Mapping[int, Mapping[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The public entries of the history in the operation ``item``, oldest first. ``known``:
+    entries by ``seq`` recorded elsewhere (a history item written before), which tell what an
+    in-item entry cannot (the entry before the first one in the item)."""
+    compacts = list(item.get(ITEM_HISTORY) or [])
+    if not compacts:
+        return []
+    seqs = _seqs(compacts, int(item["seq"]))
+    known = known or {}
+    out: list[dict[str, Any]] = []
+    before: Mapping[str, Any] | None = None
+    for i, compact in enumerate(compacts):
+        if i == 0 or seqs[i] != seqs[i - 1] + 1:
+            before = known.get(seqs[i] - 1)  # a gap: what compaction stamped tells the rest
+        entry = _expand_one(compact, seqs[i], before)
+        out.append(entry)
+        before = known.get(seqs[i], entry)
+    return out
+
+
+def _to_compact(entry: Mapping[str, Any], with_seq: bool) -> dict[str, Any]:
+    """A public entry written back whole in compact form (compaction stamps the entries that
+    the dropped ones would have explained)."""
+    compact: dict[str, Any] = {"e": entry["transition"], "t": int(entry["at"])}
+    for short, name in _FIELDS.items():
+        if entry.get(name) is not None:
+            compact[short] = entry[name]
+    if with_seq:
+        compact["q"] = int(entry["seq"])
+    return compact
+
+
+def compact(store: Store, item: Mapping[str, Any]) -> bool:
+    """Compact the history in the operation ``item`` (an image of it: a stream record's) when it
+    holds more than :data:`COMPACT_AT` entries: the first and the :data:`MAX_ENTRIES` - 1 newest
+    stay, the others are counted in ``hd``. One write conditional on the ``seq`` the image shows
+    (a transition since wins; a later record compacts again). True when it wrote."""
+    compacts = list(item.get(ITEM_HISTORY) or [])
+    if len(compacts) <= COMPACT_AT:
+        return False
+    entries = expand(item)
+    tail = len(compacts) - (MAX_ENTRIES - 1)
+    kept = [
+        _to_compact(entries[0], with_seq=True),
+        _to_compact(entries[tail], with_seq=False),
+        *compacts[tail + 1 :],
+    ]
+    seen = item.get(ITEM_DROPPED)
+    values = {":h": kept, ":seq": int(item["seq"]), ":c": int(item["created_at"])}
+    values[":d"] = int(seen or 0) + tail - 1
+    # Pinned to the list the image shows: its seq (no transition since) and its dropped count
+    # (not compacted since: a record delivered again writes nothing).
+    unchanged = "attribute_not_exists(#hd)" if seen is None else "#hd = :hd"
+    if seen is not None:
+        values[":hd"] = int(seen)
+    try:
+        store.update(
+            {"tenant_id": item["tenant_id"], "operation_id": item["operation_id"]},
+            "SET #h = :h, #hd = :d",
+            f"#seq = :seq AND #c = :c AND {unchanged}",
+            {"#h": ITEM_HISTORY, "#hd": ITEM_DROPPED, "#seq": "seq", "#c": "created_at"},
+            values,
+            returns="NONE",
+        )
+    except ConditionFailed:
+        return False
+    return True
+
+
+def _bounded(entries: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The entries the API shows: the first and the :data:`MAX_ENTRIES` - 1 newest, and how many
+    fell out between."""
+    if len(entries) <= MAX_ENTRIES:
+        return entries, 0
+    kept = [entries[0], *entries[len(entries) - (MAX_ENTRIES - 1) :]]
+    return kept, len(entries) - len(kept)
 
 
 _NAMES = {"#e": "entries", "#ls": "last_seq", "#c": "created_at", "#v": "v"}
@@ -310,17 +562,36 @@ def read(
     created_at: int,
     limit: int = 50,
     cursor: str | None = None,
+    item: Mapping[str, Any] | None = None,
 ) -> HistoryPage:
     """One page of the history of the operation created at ``created_at``, oldest first, after
-    the cursor (an earlier page's ``next_cursor``). One eventually consistent read: history
-    trails the operation by the stream's lag anyway."""
+    the cursor (an earlier page's ``next_cursor``). ``item``: the operation item as read (its
+    in-item history); the history item written before is read (one eventually consistent read)
+    only when the item has none of its own (:func:`in_item`), or no item is given."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_ENTRIES:
         raise InvalidInput(f"limit must be from 1 to {MAX_ENTRIES}")
     after = decode_history_cursor(cursor) if cursor else 0
-    item = store.get(_key(tenant_id, operation_id), consistent=False)
-    if item is None or int(item.get("created_at", -1)) != created_at:
-        return HistoryPage(entries=[], next_cursor=None)
-    newer = [e for e in item.get("entries") or [] if int(e["seq"]) > after]
+    legacy: list[dict[str, Any]] = []
+    dropped = 0
+    if item is None or not in_item(item):
+        stored = store.get(_key(tenant_id, operation_id), consistent=False)
+        if stored is not None and int(stored.get("created_at", -1)) == created_at:
+            legacy = list(stored.get("entries") or [])
+            dropped = int(stored.get("dropped", 0))
+    entries = legacy
+    if item is not None and int(item.get("created_at", -1)) == created_at:
+        known = {int(e["seq"]): e for e in legacy}
+        own = expand(item, known)
+        dropped += int(item.get(ITEM_DROPPED, 0))
+        if own and own[0]["transition"] == Transition.ERASE.value:
+            # An erasure starts the history: nothing older stays (in either place).
+            known = {seq: e for seq, e in known.items() if seq >= own[0]["seq"]}
+        for entry in own:
+            known.setdefault(int(entry["seq"]), entry)
+        entries = [known[seq] for seq in sorted(known)]
+    entries, overflow = _bounded(entries)
+    dropped += overflow
+    newer = [e for e in entries if int(e["seq"]) > after]
     page = newer[:limit]
     next_cursor = encode_history_cursor(int(page[-1]["seq"])) if len(newer) > limit else None
-    return HistoryPage(entries=page, next_cursor=next_cursor, dropped=int(item.get("dropped", 0)))
+    return HistoryPage(entries=page, next_cursor=next_cursor, dropped=dropped)

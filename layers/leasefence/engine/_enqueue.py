@@ -12,7 +12,7 @@ import logging
 import threading
 from typing import Any
 
-from leasefence import keys
+from leasefence import history, keys
 from leasefence.catalogue import Admission
 from leasefence.engine import _expr as x
 from leasefence.engine._context import EngineContext
@@ -173,6 +173,13 @@ class Enqueuer:
         if payload_inline:
             item["payload_inline"] = True
             item[PURGE_PK] = ctx.purge_pk(tenant_id, operation_id)
+        # The history starts in the item, with the enqueue's own entry (leasefence.history).
+        item["hv"] = 1  # history.ITEM_HISTORY_MARK
+        item["h"] = [  # history.ITEM_HISTORY
+            history.compact_entry(
+                Transition.ENQUEUE, now, actor=actor, state=item["state"], fence=0, attempts=0
+            )
+        ]
         try:
             ctx.store.put_new(item, x.IS_NEW, x.OPERATION_ID)
         except ConditionFailed as refused:
