@@ -32,7 +32,8 @@ two entries are added between two records it sees), rewrites the list once it ho
 :data:`COMPACT_AT` entries, keeping the first and the :data:`MAX_ENTRIES` - 1 newest (stamped with
 what :func:`expand` derived, so nothing is lost by dropping the entries before them) and adding
 the rest to ``hd`` (:data:`ITEM_DROPPED`). Its write is conditional on the ``seq`` it saw, so it
-never races a transition: a transition in between wins and a later record compacts. The absolute
+never races a transition: a transition in between wins, and the refusal (which shows the item as
+it is) is compacted in turn. The absolute
 guard, for a publisher that falls behind or fails: an operator's requeue (the one transition that
 restarts a loop) is refused with :class:`~leasefence.errors.Unavailable` while the list holds
 :data:`REQUEUE_ROOM` entries or more, and without one an operation adds at most
@@ -40,7 +41,8 @@ restarts a loop) is refused with :class:`~leasefence.errors.Unavailable` while t
 an entry is at most about 1 KB (a reason cut to 256 characters and :data:`MAX_REASON_BYTES`, a
 256-character actor), so the list stays below :data:`MAX_LIST_BYTES` (half of DynamoDB's 400 KB
 item size) whatever happens (asserted by a test with the largest entries; an item that grows
-also costs a write unit per KB on every write, so the bound matters long before the limit). An erasure replaces the list with its single ``erase`` entry.
+also costs a write unit per KB on every write, so the bound matters long before the limit).
+An erasure replaces the list with its single ``erase`` entry.
 
 **Items written before** (no :data:`ITEM_HISTORY_MARK` ``hv``, set by every enqueue since) keep
 their history item as before, next to the operation in its tenant's partition (sort key
@@ -77,7 +79,7 @@ from leasefence.cursor import decode_history_cursor, encode_history_cursor
 from leasefence.errors import InvalidInput
 from leasefence.limits import MAX_HISTORY_ENTRIES
 from leasefence.model import State, Transition
-from leasefence.schema import DUE_SK, TTL_ATTRIBUTE
+from leasefence.schema import DUE_SK, TTL_ATTRIBUTE, OperationItem
 from leasefence.store import ConditionFailed, Store
 
 #: Entries one history keeps (the first, the enqueue, always stays).
@@ -240,6 +242,17 @@ def compact_entry(
     return entry
 
 
+def start(item: OperationItem, now: int, actor: str | None) -> None:
+    """An enqueue's item starts its history: the mark (:data:`ITEM_HISTORY_MARK`) and the
+    enqueue's own entry, written by the enqueue's own put."""
+    item["hv"] = 1
+    item["h"] = [
+        compact_entry(
+            Transition.ENQUEUE, now, actor=actor, state=item["state"], fence=0, attempts=0
+        )
+    ]
+
+
 def _bytes_cut(text: str | None) -> str | None:
     if text is None or len(text.encode()) <= MAX_REASON_BYTES:
         return text
@@ -324,14 +337,29 @@ def _to_compact(entry: Mapping[str, Any], with_seq: bool) -> dict[str, Any]:
     return compact
 
 
-def compact(store: Store, item: Mapping[str, Any]) -> bool:
+def compact(store: Store, item: Mapping[str, Any], attempts: int = 3) -> bool:
     """Compact the history in the operation ``item`` (an image of it: a stream record's) when it
     holds more than :data:`COMPACT_AT` entries: the first and the :data:`MAX_ENTRIES` - 1 newest
-    stay, the others are counted in ``hd``. One write conditional on the ``seq`` the image shows
-    (a transition since wins; a later record compacts again). True when it wrote."""
+    stay, the others are counted in ``hd``. One write conditional on the list the image shows
+    (its ``seq`` and ``hd``): a transition since wins, and the refusal shows the item as it is
+    now, compacted in turn (at most ``attempts`` writes). True when it wrote."""
+    current: Mapping[str, Any] | None = item
+    for _ in range(attempts):
+        if current is None or len(current.get(ITEM_HISTORY) or []) <= COMPACT_AT:
+            return False
+        try:
+            _compact_write(store, current)
+        except ConditionFailed as refused:
+            if refused.item is None or refused.item.get("created_at") != item.get("created_at"):
+                return False  # deleted, or another incarnation of the id: not this history
+            current = refused.item
+            continue
+        return True
+    return False
+
+
+def _compact_write(store: Store, item: Mapping[str, Any]) -> None:
     compacts = list(item.get(ITEM_HISTORY) or [])
-    if len(compacts) <= COMPACT_AT:
-        return False
     entries = expand(item)
     tail = len(compacts) - (MAX_ENTRIES - 1)
     kept = [
@@ -347,18 +375,14 @@ def compact(store: Store, item: Mapping[str, Any]) -> bool:
     unchanged = "attribute_not_exists(#hd)" if seen is None else "#hd = :hd"
     if seen is not None:
         values[":hd"] = int(seen)
-    try:
-        store.update(
-            {"tenant_id": item["tenant_id"], "operation_id": item["operation_id"]},
-            "SET #h = :h, #hd = :d",
-            f"#seq = :seq AND #c = :c AND {unchanged}",
-            {"#h": ITEM_HISTORY, "#hd": ITEM_DROPPED, "#seq": "seq", "#c": "created_at"},
-            values,
-            returns="NONE",
-        )
-    except ConditionFailed:
-        return False
-    return True
+    store.update(
+        {"tenant_id": item["tenant_id"], "operation_id": item["operation_id"]},
+        "SET #h = :h, #hd = :d",
+        f"#seq = :seq AND #c = :c AND {unchanged}",
+        {"#h": ITEM_HISTORY, "#hd": ITEM_DROPPED, "#seq": "seq", "#c": "created_at"},
+        values,
+        returns="NONE",
+    )
 
 
 def _bounded(entries: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:

@@ -173,13 +173,7 @@ class Enqueuer:
         if payload_inline:
             item["payload_inline"] = True
             item[PURGE_PK] = ctx.purge_pk(tenant_id, operation_id)
-        # The history starts in the item, with the enqueue's own entry (leasefence.history).
-        item["hv"] = 1  # history.ITEM_HISTORY_MARK
-        item["h"] = [  # history.ITEM_HISTORY
-            history.compact_entry(
-                Transition.ENQUEUE, now, actor=actor, state=item["state"], fence=0, attempts=0
-            )
-        ]
+        history.start(item, now, actor)  # the history starts in the item, with this entry
         try:
             ctx.store.put_new(item, x.IS_NEW, x.OPERATION_ID)
         except ConditionFailed as refused:
