@@ -15,8 +15,9 @@ drops the records after 24 hours). Each write is alarmed (S3 request metrics, ``
 ``leasefence publisher redrive --bucket <PublisherFailuresBucketName>`` replays and deletes them.
 
 A function rather than EventBridge Pipes: the detail-type depends on both images, history
-compaction needs a conditional write, and one reader of the stream does both (DynamoDB Streams serves two readers per shard without
-throttling: this one and the worker's), in the order of each operation's writes.
+compaction needs a conditional write, and one reader of the stream does both (DynamoDB Streams
+serves two readers per shard without throttling: this one and the worker's), in the order of
+each operation's writes.
 """
 
 from __future__ import annotations
