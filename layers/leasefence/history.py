@@ -603,10 +603,10 @@ def read(
             legacy = list(stored.get("entries") or [])
             dropped = int(stored.get("dropped", 0))
     entries = legacy
+    own: list[dict[str, Any]] = []
     if item is not None and int(item.get("created_at", -1)) == created_at:
         known = {int(e["seq"]): e for e in legacy}
         own = expand(item, known)
-        dropped += int(item.get(ITEM_DROPPED, 0))
         if own and own[0]["transition"] == Transition.ERASE.value:
             # An erasure starts the history: nothing older stays (in either place).
             known = {seq: e for seq, e in known.items() if seq >= own[0]["seq"]}
@@ -614,7 +614,12 @@ def read(
             known.setdefault(int(entry["seq"]), entry)
         entries = [known[seq] for seq in sorted(known)]
     entries, overflow = _bounded(entries)
-    dropped += overflow
+    if own:
+        # Gapless but for what was dropped (compaction, the bound above, the history item's own
+        # compaction): what is missing between the first entry and the newest.
+        dropped = int(entries[-1]["seq"]) - int(entries[0]["seq"]) + 1 - len(entries)
+    else:
+        dropped += overflow
     newer = [e for e in entries if int(e["seq"]) > after]
     page = newer[:limit]
     next_cursor = encode_history_cursor(int(page[-1]["seq"])) if len(newer) > limit else None

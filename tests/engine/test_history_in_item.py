@@ -5,6 +5,8 @@ the history item of an operation enqueued before."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from leasefence import Unavailable, history, keys
@@ -39,7 +41,10 @@ class Oracle:
         self.image = new
         page = self.engine.history(T, self.op)  # no publisher ran: the item alone answers
         assert page.entries == self.expected and page.dropped == 0
-        assert self.engine.store.get({"tenant_id": T, "operation_id": keys.history_id(self.op)}) is None
+        assert (
+            self.engine.store.get({"tenant_id": T, "operation_id": keys.history_id(self.op)})
+            is None
+        )
         return result
 
 
@@ -99,7 +104,8 @@ def test_the_entries_are_compact(engine):
     claim = engine.claim(T, "op-1", "worker-0001", lease_ms=1_000)
     engine.complete(T, "op-1", claim.fence, "ok")
     item = engine.store.client.get_item(
-        TableName=engine.store.table_name, Key={"tenant_id": {"S": T}, "operation_id": {"S": "op-1"}}
+        TableName=engine.store.table_name,
+        Key={"tenant_id": {"S": T}, "operation_id": {"S": "op-1"}},
     )["Item"]
     # Three entries: about 30 bytes each (the worker id counted once).
     assert U.value_size(item["h"]) < 120, from_item({"h": item["h"]})
@@ -267,3 +273,24 @@ def test_an_operation_enqueued_before_reads_its_history_item_then_its_own_entrie
     assert [(e["seq"], e["transition"]) for e in entries] == [(4, "erase")]
     stored = engine.store.get({"tenant_id": T, "operation_id": keys.history_id("op-1")})
     assert [e["transition"] for e in stored["entries"]] == ["erase"]
+
+
+def test_a_long_history_enqueued_before_counts_what_it_dropped_once(engine):
+    """Its history item dropped entries that the item still holds: shown once, counted once."""
+    enqueued = enqueue_before_upgrade(engine, max_attempts=1)
+    images = [enqueued]
+    for _ in range(20):
+        claim = engine.claim(T, "op-1", "w")
+        images.append(raw(engine))
+        engine.park_unknown(T, "op-1", claim.fence, "timeout")
+        images.append(raw(engine))
+        engine.resolve(T, "op-1", "requeue")
+        images.append(raw(engine))
+    for old, new in itertools.pairwise(images):  # the publisher, for an operation without hv
+        assert history.record(engine.store, new, history.entry_from(old, new))
+    stored = engine.store.get({"tenant_id": T, "operation_id": keys.history_id("op-1")})
+    assert stored["dropped"] == 61 - history.MAX_ENTRIES
+    page = engine.history(T, "op-1")
+    assert page.dropped == 61 - history.MAX_ENTRIES
+    assert [e["seq"] for e in page.entries] == [1, *range(61 - history.MAX_ENTRIES + 2, 62)]
+    assert page.entries == [stored["entries"][0], *stored["entries"][1:]]
