@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from leasefence import Engine, history
+from leasefence import Engine, history, keys
 from leasefence.clock import ManualClock
 from leasefence_tools.local.events import Subscription
 from leasefence_tools.local.streams import lambda_record
@@ -477,4 +477,4 @@ def test_the_publisher_compacts_a_long_history_on_the_records_it_gets(aws, table
     item = engine.store.get({"tenant_id": "acme", "operation_id": "op-1"})
     assert len(item["h"]) <= history.COMPACT_AT and item["hd"] == 76 - len(item["h"])
     assert engine.history("acme", "op-1") == before  # the same answer
-    assert engine.store.get({"tenant_id": "acme", "operation_id": history.keys.history_id("op-1")}) is None
+    assert engine.store.get({"tenant_id": "acme", "operation_id": keys.history_id("op-1")}) is None
