@@ -14,9 +14,10 @@ themselves (an SQS destination would get only their shard and sequence numbers, 
 drops the records after 24 hours). Each write is alarmed (S3 request metrics, ``PutRequests``);
 ``leasefence publisher redrive --bucket <PublisherFailuresBucketName>`` replays and deletes them.
 
-A function rather than EventBridge Pipes: history needs a conditional write per record anyway, and
-one reader of the stream does both (DynamoDB Streams serves two readers per shard without
-throttling: this one and the worker's), in the order of each operation's writes.
+A function rather than EventBridge Pipes: the detail-type depends on both images, history
+compaction needs a conditional write, and one reader of the stream does both (DynamoDB Streams
+serves two readers per shard without throttling: this one and the worker's), in the order of
+each operation's writes.
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ from .storage import Storage
 from .stream import failed_batches_metric, stream_failure_bucket, subscribe
 
 PUBLISHER_HANDLER = "publisher.handler.lambda_handler"
-#: History items (one per operation, next to it in the table): the first entry (put), appends and
-#: compaction (conditional updates), removal with the operation. No reads: a stream record carries
-#: both images, and a refused condition returns the item it was checked against.
+#: Compaction of the history in an operation's item (a conditional update), and the history items
+#: of operations enqueued before the history moved into the item (one per operation, next to it:
+#: the first entry (put), appends and compaction (conditional updates), removal with the
+#: operation). No reads: a stream record carries both images, and a refused condition returns the
+#: item it was checked against.
 PUBLISHER_TABLE_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
 #: A batch of 100 records is about 200 small requests: seconds, with room for EventBridge retries.
 PUBLISHER_TIMEOUT = Duration.seconds(60)

@@ -491,8 +491,8 @@ class LeaseFenceClient:
     def history(
         self, operation_id: str, limit: int | None = None, cursor: str | None = None
     ) -> HistoryPage:
-        """One page of the operation's history, oldest first (needs the operate scope). It trails
-        the operation by the stream's lag (about a second)."""
+        """One page of the operation's history, oldest first (needs the operate scope): each
+        transition's entry is there as soon as its answer is (written with it)."""
         query = {k: v for k, v in {"limit": limit, "cursor": cursor}.items() if v is not None}
         path = f"/v1/operations/{self._id(operation_id)}/history" + (
             f"?{urlencode(query)}" if query else ""

@@ -1,46 +1,74 @@
 """Each operation's history: what happened to it, in order, who did it and why.
 
-Recorded from the table's stream, off the claim's critical path: every transition writes
-``transition``, ``actor`` and ``seq`` (+1) on the operation item (see
-:class:`~leasefence.model.Transition`), and the publisher function turns each stream record
-into one entry here (:func:`entry_from`, :func:`record`). The engine writes nothing here on its
-hot path; only an erasure resets the history at once (:meth:`Engine.erase`).
+**Kept in the operation's own item, written by the transition's own conditional write.** Every
+transition's update appends one compact entry to the item's list :data:`ITEM_HISTORY` (``h``)
+in the same ``UpdateItem`` that changes the state, raises ``seq`` and names the ``transition``
+and ``actor`` (the enqueue's ``PutItem`` starts the list; see
+:meth:`leasefence.engine._expr.Expr.history`). So the history commits with the transition: it can
+have no gap and no entry out of order, it is there as soon as the transition's answer is, and it
+costs no write of its own (only the bytes it adds to the item). Heartbeats are no transition and
+add nothing. The history is stored and deleted with the operation (its TTL).
 
-One item per operation, next to it in its tenant's partition (sort key
-:func:`keys.history_id`: no operation id can take it and listings never meet it):
+A compact entry (:func:`compact_entry`) holds what the write knows: ``e`` the transition, ``t``
+the time (ms), and when the write sets them ``a`` the actor, ``s`` the state (left out where
+the transition implies it, :data:`_IMPLIED_STATE`), ``f`` the fence and ``n`` the attempts (a
+claim, the enqueue, an erasure), ``o`` the outcome code, ``r`` the reason or note (cut to
+:data:`MAX_REASON` characters, as the entries of the history item were, and to
+:data:`MAX_REASON_BYTES` bytes), ``d`` when a retry is
+claimable again. What a write does not know, the entry before it tells (:func:`expand`): the
+fence and attempts change only by a claim, the actor stays the claim's through a holder's
+closing command, the previous state is the entry before's state, a claim from ``claimed`` is a
+takeover of that entry's actor. The ``seq`` of an entry is derived: every transition raises
+``seq`` by one and appends exactly one entry, so the last entry's is the item's ``seq`` and each
+one before it one less, except where an entry carries its own (``q``: the first entry kept by a
+compaction).
 
-* ``created_at``: the operation's ``created_at``. An enqueue of the same id after its identity
-  was deleted is a new operation and starts a new history.
-* ``entries``: oldest first (ordered by ``seq``), at most :data:`MAX_ENTRIES`: beyond that the
-  oldest entries after the first (the enqueue) are dropped and counted in ``dropped``, so the item
-  stays under about 10 KB however often an operation is retried or requeued.
-* ``last_seq``: the highest ``seq`` recorded, and ``v``: a version, +1 on every write. An entry
-  is placed by its ``seq``, never discarded for being late: the newest is appended (the common
-  case, one conditional update), a late one (a record retried after later ones, or redriven) is
-  inserted where its ``seq`` belongs. Writing an entry whose ``seq`` is recorded already changes
-  nothing, so a stream record delivered again (retries, bisected batches, a mapping replaying
-  from ``TRIM_HORIZON``, a redrive) is harmless.
-* ``expires_at_epoch_s``: the operation's own TTL, copied once it ended. The history is kept as
-  long as the operation's identity and goes with it (the publisher also deletes it when the
-  operation item is deleted: TTL or tenant erasure).
+**Bounded.** The API shows at most :data:`MAX_ENTRIES`: the first entry (the enqueue, or an
+erasure) and the newest, the others counted in ``dropped``. The engine cannot know the list's
+length in the write that appends to it (it never reads to decide), so the stored list is
+compacted afterwards: the publisher, which receives every outcome record (and every loop of an
+operation passes one: a retry, a park, a requeue, a takeover all publish an event, so no more than
+two entries are added between two records it sees), rewrites the list once it holds more than
+:data:`COMPACT_AT` entries, keeping the first and the :data:`MAX_ENTRIES` - 1 newest (stamped with
+what :func:`expand` derived, so nothing is lost by dropping the entries before them) and adding
+the rest to ``hd`` (:data:`ITEM_DROPPED`). Its write is conditional on the ``seq`` it saw, so it
+never races a transition: a transition in between wins, and the refusal (which shows the item as
+it is) is compacted in turn. The absolute
+guard, for a publisher that falls behind or fails: an operator's requeue (the one transition that
+restarts a loop) is refused with :class:`~leasefence.errors.Unavailable` while the list holds
+:data:`REQUEUE_ROOM` entries or more, and without one an operation adds at most
+2 x ``max_attempts`` + 3 entries (a claim and a retry per attempt, the park and its resolution);
+an entry is at most about 1 KB (a reason cut to 256 characters and :data:`MAX_REASON_BYTES`, a
+256-character actor), so the list stays below :data:`MAX_LIST_BYTES` (half of DynamoDB's 400 KB
+item size) whatever happens (asserted by a test with the largest entries; an item that grows
+also costs a write unit per KB on every write, so the bound matters long before the limit).
+An erasure replaces the list with its single ``erase`` entry.
 
-An erasure replaces the history with a single ``erase`` entry: the reasons and notes it held go
-with the operation's other free text, and an entry older than the erasure is never inserted again.
+**Items written before** (no :data:`ITEM_HISTORY_MARK` ``hv``, set by every enqueue since) keep
+their history item as before, next to the operation in its tenant's partition (sort key
+:func:`keys.history_id`): the publisher still writes their entries there from the stream
+(:func:`entry_from`, :func:`record`) and deletes it when the operation item is deleted; the
+reader merges it with the entries their transitions appended to the item since (:func:`read`).
+That history item is :mod:`leasefence.history_item`.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from leasefence import keys
 from leasefence.cursor import decode_history_cursor, encode_history_cursor
 from leasefence.errors import InvalidInput
+from leasefence.history_item import (  # noqa: F401 (the publisher's and erasure's, re-exported)
+    HistoryContention,
+    _key,
+    record,
+    remove,
+)
 from leasefence.limits import MAX_HISTORY_ENTRIES
 from leasefence.model import State, Transition
-from leasefence.schema import DUE_SK, TTL_ATTRIBUTE
+from leasefence.schema import DUE_SK, OperationItem
 from leasefence.store import ConditionFailed, Store
 
 #: Entries one history keeps (the first, the enqueue, always stays).
@@ -118,181 +146,241 @@ def entry_from(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[st
     return {k: v for k, v in entry.items() if v is not None}
 
 
-_NAMES = {"#e": "entries", "#ls": "last_seq", "#c": "created_at", "#v": "v"}
-#: Read-modify-write attempts of one entry against concurrent writers of the same history (the
-#: publisher and a redrive) before the record is given back to be retried.
-_ATTEMPTS = 8
+# ------------------------------------------------------------------ the history in the item
+
+#: The operation item's list of compact entries, and the count of entries compaction dropped.
+ITEM_HISTORY = "h"
+ITEM_DROPPED = "hd"
+#: Set (1) by every enqueue whose operation keeps its history in its item only; an item without
+#: it was written before and has a history item too (the publisher keeps writing that one).
+ITEM_HISTORY_MARK = "hv"
+#: The publisher compacts the list once it holds more entries than this (then it holds
+#: :data:`MAX_ENTRIES`): a little slack, so one compaction serves several loops.
+COMPACT_AT = MAX_ENTRIES + 10
+#: An operator's requeue is refused (503, retried later) while the list holds this many entries:
+#: compaction fell behind (see the module's docstring for the bound this gives).
+REQUEUE_ROOM = MAX_ENTRIES + 30
+#: A reason or note in an entry in the item is also cut to this many bytes (UTF-8; whole
+#: characters): 256 characters of any script up to three bytes each fit.
+MAX_REASON_BYTES = 3 * MAX_REASON
+#: The stored list's size never reaches this (bytes, DynamoDB's measure): asserted by a test.
+MAX_LIST_BYTES = 200 * 1024
+
+#: The state a transition always leads to (its entry leaves ``s`` out).
+_IMPLIED_STATE: dict[str, str] = {
+    Transition.CLAIM.value: State.CLAIMED.value,
+    Transition.COMPLETE.value: State.SUCCEEDED.value,
+    Transition.FAIL.value: State.FAILED_TERMINAL.value,
+    Transition.RETRY.value: State.QUEUED.value,
+    Transition.RETRY_LATER.value: State.QUEUED.value,
+    Transition.UNKNOWN.value: State.UNKNOWN.value,
+    Transition.QUARANTINE.value: State.QUARANTINED.value,
+    Transition.SWEEP.value: State.UNKNOWN.value,
+    Transition.REQUEUE.value: State.QUEUED.value,
+    Transition.APPROVE.value: State.QUEUED.value,
+    Transition.REJECT.value: State.FAILED_TERMINAL.value,
+    Transition.APPROVAL_EXPIRE.value: State.FAILED_TERMINAL.value,
+    Transition.CANCEL.value: State.CANCELLED.value,
+}
+#: Compact name -> the public entry's field (besides ``e``, ``t`` and ``q``).
+_FIELDS = {
+    "s": "state",
+    "f": "fence",
+    "n": "attempt",
+    "a": "actor",
+    "o": "outcome_code",
+    "r": "reason",
+    "d": "available_at",
+    "p": "previous_state",
+    "pa": "previous_actor",
+}
 
 
-class HistoryContention(Exception):
-    """The history kept changing under an insert: the record fails and is delivered again."""
+def in_item(item: Mapping[str, Any]) -> bool:
+    """Whether the operation ``item`` keeps its history in the item only (no history item)."""
+    return ITEM_HISTORY_MARK in item
 
 
-def _key(tenant_id: str, operation_id: str) -> dict[str, str]:
-    return {"tenant_id": tenant_id, "operation_id": keys.history_id(operation_id)}
-
-
-def record(
-    store: Store, item: Mapping[str, Any], entry: dict[str, Any], reset: bool = False
-) -> bool:
-    """Record ``entry`` in the history of the operation ``item`` (its image after the transition),
-    at the place of its ``seq``; ``reset``: replace the history with it (an erasure). Idempotent:
-    an entry whose ``seq`` is recorded already is not written again. True when something was
-    written."""
-    tenant_id, operation_id = item["tenant_id"], item["operation_id"]
-    created_at, seq = int(item["created_at"]), int(entry["seq"])
-    ttl = item.get(TTL_ATTRIBUTE)
-    names = dict(_NAMES, **({"#ttl": TTL_ATTRIBUTE} if ttl is not None else {}))
-    values: dict[str, Any] = {":c": created_at, ":s": seq}
-    if ttl is not None:
-        values[":ttl"] = int(ttl)
-    set_ttl = ", #ttl = :ttl" if ttl is not None else ""
-    if reset:
-        return _put_new(store, item, entry, ttl, replace_older_seq=True)
-    current: dict[str, Any] | None = None
-    if seq > 1:  # (the enqueue's entry starts the history: no append to try)
-        try:
-            # The common case, in stream order: the newest entry goes at the end.
-            store.update(
-                _key(tenant_id, operation_id),
-                "SET #e = list_append(#e, :e), #ls = :s, #v = if_not_exists(#v, :zero) + :one"
-                + set_ttl,
-                "#c = :c AND #ls < :s AND size(#e) < :max",
-                names,
-                {**values, ":e": [entry], ":max": MAX_ENTRIES, ":zero": 0, ":one": 1},
-                returns="NONE",
-            )
-            return True
-        except ConditionFailed as refused:
-            current = refused.item
-    for _ in range(_ATTEMPTS):
-        if current is None or int(current.get("created_at", 0)) < created_at:
-            # A new history (the first entry, or a new incarnation of the id).
-            try:
-                _put_new(store, item, entry, ttl, replace_older_seq=False, strict=True)
-                return True
-            except ConditionFailed as refused:
-                current = refused.item
-                continue
-        if int(current["created_at"]) > created_at:
-            return False  # a late record of an earlier incarnation
-        placed = _place(current, entry)
-        if placed is None:
-            return False  # recorded already (delivered again), or erased, or long dropped
-        entries, dropped = placed
-        # Pinned to the history it read: its incarnation, its newest seq (an erasure raises it)
-        # and its version (a history written before versions: its length).
-        version = current.get("v")
-        pin = "#v = :v" if version is not None else "attribute_not_exists(#v) AND size(#e) = :n"
-        update_values = {
-            **values,
-            ":all": entries,
-            ":ls": max(int(current["last_seq"]), seq),
-            ":last": int(current["last_seq"]),
-            ":v1": int(version or 0) + 1,
-        }
-        if version is not None:
-            update_values[":v"] = int(version)
-        else:
-            update_values[":n"] = len(current.get("entries") or [])
-        update_values.pop(":s")
-        if dropped:
-            update_values[":d"] = dropped
-        try:
-            store.update(
-                {"tenant_id": current["tenant_id"], "operation_id": current["operation_id"]},
-                "SET #e = :all, #ls = :ls, #v = :v1"
-                + (", dropped = :d" if dropped else "")
-                + set_ttl,
-                f"#c = :c AND #ls = :last AND {pin}",
-                names,
-                update_values,
-                returns="NONE",
-            )
-            return True
-        except ConditionFailed as refused:
-            current = refused.item  # another writer came first: place it again in what it wrote
-    raise HistoryContention(f"history of seq {seq} kept changing under {_ATTEMPTS} attempts")
-
-
-def _put_new(
-    store: Store,
-    item: Mapping[str, Any],
-    entry: dict[str, Any],
-    ttl: Any,
+def compact_entry(
+    transition: Transition,
+    at: int,
     *,
-    replace_older_seq: bool,
-    strict: bool = False,
-) -> bool:
-    """A history holding only ``entry``: where there is none or one of an earlier incarnation;
-    ``replace_older_seq`` (an erasure): also over this incarnation's history when every entry in
-    it is older. ``strict``: a refusal raises :class:`ConditionFailed` (with the item) instead of
-    answering False."""
-    created_at, seq = int(item["created_at"]), int(entry["seq"])
-    condition = "attribute_not_exists(#c) OR #c < :c"
-    names = {"#c": "created_at"}
-    values: dict[str, Any] = {":c": created_at}
-    if replace_older_seq:
-        condition += " OR (#c = :c AND #ls < :s)"
-        names["#ls"] = "last_seq"
-        values[":s"] = seq
-    try:
-        store.put(
-            {
-                "tenant_id": item["tenant_id"],
-                "operation_id": keys.history_id(item["operation_id"]),
-                "created_at": created_at,
-                "last_seq": seq,
-                "v": 1,
-                "entries": [entry],
-                **({TTL_ATTRIBUTE: int(ttl)} if ttl is not None else {}),
-            },
-            condition,
-            names,
-            values,
+    actor: str | None = None,
+    state: State | str | None = None,
+    fence: int | None = None,
+    attempts: int | None = None,
+    outcome_code: str | None = None,
+    reason: str | None = None,
+    available_at: int | None = None,
+) -> dict[str, Any]:
+    """The entry a transition's own write appends to the item's history: what that write knows
+    (see the module's docstring; the rest is derived from the entry before it)."""
+    entry: dict[str, Any] = {"e": transition.value, "t": int(at)}
+    state_value = None if state is None else State(state).value
+    if state_value is not None and _IMPLIED_STATE.get(transition.value) != state_value:
+        entry["s"] = state_value
+    optional = {
+        "a": actor,
+        "f": fence,
+        "n": attempts,
+        "o": outcome_code if transition in OUTCOME_TRANSITIONS else None,
+        "r": _bytes_cut(_text(reason)) if transition in _REASON or transition in _NOTE else None,
+        "d": available_at if transition in (Transition.RETRY, Transition.RETRY_LATER) else None,
+    }
+    entry.update({k: v for k, v in optional.items() if v is not None})
+    return entry
+
+
+def start(item: OperationItem, now: int, actor: str | None) -> None:
+    """An enqueue's item starts its history: the mark (:data:`ITEM_HISTORY_MARK`) and the
+    enqueue's own entry, written by the enqueue's own put."""
+    item["hv"] = 1
+    item["h"] = [
+        compact_entry(
+            Transition.ENQUEUE, now, actor=actor, state=item["state"], fence=0, attempts=0
         )
-    except ConditionFailed:
-        if strict:
-            raise
-        return False
-    return True
+    ]
 
 
-def _place(current: dict[str, Any], entry: dict[str, Any]) -> tuple[list[Any], int] | None:
-    """The entries of the history ``current`` with ``entry`` in the place of its ``seq``, kept
-    to :data:`MAX_ENTRIES` (the first and the newest), and the new ``dropped`` count; None when
-    there is nothing to write: the ``seq`` is there already, it is older than an erasure that
-    starts the history, or compaction has already dropped entries that old."""
-    entries = list(current.get("entries") or [])
-    seq = int(entry["seq"])
-    if any(int(e["seq"]) == seq for e in entries):
-        return None
-    erased = bool(entries) and entries[0].get("transition") == Transition.ERASE.value
-    if erased and seq < int(entries[0]["seq"]):
-        return None  # an erased history never takes back what came before the erasure
-    dropped = int(current.get("dropped", 0))
-    if dropped and len(entries) >= 2 and int(entries[0]["seq"]) < seq < int(entries[1]["seq"]):
-        return None  # as old as entries compaction dropped: it would be dropped at once
-    merged = sorted([*entries, entry], key=lambda e: int(e["seq"]))
-    if len(merged) > MAX_ENTRIES:
-        kept = [merged[0], *merged[len(merged) - (MAX_ENTRIES - 1) :]]
-        if entry not in kept:
-            return None
-        dropped += len(merged) - len(kept)
-        merged = kept
-    return merged, dropped
+def _bytes_cut(text: str | None) -> str | None:
+    if text is None or len(text.encode()) <= MAX_REASON_BYTES:
+        return text
+    return text.encode()[:MAX_REASON_BYTES].decode(errors="ignore")
 
 
-def remove(store: Store, item: dict[str, Any]) -> None:
-    """Delete the history of the operation ``item`` (it was deleted: TTL or tenant erasure); a
-    history of a later incarnation of the id stays."""
-    with contextlib.suppress(ConditionFailed):
-        store.delete(
-            _key(item["tenant_id"], item["operation_id"]),
-            "#c <= :c",
-            {"#c": "created_at"},
-            {":c": int(item["created_at"])},
-        )
+def _expand_one(
+    compact: Mapping[str, Any], seq: int, before: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """One public entry from its compact form and the public entry before it (None: unknown)."""
+    prev = before or {}
+    transition = str(compact["e"])
+    state = compact.get("s") or _IMPLIED_STATE.get(transition) or prev.get("state")
+    erase = transition == Transition.ERASE.value
+    previous_state = state if erase else compact.get("p", prev.get("state"))
+    entry: dict[str, Any] = {
+        "seq": seq,
+        "at": int(compact["t"]),
+        "transition": transition,
+        "previous_state": previous_state,
+        "state": state,
+        "fence": compact.get("f", prev.get("fence")),
+        "attempt": compact.get("n", prev.get("attempt")),
+        "actor": compact.get("a", prev.get("actor")),
+    }
+    if transition == Transition.CLAIM.value and previous_state == State.CLAIMED.value:
+        transition = entry["transition"] = Transition.TAKEOVER.value
+    if transition == Transition.TAKEOVER.value:
+        entry["previous_actor"] = compact.get("pa", prev.get("actor"))
+    for short in ("o", "r", "d"):
+        if short in compact:
+            entry[_FIELDS[short]] = compact[short]
+    for name in ("fence", "attempt", "available_at"):
+        if entry.get(name) is not None:
+            entry[name] = int(entry[name])
+    return {k: v for k, v in entry.items() if v is not None}
+
+
+def _seqs(compacts: list[Mapping[str, Any]], last_seq: int) -> list[int]:
+    """The ``seq`` of each compact entry: the last one's is the item's, each one before it one
+    less, unless it carries its own (``q``)."""
+    seqs = [0] * len(compacts)
+    following = last_seq + 1
+    for i in range(len(compacts) - 1, -1, -1):
+        q = compacts[i].get("q")
+        seqs[i] = int(q) if q is not None else following - 1
+        following = seqs[i]
+    return seqs
+
+
+def expand(
+    item: Mapping[str, Any], known: Mapping[int, Mapping[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The public entries of the history in the operation ``item``, oldest first. ``known``:
+    entries by ``seq`` recorded elsewhere (a history item written before), which tell what an
+    in-item entry cannot (the entry before the first one in the item)."""
+    compacts = list(item.get(ITEM_HISTORY) or [])
+    if not compacts:
+        return []
+    seqs = _seqs(compacts, int(item["seq"]))
+    known = known or {}
+    out: list[dict[str, Any]] = []
+    before: Mapping[str, Any] | None = None
+    for i, compact in enumerate(compacts):
+        if i == 0 or seqs[i] != seqs[i - 1] + 1:
+            before = known.get(seqs[i] - 1)  # a gap: what compaction stamped tells the rest
+        entry = _expand_one(compact, seqs[i], before)
+        out.append(entry)
+        before = known.get(seqs[i], entry)
+    return out
+
+
+def _to_compact(entry: Mapping[str, Any], with_seq: bool) -> dict[str, Any]:
+    """A public entry written back whole in compact form (compaction stamps the entries that
+    the dropped ones would have explained)."""
+    compact: dict[str, Any] = {"e": entry["transition"], "t": int(entry["at"])}
+    for short, name in _FIELDS.items():
+        if entry.get(name) is not None:
+            compact[short] = entry[name]
+    if with_seq:
+        compact["q"] = int(entry["seq"])
+    return compact
+
+
+def compact(store: Store, item: Mapping[str, Any], attempts: int = 3) -> bool:
+    """Compact the history in the operation ``item`` (an image of it: a stream record's) when it
+    holds more than :data:`COMPACT_AT` entries: the first and the :data:`MAX_ENTRIES` - 1 newest
+    stay, the others are counted in ``hd``. One write conditional on the list the image shows
+    (its ``seq`` and ``hd``): a transition since wins, and the refusal shows the item as it is
+    now, compacted in turn (at most ``attempts`` writes). True when it wrote."""
+    current: Mapping[str, Any] | None = item
+    for _ in range(attempts):
+        if current is None or len(current.get(ITEM_HISTORY) or []) <= COMPACT_AT:
+            return False
+        try:
+            _compact_write(store, current)
+        except ConditionFailed as refused:
+            if refused.item is None or refused.item.get("created_at") != item.get("created_at"):
+                return False  # deleted, or another incarnation of the id: not this history
+            current = refused.item
+            continue
+        return True
+    return False
+
+
+def _compact_write(store: Store, item: Mapping[str, Any]) -> None:
+    compacts = list(item.get(ITEM_HISTORY) or [])
+    entries = expand(item)
+    tail = len(compacts) - (MAX_ENTRIES - 1)
+    kept = [
+        _to_compact(entries[0], with_seq=True),
+        _to_compact(entries[tail], with_seq=False),
+        *compacts[tail + 1 :],
+    ]
+    seen = item.get(ITEM_DROPPED)
+    values = {":h": kept, ":seq": int(item["seq"]), ":c": int(item["created_at"])}
+    values[":d"] = int(seen or 0) + tail - 1
+    # Pinned to the list the image shows: its seq (no transition since) and its dropped count
+    # (not compacted since: a record delivered again writes nothing).
+    unchanged = "attribute_not_exists(#hd)" if seen is None else "#hd = :hd"
+    if seen is not None:
+        values[":hd"] = int(seen)
+    store.update(
+        {"tenant_id": item["tenant_id"], "operation_id": item["operation_id"]},
+        "SET #h = :h, #hd = :d",
+        f"#seq = :seq AND #c = :c AND {unchanged}",
+        {"#h": ITEM_HISTORY, "#hd": ITEM_DROPPED, "#seq": "seq", "#c": "created_at"},
+        values,
+        returns="NONE",
+    )
+
+
+def _bounded(entries: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The entries the API shows: the first and the :data:`MAX_ENTRIES` - 1 newest, and how many
+    fell out between."""
+    if len(entries) <= MAX_ENTRIES:
+        return entries, 0
+    kept = [entries[0], *entries[len(entries) - (MAX_ENTRIES - 1) :]]
+    return kept, len(entries) - len(kept)
 
 
 @dataclass(frozen=True)
@@ -310,17 +398,41 @@ def read(
     created_at: int,
     limit: int = 50,
     cursor: str | None = None,
+    item: Mapping[str, Any] | None = None,
 ) -> HistoryPage:
     """One page of the history of the operation created at ``created_at``, oldest first, after
-    the cursor (an earlier page's ``next_cursor``). One eventually consistent read: history
-    trails the operation by the stream's lag anyway."""
+    the cursor (an earlier page's ``next_cursor``). ``item``: the operation item as read (its
+    in-item history); the history item written before is read (one eventually consistent read)
+    only when the item has none of its own (:func:`in_item`), or no item is given."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_ENTRIES:
         raise InvalidInput(f"limit must be from 1 to {MAX_ENTRIES}")
     after = decode_history_cursor(cursor) if cursor else 0
-    item = store.get(_key(tenant_id, operation_id), consistent=False)
-    if item is None or int(item.get("created_at", -1)) != created_at:
-        return HistoryPage(entries=[], next_cursor=None)
-    newer = [e for e in item.get("entries") or [] if int(e["seq"]) > after]
+    legacy: list[dict[str, Any]] = []
+    dropped = 0
+    if item is None or not in_item(item):
+        stored = store.get(_key(tenant_id, operation_id), consistent=False)
+        if stored is not None and int(stored.get("created_at", -1)) == created_at:
+            legacy = list(stored.get("entries") or [])
+            dropped = int(stored.get("dropped", 0))
+    entries = legacy
+    own: list[dict[str, Any]] = []
+    if item is not None and int(item.get("created_at", -1)) == created_at:
+        known = {int(e["seq"]): e for e in legacy}
+        own = expand(item, known)
+        if own and own[0]["transition"] == Transition.ERASE.value:
+            # An erasure starts the history: nothing older stays (in either place).
+            known = {seq: e for seq, e in known.items() if seq >= own[0]["seq"]}
+        for entry in own:
+            known.setdefault(int(entry["seq"]), entry)
+        entries = [known[seq] for seq in sorted(known)]
+    entries, overflow = _bounded(entries)
+    if own:
+        # Gapless but for what was dropped (compaction, the bound above, the history item's own
+        # compaction): what is missing between the first entry and the newest.
+        dropped = int(entries[-1]["seq"]) - int(entries[0]["seq"]) + 1 - len(entries)
+    else:
+        dropped += overflow
+    newer = [e for e in entries if int(e["seq"]) > after]
     page = newer[:limit]
     next_cursor = encode_history_cursor(int(page[-1]["seq"])) if len(newer) > limit else None
-    return HistoryPage(entries=page, next_cursor=next_cursor, dropped=int(item.get("dropped", 0)))
+    return HistoryPage(entries=page, next_cursor=next_cursor, dropped=dropped)

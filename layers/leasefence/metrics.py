@@ -72,6 +72,7 @@ class Metric(StrEnum):
     STREAM_DISPATCH_DEFERRED = "StreamDispatchDeferred"
     # -- the publisher (leasefence.streams.publisher) ----------------------------------------
     HISTORY_ENTRIES = "HistoryEntries"
+    HISTORY_COMPACTIONS = "HistoryCompactions"
     EVENTS_PUBLISHED = "EventsPublished"
     # -- fenced targets (leasefence.targets.fenced_table) ------------------------------------
     INCONSISTENT_CLAIMS_REFUSED = "InconsistentClaimsRefused"

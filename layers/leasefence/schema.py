@@ -165,6 +165,11 @@ class OperationItem(TypedDict, total=False):
     resolve_token: str
     payload_purged_at: int
     erased_at: int
+    # the history, written by each transition's own write (leasefence.history): its compact
+    # entries, how many compaction dropped, and the mark of an item that has no history item
+    h: list[dict[str, Any]]
+    hd: int
+    hv: int
 
 
 #: Every attribute an operation item may carry.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import typing
 
-from leasefence import schema
+from leasefence import history, schema
 from leasefence.payloads import PayloadStore, canonicalize
 from leasefence.schema import OPERATION_ATTRIBUTES, OperationItem
 
@@ -28,6 +28,8 @@ def _operations(engine) -> list[dict]:
 
 def _plain(hint) -> tuple[type, ...]:
     """The runtime types a TypedDict field's hint allows (``int | None`` -> (int, NoneType))."""
+    if typing.get_origin(hint) is list:  # list[dict[str, Any]] -> list
+        return (list,)
     args = typing.get_args(hint)
     return tuple(a for a in args) if args else (hint,)
 
@@ -87,6 +89,14 @@ def test_the_item_type_names_every_attribute_the_engine_writes(aws, engine, cloc
     kept = canonicalize({"kept": 1})  # a payload kept in the item
     engine.enqueue(T, "f", "other", kept.hash, payload_json=kept.body)
     snap("f")
+    # A history compacted past its bound (the publisher's write: leasefence.history).
+    engine.enqueue(T, "g", "other", H, max_attempts=1)
+    for _ in range(history.COMPACT_AT // 3 + 1):
+        claim = engine.claim(T, "g", "w1")
+        engine.park_unknown(T, "g", claim.fence, "timeout")
+        engine.resolve(T, "g", "requeue")
+    assert history.compact(engine.store, engine.store.get({"tenant_id": T, "operation_id": "g"}))
+    snap("g")
     seen += _operations(engine)
 
     hints = typing.get_type_hints(OperationItem)

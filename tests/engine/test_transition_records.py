@@ -123,7 +123,16 @@ def test_actor_is_validated(engine):
         engine.resolve(T, "op-1", "requeue", actor="")
 
 
-# ------------------------------------------------- history (written as the publisher does)
+# ------------------------------------------------- the history item of operations enqueued before
+# the history moved into the operation's item (the publisher still writes it for them)
+
+
+def enqueue_before_upgrade(engine, op="op-1", **kwargs):
+    """An operation as an engine before the in-item history enqueued it: no ``hv``, no ``h``
+    (its later transitions, made by this engine, append to ``h`` all the same)."""
+    engine.enqueue(T, op, "refund", H, **kwargs)
+    key = {"tenant_id": T, "operation_id": op}
+    engine.store.update(key, "REMOVE #hv, #h", "attribute_exists(#hv)", {"#hv": "hv", "#h": "h"}, {})
 
 
 def record(engine, old, op="op-1"):
@@ -133,7 +142,7 @@ def record(engine, old, op="op-1"):
 
 
 def test_history_is_idempotent_ordered_and_carries_the_ttl_once_ended(engine, clock):
-    engine.enqueue(T, "op-1", "refund", H, actor="p")
+    enqueue_before_upgrade(engine, actor="p")
     enqueued, written = record(engine, None)
     assert written
     claim = engine.claim(T, "op-1", "w1", lease_ms=5_000)
@@ -169,7 +178,7 @@ def test_history_is_idempotent_ordered_and_carries_the_ttl_once_ended(engine, cl
 
 
 def test_a_long_history_keeps_its_first_entry_and_the_newest(engine):
-    engine.enqueue(T, "op-1", "refund", H)
+    enqueue_before_upgrade(engine)
     item = raw(engine)
     base = history.entry_from(None, item)
     for seq in range(1, history.MAX_ENTRIES + 11):
@@ -183,7 +192,7 @@ def test_a_long_history_keeps_its_first_entry_and_the_newest(engine):
 
 
 def test_erasure_replaces_the_history_and_late_records_cannot_bring_it_back(engine):
-    engine.enqueue(T, "op-1", "refund", H)
+    enqueue_before_upgrade(engine)
     enqueued, _ = record(engine, None)
     claim = engine.claim(T, "op-1", "w1", lease_ms=5_000)
     engine.park_unknown(T, "op-1", claim.fence, "customer 4711 says: card stolen")
@@ -198,13 +207,13 @@ def test_erasure_replaces_the_history_and_late_records_cannot_bring_it_back(engi
 
 
 def test_a_new_incarnation_starts_a_new_history_and_removal_spares_it(engine, clock):
-    engine.enqueue(T, "op-1", "refund", H)
+    enqueue_before_upgrade(engine)
     old, _ = record(engine, None)
     engine.store.delete(
         {"tenant_id": T, "operation_id": "op-1"}, "attribute_exists(#s)", {"#s": "state"}, {}
     )
     clock.advance(10)
-    engine.enqueue(T, "op-1", "refund", H)  # the identity was gone: a new operation
+    enqueue_before_upgrade(engine)  # the identity was gone: a new operation
     new, written = record(engine, None)
     assert written and new["created_at"] > old["created_at"]
     history.remove(engine.store, old)  # the old item's deletion, processed late
@@ -214,7 +223,7 @@ def test_a_new_incarnation_starts_a_new_history_and_removal_spares_it(engine, cl
 def test_a_late_entry_is_inserted_in_sequence_order_and_writing_it_again_changes_nothing(engine):
     """A record retried after later ones (or redriven) lands where its seq belongs: no
     high-water mark discards it."""
-    engine.enqueue(T, "op-1", "refund", H)
+    enqueue_before_upgrade(engine)
     enqueued, _ = record(engine, None)
     claim = engine.claim(T, "op-1", "w1", lease_ms=5_000)
     claimed = raw(engine)
@@ -233,7 +242,7 @@ def test_a_late_entry_is_inserted_in_sequence_order_and_writing_it_again_changes
 
 
 def test_a_history_begun_by_a_later_record_takes_the_enqueue_before_it(engine):
-    engine.enqueue(T, "op-1", "refund", H)
+    enqueue_before_upgrade(engine)
     enqueued = raw(engine)
     engine.claim(T, "op-1", "w1", lease_ms=5_000)
     record(engine, enqueued)  # the claim's entry starts the history (the enqueue's record failed)
@@ -245,7 +254,7 @@ def test_a_history_begun_by_a_later_record_takes_the_enqueue_before_it(engine):
 
 
 def test_a_late_entry_in_a_full_history_keeps_the_first_and_the_newest(engine):
-    engine.enqueue(T, "op-1", "refund", H)
+    enqueue_before_upgrade(engine)
     item = raw(engine)
     base = history.entry_from(None, item)
     newest = history.MAX_ENTRIES + 10

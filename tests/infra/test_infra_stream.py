@@ -74,10 +74,20 @@ def test_publisher_mapping(variant) -> None:
         # An S3 destination: Lambda writes the invocation record with the whole batch there.
         "DestinationConfig": {"OnFailure": {"Destination": getatt(logical_id(stack, svc.publisher.failure_bucket))}},
     }
+    # Only what the publisher still needs (the history is in each operation's item): records that
+    # publish an outcome event, and every record of an operation enqueued before (no ``hv``).
+    changed, in_item, before = ["INSERT", "MODIFY"], {"N": [{"exists": True}]}, {"N": [{"exists": False}]}
     assert _patterns({"FilterCriteria": filters_json}) == [
-        {"eventName": ["INSERT", "MODIFY"], "dynamodb": {"NewImage": {"transition": {"S": [{"exists": True}]}}}},
-        {"eventName": ["REMOVE"], "dynamodb": {"OldImage": {"transition": {"S": [{"exists": True}]}}}},
-    ]
+        {"eventName": changed, "dynamodb": {"NewImage": {"hv": in_item, "transition": {"S": [
+            "retry", "retry_later", "unknown", "sweep", "quarantine", "requeue", "approve"]}}}},
+        {"eventName": changed, "dynamodb": {"NewImage": {"hv": in_item, "transition": {"S": [
+            "complete", "fail", "resolve", "reject", "approval_expire", "cancel"]},
+            "purge_at": {"N": [{"exists": True}]}}}},
+        {"eventName": changed, "dynamodb": {"NewImage": {"hv": in_item, "transition": {"S": ["claim", "enqueue"]},
+            "state": {"S": ["claimed", "awaiting_approval"]}, "claimed_from": {"S": ["claimed", {"exists": False}]}}}},
+        {"eventName": changed, "dynamodb": {"NewImage": {"hv": before, "transition": {"S": [{"exists": True}]}}}},
+        {"eventName": ["REMOVE"], "dynamodb": {"OldImage": {"hv": before, "transition": {"S": [{"exists": True}]}}}},
+    ]  # fmt: skip
     # The same definition the local stack runs (leasefence.streams.filters), byte for byte.
     assert filters_json == filters.filter_criteria(filters.publisher_filters())
 

@@ -16,7 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 from typer.testing import CliRunner
 
-from leasefence import Engine, settings
+from leasefence import Engine, history, settings
 from leasefence.clock import ManualClock
 from leasefence_tools.local.streams import EventSourceMapping
 from leasefence.schema import TableSpec, create_table
@@ -136,6 +136,11 @@ class Env:
         self.engine, self.clock, self.events, self.table = engine, clock, events, table
         self.invoker = FunctionInvoker(handler)
 
+    def before_upgrade(self):
+        """Operations enqueued from now on are as an engine before the in-item history wrote
+        them (no ``hv``, no ``h``): the publisher keeps their history item, from every record."""
+        self.monkeypatch.setattr(history, "start", lambda item, now, actor: None)
+
     def mapping(self) -> EventSourceMapping:
         """A new mapping of the publisher's settings (created now: at its starting position)."""
         return EventSourceMapping(
@@ -191,7 +196,9 @@ def env(aws, monkeypatch):
     handler._built = None
     clock = ManualClock()
     engine = Engine(client=aws.client(), spec=spec, clock=clock, rng=random.Random(5))
-    yield Env(aws, spec, bus, bucket, engine, clock, events, table, handler)
+    env = Env(aws, spec, bus, bucket, engine, clock, events, table, handler)
+    env.monkeypatch = monkeypatch
+    yield env
     handler._built = None
     settings.reset()
 
@@ -216,7 +223,10 @@ EVENTS = [
 @pytest.mark.parametrize("fault", ["history write", "event"])
 def test_a_transient_failure_mid_batch_keeps_history_and_events_in_sequence_order(env, fault):
     """The 2nd of 5 records of one operation fails once: the batch stops there, the mapping
-    delivers it and the records after it again, and every entry and event lands once, in order."""
+    delivers it and the records after it again, and every entry and event lands once, in order.
+    (An operation enqueued before the history moved into its item: the publisher writes its
+    history item from every record.)"""
+    env.before_upgrade()
     mapping = env.mapping()
     env.engine.enqueue(T, "op-1", "refund", H)
     mapping.poll_once()  # the enqueue, alone
@@ -233,7 +243,41 @@ def test_a_transient_failure_mid_batch_keeps_history_and_events_in_sequence_orde
     assert len(numbers) == 4 and numbers == sorted(numbers, key=int)
 
 
+def test_with_the_history_in_the_item_only_outcome_records_reach_the_publisher_in_order(env):
+    """The same five transitions of an operation that keeps its history in its item: the
+    publisher is invoked with the three records that publish an event (none for the enqueue, the
+    claims or the heartbeat), writes nothing to the table, and a failed event still stops the
+    batch there and goes out again in order."""
+    mapping = env.mapping()
+    env.engine.enqueue(T, "op-1", "refund", H)
+    mapping.poll_once()  # the enqueue, into queued: no invocation
+    assert env.invoker.calls == []
+    claim = env.engine.claim(T, "op-1", "w0", lease_ms=1_000)
+    env.engine.heartbeat(T, "op-1", claim.fence, "w0")
+    mapping.poll_once()  # a claim and a heartbeat: no invocation
+    assert env.invoker.calls == []
+    env.engine.fail(T, "op-1", claim.fence, retryable=True, reason="flaky", retry_after_ms=0)
+    env.clock.advance(1)
+    table_writes = []
+    real_update = env.table.update_item
+    env.table.update_item = lambda **kw: table_writes.append(kw) or real_update(**kw)
+    _five_transitions(env.engine, env.clock)  # (seq 3 to 8 now)
+    env.events.faults.left[5] = 1  # the takeover's event fails once
+    mapping.poll_once()
+    assert env.seqs() == [1, 2, 3, 4, 5, 6, 7, 8]  # in the item all along
+    batches = [seqs for seqs, _ in env.invoker.calls]
+    assert batches[0] == [3, 5, 6, 8] and batches[1][0] == 5  # then again from the failed one
+    assert env.events.sent == [
+        ("op-1", 3, "Operation Retrying"),
+        ("op-1", 5, "Operation Taken Over"),
+        ("op-1", 6, "Operation Retrying"),
+        ("op-1", 8, "Operation Succeeded"),
+    ]
+    assert table_writes == [] and env.history() is None  # no history item, no history write
+
+
 def test_records_that_exhaust_their_retries_are_kept_whole_and_the_command_redrives_them(env):
+    env.before_upgrade()
     mapping = env.mapping()
     env.engine.enqueue(T, "op-1", "refund", H)
     mapping.poll_once()
@@ -251,8 +295,10 @@ def test_records_that_exhaust_their_retries_are_kept_whole_and_the_command_redri
     assert record["dynamodb"]["NewImage"]["transition"]["S"] == "claim"
     assert record["dynamodb"]["NewImage"]["seq"]["N"] == "3"
     assert record["dynamodb"]["OldImage"]["lease_owner"]["S"] == "w1"  # both images, as delivered
-    # The records behind it were not blocked: history without the takeover, its event not sent.
-    assert env.seqs() == [1, 2, 4, 5, 6]
+    # The records behind it were not blocked: the history item without the takeover (the item's
+    # own entries, merged in, show it all the same), its event not sent.
+    assert [e["seq"] for e in env.history()["entries"]] == [1, 2, 4, 5, 6]
+    assert env.seqs() == [1, 2, 3, 4, 5, 6]
     assert [s for _, s, _ in env.events.sent] == [4, 6]
 
     cli = CliRunner()
@@ -273,7 +319,8 @@ def test_records_that_exhaust_their_retries_are_kept_whole_and_the_command_redri
     done = cli.invoke(app, command)
     assert done.exit_code == 0, done.output
     assert json.loads(done.output)["outcomes"] == {"published": 1}
-    assert env.seqs() == [1, 2, 3, 4, 5, 6]  # inserted in its place
+    assert [e["seq"] for e in env.history()["entries"]] == [1, 2, 3, 4, 5, 6]  # in its place
+    assert env.seqs() == [1, 2, 3, 4, 5, 6]
     assert env.events.sent[-1] == ("op-1", 3, "Operation Taken Over")
     assert env.kept() == []
     again = cli.invoke(app, command)  # nothing left: nothing happens
@@ -281,6 +328,7 @@ def test_records_that_exhaust_their_retries_are_kept_whole_and_the_command_redri
 
 
 def test_a_mapping_created_again_replays_the_stream_without_duplicating_history(env):
+    env.before_upgrade()
     first = env.mapping()
     env.engine.enqueue(T, "op-1", "refund", H)
     env.engine.claim(T, "op-1", "w1", lease_ms=1_000)
@@ -304,6 +352,7 @@ def test_a_mapping_created_again_replays_the_stream_without_duplicating_history(
 def test_the_redrive_reads_back_from_the_stream_a_batch_kept_without_its_records(env):
     """An on-failure record holding only where the batch is (what an SQS destination gets, or a
     payload left out): the redrive reads the records back from the stream while it has them."""
+    env.before_upgrade()
     mapping = env.mapping()
     env.engine.enqueue(T, "op-1", "refund", H)
     mapping.poll_once()
@@ -327,6 +376,7 @@ def test_the_redrive_reads_back_from_the_stream_a_batch_kept_without_its_records
 def test_the_redrive_leaves_out_records_of_operations_deleted_or_erased_since(env, since):
     """What a kept record would say is gone once its operation was deleted (identity expired,
     tenant erased) or erased: replaying it would bring back a history or repeat erased text."""
+    env.before_upgrade()
     mapping = env.mapping()
     env.engine.enqueue(T, "op-1", "refund", H)
     claim = env.engine.claim(T, "op-1", "w1", lease_ms=5_000)

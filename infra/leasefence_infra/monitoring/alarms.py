@@ -151,6 +151,7 @@ UNALARMED_METRICS: dict[str, str] = {
     "Erasures": "an operator's decision: normal activity",
     "TenantErasureSteps": "an operator's command, watched by that operator",
     "HistoryEntries": "the publisher's throughput; its failures are alarmed (queue, iterator age)",
+    "HistoryCompactions": "bounded histories kept bounded: normal for operations that loop",
     "EventsPublished": "the publisher's throughput; its failures are alarmed",
     "StreamDispatched": "stream dispatch's throughput; its failures are alarmed",
     "StreamDispatchTaken": "a record whose work was already taken: normal",

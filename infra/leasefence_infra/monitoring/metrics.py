@@ -135,6 +135,7 @@ METRICS: dict[str, MetricSpec] = {
     "TargetPrunesFailed": _count(WORKER),
     # The publisher function (leasefence.streams.publisher).
     "HistoryEntries": _count(PUBLISHER),
+    "HistoryCompactions": _count(PUBLISHER),
     "EventsPublished": _count(PUBLISHER),
 }
 

@@ -203,9 +203,10 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
         },
         "Each transition with its time, the state before and after, the fence, who made it "
         "(worker id, or the operator's or producer's identity from the token) and why (outcome code, "
-        "reason or note). Recorded from the table's stream, so it trails the operation by about a "
-        "second; kept as long as the operation's identity; an erasure replaces it with the erasure's "
-        "own entry. 404 not_found for an id that is unknown or another tenant's (answered exactly "
+        "reason or note). Written by each transition's own write into the operation's item, so it is "
+        "complete as soon as the transition's answer is; the first entry and the 49 newest (dropped "
+        "counts the others); kept as long as the operation's identity; an erasure replaces it with "
+        "the erasure's own entry. 404 not_found for an id that is unknown or another tenant's (answered exactly "
         "alike). With only the `leasefence/approve` scope: operations that went through the approval "
         "gate only (another: 403 forbidden).",
     ),

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, cast
 
-from leasefence import keys
+from leasefence import history, keys
 from leasefence.engine import _expr as x
 from leasefence.engine import _rules as rules
 from leasefence.engine._context import EngineContext, Key
@@ -73,14 +73,20 @@ def claim_write(
         int(snapshot["max_attempts"]),
     )
     expr = x.Expr(x.STATE_FENCE, x.TRANSITION_NAMES, x.ACTOR, {"#due": DUE_SK})
+    # Pinned to the snapshot's fence (the condition): one above it, and above the floor of this
+    # engine's fence epoch (after a restore, above every fence handed out before).
+    new_fence = max(fence + 1, fence_floor + 1)
+    expr.history(
+        history.compact_entry(
+            Transition.CLAIM, now, actor=worker_id, fence=new_fence, attempts=attempts + 1
+        )
+    )
     expr.value(
         {
             ":tr": Transition.CLAIM.value,
             ":one": 1,
             ":f": fence,
-            # Pinned to the snapshot's fence (the condition): one above it, and above the floor
-            # of this engine's fence epoch (after a restore, above every fence handed out before).
-            ":f1": max(fence + 1, fence_floor + 1),
+            ":f1": new_fence,
             ":a": attempts,
             ":a1": attempts + 1,
             ":m": max_attempts,

@@ -597,8 +597,8 @@ class Engine:
         self, tenant_id: str, operation_id: str, limit: int = 50, cursor: str | None = None
     ) -> history.HistoryPage:
         """One page of the operation's history, oldest first (:mod:`leasefence.history`).
-        :class:`NotFound` when the operation does not exist (for this tenant); an empty page when
-        nothing was recorded for it yet (history trails the operation by the stream's lag)."""
+        :class:`NotFound` when the operation does not exist (for this tenant). Each transition
+        wrote its own entry into the operation's item: nothing to wait for."""
         return self._reads.history(tenant_id, operation_id, limit, cursor)
 
     def get(self, tenant_id: str, operation_id: str) -> Operation:

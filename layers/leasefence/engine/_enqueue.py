@@ -13,7 +13,7 @@ import logging
 import threading
 from typing import Any
 
-from leasefence import keys
+from leasefence import history, keys
 from leasefence.catalogue import Admission
 from leasefence.engine import _expr as x
 from leasefence.engine._context import EngineContext
@@ -186,6 +186,7 @@ class Enqueuer:
             # Kept in the item: written by this put only (a replay or a conflict writes nothing),
             # removed by the purge or the erasure. In no index projection.
             item["payload_json"] = kept
+        history.start(item, now, actor)  # the history starts in the item, with this entry
         try:
             ctx.store.put_new(item, x.IS_NEW, x.OPERATION_ID)
         except ConditionFailed as refused:

@@ -97,6 +97,20 @@ def erase_write(
     else:
         expr.set("#pat = :now")
     expr.set("#tr = :tr", "#actor = :actor").remove("reason", "resolution_note", "checkpoint")
+    # The history becomes the erasure's own entry (the reasons and notes it held are free text),
+    # pinned to the state, fence and attempts it records (the condition below).
+    entry = history.compact_entry(
+        Transition.ERASE,
+        now,
+        actor=actor,
+        state=current["state"],
+        fence=int(current["fence"]),
+        attempts=int(current["attempts"]),
+    )
+    expr.name({"#h_": history.ITEM_HISTORY, "#hd_": history.ITEM_DROPPED, "#fence": "fence"})
+    expr.value({":h_entry": [entry], ":e_state": current["state"]})
+    expr.value({":e_fence": int(current["fence"]), ":e_attempts": int(current["attempts"])})
+    expr.set("#h_ = :h_entry").remove("#hd_")
     kept = rules.erased_intent(current)
     if kept is None:
         expr.remove("intent")
@@ -104,6 +118,7 @@ def erase_write(
         expr.values[":intent"] = kept
         expr.set("intent = :intent")
     condition = f"{x.EXISTS} AND {x.NOT_CLAIMED}"
+    condition += " AND #state = :e_state AND #fence = :e_fence AND attempts = :e_attempts"
     for name in ("intent", "checkpoint"):
         same, values = x.unchanged(name, current)
         condition += f" AND {same}"
@@ -187,10 +202,12 @@ class Eraser:
         ctx.count(Metric.ERASURES)
         tag = ctx.tag(tenant_id, operation_id)
         log.info("erased", extra={"op": tag})
-        try:
-            history.record(ctx.store, item, history.entry_from(None, item), reset=True)
-        except Unavailable:
-            log.warning("history not reset yet; the publisher will", extra={"op": tag})
+        if not history.in_item(item):
+            # An operation enqueued before its history moved into its item: its history item.
+            try:
+                history.record(ctx.store, item, history.entry_from(None, item), reset=True)
+            except Unavailable:
+                log.warning("history not reset yet; the publisher will", extra={"op": tag})
         operation = Operation.from_item(item)
         if self.inline(tenant_id, operation_id, operation) and operation.payload_purged_at is None:
             try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from leasefence.history import ITEM_HISTORY
 from leasefence.model import State, Transition
 from leasefence.schema import DUE_HOME, PURGE_SK, TTL_ATTRIBUTE
 
@@ -33,6 +34,9 @@ OPERATION_ID = {"#op": "operation_id"}
 
 #: No item under this key yet (a put-if-absent).
 IS_NEW = "attribute_not_exists(#op)"
+#: The item's history has room for an operator's requeue (:data:`leasefence.history.REQUEUE_ROOM`;
+#: ``#h_``: the history list, ``:h_room``: that count).
+HISTORY_HAS_ROOM = "(attribute_not_exists(#h_) OR size(#h_) < :h_room)"
 #: An item under this key exists (an update never creates one).
 EXISTS = "attribute_exists(#op)"
 #: Not an operation item (a claim-next marker is written under its own key, never onto one).
@@ -138,6 +142,14 @@ class Expr:
         self.names.update(TRANSITION_NAMES)
         self.values.update({":tr": transition.value, ":one": 1})
         return self.set("#tr = :tr").add("#seq :one")
+
+    def history(self, entry: Mapping[str, Any]) -> Expr:
+        """Append the transition's own history entry (:func:`leasefence.history.compact_entry`)
+        to the item's list, in this same write: the history commits with the transition, so it
+        has no gap and no entry out of order (:mod:`leasefence.history`)."""
+        self.names["#h_"] = ITEM_HISTORY
+        self.values.update({":h_entry": [dict(entry)], ":h_none": []})
+        return self.set("#h_ = list_append(if_not_exists(#h_, :h_none), :h_entry)")
 
     def end_of_life(
         self, now: int, identity_retention_ms: int | None, payload_retention_ms: int

@@ -12,6 +12,7 @@ import json
 import logging
 from typing import Any, cast
 
+from leasefence import history
 from leasefence.engine import _expr as x
 from leasefence.engine import _rules as rules
 from leasefence.engine._context import EngineContext
@@ -223,7 +224,9 @@ class FencedCommands:
         ctx = self.ctx
         now = ctx.clock()
         index_names = {"#dpk": DUE_PK, "#due": DUE_SK, "#spk": SWEEP_PK, "#sat": SWEEP_SK}
-        expr = x.Expr(x.STATE_FENCE, x.TRANSITION_NAMES, index_names)
+        expr = x.Expr(x.STATE_FENCE, x.TRANSITION_NAMES, index_names).history(
+            entry := _close_entry(command, target, fields, now, delay_ms)
+        )
         expr.value(
             {
                 ":claimed": State.CLAIMED.value,
@@ -231,7 +234,7 @@ class FencedCommands:
                 ":to": target.value,
                 ":now": now,
                 ":cmd": command,
-                ":tr": rules.closing_transition(command, target, delay_ms).value,
+                ":tr": entry["e"],
                 ":one": 1,
             }
         )
@@ -298,3 +301,17 @@ class FencedCommands:
         if isinstance(error, StaleFence):
             self.ctx.count(Metric.STALE_FENCE_REJECTIONS)
         return error
+
+
+def _close_entry(
+    command: str, target: State, fields: dict[str, Any], now: int, delay_ms: int | None
+) -> dict[str, Any]:
+    """The history entry of a holder's closing command (its actor stays the claim's)."""
+    return history.compact_entry(
+        rules.closing_transition(command, target, delay_ms),
+        now,
+        state=target,
+        outcome_code=fields.get("outcome_code"),
+        reason=fields.get("reason"),
+        available_at=now + (delay_ms or 0) if target is State.QUEUED else None,
+    )

@@ -9,10 +9,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from leasefence import history
 from leasefence.engine import _expr as x
 from leasefence.engine import _rules as rules
 from leasefence.engine._context import EngineContext
-from leasefence.errors import InvalidInput, InvalidTransition, NotFound, PayloadMismatch
+from leasefence.errors import (
+    InvalidInput,
+    InvalidTransition,
+    NotFound,
+    PayloadMismatch,
+    Unavailable,
+)
 from leasefence.limits import MAX_REASON_LENGTH
 from leasefence.metrics import Metric
 from leasefence.model import OPERATOR_ACTOR, Operation, Resolution, State, Transition
@@ -67,6 +74,11 @@ def end_early(
     )
     expr.set("#state = :to", "outcome_code = :code", "updated_at = :now", "#tr = :tr")
     expr.set("#actor = :actor")
+    expr.history(
+        history.compact_entry(
+            transition, now, actor=actor, state=target, outcome_code=outcome_code, reason=reason
+        )
+    )
     if reason is not None:
         expr.values[":why"] = reason
         expr.set("reason = :why")
@@ -107,6 +119,7 @@ class ApprovalGate:
         )
         expr.set("#state = :queued", "#dpk = #home", "#due = :now", "approved_by = :actor")
         expr.set("approved_at = :now", "updated_at = :now", "#tr = :tr", "#actor = :actor")
+        expr.history(history.compact_entry(Transition.APPROVE, expr.values[":now"], actor=actor))
         expr.remove("#spk", "#sat", "approval_expires_at").add("#seq :one")
         # Still awaiting, on the content the approver saw, in time, by someone else.
         condition = (
@@ -238,7 +251,24 @@ class ApprovalGate:
             expr.values[":tok"] = request_token
             expr.set("#rtok = :tok")
             condition += f" AND {x.NOT_THIS_REQUEST}"
+        transition = rules.resolution_transition(resolution)
+        expr.history(
+            history.compact_entry(
+                transition,
+                now,
+                actor=actor,
+                state=State.QUEUED if resolution is Resolution.REQUEUE else resolution.value,
+                outcome_code=None
+                if resolution is Resolution.REQUEUE
+                else f"resolved:{resolution.value}",
+                reason=note or None,
+            )
+        )
         if resolution is Resolution.REQUEUE:
+            # A requeue restarts a loop: refused while compaction of the history is behind
+            # (the history's absolute bound, leasefence.history).
+            condition += f" AND {x.HISTORY_HAS_ROOM}"
+            expr.values[":h_room"] = history.REQUEUE_ROOM
             expr.name({"#dpk": DUE_PK, "#due": DUE_SK, "#home": DUE_HOME})
             expr.value({":queued": State.QUEUED.value, ":true": True})
             expr.set(
@@ -264,6 +294,14 @@ class ApprovalGate:
             if rules.resolved_already(current, resolution, note or "", actor, request_token):
                 ctx.count(Metric.REPLAYS)
                 return Operation.from_item(current)  # this decision, sent again: a replay
+            if (
+                resolution is Resolution.REQUEUE
+                and current.get("state") in (State.UNKNOWN, State.QUARANTINED)
+                and len(current.get("h") or []) >= history.REQUEUE_ROOM
+            ):
+                raise Unavailable(
+                    "the operation's history is being compacted; requeue it again shortly"
+                ) from None
             raise InvalidTransition(
                 f"only unknown or quarantined operations can be resolved (state is {current['state']})"
             ) from None

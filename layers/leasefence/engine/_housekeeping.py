@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from leasefence import keys
+from leasefence import history, keys
 from leasefence.engine import _expr as x
 from leasefence.engine._claim import Claimer
 from leasefence.engine._context import EngineContext, Key
@@ -138,6 +138,11 @@ class Housekeeper:
         )
         expr.set("#state = :unknown", "updated_at = :now", "reason = :why", "#ppk = :ppk")
         expr.set("#pat = :now", "#tr = :tr", "#actor = :actor")
+        expr.history(
+            history.compact_entry(
+                Transition.SWEEP, now, actor=SWEEPER_ACTOR, reason=expr.values[":why"]
+            )
+        )
         expr.remove(
             "#spk", "#sat", "#dpk", "#due", "claim_token", "lease_owner", "lease_expires_at"
         )

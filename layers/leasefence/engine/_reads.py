@@ -29,14 +29,21 @@ class Reads:
     def history(
         self, tenant_id: str, operation_id: str, limit: int, cursor: str | None
     ) -> histories.HistoryPage:
-        operation = self.get(tenant_id, operation_id)
+        validate_id("tenant_id", tenant_id)
+        validate_id("operation_id", operation_id)
+        item = self.ctx.store.get_operation(self.ctx.key(tenant_id, operation_id))
+        if item is None:
+            raise NotFound("operation not found")
+        # The history is in the item (written by each transition's own write); an operation
+        # enqueued before that also has a history item, merged in.
         return histories.read(
             self.ctx.store,
             tenant_id,
             operation_id,
-            operation.created_at,
+            int(item["created_at"]),
             limit=limit,
             cursor=cursor,
+            item=item,
         )
 
     def job_types(self, tenant_id: str) -> list[str]:

@@ -15,7 +15,9 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from leasefence import history
 from leasefence.model import State, Transition
+from leasefence.schema import PURGE_SK
 
 #: Transitions after which the operation is queued and claimable at once.
 CLAIMABLE_NOW = (Transition.ENQUEUE, Transition.RETRY, Transition.REQUEUE, Transition.APPROVE)
@@ -40,18 +42,79 @@ def dispatch_filters(tenants: Sequence[str] | None = None) -> list[dict[str, Any
     return [pattern]
 
 
+#: Transitions that publish an outcome event and leave the operation live (no write but the next
+#: transition follows them, save rare index repairs, which the publisher skips by ``seq``).
+EVENT_LIVE = (
+    Transition.RETRY,
+    Transition.RETRY_LATER,
+    Transition.UNKNOWN,
+    Transition.SWEEP,
+    Transition.QUARANTINE,
+    Transition.REQUEUE,
+    Transition.APPROVE,
+)
+#: Transitions that publish an outcome event and end the operation (the payload's purge writes
+#: the ended item later: it removes the purge time these records show, so it passes no filter).
+EVENT_FINAL = (
+    Transition.COMPLETE,
+    Transition.FAIL,
+    Transition.RESOLVE,
+    Transition.REJECT,
+    Transition.APPROVAL_EXPIRE,
+    Transition.CANCEL,
+)
+_IN_ITEM = {"N": [{"exists": True}]}
+_BEFORE = {"N": [{"exists": False}]}
+
+
 def publisher_filters() -> list[dict[str, Any]]:
-    """The publisher's filters: every write that records a transition (heartbeats and index
-    repairs of a claimed item pass too: they keep ``transition``; the publisher skips them by
-    ``seq``), and the deletion of an operation item (TTL, tenant erasure: its history goes)."""
+    """The publisher's filters: only the records it still needs (:mod:`leasefence.history`: each
+    transition writes its own history entry into the operation's item). Of an operation whose
+    history is in its item (``hv``): the records that publish an outcome event (which also let
+    the publisher compact a history past its bound: every loop of an operation passes one), never
+    an enqueue (unless it awaits approval), a fresh claim, an erasure, a heartbeat, a payload
+    purge or the item's deletion. A heartbeat of a holder that took over a lapsed lease still
+    passes (its image is the takeover's; the publisher skips it by ``seq``): takeovers are rare.
+    Of an operation enqueued before (no ``hv``): as before, every write that records a transition
+    and the item's deletion (its history item is written and deleted by the publisher)."""
+    mark = history.ITEM_HISTORY_MARK
+    changed = ["INSERT", "MODIFY"]
     return [
         {
-            "eventName": ["INSERT", "MODIFY"],
-            "dynamodb": {"NewImage": {"transition": {"S": [{"exists": True}]}}},
+            "eventName": changed,
+            "dynamodb": {
+                "NewImage": {mark: _IN_ITEM, "transition": {"S": [t.value for t in EVENT_LIVE]}}
+            },
+        },
+        {
+            "eventName": changed,
+            "dynamodb": {
+                "NewImage": {
+                    mark: _IN_ITEM,
+                    "transition": {"S": [t.value for t in EVENT_FINAL]},
+                    PURGE_SK: {"N": [{"exists": True}]},
+                }
+            },
+        },
+        {
+            # A takeover (a claim from ``claimed``), or an enqueue that awaits approval.
+            "eventName": changed,
+            "dynamodb": {
+                "NewImage": {
+                    mark: _IN_ITEM,
+                    "transition": {"S": [Transition.CLAIM.value, Transition.ENQUEUE.value]},
+                    "state": {"S": [State.CLAIMED.value, State.AWAITING_APPROVAL.value]},
+                    "claimed_from": {"S": [State.CLAIMED.value, {"exists": False}]},
+                }
+            },
+        },
+        {
+            "eventName": changed,
+            "dynamodb": {"NewImage": {mark: _BEFORE, "transition": {"S": [{"exists": True}]}}},
         },
         {
             "eventName": ["REMOVE"],
-            "dynamodb": {"OldImage": {"transition": {"S": [{"exists": True}]}}},
+            "dynamodb": {"OldImage": {mark: _BEFORE, "transition": {"S": [{"exists": True}]}}},
         },
     ]
 

@@ -1,4 +1,13 @@
-"""The publisher function's logic: each stream record becomes a history entry, then an event.
+"""The publisher function's logic: outcome events, compaction of the history in the item, and
+the history item of operations enqueued before the history moved into the item.
+
+Each transition writes its own history entry into the operation's item (:mod:`leasefence.history`):
+for such an operation (``hv`` on the item) the publisher writes no history; it compacts the list
+when a record shows it past its bound (one write conditional on the record's ``seq``), then
+publishes the outcome event. The mapping's filters (:mod:`leasefence.streams.filters`) hand it
+only those records and the records of operations enqueued before (no ``hv``), for which it keeps
+doing what it did: each record becomes an entry of the operation's history item, and the
+deletion of the operation item deletes that history item.
 
 Per record, in stream order (a shard's records for one operation arrive in the order of its
 writes; the function stops its batch at the first failed record, so none overtakes it): the
@@ -47,8 +56,13 @@ class Publisher:
         ``skipped``). Raises to have the record delivered again."""
         change = records.parse(record)
         if change.event_name == "REMOVE":
-            if change.is_operation and change.old is not None and "created_at" in change.old:
-                history.remove(self.store, change.old)
+            if (
+                change.is_operation
+                and change.old is not None
+                and "created_at" in change.old
+                and not history.in_item(change.old)
+            ):
+                history.remove(self.store, change.old)  # a history item written before
                 return "removed"
             return "skipped"
         transition = change.transition
@@ -56,9 +70,13 @@ class Publisher:
             return "skipped"  # a heartbeat, an index repair, a purge: no transition
         new = change.new
         assert new is not None
-        entry = history.entry_from(change.old, new)
-        if history.record(self.store, new, entry, reset=transition is Transition.ERASE):
-            self.count(Metric.HISTORY_ENTRIES, 1)
+        if history.compact(self.store, new):
+            self.count(Metric.HISTORY_COMPACTIONS, 1)
+        if not history.in_item(new):
+            # An operation enqueued before the history moved into its item: its history item.
+            entry = history.entry_from(change.old, new)
+            if history.record(self.store, new, entry, reset=transition is Transition.ERASE):
+                self.count(Metric.HISTORY_ENTRIES, 1)
         if self.bus is None:
             return "recorded"
         published = events.entry(change, self.bus)

@@ -80,11 +80,14 @@ def test_quick_bench_reports_every_figure(tmp_path):
         profile = all_in["profiles"][name]
         assert profile["total"] > lines[name]["dynamodb_writes"]
         assert sum(profile["lines"].values()) == pytest.approx(profile["total"], abs=0.02)
-        for line in ("dynamodb_writes_history", "dynamodb_backup_pitr", "lambda_duration",
+        for line in ("dynamodb_backup_pitr", "lambda_duration",
                      "logs_ingestion", "eventbridge_events"):
             assert profile["lines"][line] > 0, (name, line)
         assert profile["lines"]["s3_requests"] == 0 and profile["lines"]["s3_storage"] == 0, name
-        # Index and history writes counted: at least the lifecycle's own units.
+        # The history is in the operation's item, written by each transition's own write.
+        assert profile["lines"]["dynamodb_writes_history"] == 0, name
+        assert measured[name]["wcu_history"] == 0 and measured[name]["stored"]["ended"]["history_bytes"] == 0
+        # Index writes counted: at least the lifecycle's own units.
         assert report["wru_per_lifecycle_all"][name] >= measured[name]["wcu"] - 1e-9
         assert profile["by_component"]["heartbeats"] > 0 and profile["by_component"]["payload_purge"] > 0
     assert set(all_in["alternatives"]) == set(cost_per_million.ALTERNATIVES)
@@ -94,6 +97,10 @@ def test_quick_bench_reports_every_figure(tmp_path):
     assert events["idle_poll_http"]["wcu"] == 0  # an idle poll writes nothing
     # The purge of a payload kept in the item: one conditional REMOVE, no S3 call.
     assert events["purge"]["s3_delete"] == 0 and events["purge"]["wcu"] >= 1
+    # Heartbeat and purge records, and the end of retention, invoke no publisher (its filters).
+    for event in ("heartbeat_http", "heartbeat_in_process", "purge", "end_of_retention"):
+        assert events[event]["functions"].get("publisher", {}).get("invocations", 0) == 0, event
+    assert events["end_of_retention"]["wcu"] == 0  # no history item to delete
     # Every log and EMF line the functions wrote was checked: no raw id, no payload.
     privacy = report["sections"]["profiles"]["log_privacy"]
     assert privacy["lines_checked"] > 0 and privacy["lines_with_a_raw_id_or_payload"] == {}

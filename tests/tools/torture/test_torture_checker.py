@@ -18,6 +18,7 @@ from leasefence_tools.torture.checker import (
     event_order_rule,
     fence_order_rule,
     healthy_lease_rule,
+    history_content_rule,
     history_rule,
     retry_rule,
     single_call_rule,
@@ -89,6 +90,21 @@ def test_history_rule_reports_a_sequence_twice_and_out_of_order():
 def test_history_rule_reports_a_history_without_its_start_or_missing_altogether():
     assert "history_gap" in kinds(history_rule([entry(2), entry(3)], 0, 3))
     assert kinds(history_rule([], 0, 2)) == ["history_missing"]
+
+
+def test_history_content_rule_reports_an_entry_that_does_not_follow_or_a_stale_newest():
+    ok = [
+        {"seq": 1, "state": "queued", "fence": 0, "attempt": 0},
+        {"seq": 2, "previous_state": "queued", "state": "claimed", "fence": 1, "attempt": 1},
+    ]
+    item = {"seq": 2, "state": "claimed", "fence": 1, "attempts": 1}
+    assert history_content_rule(ok, item) == []
+    wrong_previous = [ok[0], {**ok[1], "previous_state": "unknown"}]
+    assert kinds(history_content_rule(wrong_previous, item)) == ["history_content"]
+    fence_down = [{**ok[0], "fence": 2}, ok[1]]
+    assert kinds(history_content_rule(fence_down, item)) == ["history_content"]
+    assert kinds(history_content_rule(ok, {**item, "attempts": 2})) == ["history_content"]
+    assert history_content_rule(ok, {**item, "seq": 3, "state": "queued"}) == []  # not the newest
 
 
 def test_history_rule_accepts_whole_erased_and_bounded_histories():

@@ -69,6 +69,31 @@ def history_rule(entries: list[dict[str, Any]], dropped: int, final_seq: int) ->
     return found
 
 
+def history_content_rule(entries: list[dict[str, Any]], item: dict[str, Any]) -> list[Finding]:
+    """Each entry follows from the one before it (the history in the item derives what a write
+    did not know from it): a next entry's previous state is its state, fences never go down, and
+    the newest entry is the operation as it is (state, fence, attempts)."""
+    found: list[Finding] = []
+    for a, b in itertools.pairwise(entries):
+        if _seq(b) == _seq(a) + 1 and b.get("previous_state") != a.get("state"):
+            found.append(
+                (
+                    "history_content",
+                    f"seq {_seq(b)} from {b.get('previous_state')}, seq {_seq(a)} left it "
+                    f"{a.get('state')}",
+                )
+            )
+        if int(b.get("fence", 0)) < int(a.get("fence", 0)):
+            found.append(("history_content", f"fence down at seq {_seq(b)}"))
+    if entries and _seq(entries[-1]) == int(item.get("seq", 0)):
+        last = entries[-1]
+        shown = (last.get("state"), last.get("fence"), last.get("attempt"))
+        actual = (item.get("state"), int(item.get("fence", 0)), int(item.get("attempts", 0)))
+        if shown != actual:
+            found.append(("history_content", f"newest entry {shown}, operation {actual}"))
+    return found
+
+
 def event_order_rule(sequences: list[int]) -> list[Finding]:
     """One operation's events, as published: deduplicated by sequence (delivery is at least once),
     their first deliveries come in sequence order."""
@@ -505,6 +530,7 @@ def _check_composed(
             entries, dropped = history_of(engine, tenant, operation_id)
             histories += 1
             judge(tenant, operation_id, history_rule(entries, dropped, int(item.get("seq", 0))))
+            judge(tenant, operation_id, history_content_rule(entries, item))
             judge(tenant, operation_id, event_order_rule(published.get(key, [])))
             judge(tenant, operation_id, event_delivery_rule(entries, set(published.get(key, []))))
     # Shared class-B items: every operation's postings, in each account's commit order.

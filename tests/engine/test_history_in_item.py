@@ -1,0 +1,296 @@
+"""The history kept in the operation's own item, written by each transition's own conditional
+write (leasefence.history): complete and in order after every transition with no publisher
+running, the same entries the publisher made from the stream, bounded, erased, and merged with
+the history item of an operation enqueued before."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from leasefence import Unavailable, history, keys
+from leasefence.model import State
+from leasefence.store import from_item
+from leasefence_tools.bench import units as U
+
+H = "sha256:" + "5" * 64
+T = "tenant-h"
+
+
+def raw(engine, op="op-1"):
+    return engine.store.get({"tenant_id": T, "operation_id": op})
+
+
+class Oracle:
+    """What the publisher made of each transition from the stream record's two images
+    (``history.entry_from``), step by step: the in-item history must answer exactly that."""
+
+    def __init__(self, engine, op="op-1"):
+        self.engine, self.op = engine, op
+        self.expected: list[dict] = []
+        self.image = None
+
+    def step(self, action):
+        result = action()
+        new = raw(self.engine, self.op)
+        if self.image is None or new["seq"] != self.image["seq"]:
+            entry = history.entry_from(self.image, new)
+            # An erasure replaces the history with its own entry.
+            self.expected = [entry] if entry["transition"] == "erase" else [*self.expected, entry]
+        self.image = new
+        page = self.engine.history(T, self.op)  # no publisher ran: the item alone answers
+        assert page.entries == self.expected and page.dropped == 0
+        assert (
+            self.engine.store.get({"tenant_id": T, "operation_id": keys.history_id(self.op)})
+            is None
+        )
+        return result
+
+
+def test_each_transition_writes_its_entry_with_it_complete_and_in_order(engine, clock):
+    o = Oracle(engine)
+    o.step(lambda: engine.enqueue(T, "op-1", "refund", H, actor="producer-1", max_attempts=3))
+    claim = o.step(lambda: engine.claim(T, "op-1", "w1", lease_ms=1_000))
+    o.step(lambda: engine.heartbeat(T, "op-1", claim.fence, "w1"))  # no transition, no entry
+    o.step(lambda: engine.fail(T, "op-1", claim.fence, True, "flaky " * 60, retry_after_ms=0))
+    claim = o.step(lambda: engine.claim(T, "op-1", "w2", lease_ms=1_000))
+    clock.advance(1_000)
+    claim = o.step(lambda: engine.claim_next(T, "rescuer", lease_ms=1_000))  # a takeover
+    assert claim.takeover and o.expected[-1]["transition"] == "takeover"
+    assert o.expected[-1]["previous_actor"] == "w2"
+    o.step(lambda: engine.park_unknown(T, "op-1", claim.fence, "timeout at the provider"))
+    o.step(lambda: engine.resolve(T, "op-1", "requeue", note="not sent", actor="ops-alice"))
+    claim = o.step(lambda: engine.claim(T, "op-1", "w3", lease_ms=1_000))
+    o.step(lambda: engine.fail(T, "op-1", claim.fence, True, "busy", retry_after_ms=5_000))
+    clock.advance(5_000)
+    claim = o.step(lambda: engine.claim(T, "op-1", "w4", lease_ms=1_000))
+    o.step(lambda: engine.quarantine(T, "op-1", claim.fence, "cannot parse"))
+    o.step(lambda: engine.resolve(T, "op-1", "succeeded", note="done by hand"))
+    assert [e["transition"] for e in o.expected] == [
+        "enqueue", "claim", "retry", "claim", "takeover", "unknown", "requeue", "claim",
+        "retry_later", "claim", "quarantine", "resolve",
+    ]  # fmt: skip
+    assert len(o.expected[2]["reason"]) == history.MAX_REASON  # cut as before
+    o.step(lambda: engine.erase(T, "op-1", actor="ops-bob"))
+    assert [(e["transition"], e["seq"], e["state"]) for e in o.expected[-1:]] == [
+        ("erase", 13, "succeeded")
+    ]
+
+    # The sweeper's park, a completion, a cancellation and a terminal failure.
+    o = Oracle(engine, "op-2")
+    o.step(lambda: engine.enqueue(T, "op-2", "refund", H, max_attempts=1))
+    o.step(lambda: engine.claim(T, "op-2", "w1", lease_ms=1_000))
+    clock.advance(1_000)
+    o.step(lambda: engine.sweep())
+    assert o.expected[-1]["transition"] == "sweep" and o.expected[-1]["state"] == "unknown"
+    o = Oracle(engine, "op-3")
+    o.step(lambda: engine.enqueue(T, "op-3", "refund", H))
+    claim = o.step(lambda: engine.claim(T, "op-3", "w1"))
+    o.step(lambda: engine.complete(T, "op-3", claim.fence, "refunded"))
+    o.step(lambda: engine.complete(T, "op-3", claim.fence, "refunded"))  # a replay: no entry
+    o = Oracle(engine, "op-4")
+    o.step(lambda: engine.enqueue(T, "op-4", "refund", H))
+    o.step(lambda: engine.cancel(T, "op-4", actor="producer-2"))
+    o = Oracle(engine, "op-5")
+    o.step(lambda: engine.enqueue(T, "op-5", "refund", H, max_attempts=1))
+    claim = o.step(lambda: engine.claim(T, "op-5", "w1"))
+    o.step(lambda: engine.fail(T, "op-5", claim.fence, True, "no attempts left"))
+    assert o.expected[-1]["transition"] == "fail"
+
+
+def test_the_entries_are_compact(engine):
+    engine.enqueue(T, "op-1", "refund", H)
+    claim = engine.claim(T, "op-1", "worker-0001", lease_ms=1_000)
+    engine.complete(T, "op-1", claim.fence, "ok")
+    item = engine.store.client.get_item(
+        TableName=engine.store.table_name,
+        Key={"tenant_id": {"S": T}, "operation_id": {"S": "op-1"}},
+    )["Item"]
+    # Three entries: about 30 bytes each (the worker id counted once).
+    assert U.value_size(item["h"]) < 120, from_item({"h": item["h"]})
+
+
+def _loop(engine, op, rounds, reason="timeout", worker="w", oracle=None):
+    """Claims parked as unknown and requeued by an operator: three entries a round."""
+    step = oracle.record if oracle is not None else (lambda action: action())
+    for _ in range(rounds):
+        claim = step(lambda: engine.claim(T, op, worker, lease_ms=1_000))
+        step(lambda c=claim: engine.park_unknown(T, op, c.fence, reason))
+        step(lambda: engine.resolve(T, op, "requeue", note=reason))
+
+
+class Recorder(Oracle):
+    def record(self, action):
+        result = action()
+        new = raw(self.engine, self.op)
+        entry = history.entry_from(self.image, new)
+        self.expected = [entry] if entry["transition"] == "erase" else [*self.expected, entry]
+        self.image = new
+        return result
+
+    def shown(self):
+        """What the API shows of it: the first entry and the newest, the rest counted."""
+        bound = history.MAX_ENTRIES
+        if len(self.expected) <= bound:
+            return self.expected, 0
+        return [self.expected[0], *self.expected[-(bound - 1) :]], len(self.expected) - bound
+
+
+def test_a_long_requeue_loop_stays_bounded_and_compaction_changes_no_answer(engine):
+    o = Recorder(engine)
+    o.record(lambda: engine.enqueue(T, "op-1", "refund", H, max_attempts=1))
+    _loop(engine, "op-1", 20, oracle=o)  # 61 entries, no publisher: the API shows the bound
+    page = engine.history(T, "op-1")
+    assert (page.entries, page.dropped) == o.shown() and page.dropped == 61 - history.MAX_ENTRIES
+    item = raw(engine)
+    assert len(item["h"]) == 61 > history.COMPACT_AT
+    assert history.compact(engine.store, item)  # the publisher's write, on a record it got
+    compacted = raw(engine)
+    assert len(compacted["h"]) == history.MAX_ENTRIES
+    assert compacted["hd"] == 61 - history.MAX_ENTRIES
+    assert engine.history(T, "op-1") == page  # the same answer, entry for entry
+    assert not history.compact(engine.store, item)  # the record delivered again: no write
+    _loop(engine, "op-1", 5, oracle=o)  # later entries still derive seq, state, fence, actor
+    after = engine.history(T, "op-1")
+    assert (after.entries, after.dropped) == o.shown()
+    assert after.entries[-3]["fence"] == 25 and after.entries[-1]["transition"] == "requeue"
+    first = engine.history(T, "op-1", limit=10)
+    rest = engine.history(T, "op-1", limit=50, cursor=first.next_cursor)
+    assert first.entries + rest.entries == after.entries  # paging over a compacted history
+    # Compacted twice: the first entry keeps its own seq, the dropped ones add up.
+    _loop(engine, "op-1", 4, oracle=o)
+    assert history.compact(engine.store, raw(engine))
+    page = engine.history(T, "op-1")
+    assert (page.entries, page.dropped) == o.shown() and raw(engine)["hd"] == page.dropped
+
+
+def test_without_compaction_a_requeue_is_refused_before_the_item_can_grow_unbounded(engine):
+    """The absolute bound: with no publisher at all, the worst an operation can store (reasons of
+    256 four-byte characters, 256-character worker ids, 100 attempts after the last requeue)
+    stays far below DynamoDB's 400 KB item limit (moto does not enforce it)."""
+    worker, reason = "w" * 256, "\U0001f600" * 256
+    engine.enqueue(T, "op-1", "refund", H, max_attempts=1)
+    _loop(engine, "op-1", (history.REQUEUE_ROOM - 4) // 3, reason, worker)
+    claim = engine.claim(T, "op-1", worker, lease_ms=1_000)
+    engine.park_unknown(T, "op-1", claim.fence, reason)
+    before = len(raw(engine)["h"])
+    assert history.REQUEUE_ROOM - 3 <= before < history.REQUEUE_ROOM
+    engine.resolve(T, "op-1", "requeue", note=reason)  # still room: the last requeue taken
+    key = {"tenant_id": {"S": T}, "operation_id": {"S": "op-1"}}
+    engine.store.client.update_item(  # the largest budget an operation can have
+        TableName=engine.store.table_name,
+        Key=key,
+        UpdateExpression="SET max_attempts = attempts + :m",
+        ExpressionAttributeValues={":m": {"N": "100"}},
+    )
+    for _ in range(99):
+        claim = engine.claim(T, "op-1", worker, lease_ms=1_000)
+        engine.fail(T, "op-1", claim.fence, True, reason, retry_after_ms=0)
+    claim = engine.claim(T, "op-1", worker, lease_ms=1_000)
+    engine.park_unknown(T, "op-1", claim.fence, reason)
+    with pytest.raises(Unavailable):
+        engine.resolve(T, "op-1", "requeue", note=reason)  # compaction is behind: 503, retried
+    assert raw(engine)["state"] == State.UNKNOWN
+    engine.resolve(T, "op-1", "failed_terminal", note=reason)  # ending it is never refused
+    item = engine.store.client.get_item(TableName=engine.store.table_name, Key=key)["Item"]
+    assert len(item["h"]["L"]) == before + 1 + 2 * 100 + 1
+    assert U.value_size(item["h"]) < history.MAX_LIST_BYTES
+    assert U.item_size(item) < history.MAX_LIST_BYTES + 10 * 1024  # half of the 400 KB limit
+    assert {len(e["M"]["r"]["S"].encode()) for e in item["h"]["L"] if "r" in e["M"]} == {
+        history.MAX_REASON_BYTES  # 192 four-byte characters of the 256
+    }
+    # Compaction brings it back to the bound, and the requeue is taken again.
+    engine.enqueue(T, "op-2", "refund", H, max_attempts=1)
+    _loop(engine, "op-2", (history.REQUEUE_ROOM - 4) // 3 + 1, "x")
+    claim = engine.claim(T, "op-2", "w", lease_ms=1_000)
+    engine.park_unknown(T, "op-2", claim.fence, "x")
+    with pytest.raises(Unavailable):
+        engine.resolve(T, "op-2", "requeue")
+    assert history.compact(engine.store, raw(engine, "op-2"))
+    assert engine.resolve(T, "op-2", "requeue").state == State.QUEUED
+
+
+def test_an_erasure_replaces_the_history_in_the_item(engine, clock):
+    engine.enqueue(T, "op-1", "refund", H, max_attempts=1)
+    _loop(engine, "op-1", 25, "customer 4711 says: card stolen")
+    assert history.compact(engine.store, raw(engine))
+    claim = engine.claim(T, "op-1", "w9", lease_ms=1_000)
+    engine.park_unknown(T, "op-1", claim.fence, "customer 4711 again")
+    engine.erase(T, "op-1", actor="ops-erin")
+    item = raw(engine)
+    assert len(item["h"]) == 1 and "hd" not in item
+    page = engine.history(T, "op-1")
+    assert page.dropped == 0 and [
+        (e["seq"], e["transition"], e["actor"], e["state"], e["previous_state"], e["fence"])
+        for e in page.entries
+    ] == [(item["seq"], "erase", "ops-erin", "unknown", "unknown", claim.fence)]
+    assert "customer" not in str(item["h"])
+    engine.resolve(T, "op-1", "requeue")
+    claim = engine.claim(T, "op-1", "w10")
+    entries = engine.history(T, "op-1").entries
+    assert [(e["seq"] - item["seq"], e["transition"], e["previous_state"]) for e in entries] == [
+        (0, "erase", "unknown"),
+        (1, "requeue", "unknown"),
+        (2, "claim", "queued"),
+    ]
+    assert entries[-1]["fence"] == claim.fence and entries[-1]["attempt"] == raw(engine)["attempts"]
+
+
+def enqueue_before_upgrade(engine, op="op-1", **kwargs):
+    """An operation as an engine before the in-item history enqueued it (no ``hv``, no ``h``),
+    and its history item as the publisher wrote it from the enqueue's record."""
+    engine.enqueue(T, op, "refund", H, **kwargs)
+    engine.store.update(
+        {"tenant_id": T, "operation_id": op}, "REMOVE #hv, #h", "attribute_exists(#hv)",
+        {"#hv": "hv", "#h": "h"}, {},
+    )  # fmt: skip
+    enqueued = raw(engine, op)
+    assert history.record(engine.store, enqueued, history.entry_from(None, enqueued))
+    return enqueued
+
+
+def test_an_operation_enqueued_before_reads_its_history_item_then_its_own_entries(engine, clock):
+    enqueued = enqueue_before_upgrade(engine, actor="producer-1")
+    claim = engine.claim(T, "op-1", "w1", lease_ms=1_000)
+    claimed = raw(engine)
+    engine.fail(T, "op-1", claim.fence, True, "flaky", retry_after_ms=0)
+    retried = raw(engine)
+    expected = [
+        history.entry_from(None, enqueued),
+        history.entry_from(enqueued, claimed),
+        history.entry_from(claimed, retried),
+    ]
+    # Its history item holds the enqueue only (the publisher lags): the item tells the rest.
+    assert engine.history(T, "op-1").entries == expected
+    # The publisher catches up (records of an operation without ``hv``): nothing doubles.
+    assert history.record(engine.store, claimed, expected[1])
+    assert history.record(engine.store, retried, expected[2])
+    assert engine.history(T, "op-1").entries == expected
+    # Its erasure resets both.
+    engine.erase(T, "op-1", actor="ops-1")
+    entries = engine.history(T, "op-1").entries
+    assert [(e["seq"], e["transition"]) for e in entries] == [(4, "erase")]
+    stored = engine.store.get({"tenant_id": T, "operation_id": keys.history_id("op-1")})
+    assert [e["transition"] for e in stored["entries"]] == ["erase"]
+
+
+def test_a_long_history_enqueued_before_counts_what_it_dropped_once(engine):
+    """Its history item dropped entries that the item still holds: shown once, counted once."""
+    enqueued = enqueue_before_upgrade(engine, max_attempts=1)
+    images = [enqueued]
+    for _ in range(20):
+        claim = engine.claim(T, "op-1", "w")
+        images.append(raw(engine))
+        engine.park_unknown(T, "op-1", claim.fence, "timeout")
+        images.append(raw(engine))
+        engine.resolve(T, "op-1", "requeue")
+        images.append(raw(engine))
+    for old, new in itertools.pairwise(images):  # the publisher, for an operation without hv
+        assert history.record(engine.store, new, history.entry_from(old, new))
+    stored = engine.store.get({"tenant_id": T, "operation_id": keys.history_id("op-1")})
+    assert stored["dropped"] == 61 - history.MAX_ENTRIES
+    page = engine.history(T, "op-1")
+    assert page.dropped == 61 - history.MAX_ENTRIES
+    assert [e["seq"] for e in page.entries] == [1, *range(61 - history.MAX_ENTRIES + 2, 62)]
+    assert page.entries == [stored["entries"][0], *stored["entries"][1:]]
