@@ -84,7 +84,7 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/v1/health", None, "health"),
     RouteSpec("POST", "/v1/operations", PRODUCE, "enqueueOperation"),
     RouteSpec("GET", "/v1/operations", OPERATE, "listOperations", also=(APPROVE,)),
-    RouteSpec("GET", "/v1/operations/{id}", PRODUCE, "getOperation", also=(APPROVE,)),
+    RouteSpec("GET", "/v1/operations/{id}", PRODUCE, "getOperation", also=(OPERATE, APPROVE)),
     RouteSpec("POST", "/v1/claims", WORK, "claimOperation"),
     RouteSpec("POST", "/v1/operations/{id}/heartbeat", WORK, "heartbeat"),
     RouteSpec("POST", "/v1/operations/{id}/complete", WORK, "completeOperation"),
