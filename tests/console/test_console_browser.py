@@ -7,14 +7,18 @@ Every check reads the page as a person would, then the API confirms what the cli
 
 from __future__ import annotations
 
+import json
 import re
 import time
+from datetime import timedelta
 
 import pytest
-from tests.support.browser import browser, local_stack
+from tests.support.browser import SECRET, browser, local_stack
 from playwright.sync_api import expect
 
+from leasefence.api.models import ENQUEUE_EXAMPLE
 from leasefence.client import LeaseFenceClient
+from leasefence_tools.local.tokens import mint
 
 pytestmark = pytest.mark.timeout(240)
 WAIT_MS = 15_000
@@ -181,3 +185,183 @@ def test_without_a_scope_views_are_read_only_and_say_why(local, page):
     expect(page.locator(".why", has_text="needs leasefence/operate")).to_be_visible()
     expect(page.locator("[data-test=cancel]")).to_be_enabled()
     expect(page.locator(".history [data-test=needs-scope]")).to_contain_text("leasefence/operate")
+
+
+def test_the_list_refreshes_itself_counts_per_state_and_pages(local, page):
+    producer = _client(local, "producer-3")
+    page.goto(local.link("operator-3", "operate", view="/operations?q=live-"))
+    expect(page.locator("[data-test=results]")).to_contain_text("No operation matches")
+    expect(page.locator("[data-test=counts]")).to_contain_text("all 0")
+    page.evaluate("window.notReloaded = true")
+    producer.enqueue("live-1", "nightly-report", {"day": 1})
+    producer.enqueue("live-2", "nightly-report", {"day": 2})
+    claim = producer.claim("w-live", operation_id="live-2")
+    producer.unknown("live-2", claim.fence, "printer on fire")
+    # Within a refresh (5 s), without reloading or navigating: the rows and the counts.
+    expect(page.locator("[data-test=op-row]")).to_have_count(2)
+    expect(page.locator("[data-test=count-queued] strong")).to_have_text("1")
+    expect(page.locator("[data-test=count-unknown] strong")).to_have_text("1")
+    assert page.evaluate("window.notReloaded") is True and page.url.endswith("#/operations?q=live-")
+    # A state's count is a link to that state's list.
+    page.click("[data-test=count-unknown]")
+    expect(page.locator("[data-test=op-row]")).to_have_count(1)
+    expect(page.locator("[data-test=op-row]").first).to_have_attribute("data-id", "live-2")
+    # Paging: a page of 3 in id order, the next page (its cursor in the link), and back.
+    page.goto(local.link("operator-3", "operate", view="/operations?limit=3"))
+    expect(page.locator("[data-test=op-row]")).to_have_count(3)
+    first = page.locator("[data-test=op-row]").evaluate_all("rows => rows.map(r => r.dataset.id)")
+    page.click("[data-test=next-page]")
+    expect(page).to_have_url(re.compile(r"limit=3.*cursor=|cursor=.*limit=3"))
+    expect(page.locator("[data-test=op-row]").first).not_to_have_attribute("data-id", first[0])
+    second = page.locator("[data-test=op-row]").evaluate_all("rows => rows.map(r => r.dataset.id)")
+    assert len(second) == 3 and not set(first) & set(second)
+    page.get_by_role("button", name="Previous page").click()
+    expect(page.locator("[data-test=op-row]").first).to_have_attribute("data-id", first[0])
+
+
+def test_the_time_filter_narrows_the_list_and_its_counts(local, page):
+    producer = _client(local, "producer-4")
+    since = producer.enqueue("time-0", "nightly-report", {"day": 0}).operation.updated_at
+    time.sleep(0.05)
+    producer.enqueue("time-1", "nightly-report", {"day": 1})
+    after = (since + timedelta(milliseconds=1)).isoformat().replace("+00:00", "Z")
+    page.goto(local.link("operator-4", "operate", view=f"/operations?q=time-&updated_after={after}"))
+    expect(page.locator("[data-test=op-row]")).to_have_count(1)
+    expect(page.locator("[data-test=op-row]").first).to_have_attribute("data-id", "time-1")
+    expect(page.locator("[data-test=count-queued] strong")).to_have_text("1")
+    # Through the form: nothing was updated after 2099.
+    page.fill("input[name=updated_after]", "2099-01-01T00:00")
+    page.click("[data-test=apply-filters]")
+    expect(page).to_have_url(re.compile(r"updated_after=2099-01-01T"))
+    expect(page.locator("[data-test=op-row]")).to_have_count(0)
+    expect(page.locator("[data-test=counts]")).to_contain_text("all 0")
+
+
+def test_an_operator_alone_reads_an_operation_its_lease_intent_and_checkpoint(local, page):
+    worker = _client(local, "worker-5")
+    worker.enqueue("lease-1", "charge-card", {"order": "L-1"}, target_class="D")
+    claim = worker.claim("worker-5", lease_seconds=600, operation_id="lease-1")
+    worker.heartbeat("lease-1", claim.fence, "worker-5", checkpoint={"step": 2, "psp": "started"})
+    worker.heartbeat("lease-1", claim.fence, "worker-5", intent="charge the card via the PSP")
+    # Only leasefence/operate (an operator as a Cognito group makes one): the list's operation opens.
+    page.goto(local.link("operator-5", "operate", view="/operations?q=lease-"))
+    page.click("[data-test=op-row][data-id=lease-1] [data-test=op-link]")
+    expect(page.locator("[data-test=op-state]")).to_have_text("claimed")
+    expect(page.locator("[data-test=op-fence]")).to_have_text(str(claim.fence))
+    expect(page.locator("[data-test=op-lease-owner]")).to_have_text("worker-5")
+    expect(page.locator("[data-test=op-lease-expires]")).to_contain_text("expires in")
+    expect(page.locator("[data-test=op-intent]")).to_contain_text(
+        f'"charge the card via the PSP" under fence {claim.fence}')
+    expect(page.locator("[data-test=op-checkpoint]")).to_contain_text('"psp": "started"')
+    expect(page.locator("[data-test=class-advice]")).to_contain_text("no idempotency")
+    expect(page.locator("[data-test=history-entry][data-transition=claim]")).to_contain_text("worker-5")
+    # Cancel is the producer's: disabled, and says why.
+    expect(page.locator("[data-test=cancel]")).to_be_disabled()
+    expect(page.locator(".why", has_text="needs leasefence/produce")).to_be_visible()
+    # Erase of a claimed operation: the API refuses, and the page shows its answer.
+    page.click("[data-test=erase]")
+    page.click("#confirm-yes")
+    error = page.locator("[data-test=action-result] [data-test=api-error]")
+    expect(error).to_contain_text("409 invalid_transition")
+    expect(error.locator("pre")).to_contain_text('"code":"invalid_transition"')
+
+
+def test_reject_needs_a_note_and_erase_asks_first(local, page):
+    agent = _client(local, "agent-8")
+    agent.enqueue("refund-r1", "refund", {"order": "R-1", "amount": 90000, "currency": "EUR"})
+    page.goto(local.link("approver-2", "approve", view="/approval/refund-r1"))
+    expect(page.locator("[data-test=requester]")).to_have_text("agent-8")
+    expect(page.locator("[data-test=deadline]")).to_contain_text(re.compile(r"\(in (23h|1d)"))
+    page.click("[data-test=reject]")
+    expect(page.locator("[data-test=action-result] [role=alert]")).to_contain_text("note")
+    assert agent.get("refund-r1").state == "awaiting_approval"
+    page.fill("[data-test=reject-note]", "amount exceeds the refund policy")
+    page.click("[data-test=reject]")
+    expect(page.locator("[data-test=rejected]")).to_contain_text("failed_terminal")
+    rejected = agent.get("refund-r1")
+    assert (rejected.state, rejected.outcome_code, rejected.reason) == (
+        "failed_terminal", "rejected", "amount exceeds the refund policy")
+    # Erase: a confirmation that says what it removes; Escape keeps everything.
+    page.goto(local.link("operator-6", "operate", view="/op/refund-r1"))
+    page.click("[data-test=erase]")
+    dialog = page.locator("dialog#confirm")
+    expect(dialog).to_contain_text("cannot be undone")
+    expect(page.locator("#confirm-no")).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(dialog).not_to_be_visible()
+    assert agent.get("refund-r1").payload_state == "stored"
+    page.click("[data-test=erase]")
+    page.click("#confirm-yes")
+    expect(page.locator("[data-test=op-reason]")).to_have_text("–")
+    erased = agent.get("refund-r1")
+    assert erased.payload_state == "erased" and erased.reason is None
+
+
+def test_catalogue_go_no_go_and_strict_mode_with_the_keyboard(local, page):
+    operator = _client(local, "operator-7")
+    page.goto(local.link("operator-7", "operate", view="/catalogue"))
+    refund = page.locator("[data-test=job-types] tr", has_text="refund")
+    expect(refund).to_contain_text("payments-oncall")
+    expect(refund.locator("td").nth(1)).to_have_text(str(operator.get_job_type("refund").version))
+    report = page.locator("[data-test=controls] details", has_text="refund")
+    report.locator("summary").focus()
+    page.keyboard.press("Enter")  # a summary opens with the keyboard
+    expect(report).to_have_attribute("open", "")
+    expect(report.locator("li")).to_have_count(9)
+    expect(report.locator("li").first).to_be_visible()
+    # Settings: strict mode, switched with the keyboard behind a confirmation.
+    page.goto(local.link("operator-7", "operate", view="/settings"))
+    expect(page.locator("[data-test=identity-retention]")).to_contain_text("days")
+    strict = page.locator("[data-test=strict]")
+    expect(strict).not_to_be_checked()
+    try:
+        strict.focus()
+        page.keyboard.press("Space")
+        expect(page.locator("dialog#confirm")).to_contain_text("refused")
+        expect(page.locator("#confirm-no")).to_be_focused()
+        page.keyboard.press("Tab")
+        expect(page.locator("#confirm-yes")).to_be_focused()
+        page.keyboard.press("Enter")
+        expect(page.locator("dialog#confirm")).not_to_be_visible()
+        deadline = time.monotonic() + 10
+        while not operator.settings()["strict_job_types"]:
+            assert time.monotonic() < deadline, "strict mode never turned on"
+            time.sleep(0.1)
+        expect(strict).to_be_checked()
+    finally:
+        operator.set_strict_job_types(False)
+
+
+def test_pasting_a_token_signs_in_and_an_expired_one_is_refused(local, page):
+    page.goto(f"{local.base_url}/console")
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    page.fill("#token-input", local.token("operator-8", "operate"))
+    page.click("#token-sign-in")
+    expect(page.locator("[data-test=who]")).to_have_text("operator-8")
+    expect(page.locator("[data-test=scopes]")).to_have_text("operate")
+    expect(page.locator("[data-test=op-row]").first).to_be_visible()
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    expired = mint("dev", ["leasefence/operate"], ttl_seconds=60, secret=SECRET, subject="operator-8",
+                   now=time.time() - 3600)
+    page.goto("about:blank")
+    page.goto(f"{local.base_url}/console#token={expired}")
+    expect(page.locator("main [role=alert]")).to_contain_text("expired")
+
+
+def test_swagger_try_it_out_enqueues_its_example_unedited(local, page):
+    # Issue 25: "Try it out" on enqueue filled in a body that failed validation. Now it fills in
+    # the OpenAPI document's example, and executing it unedited enqueues (201).
+    page.goto(f"{local.base_url}/docs")
+    page.click("button.authorize")
+    page.locator(".modal-ux input").first.fill(local.token("producer-9", "produce"))
+    page.locator(".modal-ux button.authorize").click()
+    page.locator(".modal-ux button.btn-done").click()
+    enqueue = page.locator("#operations-operations-enqueueOperation")
+    enqueue.locator(".opblock-summary").first.click()
+    enqueue.locator("button.try-out__btn").click()
+    body = json.loads(enqueue.locator("textarea.body-param__text").input_value())
+    assert body == ENQUEUE_EXAMPLE
+    enqueue.locator("button.execute").click()
+    expect(enqueue.locator(".live-responses-table tbody .response-col_status")).to_have_text("201")
+    assert _client(local, "producer-9").get(ENQUEUE_EXAMPLE["operation_id"]).job_type == "demo-receipt"
