@@ -7,9 +7,16 @@ Every check reads the page as a person would, then the API confirms what the cli
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import http.server
 import json
 import re
+import secrets
+import threading
 import time
+import urllib.parse
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -365,3 +372,116 @@ def test_swagger_try_it_out_enqueues_its_example_unedited(local, page):
     enqueue.locator("button.execute").click()
     expect(enqueue.locator(".live-responses-table tbody .response-col_status")).to_have_text("201")
     assert _client(local, "producer-9").get(ENQUEUE_EXAMPLE["operation_id"]).job_type == "demo-receipt"
+
+
+class _IdentityProvider:
+    """A stand-in OpenID Connect provider on a free port: discovery, an authorization endpoint
+    that signs the user in at once (302 back with a code), a token endpoint that checks PKCE
+    (S256 of the verifier against the challenge) before it hands out an access token, and an
+    end-session endpoint. Every request is recorded."""
+
+    def __init__(self, mint_token) -> None:
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self.codes: dict[str, dict[str, str]] = {}
+        provider = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def _send(self, status: int, body: object = None, headers: dict | None = None) -> None:
+                data = b"" if body is None else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Access-Control-Allow-Origin", "*")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                url = urllib.parse.urlsplit(self.path)
+                params = dict(urllib.parse.parse_qsl(url.query))
+                provider.requests.append((url.path, params))
+                if url.path == "/.well-known/openid-configuration":
+                    self._send(200, {"issuer": provider.issuer,
+                                     "authorization_endpoint": f"{provider.issuer}authorize",
+                                     "token_endpoint": f"{provider.issuer}token",
+                                     "end_session_endpoint": f"{provider.issuer}logout"})
+                elif url.path == "/authorize":
+                    code = secrets.token_urlsafe(12)
+                    provider.codes[code] = params
+                    back = urllib.parse.urlencode({"code": code, "state": params["state"]})
+                    self._send(302, headers={"Location": f"{params['redirect_uri']}?{back}"})
+                elif url.path == "/logout":
+                    self._send(302, headers={"Location": params["logout_uri"]})
+                else:
+                    self._send(404, {"error": "not_found"})
+
+            def do_POST(self) -> None:
+                form = dict(urllib.parse.parse_qsl(self.rfile.read(int(self.headers["Content-Length"])).decode()))
+                provider.requests.append((self.path, form))
+                asked = provider.codes.pop(form.get("code", ""), None)
+                challenge = base64.urlsafe_b64encode(
+                    hashlib.sha256(form.get("code_verifier", "").encode()).digest()).rstrip(b"=").decode()
+                if (asked is None or asked["code_challenge_method"] != "S256" or challenge != asked["code_challenge"]
+                        or form.get("grant_type") != "authorization_code"
+                        or form.get("client_id") != asked["client_id"]
+                        or form.get("redirect_uri") != asked["redirect_uri"]):
+                    self._send(400, {"error": "invalid_grant", "error_description": "PKCE check failed"})
+                    return
+                self._send(200, {"access_token": mint_token(), "token_type": "Bearer", "expires_in": 3600})
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.issuer = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> _IdentityProvider:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_deployed_sign_in_is_an_authorization_code_with_pkce_against_the_issuer(console_stack, chromium, monkeypatch):
+    # As deployed with an issuer (jwt_issuer + console_client_id): config.json names it, the page
+    # reads its discovery document, sends the person there with a PKCE challenge, and trades the
+    # code and its verifier for the access token the API then takes.
+    tenant = f"oidc-{uuid.uuid4().hex[:8]}"
+    sdk = LeaseFenceClient(console_stack.base_url, console_stack.token(tenant), retries=2, backoff=0.05)
+    sdk.enqueue("oidc-op-1", "nightly-report", {"day": 1})
+    with _IdentityProvider(lambda: console_stack.token(tenant, ["leasefence/operate"], subject="oidc-person-1")) as idp:
+        monkeypatch.setenv("LEASEFENCE_CONSOLE_OIDC_ISSUER", idp.issuer)
+        monkeypatch.setenv("LEASEFENCE_CONSOLE_OIDC_CLIENT_ID", "console-spa")
+        monkeypatch.setenv("LEASEFENCE_CONSOLE_OIDC_SCOPES", "openid leasefence/operate")
+        context = chromium.new_context()
+        context.set_default_timeout(WAIT_MS)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        try:
+            page.goto(f"{console_stack.base_url}/console#/op/oidc-op-1")
+            page.click("#oidc-sign-in")
+            expect(page.locator("[data-test=who]")).to_have_text("oidc-person-1")
+            expect(page.locator("[data-test=tenant]")).to_have_text(tenant)
+            expect(page.locator("[data-test=op-title]")).to_have_text("oidc-op-1")  # back where it started
+            assert "code=" not in page.url and page.url.endswith("/console#/op/oidc-op-1")
+            (_, asked), = [(p, q) for p, q in idp.requests if p == "/authorize"]
+            assert asked["response_type"] == "code" and asked["client_id"] == "console-spa"
+            assert asked["scope"] == "openid leasefence/operate" and asked["code_challenge_method"] == "S256"
+            assert asked["redirect_uri"] == f"{console_stack.base_url}/console"
+            assert "code_verifier" not in asked  # the verifier only ever goes to the token endpoint
+            # Signing out ends the provider's session too, and comes back to the sign-in page.
+            page.get_by_role("button", name="Sign out").click()
+            expect(page.locator("#oidc-sign-in")).to_be_visible()
+            assert [q["client_id"] for p, q in idp.requests if p == "/logout"] == ["console-spa"]
+            # An answer that does not match the request (state) signs nobody in.
+            page.goto(f"{console_stack.base_url}/console?code=forged&state=forged")
+            expect(page.locator("main [role=alert]")).to_contain_text("does not match the request")
+            assert not [p for p, _ in idp.requests if p == "/token" and _.get("code") == "forged"]
+        finally:
+            context.close()
+    assert errors == [], f"the page raised: {errors}"
