@@ -275,6 +275,9 @@ def test_an_operator_reads_any_one_operation_as_it_lists_them_all(sdk, http, ten
     assert "leasefence/produce or leasefence/operate" in body["error"]["message"]
     status, body = http(tenant, [WORK]).json("GET", "/v1/operations/plain-2")
     assert (status, body["error"]["code"]) == (403, "forbidden")
+    # The refusal names every scope that would do (the console shows it as the reason).
+    assert body["error"]["message"] == (
+        "this token lacks the scope leasefence/produce or leasefence/operate or leasefence/approve")
     # The payload stays the workers' and approvers' (an operator reads the hash, not the bytes).
     status, body = http(tenant, [OPERATE]).json("GET", "/v1/operations/plain-2/payload")
     assert (status, body["error"]["code"]) == (403, "forbidden")

@@ -162,7 +162,7 @@ class Caller:
     def require(self, scope: str | None, also: tuple[str, ...] = ()) -> Caller:
         """This caller, if its token holds ``scope`` or one of ``also``; else :class:`Forbidden`."""
         if scope is not None and scope not in self.scopes and self.scopes.isdisjoint(also):
-            raise Forbidden(f"this token lacks the scope {scope}")
+            raise Forbidden(f"this token lacks the scope {' or '.join((scope, *also))}")
         return self
 
 
