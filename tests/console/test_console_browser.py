@@ -45,15 +45,20 @@ def chromium():
 
 
 @pytest.fixture
-def page(chromium):
+def page(chromium, local):
     context = chromium.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(WAIT_MS)
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda error: errors.append(str(error)))
+    # Offline: every request the page (or Swagger UI) makes goes to the service itself.
+    elsewhere: list[str] = []
+    opened.on("request", lambda request: None if request.url.startswith((local.base_url + "/", "data:", "about:"))
+              else elsewhere.append(request.url))
     yield opened
     context.close()
     assert errors == [], f"the page raised: {errors}"
+    assert elsewhere == [], f"the page asked elsewhere: {elsewhere}"
 
 
 def _client(local, sub: str, scopes: str = "produce work operate approve") -> LeaseFenceClient:
