@@ -4,9 +4,7 @@ advice, the park reason, intent and checkpoint on the operation, and the deploym
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from urllib.parse import quote, urlencode
 
 import pytest
@@ -77,23 +75,6 @@ def test_an_undeclared_method_on_the_consoles_paths_is_405_and_404_once_it_is_of
     # The console's data routes stay, and so do their 405s.
     status, headers, _ = anonymous.call("POST", "/v1/target-classes")
     assert (status, headers.get("Allow")) == (405, "GET")
-
-
-def test_the_enqueue_example_swagger_fills_in_validates_and_is_accepted(http, tenant):
-    # Issue 25: Swagger UI's "Try it out" body for enqueue failed validation unedited. The
-    # committed OpenAPI document now carries an example for it: valid against the request schema
-    # (every $ref resolved within the document), and accepted as it stands.
-    import jsonschema
-
-    spec = json.loads((Path(__file__).resolve().parents[2] / "openapi.json").read_text())
-    body = spec["paths"]["/v1/operations"]["post"]["requestBody"]["content"]["application/json"]
-    schema_ref = body["schema"]["$ref"]
-    (example,) = spec["components"]["schemas"]["EnqueueRequest"]["examples"]
-    validator = jsonschema.Draft202012Validator({**spec, "$ref": schema_ref})
-    assert list(validator.iter_errors(example)) == []
-    assert list(validator.iter_errors({**example, "max_attemps": 2}))  # the schema does refuse
-    status, answer = http(tenant, [PRODUCE]).json("POST", "/v1/operations", example)
-    assert status == 201 and answer["operation"]["operation_id"] == example["operation_id"]
 
 
 # ---------------------------------------------------------------------------------- the operation

@@ -116,15 +116,6 @@ _CLASS_D_ONE_ATTEMPT: dict[str, Any] = {
 # ---------------------------------------------------------------------------------- requests
 
 
-#: The enqueue request's example in the OpenAPI document (a valid, readable body).
-ENQUEUE_EXAMPLE: dict[str, Any] = {
-    "operation_id": "receipt-1042",
-    "job_type": "demo-receipt",
-    "payload": {"order": "A-1042", "to": "buyer@example.com"},
-    "target_class": "C",
-}
-
-
 class EnqueueRequest(Strict):
     """Either `payload` (stored inline) or `payload_ref` + `payload_hash` (stored by you).
 
@@ -156,9 +147,6 @@ class EnqueueRequest(Strict):
                 },
             ],
             **_CLASS_D_ONE_ATTEMPT,
-            # What Swagger UI's "Try it out" fills in: a body the API accepts unedited (the local
-            # stack's demo worker runs this job type; a test enqueues exactly this example).
-            "examples": [ENQUEUE_EXAMPLE],
         }
     )
 
