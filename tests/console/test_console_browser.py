@@ -402,8 +402,11 @@ class _IdentityProvider:
                 self.send_header("Content-Length", str(len(data)))
                 for name, value in (headers or {}).items():
                     self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the browser navigated away (a redirect it followed at once)
 
             def do_GET(self) -> None:
                 url = urllib.parse.urlsplit(self.path)
@@ -481,8 +484,13 @@ def test_deployed_sign_in_is_an_authorization_code_with_pkce_against_the_issuer(
             assert "code_verifier" not in asked  # the verifier only ever goes to the token endpoint
             # Signing out ends the provider's session too, and comes back to the sign-in page.
             page.get_by_role("button", name="Sign out").click()
-            expect(page.locator("#oidc-sign-in")).to_be_visible()
+            deadline = time.monotonic() + WAIT_MS / 1000
+            while not [p for p, _ in idp.requests if p == "/logout"]:
+                assert time.monotonic() < deadline, "the page never went to the end-session endpoint"
+                time.sleep(0.05)
             assert [q["client_id"] for p, q in idp.requests if p == "/logout"] == ["console-spa"]
+            page.wait_for_url(f"{console_stack.base_url}/console")  # back from the provider
+            expect(page.locator("#oidc-sign-in")).to_be_visible()
             # An answer that does not match the request (state) signs nobody in.
             page.goto(f"{console_stack.base_url}/console?code=forged&state=forged")
             expect(page.locator("main [role=alert]")).to_contain_text("does not match the request")
