@@ -58,13 +58,15 @@ CONSOLE_ROUTES: frozenset[tuple[str, str]] = frozenset(
 )
 
 #: Routes that other scopes open too (a token needs any one of the route's scopes, as API
-#: Gateway checks them): an approver (``leasefence/approve``) reads the operations it approves,
-#: their payloads and their histories; the API function limits it to operations that went
-#: through the approval gate. A test keeps it equal to the API function's own table.
+#: Gateway checks them): an operator (``leasefence/operate``) reads any one operation, as it lists
+#: them all; an approver (``leasefence/approve``) reads the operations it approves, their payloads
+#: and their histories (the API function limits it to operations that went through the approval
+#: gate). A test keeps it equal to the API function's own table.
 ALSO_SCOPES: dict[tuple[str, str], tuple[str, ...]] = {
     # An approver's inbox: the API function limits it to state=awaiting_approval.
     ("GET", "/v1/operations"): (SCOPE_APPROVE,),
-    ("GET", "/v1/operations/{id}"): (SCOPE_APPROVE,),
+    # An operator reads one operation as it lists them all (the console's operation view).
+    ("GET", "/v1/operations/{id}"): (SCOPE_OPERATE, SCOPE_APPROVE),
     ("GET", "/v1/operations/{id}/payload"): (SCOPE_APPROVE,),
     ("GET", "/v1/operations/{id}/history"): (SCOPE_APPROVE,),
 }

@@ -156,10 +156,11 @@ def test_scope_table_is_the_contracts():
         ("GET", "/console/{asset}"): None,
     }
     # An approver reads what it approves (the routes serve it gated operations only) and lists
-    # what awaits approval (its inbox: the route refuses any other state).
+    # what awaits approval (its inbox: the route refuses any other state); an operator reads any
+    # one operation, as it lists them all (issue 25: the console's operation view).
     assert {(r.method, r.template): r.also for r in ROUTES if r.also} == {
         ("GET", "/v1/operations"): (APPROVE,),
-        ("GET", "/v1/operations/{id}"): (APPROVE,),
+        ("GET", "/v1/operations/{id}"): (OPERATE, APPROVE),
         ("GET", "/v1/operations/{id}/payload"): (APPROVE,),
         ("GET", "/v1/operations/{id}/history"): (APPROVE,),
     }

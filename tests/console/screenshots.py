@@ -21,6 +21,7 @@ VIEWS = {
     "approvals": ("approver-1", "approve", "/approvals", "[data-test=approval-row]"),
     "approval": ("approver-1", "approve", "/approval/refund-1001", "[data-test=seen-hash]"),
     "catalogue": ("dev:console", "produce work operate approve", "/catalogue", "[data-test=controls]"),
+    "settings": ("dev:console", "produce work operate approve", "/settings", "[data-test=strict]"),
     "read-only": ("producer-2", "produce", "/op/receipt-5001", "[data-test=erase]"),
 }
 

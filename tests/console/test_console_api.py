@@ -244,6 +244,49 @@ def test_an_approver_lists_what_awaits_approval_and_nothing_else(sdk, http, tena
     assert status == 200 and answer["operation"]["approved_by"] == "approver-1"
 
 
+def test_an_operator_reads_any_one_operation_as_it_lists_them_all(sdk, http, tenant):
+    # The console's operation view for a person with only leasefence/operate (as a Cognito group
+    # gives it): the list showed the operation, so reading it by id must not be refused.
+    sdk(tenant, sub="agent-7").enqueue("plain-2", "charge", {"amount": 5})
+    status, op = http(tenant, [OPERATE]).json("GET", "/v1/operations/plain-2")
+    assert status == 200 and op["operation_id"] == "plain-2" and op["state"] == "queued"
+    # An approver still reads only what went through the gate; a worker reads none by id.
+    status, body = http(tenant, [APPROVE], sub="approver-1").json("GET", "/v1/operations/plain-2")
+    assert (status, body["error"]["code"]) == (403, "forbidden")
+    assert "leasefence/produce or leasefence/operate" in body["error"]["message"]
+    status, body = http(tenant, [WORK]).json("GET", "/v1/operations/plain-2")
+    assert (status, body["error"]["code"]) == (403, "forbidden")
+    # The refusal names every scope that would do (the console shows it as the reason).
+    assert body["error"]["message"] == (
+        "this token lacks the scope leasefence/produce or leasefence/operate or leasefence/approve")
+    # The payload stays the workers' and approvers' (an operator reads the hash, not the bytes).
+    status, body = http(tenant, [OPERATE]).json("GET", "/v1/operations/plain-2/payload")
+    assert (status, body["error"]["code"]) == (403, "forbidden")
+
+
+def test_ops_show_prints_the_park_reason_intent_and_checkpoint(console_stack, sdk, tenant):
+    from typer.testing import CliRunner
+
+    from leasefence_tools.cli import app
+
+    client = sdk(tenant)
+    client.enqueue("mail-9", "send-email", {"to": "b@example.com"}, target_class="D")
+    claim = client.claim("w-1", operation_id="mail-9")
+    client.heartbeat("mail-9", claim.fence, "w-1", checkpoint={"step": 3})
+    client.heartbeat("mail-9", claim.fence, "w-1", intent="send via relay")
+    client.unknown("mail-9", claim.fence, "relay hung up after DATA")
+    # With only the operate scope, as an operator runs it.
+    token = console_stack.token(tenant, [OPERATE], subject="operator-1")
+    shown = CliRunner().invoke(
+        app, ["ops", "show", "mail-9", "--base-url", console_stack.base_url, "--token", token],
+        env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    lines = {line.split(None, 1)[0]: line.split(None, 1)[1].strip() for line in shown.output.splitlines() if line.strip()}
+    assert lines["state"] == "unknown"
+    assert lines["reason"] == "relay hung up after DATA"
+    assert "send via relay" in lines["intent"] and lines["checkpoint"] == "{'step': 3}"
+
+
 # ---------------------------------------------------------------------------------- advice and settings
 
 

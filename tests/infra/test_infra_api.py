@@ -62,7 +62,7 @@ CONTRACT_ROUTES = {
 # Issue 21: an approver reads what it approves (the handler limits it to gated operations).
 CONTRACT_ALSO = {
     "GET /v1/operations": ("leasefence/approve",),  # issue 25: an approver's inbox
-    "GET /v1/operations/{id}": ("leasefence/approve",),
+    "GET /v1/operations/{id}": ("leasefence/operate", "leasefence/approve"),  # issue 25: operators too
     "GET /v1/operations/{id}/payload": ("leasefence/approve",),
     "GET /v1/operations/{id}/history": ("leasefence/approve",),
 }

@@ -84,9 +84,10 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
     "getOperation": RouteDoc(
         "Read one operation",
         {**_ok(200, "The operation", models.OperationOut), **_error_responses(404, *_AUTH)},
-        "With only the `leasefence/approve` scope (an approver): operations that went "
-        "through the approval gate only (another: 403 forbidden), so an approver reads what it "
-        "approves without the scope that claims it.",
+        "With `leasefence/produce` or `leasefence/operate` (an operator reads any one, as it "
+        "lists them all): any of the tenant's operations. With only the `leasefence/approve` "
+        "scope (an approver): operations that went through the approval gate only (another: 403 "
+        "forbidden), so an approver reads what it approves.",
     ),
     "claimOperation": RouteDoc(
         "Claim the next due operation (or a named one)",

@@ -24,7 +24,7 @@ from leasefence.api import models
 from leasefence.api._docs import ROUTE_DOCS
 from leasefence.api.app import JSON, strict_json_loads
 from leasefence.api.errors import Forbidden
-from leasefence.api.security import Caller, route
+from leasefence.api.security import APPROVE, Caller, route
 from leasefence.errors import InvalidInput
 from leasefence.validation import validate_id
 
@@ -79,15 +79,17 @@ def register_on(app: APIGatewayHttpResolver, operation_id: str) -> Any:
 
 def readable(caller: Caller, operation_id: str, operation: Any) -> Any:
     """``operation``, if the caller may read it through this route: any of its tenant's with the
-    route's own scope; with only another scope the route admits (``leasefence/approve``), one
-    that went through the approval gate: an approver reads what it approves (the operation, its
-    payload, its history) and nothing else, and claims nothing (that takes ``leasefence/work``)."""
+    route's own scope or another the route admits but ``leasefence/approve`` (an operator reads
+    any one operation, as it lists them all); with only ``leasefence/approve``, one that went
+    through the approval gate: an approver reads what it approves (the operation, its payload,
+    its history) and nothing else, and claims nothing (that takes ``leasefence/work``)."""
     spec = route(operation_id)
-    if spec.scope in caller.scopes or operation.approval_gated:
+    reads_all = [scope for scope in (spec.scope, *spec.also) if scope != APPROVE]
+    if not caller.scopes.isdisjoint(reads_all) or operation.approval_gated:
         return operation
     raise Forbidden(
-        f"without the scope {spec.scope}, a token reads only operations that went through the "
-        "approval gate"
+        f"without the scope {' or '.join(str(s) for s in reads_all)}, a token reads only "
+        "operations that went through the approval gate"
     )
 
 

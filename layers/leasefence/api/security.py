@@ -84,7 +84,7 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/v1/health", None, "health"),
     RouteSpec("POST", "/v1/operations", PRODUCE, "enqueueOperation"),
     RouteSpec("GET", "/v1/operations", OPERATE, "listOperations", also=(APPROVE,)),
-    RouteSpec("GET", "/v1/operations/{id}", PRODUCE, "getOperation", also=(APPROVE,)),
+    RouteSpec("GET", "/v1/operations/{id}", PRODUCE, "getOperation", also=(OPERATE, APPROVE)),
     RouteSpec("POST", "/v1/claims", WORK, "claimOperation"),
     RouteSpec("POST", "/v1/operations/{id}/heartbeat", WORK, "heartbeat"),
     RouteSpec("POST", "/v1/operations/{id}/complete", WORK, "completeOperation"),
@@ -162,7 +162,7 @@ class Caller:
     def require(self, scope: str | None, also: tuple[str, ...] = ()) -> Caller:
         """This caller, if its token holds ``scope`` or one of ``also``; else :class:`Forbidden`."""
         if scope is not None and scope not in self.scopes and self.scopes.isdisjoint(also):
-            raise Forbidden(f"this token lacks the scope {scope}")
+            raise Forbidden(f"this token lacks the scope {' or '.join((scope, *also))}")
         return self
 
 

@@ -245,3 +245,31 @@ def test_a_stale_state_is_replaced_and_commands_say_no_stack_runs(start, tmp_pat
     assert gone.returncode == 1
     assert f"no running local stack in the state folder {again.folder}" in gone.stderr
     assert "--base-url" in gone.stderr
+
+
+def test_the_console_link_signs_in_as_the_chosen_subject_and_scopes(start, tmp_path):
+    """``leasefence local`` prints a console link whose token (in the fragment) is for the
+    subject and scopes asked for (issue 25); without them, dev:console with all four scopes."""
+    import re
+
+    import jwt
+
+    def link_claims(stack: Stack) -> tuple[str, dict]:
+        (link,) = re.findall(r"^\s+(http://\S+)/console#token=(\S+)\s*$", stack.output, re.MULTILINE)
+        assert f"API base URL:       {link[0]}" in stack.output
+        assert status_with(link[0], link[1]) == 200  # the stack takes it
+        return link[0], jwt.decode(link[1], options={"verify_signature": False})
+
+    chosen = start(
+        tmp_path / "chosen", "--console-sub", "alice", "--console-scope", "operate",
+        "--console-scope", "leasefence/approve",
+    )
+    _, claims = link_claims(chosen)
+    assert (claims["sub"], claims["tenant_id"]) == ("alice", "dev")
+    assert claims["scope"].split() == ["leasefence/operate", "leasefence/approve"]
+    assert "signed in as alice, tenant 'dev', operate approve" in chosen.output
+    _, default = link_claims(start(tmp_path / "default"))
+    assert default["sub"] == "dev:console"
+    assert set(default["scope"].split()) == {
+        f"leasefence/{s}" for s in ("produce", "work", "operate", "approve")
+    }

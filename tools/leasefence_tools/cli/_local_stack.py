@@ -164,8 +164,6 @@ def local(
         f"  {console_link}",
         "Press Ctrl-C to stop.",
     ]
-    typer.echo("\n".join(lines))
-    sys.stdout.flush()
     folder.write(
         {
             "pid": os.getpid(),
@@ -179,6 +177,9 @@ def local(
             "publisher_failures_bucket": stack.failure_buckets.get("publisher"),
         }
     )
+    # Ready once the commands can find it: the banner ("Press Ctrl-C to stop.") after the state.
+    typer.echo("\n".join(lines))
+    sys.stdout.flush()
     try:
         _wait_for_signal()
     finally:

@@ -708,8 +708,8 @@ async function viewOperation(main, id) {
         ["State", badge(op.state), "op-state"],
         ["Fence", String(op.fence), "op-fence"],
         ["Attempts", `${op.attempts} of ${op.max_attempts}`],
-        ["Lease owner", op.lease_owner],
-        ["Lease expires", leaseText(op)],
+        ["Lease owner", op.lease_owner, "op-lease-owner"],
+        ["Lease expires", leaseText(op), "op-lease-expires"],
         ["Outcome", op.outcome_code, "op-outcome"],
         ["Reason", op.reason, "op-reason"],
         ["Job type", `${op.job_type}${op.job_type_version ? ` (version ${op.job_type_version})` : ""}`],
@@ -726,7 +726,7 @@ async function viewOperation(main, id) {
         classAdvice ? [h("p", { "data-test": "class-advice" }, h("strong", {}, `${classAdvice.name}. `), classAdvice.guarantee),
           h("p", {}, h("strong", {}, "Reconcile: "), classAdvice.reconcile)] : null,
         h("h2", {}, "Intent"), op.intent ? h("p", { "data-test": "op-intent" }, `"${op.intent.what}" under fence ${op.intent.fence}`) : h("p", { class: "muted" }, "none recorded"),
-        h("h2", {}, "Checkpoint"), op.checkpoint === null || op.checkpoint === undefined ? h("p", { class: "muted" }, "none") : json(op.checkpoint))));
+        h("h2", {}, "Checkpoint"), h("div", { "data-test": "op-checkpoint" }, op.checkpoint === null || op.checkpoint === undefined ? h("p", { class: "muted" }, "none") : json(op.checkpoint)))));
   if (PARKED.has(op.state)) add(main, resolveForm(op, classAdvice, () => route()));
   const history = h("section", { class: "history" }, h("h2", {}, "History"));
   add(main, history);
