@@ -26,7 +26,6 @@ from typing import Any
 from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_apigatewayv2_authorizers as authorizers
-from aws_cdk import aws_apigatewayv2_integrations as integrations
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
@@ -38,7 +37,7 @@ from constructs import Construct
 
 from leasefence.payloads import KEY_PREFIX as PAYLOAD_KEY_PREFIX
 
-from .api import Api, http_api_with_stage
+from .api import Api, http_api_with_stage, lambda_integration
 from .contract import ALSO_SCOPES, ROUTES, SCOPE_APPROVE, SCOPE_OPERATE, SCOPE_PRODUCE, SCOPE_WORK
 from .function import FunctionRuntime
 from .nag import acknowledge, finding_pattern
@@ -88,14 +87,8 @@ class IamApi(Construct):
             throttling_rate_limit=throttling_rate_limit,
             throttling_burst_limit=throttling_burst_limit,
         )
-        integration = integrations.HttpLambdaIntegration(
-            "IamApiIntegration",
-            api.function.target,
-            payload_format_version=apigw.PayloadFormatVersion.VERSION_2_0,
-            # One invoke permission for the whole API (source <api>/*/*), not one per route: the
-            # function's resource policy (20 KB at most) already holds one per JWT route.
-            scope_permission_to_route=False,
-        )
+        # One invoke permission for the whole API (see lambda_integration).
+        integration = lambda_integration("IamApiIntegration", api.function.target)
         authorizer = authorizers.HttpIamAuthorizer()
         self.routes: dict[tuple[str, str], apigw.HttpRoute] = {}
         for method, path, route_scope in ROUTES:

@@ -21,7 +21,10 @@ SHADOW_TOKEN_SCOPES = ("leasefence/produce", "leasefence/work", "leasefence/oper
 def test_a_repeat_and_a_conflict_are_reported_by_the_cli(stack) -> None:
     tenant = shadow_tenant(f"acme-{uuid.uuid4().hex[:8]}")
     token = stack.token(tenant, SHADOW_TOKEN_SCOPES)
-    shadow = Shadow(api_store(stack.base_url, token), "refund",
+    # Shadow mode's own 0.5 s request timeout is what it ships; this test is about what the report
+    # says, not about timeouts, so it gives a loaded test machine room (a timed-out request is a
+    # "gap", as tests/test_shadow.py checks).
+    shadow = Shadow(api_store(stack.base_url, token, timeout_s=10), "refund",
                     operation_id=lambda message: message["refund_id"],
                     payload=lambda message: {"refund_id": message["refund_id"],
                                              "cents": message["cents"]},

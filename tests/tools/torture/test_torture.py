@@ -56,12 +56,13 @@ def test_bounded_torture_run_with_every_feature_on_has_no_violation():
         "http_answer_lost",
         "api_not_sent",
         "api_throttle",
-        "history_not_sent",
-        "history_lost_response",
         "event_refused",
         "event_answer_lost",
     ):
         assert summary["faults"].get(kind, 0) > 0, f"no {kind} fault was injected"
+    # The publisher's own writes (history_* faults) are now rare: the history is written by each
+    # transition's own write, and the publisher writes only to compact a history past its bound or
+    # for an operation enqueued before that (none here); its PutEvents faults (event_*) stay.
     assert (
         summary["duplicates"]
         == summary["lost"]

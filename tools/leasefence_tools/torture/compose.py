@@ -771,8 +771,9 @@ class PublisherRig:
     (:func:`leasefence.streams.mappings.publisher`: batch size, retries, bisection, starting
     position, on-failure destination), invoking the function's own handler
     (``functions/publisher/handler.py``, without its Powertools decorators), whose
-    :class:`~leasefence.streams.publisher.Publisher` is given faults in its history writes and its
-    ``PutEvents`` calls."""
+    :class:`~leasefence.streams.publisher.Publisher` is given faults in its table writes (a
+    history's compaction past its bound; the history item of an operation enqueued before the
+    history moved into the item) and its ``PutEvents`` calls."""
 
     def __init__(self, aws: Any, settings: Settings, report: Report, table: str) -> None:
         import inspect
