@@ -294,3 +294,60 @@ def test_a_long_history_enqueued_before_counts_what_it_dropped_once(engine):
     assert page.dropped == 61 - history.MAX_ENTRIES
     assert [e["seq"] for e in page.entries] == [1, *range(61 - history.MAX_ENTRIES + 2, 62)]
     assert page.entries == [stored["entries"][0], *stored["entries"][1:]]
+
+
+def test_the_history_worst_case_and_a_kept_payload_together_stay_within_the_bounds(engine):
+    """Both grow the one item: the history at its absolute bound (no publisher) beside the largest
+    payload kept in the item, ids of 256 characters and the largest checkpoint, measured at the
+    heaviest moment (a claim holding its checkpoint with the longest list) and at the end."""
+    from leasefence.limits import MAX_CHECKPOINT_BYTES, MAX_ITEM_PAYLOAD_BYTES
+    from leasefence.payloads import canonicalize
+
+    tenant, op, job, worker, reason = "t" * 256, "o" * 256, "j" * 256, "w" * 256, "\U0001f600" * 256
+    kept = canonicalize({"p": "\U0001f600" * 200 + "x" * (MAX_ITEM_PAYLOAD_BYTES - 8 - 800)})
+    assert len(kept.body) == MAX_ITEM_PAYLOAD_BYTES
+    engine.enqueue(
+        tenant, op, job, kept.hash, payload_json=kept.body, actor="a" * 256, max_attempts=1
+    )
+    key = {"tenant_id": {"S": tenant}, "operation_id": {"S": op}}
+
+    def stored():
+        return engine.store.client.get_item(
+            TableName=engine.store.table_name, Key=key, ConsistentRead=True
+        )["Item"]
+
+    while True:  # requeue loops until the bound refuses one
+        claim = engine.claim(tenant, op, worker, lease_ms=1_000)
+        engine.park_unknown(tenant, op, claim.fence, reason)
+        try:
+            engine.resolve(tenant, op, "requeue", note=reason, actor="r" * 256)
+        except Unavailable:
+            break
+    engine.store.client.update_item(  # as if the last requeue was taken: the largest budget
+        TableName=engine.store.table_name,
+        Key=key,
+        UpdateExpression="SET #s = :q, max_attempts = attempts + :m, #dpk = #home, #due = :z",
+        ExpressionAttributeNames={
+            "#s": "state",
+            "#dpk": "due_pk",
+            "#home": "due_home",
+            "#due": "due_at",
+        },
+        ExpressionAttributeValues={":q": {"S": "queued"}, ":m": {"N": "100"}, ":z": {"N": "0"}},
+    )
+    heaviest = 0
+    for attempt in range(100):
+        claim = engine.claim(tenant, op, worker, lease_ms=1_000)
+        engine.heartbeat(
+            tenant, op, claim.fence, worker, checkpoint={"c": "x" * (MAX_CHECKPOINT_BYTES - 8)}
+        )
+        heaviest = max(heaviest, U.item_size(stored()))
+        if attempt < 99:
+            engine.fail(tenant, op, claim.fence, True, reason, retry_after_ms=0)
+    engine.park_unknown(tenant, op, claim.fence, reason * 4)
+    engine.resolve(tenant, op, "failed_terminal", note=reason * 4, actor="r" * 256)
+    item = stored()
+    assert item["payload_json"]["S"].encode() == kept.body  # kept until the purge
+    assert U.value_size(item["h"]) < history.MAX_LIST_BYTES
+    for size in (heaviest, U.item_size(item)):
+        assert size < history.MAX_LIST_BYTES + 10 * 1024  # half of DynamoDB's 400 KB
