@@ -351,3 +351,35 @@ def test_the_history_worst_case_and_a_kept_payload_together_stay_within_the_boun
     assert U.value_size(item["h"]) < history.MAX_LIST_BYTES
     for size in (heaviest, U.item_size(item)):
         assert size < history.MAX_LIST_BYTES + 10 * 1024  # half of DynamoDB's 400 KB
+
+
+def test_an_entry_that_cannot_be_derived_yet_is_not_shown_with_its_fence_missing(engine):
+    """An operation enqueued before, whose last transition by the code before is not in its
+    history item yet (the publisher's lag at the upgrade, or its record in the failure bucket
+    until the redrive): the entries its item records after it cannot derive the fence, attempt
+    and previous state from it. They are left out until the history item has that entry (as the
+    history trailed the stream before), never answered with those fields missing (the API's
+    ``fence`` and ``attempt`` are integers)."""
+    enqueued = enqueue_before_upgrade(engine, max_attempts=3)
+    claim = engine.claim(T, "op-1", "w1", lease_ms=1_000)
+    engine.store.update(
+        {"tenant_id": T, "operation_id": "op-1"}, "REMOVE #h", "attribute_exists(#h)",
+        {"#h": "h"}, {},
+    )  # fmt: skip
+    claimed = raw(engine)  # the claim, as the code before made it: no entry in the item
+    engine.fail(T, "op-1", claim.fence, True, "flaky", retry_after_ms=0)
+    retried = raw(engine)
+    engine.claim(T, "op-1", "w2", lease_ms=1_000)
+    claimed_again = raw(engine)
+    page = engine.history(T, "op-1")
+    for entry in page.entries:
+        assert {"state", "fence", "attempt"} <= entry.keys(), entry
+        assert "previous_state" in entry or entry["transition"] == "enqueue", entry
+    assert [e["seq"] for e in page.entries] == [1, 4]
+    # The publisher catches up: every entry, whole.
+    for old, new in itertools.pairwise([enqueued, claimed, retried, claimed_again]):
+        history.record(engine.store, new, history.entry_from(old, new))
+    assert engine.history(T, "op-1").entries == [
+        history.entry_from(old, new)
+        for old, new in itertools.pairwise([None, enqueued, claimed, retried, claimed_again])
+    ]
