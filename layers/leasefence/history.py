@@ -440,7 +440,7 @@ def read(
             # yet (the publisher's lag, a record awaiting its redrive): shown once it does.
         entries = [known[seq] for seq in sorted(known)]
     entries, overflow = _bounded(entries)
-    if own:
+    if own and entries:
         # Gapless but for what was dropped (compaction, the bound above, the history item's own
         # compaction): what is missing between the first entry and the newest.
         dropped = int(entries[-1]["seq"]) - int(entries[0]["seq"]) + 1 - len(entries)

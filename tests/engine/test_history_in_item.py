@@ -383,3 +383,12 @@ def test_an_entry_that_cannot_be_derived_yet_is_not_shown_with_its_fence_missing
         history.entry_from(old, new)
         for old, new in itertools.pairwise([None, enqueued, claimed, retried, claimed_again])
     ]
+    # Its history item not written at all yet (the enqueue's own record still pending): nothing
+    # to derive from, so nothing is shown yet (not an error).
+    engine.enqueue(T, "op-2", "refund", H)
+    engine.store.update(
+        {"tenant_id": T, "operation_id": "op-2"}, "REMOVE #hv, #h", "attribute_exists(#hv)",
+        {"#hv": "hv", "#h": "h"}, {},
+    )  # fmt: skip
+    engine.claim(T, "op-2", "w1")
+    assert engine.history(T, "op-2") == history.HistoryPage(entries=[], next_cursor=None)
