@@ -314,6 +314,17 @@ def expand(
     return out
 
 
+def _derived(entry: Mapping[str, Any]) -> bool:
+    """Whether an expanded entry is whole: an in-item entry whose entry before is unknown (an
+    operation enqueued before, whose history item lacks it) has no fence, attempt or previous
+    state to show."""
+    return (
+        "fence" in entry
+        and "attempt" in entry
+        and ("previous_state" in entry or entry["transition"] == Transition.ENQUEUE.value)
+    )
+
+
 def _to_compact(entry: Mapping[str, Any], with_seq: bool) -> dict[str, Any]:
     """A public entry written back whole in compact form (compaction stamps the entries that
     the dropped ones would have explained)."""
@@ -423,10 +434,13 @@ def read(
             # An erasure starts the history: nothing older stays (in either place).
             known = {seq: e for seq, e in known.items() if seq >= own[0]["seq"]}
         for entry in own:
-            known.setdefault(int(entry["seq"]), entry)
+            if _derived(entry):
+                known.setdefault(int(entry["seq"]), entry)
+            # else: after a transition of the code before that its history item does not hold
+            # yet (the publisher's lag, a record awaiting its redrive): shown once it does.
         entries = [known[seq] for seq in sorted(known)]
     entries, overflow = _bounded(entries)
-    if own:
+    if own and entries:
         # Gapless but for what was dropped (compaction, the bound above, the history item's own
         # compaction): what is missing between the first entry and the newest.
         dropped = int(entries[-1]["seq"]) - int(entries[0]["seq"]) + 1 - len(entries)

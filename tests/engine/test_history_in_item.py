@@ -294,3 +294,101 @@ def test_a_long_history_enqueued_before_counts_what_it_dropped_once(engine):
     assert page.dropped == 61 - history.MAX_ENTRIES
     assert [e["seq"] for e in page.entries] == [1, *range(61 - history.MAX_ENTRIES + 2, 62)]
     assert page.entries == [stored["entries"][0], *stored["entries"][1:]]
+
+
+def test_the_history_worst_case_and_a_kept_payload_together_stay_within_the_bounds(engine):
+    """Both grow the one item: the history at its absolute bound (no publisher) beside the largest
+    payload kept in the item, ids of 256 characters and the largest checkpoint, measured at the
+    heaviest moment (a claim holding its checkpoint with the longest list) and at the end."""
+    from leasefence.limits import MAX_CHECKPOINT_BYTES, MAX_ITEM_PAYLOAD_BYTES
+    from leasefence.payloads import canonicalize
+
+    tenant, op, job, worker, reason = "t" * 256, "o" * 256, "j" * 256, "w" * 256, "\U0001f600" * 256
+    kept = canonicalize({"p": "\U0001f600" * 200 + "x" * (MAX_ITEM_PAYLOAD_BYTES - 8 - 800)})
+    assert len(kept.body) == MAX_ITEM_PAYLOAD_BYTES
+    engine.enqueue(
+        tenant, op, job, kept.hash, payload_json=kept.body, actor="a" * 256, max_attempts=1
+    )
+    key = {"tenant_id": {"S": tenant}, "operation_id": {"S": op}}
+
+    def stored():
+        return engine.store.client.get_item(
+            TableName=engine.store.table_name, Key=key, ConsistentRead=True
+        )["Item"]
+
+    while True:  # requeue loops until the bound refuses one
+        claim = engine.claim(tenant, op, worker, lease_ms=1_000)
+        engine.park_unknown(tenant, op, claim.fence, reason)
+        try:
+            engine.resolve(tenant, op, "requeue", note=reason, actor="r" * 256)
+        except Unavailable:
+            break
+    engine.store.client.update_item(  # as if the last requeue was taken: the largest budget
+        TableName=engine.store.table_name,
+        Key=key,
+        UpdateExpression="SET #s = :q, max_attempts = attempts + :m, #dpk = #home, #due = :z",
+        ExpressionAttributeNames={
+            "#s": "state",
+            "#dpk": "due_pk",
+            "#home": "due_home",
+            "#due": "due_at",
+        },
+        ExpressionAttributeValues={":q": {"S": "queued"}, ":m": {"N": "100"}, ":z": {"N": "0"}},
+    )
+    heaviest = 0
+    for attempt in range(100):
+        claim = engine.claim(tenant, op, worker, lease_ms=1_000)
+        engine.heartbeat(
+            tenant, op, claim.fence, worker, checkpoint={"c": "x" * (MAX_CHECKPOINT_BYTES - 8)}
+        )
+        heaviest = max(heaviest, U.item_size(stored()))
+        if attempt < 99:
+            engine.fail(tenant, op, claim.fence, True, reason, retry_after_ms=0)
+    engine.park_unknown(tenant, op, claim.fence, reason * 4)
+    engine.resolve(tenant, op, "failed_terminal", note=reason * 4, actor="r" * 256)
+    item = stored()
+    assert item["payload_json"]["S"].encode() == kept.body  # kept until the purge
+    assert U.value_size(item["h"]) < history.MAX_LIST_BYTES
+    for size in (heaviest, U.item_size(item)):
+        assert size < history.MAX_LIST_BYTES + 10 * 1024  # half of DynamoDB's 400 KB
+
+
+def test_an_entry_that_cannot_be_derived_yet_is_not_shown_with_its_fence_missing(engine):
+    """An operation enqueued before, whose last transition by the code before is not in its
+    history item yet (the publisher's lag at the upgrade, or its record in the failure bucket
+    until the redrive): the entries its item records after it cannot derive the fence, attempt
+    and previous state from it. They are left out until the history item has that entry (as the
+    history trailed the stream before), never answered with those fields missing (the API's
+    ``fence`` and ``attempt`` are integers)."""
+    enqueued = enqueue_before_upgrade(engine, max_attempts=3)
+    claim = engine.claim(T, "op-1", "w1", lease_ms=1_000)
+    engine.store.update(
+        {"tenant_id": T, "operation_id": "op-1"}, "REMOVE #h", "attribute_exists(#h)",
+        {"#h": "h"}, {},
+    )  # fmt: skip
+    claimed = raw(engine)  # the claim, as the code before made it: no entry in the item
+    engine.fail(T, "op-1", claim.fence, True, "flaky", retry_after_ms=0)
+    retried = raw(engine)
+    engine.claim(T, "op-1", "w2", lease_ms=1_000)
+    claimed_again = raw(engine)
+    page = engine.history(T, "op-1")
+    for entry in page.entries:
+        assert {"state", "fence", "attempt"} <= entry.keys(), entry
+        assert "previous_state" in entry or entry["transition"] == "enqueue", entry
+    assert [e["seq"] for e in page.entries] == [1, 4]
+    # The publisher catches up: every entry, whole.
+    for old, new in itertools.pairwise([enqueued, claimed, retried, claimed_again]):
+        history.record(engine.store, new, history.entry_from(old, new))
+    assert engine.history(T, "op-1").entries == [
+        history.entry_from(old, new)
+        for old, new in itertools.pairwise([None, enqueued, claimed, retried, claimed_again])
+    ]
+    # Its history item not written at all yet (the enqueue's own record still pending): nothing
+    # to derive from, so nothing is shown yet (not an error).
+    engine.enqueue(T, "op-2", "refund", H)
+    engine.store.update(
+        {"tenant_id": T, "operation_id": "op-2"}, "REMOVE #hv, #h", "attribute_exists(#hv)",
+        {"#hv": "hv", "#h": "h"}, {},
+    )  # fmt: skip
+    engine.claim(T, "op-2", "w1")
+    assert engine.history(T, "op-2") == history.HistoryPage(entries=[], next_cursor=None)
