@@ -516,7 +516,7 @@ def _run_all(
             "index_bytes": index_bytes,
             "item_bytes": sizes[0],
             "history_bytes": sizes[1],
-            "history_expired": int(bool(operation) and ITEM_HISTORY_EXPIRED in operation),
+            "history_expired": int(ITEM_HISTORY_EXPIRED in (operation or {})),
         }
 
     def client(tenant: str) -> Any:
