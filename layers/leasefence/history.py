@@ -7,7 +7,12 @@ and ``actor`` (the enqueue's ``PutItem`` starts the list; see
 :meth:`leasefence.engine._expr.Expr.history`). So the history commits with the transition: it can
 have no gap and no entry out of order, it is there as soon as the transition's answer is, and it
 costs no write of its own (only the bytes it adds to the item). Heartbeats are no transition and
-add nothing. The history is stored and deleted with the operation (its TTL).
+add nothing. The history is stored with the operation, and **kept for the payload retention
+after its end** (one knob, 30 days by default): the payload purge's conditional write then
+removes the list and sets :data:`ITEM_HISTORY_EXPIRED` (``hx``, when), and the operation's slim
+record stays for the rest of its identity window (:func:`leasefence.engine._erasure.purge_one`).
+A slimmed operation's history reads as an empty page with ``expired_at`` (only an erasure, the
+one transition an ended operation accepts, appends an entry after it).
 
 A compact entry (:func:`compact_entry`) holds what the write knows: ``e`` the transition, ``t``
 the time (ms), and when the write sets them ``a`` the actor, ``s`` the state (left out where
@@ -151,6 +156,10 @@ def entry_from(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[st
 #: The operation item's list of compact entries, and the count of entries compaction dropped.
 ITEM_HISTORY = "h"
 ITEM_DROPPED = "hd"
+#: When the history expired (ms): set by the payload purge's write, which slims an ended
+#: operation's item once its history retention (the payload retention) is over and removes
+#: :data:`ITEM_HISTORY` and :data:`ITEM_DROPPED` (:func:`leasefence.engine._erasure.purge_one`).
+ITEM_HISTORY_EXPIRED = "hx"
 #: Set (1) by every enqueue whose operation keeps its history in its item only; an item without
 #: it was written before and has a history item too (the publisher keeps writing that one).
 ITEM_HISTORY_MARK = "hv"
@@ -378,8 +387,15 @@ def _compact_write(store: Store, item: Mapping[str, Any]) -> None:
     store.update(
         {"tenant_id": item["tenant_id"], "operation_id": item["operation_id"]},
         "SET #h = :h, #hd = :d",
-        f"#seq = :seq AND #c = :c AND {unchanged}",
-        {"#h": ITEM_HISTORY, "#hd": ITEM_DROPPED, "#seq": "seq", "#c": "created_at"},
+        # Never onto a slimmed item (its history expired: a late record must not bring it back).
+        f"#seq = :seq AND #c = :c AND {unchanged} AND attribute_not_exists(#hx)",
+        {
+            "#h": ITEM_HISTORY,
+            "#hd": ITEM_DROPPED,
+            "#seq": "seq",
+            "#c": "created_at",
+            "#hx": ITEM_HISTORY_EXPIRED,
+        },
         values,
         returns="NONE",
     )
@@ -400,6 +416,8 @@ class HistoryPage:
     next_cursor: str | None
     #: Entries dropped to keep the history bounded (after the first: see :data:`MAX_ENTRIES`).
     dropped: int = 0
+    #: When the history expired (ms; None: it did not): the entries before then are gone.
+    expired_at: int | None = None
 
 
 def read(
@@ -420,7 +438,8 @@ def read(
     after = decode_history_cursor(cursor) if cursor else 0
     legacy: list[dict[str, Any]] = []
     dropped = 0
-    if item is None or not in_item(item):
+    expired = None if item is None else item.get(ITEM_HISTORY_EXPIRED)
+    if expired is None and (item is None or not in_item(item)):
         stored = store.get(_key(tenant_id, operation_id), consistent=False)
         if stored is not None and int(stored.get("created_at", -1)) == created_at:
             legacy = list(stored.get("entries") or [])
@@ -449,4 +468,9 @@ def read(
     newer = [e for e in entries if int(e["seq"]) > after]
     page = newer[:limit]
     next_cursor = encode_history_cursor(int(page[-1]["seq"])) if len(newer) > limit else None
-    return HistoryPage(entries=page, next_cursor=next_cursor, dropped=dropped)
+    return HistoryPage(
+        entries=page,
+        next_cursor=next_cursor,
+        dropped=dropped,
+        expired_at=None if expired is None else int(expired),
+    )

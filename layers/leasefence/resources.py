@@ -307,6 +307,14 @@ class HistoryPage:
             "history keeps the enqueue and the 49 newest transitions)"
         ),
     ] = 0
+    history_expired_at: Annotated[
+        datetime | None,
+        Doc(
+            "When the history expired (null: it did not): an ended operation keeps its history "
+            "for the payload retention after its end (30 days by default), then only its identity "
+            "(the entries are gone; an erasure after that adds its own entry)"
+        ),
+    ] = None
 
 
 @dataclass(frozen=True)

@@ -51,3 +51,36 @@ def test_each_answer_is_followed_by_its_history_entry_at_once(api):
     first_page = _history(api, op, limit=2)
     rest = _history(api, op, limit=50, cursor=first_page["next_cursor"])
     assert first_page["entries"] + rest["entries"] == page["entries"]
+
+
+def test_a_slimmed_operation_answers_an_empty_page_saying_its_history_expired(api, stack, tenant):
+    """Ended, then purged after the payload retention (an engine whose clock is 31 days behind
+    made it): the purge's write slimmed it. The history is an empty page with
+    history_expired_at; the operation, its replay and its conflict answer as before."""
+    from leasefence.payloads import canonicalize
+    from leasefence.settings import runtime
+
+    engine = runtime().engine
+    days = 31 * 86_400_000
+    past = type(engine)(spec=engine.spec, client=engine.store.client, clock=lambda: engine.clock() - days,
+                        events=engine.events, payloads=engine.payloads)
+    op, payload = "slim-1", {"n": "slim-1"}
+    canonical = canonicalize(payload)
+    past.enqueue(tenant, op, "job", canonical.hash, payload_json=canonical.body)
+    grant = past.claim(tenant, op, "worker-1")
+    past.complete(tenant, op, grant.fence, "done")
+    assert _history(api, op)["history_expired_at"] is None
+    assert len(_history(api, op)["entries"]) == 3
+    assert stack.sweep_now()["payloads_purged"] >= 1
+    page = _history(api, op)
+    assert page["entries"] == [] and page["next_cursor"] is None and page["dropped"] == 0
+    assert page["history_expired_at"] is not None and page["history_expired_at"].endswith("Z")
+    operation = api.get(op_path(op)).json
+    assert operation["state"] == "succeeded" and operation["payload_state"] == "purged"
+    assert operation["fence"] == grant.fence and operation["outcome_code"] == "done"
+    replay = api.post("/v1/operations", {"operation_id": op, "job_type": "job", "payload": payload})
+    assert replay.status == 200 and replay.json["created"] is False
+    conflict = api.post("/v1/operations", {"operation_id": op, "job_type": "job", "payload": {"n": 2}})
+    assert conflict.status == 409 and conflict.json["error"]["code"] == "payload_conflict"
+    done = api.post(op_path(op, "complete"), {"fence": grant.fence, "outcome_code": "done"})
+    assert done.status == 200, done.text

@@ -34,7 +34,7 @@ SDK_FIELDS = {
         "sequence", "time", "transition", "previous_state", "state", "fence", "attempt", "actor", "previous_actor",
         "outcome_code", "reason", "available_at",
     ],
-    "HistoryPage": ["entries", "next_cursor", "dropped"],
+    "HistoryPage": ["entries", "next_cursor", "dropped", "history_expired_at"],
     "OperationPage": ["operations", "next_cursor"],
     "EnqueueResult": ["operation", "created"],
 }  # fmt: skip

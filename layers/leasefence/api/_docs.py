@@ -206,10 +206,11 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
         "(worker id, or the operator's or producer's identity from the token) and why (outcome code, "
         "reason or note). Written by each transition's own write into the operation's item, so it is "
         "complete as soon as the transition's answer is; the first entry and the 49 newest (dropped "
-        "counts the others); kept as long as the operation's identity; an erasure replaces it with "
-        "the erasure's own entry. 404 not_found for an id that is unknown or another tenant's (answered exactly "
-        "alike). With only the `leasefence/approve` scope: operations that went through the approval "
-        "gate only (another: 403 forbidden).",
+        "counts the others); kept for the payload retention after the operation ends (30 days by "
+        "default), then an empty page with history_expired_at (the identity stays); an erasure "
+        "replaces it with the erasure's own entry. 404 not_found for an id that is unknown or "
+        "another tenant's (answered exactly alike). With only the `leasefence/approve` scope: "
+        "operations that went through the approval gate only (another: 403 forbidden).",
     ),
     "listJobTypes": RouteDoc(
         "This tenant's job-type catalogue (operators)",

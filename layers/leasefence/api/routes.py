@@ -434,6 +434,7 @@ def history(
             "entries": [_history_entry(e) for e in page.entries],
             "next_cursor": page.next_cursor,
             "dropped": page.dropped,
+            "history_expired_at": None if page.expired_at is None else to_rfc3339(page.expired_at),
         },
     )
 

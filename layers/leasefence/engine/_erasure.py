@@ -21,6 +21,7 @@ from leasefence.limits import MAX_STEP_ITEMS, TENANT_ERASURE_SETTLE_MS
 from leasefence.metrics import Metric
 from leasefence.model import (
     OPERATOR_ACTOR,
+    TERMINAL_STATES,
     Claim,
     Operation,
     State,
@@ -29,7 +30,7 @@ from leasefence.model import (
 )
 from leasefence.payloads import read_kept
 from leasefence.privacy import keyed_hash
-from leasefence.schema import PURGE_PK, PURGE_SK, OperationItem
+from leasefence.schema import DUE_HOME, PURGE_PK, PURGE_SK, OperationItem
 from leasefence.store import ConditionFailed, Item
 from leasefence.validation import validate_actor, validate_id, validate_limit
 
@@ -47,24 +48,98 @@ def kept_in_item(item: Mapping[str, Any]) -> bool:
     )
 
 
+#: What the slimming write removes from an ended operation's item once its history retention
+#: (the payload retention: one knob) is over; see :func:`purge_one` for the decision on every
+#: attribute. ``h``/``hd``: the history list and its dropped count.
+SLIMMED_AWAY = (
+    "#h_",
+    "#hd_",
+    "reason",
+    "checkpoint",
+    "intent",
+    "claimed_at",
+    "claimed_from",
+    "lease_ms",
+    "lease_default_ms",
+    "lease_max_ms",
+    "attempt_budget",
+    "#home_",
+)
+
+
+def slims(item: OperationItem) -> bool:
+    """Whether the purge of ``item`` also slims it: an ended operation (a final state: nothing
+    but an erasure changes it again) that no erasure touched (an erasure files an S3-stored
+    payload for purge at once, long before the history retention is over; its history is then
+    the erasure's single entry anyway)."""
+    return item.get("state") in {s.value for s in TERMINAL_STATES} and "erased_at" not in item
+
+
 def purge_one(ctx: EngineContext, item: OperationItem) -> bool:
     """Delete one operation's stored payload, then record that (pinned to the purge time the
     deletion acted on). Deleting twice is harmless, so a crash in between only repeats it. A
     payload kept in the item goes with the recording write itself (``REMOVE payload_json``, no
-    S3 call)."""
+    S3 call).
+
+    **The slim ended record** (issue 24). When the operation has ended (:func:`slims`), the same
+    conditional write also slims the item to what the identity guarantees need for the rest of
+    the identity window: the history's retention is the payload's (``payload_retention_ms``, one
+    knob; the purge runs at end + that retention). The write is pinned to the purge time, the
+    state and ``seq`` it read: an erasure (the only transition an ended operation accepts; a
+    tenant erasure deletes the item, and a pinned update never recreates one) in between wins,
+    and this write changes nothing. ``seq`` is not raised (no transition: no event, no history
+    entry; the publisher's filters see a purge), the TTL (identity retention, or none: forever)
+    is not touched. Per attribute:
+
+    Kept (the contract's operation object, replay and conflict, fences, erasure, retention):
+    ``tenant_id``, ``operation_id`` (keys); ``payload_hash`` (same id + same hash = replay, other
+    hash = 409 conflict); ``job_type``, ``state``, ``fence``, ``attempts``, ``max_attempts``,
+    ``target_class``, ``payload_ref``, ``outcome_code``, ``created_at``, ``updated_at`` (the
+    operation object; ``fence`` also keeps fences from being handed out again: a terminal
+    operation is never claimed); ``closed_fence``, ``closed_by`` (the same fence repeating the
+    same completion or failure answers 200 again); ``transition``, ``actor``, ``resolved_as``,
+    ``resolve_token``, ``resolution_note`` (an operator's resolution repeated is a replay: the
+    tokenless one compares the note; at most 1024 characters, on resolved operations only);
+    ``approved_by``, ``approved_at``, ``approval_expires_at``, ``enqueued_by`` (an approval
+    repeated is a replay; the approval gate's facts); ``job_type_version``; ``payload_inline``,
+    ``payload_purged_at``, ``erased_at`` (``payload_state``); ``seq`` (the transition counter: a
+    later erasure's entry is numbered after it); ``hv`` (no history item: an erasure must not
+    write one); the TTL (``expires_at_epoch_s``).
+
+    Removed: ``h``, ``hd`` (the history, past its retention); ``reason`` (free text: the latest
+    failure, park or rejection reason; no replay reads it); ``checkpoint``, ``intent`` (the
+    handler's and a class-D holder's notes for a later claim: a final state is never claimed
+    again; the completion already dropped the checkpoint); ``claimed_at``, ``claimed_from``,
+    ``lease_ms``, ``lease_default_ms``, ``lease_max_ms``, ``attempt_budget``, the due home (what
+    only a live operation needs; items ended before their end dropped them may carry them);
+    ``payload_json`` (the purge itself).
+
+    Set: ``hx``, when the history expired (ms): ``GET .../history`` answers an empty page and
+    ``history_expired_at``. Operations by reference (a caller's ``payload_ref``) have no purge
+    entry and are not slimmed (docs/performance.md says why)."""
     if not kept_in_item(item):
         if ctx.payloads is None:
             raise Unavailable("no payload store configured: cannot purge payloads")
         if item.get("payload_ref"):
             ctx.payloads.delete(item["payload_ref"])
+    now = ctx.clock()
+    expr = x.Expr({"#ppk": PURGE_PK, "#pat": PURGE_SK})
+    expr.value({":now": now, ":pat": int(item[PURGE_SK])})
+    expr.set("payload_purged_at = :now").remove("#ppk", "#pat", "payload_json")
+    condition = x.PURGE_TIME_UNCHANGED
+    if slims(item):
+        expr.name(x.STATE).name({"#seq": "seq", "#hx_": history.ITEM_HISTORY_EXPIRED})
+        expr.name({"#h_": history.ITEM_HISTORY, "#hd_": history.ITEM_DROPPED, "#home_": DUE_HOME})
+        expr.value({":e_state": item["state"]}).set("#hx_ = :now").remove(*SLIMMED_AWAY)
+        condition += " AND #state = :e_state AND "
+        if "seq" in item:
+            expr.values[":e_seq"] = int(item["seq"])
+            condition += "#seq = :e_seq"
+        else:  # an item written before seq was kept
+            condition += "attribute_not_exists(#seq)"
     try:
         ctx.store.update(
-            ctx.key(item["tenant_id"], item["operation_id"]),
-            "SET payload_purged_at = :now REMOVE #ppk, #pat, payload_json",
-            x.PURGE_TIME_UNCHANGED,
-            {"#ppk": PURGE_PK, "#pat": PURGE_SK},
-            {":now": ctx.clock(), ":pat": int(item[PURGE_SK])},
-            returns="NONE",
+            ctx.key(item["tenant_id"], item["operation_id"]), *expr.write(condition), returns="NONE"
         )
     except ConditionFailed:
         return False

@@ -19,6 +19,7 @@ from leasefence_tools.torture.checker import (
     fence_order_rule,
     healthy_lease_rule,
     history_content_rule,
+    history_expiry_rule,
     history_rule,
     retry_rule,
     single_call_rule,
@@ -262,3 +263,19 @@ def test_healthy_lease_rule_leaves_out_lapses_whose_renewals_were_all_sent_in_ti
     assert healthy_lease_rule(on_time) == []
     late = [{**job, "renewal_late": True} for job in on_time]
     assert kinds(healthy_lease_rule(late)) == ["healthy_claims_lapsed"]
+
+
+def test_an_expired_history_is_accepted_only_for_an_ended_operation_past_the_retention():
+    day = 86_400_000
+    ended = {"state": "succeeded", "updated_at": 10 * day, "seq": 3}
+    assert history_rule([], 0, 3, expired=True) == []  # empty: judged by the expiry rule
+    assert kinds(history_rule([], 0, 3)) == ["history_missing"]
+    assert history_expiry_rule(None, [], ended, 30 * day) == []
+    assert history_expiry_rule(40 * day, [], ended, 30 * day) == []
+    assert kinds(history_expiry_rule(39 * day, [], ended, 30 * day)) == ["history_expired_early"]
+    live = {**ended, "state": "queued"}
+    assert kinds(history_expiry_rule(40 * day, [], live, 30 * day)) == ["history_expired_early"]
+    erased = [{**entry(4, "erase", "succeeded"), "at": 41 * day}]
+    assert history_expiry_rule(40 * day, erased, {**ended, "updated_at": 41 * day}, 30 * day) == []
+    older = [{**entry(3, "complete", "succeeded"), "at": 10 * day}]
+    assert kinds(history_expiry_rule(40 * day, older, ended, 30 * day)) == ["history_expired_early"]

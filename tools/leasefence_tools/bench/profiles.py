@@ -56,6 +56,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
+from leasefence.history import ITEM_HISTORY_EXPIRED
 from leasefence.worker import FunctionHandler, Job
 from leasefence_tools.bench import units as U
 from leasefence_tools.bench.meter import Meter
@@ -496,10 +497,12 @@ def _run_all(
 
     def stored(tenant: str, op: str) -> dict[str, int]:
         """Bytes the operation leaves stored: its items (table) and their index entries, each
-        with DynamoDB's 100 bytes of overhead."""
+        with DynamoDB's 100 bytes of overhead; ``history_expired`` 1 when the purge slimmed the
+        operation (the slim ended record: its history gone, ``hx`` set)."""
         table_bytes = index_bytes = 0
         sizes = []
-        for found in (item(tenant, op), item(tenant, keys.history_id(op))):
+        operation = item(tenant, op)
+        for found in (operation, item(tenant, keys.history_id(op))):
             sizes.append(U.item_size(found))
             if not found:
                 continue
@@ -513,6 +516,7 @@ def _run_all(
             "index_bytes": index_bytes,
             "item_bytes": sizes[0],
             "history_bytes": sizes[1],
+            "history_expired": int(ITEM_HISTORY_EXPIRED in (operation or {})),
         }
 
     def client(tenant: str) -> Any:

@@ -120,12 +120,12 @@ def ops_history(
     from rich.table import Table
 
     client = api_client(base_url, token_value, tenant, state_dir=state_dir)
-    entries, cursor, dropped = [], None, 0
+    entries, cursor, dropped, expired = [], None, 0, None
     with api_errors():
         while True:
             page = client.history(operation_id, limit=limit, cursor=cursor)
             entries.extend(page.entries)
-            cursor, dropped = page.next_cursor, page.dropped
+            cursor, dropped, expired = page.next_cursor, page.dropped, page.history_expired_at
             if not all_pages or not cursor:
                 break
     if as_json:
@@ -171,6 +171,11 @@ def ops_history(
     console.print(table)
     if dropped:
         console.print(f"{dropped} older entries were dropped to keep the history bounded")
+    if expired is not None:
+        console.print(
+            f"history expired {expired.isoformat()} (kept for the payload retention after the "
+            "operation ended; its identity stays)"
+        )
     if cursor and not all_pages:
         console.print(f"more: --all (next cursor {cursor})")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from leasefence.engine import Engine
 from leasefence.keys import FIRST_OPERATION_ID
-from leasefence.model import Operation, State, TargetClass, Transition
+from leasefence.model import TERMINAL_STATES, Operation, State, TargetClass, Transition
 from leasefence.streams.events import detail_type
 from leasefence.targets.idempotent_api import idempotency_key
 from leasefence_tools.testing.kits import (
@@ -38,14 +38,19 @@ def _seq(entry: dict[str, Any]) -> int:
     return int(entry["seq"] if "seq" in entry else entry["sequence"])
 
 
-def history_rule(entries: list[dict[str, Any]], dropped: int, final_seq: int) -> list[Finding]:
+def history_rule(
+    entries: list[dict[str, Any]], dropped: int, final_seq: int, expired: bool = False
+) -> list[Finding]:
     """Every sequence once, in order, with no gap, up to the operation's own ``seq``.
 
     A history starts at 1 (the enqueue) or at an erasure (which replaces it); a bounded history
-    keeps its first entry and the newest ones and counts the ``dropped`` ones in between."""
+    keeps its first entry and the newest ones and counts the ``dropped`` ones in between. An
+    ``expired`` one may be empty (:func:`history_expiry_rule` judges when it expired)."""
     if final_seq < 1:
         return []
     if not entries:
+        if expired:  # judged by history_expiry_rule
+            return []
         return [("history_missing", f"no history for an operation at seq {final_seq}")]
     seqs = [_seq(e) for e in entries]
     found: list[Finding] = []
@@ -67,6 +72,42 @@ def history_rule(entries: list[dict[str, Any]], dropped: int, final_seq: int) ->
             )
         )
     return found
+
+
+def history_expiry_rule(
+    expired_at: int | None,
+    entries: list[dict[str, Any]],
+    item: dict[str, Any],
+    retention_ms: int,
+) -> list[Finding]:
+    """A history may expire (the slim ended record: the payload purge removes it once the
+    payload retention after the operation's end is over), but only an ended operation's, only
+    past that retention, and what follows the expiry can only be an erasure's entry."""
+    if expired_at is None:
+        return []
+    if item.get("state") not in {s.value for s in TERMINAL_STATES}:
+        return [("history_expired_early", f"expired at {expired_at} while {item.get('state')}")]
+    if not entries:
+        ended = int(item.get("updated_at", 0))  # no transition since the end: the end
+        if expired_at < ended + retention_ms:
+            return [
+                (
+                    "history_expired_early",
+                    f"expired {expired_at - ended} ms after the end, retention {retention_ms} ms",
+                )
+            ]
+        return []
+    if entries[0].get("transition") != Transition.ERASE.value or _entry_at(entries[0]) < expired_at:
+        return [("history_expired_early", f"entries {[_seq(e) for e in entries]} after expiry")]
+    return []
+
+
+def _first_seq(entries: list[dict[str, Any]]) -> int:
+    return _seq(entries[0]) if entries else 2**62
+
+
+def _entry_at(entry: dict[str, Any]) -> int:
+    return int(entry.get("at", 0))
 
 
 def history_content_rule(entries: list[dict[str, Any]], item: dict[str, Any]) -> list[Finding]:
@@ -279,18 +320,21 @@ def raw_operations(engine: Engine, tenants: Iterable[str]) -> dict[Key, dict[str
 
 def history_of(
     engine: Engine, tenant_id: str, operation_id: str
-) -> tuple[list[dict[str, Any]], int]:
-    """The operation's whole history through the engine's reader (every page), and ``dropped``."""
+) -> tuple[list[dict[str, Any]], int, int | None]:
+    """The operation's whole history through the engine's reader (every page), ``dropped``, and
+    when it expired (None: it did not)."""
     entries: list[dict[str, Any]] = []
     cursor = None
     dropped = 0
+    expired: int | None = None
     while True:
         page = engine.history(tenant_id, operation_id, limit=50, cursor=cursor)
         entries.extend(page.entries)
         dropped = max(dropped, page.dropped)
+        expired = page.expired_at
         cursor = page.next_cursor
         if cursor is None:
-            return entries, dropped
+            return entries, dropped, expired
 
 
 class Composed:
@@ -521,16 +565,39 @@ def _check_composed(
     for detail in composed.events or []:
         published[(detail["tenant_id"], detail["operation_id"])].append(_seq(detail))
     histories = 0
+    expired_histories = 0
+    expired_unread = 0
     for tenant, operation_id, _target in enqueued:
         key = (tenant, operation_id)
         item = items.get(key)
         if item is None:
             continue
         if composed.events is not None:
-            entries, dropped = history_of(engine, tenant, operation_id)
+            entries, dropped, expired = history_of(engine, tenant, operation_id)
             histories += 1
-            judge(tenant, operation_id, history_rule(entries, dropped, int(item.get("seq", 0))))
+            final_seq = int(item.get("seq", 0))
+            judge(
+                tenant, operation_id, history_rule(entries, dropped, final_seq, expired is not None)
+            )
+            judge(
+                tenant,
+                operation_id,
+                history_expiry_rule(expired, entries, item, engine.payload_retention_ms),
+            )
             judge(tenant, operation_id, history_content_rule(entries, item))
+            kept = report.histories_kept.get(key)
+            if expired is not None:
+                expired_histories += 1
+                if kept is None:
+                    expired_unread += 1  # expired before the checker read it: not judged
+                else:
+                    # What it held before it expired, judged against the item as it was then;
+                    # the events below cover those entries and any after (an erasure's).
+                    kept_entries, kept_dropped, kept_item = kept
+                    kept_seq = int(kept_item.get("seq", 0))
+                    judge(tenant, operation_id, history_rule(kept_entries, kept_dropped, kept_seq))
+                    judge(tenant, operation_id, history_content_rule(kept_entries, kept_item))
+                    entries = [e for e in kept_entries if _seq(e) < _first_seq(entries)] + entries
             judge(tenant, operation_id, event_order_rule(published.get(key, [])))
             judge(tenant, operation_id, event_delivery_rule(entries, set(published.get(key, []))))
     # Shared class-B items: every operation's postings, in each account's commit order.
@@ -560,6 +627,8 @@ def _check_composed(
     )
     return {
         "histories_checked": histories,
+        "histories_expired": expired_histories,
+        "histories_expired_unread": expired_unread,
         "events_published": len(composed.events or []),
         "account_postings": postings,
         "retried_after_lost_answer": len(report.retries),

@@ -13,11 +13,12 @@ from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
-from leasefence import keys
+from leasefence import history, keys
 from leasefence.engine import DAY_MS, Engine
 from leasefence.errors import InvalidTransition
 from leasefence.model import Operation, State, TargetClass
 from leasefence_tools.torture.chaos import ChaosHooks
+from leasefence_tools.torture.checker import history_of
 from leasefence_tools.torture.settings import FastClock, Report, Settings
 
 
@@ -65,7 +66,19 @@ def months_phase(
 
     tenants = sorted({t for t, _, _ in enqueued})
 
+    def keep_histories() -> None:
+        """Read every history that has not expired yet: the jump may take an ended operation
+        past its history retention (the payload purge slims it), and the checker judges what
+        the history held from this copy (:func:`leasefence_tools.torture.checker.history_of`)."""
+        for tenant, operation_id, _target in list(enqueued):
+            item = checker.store.get({"tenant_id": tenant, "operation_id": operation_id})
+            if item is None or history.ITEM_HISTORY_EXPIRED in item:
+                continue
+            entries, dropped, _expired = history_of(checker, tenant, operation_id)
+            report.histories_kept[(tenant, operation_id)] = (entries, dropped, dict(item))
+
     def jump(days: int) -> int:
+        keep_histories()
         before = identities(checker, tenants)  # before the endpoint's clock moves: it reaps
         clock.jump(days * DAY_MS)
         aws.set_time(clock())

@@ -159,6 +159,12 @@ class Report:
         default_factory=lambda: defaultdict(list)
     )
     counts: Counter = field(default_factory=Counter)
+    #: Each operation's history as read just before a jump of the months phase (entries,
+    #: dropped, the operation item): a history expires once the payload retention after the end
+    #: is over (the slim ended record), and the checker judges what it held from this copy.
+    histories_kept: dict[Key, tuple[list[dict[str, Any]], int, dict[str, Any]]] = field(
+        default_factory=dict
+    )
     errors: list[str] = field(default_factory=list)  # unexpected failures of actors, workers
 
     def note(self, tenant_id: str, operation_id: str, event: str) -> None:

@@ -591,7 +591,7 @@ async function loadHistory(id, cursor) {
   return (await api("GET", `/v1/operations/${encodeURIComponent(id)}/history?${query}`)).data;
 }
 
-function timeline(entries, dropped) {
+function timeline(entries, dropped, expiredAt) {
   let fence = null;
   const items = entries.map((e) => {
     const raised = fence !== null && e.fence > fence;
@@ -611,6 +611,7 @@ function timeline(entries, dropped) {
   });
   return [
     dropped ? h("p", { class: "muted" }, `${dropped} older entries were dropped to keep the history bounded (the first entry is kept).`) : null,
+    expiredAt ? h("p", { class: "muted", "data-test": "history-expired" }, `history expired ${fmtTime(expiredAt)} (kept for the payload retention after the operation ended; its identity stays)`) : null,
     h("ol", { class: "timeline", "data-test": "timeline" }, items),
   ];
 }
@@ -736,11 +737,11 @@ async function viewOperation(main, id) {
   }
   try {
     let page = await loadHistory(id);
-    add(history, ...timeline(page.entries, page.dropped));
-    if (!page.entries.length) add(history, h("p", { class: "muted" }, "Nothing recorded yet (history trails the operation by about a second)."));
+    add(history, ...timeline(page.entries, page.dropped, page.history_expired_at));
+    if (!page.entries.length && !page.history_expired_at) add(history, h("p", { class: "muted" }, "Nothing recorded yet (history trails the operation by about a second)."));
     while (page.next_cursor) {
       page = await loadHistory(id, page.next_cursor);
-      add(history.querySelector("ol"), [...timeline(page.entries, 0)[1].children]);
+      add(history.querySelector("ol"), [...timeline(page.entries, 0).at(-1).children]);
     }
   } catch (error) {
     add(history, errorBox(error, "Reading the history"));
@@ -910,7 +911,7 @@ async function viewApproval(main, id) {
   add(main, history);
   try {
     const page = await loadHistory(id);
-    add(history, ...timeline(page.entries, page.dropped));
+    add(history, ...timeline(page.entries, page.dropped, page.history_expired_at));
   } catch (error) {
     add(history, errorBox(error, "Reading the history"));
   }
