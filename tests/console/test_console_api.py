@@ -80,13 +80,19 @@ def test_an_undeclared_method_on_the_consoles_paths_is_405_and_404_once_it_is_of
 # ---------------------------------------------------------------------------------- the operation
 
 
+def _parked_email(client, operation_id, checkpoint, reason):
+    """A class-D email claimed by w-1, with a checkpoint and an intent, then parked unknown."""
+    client.enqueue(operation_id, "send-email", {"to": "a@example.com"}, target_class="D")
+    claim = client.claim("w-1", operation_id=operation_id)
+    client.heartbeat(operation_id, claim.fence, "w-1", checkpoint=checkpoint)
+    client.heartbeat(operation_id, claim.fence, "w-1", intent="send via relay")
+    client.unknown(operation_id, claim.fence, reason)
+    return claim
+
+
 def test_the_operation_carries_its_park_reason_intent_and_checkpoint(sdk, tenant):
     client = sdk(tenant)
-    client.enqueue("mail-1", "send-email", {"to": "a@example.com"}, target_class="D")
-    claim = client.claim("w-1", operation_id="mail-1")
-    client.heartbeat("mail-1", claim.fence, "w-1", checkpoint={"step": 2})
-    client.heartbeat("mail-1", claim.fence, "w-1", intent="send via relay")
-    client.unknown("mail-1", claim.fence, "relay timed out after DATA")
+    claim = _parked_email(client, "mail-1", {"step": 2}, "relay timed out after DATA")
     op = client.get("mail-1")
     assert op.state == "unknown" and op.reason == "relay timed out after DATA"
     assert op.intent == {"fence": claim.fence, "what": "send via relay"}
@@ -270,11 +276,7 @@ def test_ops_show_prints_the_park_reason_intent_and_checkpoint(console_stack, sd
     from leasefence_tools.cli import app
 
     client = sdk(tenant)
-    client.enqueue("mail-9", "send-email", {"to": "b@example.com"}, target_class="D")
-    claim = client.claim("w-1", operation_id="mail-9")
-    client.heartbeat("mail-9", claim.fence, "w-1", checkpoint={"step": 3})
-    client.heartbeat("mail-9", claim.fence, "w-1", intent="send via relay")
-    client.unknown("mail-9", claim.fence, "relay hung up after DATA")
+    claim = _parked_email(client, "mail-9", {"step": 3}, "relay hung up after DATA")
     # With only the operate scope, as an operator runs it.
     token = console_stack.token(tenant, [OPERATE], subject="operator-1")
     shown = CliRunner().invoke(

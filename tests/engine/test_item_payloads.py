@@ -33,13 +33,6 @@ class NoS3:
         raise AssertionError(f"an S3 call ({name}) on the path of a payload kept in the item")
 
 
-@pytest.fixture
-def bucket(aws):
-    name = f"payloads-{random.getrandbits(32):08x}"
-    aws.client("s3").create_bucket(Bucket=name)
-    return name
-
-
 def make_engine(aws, spec, clock, bucket, s3=None, **options):
     store = PayloadStore(bucket, client=s3 if s3 is not None else aws.client("s3"))
     engine = Engine(client=aws.client(), spec=spec, clock=clock, rng=random.Random(3), payloads=store, **options)

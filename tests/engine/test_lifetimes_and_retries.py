@@ -45,13 +45,6 @@ def reap(ddb, spec, now_ms):
     return deleted
 
 
-@pytest.fixture
-def bucket(aws):
-    name = f"payloads-{random.getrandbits(32):08x}"
-    aws.client("s3").create_bucket(Bucket=name)
-    return name
-
-
 def payload_engine(aws, spec, clock, bucket, secret=None, **options):
     store = PayloadStore(bucket, secret=secret, client=aws.client("s3"))
     return Engine(client=aws.client(), spec=spec, clock=clock, rng=random.Random(5), payloads=store, **options), store
