@@ -20,7 +20,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export CDK_DISABLE_VERSION_CHECK := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install lock run lint collect test docs synth deploy demo bench torture screenshots clean
+.PHONY: install lock run lint collect test docs dist synth deploy demo bench torture screenshots clean
 
 install: $(STAMP) $(NODE_STAMP)
 
@@ -75,6 +75,15 @@ test: install lint collect
 docs: install
 	$(BIN)/python scripts/docs_reference.py
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The packages this repository ships, into dist/ (emptied first). Today that is one: the Python
+# distribution, as a wheel (dist/leasefence-<version>-py3-none-any.whl) and an sdist
+# (dist/leasefence-<version>.tar.gz), built by the lock's uv with pyproject.toml's backend
+# (setuptools). The Lambda handlers, the core layer's sources and the CDK constructs are inside it;
+# package.json only pins the CDK CLI used here. How to install it: docs/installing.md.
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/uv build --quiet --out-dir dist .
 
 # Offline: no issuer is known here, so the placeholder is allowed explicitly (a real deploy
 # passes -c jwtIssuer=... or -c createUserPool=true to cdk). More context: SYNTH_ARGS='-c k=v'.

@@ -232,8 +232,8 @@ def cli_page() -> str:
         "# CLI reference",
         "",
         "Generated from the `leasefence` command's own definitions: what `leasefence COMMAND --help` "
-        "prints, for every command. `pip install 'leasefence[local]'` installs it; in a checkout, "
-        "`make install` puts it in `.venv/bin`.",
+        "prints, for every command. It comes with the `[local]` extra (see "
+        "[Installing](../installing.md)); in a checkout, `make install` puts it in `.venv/bin`.",
         "",
         _cell(root.help or ""),
         "",

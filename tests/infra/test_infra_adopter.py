@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -36,6 +37,8 @@ from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
+
+from tests.support.pip_installs import PLACEHOLDERS, run_by_adopter_test
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = ROOT / "infra" / "leasefence_infra" / "requirements.lock"
@@ -131,7 +134,7 @@ def _copy_sources(dest: Path) -> Path:
     """What the wheel is built from (the link infra/leasefence_infra/_functions -> functions/ kept)."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
     dest.mkdir(parents=True)
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "Makefile"):
         shutil.copy2(ROOT / name, dest / name)
     shutil.copytree(ROOT / "layers" / "leasefence", dest / "layers" / "leasefence", ignore=ignore)
     shutil.copytree(ROOT / "tools" / "leasefence_tools", dest / "tools" / "leasefence_tools", ignore=ignore)
@@ -184,14 +187,15 @@ def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     uv = _uv()
     started = time.monotonic()
     src = _copy_sources(work / "src")
-    dist = work / "dist"
-    if uv:
-        _run([uv, "build", "--wheel", "--out-dir", str(dist), str(src)], work, env, 300)
-    else:
-        _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(src)], work, env, 300)
-    (wheel,) = dist.glob("leasefence-*.whl")
-    return {"wheel": wheel, "work": work, "env": env, "uv": uv, "src": src,
-            "timings": {"build wheel": time.monotonic() - started}}
+    # `make dist` as a reader runs it, with this checkout's venv (its uv) standing for the copy's.
+    venv = Path(sys.executable).parents[1]
+    _run(["make", "--no-print-directory", "-o", str(venv / ".installed"), "dist", f"VENV={venv}"], src, env, 300)
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert sorted(p.name for p in (src / "dist").glob("leasefence-*")) == [
+        f"leasefence-{version}-py3-none-any.whl", f"leasefence-{version}.tar.gz"]
+    wheel = src / "dist" / f"leasefence-{version}-py3-none-any.whl"
+    return {"wheel": wheel, "work": work, "env": env, "uv": uv, "src": src, "version": version,
+            "timings": {"make dist": time.monotonic() - started}}
 
 
 @pytest.fixture(scope="module")
@@ -475,3 +479,79 @@ def test_local_stack_and_cli_from_the_installed_wheel_in_an_empty_folder(
     assert "unknown function" not in output
     assert sorted(p.name for p in folder.iterdir()) == ["openapi.json", "sweep.json"]  # nothing else written
     print(f"\n[local] venv {installed:.1f} s, leasefence local ready in {up:.1f} s")
+
+
+# ------------------------------------------------------------ every documented pip install line
+
+#: What the distribution installed in a venv says about itself (nothing of it imported: the
+#: lines run with --no-deps).
+INSTALLED = """\
+import importlib.metadata, importlib.util, json
+found = importlib.metadata.distribution("leasefence")
+print(json.dumps({"version": found.version, "extras": found.metadata.get_all("Provides-Extra") or [],
+                  "requires": found.requires or [], "files": [str(f) for f in found.files or []],
+                  "origins": {name: importlib.util.find_spec(name).origin for name in ("leasefence", "leasefence_tools")}}))
+"""
+
+
+def _tagged_clone(src: Path, env: dict[str, str], version: str) -> str:
+    """The copy of the sources made a git repository with a tag, as a reader's clone is."""
+    git_env = {**env, "GIT_AUTHOR_NAME": "adopter", "GIT_AUTHOR_EMAIL": "adopter@example.com",
+               "GIT_COMMITTER_NAME": "adopter", "GIT_COMMITTER_EMAIL": "adopter@example.com"}
+    tag = f"v{version}"
+    for command in (["init", "--quiet"], ["add", "pyproject.toml", "README.md", "Makefile", "layers", "tools",
+                                          "infra", "functions"],
+                    ["commit", "--quiet", "-m", "a release"], ["tag", tag]):
+        _run(["git", *command], src, git_env, 60)
+    return tag
+
+
+def _documented(argument: str, src: Path, tag: str) -> str:
+    """A documented argument with its placeholders replaced (tests.support.pip_installs)."""
+    return (argument.replace(f"git+{PLACEHOLDERS['remote']}", f"git+file://{src}")
+            .replace(PLACEHOLDERS["ref"], tag).replace(PLACEHOLDERS["clone"], str(src)))
+
+
+def _extra_requirements(requirements: list[str], extra: str) -> set[tuple[str, str]]:
+    parsed = map(Requirement, requirements)
+    return {(r.name, str(r.specifier)) for r in parsed if r.marker is None or r.marker.evaluate({"extra": extra})}
+
+
+def test_every_documented_pip_install_line_installs_this_version(built_wheel: dict[str, Any]) -> None:
+    """Each ``pip install`` line of the install guide and the construct library's Install section,
+    as written but for its placeholders (a clone: the copy of the sources, tagged; the git remote:
+    that clone), run by pip from the clone's folder into a fresh venv: it installs this version,
+    from the place it names, with the extras it asks for and their requirements. ``--no-deps``:
+    the dependencies themselves are installed and used by the tests above, from the same wheel."""
+    work, env, uv, src, version = (built_wheel[k] for k in ("work", "env", "uv", "src", "version"))
+    tag = _tagged_clone(src, env, version)
+    python = _make_venv(uv, work / "docs-venv", work, env, [])
+    project_extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    lines = run_by_adopter_test()
+    assert len(lines) >= 5, [line.where() for line in lines]
+    started, ran = time.monotonic(), set()
+    for line in lines:
+        argv = shlex.split(line.text, comments=True)
+        assert argv[:2] == ["pip", "install"], f"{line.where()}: a pip install line starts with it: {line.text}"
+        arguments = tuple(_documented(a, src, tag) for a in argv[2:])
+        assert not [a for a in arguments if "<" in a], f"{line.where()}: a placeholder the test does not know"
+        if arguments in ran:
+            continue
+        ran.add(arguments)
+        _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", *arguments],
+             src, env, 600)
+        found = json.loads(_run([str(python), "-c", INSTALLED], work, env, 60).stdout.strip().splitlines()[-1])
+        assert found["version"] == version, line.where()
+        (requested,) = [a for a in arguments if "[" in a]
+        extras = requested.split("[", 1)[1].split("]", 1)[0].split(",")
+        for extra in extras:
+            assert extra in found["extras"], (line.where(), extra)
+            assert _extra_requirements(found["requires"], extra) >= _extra_requirements(project_extras[extra], extra)
+        origin = Path(found["origins"]["leasefence"]).resolve()
+        if "-e" in arguments:
+            assert origin == src / "layers" / "leasefence" / "__init__.py", line.where()
+        else:
+            assert origin.is_relative_to((work / "docs-venv").resolve()), (line.where(), origin)
+            assert "leasefence_infra/_functions/worker/handler.py" in found["files"], line.where()
+            assert "leasefence_infra/requirements.lock" in found["files"], line.where()
+    print(f"\n{len(ran)} documented pip install lines in {time.monotonic() - started:.1f} s")

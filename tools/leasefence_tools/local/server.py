@@ -85,7 +85,7 @@ def load_function(name: str) -> ModuleType:
     if FUNCTIONS_DIR is None:
         raise FileNotFoundError(
             "the Lambda handlers are not installed (leasefence_infra/_functions): reinstall "
-            "leasefence (pip install 'leasefence[local]', or pip install -e '.[dev]' in a checkout)"
+            "leasefence with its [local] extra (docs/installing.md), or run make install in a checkout"
         )
     if name not in function_names():
         raise ValueError(f"unknown function {name!r}; choose from {', '.join(function_names())}")
