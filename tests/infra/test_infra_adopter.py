@@ -1,7 +1,8 @@
 """The installed wheel, as a platform team and a developer use it, outside the repository.
 
-Builds the project's wheel once from a copy of its sources (``built_wheel``), then, each in a fresh
-virtual environment and a folder outside the repository, with nothing of the checkout on the path:
+Builds the project's wheel once with ``make dist`` in a copy of its sources (``built_wheel``), then,
+each in a fresh virtual environment and a folder outside the repository, with nothing of the
+checkout on the path:
 
 * ``pip install '<wheel>[cdk]'``, exactly that extra (the lock only as constraints: it pins
   versions, it adds nothing): ``leasefence_infra`` imports and the issue's minimal adopter app
@@ -13,7 +14,10 @@ virtual environment and a folder outside the repository, with nothing of the che
 * ``pip install '<wheel>[local]'`` in an empty folder: ``leasefence local`` in the background and
   the README walkthrough's basic commands against it (token, enqueue through the SDK, the stream
   worker running the demo job, ``ops list``/``show``, ``invoke``, the OpenAPI route and Swagger
-  UI, ``leasefence openapi``), then SIGTERM.
+  UI, ``leasefence openapi``), then SIGTERM;
+* every ``pip install`` line of the install guide (docs/installing.md) and of the construct
+  library's Install section, as written but for its placeholders (``tests.support.pip_installs``),
+  with ``--no-deps``: this version, from the place the line names, with its extras.
 
 With ``uv`` (a dev dependency) a venv is ready in seconds from uv's cache; without it the test
 falls back to venv + pip (about two minutes on 2 cores, cold). Timings are printed (``-s``).
@@ -490,7 +494,8 @@ import importlib.metadata, importlib.util, json
 found = importlib.metadata.distribution("leasefence")
 print(json.dumps({"version": found.version, "extras": found.metadata.get_all("Provides-Extra") or [],
                   "requires": found.requires or [], "files": [str(f) for f in found.files or []],
-                  "origins": {name: importlib.util.find_spec(name).origin for name in ("leasefence", "leasefence_tools")}}))
+                  "origins": {name: importlib.util.find_spec(name).origin
+                              for name in ("leasefence", "leasefence_tools")}}))
 """
 
 

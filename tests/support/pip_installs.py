@@ -53,7 +53,11 @@ class PipInstall:
 def pages() -> list[Path]:
     """The README, every page of docs/ (the generated reference too) and the construct library's
     README (docs/constructs.md includes it)."""
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "infra" / "README.md"]
+    return [
+        ROOT / "README.md",
+        *sorted((ROOT / "docs").rglob("*.md")),
+        ROOT / "infra" / "README.md",
+    ]
 
 
 def pip_installs(path: Path) -> list[PipInstall]:
