@@ -19,7 +19,7 @@ MAKE_VENV = if [ ! -x $(BIN)/python ] || ! $(BIN)/python -c 'import sys' >/dev/n
 INSTALL_LOG := $(VENV)/install.log
 LOGGED = logged() { "$$@" >>$(INSTALL_LOG) 2>&1 || { tail -n 25 $(INSTALL_LOG) >&2; \
 	  echo "failed: $$* (the whole log: $(INSTALL_LOG))" >&2; exit 1; }; }
-# Node.js, for the CDK CLI and aws-cdk-lib's jsii runtime: synth, deploy, docs and make test only.
+# Node.js, for the CDK CLI and aws-cdk-lib's jsii runtime (synth, deploy, docs, collect, test).
 NEED_NODE = command -v node >/dev/null && command -v npm >/dev/null \
 	  && [ "$$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ] \
 	  || { echo "make $(or $(MAKECMDGOALS),install) needs Node.js 22 or 24 (20 works too) with npm on the PATH, for the CDK \
@@ -81,7 +81,7 @@ lint: install-python
 # pairs cross the shared fixtures, the kit's plugin and the infra helpers for real).
 COLLECT_PAIRS := tests/api,tests/tools/kit tests/tools/cli,tests/worker tests/engine,tests/tools/local
 
-collect: install-python
+collect: install
 	@for pair in $(COLLECT_PAIRS); do \
 	  $(BIN)/python -m pytest --collect-only -q $${pair/,/ } >/dev/null \
 	    || { echo "pytest --collect-only $${pair/,/ } failed" >&2; exit 1; }; done

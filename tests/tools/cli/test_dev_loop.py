@@ -146,11 +146,19 @@ def test_a_port_in_use_is_named_with_its_service_and_option(tmp_path, taken, ser
     assert READY not in result.stdout
 
 
-def test_synth_without_node_says_what_it_needs(path_without_node):
+@pytest.mark.parametrize("node", [None, "18.20.0"], ids=["no-node", "node-18"])
+def test_synth_without_a_node_it_can_use_says_what_it_needs(tmp_path, path_without_node, node):
+    path = path_without_node
+    if node:  # a node (and npm) too old, first on the PATH
+        (tmp_path / "node").write_text(f"#!/bin/sh\necho {node.split('.')[0]}\n")
+        (tmp_path / "npm").write_text("#!/bin/sh\n")
+        for command in ("node", "npm"):
+            (tmp_path / command).chmod(0o755)
+        path = f"{tmp_path}{os.pathsep}{path}"
     result = subprocess.run(
         ["make", "--no-print-directory", "synth"],
         cwd=ROOT,
-        env=clean_env(PATH=path_without_node),
+        env=clean_env(PATH=path),
         capture_output=True,
         text=True,
         timeout=120,
@@ -158,6 +166,7 @@ def test_synth_without_node_says_what_it_needs(path_without_node):
     )
     assert result.returncode != 0
     assert "make synth needs Node.js 22 or 24 (20 works too) with npm on the PATH" in result.stderr
+    assert "npx" not in result.stdout  # stopped before the CDK CLI
 
 
 # ------------------------------------------------------------------ the Python bootstrap's steps
