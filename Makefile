@@ -9,10 +9,21 @@ LOCK := infra/leasefence_infra/requirements.lock
 UV_VERSION := 0.13.9
 # The CDK CLI pinned in package-lock.json, installed by npm ci (stamp: reinstall when it changes).
 NODE_STAMP := node_modules/.installed
+WHEELS_STAMP := $(VENV)/.wheels
 CDK := npx --no-install cdk
-# Create .venv, or recreate it when its Python went away.
+# Create .venv, or recreate it when its Python went away ($(1): what to print first).
 MAKE_VENV = if [ ! -x $(BIN)/python ] || ! $(BIN)/python -c 'import sys' >/dev/null 2>&1; then \
-	  rm -rf $(VENV); $(PY) -m venv $(VENV); fi
+	  echo "$(1)creating $(VENV) with $$($(PY) --version)"; rm -rf $(VENV); $(PY) -m venv $(VENV); \
+	  else echo "$(1)$(VENV) is there ($$($(BIN)/python --version))"; fi
+# pip's output goes to this log; a failed step prints its tail and the log's path.
+INSTALL_LOG := $(VENV)/install.log
+LOGGED = logged() { "$$@" >>$(INSTALL_LOG) 2>&1 || { tail -n 25 $(INSTALL_LOG) >&2; \
+	  echo "failed: $$* (the whole log: $(INSTALL_LOG))" >&2; exit 1; }; }
+# Node.js, for the CDK CLI and aws-cdk-lib's jsii runtime (synth, deploy, docs, collect, test).
+NEED_NODE = command -v node >/dev/null && command -v npm >/dev/null \
+	  && [ "$$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ] \
+	  || { echo "make $(or $(MAKECMDGOALS),install) needs Node.js 22 or 24 (20 works too) with npm on the PATH, for the CDK \
+	  CLI and aws-cdk-lib; make run, make lint and make install-python do not" >&2; exit 1; }
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
@@ -20,24 +31,31 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export CDK_DISABLE_VERSION_CHECK := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install lock run lint collect test docs dist synth deploy demo bench torture screenshots clean
+.PHONY: install install-python lock run lint collect test docs dist synth deploy demo bench torture screenshots clean
 
-install: $(STAMP) $(NODE_STAMP)
+# Both parts: install-python (.venv: run, lint, demo, ...) and the CDK part (Node.js).
+install: $(STAMP) $(NODE_STAMP) $(WHEELS_STAMP)
+install-python: $(STAMP)
 
 # Reinstall when the project definition or the lock changes, or when the venv's Python went away.
 # The lock is a constraint: every distribution installed is the locked version.
 $(STAMP): pyproject.toml $(LOCK)
-	@$(MAKE_VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c $(LOCK) -e '.[dev]'
-	@# The core layer's aarch64 wheels into the wheel cache, so that make synth works offline.
-	$(BIN)/python -c 'from leasefence_infra.bundling import fetch_wheels; fetch_wheels()'
+	@$(call MAKE_VENV,[1/2] )
+	@echo "[2/2] installing the locked Python packages (log: $(INSTALL_LOG); minutes the first time)"
+	@: >$(INSTALL_LOG); $(LOGGED); logged $(BIN)/pip install --upgrade pip \
+	  && logged $(BIN)/pip install -c $(LOCK) -e '.[dev]'
 	@touch $(STAMP)
 
 $(NODE_STAMP): package.json package-lock.json
-	@command -v npm >/dev/null || { echo "npm not found: install Node.js 22 or 24 (the CDK CLI runs on it)" >&2; exit 1; }
+	@$(NEED_NODE)
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $(NODE_STAMP)
+
+# The core layer's aarch64 wheels into the wheel cache, so that make synth works offline.
+$(WHEELS_STAMP): $(STAMP)
+	@$(NEED_NODE)
+	$(BIN)/python -c 'from leasefence_infra.bundling import fetch_wheels; fetch_wheels()'
+	@touch $(WHEELS_STAMP)
 
 # Re-resolve the lock for Python 3.11+ on every platform (Lambda: 3.12, arm64). Pins that still
 # satisfy pyproject.toml are kept; LOCK_ARGS=--upgrade (or --upgrade-package NAME) moves them.
@@ -47,13 +65,14 @@ lock:
 	$(BIN)/uv pip compile pyproject.toml --all-extras --universal --python-version 3.11 \
 	  --custom-compile-command 'make lock' --quiet $(LOCK_ARGS) -o $(LOCK)
 
-run: install
-	$(BIN)/leasefence local --samples
+# ARGS: more options of leasefence local, e.g. make run ARGS='--port 9000 --logs'.
+run: install-python
+	$(BIN)/leasefence local --samples $(ARGS)
 
 # Lint, format check and type check; make test runs it first, so CI fails on any of them.
 LINT_PATHS := layers tools functions infra
 
-lint: install
+lint: install-python
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy $(LINT_PATHS)
@@ -88,27 +107,29 @@ dist: $(STAMP)
 # Offline: no issuer is known here, so the placeholder is allowed explicitly (a real deploy
 # passes -c jwtIssuer=... or -c createUserPool=true to cdk). More context: SYNTH_ARGS='-c k=v'.
 synth: install
+	@$(NEED_NODE)
 	$(CDK) synth --quiet -c allowPlaceholderIssuer=true $(SYNTH_ARGS)
 
 # Needs AWS credentials and a bootstrapped account, e.g.
 # make deploy DEPLOY_ARGS='-c jwtIssuer=https://idp.example.com/ -c jwtAudience=leasefence'
 deploy: install
+	@$(NEED_NODE)
 	$(CDK) deploy $(DEPLOY_ARGS)
 
-demo: install
+demo: install-python
 	$(BIN)/leasefence demo
 
-bench: install
+bench: install-python
 	$(BIN)/leasefence bench --out bench-report.json
 
 # Every feature composed on the same operations (leasefence_tools.torture); SEED and OPERATIONS
 # choose the run (python -m leasefence_tools.torture --help for the other switches).
-torture: install
+torture: install-python
 	$(BIN)/leasefence torture --operations $${OPERATIONS:-5000} --seed $${SEED:-1}
 
 # The operator console's screenshots (docs/console/*.png, shown by docs/console.md): a real
 # `leasefence local --samples` in the system's Chromium (apt-get install -y chromium).
-screenshots: install
+screenshots: install-python
 	$(BIN)/python -m tests.console.screenshots docs/console
 
 clean:

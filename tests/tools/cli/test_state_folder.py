@@ -8,59 +8,18 @@ token of one is refused by another, as on a machine with two stacks)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from leasefence_tools.local.lambda_log import FILE as LAMBDA_LOG
 from leasefence_tools.local.state import FOLDER, LOCK_FILE, STATE_FILE
-
-LEASEFENCE = Path(sys.executable).with_name("leasefence")
-READY = "Press Ctrl-C to stop."
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEASEFENCE_", "PYTEST"))}
-    return {**env, "PYTHONUNBUFFERED": "1", **extra}
-
-
-@dataclass
-class Stack:
-    process: subprocess.Popen[bytes]
-    log: Path
-    folder: Path  # its state folder
-
-    @property
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    @property
-    def state(self) -> dict:
-        return json.loads((self.folder / STATE_FILE).read_text())
-
-    def wait_ready(self) -> Stack:
-        """Once it serves, or has exited (refused)."""
-        deadline = time.monotonic() + 90
-        while READY not in self.output and self.process.poll() is None:
-            assert time.monotonic() < deadline, "leasefence local never became ready"
-            time.sleep(0.1)
-        return self
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-        try:
-            return self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait(timeout=10)
+from tests.support.local_process import LEASEFENCE, READY, Stack
+from tests.support.local_process import clean_env as _env
 
 
 @pytest.fixture
@@ -239,7 +198,8 @@ def test_a_stale_state_is_replaced_and_commands_say_no_stack_runs(start, tmp_pat
     enqueue(again, "after-1")
     assert listed(tmp_path / "a") == {"after-1"}
     assert again.stop() == 0, again.output
-    assert sorted(p.name for p in again.folder.iterdir()) == [".gitignore", LOCK_FILE]
+    # Its state gone; the lock and the Lambda log (for a post-mortem) stay.
+    assert sorted(p.name for p in again.folder.iterdir()) == [".gitignore", LAMBDA_LOG, LOCK_FILE]
 
     gone = cli(tmp_path / "a", "ops", "list", "--state-dir", str(again.folder))
     assert gone.returncode == 1

@@ -44,6 +44,12 @@ def local(
     verbose: bool = typer.Option(
         False, "--verbose", help="Print a line per HTTP request (method and status)."
     ),
+    logs: bool = typer.Option(
+        False,
+        "--logs",
+        help="Show the Lambda functions' logs (JSON log lines, EMF metrics) here too; they "
+        "always go to lambda.log in the state folder.",
+    ),
     streams: bool = typer.Option(
         True,
         "--streams/--no-streams",
@@ -89,7 +95,8 @@ def local(
     events tail, invoke) find it from that folder or any folder below it. It holds the folder
     while it runs: a second stack on the same folder refuses to start; run it from another
     folder or with --state-dir (and its commands with the same --state-dir)."""
-    from leasefence_tools.local.server import DEMO_HANDLERS, LocalStack
+    from leasefence_tools.local import lambda_log
+    from leasefence_tools.local.server import DEMO_HANDLERS, LocalStack, PortUnavailable
     from leasefence_tools.local.state import StateFolder, StateFolderInUse, own_folder
 
     folder = StateFolder(own_folder(state_dir))
@@ -110,11 +117,17 @@ def local(
         worker_handlers=handlers,
         worker_tenants=tenants,
     )
+    log = lambda_log.LambdaLog(folder.folder / lambda_log.FILE, echo=logs).open()
     try:
         stack.start()
     except OSError as error:
+        log.close()
         folder.release()
-        typer.echo(f"cannot start: {error}", err=True)
+        how = ""
+        if isinstance(error, PortUnavailable):
+            option = "--" + error.setting.replace("_", "-")
+            how = f": choose another with {option} PORT (0: any free port)"
+        typer.echo(f"cannot start: {error}{how}", err=True)
         raise typer.Exit(1) from None
     token = stack.token(DEV_TENANT)
     if samples:
@@ -143,6 +156,9 @@ def local(
         f"Sweeper:            every {sweep_interval:g} s"
         if sweep_interval
         else "Sweeper:            off",
+        f"Lambda logs:        {log.path}  (JSON log lines and EMF metrics; rotated, at most "
+        f"{log.bound_bytes // 2**20} MiB; "
+        + ("shown here too)" if logs else "--logs shows them here too)"),
     ]
     if streams:
         lines += [
@@ -185,6 +201,7 @@ def local(
     finally:
         folder.release()  # the commands stop finding it before it stops answering
         stack.stop()
+        log.close()
     typer.echo("stopped")
 
 

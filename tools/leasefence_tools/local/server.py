@@ -21,13 +21,14 @@ Powertools resolver keeps per-request state in class attributes).
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import json
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -36,7 +37,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 
 from leasefence.api.security import match_route
-from leasefence_tools.local import LISTEN_BACKLOG
+from leasefence_tools.local import LISTEN_BACKLOG, lambda_log
 from leasefence_tools.local import tokens as auth
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -140,7 +141,7 @@ class Invoker:
         handler: Callable[..., Any] = load_function(name).lambda_handler
         timeout = timeout_ms or (API_TIMEOUT_MS if name == "api" else SWEEPER_TIMEOUT_MS)
         context = LambdaContext(f"leasefence-{name}", timeout)
-        with self.lock:
+        with self.lock, lambda_log.invocation():
             if self.runtime is None:
                 return handler(event, context)
             with settings.using(self.runtime):
@@ -505,6 +506,28 @@ def _from_result(result: Any) -> tuple[int, list[tuple[str, str]], bytes]:
 DEMO_HANDLERS = "worker.demo_handlers:HANDLERS"
 
 
+class PortUnavailable(OSError):
+    """A port the stack was to listen on cannot be had: which service's, and which of the
+    stack's settings chose it (``port``, ``dynamodb_port``)."""
+
+    def __init__(self, service: str, host: str, port: int, setting: str, reason: OSError) -> None:
+        self.service, self.host, self.port, self.setting = service, host, port, setting
+        if reason.errno == errno.EADDRINUSE:
+            text = f"port {port} of the {service} is already in use on {host}"
+        else:
+            text = f"the {service} cannot listen on {host}:{port}: {reason.strerror or reason}"
+        super().__init__(text)
+
+
+@contextlib.contextmanager
+def _listening(service: str, host: str, port: int, setting: str) -> Iterator[None]:
+    """A failure to listen, as a :class:`PortUnavailable` that names the service and setting."""
+    try:
+        yield
+    except OSError as error:
+        raise PortUnavailable(service, host, port, setting, error) from error
+
+
 class LocalStack:
     """Embedded DynamoDB + S3, table and bucket, the HTTP API, the sweeper on a timer, and with
     ``streams`` the stream-driven worker and publisher."""
@@ -582,7 +605,10 @@ class LocalStack:
 
         use_local_credentials()
         if self.aws is None:
-            self.aws = EmbeddedAws(host="127.0.0.1", port=self.dynamodb_port).start()
+            with _listening(
+                "embedded DynamoDB endpoint", "127.0.0.1", self.dynamodb_port, "dynamodb_port"
+            ):
+                self.aws = EmbeddedAws(host="127.0.0.1", port=self.dynamodb_port).start()
         endpoint = self.aws.endpoint
         current = settings.Settings.from_env()
         table = self.table_name or current.table_name
@@ -627,9 +653,18 @@ class LocalStack:
         # Load the functions now (as a cold start would), so the first request is not the one to pay.
         load_function("api")
         load_function("sweeper")
-        self.api = LocalApi(
-            self.secret, host=self.host, port=self.port, invoker=self.invoker, quiet=self.quiet
-        )
+        try:
+            with _listening("HTTP API", self.host, self.port, "port"):
+                self.api = LocalApi(
+                    self.secret,
+                    host=self.host,
+                    port=self.port,
+                    invoker=self.invoker,
+                    quiet=self.quiet,
+                )
+        except PortUnavailable:
+            self.stop()
+            raise
         self.api.start()
         if self.sweep_interval:
             self._sweeper = threading.Thread(
