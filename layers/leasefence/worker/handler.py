@@ -294,7 +294,9 @@ class Job:
         takeover or an operator's requeue too). A busy store is retried (within half the lease);
         if the intent cannot be recorded, nothing may be called."""
         self.fenced(
-            lambda: retry_unavailable(self, lambda: self.backend.heartbeat(self.claim, intent=what)),
+            lambda: retry_unavailable(
+                self, lambda: self.backend.heartbeat(self.claim, intent=what)
+            ),
             "class D intent (heartbeat)",
         )
 
