@@ -18,6 +18,7 @@ from leasefence.worker import (
     Job,
     LostOwnership,
     Retry,
+    Uninterpretable,
     Worker,
 )
 
@@ -76,6 +77,11 @@ def _unknown(engine, clock, job):
     raise Ambiguous("no answer from the provider")
 
 
+def _quarantine(engine, clock, job):
+    _take_over(engine, clock)
+    raise Uninterpretable("the payload names no account")
+
+
 def _intent(engine, clock, job):
     _take_over(engine, clock)
     job.record_intent("charge")
@@ -86,6 +92,7 @@ CASES = {
     "complete": (_complete, "complete refused: stale_fence"),
     "fail": (_fail, "fail refused: stale_fence"),
     "unknown": (_unknown, "park as unknown refused: stale_fence"),
+    "quarantine": (_quarantine, "quarantine refused: stale_fence"),
     "class-d-intent": (_intent, "class D intent (heartbeat) refused: stale_fence"),
 }
 
