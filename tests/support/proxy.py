@@ -14,7 +14,9 @@ class FaultyProxy:
 
     * ``"drop"``: forward the request (so it takes effect), then close the connection without
       answering: the answer is lost;
-    * an ``int`` status: answer that status (with ``Retry-After: 0``) without forwarding.
+    * an ``int`` status: answer that status (with ``Retry-After: 0``) without forwarding;
+    * a ``(status, body, headers)`` tuple: answer exactly that without forwarding (what API
+      Gateway writes itself, say).
     """
 
     def __init__(self, target: str, plan) -> None:
@@ -36,9 +38,12 @@ class FaultyProxy:
                     proxy.seen.append((self.command, self.path, action if isinstance(action, str) else None))
                 if isinstance(action, int):
                     payload = json.dumps({"error": {"code": "unavailable", "message": "injected"}}).encode()
-                    self.send_response(action)
-                    self.send_header("Retry-After", "0")
-                    self.send_header("Content-Type", "application/json")
+                    action = (action, payload, {"Retry-After": "0", "Content-Type": "application/json"})
+                if isinstance(action, tuple):
+                    status, payload, canned = action
+                    self.send_response(status)
+                    for name, value in canned.items():
+                        self.send_header(name, value)
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
                     self.wfile.write(payload)

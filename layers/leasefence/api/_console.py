@@ -32,11 +32,12 @@ from leasefence.settings import runtime
 def _console(name: str) -> Response:
     from leasefence import console
 
-    if not console.enabled():
+    served = console.answer(name) if console.enabled() else None
+    if served is None:
         return errors.to_response(errors.RouteNotFound("no such route"))
-    status, content_type, body = console.answer(name)
+    content_type, body = served
     return Response(
-        status_code=status,
+        status_code=200,
         content_type=content_type,
         body=body.decode("utf-8"),
         headers=console.security_headers(),

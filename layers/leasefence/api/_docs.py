@@ -21,20 +21,36 @@ class RouteDoc(NamedTuple):
     tag: str | None = None
 
 
+#: Statuses API Gateway may answer itself on AWS (:class:`models.GatewayErrorOut`): their body is
+#: leasefence's error or the gateway's own.
+_GATEWAY_TOO = (401, 403, 503)
+
+
 def _error_responses(*statuses: int) -> dict[int, dict[str, Any]]:
     meaning = {
         400: "Malformed JSON body",
-        401: "Missing, malformed, badly signed or expired token",
-        403: "The token lacks the route's scope",
+        401: "Missing, malformed, badly signed or expired token (on AWS: the JWT authorizer's "
+        "own body)",
+        403: "The token lacks the route's scope (on AWS: possibly API Gateway's own body)",
         404: "No such operation for this tenant",
         409: "Conflict (see error.code)",
         410: "The payload is gone: purged after its retention, or erased (payload_missing)",
         413: "Payload too large",
         422: "Invalid request (invalid_request)",
-        503: "Temporarily unavailable; safe to retry",
+        429: "Throttled by API Gateway (on AWS only; its own body); retry after a backoff",
+        503: "Temporarily unavailable; safe to retry (on AWS also API Gateway's own 500, 503 or "
+        "504 for a failed or timed-out invocation, with its own body)",
     }
+
+    def model(status: int) -> Any:
+        if status == 429:
+            return models.GatewayErrorOut
+        if status in _GATEWAY_TOO:
+            return models.ErrorOut | models.GatewayErrorOut
+        return models.ErrorOut
+
     return {
-        status: {"description": meaning[status], "content": {JSON: {"model": models.ErrorOut}}}
+        status: {"description": meaning[status], "content": {JSON: {"model": model(status)}}}
         for status in statuses
     }
 
@@ -43,9 +59,9 @@ def _ok(status: int, description: str, model: Any) -> dict[int, dict[str, Any]]:
     return {status: {"description": description, "content": {JSON: {"model": model}}}}
 
 
-_AUTH = (401, 403, 422, 503)
+_AUTH = (401, 403, 422, 429, 503)
 _HTML = {"text/html": {"schema": {"type": "string"}}}
-_FENCED = (400, 401, 403, 404, 409, 422, 503)
+_FENCED = (400, 401, 403, 404, 409, 422, 429, 503)
 
 #: operationId -> what the document says of the route.
 ROUTE_DOCS: dict[str, RouteDoc] = {

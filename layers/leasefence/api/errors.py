@@ -72,6 +72,20 @@ def error_body(
     return {"error": error}
 
 
+def dumps(body: Any) -> str:
+    """An answer's JSON as the resolver writes it (compact), so that every error body, whoever
+    writes it (the resolver, the entry, the local stack's stand-in for API Gateway), reads the
+    same."""
+    import json
+
+    return json.dumps(body, separators=(",", ":"))
+
+
+def encoded(code: str, message: str) -> bytes:
+    """The contract's error body for ``code`` and ``message``, as bytes on the wire."""
+    return dumps(error_body(code, message)).encode()
+
+
 def _where(loc: Any) -> str:
     parts = [str(p) for p in (loc or ())]
     if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
@@ -146,10 +160,8 @@ def to_response(exc: BaseException) -> Any:
 
 def to_proxy_result(exc: BaseException, serializer: Any = None) -> dict[str, Any]:
     """An API Gateway payload-v2 result (for failures before the resolver runs)."""
-    import json
-
     status, body = describe(exc)
-    dump = serializer or (lambda value: json.dumps(value, separators=(",", ":")))
+    dump = serializer or dumps
     return {
         "statusCode": status,
         "headers": {"Content-Type": JSON, **headers_of(exc)},

@@ -527,3 +527,13 @@ class ErrorDetail(BaseModel):
 
 class ErrorOut(BaseModel):
     error: ErrorDetail
+
+
+class GatewayErrorOut(BaseModel):
+    """An answer API Gateway writes itself on AWS, before or instead of leasefence (its JWT
+    authorizer's 401, a missing scope's 403, its throttling's 429, a failed or timed-out
+    invocation's 500, 503 or 504): no `error` object, only a `message` such as `Unauthorized`,
+    `Forbidden`, `Too Many Requests`, `Internal Server Error`, `Service Unavailable` or `Endpoint
+    request timed out`. Tell it by its status; the Python SDK raises the same errors for both."""
+
+    message: str

@@ -21,7 +21,9 @@ DESCRIPTION = (
     "Job claims with leases (liveness) and per-operation fencing tokens (safety).\n\n"
     "Every route except `GET /v1/health` needs `Authorization: Bearer <JWT>`; the tenant is the "
     "token's `tenant_id` claim, scopes are its space-separated `scope` claim. Errors are "
-    '`{"error": {"code": "...", "message": "..."}}`.'
+    '`{"error": {"code": "...", "message": "..."}}`. On AWS, API Gateway answers some 401, 403, '
+    '429 and 5xx itself, as `{"message": "..."}` (GatewayErrorOut): a body without `error` is '
+    "the gateway's, to be read by its status."
 )
 REPO_ROOT = Path(__file__).resolve().parents[3]
 #: The repository's ``openapi.json`` in a checkout (``layers/leasefence`` under the root), else
@@ -93,6 +95,9 @@ def build_spec() -> dict[str, Any]:
             for response in responses.values():
                 if response.get("content") == {}:
                     del response["content"]  # no body (204)
+                for content in response.get("content", {}).values():
+                    if "anyOf" in content.get("schema", {}):  # either error shape: no "Return"
+                        content["schema"].pop("title", None)
             if default_422.get("$ref") == "#/components/schemas/HTTPValidationError":
                 if operation.get("parameters") or operation.get("requestBody"):
                     default_422["$ref"] = "#/components/schemas/ErrorOut"

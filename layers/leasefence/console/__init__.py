@@ -103,15 +103,10 @@ def security_headers() -> dict[str, str]:
     }
 
 
-def answer(name: str) -> tuple[int, str, bytes]:
-    """``(status, content type, body)`` for ``/console/<name>`` (``index.html`` for the page)."""
+def answer(name: str) -> tuple[str, bytes] | None:
+    """``(content type, body)`` of ``/console/<name>`` (``index.html`` for the page); None for a
+    name the console does not serve (the API answers it 404 ``not_found``)."""
     if name == CONFIG_ASSET:
-        return 200, "application/json", json.dumps(config()).encode()
+        return "application/json", json.dumps(config()).encode()
     body = asset(name)
-    if body is None:
-        return (
-            404,
-            "application/json",
-            json.dumps({"error": {"code": "not_found", "message": "no such route"}}).encode(),
-        )
-    return 200, ASSETS[name], body
+    return None if body is None else (ASSETS[name], body)

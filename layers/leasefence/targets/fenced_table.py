@@ -116,6 +116,9 @@ MAX_PRUNE_BATCH = 100
 DEFAULT_MAX_ENTRIES = 64
 DEFAULT_PRUNE_AGE_MS = 24 * 3600 * 1000
 
+#: How a refusal by this target starts its lost-ownership reason (the runtime logs it).
+_REFUSED = "class B target write refused:"
+
 _SERIALIZER = TypeSerializer()
 _DESERIALIZER = TypeDeserializer()
 
@@ -307,7 +310,7 @@ class FencedTable:
                 )
         except InconsistentClaim as refused:
             self.events(Metric.INCONSISTENT_CLAIMS_REFUSED, 1)
-            job.lose(str(refused))
+            job.lose(f"{_REFUSED} {refused}")
             raise
         return claim_time
 
@@ -346,7 +349,7 @@ class FencedTable:
             seen = state.entries.get(names["#lf"])
             if seen is not None and seen[0] > job.fence:
                 self.events(Metric.STALE_TARGET_WRITES_REJECTED, 1)
-                job.lose(f"target has seen fence {seen[0]}")
+                job.lose(f"{_REFUSED} it has seen fence {seen[0]}")
                 raise LostOwnership(
                     f"target refused fence {job.fence}: it has seen {seen[0]}"
                 ) from None
@@ -357,7 +360,7 @@ class FencedTable:
                     f"and its horizon ({state.horizon}) is not older than this claim ({claim_time}): "
                     "a stale holder, or a claim older than what the item remembers"
                 )
-                job.lose(reason)
+                job.lose(f"{_REFUSED} {reason}")
                 raise HorizonRefused(reason) from None
             raise TargetRefused("the target's own condition was not met") from None
         return decode(response.get("Attributes"))

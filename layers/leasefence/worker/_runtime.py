@@ -81,6 +81,13 @@ snapstart.after_restore(_idle_jitter.seed)  # SnapStart: restored workers must n
 MAX_REASON = MAX_REASON_LENGTH
 
 
+def _closing_name(write: Callable[[], Any]) -> str:
+    """What a closing write is, for the lost-ownership reason: ``complete``, ``fail``, ``park as
+    unknown`` or ``quarantine`` (the backend method a :func:`partial` of :meth:`_decide` calls)."""
+    name = getattr(getattr(write, "func", None), "__name__", "closing write")
+    return "park as unknown" if name == "park_unknown" else name
+
+
 def _reason(text: str) -> str:
     return text[:MAX_REASON] or "no reason given"
 
@@ -313,7 +320,7 @@ class Worker:
         try:
             retry_unavailable(job, write)
         except (StaleFence, NotFound) as refused:
-            job.lose(f"closing write refused: {refused.code}")
+            job.lose(f"{_closing_name(write)} refused: {refused.code}")
         except LostOwnership:
             self.events(Metric.ABANDONED_AFTER_LOST_OWNERSHIP, 1)
         except Unavailable:

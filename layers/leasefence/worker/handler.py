@@ -260,19 +260,30 @@ class Job:
             raise LostOwnership(self.lost_reason or "ownership lost")
 
     def lose(self, reason: str) -> None:
+        """Enter lost-ownership mode (once): ``reason`` says what was refused and why. The log
+        line names the operation by its keyed hash, the fence and the reason in its message (a
+        default formatter drops ``extra``), and keeps them as fields too."""
         if not self.cancelled.is_set():
             self.lost_reason = reason
             self.cancelled.set()
             self._events(Metric.LOST_OWNERSHIP, 1)
-            log.warning("lost ownership", extra={"op": _tag(self.claim), "why": reason})
+            op = _tag(self.claim)
+            log.warning(
+                "lost ownership of operation %s at fence %s: %s",
+                op,
+                self.claim.fence,
+                reason,
+                extra={"op": op, "fence": self.claim.fence, "why": reason},
+            )
 
-    def fenced(self, write: Callable[[], Any]) -> Any:
-        """Run a fenced write; a refusal puts the job in lost-ownership mode."""
+    def fenced(self, write: Callable[[], Any], what: str = "fenced write") -> Any:
+        """Run a fenced write; a refusal puts the job in lost-ownership mode (the reason names
+        ``what`` was refused)."""
         self.guard()
         try:
             return write()
         except (StaleFence, NotFound) as refused:
-            self.lose(f"fenced write refused: {refused.code}")
+            self.lose(f"{what} refused: {refused.code}")
             raise LostOwnership(self.lost_reason) from refused
 
     def record_intent(self, what: str = "call") -> None:
@@ -283,7 +294,10 @@ class Job:
         takeover or an operator's requeue too). A busy store is retried (within half the lease);
         if the intent cannot be recorded, nothing may be called."""
         self.fenced(
-            lambda: retry_unavailable(self, lambda: self.backend.heartbeat(self.claim, intent=what))
+            lambda: retry_unavailable(
+                self, lambda: self.backend.heartbeat(self.claim, intent=what)
+            ),
+            "class D intent (heartbeat)",
         )
 
     def complete_with(self, outcome_code: str, writes: list[dict[str, Any]]) -> None:
@@ -298,7 +312,8 @@ class Job:
             self.fenced(
                 lambda: retry_unavailable(
                     self, lambda: complete_with(self.claim, outcome_code, writes)
-                )
+                ),
+                "class A complete with its writes",
             )
         except TargetRefused as refused:
             raise Permanent(f"business guard refused: {refused.message}") from refused

@@ -36,6 +36,7 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 
+from leasefence.api import errors as api_errors
 from leasefence.api.security import match_route
 from leasefence_tools.local import LISTEN_BACKLOG, lambda_log
 from leasefence_tools.local import tokens as auth
@@ -400,12 +401,8 @@ class LocalApi:
         )
         try:
             result = self.invoker.invoke("api", event)
-        except Exception:  # noqa: BLE001 - what API Gateway answers when the integration fails
-            return (
-                500,
-                [("Content-Type", "application/json")],
-                b'{"message":"Internal Server Error"}',
-            )
+        except Exception:  # noqa: BLE001 - the function failed: a 500, in the contract's shape
+            return _error(500, "internal_error", "internal error")
         return _from_result(result)
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
@@ -462,6 +459,16 @@ class LocalApi:
                 if self.command != "HEAD" and payload:
                     self.wfile.write(payload)
 
+            def send_error(
+                self, code: int, message: str | None = None, explain: str | None = None
+            ) -> None:
+                # http.server's own refusals (a malformed request line, a URI too long, headers
+                # too large) in the contract's shape rather than its HTML page.
+                del explain
+                self.close_connection = True
+                reason = message or self.responses.get(code, ("error",))[0]
+                self._write(*_error(code, _SERVER_ERROR_CODES.get(code, "invalid_request"), reason))
+
             def __getattr__(self, name: str) -> Any:
                 # Every method reaches the gateway's routing (unmatched ones get 404, as in AWS).
                 if name.startswith("do_"):
@@ -476,8 +483,13 @@ class LocalApi:
         return Handler
 
 
+#: The error code of each status http.server may answer itself (any other 4xx: invalid_request).
+_SERVER_ERROR_CODES = {404: "not_found", 413: "payload_too_large", 500: "internal_error"}
+
+
 def _error(status: int, code: str, message: str, extra: list[tuple[str, str]] | None = None):
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    """An answer of the stack itself, in the contract's error shape (the handler's bytes)."""
+    body = api_errors.encoded(code, message)
     return status, [("Content-Type", "application/json"), *(extra or [])], body
 
 
