@@ -1,7 +1,11 @@
-"""Every shell and Python block of the README and of the guides runs, in order, as written.
+"""Every shell and Python block of the README and of the guides runs, in order, as written, and
+prints what its comments say (the convention: ``tests/docs/doc_claims.py``).
 
-Each Markdown file with runnable blocks gets a fresh ``leasefence local`` (free ports, its own
-state folder) and a fresh working folder that looks like a clone: every top-level entry of the
+The five-minute path (the README, then docs/getting-started.md) runs on one stack started as
+``make run`` starts it (the options of the Makefile's ``run`` recipe, samples included, on free
+ports and a state folder of the test's), in one bash and one Python session. Each other Markdown
+file with runnable blocks gets a fresh ``leasefence local`` (free ports, its own state folder).
+Each gets a fresh working folder that looks like a clone: every top-level entry of the
 repository linked into it, so ``source .venv/bin/activate`` and ``events/...`` work, and files a
 block writes (``catalogue.yaml``) land there, never in the repository. The blocks then run in
 document order: the ``bash``/``sh`` blocks in one bash (``set -euo pipefail``: a failing command
