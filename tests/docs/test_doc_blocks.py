@@ -298,12 +298,13 @@ class LocalStack:
     base_url: str = ""
 
     def wait_ready(self) -> bool:
-        """True once the commands can find it (its state file names its URL, written after the
-        samples and right before the banner); False when it could not start (a port taken
-        meanwhile by another process on this shared machine: another one is started instead)."""
-        assert self.process and self.log and self.state
+        """True once it serves (its banner ends with "Press Ctrl-C to stop.": printed after the
+        samples, once the commands can find it, and right before it handles SIGTERM); False when
+        it could not start (a port taken meanwhile by another process on this shared machine:
+        another one is started instead)."""
+        assert self.process and self.log
         deadline = time.monotonic() + 120
-        while self.base_url not in _read(self.state / "local.json"):
+        while "Press Ctrl-C to stop." not in self.log.read_text(errors="replace"):
             if self.process.poll() is not None:
                 output = self.log.read_text(errors="replace")
                 assert "cannot start" in output, output
