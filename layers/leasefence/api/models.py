@@ -517,7 +517,7 @@ class ErrorDetail(BaseModel):
         description="invalid_request, unauthorized, forbidden, not_found, payload_conflict, "
         "stale_fence, invalid_transition, payload_too_large, payload_missing, payload_mismatch, "
         "unknown_job_type, version_conflict, already_attempted, tenant_erasing, too_many_job_types, "
-        "unavailable, internal_error"
+        "inline_payload_required, method_not_allowed, unavailable, internal_error"
     )
     message: str
     details: list[FieldProblem] | None = Field(
