@@ -3,7 +3,7 @@ routes and checked by ``leasefence openapi --check``): the same routes, each wit
 and the same statuses, and the same error codes.
 
 The routes table lists each route's own answers; the answers every route shares are one sentence
-above it, and :func:`shared_statuses` is that sentence: 401, 403, 422 and 503 for a route with a
+above it, and :func:`shared_statuses` is that sentence: 401, 403, 422, 429 and 503 for a route with a
 scope, and 400 for one that takes a body (a row may name one of those too, for a reason of its
 own). A status is written in bold (``**409**``), so that
 other numbers in a row (``256 KiB``) are not read as statuses.
@@ -35,7 +35,7 @@ Route = tuple[str, str]
 
 def shared_statuses(scoped: bool, has_body: bool) -> set[str]:
     """What the sentence above the routes table says every such route may also answer."""
-    return ({"401", "403", "422", "503"} if scoped else set()) | ({"400"} if has_body else set())
+    return ({"401", "403", "422", "429", "503"} if scoped else set()) | ({"400"} if has_body else set())
 
 
 def spec() -> dict[str, Any]:
@@ -170,10 +170,10 @@ def test_a_page_that_drifted_fails(edit: Any, complaint: str) -> None:
 
 def test_openapi_gaining_a_status_fails() -> None:
     document = spec()
-    document["paths"]["/v1/claims"]["post"]["responses"]["429"] = {"description": "Too many"}
+    document["paths"]["/v1/claims"]["post"]["responses"]["410"] = {"description": "Gone"}
     assert route_problems(PAGE.read_text(encoding="utf-8"), document) == [
         "POST /v1/claims: statuses ['200', '204', '404'] in the page (besides the shared ones), "
-        "['200', '204', '404', '429'] in openapi.json"
+        "['200', '204', '404', '410'] in openapi.json"
     ]
 
 

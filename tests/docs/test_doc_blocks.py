@@ -236,7 +236,8 @@ def make_run_options() -> list[str]:
     for line in recipe[1].splitlines():
         found = re.search(r"leasefence local\b(?P<options>.*)$", line)
         if found:
-            options = shlex.split(found["options"])
+            # $(ARGS) is empty unless a person passes more options (`make run ARGS=...`).
+            options = shlex.split(found["options"].replace("$(ARGS)", ""))
             assert not any("$" in option for option in options), (
                 f"`make run` passes make variables to leasefence local ({line.strip()}): "
                 "teach make_run_options to expand them"
