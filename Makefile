@@ -20,7 +20,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export CDK_DISABLE_VERSION_CHECK := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install lock run lint collect test docs synth deploy demo bench torture screenshots clean
+.PHONY: install lock run lint collect dynalite test docs synth deploy demo bench torture screenshots clean
 
 install: $(STAMP) $(NODE_STAMP)
 
@@ -67,7 +67,18 @@ collect: install
 	  $(BIN)/python -m pytest --collect-only -q $${pair/,/ } >/dev/null \
 	    || { echo "pytest --collect-only $${pair/,/ } failed" >&2; exit 1; }; done
 
-test: install lint collect
+# dynalite, a second DynamoDB-compatible endpoint for the tests of leasefence local
+# --dynamodb-endpoint (Node, from its own lockfile in tests/support/dynalite).
+DYNALITE := tests/support/dynalite
+DYNALITE_STAMP := $(DYNALITE)/node_modules/.installed
+
+dynalite: $(DYNALITE_STAMP)
+
+$(DYNALITE_STAMP): $(DYNALITE)/package.json $(DYNALITE)/package-lock.json
+	npm ci --prefix $(DYNALITE) --no-audit --no-fund --loglevel=error
+	@touch $(DYNALITE_STAMP)
+
+test: install lint collect dynalite
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=12
 
 # The documentation site (mkdocs.yml, docs/) into site/: the generated reference pages first
@@ -103,4 +114,4 @@ screenshots: install
 	$(BIN)/python -m tests.console.screenshots docs/console
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out site .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules $(DYNALITE)/node_modules cdk.out site .pytest_cache .mypy_cache .ruff_cache

@@ -22,6 +22,7 @@ The capabilities, by the names the messages use:
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from collections.abc import Mapping
@@ -193,6 +194,11 @@ def probe(
             dynamodb.delete_table(TableName=table)
         except (BotoCoreError, ClientError):
             left_behind = table
+        else:  # gone before this returns, where the endpoint is quick about it
+            with contextlib.suppress(BotoCoreError, ClientError):  # a WaiterError too
+                dynamodb.get_waiter("table_not_exists").wait(
+                    TableName=table, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
+                )
     return Capabilities(endpoint, lacking, left_behind)
 
 
