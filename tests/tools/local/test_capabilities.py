@@ -20,7 +20,7 @@ from leasefence_tools.local.capabilities import (
     probe,
 )
 from leasefence_tools.local.server import LocalStack
-from tests.support import endpoints
+from tests.support import ROOT, endpoints
 from tests.support.api import Api, claimed, enqueue, op_path
 
 
@@ -70,6 +70,9 @@ def test_dynalite_lacks_four_capabilities_each_named_with_what_the_probe_saw():
     with pytest.raises(UnsuitableEndpoint) as refused:
         found.require()
     assert str(refused.value) == refusal
+    # docs/local-stack.md shows this refusal as it is (dynalite on its default port)
+    shown = f"cannot start: {refusal}".replace(endpoint, "http://127.0.0.1:4567")
+    assert shown in (ROOT / "docs" / "local-stack.md").read_text()
 
 
 def test_an_endpoint_that_does_not_answer_is_said_so():
