@@ -18,7 +18,7 @@ import pytest
 from leasefence_tools.local.embedded import EmbeddedAws
 from leasefence_tools.local.state import table_prefix
 from leasefence_tools.local.tokens import ALL_SCOPES, mint
-from tests.support import endpoints
+from tests.support import ROOT, endpoints
 from tests.support.api import Api, claimed, enqueue, op_path
 
 LEASEFENCE = Path(sys.executable).with_name("leasefence")
@@ -87,6 +87,17 @@ def test_on_a_second_embedded_endpoint_it_serves_a_lifecycle_in_a_table_of_its_o
         assert f"S3, EventBridge:    {found['aws_endpoint']}  (embedded, in memory;" in banner
         assert "History and events: from the table's stream" in banner
 
+        tail = subprocess.Popen(  # the bus is on the embedded endpoint: events tail finds it
+            [str(LEASEFENCE), "events", "tail", "--tenant", "acme", "--count", "1"]
+            + ["--timeout", "60", "--json", "--state-dir", str(state)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60  # subscribed once it says what it watches
+        while not tail.stderr.readline().startswith("watching "):
+            assert tail.poll() is None and time.monotonic() < deadline, tail.stderr.read()
+
         api = Api(found["base_url"], mint("acme", ALL_SCOPES, secret=SECRET))
         big = {"text": "x" * 2000}  # over the inline limit: its object is on the embedded S3
         enqueue(api, "ext-1", payload=big, job_type="report")
@@ -102,6 +113,19 @@ def test_on_a_second_embedded_endpoint_it_serves_a_lifecycle_in_a_table_of_its_o
         while len(api.get(op_path("ext-1", "history")).json["entries"]) < 3:
             assert time.monotonic() < deadline, "the publisher never wrote the history"
             time.sleep(0.1)
+        (event,) = [json.loads(line) for line in tail.communicate(timeout=60)[0].splitlines()]
+        assert event["detail"]["operation_id"] == "ext-1"
+        # invoke, too, runs against the table on the external endpoint
+        invoked = subprocess.run(
+            [str(LEASEFENCE), "invoke", "sweeper", "--event", str(ROOT / "events" / "sweeper-scheduled.json")]
+            + ["--state-dir", str(state)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert invoked.returncode == 0, invoked.stderr
+        result = json.loads(invoked.stdout[invoked.stdout.index("{\n") :])  # after its log lines
+        assert result["ttl_state"] == "window"  # a sweep of the table there (none: an error)
     finally:
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=30)
