@@ -1,7 +1,7 @@
 """``leasefence local --dynamodb-endpoint`` as a user runs it (a real process): refused by name
 on dynalite, which lacks what the engine needs; on a second embedded endpoint a lifecycle served,
 history from that endpoint's stream, the table the stack's own (and kept), nobody else's table
-touched."""
+touched, its existing table completed (stream, TTL)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from leasefence.schema import TTL_ATTRIBUTE, TableSpec, create_table_request
 from leasefence_tools.local.embedded import EmbeddedAws
 from leasefence_tools.local.state import table_prefix
 from leasefence_tools.local.tokens import ALL_SCOPES, mint
@@ -68,8 +69,10 @@ def test_on_a_second_embedded_endpoint_it_serves_a_lifecycle_in_a_table_of_its_o
         BillingMode="PAY_PER_REQUEST",
     )
     state, out = tmp_path / "state", tmp_path / "out.txt"
-    process = _local(state, second_endpoint.endpoint, out)
     table = f"{table_prefix(state)}-operations"
+    # Its table, left by an earlier run or made by hand without stream and TTL: completed.
+    ddb.create_table(**create_table_request(TableSpec(table_name=table)))
+    process = _local(state, second_endpoint.endpoint, out)
     try:
         deadline = time.monotonic() + 90
         while "Press Ctrl-C to stop." not in out.read_text():
@@ -86,6 +89,8 @@ def test_on_a_second_embedded_endpoint_it_serves_a_lifecycle_in_a_table_of_its_o
         ) in banner
         assert f"S3, EventBridge:    {found['aws_endpoint']}  (embedded, in memory;" in banner
         assert "History and events: from the table's stream" in banner
+        ttl = ddb.describe_time_to_live(TableName=table)["TimeToLiveDescription"]
+        assert (ttl["TimeToLiveStatus"], ttl["AttributeName"]) == ("ENABLED", TTL_ATTRIBUTE)
 
         tail = subprocess.Popen(  # the bus is on the embedded endpoint: events tail finds it
             [str(LEASEFENCE), "events", "tail", "--tenant", "acme", "--count", "1"]

@@ -105,6 +105,7 @@ def local(
     events tail, invoke) find it from that folder or any folder below it. It holds the folder
     while it runs: a second stack on the same folder refuses to start; run it from another
     folder or with --state-dir (and its commands with the same --state-dir)."""
+    from leasefence.schema import TableNotReady
     from leasefence_tools.local.capabilities import UnsuitableEndpoint
     from leasefence_tools.local.server import DEMO_HANDLERS, LocalStack
     from leasefence_tools.local.state import StateFolder, StateFolderInUse, own_folder
@@ -132,7 +133,7 @@ def local(
     )
     try:
         stack.start()
-    except (OSError, UnsuitableEndpoint) as error:
+    except (OSError, UnsuitableEndpoint, TableNotReady) as error:
         folder.release()
         typer.echo(f"cannot start: {error}", err=True)
         raise typer.Exit(1) from None
