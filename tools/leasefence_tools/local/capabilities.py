@@ -174,9 +174,9 @@ def probe(
     try:
         try:
             description = wait_until_active(dynamodb, table, table_timeout_s)
-        except TableNotReady as error:
-            raise UnsuitableEndpoint(f"the DynamoDB endpoint {endpoint}: {error}") from error
-        _put(dynamodb, table, "a", 1)
+            _put(dynamodb, table, "a", 1)
+        except (TableNotReady, BotoCoreError, ClientError) as error:
+            raise UnsuitableEndpoint(f"the DynamoDB endpoint {endpoint}: {_why(error)}") from error
         for name, check in (
             (RETURNED_ITEM, lambda: _returned_item(dynamodb, table)),
             (TRANSACTIONS, lambda: _transactions(dynamodb, table)),
@@ -312,4 +312,6 @@ def _code(error: ClientError) -> str:
 def _why(error: Exception) -> str:
     if isinstance(error, ClientError):
         return _code(error) or type(error).__name__
-    return f"{type(error).__name__}: {error}"
+    if isinstance(error, BotoCoreError):
+        return f"{type(error).__name__}: {error}"
+    return str(error)

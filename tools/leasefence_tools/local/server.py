@@ -733,6 +733,8 @@ class LocalStack:
             self.client("dynamodbstreams"),
             self.table_prefix or "leasefence",
         )
+        if found.left_behind:
+            sys.stderr.write(f"the probe could not delete its table {found.left_behind}: do it\n")
         self.capabilities = found.require()
         if self.streams and not found.supports(capabilities.STREAMS):
             self.streams = False
