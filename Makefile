@@ -31,7 +31,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export CDK_DISABLE_VERSION_CHECK := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install install-python lock run lint collect test docs dist synth deploy demo bench torture screenshots clean
+.PHONY: install install-python lock run lint collect dynalite test docs dist synth deploy demo bench torture screenshots clean
 
 # Both parts: install-python (.venv: run, lint, demo, ...) and the CDK part (Node.js).
 install: $(STAMP) $(NODE_STAMP) $(WHEELS_STAMP)
@@ -86,7 +86,18 @@ collect: install
 	  $(BIN)/python -m pytest --collect-only -q $${pair/,/ } >/dev/null \
 	    || { echo "pytest --collect-only $${pair/,/ } failed" >&2; exit 1; }; done
 
-test: install lint collect
+# dynalite, a second DynamoDB-compatible endpoint for the tests of leasefence local
+# --dynamodb-endpoint (Node, from its own lockfile in tests/support/dynalite).
+DYNALITE := tests/support/dynalite
+DYNALITE_STAMP := $(DYNALITE)/node_modules/.installed
+
+dynalite: $(DYNALITE_STAMP)
+
+$(DYNALITE_STAMP): $(DYNALITE)/package.json $(DYNALITE)/package-lock.json
+	npm ci --prefix $(DYNALITE) --no-audit --no-fund --loglevel=error
+	@touch $(DYNALITE_STAMP)
+
+test: install lint collect dynalite
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=12
 
 # The documentation site (mkdocs.yml, docs/) into site/: the generated reference pages first
@@ -133,4 +144,4 @@ screenshots: install-python
 	$(BIN)/python -m tests.console.screenshots docs/console
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out site .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules $(DYNALITE)/node_modules cdk.out site .pytest_cache .mypy_cache .ruff_cache

@@ -60,6 +60,8 @@ happened; the worker (stream dispatch) and the publisher (history, outcome event
 
 from __future__ import annotations
 
+import contextlib
+import time
 from dataclasses import dataclass
 from typing import Any, Final, TypedDict
 
@@ -279,22 +281,89 @@ def create_table_request(spec: TableSpec | None = None, stream: bool = False) ->
     return request
 
 
-def create_table(client: Any, spec: TableSpec | None = None, stream: bool = False) -> None:
-    """Create the table (and enable TTL) unless it exists. For local endpoints and tests. An
-    existing table gets its stream when ``stream`` asks for one."""
-    spec = spec if spec is not None else TableSpec()
-    try:
-        client.create_table(**create_table_request(spec, stream=stream))
-    except client.exceptions.ResourceInUseException:
-        if (
-            stream
-            and "LatestStreamArn" not in client.describe_table(TableName=spec.table_name)["Table"]
-        ):
-            client.update_table(
-                TableName=spec.table_name, StreamSpecification=dict(STREAM_SPECIFICATION)
+#: How long :func:`create_table` waits for the table to be ``ACTIVE`` (DynamoDB answers
+#: ``CREATING`` first, and ``UPDATING`` after a stream is added), and how often it looks.
+ACTIVE_TIMEOUT_S: Final = 300.0
+ACTIVE_POLL_S: Final = 0.2
+
+
+class TableNotReady(Exception):
+    """The table did not become ``ACTIVE`` in time, is being deleted, or has a TTL setting of its
+    own that :func:`create_table` will not change (the message says which and what to do)."""
+
+
+def wait_until_active(
+    client: Any, table_name: str, timeout_s: float = ACTIVE_TIMEOUT_S
+) -> dict[str, Any]:
+    """Poll ``DescribeTable`` until the table is ``ACTIVE``; its description. A table not (yet)
+    visible is waited for too (an endpoint may list a new table a moment later)."""
+    deadline = time.monotonic() + timeout_s
+    status = "not found"
+    while True:
+        try:
+            table: dict[str, Any] = client.describe_table(TableName=table_name)["Table"]
+        except client.exceptions.ResourceNotFoundException:
+            table, status = {}, "not found"
+        else:
+            status = table.get("TableStatus", "ACTIVE")  # an endpoint that omits it serves it
+            if status == "ACTIVE":
+                return table
+            if status in (
+                "DELETING",
+                "ARCHIVING",
+                "ARCHIVED",
+                "INACCESSIBLE_ENCRYPTION_CREDENTIALS",
+            ):
+                raise TableNotReady(f"table {table_name} is {status}: it will not become ACTIVE")
+        if time.monotonic() >= deadline:
+            raise TableNotReady(
+                f"table {table_name} is still {status} after {timeout_s:g} s (it must be ACTIVE)"
             )
+        time.sleep(ACTIVE_POLL_S)
+
+
+def ensure_ttl(client: Any, table_name: str) -> None:
+    """TTL on :data:`TTL_ATTRIBUTE`: enabled when it is off (a table created without it, or
+    before it was set); nothing when it is on or being switched on. A table whose TTL is on
+    another attribute, or being switched off, is refused: DynamoDB lets a table change its TTL
+    setting only once an hour, so that is an operator's decision, not this function's."""
+    described = client.describe_time_to_live(TableName=table_name)["TimeToLiveDescription"]
+    status = described.get("TimeToLiveStatus", "DISABLED")
+    attribute = described.get("AttributeName")
+    if status == "DISABLED":
+        client.update_time_to_live(
+            TableName=table_name,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
+        )
         return
-    client.update_time_to_live(
-        TableName=spec.table_name,
-        TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
+    if status in ("ENABLED", "ENABLING") and attribute == TTL_ATTRIBUTE:
+        return
+    raise TableNotReady(
+        f"table {table_name} has TTL {status} on {attribute!r}; leasefence needs it on "
+        f"{TTL_ATTRIBUTE!r}: disable it (UpdateTimeToLive) and start again"
     )
+
+
+def create_table(
+    client: Any,
+    spec: TableSpec | None = None,
+    stream: bool = False,
+    ttl: bool = True,
+    timeout_s: float = ACTIVE_TIMEOUT_S,
+) -> dict[str, Any]:
+    """Create the table unless it exists, wait until it is ``ACTIVE``, and make it what the
+    engine needs: its stream when ``stream`` asks for one, TTL on :data:`TTL_ATTRIBUTE` (enabled
+    on an existing table without it; ``ttl=False``: left as it is, for an endpoint without TTL).
+    For local endpoints and tests (the CDK construct makes the deployed table). Returns the
+    table's description."""
+    spec = spec if spec is not None else TableSpec()
+    name = spec.table_name
+    with contextlib.suppress(client.exceptions.ResourceInUseException):
+        client.create_table(**create_table_request(spec, stream=stream))
+    table = wait_until_active(client, name, timeout_s)
+    if stream and "LatestStreamArn" not in table:
+        client.update_table(TableName=name, StreamSpecification=dict(STREAM_SPECIFICATION))
+        table = wait_until_active(client, name, timeout_s)
+    if ttl:
+        ensure_ttl(client, name)
+    return table

@@ -172,7 +172,21 @@ class Store:
             response: dict[str, Any] = getattr(self.client, method)(**kwargs)
             return response
         except Exception as error:  # translated, never swallowed
-            raise translate(error) from error
+            translated = translate(error)
+            if isinstance(translated, StoreMisconfigured):
+                translated = self._missing_table()
+            raise translated from error
+
+    def _missing_table(self) -> Exception:
+        """What a ``ResourceNotFoundException`` means: DynamoDB answers it for a table that is
+        still ``CREATING`` too, which is a wait, not a misconfiguration."""
+        try:
+            status = self.client.describe_table(TableName=self.table_name)["Table"]["TableStatus"]
+        except Exception:  # noqa: BLE001 - not there (or not describable): as the write said
+            status = None
+        if status == "CREATING":
+            return Unavailable("the operations table is still being created (CREATING), retry")
+        return StoreMisconfigured(f"operations table {self.table_name} not found")
 
     def get(self, key: Key, consistent: bool = True) -> Item | None:
         response = self._call(

@@ -112,11 +112,12 @@ def invoke(
         typer.echo(state.advice("--endpoint"), err=True)
         raise typer.Exit(1)
     os.environ["LEASEFENCE_DYNAMODB_ENDPOINT"] = target
+    embedded = state.get("aws_endpoint") or target  # S3 and the bus (on an external table too)
     os.environ["LEASEFENCE_S3_ENDPOINT"] = (
-        endpoint or os.environ.get("LEASEFENCE_S3_ENDPOINT") or target
+        endpoint or os.environ.get("LEASEFENCE_S3_ENDPOINT") or embedded
     )
     os.environ["LEASEFENCE_EVENTS_ENDPOINT"] = (
-        endpoint or os.environ.get("LEASEFENCE_EVENTS_ENDPOINT") or target
+        endpoint or os.environ.get("LEASEFENCE_EVENTS_ENDPOINT") or embedded
     )
     for key, value in (
         ("LEASEFENCE_TABLE", state.get("table")),

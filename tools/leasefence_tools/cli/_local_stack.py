@@ -87,6 +87,22 @@ def local(
         help="Where this stack keeps its state for the other commands (default: "
         "LEASEFENCE_STATE_DIR, else ./.leasefence). One stack per state folder.",
     ),
+    dynamodb_endpoint: str | None = typer.Option(
+        None,
+        "--dynamodb-endpoint",
+        metavar="URL",
+        help="Keep the table on this DynamoDB-compatible endpoint instead of the embedded one "
+        "(S3, EventBridge and SQS stay embedded). Probed at start: refused when it lacks "
+        "TransactWriteItems or ReturnValuesOnConditionCheckFailure; without streams the stream "
+        "worker and publisher are off.",
+    ),
+    table_prefix: str | None = typer.Option(
+        None,
+        "--table-prefix",
+        help="Name this stack's tables <prefix>-operations (default with --dynamodb-endpoint: "
+        "leasefence-<hash of the state folder>, so stacks sharing an endpoint never share a "
+        "table).",
+    ),
 ) -> None:
     """Run the whole service on this machine until SIGINT/SIGTERM.
 
@@ -95,9 +111,12 @@ def local(
     events tail, invoke) find it from that folder or any folder below it. It holds the folder
     while it runs: a second stack on the same folder refuses to start; run it from another
     folder or with --state-dir (and its commands with the same --state-dir)."""
+    from leasefence.schema import TableNotReady
     from leasefence_tools.local import lambda_log
+    from leasefence_tools.local.capabilities import UnsuitableEndpoint
     from leasefence_tools.local.server import DEMO_HANDLERS, LocalStack, PortUnavailable
     from leasefence_tools.local.state import StateFolder, StateFolderInUse, own_folder
+    from leasefence_tools.local.state import table_prefix as own_prefix
 
     folder = StateFolder(own_folder(state_dir))
     try:
@@ -116,11 +135,13 @@ def local(
         streams=streams,
         worker_handlers=handlers,
         worker_tenants=tenants,
+        dynamodb_endpoint=dynamodb_endpoint,
+        table_prefix=table_prefix or (own_prefix(folder.folder) if dynamodb_endpoint else None),
     )
     log = lambda_log.LambdaLog(folder.folder / lambda_log.FILE, echo=logs).open()
     try:
         stack.start()
-    except OSError as error:
+    except (OSError, UnsuitableEndpoint, TableNotReady) as error:
         log.close()
         folder.release()
         how = ""
@@ -146,8 +167,7 @@ def local(
     )
     lines = [
         f"API base URL:       {stack.base_url}",
-        f"DynamoDB endpoint:  {stack.dynamodb_endpoint}  (table {stack.table_name}; S3 on the same "
-        f"endpoint, bucket {stack.bucket}; linearizable: one request at a time)",
+        *_store_lines(stack),
         f"Console:            {stack.base_url}/console  (signed in as {console_sub}, tenant "
         f"'{DEV_TENANT}', {' '.join(s.split('/')[-1] for s in console_scopes)}: open the link below)",
         f"Docs (Swagger UI):  {stack.docs_url}   OpenAPI: {stack.base_url}/openapi.json",
@@ -160,7 +180,12 @@ def local(
         f"{log.bound_bytes // 2**20} MiB; "
         + ("shown here too)" if logs else "--logs shows them here too)"),
     ]
-    if streams:
+    if stack.streams_off_reason:
+        lines.append(
+            f"Stream worker:      off, and so are history and outcome events: "
+            f"{stack.streams_off_reason}"
+        )
+    if stack.streams:
         lines += [
             f"Stream worker:      {handlers} for tenant(s) {', '.join(tenants)}: runs a job right "
             "after its enqueue",
@@ -185,6 +210,7 @@ def local(
             "pid": os.getpid(),
             "base_url": stack.base_url,
             "dynamodb_endpoint": stack.dynamodb_endpoint,
+            "aws_endpoint": stack.aws_endpoint,
             "token": token,
             "secret": stack.secret,
             "table": stack.table_name,
@@ -203,6 +229,32 @@ def local(
         stack.stop()
         log.close()
     typer.echo("stopped")
+
+
+def _store_lines(stack: Any) -> list[str]:
+    """Where the table and the payloads are kept (the embedded endpoint, or an external one)."""
+    if not stack.external_dynamodb:
+        return [
+            f"DynamoDB endpoint:  {stack.dynamodb_endpoint}  (table {stack.table_name}; S3 on the "
+            f"same endpoint, bucket {stack.bucket}; linearizable: one request at a time)"
+        ]
+    from leasefence.limits import MAX_ITEM_PAYLOAD_BYTES
+    from leasefence_tools.local.capabilities import TTL
+
+    lacks = stack.capabilities.describe()
+    lines = [
+        f"DynamoDB endpoint:  {stack.dynamodb_endpoint}  (external; table {stack.table_name}, "
+        "this stack's own: kept when it stops; "
+        + (f"it lacks {lacks})" if lacks else "it has everything the stack uses)"),
+        f"S3, EventBridge:    {stack.aws_endpoint}  (embedded, in memory; bucket {stack.bucket}: "
+        f"payloads over {MAX_ITEM_PAYLOAD_BYTES} bytes of canonical JSON go there, gone when the "
+        "stack stops while the table keeps referring to them)",
+    ]
+    if not stack.capabilities.supports(TTL):
+        lines.append(
+            "TTL:                none on that endpoint: ended operations are never deleted"
+        )
+    return lines
 
 
 def _finds_it(folder: Path) -> str:
@@ -249,7 +301,7 @@ def events_tail(
     from leasefence_tools.local.events import LOCAL_BUS, Subscription
 
     state = found_stack(state_dir)
-    target = endpoint or state.get("dynamodb_endpoint")
+    target = endpoint or state.get("aws_endpoint") or state.get("dynamodb_endpoint")
     if not target:
         typer.echo(state.advice("--endpoint"), err=True)
         raise typer.Exit(1)

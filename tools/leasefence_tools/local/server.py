@@ -562,6 +562,8 @@ class LocalStack:
         event_bus: str | None = None,
         stream_poll_interval: float = 0.05,
         stream_starting_position: str | None = None,
+        dynamodb_endpoint: str | None = None,
+        table_prefix: str | None = None,
     ) -> None:
         """``streams``: start the event source mappings with the stack (or later:
         :meth:`start_streams`). ``worker_handlers`` (``module:NAME``) and ``worker_tenants``:
@@ -569,7 +571,13 @@ class LocalStack:
         only). ``event_bus``: the bus on the embedded endpoint (default ``leasefence-local``).
         ``stream_starting_position``: where the mappings start instead of their own (the
         publisher's ``TRIM_HORIZON``), e.g. ``LATEST`` on a table that already holds another
-        stack's records (embedded endpoints in one process share their tables)."""
+        stack's records (embedded endpoints in one process share their tables).
+        ``dynamodb_endpoint``: an external DynamoDB-compatible endpoint for the table, probed at
+        :meth:`start` (:mod:`leasefence_tools.local.capabilities`: refused when it lacks what the
+        engine needs; without streams the stream worker and publisher stay off, without TTL
+        ended operations stay); S3, EventBridge and SQS stay on the embedded endpoint. Its table
+        is ``<table_prefix>-operations`` (default prefix ``leasefence``), created or completed,
+        never deleted."""
         self.host = host
         self.port = port
         self.dynamodb_port = dynamodb_port
@@ -604,6 +612,12 @@ class LocalStack:
         #: The on-failure destination of each mapping whose destination is a bucket (a bucket on
         #: the embedded endpoint: the publisher's, which ``leasefence publisher redrive`` reads).
         self.failure_buckets: dict[str, str] = {}
+        #: The external DynamoDB endpoint (None: the embedded one), what it supports, and why
+        #: the streams are off when they were asked for but the endpoint has none.
+        self.external_dynamodb = dynamodb_endpoint
+        self.table_prefix = table_prefix
+        self.capabilities: Any = None
+        self.streams_off_reason: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -616,6 +630,8 @@ class LocalStack:
         from leasefence_tools.local.events import LOCAL_BUS
 
         use_local_credentials()
+        if self.external_dynamodb:
+            self._probe_external()  # before any port is taken: a refusal leaves nothing running
         if self.aws is None:
             with _listening(
                 "embedded DynamoDB endpoint", "127.0.0.1", self.dynamodb_port, "dynamodb_port"
@@ -623,7 +639,11 @@ class LocalStack:
                 self.aws = EmbeddedAws(host="127.0.0.1", port=self.dynamodb_port).start()
         endpoint = self.aws.endpoint
         current = settings.Settings.from_env()
-        table = self.table_name or current.table_name
+        table = self.table_name or (
+            f"{self.table_prefix or 'leasefence'}-operations"
+            if self.external_dynamodb or self.table_prefix
+            else current.table_name
+        )
         bucket = self.bucket or current.payload_bucket
         if not self.secret:
             self.secret = auth.secret_from_env()
@@ -635,7 +655,7 @@ class LocalStack:
             current,
             table_name=table,
             payload_bucket=bucket,
-            dynamodb_endpoint=endpoint,
+            dynamodb_endpoint=self.external_dynamodb or endpoint,
             s3_endpoint=endpoint,
             events_endpoint=endpoint,
             event_bus=self.event_bus or LOCAL_BUS,
@@ -657,7 +677,7 @@ class LocalStack:
         self.runtime = settings.install(config)
         self.invoker.runtime = self.runtime
         spec = config.table_spec
-        create_table(self.aws.client("dynamodb"), spec, stream=self.streams)
+        create_table(self.client("dynamodb"), spec, stream=self.streams, ttl=self._has("TTL"))
         s3 = self.aws.client("s3")
         with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
             s3.create_bucket(Bucket=bucket)
@@ -704,7 +724,9 @@ class LocalStack:
             return
         if self.table_name is None:
             raise RuntimeError("start the local stack before its streams")
-        create_table(self.aws.client("dynamodb"), self._spec(), stream=True)
+        if not self._has("Streams"):
+            raise RuntimeError(self.streams_off_reason or "the DynamoDB endpoint has no streams")
+        create_table(self.client("dynamodb"), self._spec(), stream=True, ttl=self._has("TTL"))
         events = self.aws.client("events")
         with contextlib.suppress(events.exceptions.ResourceAlreadyExistsException):
             events.create_event_bus(Name=self.event_bus)
@@ -729,7 +751,7 @@ class LocalStack:
                 mapping.function,
                 mapping,
                 self.table_name,
-                self.aws.client,
+                self.client,
                 Invoker(self.runtime),
                 queue,
                 poll_interval_s=self.stream_poll_interval,
@@ -746,6 +768,47 @@ class LocalStack:
 
     def _spec(self) -> Any:
         return self.runtime.settings.table_spec
+
+    def _probe_external(self) -> None:
+        """What the external endpoint supports; :class:`~leasefence_tools.local.capabilities.
+        UnsuitableEndpoint` when it lacks what the engine needs. Streams asked for but lacking:
+        off, with the reason kept for the banner."""
+        from leasefence_tools.local import capabilities
+
+        found = capabilities.probe(
+            self.client("dynamodb"),
+            self.client("dynamodbstreams"),
+            self.table_prefix or "leasefence",
+        )
+        if found.left_behind:
+            sys.stderr.write(f"the probe could not delete its table {found.left_behind}: do it\n")
+        self.capabilities = found.require()
+        if self.streams and not found.supports(capabilities.STREAMS):
+            self.streams = False
+            self.streams_off_reason = (
+                f"the DynamoDB endpoint lacks {found.describe((capabilities.STREAMS,))}"
+            )
+
+    def _has(self, capability: str) -> bool:
+        return self.capabilities is None or self.capabilities.supports(capability)
+
+    def client(self, service: str) -> Any:
+        """A boto3 client of this stack's endpoint for ``service``: DynamoDB and its streams at
+        the external endpoint when there is one, everything else (and else everything) at the
+        embedded one."""
+        if self.external_dynamodb and service in ("dynamodb", "dynamodbstreams"):
+            import boto3
+
+            from leasefence.settings import Settings
+            from leasefence_tools.local.capabilities import client_config
+
+            return boto3.client(
+                service,
+                endpoint_url=self.external_dynamodb,
+                region_name=Settings.from_env().region or "us-east-1",  # the handlers' region
+                config=client_config(),
+            )
+        return self.aws.client(service)
 
     def stop(self) -> None:
         from leasefence import settings
@@ -799,7 +862,12 @@ class LocalStack:
 
     @property
     def dynamodb_endpoint(self) -> str:
-        return self.aws.endpoint
+        return self.external_dynamodb or self.aws.endpoint
+
+    @property
+    def aws_endpoint(self) -> str:
+        """The embedded endpoint: S3, EventBridge and SQS (and DynamoDB unless external)."""
+        return str(self.aws.endpoint)
 
     def token(
         self,

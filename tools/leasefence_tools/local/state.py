@@ -61,6 +61,15 @@ def own_folder(explicit: str | os.PathLike[str] | None = None, cwd: Path | None 
     return chosen(explicit) or (cwd or Path.cwd()).resolve() / FOLDER
 
 
+def table_prefix(folder: Path) -> str:
+    """The prefix of a stack's own tables on a shared (external) endpoint, derived from its
+    state folder: two stacks there never share a table, a stack started again on its folder
+    finds its table again."""
+    import hashlib
+
+    return f"leasefence-{hashlib.sha256(str(folder).encode()).hexdigest()[:10]}"
+
+
 def _holds_lock(folder: Path) -> bool:
     """Whether a running process holds the folder's lock (a free lock, or none: no stack)."""
     try:
