@@ -152,6 +152,10 @@ DEFAULT_PAYLOAD_RETENTION_DAYS = 30
 DEFAULT_IDENTITY_RETENTION_MS: int | None = DEFAULT_IDENTITY_RETENTION_DAYS * DAY_MS
 #: How long an ended operation's stored payload is kept after it ended.
 DEFAULT_PAYLOAD_RETENTION_MS = DEFAULT_PAYLOAD_RETENTION_DAYS * DAY_MS
+#: An ended operation's identity (its item, and the purge index entry with it) is kept at least
+#: this long after its payload's purge time, whatever the identity retention: a sweeper that fell
+#: this far behind still finds the payload to delete before DynamoDB's TTL deletes the item.
+PURGE_BEFORE_TTL_MS = 7 * DAY_MS
 #: After the identity retention became forever, the TTLs already set on ended identities are
 #: cleared in passes over the table; a pass that started this long after the sweeper first saw
 #: the switch is the last one: by then no function still configured with the old window (the

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from leasefence.history import ITEM_HISTORY
-from leasefence.limits import HISTORY_ROOM
+from leasefence.limits import HISTORY_ROOM, PURGE_BEFORE_TTL_MS
 from leasefence.model import State, Transition
 from leasefence.schema import DUE_HOME, PURGE_SK, TTL_ATTRIBUTE
 
@@ -167,8 +167,12 @@ class Expr:
         """What every transition into a final state adds: the identity's retention (TTL, unless
         kept forever), the payload's purge time, and dropping what only a live operation needs."""
         if identity_retention_ms is not None:
+            # Never before the payload's purge, with a margin for a sweeper that is behind: an
+            # item that TTL deleted first would take its purge index entry with it, and leave
+            # its S3 object behind for good.
+            kept = max(identity_retention_ms, payload_retention_ms + PURGE_BEFORE_TTL_MS)
             self.names["#ttl"] = TTL_ATTRIBUTE
-            self.values[":ttl"] = (now + identity_retention_ms) // 1000
+            self.values[":ttl"] = (now + kept) // 1000
             self.set("#ttl = :ttl")
         self.names["#pat_"] = PURGE_SK
         self.values[":purge"] = now + payload_retention_ms
