@@ -111,13 +111,23 @@ class Storage(Construct):
             bucket_key_enabled=True if self.encryption_key else None,
             # No age-based expiry: an object's life follows its operation's (the sweeper deletes
             # it payload_retention_days after the operation ended), so a backlog, a long retry
-            # delay or a parked operation never loses its input.
+            # delay or a parked operation never loses its input. What stands behind the purge's
+            # and the erasure's deletions (mark first, then delete: a failed deletion stays in
+            # the purge index until a pass succeeds): a deletion is final within a day even if
+            # versioning is turned on (AWS Backup for S3 requires it), never a noncurrent
+            # version that keeps an erased payload.
             lifecycle_rules=[
                 s3.LifecycleRule(
                     id="abort-incomplete-uploads",
                     enabled=True,
                     abort_incomplete_multipart_upload_after=Duration.days(1),
-                )
+                ),
+                s3.LifecycleRule(
+                    id="deletions-are-final",
+                    enabled=True,
+                    noncurrent_version_expiration=Duration.days(1),
+                    expired_object_delete_marker=True,
+                ),
             ],
             server_access_logs_bucket=access_logs,
             server_access_logs_prefix="leasefence-payloads/" if access_logs else None,

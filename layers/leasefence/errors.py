@@ -39,6 +39,13 @@ class InvalidInput(LeaseFenceError):
     status = 422
 
 
+class ItemTooLarge(InvalidInput):
+    """The store refused a write that would pass its item size limit (400 KB on DynamoDB). Every
+    item leasefence writes is bounded below it (:mod:`leasefence.item_budget`); an update of an
+    operation refused for size all the same is sent again once the history made room
+    (:attr:`leasefence.store.Store.make_room`)."""
+
+
 class PayloadTooLarge(InvalidInput):
     code = "payload_too_large"
     status = 413

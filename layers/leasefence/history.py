@@ -20,7 +20,11 @@ the transition implies it, :data:`_IMPLIED_STATE`), ``f`` the fence and ``n`` th
 claim, the enqueue, an erasure), ``o`` the outcome code, ``r`` the reason or note (cut to
 :data:`MAX_REASON` characters, as the entries of the history item were, and to
 :data:`MAX_REASON_BYTES` bytes), ``d`` when a retry is
-claimable again. What a write does not know, the entry before it tells (:func:`expand`): the
+claimable again. The actor and the outcome code are stored through
+:func:`leasefence.stored.stored_id`: an id of more than
+:data:`~leasefence.limits.MAX_ENTRY_ID_BYTES` bytes (only ids of more than 64 characters outside
+ASCII) is cut, with a marker and a digest of the whole id, so every entry is bounded in bytes
+whatever the script of the ids. What a write does not know, the entry before it tells (:func:`expand`): the
 fence and attempts change only by a claim, the actor stays the claim's through a holder's
 closing command, the previous state is the entry before's state, a claim from ``claimed`` is a
 takeover of that entry's actor. The ``seq`` of an entry is derived: every transition raises
@@ -29,25 +33,24 @@ one before it one less, except where an entry carries its own (``q``: the first 
 compaction).
 
 **Bounded.** The API shows at most :data:`MAX_ENTRIES`: the first entry (the enqueue, or an
-erasure) and the newest, the others counted in ``dropped``. The engine cannot know the list's
-length in the write that appends to it (it never reads to decide), so the stored list is
-compacted afterwards: the publisher, which receives every outcome record (and every loop of an
-operation passes one: a retry, a park, a requeue, a takeover all publish an event, so no more than
-two entries are added between two records it sees), rewrites the list once it holds more than
+erasure) and the newest, the others counted in ``dropped``. The writes that start a loop of the
+operation (a claim or takeover, an operator's requeue: every loop passes one) are conditional on
+the list holding fewer than :data:`HISTORY_ROOM` entries; one refused for that compacts the list
+itself, from the refusal's item (:func:`make_room`, one write conditional on the ``seq`` it saw),
+and is sent again. Between two such writes an operation adds at most three entries (the loop's
+write, its closing transition, an operator's final resolution), so the list never holds more
+than :data:`HISTORY_ROOM` + 2 entries, each bounded in bytes: the bound in bytes of the list and
+of the whole item is computed from the limits (:mod:`leasefence.item_budget`) and asserted by a
+test with 4-byte characters in every id and every free-text field at its maximum. Nothing
+depends on the publisher for it. The publisher compacts sooner, so that the list usually stays
+short (each KB of it costs a write unit on every write): it receives every outcome record
+(every loop of an operation passes one: a retry, a park, a requeue, a takeover all publish an
+event, so no more than two entries are added between two records it sees) and rewrites the list once it holds more than
 :data:`COMPACT_AT` entries, keeping the first and the :data:`MAX_ENTRIES` - 1 newest (stamped with
 what :func:`expand` derived, so nothing is lost by dropping the entries before them) and adding
 the rest to ``hd`` (:data:`ITEM_DROPPED`). Its write is conditional on the ``seq`` it saw, so it
 never races a transition: a transition in between wins, and the refusal (which shows the item as
-it is) is compacted in turn. The absolute
-guard, for a publisher that falls behind or fails: an operator's requeue (the one transition that
-restarts a loop) is refused with :class:`~leasefence.errors.Unavailable` while the list holds
-:data:`REQUEUE_ROOM` entries or more, and without one an operation adds at most
-2 x ``max_attempts`` + 3 entries (a claim and a retry per attempt, the park and its resolution);
-an entry is at most about 1 KB (a reason cut to 256 characters and :data:`MAX_REASON_BYTES`, a
-256-character actor), so the list stays below :data:`MAX_LIST_BYTES` (half of DynamoDB's 400 KB
-item size) whatever happens (asserted by a test with the largest entries; an item that grows
-also costs a write unit per KB on every write, so the bound matters long before the limit).
-An erasure replaces the list with its single ``erase`` entry.
+it is) is compacted in turn. An erasure replaces the list with its single ``erase`` entry.
 
 **Items written before** (no :data:`ITEM_HISTORY_MARK` ``hv``, set by every enqueue since) keep
 their history item as before, next to the operation in its tenant's partition (sort key
@@ -71,16 +74,22 @@ from leasefence.history_item import (  # noqa: F401 (the publisher's and erasure
     record,
     remove,
 )
-from leasefence.limits import MAX_HISTORY_ENTRIES
+from leasefence.limits import (
+    HISTORY_ROOM,
+    MAX_ENTRY_TEXT_BYTES,
+    MAX_ENTRY_TEXT_LENGTH,
+    MAX_HISTORY_ENTRIES,
+)
 from leasefence.model import State, Transition
 from leasefence.schema import DUE_SK, OperationItem
-from leasefence.store import ConditionFailed, Store
+from leasefence.store import ConditionFailed, Key, Store
+from leasefence.stored import cut_bytes, stored_id
 
 #: Entries one history keeps (the first, the enqueue, always stays).
 MAX_ENTRIES = MAX_HISTORY_ENTRIES
 #: A reason or note is cut to this many characters in an entry (the operation keeps the latest
 #: one whole).
-MAX_REASON = 256
+MAX_REASON = MAX_ENTRY_TEXT_LENGTH
 
 #: Transitions whose entry carries the operation's ``reason`` / ``outcome_code`` / operator note.
 _REASON = frozenset(
@@ -121,6 +130,11 @@ def _text(value: Any) -> str | None:
     return value[:MAX_REASON] if isinstance(value, str) and value else None
 
 
+def _id(value: Any) -> str | None:
+    """An id (actor, outcome code) as an entry stores it (:func:`leasefence.stored.stored_id`)."""
+    return stored_id(value) if isinstance(value, str) else None
+
+
 def entry_from(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
     """The history entry for one transition, from the operation item before and after it (plain
     values, as :func:`leasefence.store.from_item` gives them). ``old`` None: an enqueue, or the
@@ -136,12 +150,12 @@ def entry_from(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[st
         "state": new["state"],
         "fence": int(new["fence"]),
         "attempt": int(new["attempts"]),
-        "actor": new.get("actor"),
+        "actor": _id(new.get("actor")),
     }
     if transition is Transition.TAKEOVER and old is not None:
-        entry["previous_actor"] = old.get("lease_owner")
+        entry["previous_actor"] = _id(old.get("lease_owner"))
     if transition in OUTCOME_TRANSITIONS:
-        entry["outcome_code"] = new.get("outcome_code")
+        entry["outcome_code"] = _id(new.get("outcome_code"))
     if transition in _REASON:
         entry["reason"] = _text(new.get("reason"))
     if transition in _NOTE:
@@ -166,14 +180,9 @@ ITEM_HISTORY_MARK = "hv"
 #: The publisher compacts the list once it holds more entries than this (then it holds
 #: :data:`MAX_ENTRIES`): a little slack, so one compaction serves several loops.
 COMPACT_AT = MAX_ENTRIES + 10
-#: An operator's requeue is refused (503, retried later) while the list holds this many entries:
-#: compaction fell behind (see the module's docstring for the bound this gives).
-REQUEUE_ROOM = MAX_ENTRIES + 30
 #: A reason or note in an entry in the item is also cut to this many bytes (UTF-8; whole
 #: characters): 256 characters of any script up to three bytes each fit.
-MAX_REASON_BYTES = 3 * MAX_REASON
-#: The stored list's size never reaches this (bytes, DynamoDB's measure): asserted by a test.
-MAX_LIST_BYTES = 200 * 1024
+MAX_REASON_BYTES = MAX_ENTRY_TEXT_BYTES
 
 #: The state a transition always leads to (its entry leaves ``s`` out).
 _IMPLIED_STATE: dict[str, str] = {
@@ -229,10 +238,10 @@ def compact_entry(
     if state_value is not None and _IMPLIED_STATE.get(transition.value) != state_value:
         entry["s"] = state_value
     optional = {
-        "a": actor,
+        "a": _id(actor),
         "f": fence,
         "n": attempts,
-        "o": outcome_code if transition in OUTCOME_TRANSITIONS else None,
+        "o": _id(outcome_code) if transition in OUTCOME_TRANSITIONS else None,
         "r": _bytes_cut(_text(reason)) if transition in _REASON or transition in _NOTE else None,
         "d": available_at if transition in (Transition.RETRY, Transition.RETRY_LATER) else None,
     }
@@ -252,9 +261,7 @@ def start(item: OperationItem, now: int, actor: str | None) -> None:
 
 
 def _bytes_cut(text: str | None) -> str | None:
-    if text is None or len(text.encode()) <= MAX_REASON_BYTES:
-        return text
-    return text.encode()[:MAX_REASON_BYTES].decode(errors="ignore")
+    return None if text is None else cut_bytes(text, MAX_REASON_BYTES)
 
 
 def _expand_one(
@@ -367,6 +374,36 @@ def compact(store: Store, item: Mapping[str, Any], attempts: int = 3) -> bool:
     return False
 
 
+def needs_room(item: Mapping[str, Any] | None) -> bool:
+    """Whether a claim, a takeover or a requeue of ``item`` (as read, or as its refusal showed
+    it) is refused until the history is compacted (:data:`HISTORY_ROOM`)."""
+    return item is not None and len(item.get(ITEM_HISTORY) or []) >= HISTORY_ROOM
+
+
+def make_room(store: Store, item: Mapping[str, Any]) -> bool:
+    """Compact the history of ``item`` for the write that needs room (a claim or requeue refused
+    by :data:`HISTORY_ROOM`, or any update refused for the item's size): the same compaction as
+    the publisher's (:func:`compact`), made by the writer itself, so no write waits on the
+    stream. True when the list was compacted (by this call, or by someone else since the image:
+    the writer then simply tries again)."""
+    if compact(store, item):
+        return True
+    current = store.get(_operation_key(item))
+    return current is not None and not needs_room(current)
+
+
+def make_room_at(store: Store, key: Key) -> bool:
+    """:func:`make_room` for the operation under ``key`` (read once, strongly consistent): the
+    engine's answer to an update refused for the item's size
+    (:attr:`leasefence.store.Store.make_room`)."""
+    item = store.get(key)
+    return item is not None and compact(store, item)
+
+
+def _operation_key(item: Mapping[str, Any]) -> Key:
+    return {"tenant_id": item["tenant_id"], "operation_id": item["operation_id"]}
+
+
 def _compact_write(store: Store, item: Mapping[str, Any]) -> None:
     compacts = list(item.get(ITEM_HISTORY) or [])
     entries = expand(item)
@@ -385,7 +422,7 @@ def _compact_write(store: Store, item: Mapping[str, Any]) -> None:
     if seen is not None:
         values[":hd"] = int(seen)
     store.update(
-        {"tenant_id": item["tenant_id"], "operation_id": item["operation_id"]},
+        _operation_key(item),
         "SET #h = :h, #hd = :d",
         # Never onto a slimmed item (its history expired: a late record must not bring it back).
         f"#seq = :seq AND #c = :c AND {unchanged} AND attribute_not_exists(#hx)",

@@ -4,6 +4,23 @@ from __future__ import annotations
 
 import hashlib
 
+from leasefence.limits import MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES
+
+#: Starts the digest that stands for the part of a key that would pass DynamoDB's key limits
+#: (:func:`fit_key`): a control character, which no id has, so a digest never equals an id.
+KEY_DIGEST_MARK = "\x1f"
+
+
+def fit_key(prefix: str, part: str, max_bytes: int) -> str:
+    """``prefix + part``, or when that is longer than ``max_bytes`` bytes of UTF-8 (DynamoDB's key
+    limits are bytes: ids of 256 four-byte characters are 1 KiB), ``prefix`` +
+    :data:`KEY_DIGEST_MARK` + the SHA-256 of ``part``. Keys that fit are unchanged, so every key
+    written before stays where it is (a longer one could never be written)."""
+    key = prefix + part
+    if len(key.encode()) <= max_bytes:
+        return key
+    return prefix + KEY_DIGEST_MARK + hashlib.sha256(part.encode()).hexdigest()
+
 
 def shard_of(tenant_id: str, operation_id: str, shards: int) -> int:
     """A stable shard for one identity (length-prefixed so ``("a#", "b")`` != ``("a", "#b")``)."""
@@ -23,8 +40,9 @@ def due_partition(tenant_id: str, shard: int, job_type: str) -> str:
     """``<tenant>#<shard>#<job_type>`` (tenant escaped): one claim partition per tenant, job type
     and shard. Injective: the escaped tenant ends at its first unescaped ``#``, the shard is all
     digits up to the next ``#``, the job type is the rest. A claim for a job type therefore reads
-    only that type's partitions, however much due work of other types exists."""
-    return f"{escape_tenant(tenant_id)}#{shard}#{job_type}"
+    only that type's partitions, however much due work of other types exists. A job type that
+    would make it longer than DynamoDB's partition key limit is a digest (:func:`fit_key`)."""
+    return fit_key(f"{escape_tenant(tenant_id)}#{shard}#", job_type, MAX_PARTITION_KEY_BYTES)
 
 
 def parse_due_partition(value: str) -> tuple[str, int, str]:
@@ -77,7 +95,7 @@ SETTINGS_ID = "\x00settings"
 
 
 def catalogue_id(job_type: str) -> str:
-    return CATALOGUE_PREFIX + job_type
+    return fit_key(CATALOGUE_PREFIX, job_type, MAX_SORT_KEY_BYTES)
 
 
 #: A claim-next marker: which operation a claim request with a client claim token claimed, so a
@@ -99,7 +117,7 @@ HISTORY_PREFIX = "\x01"
 
 
 def history_id(operation_id: str) -> str:
-    return HISTORY_PREFIX + operation_id
+    return fit_key(HISTORY_PREFIX, operation_id, MAX_SORT_KEY_BYTES)
 
 
 #: Every operation id sorts at or after this (no control characters): listings start here.

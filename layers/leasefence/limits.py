@@ -31,6 +31,27 @@ MAX_TEXT_LENGTH = 1024
 MAX_REASON_LENGTH = MAX_TEXT_LENGTH
 MAX_PAYLOAD_REF_LENGTH = MAX_TEXT_LENGTH
 
+# ------------------------------------------------------------------ bytes, as DynamoDB counts them
+
+#: UTF-8 takes at most this many bytes per character: the limits above in characters are these
+#: many times larger in bytes, DynamoDB's measure (an id of 256 emoji is 1 KiB).
+MAX_UTF8_BYTES_PER_CHAR = 4
+MAX_ID_BYTES = MAX_UTF8_BYTES_PER_CHAR * MAX_ID_LENGTH
+MAX_TEXT_BYTES = MAX_UTF8_BYTES_PER_CHAR * MAX_TEXT_LENGTH
+#: DynamoDB's key limits (the table's and every index's): a partition key value, a sort key value.
+MAX_PARTITION_KEY_BYTES = 2048
+MAX_SORT_KEY_BYTES = 1024
+#: DynamoDB refuses a write that would make an item larger than this.
+MAX_STORE_ITEM_BYTES = 400 * 1024
+#: An id (an actor, a worker id, an outcome code) as a history entry stores it: at most this many
+#: bytes; a longer one is cut with a marker and a digest (:func:`leasefence.stored.stored_id`).
+#: Every ASCII id and every id of at most 64 characters is stored whole.
+MAX_ENTRY_ID_BYTES = 256
+#: A reason or note as a history entry stores it: at most 256 characters and this many bytes
+#: (whole characters: 256 characters of up to three bytes each fit).
+MAX_ENTRY_TEXT_LENGTH = 256
+MAX_ENTRY_TEXT_BYTES = 3 * MAX_ENTRY_TEXT_LENGTH
+
 # ------------------------------------------------------------------ fences
 
 #: The largest fence (and any integer the API accepts as one): JSON-safe.
@@ -131,6 +152,10 @@ DEFAULT_PAYLOAD_RETENTION_DAYS = 30
 DEFAULT_IDENTITY_RETENTION_MS: int | None = DEFAULT_IDENTITY_RETENTION_DAYS * DAY_MS
 #: How long an ended operation's stored payload is kept after it ended.
 DEFAULT_PAYLOAD_RETENTION_MS = DEFAULT_PAYLOAD_RETENTION_DAYS * DAY_MS
+#: An ended operation's identity (its item, and the purge index entry with it) is kept at least
+#: this long after its payload's purge time, whatever the identity retention: a sweeper that fell
+#: this far behind still finds the payload to delete before DynamoDB's TTL deletes the item.
+PURGE_BEFORE_TTL_MS = 7 * DAY_MS
 #: After the identity retention became forever, the TTLs already set on ended identities are
 #: cleared in passes over the table; a pass that started this long after the sweeper first saw
 #: the switch is the last one: by then no function still configured with the old window (the
@@ -147,6 +172,12 @@ TENANT_ERASURE_SETTLE_MS = 60_000
 MAX_LIST_PAGE = 500
 #: Entries one history keeps, and per page of it (the first, the enqueue, always stays).
 MAX_HISTORY_ENTRIES = 50
+#: The writes that start a loop of an operation (a claim, a takeover, an operator's requeue) need
+#: the history in its item to hold fewer entries than this; one that finds it longer compacts it
+#: first, in its own conditional write (:func:`leasefence.history.make_room`), so the list never
+#: holds more than ``HISTORY_ROOM + 2`` entries (:func:`leasefence.item_budget.max_history_entries`),
+#: with or without the stream's publisher (which compacts sooner, past ``MAX_HISTORY_ENTRIES + 10``).
+HISTORY_ROOM = MAX_HISTORY_ENTRIES + 30
 #: Items per step of the bounded housekeeping calls (``clear_ttls``, ``erase_tenant``).
 MAX_STEP_ITEMS = 1000
 #: :meth:`Engine.oldest_parked_age_ms` reads at most this many pages of 10 per shard looking for

@@ -20,7 +20,13 @@ from typing import Any, cast
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, ReadTimeoutError
 
-from leasefence.errors import InvalidInput, LeaseFenceError, StoreMisconfigured, Unavailable
+from leasefence.errors import (
+    InvalidInput,
+    ItemTooLarge,
+    LeaseFenceError,
+    StoreMisconfigured,
+    Unavailable,
+)
 from leasefence.schema import OperationItem
 
 #: An item as the store returns it: attribute name -> plain Python value (numbers as int/float).
@@ -95,6 +101,10 @@ def to_item(values: Mapping[str, Any]) -> dict[str, Any]:
     return {k: to_attr(v) for k, v in values.items() if v is not None}
 
 
+#: How DynamoDB (and moto) word the refusal of a write that would pass the item size limit.
+_ITEM_TOO_LARGE = "item size"
+
+
 def translate(error: Exception) -> Exception:
     """The one place where botocore errors become domain errors."""
     if isinstance(error, ClientError):
@@ -123,8 +133,12 @@ def translate(error: Exception) -> Exception:
             return Unavailable(f"store busy ({code}), retry")
         if code == "ResourceNotFoundException":
             return StoreMisconfigured("operations table not found")
+        if code == "ValidationException" and _ITEM_TOO_LARGE in message.lower():
+            # DynamoDB: "Item size has exceeded the maximum allowed size" (a put, or an update's
+            # result) or "Item size to update has exceeded ..."; moto says the same.
+            return ItemTooLarge("item too large for the store")
         if code == "ValidationException" and "size" in message.lower():
-            return InvalidInput("item too large for the store")
+            return InvalidInput("a key too large for the store")
         return LeaseFenceError(f"store error {code}")
     if isinstance(error, (ConnectionError, ReadTimeoutError)):
         # Ambiguous: the write may have committed. Every engine write is fenced or replayable,
@@ -160,6 +174,11 @@ class Store:
         self.table_name = table_name
         self._client = client
         self._client_factory = client_factory or default_client
+        #: Called with an operation's key when an update of it was refused for the item's size
+        #: (:class:`~leasefence.errors.ItemTooLarge`): makes room (the engine compacts the
+        #: history, :func:`leasefence.history.make_room`) and returns whether it did, and then the
+        #: update is sent once more. No refusal for size is a dead end.
+        self.make_room: Callable[[Key], bool] | None = None
 
     @property
     def client(self) -> Any:
@@ -254,8 +273,14 @@ class Store:
         values: dict[str, Any],
         returns: str = "ALL_NEW",
     ) -> OperationItem | None:
-        """:meth:`update` of an operation item (refusals: :attr:`ConditionFailed.operation`)."""
-        item = self.update(key, update, condition, names, values, returns)
+        """:meth:`update` of an operation item (refusals: :attr:`ConditionFailed.operation`).
+        Refused for the item's size, it is sent again once :attr:`make_room` made room."""
+        try:
+            item = self.update(key, update, condition, names, values, returns)
+        except ItemTooLarge:
+            if self.make_room is None or not self.make_room(key):
+                raise
+            item = self.update(key, update, condition, names, values, returns)
         return cast("OperationItem | None", item)
 
     def query(self, **kwargs: Any) -> QueryPage:

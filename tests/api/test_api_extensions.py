@@ -382,6 +382,89 @@ def test_sweeper_purges_due_payloads_and_reports_the_oldest_due_age(stack, tenan
     assert tenant_objects(stack, tenant) == []
 
 
+def _due_for_purge(tenant, op, payload):
+    """An operation enqueued through the API with an S3-stored payload, ended two minutes ago
+    with no payload retention: due for purging. Returns its engine and a purging engine whose
+    DynamoDB and S3 clients are fault-injection proxies."""
+    import copy
+
+    from leasefence_tools.testing.faults import FaultyClient
+
+    engine = runtime().engine
+    past = type(engine)(spec=engine.spec, client=engine.store.client, clock=lambda: engine.clock() - 120_000,
+                        events=engine.events, payloads=engine.payloads, payload_retention_ms=0)
+    grant = engine.claim(tenant, op, "worker-1")
+    past.complete(tenant, op, grant.fence, "done")  # ended two minutes ago
+    payloads = copy.copy(engine.payloads)
+    payloads._client = s3 = FaultyClient(engine.payloads.client)
+    ddb = FaultyClient(engine.store.client)
+    purger = type(engine)(spec=engine.spec, client=ddb, clock=engine.clock, events=engine.events,
+                          payloads=payloads, payload_retention_ms=0)
+    return purger, ddb, s3
+
+
+def _writes(needle):
+    return lambda request: needle in request.get("UpdateExpression", "")
+
+
+@pytest.mark.parametrize("moment", ["before_mark", "before_delete", "before_unfile"])
+def test_a_replay_racing_the_purge_leaves_no_object_behind(stack, api, tenant, moment):
+    """Issue 32, failure 3: on main 4f60178 the purge deleted the object first and marked the
+    payload purged after; a same-id replay in between wrote the object again through the enqueue
+    route, and nothing deleted it. Now the purge marks first and deletes after, and leaves the
+    purge index only once the object is gone: a replay at any moment leaves no object."""
+    payload = {"notes": BIG, "moment": moment}
+    assert enqueue(api, "race-1", payload).status == 201
+    assert len(tenant_objects(stack, tenant)) == 1
+    purger, ddb, s3 = _due_for_purge(tenant, "race-1", payload)
+    replays = []
+
+    def replay():
+        replays.append(api.post("/v1/operations", {"operation_id": "race-1", "job_type": "job", "payload": payload}))
+
+    if moment == "before_mark":
+        ddb.before_next("update_item", replay, when=_writes("payload_purged_at"))
+    elif moment == "before_delete":
+        s3.before_next("delete_object", replay)
+    else:
+        ddb.before_next("update_item", replay, when=_writes("REMOVE #ppk, #pat"))
+    assert purger.purge_payloads(limit=1000).purged >= 1
+    assert [r.status for r in replays] == [200] and replays[0].json["created"] is False
+    assert tenant_objects(stack, tenant) == []
+    item = raw_item(tenant, "race-1")
+    assert "payload_purged_at" in item and "purge_pk" not in item  # nothing left to do
+    assert runtime().engine.get(tenant, "race-1").payload_state == "purged"
+
+
+def test_a_failed_delete_leaves_the_purge_filed_and_the_next_pass_finishes(stack, api, tenant):
+    from leasefence_tools.testing.faults import BEFORE
+
+    assert enqueue(api, "race-2", {"notes": BIG}).status == 201
+    purger, _, s3 = _due_for_purge(tenant, "race-2", {"notes": BIG})
+    s3.fail_next("delete_object", BEFORE)  # S3 unreachable after the payload was marked
+    assert purger.purge_payloads(limit=1000).failed >= 1
+    item = raw_item(tenant, "race-2")
+    assert "payload_purged_at" in item and "purge_pk" in item  # marked, and still filed
+    assert len(tenant_objects(stack, tenant)) == 1
+    assert purger.purge_payloads(limit=1000).purged >= 1  # the next pass
+    assert tenant_objects(stack, tenant) == [] and "purge_pk" not in raw_item(tenant, "race-2")
+
+
+def test_erasure_deletes_an_object_written_again_after_its_purge(stack, api, tenant):
+    """A payload object written again after the purge (a replay whose route could not delete it)
+    is found by the operation's erasure, which on main 4f60178 skipped a purged payload."""
+    payload = {"notes": BIG}
+    assert enqueue(api, "race-3", payload).status == 201
+    purger, _, _ = _due_for_purge(tenant, "race-3", payload)
+    assert purger.purge_payloads(limit=1000).purged >= 1
+    assert tenant_objects(stack, tenant) == []
+    runtime().payloads.put(tenant, "race-3", canonicalize(payload))  # the orphan
+    assert len(tenant_objects(stack, tenant)) == 1
+    assert api.post(op_path("race-3", "erase"), {}).status == 200
+    assert tenant_objects(stack, tenant) == []
+    assert "purge_pk" not in raw_item(tenant, "race-3")
+
+
 class _FakePurger:
     def __init__(self, batches):
         self.batches = list(batches)

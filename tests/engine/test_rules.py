@@ -16,7 +16,7 @@ from leasefence.errors import (
     SelfApproval,
     StaleFence,
 )
-from leasefence.limits import BACKOFF_BASE_MS, BACKOFF_CAP_MS, FENCE_EPOCH_SPAN
+from leasefence.limits import BACKOFF_BASE_MS, BACKOFF_CAP_MS, FENCE_EPOCH_SPAN, PURGE_BEFORE_TTL_MS
 from leasefence.model import Resolution, State, Transition
 from leasefence.schema import DUE_PK, DUE_SK, SWEEP_PK, SWEEP_SK
 
@@ -242,7 +242,12 @@ def test_the_end_of_life_keeps_no_ttl_when_identities_are_kept_forever():
     assert "#ttl = :ttl" not in kept.sets and ":ttl" not in kept.values
     assert kept.values[":purge"] == NOW + 1_000
     windowed = Expr().end_of_life(NOW, 86_400_000, 1_000)
-    assert windowed.values[":ttl"] == (NOW + 86_400_000) // 1000
+    # At least PURGE_BEFORE_TTL_MS past the payload's purge time: TTL never deletes the item
+    # (and its purge index entry) before a late sweeper purged its payload.
+    assert windowed.values[":ttl"] == (NOW + 1_000 + PURGE_BEFORE_TTL_MS) // 1000
+    assert Expr().end_of_life(NOW, 400 * 86_400_000, 1_000).values[":ttl"] == (
+        NOW + 400 * 86_400_000
+    ) // 1000
     assert "claimed_from" in windowed.removes and "#home_" in windowed.removes
 
 

@@ -13,11 +13,15 @@ def test_payload_bucket(variant) -> None:
         "BlockPublicAcls": True, "BlockPublicPolicy": True,
         "IgnorePublicAcls": True, "RestrictPublicBuckets": True,
     }
-    (rule,) = bucket["LifecycleConfiguration"]["Rules"]
-    assert rule["Status"] == "Enabled"
+    rule, final = bucket["LifecycleConfiguration"]["Rules"]
+    assert rule["Status"] == final["Status"] == "Enabled"
     # No age-based expiry: a payload lives as long as its operation (issue 11, case 2); the
     # sweeper deletes it payload_retention_days after the end.
     assert "ExpirationInDays" not in rule and rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
+    # Behind the purge and the erasure (issue 32): a deletion is final even with versioning on,
+    # and still no current object ever expires by age.
+    assert final["NoncurrentVersionExpiration"] == {"NoncurrentDays": 1}
+    assert final["ExpiredObjectDeleteMarker"] is True and "ExpirationInDays" not in final
     assert svc.props.payload_retention_days == (30 if name == "default" else 7)
     (enc,) = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
     if name == "default":

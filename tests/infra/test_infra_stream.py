@@ -82,7 +82,7 @@ def test_publisher_mapping(variant) -> None:
             "retry", "retry_later", "unknown", "sweep", "quarantine", "requeue", "approve"]}}}},
         {"eventName": changed, "dynamodb": {"NewImage": {"hv": in_item, "transition": {"S": [
             "complete", "fail", "resolve", "reject", "approval_expire", "cancel"]},
-            "purge_at": {"N": [{"exists": True}]}}}},
+            "purge_at": {"N": [{"exists": True}]}, "hx": {"N": [{"exists": False}]}}}},
         {"eventName": changed, "dynamodb": {"NewImage": {"hv": in_item, "transition": {"S": ["claim", "enqueue"]},
             "state": {"S": ["claimed", "awaiting_approval"]}, "claimed_from": {"S": ["claimed", {"exists": False}]}}}},
         {"eventName": changed, "dynamodb": {"NewImage": {"hv": before, "transition": {"S": [{"exists": True}]}}}},

@@ -100,6 +100,9 @@ def claim_write(
     # Nobody claimed it since it was read, and it is claimable now: queued and due, or its
     # holder's lease lapsed (a takeover).
     condition = f"{x.FENCE_UNCHANGED} AND {x.COUNTERS_UNCHANGED} AND ({x.QUEUED_AND_DUE} OR {x.LEASE_LAPSED})"
+    # Every loop of an operation passes a claim: its history must have room (a refusal for that
+    # compacts it and claims again), so the list stays bounded without the publisher.
+    condition += f" AND {expr.history_room()}"
     if lease_ms is None:
         expr.values[":lease"] = DEFAULT_LEASE_MS
         # Every operand is read from the item as it was before this write.
@@ -484,6 +487,12 @@ class Claimer:
                     # Our own write committed and its answer was lost (the store client, or the
                     # client of a resent request, sent it again): that claim, still held.
                     item = current
+                elif history.needs_room(current) and not rules.lost_race(current, snapshot):
+                    # Refused for the history's room only: compact it from this refusal's item
+                    # (one write pinned to its seq) and claim again from it.
+                    history.make_room(ctx.store, current)
+                    snapshot = current
+                    continue
                 else:
                     if rules.lost_race(current, snapshot):
                         self.note_race(tenant_id, lost=True)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, cast
 
 from leasefence import history, listing
@@ -123,6 +124,8 @@ class Engine:
             raise ValueError("payload retention must be from 0 to the identity retention")
         spec = spec if spec is not None else TableSpec()
         store = Store(spec.table_name, client=client, client_factory=client_factory)
+        # An update refused for the item's size compacts the history and is sent again.
+        store.make_room = partial(history.make_room_at, store)
         self._ctx = EngineContext(
             store=store,
             spec=spec,

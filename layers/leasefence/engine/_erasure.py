@@ -76,10 +76,16 @@ def slims(item: OperationItem) -> bool:
 
 
 def purge_one(ctx: EngineContext, item: OperationItem) -> bool:
-    """Delete one operation's stored payload, then record that (pinned to the purge time the
-    deletion acted on). Deleting twice is harmless, so a crash in between only repeats it. A
-    payload kept in the item goes with the recording write itself (``REMOVE payload_json``, no
-    S3 call).
+    """Purge one operation's stored payload: **mark first, then delete.** A payload kept in the
+    item goes with the marking write itself (``REMOVE payload_json``, no S3 call). An S3 object
+    is deleted only after the write that marks the payload purged (``payload_purged_at``), and
+    the operation leaves the purge index only after the deletion, in a second write (pinned to
+    the purge time). So a replay of the operation's enqueue that lands at any moment finds the
+    payload either still stored (its object is then the one this purge deletes) or already
+    marked (the enqueue route then deletes the object it wrote), and a crash or a failed
+    deletion leaves the operation in the purge index, marked: the next pass deletes again
+    (deleting twice is harmless) and removes the entry. Issue 32: the purge deleted first and
+    marked after, and a replay in between left an object that nothing deleted.
 
     **The slim ended record** (issue 24). When the operation has ended (:func:`slims`), the same
     conditional write also slims the item to what the identity guarantees need for the rest of
@@ -117,15 +123,40 @@ def purge_one(ctx: EngineContext, item: OperationItem) -> bool:
     Set: ``hx``, when the history expired (ms): ``GET .../history`` answers an empty page and
     ``history_expired_at``. Operations by reference (a caller's ``payload_ref``) have no purge
     entry and are not slimmed (docs/performance.md says why)."""
-    if not kept_in_item(item):
-        if ctx.payloads is None:
-            raise Unavailable("no payload store configured: cannot purge payloads")
-        if item.get("payload_ref"):
-            ctx.payloads.delete(item["payload_ref"])
+    in_s3 = not kept_in_item(item)
+    if in_s3 and ctx.payloads is None:
+        raise Unavailable("no payload store configured: cannot purge payloads")
+    if "payload_purged_at" not in item and not _mark_purged(ctx, item, keep_filed=in_s3):
+        return False
+    if not in_s3:
+        return True  # the marking write took the payload and the index entry with it
+    if item.get("payload_ref"):
+        ctx.payloads.delete(item["payload_ref"])
+    # Deleted: the operation leaves the purge index (pinned to the purge time it was filed at).
+    try:
+        ctx.store.update(
+            ctx.key(item["tenant_id"], item["operation_id"]),
+            "REMOVE #ppk, #pat",
+            f"{x.PURGE_TIME_UNCHANGED} AND attribute_exists(payload_purged_at)",
+            {"#ppk": PURGE_PK, "#pat": PURGE_SK},
+            {":pat": int(item[PURGE_SK])},
+            returns="NONE",
+        )
+    except ConditionFailed:
+        return False
+    return True
+
+
+def _mark_purged(ctx: EngineContext, item: OperationItem, keep_filed: bool) -> bool:
+    """The purge's marking write (see :func:`purge_one`): the payload is purged from now on, the
+    item slimmed when its operation ended; ``keep_filed``: it stays in the purge index until its
+    object is deleted."""
     now = ctx.clock()
-    expr = x.Expr({"#ppk": PURGE_PK, "#pat": PURGE_SK})
+    expr = x.Expr({"#pat": PURGE_SK})
     expr.value({":now": now, ":pat": int(item[PURGE_SK])})
-    expr.set("payload_purged_at = :now").remove("#ppk", "#pat", "payload_json")
+    expr.set("payload_purged_at = :now").remove("payload_json")
+    if not keep_filed:
+        expr.name({"#ppk": PURGE_PK}).remove("#ppk", "#pat")
     condition = x.PURGE_TIME_UNCHANGED
     if slims(item):
         expr.name(x.STATE).name({"#seq": "seq", "#hx_": history.ITEM_HISTORY_EXPIRED})
@@ -147,10 +178,12 @@ def purge_one(ctx: EngineContext, item: OperationItem) -> bool:
 
 
 def erase_write(
-    current: OperationItem, actor: str | None, now: int
+    current: OperationItem, actor: str | None, now: int, purge_pk: str | None = None
 ) -> tuple[str, str, dict[str, str], dict[str, Any]]:
     """The erasure's update, pinned to the state class (not claimed) and to the intent and
-    checkpoint it was computed from."""
+    checkpoint it was computed from. ``purge_pk``: the operation's payload is an S3 object this
+    deployment stored; it is filed for deletion now (purged already or not: a replay that raced
+    its purge may have written it again), and stays filed until it is deleted."""
     expr = x.Expr(x.OPERATION_ID, x.STATE, {"#pat": PURGE_SK}, x.TRANSITION_NAMES, x.ACTOR)
     expr.value(
         {
@@ -171,6 +204,8 @@ def erase_write(
         expr.remove("payload_json", "#ppk", "#pat")
     else:
         expr.set("#pat = :now")
+        if purge_pk is not None:
+            expr.name({"#ppk": PURGE_PK}).value({":ppk": purge_pk}).set("#ppk = :ppk")
     expr.set("#tr = :tr", "#actor = :actor").remove("reason", "resolution_note", "checkpoint")
     # The history becomes the erasure's own entry (the reasons and notes it held are free text),
     # pinned to the state, fence and attempts it records (the condition below).
@@ -262,8 +297,12 @@ class Eraser:
         for _ in range(3):
             if current is None:
                 raise NotFound("operation not found")
+            stored = self.inline(tenant_id, operation_id, Operation.from_item(current))
+            purge_pk = ctx.purge_pk(tenant_id, operation_id) if stored else None
             try:
-                item = ctx.store.update_operation(key, *erase_write(current, actor, ctx.clock()))
+                item = ctx.store.update_operation(
+                    key, *erase_write(current, actor, ctx.clock(), purge_pk)
+                )
                 break
             except ConditionFailed as refused:
                 current = refused.operation
@@ -284,7 +323,8 @@ class Eraser:
             except Unavailable:
                 log.warning("history not reset yet; the publisher will", extra={"op": tag})
         operation = Operation.from_item(item)
-        if self.inline(tenant_id, operation_id, operation) and operation.payload_purged_at is None:
+        if self.inline(tenant_id, operation_id, operation):
+            # Purged before or not: an object a replay wrote again since is deleted too.
             try:
                 purge_one(ctx, item)
             except Unavailable:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from leasefence.history import ITEM_HISTORY
+from leasefence.limits import HISTORY_ROOM, PURGE_BEFORE_TTL_MS
 from leasefence.model import State, Transition
 from leasefence.schema import DUE_HOME, PURGE_SK, TTL_ATTRIBUTE
 
@@ -34,8 +35,9 @@ OPERATION_ID = {"#op": "operation_id"}
 
 #: No item under this key yet (a put-if-absent).
 IS_NEW = "attribute_not_exists(#op)"
-#: The item's history has room for an operator's requeue (:data:`leasefence.history.REQUEUE_ROOM`;
-#: ``#h_``: the history list, ``:h_room``: that count).
+#: The item's history has room for a write that starts a loop: a claim, a takeover, an operator's
+#: requeue (:data:`~leasefence.limits.HISTORY_ROOM`; ``#h_``: the history list, ``:h_room``: that
+#: count; bound by :meth:`Expr.history_room`).
 HISTORY_HAS_ROOM = "(attribute_not_exists(#h_) OR size(#h_) < :h_room)"
 #: An item under this key exists (an update never creates one).
 EXISTS = "attribute_exists(#op)"
@@ -151,14 +153,26 @@ class Expr:
         self.values.update({":h_entry": [dict(entry)], ":h_none": []})
         return self.set("#h_ = list_append(if_not_exists(#h_, :h_none), :h_entry)")
 
+    def history_room(self) -> str:
+        """The condition that the history has room (:data:`HISTORY_HAS_ROOM`), its names and
+        values bound here; a write refused by it makes room first
+        (:func:`leasefence.history.make_room`) and is sent again."""
+        self.names["#h_"] = ITEM_HISTORY
+        self.values[":h_room"] = HISTORY_ROOM
+        return HISTORY_HAS_ROOM
+
     def end_of_life(
         self, now: int, identity_retention_ms: int | None, payload_retention_ms: int
     ) -> Expr:
         """What every transition into a final state adds: the identity's retention (TTL, unless
         kept forever), the payload's purge time, and dropping what only a live operation needs."""
         if identity_retention_ms is not None:
+            # Never before the payload's purge, with a margin for a sweeper that is behind: an
+            # item that TTL deleted first would take its purge index entry with it, and leave
+            # its S3 object behind for good.
+            kept = max(identity_retention_ms, payload_retention_ms + PURGE_BEFORE_TTL_MS)
             self.names["#ttl"] = TTL_ATTRIBUTE
-            self.values[":ttl"] = (now + identity_retention_ms) // 1000
+            self.values[":ttl"] = (now + kept) // 1000
             self.set("#ttl = :ttl")
         self.names["#pat_"] = PURGE_SK
         self.values[":purge"] = now + payload_retention_ms

@@ -265,10 +265,9 @@ class ApprovalGate:
             )
         )
         if resolution is Resolution.REQUEUE:
-            # A requeue restarts a loop: refused while compaction of the history is behind
-            # (the history's absolute bound, leasefence.history).
-            condition += f" AND {x.HISTORY_HAS_ROOM}"
-            expr.values[":h_room"] = history.REQUEUE_ROOM
+            # A requeue restarts a loop: its history must have room (the history's bound,
+            # leasefence.history); a refusal for that compacts it and requeues again, below.
+            condition += f" AND {expr.history_room()}"
             expr.name({"#dpk": DUE_PK, "#due": DUE_SK, "#home": DUE_HOME})
             expr.value({":queued": State.QUEUED.value, ":true": True})
             expr.set(
@@ -283,27 +282,32 @@ class ApprovalGate:
             expr.set("#state = :to", "outcome_code = :code")
             expr.end_of_life(now, ctx.identity_retention_ms, ctx.payload_retention_ms)
         expr.add("#seq :one")
-        try:
-            item = ctx.store.update_operation(
-                ctx.key(tenant_id, operation_id), *expr.write(condition)
-            )
-        except ConditionFailed as refused:
-            current = refused.operation
-            if current is None:
-                raise NotFound("operation not found") from None
-            if rules.resolved_already(current, resolution, note or "", actor, request_token):
-                ctx.count(Metric.REPLAYS)
-                return Operation.from_item(current)  # this decision, sent again: a replay
-            if (
-                resolution is Resolution.REQUEUE
-                and current.get("state") in (State.UNKNOWN, State.QUARANTINED)
-                and len(current.get("h") or []) >= history.REQUEUE_ROOM
-            ):
-                raise Unavailable(
-                    "the operation's history is being compacted; requeue it again shortly"
+        for _ in range(3):
+            try:
+                item = ctx.store.update_operation(
+                    ctx.key(tenant_id, operation_id), *expr.write(condition)
+                )
+                break
+            except ConditionFailed as refused:
+                current = refused.operation
+                if current is None:
+                    raise NotFound("operation not found") from None
+                if rules.resolved_already(current, resolution, note or "", actor, request_token):
+                    ctx.count(Metric.REPLAYS)
+                    return Operation.from_item(current)  # this decision, sent again: a replay
+                if (
+                    resolution is Resolution.REQUEUE
+                    and current.get("state") in (State.UNKNOWN, State.QUARANTINED)
+                    and history.needs_room(current)
+                ):
+                    # Refused for the history's room: this write makes it (from the refusal's
+                    # item, pinned to its seq), then requeues again. No publisher needed.
+                    history.make_room(ctx.store, current)
+                    continue
+                raise InvalidTransition(
+                    f"only unknown or quarantined operations can be resolved (state is {current['state']})"
                 ) from None
-            raise InvalidTransition(
-                f"only unknown or quarantined operations can be resolved (state is {current['state']})"
-            ) from None
+        else:
+            raise Unavailable("the operation kept changing while it was requeued; requeue it again")
         assert item is not None
         return Operation.from_item(item)

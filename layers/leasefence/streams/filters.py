@@ -54,7 +54,8 @@ EVENT_LIVE = (
     Transition.APPROVE,
 )
 #: Transitions that publish an outcome event and end the operation (the payload's purge writes
-#: the ended item later: it removes the purge time these records show, so it passes no filter).
+#: the ended item later: it slims it, setting ``hx``, or removes the purge time these records
+#: show, so it passes no filter; an ended item is slimmed only by the purge).
 EVENT_FINAL = (
     Transition.COMPLETE,
     Transition.FAIL,
@@ -93,6 +94,7 @@ def publisher_filters() -> list[dict[str, Any]]:
                     mark: _IN_ITEM,
                     "transition": {"S": [t.value for t in EVENT_FINAL]},
                     PURGE_SK: {"N": [{"exists": True}]},
+                    history.ITEM_HISTORY_EXPIRED: {"N": [{"exists": False}]},
                 }
             },
         },

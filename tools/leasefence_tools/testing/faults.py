@@ -118,6 +118,7 @@ class FaultyClient:
         self._rng = rng if rng is not None else random.Random(0)
         self._lock = threading.Lock()
         self._plan: dict[str, list[tuple[str, Predicate | None]]] = defaultdict(list)
+        self._hooks: dict[str, list[tuple[Callable[[], Any], Predicate | None]]] = defaultdict(list)
         self.injected: dict[str, int] = defaultdict(int)
 
     def fail_next(
@@ -125,6 +126,24 @@ class FaultyClient:
     ) -> None:
         with self._lock:
             self._plan[method].extend([(mode, when)] * times)
+
+    def before_next(
+        self, method: str, action: Callable[[], Any], when: Predicate | None = None
+    ) -> None:
+        """Run ``action`` once, just before the next call of ``method`` (that ``when`` accepts)
+        is sent: a race made to land between two steps of the caller (another request, another
+        process's write). Counted in :attr:`injected` as ``"race"``."""
+        with self._lock:
+            self._hooks[method].append((action, when))
+
+    def _hook(self, method: str, kwargs: dict[str, Any]) -> Callable[[], Any] | None:
+        with self._lock:
+            for index, (action, when) in enumerate(self._hooks.get(method) or []):
+                if when is None or when(kwargs):
+                    del self._hooks[method][index]
+                    self.injected["race"] += 1
+                    return action
+            return None
 
     def _take(self, method: str, kwargs: dict[str, Any]) -> str | None:
         with self._lock:
@@ -147,6 +166,9 @@ class FaultyClient:
             return target
 
         def call(**kwargs: Any) -> Any:
+            hook = self._hook(name, kwargs)
+            if hook is not None:
+                hook()
             mode = self._take(name, kwargs)
             if mode == BEFORE:
                 raise EndpointConnectionError(endpoint_url="injected://before")

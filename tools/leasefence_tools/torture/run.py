@@ -207,6 +207,23 @@ class Mode:
         return self.job_type == APPROVAL_JOB_TYPE
 
 
+#: Every fifth operation id, and the first in-process worker's id, are 256 characters of four
+#: bytes each (1 KiB of UTF-8, the longest id accepted): keys, history entries and the item's
+#: byte budget meet them in every feature of the run (issue 32).
+WIDE_ID_EVERY = 5
+
+
+def torture_operation_id(n: int) -> str:
+    base = f"op-{n:05d}"
+    if n % WIDE_ID_EVERY != WIDE_ID_EVERY - 1:
+        return base
+    return base + "-" + "\U0001f680" * (256 - len(base) - 1)
+
+
+def torture_worker_id(i: int) -> str:
+    return f"w{i}" if i else "w0-" + "\U0001f6e0" * 253
+
+
 def plan(settings: Settings, tenant: str, operation_id: str, target: TargetClass, kit: Kit) -> Mode:
     """The composed run's choice for one operation (each a coin of its own)."""
     seed = settings.seed
@@ -276,7 +293,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
         modes: dict[Key, Mode] = {}
         for i in range(settings.operations):
             tenant = tenants[i % len(tenants)]
-            operation_id = f"op-{i // len(tenants):05d}"
+            operation_id = torture_operation_id(i // len(tenants))
             target = list(TargetClass)[
                 int(chance(settings.seed, "class", tenant, operation_id) * 4)
             ]
@@ -349,7 +366,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
             TortureWorker(
                 backend,
                 {job_type: kit.handler() for job_type, kit in by_type.items()},
-                worker_id=f"w{i}",
+                worker_id=torture_worker_id(i),
                 lease_ms=settings.lease_ms,
                 heartbeat_interval_ms=max(10, int(settings.lease_ms / settings.speed / 3)),
                 idle_sleep_ms=10,
