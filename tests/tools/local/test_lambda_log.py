@@ -4,14 +4,29 @@ in the terminal; closing gives the output back."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
+
+import pytest
 
 from leasefence.observability import logger, metrics
 from leasefence_tools.local.lambda_log import FILE, LambdaLog, invocation
 
 
-def test_a_handlers_output_goes_to_the_file_and_other_threads_keep_the_terminal(tmp_path, capsys):
+@pytest.fixture
+def info_level():
+    """The Logger at INFO here, whatever level a test run before in this process left it at."""
+    named = logging.getLogger(logger.name)
+    before = named.level
+    named.setLevel(logging.INFO)
+    yield
+    named.setLevel(before)
+
+
+def test_a_handlers_output_goes_to_the_file_and_other_threads_keep_the_terminal(
+    tmp_path, capsys, info_level
+):
     path = tmp_path / FILE
     terminal, logger_stream = sys.stdout, logger.logger_handler.stream
     with LambdaLog(path):

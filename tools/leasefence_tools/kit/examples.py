@@ -8,11 +8,15 @@ verification fixture (:mod:`leasefence_tools.kit.example_fixture`) points it at 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from leasefence.clock import Clock
+from leasefence.errors import TargetRefused
 from leasefence.targets import fenced_table, idempotent_api, same_table, single_shot
-from leasefence.worker import FunctionHandler, Job, Reconciled
+from leasefence.worker import FunctionHandler, Job, Permanent, Reconciled
+
+log = logging.getLogger("ledger")
 
 ORDERS = "orders"  # class A: a table in the same DynamoDB as leasefence's
 LEDGER = "ledger"  # class B: a table whose items carry fences
@@ -66,7 +70,20 @@ def raise_ledger_fence(job: Job) -> None:  # on claim: the ledger refuses older 
 def post(job: Job) -> str:  # class B: the write carries the fence; the ledger checks it
     job.progress()
     entry = {"op": job.operation_id, "cents": job.payload["cents"]}
-    ledger.write(job, account(job), {}, append={"entries": [entry]})
+    try:
+        ledger.write(
+            job,
+            account(job),  # the item's key
+            {"last_op": job.operation_id},  # values: the attributes to set
+            condition="attribute_not_exists(#closed)",  # your own guard, beside the fence's
+            names={"#closed": "closed"},
+            append={"entries": [entry]},  # lists to append to
+        )
+    except TargetRefused as refused:  # your guard failed: no retry will open the account
+        raise Permanent("account closed") from refused
+    except Exception:  # your own errors; a LostOwnership never lands here (a BaseException)
+        log.exception("ledger write failed")
+        raise
     return "posted"
 
 
