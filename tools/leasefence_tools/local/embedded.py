@@ -33,6 +33,8 @@ import boto3
 
 from leasefence import schema
 from leasefence_tools.local import LISTEN_BACKLOG
+from leasefence_tools.local.timings import TIMINGS_PATH, Timings
+from leasefence_tools.local.timings import answer as timings_answer
 
 LOCAL_REGION = "us-east-1"
 
@@ -69,37 +71,61 @@ def _has_none(value: Any) -> bool:
     return False
 
 
-def install_fast_json_responses() -> None:
-    """Serve moto's item-level DynamoDB results with ``json.dumps``.
+def _wire_json(value: Any) -> Any:
+    """What moto's JSON serializer writes for the two non-JSON types its results hold: a
+    ``datetime`` as epoch seconds (milliseconds kept), ``bytes`` (a binary value) as base64."""
+    import base64
+    import calendar
+    from datetime import datetime
 
-    moto 5.2 runs every result through a generic, model-driven serializer that costs about 5 ms
-    per item returned, half of an UpdateItem's time. For the item operations the result is
-    already AttributeValue JSON, so it is written as is. Anything unusual (errors, None values,
-    non-JSON types, other operations) still goes through moto's own serializer.
-    """
-    from moto.dynamodb.responses import DynamoHandler
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if not isinstance(value, datetime):
+        raise TypeError(f"not JSON: {type(value).__name__}")
+    seconds = calendar.timegm(value.timetuple())
+    return seconds + (value.microsecond // 1000) / 1000.0 if value.microsecond else seconds
 
-    if getattr(DynamoHandler, "_leasefence_fast_json", False):
-        return
-    original = DynamoHandler.serialized
+
+def _serve_as_json(handler_class: Any, actions: frozenset[str], content_type: str) -> None:
+    """Answer ``actions`` of ``handler_class`` with ``json.dumps`` of moto's result (already
+    wire JSON for them); anything unusual (errors, None values, types JSON has no form for but
+    a timestamp) goes through moto's own serializer."""
+    original = handler_class.serialized
 
     def serialized(self: Any, action_result: Any) -> Any:
         result = action_result.result
-        if (
-            isinstance(result, dict)
-            and self._get_action() in _FAST_JSON_ACTIONS
-            and not _has_none(result)
-        ):
+        if isinstance(result, dict) and self._get_action() in actions and not _has_none(result):
             try:
-                body = json.dumps(result, allow_nan=False)
+                body = json.dumps(result, allow_nan=False, default=_wire_json)
             except (TypeError, ValueError):
                 return original(self, action_result)
-            headers = {"Content-Type": "application/x-amz-json-1.0"}
+            headers = {"Content-Type": content_type}
             headers.update(self.response_headers)
             return 200, headers, body
         return original(self, action_result)
 
-    DynamoHandler.serialized = serialized  # type: ignore[method-assign]
+    handler_class.serialized = serialized
+
+
+def install_fast_json_responses() -> None:
+    """Serve moto's item-level DynamoDB results, and the stream's ``GetRecords``, with
+    ``json.dumps``.
+
+    moto 5.2 runs every result through a generic, model-driven serializer that costs about 5 ms
+    per item returned, half of an UpdateItem's time. For the item operations the result is
+    already AttributeValue JSON, so it is written as is. ``GetRecords`` is the same JSON (records
+    of AttributeValue images) plus one timestamp per record: through moto's serializer it took
+    40% of the local stack's CPU under 16 HTTP workers (two mappings poll the stream, each
+    record a few KB of images). Anything unusual (errors, None values, non-JSON types, other
+    operations) still goes through moto's own serializer.
+    """
+    from moto.dynamodb.responses import DynamoHandler
+    from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
+
+    if getattr(DynamoHandler, "_leasefence_fast_json", False):
+        return
+    _serve_as_json(DynamoHandler, _FAST_JSON_ACTIONS, "application/x-amz-json-1.0")
+    _serve_as_json(DynamoDBStreamsHandler, frozenset({"GetRecords"}), "application/x-amz-json-1.0")
     DynamoHandler._leasefence_fast_json = True  # type: ignore[attr-defined]
 
 
@@ -459,22 +485,61 @@ def stop_item_tracking() -> None:
                 model.instances_tracked = _Untracked()
 
 
+def _operation(environ: dict[str, Any]) -> str:
+    """What a request asks the endpoint: the action of its ``X-Amz-Target`` (``UpdateItem``,
+    ``GetRecords``, ...), else the service its signature names and the HTTP method (``s3 PUT``)."""
+    target = environ.get("HTTP_X_AMZ_TARGET")
+    if target:
+        return target.rpartition(".")[2]
+    # AWS4-HMAC-SHA256 Credential=<key>/<date>/<region>/<service>/aws4_request, ...
+    scope = environ.get("HTTP_AUTHORIZATION", "").partition("Credential=")[2].split("/")
+    service = scope[3] if len(scope) > 4 else "unsigned"
+    return f"{service} {environ.get('REQUEST_METHOD', '')}"
+
+
 class SerializedApp:
-    """WSGI middleware: one request at a time, start to last byte."""
+    """WSGI middleware: one request at a time, start to last byte.
+
+    It times each request by operation: how long it waited for its turn (``waited``) and how
+    long it held the endpoint (``held``), read at ``GET /__leasefence/timings``
+    (:mod:`leasefence_tools.local.timings`; ``POST /__leasefence/timings/reset``)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.lock = threading.Lock()
+        self.timings = {"held": Timings(), "waited": Timings()}
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path.startswith(TIMINGS_PATH):
+            found = timings_answer(environ.get("REQUEST_METHOD", "GET"), path, self.timings)
+            if found is not None:
+                status, body = found
+                start_response(
+                    f"{status} {'OK' if status == 200 else 'Method Not Allowed'}",
+                    [("Content-Type", "application/json"), ("Content-Length", str(len(body)))],
+                )
+                return [body]
+        operation = _operation(environ)
+        arrived = time.perf_counter()
         with self.lock:
-            body = self.app(environ, start_response)
+            started = time.perf_counter()
             try:
-                return [b"".join(body)]
+                return self._serve(environ, start_response)
             finally:
-                close = getattr(body, "close", None)
-                if close is not None:
-                    close()
+                ended = time.perf_counter()
+                self.timings["waited"].add(operation, started - arrived)
+                self.timings["held"].add(operation, ended - started)
+
+    def _serve(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        """One request, under the lock: the whole answer."""
+        body = self.app(environ, start_response)
+        try:
+            return [b"".join(body)]
+        finally:
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()
 
 
 # ---------------------------------------------------------------------------------------- fidelity
@@ -1134,38 +1199,31 @@ class FidelityApp(SerializedApp):
         super().__init__(app)
         self.state = FidelityState(fidelity)
 
-    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+    def _serve(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
         state = self.state
-        with self.lock:
-            if environ.get("PATH_INFO", "").startswith(ADMIN_PREFIX):
-                return self._admin(environ, start_response)
-            if state.ttl_due():
-                state.reap()
-            if state.config.txn_throttle_rate and environ.get("HTTP_X_AMZ_TARGET", "").endswith(
-                ".TransactWriteItems"
-            ):
-                refused = state.throttle_transaction(environ)
-                if refused is not None:
-                    start_response(
-                        "400 Bad Request",
-                        [
-                            ("Content-Type", "application/x-amz-json-1.0"),
-                            ("x-amzn-RequestId", f"throttled-{state.stats['txn_throttled']}"),
-                            ("Content-Length", str(len(refused))),
-                        ],
-                    )
-                    return [refused]
-            _active.state = state
-            try:
-                body = self.app(environ, start_response)
-                try:
-                    return [b"".join(body)]
-                finally:
-                    close = getattr(body, "close", None)
-                    if close is not None:
-                        close()
-            finally:
-                _active.state = None
+        if environ.get("PATH_INFO", "").startswith(ADMIN_PREFIX):
+            return self._admin(environ, start_response)
+        if state.ttl_due():
+            state.reap()
+        if state.config.txn_throttle_rate and environ.get("HTTP_X_AMZ_TARGET", "").endswith(
+            ".TransactWriteItems"
+        ):
+            refused = state.throttle_transaction(environ)
+            if refused is not None:
+                start_response(
+                    "400 Bad Request",
+                    [
+                        ("Content-Type", "application/x-amz-json-1.0"),
+                        ("x-amzn-RequestId", f"throttled-{state.stats['txn_throttled']}"),
+                        ("Content-Length", str(len(refused))),
+                    ],
+                )
+                return [refused]
+        _active.state = state
+        try:
+            return super()._serve(environ, start_response)
+        finally:
+            _active.state = None
 
     def reap_if_due(self) -> None:
         with self.lock:
@@ -1402,6 +1460,17 @@ class EmbeddedAws:
         return boto3.client(
             service, endpoint_url=self.endpoint, region_name=LOCAL_REGION, config=config, **kwargs
         )
+
+    def attach(self, client: Any) -> Any:
+        """Serve ``client`` (one of this endpoint's) without the network while this endpoint
+        runs in this process (thread mode): through the same serialized application, so with
+        the same lock, fidelity and timings (:mod:`leasefence_tools.local.in_process`). In
+        process mode, or once stopped, it goes over HTTP. Returns ``client``."""
+        if self.process or self.app is None:
+            return client
+        from leasefence_tools.local.in_process import serve_in_process
+
+        return serve_in_process(client, self.app, lambda: self._server is not None)
 
     def create_tables(self, spec: schema.TableSpec | None = None) -> schema.TableSpec:
         spec = spec or schema.TableSpec()

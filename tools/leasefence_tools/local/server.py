@@ -38,6 +38,8 @@ from urllib.parse import parse_qsl, quote, unquote
 from leasefence.api.security import match_route
 from leasefence_tools.local import LISTEN_BACKLOG
 from leasefence_tools.local import tokens as auth
+from leasefence_tools.local.timings import TIMINGS_PATH, Timings
+from leasefence_tools.local.timings import answer as timings_answer
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 #: The package the Lambda handlers ship in (``functions/`` of the repository, inside the wheel).
@@ -128,11 +130,13 @@ class LambdaContext:
 
 class Invoker:
     """Invokes the functions one at a time, as a single execution environment would; with a
-    ``runtime`` (a local stack's), each invocation runs with it whatever the process installs."""
+    ``runtime`` (a local stack's), each invocation runs with it whatever the process installs.
+    ``timings``: where each invocation's time in the handler goes (per API route)."""
 
-    def __init__(self, runtime: Any = None) -> None:
+    def __init__(self, runtime: Any = None, timings: Timings | None = None) -> None:
         self.lock = threading.Lock()
         self.runtime = runtime
+        self.timings = timings
 
     def invoke(self, name: str, event: dict[str, Any], timeout_ms: int | None = None) -> Any:
         from leasefence import settings
@@ -141,10 +145,18 @@ class Invoker:
         timeout = timeout_ms or (API_TIMEOUT_MS if name == "api" else SWEEPER_TIMEOUT_MS)
         context = LambdaContext(f"leasefence-{name}", timeout)
         with self.lock:
-            if self.runtime is None:
-                return handler(event, context)
-            with settings.using(self.runtime):
-                return handler(event, context)
+            started = time.perf_counter()
+            try:
+                if self.runtime is None:
+                    return handler(event, context)
+                with settings.using(self.runtime):
+                    return handler(event, context)
+            finally:
+                if self.timings is not None:
+                    route = event.get("routeKey") if name == "api" else None
+                    self.timings.add(
+                        f"{name} {route}" if route else name, time.perf_counter() - started
+                    )
 
 
 def scheduled_event(now: datetime | None = None) -> dict[str, Any]:
@@ -372,6 +384,10 @@ class LocalApi:
     ) -> tuple[int, list[tuple[str, str]], bytes]:
         """One request through authorizer and handler: ``(status, headers, body)``."""
         path = target.partition("?")[0]
+        if path.startswith(TIMINGS_PATH) and self.invoker.timings is not None:
+            found = timings_answer(method, path, {"handler": self.invoker.timings})
+            if found is not None:
+                return found[0], [("Content-Type", "application/json")], found[1]
         if method == "GET" and path == "/openapi.json":
             return (
                 200,
@@ -545,7 +561,9 @@ class LocalStack:
         self.table_name = table_name
         self.bucket = bucket
         self.quiet = quiet
-        self.invoker = Invoker()
+        #: Time in each function's handler, per API route (``GET /__leasefence/timings``).
+        self.timings = Timings()
+        self.invoker = Invoker(timings=self.timings)
         #: This stack's runtime (settings, clients, engine): every invocation runs with it.
         self.runtime: Any = None
         self.api: LocalApi | None = None
@@ -618,6 +636,8 @@ class LocalStack:
         # (another stack, a test) does not move this stack's handlers to other endpoints.
         self.runtime = settings.install(config)
         self.invoker.runtime = self.runtime
+        for service in ("dynamodb", "s3", "events"):  # the handlers' calls skip the network
+            self._attach(self.runtime.client(service))
         spec = config.table_spec
         create_table(self.aws.client("dynamodb"), spec, stream=self.streams)
         s3 = self.aws.client("s3")
@@ -682,8 +702,8 @@ class LocalStack:
                 mapping.function,
                 mapping,
                 self.table_name,
-                self.aws.client,
-                Invoker(self.runtime),
+                lambda service: self._attach(self.aws.client(service)),
+                Invoker(self.runtime, self.timings),
                 queue,
                 poll_interval_s=self.stream_poll_interval,
                 failure_bucket=bucket,
@@ -696,6 +716,11 @@ class LocalStack:
         them where they stopped."""
         for mapping in self.mappings.values():
             mapping.stop()
+
+    def _attach(self, client: Any) -> Any:
+        """``client`` served in this process when the endpoint runs here (EmbeddedAws.attach)."""
+        attach = getattr(self.aws, "attach", None)
+        return client if attach is None else attach(client)
 
     def _spec(self) -> Any:
         return self.runtime.settings.table_spec
