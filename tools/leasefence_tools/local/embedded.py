@@ -129,6 +129,32 @@ def install_fast_json_responses() -> None:
     DynamoHandler._leasefence_fast_json = True  # type: ignore[attr-defined]
 
 
+def _partial_copy(item: Any, names: Iterable[str]) -> Any:
+    """A copy of ``item`` with only its attributes ``names`` (those it has), sharing nothing
+    mutable with it; scalars are immutable, so a new wrapper around the same value suffices."""
+    import copy
+
+    from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
+
+    result = cast(Item, Item.__new__(Item))  # moto types __new__ as -> BaseModel
+    result.hash_key, result.range_key = item.hash_key, item.range_key
+    attrs = LimitedSizeDict.__new__(LimitedSizeDict)
+    dict.__init__(attrs)
+    source = item.attrs
+    for name in names:
+        value = source.get(name)
+        if value is None:
+            continue
+        if value.type in _SCALAR_TYPES:
+            copied = DynamoType.__new__(DynamoType)
+            copied.type, copied.value = value.type, value.value
+        else:
+            copied = copy.deepcopy(value)
+        dict.__setitem__(attrs, name, copied)
+    result.attrs = attrs
+    return result
+
+
 def install_fast_index_sort() -> None:
     """Make moto's index queries sort with precomputed keys.
 
@@ -199,12 +225,11 @@ def install_fast_index_sort() -> None:
     original_project = Item.project
 
     def project(self: Any, projection_expressions: list[list[str]]) -> Any:
-        """Top-level attribute names only (what index projections ask for): copy those
-        attributes. moto otherwise converts the whole item to plain JSON once per name."""
+        """Top-level attribute names only (what index projections ask for): a copy of those
+        attributes. moto otherwise converts the whole item to plain JSON once per name, and
+        back, checking the item's size again at every attribute."""
         if all(len(path) == 1 for path in projection_expressions):
-            names = {path[0] for path in projection_expressions}
-            attrs = {name: value.to_json() for name, value in self.attrs.items() if name in names}
-            return Item(hash_key=self.hash_key, range_key=self.range_key, attrs=attrs)
+            return _partial_copy(self, {path[0] for path in projection_expressions})
         return original_project(self, projection_expressions)
 
     Item.project = project  # type: ignore[method-assign]
@@ -303,7 +328,14 @@ def install_unsorted_query_candidates() -> None:
     sorts the few matching candidates again by the index's (or the table's) full key, a total
     order, so the first sort never shows in a result. At 10,000 items it made an empty index
     Query cost 68 ms. Scans keep moto's sorted order (their pages depend on it).
+
+    moto then deep-copies every result, whole, before an index projects it; for an index that
+    projects (KEYS_ONLY, INCLUDE: every index of the leasefence table) the projection is a new
+    item already, so that copy (a quarter of a claim's Query) is left out.
     """
+    import copy as copy_module
+
+    from moto.dynamodb.models import table as table_module
     from moto.dynamodb.models.table import Table
 
     if getattr(Table, "_leasefence_unsorted_query", False):
@@ -315,19 +347,48 @@ def install_unsorted_query_candidates() -> None:
             return [item for items in self.items.values() for item in items.values()]
         return list(self.items.values())
 
+    # Inside moto's table module, the deep copy of a Query's results is skipped while
+    # `_lean.results` is set; any other deep copy there is the real one.
+    shim = types.SimpleNamespace(**{name: getattr(copy_module, name) for name in ("copy", "Error")})
+    shim.deepcopy = lambda value, memo=None: (
+        value
+        if getattr(_lean, "results", False) and isinstance(value, list)
+        else copy_module.deepcopy(value, memo)
+    )
+    table_module.copy = shim  # type: ignore[assignment]
+
+    def projects(self: Any, index_name: Any) -> bool:
+        """Whether an index's query results are copies already (KEYS_ONLY or INCLUDE: each
+        result is projected, a new item); ALL hands out the stored items themselves."""
+        if not index_name:
+            return False
+        for index in self.all_indexes():
+            if index.name == index_name:
+                kind = (index.projection or {}).get("ProjectionType", "ALL")
+                return kind in ("KEYS_ONLY", "INCLUDE")
+        return False
+
     def query(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if "all_items" in self.__dict__:  # someone already chose the candidates for this call
-            return original_query(self, *args, **kwargs)
-        self.all_items = types.MethodType(
-            unsorted_items, self
-        )  # this call only (requests are serialized)
+        _lean.results = projects(self, _arg(args, kwargs, 7, "index_name"))
         try:
-            return original_query(self, *args, **kwargs)
+            if "all_items" in self.__dict__:  # someone already chose this call's candidates
+                return original_query(self, *args, **kwargs)
+            self.all_items = types.MethodType(
+                unsorted_items, self
+            )  # this call only (requests are serialized)
+            try:
+                return original_query(self, *args, **kwargs)
+            finally:
+                del self.all_items
         finally:
-            del self.all_items
+            _lean.results = False
 
     Table.query = query  # type: ignore[method-assign]
     Table._leasefence_unsorted_query = True  # type: ignore[attr-defined]
+
+
+#: Set while a Query whose results are copied by their projection runs (this thread).
+_lean = threading.local()
 
 
 def install_item_level_transaction_rollback() -> None:
@@ -717,27 +778,9 @@ class _IndexShape:
         the in-place changes an UpdateItem makes to the original."""
         import copy
 
-        from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
-
         if self.relevant is None:
             return copy.deepcopy(item)
-        result = cast(Item, Item.__new__(Item))  # moto types __new__ as -> BaseModel
-        result.hash_key, result.range_key = item.hash_key, item.range_key
-        attrs = LimitedSizeDict.__new__(LimitedSizeDict)
-        dict.__init__(attrs)
-        source = item.attrs
-        for name in self.relevant:
-            value = source.get(name)
-            if value is None:
-                continue
-            if value.type in _SCALAR_TYPES:  # immutable value: a new wrapper around it suffices
-                copied = DynamoType.__new__(DynamoType)
-                copied.type, copied.value = value.type, value.value
-            else:
-                copied = copy.deepcopy(value)
-            dict.__setitem__(attrs, name, copied)
-        result.attrs = attrs
-        return result
+        return _partial_copy(item, self.relevant)
 
 
 def _shape_of(table: Any) -> _IndexShape:
