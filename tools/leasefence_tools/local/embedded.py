@@ -129,9 +129,10 @@ def install_fast_json_responses() -> None:
     DynamoHandler._leasefence_fast_json = True  # type: ignore[attr-defined]
 
 
-def _partial_copy(item: Any, names: Iterable[str]) -> Any:
-    """A copy of ``item`` with only its attributes ``names`` (those it has), sharing nothing
-    mutable with it; scalars are immutable, so a new wrapper around the same value suffices."""
+def _partial_copy(item: Any, names: frozenset[str] | set[str]) -> Any:
+    """A copy of ``item`` with only its attributes ``names`` (those it has, in its order),
+    sharing nothing mutable with it; scalars are immutable, so a new wrapper around the same
+    value suffices."""
     import copy
 
     from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
@@ -140,10 +141,8 @@ def _partial_copy(item: Any, names: Iterable[str]) -> Any:
     result.hash_key, result.range_key = item.hash_key, item.range_key
     attrs = LimitedSizeDict.__new__(LimitedSizeDict)
     dict.__init__(attrs)
-    source = item.attrs
-    for name in names:
-        value = source.get(name)
-        if value is None:
+    for name, value in item.attrs.items():
+        if name not in names:
             continue
         if value.type in _SCALAR_TYPES:
             copied = DynamoType.__new__(DynamoType)
@@ -389,6 +388,68 @@ def install_unsorted_query_candidates() -> None:
 
 #: Set while a Query whose results are copied by their projection runs (this thread).
 _lean = threading.local()
+
+
+def install_fast_item_copies() -> None:
+    """Copy and convert moto's attribute values in one pass each.
+
+    moto deep-copies the whole item at every UpdateItem (the stream record's old image) and
+    every item a Scan or a table Query returns; its ``DynamoType.__deepcopy__`` goes back
+    through ``copy.deepcopy`` (its dispatch and memo) for every nested value. The values are
+    trees (DynamoDB data has no cycles), so each node is copied once, without a memo. Its
+    ``to_regular_json`` (the stream record's images, ``ALL_NEW``/``ALL_OLD`` answers) deep-copied
+    each nested value again at every level: a third of an UpdateItem's time on an item with a
+    history of 20 entries. The copies and the JSON are the same (a test compares every answer,
+    stream records included, with plain moto's).
+    """
+    import base64
+    import copy as copy_module
+
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    if getattr(DynamoType, "_leasefence_fast_copy", False):
+        return
+
+    def copied(value: Any) -> Any:
+        result = DynamoType.__new__(value.__class__)
+        kind = result.type = value.type
+        if kind == "L":
+            result.value = [copied(v) for v in value.value]
+        elif kind == "M":
+            result.value = {k: copied(v) for k, v in value.value.items()}
+        elif kind in ("SS", "NS", "BS"):
+            result.value = list(value.value)
+        else:
+            result.value = value.value
+        return result
+
+    def to_regular_json(self: Any) -> dict[str, Any]:
+        """moto's plain-JSON form of a value, built in one pass (moto deep-copies the value at
+        every level and then converts the copy again: quadratic in the nesting depth; the
+        stream record's two images and the answer each convert the whole item)."""
+        value = self.value
+        if isinstance(value, dict):
+            value = {
+                k: v.to_regular_json() if isinstance(v, DynamoType) else copy_module.deepcopy(v)
+                for k, v in value.items()
+            }
+        elif isinstance(value, list):
+            value = [
+                v.to_regular_json() if isinstance(v, DynamoType) else copy_module.deepcopy(v)
+                for v in value
+            ]
+        else:
+            value = copy_module.deepcopy(value)
+        if self.is_binary() and isinstance(value, str):
+            value = base64.b64decode(value)
+        return {self.type: value}
+
+    def deepcopy(self: Any, _memo: Any = None) -> Any:
+        return copied(self)
+
+    DynamoType.__deepcopy__ = deepcopy  # type: ignore[method-assign,assignment]
+    DynamoType.to_regular_json = to_regular_json  # type: ignore[method-assign]
+    DynamoType._leasefence_fast_copy = True  # type: ignore[attr-defined]
 
 
 def install_item_level_transaction_rollback() -> None:
@@ -1394,6 +1455,7 @@ class EmbeddedAws:
             install_fast_index_sort()
             install_unsorted_query_candidates()
             install_fast_update_expressions()
+            install_fast_item_copies()
             install_item_level_transaction_rollback()
             install_fast_dispatch()
         install_stream_iterator_pruning()

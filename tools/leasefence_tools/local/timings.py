@@ -25,7 +25,7 @@ class Timings:
         self.keep = keep
         self._lock = threading.Lock()
         self._samples: dict[str, deque[float]] = {}
-        self._totals: dict[str, list[float]] = {}
+        self._totals: dict[str, list[float]] = {}  # [count, seconds]
 
     def add(self, name: str, seconds: float) -> None:
         with self._lock:
@@ -47,7 +47,10 @@ class Timings:
         """``{name: {count, total_ms, mean_ms, p50_ms, p90_ms, max_ms}}`` (percentiles of the
         last ``keep``), names sorted."""
         with self._lock:
-            copies = {name: (sorted(s), *self._totals[name]) for name, s in self._samples.items()}
+            copies = {
+                name: (sorted(s), int(self._totals[name][0]), self._totals[name][1])
+                for name, s in self._samples.items()
+            }
         out: dict[str, dict[str, float]] = {}
         for name in sorted(copies):
             ordered, count, total = copies[name]
