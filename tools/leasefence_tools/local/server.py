@@ -564,6 +564,9 @@ class LocalStack:
         #: Time in each function's handler, per API route (``GET /__leasefence/timings``).
         self.timings = Timings()
         self.invoker = Invoker(timings=self.timings)
+        #: The sweeper's own execution environment (a function of its own, as on AWS: a sweep
+        #: no longer holds the API's invocations back).
+        self.sweeper_invoker = Invoker(timings=self.timings)
         #: This stack's runtime (settings, clients, engine): every invocation runs with it.
         self.runtime: Any = None
         self.api: LocalApi | None = None
@@ -635,7 +638,7 @@ class LocalStack:
         # given to every invocation, so that whatever else this process installs or resets later
         # (another stack, a test) does not move this stack's handlers to other endpoints.
         self.runtime = settings.install(config)
-        self.invoker.runtime = self.runtime
+        self.invoker.runtime = self.sweeper_invoker.runtime = self.runtime
         for service in ("dynamodb", "s3", "events"):  # the handlers' calls skip the network
             self._attach(self.runtime.client(service))
         spec = config.table_spec
@@ -750,7 +753,7 @@ class LocalStack:
 
     def sweep_now(self) -> dict[str, Any]:
         """One run of the sweeper function, as the schedule would invoke it."""
-        result = self.invoker.invoke("sweeper", scheduled_event())
+        result = self.sweeper_invoker.invoke("sweeper", scheduled_event())
         self.sweeps += 1
         self.last_sweep = result
         return result
