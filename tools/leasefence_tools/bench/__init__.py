@@ -14,7 +14,9 @@ shortcuts), one module per benchmark, :mod:`~leasefence_tools.bench.report` (tar
 :mod:`~leasefence_tools.bench.scale_sim` (the shard simulation; also runnable on its own),
 :mod:`~leasefence_tools.bench.prices` (the one price table: each price with its page and date),
 :mod:`~leasefence_tools.bench.profiles` (what a lifecycle uses, all in, on the local stack) and
-:mod:`~leasefence_tools.bench.cost_per_million` (that at list prices, next to the alternatives).
+:mod:`~leasefence_tools.bench.cost_per_million` (that at list prices, next to the alternatives),
+:mod:`~leasefence_tools.bench.local_stack` (HTTP workers against ``leasefence local --samples``;
+``--only local-stack`` runs it alone).
 
 Importing this package starts nothing; the benchmarks import moto only when they run.
 """
@@ -27,6 +29,8 @@ import sys
 from pathlib import Path
 
 DEFAULT_OUT = "bench-report.json"
+#: Sections that run on their own (``--only``).
+ONLY = ("local-stack",)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,8 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--out",
-        default=DEFAULT_OUT,
-        help=f"write the JSON report here (default {DEFAULT_OUT}; '-' for none)",
+        default=None,
+        help=f"write the JSON report here (default {DEFAULT_OUT}, none with --only; '-' for none)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=ONLY,
+        help="run one section on its own and print it: local-stack (16 HTTP workers against "
+        "`leasefence local --samples`: lifecycles/s, time per route in the handler and per "
+        "operation in the embedded endpoint)",
     )
     parser.add_argument(
         "--render",
@@ -53,8 +64,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    if args.only == "local-stack":
+        from leasefence_tools.bench import local_stack
+
+        section = local_stack.measure()
+        if args.out and args.out != "-":
+            Path(args.out).write_text(json.dumps({"local_stack": section}, indent=2) + "\n")
+        if args.json:
+            sys.stdout.write(json.dumps({"local_stack": section}) + "\n")
+        else:
+            print(local_stack.render(section))
+        return 1 if section["errors"] else 0
+
     from leasefence_tools.bench.report import render_table, run
 
+    if args.out is None:
+        args.out = DEFAULT_OUT
     if args.render:
         print(render_table(json.loads(Path(args.render).read_text())))
         return 0

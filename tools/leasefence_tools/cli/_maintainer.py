@@ -49,13 +49,29 @@ def bench(
     json_out: bool = typer.Option(
         False, "--json", help="Print the report as one JSON object on stdout."
     ),
-    out: str = typer.Option(
-        "bench-report.json", "--out", help="Write the JSON report here ('-' for none)."
+    out: str | None = typer.Option(
+        None,
+        "--out",
+        help="Write the JSON report here (default bench-report.json, none with --only; '-' for none).",
+    ),
+    only: str | None = typer.Option(
+        None,
+        "--only",
+        help="Run one section alone and print it: local-stack (16 HTTP workers against "
+        "`leasefence local --samples`: lifecycles/s, time per route in the handler and per "
+        "operation in the embedded endpoint).",
     ),
 ) -> None:
     """Cost per job in request units, throughput, contention, depth, fairness, cold start, scale."""
     from leasefence_tools.bench import main as run
 
     raise typer.Exit(
-        run([*(["--quick"] if quick else []), *(["--json"] if json_out else []), "--out", out])
+        run(
+            [
+                *(["--quick"] if quick else []),
+                *(["--json"] if json_out else []),
+                *(["--out", out] if out else []),
+                *(["--only", only] if only else []),
+            ]
+        )
     )

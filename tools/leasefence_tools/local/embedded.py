@@ -33,6 +33,8 @@ import boto3
 
 from leasefence import schema
 from leasefence_tools.local import LISTEN_BACKLOG
+from leasefence_tools.local.timings import TIMINGS_PATH, Timings
+from leasefence_tools.local.timings import answer as timings_answer
 
 LOCAL_REGION = "us-east-1"
 
@@ -69,38 +71,87 @@ def _has_none(value: Any) -> bool:
     return False
 
 
-def install_fast_json_responses() -> None:
-    """Serve moto's item-level DynamoDB results with ``json.dumps``.
+def _wire_json(value: Any) -> Any:
+    """What moto's JSON serializer writes for the two non-JSON types its results hold: a
+    ``datetime`` as epoch seconds (milliseconds kept), ``bytes`` (a binary value) as base64."""
+    import base64
+    import calendar
+    from datetime import datetime
 
-    moto 5.2 runs every result through a generic, model-driven serializer that costs about 5 ms
-    per item returned, half of an UpdateItem's time. For the item operations the result is
-    already AttributeValue JSON, so it is written as is. Anything unusual (errors, None values,
-    non-JSON types, other operations) still goes through moto's own serializer.
-    """
-    from moto.dynamodb.responses import DynamoHandler
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if not isinstance(value, datetime):
+        raise TypeError(f"not JSON: {type(value).__name__}")
+    seconds = calendar.timegm(value.timetuple())
+    return seconds + (value.microsecond // 1000) / 1000.0 if value.microsecond else seconds
 
-    if getattr(DynamoHandler, "_leasefence_fast_json", False):
-        return
-    original = DynamoHandler.serialized
+
+def _serve_as_json(handler_class: Any, actions: frozenset[str], content_type: str) -> None:
+    """Answer ``actions`` of ``handler_class`` with ``json.dumps`` of moto's result (already
+    wire JSON for them); anything unusual (errors, None values, types JSON has no form for but
+    a timestamp) goes through moto's own serializer."""
+    original = handler_class.serialized
 
     def serialized(self: Any, action_result: Any) -> Any:
         result = action_result.result
-        if (
-            isinstance(result, dict)
-            and self._get_action() in _FAST_JSON_ACTIONS
-            and not _has_none(result)
-        ):
+        if isinstance(result, dict) and self._get_action() in actions and not _has_none(result):
             try:
-                body = json.dumps(result, allow_nan=False)
+                body = json.dumps(result, allow_nan=False, default=_wire_json)
             except (TypeError, ValueError):
                 return original(self, action_result)
-            headers = {"Content-Type": "application/x-amz-json-1.0"}
+            headers = {"Content-Type": content_type}
             headers.update(self.response_headers)
             return 200, headers, body
         return original(self, action_result)
 
-    DynamoHandler.serialized = serialized  # type: ignore[method-assign]
+    handler_class.serialized = serialized
+
+
+def install_fast_json_responses() -> None:
+    """Serve moto's item-level DynamoDB results, and the stream's ``GetRecords``, with
+    ``json.dumps``.
+
+    moto 5.2 runs every result through a generic, model-driven serializer that costs about 5 ms
+    per item returned, half of an UpdateItem's time. For the item operations the result is
+    already AttributeValue JSON, so it is written as is. ``GetRecords`` is the same JSON (records
+    of AttributeValue images) plus one timestamp per record: through moto's serializer it took
+    40% of the local stack's CPU under 16 HTTP workers (two mappings poll the stream, each
+    record a few KB of images). Anything unusual (errors, None values, non-JSON types, other
+    operations) still goes through moto's own serializer.
+    """
+    from moto.dynamodb.responses import DynamoHandler
+    from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
+
+    if getattr(DynamoHandler, "_leasefence_fast_json", False):
+        return
+    _serve_as_json(DynamoHandler, _FAST_JSON_ACTIONS, "application/x-amz-json-1.0")
+    _serve_as_json(DynamoDBStreamsHandler, frozenset({"GetRecords"}), "application/x-amz-json-1.0")
     DynamoHandler._leasefence_fast_json = True  # type: ignore[attr-defined]
+
+
+def _partial_copy(item: Any, names: frozenset[str] | set[str]) -> Any:
+    """A copy of ``item`` with only its attributes ``names`` (those it has, in its order),
+    sharing nothing mutable with it; scalars are immutable, so a new wrapper around the same
+    value suffices."""
+    import copy
+
+    from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
+
+    result = cast(Item, Item.__new__(Item))  # moto types __new__ as -> BaseModel
+    result.hash_key, result.range_key = item.hash_key, item.range_key
+    attrs = LimitedSizeDict.__new__(LimitedSizeDict)
+    dict.__init__(attrs)
+    for name, value in item.attrs.items():
+        if name not in names:
+            continue
+        if value.type in _SCALAR_TYPES:
+            copied = DynamoType.__new__(DynamoType)
+            copied.type, copied.value = value.type, value.value
+        else:
+            copied = copy.deepcopy(value)
+        dict.__setitem__(attrs, name, copied)
+    result.attrs = attrs
+    return result
 
 
 def install_fast_index_sort() -> None:
@@ -173,12 +224,11 @@ def install_fast_index_sort() -> None:
     original_project = Item.project
 
     def project(self: Any, projection_expressions: list[list[str]]) -> Any:
-        """Top-level attribute names only (what index projections ask for): copy those
-        attributes. moto otherwise converts the whole item to plain JSON once per name."""
+        """Top-level attribute names only (what index projections ask for): a copy of those
+        attributes. moto otherwise converts the whole item to plain JSON once per name, and
+        back, checking the item's size again at every attribute."""
         if all(len(path) == 1 for path in projection_expressions):
-            names = {path[0] for path in projection_expressions}
-            attrs = {name: value.to_json() for name, value in self.attrs.items() if name in names}
-            return Item(hash_key=self.hash_key, range_key=self.range_key, attrs=attrs)
+            return _partial_copy(self, {path[0] for path in projection_expressions})
         return original_project(self, projection_expressions)
 
     Item.project = project  # type: ignore[method-assign]
@@ -277,7 +327,14 @@ def install_unsorted_query_candidates() -> None:
     sorts the few matching candidates again by the index's (or the table's) full key, a total
     order, so the first sort never shows in a result. At 10,000 items it made an empty index
     Query cost 68 ms. Scans keep moto's sorted order (their pages depend on it).
+
+    moto then deep-copies every result, whole, before an index projects it; for an index that
+    projects (KEYS_ONLY, INCLUDE: every index of the leasefence table) the projection is a new
+    item already, so that copy (a quarter of a claim's Query) is left out.
     """
+    import copy as copy_module
+
+    from moto.dynamodb.models import table as table_module
     from moto.dynamodb.models.table import Table
 
     if getattr(Table, "_leasefence_unsorted_query", False):
@@ -289,19 +346,110 @@ def install_unsorted_query_candidates() -> None:
             return [item for items in self.items.values() for item in items.values()]
         return list(self.items.values())
 
+    # Inside moto's table module, the deep copy of a Query's results is skipped while
+    # `_lean.results` is set; any other deep copy there is the real one.
+    shim = types.SimpleNamespace(**{name: getattr(copy_module, name) for name in ("copy", "Error")})
+    shim.deepcopy = lambda value, memo=None: (
+        value
+        if getattr(_lean, "results", False) and isinstance(value, list)
+        else copy_module.deepcopy(value, memo)
+    )
+    table_module.copy = shim  # type: ignore[assignment]
+
+    def projects(self: Any, index_name: Any) -> bool:
+        """Whether an index's query results are copies already (KEYS_ONLY or INCLUDE: each
+        result is projected, a new item); ALL hands out the stored items themselves."""
+        if not index_name:
+            return False
+        for index in self.all_indexes():
+            if index.name == index_name:
+                kind = (index.projection or {}).get("ProjectionType", "ALL")
+                return kind in ("KEYS_ONLY", "INCLUDE")
+        return False
+
     def query(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if "all_items" in self.__dict__:  # someone already chose the candidates for this call
-            return original_query(self, *args, **kwargs)
-        self.all_items = types.MethodType(
-            unsorted_items, self
-        )  # this call only (requests are serialized)
+        _lean.results = projects(self, _arg(args, kwargs, 7, "index_name"))
         try:
-            return original_query(self, *args, **kwargs)
+            if "all_items" in self.__dict__:  # someone already chose this call's candidates
+                return original_query(self, *args, **kwargs)
+            self.all_items = types.MethodType(
+                unsorted_items, self
+            )  # this call only (requests are serialized)
+            try:
+                return original_query(self, *args, **kwargs)
+            finally:
+                del self.all_items
         finally:
-            del self.all_items
+            _lean.results = False
 
     Table.query = query  # type: ignore[method-assign]
     Table._leasefence_unsorted_query = True  # type: ignore[attr-defined]
+
+
+#: Set while a Query whose results are copied by their projection runs (this thread).
+_lean = threading.local()
+
+
+def install_fast_item_copies() -> None:
+    """Copy and convert moto's attribute values in one pass each.
+
+    moto deep-copies the whole item at every UpdateItem (the stream record's old image) and
+    every item a Scan or a table Query returns; its ``DynamoType.__deepcopy__`` goes back
+    through ``copy.deepcopy`` (its dispatch and memo) for every nested value. The values are
+    trees (DynamoDB data has no cycles), so each node is copied once, without a memo. Its
+    ``to_regular_json`` (the stream record's images, ``ALL_NEW``/``ALL_OLD`` answers) deep-copied
+    each nested value again at every level: a third of an UpdateItem's time on an item with a
+    history of 20 entries. The copies and the JSON are the same (a test compares every answer,
+    stream records included, with plain moto's).
+    """
+    import base64
+    import copy as copy_module
+
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    if getattr(DynamoType, "_leasefence_fast_copy", False):
+        return
+
+    def copied(value: Any) -> Any:
+        result = DynamoType.__new__(value.__class__)
+        kind = result.type = value.type
+        if kind == "L":
+            result.value = [copied(v) for v in value.value]
+        elif kind == "M":
+            result.value = {k: copied(v) for k, v in value.value.items()}
+        elif kind in ("SS", "NS", "BS"):
+            result.value = list(value.value)
+        else:
+            result.value = value.value
+        return result
+
+    def to_regular_json(self: Any) -> dict[str, Any]:
+        """moto's plain-JSON form of a value, built in one pass (moto deep-copies the value at
+        every level and then converts the copy again: quadratic in the nesting depth; the
+        stream record's two images and the answer each convert the whole item)."""
+        value = self.value
+        if isinstance(value, dict):
+            value = {
+                k: v.to_regular_json() if isinstance(v, DynamoType) else copy_module.deepcopy(v)
+                for k, v in value.items()
+            }
+        elif isinstance(value, list):
+            value = [
+                v.to_regular_json() if isinstance(v, DynamoType) else copy_module.deepcopy(v)
+                for v in value
+            ]
+        else:
+            value = copy_module.deepcopy(value)
+        if self.is_binary() and isinstance(value, str):
+            value = base64.b64decode(value)
+        return {self.type: value}
+
+    def deepcopy(self: Any, _memo: Any = None) -> Any:
+        return copied(self)
+
+    DynamoType.__deepcopy__ = deepcopy  # type: ignore[method-assign,assignment]
+    DynamoType.to_regular_json = to_regular_json  # type: ignore[method-assign]
+    DynamoType._leasefence_fast_copy = True  # type: ignore[attr-defined]
 
 
 def install_item_level_transaction_rollback() -> None:
@@ -459,22 +607,61 @@ def stop_item_tracking() -> None:
                 model.instances_tracked = _Untracked()
 
 
+def _operation(environ: dict[str, Any]) -> str:
+    """What a request asks the endpoint: the action of its ``X-Amz-Target`` (``UpdateItem``,
+    ``GetRecords``, ...), else the service its signature names and the HTTP method (``s3 PUT``)."""
+    target = environ.get("HTTP_X_AMZ_TARGET")
+    if target:
+        return target.rpartition(".")[2]
+    # AWS4-HMAC-SHA256 Credential=<key>/<date>/<region>/<service>/aws4_request, ...
+    scope = environ.get("HTTP_AUTHORIZATION", "").partition("Credential=")[2].split("/")
+    service = scope[3] if len(scope) > 4 else "unsigned"
+    return f"{service} {environ.get('REQUEST_METHOD', '')}"
+
+
 class SerializedApp:
-    """WSGI middleware: one request at a time, start to last byte."""
+    """WSGI middleware: one request at a time, start to last byte.
+
+    It times each request by operation: how long it waited for its turn (``waited``) and how
+    long it held the endpoint (``held``), read at ``GET /__leasefence/timings``
+    (:mod:`leasefence_tools.local.timings`; ``POST /__leasefence/timings/reset``)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.lock = threading.Lock()
+        self.timings = {"held": Timings(), "waited": Timings()}
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path.startswith(TIMINGS_PATH):
+            found = timings_answer(environ.get("REQUEST_METHOD", "GET"), path, self.timings)
+            if found is not None:
+                status, body = found
+                start_response(
+                    f"{status} {'OK' if status == 200 else 'Method Not Allowed'}",
+                    [("Content-Type", "application/json"), ("Content-Length", str(len(body)))],
+                )
+                return [body]
+        operation = _operation(environ)
+        arrived = time.perf_counter()
         with self.lock:
-            body = self.app(environ, start_response)
+            started = time.perf_counter()
             try:
-                return [b"".join(body)]
+                return self._serve(environ, start_response)
             finally:
-                close = getattr(body, "close", None)
-                if close is not None:
-                    close()
+                ended = time.perf_counter()
+                self.timings["waited"].add(operation, started - arrived)
+                self.timings["held"].add(operation, ended - started)
+
+    def _serve(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        """One request, under the lock: the whole answer."""
+        body = self.app(environ, start_response)
+        try:
+            return [b"".join(body)]
+        finally:
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()
 
 
 # ---------------------------------------------------------------------------------------- fidelity
@@ -652,27 +839,9 @@ class _IndexShape:
         the in-place changes an UpdateItem makes to the original."""
         import copy
 
-        from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
-
         if self.relevant is None:
             return copy.deepcopy(item)
-        result = cast(Item, Item.__new__(Item))  # moto types __new__ as -> BaseModel
-        result.hash_key, result.range_key = item.hash_key, item.range_key
-        attrs = LimitedSizeDict.__new__(LimitedSizeDict)
-        dict.__init__(attrs)
-        source = item.attrs
-        for name in self.relevant:
-            value = source.get(name)
-            if value is None:
-                continue
-            if value.type in _SCALAR_TYPES:  # immutable value: a new wrapper around it suffices
-                copied = DynamoType.__new__(DynamoType)
-                copied.type, copied.value = value.type, value.value
-            else:
-                copied = copy.deepcopy(value)
-            dict.__setitem__(attrs, name, copied)
-        result.attrs = attrs
-        return result
+        return _partial_copy(item, self.relevant)
 
 
 def _shape_of(table: Any) -> _IndexShape:
@@ -1134,38 +1303,31 @@ class FidelityApp(SerializedApp):
         super().__init__(app)
         self.state = FidelityState(fidelity)
 
-    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+    def _serve(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
         state = self.state
-        with self.lock:
-            if environ.get("PATH_INFO", "").startswith(ADMIN_PREFIX):
-                return self._admin(environ, start_response)
-            if state.ttl_due():
-                state.reap()
-            if state.config.txn_throttle_rate and environ.get("HTTP_X_AMZ_TARGET", "").endswith(
-                ".TransactWriteItems"
-            ):
-                refused = state.throttle_transaction(environ)
-                if refused is not None:
-                    start_response(
-                        "400 Bad Request",
-                        [
-                            ("Content-Type", "application/x-amz-json-1.0"),
-                            ("x-amzn-RequestId", f"throttled-{state.stats['txn_throttled']}"),
-                            ("Content-Length", str(len(refused))),
-                        ],
-                    )
-                    return [refused]
-            _active.state = state
-            try:
-                body = self.app(environ, start_response)
-                try:
-                    return [b"".join(body)]
-                finally:
-                    close = getattr(body, "close", None)
-                    if close is not None:
-                        close()
-            finally:
-                _active.state = None
+        if environ.get("PATH_INFO", "").startswith(ADMIN_PREFIX):
+            return self._admin(environ, start_response)
+        if state.ttl_due():
+            state.reap()
+        if state.config.txn_throttle_rate and environ.get("HTTP_X_AMZ_TARGET", "").endswith(
+            ".TransactWriteItems"
+        ):
+            refused = state.throttle_transaction(environ)
+            if refused is not None:
+                start_response(
+                    "400 Bad Request",
+                    [
+                        ("Content-Type", "application/x-amz-json-1.0"),
+                        ("x-amzn-RequestId", f"throttled-{state.stats['txn_throttled']}"),
+                        ("Content-Length", str(len(refused))),
+                    ],
+                )
+                return [refused]
+        _active.state = state
+        try:
+            return super()._serve(environ, start_response)
+        finally:
+            _active.state = None
 
     def reap_if_due(self) -> None:
         with self.lock:
@@ -1293,6 +1455,7 @@ class EmbeddedAws:
             install_fast_index_sort()
             install_unsorted_query_candidates()
             install_fast_update_expressions()
+            install_fast_item_copies()
             install_item_level_transaction_rollback()
             install_fast_dispatch()
         install_stream_iterator_pruning()
@@ -1402,6 +1565,17 @@ class EmbeddedAws:
         return boto3.client(
             service, endpoint_url=self.endpoint, region_name=LOCAL_REGION, config=config, **kwargs
         )
+
+    def attach(self, client: Any) -> Any:
+        """Serve ``client`` (one of this endpoint's) without the network while this endpoint
+        runs in this process (thread mode): through the same serialized application, so with
+        the same lock, fidelity and timings (:mod:`leasefence_tools.local.in_process`). In
+        process mode, or once stopped, it goes over HTTP. Returns ``client``."""
+        if self.process or self.app is None:
+            return client
+        from leasefence_tools.local.in_process import serve_in_process
+
+        return serve_in_process(client, self.app, lambda: self._server is not None)
 
     def create_tables(self, spec: schema.TableSpec | None = None) -> schema.TableSpec:
         spec = spec or schema.TableSpec()

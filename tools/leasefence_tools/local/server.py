@@ -40,6 +40,8 @@ from leasefence.api import errors as api_errors
 from leasefence.api.security import match_route
 from leasefence_tools.local import LISTEN_BACKLOG, lambda_log
 from leasefence_tools.local import tokens as auth
+from leasefence_tools.local.timings import TIMINGS_PATH, Timings
+from leasefence_tools.local.timings import answer as timings_answer
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 #: The package the Lambda handlers ship in (``functions/`` of the repository, inside the wheel).
@@ -130,11 +132,13 @@ class LambdaContext:
 
 class Invoker:
     """Invokes the functions one at a time, as a single execution environment would; with a
-    ``runtime`` (a local stack's), each invocation runs with it whatever the process installs."""
+    ``runtime`` (a local stack's), each invocation runs with it whatever the process installs.
+    ``timings``: where each invocation's time in the handler goes (per API route)."""
 
-    def __init__(self, runtime: Any = None) -> None:
+    def __init__(self, runtime: Any = None, timings: Timings | None = None) -> None:
         self.lock = threading.Lock()
         self.runtime = runtime
+        self.timings = timings
 
     def invoke(self, name: str, event: dict[str, Any], timeout_ms: int | None = None) -> Any:
         from leasefence import settings
@@ -143,10 +147,18 @@ class Invoker:
         timeout = timeout_ms or (API_TIMEOUT_MS if name == "api" else SWEEPER_TIMEOUT_MS)
         context = LambdaContext(f"leasefence-{name}", timeout)
         with self.lock, lambda_log.invocation():
-            if self.runtime is None:
-                return handler(event, context)
-            with settings.using(self.runtime):
-                return handler(event, context)
+            started = time.perf_counter()
+            try:
+                if self.runtime is None:
+                    return handler(event, context)
+                with settings.using(self.runtime):
+                    return handler(event, context)
+            finally:
+                if self.timings is not None:
+                    route = event.get("routeKey") if name == "api" else None
+                    self.timings.add(
+                        f"{name} {route}" if route else name, time.perf_counter() - started
+                    )
 
 
 def scheduled_event(now: datetime | None = None) -> dict[str, Any]:
@@ -374,6 +386,10 @@ class LocalApi:
     ) -> tuple[int, list[tuple[str, str]], bytes]:
         """One request through authorizer and handler: ``(status, headers, body)``."""
         path = target.partition("?")[0]
+        if path.startswith(TIMINGS_PATH) and self.invoker.timings is not None:
+            found = timings_answer(method, path, {"handler": self.invoker.timings})
+            if found is not None:
+                return found[0], [("Content-Type", "application/json")], found[1]
         if method == "GET" and path == "/openapi.json":
             return (
                 200,
@@ -588,7 +604,12 @@ class LocalStack:
         self.table_name = table_name
         self.bucket = bucket
         self.quiet = quiet
-        self.invoker = Invoker()
+        #: Time in each function's handler, per API route (``GET /__leasefence/timings``).
+        self.timings = Timings()
+        self.invoker = Invoker(timings=self.timings)
+        #: The sweeper's own execution environment (a function of its own, as on AWS: a sweep
+        #: no longer holds the API's invocations back).
+        self.sweeper_invoker = Invoker(timings=self.timings)
         #: This stack's runtime (settings, clients, engine): every invocation runs with it.
         self.runtime: Any = None
         self.api: LocalApi | None = None
@@ -675,7 +696,9 @@ class LocalStack:
         # given to every invocation, so that whatever else this process installs or resets later
         # (another stack, a test) does not move this stack's handlers to other endpoints.
         self.runtime = settings.install(config)
-        self.invoker.runtime = self.runtime
+        self.invoker.runtime = self.sweeper_invoker.runtime = self.runtime
+        for service in ("dynamodb", "s3", "events"):  # the handlers' calls skip the network
+            self._attach(self.runtime.client(service))
         spec = config.table_spec
         create_table(self.client("dynamodb"), spec, stream=self.streams, ttl=self._has("TTL"))
         s3 = self.aws.client("s3")
@@ -751,8 +774,8 @@ class LocalStack:
                 mapping.function,
                 mapping,
                 self.table_name,
-                self.client,
-                Invoker(self.runtime),
+                lambda service: self._attach(self.client(service)),
+                Invoker(self.runtime, self.timings),
                 queue,
                 poll_interval_s=self.stream_poll_interval,
                 failure_bucket=bucket,
@@ -765,6 +788,13 @@ class LocalStack:
         them where they stopped."""
         for mapping in self.mappings.values():
             mapping.stop()
+
+    def _attach(self, client: Any) -> Any:
+        """``client`` served in this process when the endpoint runs here (EmbeddedAws.attach); a
+        client of another endpoint (an external DynamoDB) goes over the network as it is."""
+        attach = getattr(self.aws, "attach", None)
+        ours = client.meta.endpoint_url.rstrip("/") == self.aws.endpoint.rstrip("/")
+        return attach(client) if attach is not None and ours else client
 
     def _spec(self) -> Any:
         return self.runtime.settings.table_spec
@@ -835,7 +865,7 @@ class LocalStack:
 
     def sweep_now(self) -> dict[str, Any]:
         """One run of the sweeper function, as the schedule would invoke it."""
-        result = self.invoker.invoke("sweeper", scheduled_event())
+        result = self.sweeper_invoker.invoke("sweeper", scheduled_event())
         self.sweeps += 1
         self.last_sweep = result
         return result

@@ -70,7 +70,37 @@ def mint(
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
 
 
+#: Tokens verified in the current whole second: ``(second, {(token, secret): claims})``.
+_verified: tuple[int, dict[tuple[str, str], dict[str, Any]]] = (0, {})
+_VERIFIED_MAX = 256
+_TIME_CLAIMS = ("exp", "nbf", "iat")
+
+
 def verify(token: str, secret: str, leeway_seconds: float = 0) -> dict[str, Any]:
+    """:func:`verify_once`, remembered for the rest of the current whole second when the
+    token's time claims are whole seconds and there is no leeway: its answer cannot change
+    before the second does (PyJWT compares them with the clock, ``exp <= now`` and so on), so a
+    worker sending the same token many times a second has its signature checked once a second.
+    The claims come back as a copy."""
+    global _verified
+    second = int(time.time())
+    if leeway_seconds:
+        return verify_once(token, secret, leeway_seconds)
+    cached_second, cache = _verified
+    if cached_second != second:
+        cache = {}
+        _verified = (second, cache)
+    claims = cache.get((token, secret))
+    if claims is None:
+        claims = verify_once(token, secret)
+        if len(cache) < _VERIFIED_MAX and all(
+            type(claims.get(name, 0)) is int for name in _TIME_CLAIMS
+        ):
+            cache[(token, secret)] = claims
+    return dict(claims)
+
+
+def verify_once(token: str, secret: str, leeway_seconds: float = 0) -> dict[str, Any]:
     """The token's claims if it is a well-formed HS256 token signed with ``secret``, not expired
     (nor not-yet-valid), and carrying a ``tenant_id``; else :class:`TokenError`.
 

@@ -1,0 +1,81 @@
+"""The local stack's calls to its embedded endpoint without the network, and the endpoint's and
+the API's timings (what `leasefence bench --only local-stack` reads)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+
+import pytest
+from botocore.exceptions import EndpointConnectionError
+
+from leasefence_tools.local.embedded import EmbeddedAws
+from leasefence_tools.local.timings import Timings
+
+
+def _get(url: str, method: str = "GET") -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=b"" if method == "POST" else None, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_timings_keep_counts_totals_and_percentiles():
+    timings = Timings(keep=10)
+    for ms in range(1, 21):  # only the last 10 samples make the percentiles
+        timings.add("UpdateItem", ms / 1000)
+    timings.add("Query", 0.004)
+    shot = timings.snapshot()
+    assert list(shot) == ["Query", "UpdateItem"]
+    assert shot["UpdateItem"]["count"] == 20
+    assert shot["UpdateItem"]["total_ms"] == pytest.approx(210.0)
+    assert shot["UpdateItem"]["p50_ms"] == 16.0 and shot["UpdateItem"]["max_ms"] == 20.0
+    assert shot["Query"] == {"count": 1, "total_ms": 4.0, "mean_ms": 4.0, "p50_ms": 4.0, "p90_ms": 4.0, "max_ms": 4.0}
+    timings.reset()
+    assert timings.snapshot() == {}
+
+
+def test_an_attached_client_is_served_by_the_same_serialized_app_without_the_network():
+    with EmbeddedAws(fidelity=True) as aws:  # fidelity: the app the local stack serves by default there
+        plain, attached = aws.client(), aws.attach(aws.client())
+        plain.create_table(
+            TableName="direct", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST",
+        )
+        _get(aws.endpoint + "/__leasefence/timings/reset", "POST")
+        over_http: list[bool] = []
+        original = aws.app._serve
+
+        def spy(environ, start_response):
+            over_http.append("waitress.client_disconnected" in environ)  # waitress's own key
+            assert aws.app.lock.locked()  # inside the one lock, like any HTTP request
+            return original(environ, start_response)
+
+        aws.app._serve = spy
+        attached.put_item(TableName="direct", Item={"pk": {"S": "a"}, "blob": {"B": b"\x00\xff"}})
+        with pytest.raises(attached.exceptions.ConditionalCheckFailedException):
+            attached.put_item(TableName="direct", Item={"pk": {"S": "a"}}, ConditionExpression="attribute_not_exists(pk)")
+        assert plain.get_item(TableName="direct", Key={"pk": {"S": "a"}})["Item"]["blob"] == {"B": b"\x00\xff"}
+        status, shot = _get(aws.endpoint + "/__leasefence/timings")
+        assert status == 200 and set(shot) == {"held", "waited"}
+        assert shot["held"]["PutItem"]["count"] == 2 and shot["held"]["GetItem"]["count"] == 1
+        assert over_http == [False, False, True]  # the two attached calls, the plain one
+    # Once the endpoint stopped, the attached client goes over HTTP, to nothing.
+    with pytest.raises(EndpointConnectionError):
+        attached.get_item(TableName="direct", Key={"pk": {"S": "a"}})
+
+
+def test_the_stack_times_each_route_in_the_handler(stack, sdk):
+    _get(stack.base_url + "/__leasefence/timings/reset", "POST")
+    sdk.enqueue("timed-1", "timed-job", {"n": 1})
+    assert sdk.claim("w", job_types=["timed-job"]) is not None
+    status, shot = _get(stack.base_url + "/__leasefence/timings")
+    assert status == 200
+    handler = shot["handler"]
+    assert handler["api POST /v1/operations"]["count"] == 1
+    assert handler["api POST /v1/claims"]["count"] == 1
+    assert handler["api POST /v1/claims"]["p50_ms"] > 0
+    assert _get(stack.base_url + "/__leasefence/timings", "DELETE")[0] == 405
