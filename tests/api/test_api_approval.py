@@ -74,6 +74,8 @@ def test_approve_over_http(stack, api, tenant, approver):
     assert (op["state"], op["approved_by"], op["approval_expires_at"]) == ("queued", "approver-1", None)
     again = approver.post(op_path("ap-1", "approve"), {"payload_hash": H})
     assert (again.status, again.json) == (200, done.json)  # a replay
+    # ... for the approver: the enqueuer asking the same is refused as before (by who asks).
+    assert_error(api.post(op_path("ap-1", "approve"), {"payload_hash": H}), 403, "forbidden")
     assert claimed(api, "ap-1")["fence"] == 1
     assert_error(approver.post(op_path("missing", "approve"), {"payload_hash": H}), 404, "not_found")
 

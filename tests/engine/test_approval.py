@@ -114,6 +114,23 @@ def test_a_different_hash_or_the_enqueuer_changes_nothing(engine):
         engine.approve(T, "op-1", "sha256:abc", actor="approver-9")
 
 
+def test_after_an_approval_the_enqueuer_is_still_refused_by_who_asks(engine, events):
+    """An approve answers by who asks: the approver's repeat is a replay (200), the enqueuer's
+    (with the right hash) the self-approval refusal it always gets, approved already or not."""
+    awaiting(engine)
+    engine.approve(T, "op-1", H1, actor="approver-9")
+    after = raw(engine)
+    with pytest.raises(SelfApproval) as own:
+        engine.approve(T, "op-1", H1, actor="producer-1")
+    assert (own.value.status, own.value.code) == (403, "forbidden")
+    assert engine.approve(T, "op-1", H1, actor="approver-9").approved_by == "approver-9"
+    engine.claim_next(T, "w1")
+    with pytest.raises(SelfApproval):
+        engine.approve(T, "op-1", H1, actor="producer-1")  # claimed by now: still refused
+    assert raw(engine)["approved_by"] == "approver-9" and raw(engine)["seq"] == after["seq"] + 1
+    assert events.counts["Approvals"] == 1
+
+
 def test_an_approval_binds_a_stored_payload_and_a_known_enqueuer(engine):
     """An operation that needs approval is refused by reference (the approver could not read what
     it approves) and from nobody in particular (self-approval could not be decided): nothing is

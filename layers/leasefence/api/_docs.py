@@ -189,8 +189,8 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
         "`payload_hash` is the hash of the payload the approver saw: another hash than the "
         "operation's is 409 payload_mismatch and changes nothing. The approver (the token's sub) is "
         "recorded as approved_by and cannot be the identity that enqueued the operation (403 "
-        "forbidden). After a reject, an expiry or a cancel: 409 invalid_transition. One conditional "
-        "write decides all of it.",
+        "forbidden, also once approved: an approve answers by who asks). After a reject, an expiry "
+        "or a cancel: 409 invalid_transition. One conditional write decides all of it.",
     ),
     "rejectOperation": RouteDoc(
         "Reject an operation awaiting approval: it ends failed_terminal, outcome rejected",

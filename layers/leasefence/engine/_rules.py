@@ -227,6 +227,10 @@ def approval_refusal(current: Item | None, payload_hash: str, actor: str) -> Lea
         return PayloadMismatch(
             "payload_hash is not the operation's: the approval names other content"
         )
+    # By who asks: the enqueuer is refused in every state, a replay of an approval included
+    # (its 200 would read as a self-approval that succeeded).
+    if current.get("enqueued_by") == actor:
+        return SelfApproval("an operation cannot be approved by the identity that enqueued it")
     if current.get("approved_by") is not None:
         return None
     state = current["state"]
@@ -234,8 +238,6 @@ def approval_refusal(current: Item | None, payload_hash: str, actor: str) -> Lea
         return InvalidTransition(
             f"only an operation awaiting approval can be approved (state is {state})"
         )
-    if current.get("enqueued_by") == actor:
-        return SelfApproval("an operation cannot be approved by the identity that enqueued it")
     return InvalidTransition("the approval window closed; the operation ends approval_expired")
 
 
