@@ -508,7 +508,8 @@ class LeaseFenceClient:
         """Approve an operation awaiting approval (needs the approve scope): it becomes queued.
         ``payload_hash`` is the hash of the payload you saw: another one raises
         :class:`PayloadMismatch` (409) and changes nothing; approving an operation your own
-        identity enqueued raises :class:`Forbidden` (403), approved already or not. Approving again is a replay, so a lost
+        identity enqueued raises :class:`Forbidden` (403), approved already or not; once its
+        payload was erased, :class:`PayloadMissing` (410). Approving again is a replay, so a lost
         answer is retried."""
         return self._finish(operation_id, "approve", {"payload_hash": payload_hash})
 

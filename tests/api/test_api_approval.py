@@ -135,6 +135,15 @@ def test_an_approver_reads_what_it_approves_without_the_work_scope(stack, api, t
     assert_error(approver.get("/v1/operations"), 403, "forbidden")
 
 
+def test_an_erased_payload_cannot_be_approved(api, tenant, approver):
+    awaiting(tenant, "er-1")
+    assert api.post(op_path("er-1", "erase"), {}).status == 200
+    shown = api.get(op_path("er-1")).json
+    assert_error(approver.post(op_path("er-1", "approve"), {"payload_hash": H}), 410, "payload_missing")
+    assert api.get(op_path("er-1")).json == shown and shown["state"] == "awaiting_approval"
+    assert approver.post(op_path("er-1", "reject"), {"note": "erased"}).status == 200
+
+
 def test_reject_and_what_comes_after(stack, api, tenant, approver):
     awaiting(tenant, "rj-1")
     rejected = approver.post(op_path("rj-1", "reject"), {"note": "too large"})

@@ -21,6 +21,7 @@ from leasefence.errors import (
     LeaseFenceError,
     NotFound,
     PayloadMismatch,
+    PayloadMissing,
     SelfApproval,
     StaleFence,
 )
@@ -237,6 +238,10 @@ def approval_refusal(current: Item | None, payload_hash: str, actor: str) -> Lea
     if state != State.AWAITING_APPROVAL:
         return InvalidTransition(
             f"only an operation awaiting approval can be approved (state is {state})"
+        )
+    if "erased_at" in current or "payload_purged_at" in current:
+        return PayloadMissing(
+            "the payload was erased: there is nothing left to approve (reject or cancel it)"
         )
     return InvalidTransition("the approval window closed; the operation ends approval_expired")
 
