@@ -85,7 +85,7 @@ log = logging.getLogger("leasefence.shadow")
 #: ``UnknownJobType``, ``InlinePayloadRequired``, ``TooManyJobTypes`` and contradictions are all
 #: :class:`InvalidInput`): a misconfiguration to fix, not an outage (they do not open the
 #: breaker, and are counted as ``misconfigured``, not as gaps).
-CATALOGUE_REFUSALS: tuple[type[LeaseFenceError], ...] = (InvalidInput,)
+Refusal = InvalidInput
 
 #: Run records' operation ids start with this (then a digest of operation and execution ids).
 RUN_PREFIX = "run~"
@@ -371,7 +371,7 @@ class Shadow:
         self.worker_id = worker_id or f"shadow-{uuid.uuid4().hex[:12]}"
         self.events = events if events is not None else (lambda _name, _value: None)
         self.stats: Counter[str] = Counter()
-        #: The catalogue's refusals seen (:data:`CATALOGUE_REFUSALS`), by error code: the latest
+        #: The catalogue's refusals seen (:data:`Refusal`), by error code: the latest
         #: message of each (what to fix: the shadow tenant's catalogue, or the job type).
         self.misconfigurations: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -434,7 +434,7 @@ class Shadow:
             raise _Skipped()
         try:
             return request()
-        except (StaleFence, PayloadConflict, NotFound, InvalidTransition, *CATALOGUE_REFUSALS):
+        except (StaleFence, PayloadConflict, NotFound, InvalidTransition, Refusal):
             raise
         except Exception:
             self._open_until = time.monotonic() + self.cooldown_s
@@ -482,7 +482,7 @@ class Shadow:
                 self._running[id(run)] = run
             self._start_heartbeats()
             return run
-        except CATALOGUE_REFUSALS as refused:
+        except Refusal as refused:
             self._misconfigured(refused)
             return None
         except Exception:  # noqa: BLE001 - shadow mode must never fail the wrapped call

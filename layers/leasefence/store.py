@@ -111,6 +111,31 @@ def to_item(values: Mapping[str, Any]) -> dict[str, Any]:
 _ITEM_TOO_LARGE = "item size"
 
 
+def _cancelled(reasons: list[dict[str, Any]]) -> Exception:
+    """A ``TransactionCanceledException``, by its actions' cancellation reasons."""
+    if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
+        # Per action: None where its condition held, else the item as it is now ({} if absent).
+        olds = [
+            (from_item(r.get("Item")) or {}) if r.get("Code") == "ConditionalCheckFailed" else None
+            for r in reasons
+        ]
+        first = next((o for o in olds if o is not None), None)
+        return ConditionFailed(first or None, reasons=olds)
+    if any(r.get("Code") in _TRANSIENT or r.get("Code") in _TRANSIENT_REASONS for r in reasons):
+        return Unavailable("transaction throttled or in conflict, retry")
+    if any(r.get("Code") == "ValidationError" for r in reasons):
+        return InvalidInput("the store refused a write of the transaction as invalid")
+    return LeaseFenceError(f"transaction cancelled: {[r.get('Code') for r in reasons]}")
+
+
+def _malformed(error: ParamValidationError) -> InvalidInput:
+    """The client refused the request before sending it (a business write of the wrong shape):
+    permanent. Its report names the parameter; the value it quotes is left out."""
+    report = str(error.kwargs.get("report", ""))
+    problems = [line.split(", value:")[0] for line in report.splitlines() if line.strip()]
+    return InvalidInput(f"a malformed request: {'; '.join(problems)[:300]}")
+
+
 def translate(error: Exception) -> Exception:
     """The one place where botocore errors become domain errors."""
     if isinstance(error, ClientError):
@@ -119,24 +144,7 @@ def translate(error: Exception) -> Exception:
         if code == "ConditionalCheckFailedException":
             return ConditionFailed(from_item(error.response.get("Item")))
         if code == "TransactionCanceledException":
-            reasons = error.response.get("CancellationReasons") or []
-            if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
-                # Per action: None where its condition held, else the item as it is now ({} if absent).
-                olds = [
-                    (from_item(r.get("Item")) or {})
-                    if r.get("Code") == "ConditionalCheckFailed"
-                    else None
-                    for r in reasons
-                ]
-                first = next((o for o in olds if o is not None), None)
-                return ConditionFailed(first or None, reasons=olds)
-            if any(
-                r.get("Code") in _TRANSIENT or r.get("Code") in _TRANSIENT_REASONS for r in reasons
-            ):
-                return Unavailable("transaction throttled or in conflict, retry")
-            if any(r.get("Code") == "ValidationError" for r in reasons):
-                return InvalidInput("the store refused a write of the transaction as invalid")
-            return LeaseFenceError(f"transaction cancelled: {[r.get('Code') for r in reasons]}")
+            return _cancelled(error.response.get("CancellationReasons") or [])
         if code in _TRANSIENT:
             return Unavailable(f"store busy ({code}), retry")
         if code == "ResourceNotFoundException":
@@ -154,11 +162,7 @@ def translate(error: Exception) -> Exception:
             return InvalidInput(f"the store refused the transaction: {message[:300]}")
         return LeaseFenceError(f"store error {code}")
     if isinstance(error, ParamValidationError):
-        # The client refused the request before sending it (a business write of the wrong shape):
-        # permanent. Its report names the parameter; the value it quotes is left out.
-        report = str(error.kwargs.get("report", ""))
-        problems = [line.split(", value:")[0] for line in report.splitlines() if line.strip()]
-        return InvalidInput(f"a malformed request: {'; '.join(problems)[:300]}")
+        return _malformed(error)
     if isinstance(error, (ConnectionError, ReadTimeoutError)):
         # Ambiguous: the write may have committed. Every engine write is fenced or replayable,
         # so the caller retries and the engine recognizes its own earlier write.

@@ -17,7 +17,9 @@ PAGES = ("README.md", "docs/guarantees.md")
 def history_statement(page: str) -> str:
     """The history's part of the page's "History and events" bullet, as one line."""
     text = (ROOT / page).read_text(encoding="utf-8")
-    found = re.search(r"^- \*\*History and events\.\*\* (.*?) Events are delivered", text, re.M | re.S)
+    found = re.search(
+        r"^- \*\*History and events\.\*\* (.*?) Events are delivered", text, re.M | re.S
+    )
     assert found, f"{page} has no 'History and events' bullet"
     return " ".join(found.group(1).split())
 
@@ -26,9 +28,15 @@ def test_the_readme_and_the_guarantees_say_the_same_of_the_history():
     readme, guarantees = (history_statement(page) for page in PAGES)
     assert readme == guarantees
     assert f"the {history.MAX_ENTRIES - 1} newest; `dropped` counts the entries between" in readme
-    assert f"payload retention after it ends ({DEFAULT_PAYLOAD_RETENTION_DAYS} days by default)" in readme
+    assert (
+        f"payload retention after it ends ({DEFAULT_PAYLOAD_RETENTION_DAYS} days by default)"
+        in readme
+    )
     # Only a purge slims the history away, and an operation by reference has none.
-    assert "by reference (`payload_ref`) has no purge: its history stays as long as its identity" in readme
+    assert (
+        "by reference (`payload_ref`) has no purge: its history stays as long as its identity"
+        in readme
+    )
     assert "every transition" not in readme  # the bound drops the middle of a long history
 
 

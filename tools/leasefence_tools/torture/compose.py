@@ -323,7 +323,11 @@ class ApiClient(LeaseFenceClient):
         self.lock = threading.Lock()
 
     def _once(
-        self, method: str, path: str, body: Any, timeout: float | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        timeout: float | None = None,  # noqa: ARG002 - in-process: an answer never waits
     ) -> tuple[int, dict[str, str], bytes]:
         data = None if body is _MISSING else json.dumps(body, separators=(",", ":")).encode()
         request = (method, path, data.decode() if data else "")
