@@ -38,6 +38,12 @@ safe to repeat:
 * ``resolve`` is not idempotent (a repeated requeue could undo a later claim's view), so it
   retries only when the request surely did not run: a refused connection or a 429 from the
   gateway.
+
+A call bounded by a lease (``claim`` and ``heartbeat`` take ``deadline``, a
+:func:`time.monotonic` instant, and ``try_timeout``, seconds) waits at most ``try_timeout`` for
+each try's answer and makes no try, and no backoff, past ``deadline``: an answer that comes after
+the lease it renews has lapsed is worth nothing, and a lost one must leave time for another try
+(the worker over HTTP bounds each by the lease it holds: :mod:`leasefence.worker.http_backend`).
 """
 
 from __future__ import annotations
@@ -184,7 +190,9 @@ class LeaseFenceClient:
 
     # ------------------------------------------------------------------ transport
 
-    def _once(self, method: str, path: str, body: Any) -> tuple[int, dict[str, str], bytes]:
+    def _once(
+        self, method: str, path: str, body: Any, timeout: float
+    ) -> tuple[int, dict[str, str], bytes]:
         data = (
             None
             if body is _MISSING
@@ -200,7 +208,7 @@ class LeaseFenceClient:
         if self.signer is not None:
             self.signer(request)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - as above
+            with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - as above
                 return response.status, dict(response.headers.items()), response.read()
         except urllib.error.HTTPError as error:
             with error:
@@ -220,17 +228,32 @@ class LeaseFenceClient:
         return self._rng.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
 
     def request(
-        self, method: str, path: str, body: Any = _MISSING, idempotent: bool = True
+        self,
+        method: str,
+        path: str,
+        body: Any = _MISSING,
+        idempotent: bool = True,
+        *,
+        deadline: float | None = None,
+        try_timeout: float | None = None,
     ) -> tuple[int, Any]:
-        """``(status, decoded JSON or None)`` for a 2xx; raises the mapped error otherwise."""
+        """``(status, decoded JSON or None)`` for a 2xx; raises the mapped error otherwise.
+
+        ``try_timeout`` (seconds) bounds the wait for each try's answer (at most the client's
+        ``timeout``); ``deadline`` (a :func:`time.monotonic` instant) bounds the whole call: no
+        try and no backoff past it (:class:`Unavailable` then)."""
         attempt = 0
         while True:
+            timeout = min(self.timeout, try_timeout or self.timeout)
+            if deadline is not None:
+                timeout = min(timeout, deadline - time.monotonic())
+                if timeout <= 0:
+                    raise Unavailable("no answer from the API within the time the lease leaves")
             headers: dict[str, str] | None = None
             try:
-                status, headers, raw = self._once(method, path, body)
+                status, headers, raw = self._once(method, path, body, timeout)
             except _NotSent as error:
-                if attempt < self.retries:
-                    time.sleep(self._delay(attempt, None))
+                if attempt < self.retries and self._backoff(attempt, None, deadline):
                     attempt += 1
                     continue
                 raise Unavailable(
@@ -238,8 +261,7 @@ class LeaseFenceClient:
                 ) from error.__cause__
             except (OSError, http.client.HTTPException) as error:
                 # Sent, answer lost: only a request that is safe to repeat is repeated.
-                if idempotent and attempt < self.retries:
-                    time.sleep(self._delay(attempt, None))
+                if idempotent and attempt < self.retries and self._backoff(attempt, None, deadline):
                     attempt += 1
                     continue
                 raise Unavailable(f"no answer from the API ({type(error).__name__})") from error
@@ -247,13 +269,24 @@ class LeaseFenceClient:
                 status in _RETRY_STATUSES
                 and attempt < self.retries
                 and (idempotent or status == 429)
+                and self._backoff(attempt, headers, deadline)
             ):
-                time.sleep(self._delay(attempt, headers))
                 attempt += 1
                 continue
             if 200 <= status < 300:
                 return status, (json.loads(raw) if raw else None)
             raise self._error(status, raw, headers)
+
+    def _backoff(
+        self, attempt: int, headers: dict[str, str] | None, deadline: float | None
+    ) -> bool:
+        """Sleep before try ``attempt + 1``; False (no sleep) when it would end past
+        ``deadline``: no try is left then."""
+        delay = self._delay(attempt, headers)
+        if deadline is not None and time.monotonic() + delay >= deadline:
+            return False
+        time.sleep(delay)
+        return True
 
     @staticmethod
     def _error(status: int, raw: bytes, headers: dict[str, str] | None = None) -> LeaseFenceError:
@@ -334,6 +367,9 @@ class LeaseFenceClient:
         job_types: builtins.list[str] | None = None,  # list alone: the method above
         operation_id: str | None = None,
         claim_token: str | None = None,
+        *,
+        deadline: float | None = None,
+        try_timeout: float | None = None,
     ) -> Claim | None:
         """A claim, or None when nothing is claimable.
 
@@ -341,7 +377,8 @@ class LeaseFenceClient:
         is retried after a lost answer (a dropped connection, a 5xx) with the same token: if
         the first request claimed, the resend answers that same claim (same fence, no attempt
         spent) while it holds. To resend yourself after :class:`Unavailable`, call again with
-        the same ``worker_id``, ``claim_token`` and arguments."""
+        the same ``worker_id``, ``claim_token`` and arguments. ``deadline`` and ``try_timeout``
+        bound the call by the lease (see the module's docstring)."""
         token = claim_token if claim_token is not None else uuid.uuid4().hex
         body: dict[str, Any] = {"worker_id": worker_id, "claim_token": token}
         if lease_seconds is not None:
@@ -350,7 +387,9 @@ class LeaseFenceClient:
             body["job_types"] = list(job_types)
         if operation_id is not None:
             body["operation_id"] = operation_id
-        status, data = self.request("POST", "/v1/claims", body)
+        status, data = self.request(
+            "POST", "/v1/claims", body, deadline=deadline, try_timeout=try_timeout
+        )
         if status == 204 or not data:
             return None
         return Claim.from_json(data["claim"], claim_token=token)
@@ -363,11 +402,15 @@ class LeaseFenceClient:
         lease_seconds: int | None = None,
         checkpoint: Any = _MISSING,
         intent: str | None = None,
+        *,
+        deadline: float | None = None,
+        try_timeout: float | None = None,
     ) -> datetime:
         """Extend the lease; returns the new expiry. :class:`StaleFence`: stop working.
 
         ``intent`` (class D): record, under this fence, that a side effect is about to start;
-        every later claim of the operation carries it as ``Claim.intent``."""
+        every later claim of the operation carries it as ``Claim.intent``. ``deadline`` and
+        ``try_timeout`` bound the call by the lease it renews (see the module's docstring)."""
         body: dict[str, Any] = {"fence": fence, "worker_id": worker_id}
         if lease_seconds is not None:
             body["lease_seconds"] = lease_seconds
@@ -375,7 +418,8 @@ class LeaseFenceClient:
             body["checkpoint"] = checkpoint
         if intent is not None:
             body["intent"] = intent
-        data = self.request("POST", f"/v1/operations/{self._id(operation_id)}/heartbeat", body)[1]
+        path = f"/v1/operations/{self._id(operation_id)}/heartbeat"
+        data = self.request("POST", path, body, deadline=deadline, try_timeout=try_timeout)[1]
         return _time(data["lease_expires_at"])  # type: ignore[return-value]
 
     def _finish(
@@ -425,7 +469,8 @@ class LeaseFenceClient:
         """Approve an operation awaiting approval (needs the approve scope): it becomes queued.
         ``payload_hash`` is the hash of the payload you saw: another one raises
         :class:`PayloadMismatch` (409) and changes nothing; approving an operation your own
-        identity enqueued raises :class:`Forbidden` (403). Approving again is a replay, so a lost
+        identity enqueued raises :class:`Forbidden` (403), approved already or not; once its
+        payload was erased, :class:`PayloadMissing` (410). Approving again is a replay, so a lost
         answer is retried."""
         return self._finish(operation_id, "approve", {"payload_hash": payload_hash})
 

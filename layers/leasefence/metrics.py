@@ -90,3 +90,4 @@ class Metric(StrEnum):
     SHADOW_CLAIMS = "ShadowClaims"
     SHADOW_OVERTAKEN = "ShadowOvertaken"
     SHADOW_RECORDED = "ShadowRecorded"
+    SHADOW_MISCONFIGURED = "ShadowMisconfigured"

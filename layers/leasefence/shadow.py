@@ -27,7 +27,13 @@ Never blocks, delays or fails the wrapped call. Every leasefence request has a s
 (:func:`api_store`: 0.5 s, no retries); any failure (unreachable, throttled, a bug here) is
 swallowed and counted as a *gap* (``stats["gaps"]``, event ``ShadowGaps``), and the breaker then
 skips leasefence for ``cooldown_s`` so an endpoint that is down costs at most one timeout per
-cooldown, not one per call. Heartbeats run on a background thread.
+cooldown, not one per call. A refusal of what shadow mode sends, by the shadow tenant's catalogue
+above all (a strict tenant without the job type: ``unknown_job_type``; a job type that requires
+approval: ``inline_payload_required``; an entry whose attempts contradict the shadow's:
+``invalid_request``; a full job-type directory: ``too_many_job_types``), is no outage: it is a
+misconfiguration, counted as ``stats["misconfigured"]`` (event ``ShadowMisconfigured``) and named
+in :attr:`Shadow.misconfigurations` (error code -> the refusal's message), logged once per code;
+it does not open the breaker. Heartbeats run on a background thread.
 
 Own identity space. Shadow operations live in their own tenant, ``shadow:<tenant>``
 (:func:`shadow_tenant`): never mixed with real operations, and never dispatched to workers (a
@@ -49,6 +55,7 @@ import base64
 import functools
 import hashlib
 import json
+import logging
 import threading
 import time
 import uuid
@@ -58,12 +65,27 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from leasefence.api.security import SHADOW, SHADOW_MODE_SCOPES
-from leasefence.errors import InvalidTransition, NotFound, PayloadConflict, StaleFence
+from leasefence.errors import (
+    InvalidInput,
+    InvalidTransition,
+    LeaseFenceError,
+    NotFound,
+    PayloadConflict,
+    StaleFence,
+)
 from leasefence.keys import SHADOW_PREFIX, is_shadow_tenant
 from leasefence.metrics import Metric
 from leasefence.payloads import canonicalize
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+log = logging.getLogger("leasefence.shadow")
+
+#: Refusals of what shadow mode sends, by the shadow tenant's catalogue above all (its
+#: ``UnknownJobType``, ``InlinePayloadRequired``, ``TooManyJobTypes`` and contradictions are all
+#: :class:`InvalidInput`): a misconfiguration to fix, not an outage (they do not open the
+#: breaker, and are counted as ``misconfigured``, not as gaps).
+Refusal = InvalidInput
 
 #: Run records' operation ids start with this (then a digest of operation and execution ids).
 RUN_PREFIX = "run~"
@@ -349,6 +371,9 @@ class Shadow:
         self.worker_id = worker_id or f"shadow-{uuid.uuid4().hex[:12]}"
         self.events = events if events is not None else (lambda _name, _value: None)
         self.stats: Counter[str] = Counter()
+        #: The catalogue's refusals seen (:data:`Refusal`), by error code: the latest
+        #: message of each (what to fix: the shadow tenant's catalogue, or the job type).
+        self.misconfigurations: dict[str, str] = {}
         self._lock = threading.Lock()
         self._running: dict[int, _Run] = {}
         self._open_until = 0.0
@@ -387,6 +412,20 @@ class Shadow:
     def _gap(self) -> None:
         self._count("gaps")
 
+    def _misconfigured(self, refused: LeaseFenceError) -> None:
+        """leasefence refused what this execution sent (the shadow tenant's catalogue, above all):
+        a misconfiguration, named by its error code (logged the first time each is seen), not a
+        gap; the breaker stays closed."""
+        with self._lock:
+            first = refused.code not in self.misconfigurations
+            self.misconfigurations[refused.code] = refused.message
+        self._count("misconfigured")
+        if first:
+            log.warning(
+                "shadow mode misconfigured: leasefence refuses what it sends (see the code)",
+                extra={"code": refused.code},
+            )
+
     def _call(self, request: Callable[[], Any]) -> Any:
         """One leasefence request, unless the breaker is open. A domain answer (stale fence,
         conflict, not found) is returned to the caller as the exception it is; anything else
@@ -395,7 +434,7 @@ class Shadow:
             raise _Skipped()
         try:
             return request()
-        except (StaleFence, PayloadConflict, NotFound, InvalidTransition):
+        except (StaleFence, PayloadConflict, NotFound, InvalidTransition, Refusal):
             raise
         except Exception:
             self._open_until = time.monotonic() + self.cooldown_s
@@ -443,6 +482,9 @@ class Shadow:
                 self._running[id(run)] = run
             self._start_heartbeats()
             return run
+        except Refusal as refused:
+            self._misconfigured(refused)
+            return None
         except Exception:  # noqa: BLE001 - shadow mode must never fail the wrapped call
             self._gap()
             return None

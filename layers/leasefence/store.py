@@ -18,7 +18,13 @@ from decimal import Decimal
 from typing import Any, cast
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
-from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, ReadTimeoutError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionError,
+    ParamValidationError,
+    ReadTimeoutError,
+)
 
 from leasefence.errors import (
     InvalidInput,
@@ -105,6 +111,31 @@ def to_item(values: Mapping[str, Any]) -> dict[str, Any]:
 _ITEM_TOO_LARGE = "item size"
 
 
+def _cancelled(reasons: list[dict[str, Any]]) -> Exception:
+    """A ``TransactionCanceledException``, by its actions' cancellation reasons."""
+    if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
+        # Per action: None where its condition held, else the item as it is now ({} if absent).
+        olds = [
+            (from_item(r.get("Item")) or {}) if r.get("Code") == "ConditionalCheckFailed" else None
+            for r in reasons
+        ]
+        first = next((o for o in olds if o is not None), None)
+        return ConditionFailed(first or None, reasons=olds)
+    if any(r.get("Code") in _TRANSIENT or r.get("Code") in _TRANSIENT_REASONS for r in reasons):
+        return Unavailable("transaction throttled or in conflict, retry")
+    if any(r.get("Code") == "ValidationError" for r in reasons):
+        return InvalidInput("the store refused a write of the transaction as invalid")
+    return LeaseFenceError(f"transaction cancelled: {[r.get('Code') for r in reasons]}")
+
+
+def _malformed(error: ParamValidationError) -> InvalidInput:
+    """The client refused the request before sending it (a business write of the wrong shape):
+    permanent. Its report names the parameter; the value it quotes is left out."""
+    report = str(error.kwargs.get("report", ""))
+    problems = [line.split(", value:")[0] for line in report.splitlines() if line.strip()]
+    return InvalidInput(f"a malformed request: {'; '.join(problems)[:300]}")
+
+
 def translate(error: Exception) -> Exception:
     """The one place where botocore errors become domain errors."""
     if isinstance(error, ClientError):
@@ -113,22 +144,7 @@ def translate(error: Exception) -> Exception:
         if code == "ConditionalCheckFailedException":
             return ConditionFailed(from_item(error.response.get("Item")))
         if code == "TransactionCanceledException":
-            reasons = error.response.get("CancellationReasons") or []
-            if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
-                # Per action: None where its condition held, else the item as it is now ({} if absent).
-                olds = [
-                    (from_item(r.get("Item")) or {})
-                    if r.get("Code") == "ConditionalCheckFailed"
-                    else None
-                    for r in reasons
-                ]
-                first = next((o for o in olds if o is not None), None)
-                return ConditionFailed(first or None, reasons=olds)
-            if any(
-                r.get("Code") in _TRANSIENT or r.get("Code") in _TRANSIENT_REASONS for r in reasons
-            ):
-                return Unavailable("transaction throttled or in conflict, retry")
-            return LeaseFenceError(f"transaction cancelled: {[r.get('Code') for r in reasons]}")
+            return _cancelled(error.response.get("CancellationReasons") or [])
         if code in _TRANSIENT:
             return Unavailable(f"store busy ({code}), retry")
         if code == "ResourceNotFoundException":
@@ -139,7 +155,14 @@ def translate(error: Exception) -> Exception:
             return ItemTooLarge("item too large for the store")
         if code == "ValidationException" and "size" in message.lower():
             return InvalidInput("a key too large for the store")
+        if code == "ValidationException" and error.operation_name == "TransactWriteItems":
+            # A transaction is a class-A completion with the caller's business writes: one the
+            # store refuses as malformed is refused every time (a write on the operation's own
+            # item too: "multiple operations on one item"). Permanent, never a retry.
+            return InvalidInput(f"the store refused the transaction: {message[:300]}")
         return LeaseFenceError(f"store error {code}")
+    if isinstance(error, ParamValidationError):
+        return _malformed(error)
     if isinstance(error, (ConnectionError, ReadTimeoutError)):
         # Ambiguous: the write may have committed. Every engine write is fenced or replayable,
         # so the caller retries and the engine recognizes its own earlier write.
@@ -193,19 +216,26 @@ class Store:
         except Exception as error:  # translated, never swallowed
             translated = translate(error)
             if isinstance(translated, StoreMisconfigured):
-                translated = self._missing_table()
+                translated = self._missing_table(_business_tables(kwargs))
             raise translated from error
 
-    def _missing_table(self) -> Exception:
+    def _missing_table(self, business: list[str]) -> Exception:
         """What a ``ResourceNotFoundException`` means: DynamoDB answers it for a table that is
-        still ``CREATING`` too, which is a wait, not a misconfiguration."""
-        try:
-            status = self.client.describe_table(TableName=self.table_name)["Table"]["TableStatus"]
-        except Exception:  # noqa: BLE001 - not there (or not describable): as the write said
-            status = None
-        if status == "CREATING":
-            return Unavailable("the operations table is still being created (CREATING), retry")
-        return StoreMisconfigured(f"operations table {self.table_name} not found")
+        still ``CREATING`` too, which is a wait, not a misconfiguration. ``business``: the other
+        tables a class-A transaction names; the one missing is named (DynamoDB does not say)."""
+        for name in dict.fromkeys((self.table_name, *business)):
+            try:
+                status = self.client.describe_table(TableName=name)["Table"]["TableStatus"]
+            except Exception:  # noqa: BLE001 - not there (or not describable): as the write said
+                status = None
+            what = "the operations table" if name == self.table_name else f"business table {name}"
+            if status == "CREATING":
+                return Unavailable(f"{what} is still being created (CREATING), retry")
+            if status is None:
+                if name == self.table_name:
+                    return StoreMisconfigured(f"operations table {name} not found")
+                return StoreMisconfigured(f"{what} not found (named by a class-A business write)")
+        return StoreMisconfigured(f"a table of the request was not found ({self.table_name}?)")
 
     def get(self, key: Key, consistent: bool = True) -> Item | None:
         response = self._call(
@@ -385,6 +415,17 @@ class Store:
     def transact(self, actions: list[dict[str, Any]]) -> None:
         """``TransactWriteItems``; a refused condition raises :class:`ConditionFailed` with reasons."""
         self._call("transact_write_items", TransactItems=actions)
+
+
+def _business_tables(request: Mapping[str, Any]) -> list[str]:
+    """The tables a ``TransactWriteItems`` request's actions name, in order, once each."""
+    names = [
+        body.get("TableName")
+        for action in request.get("TransactItems", ())
+        for body in action.values()
+        if isinstance(body, Mapping)
+    ]
+    return list(dict.fromkeys(n for n in names if isinstance(n, str)))
 
 
 def default_client() -> Any:

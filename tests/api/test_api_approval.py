@@ -74,6 +74,8 @@ def test_approve_over_http(stack, api, tenant, approver):
     assert (op["state"], op["approved_by"], op["approval_expires_at"]) == ("queued", "approver-1", None)
     again = approver.post(op_path("ap-1", "approve"), {"payload_hash": H})
     assert (again.status, again.json) == (200, done.json)  # a replay
+    # ... for the approver: the enqueuer asking the same is refused as before (by who asks).
+    assert_error(api.post(op_path("ap-1", "approve"), {"payload_hash": H}), 403, "forbidden")
     assert claimed(api, "ap-1")["fence"] == 1
     assert_error(approver.post(op_path("missing", "approve"), {"payload_hash": H}), 404, "not_found")
 
@@ -131,6 +133,15 @@ def test_an_approver_reads_what_it_approves_without_the_work_scope(stack, api, t
         assert_error(elsewhere.get(path), 404, "not_found")
     assert_error(claim(approver), 403, "forbidden")
     assert_error(approver.get("/v1/operations"), 403, "forbidden")
+
+
+def test_an_erased_payload_cannot_be_approved(api, tenant, approver):
+    awaiting(tenant, "er-1")
+    assert api.post(op_path("er-1", "erase"), {}).status == 200
+    shown = api.get(op_path("er-1")).json
+    assert_error(approver.post(op_path("er-1", "approve"), {"payload_hash": H}), 410, "payload_missing")
+    assert api.get(op_path("er-1")).json == shown and shown["state"] == "awaiting_approval"
+    assert approver.post(op_path("er-1", "reject"), {"note": "erased"}).status == 200
 
 
 def test_reject_and_what_comes_after(stack, api, tenant, approver):

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from leasefence import Engine, InvalidInput, InvalidTransition, NotFound, State
-from leasefence.errors import IdentityRequired, InlinePayloadRequired, PayloadMismatch, SelfApproval
+from leasefence.errors import IdentityRequired, InlinePayloadRequired, PayloadMismatch, PayloadMissing, SelfApproval
 from leasefence.model import SWEEPER_ACTOR
 from leasefence.schema import DUE_PK, DUE_SK, PURGE_SK, SWEEP_PK, SWEEP_SK, TTL_ATTRIBUTE
 
@@ -112,6 +112,38 @@ def test_a_different_hash_or_the_enqueuer_changes_nothing(engine):
         engine.approve(T, "nope", H1, actor="approver-9")
     with pytest.raises(InvalidInput):
         engine.approve(T, "op-1", "sha256:abc", actor="approver-9")
+
+
+def test_after_an_approval_the_enqueuer_is_still_refused_by_who_asks(engine, events):
+    """An approve answers by who asks: the approver's repeat is a replay (200), the enqueuer's
+    (with the right hash) the self-approval refusal it always gets, approved already or not."""
+    awaiting(engine)
+    engine.approve(T, "op-1", H1, actor="approver-9")
+    after = raw(engine)
+    with pytest.raises(SelfApproval) as own:
+        engine.approve(T, "op-1", H1, actor="producer-1")
+    assert (own.value.status, own.value.code) == (403, "forbidden")
+    assert engine.approve(T, "op-1", H1, actor="approver-9").approved_by == "approver-9"
+    engine.claim_next(T, "w1")
+    with pytest.raises(SelfApproval):
+        engine.approve(T, "op-1", H1, actor="producer-1")  # claimed by now: still refused
+    assert raw(engine)["approved_by"] == "approver-9" and raw(engine)["seq"] == after["seq"] + 1
+    assert events.counts["Approvals"] == 1
+
+
+def test_an_approval_of_an_erased_payload_is_refused_and_changes_nothing(engine):
+    """An erasure takes the bytes an approval would release: the approve is refused (410
+    payload_missing, decided inside its conditional write), the operation stays awaiting for a
+    reject or a cancel, and no claim ever spends an attempt on a payload that is gone."""
+    awaiting(engine)
+    engine.erase(T, "op-1", actor="operator-1")
+    before = raw(engine)
+    with pytest.raises(PayloadMissing) as gone:
+        engine.approve(T, "op-1", H1, actor="approver-9")
+    assert (gone.value.status, gone.value.code) == (410, "payload_missing")
+    assert raw(engine) == before and before["state"] == "awaiting_approval"
+    assert engine.claim_next(T, "w1") is None
+    assert engine.reject(T, "op-1", actor="approver-9", note="erased").state is State.FAILED_TERMINAL
 
 
 def test_an_approval_binds_a_stored_payload_and_a_known_enqueuer(engine):

@@ -20,11 +20,12 @@ import pytest
 from botocore.exceptions import ClientError
 
 from leasefence import Engine, PayloadConflict, StaleFence, State, Unavailable
-from leasefence.errors import NotFound, PayloadMissing
+from leasefence.errors import InvalidInput, NotFound, PayloadMissing, StoreMisconfigured
 from leasefence_tools.testing.faults import BEFORE, FaultyClient
 from leasefence.payloads import PayloadStore, canonicalize
 from leasefence.schema import TTL_ATTRIBUTE
 from leasefence.store import translate
+from leasefence.targets import same_table
 
 H1 = "sha256:" + "1" * 64
 H2 = "sha256:" + "2" * 64
@@ -284,12 +285,40 @@ def test_a_throttled_class_a_completion_changes_nothing_and_spends_no_attempt(dd
     engine = Engine(client=Throttling(ddb), spec=spec, clock=clock)
     engine.enqueue(T, "a", "refund", H1)
     claim = engine.claim(T, "a", "w1")
-    write = {"ConditionCheck": {"TableName": spec.table_name, "Key": {"tenant_id": {"S": T}, "operation_id": {"S": "a"}},
+    write = {"ConditionCheck": {"TableName": spec.table_name, "Key": {"tenant_id": {"S": T}, "operation_id": {"S": "b"}},
                                 "ConditionExpression": "attribute_exists(tenant_id)"}}
     with pytest.raises(Unavailable):
         engine.complete_with(T, "a", claim.fence, "ok", [write])
     operation = engine.get(T, "a")
     assert (operation.state, operation.attempts) == (State.CLAIMED, 1)
+
+
+@pytest.mark.parametrize("case", ["shape", "syntax", "table", "own"])
+def test_class_a_errors_no_retry_fixes_are_permanent_and_name_what_is_wrong(ddb, spec, clock, case):
+    """A business write of the wrong shape, one the store refuses as malformed, one on a table
+    that does not exist and one on the operation's own item: each is refused (never Unavailable,
+    which a worker retries), says what is wrong (the business table by name, not the operations
+    table), and changes nothing: the operation stays claimed by the same fence."""
+    orders = f"{spec.table_name}-orders"
+    ddb.create_table(TableName=orders, AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                     KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}], BillingMode="PAY_PER_REQUEST")
+    engine = Engine(client=ddb, spec=spec, clock=clock)
+    write, error, says = {
+        "shape": ({"Put": {"TableName": orders, "Item": {"pk": "secret-o1"}}}, InvalidInput,
+                  "TransactItems[1].Put.Item.pk"),
+        "syntax": (same_table.update(orders, {"pk": "o1"}, "SET paid ="), InvalidInput, "UpdateExpression"),
+        "table": (same_table.put(f"{orders}-gone", {"pk": "o1"}), StoreMisconfigured, f"{orders}-gone not found"),
+        "own": (same_table.update(spec.table_name, {"tenant_id": T, "operation_id": "op"}, "SET x = :v",
+                                  values={":v": 1}), InvalidInput, "own item"),
+    }[case]
+    engine.enqueue(T, "op", "refund", H1, target_class="A")
+    claim = engine.claim(T, "op", "w1")
+    with pytest.raises(error) as refused:
+        engine.complete_with(T, "op", claim.fence, "ok", [write])
+    assert says in refused.value.message and not refused.value.retryable, refused.value.message
+    assert "secret-o1" not in refused.value.message  # the value the client quoted is left out
+    operation = engine.get(T, "op")
+    assert (operation.state, operation.fence, operation.attempts) == (State.CLAIMED, claim.fence, 1)
 
 
 # ---------------------------------------------------------------- case 8: a stale fence repeating itself

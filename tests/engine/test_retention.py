@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from leasefence import Engine, PayloadConflict, State, settings
+from leasefence import Engine, PayloadConflict, State, keys, settings
 from leasefence.clock import ManualClock
 from leasefence_tools.local.embedded import EmbeddedAws, Fidelity
 from leasefence.schema import TTL_ATTRIBUTE, TableSpec
@@ -174,3 +174,26 @@ def test_a_window_forgets_a_finished_clearing_so_switching_again_clears_again(wo
     result = forever.clear_ttls(limit=10)
     assert result.state in ("clearing", "waiting") and result.cleared == 1
     assert items_with_ttl(window) == []
+
+
+def test_switching_to_forever_leaves_the_claim_markers_their_own_day(world, ttl_aws):
+    """A claim-next marker (a pointer for a resend of a claim request) is no identity: the
+    clearing keeps its one-day TTL and does not count it, so no marker is kept forever."""
+    _spec, _clock, travel, window, forever, _sweep = world
+    ended(window, "ended")
+    window.enqueue(T, "marked", "refund", H)
+    assert window.claim_next(T, "w1", 60_000, claim_token="tok-1").operation_id == "marked"
+    marker = keys.claim_marker_id("w1", "tok-1")
+    assert sorted(items_with_ttl(window)) == [(T, marker), (T, "ended")]
+    cleared = 0
+    for _ in range(10):
+        result = forever.clear_ttls(limit=10)
+        cleared += result.cleared
+        if result.state == "waiting":
+            break
+    assert cleared == 1 and items_with_ttl(window) == [(T, marker)]
+    # A day and DynamoDB's TTL lag later the marker is gone; the identity stays.
+    travel(2 * DAY + MINUTE)
+    ttl_aws.reap_ttl()
+    assert forever.store.get({"tenant_id": T, "operation_id": marker}) is None
+    assert forever.get(T, "ended").state is State.SUCCEEDED

@@ -14,6 +14,8 @@ class FaultyProxy:
 
     * ``"drop"``: forward the request (so it takes effect), then close the connection without
       answering: the answer is lost;
+    * ``"hold"``: forward the request (so it takes effect), then keep the connection open without
+      answering until the proxy closes: the answer is lost, and the client waits for it;
     * an ``int`` status: answer that status (with ``Retry-After: 0``) without forwarding;
     * a ``(status, body, headers)`` tuple: answer exactly that without forwarding (what API
       Gateway writes itself, say).
@@ -24,6 +26,7 @@ class FaultyProxy:
         self.plan = plan
         self.seen: list[tuple[str, str, str | None]] = []
         self._lock = threading.Lock()
+        self._closing = threading.Event()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -54,7 +57,9 @@ class FaultyProxy:
                 answer = conn.getresponse()
                 payload = answer.read()
                 conn.close()
-                if action == "drop":
+                if action == "hold":
+                    proxy._closing.wait()
+                if action in ("drop", "hold"):
                     self.close_connection = True
                     self.connection.shutdown(2)
                     return
@@ -80,5 +85,6 @@ class FaultyProxy:
         return sum(1 for m, p, _ in self.seen if (m, p) == (method, path))
 
     def close(self) -> None:
+        self._closing.set()
         self.server.shutdown()
         self.server.server_close()

@@ -224,3 +224,60 @@ def test_an_http_worker_takes_the_payload_from_the_claim_answer_and_sends_no_pay
         assert proxy.count("GET", "/v1/operations/carried-2/payload") == 1
     finally:
         proxy.close()
+
+
+# ---------------------------------------------------------------- lost answers within the lease
+
+
+def _held(path_end: str):
+    """A proxy plan: the first request whose path ends so is forwarded, its answer held back."""
+    return lambda method, path, n: "hold" if path.endswith(path_end) and n == 0 else None
+
+
+def test_one_lost_heartbeat_answer_does_not_cost_an_http_worker_its_lease(stack, token, sdk, tenant):
+    """Issue 34, finding 1. The first heartbeat's answer never comes (the proxy holds it). The
+    SDK's defaults would wait 10 s for it, far past the 3 s lease; bounded by the lease, the
+    renewer's call gives up on that try after a third of it and tries again in time: a
+    competitor claiming all along never gets the operation, which succeeds under fence 1."""
+    sdk.enqueue("held-hb", "hb", {"n": 1}, target_class="C")
+    stolen = []
+
+    def busy(job):
+        deadline = time.monotonic() + 4.5
+        while time.monotonic() < deadline:
+            job.progress()
+            grab = sdk.claim("w2", operation_id="held-hb")
+            if grab is not None:
+                stolen.append(grab)
+            time.sleep(0.05)
+        return "done"
+
+    proxy = FaultyProxy(stack.base_url, _held("/heartbeat"))
+    try:
+        backend = HttpBackend(LeaseFenceClient(proxy.url, token), tenant)  # the SDK's defaults
+        worker = Worker(backend, {"hb": FunctionHandler(busy)}, worker_id="w1", lease_ms=3_000, idle_sleep_ms=20)
+        assert worker.run_once()
+        assert stolen == []
+        assert [a for _, p, a in proxy.seen if p.endswith("/heartbeat")][0] == "hold"
+        assert proxy.count("POST", "/v1/operations/held-hb/heartbeat") >= 3
+    finally:
+        proxy.close()
+    op = sdk.get("held-hb")
+    assert (op.state, op.fence, op.attempts) == ("succeeded", 1, 1)
+
+
+def test_a_lost_claim_answer_is_asked_again_within_the_lease(stack, token, sdk, tenant):
+    """The claim's answer never comes: the SDK tries again with the same claim token after a
+    third of the lease asked for (not its 10 s default) and gets that claim, still live."""
+    sdk.enqueue("held-claim", "hc", {"n": 1}, target_class="C")
+    proxy = FaultyProxy(stack.base_url, _held("/v1/claims"))
+    try:
+        backend = HttpBackend(LeaseFenceClient(proxy.url, token), tenant)
+        claim = backend.claim_next("w1", 3_000, ["hc"])
+        answered_at = time.time_ns() // 1_000_000
+    finally:
+        proxy.close()
+    assert claim is not None and (claim.operation_id, claim.fence, claim.attempts) == ("held-claim", 1, 1)
+    assert answered_at < claim.lease_expires_at  # answered while its lease still held
+    assert proxy.count("POST", "/v1/claims") == 2
+    assert sdk.get("held-claim").lease_owner == "w1"

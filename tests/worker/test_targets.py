@@ -194,6 +194,20 @@ def test_class_a_business_guard_refusal_fails_the_operation(engine, ddb):
     assert kit.effects("acme", "op") == 0
 
 
+def test_class_a_malformed_business_writes_fail_the_operation_at_once(engine, ddb):
+    """A business write of the wrong shape is refused the same way every time: the operation
+    ends failed_terminal on its first attempt, never retried as a busy store nor left to lapse."""
+    def handler(job):
+        job.complete_with("paid", [{"Put": {"TableName": "orders-malformed", "Item": {"pk": "o1"}}}])
+
+    engine.enqueue("acme", "op", "pay", H1, target_class="A")
+    Worker(EngineBackend(engine, ["acme"]), {"pay": FunctionHandler(handler)}, worker_id="w1",
+           lease_ms=LEASE, heartbeat_interval_ms=10_000).run_once()
+    op = engine.get("acme", "op")
+    assert (op.state, op.attempts) == (State.FAILED_TERMINAL, 1)
+    assert "business writes refused" in op.reason and "Put.Item.pk" in op.reason
+
+
 def test_class_c_ambiguous_call_is_reconciled_by_lookup(engine, clock):
     kit = IdempotentApiKit()
     kit.api.lose_answer_next = True

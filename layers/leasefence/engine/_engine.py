@@ -529,7 +529,8 @@ class Engine:
         window would otherwise still delete them. The sweeper runs it on every run.
 
         A pass reads the table a page of ``limit`` items at a time (a ``Scan`` for items that
-        carry a TTL: ended operations and their histories) and removes each TTL with one write
+        carry a TTL: ended operations and their histories; a claim-next marker keeps its own day's
+        TTL, being no identity) and removes each TTL with one write
         conditional on the TTL it read (an item deleted or changed meanwhile is left alone: the
         write never creates one). Its progress (the page to continue from) is kept on one item of
         the deployment (:data:`keys.FLEET_TENANT`), written conditionally on the pass and the

@@ -74,6 +74,8 @@ SAME_PAYLOAD = "payload_hash = :h"
 APPROVAL_WINDOW_OPEN = "approval_expires_at > :now"
 APPROVAL_WINDOW_CLOSED = "approval_expires_at <= :now"
 NOT_SELF_APPROVAL = "(attribute_not_exists(enqueued_by) OR enqueued_by <> :actor)"
+#: The stored payload is still there: neither erased nor purged (an approval releases bytes).
+PAYLOAD_KEPT = "attribute_not_exists(erased_at) AND attribute_not_exists(payload_purged_at)"
 #: The request token ``:tok`` is not the one the item carries (``#rtok``): not applied yet.
 NOT_THIS_REQUEST = "(attribute_not_exists(#rtok) OR #rtok <> :tok)"
 PURGE_TIME_UNCHANGED = "#pat = :pat"

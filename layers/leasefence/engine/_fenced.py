@@ -35,7 +35,7 @@ from leasefence.schema import (
     SWEEP_SK,
     OperationItem,
 )
-from leasefence.store import ConditionFailed
+from leasefence.store import ConditionFailed, to_item
 from leasefence.validation import (
     MISSING,
     encode_checkpoint,
@@ -140,6 +140,13 @@ class FencedCommands:
             raise InvalidInput(
                 f"a class-A completion needs 1 to {MAX_BUSINESS_WRITES} business writes"
             )
+        own = to_item(self.ctx.key(tenant_id, operation_id))
+        for i, write in enumerate(writes):
+            if _names_item(write, self.ctx.store.table_name, own):
+                raise InvalidInput(
+                    f"business write {i} names the operation's own item, which its completion "
+                    "writes: a class-A business write goes to another item"
+                )
         return self.complete(tenant_id, operation_id, fence, outcome_code, writes)
 
     def fail(
@@ -301,6 +308,20 @@ class FencedCommands:
         if isinstance(error, StaleFence):
             self.ctx.count(Metric.STALE_FENCE_REJECTIONS)
         return error
+
+
+def _names_item(write: Any, table: str, key: dict[str, Any]) -> bool:
+    """Whether a ``TransactWriteItems`` action (``Put``, ``Update``, ``Delete``,
+    ``ConditionCheck``) names the item of ``key`` (wire format) in ``table``."""
+    if not isinstance(write, dict):
+        return False
+    for body in write.values():
+        if not isinstance(body, dict) or body.get("TableName") != table:
+            continue
+        named = body.get("Key") or body.get("Item") or {}
+        if isinstance(named, dict) and all(named.get(k) == v for k, v in key.items()):
+            return True
+    return False
 
 
 def _close_entry(

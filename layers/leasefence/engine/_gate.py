@@ -121,10 +121,11 @@ class ApprovalGate:
         expr.set("approved_at = :now", "updated_at = :now", "#tr = :tr", "#actor = :actor")
         expr.history(history.compact_entry(Transition.APPROVE, expr.values[":now"], actor=actor))
         expr.remove("#spk", "#sat", "approval_expires_at").add("#seq :one")
-        # Still awaiting, on the content the approver saw, in time, by someone else.
+        # Still awaiting, on the content the approver saw and that is still stored, in time, by
+        # someone else.
         condition = (
-            f"{x.IS_AWAITING_APPROVAL} AND {x.SAME_PAYLOAD} AND {x.APPROVAL_WINDOW_OPEN} "
-            f"AND {x.NOT_SELF_APPROVAL}"
+            f"{x.IS_AWAITING_APPROVAL} AND {x.SAME_PAYLOAD} AND {x.PAYLOAD_KEPT} "
+            f"AND {x.APPROVAL_WINDOW_OPEN} AND {x.NOT_SELF_APPROVAL}"
         )
         try:
             item = ctx.store.update_operation(

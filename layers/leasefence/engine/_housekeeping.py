@@ -266,10 +266,13 @@ class Housekeeper:
             started = now
         result.state = "clearing"
         cursor = marker.get("cursor")
+        # Identities and their histories only: a claim-next marker keeps its own day (it is a
+        # pointer for a resend, no identity; kept forever, every one alive at the switch would be).
         page = ctx.store.scan(
-            FilterExpression="attribute_exists(#ttl)",
-            ProjectionExpression="tenant_id, operation_id, #ttl",
-            ExpressionAttributeNames={"#ttl": TTL_ATTRIBUTE},
+            FilterExpression="attribute_exists(#ttl) AND NOT begins_with(#op, :marker)",
+            ProjectionExpression="tenant_id, #op, #ttl",
+            ExpressionAttributeNames={"#ttl": TTL_ATTRIBUTE, "#op": "operation_id"},
+            values={":marker": keys.CLAIM_MARKER_PREFIX},
             Limit=limit,
             start=json.loads(cursor) if cursor else None,
         )

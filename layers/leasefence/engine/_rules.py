@@ -21,6 +21,7 @@ from leasefence.errors import (
     LeaseFenceError,
     NotFound,
     PayloadMismatch,
+    PayloadMissing,
     SelfApproval,
     StaleFence,
 )
@@ -227,6 +228,10 @@ def approval_refusal(current: Item | None, payload_hash: str, actor: str) -> Lea
         return PayloadMismatch(
             "payload_hash is not the operation's: the approval names other content"
         )
+    # By who asks: the enqueuer is refused in every state, a replay of an approval included
+    # (its 200 would read as a self-approval that succeeded).
+    if current.get("enqueued_by") == actor:
+        return SelfApproval("an operation cannot be approved by the identity that enqueued it")
     if current.get("approved_by") is not None:
         return None
     state = current["state"]
@@ -234,8 +239,10 @@ def approval_refusal(current: Item | None, payload_hash: str, actor: str) -> Lea
         return InvalidTransition(
             f"only an operation awaiting approval can be approved (state is {state})"
         )
-    if current.get("enqueued_by") == actor:
-        return SelfApproval("an operation cannot be approved by the identity that enqueued it")
+    if "erased_at" in current or "payload_purged_at" in current:
+        return PayloadMissing(
+            "the payload was erased: there is nothing left to approve (reject or cancel it)"
+        )
     return InvalidTransition("the approval window closed; the operation ends approval_expired")
 
 

@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from leasefence import snapstart
-from leasefence.errors import NotFound, StaleFence, TargetRefused, Unavailable
+from leasefence.errors import (
+    InvalidInput,
+    ItemTooLarge,
+    NotFound,
+    StaleFence,
+    TargetRefused,
+    Unavailable,
+)
 from leasefence.metrics import Metric, MetricSink
 from leasefence.model import Claim, TargetClass
 from leasefence.privacy import keyed_hash
@@ -304,7 +311,9 @@ class Job:
         """Class A: complete together with the business writes, in one transaction.
 
         A throttled or conflicted transaction (nothing committed) is retried with backoff within
-        half the lease; a repeat of a transaction that did commit is recognized as done."""
+        half the lease; a repeat of a transaction that did commit is recognized as done. Writes
+        the store refuses as malformed (or one on the operation's own item) are refused every
+        time: :class:`Permanent`, never a retry."""
         complete_with = getattr(self.backend, "complete_with", None)
         if complete_with is None:
             raise Permanent("class A needs the in-process engine backend (same database)")
@@ -317,4 +326,8 @@ class Job:
             )
         except TargetRefused as refused:
             raise Permanent(f"business guard refused: {refused.message}") from refused
+        except ItemTooLarge:
+            raise  # the operation's item or a business item: as any other handler error
+        except InvalidInput as malformed:
+            raise Permanent(f"business writes refused: {malformed.message}") from malformed
         self.completed = True

@@ -22,11 +22,20 @@ Each claim request carries a claim token. The SDK resends it after a lost answer
 gives up (:class:`~leasefence.errors.Unavailable`), the backend keeps that token and sends it
 with the worker's next claim, so a claim that was made meanwhile is answered again (same fence,
 no attempt spent) instead of being left to lapse.
+
+Every claim and heartbeat is bounded by the lease (issue 34: one lost heartbeat answer waited
+out the SDK's 10 s timeout and its retries, and a 6 s lease lapsed before the next try): each
+try waits at most a third of the lease for its answer, and no try (nor the SDK's backoff) starts
+after the lease the worker holds has run out. A claim counts from the lease asked for (the
+granted one is not known yet); a heartbeat from the end of the lease as last renewed, which the
+backend keeps per claim from the moment it sent the request that granted or renewed it (never
+later than the server's own count).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -63,6 +72,10 @@ class HttpBackend:
         self.tenant_id = tenant_id
         #: Per worker id: the token of a claim request whose answer never came, sent again next.
         self._unanswered: dict[str, str] = {}
+        #: Per claim (operation id, fence): when its lease ends, as far as this worker can count
+        #: on it (:func:`time.monotonic`): the send time of the request that granted or renewed
+        #: it, plus the lease granted. Bounds the next heartbeat.
+        self._lease_ends: dict[tuple[str, int], float] = {}
         self._lock = threading.Lock()
 
     def _claim(self, claim: HttpClaim, worker_id: str, lease_ms: int) -> Claim:
@@ -102,12 +115,15 @@ class HttpBackend:
         with self._lock:
             token = self._unanswered.get(worker_id) or uuid.uuid4().hex
             self._unanswered[worker_id] = token
+        sent = time.monotonic()
         try:
             claim = self.client.claim(
                 worker_id,
                 lease_seconds=lease_seconds,
                 job_types=list(job_types) if job_types is not None else None,
                 claim_token=token,
+                deadline=sent + lease_seconds,
+                try_timeout=lease_seconds / 3,
             )
         except Unavailable:
             raise  # the token stays: the next claim by this worker sends it again
@@ -117,7 +133,19 @@ class HttpBackend:
             raise
         with self._lock:
             self._unanswered.pop(worker_id, None)
-        return None if claim is None else self._claim(claim, worker_id, lease_seconds * 1000)
+        if claim is None:
+            return None
+        granted = self._claim(claim, worker_id, lease_seconds * 1000)
+        self._lease_renewed(granted, sent, granted.lease_ms)
+        return granted
+
+    def _lease_renewed(self, claim: Claim, sent: float, lease_ms: int) -> None:
+        """The claim's lease runs (at least) ``lease_ms`` from ``sent``; leases that ran out are
+        forgotten (a claim given up is closed by no one)."""
+        with self._lock:
+            for key in [k for k, end in self._lease_ends.items() if end <= sent]:
+                del self._lease_ends[key]
+            self._lease_ends[(claim.operation_id, claim.fence)] = sent + lease_ms / 1000
 
     def heartbeat(
         self,
@@ -133,9 +161,23 @@ class HttpBackend:
             kwargs["checkpoint"] = checkpoint
         if intent is not None:
             kwargs["intent"] = intent
-        return _ms(
-            self.client.heartbeat(claim.operation_id, claim.fence, claim.worker_id, **kwargs)
+        sent = time.monotonic()
+        with self._lock:
+            lease_ends = self._lease_ends.get((claim.operation_id, claim.fence))
+        # A claim this backend did not make: its whole lease, from now.
+        deadline = lease_ends if lease_ends is not None else sent + claim.lease_ms / 1000
+        expires = self.client.heartbeat(
+            claim.operation_id,
+            claim.fence,
+            claim.worker_id,
+            deadline=deadline,
+            try_timeout=claim.lease_ms / 3000,
+            **kwargs,
         )
+        # Renewed for the lease asked for, which the server may cut: never counted as longer than
+        # the claim's own.
+        self._lease_renewed(claim, sent, min(lease_ms or claim.lease_ms, claim.lease_ms))
+        return _ms(expires)
 
     def complete(self, claim: Claim, outcome_code: str) -> None:
         self.client.complete(claim.operation_id, claim.fence, outcome_code)

@@ -32,6 +32,7 @@ from leasefence.shadow import (
     api_store,
     shadow_tenant,
 )
+from leasefence.limits import CATALOGUE_CACHE_MS
 from leasefence.worker import EngineBackend, FunctionHandler, Worker
 
 VISIBILITY_MS = 30_000
@@ -460,3 +461,29 @@ def test_heartbeats_run_on_their_own_thread(engine) -> None:
     finally:
         shadow.close()
     assert store.get("r1").state == "succeeded"
+
+
+def test_a_catalogue_refusal_is_a_misconfiguration_named_by_its_code_not_an_outage(engine, clock) -> None:
+    """A strict shadow tenant without the job type refuses every execution: each is counted as
+    misconfigured (named: unknown_job_type), none as a gap, and the breaker stays closed, so
+    the execution after the job type is declared is shadowed at once."""
+    tenant = f"acme-{uuid.uuid4().hex[:6]}"
+    engine.catalogue.set_strict(shadow_tenant(tenant), True)
+    events: dict[str, float] = {}
+    shadow = Shadow(EngineShadowStore(engine, tenant), "refund", operation_id=lambda body: body["refund_id"],
+                    heartbeat_thread=False, events=lambda name, value: events.update({name: events.get(name, 0) + value}))
+    wrapped = shadow.wrap(lambda body: body["refund_id"])
+    assert [wrapped({"refund_id": f"r{i}"}) for i in range(3)] == ["r0", "r1", "r2"]
+    assert (shadow.stats["misconfigured"], shadow.stats["gaps"], shadow.stats["claims"]) == (3, 0, 0)
+    assert list(shadow.misconfigurations) == ["unknown_job_type"]
+    assert events.get("ShadowMisconfigured") == 3 and "ShadowGaps" not in events
+    engine.catalogue.set_strict(shadow_tenant(tenant), False)  # fixed
+    clock.advance(CATALOGUE_CACHE_MS)  # the engine's catalogue cache
+    assert wrapped({"refund_id": "r3"}) == "r3"
+    assert shadow.stats["claims"] == 1 and shadow.stats["gaps"] == 0
+    # An entry for the job type whose attempts contradict the shadow's is a refusal too, named.
+    engine.catalogue.put(shadow_tenant(tenant), "refund", {"target_class": "C"})
+    clock.advance(CATALOGUE_CACHE_MS)
+    assert wrapped({"refund_id": "r4"}) == "r4"
+    assert shadow.stats["misconfigured"] == 4 and shadow.stats["gaps"] == 0
+    assert "contradicts the catalogue" in shadow.misconfigurations["invalid_request"]

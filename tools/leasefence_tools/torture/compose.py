@@ -322,7 +322,13 @@ class ApiClient(LeaseFenceClient):
         self.sent: Counter[tuple[str, str, str]] = Counter()
         self.lock = threading.Lock()
 
-    def _once(self, method: str, path: str, body: Any) -> tuple[int, dict[str, str], bytes]:
+    def _once(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        timeout: float | None = None,  # noqa: ARG002 - in-process: an answer never waits
+    ) -> tuple[int, dict[str, str], bytes]:
         data = None if body is _MISSING else json.dumps(body, separators=(",", ":")).encode()
         request = (method, path, data.decode() if data else "")
         settings, report = self.http.settings, self.http.report
