@@ -87,8 +87,9 @@ def pytest_report_header(config: pytest.Config) -> str:
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The header line even under ``-q`` (which leaves out pytest's header)."""
-    target, reporter = target_of(session.config), session.config.pluginmanager.get_plugin(
-        "terminalreporter"
+    target, reporter = (
+        target_of(session.config),
+        session.config.pluginmanager.get_plugin("terminalreporter"),
     )
     if target is not None and reporter is not None and session.config.option.verbose < 0:
         reporter.write_line(target.header())
