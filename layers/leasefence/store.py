@@ -212,10 +212,10 @@ class Store:
             if isinstance(translated, StoreMisconfigured):
                 translated = self._missing_table()
             if isinstance(translated, ConditionFailed):
-                self._read_back(translated, method, kwargs)
+                self._read_back(translated, kwargs)
             raise translated from error
 
-    def _read_back(self, refused: ConditionFailed, method: str, request: Mapping[str, Any]) -> None:
+    def _read_back(self, refused: ConditionFailed, request: Mapping[str, Any]) -> None:
         """Fill in what a refusal came back without (see the module's text): the refused item,
         and each refused action's item of a transaction, read once, consistently."""
         if refused.reasons is None:
