@@ -117,7 +117,7 @@ def itemless(request, aws, clock):
         create_table(client, spec, ttl=False)
     yield Engine(client=client, spec=spec, clock=clock, rng=random.Random(2))
     if isinstance(client, ItemlessRefusals):
-        assert client.stripped >= 1  # the case went through a refusal without its item
+        assert client.refusals >= 1  # the case went through a refusal (without its item)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.__name__ for c in CASES])

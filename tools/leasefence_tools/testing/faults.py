@@ -218,11 +218,11 @@ class FaultyClient:
 class ItemlessRefusals:
     """A boto3 client proxy for a store without ``ReturnValuesOnConditionCheckFailure`` (as
     dynalite, or a proxy that drops it): a refused conditional write, or a cancelled transaction's
-    refused action, comes back without the item. ``stripped`` counts the refusals it emptied."""
+    refused action, comes back without the item. ``refusals`` counts the refusals it passed on."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
-        self.stripped = 0
+        self.refusals = 0
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self._client, name)
@@ -233,10 +233,14 @@ class ItemlessRefusals:
             try:
                 return target(**kwargs)
             except ClientError as error:
-                refused = error.response.pop("Item", None) is not None
+                error.response.pop("Item", None)
                 for reason in error.response.get("CancellationReasons") or []:
-                    refused = reason.pop("Item", None) is not None or refused
-                self.stripped += refused
+                    reason.pop("Item", None)
+                code = error.response.get("Error", {}).get("Code")
+                self.refusals += code in _REFUSALS
                 raise
 
         return call
+
+
+_REFUSALS = frozenset({"ConditionalCheckFailedException", "TransactionCanceledException"})
