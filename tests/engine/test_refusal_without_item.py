@@ -14,7 +14,7 @@ import random
 import pytest
 
 from leasefence import Engine, PayloadConflict, StaleFence, State
-from leasefence.errors import AlreadyAttempted
+from leasefence.errors import AlreadyAttempted, TargetRefused
 from leasefence.schema import TableSpec, create_table
 from leasefence.store import ConditionFailed
 from leasefence_tools.testing.faults import ItemlessRefusals
@@ -139,3 +139,36 @@ def test_a_refusal_of_an_absent_item_reads_once_and_stays_not_found(aws, clock):
             {":s": "queued"},
         )
     assert refused.value.item is None
+
+
+@pytest.mark.needs("transactions")
+def test_a_cancelled_transaction_without_its_items_gets_the_answers_they_give(aws, clock):
+    """Class A: the refused actions of a cancelled transaction are read back the same way (the
+    operation's item from the operations table, a business item from its own table)."""
+    client = ItemlessRefusals(aws.client())
+    spec = aws.create_tables(TableSpec(table_name=f"itemless-{next(_tables)}", due_shards=1))
+    engine = Engine(client=client, spec=spec, clock=clock, rng=random.Random(2))
+    business = {
+        "TableName": spec.table_name,
+        "Key": {"tenant_id": {"S": "books"}, "operation_id": {"S": "a-1"}},
+    }
+    paid = {
+        "Update": {
+            **business,
+            "UpdateExpression": "SET paid = :t",
+            "ExpressionAttributeValues": {":t": {"BOOL": True}},
+        }
+    }
+    first, second = _taken_over(engine, clock)
+    with pytest.raises(StaleFence) as refused:
+        engine.complete_with(T, "op", first.fence, "done", [paid])
+    assert refused.value.details == {"current_fence": second.fence, "state": "claimed"}
+    done = engine.complete_with(T, "op", second.fence, "done", [paid])
+    assert engine.complete_with(T, "op", second.fence, "done", [paid]) == done  # a replay
+    engine.enqueue(T, "op-2", "refund", H1)
+    held = engine.claim(T, "op-2", "w1", lease_ms=1_000)
+    guarded = {"Update": {**paid["Update"], "ConditionExpression": "attribute_not_exists(paid)"}}
+    with pytest.raises(TargetRefused) as target:
+        engine.complete_with(T, "op-2", held.fence, "done", [guarded])
+    assert target.value.details["write_index"] == 0
+    assert client.refusals == 3
