@@ -9,6 +9,7 @@ them by capability. At the end the tables the run created are deleted (only thos
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pytest
@@ -67,8 +68,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "not applicable on an endpoint that lacks it",
     )
     target = ExternalDynamoDB.from_env()
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if target is not None and worker:  # each pytest-xdist worker under a prefix of its own
+        target.prefix = f"{target.prefix}-{worker}"
     config.stash[TARGET] = target.start() if target is not None else None
     config.stash[TALLY] = Counter()
+    _TALLIES[:] = [config.stash[TALLY]] if target is not None else []
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -107,9 +112,10 @@ def needed(item: pytest.Item) -> list[str]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     target = target_of(config)
     for item in items:
-        lacking = [c for c in needed(item) if target is not None and c in target.lacking]
+        needs = needed(item)
         if target is None:
             continue
+        lacking = [c for c in needs if c in target.lacking]
         if lacking:
             why = ", ".join(f"{c} ({target.lacking[c]})" for c in lacking)
             item.add_marker(pytest.mark.skip(reason=f"{_NOT_APPLICABLE}{target.name} lacks {why}"))
@@ -117,16 +123,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.user_properties.append((_USES, True))
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> None:
-    tally = config.stash.get(TALLY, None)
-    if tally is None or target_of(config) is None:
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Tallied where the reports arrive (the controller, under pytest-xdist), once each."""
+    tally = _TALLIES[0] if _TALLIES else None
+    if tally is None:
         return
     if report.skipped and _NOT_APPLICABLE in str(report.longrepr):
         reason = str(report.longrepr).split(" lacks ", 1)[1]
         tally["not applicable: " + reason.split(" (", 1)[0]] += 1
     elif dict(report.user_properties).get(_USES) and (report.when == "call" or report.failed):
         tally[report.outcome] += 1
+
+
+#: The tally of this process's run on a target (none on the embedded endpoint).
+_TALLIES: list[Counter] = []
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
