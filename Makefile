@@ -31,7 +31,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export CDK_DISABLE_VERSION_CHECK := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install install-python lock run lint collect dynalite test docs dist synth deploy demo bench torture screenshots clean
+.PHONY: install install-python lock run lint collect dynalite test test-dynalite docs dist synth deploy demo bench torture screenshots clean
 
 # Both parts: install-python (.venv: run, lint, demo, ...) and the CDK part (Node.js).
 install: $(STAMP) $(NODE_STAMP) $(WHEELS_STAMP)
@@ -99,6 +99,11 @@ $(DYNALITE_STAMP): $(DYNALITE)/package.json $(DYNALITE)/package-lock.json
 
 test: install lint collect dynalite
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=12
+
+# The engine's tests with dynalite as their DynamoDB (LEASEFENCE_TEST_DYNAMODB_ENDPOINT, any
+# endpoint: tests/support/target.py); what it lacks is named, the result is in docs/reliability.md.
+test-dynalite: install-python dynalite
+	$(BIN)/python -m tests.support.on_dynalite $(BIN)/python -m pytest -q tests/engine $(ARGS)
 
 # The documentation site (mkdocs.yml, docs/) into site/: the generated reference pages first
 # (HTTP API from openapi.json, CLI, construct props), then a strict build (a broken link fails).

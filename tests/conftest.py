@@ -1,4 +1,5 @@
-"""Shared fixtures: one embedded (serialized) AWS endpoint per test session, a fresh table per test."""
+"""Shared fixtures: one AWS endpoint per test session (``aws``: tests/support/target.py), a fresh
+table per test."""
 
 from __future__ import annotations
 
@@ -10,18 +11,13 @@ import pytest
 from leasefence import Engine
 from leasefence.clock import ManualClock
 from leasefence.schema import TableSpec
-from leasefence_tools.local.embedded import EmbeddedAws
 
 #: The local stack's fixtures (``stack``, ``api``, ``sdk``, ...), for every folder that needs them.
-pytest_plugins = ["tests.support.stack"]
+#: ``aws``: the DynamoDB the tests run on (the embedded endpoint, or
+#: LEASEFENCE_TEST_DYNAMODB_ENDPOINT's), and the ``needs`` mark.
+pytest_plugins = ["tests.support.stack", "tests.support.target"]
 
 _tables = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def aws():
-    with EmbeddedAws() as server:
-        yield server
 
 
 @pytest.fixture
@@ -32,8 +28,7 @@ def ddb(aws):
 @pytest.fixture
 def spec(aws):
     spec = TableSpec(table_name=f"ops-{next(_tables)}", due_shards=4, sweep_shards=2)
-    aws.create_tables(spec)
-    return spec
+    return aws.create_tables(spec)
 
 
 @pytest.fixture

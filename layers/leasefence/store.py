@@ -5,6 +5,14 @@ translated in one function, :func:`translate`. A failed condition becomes :class
 carrying the item as it is now (``ReturnValuesOnConditionCheckFailure=ALL_OLD``), so the loser of
 a race learns the current state without a second read.
 
+A DynamoDB-compatible store that ignores ``ReturnValuesOnConditionCheckFailure`` (dynalite, some
+proxies) refuses without the item, which on DynamoDB means "no such item". So a refusal that came
+back without its item is completed by one consistent ``GetItem`` of the refused key
+(:meth:`Store._read_back`): the engine then decides from the item as it is just after the
+refusal, as it would from the ``ALL_OLD`` item (fences only rise and an ended operation stays
+ended, so the later item proves what the refused one did), never answering 404 for an item the
+refusal proved to exist. On DynamoDB it costs a read only when the item is really absent.
+
 The boto3 client is injected, or created lazily on first use: importing this module connects to
 nothing.
 """
@@ -33,7 +41,7 @@ from leasefence.errors import (
     StoreMisconfigured,
     Unavailable,
 )
-from leasefence.schema import OperationItem
+from leasefence.schema import PARTITION_KEY, SORT_KEY, OperationItem
 
 #: An item as the store returns it: attribute name -> plain Python value (numbers as int/float).
 Item = dict[str, Any]
@@ -172,6 +180,15 @@ def translate(error: Exception) -> Exception:
     return error
 
 
+def _refused_key(request: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The key of a refused write (``Key``, or an operation table's key in a put's ``Item``)."""
+    if "Key" in request:
+        return dict(request["Key"])
+    item = request.get("Item") or {}
+    key = {name: item[name] for name in (PARTITION_KEY, SORT_KEY) if name in item}
+    return key if len(key) == 2 else None
+
+
 @dataclass
 class QueryPage:
     items: list[Item]
@@ -217,7 +234,31 @@ class Store:
             translated = translate(error)
             if isinstance(translated, StoreMisconfigured):
                 translated = self._missing_table(_business_tables(kwargs))
+            if isinstance(translated, ConditionFailed):
+                self._read_back(translated, kwargs)
             raise translated from error
+
+    def _read_back(self, refused: ConditionFailed, request: Mapping[str, Any]) -> None:
+        """Fill in what a refusal came back without (see the module's text): the refused item,
+        and each refused action's item of a transaction, read once, consistently."""
+        if refused.reasons is None:
+            if refused.item is None:
+                refused.item = self._current(self.table_name, _refused_key(request))
+            return
+        actions = request.get("TransactItems") or []
+        for i, old in enumerate(refused.reasons):
+            if old == {} and i < len(actions):
+                action = next(iter(actions[i].values()))
+                if "Key" in action or action["TableName"] == self.table_name:
+                    key = _refused_key(action)
+                    refused.reasons[i] = self._current(action["TableName"], key) or {}
+        refused.item = next((o for o in refused.reasons if o is not None), None) or None
+
+    def _current(self, table: str, key: dict[str, Any] | None) -> Item | None:
+        if key is None:
+            return None
+        response = self._call("get_item", TableName=table, Key=key, ConsistentRead=True)
+        return from_item(response.get("Item"))
 
     def _missing_table(self, business: list[str]) -> Exception:
         """What a ``ResourceNotFoundException`` means: DynamoDB answers it for a table that is
@@ -285,10 +326,11 @@ class Store:
             "Key": to_item(key),
             "UpdateExpression": update,
             "ConditionExpression": condition,
-            "ExpressionAttributeNames": names,
             "ReturnValues": returns,
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
+        if names:  # DynamoDB refuses an empty map (moto accepts it)
+            kwargs["ExpressionAttributeNames"] = names
         if values:
             kwargs["ExpressionAttributeValues"] = {k: to_attr(v) for k, v in values.items()}
         response = self._call("update_item", **kwargs)

@@ -37,14 +37,6 @@ def _drain(engine, worker_id):
     return claims
 
 
-@pytest.fixture(scope="module")
-def own_endpoint():
-    """An endpoint of its own in a child process: the 16 client threads do not share an
-    interpreter lock with the server, and no other test's tables share its backend."""
-    with EmbeddedAws(process=True) as server:
-        yield server
-
-
 def test_sixteen_claimers_over_five_hundred_operations(own_endpoint, clock):
     aws = own_endpoint
     spec = aws.create_tables(TableSpec(table_name="claimers", due_shards=4, sweep_shards=2))
@@ -86,6 +78,7 @@ def test_sixteen_claimers_over_five_hundred_operations(own_endpoint, clock):
     assert {(o.state, o.fence, o.outcome_code) for o in final} == {(State.SUCCEEDED, 2, "by-fence-2")}
 
 
+@pytest.mark.needs("embedded")  # the embedded endpoint's own atomicity
 def test_embedded_endpoint_gives_one_winner_per_conditional_update_on_large_items():
     """The property the design notes found missing in plain moto: 16 threads racing one
     conditional update on each of 100 items with a few KB nested attribute, exactly one winner."""

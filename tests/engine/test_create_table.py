@@ -71,10 +71,11 @@ class CreatingFirst:
         return self._client.describe_time_to_live(TableName=TableName)
 
 
-def test_create_table_waits_for_active_before_it_enables_ttl(ddb, monkeypatch):
+@pytest.mark.needs("ttl", "streams")
+def test_create_table_waits_for_active_before_it_enables_ttl(ddb, monkeypatch, table_named):
     monkeypatch.setattr("leasefence.schema.ACTIVE_POLL_S", 0.01)
     stub = CreatingFirst(ddb, creating_for=3)
-    spec = _spec()
+    spec = table_named(_spec())
     table = create_table(stub, spec, stream=True)
     assert table["TableStatus"] == "ACTIVE"
     assert stub.calls.count("DescribeTable") == 4  # three CREATING answers, then ACTIVE
@@ -83,17 +84,18 @@ def test_create_table_waits_for_active_before_it_enables_ttl(ddb, monkeypatch):
     assert (ttl["TimeToLiveStatus"], ttl["AttributeName"]) == ("ENABLED", TTL_ATTRIBUTE)
 
 
-def test_create_table_gives_up_with_the_status_it_saw(ddb, monkeypatch):
+def test_create_table_gives_up_with_the_status_it_saw(ddb, monkeypatch, table_named):
     monkeypatch.setattr("leasefence.schema.ACTIVE_POLL_S", 0.01)
     stub = CreatingFirst(ddb, creating_for=10_000)
-    spec = _spec()
+    spec = table_named(_spec())
     with pytest.raises(TableNotReady, match=rf"table {spec.table_name} is still CREATING after 0.1 s"):
         create_table(stub, spec, timeout_s=0.1)
     assert "UpdateTimeToLive" not in stub.calls
 
 
-def test_an_existing_table_without_ttl_gets_it(ddb):
-    spec = _spec()
+@pytest.mark.needs("ttl")
+def test_an_existing_table_without_ttl_gets_it(ddb, table_named):
+    spec = table_named(_spec())
     ddb.create_table(**create_table_request(spec))  # as a table made elsewhere, TTL off
     assert ddb.describe_time_to_live(TableName=spec.table_name)["TimeToLiveDescription"][
         "TimeToLiveStatus"
@@ -107,8 +109,9 @@ def test_an_existing_table_without_ttl_gets_it(ddb):
     ] == TTL_ATTRIBUTE
 
 
-def test_an_existing_table_with_ttl_on_another_attribute_is_refused_by_name(ddb):
-    spec = _spec()
+@pytest.mark.needs("ttl")
+def test_an_existing_table_with_ttl_on_another_attribute_is_refused_by_name(ddb, table_named):
+    spec = table_named(_spec())
     ddb.create_table(**create_table_request(spec))
     ddb.update_time_to_live(
         TableName=spec.table_name,
@@ -121,8 +124,9 @@ def test_an_existing_table_with_ttl_on_another_attribute_is_refused_by_name(ddb)
     ] == "gone_at"  # an operator's decision: left as it was
 
 
-def test_an_existing_table_without_a_stream_gets_one(ddb):
-    spec = _spec()
+@pytest.mark.needs("streams")
+def test_an_existing_table_without_a_stream_gets_one(ddb, table_named):
+    spec = table_named(_spec())
     ddb.create_table(**create_table_request(spec))
     assert "LatestStreamArn" not in ddb.describe_table(TableName=spec.table_name)["Table"]
     table = create_table(ddb, spec, stream=True)

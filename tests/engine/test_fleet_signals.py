@@ -40,7 +40,7 @@ class Recording:
 def fleet(aws, ddb, clock):
     """An engine over a table with one due shard (two requests per tenant and job type)."""
     spec = TableSpec(table_name=f"fleet-{next(_tables)}", due_shards=1, sweep_shards=2)
-    aws.create_tables(spec)
+    spec = aws.create_tables(spec)
     recording = Recording(ddb)
     return Engine(client=recording, spec=spec, clock=clock, rng=random.Random(11)), recording
 

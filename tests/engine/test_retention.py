@@ -34,6 +34,10 @@ class Context:
         return 600_000
 
 
+#: The embedded endpoint's clock and its TTL deletion (a day after the TTL time, at most).
+pytestmark = pytest.mark.needs("embedded")
+
+
 @pytest.fixture(scope="module")
 def ttl_aws():
     """DynamoDB's TTL: an expired item is deleted within a day of its TTL (never before)."""

@@ -26,7 +26,6 @@ from leasefence import (
 )
 from leasefence.errors import PayloadMismatch, SelfApproval
 from leasefence.clock import ManualClock
-from leasefence_tools.local.embedded import EmbeddedAws
 from leasefence.schema import TableSpec
 
 HASHES = ["sha256:" + "a" * 64, "sha256:" + "b" * 64]
@@ -73,7 +72,7 @@ class LeaseFenceMachine(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         spec = TableSpec(table_name=f"sm-{next(_tables)}", due_shards=2, sweep_shards=2)
-        self.aws.create_tables(spec)
+        spec = self.aws.create_tables(spec)
         self.clock = ManualClock()
         self.engine = Engine(client=self.aws.client(), spec=spec, clock=self.clock, rng=random.Random(0))
         self.model: dict[tuple[str, str], ModelOp] = {}
@@ -342,14 +341,6 @@ class LeaseFenceMachine(RuleBasedStateMachine):
                 assert stored.lease_expires_at == op.lease_expires_at
             assert stored.fence >= self.max_fence_seen.get(key, 0), "a fence went down"
             self.max_fence_seen[key] = stored.fence
-
-
-@pytest.fixture(scope="module")
-def own_endpoint():
-    """An endpoint of its own in a child process: thousands of requests, with no tables of other
-    tests to share it with and no interpreter lock to share with the client."""
-    with EmbeddedAws(process=True) as server:
-        yield server
 
 
 def test_engine_matches_reference_model(own_endpoint):

@@ -7,7 +7,10 @@ entry here (``_register(operation_id)``). The request and response schemas come 
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any, NamedTuple
+
+from pydantic import TypeAdapter
 
 from leasefence.api import models
 from leasefence.api.app import JSON
@@ -327,3 +330,42 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
         tag="console",
     ),
 }
+
+
+# ------------------------------------------------------------------------------- no-store
+
+#: Fields that hold the customer's data: a route whose answer's schema has one (at any depth), or
+#: admits any JSON value (the payload itself), is answered with ``Cache-Control: no-store``.
+CUSTOMER_FIELDS = frozenset({"payload", "outcome", "outcome_code", "intent", "checkpoint"})
+NO_STORE = "no-store"
+NO_STORE_HEADER = {
+    "Cache-Control": {
+        "description": "no-store: the answer carries customer data (a payload, an outcome, an "
+        "intent or a checkpoint); no shared cache or browser may keep it",
+        "schema": {"type": "string", "enum": [NO_STORE]},
+    }
+}
+
+
+@cache
+def no_store(operation_id: str) -> bool:
+    """Whether the route's successful answers carry customer data, read from their models."""
+    doc = ROUTE_DOCS.get(operation_id)
+    if doc is None:
+        return False
+    for status, response in doc.responses.items():
+        for media in (response.get("content") or {}).values() if 200 <= status < 300 else ():
+            schema = TypeAdapter(media["model"]).json_schema() if "model" in media else media
+            if media.get("schema") == {} or CUSTOMER_FIELDS & _property_names(schema):
+                return True
+    return False
+
+
+def _property_names(schema: Any) -> set[str]:
+    """Every property name a JSON schema declares, its ``$defs`` included."""
+    if isinstance(schema, list):
+        return set().union(*(_property_names(s) for s in schema))
+    if not isinstance(schema, dict):
+        return set()
+    own = set(schema["properties"]) if isinstance(schema.get("properties"), dict) else set()
+    return own.union(*(_property_names(v) for v in schema.values()))

@@ -21,7 +21,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from leasefence import listing, resources
 from leasefence.api import models
-from leasefence.api._docs import ROUTE_DOCS
+from leasefence.api._docs import NO_STORE_HEADER, ROUTE_DOCS, no_store
 from leasefence.api.app import JSON, strict_json_loads
 from leasefence.api.errors import Forbidden
 from leasefence.api.security import APPROVE, Caller, route
@@ -53,6 +53,12 @@ def register_on(app: APIGatewayHttpResolver, operation_id: str) -> Any:
     with what the document says of it (:data:`~leasefence.api._docs.ROUTE_DOCS`)."""
     doc = ROUTE_DOCS[operation_id]
     spec = route(operation_id)
+    responses = doc.responses
+    if no_store(operation_id):  # the document states the header on the successful answers
+        responses = {
+            status: {**answer, "headers": NO_STORE_HEADER} if 200 <= status < 300 else answer
+            for status, answer in responses.items()
+        }
     # One alternative per scope that opens the route (OpenAPI: any one of them suffices).
     security = [{"bearerAuth": [scope]} for scope in spec.scopes] or None
     return app.route(
@@ -61,7 +67,7 @@ def register_on(app: APIGatewayHttpResolver, operation_id: str) -> Any:
         summary=doc.summary,
         description=doc.description,
         operation_id=operation_id,
-        responses=doc.responses,
+        responses=responses,
         security=security,
         tags=[
             doc.tag

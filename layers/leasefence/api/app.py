@@ -126,6 +126,16 @@ def _refuse_method(method: str, path: str) -> None:
         raise MethodNotAllowed(method.upper(), allow)
 
 
+def _cache_control(operation_id: str, result: dict[str, Any]) -> None:
+    """``Cache-Control: no-store`` on every answer of a route whose answers carry customer data
+    (:func:`leasefence.api._docs.no_store`, read from the response models: the routes are
+    imported by now)."""
+    from leasefence.api._docs import NO_STORE, no_store
+
+    if no_store(operation_id):
+        result.setdefault("headers", {})["Cache-Control"] = NO_STORE
+
+
 def handle(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     """The API's Lambda entry (the function module adds the Powertools decorators)."""
     started = time.perf_counter()
@@ -175,6 +185,8 @@ def handle(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         if app is not None:
             app.clear_context()
         result = errors.to_proxy_result(exc)
+    if spec is not None and app is not None:
+        _cache_control(spec.operation_id, result)
     logger.info(
         "request",
         extra={

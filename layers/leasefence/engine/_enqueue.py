@@ -23,6 +23,7 @@ from leasefence.errors import (
     InvalidInput,
     PayloadConflict,
     TooManyJobTypes,
+    Unavailable,
 )
 from leasefence.limits import (
     MAX_ATTEMPTS,
@@ -191,8 +192,8 @@ class Enqueuer:
             ctx.store.put_new(item, x.IS_NEW, x.OPERATION_ID)
         except ConditionFailed as refused:
             existing = refused.operation
-            if existing is None:  # pragma: no cover - a refused put-if-absent always has an item
-                raise
+            if existing is None:  # refused for an item gone by the store's read-back: retry
+                raise Unavailable("the operation changed while this enqueue ran, retry") from None
             if existing["payload_hash"] == payload_hash:
                 ctx.count(Metric.REPLAYS)
                 return EnqueueResult(Operation.from_item(existing), created=False)

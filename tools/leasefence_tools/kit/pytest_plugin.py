@@ -5,7 +5,9 @@ pytest is enough; nothing to import in a conftest. Imports nothing heavy until a
 
 Fixtures (all names start with ``leasefence_``):
 
-- ``leasefence_aws`` (session): the embedded DynamoDB/S3 endpoint (no AWS, no Docker).
+- ``leasefence_aws`` (session): the embedded DynamoDB/S3 endpoint (no AWS, no Docker), or the
+  DynamoDB ``LEASEFENCE_TEST_DYNAMODB_ENDPOINT`` names (a URL, or ``aws``; its tables under a
+  prefix, deleted at the end; S3 stays embedded).
 - ``leasefence_clock``: a manual clock (ms); ``leasefence_engine``: an engine on it, over a
   fresh operations table.
 - ``leasefence_idempotent_api``, ``leasefence_gateway``: the class C and D fakes.
@@ -30,10 +32,13 @@ import pytest
 
 @pytest.fixture(scope="session")
 def leasefence_aws() -> Iterator[Any]:
-    from leasefence_tools.local.embedded import EmbeddedAws
+    from leasefence_tools.kit.verify import endpoint
 
-    with EmbeddedAws(fidelity=False) as aws:
+    aws = endpoint()
+    try:
         yield aws
+    finally:
+        aws.stop()
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from leasefence.engine import Engine
 from leasefence.errors import NotFound
 from leasefence.model import EnqueueResult, State, TargetClass
 from leasefence.payloads import canonicalize
-from leasefence.schema import TableSpec, create_table
+from leasefence.schema import TableSpec
 from leasefence.worker import EngineBackend, Handler, Job, Reconciled, Worker
 from leasefence_tools.kit.evidence import Action, Execution, TargetLog
 from leasefence_tools.testing.faults import FaultyClient
@@ -136,12 +136,13 @@ class Rig:
         #: Suffix of this rig's tenants: runs on one endpoint never share target items.
         self.run_id = uuid.uuid4().hex[:8]
         self.raw = aws.client()
-        self.spec = TableSpec(
-            table_name=f"verify-ops-{next(_tables)}-{uuid.uuid4().hex[:8]}",
-            due_shards=2,
-            sweep_shards=1,
+        self.spec = aws.create_tables(  # on another DynamoDB: under its run's prefix
+            TableSpec(
+                table_name=f"verify-ops-{next(_tables)}-{uuid.uuid4().hex[:8]}",
+                due_shards=2,
+                sweep_shards=1,
+            )
         )
-        create_table(self.raw, self.spec)
         self.clock = ManualClock()
         #: Reads, sweeps and operator actions of the checks: never recorded, never faulted.
         self.observer = Engine(client=self.raw, spec=self.spec, clock=self.clock)

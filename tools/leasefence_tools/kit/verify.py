@@ -26,6 +26,7 @@ from leasefence.worker import Handler
 from leasefence_tools.kit.checks import CHECKS, Check, check_named
 from leasefence_tools.kit.report import ActionRecord, CheckResult, VerifyReport
 from leasefence_tools.kit.rig import DEFAULT_LEASE_MS, Fixture, Rig, load_handlers
+from leasefence_tools.local.capabilities import TRANSACTIONS
 
 
 class SetupError(Exception):
@@ -104,8 +105,9 @@ def verify(
 ) -> VerifyReport:
     """Run the checks (all, or those named) against one job type's handler.
 
-    ``aws``: a running :class:`~leasefence_tools.local.embedded.EmbeddedAws` to use (default: one is
-    started and stopped here). Raises :class:`SetupError` when something cannot be loaded."""
+    ``aws``: a running :class:`~leasefence_tools.local.embedded.EmbeddedAws` to use (default: the
+    DynamoDB ``LEASEFENCE_TEST_DYNAMODB_ENDPOINT`` names, else an embedded endpoint, started and
+    stopped here; class A needs transactions there). Raises :class:`SetupError` when something cannot be loaded."""
     started = time.monotonic()
     mapping = load_object(handlers, "HANDLERS") if isinstance(handlers, str) else handlers
     if not isinstance(mapping, Mapping):
@@ -121,10 +123,13 @@ def verify(
     selected = [check_named(n) for n in checks] if checks is not None else list(CHECKS)
     own = aws is None
     if own:
-        from leasefence_tools.local.embedded import EmbeddedAws
-
-        aws = EmbeddedAws(fidelity=False).start()
+        aws = endpoint()
     try:
+        if target is TargetClass.A and TRANSACTIONS in getattr(aws, "lacking", {}):
+            raise SetupError(
+                f"class A commits in a transaction: the DynamoDB endpoint {aws.name} lacks "
+                f"{TRANSACTIONS} ({aws.lacking[TRANSACTIONS]})"
+            )
         try:
             rig = Rig(aws, handler, job_type, target, build, lease_ms=lease_ms)
         except Exception as error:
@@ -143,6 +148,23 @@ def verify(
         checks=results,
         seconds=round(time.monotonic() - started, 3),
     )
+
+
+def endpoint() -> Any:
+    """The DynamoDB to verify on: the one ``LEASEFENCE_TEST_DYNAMODB_ENDPOINT`` names, probed
+    (:mod:`leasefence_tools.local.external`; its tables under a prefix, deleted after), else an
+    embedded endpoint."""
+    from leasefence_tools.local.capabilities import UnsuitableEndpoint
+    from leasefence_tools.local.embedded import EmbeddedAws
+    from leasefence_tools.local.external import ExternalDynamoDB
+
+    external = ExternalDynamoDB.from_env()
+    if external is None:
+        return EmbeddedAws(fidelity=False).start()
+    try:
+        return external.start()
+    except UnsuitableEndpoint as error:
+        raise SetupError(str(error)) from error
 
 
 def main(

@@ -12,8 +12,10 @@ The capabilities, by the names the messages use:
   with per-action ``CancellationReasons`` that carry the item (``ALL_OLD``). Class-A completions
   commit in one; required.
 * ``ReturnValuesOnConditionCheckFailure``: a refused conditional write returns the item as it is.
-  Every refusal (replay, conflict, lost ownership) is decided from that item, never from a later
-  read that could be stale; required.
+  Every refusal (replay, conflict, lost ownership) is decided from that item. Without it the store
+  reads the refused item back once, consistently (:mod:`leasefence.store`: one more read per
+  refusal, the engine's answers unchanged, as ``make test-dynalite`` shows); a local stack still
+  requires it.
 * ``TTL`` (``UpdateTimeToLive``/``DescribeTimeToLive``): ended operations are deleted after
   their identity retention. Without it they stay; the service is otherwise unchanged.
 * ``Streams`` (a table's stream and the DynamoDB Streams API): what the stream worker and the

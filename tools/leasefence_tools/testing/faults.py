@@ -213,3 +213,34 @@ class FaultyClient:
         # A single-item operation is throttled with its own error code (botocore would retry it).
         code = "ProvisionedThroughputExceededException" if provisioned else "ThrottlingException"
         return ClientError({"Error": {"Code": code, "Message": "injected throttle"}}, name)
+
+
+class ItemlessRefusals:
+    """A boto3 client proxy for a store without ``ReturnValuesOnConditionCheckFailure`` (as
+    dynalite, or a proxy that drops it): a refused conditional write, or a cancelled transaction's
+    refused action, comes back without the item. ``refusals`` counts the refusals it passed on."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.refusals = 0
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._client, name)
+        if not callable(target) or name.startswith("_") or name in ("exceptions", "meta"):
+            return target
+
+        def call(**kwargs: Any) -> Any:
+            try:
+                return target(**kwargs)
+            except ClientError as error:
+                error.response.pop("Item", None)
+                for reason in error.response.get("CancellationReasons") or []:
+                    reason.pop("Item", None)
+                code = error.response.get("Error", {}).get("Code")
+                self.refusals += code in _REFUSALS
+                raise
+
+        return call
+
+
+_REFUSALS = frozenset({"ConditionalCheckFailedException", "TransactionCanceledException"})
