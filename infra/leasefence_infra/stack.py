@@ -238,27 +238,23 @@ class LeaseFenceStack(Stack):
             value=service.payload_bucket.bucket_name,
             description="payload bucket",
         )
-        if service.alarm_topic is not None:
-            CfnOutput(
-                self,
+        # The optional parts' outputs, where the parts exist (alarms, dashboard, events).
+        topic, dashboard, bus = service.alarm_topic, service.dashboard, service.event_bus
+        for name, value, description in (
+            (
                 "AlarmTopicArn",
-                value=service.alarm_topic.topic_arn,
-                description="SNS topic of the alarms (subscribe to it)",
-            )
-        if service.dashboard is not None:
-            CfnOutput(
-                self,
-                "DashboardName",
-                value=service.dashboard.dashboard_name,
-                description="CloudWatch dashboard",
-            )
-        if service.event_bus is not None:
-            CfnOutput(
-                self,
+                topic and topic.topic_arn,
+                "SNS topic of the alarms (subscribe to it)",
+            ),
+            ("DashboardName", dashboard and dashboard.dashboard_name, "CloudWatch dashboard"),
+            (
                 "EventBusName",
-                value=service.event_bus.event_bus_name,
-                description="EventBridge bus of the outcome events (add your rules to it)",
-            )
+                bus and bus.event_bus_name,
+                "EventBridge bus of the outcome events (add your rules to it)",
+            ),
+        ):
+            if value is not None:
+                CfnOutput(self, name, value=value, description=description)
         CfnOutput(
             self,
             "PublisherFailuresBucketName",

@@ -378,3 +378,22 @@ def test_the_bench_payload_is_incompressible_and_repeatable() -> None:
         [sys.executable, "-c", "from leasefence_tools.bench import payload; print(payload.canonical().hex())"],
         capture_output=True, text=True, check=True, timeout=60).stdout.strip()
     assert bytes.fromhex(other) == body
+
+
+def test_the_readme_table_is_the_renderers_with_the_command_beside_it() -> None:
+    """No report is committed: the README's rows must be the renderer's rows (every cell but the
+    figures, which a bench run gives), and the command that prints them is named beside them."""
+    import re
+
+    from leasefence_tools.bench import comparison_table
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Compared with the alternatives", 1)[1].split("\n## ", 1)[0]
+    assert "leasefence bench --readme-table bench-report.json" in section
+    rendered = comparison_table.render(allin.comparison(_profiles_measured(), 2.0, Assumptions(volume=10 * M)))
+
+    def shape(text: str) -> list[str]:
+        rows = [line for line in text.splitlines() if line.startswith("| ")]
+        return [re.sub(r"\$[\d,]+\.\d\d", "$", row) for row in rows]
+
+    assert shape(section) == shape(rendered)
