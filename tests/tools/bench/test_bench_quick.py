@@ -80,9 +80,11 @@ def test_quick_bench_reports_every_figure(tmp_path):
         profile = all_in["profiles"][name]
         assert profile["total"] > lines[name]["dynamodb_writes"]
         assert sum(profile["lines"].values()) == pytest.approx(profile["total"], abs=0.02)
-        for line in ("dynamodb_backup_pitr", "lambda_duration",
-                     "logs_ingestion", "eventbridge_events"):
+        for line in ("dynamodb_backup_pitr", "lambda_duration", "logs_ingestion"):
             assert profile["lines"][line] > 0, (name, line)
+        # Outcome events are off by default (the construct's): priced as an option instead.
+        assert profile["lines"]["eventbridge_events"] == 0, name
+        assert all_in["options"]["events"]["usd_per_million"][name] > 0, name
         assert profile["lines"]["s3_requests"] == 0 and profile["lines"]["s3_storage"] == 0, name
         # The history is in the operation's item, written by each transition's own write.
         assert profile["lines"]["dynamodb_writes_history"] == 0, name
