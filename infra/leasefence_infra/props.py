@@ -15,10 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from aws_cdk import Duration, RemovalPolicy, Token
+from aws_cdk import Duration, RemovalPolicy, Token, aws_events
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_dynamodb as dynamodb
-from aws_cdk import aws_events as events
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -178,10 +177,16 @@ class LeaseFenceServiceProps:
     it does not list, and entries removed from the prop, are left alone)."""
 
     # ------------------------------------------------------------------ events
-    event_bus: events.IEventBus | None = None
-    """Bring your own EventBridge bus for the outcome events (the publisher may only
-    `events:PutEvents` on it; a bus under a customer-managed key also needs that key granted to
-    `publisher_function`); default: the service creates one."""
+    events: bool = False
+    """Publish an outcome event to EventBridge for each transition an upstream service cares
+    about (one custom event per lifecycle: $1.00 per million). Default off: the publisher still
+    keeps and compacts each operation's history, publishes nothing, and no bus is created or
+    granted (your services learn an outcome by reading the operation). `True`: the service
+    creates a bus unless you bring `event_bus`."""
+    event_bus: aws_events.IEventBus | None = None
+    """Bring your own EventBridge bus for the outcome events (needs `events=True`; the publisher
+    may only `events:PutEvents` on it; a bus under a customer-managed key also needs that key
+    granted to `publisher_function`); default with `events=True`: the service creates one."""
 
     # ------------------------------------------------------------------ API
     throttling_rate_limit: float = 100
@@ -202,9 +207,18 @@ class LeaseFenceServiceProps:
     the leasefence scopes; with the created user pool the groups grant them)."""
 
     # ------------------------------------------------------------------ operations
+    alarms: bool = True
+    """The alarms (about 30 at $0.10 a month each) and their SNS topic. Default on. `False`: no
+    alarm and no topic (`alarm_topic` and `dashboard` need them); nobody is told of an operation
+    left `unknown`, due work nobody claims, a stream that falls behind or a failing function, and
+    the go/no-go report names the missing alert route."""
+    dashboard: bool = False
+    """The CloudWatch dashboard: the alarms' states and a graph of every metric ($3 a month
+    beyond an account's three free dashboards). Default off (opt in; needs `alarms`): the metrics
+    and the alarms are the same without it."""
     alarm_topic: sns.ITopic | None = None
-    """Bring your own SNS topic for every alarm (its policy, and its key's, must let
-    `cloudwatch.amazonaws.com` publish); default: an encrypted topic the service creates."""
+    """Bring your own SNS topic for every alarm (needs `alarms`; its policy, and its key's, must
+    let `cloudwatch.amazonaws.com` publish); default: an encrypted topic the service creates."""
     oldest_unknown_alarm_age: Duration = Duration.hours(1)
     """`OldestUnknown` alarm: an operation waited in state unknown this long."""
     oldest_due_alarm_age: Duration = Duration.minutes(15)
@@ -486,11 +500,25 @@ class LeaseFenceServiceProps:
         _int_in(self, "throttling_burst_limit", 1, None)
 
     def _check_operations(self) -> None:
+        for name in ("events", "alarms", "dashboard"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False")
         if self.alarm_topic is not None:
             _require(self.alarm_topic, "topic_arn", "alarm_topic", "an aws_sns.ITopic")
+            if not self.alarms:
+                raise ValueError(
+                    "alarm_topic needs alarms=True (the alarms are what publish to it)"
+                )
             refuse_unusable_topic(self.alarm_topic)
+        if self.dashboard and not self.alarms:
+            raise ValueError("dashboard needs alarms=True (it shows the alarms' states)")
         if self.event_bus is not None:
             _require(self.event_bus, "event_bus_arn", "event_bus", "an aws_events.IEventBus")
+            if not self.events:
+                raise ValueError(
+                    "event_bus needs events=True (outcome events are off by default: "
+                    "LeaseFenceServiceProps.events)"
+                )
         for name in (
             "oldest_unknown_alarm_age",
             "oldest_due_alarm_age",

@@ -18,6 +18,10 @@ A function rather than EventBridge Pipes: the detail-type depends on both images
 compaction needs a conditional write, and one reader of the stream does both (DynamoDB Streams
 serves two readers per shard without throttling: this one and the worker's), in the order of
 each operation's writes.
+
+Outcome events are optional (``events``, off by default): without them no bus is created or
+granted and ``LEASEFENCE_EVENT_BUS`` is not set, so the function keeps and compacts the history
+and publishes nothing (:class:`leasefence.streams.publisher.Publisher` with no bus).
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ PUBLISHER_MEMORY_MB = 256
 
 class Publisher(Construct):
     """``Function`` (its own role), its stream ``Mapping`` and on-failure bucket
-    ``FailedBatches``, and the ``Bus`` unless one is brought (``event_bus``)."""
+    ``FailedBatches``; with ``events``, the ``Bus`` unless one is brought (``event_bus``)."""
 
     def __init__(
         self,
@@ -61,15 +65,18 @@ class Publisher(Construct):
         runtime: FunctionRuntime,
         storage: Storage,
         environment: Mapping[str, str],
+        events_on: bool,
         event_bus: events.IEventBus | None,
         access_logs: s3.IBucket | None = None,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
         super().__init__(scope, construct_id)
-        #: Where outcome events go (created, or the one you brought).
-        self.event_bus: events.IEventBus = event_bus or events.EventBus(
-            self, "Bus", description="leasefence outcome events (source leasefence)"
-        )
+        #: Where outcome events go (created, or the one you brought); None: no events.
+        self.event_bus: events.IEventBus | None = None
+        if events_on:
+            self.event_bus = event_bus or events.EventBus(
+                self, "Bus", description="leasefence outcome events (source leasefence)"
+            )
         self.mapping = mappings.publisher()
         #: The mapping's on-failure destination: batches given up on, kept whole until redriven.
         self.failure_bucket = stream_failure_bucket(
@@ -87,7 +94,10 @@ class Publisher(Construct):
             handler=PUBLISHER_HANDLER,
             description="leasefence publisher: history and outcome events from the table's stream",
             # An ARN reaches a bus in another account too (PutEvents takes a name or an ARN).
-            environment={**environment, PUBLISHER_ENV[0]: self.event_bus.event_bus_arn},
+            environment={
+                **environment,
+                **({PUBLISHER_ENV[0]: self.event_bus.event_bus_arn} if self.event_bus else {}),
+            },
             memory_mb=PUBLISHER_MEMORY_MB,
             timeout=PUBLISHER_TIMEOUT,
         )
@@ -95,7 +105,8 @@ class Publisher(Construct):
         storage.grant_table(
             role, PUBLISHER_TABLE_ACTIONS, [storage.table.table_arn], sid="HistoryItems"
         )
-        self.event_bus.grant_put_events_to(role)
+        if self.event_bus is not None:
+            self.event_bus.grant_put_events_to(role)
         storage.log_hash_key.grant_read(role)
         storage.grant_table_key(role)
         self.event_source_mapping = subscribe(

@@ -270,34 +270,19 @@ class LeaseFenceService(Construct, ServiceAccess):
             runtime=runtime,
             storage=self.storage,
             environment=environment,
+            events_on=props.events,
             event_bus=props.event_bus,
             access_logs=props.server_access_logs_bucket,
             removal_policy=props.removal_policy,
         )
-        self.monitoring = Monitoring(
-            self,
-            "Monitoring",
-            metrics_namespace=self.metrics_namespace,
-            topic=props.alarm_topic,
-            service_key=self.storage.encryption_key,
-            table=self.storage.table,
-            api=self.api,
-            sweeper=self.sweeper,
-            worker=self.worker,
-            dispatch=self.dispatch,
-            publisher=self.publisher,
-            oldest_unknown_alarm_age=props.oldest_unknown_alarm_age,
-            oldest_due_alarm_age=props.oldest_due_alarm_age,
-            quarantine_alarm_threshold=props.quarantine_alarm_threshold,
-            takeover_alarm_percent=props.takeover_alarm_percent,
-            stale_fence_alarm_threshold=props.stale_fence_alarm_threshold,
-            api_5xx_alarm_threshold=props.api_5xx_alarm_threshold,
-            stream_iterator_age_alarm_age=props.stream_iterator_age_alarm_age,
-        )
-        # The go/no-go report names the alarm topic as the alert route of every job type.
-        self.api.function.function.add_environment(
-            "LEASEFENCE_ALARM_TOPIC", self.monitoring.topic.topic_arn
-        )
+        #: The alarms, their topic and the dashboard (``alarms``, ``dashboard``); None: no alarms.
+        self.monitoring: Monitoring | None = None
+        if props.alarms:
+            self.monitoring = self._monitoring(props)
+            # The go/no-go report names the alarm topic as the alert route of every job type.
+            self.api.function.function.add_environment(
+                "LEASEFENCE_ALARM_TOPIC", self.monitoring.topic.topic_arn
+            )
         self.catalogue: InitialCatalogue | None = None
         if props.job_types:
             self.catalogue = InitialCatalogue(
@@ -321,6 +306,29 @@ class LeaseFenceService(Construct, ServiceAccess):
         ):
             if construct is not None:
                 Tags.of(construct).add(COMPONENT_TAG, component)
+
+    def _monitoring(self, props: LeaseFenceServiceProps) -> Monitoring:
+        return Monitoring(
+            self,
+            "Monitoring",
+            metrics_namespace=self.metrics_namespace,
+            topic=props.alarm_topic,
+            service_key=self.storage.encryption_key,
+            table=self.storage.table,
+            api=self.api,
+            sweeper=self.sweeper,
+            worker=self.worker,
+            dispatch=self.dispatch,
+            publisher=self.publisher,
+            oldest_unknown_alarm_age=props.oldest_unknown_alarm_age,
+            oldest_due_alarm_age=props.oldest_due_alarm_age,
+            quarantine_alarm_threshold=props.quarantine_alarm_threshold,
+            takeover_alarm_percent=props.takeover_alarm_percent,
+            stale_fence_alarm_threshold=props.stale_fence_alarm_threshold,
+            api_5xx_alarm_threshold=props.api_5xx_alarm_threshold,
+            stream_iterator_age_alarm_age=props.stream_iterator_age_alarm_age,
+            dashboard=props.dashboard,
+        )
 
     def _console_sign_in(self, props: LeaseFenceServiceProps) -> dict[str, str]:
         """How the console signs people in (``leasefence.console``): OpenID Connect with PKCE
@@ -391,13 +399,15 @@ class LeaseFenceService(Construct, ServiceAccess):
         return self.api.url
 
     @property
-    def alarm_topic(self) -> sns.ITopic:
-        """Every alarm publishes here (created, or the one you brought): subscribe to it."""
-        return self.monitoring.topic
+    def alarm_topic(self) -> sns.ITopic | None:
+        """Every alarm publishes here (created, or the one you brought): subscribe to it. None
+        with ``alarms=False``."""
+        return self.monitoring.topic if self.monitoring is not None else None
 
     @property
-    def dashboard(self) -> cw.Dashboard:
-        return self.monitoring.dashboard
+    def dashboard(self) -> cw.Dashboard | None:
+        """The dashboard (``dashboard=True``), else None."""
+        return self.monitoring.dashboard if self.monitoring is not None else None
 
     @property
     def worker_function(self) -> lambda_.Function | None:
@@ -405,9 +415,10 @@ class LeaseFenceService(Construct, ServiceAccess):
         return self.worker.function.function if self.worker is not None else None
 
     @property
-    def event_bus(self) -> events.IEventBus:
+    def event_bus(self) -> events.IEventBus | None:
         """The bus of the outcome events (created, or the one you brought): add your rules to it
-        (``leasefence.streams.events.subscription_pattern`` builds their patterns)."""
+        (``leasefence.streams.events.subscription_pattern`` builds their patterns). None with
+        ``events=False`` (the default)."""
         return self.publisher.event_bus
 
     @property
@@ -480,8 +491,8 @@ class LeaseFenceService(Construct, ServiceAccess):
             "encryption_key_arn": key.key_arn if key is not None else None,
             "api_url": self.api_url,
             "iam_api_id": self.iam_api.http_api.api_id if self.iam_api is not None else None,
-            "alarm_topic_arn": self.monitoring.topic.topic_arn,
-            "event_bus_arn": self.publisher.event_bus.event_bus_arn,
+            "alarm_topic_arn": self.alarm_topic.topic_arn if self.alarm_topic else None,
+            "event_bus_arn": self.event_bus.event_bus_arn if self.event_bus else None,
             "metrics_namespace": self.metrics_namespace,
         }
 

@@ -92,7 +92,8 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     ``tableName``, ``retentionDays``, ``deletionProtection``, ``customerManagedKey``,
     ``tenantIsolation``, ``snapStart``, ``logRetentionDays``, ``logLevel``, ``systemLogLevel`` (Lambda's platform lines:
     ``DEBUG``, ``INFO`` or ``WARN``), ``tracing`` (X-Ray,
-    off by default), ``dueShards``, ``sweepShards``,
+    off by default), ``events`` (outcome events, off by default), ``alarms`` (on by default),
+    ``dashboard`` (off by default), ``dueShards``, ``sweepShards``,
     ``destroyOnRemoval`` (dev stacks only: tables, buckets, keys are deleted with the stack),
     ``metricsNamespace`` (default ``LeaseFence/<stack name>/LeaseFence``), ``allowPlaceholderIssuer``
     (offline synth only: without ``jwtIssuer`` or ``createUserPool`` synthesis is refused),
@@ -167,6 +168,9 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
         props["system_log_level"] = str(get("systemLogLevel")).upper()
     if get("tracing") is not None:
         props["tracing"] = context_bool(get("tracing"), False)
+    for key, default in (("events", False), ("alarms", True), ("dashboard", False)):
+        if get(key) is not None:
+            props[key] = context_bool(get(key), default)
     if get("metricsNamespace"):
         props["metrics_namespace"] = str(get("metricsNamespace"))
     worker = _worker_from_context(get)
@@ -234,24 +238,23 @@ class LeaseFenceStack(Stack):
             value=service.payload_bucket.bucket_name,
             description="payload bucket",
         )
-        CfnOutput(
-            self,
-            "AlarmTopicArn",
-            value=service.alarm_topic.topic_arn,
-            description="SNS topic of the alarms (subscribe to it)",
-        )
-        CfnOutput(
-            self,
-            "DashboardName",
-            value=service.dashboard.dashboard_name,
-            description="CloudWatch dashboard",
-        )
-        CfnOutput(
-            self,
-            "EventBusName",
-            value=service.event_bus.event_bus_name,
-            description="EventBridge bus of the outcome events (add your rules to it)",
-        )
+        # The optional parts' outputs, where the parts exist (alarms, dashboard, events).
+        topic, dashboard, bus = service.alarm_topic, service.dashboard, service.event_bus
+        for name, value, description in (
+            (
+                "AlarmTopicArn",
+                topic and topic.topic_arn,
+                "SNS topic of the alarms (subscribe to it)",
+            ),
+            ("DashboardName", dashboard and dashboard.dashboard_name, "CloudWatch dashboard"),
+            (
+                "EventBusName",
+                bus and bus.event_bus_name,
+                "EventBridge bus of the outcome events (add your rules to it)",
+            ),
+        ):
+            if value is not None:
+                CfnOutput(self, name, value=value, description=description)
         CfnOutput(
             self,
             "PublisherFailuresBucketName",

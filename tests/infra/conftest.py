@@ -89,6 +89,8 @@ FULL_PROPS_BASE = {
     },
     "snap_start": True,
     "iam_tenant": "acme",
+    "events": True,
+    "dashboard": True,
 }
 
 

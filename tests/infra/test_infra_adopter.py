@@ -336,7 +336,8 @@ def test_minimal_adopter_app_synthesizes(adopter) -> None:
     assert types.count("AWS::DynamoDB::Table") == 1 and types.count("AWS::S3::Bucket") == 2
     assert types.count("AWS::Lambda::Function") == 3  # API, sweeper, publisher: no worker unless asked
     # The publisher's handler ships in the wheel and its stream mapping is there.
-    assert types.count("AWS::Lambda::EventSourceMapping") == 1 and types.count("AWS::Events::EventBus") == 1
+    # Outcome events are off by default: no bus.
+    assert types.count("AWS::Lambda::EventSourceMapping") == 1 and types.count("AWS::Events::EventBus") == 0
     (authorizer,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::ApiGatewayV2::Authorizer"]
     assert authorizer["Properties"]["JwtConfiguration"] == {"Issuer": "https://idp.example.com/",
                                                             "Audience": ["leasefence"]}

@@ -66,7 +66,7 @@ def test_every_taggable_resource_of_the_service_is_tagged(synth, name: str) -> N
     for construct, component in ((svc.dispatch.event_source_mapping, "dispatch"),
                                  (svc.publisher.event_source_mapping, "publisher"),
                                  (svc.publisher.function.function, "publisher"),
-                                 (svc.event_bus, "publisher")):
+                                 *([(svc.event_bus, "publisher")] if svc.event_bus else [])):
         tags = _rendered_tags(template["Resources"][logical_id(stack, construct)])
         assert expected.items() <= tags.items() and tags[COMPONENT_TAG] == component, (construct, tags)
 

@@ -1,8 +1,9 @@
 """Monitoring (``monitoring/``): alarms that can fire and cannot break the deploy (each reads
 metrics the code emits, and every emitted metric is alarmed or explained; each exists only where
 its metric can be emitted, never reads more metrics than CloudWatch allows, waits for its
-schedule), a dashboard that graphs every emitted metric, the encrypted alarm topic, and one
-metrics namespace per service."""
+schedule), a dashboard that graphs every emitted metric (opt in: ``dashboard``, on in the full
+stack), the encrypted alarm topic, one metrics namespace per service, and no alarm, topic or
+dashboard with ``alarms=False``."""
 
 from __future__ import annotations
 
@@ -163,18 +164,51 @@ def _dashboard_body(template: dict[str, Any]) -> str:
     return json.dumps(dashboard["Properties"]["DashboardBody"])
 
 
-@pytest.mark.parametrize("name", ["default", "full"])
-def test_the_dashboard_graphs_every_emitted_metric(synth, name) -> None:
-    """Both test stacks have the worker: every metric the code emits has a graph."""
-    body = _dashboard_body(synth.template_json(name))
+def test_the_dashboard_graphs_every_emitted_metric(synth) -> None:
+    """The full stack has the worker and the dashboard: every metric the code emits has a graph."""
+    body = _dashboard_body(synth.template_json("full"))
     missing = sorted(m for m in EMITTED if f'\\"{m}\\"' not in body)
     assert missing == []
+
+
+def test_the_dashboard_is_opt_in_and_the_alarms_are_on_by_default(synth) -> None:
+    stack, tpl = synth.stacks["default"], synth.template_json("default")
+    assert stack.service.dashboard is None and resources(tpl, "AWS::CloudWatch::Dashboard") == {}
+    assert "DashboardName" not in tpl["Outputs"]
+    assert len(resources(tpl, "AWS::CloudWatch::Alarm")) == len(stack.service.monitoring.alarms) > 20
+    assert "AlarmTopicArn" in tpl["Outputs"]
+
+
+def test_without_alarms_there_is_no_alarm_topic_or_dashboard(prebuilt_layer: Path) -> None:
+    """``alarms=False``: nothing of monitoring is deployed, and the API function has no alert
+    route to name (the go/no-go report says so)."""
+    stack = Stack(App(), "NoAlarms")
+    svc = LeaseFenceService(stack, "LeaseFence", jwt_issuer="https://issuer.example.com/", jwt_audience=["a"],
+                            alarms=False, core_layer=lambda_.Code.from_asset(str(prebuilt_layer)))
+    tpl = Template.from_stack(stack).to_json()
+    for kind in ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::CompositeAlarm", "AWS::CloudWatch::Dashboard",
+                 "AWS::SNS::Topic"):
+        assert resources(tpl, kind) == {}, kind
+    assert svc.monitoring is None and svc.alarm_topic is None and svc.dashboard is None
+    assert svc.attributes()["alarm_topic_arn"] is None
+    assert "LEASEFENCE_ALARM_TOPIC" not in json.dumps(tpl)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"alarms": False, "dashboard": True}, "dashboard needs alarms=True"),
+    ({"alarms": "no"}, "alarms must be True or False"),
+])
+def test_monitoring_options_that_contradict_are_refused(overrides, message) -> None:
+    stack = Stack(App(), "Contradiction")
+    with pytest.raises((ValueError, TypeError), match=message):
+        LeaseFenceService(stack, "LeaseFence", jwt_issuer="https://issuer.example.com/", jwt_audience=["a"],
+                          core_layer=lambda_.Code.from_inline("x"), **overrides)
 
 
 def test_without_the_worker_the_dashboard_graphs_no_worker_metric(prebuilt_layer: Path) -> None:
     stack = Stack(App(), "NoWorker")
     LeaseFenceService(stack, "LeaseFence", jwt_issuer="https://issuer.example.com/", jwt_audience=["a"],
-                      core_layer=lambda_.Code.from_asset(str(prebuilt_layer)))
+                      dashboard=True, core_layer=lambda_.Code.from_asset(str(prebuilt_layer)))
     body = _dashboard_body(Template.from_stack(stack).to_json())
     shown = {m for m in METRICS if f'\\"{m}\\"' in body}
     assert shown == {m for m, spec in METRICS.items() if spec.emitted_by != WORKER}
@@ -340,11 +374,10 @@ def test_two_services_given_one_namespace_are_refused_at_synth(prebuilt_layer: P
 
 
 def test_the_dashboard_reads_the_services_namespace(synth) -> None:
-    for name in ("default", "full"):
-        svc = synth.stacks[name].service
-        (dashboard,) = resources(synth.template_json(name), "AWS::CloudWatch::Dashboard").values()
-        body = json.dumps(dashboard["Properties"]["DashboardBody"])
-        assert f'[\\"{svc.metrics_namespace}\\",' in body
+    svc = synth.stacks["full"].service
+    (dashboard,) = resources(synth.template_json("full"), "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    assert f'[\\"{svc.metrics_namespace}\\",' in body
 
 
 def _metrics(alarm: dict[str, Any]) -> list[dict[str, Any]]:
@@ -423,8 +456,8 @@ def test_alarm_topic_is_encrypted_and_cloudwatch_can_use_it(variant) -> None:
     assert any(s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"} for s in statements)
 
 
-def test_dashboard_shows_every_app_metric(variant) -> None:
-    _, stack, svc, tpl = variant
+def test_dashboard_shows_every_app_metric(synth) -> None:
+    svc, tpl = synth.stacks["full"].service, synth.template_json("full")
     (dashboard,) = resources(tpl, "AWS::CloudWatch::Dashboard").values()
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     for name in APP_METRICS:
@@ -454,8 +487,8 @@ def test_stalled_claims_alarm_fires_on_one_stalled_claim(variant) -> None:
 def _app_namespaces(tpl: dict[str, Any]) -> set[str]:
     """Every non-AWS metric namespace the template's alarms and dashboard read."""
     found = {m["Namespace"] for a in resources(tpl, "AWS::CloudWatch::Alarm").values() for m in _metrics(a)}
-    (dashboard,) = resources(tpl, "AWS::CloudWatch::Dashboard").values()
-    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    body = json.dumps([d["Properties"]["DashboardBody"]
+                       for d in resources(tpl, "AWS::CloudWatch::Dashboard").values()])
     candidates = ("LeaseFence", "LeaseFence/LeaseFenceDefault", "LeaseFence/LeaseFenceFull",
                   "LeaseFence/LeaseFenceDefault/LeaseFence", "LeaseFence/LeaseFenceFull/LeaseFence")
     found |= {ns for ns in candidates if f'[\\"{ns}\\",' in body}

@@ -1,5 +1,6 @@
 """The publisher (``publisher.py``): its function, its exact role, and the event bus it
-publishes to (created, or brought in)."""
+publishes to (created, or brought in) when outcome events are on (``events``: off by default, on in
+the full stack)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,10 @@ def test_publisher_function(variant) -> None:
         assert fn.get(same) == sweeper.get(same), same  # TracingConfig: both absent by default
     env, sweeper_env = fn["Environment"]["Variables"], sweeper["Environment"]["Variables"]
     assert {k: v for k, v in env.items() if k != "LEASEFENCE_EVENT_BUS"} == sweeper_env
-    assert env["LEASEFENCE_EVENT_BUS"] == getatt(logical_id(stack, svc.event_bus))
+    if name == "full":  # events on
+        assert env["LEASEFENCE_EVENT_BUS"] == getatt(logical_id(stack, svc.event_bus))
+    else:  # the default: no bus, so the function publishes nothing (history only)
+        assert svc.event_bus is None and "LEASEFENCE_EVENT_BUS" not in env
     # Invoked only by its mapping (synchronously): no async retries or destinations of its own.
     configs = [c["Properties"]["FunctionName"] for c in resources(tpl, "AWS::Lambda::EventInvokeConfig").values()]
     assert {"Ref": logical_id(stack, svc.publisher_function)} not in configs
@@ -58,8 +62,9 @@ def test_publisher_role_is_exact(variant) -> None:
         (STREAM_READ, getatt(table, "StreamArn")),
         (frozenset({"dynamodb:ListStreams"}), "*"),
     ])
-    assert actions_by_resource(statements, "events:") == [
-        (frozenset({"events:PutEvents"}), getatt(logical_id(stack, svc.event_bus)))]
+    assert actions_by_resource(statements, "events:") == (
+        [(frozenset({"events:PutEvents"}), getatt(logical_id(stack, svc.event_bus)))]
+        if name == "full" else [])  # events off by default: no bus permission
     bucket = logical_id(stack, svc.publisher.failure_bucket)
     assert actions_by_resource(statements, "sqs:") == []
     assert grant_set(actions_by_resource(statements, "s3:")) == grant_set([
@@ -82,8 +87,8 @@ def test_publisher_role_is_exact(variant) -> None:
             "kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*", "kms:DescribeKey",
             "kms:GenerateDataKey"}
     services = {a.split(":")[0] for st in statements for a in as_list(st["Action"])}
-    assert services == {"dynamodb", "events", "s3", "secretsmanager", "logs"} | (
-        {"kms", "xray"} if name == "full" else set())  # X-Ray only when traced (the full stack)
+    assert services == {"dynamodb", "s3", "secretsmanager", "logs"} | (
+        {"kms", "xray", "events"} if name == "full" else set())  # X-Ray when traced, events on
     for st in statements:
         assert st["Effect"] == "Allow" and "Condition" not in st
     # No payloads: the publisher never reaches the bucket.
@@ -100,20 +105,44 @@ def test_the_list_streams_wildcard_is_acknowledged_with_its_reason(variant) -> N
 
 
 def test_created_bus_and_its_output(synth) -> None:
-    stack = synth.stacks["default"]
-    svc, tpl = stack.service, synth.template_json("default")
+    stack = synth.stacks["full"]
+    svc, tpl = stack.service, synth.template_json("full")
     (bus_lid,) = resources(tpl, "AWS::Events::EventBus")
     assert bus_lid == logical_id(stack, svc.event_bus)
-    assert tpl["Outputs"]["EventBusName"]["Value"] == {"Ref": bus_lid}
+    assert svc.attributes()["event_bus_arn"] == svc.event_bus.event_bus_arn
+
+
+def test_events_are_off_by_default_no_bus_no_permission_no_rule(synth) -> None:
+    """The default: the publisher keeps the history and publishes nothing; nothing of
+    EventBridge exists for it (no bus, no PutEvents, no rule, no variable, no output)."""
+    stack = synth.stacks["default"]
+    svc, tpl = stack.service, synth.template_json("default")
+    assert svc.event_bus is None and svc.attributes()["event_bus_arn"] is None
+    assert resources(tpl, "AWS::Events::EventBus") == {}
+    assert resources(tpl, "AWS::Events::Rule") == {}
+    assert "events:PutEvents" not in json.dumps(tpl)
+    assert "LEASEFENCE_EVENT_BUS" not in json.dumps(tpl)
+    assert "EventBusName" not in tpl["Outputs"]
+    # The publisher itself is still there: it compacts the history from the stream.
+    assert props(tpl, logical_id(stack, svc.publisher_function))["Handler"] == "publisher.handler.lambda_handler"
     # What `leasefence publisher redrive --bucket` takes.
     assert tpl["Outputs"]["PublisherFailuresBucketName"]["Value"] == {
         "Ref": logical_id(stack, svc.publisher.failure_bucket)}
 
 
+def test_the_example_app_takes_the_options_from_context() -> None:
+    from leasefence_infra.stack import service_props_from_context
+
+    base = {"allowPlaceholderIssuer": "true"}
+    chosen = service_props_from_context({**base, "events": "true", "alarms": "false", "dashboard": "false"})
+    assert (chosen["events"], chosen["alarms"], chosen["dashboard"]) == (True, False, False)
+    assert not {"events", "alarms", "dashboard"} & set(service_props_from_context(base))  # the defaults
+
+
 def test_a_brought_in_bus_is_used_and_none_is_created(prebuilt_layer: Path) -> None:
     stack = Stack(App(), "OwnBus")
     bus = events.EventBus.from_event_bus_arn(stack, "Ops", BUS_ARN)
-    svc = LeaseFenceService(stack, "LeaseFence", **ISSUER, event_bus=bus,
+    svc = LeaseFenceService(stack, "LeaseFence", **ISSUER, events=True, event_bus=bus,
                             core_layer=lambda_.Code.from_asset(str(prebuilt_layer)))
     assert svc.event_bus is bus
     tpl = Template.from_stack(stack).to_json()
@@ -129,7 +158,17 @@ def test_a_brought_in_bus_is_used_and_none_is_created(prebuilt_layer: Path) -> N
 def test_a_bus_prop_that_is_not_a_bus_is_refused() -> None:
     stack = Stack(App(), "NotABus")
     with pytest.raises(TypeError, match="event_bus must be an aws_events.IEventBus"):
-        LeaseFenceService(stack, "LeaseFence", **ISSUER, event_bus=BUS_ARN, core_layer=lambda_.Code.from_inline("x"))
+        LeaseFenceService(stack, "LeaseFence", **ISSUER, events=True, event_bus=BUS_ARN,
+                          core_layer=lambda_.Code.from_inline("x"))
+
+
+def test_a_bus_without_events_is_refused(prebuilt_layer: Path) -> None:
+    """Bringing a bus means you want events: with events off (the default) that is refused at
+    synth rather than silently publishing nothing."""
+    stack = Stack(App(), "BusNoEvents")
+    bus = events.EventBus.from_event_bus_arn(stack, "Ops", BUS_ARN)
+    with pytest.raises(ValueError, match="event_bus needs events=True"):
+        LeaseFenceService(stack, "LeaseFence", **ISSUER, event_bus=bus, core_layer=lambda_.Code.from_inline("x"))
 
 
 def test_a_consumer_subscribes_to_one_tenant_with_a_rule_on_the_bus(prebuilt_layer: Path) -> None:
@@ -140,7 +179,9 @@ def test_a_consumer_subscribes_to_one_tenant_with_a_rule_on_the_bus(prebuilt_lay
     from leasefence.streams.events import subscription_pattern
 
     stack = Stack(App(), "Consumer")
-    svc = LeaseFenceService(stack, "LeaseFence", **ISSUER, core_layer=lambda_.Code.from_asset(str(prebuilt_layer)))
+    svc = LeaseFenceService(stack, "LeaseFence", **ISSUER, events=True,
+                            core_layer=lambda_.Code.from_asset(str(prebuilt_layer)))
+    assert svc.event_bus is not None
     pattern = subscription_pattern(tenant_id="acme", detail_types=["Operation Succeeded", "Operation Failed"])
     events.Rule(stack, "AcmeOutcomes", event_bus=svc.event_bus,
                 event_pattern=events.EventPattern(source=pattern["source"], detail_type=pattern["detail-type"],

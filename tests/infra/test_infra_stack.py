@@ -12,8 +12,9 @@ def test_example_stack_outputs(synth) -> None:
     assert outputs["TableName"]["Value"] == {"Ref": logical_id(stack, svc.table)}
     assert outputs["PayloadBucketName"]["Value"] == {"Ref": logical_id(stack, svc.payload_bucket)}
     assert outputs["AlarmTopicArn"]["Value"] == {"Ref": logical_id(stack, svc.alarm_topic)}
-    assert outputs["DashboardName"]["Value"] == {"Ref": logical_id(stack, svc.dashboard)}
     assert outputs["WorkerFunctionName"]["Value"] == {"Ref": logical_id(stack, svc.worker_function)}
-    assert outputs["EventBusName"]["Value"] == {"Ref": logical_id(stack, svc.event_bus)}
+    # The dashboard and outcome events are off by default: no output names them.
+    assert svc.dashboard is None and svc.event_bus is None
+    assert "DashboardName" not in outputs and "EventBusName" not in outputs
     # The construct itself adds no outputs to a consumer's stack.
     assert "Outputs" not in synth.template_json("full")

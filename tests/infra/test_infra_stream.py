@@ -237,8 +237,9 @@ def test_iterator_age_alarms_on_both_functions(variant) -> None:
         assert alarm["AlarmActions"] == [topic] and alarm["OKActions"] == [topic]
 
 
-def test_dashboard_shows_the_stream_consumers(variant) -> None:
-    _, stack, svc, tpl = variant
+def test_dashboard_shows_the_stream_consumers(synth) -> None:
+    stack, tpl = synth.stacks["full"], synth.template_json("full")  # the dashboard is opt-in
+    svc = stack.service
     (dashboard,) = resources(tpl, "AWS::CloudWatch::Dashboard").values()
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     for metric in (*PUBLISHER_METRICS, "IteratorAge", "StreamDispatched", "StreamDispatchDeferred"):

@@ -33,7 +33,8 @@ __all__ = ["SWEEPER_SCHEDULE", "Monitoring"]
 
 
 class Monitoring(Construct):
-    """Alarms (all to :attr:`topic`, alarm and OK) and one dashboard, in ``metrics_namespace``."""
+    """Alarms (all to :attr:`topic`, alarm and OK) and, with ``dashboard``, one dashboard, in
+    ``metrics_namespace``."""
 
     def __init__(
         self,
@@ -56,6 +57,7 @@ class Monitoring(Construct):
         stale_fence_alarm_threshold: int,
         api_5xx_alarm_threshold: int,
         stream_iterator_age_alarm_age: Duration,
+        dashboard: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         metrics = AppMetrics(metrics_namespace)
@@ -124,6 +126,10 @@ class Monitoring(Construct):
             period=FIVE_MINUTES,
             label="DynamoDB throttle events (table + indexes)",
         )
+        #: The dashboard (``dashboard``), else None.
+        self.dashboard: cw.Dashboard | None = None
+        if not dashboard:
+            return
         self.dashboard = build_dashboard(
             self,
             metrics=metrics,

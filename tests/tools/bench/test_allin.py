@@ -61,7 +61,8 @@ def test_request_and_unit_lines_follow_the_counted_requests() -> None:
     assert lines["api_gateway_requests"] == pytest.approx(2 * 1.00)
     assert lines["lambda_requests"] == pytest.approx(3 * 0.20)
     assert lines["s3_requests"] == pytest.approx(1 * 5.00)  # $0.005 per 1,000 PUTs
-    assert lines["eventbridge_events"] == pytest.approx(1 * 1.00)
+    assert lines["eventbridge_events"] == 0  # outcome events are off by default (the construct's)
+    assert _lines(_bill(events=True))["eventbridge_events"] == pytest.approx(1 * 1.00)
     assert lines["xray_traces"] == 0  # tracing off
 
 
@@ -71,9 +72,11 @@ def test_duration_is_cpu_at_the_memory_share_plus_request_latency() -> None:
     # half a ms of rounding per invocation; 1 GB. publisher: 2 CPU-ms at 256/1769, two requests
     # at 5 ms, one PutEvents at 15 ms; 0.25 GB.
     api_ms = 10 / (1024 / 1769) + 4 * 5 + 15 + 2 * 0.5
-    pub_ms = 2 / (256 / 1769) + 2 * 5 + 15 + 0.5
+    pub_ms = 2 / (256 / 1769) + 2 * 5 + 0.5  # no PutEvents: events are off by default
     gb_s = api_ms / 1000 * 1.0 + pub_ms / 1000 * 0.25
     assert lines["lambda_duration"] == pytest.approx(gb_s * 0.0000133334 * M)
+    with_events = _lines(_bill(events=True))["lambda_duration"]
+    assert with_events == pytest.approx((gb_s + 15 / 1000 * 0.25) * 0.0000133334 * M)
     slower = _bill(cpu_factor=2.0)
     assert _lines(slower)["lambda_duration"] > lines["lambda_duration"]
 
@@ -163,12 +166,20 @@ def test_alternatives_are_priced_with_the_same_kinds_of_lines() -> None:
 
 def test_the_deployment_and_the_access_log_line_are_the_constructs() -> None:
     snapshot = json.loads((ROOT / "tests/infra/snapshots/default.json").read_text())["resource_types"]
+    full = json.loads((ROOT / "tests/infra/snapshots/full.json").read_text())["resource_types"]
+    assert "AWS::CloudWatch::Dashboard" not in snapshot  # opt-in: on in the full stack
     assert {
         "alarms": snapshot["AWS::CloudWatch::Alarm"],
-        "dashboards": snapshot["AWS::CloudWatch::Dashboard"],
+        "dashboards": full["AWS::CloudWatch::Dashboard"],
         "secrets": snapshot["AWS::SecretsManager::Secret"],
         "kms_keys": snapshot["AWS::KMS::Key"],
     } == allin.DEPLOYMENT
+    from dataclasses import fields
+
+    from leasefence_infra.props import LeaseFenceServiceProps
+
+    defaults = {f.name: f.default for f in fields(LeaseFenceServiceProps)}
+    assert {name: defaults[name] for name in allin.OPTIONS} == allin.OPTIONS
     from leasefence_infra.api import _ACCESS_LOG_FORMAT
 
     assert set(json.loads(_ACCESS_LOG_FORMAT)) == set(allin.ACCESS_LOG_LINE)
@@ -264,9 +275,12 @@ def test_a_profile_adds_up_its_lifecycle_the_work_around_it_and_the_month() -> N
     assert lines["lambda_requests"] == pytest.approx((3 + 3 * 2 + 1 + 1 + polls + runs) * 0.20, abs=1e-4)
     assert lines["s3_requests"] == pytest.approx(5.00, abs=1e-4)
     assert lines["schedules"] == pytest.approx(runs * 1.00, abs=1e-4)
-    # By the month: 30 alarms, a dashboard, 2 custom metrics, a secret and a key, over the volume.
+    # By the month: 30 alarms, 2 custom metrics, a secret and a key, over the volume; the
+    # dashboard is opt-in.
     assert lines["cloudwatch_alarms"] == pytest.approx(30 * 0.10 / volume * M)
-    assert lines["cloudwatch_dashboard"] == pytest.approx(3.00 / volume * M)
+    assert lines["cloudwatch_dashboard"] == 0
+    dashboard = allin.leasefence_profile("http_workers", measured, replace(a, dashboard=True))
+    assert dashboard["lines"]["cloudwatch_dashboard"] == pytest.approx(3.00 / volume * M)
     assert lines["cloudwatch_metrics"] == pytest.approx(2 * 0.30 / volume * M)
     assert lines["secrets_and_keys"] == pytest.approx((0.40 + 1.00) / volume * M)
     assert out["total"] == pytest.approx(sum(lines.values()), abs=0.01)
@@ -275,3 +289,111 @@ def test_a_profile_adds_up_its_lifecycle_the_work_around_it_and_the_month() -> N
     assert small["lines"]["dynamodb_writes_index"] == lines["dynamodb_writes_index"]
     assert small["lines"]["cloudwatch_alarms"] == pytest.approx(10 * lines["cloudwatch_alarms"])
 
+
+
+def _profiles_measured() -> dict:
+    """Both main profiles measured as one small window each (what options and comparison read)."""
+    stored = {"ended": {"table_bytes": 1200, "index_bytes": 180},
+              "after_purge": {"table_bytes": 400, "index_bytes": 0}}
+    life = {**copy.deepcopy(WINDOW), "stored": stored, "payload_object_bytes": 0}
+    quiet = _window()
+    return {
+        "memory_mb": {"api": 1024, "publisher": 256, "sweeper": 512, "worker": 512},
+        "payload_bytes": 979,
+        "payload": {"bytes": 979, "zlib_ratio": 0.8, "made_of": "random bytes, base64"},
+        "ids": {"tenants": "'t'", "job_type": "refund", "operations": "uuids"},
+        "profiles": {"http_workers": life, "worker_function": copy.deepcopy(life)},
+        "events": {name: quiet for name in (
+            "heartbeat_http", "heartbeat_in_process", "purge", "end_of_retention", "idle_poll_http",
+            "idle_sweeper_run", "idle_worker_tick")},
+    }
+
+
+def test_each_option_costs_what_its_lines_add_and_says_what_is_lost() -> None:
+    measured = _profiles_measured()
+    a = Assumptions(volume=10 * M, tracing=False, log_level="WARNING")
+    options = allin.options(measured, a)
+    assert {k: v["default"] for k, v in options.items()} == allin.OPTIONS
+    for profile in allin.MAIN_PROFILES:
+        # One event per lifecycle (the window's publisher publishes one) and its PutEvents time.
+        put_events = 15 / 1000 * 256 / 1024 * 0.0000133334 * M
+        assert options["events"]["usd_per_million"][profile] == pytest.approx(1.00 + put_events, abs=0.011)
+        assert options["alarms"]["usd_per_million"][profile] == pytest.approx(30 * 0.10 / 10, abs=0.011)
+        assert options["dashboard"]["usd_per_million"][profile] == pytest.approx(3.00 / 10, abs=0.011)
+    assert all(v["without_it"] for v in options.values())
+
+
+def test_the_alternatives_do_the_same_job_where_they_can() -> None:
+    """Same job: the identity kept 400 days where the alternative can (else its longest, said),
+    a visibility extension per heartbeat, an outcome event, alarms."""
+    measured = _profiles_measured()
+    a = Assumptions(volume=10 * M, tracing=False, log_level="WARNING")
+    job = replace(a, same_job=True)
+    plain = allin.alternative("sqs_lambda_powertools", measured, 2.0, a)
+    sqs = allin.alternative("sqs_lambda_powertools", measured, 2.0, job)
+    assert sqs["same_job"]["identity_days"] == 400 and sqs["same_job"]["identity_window_kept"]
+    months = 400 / prices.DAYS_PER_MONTH
+    assert sqs["lines"]["dynamodb_storage"] == pytest.approx(400 / GB * months * 0.25 * M, abs=1e-4)
+    assert sqs["lines"]["dynamodb_backup_pitr"] == pytest.approx(400 / GB * months * 0.20 * M, abs=1e-4)
+    # One ChangeMessageVisibility for the one heartbeat of a 30 s job on a 60 s lease.
+    assert sqs["lines"]["sqs_requests"] - plain["lines"]["sqs_requests"] == pytest.approx(0.40, abs=1e-4)
+    assert sqs["lines"]["eventbridge_events"] == pytest.approx(1.00)
+    assert sqs["lines"]["cloudwatch_alarms"] == pytest.approx(5 * 0.10 / 10, abs=1e-4)
+    for name in ("step_functions_standard", "lambda_durable_functions", "temporal_cloud"):
+        out = allin.alternative(name, measured, 2.0, job)["same_job"]
+        assert out["identity_days"] == 90 and out["identity_window_kept"] is False, name
+    comparison = allin.comparison(measured, 2.0, a)
+    for profile, totals in comparison["leasefence"].items():
+        assert totals["same_job"] > totals["defaults"] > totals["options_off"], profile
+    assert set(comparison["alternatives"]) == set(allin.ALTERNATIVES)
+
+
+def test_the_readme_table_is_rendered_from_the_comparison() -> None:
+    from leasefence_tools.bench import comparison_table
+
+    comparison = allin.comparison(_profiles_measured(), 2.0, Assumptions(volume=10 * M))
+    table = comparison_table.render(comparison)
+    lines = table.splitlines()
+    assert lines[0].startswith("| | guarantees |") and len(lines) == 2 + 3 + len(allin.ALTERNATIVES) + 2
+    for name, alt in comparison["alternatives"].items():
+        assert f"**${alt['total']:,.2f}**" in table, name
+    stream = comparison["leasefence"]["worker_function"]["options_off"]
+    assert f"**${stream:,.2f}** (worker function, stream)" in table
+    assert "cannot keep 400" in table and "979-byte payload" in table and "zlib ratio 0.8" in table
+
+
+def test_the_bench_payload_is_incompressible_and_repeatable() -> None:
+    import subprocess
+    import sys
+    import zlib
+
+    from leasefence_tools.bench import payload
+
+    body = payload.canonical()
+    assert len(body) == 979
+    assert len(zlib.compress(body, 9)) / len(body) > 0.7  # a repetitive payload is about 0.08
+    assert payload.zlib_ratio() > 0.7 and payload.describe()["bytes"] == 979
+    # The same bytes in another interpreter: seeded, not random per run.
+    other = subprocess.run(
+        [sys.executable, "-c", "from leasefence_tools.bench import payload; print(payload.canonical().hex())"],
+        capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    assert bytes.fromhex(other) == body
+
+
+def test_the_readme_table_is_the_renderers_with_the_command_beside_it() -> None:
+    """No report is committed: the README's rows must be the renderer's rows (every cell but the
+    figures, which a bench run gives), and the command that prints them is named beside them."""
+    import re
+
+    from leasefence_tools.bench import comparison_table
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Compared with the alternatives", 1)[1].split("\n## ", 1)[0]
+    assert "leasefence bench --readme-table bench-report.json" in section
+    rendered = comparison_table.render(allin.comparison(_profiles_measured(), 2.0, Assumptions(volume=10 * M)))
+
+    def shape(text: str) -> list[str]:
+        rows = [line for line in text.splitlines() if line.startswith("| ")]
+        return [re.sub(r"\$[\d,]+\.\d\d", "$", row) for row in rows]
+
+    assert shape(section) == shape(rendered)

@@ -80,9 +80,11 @@ def test_quick_bench_reports_every_figure(tmp_path):
         profile = all_in["profiles"][name]
         assert profile["total"] > lines[name]["dynamodb_writes"]
         assert sum(profile["lines"].values()) == pytest.approx(profile["total"], abs=0.02)
-        for line in ("dynamodb_backup_pitr", "lambda_duration",
-                     "logs_ingestion", "eventbridge_events"):
+        for line in ("dynamodb_backup_pitr", "lambda_duration", "logs_ingestion"):
             assert profile["lines"][line] > 0, (name, line)
+        # Outcome events are off by default (the construct's): priced as an option instead.
+        assert profile["lines"]["eventbridge_events"] == 0, name
+        assert all_in["options"]["events"]["usd_per_million"][name] > 0, name
         assert profile["lines"]["s3_requests"] == 0 and profile["lines"]["s3_storage"] == 0, name
         # The history is in the operation's item, written by each transition's own write.
         assert profile["lines"]["dynamodb_writes_history"] == 0, name
@@ -101,6 +103,36 @@ def test_quick_bench_reports_every_figure(tmp_path):
     for event in ("heartbeat_http", "heartbeat_in_process", "purge", "end_of_retention"):
         assert events[event]["functions"].get("publisher", {}).get("invocations", 0) == 0, event
     assert events["end_of_retention"]["wcu"] == 0  # no history item to delete
+    # Issue 32: the lean item's targets, one named field each with its target and met or missed
+    # (the shape, not the numbers), measured with an incompressible payload.
+    lean = report["lean_item"]
+    assert lean["payload"]["bytes"] == report["sections"]["profiles"]["payload_bytes"]
+    assert lean["payload"]["zlib_ratio"] > 0.7
+    writes = lean["item_write_units"]
+    kinds = {"enqueue", "claim", "heartbeat", "fail", "requeue", "complete"}
+    assert set(writes["by_kind"]) == set(writes["worst_case_max_ids"]["by_kind"]) == kinds
+    assert all(isinstance(v, Number) and v >= 1 for v in writes["by_kind"].values())
+    assert min(writes["worst_case_max_ids"]["ids_bytes"].values()) > 1000  # 4-byte characters
+    targets = [writes, lean["largest_item_bytes"], lean["engine_efficiency"]]
+    for field in ("wru_per_lifecycle_all_in", "all_in_usd_per_million"):
+        assert set(lean[field]) == {"stream_worker", "http_workers"}, field
+        targets += lean[field].values()
+    for target in targets:
+        assert isinstance(target["value"], Number) and isinstance(target["met"], bool), target
+        assert target["target"].split()[0] in ("<=", ">="), target
+    assert lean["all_in_usd_per_million"]["http_workers"]["lines"]["dynamodb_writes_table"] > 0
+    assert len(lean["engine_efficiency"]["runs"]) == 1  # three in a full run
+    assert {row["name"] for row in report["targets"]} >= {"item_write_units", "largest_item_bytes",
+                                                           "engine_efficiency"}
+    # The optional parts and the comparison for the same job (what the README's table prints).
+    assert {k: v["default"] for k, v in all_in["options"].items()} == {
+        "events": False, "alarms": True, "dashboard": False}
+    compared = all_in["comparison"]
+    assert set(compared["alternatives"]) == set(cost_per_million.ALTERNATIVES)
+    assert all("same_job" in alt for alt in compared["alternatives"].values())
+    readme = subprocess.run([*_command(), "--readme-table", str(out)], capture_output=True, text=True, timeout=120)
+    assert readme.returncode == 0 and readme.stdout.startswith("| | guarantees |"), readme.stderr[-2000:]
+
     # Every log and EMF line the functions wrote was checked: no raw id, no payload.
     privacy = report["sections"]["profiles"]["log_privacy"]
     assert privacy["lines_checked"] > 0 and privacy["lines_with_a_raw_id_or_payload"] == {}

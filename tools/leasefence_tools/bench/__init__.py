@@ -5,7 +5,9 @@ cold start and scale (issue 7).
 endpoint, writes the JSON report to ``FILE`` (default ``bench-report.json``) and prints the cost
 table (dollars per million lifecycles, issue 16) and a short table of the targets; with ``--json``
 the report itself goes to stdout as one JSON object; ``--render FILE`` prints the tables of a
-report already written (what the README's performance section pastes). ``--quick`` runs every
+report already written (what the README's performance section pastes), ``--readme-table FILE``
+the README's comparison with the alternatives (:mod:`~leasefence_tools.bench.comparison_table`).
+``--quick`` runs every
 benchmark at a small scale (under a minute; what the test suite checks).
 
 Modules: :mod:`~leasefence_tools.bench.units` (request-unit arithmetic), :mod:`~leasefence_tools.bench.meter`
@@ -62,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="REPORT",
         help="print the tables of a report already written (e.g. bench-report.json) and exit",
     )
+    parser.add_argument(
+        "--readme-table",
+        metavar="REPORT",
+        help="print the README's table 'Compared with the alternatives' from a report already "
+        "written (e.g. bench-report.json) and exit",
+    )
     args = parser.parse_args(argv)
 
     if args.only == "local-stack":
@@ -82,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         args.out = DEFAULT_OUT
     if args.render:
         print(render_table(json.loads(Path(args.render).read_text())))
+        return 0
+    if args.readme_table:
+        from leasefence_tools.bench import comparison_table
+
+        written = json.loads(Path(args.readme_table).read_text())
+        print(comparison_table.render(written["cost_per_million_all_in"]["comparison"]))
         return 0
 
     report = run(quick=args.quick)

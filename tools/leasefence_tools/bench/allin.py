@@ -70,9 +70,21 @@ MB_PER_VCPU = 1769
 LOG_EVENT_OVERHEAD = 26
 #: The levels in order (a level keeps itself and those after it).
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-#: What the default deployment creates that is billed by the month (the default construct's
-#: resources: tests/infra/snapshots/default.json; a test keeps these equal).
+#: What a deployment creates that is billed by the month, each option on (the construct's
+#: resources: tests/infra/snapshots/default.json, the dashboard from full.json; a test keeps these
+#: equal).
 DEPLOYMENT = {"alarms": 30, "dashboards": 1, "secrets": 1, "kms_keys": 1}
+#: The construct's optional parts and their defaults (``LeaseFenceServiceProps``: ``events``,
+#: ``alarms``, ``dashboard``; a test keeps these equal), and what a deployer loses without each.
+OPTIONS: dict[str, bool] = {"events": False, "alarms": True, "dashboard": False}
+WITHOUT: dict[str, str] = {
+    "events": "no outcome event on EventBridge: a service that waits for an outcome reads the "
+    "operation (GET) or is told by the job itself",
+    "alarms": "no alarm and no alarm topic: nobody is told of an operation left unknown, due work "
+    "nobody claims, a stream that falls behind or a failing function; the go/no-go report names "
+    "the missing alert route",
+    "dashboard": "no dashboard: the same metrics and alarms, read in CloudWatch's own pages",
+}
 #: One table and its four global secondary indexes (provisioned: each has its own capacity).
 TABLE_AND_INDEXES = 5
 
@@ -190,6 +202,19 @@ class Assumptions:
     durable_retention_days: int = 14
     """Lambda durable functions' default history retention."""
     temporal_retention_days: int = 30
+    events: bool = OPTIONS["events"]
+    """leasefence publishes an outcome event per lifecycle (the construct's ``events``)."""
+    alarms: bool = OPTIONS["alarms"]
+    """The construct's alarms (``alarms``)."""
+    dashboard: bool = OPTIONS["dashboard"]
+    """The construct's dashboard (``dashboard``)."""
+    same_job: bool = False
+    """Price each alternative for leasefence's job (issue 32): its identity record kept for
+    :attr:`identity_retention_days` where it can be (else its longest), a visibility extension
+    or heartbeat per :meth:`heartbeats`, an outcome event and :attr:`alternative_alarms` alarms."""
+    alternative_alarms: int = 5
+    """Alarms an alternative's deployer keeps (stated: the queue's age and its dead letters, the
+    function's errors and throttles, the state table's throttles)."""
     temporal_event_bytes: int = 250
     """Bytes per event of a Temporal workflow history besides the payloads (stated)."""
 
@@ -248,6 +273,7 @@ class Bill:
         ms += sum(
             count * self.a.latency_ms.get(service, 10.0)
             for service, count in node.get("requests", {}).items()
+            if service != "events" or self.a.events  # no PutEvents with events off
         )
         ms += 0.5 * node.get("invocations", 0)
         return ms / 1000 * mb / 1024
@@ -301,8 +327,9 @@ class Bill:
             "s3_requests",
             (w["s3_put"] * usd("s3_put_request") + w["s3_get"] * usd("s3_get_request")) * times,
         )
+        published = w["events"] if self.a.events else 0
         self.add(
-            component, "eventbridge_events", w["events"] * times * usd("eventbridge_custom_event")
+            component, "eventbridge_events", published * times * usd("eventbridge_custom_event")
         )
         log = sum(self.log_bytes(n) for n in functions.values())
         log += (
@@ -421,12 +448,14 @@ def leasefence_profile(profile: str, measured: dict[str, Any], a: Assumptions) -
         "monitoring", "cloudwatch_metrics", metrics * usd("cloudwatch_custom_metric_month")
     )
     bill.monthly(
-        "monitoring", "cloudwatch_alarms", DEPLOYMENT["alarms"] * usd("cloudwatch_alarm_month")
+        "monitoring",
+        "cloudwatch_alarms",
+        DEPLOYMENT["alarms"] * usd("cloudwatch_alarm_month") * a.alarms,
     )
     bill.monthly(
         "monitoring",
         "cloudwatch_dashboard",
-        DEPLOYMENT["dashboards"] * usd("cloudwatch_dashboard_month"),
+        DEPLOYMENT["dashboards"] * usd("cloudwatch_dashboard_month") * a.dashboard,
     )
     bill.monthly(
         "deployment",
@@ -611,7 +640,12 @@ def alternative(
         history = 2 * payload + events * a.temporal_event_bytes
         actions = actions_per_job * a.volume
         active_gbh = history * a.volume / GB * a.job_seconds / 3600
-        retained_gbh = history * a.volume / GB * a.temporal_retention_days * 24
+        retention = (
+            min(a.identity_retention_days, IDENTITY_LIMIT_DAYS[name])
+            if a.same_job
+            else a.temporal_retention_days
+        )
+        retained_gbh = history * a.volume / GB * retention * 24
         inc = prices.TEMPORAL_ESSENTIALS
         action_usd = _tiered(max(0.0, actions - inc["actions"]), prices.TEMPORAL_ACTION_TIERS)
         active_usd = max(0.0, active_gbh - inc["active_gb"] * 744) * usd(
@@ -627,9 +661,82 @@ def alternative(
         bill.monthly("deployment", "temporal_plan", plan)
     else:  # pragma: no cover - the names above are all there is
         raise ValueError(name)
+    job = _same_job(bill, name, payload) if a.same_job else None
     out = bill.result()
     out.update(ALTERNATIVES[name])
+    if job is not None:
+        out["same_job"] = job
     return out
+
+
+#: The longest an alternative keeps what identifies a job (days), where it cannot be kept longer.
+IDENTITY_LIMIT_DAYS = {
+    "step_functions_standard": 90,  # a closed Standard execution's history, then its name is free
+    "lambda_durable_functions": 90,  # the longest retention of a durable execution
+    "temporal_cloud": 90,  # the longest retention of a Temporal Cloud namespace
+}
+
+
+def _same_job(bill: AltBill, name: str, payload_bytes: int) -> dict[str, Any]:
+    """Issue 32: the lines that make an alternative do leasefence's job (identity kept for the
+    identity window where it can be, a heartbeat, an outcome event, alarms); what it says of each."""
+    a = bill.a
+    hb = a.heartbeats()
+    days = min(a.identity_retention_days, IDENTITY_LIMIT_DAYS.get(name, a.identity_retention_days))
+    months = days / DAYS_PER_MONTH
+    heartbeat = f"{hb} per job"
+    notification = "one EventBridge custom event (PutEvents from the function)"
+    if name == "sqs_lambda_powertools":
+        # The idempotency record kept for the identity window (TTL deletes it free of charge),
+        # under point-in-time recovery as leasefence's table is; the record's first hour is
+        # already counted above.
+        record = 300 + 100
+        kept = max(0.0, months - 1 / (DAYS_PER_MONTH * 24))
+        bill.add(
+            "storage", "dynamodb_storage", record / GB * kept * usd("dynamodb_storage_gb_month")
+        )
+        bill.add(
+            "storage", "dynamodb_backup_pitr", record / GB * months * usd("dynamodb_pitr_gb_month")
+        )
+        # A visibility extension per heartbeat: ChangeMessageVisibility from the running function.
+        bill.add("heartbeats", "sqs_requests", hb * usd("sqs_standard_request"))
+        bill.add(
+            "heartbeats",
+            "lambda_duration",
+            hb * a.latency_ms["sqs"] / 1000 * 512 / 1024 * usd("lambda_gb_second_arm64"),
+        )
+        heartbeat += " (ChangeMessageVisibility)"
+    elif name == "step_functions_standard":
+        heartbeat = "none: a Lambda task has no heartbeat (its timeout bounds it)"
+        notification = "the execution's status-change event on the default bus (free)"
+    elif name == "lambda_durable_functions":
+        written = payload_bytes + 200
+        extra = max(0.0, days - a.durable_retention_days) / DAYS_PER_MONTH
+        bill.add(
+            "storage",
+            "durable_data",
+            written / GB * extra * usd("lambda_durable_data_retained_gb_month"),
+        )
+        heartbeat = "none needed: a step is checkpointed when it ends"
+    elif name == "temporal_cloud":
+        heartbeat += " (activity heartbeats, counted as actions above)"
+    if name != "step_functions_standard":
+        bill.add("outcome_event", "eventbridge_events", usd("eventbridge_custom_event"))
+        bill.add(
+            "outcome_event",
+            "lambda_duration",
+            a.latency_ms["events"] / 1000 * 512 / 1024 * usd("lambda_gb_second_arm64"),
+        )
+    bill.monthly(
+        "monitoring", "cloudwatch_alarms", a.alternative_alarms * usd("cloudwatch_alarm_month")
+    )
+    return {
+        "identity_days": days,
+        "identity_window_kept": days >= a.identity_retention_days,
+        "heartbeat": heartbeat,
+        "outcome_notification": notification,
+        "alarms": a.alternative_alarms,
+    }
 
 
 def _tiered(actions: float, tiers: tuple[tuple[float, float], ...]) -> float:
@@ -685,6 +792,9 @@ def compute(
             "duration, billed since August 2025: AWS puts cold starts under 1% of invocations)",
         }
     )
+    # Issue 32: what each option costs, and every alternative priced for leasefence's job.
+    optional = options(measured, a)
+    compared = comparison(measured, powertools_wcu, a)
     # What the same measurements cost with the defaults shipped before issue 24 (INFO logs and
     # platform lines, tracing on, an idle HTTP worker polling every second).
     before = replace(a, log_level="INFO", system_log_level=None, tracing=True, idle_poll_mean_s=1.0)
@@ -694,6 +804,8 @@ def compute(
         "alternatives": alternatives,
         "grid": grid,
         "idle_worker_month": idle_worker_month_usd(measured, a),
+        "options": optional,
+        "comparison": compared,
         "with_previous_defaults": {
             "assumes": before.observability() | {"idle_poll_mean_s": before.idle_poll_mean_s},
             "profiles": {
@@ -701,6 +813,74 @@ def compute(
                 for name in measured["profiles"]
             },
             "idle_worker_month_usd": idle_worker_month_usd(measured, before)["usd"],
+        },
+    }
+
+
+def _with(a: Assumptions, option: str, value: bool) -> Assumptions:
+    """``a`` with one of :data:`OPTIONS` set to ``value``."""
+    chosen = {name: value if name == option else getattr(a, name) for name in OPTIONS}
+    return replace(
+        a, events=chosen["events"], alarms=chosen["alarms"], dashboard=chosen["dashboard"]
+    )
+
+
+def options(measured: dict[str, Any], a: Assumptions) -> dict[str, Any]:
+    """Issue 32: each optional part of the construct, its default, what it costs per million
+    lifecycles (all in, the main profiles, at the assumed volume: on minus off, the other options
+    at their defaults) and what a deployer loses without it."""
+    out: dict[str, Any] = {}
+    for option, default in OPTIONS.items():
+        on, off = _with(a, option, True), _with(a, option, False)
+        out[option] = {
+            "default": default,
+            "usd_per_million": {
+                p: round(
+                    leasefence_profile(p, measured, on)["total"]
+                    - leasefence_profile(p, measured, off)["total"],
+                    2,
+                )
+                for p in MAIN_PROFILES
+            },
+            "without_it": WITHOUT[option],
+        }
+    return out
+
+
+def comparison(measured: dict[str, Any], powertools_wcu: float, a: Assumptions) -> dict[str, Any]:
+    """Issue 32: every alternative priced for leasefence's job (:attr:`Assumptions.same_job`),
+    beside leasefence doing it (outcome events and alarms on), at its defaults, and with every
+    option a deployer can turn off turned off."""
+    job = replace(a, same_job=True, events=True, alarms=True)
+    off = replace(a, events=False, alarms=False, dashboard=False)
+    return {
+        "assumes": {
+            "volume_per_month": a.volume,
+            "capacity": a.capacity,
+            "payload_bytes": measured["payload_bytes"],
+            "payload": measured.get("payload", {}),
+            "ids": measured.get("ids", {}),
+            "identity_retention_days": a.identity_retention_days,
+            "job_seconds": a.job_seconds,
+            "heartbeats_per_job": a.heartbeats(),
+            "alternative_alarms": a.alternative_alarms,
+            "leasefence_alarms": DEPLOYMENT["alarms"],
+        },
+        "leasefence": {
+            p: {
+                "same_job": leasefence_profile(p, measured, job)["total"],
+                "defaults": leasefence_profile(p, measured, a)["total"],
+                "options_off": leasefence_profile(p, measured, off)["total"],
+            }
+            for p in MAIN_PROFILES
+        },
+        "alternatives": {
+            name: {
+                k: v
+                for k, v in alternative(name, measured, powertools_wcu, job).items()
+                if k in ("total", "lines", "same_job", "does_not_guarantee")
+            }
+            for name in ALTERNATIVES
         },
     }
 
@@ -732,6 +912,8 @@ def summary(computed: dict[str, Any]) -> dict[str, Any]:
             }
             for name, p in computed["alternatives"].items()
         },
+        "options": computed["options"],
+        "comparison": computed["comparison"],
     }
 
 
@@ -779,6 +961,22 @@ def _usd(value: float) -> str:
     return f"${value:,.2f}"
 
 
+def render_options(options: dict[str, Any]) -> list[str]:
+    """What each optional part costs (per million, all in, at the assumed volume) and what a
+    deployer loses without it (markdown rows)."""
+    rows = [
+        "| option (construct prop) | default | stream worker | HTTP workers | without it |",
+        "| --- | --- | ---: | ---: | --- |",
+    ]
+    for name, o in options.items():
+        cost = o["usd_per_million"]
+        rows.append(
+            f"| `{name}` | {'on' if o['default'] else 'off'} | {_usd(cost['worker_function'])} | "
+            f"{_usd(cost['http_workers'])} | {o['without_it']} |"
+        )
+    return rows
+
+
 def render(computed: dict[str, Any]) -> str:
     """The all-in table (markdown): every line group for leasefence and each alternative at the
     assumed volume and capacity, then the totals at every volume and mode, then the
@@ -813,6 +1011,7 @@ def render(computed: dict[str, Any]) -> str:
         label = _LABELS.get(name.removeprefix("leasefence_"), name)
         cells = [_usd(by_volume[f"{v // MILLION}M"][m]) for v in VOLUMES for m in CAPACITY_MODES]
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    rows += ["", *render_options(computed["options"])]
     idle = computed["idle_worker_month"]
     rows += [
         "",

@@ -320,7 +320,91 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
 
     # 7. Powertools idempotency, per call: first execution, then a replay of the same event.
     out["powertools"] = _powertools(bench, meter, raw, runs)
+
+    # 8. Issue 32: each item write of an ordinary lifecycle, by kind, with the bench's payload
+    #    kept inline; at the bench's ids, then with every id at its limit in 4-byte characters.
+    out["item_writes"] = _item_writes(engine, meter, clock, rng, BENCH_IDS)
+    out["item_writes_max_ids"] = _item_writes(engine, meter, clock, rng, max_ids())
     return out
+
+
+#: The kinds of item write of an ordinary lifecycle (issue 32), in the order they happen.
+ITEM_WRITE_KINDS = ("enqueue", "claim", "heartbeat", "fail", "requeue", "complete")
+#: The bench's ids: tenant, job type and worker as above; operation ids are UUIDs.
+BENCH_IDS = {"tenant": "items-corp", "job_type": JOB_TYPE, "worker": WORKER, "operation": ""}
+#: A 4-byte character (outside the BMP): an id of 256 of them is 1 KiB of UTF-8.
+WIDE_CHAR = "\N{GRINNING FACE}"
+
+
+def max_ids() -> dict[str, str]:
+    """Every id at its limit (:data:`~leasefence.limits.MAX_ID_LENGTH` characters of 4 bytes)."""
+    from leasefence.limits import MAX_ID_LENGTH
+
+    return {
+        name: letter + WIDE_CHAR * (MAX_ID_LENGTH - 1)
+        for name, letter in (
+            ("tenant", "t"),
+            ("job_type", "j"),
+            ("worker", "w"),
+            ("operation", "o"),
+        )
+    }
+
+
+def _item_writes(
+    engine: Engine, meter: Meter, clock: ManualClock, rng: random.Random, ids: dict[str, str]
+) -> dict[str, Any]:
+    """One operation through every ordinary write: enqueue (the bench's payload inline), claim,
+    heartbeat, a retryable failure, the retry's claim, a park and an operator's requeue, the
+    requeue's claim, the completion. Per kind, the units of its largest single item write on the
+    table (index writes apart) and the index units beside them."""
+    from leasefence.payloads import canonicalize
+    from leasefence_tools.bench.payload import PAYLOAD
+
+    body = canonicalize(PAYLOAD)
+    tenant, job_type, worker = ids["tenant"], ids["job_type"], ids["worker"]
+    op = ids["operation"] or _ids(rng)
+    engine._register_job_type(tenant, job_type)
+    meter.reset()
+
+    def claim() -> int:
+        clock.advance(LEASE_MS)
+        with meter.phase("claim"):
+            got = engine.claim_next(tenant, worker, lease_ms=LEASE_MS, job_types=[job_type])
+        assert got is not None and got.operation_id == op
+        return got.fence
+
+    with meter.phase("enqueue"):
+        engine.enqueue(tenant, op, job_type, body.hash, target_class="B", payload_json=body.body)
+    fence = claim()
+    clock.advance(LEASE_MS // 3)
+    with meter.phase("heartbeat"):
+        engine.heartbeat(tenant, op, fence, worker)
+    with meter.phase("fail"):
+        engine.fail(tenant, op, fence, retryable=True, reason="upstream 503", retry_after_ms=0)
+    fence = claim()
+    engine.park_unknown(tenant, op, fence, "timeout calling upstream")
+    with meter.phase("requeue"):
+        engine.resolve(tenant, op, "requeue", note="checked upstream", actor="operator-1")
+    fence = claim()
+    with meter.phase("complete"):
+        engine.complete(tenant, op, fence, "refunded")
+    by_kind: dict[str, Any] = {}
+    for kind in ITEM_WRITE_KINDS:
+        writes = [c for c in meter.usage(kind).calls if c.wcu and not c.refused]
+        by_kind[kind] = {
+            "item_write_units_max": max((c.wcu - c.wcu_index for c in writes), default=0),
+            "item_writes": len(writes),
+            "index_units": sum(c.wcu_index for c in writes),
+            "steps": [c.describe() for c in meter.usage(kind).calls],
+        }
+    meter.reset()
+    return {
+        "ids_bytes": {name: len(value.encode()) for name, value in ids.items() if value},
+        "payload_bytes": len(body.body),
+        "by_kind": by_kind,
+        "item_write_units_max": max(k["item_write_units_max"] for k in by_kind.values()),
+    }
 
 
 def _takeover_latency(

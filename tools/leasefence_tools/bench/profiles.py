@@ -60,6 +60,8 @@ from leasefence.history import ITEM_HISTORY_EXPIRED
 from leasefence.worker import FunctionHandler, Job
 from leasefence_tools.bench import units as U
 from leasefence_tools.bench.meter import Meter
+from leasefence_tools.bench.payload import PAYLOAD  # the job's input: 979 incompressible bytes
+from leasefence_tools.bench.payload import describe as describe_payload
 
 HTTP_TENANT, STREAM_TENANT, POLL_TENANT, CLASS_A_TENANT, IDLE_TENANT = (
     "profile-http",
@@ -70,13 +72,6 @@ HTTP_TENANT, STREAM_TENANT, POLL_TENANT, CLASS_A_TENANT, IDLE_TENANT = (
 )
 JOB_B, JOB_A = "profile-refund", "profile-refund-a"
 LEDGER = "bench-profiles-ledger"
-#: The job's input: about 1 KB of canonical JSON.
-PAYLOAD = {
-    "order_id": "ord-" + "7" * 12,
-    "amount_cents": 12999,
-    "currency": "EUR",
-    "note": "n" * 900,
-}
 #: Memory of each function: the construct's defaults (infra/leasefence_infra/props.py
 #: ``api_memory_mb`` and ``sweeper_memory_mb``, worker_props.py ``memory_mb``, publisher.py
 #: ``PUBLISHER_MEMORY_MB``).
@@ -372,6 +367,13 @@ def _measure(runs: int) -> dict[str, Any]:
     out: dict[str, Any] = {
         "runs": runs,
         "payload_bytes": len(canonicalize(PAYLOAD).body),
+        "payload": describe_payload(),
+        #: The ids every figure assumes (ASCII: one byte a character).
+        "ids": {
+            "tenants": f"{HTTP_TENANT!r}, {STREAM_TENANT!r} (12 to 15 characters)",
+            "job_type": JOB_B,
+            "operations": "'<profile>-' and 12 hex digits (about 17 characters)",
+        },
         #: The claim answer carries the payload: the HTTP worker sends no GET .../payload.
         "claim_carries_payload": True,
         "memory_mb": MEMORY_MB,

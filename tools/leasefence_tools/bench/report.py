@@ -19,6 +19,7 @@ from leasefence_tools.bench import (
     cost_per_million,
     depth,
     fairness,
+    lean,
     profiles,
     scale_sim,
     streams,
@@ -75,6 +76,8 @@ class Scale:
     stream_runs: int
     stream_cost_runs: int
     profile_runs: int
+    efficiency_runs: int
+    """Throughput runs whose median is issue 32's engine efficiency."""
 
 
 FULL = Scale(
@@ -97,6 +100,7 @@ FULL = Scale(
     stream_runs=50,
     stream_cost_runs=5,
     profile_runs=10,
+    efficiency_runs=3,
 )
 QUICK = Scale(
     cost_runs=2,
@@ -118,6 +122,7 @@ QUICK = Scale(
     stream_runs=4,
     stream_cost_runs=2,
     profile_runs=1,
+    efficiency_runs=1,
 )
 
 
@@ -181,17 +186,22 @@ def run(quick: bool = False) -> dict[str, Any]:
         sections["fairness"] = _timed(
             "fairness", timings, lambda: fairness.measure(server, backlog=p.fair_backlog)
         )
-    # Throughput runs on its own fresh endpoint process (stock moto, no accelerator installed ever).
-    sections["throughput"] = _timed(
-        "throughput",
-        timings,
-        lambda: throughput.measure(
-            (8, 32),
-            backlog=p.tp_backlog,
-            lifecycles=p.tp_lifecycles,
-            raw_per_thread=p.tp_raw_per_thread,
-        ),
-    )
+    # Throughput runs on its own fresh endpoint process (stock moto, no accelerator installed
+    # ever), ``efficiency_runs`` times: issue 32's engine efficiency is the median.
+    throughput_runs = [
+        _timed(
+            f"throughput ({i + 1} of {p.efficiency_runs})",
+            timings,
+            lambda: throughput.measure(
+                (8, 32),
+                backlog=p.tp_backlog,
+                lifecycles=p.tp_lifecycles,
+                raw_per_thread=p.tp_raw_per_thread,
+            ),
+        )
+        for i in range(p.efficiency_runs)
+    ]
+    sections["throughput"] = throughput_runs[0]
     sections["coldstart"] = _timed(
         "cold start",
         timings,
@@ -294,6 +304,8 @@ def run(quick: bool = False) -> dict[str, Any]:
             ),
         }
     )
+    # Issue 32: the lean item's targets, one named field each.
+    report["lean_item"] = lean.targets(sections, throughput_runs)
     report["targets"] = judge(report, sections)
     report["sections"] = sections
     report["meta"] = {
@@ -649,6 +661,7 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
         )
     )
     rows.extend(_issue_24_rows(r, s))
+    rows.extend(lean.rows(r["lean_item"]))
     for row in rows:
         if row["met"] is False and isinstance(row["value"], (int, float)):
             target = float(row["target"].split()[1])

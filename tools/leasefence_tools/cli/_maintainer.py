@@ -61,17 +61,25 @@ def bench(
         "`leasefence local --samples`: lifecycles/s, time per route in the handler and per "
         "operation in the embedded endpoint).",
     ),
+    render: str | None = typer.Option(
+        None, "--render", help="Print the tables of a report already written, and exit."
+    ),
+    readme_table: str | None = typer.Option(
+        None,
+        "--readme-table",
+        help="Print the README's table 'Compared with the alternatives' from a report already "
+        "written, and exit.",
+    ),
 ) -> None:
     """Cost per job in request units, throughput, contention, depth, fairness, cold start, scale."""
     from leasefence_tools.bench import main as run
 
-    raise typer.Exit(
-        run(
-            [
-                *(["--quick"] if quick else []),
-                *(["--json"] if json_out else []),
-                *(["--out", out] if out else []),
-                *(["--only", only] if only else []),
-            ]
-        )
-    )
+    given = [
+        *(["--quick"] if quick else []),
+        *(["--json"] if json_out else []),
+        *(["--out", out] if out else []),
+        *(["--only", only] if only else []),
+        *(["--render", render] if render else []),
+        *(["--readme-table", readme_table] if readme_table else []),
+    ]
+    raise typer.Exit(run(given))
