@@ -34,9 +34,11 @@ from leasefence.limits import (
     MAX_ID_LENGTH,
     MAX_ITEM_PAYLOAD_BYTES,
     MAX_PARTITION_KEY_BYTES,
+    MAX_SORT_KEY_BYTES,
     MAX_TEXT_BYTES,
 )
 from leasefence.model import Resolution, State, TargetClass, Transition
+from leasefence.schema import PAYLOAD_BODY
 
 #: A number's size at most (DynamoDB: about one byte per two significant digits, plus one).
 NUMBER_BYTES = 21
@@ -67,7 +69,8 @@ ATTRIBUTE_BYTES: dict[str, int] = {
     "payload_hash": _HASH_BYTES,
     "payload_ref": MAX_TEXT_BYTES,
     "payload_inline": BOOL_BYTES,
-    "payload_json": MAX_ITEM_PAYLOAD_BYTES,
+    "payload_json": MAX_ITEM_PAYLOAD_BYTES,  # layout 1 only (layout 2: the payload item)
+    "lv": NUMBER_BYTES,
     "job_type_version": NUMBER_BYTES,
     "created_at": NUMBER_BYTES,
     # state and fences
@@ -169,3 +172,17 @@ def max_item_bytes() -> int:
     :data:`~leasefence.limits.MAX_STORE_ITEM_BYTES`."""
     fields = sum(len(name) + size for name, size in ATTRIBUTE_BYTES.items())
     return fields + len("h") + max_history_bytes()
+
+
+def max_payload_item_bytes() -> int:
+    """The largest payload item (layout 2: :mod:`leasefence.engine._payload_items`): its keys at
+    DynamoDB's key limits (:func:`leasefence.keys.payload_id` fits the sort key) and the payload's
+    canonical JSON at :data:`~leasefence.limits.MAX_ITEM_PAYLOAD_BYTES`."""
+    return (
+        len("tenant_id")
+        + MAX_PARTITION_KEY_BYTES
+        + len("operation_id")
+        + MAX_SORT_KEY_BYTES
+        + len(PAYLOAD_BODY)
+        + MAX_ITEM_PAYLOAD_BYTES
+    )

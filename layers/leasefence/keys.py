@@ -120,6 +120,30 @@ def history_id(operation_id: str) -> str:
     return fit_key(HISTORY_PREFIX, operation_id, MAX_SORT_KEY_BYTES)
 
 
+#: An operation's payload item (layout 2) lives in its operation's partition under this prefix,
+#: the operation id (cut to a digest by :func:`fit_key` when long) and ``\x00`` +
+#: the payload's SHA-256 in hex: no operation id can take that sort key (no control
+#: characters), it sorts before every operation id (listings never meet it), and
+#: :func:`payload_prefix` of one operation finds every payload item ever written for it (an
+#: orphan of a refused or crashed enqueue included). The hash in the key makes a payload item
+#: immutable: a different payload for the same id lands in another item, so writing it can never
+#: change what a live operation reads; the operation item's payload hash decides which one counts.
+PAYLOAD_PREFIX = "\x02"
+_PAYLOAD_HASH_PART = 1 + 64  # "\x00" + SHA-256 in hex
+
+
+def payload_prefix(operation_id: str) -> str:
+    """What every payload item of ``operation_id`` starts with (a ``begins_with`` finds them)."""
+    fitted = fit_key(PAYLOAD_PREFIX, operation_id, MAX_SORT_KEY_BYTES - _PAYLOAD_HASH_PART)
+    return fitted + "\x00"
+
+
+def payload_id(operation_id: str, payload_hash: str) -> str:
+    """The sort key of the payload item holding the payload that hashes to ``payload_hash``
+    (``sha256:<hex>``)."""
+    return payload_prefix(operation_id) + payload_hash.removeprefix("sha256:")
+
+
 #: Every operation id sorts at or after this (no control characters): listings start here.
 FIRST_OPERATION_ID = " "
 
