@@ -22,6 +22,37 @@ def fit_key(prefix: str, part: str, max_bytes: int) -> str:
     return prefix + KEY_DIGEST_MARK + hashlib.sha256(part.encode()).hexdigest()
 
 
+#: How many write shards the base table's partition key has per tenant (layout 2). Issue 33
+#: raises it; shard 0 is the bare tenant id, so every item written before layout 2 stays where it
+#: is and this layout moved nothing.
+OPERATION_SHARDS = 1
+
+
+def operation_partition(tenant_id: str, operation_id: str) -> str:
+    """The base table's partition key of an operation item, its history item and its payload
+    items: the operation's write shard in its tenant (:func:`shard_of` over
+    :data:`OPERATION_SHARDS`). Shard 0 is the bare tenant id (every item written by main 4f60178
+    is there); a shard ``n >= 1`` will be ``<escaped tenant>#<n>`` (:func:`escape_tenant`: the
+    tenant ends at its first unescaped ``#``, like a due partition), which issue 33 builds
+    together with the per-tenant IAM condition that matches it (``dynamodb:LeadingKeys`` on
+    ``<tenant>`` and ``<tenant>#*``). Every read and write of those items derives its key here."""
+    shard = shard_of(tenant_id, operation_id, OPERATION_SHARDS)
+    if shard != 0:  # pragma: no cover - one shard until issue 33
+        raise NotImplementedError("write shards above 0 arrive with issue 33")
+    return tenant_id
+
+
+def operation_key(tenant_id: str, operation_id: str) -> dict[str, str]:
+    """The key of an operation item."""
+    return {"tenant_id": operation_partition(tenant_id, operation_id), "operation_id": operation_id}
+
+
+def tenant_key(tenant_id: str, sort_key: str) -> dict[str, str]:
+    """The key of one of a tenant's own items (directory, catalogue, settings, claim markers) or
+    of the deployment's (:data:`FLEET_TENANT`): in the tenant's own partition, never sharded."""
+    return {"tenant_id": tenant_id, "operation_id": sort_key}
+
+
 def shard_of(tenant_id: str, operation_id: str, shards: int) -> int:
     """A stable shard for one identity (length-prefixed so ``("a#", "b")`` != ``("a", "#b")``)."""
     t, o = tenant_id.encode(), operation_id.encode()
@@ -142,6 +173,14 @@ def payload_id(operation_id: str, payload_hash: str) -> str:
     """The sort key of the payload item holding the payload that hashes to ``payload_hash``
     (``sha256:<hex>``)."""
     return payload_prefix(operation_id) + payload_hash.removeprefix("sha256:")
+
+
+def payload_key(tenant_id: str, operation_id: str, payload_hash: str) -> dict[str, str]:
+    """The key of the payload item holding ``payload_hash``'s payload of the operation."""
+    return {
+        "tenant_id": operation_partition(tenant_id, operation_id),
+        "operation_id": payload_id(operation_id, payload_hash),
+    }
 
 
 #: Every operation id sorts at or after this (no control characters): listings start here.

@@ -265,7 +265,7 @@ class Enqueuer:
         may_list_it = f"{x.DIRECTORY_NEW} OR {x.TYPE_LISTED} OR {x.DIRECTORY_HAS_ROOM}"
         try:
             self.ctx.store.add_to_set(
-                self.ctx.key(tenant_id, keys.DIRECTORY_ID),
+                keys.tenant_key(tenant_id, keys.DIRECTORY_ID),
                 "job_types",
                 [job_type],
                 {PARKED_PK: keys.DIRECTORY_PARTITION, PARKED_SK: 0},

@@ -416,7 +416,7 @@ class Eraser:
         now = ctx.clock()
         try:
             ctx.store.update(
-                ctx.key(tenant_id, keys.SETTINGS_ID),
+                keys.tenant_key(tenant_id, keys.SETTINGS_ID),
                 "SET #erasing = :now",
                 "attribute_not_exists(#erasing)",
                 {"#erasing": ERASING},
@@ -458,7 +458,7 @@ class Eraser:
                     continue
                 try:
                     ctx.store.delete(
-                        ctx.key(tenant_id, item["operation_id"]),
+                        keys.tenant_key(tenant_id, item["operation_id"]),
                         "attribute_exists(#k)",
                         {"#k": "operation_id"},
                         {},
@@ -471,7 +471,7 @@ class Eraser:
             start = page.last_key
         try:
             ctx.store.delete(
-                ctx.key(tenant_id, keys.SETTINGS_ID),
+                keys.tenant_key(tenant_id, keys.SETTINGS_ID),
                 "#erasing = :since",
                 {"#erasing": ERASING},
                 {":since": since},
@@ -509,7 +509,8 @@ class Eraser:
             result.payloads_deleted += 1
         try:
             ctx.store.delete(
-                ctx.key(item["tenant_id"], item["operation_id"]),
+                # The row's own key (an operation, its history or its payload item).
+                {"tenant_id": item["tenant_id"], "operation_id": item["operation_id"]},
                 f"{x.NOT_AN_OPERATION} OR {x.NOT_CLAIMED}",
                 dict(x.STATE),
                 {":claimed": State.CLAIMED.value},
