@@ -175,6 +175,8 @@ class OperationItem(TypedDict, total=False):
     h: list[dict[str, Any]]
     hd: int
     hv: int
+    #: The history list's bytes (an upper bound: :func:`leasefence.history.start`).
+    hb: int
 
 
 #: The table layout new operation items are written under, recorded on each (``lv``). Layout 2:

@@ -36,7 +36,9 @@ class NoS3:
 
 def make_engine(aws, spec, clock, bucket, s3=None, **options):
     store = PayloadStore(bucket, client=s3 if s3 is not None else aws.client("s3"))
-    engine = Engine(client=aws.client(), spec=spec, clock=clock, rng=random.Random(3), payloads=store, **options)
+    engine = Engine(
+        client=aws.client(), spec=spec, clock=clock, rng=random.Random(3), payloads=store, **options
+    )
     return engine, store
 
 
@@ -44,25 +46,33 @@ def enqueue_kept(engine, operation_id, payload, **kwargs):
     """What the API does for a payload of at most MAX_ITEM_PAYLOAD_BYTES."""
     canonical = canonicalize(payload)
     assert fits_in_item(canonical)
-    return engine.enqueue(T, operation_id, "refund", canonical.hash, payload_json=canonical.body, **kwargs)
+    return engine.enqueue(
+        T, operation_id, "refund", canonical.hash, payload_json=canonical.body, **kwargs
+    )
 
 
 def enqueue_in_s3(engine, store, operation_id, payload):
     """What the API did before (and does for larger payloads): the object, then the item."""
     canonical = canonicalize(payload)
     stored = store.put(T, operation_id, canonical)
-    return engine.enqueue(T, operation_id, "refund", canonical.hash, payload_ref=stored.ref, payload_inline=True)
+    return engine.enqueue(
+        T, operation_id, "refund", canonical.hash, payload_ref=stored.ref, payload_inline=True
+    )
 
 
 def raw(ddb, spec, operation_id):
-    return ddb.get_item(TableName=spec.table_name, Key={"tenant_id": {"S": T}, "operation_id": {"S": operation_id}},
-                        ConsistentRead=True).get("Item")
+    return ddb.get_item(
+        TableName=spec.table_name,
+        Key={"tenant_id": {"S": T}, "operation_id": {"S": operation_id}},
+        ConsistentRead=True,
+    ).get("Item")
 
 
 def kept(ddb, spec, operation_id):
     """The texts of the operation's payload items (layout 2), none when it has none."""
     items = ddb.query(
-        TableName=spec.table_name, ConsistentRead=True,
+        TableName=spec.table_name,
+        ConsistentRead=True,
         KeyConditionExpression="tenant_id = :t AND begins_with(operation_id, :p)",
         ExpressionAttributeValues={":t": {"S": T}, ":p": {"S": keys.payload_prefix(operation_id)}},
     )["Items"]
@@ -73,7 +83,9 @@ def objects(aws, bucket):
     return aws.client("s3").list_objects_v2(Bucket=bucket).get("KeyCount", 0)
 
 
-def test_a_small_payload_round_trips_through_the_item_with_no_s3_call(aws, ddb, spec, clock, bucket):
+def test_a_small_payload_round_trips_through_the_item_with_no_s3_call(
+    aws, ddb, spec, clock, bucket
+):
     engine, _ = make_engine(aws, spec, clock, bucket, s3=NoS3())
     payload = {"card": SECRET, "cents": 1250, "note": "ü"}
     created = enqueue_kept(engine, "k-1", payload)
@@ -93,12 +105,18 @@ def test_a_small_payload_round_trips_through_the_item_with_no_s3_call(aws, ddb, 
     assert objects(aws, bucket) == 0
 
 
-def test_a_kept_payload_that_does_not_match_its_hash_is_missing_never_returned(aws, ddb, spec, clock, bucket):
+def test_a_kept_payload_that_does_not_match_its_hash_is_missing_never_returned(
+    aws, ddb, spec, clock, bucket
+):
     engine, _ = make_engine(aws, spec, clock, bucket, s3=NoS3())
     enqueue_kept(engine, "k-2", {"x": 1})
     payload_key = keys.payload_id("k-2", canonicalize({"x": 1}).hash)
-    ddb.update_item(TableName=spec.table_name, Key={"tenant_id": {"S": T}, "operation_id": {"S": payload_key}},
-                    UpdateExpression="SET payload_json = :j", ExpressionAttributeValues={":j": {"S": '{"x":2}'}})
+    ddb.update_item(
+        TableName=spec.table_name,
+        Key={"tenant_id": {"S": T}, "operation_id": {"S": payload_key}},
+        UpdateExpression="SET payload_json = :j",
+        ExpressionAttributeValues={":j": {"S": '{"x":2}'}},
+    )
     with pytest.raises(PayloadMissing):
         engine.payload(engine.get(T, "k-2"))
     with pytest.raises(PayloadMissing):
@@ -127,7 +145,9 @@ def test_the_threshold_is_inclusive():
     assert fits_in_item(at) and not fits_in_item(over)
 
 
-def test_a_replay_is_a_replay_and_another_payload_a_conflict_and_neither_writes(aws, ddb, spec, clock, bucket):
+def test_a_replay_is_a_replay_and_another_payload_a_conflict_and_neither_writes(
+    aws, ddb, spec, clock, bucket
+):
     engine, store = make_engine(aws, spec, clock, bucket)
     enqueue_kept(engine, "r-1", {"x": 1})
     before = raw(ddb, spec, "r-1")
@@ -250,7 +270,9 @@ def test_no_index_holds_the_payload(aws, ddb, spec, clock, bucket):
         assert entries and SECRET not in json.dumps(entries)
 
 
-def test_the_item_stays_far_below_the_400_kb_limit_with_everything_at_its_maximum(aws, ddb, spec, clock, bucket):
+def test_the_item_stays_far_below_the_400_kb_limit_with_everything_at_its_maximum(
+    aws, ddb, spec, clock, bucket
+):
     """moto does not enforce DynamoDB's 400 KB item limit: the bound is checked here. The largest
     kept payload, a checkpoint and a reason at their maximum, ids of 256 characters."""
     engine, _ = make_engine(aws, spec, clock, bucket)
@@ -259,17 +281,30 @@ def test_the_item_stays_far_below_the_400_kb_limit_with_everything_at_its_maximu
     assert len(canonical.body) == MAX_ITEM_PAYLOAD_BYTES
     engine.enqueue(tenant, op, job, canonical.hash, payload_json=canonical.body, actor="a" * 256)
     claim = engine.claim(tenant, op, "w" * 256)
-    engine.heartbeat(tenant, op, claim.fence, "w" * 256, checkpoint={"c": "x" * (MAX_CHECKPOINT_BYTES - 8)})
+    engine.heartbeat(
+        tenant, op, claim.fence, "w" * 256, checkpoint={"c": "x" * (MAX_CHECKPOINT_BYTES - 8)}
+    )
     engine.fail(tenant, op, claim.fence, True, "r" * MAX_TEXT_LENGTH)
-    item = ddb.get_item(TableName=spec.table_name, Key={"tenant_id": {"S": tenant}, "operation_id": {"S": op}},
-                        ConsistentRead=True)["Item"]
-    payload = ddb.get_item(TableName=spec.table_name, ConsistentRead=True, Key={
-        "tenant_id": {"S": tenant}, "operation_id": {"S": keys.payload_id(op, canonical.hash)}})["Item"]
+    item = ddb.get_item(
+        TableName=spec.table_name,
+        Key={"tenant_id": {"S": tenant}, "operation_id": {"S": op}},
+        ConsistentRead=True,
+    )["Item"]
+    payload = ddb.get_item(
+        TableName=spec.table_name,
+        ConsistentRead=True,
+        Key={
+            "tenant_id": {"S": tenant},
+            "operation_id": {"S": keys.payload_id(op, canonical.hash)},
+        },
+    )["Item"]
     assert payload["payload_json"]["S"].encode() == canonical.body and "payload_json" not in item
     assert item_size(item) < 12 * 1024  # under 3% of DynamoDB's 400 KB
 
 
-def test_no_event_history_entry_or_log_line_carries_the_payload(aws, ddb, spec, clock, bucket, caplog):
+def test_no_event_history_entry_or_log_line_carries_the_payload(
+    aws, ddb, spec, clock, bucket, caplog
+):
     """The stream's images of the operation item never hold the payload (layout 2: its own item,
     which the stream functions never read as an operation); the outcome event and the history
     entry copy named fields only, and the engine logs none of it."""
@@ -294,19 +329,27 @@ def test_no_event_history_entry_or_log_line_carries_the_payload(aws, ddb, spec, 
     plain = [from_item(i) for i in images]
     assert SECRET not in json.dumps(plain)  # layout 2: the payload is in its own item
     assert kept(ddb, spec, "l-1") == []  # erased
-    (change,) = [Change("INSERT", "1", T, keys.payload_id("l-1", "sha256:00"), None, {"payload_json": SECRET})]
+    (change,) = [
+        Change(
+            "INSERT", "1", T, keys.payload_id("l-1", "sha256:00"), None, {"payload_json": SECRET}
+        )
+    ]
     assert not change.is_operation and change.transition is None  # never read as an operation
     for old, new in zip([None, *plain], plain, strict=False):
         change = Change("MODIFY" if old else "INSERT", "1", T, "l-1", old, new)
         assert SECRET not in json.dumps(entry_from(old, new))
         entry = events.entry(change, "bus")
         assert entry is None or SECRET not in json.dumps(entry, default=str)
-    ours = [r for r in caplog.records if r.name.startswith("leasefence")]  # botocore's DEBUG is not on
+    ours = [
+        r for r in caplog.records if r.name.startswith("leasefence")
+    ]  # botocore's DEBUG is not on
     logged = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in ours)
     assert ours and SECRET not in logged
 
 
-def test_a_replay_racing_the_purge_or_the_erasure_leaves_no_payload_item(aws, ddb, spec, clock, bucket):
+def test_a_replay_racing_the_purge_or_the_erasure_leaves_no_payload_item(
+    aws, ddb, spec, clock, bucket
+):
     """Layout 2: the enqueue writes the payload item before the operation item's put; a refused
     put drops it unless the operation still refers to it. Purge and erasure mark first, then
     delete, so a replay landing between the mark and the delete, or after both, leaves nothing."""
@@ -350,10 +393,20 @@ def test_the_payload_item_of_an_enqueue_that_crashed_before_its_operation_is_era
     another payload is a new operation that reads its own payload."""
     engine, _ = make_engine(aws, spec, clock, bucket)
     orphan = canonicalize({"card": SECRET})
-    engine.store.put_plain({"tenant_id": T, "operation_id": keys.payload_id("crash-1", orphan.hash),
-                            "payload_json": orphan.body.decode()})
-    engine.store.put_plain({"tenant_id": T, "operation_id": keys.payload_id("crash-2", orphan.hash),
-                            "payload_json": orphan.body.decode()})
+    engine.store.put_plain(
+        {
+            "tenant_id": T,
+            "operation_id": keys.payload_id("crash-1", orphan.hash),
+            "payload_json": orphan.body.decode(),
+        }
+    )
+    engine.store.put_plain(
+        {
+            "tenant_id": T,
+            "operation_id": keys.payload_id("crash-2", orphan.hash),
+            "payload_json": orphan.body.decode(),
+        }
+    )
     assert engine.list(T, limit=10).operations == []  # listings never meet a payload item
     with pytest.raises(NotFound):
         engine.erase(T, "crash-1")
@@ -365,8 +418,13 @@ def test_the_payload_item_of_an_enqueue_that_crashed_before_its_operation_is_era
     engine.complete(T, "crash-2", claim.fence, "ok")
     engine.erase(T, "crash-2")
     assert kept(ddb, spec, "crash-2") == []  # the erasure of the operation takes the orphan too
-    engine.store.put_plain({"tenant_id": T, "operation_id": keys.payload_id("crash-3", orphan.hash),
-                            "payload_json": orphan.body.decode()})
+    engine.store.put_plain(
+        {
+            "tenant_id": T,
+            "operation_id": keys.payload_id("crash-3", orphan.hash),
+            "payload_json": orphan.body.decode(),
+        }
+    )
     while not (step := engine.erase_tenant(T, limit=50)).finished:
         clock.advance(step.wait_ms)
         step = engine.erase_tenant(T, limit=50, cursor=step.next_cursor)

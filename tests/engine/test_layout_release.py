@@ -39,13 +39,20 @@ def engine(aws, ddb, spec, clock):
         ddb.put_item(TableName=spec.table_name, Item=item)
     clock.advance(RECORD["clock"] - clock())
     store = PayloadStore("release-payloads", secret=b"release", client=aws.client("s3"))
-    return Engine(client=ddb, spec=spec, clock=clock, rng=random.Random(5), payloads=store,
-                  payload_retention_ms=30 * DAY)
+    return Engine(
+        client=ddb,
+        spec=spec,
+        clock=clock,
+        rng=random.Random(5),
+        payloads=store,
+        payload_retention_ms=30 * DAY,
+    )
 
 
 def kept(ddb, spec, operation_id):
     return ddb.query(
-        TableName=spec.table_name, ConsistentRead=True,
+        TableName=spec.table_name,
+        ConsistentRead=True,
         KeyConditionExpression="tenant_id = :t AND begins_with(operation_id, :p)",
         ExpressionAttributeValues={":t": {"S": T}, ":p": {"S": keys.payload_prefix(operation_id)}},
     )["Items"]
@@ -54,24 +61,38 @@ def kept(ddb, spec, operation_id):
 def test_the_record_is_layout_1_at_the_keys_layout_2_derives():
     operations = [i for i in RECORD["items"] if "state" in i]
     assert len(operations) == 8 and not any("lv" in i for i in operations)
-    assert sum("payload_json" in i for i in operations) == 6 and sum("purge_pk" in i for i in operations) == 7
+    assert (
+        sum("payload_json" in i for i in operations) == 6
+        and sum("purge_pk" in i for i in operations) == 7
+    )
     for item in operations:  # shard 0 is the bare tenant id: nothing moves
         op = item["operation_id"]["S"]
-        assert keys.operation_key(T, op) == {"tenant_id": item["tenant_id"]["S"], "operation_id": op}
+        assert keys.operation_key(T, op) == {
+            "tenant_id": item["tenant_id"]["S"],
+            "operation_id": op,
+        }
 
 
-def test_old_operations_are_replayed_read_and_driven_to_their_end_by_the_new_code(engine, ddb, spec, clock):
+def test_old_operations_are_replayed_read_and_driven_to_their_end_by_the_new_code(
+    engine, ddb, spec, clock
+):
     for op, payload in PAYLOADS.items():
         c = canonicalize(payload)
         assert not engine.enqueue(T, op, "refund", c.hash, payload_json=c.body).created  # a replay
         with pytest.raises(PayloadConflict):
-            engine.enqueue(T, op, "refund", canonicalize({"other": op}).hash,
-                           payload_json=canonicalize({"other": op}).body)
+            engine.enqueue(
+                T,
+                op,
+                "refund",
+                canonicalize({"other": op}).hash,
+                payload_json=canonicalize({"other": op}).body,
+            )
         assert kept(ddb, spec, op) == []  # neither left a payload item beside a layout-1 item
         assert json.loads(engine.payload(engine.get(T, op))) == payload
     listed = engine.list(T, limit=50).operations
     assert [o.operation_id for o in listed] == sorted(
-        i["operation_id"]["S"] for i in RECORD["items"] if "state" in i)
+        i["operation_id"]["S"] for i in RECORD["items"] if "state" in i
+    )
     assert {o.layout for o in listed} == {1}
     # Queued: claimed, its payload read from the old item, completed.
     claim = engine.claim(T, "op-queued", "w-new")
@@ -93,7 +114,9 @@ def test_old_operations_are_replayed_read_and_driven_to_their_end_by_the_new_cod
     engine.complete(T, "op-s3", claim.fence, "ok")
     for op in ("op-queued", "op-claimed", "op-unknown", "op-approval", "op-s3", "op-failed"):
         entries = engine.history(T, op).entries
-        assert entries[0]["transition"] == "enqueue" and entries == sorted(entries, key=lambda e: e["seq"])
+        assert entries[0]["transition"] == "enqueue" and entries == sorted(
+            entries, key=lambda e: e["seq"]
+        )
     # A new operation beside them is layout 2: its payload in a payload item.
     c = canonicalize({"order": "new"})
     assert engine.enqueue(T, "op-new", "refund", c.hash, payload_json=c.body).operation.layout == 2
@@ -107,8 +130,11 @@ def test_old_operations_are_replayed_read_and_driven_to_their_end_by_the_new_cod
     engine.purge_payloads()
     for op in ("op-queued", "op-claimed", "op-unknown", "op-approval", "op-s3", "op-failed"):
         assert engine.get(T, op).payload_state == "purged", op
-    assert not any("payload_json" in i for i in ddb.scan(TableName=spec.table_name)["Items"]
-                   if i["operation_id"]["S"] != keys.payload_id("op-new", c.hash))
+    assert not any(
+        "payload_json" in i
+        for i in ddb.scan(TableName=spec.table_name)["Items"]
+        if i["operation_id"]["S"] != keys.payload_id("op-new", c.hash)
+    )
 
 
 def test_a_whole_tenant_of_both_layouts_is_erased(engine, ddb, spec, clock, aws):

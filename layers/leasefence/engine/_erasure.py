@@ -18,6 +18,7 @@ from leasefence.engine._context import EngineContext
 from leasefence.engine._enqueue import Enqueuer
 from leasefence.engine._reads import Reads
 from leasefence.errors import InvalidTransition, NotFound, PayloadMissing, Unavailable
+from leasefence.item_budget import history_bytes
 from leasefence.limits import MAX_STEP_ITEMS, TENANT_ERASURE_SETTLE_MS
 from leasefence.metrics import Metric
 from leasefence.model import (
@@ -58,6 +59,7 @@ def kept_in_item(item: Mapping[str, Any]) -> bool:
 SLIMMED_AWAY = (
     "#h_",
     "#hd_",
+    "#hb_",
     "reason",
     "checkpoint",
     "intent",
@@ -167,6 +169,7 @@ def _mark_purged(ctx: EngineContext, item: OperationItem, keep_filed: bool) -> b
     if slims(item):
         expr.name(x.STATE).name({"#seq": "seq", "#hx_": history.ITEM_HISTORY_EXPIRED})
         expr.name({"#h_": history.ITEM_HISTORY, "#hd_": history.ITEM_DROPPED, "#home_": DUE_HOME})
+        expr.name({"#hb_": history.ITEM_BYTES})
         expr.value({":e_state": item["state"]}).set("#hx_ = :now").remove(*SLIMMED_AWAY)
         condition += " AND #state = :e_state AND "
         if "seq" in item:
@@ -224,9 +227,10 @@ def erase_write(
         attempts=int(current["attempts"]),
     )
     expr.name({"#h_": history.ITEM_HISTORY, "#hd_": history.ITEM_DROPPED, "#fence": "fence"})
+    expr.name({"#hb_": history.ITEM_BYTES}).value({":hb": history_bytes([entry])})
     expr.value({":h_entry": [entry], ":e_state": current["state"]})
     expr.value({":e_fence": int(current["fence"]), ":e_attempts": int(current["attempts"])})
-    expr.set("#h_ = :h_entry").remove("#hd_")
+    expr.set("#h_ = :h_entry", "#hb_ = :hb").remove("#hd_")
     kept = rules.erased_intent(current)
     if kept is None:
         expr.remove("intent")

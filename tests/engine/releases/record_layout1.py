@@ -34,7 +34,9 @@ def main() -> None:
         aws.client("s3").create_bucket(Bucket="release-payloads")
         store = PayloadStore("release-payloads", secret=b"release", client=aws.client("s3"))
         clock = ManualClock(1_796_000_000_000)
-        engine = Engine(client=aws.client(), spec=spec, clock=clock, rng=random.Random(1), payloads=store)
+        engine = Engine(
+            client=aws.client(), spec=spec, clock=clock, rng=random.Random(1), payloads=store
+        )
 
         def kept(op: str, payload: dict, **kwargs) -> None:
             c = canonicalize(payload)
@@ -61,11 +63,18 @@ def main() -> None:
         clock.advance(1_000)
         items = aws.client().scan(TableName=spec.table_name, ConsistentRead=True)["Items"]
         objects = {
-            o["Key"]: aws.client("s3").get_object(Bucket="release-payloads", Key=o["Key"])["Body"].read().decode()
+            o["Key"]: aws.client("s3")
+            .get_object(Bucket="release-payloads", Key=o["Key"])["Body"]
+            .read()
+            .decode()
             for o in aws.client("s3").list_objects_v2(Bucket="release-payloads").get("Contents", [])
         }
     items.sort(key=lambda i: (i["tenant_id"]["S"], i["operation_id"]["S"]))
-    json.dump({"commit": "4f60178", "clock": clock(), "items": items, "objects": objects}, sys.stdout, indent=1)
+    json.dump(
+        {"commit": "4f60178", "clock": clock(), "items": items, "objects": objects},
+        sys.stdout,
+        indent=1,
+    )
     sys.stdout.write("\n")
 
 
