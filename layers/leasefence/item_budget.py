@@ -25,7 +25,7 @@ every attribute an item carries is budgeted here: a field added to the item late
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -196,7 +196,7 @@ def value_bytes(value: Any) -> int:
     raise TypeError(f"not a value the engine stores: {type(value).__name__}")
 
 
-def history_bytes(entries: list[Mapping[str, Any]]) -> int:
+def history_bytes(entries: Sequence[Mapping[str, Any]]) -> int:
     """What ``hb`` counts for these entries: each entry and its element byte (the list's own
     container aside)."""
     return sum(ELEMENT_BYTES + value_bytes(dict(e)) for e in entries)
