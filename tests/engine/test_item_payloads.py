@@ -335,6 +335,13 @@ def test_no_event_history_entry_or_log_line_carries_the_payload(
         )
     ]
     assert not change.is_operation and change.transition is None  # never read as an operation
+    from leasefence.streams.filters import dispatch_filters, passes, publisher_filters
+
+    image = {"tenant_id": {"S": T}, "operation_id": {"S": change.operation_id}, "payload_json": {"S": SECRET}}
+    for name, old, new in (("INSERT", None, image), ("REMOVE", image, None)):
+        record = {"eventName": name, "dynamodb": {"Keys": {k: image[k] for k in ("tenant_id", "operation_id")},
+                                                  **({"NewImage": new} if new else {}), **({"OldImage": old} if old else {})}}
+        assert not passes(dispatch_filters(), record) and not passes(publisher_filters(), record)
     for old, new in zip([None, *plain], plain, strict=False):
         change = Change("MODIFY" if old else "INSERT", "1", T, "l-1", old, new)
         assert SECRET not in json.dumps(entry_from(old, new))
