@@ -74,8 +74,12 @@ from leasefence.history_item import (  # noqa: F401 (the publisher's and erasure
     record,
     remove,
 )
+from leasefence.item_budget import history_bytes
 from leasefence.limits import (
+    HISTORY_COMPACT_AT_BYTES,
+    HISTORY_KEEP_BYTES,
     HISTORY_ROOM,
+    HISTORY_ROOM_BYTES,
     MAX_ENTRY_TEXT_BYTES,
     MAX_ENTRY_TEXT_LENGTH,
     MAX_HISTORY_ENTRIES,
@@ -180,6 +184,12 @@ ITEM_HISTORY_MARK = "hv"
 #: The publisher compacts the list once it holds more entries than this (then it holds
 #: :data:`MAX_ENTRIES`): a little slack, so one compaction serves several loops.
 COMPACT_AT = MAX_ENTRIES + 10
+#: The list's bytes (:func:`leasefence.item_budget.history_bytes`), kept by every write that
+#: changes it: set by the enqueue, a compaction and an erasure, raised by each entry's own write.
+#: An item enqueued before it existed counts only the entries appended since (its list stays
+#: bounded by its count, :data:`HISTORY_ROOM`, as before) until its first compaction writes the
+#: exact figure; for every item enqueued since, ``hb`` is the list's size.
+ITEM_BYTES = "hb"
 #: A reason or note in an entry in the item is also cut to this many bytes (UTF-8; whole
 #: characters): 256 characters of any script up to three bytes each fit.
 MAX_REASON_BYTES = MAX_ENTRY_TEXT_BYTES
@@ -258,6 +268,7 @@ def start(item: OperationItem, now: int, actor: str | None) -> None:
             Transition.ENQUEUE, now, actor=actor, state=item["state"], fence=0, attempts=0
         )
     ]
+    item["hb"] = history_bytes(item["h"])
 
 
 def _bytes_cut(text: str | None) -> str | None:
@@ -361,7 +372,7 @@ def compact(store: Store, item: Mapping[str, Any], attempts: int = 3) -> bool:
     now, compacted in turn (at most ``attempts`` writes). True when it wrote."""
     current: Mapping[str, Any] | None = item
     for _ in range(attempts):
-        if current is None or len(current.get(ITEM_HISTORY) or []) <= COMPACT_AT:
+        if current is None or not _over(current, COMPACT_AT, HISTORY_COMPACT_AT_BYTES):
             return False
         try:
             _compact_write(store, current)
@@ -377,7 +388,14 @@ def compact(store: Store, item: Mapping[str, Any], attempts: int = 3) -> bool:
 def needs_room(item: Mapping[str, Any] | None) -> bool:
     """Whether a claim, a takeover or a requeue of ``item`` (as read, or as its refusal showed
     it) is refused until the history is compacted (:data:`HISTORY_ROOM`)."""
-    return item is not None and len(item.get(ITEM_HISTORY) or []) >= HISTORY_ROOM
+    return item is not None and _over(item, HISTORY_ROOM - 1, HISTORY_ROOM_BYTES - 1)
+
+
+def _over(item: Mapping[str, Any], entries: int, size: int) -> bool:
+    """Whether the list holds more than ``entries`` entries or ``hb`` is above ``size``."""
+    if not item.get(ITEM_HISTORY):
+        return False
+    return len(item[ITEM_HISTORY]) > entries or int(item.get(ITEM_BYTES, 0)) > size
 
 
 def make_room(store: Store, item: Mapping[str, Any]) -> bool:
@@ -407,14 +425,17 @@ def _operation_key(item: Mapping[str, Any]) -> Key:
 def _compact_write(store: Store, item: Mapping[str, Any]) -> None:
     compacts = list(item.get(ITEM_HISTORY) or [])
     entries = expand(item)
-    tail = len(compacts) - (MAX_ENTRIES - 1)
-    kept = [
-        _to_compact(entries[0], with_seq=True),
-        _to_compact(entries[tail], with_seq=False),
-        *compacts[tail + 1 :],
-    ]
+    first = _to_compact(entries[0], with_seq=True)
+    # The first entry and the newest that fit both bounds: at most MAX_ENTRIES in all and
+    # HISTORY_KEEP_BYTES (the entry at ``tail`` stamped with what the dropped ones told).
+    kept, tail = [first], 1
+    for tail in range(max(1, len(compacts) - (MAX_ENTRIES - 1)), len(compacts)):
+        kept = [first, _to_compact(entries[tail], with_seq=False), *compacts[tail + 1 :]]
+        if history_bytes(kept) <= HISTORY_KEEP_BYTES:
+            break
     seen = item.get(ITEM_DROPPED)
     values = {":h": kept, ":seq": int(item["seq"]), ":c": int(item["created_at"])}
+    values[":hb"] = history_bytes(kept)
     values[":d"] = int(seen or 0) + tail - 1
     # Pinned to the list the image shows: its seq (no transition since) and its dropped count
     # (not compacted since: a record delivered again writes nothing).
@@ -423,12 +444,13 @@ def _compact_write(store: Store, item: Mapping[str, Any]) -> None:
         values[":hd"] = int(seen)
     store.update(
         _operation_key(item),
-        "SET #h = :h, #hd = :d",
+        "SET #h = :h, #hd = :d, #hb = :hb",
         # Never onto a slimmed item (its history expired: a late record must not bring it back).
         f"#seq = :seq AND #c = :c AND {unchanged} AND attribute_not_exists(#hx)",
         {
             "#h": ITEM_HISTORY,
             "#hd": ITEM_DROPPED,
+            "#hb": ITEM_BYTES,
             "#seq": "seq",
             "#c": "created_at",
             "#hx": ITEM_HISTORY_EXPIRED,

@@ -45,7 +45,10 @@ class HistoryContention(Exception):
 
 
 def _key(tenant_id: str, operation_id: str) -> dict[str, str]:
-    return {"tenant_id": tenant_id, "operation_id": keys.history_id(operation_id)}
+    return {
+        "tenant_id": keys.operation_partition(tenant_id, operation_id),
+        "operation_id": keys.history_id(operation_id),
+    }
 
 
 def record(

@@ -25,8 +25,13 @@ every attribute an item carries is budgeted here: a field added to the item late
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
 from leasefence.limits import (
     HISTORY_ROOM,
+    HISTORY_ROOM_BYTES,
     MAX_CHECKPOINT_BYTES,
     MAX_ENTRY_ID_BYTES,
     MAX_ENTRY_TEXT_BYTES,
@@ -34,9 +39,11 @@ from leasefence.limits import (
     MAX_ID_LENGTH,
     MAX_ITEM_PAYLOAD_BYTES,
     MAX_PARTITION_KEY_BYTES,
+    MAX_SORT_KEY_BYTES,
     MAX_TEXT_BYTES,
 )
 from leasefence.model import Resolution, State, TargetClass, Transition
+from leasefence.schema import PAYLOAD_BODY
 
 #: A number's size at most (DynamoDB: about one byte per two significant digits, plus one).
 NUMBER_BYTES = 21
@@ -67,7 +74,8 @@ ATTRIBUTE_BYTES: dict[str, int] = {
     "payload_hash": _HASH_BYTES,
     "payload_ref": MAX_TEXT_BYTES,
     "payload_inline": BOOL_BYTES,
-    "payload_json": MAX_ITEM_PAYLOAD_BYTES,
+    "payload_json": MAX_ITEM_PAYLOAD_BYTES,  # layout 1 only (layout 2: the payload item)
+    "lv": NUMBER_BYTES,
     "job_type_version": NUMBER_BYTES,
     "created_at": NUMBER_BYTES,
     # state and fences
@@ -123,6 +131,7 @@ ATTRIBUTE_BYTES: dict[str, int] = {
     "hd": NUMBER_BYTES,
     "hv": NUMBER_BYTES,
     "hx": NUMBER_BYTES,
+    "hb": NUMBER_BYTES,
 }
 
 #: A history entry's fields (:func:`leasefence.history.compact_entry` and the stamped entries
@@ -159,8 +168,38 @@ def max_history_entries() -> int:
 
 
 def max_history_bytes() -> int:
-    """The history list at its largest."""
-    return CONTAINER_BYTES + max_history_entries() * (ELEMENT_BYTES + max_entry_bytes())
+    """The history list at its largest: bounded by its count (:func:`max_history_entries`) and by
+    its bytes. A write that starts a loop needs ``hb`` (the list's bytes, an upper bound: see
+    :func:`leasefence.history.start`) under :data:`~leasefence.limits.HISTORY_ROOM_BYTES`; after
+    it at most three entries are added before the next such write (as for the count)."""
+    by_count = max_history_entries() * (ELEMENT_BYTES + max_entry_bytes())
+    by_bytes = HISTORY_ROOM_BYTES - 1 + 3 * (ELEMENT_BYTES + max_entry_bytes())
+    return CONTAINER_BYTES + min(by_count, by_bytes)
+
+
+def value_bytes(value: Any) -> int:
+    """DynamoDB's size of one value as the engine writes it (a string, a number, a boolean, a
+    list or a map of them): what :mod:`leasefence_tools.bench.units` measures on the wire."""
+    if value is None or isinstance(value, bool):
+        return BOOL_BYTES
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, (int, Decimal)):
+        digits = "".join(map(str, Decimal(value).as_tuple().digits)).strip("0")
+        return (max(len(digits), 1) + 1) // 2 + 1
+    if isinstance(value, list):
+        return CONTAINER_BYTES + sum(ELEMENT_BYTES + value_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return CONTAINER_BYTES + sum(
+            ELEMENT_BYTES + len(k.encode()) + value_bytes(v) for k, v in value.items()
+        )
+    raise TypeError(f"not a value the engine stores: {type(value).__name__}")
+
+
+def history_bytes(entries: Sequence[Mapping[str, Any]]) -> int:
+    """What ``hb`` counts for these entries: each entry and its element byte (the list's own
+    container aside)."""
+    return sum(ELEMENT_BYTES + value_bytes(dict(e)) for e in entries)
 
 
 def max_item_bytes() -> int:
@@ -169,3 +208,17 @@ def max_item_bytes() -> int:
     :data:`~leasefence.limits.MAX_STORE_ITEM_BYTES`."""
     fields = sum(len(name) + size for name, size in ATTRIBUTE_BYTES.items())
     return fields + len("h") + max_history_bytes()
+
+
+def max_payload_item_bytes() -> int:
+    """The largest payload item (layout 2: :mod:`leasefence.engine._payload_items`): its keys at
+    DynamoDB's key limits (:func:`leasefence.keys.payload_id` fits the sort key) and the payload's
+    canonical JSON at :data:`~leasefence.limits.MAX_ITEM_PAYLOAD_BYTES`."""
+    return (
+        len("tenant_id")
+        + MAX_PARTITION_KEY_BYTES
+        + len("operation_id")
+        + MAX_SORT_KEY_BYTES
+        + len(PAYLOAD_BODY)
+        + MAX_ITEM_PAYLOAD_BYTES
+    )

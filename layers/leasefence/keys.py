@@ -22,6 +22,37 @@ def fit_key(prefix: str, part: str, max_bytes: int) -> str:
     return prefix + KEY_DIGEST_MARK + hashlib.sha256(part.encode()).hexdigest()
 
 
+#: How many write shards the base table's partition key has per tenant (layout 2). Issue 33
+#: raises it; shard 0 is the bare tenant id, so every item written before layout 2 stays where it
+#: is and this layout moved nothing.
+OPERATION_SHARDS = 1
+
+
+def operation_partition(tenant_id: str, operation_id: str) -> str:
+    """The base table's partition key of an operation item, its history item and its payload
+    items: the operation's write shard in its tenant (:func:`shard_of` over
+    :data:`OPERATION_SHARDS`). Shard 0 is the bare tenant id (every item written by main 4f60178
+    is there); a shard ``n >= 1`` will be ``<escaped tenant>#<n>`` (:func:`escape_tenant`: the
+    tenant ends at its first unescaped ``#``, like a due partition), which issue 33 builds
+    together with the per-tenant IAM condition that matches it (``dynamodb:LeadingKeys`` on
+    ``<tenant>`` and ``<tenant>#*``). Every read and write of those items derives its key here."""
+    shard = shard_of(tenant_id, operation_id, OPERATION_SHARDS)
+    if shard != 0:  # pragma: no cover - one shard until issue 33
+        raise NotImplementedError("write shards above 0 arrive with issue 33")
+    return tenant_id
+
+
+def operation_key(tenant_id: str, operation_id: str) -> dict[str, str]:
+    """The key of an operation item."""
+    return {"tenant_id": operation_partition(tenant_id, operation_id), "operation_id": operation_id}
+
+
+def tenant_key(tenant_id: str, sort_key: str) -> dict[str, str]:
+    """The key of one of a tenant's own items (directory, catalogue, settings, claim markers) or
+    of the deployment's (:data:`FLEET_TENANT`): in the tenant's own partition, never sharded."""
+    return {"tenant_id": tenant_id, "operation_id": sort_key}
+
+
 def shard_of(tenant_id: str, operation_id: str, shards: int) -> int:
     """A stable shard for one identity (length-prefixed so ``("a#", "b")`` != ``("a", "#b")``)."""
     t, o = tenant_id.encode(), operation_id.encode()
@@ -118,6 +149,38 @@ HISTORY_PREFIX = "\x01"
 
 def history_id(operation_id: str) -> str:
     return fit_key(HISTORY_PREFIX, operation_id, MAX_SORT_KEY_BYTES)
+
+
+#: An operation's payload item (layout 2) lives in its operation's partition under this prefix,
+#: the operation id (cut to a digest by :func:`fit_key` when long) and ``\x00`` +
+#: the payload's SHA-256 in hex: no operation id can take that sort key (no control
+#: characters), it sorts before every operation id (listings never meet it), and
+#: :func:`payload_prefix` of one operation finds every payload item ever written for it (an
+#: orphan of a refused or crashed enqueue included). The hash in the key makes a payload item
+#: immutable: a different payload for the same id lands in another item, so writing it can never
+#: change what a live operation reads; the operation item's payload hash decides which one counts.
+PAYLOAD_PREFIX = "\x02"
+_PAYLOAD_HASH_PART = 1 + 64  # "\x00" + SHA-256 in hex
+
+
+def payload_prefix(operation_id: str) -> str:
+    """What every payload item of ``operation_id`` starts with (a ``begins_with`` finds them)."""
+    fitted = fit_key(PAYLOAD_PREFIX, operation_id, MAX_SORT_KEY_BYTES - _PAYLOAD_HASH_PART)
+    return fitted + "\x00"
+
+
+def payload_id(operation_id: str, payload_hash: str) -> str:
+    """The sort key of the payload item holding the payload that hashes to ``payload_hash``
+    (``sha256:<hex>``)."""
+    return payload_prefix(operation_id) + payload_hash.removeprefix("sha256:")
+
+
+def payload_key(tenant_id: str, operation_id: str, payload_hash: str) -> dict[str, str]:
+    """The key of the payload item holding ``payload_hash``'s payload of the operation."""
+    return {
+        "tenant_id": operation_partition(tenant_id, operation_id),
+        "operation_id": payload_id(operation_id, payload_hash),
+    }
 
 
 #: Every operation id sorts at or after this (no control characters): listings start here.

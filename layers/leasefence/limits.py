@@ -178,6 +178,18 @@ MAX_HISTORY_ENTRIES = 50
 #: holds more than ``HISTORY_ROOM + 2`` entries (:func:`leasefence.item_budget.max_history_entries`),
 #: with or without the stream's publisher (which compacts sooner, past ``MAX_HISTORY_ENTRIES + 10``).
 HISTORY_ROOM = MAX_HISTORY_ENTRIES + 30
+#: The history in the item is bounded in bytes too (``hb``: the list's size in DynamoDB's measure,
+#: raised by each entry's own write): a claim, a takeover or a requeue needs it under this many
+#: bytes, and compacts first otherwise, so ids and reasons of 4-byte characters cannot make the
+#: item grow past :func:`leasefence.item_budget.max_item_bytes` (issue 32). Ordinary entries are
+#: about 60 bytes: the count (:data:`HISTORY_ROOM`) binds first for them.
+HISTORY_ROOM_BYTES = 16 * 1024
+#: The publisher compacts a list past this many bytes (or :data:`MAX_HISTORY_ENTRIES` + 10
+#: entries), sooner than the writers must.
+HISTORY_COMPACT_AT_BYTES = 12 * 1024
+#: A compaction keeps the first entry and the newest that fit in this many bytes (and at most
+#: :data:`MAX_HISTORY_ENTRIES` in all).
+HISTORY_KEEP_BYTES = 8 * 1024
 #: Items per step of the bounded housekeeping calls (``clear_ttls``, ``erase_tenant``).
 MAX_STEP_ITEMS = 1000
 #: :meth:`Engine.oldest_parked_age_ms` reads at most this many pages of 10 per shard looking for

@@ -129,6 +129,9 @@ class Operation:
     #: or erased). Read it with :meth:`leasefence.engine.Engine.payload` (hash checked); never in
     #: the operation's ``repr``.
     payload_json: str | None = field(default=None, repr=False, compare=False)
+    #: The table layout its item was written under (:data:`leasefence.schema.LAYOUT`; 1: by main
+    #: 4f60178 or before). Layout 2 keeps a stored payload of up to 1 KiB in a payload item.
+    layout: int = 1
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> Operation:
@@ -165,6 +168,7 @@ class Operation:
             or item.get("approved_by") is not None,
             enqueued_by=item.get("enqueued_by"),
             payload_json=item.get("payload_json"),
+            layout=int(item.get("lv", 1)),
         )
 
     @property
@@ -217,6 +221,8 @@ class Claim:
     #: In-process: the stored payload's canonical JSON as the claimed item keeps it (None: in
     #: S3, by reference, or gone); :meth:`leasefence.engine.Engine.payload` reads it, hash checked.
     payload_json: str | None = field(default=None, repr=False, compare=False)
+    #: The table layout of the claimed item (see :attr:`Operation.layout`).
+    layout: int = 1
 
 
 @dataclass(frozen=True)

@@ -167,12 +167,27 @@ class OperationItem(TypedDict, total=False):
     resolve_token: str
     payload_purged_at: int
     erased_at: int
+    #: The layout the item was written under (:data:`LAYOUT`); absent: layout 1 (main 4f60178 and
+    #: before: a stored payload up to 1 KiB in ``payload_json``, no payload item).
+    lv: int
     # the history, written by each transition's own write (leasefence.history): its compact
     # entries, how many compaction dropped, and the mark of an item that has no history item
     h: list[dict[str, Any]]
     hd: int
     hv: int
+    #: The history list's bytes (an upper bound: :func:`leasefence.history.start`).
+    hb: int
 
+
+#: The table layout new operation items are written under, recorded on each (``lv``). Layout 2:
+#: a stored payload of up to :data:`~leasefence.limits.MAX_ITEM_PAYLOAD_BYTES` lives in a payload
+#: item of its own (:func:`leasefence.keys.payload_id`), never in the operation item, so every
+#: write of the operation item stays under 1 KB with ordinary ids. Items without ``lv`` are
+#: layout 1 and stay readable, completable and erasable.
+LAYOUT: Final = 2
+LAYOUT_ATTRIBUTE: Final = "lv"
+#: The payload item's one attribute besides its key: the payload's canonical JSON as text.
+PAYLOAD_BODY: Final = "payload_json"
 
 #: Every attribute an operation item may carry.
 OPERATION_ATTRIBUTES: Final = frozenset(OperationItem.__annotations__)

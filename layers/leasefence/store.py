@@ -298,6 +298,14 @@ class Store:
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
 
+    def put_plain(self, item: Mapping[str, Any]) -> None:
+        """An unconditional put (an item whose every write of one key writes the same bytes)."""
+        self._call("put_item", TableName=self.table_name, Item=to_item(item))
+
+    def delete_plain(self, key: Key) -> None:
+        """An unconditional delete (harmless when the item is gone already)."""
+        self._call("delete_item", TableName=self.table_name, Key=to_item(key))
+
     def put(
         self, item: Mapping[str, Any], condition: str, names: dict[str, str], values: dict[str, Any]
     ) -> None:

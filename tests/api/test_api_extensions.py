@@ -50,6 +50,18 @@ def raw_item(tenant: str, operation_id: str) -> dict:
     return runtime().engine.store.get_operation({"tenant_id": tenant, "operation_id": operation_id})
 
 
+def kept_payloads(tenant: str, operation_id: str) -> list[str]:
+    """The texts of the operation's payload items (layout 2: a payload of up to 1 KiB)."""
+    from leasefence import keys
+
+    page = runtime().engine.store.query(
+        KeyConditionExpression="tenant_id = :t AND begins_with(operation_id, :p)",
+        values={":t": tenant, ":p": keys.payload_prefix(operation_id)},
+        ConsistentRead=True,
+    )
+    return [item["payload_json"] for item in page.items]
+
+
 def http_worker(sdk, tenant, handlers, events=None, name="w1"):
     return Worker(HttpBackend(sdk, tenant), handlers, worker_id=name, lease_ms=5_000,
                   heartbeat_interval_ms=10_000, idle_sleep_ms=20, events=events)
@@ -93,7 +105,8 @@ def test_erase_keeps_the_identity_and_deletes_the_payload(stack, api, tenant, wh
     created = enqueue(api, "er-1", payload)
     objects = 1 if where == "s3" else 0
     assert created.status == 201 and len(tenant_objects(stack, tenant)) == objects
-    assert ("payload_json" in raw_item(tenant, "er-1")) is (where == "item")
+    assert bool(kept_payloads(tenant, "er-1")) is (where == "item")
+    assert "payload_json" not in raw_item(tenant, "er-1")  # layout 2: never in the operation item
     claimed(api, "er-1")
     api.post(op_path("er-1", "quarantine"), {"fence": 1, "reason": "the card number looks wrong"})
     erased = api.post(op_path("er-1", "erase"), {})
@@ -104,7 +117,7 @@ def test_erase_keeps_the_identity_and_deletes_the_payload(stack, api, tenant, wh
     assert (op["state"], op["fence"], op["payload_hash"]) == ("quarantined", 1, created.json["operation"]["payload_hash"])
     assert tenant_objects(stack, tenant) == []
     item = raw_item(tenant, "er-1")
-    assert "payload_json" not in item and "4111" not in json.dumps(item)  # gone from the item too
+    assert kept_payloads(tenant, "er-1") == [] and "4111" not in json.dumps(item)  # gone too
     assert "purge_pk" not in item and "purge_at" not in item  # nothing left for the sweeper
     assert runtime().engine.get(tenant, "er-1").reason is None  # free text is erased too
     assert_error(api.get(op_path("er-1", "payload")), 410, "payload_missing")
@@ -177,15 +190,17 @@ def test_erase_tenant_command(stack, make_api):
     # Held from the first step on: an enqueue meanwhile is 409 tenant_erasing, and nothing is stored.
     refused = api.post("/v1/operations", {"operation_id": "et-new", "job_type": "job", "payload": {"i": 9}})
     assert (refused.status, refused.json["error"]["code"]) == (409, "tenant_erasing"), refused.text
-    assert len(tenant_objects(stack, tenant)) == 3 - 1  # its payload was not stored either
+    # Nothing stored either. (The first step took the rows that sort first: the payload items of
+    # et-1 and et-3, which layout 2 keeps beside their operations.)
+    assert len(tenant_objects(stack, tenant)) == 3
     rest = runner.invoke(cli, ["erase-tenant", "--tenant", tenant, "--limit", "2", "--cursor", cursor, "--all", "--json"])
     assert rest.exit_code == 0, rest.output
     totals = json.loads(rest.output)
-    assert totals["payloads_deleted"] == 2  # et-2 (its object) and et-3 (with its row)
+    assert totals["payloads_deleted"] == 4  # et-0, et-2 (their objects), et-1, et-3 (their items)
     assert len(tenant_objects(stack, tenant)) == 1  # et-4's: held with it
-    # The other 2 of the 4 unclaimed operations; the claimed one is held, and with it the tenant
+    # The 4 unclaimed operations; the claimed one is held, and with it the tenant
     # (its directory and hold stay: it is not finished).
-    assert totals["rows_deleted"] == 4 - 2 and totals["held"] == 1 and totals["next_cursor"] is None
+    assert totals["rows_deleted"] == 4 and totals["held"] == 1 and totals["next_cursor"] is None
     assert totals["steps"] >= 2 and totals["finished"] is False
     assert [o["operation_id"] for o in api.get("/v1/operations").json["operations"]] == ["et-4"]
     assert bystander.get(op_path("et-0", "payload")).json == {"i": "kept"}
@@ -196,7 +211,7 @@ def test_erase_tenant_command(stack, make_api):
 
 
 def test_a_payload_up_to_the_item_limit_is_kept_in_the_item_and_one_byte_more_goes_to_s3(stack, api, tenant):
-    """MAX_ITEM_PAYLOAD_BYTES of canonical JSON is kept in the operation's item (no object, no
+    """MAX_ITEM_PAYLOAD_BYTES of canonical JSON is kept in DynamoDB (its payload item) (no object, no
     payload_ref); one byte more is stored in S3 as before. Both read, hash and claim alike."""
     from leasefence.limits import MAX_ITEM_PAYLOAD_BYTES
 
@@ -205,10 +220,10 @@ def test_a_payload_up_to_the_item_limit_is_kept_in_the_item_and_one_byte_more_go
     assert [len(canonicalize(v).body) for v in (at, over)] == [MAX_ITEM_PAYLOAD_BYTES, MAX_ITEM_PAYLOAD_BYTES + 1]
     kept = enqueue(api, "th-at", at).json["operation"]
     assert tenant_objects(stack, tenant) == [] and kept["payload_ref"] is None
-    assert raw_item(tenant, "th-at")["payload_json"].encode() == canonicalize(at).body
+    assert [t.encode() for t in kept_payloads(tenant, "th-at")] == [canonicalize(at).body]
     in_s3 = enqueue(api, "th-over", over).json["operation"]
     assert len(tenant_objects(stack, tenant)) == 1 and in_s3["payload_ref"].startswith("s3://")
-    assert "payload_json" not in raw_item(tenant, "th-over")
+    assert kept_payloads(tenant, "th-over") == []
     for operation_id, value, op in (("th-at", at, kept), ("th-over", over, in_s3)):
         assert op["payload_state"] == "stored" and op["payload_hash"] == canonicalize(value).hash
         reply = api.get(op_path(operation_id, "payload"))
@@ -234,7 +249,7 @@ def test_an_approval_binds_the_hash_of_a_payload_kept_in_the_item(stack, api, te
     payload = {"wire": 250}
     created = enqueue(api, "ap-1", payload, job_type="gated").json["operation"]
     assert created["state"] == "awaiting_approval" and tenant_objects(stack, tenant) == []
-    assert "payload_json" in raw_item(tenant, "ap-1")
+    assert kept_payloads(tenant, "ap-1") != []
     seen = approver.get(op_path("ap-1", "payload"))
     assert seen.status == 200 and seen.json == payload
     assert_error(approver.post(op_path("ap-1", "approve"), {"payload_hash": canonicalize({"wire": 251}).hash}),

@@ -1,5 +1,5 @@
-"""Payloads kept in the operation's own item (``payload_json``, at most MAX_ITEM_PAYLOAD_BYTES of
-canonical JSON), next to the S3-stored ones items written before kept (and larger ones still get):
+"""Payloads kept in DynamoDB (at most MAX_ITEM_PAYLOAD_BYTES of canonical JSON: in a payload item
+of their own under layout 2, in the operation's item under layout 1), next to the S3-stored ones items written before kept (and larger ones still get):
 the same hash check, replay and conflict, purge after the payload retention (a REMOVE, no S3
 call), erasure, and never a payload byte in an index, an event, a history entry or a log line."""
 
@@ -11,7 +11,8 @@ import random
 
 import pytest
 
-from leasefence import Engine, PayloadConflict
+from leasefence import Engine, PayloadConflict, keys
+from leasefence.engine import _payload_items as payload_items
 from leasefence.errors import InvalidInput, NotFound, PayloadMissing
 from leasefence.history import entry_from
 from leasefence.limits import MAX_CHECKPOINT_BYTES, MAX_ITEM_PAYLOAD_BYTES, MAX_TEXT_LENGTH
@@ -35,7 +36,9 @@ class NoS3:
 
 def make_engine(aws, spec, clock, bucket, s3=None, **options):
     store = PayloadStore(bucket, client=s3 if s3 is not None else aws.client("s3"))
-    engine = Engine(client=aws.client(), spec=spec, clock=clock, rng=random.Random(3), payloads=store, **options)
+    engine = Engine(
+        client=aws.client(), spec=spec, clock=clock, rng=random.Random(3), payloads=store, **options
+    )
     return engine, store
 
 
@@ -43,26 +46,46 @@ def enqueue_kept(engine, operation_id, payload, **kwargs):
     """What the API does for a payload of at most MAX_ITEM_PAYLOAD_BYTES."""
     canonical = canonicalize(payload)
     assert fits_in_item(canonical)
-    return engine.enqueue(T, operation_id, "refund", canonical.hash, payload_json=canonical.body, **kwargs)
+    return engine.enqueue(
+        T, operation_id, "refund", canonical.hash, payload_json=canonical.body, **kwargs
+    )
 
 
 def enqueue_in_s3(engine, store, operation_id, payload):
     """What the API did before (and does for larger payloads): the object, then the item."""
     canonical = canonicalize(payload)
     stored = store.put(T, operation_id, canonical)
-    return engine.enqueue(T, operation_id, "refund", canonical.hash, payload_ref=stored.ref, payload_inline=True)
+    return engine.enqueue(
+        T, operation_id, "refund", canonical.hash, payload_ref=stored.ref, payload_inline=True
+    )
 
 
 def raw(ddb, spec, operation_id):
-    return ddb.get_item(TableName=spec.table_name, Key={"tenant_id": {"S": T}, "operation_id": {"S": operation_id}},
-                        ConsistentRead=True).get("Item")
+    return ddb.get_item(
+        TableName=spec.table_name,
+        Key={"tenant_id": {"S": T}, "operation_id": {"S": operation_id}},
+        ConsistentRead=True,
+    ).get("Item")
+
+
+def kept(ddb, spec, operation_id):
+    """The texts of the operation's payload items (layout 2), none when it has none."""
+    items = ddb.query(
+        TableName=spec.table_name,
+        ConsistentRead=True,
+        KeyConditionExpression="tenant_id = :t AND begins_with(operation_id, :p)",
+        ExpressionAttributeValues={":t": {"S": T}, ":p": {"S": keys.payload_prefix(operation_id)}},
+    )["Items"]
+    return [item["payload_json"]["S"] for item in items]
 
 
 def objects(aws, bucket):
     return aws.client("s3").list_objects_v2(Bucket=bucket).get("KeyCount", 0)
 
 
-def test_a_small_payload_round_trips_through_the_item_with_no_s3_call(aws, ddb, spec, clock, bucket):
+def test_a_small_payload_round_trips_through_the_item_with_no_s3_call(
+    aws, ddb, spec, clock, bucket
+):
     engine, _ = make_engine(aws, spec, clock, bucket, s3=NoS3())
     payload = {"card": SECRET, "cents": 1250, "note": "ü"}
     created = enqueue_kept(engine, "k-1", payload)
@@ -70,21 +93,30 @@ def test_a_small_payload_round_trips_through_the_item_with_no_s3_call(aws, ddb, 
     assert created.operation.payload_ref is None and created.operation.payload_inline
     item = raw(ddb, spec, "k-1")
     # The bytes kept are the canonical JSON whose SHA-256 is payload_hash, as an S3 object's are.
-    assert item["payload_json"]["S"].encode() == canonicalize(payload).body
+    # Layout 2: in a payload item of its own, never in the operation item.
+    assert [t.encode() for t in kept(ddb, spec, "k-1")] == [canonicalize(payload).body]
+    assert "payload_json" not in item and item["lv"] == {"N": "2"}
     assert "payload_ref" not in item and item["payload_inline"] == {"BOOL": True}
     operation = engine.get(T, "k-1")
     assert json.loads(engine.payload(operation)) == payload
     claim = engine.claim_next(T, "w1")
-    assert json.loads(engine.payload(claim)) == payload  # the claim's own item: no read, no S3
+    assert json.loads(engine.payload(claim)) == payload  # its payload item: no S3
     assert SECRET not in repr(claim) and SECRET not in repr(operation)
     assert objects(aws, bucket) == 0
 
 
-def test_a_kept_payload_that_does_not_match_its_hash_is_missing_never_returned(aws, ddb, spec, clock, bucket):
+def test_a_kept_payload_that_does_not_match_its_hash_is_missing_never_returned(
+    aws, ddb, spec, clock, bucket
+):
     engine, _ = make_engine(aws, spec, clock, bucket, s3=NoS3())
     enqueue_kept(engine, "k-2", {"x": 1})
-    ddb.update_item(TableName=spec.table_name, Key={"tenant_id": {"S": T}, "operation_id": {"S": "k-2"}},
-                    UpdateExpression="SET payload_json = :j", ExpressionAttributeValues={":j": {"S": '{"x":2}'}})
+    payload_key = keys.payload_id("k-2", canonicalize({"x": 1}).hash)
+    ddb.update_item(
+        TableName=spec.table_name,
+        Key={"tenant_id": {"S": T}, "operation_id": {"S": payload_key}},
+        UpdateExpression="SET payload_json = :j",
+        ExpressionAttributeValues={":j": {"S": '{"x":2}'}},
+    )
     with pytest.raises(PayloadMissing):
         engine.payload(engine.get(T, "k-2"))
     with pytest.raises(PayloadMissing):
@@ -113,7 +145,9 @@ def test_the_threshold_is_inclusive():
     assert fits_in_item(at) and not fits_in_item(over)
 
 
-def test_a_replay_is_a_replay_and_another_payload_a_conflict_and_neither_writes(aws, ddb, spec, clock, bucket):
+def test_a_replay_is_a_replay_and_another_payload_a_conflict_and_neither_writes(
+    aws, ddb, spec, clock, bucket
+):
     engine, store = make_engine(aws, spec, clock, bucket)
     enqueue_kept(engine, "r-1", {"x": 1})
     before = raw(ddb, spec, "r-1")
@@ -124,10 +158,11 @@ def test_a_replay_is_a_replay_and_another_payload_a_conflict_and_neither_writes(
     with pytest.raises(PayloadConflict):  # the same id with a large payload (the API's S3 path)
         enqueue_in_s3(engine, store, "r-1", {"x": "y" * 2000})
     assert raw(ddb, spec, "r-1") == before  # immutable: written only by the enqueue's own put
+    assert kept(ddb, spec, "r-1") == ['{"x":1}']  # the conflicts' payload items were dropped
     # An operation stored in S3 by the code before: a replay of it is a replay, whatever size.
     enqueue_in_s3(engine, store, "r-old", {"x": 1})
     assert not enqueue_kept(engine, "r-old", {"x": 1}).created
-    assert "payload_json" not in raw(ddb, spec, "r-old")
+    assert "payload_json" not in raw(ddb, spec, "r-old") and kept(ddb, spec, "r-old") == []
 
 
 def test_purge_removes_the_kept_payload_after_its_retention_and_the_old_s3_objects_as_before(
@@ -152,7 +187,7 @@ def test_purge_removes_the_kept_payload_after_its_retention_and_the_old_s3_objec
     assert engine.purge_payloads().purged == 0
     assert objects(aws, bucket) == 0
     item = raw(ddb, spec, "p-new")
-    assert "payload_json" not in item and "purge_pk" not in item and "payload_purged_at" in item
+    assert kept(ddb, spec, "p-new") == [] and "purge_pk" not in item and "payload_purged_at" in item
     for operation_id in ("p-new", "p-old"):
         operation = engine.get(T, operation_id)
         assert operation.payload_state == "purged"
@@ -160,7 +195,7 @@ def test_purge_removes_the_kept_payload_after_its_retention_and_the_old_s3_objec
             engine.payload(operation)
     assert engine.get(T, "p-live").payload_state == "stored"  # a live operation keeps it
     assert not enqueue_kept(engine, "p-new", {"card": SECRET}).created  # identity kept
-    assert "payload_json" not in raw(ddb, spec, "p-new")  # and the payload is not kept again
+    assert kept(ddb, spec, "p-new") == []  # and the payload is not kept again
 
 
 def test_the_purge_of_a_kept_payload_needs_no_payload_store(aws, ddb, spec, clock, bucket):
@@ -170,7 +205,7 @@ def test_the_purge_of_a_kept_payload_needs_no_payload_store(aws, ddb, spec, cloc
     engine.complete(T, "n-1", claim.fence, "ok")
     clock.advance(1)
     assert engine.purge_payloads().purged == 1
-    assert "payload_json" not in raw(ddb, spec, "n-1")
+    assert kept(ddb, spec, "n-1") == []
 
 
 def test_erasure_removes_the_kept_payload_in_its_own_write_and_leaves_nothing_for_the_sweeper(
@@ -181,7 +216,7 @@ def test_erasure_removes_the_kept_payload_in_its_own_write_and_leaves_nothing_fo
     erased = engine.erase(T, "e-1")
     assert erased.payload_state == "erased"
     item = raw(ddb, spec, "e-1")
-    assert "payload_json" not in item and SECRET not in json.dumps(item)
+    assert kept(ddb, spec, "e-1") == [] and SECRET not in json.dumps(item)
     assert "purge_pk" not in item and "purge_at" not in item  # no purge index entry to write
     with pytest.raises(PayloadMissing):
         engine.payload(engine.get(T, "e-1"))
@@ -192,7 +227,7 @@ def test_erasure_removes_the_kept_payload_in_its_own_write_and_leaves_nothing_fo
     assert "purge_pk" not in raw(ddb, spec, "e-1")  # its end files nothing for the sweeper either
     assert engine.erase(T, "e-1").erased_at == erased.erased_at  # erasing again is harmless
     assert not enqueue_kept(engine, "e-1", {"card": SECRET}).created  # a replay
-    assert "payload_json" not in raw(ddb, spec, "e-1")  # and nothing is kept again
+    assert kept(ddb, spec, "e-1") == []  # and nothing is kept again
     with pytest.raises(PayloadConflict):
         enqueue_kept(engine, "e-1", {"card": "other"})
 
@@ -235,7 +270,9 @@ def test_no_index_holds_the_payload(aws, ddb, spec, clock, bucket):
         assert entries and SECRET not in json.dumps(entries)
 
 
-def test_the_item_stays_far_below_the_400_kb_limit_with_everything_at_its_maximum(aws, ddb, spec, clock, bucket):
+def test_the_item_stays_far_below_the_400_kb_limit_with_everything_at_its_maximum(
+    aws, ddb, spec, clock, bucket
+):
     """moto does not enforce DynamoDB's 400 KB item limit: the bound is checked here. The largest
     kept payload, a checkpoint and a reason at their maximum, ids of 256 characters."""
     engine, _ = make_engine(aws, spec, clock, bucket)
@@ -244,17 +281,33 @@ def test_the_item_stays_far_below_the_400_kb_limit_with_everything_at_its_maximu
     assert len(canonical.body) == MAX_ITEM_PAYLOAD_BYTES
     engine.enqueue(tenant, op, job, canonical.hash, payload_json=canonical.body, actor="a" * 256)
     claim = engine.claim(tenant, op, "w" * 256)
-    engine.heartbeat(tenant, op, claim.fence, "w" * 256, checkpoint={"c": "x" * (MAX_CHECKPOINT_BYTES - 8)})
+    engine.heartbeat(
+        tenant, op, claim.fence, "w" * 256, checkpoint={"c": "x" * (MAX_CHECKPOINT_BYTES - 8)}
+    )
     engine.fail(tenant, op, claim.fence, True, "r" * MAX_TEXT_LENGTH)
-    item = ddb.get_item(TableName=spec.table_name, Key={"tenant_id": {"S": tenant}, "operation_id": {"S": op}},
-                        ConsistentRead=True)["Item"]
-    assert item["payload_json"]["S"].encode() == canonical.body
+    item = ddb.get_item(
+        TableName=spec.table_name,
+        Key={"tenant_id": {"S": tenant}, "operation_id": {"S": op}},
+        ConsistentRead=True,
+    )["Item"]
+    payload = ddb.get_item(
+        TableName=spec.table_name,
+        ConsistentRead=True,
+        Key={
+            "tenant_id": {"S": tenant},
+            "operation_id": {"S": keys.payload_id(op, canonical.hash)},
+        },
+    )["Item"]
+    assert payload["payload_json"]["S"].encode() == canonical.body and "payload_json" not in item
     assert item_size(item) < 12 * 1024  # under 3% of DynamoDB's 400 KB
 
 
-def test_no_event_history_entry_or_log_line_carries_the_payload(aws, ddb, spec, clock, bucket, caplog):
-    """The stream's images now hold ``payload_json``: the outcome event and the history entry built
-    from them copy named fields only, and the engine logs none of it."""
+def test_no_event_history_entry_or_log_line_carries_the_payload(
+    aws, ddb, spec, clock, bucket, caplog
+):
+    """The stream's images of the operation item never hold the payload (layout 2: its own item,
+    which the stream functions never read as an operation); the outcome event and the history
+    entry copy named fields only, and the engine logs none of it."""
     caplog.set_level(logging.DEBUG, logger="leasefence")
     engine, _ = make_engine(aws, spec, clock, bucket)
     images = []
@@ -274,12 +327,114 @@ def test_no_event_history_entry_or_log_line_carries_the_payload(aws, ddb, spec, 
     from leasefence.store import from_item
 
     plain = [from_item(i) for i in images]
-    assert SECRET in plain[0]["payload_json"]
+    assert SECRET not in json.dumps(plain)  # layout 2: the payload is in its own item
+    assert kept(ddb, spec, "l-1") == []  # erased
+    (change,) = [
+        Change(
+            "INSERT", "1", T, keys.payload_id("l-1", "sha256:00"), None, {"payload_json": SECRET}
+        )
+    ]
+    assert not change.is_operation and change.transition is None  # never read as an operation
+    from leasefence.streams.filters import dispatch_filters, passes, publisher_filters
+
+    image = {"tenant_id": {"S": T}, "operation_id": {"S": change.operation_id}, "payload_json": {"S": SECRET}}
+    for name, old, new in (("INSERT", None, image), ("REMOVE", image, None)):
+        record = {"eventName": name, "dynamodb": {"Keys": {k: image[k] for k in ("tenant_id", "operation_id")},
+                                                  **({"NewImage": new} if new else {}), **({"OldImage": old} if old else {})}}
+        assert not passes(dispatch_filters(), record) and not passes(publisher_filters(), record)
     for old, new in zip([None, *plain], plain, strict=False):
         change = Change("MODIFY" if old else "INSERT", "1", T, "l-1", old, new)
         assert SECRET not in json.dumps(entry_from(old, new))
         entry = events.entry(change, "bus")
         assert entry is None or SECRET not in json.dumps(entry, default=str)
-    ours = [r for r in caplog.records if r.name.startswith("leasefence")]  # botocore's DEBUG is not on
+    ours = [
+        r for r in caplog.records if r.name.startswith("leasefence")
+    ]  # botocore's DEBUG is not on
     logged = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in ours)
     assert ours and SECRET not in logged
+
+
+def test_a_replay_racing_the_purge_or_the_erasure_leaves_no_payload_item(
+    aws, ddb, spec, clock, bucket
+):
+    """Layout 2: the enqueue writes the payload item before the operation item's put; a refused
+    put drops it unless the operation still refers to it. Purge and erasure mark first, then
+    delete, so a replay landing between the mark and the delete, or after both, leaves nothing."""
+    engine, _ = make_engine(aws, spec, clock, bucket, payload_retention_ms=0)
+    enqueue_kept(engine, "race-purge", {"card": SECRET})
+    claim = engine.claim(T, "race-purge", "w1")
+    engine.complete(T, "race-purge", claim.fence, "ok")
+    enqueue_kept(engine, "race-erase", {"card": SECRET})  # queued: erased while it waits
+    clock.advance(1)
+    assert engine.purge_payloads().purged == 1
+    engine.erase(T, "race-erase")
+    for operation_id in ("race-purge", "race-erase"):
+        assert kept(ddb, spec, operation_id) == []
+        assert not enqueue_kept(engine, operation_id, {"card": SECRET}).created  # a replay
+        assert kept(ddb, spec, operation_id) == []  # its payload item dropped: marked gone
+    # The replay lands between the mark and the delete: the purge's delete takes it.
+    enqueue_kept(engine, "race-mid", {"card": SECRET})
+    claim = engine.claim(T, "race-mid", "w1")
+    engine.complete(T, "race-mid", claim.fence, "ok")
+    clock.advance(1)
+    real_delete_all = payload_items.delete_all
+
+    def replay_then_delete(ctx, tenant_id, operation_id):
+        assert not enqueue_kept(engine, operation_id, {"card": SECRET}).created
+        return real_delete_all(ctx, tenant_id, operation_id)
+
+    payload_items.delete_all = replay_then_delete
+    try:
+        assert engine.purge_payloads().purged == 1
+    finally:
+        payload_items.delete_all = real_delete_all
+    assert kept(ddb, spec, "race-mid") == []
+
+
+def test_the_payload_item_of_an_enqueue_that_crashed_before_its_operation_is_erased(
+    aws, ddb, spec, clock, bucket
+):
+    """A crash between the payload item's put and the operation item's put leaves an orphan that
+    no operation refers to: an erasure of that id finds it (and answers not found), a tenant's
+    erasure deletes it with the tenant's rows, and an enqueue that does go through later with
+    another payload is a new operation that reads its own payload."""
+    engine, _ = make_engine(aws, spec, clock, bucket)
+    orphan = canonicalize({"card": SECRET})
+    engine.store.put_plain(
+        {
+            "tenant_id": T,
+            "operation_id": keys.payload_id("crash-1", orphan.hash),
+            "payload_json": orphan.body.decode(),
+        }
+    )
+    engine.store.put_plain(
+        {
+            "tenant_id": T,
+            "operation_id": keys.payload_id("crash-2", orphan.hash),
+            "payload_json": orphan.body.decode(),
+        }
+    )
+    assert engine.list(T, limit=10).operations == []  # listings never meet a payload item
+    with pytest.raises(NotFound):
+        engine.erase(T, "crash-1")
+    assert kept(ddb, spec, "crash-1") == []
+    enqueue_kept(engine, "crash-2", {"other": 1})
+    claim = engine.claim_next(T, "w1")
+    assert json.loads(engine.payload(claim)) == {"other": 1}
+    assert len(kept(ddb, spec, "crash-2")) == 2  # the orphan, and its own
+    engine.complete(T, "crash-2", claim.fence, "ok")
+    engine.erase(T, "crash-2")
+    assert kept(ddb, spec, "crash-2") == []  # the erasure of the operation takes the orphan too
+    engine.store.put_plain(
+        {
+            "tenant_id": T,
+            "operation_id": keys.payload_id("crash-3", orphan.hash),
+            "payload_json": orphan.body.decode(),
+        }
+    )
+    while not (step := engine.erase_tenant(T, limit=50)).finished:
+        clock.advance(step.wait_ms)
+        step = engine.erase_tenant(T, limit=50, cursor=step.next_cursor)
+        if step.finished:
+            break
+    assert kept(ddb, spec, "crash-3") == []

@@ -107,7 +107,9 @@ def test_the_item_type_names_every_attribute_the_engine_writes(aws, engine, cloc
         for name, value in item.items():
             assert isinstance(value, _plain(hints[name])), (name, value)
     # The lifecycle reached everything the type declares (so the checks above mean something).
-    assert OPERATION_ATTRIBUTES - written == set()
+    # ``payload_json`` is written by layout 1 only (main 4f60178 and before): the release record
+    # test (tests/engine/test_layout_release.py) writes and reads such items.
+    assert OPERATION_ATTRIBUTES - written == {"payload_json"}
 
 
 def test_the_index_attributes_are_the_schemas_constants():

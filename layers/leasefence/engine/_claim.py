@@ -187,7 +187,7 @@ class Claimer:
         types = validate_job_types(job_types)
         marker = None
         if token is not None:
-            marker = self.ctx.key(tenant_id, keys.claim_marker_id(worker_id, token))
+            marker = keys.tenant_key(tenant_id, keys.claim_marker_id(worker_id, token))
             found = self.ctx.store.get(marker)
             if found is not None and "claimed_op" in found:
                 again = self.confirm_claim(

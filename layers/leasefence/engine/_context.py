@@ -52,7 +52,8 @@ class EngineContext:
 
     @staticmethod
     def key(tenant_id: str, operation_id: str) -> Key:
-        return {"tenant_id": tenant_id, "operation_id": operation_id}
+        """An operation item's key (:func:`leasefence.keys.operation_key`)."""
+        return keys.operation_key(tenant_id, operation_id)
 
     @staticmethod
     def tag(tenant_id: str, operation_id: str) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from leasefence import history, keys
 from leasefence.catalogue import Admission
 from leasefence.engine import _expr as x
+from leasefence.engine import _payload_items as payload_items
 from leasefence.engine._context import EngineContext
 from leasefence.errors import (
     IdentityRequired,
@@ -37,6 +38,8 @@ from leasefence.schema import (
     DUE_HOME,
     DUE_PK,
     DUE_SK,
+    LAYOUT,
+    LAYOUT_ATTRIBUTE,
     PARKED_PK,
     PARKED_SK,
     PURGE_PK,
@@ -183,17 +186,22 @@ class Enqueuer:
         if payload_inline:
             item["payload_inline"] = True
             item[PURGE_PK] = ctx.purge_pk(tenant_id, operation_id)
+        item[LAYOUT_ATTRIBUTE] = LAYOUT
         if kept is not None:
-            # Kept in the item: written by this put only (a replay or a conflict writes nothing),
-            # removed by the purge or the erasure. In no index projection.
-            item["payload_json"] = kept
+            # Kept in a payload item of its own, written first (see _payload_items): the
+            # operation item's put below decides alone whether this is new, a replay or a
+            # conflict; a refused put drops the payload item unless the operation refers to it.
+            payload_items.write(ctx, tenant_id, operation_id, payload_hash, kept)
         history.start(item, now, actor)  # the history starts in the item, with this entry
         try:
             ctx.store.put_new(item, x.IS_NEW, x.OPERATION_ID)
         except ConditionFailed as refused:
             existing = refused.operation
             if existing is None:  # refused for an item gone by the store's read-back: retry
+                # (a payload item this enqueue wrote stays: the retry's operation refers to it)
                 raise Unavailable("the operation changed while this enqueue ran, retry") from None
+            if kept is not None and not payload_items.keeps(existing, payload_hash):
+                payload_items.drop(ctx, tenant_id, operation_id, payload_hash)
             if existing["payload_hash"] == payload_hash:
                 ctx.count(Metric.REPLAYS)
                 return EnqueueResult(Operation.from_item(existing), created=False)
@@ -259,7 +267,7 @@ class Enqueuer:
         may_list_it = f"{x.DIRECTORY_NEW} OR {x.TYPE_LISTED} OR {x.DIRECTORY_HAS_ROOM}"
         try:
             self.ctx.store.add_to_set(
-                self.ctx.key(tenant_id, keys.DIRECTORY_ID),
+                keys.tenant_key(tenant_id, keys.DIRECTORY_ID),
                 "job_types",
                 [job_type],
                 {PARKED_PK: keys.DIRECTORY_PARTITION, PARKED_SK: 0},

@@ -12,11 +12,13 @@ from leasefence import cursor as cursors
 from leasefence import history, keys
 from leasefence.catalogue import ERASING
 from leasefence.engine import _expr as x
+from leasefence.engine import _payload_items as payload_items
 from leasefence.engine import _rules as rules
 from leasefence.engine._context import EngineContext
 from leasefence.engine._enqueue import Enqueuer
 from leasefence.engine._reads import Reads
 from leasefence.errors import InvalidTransition, NotFound, PayloadMissing, Unavailable
+from leasefence.item_budget import history_bytes
 from leasefence.limits import MAX_STEP_ITEMS, TENANT_ERASURE_SETTLE_MS
 from leasefence.metrics import Metric
 from leasefence.model import (
@@ -30,7 +32,7 @@ from leasefence.model import (
 )
 from leasefence.payloads import read_kept
 from leasefence.privacy import keyed_hash
-from leasefence.schema import DUE_HOME, PURGE_PK, PURGE_SK, OperationItem
+from leasefence.schema import DUE_HOME, LAYOUT, PURGE_PK, PURGE_SK, OperationItem
 from leasefence.store import ConditionFailed, Item
 from leasefence.validation import validate_actor, validate_id, validate_limit
 
@@ -42,9 +44,12 @@ ERASURE_PHASES = ("rows", "objects", "tenant")
 
 def kept_in_item(item: Mapping[str, Any]) -> bool:
     """Whether the operation's stored payload is (or was, until purged or erased) kept in its
-    item (``payload_json``) rather than in S3: an inline payload without a ``payload_ref``."""
+    item (``payload_json``, layout 1) rather than in S3 or in a payload item (layout 2): an
+    inline payload without a ``payload_ref``, written before layout 2."""
     return "payload_json" in item or (
-        bool(item.get("payload_inline")) and not item.get("payload_ref")
+        bool(item.get("payload_inline"))
+        and not item.get("payload_ref")
+        and not payload_items.in_payload_item(item)
     )
 
 
@@ -54,6 +59,7 @@ def kept_in_item(item: Mapping[str, Any]) -> bool:
 SLIMMED_AWAY = (
     "#h_",
     "#hd_",
+    "#hb_",
     "reason",
     "checkpoint",
     "intent",
@@ -123,15 +129,17 @@ def purge_one(ctx: EngineContext, item: OperationItem) -> bool:
     Set: ``hx``, when the history expired (ms): ``GET .../history`` answers an empty page and
     ``history_expired_at``. Operations by reference (a caller's ``payload_ref``) have no purge
     entry and are not slimmed (docs/performance.md says why)."""
-    in_s3 = not kept_in_item(item)
-    if in_s3 and ctx.payloads is None:
+    elsewhere = not kept_in_item(item)  # in S3, or in a payload item (layout 2)
+    if item.get("payload_ref") and ctx.payloads is None:
         raise Unavailable("no payload store configured: cannot purge payloads")
-    if "payload_purged_at" not in item and not _mark_purged(ctx, item, keep_filed=in_s3):
+    if "payload_purged_at" not in item and not _mark_purged(ctx, item, keep_filed=elsewhere):
         return False
-    if not in_s3:
+    if not elsewhere:
         return True  # the marking write took the payload and the index entry with it
     if item.get("payload_ref"):
         ctx.payloads.delete(item["payload_ref"])
+    elif payload_items.in_payload_item(item):
+        payload_items.delete_all(ctx, item["tenant_id"], item["operation_id"])
     # Deleted: the operation leaves the purge index (pinned to the purge time it was filed at).
     try:
         ctx.store.update(
@@ -161,6 +169,7 @@ def _mark_purged(ctx: EngineContext, item: OperationItem, keep_filed: bool) -> b
     if slims(item):
         expr.name(x.STATE).name({"#seq": "seq", "#hx_": history.ITEM_HISTORY_EXPIRED})
         expr.name({"#h_": history.ITEM_HISTORY, "#hd_": history.ITEM_DROPPED, "#home_": DUE_HOME})
+        expr.name({"#hb_": history.ITEM_BYTES})
         expr.value({":e_state": item["state"]}).set("#hx_ = :now").remove(*SLIMMED_AWAY)
         condition += " AND #state = :e_state AND "
         if "seq" in item:
@@ -218,9 +227,10 @@ def erase_write(
         attempts=int(current["attempts"]),
     )
     expr.name({"#h_": history.ITEM_HISTORY, "#hd_": history.ITEM_DROPPED, "#fence": "fence"})
+    expr.name({"#hb_": history.ITEM_BYTES}).value({":hb": history_bytes([entry])})
     expr.value({":h_entry": [entry], ":e_state": current["state"]})
     expr.value({":e_fence": int(current["fence"]), ":e_attempts": int(current["attempts"])})
-    expr.set("#h_ = :h_entry").remove("#hd_")
+    expr.set("#h_ = :h_entry", "#hb_ = :hb").remove("#hd_")
     kept = rules.erased_intent(current)
     if kept is None:
         expr.remove("intent")
@@ -276,6 +286,10 @@ class Eraser:
             raise PayloadMissing(f"the payload was {operation.payload_state}")
         if operation.payload_json is not None:
             return read_kept(operation.payload_json, operation.payload_hash)
+        if operation.payload_ref is None and operation.layout >= LAYOUT:  # in a payload item
+            return payload_items.read(
+                self.ctx, operation.tenant_id, operation.operation_id, operation.payload_hash
+            )
         if operation.payload_ref is None:  # kept in the item, and no longer there
             raise PayloadMissing("the payload was purged or erased")
         if self.ctx.payloads is None:
@@ -296,6 +310,8 @@ class Eraser:
         item: OperationItem | None = None
         for _ in range(3):
             if current is None:
+                # No operation, but maybe the payload item of an enqueue that crashed before it.
+                payload_items.delete_all(ctx, tenant_id, operation_id)
                 raise NotFound("operation not found")
             stored = self.inline(tenant_id, operation_id, Operation.from_item(current))
             purge_pk = ctx.purge_pk(tenant_id, operation_id) if stored else None
@@ -404,7 +420,7 @@ class Eraser:
         now = ctx.clock()
         try:
             ctx.store.update(
-                ctx.key(tenant_id, keys.SETTINGS_ID),
+                keys.tenant_key(tenant_id, keys.SETTINGS_ID),
                 "SET #erasing = :now",
                 "attribute_not_exists(#erasing)",
                 {"#erasing": ERASING},
@@ -446,7 +462,7 @@ class Eraser:
                     continue
                 try:
                     ctx.store.delete(
-                        ctx.key(tenant_id, item["operation_id"]),
+                        keys.tenant_key(tenant_id, item["operation_id"]),
                         "attribute_exists(#k)",
                         {"#k": "operation_id"},
                         {},
@@ -459,7 +475,7 @@ class Eraser:
             start = page.last_key
         try:
             ctx.store.delete(
-                ctx.key(tenant_id, keys.SETTINGS_ID),
+                keys.tenant_key(tenant_id, keys.SETTINGS_ID),
                 "#erasing = :since",
                 {"#erasing": ERASING},
                 {":since": since},
@@ -488,15 +504,17 @@ class Eraser:
             )
         )
         if stored and "payload_purged_at" not in item:
-            if not kept_in_item(item):
+            # A payload kept in the item, or in a payload item (a row of this same pass), goes
+            # with the rows' deletion.
+            if item.get("payload_ref"):
                 if payloads is None:
                     raise Unavailable("no payload store configured: cannot erase payloads")
                 payloads.delete(item["payload_ref"])
-            # A payload kept in the item goes with the row's deletion below.
             result.payloads_deleted += 1
         try:
             ctx.store.delete(
-                ctx.key(item["tenant_id"], item["operation_id"]),
+                # The row's own key (an operation, its history or its payload item).
+                {"tenant_id": item["tenant_id"], "operation_id": item["operation_id"]},
                 f"{x.NOT_AN_OPERATION} OR {x.NOT_CLAIMED}",
                 dict(x.STATE),
                 {":claimed": State.CLAIMED.value},

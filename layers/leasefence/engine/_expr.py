@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from leasefence.history import ITEM_HISTORY
-from leasefence.limits import HISTORY_ROOM, PURGE_BEFORE_TTL_MS
+from leasefence.history import ITEM_BYTES, ITEM_HISTORY
+from leasefence.item_budget import history_bytes
+from leasefence.limits import HISTORY_ROOM, HISTORY_ROOM_BYTES, PURGE_BEFORE_TTL_MS
 from leasefence.model import State, Transition
 from leasefence.schema import DUE_HOME, PURGE_SK, TTL_ATTRIBUTE
 
@@ -38,7 +39,10 @@ IS_NEW = "attribute_not_exists(#op)"
 #: The item's history has room for a write that starts a loop: a claim, a takeover, an operator's
 #: requeue (:data:`~leasefence.limits.HISTORY_ROOM`; ``#h_``: the history list, ``:h_room``: that
 #: count; bound by :meth:`Expr.history_room`).
-HISTORY_HAS_ROOM = "(attribute_not_exists(#h_) OR size(#h_) < :h_room)"
+HISTORY_HAS_ROOM = (
+    "(attribute_not_exists(#h_) OR (size(#h_) < :h_room"
+    " AND (attribute_not_exists(#hb_) OR #hb_ < :hb_room)))"
+)
 #: An item under this key exists (an update never creates one).
 EXISTS = "attribute_exists(#op)"
 #: Not an operation item (a claim-next marker is written under its own key, never onto one).
@@ -151,16 +155,18 @@ class Expr:
         """Append the transition's own history entry (:func:`leasefence.history.compact_entry`)
         to the item's list, in this same write: the history commits with the transition, so it
         has no gap and no entry out of order (:mod:`leasefence.history`)."""
-        self.names["#h_"] = ITEM_HISTORY
-        self.values.update({":h_entry": [dict(entry)], ":h_none": []})
+        self.names.update({"#h_": ITEM_HISTORY, "#hb_": ITEM_BYTES})
+        self.values.update({":h_entry": [dict(entry)], ":h_none": [], ":hb_zero": 0})
+        self.values[":hb_n"] = history_bytes([entry])
+        self.set("#hb_ = if_not_exists(#hb_, :hb_zero) + :hb_n")
         return self.set("#h_ = list_append(if_not_exists(#h_, :h_none), :h_entry)")
 
     def history_room(self) -> str:
         """The condition that the history has room (:data:`HISTORY_HAS_ROOM`), its names and
         values bound here; a write refused by it makes room first
         (:func:`leasefence.history.make_room`) and is sent again."""
-        self.names["#h_"] = ITEM_HISTORY
-        self.values[":h_room"] = HISTORY_ROOM
+        self.names.update({"#h_": ITEM_HISTORY, "#hb_": ITEM_BYTES})
+        self.values.update({":h_room": HISTORY_ROOM, ":hb_room": HISTORY_ROOM_BYTES})
         return HISTORY_HAS_ROOM
 
     def end_of_life(

@@ -213,7 +213,7 @@ class Housekeeper:
     def clear_ttls(self, limit: int) -> TtlClearing:
         validate_limit(limit, MAX_STEP_ITEMS)
         ctx = self.ctx
-        key = ctx.key(keys.FLEET_TENANT, keys.RETENTION_ID)
+        key = keys.tenant_key(keys.FLEET_TENANT, keys.RETENTION_ID)
         result = TtlClearing()
         if ctx.identity_retention_ms is not None:
             marker = ctx.store.get(key, consistent=False)
@@ -351,7 +351,7 @@ class Housekeeper:
     def oldest_due_age_ms(self, max_queries: int) -> int:
         ctx = self.ctx
         now = ctx.clock()
-        key = ctx.key(keys.FLEET_TENANT, keys.OLDEST_DUE_CURSOR_ID)
+        key = keys.tenant_key(keys.FLEET_TENANT, keys.OLDEST_DUE_CURSOR_ID)
         saved = ctx.store.get(key) or {}
         budget = max_queries
         # Where the cycle in progress stands: the next directory page starts after ``cursor``

@@ -48,7 +48,7 @@ class Reads:
 
     def job_types(self, tenant_id: str) -> list[str]:
         validate_id("tenant_id", tenant_id)
-        item = self.ctx.store.get(self.ctx.key(tenant_id, keys.DIRECTORY_ID), consistent=False)
+        item = self.ctx.store.get(keys.tenant_key(tenant_id, keys.DIRECTORY_ID), consistent=False)
         return sorted((item or {}).get("job_types", []))
 
     def list(

@@ -126,6 +126,7 @@ def claim_of(item: OperationItem, worker_id: str, takeover: bool) -> Claim:
         intent=operation.intent,
         payload_inline=operation.payload_inline,
         payload_json=operation.payload_json,
+        layout=operation.layout,
         # A claim written before ``claimed_at`` was kept, and not renewed since, says it so.
         claimed_at=int(item.get("claimed_at", lease_expires_at - lease_ms)),
     )

@@ -46,8 +46,11 @@ class Change:
 
     @property
     def is_operation(self) -> bool:
-        """An operation item (not a tenant's job-type directory or an operation's history)."""
-        return not self.operation_id.startswith((keys.DIRECTORY_ID[0], keys.HISTORY_PREFIX))
+        """An operation item (not a tenant's job-type directory, an operation's history or its
+        payload item)."""
+        return not self.operation_id.startswith(
+            (keys.DIRECTORY_ID[0], keys.HISTORY_PREFIX, keys.PAYLOAD_PREFIX)
+        )
 
     @property
     def transition(self) -> Transition | None:
