@@ -78,7 +78,8 @@ def shadow_report(
 ) -> None:
     """Per job type: executions the existing path ran more than once, and those that ran after
     another execution had taken over: what leasefence would have refused, with examples."""
-    from leasefence.shadow import shadow_tenant, token_tenant
+    from leasefence.shadow import shadow_tenant
+    from leasefence.shadow_api import token_tenant
     from leasefence_tools.kit.shadow_report import build_report
 
     client = api_client(
