@@ -10,6 +10,7 @@ import random
 import sys
 import threading
 import time
+import uuid
 import zlib
 from dataclasses import dataclass
 from functools import partial
@@ -45,6 +46,7 @@ from leasefence_tools.torture.compose import (
     catalogue,
     kits_for,
 )
+from leasefence_tools.torture.indeterminate import CallLog, RecordedEngine, format_rates
 from leasefence_tools.torture.months import identities, months_phase
 from leasefence_tools.torture.settings import (
     FINAL_STATES,
@@ -136,6 +138,8 @@ class RecordingBackend(EngineBackend):
         self.external = external
         self.parked = parked
         self.claims: list[tuple[str, str, int]] = []
+        #: Per worker, the claim whose answer it did not get: (tenant, claim token), sent again.
+        self.unanswered: dict[str, tuple[str, str]] = {}
 
     def heartbeat(
         self,
@@ -152,8 +156,41 @@ class RecordingBackend(EngineBackend):
             return self.external.load(claim)
         return json.loads(self.engine.payload(claim))
 
+    def _claim_with_tokens(
+        self, worker_id: str, lease_ms: int, job_types: Any = None
+    ) -> Claim | None:
+        """What :meth:`EngineBackend.claim_next` does, each claim with a claim token; a claim
+        whose answer was lost (:class:`Unavailable`) is sent again first, to the same tenant with
+        the same token (the documented recovery: the same claim while it holds)."""
+        types = list(job_types) if job_types is not None else None
+        pending = self.unanswered.get(worker_id)
+        if pending is not None:
+            tenant, token = pending
+            claim = self.engine.claim_next(
+                tenant, worker_id, lease_ms=lease_ms, job_types=types, claim_token=token
+            )
+            del self.unanswered[worker_id]
+            if claim is not None:
+                return claim
+        with self._lock:
+            start = next(self._turn) % len(self.tenants)
+        for i in range(len(self.tenants)):
+            tenant = self.tenants[(start + i) % len(self.tenants)]
+            token = uuid.uuid4().hex
+            self.unanswered[worker_id] = (tenant, token)
+            claim = self.engine.claim_next(
+                tenant, worker_id, lease_ms=lease_ms, job_types=types, claim_token=token
+            )
+            del self.unanswered[worker_id]
+            if claim is not None:
+                return claim
+        return None
+
     def claim_next(self, worker_id: str, lease_ms: int, job_types: Any = None) -> Claim | None:
-        claim = super().claim_next(worker_id, lease_ms, job_types)
+        if self.report.calls is not None:
+            claim = self._claim_with_tokens(worker_id, lease_ms, job_types)
+        else:
+            claim = super().claim_next(worker_id, lease_ms, job_types)
         if claim is not None:
             self.report.note(
                 claim.tenant_id, claim.operation_id, f"claimed fence {claim.fence} by {worker_id}"
@@ -271,6 +308,9 @@ def run_torture(settings: Settings) -> dict[str, Any]:
             ),
             rng=random.Random(settings.seed),
         )
+        if settings.indeterminate:  # every client call recorded, some answers lost
+            report.calls = CallLog(settings.seed, settings.lost_answer_rate, clock)
+            engine = RecordedEngine(engine, report.calls)
         checker_engine = engine_on(client=client)
         hooks = ChaosHooks(settings, clock, report, observer=checker_engine)
         kits: dict[TargetClass, Kit] = {
@@ -784,5 +824,8 @@ def main(
     )
     for violation in summary.pop("first_violations"):
         print("VIOLATION", json.dumps(violation))
+    if "indeterminate" in summary:
+        rates = summary["indeterminate"]["calls"]
+        print(f"torture: answers lost (indeterminate calls): {format_rates(rates)}", flush=True)
     print(json.dumps(summary))
     return 1 if summary["violations"] else 0
