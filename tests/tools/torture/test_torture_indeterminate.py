@@ -58,9 +58,7 @@ def kinds(judged):
 def test_a_lost_completion_that_took_effect_is_explained_by_its_retry_answered_done():
     lost = call(2, "complete", 40, 50, INFO, fence=1)
     retry = call(3, "complete", 60, 70, OK, "done", fence=1)
-    judged = indeterminate_rule(
-        [ENQUEUE, CLAIM, lost, retry], [ENQUEUED, CLAIMED, COMPLETED], HASH
-    )
+    judged = indeterminate_rule([ENQUEUE, CLAIM, lost, retry], [ENQUEUED, CLAIMED, COMPLETED], HASH)
     assert judged.findings == [] and judged.indeterminate == 1
     assert judged.resolutions_tried == 2  # none applied: the entry has no producer; then {lost}
 
@@ -68,9 +66,7 @@ def test_a_lost_completion_that_took_effect_is_explained_by_its_retry_answered_d
 def test_a_completion_retry_by_the_same_fence_answered_stale_has_no_resolution():
     lost = call(2, "complete", 40, 50, INFO, fence=1)
     stale = call(3, "complete", 60, 70, FAIL, "stale_fence", fence=1)
-    judged = indeterminate_rule(
-        [ENQUEUE, CLAIM, lost, stale], [ENQUEUED, CLAIMED, COMPLETED], HASH
-    )
+    judged = indeterminate_rule([ENQUEUE, CLAIM, lost, stale], [ENQUEUED, CLAIMED, COMPLETED], HASH)
     assert kinds(judged) == ["no_resolution"] and "stale_fence" in judged.findings[0][1]
     # Answered stale when nothing was completed (a takeover came first): the truth.
     taken = entry("takeover", 55, fence=2, actor="w2")
@@ -130,7 +126,7 @@ def test_the_call_log_loses_about_its_rate_before_and_after_the_request_ran():
     class Engine:
         ran = 0
 
-        def complete(self, *args):
+        def complete(self, *_args):
             Engine.ran += 1
             return "done"
 

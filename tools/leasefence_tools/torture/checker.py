@@ -107,6 +107,12 @@ def _first_seq(entries: list[dict[str, Any]]) -> int:
     return _seq(entries[0]) if entries else 2**62
 
 
+def with_kept(kept: list[dict[str, Any]], entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An expired history's entries as read before it expired (``kept``), then what was written
+    after (an erasure's entry)."""
+    return [e for e in kept if _seq(e) < _first_seq(entries)] + entries
+
+
 def _entry_at(entry: dict[str, Any]) -> int:
     return int(entry.get("at", 0))
 
@@ -612,7 +618,7 @@ def _check_composed(
                     kept_seq = int(kept_item.get("seq", 0))
                     judge(tenant, operation_id, history_rule(kept_entries, kept_dropped, kept_seq))
                     judge(tenant, operation_id, history_content_rule(kept_entries, kept_item))
-                    entries = [e for e in kept_entries if _seq(e) < _first_seq(entries)] + entries
+                    entries = with_kept(kept_entries, entries)
             judge(tenant, operation_id, event_order_rule(published.get(key, [])))
             judge(tenant, operation_id, event_delivery_rule(entries, set(published.get(key, []))))
     # Shared class-B items: every operation's postings, in each account's commit order.
@@ -680,7 +686,7 @@ def _check_indeterminate(
             if kept is None:
                 not_judged["expired_unread"] += 1
                 continue
-            entries = [e for e in kept[0] if _seq(e) < _first_seq(entries)] + entries
+            entries = with_kept(kept[0], entries)
             dropped = max(dropped, kept[1])
         if dropped:
             not_judged["compacted"] += 1
