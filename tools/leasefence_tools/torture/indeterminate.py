@@ -158,6 +158,9 @@ class CallLog:
         except LeaseFenceError as refused:
             self.end(call, FAIL, refused.code)
             raise
+        except BaseException:  # anything else is no answer either
+            self.end(call, INFO)
+            raise
         said = answer(result)
         if lost == "after":
             self.end(call, INFO)
