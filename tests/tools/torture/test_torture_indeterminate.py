@@ -113,6 +113,25 @@ def test_every_entry_needs_a_call_that_ran_while_it_was_written():
     assert kinds(indeterminate_rule([lost, created], [ENQUEUED], HASH)) == ["no_resolution"]
 
 
+def test_after_an_erasure_a_call_sent_before_it_may_still_explain_an_entry_after_it():
+    """An erasure replaces the history with its own entry; a claim sent before it (waiting for a
+    busy API, or reading a lagging index) may have claimed after the operator's requeue."""
+    erased = [
+        entry("erase", 30, fence=1),
+        entry("requeue", 40, fence=1),
+        entry("claim", 60, 2, "w1"),
+    ]
+    requeue = call(2, "resolve", 35, 45, OK, "done", token="r1", resolution="requeue")
+    waited = call(3, "claim", 20, 65, OK, "claimed", fence=2, token="k2")
+    stale = call(1, "complete", 22, 31, FAIL, "invalid_transition", fence=1)
+    judged = indeterminate_rule([requeue, waited, stale], erased, HASH, answers_from=30)
+    assert judged.findings == []
+    # Sent after the erasure and answered about nothing in the history: judged.
+    ghost = call(4, "complete", 70, 75, OK, "done", fence=2)
+    judged = indeterminate_rule([requeue, waited, ghost], erased, HASH, answers_from=30)
+    assert kinds(judged) == ["no_resolution"]
+
+
 def test_more_indeterminate_calls_than_the_bound_are_counted_not_judged():
     lost = [
         call(i, "complete", 40, 50, INFO, fence=1, process=f"p{i}")

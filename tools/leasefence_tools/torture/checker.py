@@ -693,13 +693,18 @@ def _check_indeterminate(
             continue
         calls = named.get(key, [])
         erasures = [i for i, e in enumerate(entries) if e.get("transition") == Transition.ERASE]
-        if erasures:
+        erased_at = 0
+        if erasures:  # what the calls sent before did is gone (they may have acted after it)
             entries = entries[erasures[-1] :]
             erased_at = _entry_at(entries[0])
-            calls = [c for c in calls if c.kind != "enqueue" and c.invoked >= erased_at]
+            calls = [c for c in calls if c.kind != "enqueue" and c.completed >= erased_at]
             not_judged["before_erasure"] += 1
         verdict = indeterminate_rule(
-            calls, entries, payload_hash(tenant, operation_id), unnamed.get(tenant, ())
+            calls,
+            entries,
+            payload_hash(tenant, operation_id),
+            unnamed.get(tenant, ()),
+            answers_from=erased_at,
         )
         if verdict.over_bound:
             over_bound += 1

@@ -324,16 +324,22 @@ def indeterminate_rule(
     entries: list[dict[str, Any]],
     payload_hash: str | None,
     unnamed_claims: Iterable[Call] = (),
+    answers_from: int = 0,
 ) -> Judged:
     """Some resolution of the ``info`` calls explains this operation's calls and its history.
 
     ``entries``: the operation's history (as the engine's reader gives it); ``payload_hash``:
     the one it stores; ``unnamed_claims``: its tenant's ``info`` claims that name no operation
     (any of them may have claimed this one). Only the entries the four kinds of call write are
-    matched (the enqueue, claims and takeovers, the completion, resolves and requeues)."""
+    matched (the enqueue, claims and takeovers, the completion, resolves and requeues).
+    ``answers_from``: the answers of calls sent before then are not judged (an erasure replaced
+    the history: what they answered about is gone; they may still have written an entry after
+    it, a call can wait long for a busy API or a lagging index)."""
     relevant = [e for e in entries if str(e.get("transition")) in _KIND_OF]
     findings: list[Finding] = []
     for call in calls:
+        if call.invoked < answers_from:
+            continue
         wrong = _truthful(call, entries, payload_hash)
         if wrong is not None:
             findings.append(("no_resolution", f"{call.brief()}: {wrong}"))
