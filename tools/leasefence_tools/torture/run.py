@@ -99,6 +99,36 @@ class Window:
                     self.finished(tenant_id, operation_id)
 
 
+class Pause(threading.Event):
+    """Workers take no new claim while set; :meth:`set` returns once none is in flight (a claim
+    being made, or its job), at most ``grace_s`` later: a claim that reads a lagging index on a
+    loaded machine can take seconds, and must not take what is enqueued after the pause."""
+
+    def __init__(self, grace_s: float = 30.0) -> None:
+        super().__init__()
+        self.grace_s = grace_s
+        self.active = 0
+        self.idle = threading.Condition()
+
+    def set(self) -> None:
+        super().set()
+        with self.idle:
+            self.idle.wait_for(lambda: self.active == 0, timeout=self.grace_s)
+
+    def enter(self) -> bool:
+        """A worker's turn begins (False: paused, take none)."""
+        with self.idle:
+            if self.is_set():
+                return False
+            self.active += 1
+            return True
+
+    def leave(self) -> None:
+        with self.idle:
+            self.active -= 1
+            self.idle.notify_all()
+
+
 class TortureWorker(Worker):
     """The worker runtime, told that engine time runs ``speed`` times faster than the wall clock.
 
@@ -387,7 +417,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
             external,
             parked=actors.park if actors is not None else None,
         )
-        stop, paused = threading.Event(), threading.Event()
+        stop, paused = threading.Event(), Pause()
 
         def retrying(call: Any) -> Any:
             for _ in range(20):
@@ -452,7 +482,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
         def work(worker: Worker) -> None:
             idle = 0.02
             while not stop.is_set():
-                if paused.is_set():
+                if not paused.enter():
                     time.sleep(0.02)
                     continue
                 try:
@@ -472,6 +502,8 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                         if len(report.errors) < 10:
                             report.errors.append(f"{worker.worker_id} {error.code}: {error}"[:300])
                     time.sleep(0.05)
+                finally:
+                    paused.leave()
 
         def sweep_once(limit: int = 50) -> int:
             result = engine.sweep(limit=limit)
