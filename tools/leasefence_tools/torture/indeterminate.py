@@ -108,6 +108,8 @@ class CallLog:
     seed: int
     rate: float
     clock: Callable[[], int]
+    #: Another rate for some kinds of call (rare ones).
+    rate_of: dict[str, float] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
     lost: Counter[str] = field(default_factory=Counter)  # per kind
     lost_before: Counter[str] = field(default_factory=Counter)
@@ -130,7 +132,8 @@ class CallLog:
         with self.lock:
             self.sent[subject] += 1
             nth = self.sent[subject]
-        if chance(self.seed, "indeterminate", *subject, call.fence, nth) >= self.rate:
+        rate = self.rate_of.get(call.kind, self.rate)
+        if chance(self.seed, "indeterminate", *subject, call.fence, nth) >= rate:
             return None
         before = chance(self.seed, "indeterminate-when", *subject, call.fence, nth) < 0.5
         with self.lock:

@@ -339,7 +339,12 @@ def run_torture(settings: Settings) -> dict[str, Any]:
             rng=random.Random(settings.seed),
         )
         if settings.indeterminate:  # every client call recorded, some answers lost
-            report.calls = CallLog(settings.seed, settings.lost_answer_rate, clock)
+            report.calls = CallLog(
+                settings.seed,
+                settings.lost_answer_rate,
+                clock,
+                rate_of={"resolve": settings.resolve_lost_answer_rate},
+            )
             # The engine's own API, each client call recorded (the rest delegated).
             engine = cast("Engine", RecordedEngine(engine, report.calls))
         checker_engine = engine_on(client=client)

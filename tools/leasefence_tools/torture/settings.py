@@ -102,6 +102,9 @@ class Settings:
     #: accepts a history only if some resolution of the indeterminate calls explains it.
     indeterminate: bool = True
     lost_answer_rate: float = 0.06
+    #: Resolves are few (under 100 in 1,000 operations): twice the rate keeps their share of
+    #: lost answers above 5% however the coins fall.
+    resolve_lost_answer_rate: float = 0.12
     #: Expect claim tokens: every HTTP claim carries ``claim_token`` (the SDK and the HTTP backend
     #: send one, and send it again after a lost answer: issue 21 case 8).
     claim_tokens: bool = True
