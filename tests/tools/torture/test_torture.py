@@ -83,6 +83,13 @@ def test_bounded_torture_run_with_every_feature_on_has_no_violation():
     assert any(k.startswith("http_") for k in composed["slow_jobs"])
     assert any(k.startswith("engine_") for k in composed["slow_jobs"])
     assert summary["publisher"]["records_to_destination"] == 0
+    # Histories with indeterminate calls: at least 5% of each kind lost its answer, and every
+    # operation whose history shows its calls was explained by some resolution of them.
+    indeterminate = summary["indeterminate"]
+    for kind, rate in indeterminate["calls"].items():
+        assert rate["rate"] >= 0.05 and rate["lost_by_chaos"] > 0, (kind, rate)
+    assert indeterminate["operations_judged"] >= summary["operations"] * 0.9
+    assert indeterminate["over_bound"] == 0
     # Months passed while operations were queued, parked and finished.
     assert (
         months["backlog"] >= 50 and months["late_replays"] >= 60 and months["requeued_unknown"] > 0

@@ -45,6 +45,13 @@ every feature on the same operations at once:
   mapping) with failing history writes (``history_*``) and ``PutEvents`` calls
   (``event_refused``, ``event_answer_lost``).
 
+**Indeterminate calls** (``Settings.indeterminate``, on by default;
+:mod:`leasefence_tools.torture.indeterminate`): every enqueue, claim, complete and resolve, in
+process and over HTTP, is recorded as ok, failed or indeterminate (no answer), a share of their
+answers is lost on purpose (before the request ran or after it committed, unknown to the
+client), and the checker accepts each operation's calls and history only if some resolution of
+its indeterminate calls explains them.
+
 Then the **months phase** (``Settings.months``): workers pause, a backlog is enqueued, and the clock
 jumps 45 days (past the payload retention), then 300 more days (within the 400-day identity
 retention) while operations are queued, parked or finished: old ``unknown`` operations are
@@ -61,7 +68,8 @@ is the point of running it many times.
 Time runs ``speed`` times faster than the wall clock for the engine (leases, backoff), so a
 10 s lease lapses in one second and stalls stay cheap.
 
-``python -m leasefence_tools.torture --help`` lists the switches (``--no-compose``, ``--no-claim-tokens``).
+``python -m leasefence_tools.torture --help`` lists the switches (``--no-compose``,
+``--no-claim-tokens``, ``--no-indeterminate``).
 """
 
 from __future__ import annotations

@@ -26,6 +26,12 @@ def cli(argv: list[str] | None = None) -> int:
         action="store_false",
         help="do not expect every HTTP claim to carry a claim_token (an SDK from before them)",
     )
+    parser.add_argument(
+        "--no-indeterminate",
+        dest="indeterminate",
+        action="store_false",
+        help="lose no answer on purpose and judge no history of indeterminate calls",
+    )
     parser.add_argument("--no-months", dest="months", action="store_false")
     parser.add_argument(
         "--timeout-s",
@@ -41,6 +47,7 @@ def cli(argv: list[str] | None = None) -> int:
         compose=args.compose,
         claim_tokens=args.claim_tokens,
         months=args.months,
+        indeterminate=args.indeterminate,
         timeout_s=args.timeout_s,
     )
 

@@ -26,6 +26,7 @@ from leasefence_tools.testing.kits import (
     SameTableKit,
     SingleShotKit,
 )
+from leasefence_tools.torture.indeterminate import indeterminate_rule
 from leasefence_tools.torture.settings import FINAL_STATES, Key, Report, Settings, payload_hash
 
 Finding = tuple[str, str]
@@ -104,6 +105,12 @@ def history_expiry_rule(
 
 def _first_seq(entries: list[dict[str, Any]]) -> int:
     return _seq(entries[0]) if entries else 2**62
+
+
+def with_kept(kept: list[dict[str, Any]], entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An expired history's entries as read before it expired (``kept``), then what was written
+    after (an erasure's entry)."""
+    return [e for e in kept if _seq(e) < _first_seq(entries)] + entries
 
 
 def _entry_at(entry: dict[str, Any]) -> int:
@@ -373,6 +380,14 @@ def check(
     known_keys = set()
     items = raw_operations(engine, {t for t, _, _ in enqueued})
     rules: Counter[str] = Counter()
+    histories: dict[Key, tuple[list[dict[str, Any]], int, int | None]] = {}
+
+    def read(tenant: str, operation_id: str) -> tuple[list[dict[str, Any]], int, int | None]:
+        """An operation's history, read once for every rule that judges it."""
+        key = (tenant, operation_id)
+        if key not in histories:
+            histories[key] = history_of(engine, tenant, operation_id)
+        return histories[key]
 
     def judge(tenant: str, operation_id: str, findings: list[Finding]) -> None:
         for kind, detail in findings:
@@ -511,13 +526,16 @@ def check(
                         item.get("enqueued_by"),
                     ),
                 )
+    indeterminate_summary = (
+        _check_indeterminate(report, read, enqueued, judge) if report.calls is not None else None
+    )
     stray = set(c_kit.api.executions) - known_keys
     if stray:
         counts["cross_tenant"] += len(stray)
     composed_summary: dict[str, Any] = {}
     if composed is not None:
         composed_summary = _check_composed(
-            settings, report, engine, enqueued, items, composed, judge
+            settings, report, engine, enqueued, items, composed, judge, read
         )
     faults = dict(sorted(report.faults.items()))
     summary = {
@@ -538,6 +556,8 @@ def check(
     }
     if composed is not None:
         summary["composed"] = {**composed_summary, "rules": dict(sorted(rules.items()))}
+    if indeterminate_summary is not None:
+        summary["indeterminate"] = indeterminate_summary
     summary["violation_kinds"] = dict(sorted(Counter(v["kind"] for v in report.violations).items()))
     summary["first_violations"] = first_of_each_kind(report.violations)
     return summary
@@ -559,6 +579,7 @@ def _check_composed(
     items: dict[Key, dict[str, Any]],
     composed: Composed,
     judge: Any,
+    read: Any,
 ) -> dict[str, Any]:
     """The rules over histories, events, shared class-B items, retried commands and leases."""
     published: dict[Key, list[int]] = defaultdict(list)
@@ -573,7 +594,7 @@ def _check_composed(
         if item is None:
             continue
         if composed.events is not None:
-            entries, dropped, expired = history_of(engine, tenant, operation_id)
+            entries, dropped, expired = read(tenant, operation_id)
             histories += 1
             final_seq = int(item.get("seq", 0))
             judge(
@@ -597,7 +618,7 @@ def _check_composed(
                     kept_seq = int(kept_item.get("seq", 0))
                     judge(tenant, operation_id, history_rule(kept_entries, kept_dropped, kept_seq))
                     judge(tenant, operation_id, history_content_rule(kept_entries, kept_item))
-                    entries = [e for e in kept_entries if _seq(e) < _first_seq(entries)] + entries
+                    entries = with_kept(kept_entries, entries)
             judge(tenant, operation_id, event_order_rule(published.get(key, [])))
             judge(tenant, operation_id, event_delivery_rule(entries, set(published.get(key, []))))
     # Shared class-B items: every operation's postings, in each account's commit order.
@@ -640,4 +661,63 @@ def _check_composed(
         "http_renewal_waits_ms": [waits[len(waits) // 2], waits[-1]] if waits else [],
         "counts": dict(sorted(report.counts.items())),
         "errors": list(report.errors),
+    }
+
+
+def _check_indeterminate(
+    report: Report,
+    read: Any,
+    enqueued: list[tuple[str, str, TargetClass]],
+    judge: Any,
+) -> dict[str, Any]:
+    """Each operation's calls and history, judged by
+    :func:`~leasefence_tools.torture.indeterminate.indeterminate_rule` (histories with
+    indeterminate calls). What a history no longer shows is not judged, and counted: the entries
+    before an erasure (it replaces the history: only the calls sent after it are judged), a
+    history compacted past its bound (entries dropped), one that expired before it was read."""
+    named, unnamed = report.calls.by_operation()
+    not_judged: Counter[str] = Counter()
+    judged = tried = most = over_bound = 0
+    for tenant, operation_id, _target in enqueued:
+        key = (tenant, operation_id)
+        entries, dropped, expired = read(tenant, operation_id)
+        if expired is not None:
+            kept = report.histories_kept.get(key)
+            if kept is None:
+                not_judged["expired_unread"] += 1
+                continue
+            entries = with_kept(kept[0], entries)
+            dropped = max(dropped, kept[1])
+        if dropped:
+            not_judged["compacted"] += 1
+            continue
+        calls = named.get(key, [])
+        erasures = [i for i, e in enumerate(entries) if e.get("transition") == Transition.ERASE]
+        erased_at = 0
+        if erasures:  # what the calls sent before did is gone (they may have acted after it)
+            entries = entries[erasures[-1] :]
+            erased_at = _entry_at(entries[0])
+            calls = [c for c in calls if c.kind != "enqueue" and c.completed >= erased_at]
+            not_judged["before_erasure"] += 1
+        verdict = indeterminate_rule(
+            calls,
+            entries,
+            payload_hash(tenant, operation_id),
+            unnamed.get(tenant, ()),
+            answers_from=erased_at,
+        )
+        if verdict.over_bound:
+            over_bound += 1
+            continue
+        judged += 1
+        tried += verdict.resolutions_tried
+        most = max(most, verdict.indeterminate)
+        judge(tenant, operation_id, verdict.findings)
+    return {
+        "calls": report.calls.rates(),
+        "operations_judged": judged,
+        "resolutions_tried": tried,
+        "most_indeterminate_in_one_operation": most,
+        "over_bound": over_bound,
+        "not_judged": dict(sorted(not_judged.items())),
     }

@@ -38,6 +38,7 @@ from leasefence.worker.http_backend import HttpBackend
 from leasefence_tools.testing.faults import FaultyClient
 from leasefence_tools.testing.kits import FencedTableKit, Job, Kit
 from leasefence_tools.torture.chaos import SWAPPED, ChaosEvents, ChaosHooks, StoreChaos
+from leasefence_tools.torture.indeterminate import INFO, http_answer, http_call
 from leasefence_tools.torture.settings import (
     FINAL_STATES,
     FastClock,
@@ -338,6 +339,15 @@ class ApiClient(LeaseFenceClient):
             nth = self.sent[request]
         if path == "/v1/claims" and settings.claim_tokens and "claim_token" not in (body or {}):
             report.count("claims_without_token")
+        log = report.calls
+        call = None if log is None else http_call(self.name, self.tenant_id, method, path, body)
+        lost = None
+        if call is not None:
+            log.begin(call)
+            lost = log.lose(call)
+            if lost == "before":  # the request never reaches the API; the client cannot tell
+                log.end(call, INFO)
+                raise ConnectionResetError("injected: the request was lost")
         status, headers, raw = self.http.api.respond(method, path, data, self.claims)
         if lost_before is not None:
             if status >= 500 or status == 429:  # busy: no answer yet, the next try is compared
@@ -345,8 +355,14 @@ class ApiClient(LeaseFenceClient):
                     self.pending.setdefault(request, lost_before)
             else:
                 self.http.retried(self, lost_before, status, raw)
-        if (
-            method != "GET"
+        if call is not None:
+            if lost is None:
+                http_answer(log, call, status, _json(raw))
+            else:  # it ran; its answer is lost
+                log.end(call, INFO)
+        if (lost == "after" and status < 500) or (
+            call is None
+            and method != "GET"
             and status < 500
             and chance(settings.seed, "http-lost", self.name, *request, nth)
             < settings.http_lost_rate
@@ -356,6 +372,8 @@ class ApiClient(LeaseFenceClient):
             )
             with self.lock:
                 self.pending[request] = record
+            raise ConnectionResetError("injected: the answer was lost")
+        if lost == "after":  # a 5xx or a 429 whose answer was lost: no answer either way
             raise ConnectionResetError("injected: the answer was lost")
         return status, headers, raw
 

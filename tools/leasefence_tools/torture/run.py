@@ -10,10 +10,11 @@ import random
 import sys
 import threading
 import time
+import uuid
 import zlib
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from leasefence.api.errors import Forbidden
 from leasefence.engine import DAY_MS, MISSING, Engine
@@ -45,6 +46,7 @@ from leasefence_tools.torture.compose import (
     catalogue,
     kits_for,
 )
+from leasefence_tools.torture.indeterminate import CallLog, RecordedEngine, format_rates
 from leasefence_tools.torture.months import identities, months_phase
 from leasefence_tools.torture.settings import (
     FINAL_STATES,
@@ -97,6 +99,36 @@ class Window:
                     self.finished(tenant_id, operation_id)
 
 
+class Pause(threading.Event):
+    """Workers take no new claim while set; :meth:`set` returns once none is in flight (a claim
+    being made, or its job), at most ``grace_s`` later: a claim that reads a lagging index on a
+    loaded machine can take seconds, and must not take what is enqueued after the pause."""
+
+    def __init__(self, grace_s: float = 30.0) -> None:
+        super().__init__()
+        self.grace_s = grace_s
+        self.active = 0
+        self.idle = threading.Condition()
+
+    def set(self) -> None:
+        super().set()
+        with self.idle:
+            self.idle.wait_for(lambda: self.active == 0, timeout=self.grace_s)
+
+    def enter(self) -> bool:
+        """A worker's turn begins (False: paused, take none)."""
+        with self.idle:
+            if self.is_set():
+                return False
+            self.active += 1
+            return True
+
+    def leave(self) -> None:
+        with self.idle:
+            self.active -= 1
+            self.idle.notify_all()
+
+
 class TortureWorker(Worker):
     """The worker runtime, told that engine time runs ``speed`` times faster than the wall clock.
 
@@ -136,6 +168,8 @@ class RecordingBackend(EngineBackend):
         self.external = external
         self.parked = parked
         self.claims: list[tuple[str, str, int]] = []
+        #: Per worker, the claim whose answer it did not get: (tenant, claim token), sent again.
+        self.unanswered: dict[str, tuple[str, str]] = {}
 
     def heartbeat(
         self,
@@ -152,8 +186,41 @@ class RecordingBackend(EngineBackend):
             return self.external.load(claim)
         return json.loads(self.engine.payload(claim))
 
+    def _claim_with_tokens(
+        self, worker_id: str, lease_ms: int, job_types: Any = None
+    ) -> Claim | None:
+        """What :meth:`EngineBackend.claim_next` does, each claim with a claim token; a claim
+        whose answer was lost (:class:`Unavailable`) is sent again first, to the same tenant with
+        the same token (the documented recovery: the same claim while it holds)."""
+        types = list(job_types) if job_types is not None else None
+        pending = self.unanswered.get(worker_id)
+        if pending is not None:
+            tenant, token = pending
+            claim = self.engine.claim_next(
+                tenant, worker_id, lease_ms=lease_ms, job_types=types, claim_token=token
+            )
+            del self.unanswered[worker_id]
+            if claim is not None:
+                return claim
+        with self._lock:
+            start = next(self._turn) % len(self.tenants)
+        for i in range(len(self.tenants)):
+            tenant = self.tenants[(start + i) % len(self.tenants)]
+            token = uuid.uuid4().hex
+            self.unanswered[worker_id] = (tenant, token)
+            claim = self.engine.claim_next(
+                tenant, worker_id, lease_ms=lease_ms, job_types=types, claim_token=token
+            )
+            del self.unanswered[worker_id]
+            if claim is not None:
+                return claim
+        return None
+
     def claim_next(self, worker_id: str, lease_ms: int, job_types: Any = None) -> Claim | None:
-        claim = super().claim_next(worker_id, lease_ms, job_types)
+        if self.report.calls is not None:
+            claim = self._claim_with_tokens(worker_id, lease_ms, job_types)
+        else:
+            claim = super().claim_next(worker_id, lease_ms, job_types)
         if claim is not None:
             self.report.note(
                 claim.tenant_id, claim.operation_id, f"claimed fence {claim.fence} by {worker_id}"
@@ -271,6 +338,15 @@ def run_torture(settings: Settings) -> dict[str, Any]:
             ),
             rng=random.Random(settings.seed),
         )
+        if settings.indeterminate:  # every client call recorded, some answers lost
+            report.calls = CallLog(
+                settings.seed,
+                settings.lost_answer_rate,
+                clock,
+                rate_of={"resolve": settings.resolve_lost_answer_rate},
+            )
+            # The engine's own API, each client call recorded (the rest delegated).
+            engine = cast("Engine", RecordedEngine(engine, report.calls))
         checker_engine = engine_on(client=client)
         hooks = ChaosHooks(settings, clock, report, observer=checker_engine)
         kits: dict[TargetClass, Kit] = {
@@ -346,7 +422,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
             external,
             parked=actors.park if actors is not None else None,
         )
-        stop, paused = threading.Event(), threading.Event()
+        stop, paused = threading.Event(), Pause()
 
         def retrying(call: Any) -> Any:
             for _ in range(20):
@@ -411,7 +487,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
         def work(worker: Worker) -> None:
             idle = 0.02
             while not stop.is_set():
-                if paused.is_set():
+                if not paused.enter():
                     time.sleep(0.02)
                     continue
                 try:
@@ -431,6 +507,8 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                         if len(report.errors) < 10:
                             report.errors.append(f"{worker.worker_id} {error.code}: {error}"[:300])
                     time.sleep(0.05)
+                finally:
+                    paused.leave()
 
         def sweep_once(limit: int = 50) -> int:
             result = engine.sweep(limit=limit)
@@ -784,5 +862,8 @@ def main(
     )
     for violation in summary.pop("first_violations"):
         print("VIOLATION", json.dumps(violation))
+    if "indeterminate" in summary:
+        rates = summary["indeterminate"]["calls"]
+        print(f"torture: answers lost (indeterminate calls): {format_rates(rates)}", flush=True)
     print(json.dumps(summary))
     return 1 if summary["violations"] else 0

@@ -96,6 +96,15 @@ class Settings:
     #: Stalls of in-process class-B holders (the zombies whose late writes the accounts must
     #: refuse after an HTTP successor's: the claim times of both kinds of worker meet there).
     b_stall_rate: float = 0.2
+    #: Indeterminate calls (:mod:`leasefence_tools.torture.indeterminate`): every enqueue, claim,
+    #: complete and resolve is recorded as ok, failed or indeterminate, this share of their
+    #: answers is lost (half before the request runs, half after it committed), and the checker
+    #: accepts a history only if some resolution of the indeterminate calls explains it.
+    indeterminate: bool = True
+    lost_answer_rate: float = 0.06
+    #: Resolves are few (under 100 in 1,000 operations): twice the rate keeps their share of
+    #: lost answers above 5% however the coins fall.
+    resolve_lost_answer_rate: float = 0.12
     #: Expect claim tokens: every HTTP claim carries ``claim_token`` (the SDK and the HTTP backend
     #: send one, and send it again after a lost answer: issue 21 case 8).
     claim_tokens: bool = True
@@ -166,6 +175,9 @@ class Report:
         default_factory=dict
     )
     errors: list[str] = field(default_factory=list)  # unexpected failures of actors, workers
+    #: Every client call as the client saw it (``Settings.indeterminate``): a
+    #: :class:`~leasefence_tools.torture.indeterminate.CallLog`.
+    calls: Any = None
 
     def note(self, tenant_id: str, operation_id: str, event: str) -> None:
         with self.lock:
