@@ -7,6 +7,7 @@ import pytest
 
 from leasefence_tools.modelcheck.explorer import dead_ends, explore
 from leasefence_tools.modelcheck.mutations import MUTATIONS
+from leasefence_tools.modelcheck.protocol import Bound
 from leasefence_tools.modelcheck.world import World
 
 #: Distinct states of the engine as it is at each mutation's bound (stateright's
@@ -52,3 +53,44 @@ def test_each_reintroduced_bug_is_found(world, mutation):
 def test_a_state_with_no_way_out_is_a_dead_end():
     edges = {"a": {"b", "c"}, "b": {"end"}, "c": {"c"}, "end": set()}
     assert dead_ends(edges, {"end"}) == {"c"}
+
+
+def test_remembered_answers_explore_what_moto_answers(world):
+    """The memo of moto's answers changes nothing: the same bound, every request sent to moto,
+    explores the same states and transitions."""
+    bound = MUTATIONS[-1].bound
+    remembered = explore(bound, world=world)
+    world.client.remember = False
+    try:
+        sent = explore(bound, world=world)
+    finally:
+        world.client.remember = True
+    assert world.client.hits > 0
+    assert (sent.states, sent.transitions) == (remembered.states, remembered.transitions)
+    assert sent.states == CLEAN_STATES[MUTATIONS[-1].name]
+
+
+#: One worker, two class-B operations, one claim-next resent while the first request runs (the
+#: first advanced one store request per step): issue 33's "one claim token, one claim".
+IN_FLIGHT = Bound(
+    kinds=("b", "b"),
+    attempts=1,
+    clock_jumps=0,
+    lost_answers=0,
+    requeues=0,
+    erase=False,
+    cancel=False,
+    inflight=1,
+)
+
+
+def test_a_claim_next_resent_while_it_runs_claims_twice_issue_33(world):
+    """Open finding (issue 33, not fixed yet): the marker is written unconditionally before the
+    claim write, so a resend running between the first request's reads and its claim write
+    claims the other operation. The model check finds it on the engine as it is; when issue 33
+    is fixed this test must become a clean bound plus a mutation that re-introduces the bug."""
+    result = explore(IN_FLIGHT, world=world)
+    assert result.violation is not None, result.summary()
+    assert result.violation.startswith("one_claim_per_token:"), result.summary()
+    assert "resend w1" in result.trace, result.summary()
+    assert len(result.trace) == 7, result.summary()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from leasefence_tools.modelcheck.explorer import explore
 from leasefence_tools.modelcheck.mutations import MUTATIONS
@@ -45,7 +46,13 @@ def main(argv: list[str] | None = None) -> int:
             erase=not args.no_erase,
             cancel=not args.no_cancel,
         )
-        result = explore(bound, world=world, max_states=args.max_states)
+        started = time.perf_counter()
+
+        def progress(states: int, left: int) -> None:
+            seconds = time.perf_counter() - started
+            print(f"  {states} states, {left} left to expand, {seconds:.0f} s", file=sys.stderr)
+
+        result = explore(bound, world=world, max_states=args.max_states, progress=progress)
     print(result.summary())
     if not result.finished and result.violation is None:
         print(f"stopped at --max-states {args.max_states}: NOT exhaustive")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ from leasefence_tools.modelcheck.protocol import (
     initial_local,
     ops_view,
 )
-from leasefence_tools.modelcheck.world import START_MS, World
+from leasefence_tools.modelcheck.world import START_MS, Snapshot, World
 
 
 @dataclass
@@ -92,27 +93,39 @@ def _read_history(engine: Any, op: str) -> list[str]:
     ]
 
 
-def explore(bound: Bound, world: World | None = None, max_states: int | None = None) -> Result:
-    """Every interleaving at ``bound``; stops at the first violation (with its trace)."""
+def explore(
+    bound: Bound,
+    world: World | None = None,
+    max_states: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Result:
+    """Every interleaving at ``bound``; stops at the first violation (with its trace).
+    ``progress`` is called with the distinct states and the states left to expand, every
+    10,000 states."""
     own = world is None
     world = world or World()
     try:
-        return _explore(world, bound, max_states)
+        return _explore(world, bound, max_states, progress)
     finally:
         if own:
             world.close()
 
 
-def _explore(world: World, bound: Bound, max_states: int | None) -> Result:
+def _explore(
+    world: World,
+    bound: Bound,
+    max_states: int | None,
+    progress: Callable[[int, int], None] | None,
+) -> Result:
     started = time.perf_counter()
     result = Result(bound)
     world.restore(None)
     local = initial_local(bound)
     local["now"] = START_MS
     enqueue_all(world.engine(START_MS), bound, local)
-    items = world.items()
-    root = world.digest(local, items)
-    states: dict[str, tuple[bytes, dict, dict]] = {root: (world.snapshot(), local, ops_view(items))}
+    saved, items = world.capture()
+    root = world.digest(local, saved)
+    states: dict[str, tuple[Snapshot, dict, dict]] = {root: (saved, local, ops_view(items))}
     parents: dict[str, tuple[str, str] | None] = {root: None}
     edges: dict[str, set[str]] = {}
     queue = deque([root])
@@ -131,9 +144,9 @@ def _explore(world: World, bound: Bound, max_states: int | None) -> Result:
         for step in enabled(bound, local, before):
             world.restore(saved)
             after_local = copy.deepcopy(local)
-            seen = apply(world.engine(local["now"]), after_local, step, local["now"])
+            seen = apply(world, after_local, step, local["now"])
             result.transitions += 1
-            items = world.items()
+            after_saved, items = world.capture()
             after = ops_view(items)
             _record_history(before, after, after_local)
             for invariant in invariants.SAFETY:
@@ -142,7 +155,7 @@ def _explore(world: World, bound: Bound, max_states: int | None) -> Result:
                     result.violation = f"{invariant.__name__}: {broken}"
                     result.trace = [*trace_to(key), seen.step]
                     return _done(result, states, started)
-            child = world.digest(after_local, items)
+            child = world.digest(after_local, after_saved)
             successors.add(child)
             if child in states:
                 continue
@@ -158,9 +171,11 @@ def _explore(world: World, bound: Bound, max_states: int | None) -> Result:
                 result.violation = f"history_complete_and_in_order: {broken}"
                 result.trace = [*trace_to(key), seen.step]
                 return _done(result, states, started)
-            states[child] = (world.snapshot(), after_local, after)
+            states[child] = (after_saved, after_local, after)
             parents[child] = (key, seen.step)
             queue.append(child)
+            if progress is not None and len(states) % 10_000 == 0:
+                progress(len(states), len(queue))
             if max_states is not None and len(states) >= max_states:
                 return _done(result, states, started)
     result.finished = True

@@ -28,10 +28,14 @@ import contextlib
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leasefence import errors
 from leasefence.model import Claim, State, TargetClass
+from leasefence_tools.modelcheck.inflight import advance, stepping_client
+
+if TYPE_CHECKING:
+    from leasefence_tools.modelcheck.world import World
 
 TENANT = "t"
 LEASE_MS = 10_000
@@ -51,6 +55,8 @@ class Bound:
     requeues: int = 1
     erase: bool = True
     cancel: bool = True
+    #: Claim-next requests resent while the first one still runs (advanced a request at a time).
+    inflight: int = 0
 
     def ops(self) -> list[tuple[str, str]]:
         return [(f"o{index + 1}", kind) for index, kind in enumerate(self.kinds)]
@@ -62,6 +68,7 @@ class Bound:
             f" {self.requeues} requeue(s) per operation"
             + (", erase" if self.erase else "")
             + (", cancel" if self.cancel else "")
+            + (f", {self.inflight} claim-next resent while it runs" if self.inflight else "")
         )
 
 
@@ -81,6 +88,8 @@ def initial_local(bound: Bound) -> dict[str, Any]:
         "target_b": {},
         "calls_d": {},
         "history": {},
+        "inflight_budget": bound.inflight,
+        "inflight": {},
     }
 
 
@@ -140,7 +149,11 @@ def enabled(bound: Bound, local: dict[str, Any], ops: dict[str, dict[str, Any]])
     steps: list[tuple] = []
     for worker, wstate in local["workers"].items():
         hold = wstate["hold"]
+        if worker in local["inflight"]:
+            steps.append(("advance", worker))
         if hold is None:
+            if local["inflight_budget"] and worker not in local["inflight"] and ops:
+                steps.append(("claim_next_inflight", worker))
             for op in ops:
                 steps.append(("claim", worker, op, False))
                 if local["lost"]:
@@ -201,6 +214,10 @@ def step_name(step: tuple) -> str:
         return name + (" (answer lost)" if step[3] else "")
     if step[0] == "complete_lost":
         return f"complete {step[1]} (answer lost)"
+    if step[0] == "claim_next_inflight":
+        return f"claim_next {step[1]} (answer to be lost, resent while it runs)"
+    if step[0] == "advance":
+        return f"claim_next {step[1]} in flight"
     return " ".join(str(part) for part in step)
 
 
@@ -222,10 +239,13 @@ def _claim(engine: Any, kind: str, worker: str, op: str | None, token: str) -> C
         return None
 
 
-def apply(engine: Any, local: dict[str, Any], step: tuple, now: int) -> Observed:
+def apply(world: World, local: dict[str, Any], step: tuple, now: int) -> Observed:
     """Run ``step`` (mutating ``local``); the caller restored the state before."""
     name = step[0]
     seen = Observed(step_name(step))
+    if name in ("claim_next_inflight", "advance"):
+        return _inflight(world, local, step, now, seen)
+    engine = world.engine(now)
     if name in ("claim", "claim_next"):
         _, worker, op, lost = step
         wstate = local["workers"][worker]
@@ -366,6 +386,31 @@ def _operator(engine: Any, local: dict[str, Any], step: tuple, seen: Observed) -
         seen.accepted = True
     except errors.LeaseFenceError:
         seen.accepted = False
+    return seen
+
+
+def _inflight(
+    world: World, local: dict[str, Any], step: tuple, now: int, seen: Observed
+) -> Observed:
+    """A claim-next whose answer will be lost, advanced one store request per step; the worker
+    resends it (the ``resend`` step, a whole call) while it runs."""
+    worker = step[1]
+    if step[0] == "claim_next_inflight":
+        wstate = local["workers"][worker]
+        token = f"{worker}.{wstate['n']}"
+        wstate["n"] += 1
+        local["inflight_budget"] -= 1
+        local["inflight"][worker] = {"token": token, "now": now, "answers": []}
+        wstate["hold"] = {"resend": "claim_next", "op": None, "token": token, "got": None}
+    record = local["inflight"][worker]
+    engine = world.engine(record["now"], client=stepping_client(world.client, record))
+    done, claim = advance(lambda: _claim(engine, "claim_next", worker, None, record["token"]))
+    if done:
+        del local["inflight"][worker]
+        seen.accepted = claim is not None
+        seen.step += ": returns, its answer lost"
+    else:
+        seen.step += f": sends {record['answers'][-1][0]}"
     return seen
 
 

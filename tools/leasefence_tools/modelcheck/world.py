@@ -11,10 +11,11 @@ always give the same successor: what a visited set needs.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
-import pickle
 import random
+from collections import defaultdict
 from typing import Any
 
 import boto3
@@ -28,15 +29,19 @@ from leasefence_tools.local.embedded import (
     install_fast_update_expressions,
     use_local_credentials,
 )
+from leasefence_tools.modelcheck.direct_client import DirectClient
+from leasefence_tools.modelcheck.memo import MemoClient
 
 TABLE = "modelcheck"
+#: A table's items, each named by the digest of its canonical JSON, in key order.
+Snapshot = tuple[bytes, ...]
 START_MS = 1_800_000_000_000
 
 
 class World:
     """One operations table on an in-process moto backend (``mock_aws``), started on entry."""
 
-    def __init__(self) -> None:
+    def __init__(self, memo: bool = True, memo_limit: int = 200_000) -> None:
         from moto import mock_aws
 
         use_local_credentials()
@@ -44,14 +49,23 @@ class World:
         install_fast_update_expressions()
         self._mock = mock_aws()
         self._mock.start()
-        self.client = boto3.client("dynamodb", region_name=LOCAL_REGION)
-        self.spec = TableSpec(table_name=TABLE, due_shards=1, sweep_shards=1)
-        schema.create_table(self.client, self.spec)
         from moto.core import DEFAULT_ACCOUNT_ID
         from moto.dynamodb.models import dynamodb_backends
 
+        boto_client = boto3.client("dynamodb", region_name=LOCAL_REGION)
+        self.client: DirectClient
+        if memo:
+            self.client = MemoClient(
+                boto_client, DEFAULT_ACCOUNT_ID, LOCAL_REGION, table=self, limit=memo_limit
+            )
+        else:
+            self.client = DirectClient(boto_client, DEFAULT_ACCOUNT_ID, LOCAL_REGION)
+        self.spec = TableSpec(table_name=TABLE, due_shards=1, sweep_shards=1)
+        schema.create_table(self.client, self.spec)
+
         self._table = dynamodb_backends[DEFAULT_ACCOUNT_ID][LOCAL_REGION].tables[TABLE]
-        self.requests = 0
+        self._pool: dict[bytes, Any] = {}
+        self._current: Snapshot | None = None
 
     def close(self) -> None:
         self._mock.stop()
@@ -62,32 +76,66 @@ class World:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def engine(self, now_ms: int) -> Engine:
-        """A fresh engine at this time (nothing carried over from an earlier step)."""
+    def engine(self, now_ms: int, client: Any = None) -> Engine:
+        """A fresh engine at this time (nothing carried over from an earlier step), on the
+        world's client or ``client``."""
         return Engine(
-            client=self.client, spec=self.spec, clock=ManualClock(now_ms), rng=random.Random(0)
+            client=client or self.client,
+            spec=self.spec,
+            clock=ManualClock(now_ms),
+            rng=random.Random(0),
         )
 
-    def snapshot(self) -> bytes:
-        return pickle.dumps(self._table.items, protocol=pickle.HIGHEST_PROTOCOL)
+    def capture(self) -> tuple[Snapshot, list[dict[str, Any]]]:
+        """The table as it is: a snapshot to come back to, and every item as DynamoDB JSON in
+        key order. A snapshot names each item by the digest of its canonical JSON; the items
+        are kept once each in a pool (states share most of their items), never changed."""
+        items, names = [], []
+        for item in self._sorted():
+            attributes = item.to_json()["Attributes"]
+            text = json.dumps(attributes, sort_keys=True, separators=(",", ":"))
+            name = hashlib.blake2b(text.encode(), digest_size=16).digest()
+            if name not in self._pool:
+                self._pool[name] = copy.deepcopy(item)
+            items.append(attributes)
+            names.append(name)
+        self._current = tuple(names)
+        return self._current, items
 
-    def restore(self, saved: bytes | None) -> None:
-        """Back to a snapshot (None: the empty table)."""
+    def current(self, changed: bool = False) -> Snapshot:
+        """The snapshot of the table as it is (``changed``: a write may have changed it)."""
+        if changed or self._current is None:
+            self.capture()
+        assert self._current is not None
+        return self._current
+
+    def restore(self, saved: Snapshot | None) -> None:
+        """Back to a snapshot (None: the empty table, and a new pool)."""
+        table: defaultdict[Any, dict[Any, Any]] = defaultdict(dict)
         if saved is None:
-            self._table.items.clear()
+            self._pool.clear()
+            if isinstance(self.client, MemoClient):
+                self.client.forget()
         else:
-            self._table.items = pickle.loads(saved)
+            for name in saved:
+                item = copy.deepcopy(self._pool[name])  # moto's copy: no size re-check
+                table[item.hash_key][item.range_key] = item
+        self._table.items = table
+        self._current = () if saved is None else saved
+
+    def _sorted(self) -> list[Any]:
+        return [
+            self._table.items[hash_key][range_key]
+            for hash_key in sorted(self._table.items, key=str)
+            for range_key in sorted(self._table.items[hash_key], key=str)
+        ]
 
     def items(self) -> list[dict[str, Any]]:
         """Every item, as DynamoDB JSON, in key order."""
-        out = []
-        for hash_key in sorted(self._table.items, key=str):
-            for range_key in sorted(self._table.items[hash_key], key=str):
-                out.append(self._table.items[hash_key][range_key].to_json()["Attributes"])
-        return out
+        return [item.to_json()["Attributes"] for item in self._sorted()]
 
-    def digest(self, extra: Any, items: list[dict[str, Any]] | None = None) -> str:
-        """A canonical digest of the table's items and ``extra`` (the actors' local states)."""
-        items = self.items() if items is None else items
-        text = json.dumps([items, extra], sort_keys=True, separators=(",", ":"))
-        return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    @staticmethod
+    def digest(local: Any, saved: Snapshot) -> str:
+        """A canonical digest of a snapshot of the table and the actors' local states."""
+        text = json.dumps(local, sort_keys=True, separators=(",", ":"))
+        return hashlib.blake2b(b"".join(saved) + text.encode(), digest_size=16).hexdigest()
