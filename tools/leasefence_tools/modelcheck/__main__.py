@@ -9,6 +9,7 @@ import sys
 import time
 
 from leasefence_tools.modelcheck.explorer import explore
+from leasefence_tools.modelcheck.memo import MemoClient
 from leasefence_tools.modelcheck.mutations import MUTATIONS
 from leasefence_tools.modelcheck.protocol import Bound
 from leasefence_tools.modelcheck.world import World
@@ -22,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clock-jumps", type=int, default=1)
     parser.add_argument("--lost-answers", type=int, default=1)
     parser.add_argument("--requeues", type=int, default=1)
+    parser.add_argument(
+        "--inflight", type=int, default=0, help="claim-next requests resent while they run"
+    )
     parser.add_argument("--no-erase", action="store_true")
     parser.add_argument("--no-cancel", action="store_true")
     parser.add_argument("--max-states", type=int, default=None)
@@ -45,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             requeues=args.requeues,
             erase=not args.no_erase,
             cancel=not args.no_cancel,
+            inflight=args.inflight,
         )
         started = time.perf_counter()
 
@@ -53,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {states} states, {left} left to expand, {seconds:.0f} s", file=sys.stderr)
 
         result = explore(bound, world=world, max_states=args.max_states, progress=progress)
+        client = world.client
+        hits = client.hits if isinstance(client, MemoClient) else 0
     print(result.summary())
+    print(f"store requests: {client.requests}, answered from the memo: {hits}")
     if not result.finished and result.violation is None:
         print(f"stopped at --max-states {args.max_states}: NOT exhaustive")
     return 0 if result.finished and result.violation is None and not result.dead_ends else 1

@@ -12,11 +12,13 @@ explored graph leads to a state where every operation has ended (:func:`dead_end
 from __future__ import annotations
 
 import copy
+import json
 import time
+import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from leasefence import errors
 from leasefence.model import Transition
@@ -32,6 +34,8 @@ from leasefence_tools.modelcheck.protocol import (
 )
 from leasefence_tools.modelcheck.world import START_MS, Snapshot, World
 
+K = TypeVar("K")
+
 
 @dataclass
 class Result:
@@ -39,6 +43,8 @@ class Result:
     states: int = 0
     transitions: int = 0
     seconds: float = 0.0
+    #: This process's CPU time (on a shared machine, wall time says more about the others).
+    cpu_seconds: float = 0.0
     finished: bool = False
     violation: str | None = None
     trace: list[str] = field(default_factory=list)
@@ -52,7 +58,8 @@ class Result:
         lines = [
             f"bound: {self.bound.describe()}",
             f"distinct states: {self.states}, transitions: {self.transitions},"
-            f" {self.seconds:.1f} s ({self.states_per_second:.0f} states/s)",
+            f" {self.seconds:.1f} s ({self.states_per_second:.0f} states/s),"
+            f" CPU {self.cpu_seconds:.1f} s",
         ]
         if self.violation is not None:
             lines.append(f"VIOLATION: {self.violation}")
@@ -101,7 +108,7 @@ def explore(
 ) -> Result:
     """Every interleaving at ``bound``; stops at the first violation (with its trace).
     ``progress`` is called with the distinct states and the states left to expand, every
-    10,000 states."""
+    2,000 states."""
     own = world is None
     world = world or World()
     try:
@@ -117,30 +124,38 @@ def _explore(
     max_states: int | None,
     progress: Callable[[int, int], None] | None,
 ) -> Result:
-    started = time.perf_counter()
+    started = time.perf_counter(), time.process_time()
     result = Result(bound)
     world.restore(None)
     local = initial_local(bound)
     local["now"] = START_MS
     enqueue_all(world.engine(START_MS), bound, local)
     saved, items = world.capture()
-    root = world.digest(local, saved)
-    states: dict[str, tuple[Snapshot, dict, dict]] = {root: (saved, local, ops_view(items))}
-    parents: dict[str, tuple[str, str] | None] = {root: None}
-    edges: dict[str, set[str]] = {}
+    packed = _pack(local)
+    root = world.digest(packed, saved)
+    # Per state only what expanding it needs: its table snapshot and its actors' local state
+    # (compressed canonical JSON); the graph as tuples of 16-byte digests.
+    states: dict[bytes, tuple[Snapshot, bytes]] = {root: (saved, zlib.compress(packed, 1))}
+    parents: dict[bytes, tuple[bytes, str] | None] = {root: None}
+    edges: dict[bytes, tuple[bytes, ...]] = {}
+    ends = {root} if invariants.is_end(ops_view(items)) else set()
+    step_names: dict[str, str] = {}
     queue = deque([root])
 
-    def trace_to(key: str) -> list[str]:
+    def trace_to(key: bytes) -> list[str]:
         steps = []
-        while parents[key] is not None:
-            key, step = parents[key]  # type: ignore[misc]
+        while (parent := parents[key]) is not None:
+            key, step = parent
             steps.append(step)
         return ["enqueue every operation", *reversed(steps)]
 
     while queue:
         key = queue.popleft()
-        saved, local, before = states[key]
-        successors = edges.setdefault(key, set())
+        saved, packed = states[key]
+        local = json.loads(zlib.decompress(packed))
+        world.restore(saved)
+        before = ops_view(world.items())
+        successors = set()
         for step in enabled(bound, local, before):
             world.restore(saved)
             after_local = copy.deepcopy(local)
@@ -155,7 +170,8 @@ def _explore(
                     result.violation = f"{invariant.__name__}: {broken}"
                     result.trace = [*trace_to(key), seen.step]
                     return _done(result, states, started)
-            child = world.digest(after_local, after_saved)
+            after_packed = _pack(after_local)
+            child = world.digest(after_packed, after_saved)
             successors.add(child)
             if child in states:
                 continue
@@ -171,15 +187,18 @@ def _explore(
                 result.violation = f"history_complete_and_in_order: {broken}"
                 result.trace = [*trace_to(key), seen.step]
                 return _done(result, states, started)
-            states[child] = (after_saved, after_local, after)
-            parents[child] = (key, seen.step)
+            states[child] = (after_saved, zlib.compress(after_packed, 1))
+            parents[child] = (key, step_names.setdefault(seen.step, seen.step))
+            if invariants.is_end(after):
+                ends.add(child)
             queue.append(child)
-            if progress is not None and len(states) % 10_000 == 0:
+            if progress is not None and len(states) % 2_000 == 0:
                 progress(len(states), len(queue))
             if max_states is not None and len(states) >= max_states:
                 return _done(result, states, started)
+        edges[key] = tuple(successors)
     result.finished = True
-    stuck = dead_ends(edges, {k for k, (_, _, ops) in states.items() if invariants.is_end(ops)})
+    stuck = dead_ends(edges, ends)
     result.dead_ends = len(stuck)
     if stuck:
         shortest = min(stuck, key=lambda k: len(trace_to(k)))
@@ -187,16 +206,22 @@ def _explore(
     return _done(result, states, started)
 
 
-def _done(result: Result, states: dict, started: float) -> Result:
+def _pack(local: dict[str, Any]) -> bytes:
+    """The actors' local state as canonical JSON (what a state's digest covers)."""
+    return json.dumps(local, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _done(result: Result, states: dict, started: tuple[float, float]) -> Result:
     result.states = len(states)
-    result.seconds = time.perf_counter() - started
+    result.seconds = time.perf_counter() - started[0]
+    result.cpu_seconds = time.process_time() - started[1]
     return result
 
 
-def dead_ends(edges: dict[str, set[str]], ends: set[str]) -> set[str]:
+def dead_ends(edges: Mapping[K, Iterable[K]], ends: set[K]) -> set[K]:
     """The explored states from which no path in the explored graph reaches an end state: a
     refusal (or a fault) that leaves an operation with no way out."""
-    reverse: dict[str, set[str]] = {}
+    reverse: dict[K, set[K]] = {}
     for source, targets in edges.items():
         for target in targets:
             reverse.setdefault(target, set()).add(source)

@@ -110,7 +110,11 @@ class World:
         return self._current
 
     def restore(self, saved: Snapshot | None) -> None:
-        """Back to a snapshot (None: the empty table, and a new pool)."""
+        """Back to a snapshot (None: the empty table, and a new pool). Nothing to do when the
+        table is that snapshot already (every write is followed by a :meth:`capture` or a
+        :meth:`current` before the next restore)."""
+        if saved is not None and saved == self._current:
+            return
         table: defaultdict[Any, dict[Any, Any]] = defaultdict(dict)
         if saved is None:
             self._pool.clear()
@@ -135,7 +139,6 @@ class World:
         return [item.to_json()["Attributes"] for item in self._sorted()]
 
     @staticmethod
-    def digest(local: Any, saved: Snapshot) -> str:
-        """A canonical digest of a snapshot of the table and the actors' local states."""
-        text = json.dumps(local, sort_keys=True, separators=(",", ":"))
-        return hashlib.blake2b(b"".join(saved) + text.encode(), digest_size=16).hexdigest()
+    def digest(local: bytes, saved: Snapshot) -> bytes:
+        """A digest of a snapshot of the table and the actors' local states (canonical JSON)."""
+        return hashlib.blake2b(b"".join(saved) + local, digest_size=16).digest()
