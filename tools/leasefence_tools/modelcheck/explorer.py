@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from leasefence import errors
+from leasefence import errors, history
 from leasefence.model import Transition
 from leasefence_tools.modelcheck import invariants
 from leasefence_tools.modelcheck.protocol import (
@@ -32,6 +32,7 @@ from leasefence_tools.modelcheck.protocol import (
     initial_local,
     ops_view,
 )
+from leasefence_tools.modelcheck.small_history import small_history
 from leasefence_tools.modelcheck.world import START_MS, Snapshot, World
 
 K = TypeVar("K")
@@ -91,7 +92,7 @@ def _record_history(before: dict, after: dict, local: dict) -> None:
 
 def _read_history(engine: Any, op: str) -> list[str]:
     try:
-        page = engine.history(TENANT, op, limit=50)
+        page = engine.history(TENANT, op, limit=history.MAX_ENTRIES)
     except errors.NotFound:
         return []
     return [
@@ -112,7 +113,8 @@ def explore(
     own = world is None
     world = world or World()
     try:
-        return _explore(world, bound, max_states, progress)
+        with small_history(bound.history_room):
+            return _explore(world, bound, max_states, progress)
     finally:
         if own:
             world.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from leasefence.model import State
+from leasefence_tools.modelcheck.small_history import shown
 
 TERMINAL = {State.SUCCEEDED.value, State.FAILED_TERMINAL.value, State.CANCELLED.value}
 Ops = dict[str, dict[str, Any]]
@@ -128,10 +129,12 @@ def history_complete_and_in_order(
     before: Ops, after: Ops, local: dict, seen: Any, read: Any = None
 ) -> str | None:
     """The engine's history reader returns exactly the transitions the checker saw commit, in
-    order (an erasure replaces the history with its own entry)."""
+    order (an erasure replaces the history with its own entry; past the bound, the first and
+    the newest: :func:`~leasefence_tools.modelcheck.small_history.shown`)."""
     if read is None:
         return None
-    for op, expected in local["history"].items():
+    for op, seen_to_commit in local["history"].items():
+        expected = shown(seen_to_commit)
         got = read(op)
         if got != expected:
             return f"{op}: history {got}, transitions seen {expected}"

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from leasefence import keys
+from leasefence import history, keys
 from leasefence.engine import _claim, _enqueue, _expr, _rules
 from leasefence_tools.modelcheck.protocol import Bound
 
@@ -79,12 +79,20 @@ def claim_token_without_marker() -> contextlib.AbstractContextManager[None]:
     return _patched(_claim.Claimer, "claim_next", claim_next)
 
 
+def no_inline_compaction() -> contextlib.AbstractContextManager[None]:
+    """Issue 32 (6b2f83b): a claim or a requeue refused while the history has no room waits
+    for the publisher to compact it (a 503 to retry) instead of compacting it itself; with no
+    publisher running, or its write failing, the operation is refused forever."""
+    return _patched(history, "make_room", lambda _store, _item: False)
+
+
 @dataclass(frozen=True)
 class Mutation:
     name: str
     finding: str
     apply: Callable[[], contextlib.AbstractContextManager[None]]
     bound: Bound
+    #: The safety invariant that finds it, or ``liveness`` (a state with no way out).
     invariant: str
 
 
@@ -124,5 +132,21 @@ MUTATIONS = (
             cancel=False,
         ),
         "one_claim_per_token",
+    ),
+    Mutation(
+        "no_inline_compaction",
+        "a claim or requeue refused 503 forever while the history has no room",
+        no_inline_compaction,
+        Bound(
+            kinds=("b",),
+            attempts=3,
+            clock_jumps=0,
+            lost_answers=0,
+            requeues=0,
+            erase=False,
+            cancel=False,
+            history_room=5,
+        ),
+        "liveness",
     ),
 )

@@ -57,6 +57,8 @@ class Bound:
     cancel: bool = True
     #: Claim-next requests resent while the first one still runs (advanced a request at a time).
     inflight: int = 0
+    #: The engine's history bounds scaled down to this room (:mod:`.small_history`); None: as is.
+    history_room: int | None = None
 
     def ops(self) -> list[tuple[str, str]]:
         return [(f"o{index + 1}", kind) for index, kind in enumerate(self.kinds)]
@@ -69,6 +71,7 @@ class Bound:
             + (", erase" if self.erase else "")
             + (", cancel" if self.cancel else "")
             + (f", {self.inflight} claim-next resent while it runs" if self.inflight else "")
+            + (f", history room {self.history_room}" if self.history_room else "")
         )
 
 
