@@ -19,7 +19,8 @@ Faults and other actors: a claim or a completion whose answer is lost (the call 
 learns nothing and sends it again with the same token), a worker stalled past its lease (it is
 never forced to act, and the clock jumps past a lease), the sweeper, an operator (resolve,
 cancel, erase), an approver (approve what it read, reject) and a producer sending an identity
-again with another payload.
+again with another payload; with ``inflight``, a claim-next whose answer will be lost, advanced a
+store request per step (:mod:`~leasefence_tools.modelcheck.inflight`) while its worker resends it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,15 @@
 """The table the model check drives: moto in this process (no HTTP), one fresh engine per step.
 
 A state of the protocol is what the table holds (every item, canonically) plus what the actors
-remember; :meth:`World.snapshot` and :meth:`World.restore` copy moto's own item map, so going back
-to a state costs a deep copy of a few items, not a request. Every step builds a new
-:class:`~leasefence.engine.Engine` (an engine keeps nothing between calls that the protocol relies
-on: its caches of held claims and catalogue entries only save requests) with a seeded ``rng`` and
-a :class:`~leasefence.clock.ManualClock` at the state's time, so the same state and the same step
-always give the same successor: what a visited set needs.
+remember. :meth:`World.capture` names each item by the digest of its canonical JSON and keeps
+one copy of it in a pool, so a snapshot is a tuple of digests and going back to it
+(:meth:`World.restore`) copies a few items, not a request. The engine reaches moto through
+:class:`~leasefence_tools.modelcheck.memo.MemoClient` (moto's handler called in process, its
+answers remembered). Every step builds a new :class:`~leasefence.engine.Engine` (an engine keeps
+nothing between calls that the protocol relies on: its caches of held claims and catalogue
+entries only save requests) with a seeded ``rng`` and a :class:`~leasefence.clock.ManualClock` at
+the state's time, so the same state and the same step always give the same successor: what a
+visited set needs.
 """
 
 from __future__ import annotations
