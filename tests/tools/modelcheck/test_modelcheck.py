@@ -3,11 +3,12 @@ passes the same bounds with every state explored, and how much is explored is pi
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from leasefence_tools.modelcheck.explorer import dead_ends, explore
 from leasefence_tools.modelcheck.mutations import MUTATIONS
-from leasefence_tools.modelcheck.protocol import Bound
 from leasefence_tools.modelcheck.world import World
 
 #: Distinct states of the engine as it is at each mutation's bound (stateright's
@@ -63,7 +64,8 @@ def test_a_state_with_no_way_out_is_a_dead_end():
 def test_remembered_answers_explore_what_moto_answers(world):
     """The memo of moto's answers changes nothing: the same bound, every request sent to moto,
     explores the same states and transitions."""
-    bound = MUTATIONS[-1].bound
+    mutation = next(m for m in MUTATIONS if m.name == "claim_token_without_marker")
+    bound = mutation.bound
     remembered = explore(bound, world=world)
     world.client.remember = False
     try:
@@ -72,19 +74,14 @@ def test_remembered_answers_explore_what_moto_answers(world):
         world.client.remember = True
     assert world.client.hits > 0
     assert (sent.states, sent.transitions) == (remembered.states, remembered.transitions)
-    assert sent.states == CLEAN_STATES[MUTATIONS[-1].name]
+    assert sent.states == CLEAN_STATES[mutation.name]
 
 
 #: One worker, two class-B operations, one claim-next resent while the first request runs (the
 #: first advanced one store request per step): issue 33's "one claim token, one claim".
-IN_FLIGHT = Bound(
-    kinds=("b", "b"),
-    attempts=1,
-    clock_jumps=0,
+IN_FLIGHT = dataclasses.replace(
+    next(m.bound for m in MUTATIONS if m.name == "claim_token_without_marker"),
     lost_answers=0,
-    requeues=0,
-    erase=False,
-    cancel=False,
     inflight=1,
 )
 
