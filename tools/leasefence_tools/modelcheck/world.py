@@ -2,8 +2,8 @@
 
 A state of the protocol is what the table holds (every item, canonically) plus what the actors
 remember. :meth:`World.capture` names each item by the digest of its canonical JSON and keeps
-one copy of it in a pool, so a snapshot is a tuple of digests and going back to it
-(:meth:`World.restore`) copies a few items, not a request. The engine reaches moto through
+that JSON once, compressed, in a pool, so a snapshot is a tuple of digests and going back to it
+(:meth:`World.restore`) builds a few moto items, not a request. The engine reaches moto through
 :class:`~leasefence_tools.modelcheck.memo.MemoClient` (moto's handler called in process, its
 answers remembered). Every step builds a new :class:`~leasefence.engine.Engine` (an engine keeps
 nothing between calls that the protocol relies on: its caches of held claims and catalogue
@@ -14,12 +14,12 @@ visited set needs.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import random
+import zlib
 from collections import defaultdict
-from typing import Any
+from typing import Any, cast
 
 import boto3
 
@@ -67,7 +67,7 @@ class World:
         schema.create_table(self.client, self.spec)
 
         self._table = dynamodb_backends[DEFAULT_ACCOUNT_ID][LOCAL_REGION].tables[TABLE]
-        self._pool: dict[bytes, Any] = {}
+        self._pool: dict[bytes, bytes] = {}
         self._current: Snapshot | None = None
 
     def close(self) -> None:
@@ -91,15 +91,15 @@ class World:
 
     def capture(self) -> tuple[Snapshot, list[dict[str, Any]]]:
         """The table as it is: a snapshot to come back to, and every item as DynamoDB JSON in
-        key order. A snapshot names each item by the digest of its canonical JSON; the items
-        are kept once each in a pool (states share most of their items), never changed."""
+        key order. A snapshot names each item by the digest of its canonical JSON; the pool keeps
+        that JSON once per item, compressed (states share most of their items)."""
         items, names = [], []
         for item in self._sorted():
             attributes = item.to_json()["Attributes"]
-            text = json.dumps(attributes, sort_keys=True, separators=(",", ":"))
-            name = hashlib.blake2b(text.encode(), digest_size=16).digest()
+            text = json.dumps(attributes, sort_keys=True, separators=(",", ":")).encode()
+            name = hashlib.blake2b(text, digest_size=16).digest()
             if name not in self._pool:
-                self._pool[name] = copy.deepcopy(item)
+                self._pool[name] = zlib.compress(text, 1)
             items.append(attributes)
             names.append(name)
         self._current = tuple(names)
@@ -125,10 +125,26 @@ class World:
                 self.client.forget()
         else:
             for name in saved:
-                item = copy.deepcopy(self._pool[name])  # moto's copy: no size re-check
+                item = self._item(json.loads(zlib.decompress(self._pool[name])))
                 table[item.hash_key][item.range_key] = item
         self._table.items = table
         self._current = () if saved is None else saved
+
+    def _item(self, attributes: dict[str, Any]) -> Any:
+        """A moto item from its JSON, as moto builds one from a request (the attributes set
+        without re-checking the size each time: the item passed the check when it was written)."""
+        from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
+
+        item = cast(Item, Item.__new__(Item))  # moto types __new__ as -> BaseModel
+        item.hash_key = DynamoType(attributes[self._table.hash_key_attr])
+        range_attr = self._table.range_key_attr
+        item.range_key = DynamoType(attributes[range_attr]) if range_attr else None
+        attrs = LimitedSizeDict.__new__(LimitedSizeDict)
+        dict.__init__(attrs)
+        for key, value in attributes.items():
+            dict.__setitem__(attrs, key, DynamoType(value))
+        item.attrs = attrs
+        return item
 
     def _sorted(self) -> list[Any]:
         return [
