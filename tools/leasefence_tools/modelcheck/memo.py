@@ -15,6 +15,7 @@ checks that a bound explores the same states either way
 from __future__ import annotations
 
 import hashlib
+import zlib
 from typing import Any, Protocol
 
 from leasefence_tools.modelcheck.direct_client import DirectClient
@@ -32,8 +33,8 @@ class Table(Protocol):
 
 
 class MemoClient(DirectClient):
-    """A :class:`DirectClient` that remembers up to ``limit`` answers (the oldest forgotten
-    first), each with the snapshot of the table the request left."""
+    """A :class:`DirectClient` that remembers up to ``limit`` answers (compressed; the oldest
+    forgotten first), each with the snapshot of the table the request left."""
 
     def __init__(self, client: Any, account: str, region: str, table: Table, limit: int) -> None:
         super().__init__(client, account, region)
@@ -54,13 +55,13 @@ class MemoClient(DirectClient):
         known = self._answers.get(key)
         if known is not None:
             self.hits += 1
-            status, answer, after = known
+            status, packed, after = known
             if after is not None and after != before:
                 self._table.restore(after)
-            return status, answer
+            return status, zlib.decompress(packed)
         status, answer = super().send(operation, body)
         after = None if operation.name in READS else self._table.current(changed=True)
         if len(self._answers) >= self._limit:
             del self._answers[next(iter(self._answers))]
-        self._answers[key] = (status, answer, after)
+        self._answers[key] = (status, zlib.compress(answer, 1), after)
         return status, answer
