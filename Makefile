@@ -31,7 +31,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export CDK_DISABLE_VERSION_CHECK := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install install-python lock run lint collect dynalite test test-dynalite docs dist synth deploy demo bench torture screenshots clean
+.PHONY: install install-python lock run lint collect dynalite test test-dynalite docs dist synth deploy demo bench torture modelcheck screenshots clean
 
 # Both parts: install-python (.venv: run, lint, demo, ...) and the CDK part (Node.js).
 install: $(STAMP) $(NODE_STAMP) $(WHEELS_STAMP)
@@ -142,6 +142,12 @@ bench: install-python
 # choose the run (python -m leasefence_tools.torture --help for the other switches).
 torture: install-python
 	$(BIN)/leasefence torture --operations $${OPERATIONS:-5000} --seed $${SEED:-1}
+
+# Every interleaving of the protocol at the larger bound, on the real engine (docs/reliability.md,
+# "Model check"); ARGS for another bound (python -m leasefence_tools.modelcheck --help).
+modelcheck: install-python
+	$(BIN)/python -m leasefence_tools.modelcheck --kinds bb --workers 2 --attempts 3 $(ARGS)
+	$(BIN)/python -m leasefence_tools.modelcheck --mutations
 
 # The operator console's screenshots (docs/console/*.png, shown by docs/console.md): a real
 # `leasefence local --samples` in the system's Chromium (apt-get install -y chromium).

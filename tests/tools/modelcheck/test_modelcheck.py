@@ -1,0 +1,98 @@
+"""The model check: each re-introduced protocol bug is found at its bound, the engine as it is
+passes the same bounds with every state explored, and how much is explored is pinned."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from leasefence_tools.modelcheck.explorer import dead_ends, explore
+from leasefence_tools.modelcheck.mutations import MUTATIONS
+from leasefence_tools.modelcheck.world import World
+
+#: Distinct states of the engine as it is at each mutation's bound (stateright's
+#: ``generated_count`` idea): a change in how much is explored shows here as a diff.
+CLEAN_STATES = {
+    "cancel_after_attempt": 16,
+    "erasure_forgets_intent": 135,
+    "approval_by_reference": 1,
+    "claim_token_without_marker": 163,
+    "no_inline_compaction": 22,
+}
+#: The counterexample's length (steps, the enqueues first) each mutation is found with.
+TRACE_STEPS = {
+    "cancel_after_attempt": 4,
+    "erasure_forgets_intent": 12,
+    "approval_by_reference": 2,
+    "claim_token_without_marker": 3,
+    "no_inline_compaction": 5,
+}
+
+
+@pytest.fixture(scope="module")
+def world():
+    with World() as world:
+        yield world
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name)
+def test_the_engine_passes_every_interleaving_at_the_bound(world, mutation):
+    result = explore(mutation.bound, world=world)
+    assert result.finished, result.summary()
+    assert result.violation is None and result.dead_ends == 0, result.summary()
+    assert result.states == CLEAN_STATES[mutation.name]
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name)
+def test_each_reintroduced_bug_is_found(world, mutation):
+    with mutation.apply():
+        result = explore(mutation.bound, world=world)
+    if mutation.invariant == "liveness":
+        assert result.finished and result.dead_ends > 0, result.summary()
+    else:
+        assert result.violation is not None, result.summary()
+        assert result.violation.startswith(mutation.invariant + ":"), result.summary()
+    assert len(result.trace) == TRACE_STEPS[mutation.name], result.summary()
+
+
+def test_a_state_with_no_way_out_is_a_dead_end():
+    edges = {"a": {"b", "c"}, "b": {"end"}, "c": {"c"}, "end": set()}
+    assert dead_ends(edges, {"end"}) == {"c"}
+
+
+def test_remembered_answers_explore_what_moto_answers(world):
+    """The memo of moto's answers changes nothing: the same bound, every request sent to moto,
+    explores the same states and transitions."""
+    mutation = next(m for m in MUTATIONS if m.name == "claim_token_without_marker")
+    bound = mutation.bound
+    remembered = explore(bound, world=world)
+    world.client.remember = False
+    try:
+        sent = explore(bound, world=world)
+    finally:
+        world.client.remember = True
+    assert world.client.hits > 0
+    assert (sent.states, sent.transitions) == (remembered.states, remembered.transitions)
+    assert sent.states == CLEAN_STATES[mutation.name]
+
+
+#: One worker, two class-B operations, one claim-next resent while the first request runs (the
+#: first advanced one store request per step): issue 33's "one claim token, one claim".
+IN_FLIGHT = dataclasses.replace(
+    next(m.bound for m in MUTATIONS if m.name == "claim_token_without_marker"),
+    lost_answers=0,
+    inflight=1,
+)
+
+
+def test_a_claim_next_resent_while_it_runs_claims_twice_issue_33(world):
+    """Open finding (issue 33, not fixed yet): the marker is written unconditionally before the
+    claim write, so a resend running between the first request's reads and its claim write
+    claims the other operation. The model check finds it on the engine as it is; when issue 33
+    is fixed this test must become a clean bound plus a mutation that re-introduces the bug."""
+    result = explore(IN_FLIGHT, world=world)
+    assert result.violation is not None, result.summary()
+    assert result.violation.startswith("one_claim_per_token:"), result.summary()
+    assert "resend w1" in result.trace, result.summary()
+    assert len(result.trace) == 7, result.summary()

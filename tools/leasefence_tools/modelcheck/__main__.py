@@ -1,0 +1,71 @@
+"""``python -m leasefence_tools.modelcheck``: explore every interleaving at a bound and print the
+distinct states, the time and whether the search finished with every invariant held; with
+``--mutations``, run each re-introduced bug at its bound and print the counterexample found."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from leasefence_tools.modelcheck.explorer import explore
+from leasefence_tools.modelcheck.memo import MemoClient
+from leasefence_tools.modelcheck.mutations import MUTATIONS
+from leasefence_tools.modelcheck.protocol import Bound
+from leasefence_tools.modelcheck.world import World
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m leasefence_tools.modelcheck")
+    parser.add_argument("--kinds", default="bd", help="one letter per operation: b, d, g, r")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--attempts", type=int, default=3)
+    parser.add_argument("--clock-jumps", type=int, default=1)
+    parser.add_argument("--lost-answers", type=int, default=1)
+    parser.add_argument("--requeues", type=int, default=1)
+    parser.add_argument(
+        "--inflight", type=int, default=0, help="claim-next requests resent while they run"
+    )
+    parser.add_argument("--no-erase", action="store_true")
+    parser.add_argument("--no-cancel", action="store_true")
+    parser.add_argument("--max-states", type=int, default=None)
+    parser.add_argument("--mutations", action="store_true", help="run the mutations instead")
+    args = parser.parse_args(argv)
+    with World() as world:
+        if args.mutations:
+            missed = 0
+            for mutation in MUTATIONS:
+                with mutation.apply():
+                    result = explore(mutation.bound, world=world)
+                print(f"== {mutation.name} ({mutation.finding})\n{result.summary()}\n")
+                missed += result.violation is None and not result.dead_ends
+            return 1 if missed else 0
+        bound = Bound(
+            kinds=tuple(args.kinds),
+            workers=args.workers,
+            attempts=args.attempts,
+            clock_jumps=args.clock_jumps,
+            lost_answers=args.lost_answers,
+            requeues=args.requeues,
+            erase=not args.no_erase,
+            cancel=not args.no_cancel,
+            inflight=args.inflight,
+        )
+        started = time.perf_counter()
+
+        def progress(states: int, left: int) -> None:
+            seconds = time.perf_counter() - started
+            print(f"  {states} states, {left} left to expand, {seconds:.0f} s", file=sys.stderr)
+
+        result = explore(bound, world=world, max_states=args.max_states, progress=progress)
+        client = world.client
+        hits = client.hits if isinstance(client, MemoClient) else 0
+    print(result.summary())
+    print(f"store requests: {client.requests}, answered from the memo: {hits}")
+    if not result.finished and result.violation is None:
+        print(f"stopped at --max-states {args.max_states}: NOT exhaustive")
+    return 0 if result.finished and result.violation is None and not result.dead_ends else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

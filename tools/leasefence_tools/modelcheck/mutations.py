@@ -1,0 +1,152 @@
+"""Protocol bugs fixed before, re-introduced one at a time (a monkeypatch of the engine that
+reverts the fix), each with the smallest bound at which the model check finds it.
+
+A mutation is a context manager: inside it the engine has the bug again. The tests and ``python -m
+leasefence_tools.modelcheck --mutations`` run each one at its bound and expect a violation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from leasefence import history, keys
+from leasefence.engine import _claim, _enqueue, _expr, _rules
+from leasefence_tools.modelcheck.protocol import Bound
+
+
+@contextlib.contextmanager
+def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def cancel_after_attempt() -> contextlib.AbstractContextManager[None]:
+    """Issue 21 case 5: the cancel's condition checks the state only, not that no attempt was
+    made, so an operation queued again after a failed attempt can be cancelled."""
+    return _patched(_expr, "NEVER_ATTEMPTED", ":zero = :zero AND attribute_exists(#fence)")
+
+
+def erasure_forgets_intent() -> contextlib.AbstractContextManager[None]:
+    """Issue 21 case 3: erasure removes a class-D intent; after a requeue the reconcile reads
+    "no intent" as "nothing was sent" and the target is called a second time."""
+    return _patched(_rules, "erased_intent", lambda _item: None)
+
+
+def approval_by_reference() -> contextlib.AbstractContextManager[None]:
+    """Issue 21 case 6: an operation that needs approval is accepted with a payload by
+    reference, so the approver approves a hash whose bytes nobody could read."""
+    original = _enqueue.Enqueuer.enqueue
+
+    def enqueue(self: Any, *args: Any) -> Any:
+        args_list = list(args)
+        # (tenant, op, type, hash, ref, attempts, class, inline, actor, admission, approval, ...)
+        if args_list[10] and args_list[4] is not None:
+            args_list[7] = True  # the check sees an "inline" payload: the one it wanted
+        return original(self, *args_list)
+
+    return _patched(_enqueue.Enqueuer, "enqueue", enqueue)
+
+
+def claim_token_without_marker() -> contextlib.AbstractContextManager[None]:
+    """Issue 21 case 8: a claim-next request sent again with its token (the answer of the first
+    was lost) does not find what the first one claimed, and claims another operation: two
+    claims under one token, the first held by nobody who knows."""
+    original = _claim.Claimer.claim_next
+
+    def claim_next(self: Any, *args: Any) -> Any:
+        store = self.ctx.store
+        get = store.get
+
+        def forgetful(key: Any, *more: Any, **kw: Any) -> Any:
+            values = key.values() if isinstance(key, dict) else [key]
+            if any(isinstance(v, str) and v.startswith(keys.CLAIM_MARKER_PREFIX) for v in values):
+                return None
+            return get(key, *more, **kw)
+
+        store.get = forgetful
+        try:
+            return original(self, *args)
+        finally:
+            del store.get
+
+    return _patched(_claim.Claimer, "claim_next", claim_next)
+
+
+def no_inline_compaction() -> contextlib.AbstractContextManager[None]:
+    """Issue 32 (6b2f83b): a claim or a requeue refused while the history has no room waits
+    for the publisher to compact it (a 503 to retry) instead of compacting it itself; with no
+    publisher running, or its write failing, the operation is refused forever."""
+    return _patched(history, "make_room", lambda _store, _item: False)
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    finding: str
+    apply: Callable[[], contextlib.AbstractContextManager[None]]
+    bound: Bound
+    #: The safety invariant that finds it, or ``liveness`` (a state with no way out).
+    invariant: str
+
+
+MUTATIONS = (
+    Mutation(
+        "cancel_after_attempt",
+        "cancel after an attempt",
+        cancel_after_attempt,
+        Bound(kinds=("b",), attempts=2, clock_jumps=0, lost_answers=0, requeues=0, erase=False),
+        "cancel_only_before_an_attempt",
+    ),
+    Mutation(
+        "erasure_forgets_intent",
+        "erasure then requeue of a class-D operation (a second call)",
+        erasure_forgets_intent,
+        Bound(kinds=("d",), clock_jumps=1, lost_answers=0, requeues=1, cancel=False),
+        "class_d_called_at_most_once",
+    ),
+    Mutation(
+        "approval_by_reference",
+        "an approval of a payload nobody saw",
+        approval_by_reference,
+        Bound(kinds=("r",), clock_jumps=0, lost_answers=0, requeues=0, erase=False, cancel=False),
+        "approval_releases_only_approved_bytes",
+    ),
+    Mutation(
+        "claim_token_without_marker",
+        "a claim token resent after a lost answer giving two claims",
+        claim_token_without_marker,
+        Bound(
+            kinds=("b", "b"),
+            attempts=1,
+            clock_jumps=0,
+            lost_answers=1,
+            requeues=0,
+            erase=False,
+            cancel=False,
+        ),
+        "one_claim_per_token",
+    ),
+    Mutation(
+        "no_inline_compaction",
+        "a claim or requeue refused 503 forever while the history has no room",
+        no_inline_compaction,
+        Bound(
+            kinds=("b",),
+            attempts=3,
+            clock_jumps=0,
+            lost_answers=0,
+            requeues=0,
+            erase=False,
+            cancel=False,
+            history_room=5,
+        ),
+        "liveness",
+    ),
+)

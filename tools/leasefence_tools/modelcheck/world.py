@@ -1,0 +1,163 @@
+"""The table the model check drives: moto in this process (no HTTP), one fresh engine per step.
+
+A state of the protocol is what the table holds (every item, canonically) plus what the actors
+remember. :meth:`World.capture` names each item by the digest of its canonical JSON and keeps
+that JSON once, compressed, in a pool, so a snapshot is a tuple of digests and going back to it
+(:meth:`World.restore`) builds a few moto items, not a request. The engine reaches moto through
+:class:`~leasefence_tools.modelcheck.memo.MemoClient` (moto's handler called in process, its
+answers remembered). Every step builds a new :class:`~leasefence.engine.Engine` (an engine keeps
+nothing between calls that the protocol relies on: its caches of held claims and catalogue
+entries only save requests) with a seeded ``rng`` and a :class:`~leasefence.clock.ManualClock` at
+the state's time, so the same state and the same step always give the same successor: what a
+visited set needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import zlib
+from collections import defaultdict
+from typing import Any, cast
+
+import boto3
+
+from leasefence import Engine, schema
+from leasefence.clock import ManualClock
+from leasefence.schema import TableSpec
+from leasefence_tools.local.embedded import (
+    LOCAL_REGION,
+    install_fast_json_responses,
+    install_fast_update_expressions,
+    use_local_credentials,
+)
+from leasefence_tools.modelcheck.direct_client import DirectClient
+from leasefence_tools.modelcheck.memo import MemoClient
+
+TABLE = "modelcheck"
+#: A table's items, each named by the digest of its canonical JSON, in key order.
+Snapshot = tuple[bytes, ...]
+START_MS = 1_800_000_000_000
+
+
+class World:
+    """One operations table on an in-process moto backend (``mock_aws``), started on entry."""
+
+    def __init__(self, memo: bool = True, memo_limit: int = 200_000) -> None:
+        from moto import mock_aws
+
+        use_local_credentials()
+        install_fast_json_responses()
+        install_fast_update_expressions()
+        self._mock = mock_aws()
+        self._mock.start()
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.dynamodb.models import dynamodb_backends
+
+        boto_client = boto3.client("dynamodb", region_name=LOCAL_REGION)
+        self.client: DirectClient
+        if memo:
+            self.client = MemoClient(
+                boto_client, DEFAULT_ACCOUNT_ID, LOCAL_REGION, table=self, limit=memo_limit
+            )
+        else:
+            self.client = DirectClient(boto_client, DEFAULT_ACCOUNT_ID, LOCAL_REGION)
+        self.spec = TableSpec(table_name=TABLE, due_shards=1, sweep_shards=1)
+        schema.create_table(self.client, self.spec)
+
+        self._table = dynamodb_backends[DEFAULT_ACCOUNT_ID][LOCAL_REGION].tables[TABLE]
+        self._pool: dict[bytes, bytes] = {}
+        self._current: Snapshot | None = None
+
+    def close(self) -> None:
+        self._mock.stop()
+
+    def __enter__(self) -> World:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def engine(self, now_ms: int, client: Any = None) -> Engine:
+        """A fresh engine at this time (nothing carried over from an earlier step), on the
+        world's client or ``client``."""
+        return Engine(
+            client=client or self.client,
+            spec=self.spec,
+            clock=ManualClock(now_ms),
+            rng=random.Random(0),
+        )
+
+    def capture(self) -> tuple[Snapshot, list[dict[str, Any]]]:
+        """The table as it is: a snapshot to come back to, and every item as DynamoDB JSON in
+        key order. A snapshot names each item by the digest of its canonical JSON; the pool keeps
+        that JSON once per item, compressed (states share most of their items)."""
+        items, names = [], []
+        for item in self._sorted():
+            attributes = item.to_json()["Attributes"]
+            text = json.dumps(attributes, sort_keys=True, separators=(",", ":")).encode()
+            name = hashlib.blake2b(text, digest_size=16).digest()
+            if name not in self._pool:
+                self._pool[name] = zlib.compress(text, 1)
+            items.append(attributes)
+            names.append(name)
+        self._current = tuple(names)
+        return self._current, items
+
+    def current(self, changed: bool = False) -> Snapshot:
+        """The snapshot of the table as it is (``changed``: a write may have changed it)."""
+        if changed or self._current is None:
+            self.capture()
+        assert self._current is not None
+        return self._current
+
+    def restore(self, saved: Snapshot | None) -> None:
+        """Back to a snapshot (None: the empty table, and a new pool). Nothing to do when the
+        table is that snapshot already (every write is followed by a :meth:`capture` or a
+        :meth:`current` before the next restore)."""
+        if saved is not None and saved == self._current:
+            return
+        table: defaultdict[Any, dict[Any, Any]] = defaultdict(dict)
+        if saved is None:
+            self._pool.clear()
+            if isinstance(self.client, MemoClient):
+                self.client.forget()
+        else:
+            for name in saved:
+                item = self._item(json.loads(zlib.decompress(self._pool[name])))
+                table[item.hash_key][item.range_key] = item
+        self._table.items = table
+        self._current = () if saved is None else saved
+
+    def _item(self, attributes: dict[str, Any]) -> Any:
+        """A moto item from its JSON, as moto builds one from a request (the attributes set
+        without re-checking the size each time: the item passed the check when it was written)."""
+        from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
+
+        item = cast(Item, Item.__new__(Item))  # moto types __new__ as -> BaseModel
+        item.hash_key = DynamoType(attributes[self._table.hash_key_attr])
+        range_attr = self._table.range_key_attr
+        item.range_key = DynamoType(attributes[range_attr]) if range_attr else None
+        attrs = LimitedSizeDict.__new__(LimitedSizeDict)
+        dict.__init__(attrs)
+        for key, value in attributes.items():
+            dict.__setitem__(attrs, key, DynamoType(value))
+        item.attrs = attrs
+        return item
+
+    def _sorted(self) -> list[Any]:
+        return [
+            self._table.items[hash_key][range_key]
+            for hash_key in sorted(self._table.items, key=str)
+            for range_key in sorted(self._table.items[hash_key], key=str)
+        ]
+
+    def items(self) -> list[dict[str, Any]]:
+        """Every item, as DynamoDB JSON, in key order."""
+        return [item.to_json()["Attributes"] for item in self._sorted()]
+
+    @staticmethod
+    def digest(local: bytes, saved: Snapshot) -> bytes:
+        """A digest of a snapshot of the table and the actors' local states (canonical JSON)."""
+        return hashlib.blake2b(b"".join(saved) + local, digest_size=16).digest()
