@@ -4,23 +4,26 @@ a malformed request."""
 
 from __future__ import annotations
 
+import uuid
+
 import boto3
 import pytest
 from botocore.exceptions import ClientError
-from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 
 from leasefence_tools.local.embedded import LOCAL_REGION, use_local_credentials
 from leasefence_tools.modelcheck.direct_client import DirectClient
+from leasefence_tools.modelcheck.world import start_moto, stop_moto
 
-TABLE = "direct"
+TABLE = f"direct-{uuid.uuid4().hex[:12]}"
 KEY = {"pk": {"S": "a"}}
 
 
 @pytest.fixture
 def clients():
     use_local_credentials()
-    with mock_aws():
+    mock = start_moto()  # no reset: an embedded endpoint in this process keeps its tables
+    try:
         boto = boto3.client("dynamodb", region_name=LOCAL_REGION)
         boto.create_table(
             TableName=TABLE,
@@ -30,6 +33,9 @@ def clients():
         )
         boto.put_item(TableName=TABLE, Item={**KEY, "n": {"N": "1"}, "b": {"B": b"\x00\xff"}})
         yield boto, DirectClient(boto, DEFAULT_ACCOUNT_ID, LOCAL_REGION)
+        boto.delete_table(TableName=TABLE)
+    finally:
+        stop_moto(mock)
 
 
 def _error(call, **params):

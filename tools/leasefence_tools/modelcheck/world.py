@@ -17,11 +17,13 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import uuid
 import zlib
 from collections import defaultdict
 from typing import Any, cast
 
 import boto3
+from moto.core import DEFAULT_ACCOUNT_ID
 
 from leasefence import Engine, schema
 from leasefence.clock import ManualClock
@@ -35,7 +37,26 @@ from leasefence_tools.local.embedded import (
 from leasefence_tools.modelcheck.direct_client import DirectClient
 from leasefence_tools.modelcheck.memo import MemoClient
 
+#: The table's name starts so; each world adds a suffix of its own (worlds one after another in
+#: one process never meet each other's items).
 TABLE = "modelcheck"
+
+
+def start_moto() -> Any:
+    """moto's in-process mock, started WITHOUT resetting moto's backends (and stopped by
+    :func:`stop_moto` without removing their data): an embedded endpoint that serves other tests
+    from this same process (thread mode) shares those backends and keeps its tables."""
+    from moto import mock_aws
+
+    mock = mock_aws()
+    mock.start(reset=False)
+    return mock
+
+
+def stop_moto(mock: Any) -> None:
+    mock.stop(remove_data=False)
+
+
 #: A table's items, each named by the digest of its canonical JSON, in key order.
 Snapshot = tuple[bytes, ...]
 START_MS = 1_800_000_000_000
@@ -45,14 +66,10 @@ class World:
     """One operations table on an in-process moto backend (``mock_aws``), started on entry."""
 
     def __init__(self, memo: bool = True, memo_limit: int = 200_000) -> None:
-        from moto import mock_aws
-
         use_local_credentials()
         install_fast_json_responses()
         install_fast_update_expressions()
-        self._mock = mock_aws()
-        self._mock.start()
-        from moto.core import DEFAULT_ACCOUNT_ID
+        self._mock = start_moto()
         from moto.dynamodb.models import dynamodb_backends
 
         boto_client = boto3.client("dynamodb", region_name=LOCAL_REGION)
@@ -63,15 +80,22 @@ class World:
             )
         else:
             self.client = DirectClient(boto_client, DEFAULT_ACCOUNT_ID, LOCAL_REGION)
-        self.spec = TableSpec(table_name=TABLE, due_shards=1, sweep_shards=1)
+        self.spec = TableSpec(
+            table_name=f"{TABLE}-{uuid.uuid4().hex[:12]}", due_shards=1, sweep_shards=1
+        )
         schema.create_table(self.client, self.spec)
 
-        self._table = dynamodb_backends[DEFAULT_ACCOUNT_ID][LOCAL_REGION].tables[TABLE]
+        self._table = dynamodb_backends[DEFAULT_ACCOUNT_ID][LOCAL_REGION].tables[
+            self.spec.table_name
+        ]
         self._pool: dict[bytes, bytes] = {}
         self._current: Snapshot | None = None
 
     def close(self) -> None:
-        self._mock.stop()
+        from moto.dynamodb.models import dynamodb_backends
+
+        dynamodb_backends[DEFAULT_ACCOUNT_ID][LOCAL_REGION].tables.pop(self.spec.table_name, None)
+        stop_moto(self._mock)
 
     def __enter__(self) -> World:
         return self
