@@ -156,6 +156,16 @@ class TableModel:
         return {name: value for name, value in item.items() if name in wanted}
 
 
+@dataclass(frozen=True)
+class IndexWrite:
+    """One write an item write causes in an index: where it lands and what it costs."""
+
+    index: str
+    kind: str  # put, delete or update
+    units: float
+    partition: dict[str, Any]  # the entry's index partition key value (wire format)
+
+
 @dataclass
 class WriteCost:
     """The units one item write costs, split into the table and its indexes."""
@@ -163,6 +173,8 @@ class WriteCost:
     table: float = 0.0
     index: float = 0.0
     index_ops: list[tuple[str, str]] = field(default_factory=list)  # (index, put|delete|update)
+    #: The same index writes with their units and index partitions (the per-partition meter's).
+    index_writes: list[IndexWrite] = field(default_factory=list)
 
     @property
     def total(self) -> float:
@@ -193,21 +205,25 @@ def write_cost(
         if old is None and new is None:
             continue
         if old is None:
-            ops = [("put", write_units_for(item_size(new)))]
+            assert new is not None
+            ops = [("put", write_units_for(item_size(new)), new)]
         elif new is None:
-            ops = [("delete", write_units_for(item_size(old)))]
+            ops = [("delete", write_units_for(item_size(old)), old)]
         elif any(old.get(k) != new.get(k) for k in index.key_attrs):
             ops = [
-                ("delete", write_units_for(item_size(old))),
-                ("put", write_units_for(item_size(new))),
+                ("delete", write_units_for(item_size(old)), old),
+                ("put", write_units_for(item_size(new)), new),
             ]
         elif old != new:
-            ops = [("update", write_units_for(max(item_size(old), item_size(new))))]
+            ops = [("update", write_units_for(max(item_size(old), item_size(new))), new)]
         else:
             ops = []
-        for kind, units in ops:
+        for kind, units, entry in ops:
             cost.index += index_factor * units
             cost.index_ops.append((index.name, kind))
+            cost.index_writes.append(
+                IndexWrite(index.name, kind, index_factor * units, entry[index.key_attrs[0]])
+            )
     return cost
 
 

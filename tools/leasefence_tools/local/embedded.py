@@ -33,6 +33,7 @@ import boto3
 
 from leasefence import schema
 from leasefence_tools.local import LISTEN_BACKLOG
+from leasefence_tools.local.partitions import PartitionMeter, install_partition_hooks
 from leasefence_tools.local.timings import TIMINGS_PATH, Timings
 from leasefence_tools.local.timings import answer as timings_answer
 
@@ -695,6 +696,11 @@ class Fidelity:
     * **Throttled transactions** (``txn_throttle_rate``): that fraction of ``TransactWriteItems``
       (seeded) is refused with ``TransactionCanceledException`` and ``ThrottlingError`` reasons
       (``ProvisionedThroughputExceeded`` on a provisioned table), nothing applied.
+    * **Partition limits** (``partition_limits``, off by default): 1,000 write and 3,000 read
+      units per second per partition key value, for the table and each index, past which a
+      request is throttled (``ThrottlingException``, reason ``...KeyRangeThroughputExceeded``);
+      ``partition_time_scale`` divides the limits. See
+      :mod:`leasefence_tools.local.partitions`.
     """
 
     ttl_deletion: bool = True
@@ -707,6 +713,8 @@ class Fidelity:
     #: How often (wall seconds) an idle endpoint looks for TTL deletions that are due. Requests
     #: look too, before they run, so a request never sees an item that is due for deletion.
     reap_interval_s: float = 0.5
+    partition_limits: bool = False
+    partition_time_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.ttl_lag_min_ms <= self.ttl_lag_ms:
@@ -717,6 +725,8 @@ class Fidelity:
             raise ValueError("txn_throttle_rate is a fraction between 0 and 1")
         if self.reap_interval_s <= 0:
             raise ValueError("reap_interval_s must be positive")
+        if self.partition_time_scale <= 0:
+            raise ValueError("partition_time_scale must be positive")
 
     #: Environment variable per field (``LEASEFENCE_FIDELITY=1`` switches the whole thing on).
     ENV: ClassVar[dict[str, str]] = {
@@ -728,6 +738,8 @@ class Fidelity:
         "txn_throttle_rate": "LEASEFENCE_FIDELITY_TXN_THROTTLE_RATE",
         "seed": "LEASEFENCE_FIDELITY_SEED",
         "reap_interval_s": "LEASEFENCE_FIDELITY_REAP_INTERVAL_S",
+        "partition_limits": "LEASEFENCE_FIDELITY_PARTITION_LIMITS",
+        "partition_time_scale": "LEASEFENCE_FIDELITY_PARTITION_TIME_SCALE",
     }
 
     @classmethod
@@ -892,6 +904,12 @@ class FidelityState:
             "index_stale_items_served": 0,
             "txn_throttled": 0,
         }
+        #: Per-partition throughput (``partition_limits``), on the endpoint clock.
+        self.partitions = (
+            PartitionMeter(config.partition_time_scale, clock=lambda: self.clock.now_ms() / 1000)
+            if config.partition_limits
+            else None
+        )
 
     # ---------------------------------------------------------------- writes
 
@@ -1369,6 +1387,7 @@ class FidelityApp(SerializedApp):
                         **state.stats,
                         "index_versions_pending": pending,
                         "ttl_scheduled": len(state._ttl_heap),
+                        **(state.partitions.stats if state.partitions is not None else {}),
                     },
                 }
             else:
@@ -1467,6 +1486,7 @@ class EmbeddedAws:
         moto_app = DomainDispatcherApplication(create_backend_app)
         if self.fidelity is not None:
             install_fidelity_hooks()
+            install_partition_hooks(_active)
             self.app = FidelityApp(moto_app, self.fidelity)
         else:
             self.app = SerializedApp(moto_app)

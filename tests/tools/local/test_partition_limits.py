@@ -1,0 +1,185 @@
+"""DynamoDB's per-partition limits in the embedded endpoint (``Fidelity(partition_limits=True)``).
+
+A hot partition key is throttled past its units in one second and served again the next; an
+index partition is metered on its own; reads too; and a throttled store reaches the engine's and
+the worker runtime's retries with no operation lost or finished twice.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter, defaultdict
+
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from leasefence import Engine, State
+from leasefence.errors import Unavailable
+from leasefence.schema import TableSpec
+from leasefence.worker import Worker
+from leasefence.worker.backend import EngineBackend
+from leasefence_tools.local.embedded import EmbeddedAws, Fidelity
+from leasefence_tools.local.partitions import Charge, PartitionMeter
+
+#: 1,000 / 200 = 5 write units and 3,000 / 200 = 15 read units per partition per second.
+SCALE = 200
+T0_MS = 1_800_000_000_000
+
+
+def test_the_meter_refuses_past_the_limit_and_forgets_it_the_next_second():
+    now = [100.0]
+    meter = PartitionMeter(time_scale=SCALE, clock=lambda: now[0])
+    hot = Charge("t", None, '{"S": "k"}', "Write", 1.0)
+    for _ in range(5):
+        assert meter.refusal([hot]) is None
+        meter.charge([hot])
+    assert meter.refusal([hot]) == hot
+    assert meter.refusal([Charge("t", None, '{"S": "other"}', "Write", 1.0)]) is None
+    assert meter.refusal([Charge("t", None, '{"S": "k"}', "Read", 1.0)]) is None
+    now[0] += 0.999
+    assert meter.refusal([hot]) == hot  # still the same second
+    now[0] += 0.001
+    assert meter.refusal([hot]) is None
+    assert meter.stats["partition_throttled_by_reason"] == {"TableWriteKeyRangeThroughputExceeded": 2}
+    # A charge that would pass the limit is refused once some of it is used, not on a fresh window.
+    big = Charge("t", None, '{"S": "k"}', "Write", 7.0)
+    assert meter.refusal([big]) is None
+    meter.charge([big])
+    assert meter.refusal([Charge("t", None, '{"S": "k"}', "Write", 1.0)]) is not None
+
+
+@pytest.fixture(scope="module")
+def limited():
+    aws = EmbeddedAws(
+        fidelity=Fidelity(
+            partition_limits=True, partition_time_scale=SCALE, ttl_deletion=False, index_lag_ms=0
+        )
+    ).start()
+    try:
+        yield aws
+    finally:
+        aws.stop()
+
+
+def _table(aws, name):
+    client = aws.client(config=Config(retries={"mode": "standard", "total_max_attempts": 1}))
+    client.create_table(
+        TableName=name,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[
+            {"AttributeName": n, "AttributeType": "S"} for n in ("pk", "sk", "g")
+        ],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "by_g",
+                "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+    )
+    return client
+
+
+def _put(client, table, pk, sk, g):
+    client.put_item(TableName=table, Item={"pk": {"S": pk}, "sk": {"S": sk}, "g": {"S": g}, "x": {"S": "y" * 100}})
+
+
+def _throttle(call):
+    with pytest.raises(ClientError) as refused:
+        call()
+    error = refused.value.response
+    assert error["Error"]["Code"] == "ThrottlingException"
+    assert "KeyRangeThroughputExceeded" in error["Error"]["Message"]
+    return error["throttlingReasons"]
+
+
+def test_a_hot_table_partition_is_throttled_within_the_second_and_served_the_next(limited):
+    client = _table(limited, "hot_table")
+    limited.set_time(T0_MS)
+    for i in range(5):  # 1 write unit each (and one on its own index partition)
+        _put(client, "hot_table", "hot", f"s{i}", f"g{i}")
+    reasons = _throttle(lambda: _put(client, "hot_table", "hot", "s5", "g5"))
+    assert [r["reason"] for r in reasons] == ["TableWriteKeyRangeThroughputExceeded"]
+    assert reasons[0]["resource"].endswith(":table/hot_table")
+    _put(client, "hot_table", "cold", "s5", "g5")  # another partition key: its own partition
+    limited.advance_time(1000)
+    _put(client, "hot_table", "hot", "s5", "g6")
+    limited.advance_time(1000)
+    items = client.query(
+        TableName="hot_table",
+        KeyConditionExpression="pk = :p",
+        ExpressionAttributeValues={":p": {"S": "hot"}},
+    )["Items"]
+    assert sorted(i["sk"]["S"] for i in items) == ["s0", "s1", "s2", "s3", "s4", "s5"]
+    assert [i["g"]["S"] for i in items if i["sk"]["S"] == "s5"] == ["g6"]  # the refused put wrote nothing
+
+    # A transaction on the hot partition is cancelled with a ThrottlingError reason, nothing applied.
+    for i in range(5):
+        _put(client, "hot_table", "hot", f"t{i}", f"h{i}")
+    with pytest.raises(ClientError) as cancelled:
+        client.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": "hot_table", "Item": {"pk": {"S": "cold"}, "sk": {"S": "tx"}}}},
+                {"Put": {"TableName": "hot_table", "Item": {"pk": {"S": "hot"}, "sk": {"S": "tx"}}}},
+            ]
+        )
+    assert cancelled.value.response["Error"]["Code"] == "TransactionCanceledException"
+    assert [r["Code"] for r in cancelled.value.response["CancellationReasons"]] == ["None", "ThrottlingError"]
+    got = client.get_item(TableName="hot_table", Key={"pk": {"S": "cold"}, "sk": {"S": "tx"}})
+    assert "Item" not in got
+
+
+def test_an_index_partition_is_metered_on_its_own(limited):
+    client = _table(limited, "hot_index")
+    limited.set_time(T0_MS)
+    for i in range(5):  # five table partitions, one index partition
+        _put(client, "hot_index", f"p{i}", "s", "shared")
+    reasons = _throttle(lambda: _put(client, "hot_index", "p5", "s", "shared"))
+    assert [r["reason"] for r in reasons] == ["IndexWriteKeyRangeThroughputExceeded"]
+    assert reasons[0]["resource"].endswith(":table/hot_index/index/by_g")
+    _put(client, "hot_index", "p5", "s", "elsewhere")  # the same table item shape, another index key
+    # Moving an item's index key costs a delete on the old index partition and a put on the new.
+    limited.advance_time(1000)
+    for i in range(5):
+        client.update_item(
+            TableName="hot_index",
+            Key={"pk": {"S": f"p{i}"}, "sk": {"S": "s"}},
+            UpdateExpression="SET g = :g",
+            ExpressionAttributeValues={":g": {"S": f"moved{i}"}},
+        )
+    # The five deletes from "shared" used its five units: a put into it is refused, a put into
+    # a partition that only took one entry is not.
+    reasons = _throttle(lambda: _put(client, "hot_index", "p6", "s", "shared"))
+    assert [r["reason"] for r in reasons] == ["IndexWriteKeyRangeThroughputExceeded"]
+    _put(client, "hot_index", "p6", "s", "moved0")
+
+
+def test_reads_are_metered_per_partition_too(limited):
+    client = _table(limited, "hot_reads")
+    limited.set_time(T0_MS)
+    _put(client, "hot_reads", "hot", "s", "shared")
+    limited.advance_time(1000)
+    key = {"pk": {"S": "hot"}, "sk": {"S": "s"}}
+    for _ in range(15):  # strongly consistent, under 4 KB: 1 read unit each
+        client.get_item(TableName="hot_reads", Key=key, ConsistentRead=True)
+    reasons = _throttle(lambda: client.get_item(TableName="hot_reads", Key=key))
+    assert [r["reason"] for r in reasons] == ["TableReadKeyRangeThroughputExceeded"]
+    # The index partition has read nothing yet: 30 eventually consistent pages of half a unit.
+    query = {
+        "TableName": "hot_reads",
+        "IndexName": "by_g",
+        "KeyConditionExpression": "g = :g",
+        "ExpressionAttributeValues": {":g": {"S": "shared"}},
+    }
+    for _ in range(30):
+        assert len(client.query(**query)["Items"]) == 1
+    reasons = _throttle(lambda: client.query(**query))
+    assert [r["reason"] for r in reasons] == ["IndexReadKeyRangeThroughputExceeded"]
+    limited.advance_time(1000)
+    assert client.get_item(TableName="hot_reads", Key=key)["Item"]["pk"] == {"S": "hot"}
+    stats = limited.fidelity_stats()["stats"]
+    assert stats["partition_throttled_by_reason"]["TableReadKeyRangeThroughputExceeded"] >= 1
