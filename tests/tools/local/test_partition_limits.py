@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 from leasefence import Engine, State
 from leasefence.errors import Unavailable
 from leasefence.schema import TableSpec
-from leasefence.worker import Worker
+from leasefence.worker import FunctionHandler, Reconciled, Worker
 from leasefence.worker.backend import EngineBackend
 from leasefence_tools.local.embedded import EmbeddedAws, Fidelity
 from leasefence_tools.local.partitions import Charge, PartitionMeter
@@ -183,3 +183,110 @@ def test_reads_are_metered_per_partition_too(limited):
     assert client.get_item(TableName="hot_reads", Key=key)["Item"]["pk"] == {"S": "hot"}
     stats = limited.fidelity_stats()["stats"]
     assert stats["partition_throttled_by_reason"]["TableReadKeyRangeThroughputExceeded"] >= 1
+
+
+# ------------------------------------------------------------------ the throttle reaches the retries
+
+TENANT = "busy"
+OPERATIONS = 40
+WORKERS = 4
+
+
+def test_a_throttled_tenant_loses_no_write_and_finishes_every_operation_once():
+    """One tenant's enqueues, claims and completions against a partition limit scaled down by 100
+    and a meter clock running ten times faster than the wall (100 ms windows: 10 write units per
+    window per partition): many requests are throttled; with botocore's retries off, the
+    producer's idempotent resend and the worker runtime's backoff carry every operation to ``succeeded``
+    exactly once, each under a fence that only rose."""
+    aws = EmbeddedAws(
+        fidelity=Fidelity(partition_limits=True, partition_time_scale=100, ttl_deletion=False, index_lag_ms=0)
+    ).start()
+    try:
+        aws.app.state.partitions.clock = lambda: time.monotonic() * 10
+        spec = aws.create_tables(TableSpec(table_name="throttled", due_shards=1, sweep_shards=1))
+        # No botocore retries: every throttle reaches the store's translator (Unavailable) and the
+        # engine's callers' own retries.
+        def client():
+            return aws.client(config=Config(retries={"mode": "standard", "total_max_attempts": 1}))
+
+        engine = Engine(client=client(), spec=spec, rng=random.Random(7))
+
+        runs: Counter = Counter()
+        fences: dict[str, list[int]] = defaultdict(list)
+        lock = threading.Lock()
+
+        def run(job):
+            with lock:
+                runs[job.claim.operation_id] += 1
+                fences[job.claim.operation_id].append(job.fence)
+            return "sent"
+
+        def reconcile(job):  # the effect is looked up where it was made
+            with lock:
+                done = runs[job.claim.operation_id] > 0
+                fences[job.claim.operation_id].append(job.fence)
+            return Reconciled.done("sent") if done else Reconciled.not_done()
+
+        events: Counter = Counter()
+
+        def sink(name, value):
+            with lock:
+                events[name] += value
+
+        workers = [
+            Worker(
+                EngineBackend(Engine(client=client(), spec=spec, rng=random.Random(i)), [TENANT]),
+                {"job": FunctionHandler(run, reconcile)},
+                worker_id=f"w{i}",
+                lease_ms=8_000,
+                idle_sleep_ms=20,
+                events=sink,
+            )
+            for i in range(WORKERS)
+        ]
+        threads = [threading.Thread(target=w.run, daemon=True) for w in workers]
+        for thread in threads:
+            thread.start()
+
+        resent = 0
+        for i in range(OPERATIONS):
+            while True:  # an enqueue is idempotent: resending after Unavailable is safe
+                try:
+                    engine.enqueue(TENANT, f"op-{i:03d}", "job", "sha256:" + "5" * 64)
+                    break
+                except Unavailable:
+                    resent += 1
+                    time.sleep(0.05)
+
+        def read(op):  # the test's own reads meet the limit too
+            while True:
+                try:
+                    return engine.get(TENANT, op)
+                except Unavailable:
+                    time.sleep(0.05)
+
+        def states():
+            return Counter(read(f"op-{i:03d}").state for i in range(OPERATIONS))
+
+        deadline = time.monotonic() + 90
+        while states()[State.SUCCEEDED] < OPERATIONS and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for w in workers:
+            w.stop()
+        for thread in threads:
+            thread.join(timeout=30)
+
+        stats = aws.fidelity_stats()["stats"]
+        assert stats["partition_throttled"] > 0, "the load never met the partition limit"
+        assert states() == Counter({State.SUCCEEDED: OPERATIONS})
+        assert runs == Counter({f"op-{i:03d}": 1 for i in range(OPERATIONS)})  # none lost, none twice
+        for op, seen in fences.items():
+            assert seen == sorted(seen) and seen[0] >= 1, op
+            assert read(op).fence == seen[-1]
+        print(
+            f"throttled requests: {stats['partition_throttled']} "
+            f"({stats['partition_throttled_by_reason']}); producer resends: {resent}; "
+            f"runtime store retries: {events['StoreRetries']}"
+        )
+    finally:
+        aws.stop()
