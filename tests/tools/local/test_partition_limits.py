@@ -43,12 +43,26 @@ def test_the_meter_refuses_past_the_limit_and_forgets_it_the_next_second():
     assert meter.refusal([hot]) == hot  # still the same second
     now[0] += 0.001
     assert meter.refusal([hot]) is None
-    assert meter.stats["partition_throttled_by_reason"] == {"TableWriteKeyRangeThroughputExceeded": 2}
+    assert meter.stats["partition_throttled_by_reason"] == {
+        "TableWriteKeyRangeThroughputExceeded": 2
+    }
     # A charge that would pass the limit is refused once some of it is used, not on a fresh window.
     big = Charge("t", None, '{"S": "k"}', "Write", 7.0)
     assert meter.refusal([big]) is None
     meter.charge([big])
     assert meter.refusal([Charge("t", None, '{"S": "k"}', "Write", 1.0)]) is not None
+
+
+def test_the_option_is_off_by_default_and_set_from_the_environment():
+    assert Fidelity().partition_limits is False
+    env = {
+        "LEASEFENCE_FIDELITY": "1",
+        "LEASEFENCE_FIDELITY_PARTITION_LIMITS": "1",
+        "LEASEFENCE_FIDELITY_PARTITION_TIME_SCALE": "50",
+    }
+    assert Fidelity.from_env(env) == Fidelity(partition_limits=True, partition_time_scale=50.0)
+    with pytest.raises(ValueError):
+        Fidelity(partition_time_scale=0)
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +86,17 @@ def _table(aws, name):
         AttributeDefinitions=[
             {"AttributeName": n, "AttributeType": "S"} for n in ("pk", "sk", "g")
         ],
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
         GlobalSecondaryIndexes=[
             {
                 "IndexName": "by_g",
-                "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+                "KeySchema": [
+                    {"AttributeName": "g", "KeyType": "HASH"},
+                    {"AttributeName": "sk", "KeyType": "RANGE"},
+                ],
                 "Projection": {"ProjectionType": "ALL"},
             }
         ],
@@ -85,7 +105,10 @@ def _table(aws, name):
 
 
 def _put(client, table, pk, sk, g):
-    client.put_item(TableName=table, Item={"pk": {"S": pk}, "sk": {"S": sk}, "g": {"S": g}, "x": {"S": "y" * 100}})
+    client.put_item(
+        TableName=table,
+        Item={"pk": {"S": pk}, "sk": {"S": sk}, "g": {"S": g}, "x": {"S": "y" * 100}},
+    )
 
 
 def _throttle(call):
@@ -115,7 +138,9 @@ def test_a_hot_table_partition_is_throttled_within_the_second_and_served_the_nex
         ExpressionAttributeValues={":p": {"S": "hot"}},
     )["Items"]
     assert sorted(i["sk"]["S"] for i in items) == ["s0", "s1", "s2", "s3", "s4", "s5"]
-    assert [i["g"]["S"] for i in items if i["sk"]["S"] == "s5"] == ["g6"]  # the refused put wrote nothing
+    assert [i["g"]["S"] for i in items if i["sk"]["S"] == "s5"] == [
+        "g6"
+    ]  # the refused put wrote nothing
 
     # A transaction on the hot partition is cancelled with a ThrottlingError reason, nothing applied.
     for i in range(5):
@@ -123,12 +148,25 @@ def test_a_hot_table_partition_is_throttled_within_the_second_and_served_the_nex
     with pytest.raises(ClientError) as cancelled:
         client.transact_write_items(
             TransactItems=[
-                {"Put": {"TableName": "hot_table", "Item": {"pk": {"S": "cold"}, "sk": {"S": "tx"}}}},
-                {"Put": {"TableName": "hot_table", "Item": {"pk": {"S": "hot"}, "sk": {"S": "tx"}}}},
+                {
+                    "Put": {
+                        "TableName": "hot_table",
+                        "Item": {"pk": {"S": "cold"}, "sk": {"S": "tx"}},
+                    }
+                },
+                {
+                    "Put": {
+                        "TableName": "hot_table",
+                        "Item": {"pk": {"S": "hot"}, "sk": {"S": "tx"}},
+                    }
+                },
             ]
         )
     assert cancelled.value.response["Error"]["Code"] == "TransactionCanceledException"
-    assert [r["Code"] for r in cancelled.value.response["CancellationReasons"]] == ["None", "ThrottlingError"]
+    assert [r["Code"] for r in cancelled.value.response["CancellationReasons"]] == [
+        "None",
+        "ThrottlingError",
+    ]
     got = client.get_item(TableName="hot_table", Key={"pk": {"S": "cold"}, "sk": {"S": "tx"}})
     assert "Item" not in got
 
@@ -141,7 +179,9 @@ def test_an_index_partition_is_metered_on_its_own(limited):
     reasons = _throttle(lambda: _put(client, "hot_index", "p5", "s", "shared"))
     assert [r["reason"] for r in reasons] == ["IndexWriteKeyRangeThroughputExceeded"]
     assert reasons[0]["resource"].endswith(":table/hot_index/index/by_g")
-    _put(client, "hot_index", "p5", "s", "elsewhere")  # the same table item shape, another index key
+    _put(
+        client, "hot_index", "p5", "s", "elsewhere"
+    )  # the same table item shape, another index key
     # Moving an item's index key costs a delete on the old index partition and a put on the new.
     limited.advance_time(1000)
     for i in range(5):
@@ -192,81 +232,85 @@ OPERATIONS = 40
 WORKERS = 4
 
 
+def _retried(call):
+    """``call()`` until the store is not busy (the test's own reads meet the limit too)."""
+    while True:
+        try:
+            return call()
+        except Unavailable:
+            time.sleep(0.05)
+
+
+class Ledger:
+    """What the handler did, per operation: its runs and every fence it saw (reconciles too)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.runs: Counter = Counter()
+        self.fences: dict[str, list[int]] = defaultdict(list)
+        self.events: Counter = Counter()
+
+    def run(self, job):
+        with self.lock:
+            self.runs[job.claim.operation_id] += 1
+            self.fences[job.claim.operation_id].append(job.fence)
+        return "sent"
+
+    def reconcile(self, job):  # the effect is looked up where it was made
+        with self.lock:
+            done = self.runs[job.claim.operation_id] > 0
+            self.fences[job.claim.operation_id].append(job.fence)
+        return Reconciled.done("sent") if done else Reconciled.not_done()
+
+    def sink(self, name, value):
+        with self.lock:
+            self.events[name] += value
+
+
 def test_a_throttled_tenant_loses_no_write_and_finishes_every_operation_once():
     """One tenant's enqueues, claims and completions against a partition limit scaled down by 100
     and a meter clock running ten times faster than the wall (100 ms windows: 10 write units per
     window per partition): many requests are throttled; with botocore's retries off, the
-    producer's idempotent resend and the worker runtime's backoff carry every operation to ``succeeded``
-    exactly once, each under a fence that only rose."""
-    aws = EmbeddedAws(
-        fidelity=Fidelity(partition_limits=True, partition_time_scale=100, ttl_deletion=False, index_lag_ms=0)
-    ).start()
+    producer's idempotent resend and the worker runtime's backoff carry every operation to
+    ``succeeded`` exactly once, each under a fence that only rose."""
+    fidelity = Fidelity(
+        partition_limits=True, partition_time_scale=100, ttl_deletion=False, index_lag_ms=0
+    )
+    aws = EmbeddedAws(fidelity=fidelity).start()
     try:
         aws.app.state.partitions.clock = lambda: time.monotonic() * 10
         spec = aws.create_tables(TableSpec(table_name="throttled", due_shards=1, sweep_shards=1))
+
         # No botocore retries: every throttle reaches the store's translator (Unavailable) and the
         # engine's callers' own retries.
-        def client():
-            return aws.client(config=Config(retries={"mode": "standard", "total_max_attempts": 1}))
+        def engine(seed):
+            client = aws.client(
+                config=Config(retries={"mode": "standard", "total_max_attempts": 1})
+            )
+            return Engine(client=client, spec=spec, rng=random.Random(seed))
 
-        engine = Engine(client=client(), spec=spec, rng=random.Random(7))
-
-        runs: Counter = Counter()
-        fences: dict[str, list[int]] = defaultdict(list)
-        lock = threading.Lock()
-
-        def run(job):
-            with lock:
-                runs[job.claim.operation_id] += 1
-                fences[job.claim.operation_id].append(job.fence)
-            return "sent"
-
-        def reconcile(job):  # the effect is looked up where it was made
-            with lock:
-                done = runs[job.claim.operation_id] > 0
-                fences[job.claim.operation_id].append(job.fence)
-            return Reconciled.done("sent") if done else Reconciled.not_done()
-
-        events: Counter = Counter()
-
-        def sink(name, value):
-            with lock:
-                events[name] += value
-
+        ledger = Ledger()
         workers = [
             Worker(
-                EngineBackend(Engine(client=client(), spec=spec, rng=random.Random(i)), [TENANT]),
-                {"job": FunctionHandler(run, reconcile)},
+                EngineBackend(engine(i), [TENANT]),
+                {"job": FunctionHandler(ledger.run, ledger.reconcile)},
                 worker_id=f"w{i}",
                 lease_ms=8_000,
                 idle_sleep_ms=20,
-                events=sink,
+                events=ledger.sink,
             )
             for i in range(WORKERS)
         ]
         threads = [threading.Thread(target=w.run, daemon=True) for w in workers]
         for thread in threads:
             thread.start()
-
-        resent = 0
-        for i in range(OPERATIONS):
-            while True:  # an enqueue is idempotent: resending after Unavailable is safe
-                try:
-                    engine.enqueue(TENANT, f"op-{i:03d}", "job", "sha256:" + "5" * 64)
-                    break
-                except Unavailable:
-                    resent += 1
-                    time.sleep(0.05)
-
-        def read(op):  # the test's own reads meet the limit too
-            while True:
-                try:
-                    return engine.get(TENANT, op)
-                except Unavailable:
-                    time.sleep(0.05)
+        producer = engine(99)
+        ops = [f"op-{i:03d}" for i in range(OPERATIONS)]
+        for op in ops:  # an enqueue is idempotent: resending it after Unavailable is safe
+            _retried(lambda op=op: producer.enqueue(TENANT, op, "job", "sha256:" + "5" * 64))
 
         def states():
-            return Counter(read(f"op-{i:03d}").state for i in range(OPERATIONS))
+            return Counter(_retried(lambda op=op: producer.get(TENANT, op)).state for op in ops)
 
         deadline = time.monotonic() + 90
         while states()[State.SUCCEEDED] < OPERATIONS and time.monotonic() < deadline:
@@ -279,14 +323,14 @@ def test_a_throttled_tenant_loses_no_write_and_finishes_every_operation_once():
         stats = aws.fidelity_stats()["stats"]
         assert stats["partition_throttled"] > 0, "the load never met the partition limit"
         assert states() == Counter({State.SUCCEEDED: OPERATIONS})
-        assert runs == Counter({f"op-{i:03d}": 1 for i in range(OPERATIONS)})  # none lost, none twice
-        for op, seen in fences.items():
+        assert ledger.runs == Counter(dict.fromkeys(ops, 1))  # none lost, none run twice
+        for op, seen in ledger.fences.items():
             assert seen == sorted(seen) and seen[0] >= 1, op
-            assert read(op).fence == seen[-1]
+            assert _retried(lambda op=op: producer.get(TENANT, op)).fence == seen[-1]
         print(
             f"throttled requests: {stats['partition_throttled']} "
-            f"({stats['partition_throttled_by_reason']}); producer resends: {resent}; "
-            f"runtime store retries: {events['StoreRetries']}"
+            f"({stats['partition_throttled_by_reason']}); "
+            f"runtime store retries: {ledger.events['StoreRetries']}"
         )
     finally:
         aws.stop()

@@ -4,7 +4,8 @@ DynamoDB serves at most 1,000 write units and 3,000 read units per second per pa
 base table and for each global secondary index alike, on-demand tables included; one partition
 key value starts on one partition. Past that a request fails with ``ThrottlingException``
 (``ProvisionedThroughputExceededException`` on a provisioned table) whose throttling reasons
-(``throttlingReasons``; ``ThrottlingReasons`` in the latter) name ``TableWriteKeyRangeThroughputExceeded``, ``IndexReadKeyRangeThroughputExceeded`` and so on
+(``throttlingReasons``; ``ThrottlingReasons`` in the latter)
+name ``TableWriteKeyRangeThroughputExceeded``, ``IndexReadKeyRangeThroughputExceeded`` and so on
 (``<Table|Index><Read|Write>KeyRangeThroughputExceeded``), and a transaction is cancelled with
 ``ThrottlingError`` reasons (``ProvisionedThroughputExceeded`` on a provisioned table).
 
@@ -221,7 +222,9 @@ def write_charges(
     charges = []
     if table.hash_key_attr in key_item:
         charges.append(
-            Charge(table.name, None, partition_of(key_item[table.hash_key_attr]), "Write", cost.table)
+            Charge(
+                table.name, None, partition_of(key_item[table.hash_key_attr]), "Write", cost.table
+            )
         )
     for write in cost.index_writes:
         charges.append(
@@ -246,9 +249,7 @@ def _throttle_error_class(provisioned: bool) -> type[Exception]:
     from moto.core.exceptions import JsonRESTError
 
     name = "ProvisionedThroughputExceeded" if provisioned else "ThrottlingError"
-    error_type = (
-        "ProvisionedThroughputExceededException" if provisioned else "ThrottlingException"
-    )
+    error_type = "ProvisionedThroughputExceededException" if provisioned else "ThrottlingException"
     # As DynamoDB's service model spells the member in each (botocore 1.44).
     reasons_member = "ThrottlingReasons" if provisioned else "throttlingReasons"
 
@@ -283,7 +284,7 @@ def throttled(table: Any, charge: Charge) -> Exception:
     provisioned = getattr(table, "billing_mode", "") == "PROVISIONED"
     if provisioned not in _ERRORS:
         _ERRORS[provisioned] = _throttle_error_class(provisioned)
-    return _ERRORS[provisioned](charge, table.table_arn)  # type: ignore[call-arg]
+    return _ERRORS[provisioned](charge, table.table_arn)
 
 
 # ---------------------------------------------------------------------------- moto hooks
@@ -310,7 +311,7 @@ def install_partition_hooks(active: threading.local) -> None:
     original_query, original_get = Table.query, DynamoHandler.get_item
 
     def meter_of(backend: Any, name: Any) -> tuple[PartitionMeter, Any] | None:
-        state = getattr(active, "state", None)
+        state: Any = getattr(active, "state", None)
         meter = getattr(state, "partitions", None)
         if meter is None or not isinstance(name, str):
             return None
@@ -395,7 +396,7 @@ def install_partition_hooks(active: threading.local) -> None:
         return result
 
     def query(self: Any, *args: Any, **kwargs: Any) -> Any:
-        state = getattr(active, "state", None)
+        state: Any = getattr(active, "state", None)
         meter = getattr(state, "partitions", None)
         hash_key = args[0] if args else kwargs.get("hash_key")
         if meter is None or hash_key is None or state.owned.get(self.name) is None:
@@ -428,7 +429,10 @@ def install_partition_hooks(active: threading.local) -> None:
         meter, table = found
         item = wire(current(table, key))
         charge = read_charge(
-            table, None, key.get(table.hash_key_attr), [item] if item else [],
+            table,
+            None,
+            key.get(table.hash_key_attr),
+            [item] if item else [],
             bool(body.get("ConsistentRead")),
         )
         refused = meter.refusal([charge])
