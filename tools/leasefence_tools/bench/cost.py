@@ -11,11 +11,13 @@ from __future__ import annotations
 import random
 import uuid
 import warnings
+from dataclasses import asdict
 from typing import Any
 
 from leasefence import Engine
 from leasefence.clock import ManualClock
 from leasefence.schema import TableSpec
+from leasefence_tools.bench import scale_sim
 from leasefence_tools.bench import units as U
 from leasefence_tools.bench.harness import ServerProcess
 from leasefence_tools.bench.meter import Meter, Usage
@@ -103,6 +105,30 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
         + _steps(meter.usage("complete"), runs)
     )
     out["lifecycle_backlog"] = backlog
+    # Issue 33: where a lifecycle's units land (table or index partition), for the scale
+    #    simulation: the same lifecycles again, now that the engine's cached reads (the job
+    #    type's catalogue entry, once per engine per cache period) are warm, as at a steady rate.
+    #    With a client claim token (the SDK's and the HTTP worker's claims): its marker, a
+    #    tenant item, is read and written by every claim.
+    for phase, token in (("landed", False), ("landed-token", True)):
+        for _ in range(runs):
+            with meter.phase(phase):
+                engine.enqueue(
+                    TENANT, _ids(rng), JOB_TYPE, HASH, payload_ref=PAYLOAD_REF, target_class="B"
+                )
+                claim = engine.claim_next(
+                    TENANT,
+                    WORKER,
+                    lease_ms=LEASE_MS,
+                    job_types=[JOB_TYPE],
+                    claim_token=_ids(rng) if token else None,
+                )
+                assert claim is not None
+                engine.complete(TENANT, claim.operation_id, claim.fence, "refunded")
+            clock.advance(1)
+        landed = (p for c in meter.usage(phase).calls for p in c.partitions)
+        section = "lifecycle_partition_units" + ("_claim_token" if token else "")
+        out[section] = asdict(scale_sim.LifecycleLoad.from_partitions(landed, runs))
 
     # 1b. The same on a fresh tenant with nothing else queued (queue depth 1): a claim probes
     #     shards in random order until it meets the one holding the operation.

@@ -50,6 +50,8 @@ class Call:
     refused: bool = False
     index_ops: list[tuple[str, str]] = field(default_factory=list)
     items_read: int = 0
+    #: Where the units landed (the table's or an index's partitions), for the scale simulation.
+    partitions: list[U.PartitionUnits] = field(default_factory=list)
 
     def describe(self) -> str:
         parts = [self.op + (" (refused)" if self.refused else "")]
@@ -184,6 +186,25 @@ def _strip_unused(kwargs: dict[str, Any], keep_expressions: tuple[str, ...]) -> 
     return out
 
 
+_EQUALS = re.compile(r"(#?[A-Za-z0-9_]+)\s*=\s*(:[A-Za-z0-9_]+)")
+
+
+def _queried_partition(meter: Meter, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The partition key value a Query reads (from its key condition), or None if not found."""
+    if not meter.units:
+        return None
+    model = meter.model(kwargs["TableName"])
+    index = next((i for i in model.indexes if i.name == kwargs.get("IndexName")), None)
+    hash_key = index.key_attrs[0] if index is not None else model.key_attrs[0]
+    names = kwargs.get("ExpressionAttributeNames") or {}
+    values = kwargs.get("ExpressionAttributeValues") or {}
+    for name, value in _EQUALS.findall(kwargs.get("KeyConditionExpression") or ""):
+        if names.get(name, name) == hash_key and value in values:
+            found: dict[str, Any] = values[value]
+            return found
+    return None
+
+
 class MeteringClient:
     """A boto3 DynamoDB client proxy that records every data-plane call in a :class:`Meter`."""
 
@@ -217,14 +238,22 @@ class MeteringClient:
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
                 cost = U.write_cost(model, before, None, refused=True)
-                meter.record(Call(op, table, wcu=cost.total, refused=True))
+                landed = U.write_partitions(model, key, cost)
+                meter.record(Call(op, table, wcu=cost.total, refused=True, partitions=landed))
             else:
                 meter.record(Call(op, table))
             raise
         after = meter.peek(table, key)
         cost = U.write_cost(model, before, after)
         meter.record(
-            Call(op, table, wcu=cost.total, wcu_index=cost.index, index_ops=cost.index_ops)
+            Call(
+                op,
+                table,
+                wcu=cost.total,
+                wcu_index=cost.index,
+                index_ops=cost.index_ops,
+                partitions=U.write_partitions(model, key, cost),
+            )
         )
         return response
 
@@ -263,19 +292,38 @@ class MeteringClient:
             response = target(**kwargs)
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") == "TransactionCanceledException":
-                wcu = sum(
-                    U.write_cost(model, before, None, transactional=True, refused=True).total
-                    for _kind, _table, model, _key, before in plan
+                costs = [
+                    (
+                        model,
+                        key,
+                        U.write_cost(model, before, None, transactional=True, refused=True),
+                    )
+                    for _kind, _table, model, key, before in plan
+                ]
+                meter.record(
+                    Call(
+                        "transact_write_items",
+                        "*",
+                        wcu=sum(cost.total for _m, _k, cost in costs),
+                        refused=True,
+                        partitions=[
+                            p
+                            for model, key, cost in costs
+                            for p in U.write_partitions(model, key, cost)
+                        ],
+                    )
                 )
-                meter.record(Call("transact_write_items", "*", wcu=wcu, refused=True))
             else:
                 meter.record(Call("transact_write_items", "*"))
             raise
         total = U.WriteCost()
+        landed: list[U.PartitionUnits] = []
         for kind, table, model, key, before in plan:
             if kind == "ConditionCheck":
                 # A condition check is charged like a write of the item it checks.
-                total.table += 2 * U.write_units_for(U.item_size(before))
+                checked = U.WriteCost(table=2 * U.write_units_for(U.item_size(before)))
+                total.table += checked.table
+                landed.extend(U.write_partitions(model, key, checked))
                 continue
             after = meter.peek(table, key)
             cost = U.write_cost(
@@ -288,6 +336,7 @@ class MeteringClient:
             total.table += cost.table
             total.index += cost.index
             total.index_ops.extend(cost.index_ops)
+            landed.extend(U.write_partitions(model, key, cost))
         meter.record(
             Call(
                 "transact_write_items",
@@ -295,6 +344,7 @@ class MeteringClient:
                 wcu=total.total,
                 wcu_index=total.index,
                 index_ops=total.index_ops,
+                partitions=landed,
             )
         )
         return response
@@ -315,11 +365,13 @@ class MeteringClient:
                 plan.append((table, model, key, meter.peek(table, key)))
         response = target(**kwargs)
         total = U.WriteCost()
+        landed: list[U.PartitionUnits] = []
         for table, model, key, before in plan:
             cost = U.write_cost(model, before, meter.peek(table, key))
             total.table += cost.table
             total.index += cost.index
             total.index_ops.extend(cost.index_ops)
+            landed.extend(U.write_partitions(model, key, cost))
         meter.record(
             Call(
                 "batch_write_item",
@@ -327,6 +379,7 @@ class MeteringClient:
                 wcu=total.total,
                 wcu_index=total.index,
                 index_ops=total.index_ops,
+                partitions=landed,
             )
         )
         return response
@@ -344,7 +397,20 @@ class MeteringClient:
         if narrowed:
             item = meter.peek(kwargs["TableName"], kwargs["Key"])  # charged on the whole item
         rcu = U.read_units_for(U.item_size(item), bool(kwargs.get("ConsistentRead")))
-        meter.record(Call("get_item", kwargs["TableName"], rcu=rcu, items_read=1 if item else 0))
+        landed = (
+            [U.item_partition(meter.model(kwargs["TableName"]), kwargs["Key"], "Read", rcu)]
+            if meter.units
+            else []
+        )
+        meter.record(
+            Call(
+                "get_item",
+                kwargs["TableName"],
+                rcu=rcu,
+                items_read=1 if item else 0,
+                partitions=landed,
+            )
+        )
         return response
 
     def _page_read(self, op: str, target: Any, kwargs: dict[str, Any], key_expr: str | None) -> Any:
@@ -369,7 +435,13 @@ class MeteringClient:
             evaluated = getattr(meter.raw, op)(**again).get("Items", [])
         consistent = bool(kwargs.get("ConsistentRead")) and not kwargs.get("IndexName")
         rcu = U.query_read_units(evaluated, consistent)
-        meter.record(Call(op, kwargs["TableName"], rcu=rcu, items_read=len(evaluated)))
+        landed = []
+        partition = _queried_partition(meter, kwargs) if key_expr else None
+        if partition is not None:
+            landed.append(U.PartitionUnits(kwargs.get("IndexName"), partition, "Read", rcu))
+        meter.record(
+            Call(op, kwargs["TableName"], rcu=rcu, items_read=len(evaluated), partitions=landed)
+        )
         return response
 
     def _m_query(self, target: Any, kwargs: dict[str, Any]) -> Any:

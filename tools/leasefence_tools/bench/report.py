@@ -78,6 +78,8 @@ class Scale:
     profile_runs: int
     efficiency_runs: int
     """Throughput runs whose median is issue 32's engine efficiency."""
+    sim_operation_shards: int = 64
+    """Write shards of the base table's partition key in the scale simulation's sharded layout."""
 
 
 FULL = Scale(
@@ -240,6 +242,23 @@ def run(quick: bool = False) -> dict[str, Any]:
             seconds=p.sim_seconds,
         ),
     )
+    # Issue 33: one tenant, every partition (table and index) within its limit, from where the
+    # measured units of a lifecycle land: today's one write shard beside N.
+    sections["scale"]["layouts"] = _timed(
+        "scale simulation by layout",
+        timings,
+        lambda: {
+            name: scale_sim.layouts(
+                scale_sim.LifecycleLoad(**sections["cost"][key]),
+                p.sim_operation_shards,
+                seconds=p.sim_seconds,
+            )
+            for name, key in (
+                ("engine_claims", "lifecycle_partition_units"),
+                ("claim_token_claims", "lifecycle_partition_units_claim_token"),
+            )
+        },
+    )
 
     c, t, ct, d, f, cs = (
         sections[k] for k in ("cost", "throughput", "contention", "depth", "fairness", "coldstart")
@@ -308,6 +327,11 @@ def run(quick: bool = False) -> dict[str, Any]:
     report["lean_item"] = lean.targets(sections, throughput_runs)
     report["targets"] = judge(report, sections)
     report["sections"] = sections
+    report["scale"] = {
+        f"{claims}_{layout}": by_claims[layout]
+        for claims, by_claims in sections["scale"]["layouts"].items()
+        for layout in ("one_shard", "sharded")
+    }
     report["meta"] = {
         "quick": quick,
         "parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(p).items()},

@@ -31,8 +31,13 @@ import argparse
 import json
 import math
 import random
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from leasefence.keys import TENANT_ITEM_PREFIX
+from leasefence.schema import DEFAULT_DUE_SHARDS, DEFAULT_SWEEP_SHARDS, DUE_INDEX
+from leasefence_tools.bench.units import PartitionUnits
 
 PARTITION_WCU = 1000.0
 PARTITION_RCU = 3000.0
@@ -134,6 +139,160 @@ def table(
     }
 
 
+# ------------------------------------------------------------------ layouts (issue 33)
+
+_KINDS = (("Write", PARTITION_WCU), ("Read", PARTITION_RCU))
+
+
+@dataclass
+class LifecycleLoad:
+    """One lifecycle's units by the kind of partition they land on, each ``{"Write": w, "Read":
+    r}``: the operation's own items on the table (its write shard's partition), the tenant's own
+    items on the table (markers, directory, catalogue, settings: the bare tenant partition, which
+    is also write shard 0's), the ``due`` index (the operation's due shard) and every other index
+    (partitions shared by all tenants: ``sweep``, ``parked``, ``purge``), by name."""
+
+    operation: dict[str, float] = field(default_factory=lambda: {"Write": 0.0, "Read": 0.0})
+    tenant: dict[str, float] = field(default_factory=lambda: {"Write": 0.0, "Read": 0.0})
+    due: dict[str, float] = field(default_factory=lambda: {"Write": 0.0, "Read": 0.0})
+    shared: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @classmethod
+    def from_costs(cls, costs: UnitCosts) -> LifecycleLoad:
+        """From :class:`UnitCosts` (the standalone simulation's defaults)."""
+        return cls(
+            operation={"Write": costs.base_table_wcu + costs.wasted_per_claim, "Read": 0.0},
+            due={"Write": costs.due_index_wcu, "Read": costs.claim_rcu},
+        )
+
+    @classmethod
+    def from_partitions(cls, landed: Iterable[PartitionUnits], lifecycles: int) -> LifecycleLoad:
+        """From the meter's record of where each request's units landed, over ``lifecycles``."""
+        load = cls()
+        for p in landed:
+            if p.index is None:
+                sort = next(iter((p.sort_key or {"S": ""}).values()))
+                tenant_item = isinstance(sort, str) and sort.startswith(TENANT_ITEM_PREFIX)
+                bucket = load.tenant if tenant_item else load.operation
+            elif p.index == DUE_INDEX:
+                bucket = load.due
+            else:
+                bucket = load.shared.setdefault(p.index, {"Write": 0.0, "Read": 0.0})
+            bucket[p.kind] += p.units / lifecycles
+        return load
+
+
+def _over(counts: list[int], units: float, limit: float) -> bool:
+    return bool(counts) and units > 0 and max(counts) * units > limit
+
+
+def _second_over(
+    rate: float, load: LifecycleLoad, shards: dict[str, int], rng: random.Random
+) -> str | None:
+    """Draw one second at ``rate`` lifecycles/s; the first partition kind past its limit, if any."""
+    ops = [_poisson(rng, rate / shards["operation"]) for _ in range(shards["operation"])]
+    dues = [_poisson(rng, rate / shards["due"]) for _ in range(shards["due"])]
+    total = sum(ops)
+    shared = {
+        name: [_poisson(rng, rate / shards["shared"]) for _ in range(shards["shared"])]
+        for name in load.shared
+    }
+    for kind, limit in _KINDS:
+        # Write shard 0 is the bare tenant partition: it also holds the tenant's own items.
+        zero = ops[0] * load.operation[kind] + total * load.tenant[kind]
+        if _over(ops, load.operation[kind], limit) or zero > limit:
+            return f"table {kind.lower()}"
+        if _over(dues, load.due[kind], limit):
+            return f"due index {kind.lower()}"
+        for name, counts in shared.items():
+            if _over(counts, load.shared[name][kind], limit):
+                return f"{name} index {kind.lower()}"
+    return None
+
+
+def layout_bound(
+    load: LifecycleLoad,
+    operation_shards: int,
+    due_shards: int,
+    shared_shards: int = DEFAULT_SWEEP_SHARDS,
+    seconds: int = 200,
+    seed: int = 1,
+    quantile: float = 0.99,
+) -> dict[str, Any]:
+    """The highest rate (lifecycles/s, one tenant) at which no partition, table or index, passes
+    its limit in ``quantile`` of simulated seconds, and the partition that binds just above it.
+
+    Each lifecycle's operation falls in a write shard and a due shard uniformly (hashes of its
+    id); each second's count per shard is Poisson; no burst credit, no split for heat."""
+    shards = {"operation": operation_shards, "due": due_shards, "shared": shared_shards}
+    allowed = int(seconds * (1 - quantile))
+
+    def binding(rate: float) -> str | None:
+        rng, over, first = random.Random(seed), 0, None
+        for _ in range(seconds):
+            which = _second_over(rate, load, shards, rng)
+            if which is not None:
+                over, first = over + 1, first or which
+                if over > allowed:
+                    return first
+        return None
+
+    per_lifecycle = [
+        (count, units[kind] + (load.tenant[kind] if units is load.operation else 0.0), limit)
+        for count, units in ((operation_shards, load.operation), (due_shards, load.due))
+        for kind, limit in _KINDS
+    ] + [
+        (shared_shards, units[kind], limit)
+        for units in load.shared.values()
+        for kind, limit in _KINDS
+    ]
+    ceilings = [count * limit / units for count, units, limit in per_lifecycle if units > 0]
+    lo, hi = 0.0, min(ceilings, default=math.inf)
+    if math.isinf(hi):
+        return {"bound_per_s": None, "binding": None}
+    for _ in range(22):
+        mid = (lo + hi) / 2
+        if binding(mid) is None:
+            lo = mid
+        else:
+            hi = mid
+    return {"bound_per_s": round(lo), "binding": binding(hi * 1.02)}
+
+
+def layouts(
+    load: LifecycleLoad,
+    operation_shards: int,
+    due_shards: int | None = None,
+    seconds: int = 200,
+) -> dict[str, Any]:
+    """The one-shard layout (today: one write shard, the default due shards) beside ``N`` write
+    shards (and ``N`` due shards, or ``due_shards``), for one tenant."""
+    sharded_due = due_shards or max(operation_shards, DEFAULT_DUE_SHARDS)
+    rows = {}
+    for name, ops, dues in (
+        ("one_shard", 1, DEFAULT_DUE_SHARDS),
+        ("sharded", operation_shards, sharded_due),
+    ):
+        rows[name] = {
+            "operation_shards": ops,
+            "due_shards": dues,
+            **layout_bound(load, ops, dues, seconds=seconds),
+        }
+    return {
+        "per_lifecycle_units": asdict(load),
+        **rows,
+        "assumes": {
+            "partition_limits": {"wcu_per_s": PARTITION_WCU, "rcu_per_s": PARTITION_RCU},
+            "quantile_of_seconds_within_limit": 0.99,
+            "split_for_heat": False,
+            "burst_credit": False,
+            "shared_index_shards": DEFAULT_SWEEP_SHARDS,
+            "one_tenant_one_job_type": True,
+            "shards_uniform": "operation ids hash uniformly to write and due shards",
+        },
+    }
+
+
 def render(result: dict[str, Any]) -> str:
     lines = [
         "| due shards | lifecycles/s per tenant (index bound) | ideal (uniform) | without "
@@ -150,6 +309,14 @@ def render(result: dict[str, Any]) -> str:
         f"Final-attempt claims (all tenants together) with {result['sweep_shards']} sweep shards: "
         f"{result['final_attempt_claims_bound_all_tenants_per_s']:,}/s."
     )
+    for name in ("one_shard", "sharded"):
+        row = result.get("layouts", {}).get(name)
+        if row:
+            lines.append(
+                f"{name.replace('_', ' ')} layout ({row['operation_shards']} write shard(s), "
+                f"{row['due_shards']} due shards): {row['bound_per_s']:,} lifecycles/s for one "
+                f"tenant, bound by {row['binding']}."
+            )
     return "\n".join(lines)
 
 
@@ -163,13 +330,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep-shards", type=int, default=4)
     parser.add_argument("--wasted", type=float, default=0.0, help="refused claim writes per claim")
     parser.add_argument("--seconds", type=int, default=200, help="simulated seconds per trial")
+    parser.add_argument(
+        "--operation-shards",
+        type=int,
+        default=64,
+        help="write shards of the base table's partition key for the sharded layout",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    costs = UnitCosts(wasted_per_claim=args.wasted)
     result = table(
         [int(s) for s in args.shards.split(",")],
-        UnitCosts(wasted_per_claim=args.wasted),
+        costs,
         sweep_shards=args.sweep_shards,
         seconds=args.seconds,
+    )
+    result["layouts"] = layouts(
+        LifecycleLoad.from_costs(costs), args.operation_shards, seconds=args.seconds
     )
     print(json.dumps(result, indent=2) if args.json else render(result))
     return 0

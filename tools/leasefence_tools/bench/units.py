@@ -157,6 +157,35 @@ class TableModel:
 
 
 @dataclass(frozen=True)
+class PartitionUnits:
+    """Units one request consumed on one partition: the table's (``index`` None) or an index's,
+    named by its partition key value (wire format); ``sort_key`` the table item's, where known."""
+
+    index: str | None
+    partition: dict[str, Any]
+    kind: str  # "Read" or "Write"
+    units: float
+    sort_key: dict[str, Any] | None = None
+
+
+def item_partition(
+    model: TableModel, key: dict[str, Any], kind: str, units: float
+) -> PartitionUnits:
+    """``units`` on the table partition of the item with ``key``."""
+    sort = key.get(model.key_attrs[1]) if len(model.key_attrs) > 1 else None
+    return PartitionUnits(None, key[model.key_attrs[0]], kind, units, sort)
+
+
+def write_partitions(
+    model: TableModel, key: dict[str, Any], cost: WriteCost
+) -> list[PartitionUnits]:
+    """Where one item write's units land: the item's table partition and each index write's."""
+    out = [item_partition(model, key, "Write", cost.table)]
+    out.extend(PartitionUnits(w.index, w.partition, "Write", w.units) for w in cost.index_writes)
+    return out
+
+
+@dataclass(frozen=True)
 class IndexWrite:
     """One write an item write causes in an index: where it lands and what it costs."""
 
