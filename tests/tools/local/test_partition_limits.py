@@ -198,6 +198,28 @@ def test_an_index_partition_is_metered_on_its_own(limited):
     _put(client, "hot_index", "p6", "s", "moved0")
 
 
+def test_a_provisioned_table_answers_provisioned_throughput_exceeded_and_deletes_count(limited):
+    client = limited.client(config=Config(retries={"mode": "standard", "total_max_attempts": 1}))
+    client.create_table(
+        TableName="provisioned",
+        BillingMode="PROVISIONED",
+        ProvisionedThroughput={"ReadCapacityUnits": 100, "WriteCapacityUnits": 100},
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+    )
+    limited.set_time(T0_MS)
+    client.put_item(TableName="provisioned", Item={"pk": {"S": "hot"}})
+    for _ in range(4):  # a delete costs a unit even when there is nothing to delete
+        client.delete_item(TableName="provisioned", Key={"pk": {"S": "hot"}})
+    with pytest.raises(ClientError) as refused:
+        client.delete_item(TableName="provisioned", Key={"pk": {"S": "hot"}})
+    error = refused.value.response
+    assert error["Error"]["Code"] == "ProvisionedThroughputExceededException"
+    assert [r["reason"] for r in error["ThrottlingReasons"]] == [
+        "TableWriteKeyRangeThroughputExceeded"
+    ]
+
+
 def test_reads_are_metered_per_partition_too(limited):
     client = _table(limited, "hot_reads")
     limited.set_time(T0_MS)

@@ -210,22 +210,18 @@ def wire(item: Any) -> dict[str, Any] | None:
 
 def write_charges(
     table: Any,
+    key: dict[str, Any],
     before: dict[str, Any] | None,
     after: dict[str, Any] | None,
     transactional: bool,
     refused: bool = False,
 ) -> list[Charge]:
-    """The partitions one item write lands on and its units there."""
+    """The partitions one item write (of the item with ``key``) lands on and its units there."""
     model = table_model(table)
     cost = U.write_cost(model, before, after, transactional=transactional, refused=refused)
-    key_item = after or before or {}
-    charges = []
-    if table.hash_key_attr in key_item:
-        charges.append(
-            Charge(
-                table.name, None, partition_of(key_item[table.hash_key_attr]), "Write", cost.table
-            )
-        )
+    charges = [
+        Charge(table.name, None, partition_of(key[table.hash_key_attr]), "Write", cost.table)
+    ]
     for write in cost.index_writes:
         charges.append(
             Charge(table.name, write.index, partition_of(write.partition), "Write", write.units)
@@ -329,17 +325,21 @@ def install_partition_hooks(active: threading.local) -> None:
         return table.get_item(hash_key, range_key)
 
     def metered_write(
-        self: Any, original: Any, name: Any, key_values: Any, new: Any, args: Any, kwargs: Any
+        self: Any, original: Any, key_values: Any, new: Any, args: Any, kwargs: Any
     ) -> Any:
-        found = meter_of(self, name)
+        """An item write (``new``: a put's item; ``None``: an update; ``False``: a delete)."""
+        found = meter_of(self, args[0] if args else kwargs.get("table_name"))
         if found is None or not isinstance(key_values, dict):
             return original(self, *args, **kwargs)
         meter, table = found
+        if table.hash_key_attr not in key_values:
+            return original(self, *args, **kwargs)  # moto refuses it, as DynamoDB does
         transactional = meter.staging is not None
         before = wire(current(table, key_values))
-        # Known before it runs: a put's whole cost; an update's item as it is (its index
-        # partitions then cost nothing yet: they are refused only once full).
-        known = write_charges(table, before, new if new is not None else before, transactional)
+        # Known before it runs: a put's or a delete's whole cost; an update's item as it is (the
+        # index partitions it moves to then cost nothing yet: refused only once full).
+        known_after = None if new is False else before if new is None else new
+        known = write_charges(table, key_values, before, known_after, transactional)
         refused = meter.refusal(known)
         if refused is not None:
             raise throttled(table, refused)
@@ -347,40 +347,24 @@ def install_partition_hooks(active: threading.local) -> None:
             result = original(self, *args, **kwargs)
         except Exception as error:
             if type(error).__name__ == "ConditionalCheckFailed":
-                meter.charge(write_charges(table, before, None, transactional, refused=True))
+                refusal = write_charges(table, key_values, before, None, transactional, True)
+                meter.charge(refusal)
             raise
-        after = wire(current(table, key_values))
-        meter.charge(write_charges(table, before, after, transactional))
+        after = None if new is False else wire(current(table, key_values))
+        meter.charge(write_charges(table, key_values, before, after, transactional))
         return result
 
     def put_item(self: Any, *args: Any, **kwargs: Any) -> Any:
-        item = args[1] if len(args) > 1 else kwargs.get("item_attrs")
-        return metered_write(self, original_put, _name(args, kwargs), item, item, args, kwargs)
+        item = _positional(args, kwargs, 1, "item_attrs")
+        return metered_write(self, original_put, item, item, args, kwargs)
 
     def update_item(self: Any, *args: Any, **kwargs: Any) -> Any:
-        key = args[1] if len(args) > 1 else kwargs.get("key")
-        return metered_write(self, original_update, _name(args, kwargs), key, None, args, kwargs)
+        key = _positional(args, kwargs, 1, "key")
+        return metered_write(self, original_update, key, None, args, kwargs)
 
     def delete_item(self: Any, *args: Any, **kwargs: Any) -> Any:
-        found = meter_of(self, _name(args, kwargs))
-        key = args[1] if len(args) > 1 else kwargs.get("key")
-        if found is None or not isinstance(key, dict):
-            return original_delete(self, *args, **kwargs)
-        meter, table = found
-        transactional = meter.staging is not None
-        before = wire(current(table, key))
-        charges = write_charges(table, before, None, transactional) if before else []
-        refused = meter.refusal(charges)
-        if refused is not None:
-            raise throttled(table, refused)
-        try:
-            result = original_delete(self, *args, **kwargs)
-        except Exception as error:
-            if type(error).__name__ == "ConditionalCheckFailed":
-                meter.charge(write_charges(table, before, None, transactional, refused=True))
-            raise
-        meter.charge(charges)
-        return result
+        key = _positional(args, kwargs, 1, "key")
+        return metered_write(self, original_delete, key, False, args, kwargs)
 
     def transact_write_items(self: Any, *args: Any, **kwargs: Any) -> Any:
         meter = getattr(getattr(active, "state", None), "partitions", None)
@@ -449,10 +433,6 @@ def install_partition_hooks(active: threading.local) -> None:
     Table.query = query  # type: ignore[method-assign]
     DynamoHandler.get_item = get_item  # type: ignore[method-assign]
     backend_class._leasefence_partitions = True  # type: ignore[attr-defined]
-
-
-def _name(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return args[0] if args else kwargs.get("table_name")
 
 
 def _positional(args: tuple[Any, ...], kwargs: dict[str, Any], position: int, name: str) -> Any:
