@@ -250,13 +250,15 @@ def layout_bound(
     lo, hi = 0.0, min(ceilings, default=math.inf)
     if math.isinf(hi):
         return {"bound_per_s": None, "binding": None}
+    bound_by = binding(hi)  # what fails first just above the bound (at the lowest failing rate)
     for _ in range(22):
         mid = (lo + hi) / 2
-        if binding(mid) is None:
+        failed = binding(mid)
+        if failed is None:
             lo = mid
         else:
-            hi = mid
-    return {"bound_per_s": round(lo), "binding": binding(hi * 1.02)}
+            hi, bound_by = mid, failed
+    return {"bound_per_s": round(lo), "binding": bound_by}
 
 
 def layouts(
