@@ -7,20 +7,13 @@ the worker runtime's retries with no operation lost or finished twice.
 
 from __future__ import annotations
 
-import random
-import threading
-import time
-from collections import Counter, defaultdict
+from collections import Counter
 
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from leasefence import Engine, State
-from leasefence.errors import Unavailable
-from leasefence.schema import TableSpec
-from leasefence.worker import FunctionHandler, Reconciled, Worker
-from leasefence.worker.backend import EngineBackend
+from leasefence_tools.bench import compressed
 from leasefence_tools.local.embedded import EmbeddedAws, Fidelity
 from leasefence_tools.local.partitions import Charge, PartitionMeter
 
@@ -249,110 +242,19 @@ def test_reads_are_metered_per_partition_too(limited):
 
 # ------------------------------------------------------------------ the throttle reaches the retries
 
-TENANT = "busy"
-OPERATIONS = 40
-WORKERS = 4
-
-
-def _retried(call):
-    """``call()`` until the store is not busy (the test's own reads meet the limit too)."""
-    while True:
-        try:
-            return call()
-        except Unavailable:
-            time.sleep(0.05)
-
-
-class Ledger:
-    """What the handler did, per operation: its runs and every fence it saw (reconciles too)."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.runs: Counter = Counter()
-        self.fences: dict[str, list[int]] = defaultdict(list)
-        self.events: Counter = Counter()
-
-    def run(self, job):
-        with self.lock:
-            self.runs[job.claim.operation_id] += 1
-            self.fences[job.claim.operation_id].append(job.fence)
-        return "sent"
-
-    def reconcile(self, job):  # the effect is looked up where it was made
-        with self.lock:
-            done = self.runs[job.claim.operation_id] > 0
-            self.fences[job.claim.operation_id].append(job.fence)
-        return Reconciled.done("sent") if done else Reconciled.not_done()
-
-    def sink(self, name, value):
-        with self.lock:
-            self.events[name] += value
-
 
 def test_a_throttled_tenant_loses_no_write_and_finishes_every_operation_once():
-    """One tenant's enqueues, claims and completions against a partition limit scaled down by 100
-    and a meter clock running ten times faster than the wall (100 ms windows: 10 write units per
-    window per partition): many requests are throttled; with botocore's retries off, the
-    producer's idempotent resend and the worker runtime's backoff carry every operation to
-    ``succeeded`` exactly once, each under a fence that only rose."""
-    fidelity = Fidelity(
-        partition_limits=True, partition_time_scale=100, ttl_deletion=False, index_lag_ms=0
-    )
-    aws = EmbeddedAws(fidelity=fidelity).start()
-    try:
-        aws.app.state.partitions.clock = lambda: time.monotonic() * 10
-        spec = aws.create_tables(TableSpec(table_name="throttled", due_shards=1, sweep_shards=1))
-
-        # No botocore retries: every throttle reaches the store's translator (Unavailable) and the
-        # engine's callers' own retries.
-        def engine(seed):
-            client = aws.client(
-                config=Config(retries={"mode": "standard", "total_max_attempts": 1})
-            )
-            return Engine(client=client, spec=spec, rng=random.Random(seed))
-
-        ledger = Ledger()
-        workers = [
-            Worker(
-                EngineBackend(engine(i), [TENANT]),
-                {"job": FunctionHandler(ledger.run, ledger.reconcile)},
-                worker_id=f"w{i}",
-                lease_ms=8_000,
-                idle_sleep_ms=20,
-                events=ledger.sink,
-            )
-            for i in range(WORKERS)
-        ]
-        threads = [threading.Thread(target=w.run, daemon=True) for w in workers]
-        for thread in threads:
-            thread.start()
-        producer = engine(99)
-        ops = [f"op-{i:03d}" for i in range(OPERATIONS)]
-        for op in ops:  # an enqueue is idempotent: resending it after Unavailable is safe
-            _retried(lambda op=op: producer.enqueue(TENANT, op, "job", "sha256:" + "5" * 64))
-
-        def states():
-            return Counter(_retried(lambda op=op: producer.get(TENANT, op)).state for op in ops)
-
-        deadline = time.monotonic() + 90
-        while states()[State.SUCCEEDED] < OPERATIONS and time.monotonic() < deadline:
-            time.sleep(0.2)
-        for w in workers:
-            w.stop()
-        for thread in threads:
-            thread.join(timeout=30)
-
-        stats = aws.fidelity_stats()["stats"]
-        assert stats["partition_throttled"] > 0, "the load never met the partition limit"
-        assert states() == Counter({State.SUCCEEDED: OPERATIONS})
-        assert ledger.runs == Counter(dict.fromkeys(ops, 1))  # none lost, none run twice
-        for op, seen in ledger.fences.items():
-            assert seen == sorted(seen) and seen[0] >= 1, op
-            assert _retried(lambda op=op: producer.get(TENANT, op)).fence == seen[-1]
-        print(
-            f"throttled requests: {stats['partition_throttled']} "
-            f"({stats['partition_throttled_by_reason']}); "
-            f"runtime store retries: {ledger.events['StoreRetries']}"
-        )
-    finally:
-        aws.stop()
+    """One tenant's enqueues, claims and completions (the bench's compressed run) against limits
+    scaled down by 200 with a meter clock ten times the wall (100 ms windows of 5 write units
+    per partition: 50 a second), offered faster than that: many requests are throttled; with botocore's
+    retries off, the producer's idempotent resend and the worker runtime's backoff carry every
+    operation to ``succeeded`` exactly once, each under a fence that only rose."""
+    result = compressed.run(rate=10_000, compression=20, operations=30, workers=4, deadline_s=90)
+    ledger = result["ledger"]
+    ops = [f"op-{i:05d}" for i in range(30)]
+    assert result["throttled_requests"] > 0, "the load never met the partition limit"
+    assert result["succeeded"] == 30
+    assert ledger.runs == Counter(dict.fromkeys(ops, 1))  # none lost, none run twice
+    for op, seen in ledger.fences.items():
+        assert seen == sorted(seen) and seen[0] >= 1, op
+    print({k: v for k, v in result.items() if k != "ledger"})

@@ -1,0 +1,188 @@
+"""A compressed run on the partition-limited endpoint (issue 33).
+
+``python -m leasefence_tools.bench.compressed [--rate 10000] [--compression 500] [--json]``
+
+One tenant's lifecycles (enqueue, claim, complete, by in-process workers of the worker runtime)
+offered at ``rate / compression`` lifecycles per second against the embedded endpoint with
+DynamoDB's partition limits divided by the same ``compression``
+(:class:`~leasefence_tools.local.embedded.Fidelity` ``partition_limits``): a run here stands for
+one at ``rate`` on DynamoDB, no split for heat. The endpoint's meter clock runs ``speed`` times
+faster than the wall (windows of ``1 / speed`` s), so the limits need not fall below one unit per
+window. botocore does not retry (``total_max_attempts=1``): every throttle reaches the store's
+translator (``Unavailable``), the producer resends (an enqueue is idempotent) and the runtime
+backs off, and the endpoint counts each throttled request.
+
+The layout is today's: one write shard per tenant (the base table's partition key is the tenant
+id), the default due shards. The sharded layout's run needs the engine's write shards (issue 33's
+sharded keys), which this module does not fake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from botocore.config import Config
+
+from leasefence import Engine, State
+from leasefence.errors import Unavailable
+from leasefence.schema import TableSpec
+from leasefence.worker import FunctionHandler, Reconciled, Worker
+from leasefence.worker.backend import EngineBackend
+from leasefence.worker.handler import Job
+from leasefence_tools.local.embedded import EmbeddedAws, Fidelity
+
+TENANT = "compressed"
+JOB_TYPE = "job"
+HASH = "sha256:" + "5" * 64
+T = TypeVar("T")
+
+
+def retried(call: Callable[[], T], wait_s: float = 0.05) -> T:
+    """``call()`` again while the store is busy (the caller's own retry of ``Unavailable``)."""
+    while True:
+        try:
+            return call()
+        except Unavailable:
+            time.sleep(wait_s)
+
+
+class Ledger:
+    """What the handler did, per operation: its runs and every fence it saw (reconciles too);
+    and the worker runtime's metrics."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runs: Counter[str] = Counter()
+        self.fences: dict[str, list[int]] = defaultdict(list)
+        self.events: Counter[str] = Counter()
+
+    def run(self, job: Job) -> str:
+        with self.lock:
+            self.runs[job.claim.operation_id] += 1
+            self.fences[job.claim.operation_id].append(job.fence)
+        return "sent"
+
+    def reconcile(self, job: Job) -> Reconciled:
+        """The effect is looked up where it was made."""
+        with self.lock:
+            done = self.runs[job.claim.operation_id] > 0
+            self.fences[job.claim.operation_id].append(job.fence)
+        return Reconciled.done("sent") if done else Reconciled.not_done()
+
+    def sink(self, name: str, value: float) -> None:
+        with self.lock:
+            self.events[name] += int(value)
+
+
+def run(
+    rate: float = 10_000,
+    compression: float = 500,
+    operations: int = 200,
+    workers: int = 4,
+    speed: float = 10,
+    lease_ms: int = 8_000,
+    deadline_s: float = 120,
+) -> dict[str, Any]:
+    """Offer ``operations`` lifecycles at ``rate / compression`` per second; wait until every one
+    succeeded (or ``deadline_s``). Returns the figures and the handler's :class:`Ledger`
+    (``"ledger"``, not JSON)."""
+    fidelity = Fidelity(
+        partition_limits=True,
+        partition_time_scale=compression * speed,
+        ttl_deletion=False,
+        index_lag_ms=0,
+    )
+    aws = EmbeddedAws(fidelity=fidelity).start()
+    try:
+        assert aws.app is not None
+        aws.app.state.partitions.clock = lambda: time.monotonic() * speed  # type: ignore[attr-defined]
+        spec = aws.create_tables(TableSpec(table_name="compressed"))
+
+        def engine(seed: int) -> Engine:
+            client = aws.client(
+                config=Config(retries={"mode": "standard", "total_max_attempts": 1})
+            )
+            return Engine(client=client, spec=spec, rng=random.Random(seed))
+
+        ledger = Ledger()
+        pool = [
+            Worker(
+                EngineBackend(engine(i), [TENANT]),
+                {JOB_TYPE: FunctionHandler(ledger.run, ledger.reconcile)},
+                worker_id=f"w{i}",
+                lease_ms=lease_ms,
+                idle_sleep_ms=20,
+                events=ledger.sink,
+            )
+            for i in range(workers)
+        ]
+        threads = [threading.Thread(target=w.run, daemon=True) for w in pool]
+        for thread in threads:
+            thread.start()
+        producer = engine(workers)
+        ops = [f"op-{i:05d}" for i in range(operations)]
+        started = time.monotonic()
+        for i, op in enumerate(ops):  # open loop at the offered rate; an enqueue is idempotent
+            time.sleep(max(0.0, started + i * compression / rate - time.monotonic()))
+            retried(lambda op=op: producer.enqueue(TENANT, op, JOB_TYPE, HASH))  # type: ignore[misc]
+        offered_s = time.monotonic() - started
+
+        def succeeded() -> int:
+            states = Counter(retried(lambda op=op: producer.get(TENANT, op)).state for op in ops)  # type: ignore[misc]
+            return states[State.SUCCEEDED]
+
+        done = succeeded()
+        while done < operations and time.monotonic() - started < deadline_s:
+            time.sleep(0.5)  # each look reads every operation: in the tenant's partition too
+            done = succeeded()
+        elapsed = time.monotonic() - started
+        for worker in pool:
+            worker.stop()
+        for thread in threads:
+            thread.join(timeout=30)
+        stats = aws.fidelity_stats()["stats"]
+    finally:
+        aws.stop()
+    throttled = int(stats.get("partition_throttled", 0))
+    return {
+        "layout": {"operation_shards": 1, "due_shards": spec.due_shards},
+        "rate_offered_per_s": rate,
+        "compression": compression,
+        "local_rate_offered_per_s": round(operations / max(offered_s, 1e-9), 1),
+        "operations": operations,
+        "succeeded": done,
+        "elapsed_s": round(elapsed, 2),
+        "rate_achieved_equivalent_per_s": round(done / elapsed * compression),
+        "throttled_requests": throttled,
+        "throttled_by_reason": stats.get("partition_throttled_by_reason", {}),
+        "throttled_per_lifecycle": round(throttled / max(done, 1), 2),
+        "store_retries": ledger.events["StoreRetries"],
+        "ledger": ledger,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m leasefence_tools.bench.compressed", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--rate", type=float, default=10_000, help="lifecycles/s stood for")
+    parser.add_argument("--compression", type=float, default=500)
+    parser.add_argument("--operations", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    result = run(args.rate, args.compression, args.operations, args.workers)
+    result.pop("ledger")
+    print(json.dumps(result, indent=2) if args.json else json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
