@@ -249,7 +249,9 @@ def test_a_throttled_tenant_loses_no_write_and_finishes_every_operation_once():
     per partition: 50 a second), offered faster than that: many requests are throttled; with botocore's
     retries off, the producer's idempotent resend and the worker runtime's backoff carry every
     operation to ``succeeded`` exactly once, each under a fence that only rose."""
-    result = compressed.run(rate=10_000, compression=20, operations=30, workers=4, deadline_s=90)
+    result = compressed.run(
+        rate=10_000, compression=20, operations=30, workers=4, speed=10, deadline_s=90
+    )
     ledger = result["ledger"]
     ops = [f"op-{i:05d}" for i in range(30)]
     assert result["throttled_requests"] > 0, "the load never met the partition limit"
