@@ -14,6 +14,7 @@ from typing import Any
 from leasefence_tools.bench import (
     allin,
     coldstart,
+    compressed,
     contention,
     cost,
     cost_per_million,
@@ -80,6 +81,8 @@ class Scale:
     """Throughput runs whose median is issue 32's engine efficiency."""
     sim_operation_shards: int = 64
     """Write shards of the base table's partition key in the scale simulation's sharded layout."""
+    compressed_operations: int = 0
+    """Operations of each compressed run on the partition-limited endpoint (0: none)."""
 
 
 FULL = Scale(
@@ -103,6 +106,7 @@ FULL = Scale(
     stream_cost_runs=5,
     profile_runs=10,
     efficiency_runs=3,
+    compressed_operations=40,
 )
 QUICK = Scale(
     cost_runs=2,
@@ -259,6 +263,24 @@ def run(quick: bool = False) -> dict[str, Any]:
             )
         },
     )
+
+    if p.compressed_operations:
+        # Issue 33: the one-shard layout on the partition-limited endpoint, below its computed
+        # bound and at 10,000 lifecycles/s (compression 50, one worker): throttled requests.
+        sections["scale"]["compressed"] = _timed(
+            "compressed runs",
+            timings,
+            lambda: [
+                {
+                    k: v
+                    for k, v in compressed.run(
+                        rate, compression=50, operations=p.compressed_operations
+                    ).items()
+                    if k != "ledger"
+                }
+                for rate in (200, 10_000)
+            ],
+        )
 
     c, t, ct, d, f, cs = (
         sections[k] for k in ("cost", "throughput", "contention", "depth", "fairness", "coldstart")
