@@ -113,7 +113,8 @@ class Marker:
                 self._update(update, f"{x.NOT_AN_OPERATION} AND {IS_FREE}", names, values)
             elif self.sole:
                 values.update(self._pair_values())
-                self._update(update, f"{NAMES_PAIR} AND {NOT_TAKEN}", names, values)
+                condition = f"{x.NOT_AN_OPERATION} AND {NAMES_PAIR} AND {NOT_TAKEN}"
+                self._update(update, condition, names, values)
             else:
                 self._prove_and_point(update, names, values)
         except ConditionFailed:
@@ -173,6 +174,10 @@ class Marker:
             },
         )
         point = store.update_action(
-            self.key, update, f"{NAMES_PAIR} AND {NOT_SEALED}", names, values | pair_values
+            self.key,
+            update,
+            f"{x.NOT_AN_OPERATION} AND {NAMES_PAIR} AND {NOT_SEALED}",
+            names,
+            values | pair_values,
         )
         store.transact([check, point])

@@ -8,6 +8,7 @@ leasefence_tools.modelcheck --mutations`` run each one at its bound and expect a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -118,6 +119,17 @@ class Mutation:
     invariant: str
 
 
+#: One worker, two class-B operations, one lost answer.
+_CLAIM_TOKEN_BOUND = Bound(
+    kinds=("b", "b"),
+    attempts=1,
+    clock_jumps=0,
+    lost_answers=1,
+    requeues=0,
+    erase=False,
+    cancel=False,
+)
+
 MUTATIONS = (
     Mutation(
         "cancel_after_attempt",
@@ -144,31 +156,15 @@ MUTATIONS = (
         "claim_token_without_marker",
         "a claim token resent after a lost answer giving two claims",
         claim_token_without_marker,
-        Bound(
-            kinds=("b", "b"),
-            attempts=1,
-            clock_jumps=0,
-            lost_answers=1,
-            requeues=0,
-            erase=False,
-            cancel=False,
-        ),
+        _CLAIM_TOKEN_BOUND,
         "one_claim_per_token",
     ),
     Mutation(
         "unconditional_marker",
         "a claim-next resent while it runs giving two claims",
         unconditional_marker,
-        Bound(
-            kinds=("b", "b"),
-            attempts=1,
-            clock_jumps=0,
-            lost_answers=0,
-            requeues=0,
-            erase=False,
-            cancel=False,
-            inflight=1,
-        ),
+        # The same, the lost answer replaced by a claim-next resent while it runs.
+        dataclasses.replace(_CLAIM_TOKEN_BOUND, lost_answers=0, inflight=1),
         "one_claim_per_token",
     ),
     Mutation(
