@@ -16,7 +16,7 @@ CLEAN_STATES = {
     "erasure_forgets_intent": 135,
     "approval_by_reference": 1,
     "claim_token_without_marker": 163,
-    "unconditional_marker": 970,
+    "unconditional_marker": 1018,
     "no_inline_compaction": 22,
 }
 #: The counterexample's length (steps, the enqueues first) each mutation is found with.
