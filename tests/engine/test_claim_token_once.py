@@ -138,6 +138,7 @@ def test_a_candidate_lost_to_another_claimer_is_replaced_by_the_marker_writer(tw
     assert "taken" not in marker and "sealed" not in marker
 
 
+@pytest.mark.needs("transactions")
 def test_a_resend_after_the_candidate_was_lost_proves_it_and_claims_one_other(two):
     """While the first request is stalled, its candidate is claimed by another worker and the
     request is resent: the resend proves the candidate spent (a transaction with a ConditionCheck)
