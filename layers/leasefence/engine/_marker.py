@@ -142,8 +142,6 @@ class Marker:
         except ConditionFailed:
             raise MarkerMoved() from None
 
-    # ------------------------------------------------------------------ writes
-
     def _pair_values(self) -> dict[str, Any]:
         assert self.pair is not None
         return {":op": self.pair[0], ":cf": self.pair[1]}
