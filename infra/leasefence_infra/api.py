@@ -32,13 +32,15 @@ from .storage import Storage
 API_HANDLER = "api.handler.lambda_handler"
 
 #: What the API function does to the table: read/create/fenced-update one item, query a tenant's
-#: partition (list) and a tenant's ``due`` shards (claim). Nothing else (no Scan, no Delete, no
-#: batch, no ``sweep`` index). If the engine starts using TransactWriteItems, add the per-item
-#: actions it needs (e.g. ``dynamodb:ConditionCheckItem``) here and in the tests.
+#: partition (list) and a tenant's ``due`` shards (claim), and the claim-next marker's proven
+#: re-point (a ``TransactWriteItems`` of the marker's update and a ``ConditionCheck`` of the
+#: operation it named: IAM authorizes each item by its own action). Nothing else (no Scan, no
+#: Delete, no batch, no ``sweep`` index).
 API_TABLE_ACTIONS = (
     "dynamodb:GetItem",
     "dynamodb:PutItem",
     "dynamodb:UpdateItem",
+    "dynamodb:ConditionCheckItem",
     "dynamodb:Query",
 )
 API_DUE_INDEX_ACTIONS = ("dynamodb:Query",)

@@ -34,7 +34,10 @@ safe to repeat:
   transition gets its answer again) retry on connection failures, lost answers, 429 and 5xx;
 * ``claim`` sends a claim token (one per call, or the caller's ``claim_token``) and retries
   like the above with the same token: a resend of a claim that was made answers that same claim
-  (same fence, no attempt spent) while it holds;
+  (same fence, no attempt spent) while it holds. A try waits ``timeout`` (10 s) and the API
+  function up to 29 s, so a slow claim is resent while the first request still runs: safe, as
+  one token makes at most one claim (the resend answers the first one's claim, or 503 "in
+  progress", retried like any 503);
 * ``resolve`` is not idempotent (a repeated requeue could undo a later claim's view), so it
   retries only when the request surely did not run: a refused connection or a 429 from the
   gateway.
@@ -376,9 +379,11 @@ class LeaseFenceClient:
         The request carries a claim token (``claim_token``, else a new one for this call) and
         is retried after a lost answer (a dropped connection, a 5xx) with the same token: if
         the first request claimed, the resend answers that same claim (same fence, no attempt
-        spent) while it holds. To resend yourself after :class:`Unavailable`, call again with
-        the same ``worker_id``, ``claim_token`` and arguments. ``deadline`` and ``try_timeout``
-        bound the call by the lease (see the module's docstring)."""
+        spent) while it holds; a resend while the first request still runs never makes a second
+        claim (503 "in progress" until it can answer the first one's, retried). To resend
+        yourself after :class:`Unavailable`, call again with the same ``worker_id``,
+        ``claim_token`` and arguments. ``deadline`` and ``try_timeout`` bound the call by the
+        lease (see the module's docstring)."""
         token = claim_token if claim_token is not None else uuid.uuid4().hex
         body: dict[str, Any] = {"worker_id": worker_id, "claim_token": token}
         if lease_seconds is not None:

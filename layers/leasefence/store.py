@@ -413,6 +413,15 @@ class Store:
             action["ExpressionAttributeValues"] = {k: to_attr(v) for k, v in values.items()}
         return {"Update": action}
 
+    def check_action(
+        self, key: Key, condition: str, names: dict[str, str], values: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A ``ConditionCheck`` of a ``TransactWriteItems``: the transaction commits only while
+        ``condition`` holds on the item under ``key`` (which it does not change)."""
+        action = self.update_action(key, "", condition, names, values)["Update"]
+        del action["UpdateExpression"]
+        return {"ConditionCheck": action}
+
     def delete(
         self, key: Key, condition: str, names: dict[str, str], values: dict[str, Any]
     ) -> None:

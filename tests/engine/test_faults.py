@@ -156,14 +156,17 @@ def test_a_claim_that_committed_while_every_answer_was_lost_is_answered_again_wh
     assert resend() is None
 
 
-def test_a_resent_claim_whose_claim_was_taken_over_is_a_new_claim(engine, clock):
+def test_a_resent_claim_whose_claim_was_taken_over_claims_nothing_more(engine, clock):
+    """One claim token, one claim (issue 33): the claim the token made no longer holds, and the
+    resend is no new claim (its claim may have been the lapsed one); a new token claims."""
     engine.enqueue(T, "op", "refund", H1)
     first = engine.claim_next(T, "w1", lease_ms=1_000, claim_token="tok-1")
     clock.advance(1_000)
     assert engine.claim_next(T, "w2", lease_ms=1_000).fence == 2  # took it over
     clock.advance(1_000)
-    again = engine.claim_next(T, "w1", lease_ms=1_000, claim_token="tok-1")
-    # The claim the token made no longer holds: the resend claims anew (the lapsed fence 2).
+    assert engine.claim_next(T, "w1", lease_ms=1_000, claim_token="tok-1") is None
+    assert engine.claim_next(T, "w1", lease_ms=1_000, claim_token="tok-1") is None  # sealed
+    again = engine.claim_next(T, "w1", lease_ms=1_000, claim_token="tok-2")
     assert (first.fence, again.fence, again.attempts) == (1, 3, 3)
     with pytest.raises(InvalidInput):
         engine.claim_next(T, "w1", claim_token="")

@@ -107,7 +107,8 @@ def test_grants_point_to_the_brought_in_table_bucket_and_keys(byo) -> None:
     api = role_statements(tpl, logical_id(stack, svc.api.function.role))
     sweeper = role_statements(tpl, logical_id(stack, svc.sweeper.function.role))
     assert grant_set(actions_by_resource(api, "dynamodb:")) == grant_set([
-        (frozenset({"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}), getatt(table)),
+        (frozenset({"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem",
+                    "dynamodb:Query"}), getatt(table)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.DUE_INDEX)),
     ])
     assert grant_set(actions_by_resource(sweeper, "dynamodb:")) == grant_set([

@@ -166,7 +166,8 @@ def test_dynamodb_permissions_are_exact(synth) -> None:
     api = actions_by_resource(role_statements(tpl, logical_id(stack, svc.api.function.role)), "dynamodb:")
     sweeper = actions_by_resource(role_statements(tpl, logical_id(stack, svc.sweeper.function.role)), "dynamodb:")
     assert grant_set(api) == grant_set([
-        (frozenset({"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}),
+        (frozenset({"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem",
+                    "dynamodb:Query"}),
          getatt(table)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.DUE_INDEX)),
     ])

@@ -16,7 +16,8 @@ from leasefence.errors import Unavailable
 from leasefence.targets import fenced_table
 from leasefence.targets.fenced_table import FencedTable
 from leasefence.worker import FunctionHandler, Job, LostOwnership, Worker
-from leasefence.worker.http_backend import HttpBackend
+from leasefence.worker import http_backend
+from leasefence.worker.http_backend import CLAIM_TOKEN_PATIENCE_S, HttpBackend
 
 
 def http_worker(sdk, tenant, kit, name, lease_ms=1_000):
@@ -187,6 +188,26 @@ def test_the_http_backend_resends_an_unanswered_claim_with_its_token(stack, toke
         proxy.close()
     op = sdk.get("only")
     assert (op.state, op.fence, op.attempts, op.lease_owner) == ("claimed", 1, 1, "w1")
+
+
+def test_the_http_backend_gives_up_a_claim_token_once_no_request_with_it_can_still_run(monkeypatch):
+    """A resend answered 503 "in progress" (the first request's claim undecided) keeps its token;
+    once no request with it can still be running (twice API Gateway's 30 s limit from the first
+    send) the token is given up, so a first request that died never stalls the worker."""
+    sent, now = [], [1_000.0]
+
+    class InProgress:
+        def claim(self, worker_id, **request):
+            sent.append(request["claim_token"])
+            raise Unavailable("a claim-next with this claim token is in progress: send it again")
+
+    monkeypatch.setattr(http_backend.time, "monotonic", lambda: now[0])
+    backend = HttpBackend(InProgress(), "acme")
+    for step in (0.0, 10.0, CLAIM_TOKEN_PATIENCE_S - 10.0, 1.0):
+        now[0] += step
+        with pytest.raises(Unavailable):
+            backend.claim_next("w1", 30_000)
+    assert sent[0] == sent[1] == sent[2] != sent[3]
 
 
 # ---------------------------------------------------------------- the payload in the claim answer

@@ -205,8 +205,11 @@ class ClaimRequest(Strict):
         description="Your token for this claim request (one per claim you mean to make; a UUID "
         "will do), sent again unchanged when the answer was lost: while the claim that request "
         "made holds (still claimed under it: not taken over, parked or finished), the resend "
-        "answers that same claim (same fence, no attempt spent). Without it, a resend is a new "
-        "claim. Scoped to the worker_id: another worker's token never matches",
+        "answers that same claim (same fence, no attempt spent). Without operation_id, one token "
+        "makes at most one claim, also when resent while the first request still runs (503 "
+        "unavailable 'in progress' until the first one's claim can be answered; 204 once it "
+        "no longer holds). Without it, a resend is a new claim. Scoped to the worker_id: "
+        "another worker's token never matches",
     )
 
 

@@ -14,30 +14,29 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from leasefence import history, keys
 from leasefence.engine import _expr as x
 from leasefence.engine import _rules as rules
 from leasefence.engine._context import EngineContext, Key
+from leasefence.engine._marker import IN_PROGRESS, NO_FENCE, Marker, MarkerMoved
 from leasefence.engine._reads import Reads
 from leasefence.errors import NotFound, Unavailable
 from leasefence.limits import (
-    CLAIM_MARKER_TTL_MS,
     CLAIM_RETRY_BUDGET_MS,
     CONTENTION_MEMORY,
     DEFAULT_LEASE_MS,
     MEMORY_ENTRIES,
 )
 from leasefence.metrics import Metric
-from leasefence.model import Claim, State, Transition
+from leasefence.model import TERMINAL_STATES, Claim, State, Transition
 from leasefence.schema import (
     DUE_INDEX,
     DUE_PK,
     DUE_SK,
     SWEEP_PK,
     SWEEP_SK,
-    TTL_ATTRIBUTE,
     OperationItem,
 )
 from leasefence.store import ConditionFailed
@@ -46,6 +45,11 @@ from leasefence.validation import validate_id, validate_job_types, validate_leas
 log = logging.getLogger("leasefence.engine")
 
 Write = tuple[str, str, dict[str, str], dict[str, Any]]
+R = TypeVar("R")
+
+#: How many times a claim-next reads its token's marker again after another request with the
+#: token moved it, before answering "in progress" (:data:`~leasefence.engine._marker.IN_PROGRESS`).
+MARKER_ROUNDS = 4
 
 
 class LostRace(Exception):
@@ -73,9 +77,8 @@ def claim_write(
         int(snapshot["max_attempts"]),
     )
     expr = x.Expr(x.STATE_FENCE, x.TRANSITION_NAMES, x.ACTOR, {"#due": DUE_SK})
-    # Pinned to the snapshot's fence (the condition): one above it, and above the floor of this
-    # engine's fence epoch (after a restore, above every fence handed out before).
-    new_fence = max(fence + 1, fence_floor + 1)
+    # Pinned to the snapshot's fence (the condition).
+    new_fence = rules.claim_fence(fence, fence_floor)
     expr.history(
         history.compact_entry(
             Transition.CLAIM, now, actor=worker_id, fence=new_fence, attempts=attempts + 1
@@ -141,18 +144,6 @@ def claim_write(
     return expr.add("#seq :one").write(condition)
 
 
-def marker_write(now: int, operation_id: str) -> Write:
-    """The claim-next marker (:func:`keys.claim_marker_id`): the operation a claim request with a
-    client token is about to claim. Written before that claim write (never onto an operation
-    item); kept a day (TTL); only a pointer for a resend: the claim's own item decides."""
-    return (
-        "SET claimed_op = :op, #ttl = :ttl",
-        x.NOT_AN_OPERATION,
-        {"#ttl": TTL_ATTRIBUTE, **x.STATE},
-        {":op": operation_id, ":ttl": (now + CLAIM_MARKER_TTL_MS) // 1000},
-    )
-
-
 class Claimer:
     """Claims for one engine, with its page sizes and its memory of races and live leases."""
 
@@ -185,16 +176,34 @@ class Claimer:
         token = _client_claim_token(claim_token)
         lease_ms = _claim_lease(lease_ms)
         types = validate_job_types(job_types)
-        marker = None
-        if token is not None:
-            marker = keys.tenant_key(tenant_id, keys.claim_marker_id(worker_id, token))
-            found = self.ctx.store.get(marker)
-            if found is not None and "claimed_op" in found:
-                again = self.confirm_claim(
-                    self.ctx.key(tenant_id, found["claimed_op"]), worker_id, token, types
-                )
-                if isinstance(again, Claim):
-                    return again
+        if token is None:
+            return self.search(tenant_id, worker_id, lease_ms, types, None, None)
+        marker = Marker(self.ctx, tenant_id, worker_id, token)
+        for _round in range(MARKER_ROUNDS):
+            try:
+                if marker.read() is not None:
+                    answered, claim = self.resume(marker, lease_ms, types)
+                    if answered:
+                        return claim
+                claim = self.search(tenant_id, worker_id, lease_ms, types, token, marker)
+                if claim is None:
+                    marker.seal()  # answered none: no request with this token claims any more
+                return claim
+            except MarkerMoved:
+                continue  # another request with this token moved the marker: read it again
+        raise Unavailable(IN_PROGRESS)
+
+    def search(
+        self,
+        tenant_id: str,
+        worker_id: str,
+        lease_ms: int | None,
+        types: tuple[str, ...] | None,
+        token: str | None,
+        marker: Marker | None,
+    ) -> Claim | None:
+        """A claim from the tenant's due partitions, in random order (a lost race's partitions
+        read again at the end)."""
         partitions = [
             (job_type, shard)
             for job_type in (types if types is not None else self.reads.job_types(tenant_id))
@@ -218,6 +227,51 @@ class Claimer:
             if claim is not None:
                 return claim
         return None
+
+    def resume(
+        self, marker: Marker, lease_ms: int | None, types: tuple[str, ...] | None
+    ) -> tuple[bool, Claim | None]:
+        """A claim-next whose token's marker names a candidate (a resend, or a request that
+        raced one), as (answered, claim): that claim when the candidate holds it under the token;
+        a claim of it at the marker's fence when it is still claimable there (the first request's
+        own write, sent again); not answered when the marker's claim provably was never made and
+        never can be (the caller claims another, proving it: :meth:`Marker.point`); otherwise
+        none, the marker sealed (the token's claim may have been made and ended). Raises
+        :class:`Unavailable` while the first request's write may still be in flight."""
+        assert marker.pair is not None
+        operation_id, fence = marker.pair
+        key = self.ctx.key(marker.tenant_id, operation_id)
+        found = self.confirm_claim(key, marker.worker_id, marker.token, types)
+        if isinstance(found, Claim):
+            return True, found
+        if found is not None and rules.is_claim_of(found, marker.worker_id, marker.token):
+            return True, None  # held under this token, but of a job type not asked for now
+        if marker.sealed:
+            return True, None
+        if found is not None and int(found.get("fence", NO_FENCE)) == fence:
+            if found.get("state") in TERMINAL_STATES:
+                return False, None  # ended unclaimed: the marker's claim can never be made
+            if not rules.is_claimable(found, self.ctx.clock(), types):
+                raise Unavailable(IN_PROGRESS)
+            marker.take()
+            claim = self.try_claim(
+                found,
+                marker.worker_id,
+                lease_ms,
+                types,
+                retries=1,
+                claim_token=marker.token,
+                marker=marker,
+            )
+            if claim is None:
+                raise MarkerMoved()  # refused: read the marker again, and go on from what it says
+            return True, claim
+        if found is not None and rules.claimed_by_another(
+            found, rules.claim_fence(fence, self.ctx.fence_floor), marker.token
+        ):
+            return False, None  # another claimer won the candidate: the token claims none yet
+        marker.seal()
+        return True, None
 
     def claim(
         self,
@@ -268,7 +322,7 @@ class Claimer:
         lease_ms: int | None,
         stop_at_race: bool,
         claim_token: str | None = None,
-        marker: Key | None = None,
+        marker: Marker | None = None,
     ) -> tuple[Claim | None, bool]:
         """A claim from one partition, a page at a time. With ``stop_at_race``, the first lost
         race ends it (the page it was read from is stale by then): (None, True)."""
@@ -419,7 +473,7 @@ class Claimer:
         repair: bool = True,
         stop_at_race: bool = False,
         claim_token: str | None = None,
-        marker: Key | None = None,
+        marker: Marker | None = None,
     ) -> Claim | None:
         """One conditional write per try, pinned to the snapshot's fence and attempt counters.
 
@@ -433,14 +487,13 @@ class Claimer:
         write that committed although its answer was lost is recognized from the refusal of its
         resend (:func:`~leasefence.engine._rules.is_claim_of`). A snapshot that already shows this
         worker's claim under the client's token (a resent request) is answered by
-        :meth:`confirm_claim`. With a ``marker`` (claim-next with a client token), the operation
-        about to be claimed is recorded there before its claim write.
-        """
+        :meth:`confirm_claim`. With a ``marker`` (claim-next with a client token), the marker
+        names the operation and the fence of each claim write before it is sent
+        (:meth:`Marker.point`: one claim token, one claim)."""
         ctx = self.ctx
         tenant_id, operation_id = snapshot["tenant_id"], snapshot["operation_id"]
         claim_token = claim_token or uuid.uuid4().hex
         started = ctx.clock()
-        marked = None
         for _ in range(retries + 1):
             if rules.is_claim_of(snapshot, worker_id, claim_token):
                 confirmed = self.confirm_claim(
@@ -457,12 +510,10 @@ class Claimer:
                 if repair:
                     self.repair_due_entry(snapshot, ctx.clock())
                 return None
-            if marker is not None and marked != operation_id:
-                # Before the claim write: a claim that commits is always named by the marker.
-                self.write_retrying(
-                    marker, partial(marker_write, operation_id=operation_id), started
-                )
-                marked = operation_id
+            if marker is not None:
+                # Before the claim write: the marker names the claim this token may make (raises
+                # MarkerMoved when another request with the token moved it).
+                self.write_retrying_marker(marker, operation_id, int(snapshot["fence"]), started)
             try:
                 item = self.write_retrying(
                     ctx.key(tenant_id, operation_id),
@@ -546,21 +597,33 @@ class Claimer:
         key: Key,
         build: Callable[[int], Write],
         started: int,
-        attempts: int = 3,
     ) -> OperationItem | None:
         """A claim write sent again when its answer was lost or the store was busy, each time
         built afresh from the clock (a retry never commits a lease computed before it), and not
         past :data:`~leasefence.limits.CLAIM_RETRY_BUDGET_MS`. Safe because the write carries a
         claim token: if an earlier one committed, the retry is refused and the refusal shows our
         token (recognized by the caller as our own claim)."""
+        return self.retrying(
+            lambda: self.ctx.store.update_operation(key, *build(self.ctx.clock())), started
+        )
+
+    def write_retrying_marker(
+        self, marker: Marker, operation_id: str, fence: int, started: int
+    ) -> None:
+        """:meth:`Marker.point` sent again as :meth:`write_retrying` does (a retry of a write
+        that committed is refused, and the request reads the marker again)."""
+        self.retrying(lambda: marker.point(operation_id, fence), started)
+
+    def retrying(self, send: Callable[[], R], started: int, attempts: int = 3) -> R:
+        """``send()`` again after :class:`Unavailable`, at most ``attempts`` times and not past
+        :data:`~leasefence.limits.CLAIM_RETRY_BUDGET_MS` from ``started``."""
         for attempt in range(attempts):
-            now = self.ctx.clock()
             try:
-                return self.ctx.store.update_operation(key, *build(now))
+                return send()
             except Unavailable:
                 if attempt == attempts - 1 or self.ctx.clock() - started >= CLAIM_RETRY_BUDGET_MS:
                     raise
-        return None  # pragma: no cover
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def claimed(self, item: OperationItem, worker_id: str, replay: bool = False) -> Claim:
         """The claim ``item`` shows; ``replay``: a resent request answered with it again."""

@@ -290,7 +290,11 @@ class Engine:
         and the token: :func:`keys.claim_marker_id`); a resend reads the marker first and, while
         the claim it names holds, answers that same claim (:meth:`_confirm_claim`), spending no
         attempt. The marker is written before the claim, so a claim that committed is always
-        named by it, even when the engine never learned that it committed.
+        named by it, even when the engine never learned that it committed. One token makes at
+        most one claim, also when resent while the first request still runs: the marker is
+        changed by conditional writes only (:mod:`leasefence.engine._marker`), and a resend that
+        cannot tell whether the first request's write will still commit raises
+        :class:`~leasefence.errors.Unavailable` ("in progress"), never claims another.
         """
         return self._claimer.claim_next(tenant_id, worker_id, lease_ms, job_types, claim_token)
 

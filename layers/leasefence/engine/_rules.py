@@ -75,6 +75,21 @@ def is_claim_of(item: Item | None, worker_id: str, claim_token: str) -> bool:
     )
 
 
+def claim_fence(fence: int, fence_floor: int) -> int:
+    """The fence a claim of an operation read at ``fence`` gives: one above it, and above the
+    floor of the engine's fence epoch (after a restore, above every fence handed out before)."""
+    return max(fence + 1, fence_floor + 1)
+
+
+def claimed_by_another(item: Item, fence: int, claim_token: str) -> bool:
+    """Whether ``item`` holds, at ``fence``, a claim made under another claim token."""
+    return (
+        item.get("state") == State.CLAIMED
+        and int(item.get("fence", -1)) == fence
+        and item.get("claim_token") != claim_token
+    )
+
+
 def lost_race(current: Item, snapshot: Item) -> bool:
     """A claim write refused because another claimer took the operation since ``snapshot``."""
     return int(current.get("fence", 0)) > int(snapshot["fence"])

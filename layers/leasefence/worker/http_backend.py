@@ -21,7 +21,9 @@ when the answer has none (a by-reference payload, a server older than the field)
 Each claim request carries a claim token. The SDK resends it after a lost answer; when the SDK
 gives up (:class:`~leasefence.errors.Unavailable`), the backend keeps that token and sends it
 with the worker's next claim, so a claim that was made meanwhile is answered again (same fence,
-no attempt spent) instead of being left to lapse.
+no attempt spent) instead of being left to lapse. A resend while the first request still runs is
+safe (one claim token, one claim: it answers the claim the first makes, or 503 "in progress");
+after :data:`CLAIM_TOKEN_PATIENCE_S` of such answers the token is given up for a new one.
 
 Every claim and heartbeat is bounded by the lease (issue 34: one lost heartbeat answer waited
 out the SDK's 10 s timeout and its retries, and a 6 s lease lapsed before the next try): each
@@ -61,6 +63,12 @@ def _ms(moment: datetime) -> int:
 #: second; the first claim after that resets it. A job enqueued while the fleet is idle waits up
 #: to this long to be claimed.
 IDLE_MAX_SLEEP_MS = 20_000
+#: How long (seconds from its first send) the backend keeps sending an unanswered claim token:
+#: twice API Gateway's 30 s integration limit, so no request with it can still be running after
+#: it. A resend that finds the first request's claim still undecided is answered 503 "in
+#: progress" (one claim token, one claim): past this, that first request is gone, and a new token
+#: lets the worker claim again.
+CLAIM_TOKEN_PATIENCE_S = 60.0
 
 
 class HttpBackend:
@@ -70,8 +78,9 @@ class HttpBackend:
     def __init__(self, client: LeaseFenceClient, tenant_id: str) -> None:
         self.client = client
         self.tenant_id = tenant_id
-        #: Per worker id: the token of a claim request whose answer never came, sent again next.
-        self._unanswered: dict[str, str] = {}
+        #: Per worker id: the token of a claim request whose answer never came, sent again next
+        #: (within :data:`CLAIM_TOKEN_PATIENCE_S` of its first send, the second element).
+        self._unanswered: dict[str, tuple[str, float]] = {}
         #: Per claim (operation id, fence): when its lease ends, as far as this worker can count
         #: on it (:func:`time.monotonic`): the send time of the request that granted or renewed
         #: it, plus the lease granted. Bounds the next heartbeat.
@@ -112,10 +121,10 @@ class HttpBackend:
         self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None = None
     ) -> Claim | None:
         lease_seconds = max(1, lease_ms // 1000)
-        with self._lock:
-            token = self._unanswered.get(worker_id) or uuid.uuid4().hex
-            self._unanswered[worker_id] = token
         sent = time.monotonic()
+        with self._lock:
+            token, first_sent = self._unanswered.get(worker_id) or (uuid.uuid4().hex, sent)
+            self._unanswered[worker_id] = (token, first_sent)
         try:
             claim = self.client.claim(
                 worker_id,
@@ -126,7 +135,10 @@ class HttpBackend:
                 try_timeout=lease_seconds / 3,
             )
         except Unavailable:
-            raise  # the token stays: the next claim by this worker sends it again
+            if time.monotonic() - first_sent >= CLAIM_TOKEN_PATIENCE_S:
+                with self._lock:
+                    self._unanswered.pop(worker_id, None)
+            raise  # the token stays (while it may still be running): the next claim resends it
         except Exception:
             with self._lock:
                 self._unanswered.pop(worker_id, None)

@@ -3,8 +3,6 @@ passes the same bounds with every state explored, and how much is explored is pi
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from leasefence_tools.modelcheck.explorer import dead_ends, explore
@@ -18,6 +16,7 @@ CLEAN_STATES = {
     "erasure_forgets_intent": 135,
     "approval_by_reference": 1,
     "claim_token_without_marker": 163,
+    "unconditional_marker": 1018,
     "no_inline_compaction": 22,
 }
 #: The counterexample's length (steps, the enqueues first) each mutation is found with.
@@ -26,6 +25,7 @@ TRACE_STEPS = {
     "erasure_forgets_intent": 12,
     "approval_by_reference": 2,
     "claim_token_without_marker": 3,
+    "unconditional_marker": 7,
     "no_inline_compaction": 5,
 }
 
@@ -77,22 +77,17 @@ def test_remembered_answers_explore_what_moto_answers(world):
     assert sent.states == CLEAN_STATES[mutation.name]
 
 
-#: One worker, two class-B operations, one claim-next resent while the first request runs (the
-#: first advanced one store request per step): issue 33's "one claim token, one claim".
-IN_FLIGHT = dataclasses.replace(
-    next(m.bound for m in MUTATIONS if m.name == "claim_token_without_marker"),
-    lost_answers=0,
-    inflight=1,
-)
-
-
-def test_a_claim_next_resent_while_it_runs_claims_twice_issue_33(world):
-    """Open finding (issue 33, not fixed yet): the marker is written unconditionally before the
-    claim write, so a resend running between the first request's reads and its claim write
-    claims the other operation. The model check finds it on the engine as it is; when issue 33
-    is fixed this test must become a clean bound plus a mutation that re-introduces the bug."""
-    result = explore(IN_FLIGHT, world=world)
-    assert result.violation is not None, result.summary()
-    assert result.violation.startswith("one_claim_per_token:"), result.summary()
-    assert "resend w1" in result.trace, result.summary()
-    assert len(result.trace) == 7, result.summary()
+def test_a_claim_next_resent_while_it_runs_claims_once_issue_33(world):
+    """Issue 33 (found by this model check on the engine before the fix, 7 steps): a claim-next
+    resent with its token while the first request still ran claimed a second operation. The
+    marker now decides by conditional writes which claim the token makes: at the same bound
+    (``unconditional_marker``'s) the engine holds with every state explored
+    (:func:`test_the_engine_passes_every_interleaving_at_the_bound`), and the unconditional marker
+    re-introduced is found as it was: the resend claims one operation, the first the other."""
+    mutation = next(m for m in MUTATIONS if m.name == "unconditional_marker")
+    assert mutation.bound.inflight == 1
+    with mutation.apply():
+        result = explore(mutation.bound, world=world)
+    assert result.violation is not None and "resend w1" in result.trace, result.summary()
+    resend = result.trace.index("resend w1")
+    assert any("in flight: sends UpdateItem" in step for step in result.trace[resend:])

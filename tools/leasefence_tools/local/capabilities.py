@@ -46,7 +46,8 @@ REQUIRED: Final = (TRANSACTIONS, RETURNED_ITEM)
 
 #: What each capability is for (for the messages).
 CONSEQUENCE: Final = {
-    TRANSACTIONS: "a class-A completion and its business writes commit in one transaction",
+    TRANSACTIONS: "a class-A completion and its business writes commit in one transaction, and "
+    "a resent claim-next proves its token's claim spent before it claims another",
     RETURNED_ITEM: "every refusal (replay, conflict, lost ownership) is decided from the item the "
     "refused write returns",
     TTL: "ended operations are never deleted",

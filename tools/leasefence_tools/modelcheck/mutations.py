@@ -8,12 +8,14 @@ leasefence_tools.modelcheck --mutations`` run each one at its bound and expect a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from leasefence import history, keys
-from leasefence.engine import _claim, _enqueue, _expr, _rules
+from leasefence import history
+from leasefence.engine import _claim, _enqueue, _expr, _marker, _rules
+from leasefence.model import Claim
 from leasefence_tools.modelcheck.protocol import Bound
 
 
@@ -58,25 +60,46 @@ def claim_token_without_marker() -> contextlib.AbstractContextManager[None]:
     """Issue 21 case 8: a claim-next request sent again with its token (the answer of the first
     was lost) does not find what the first one claimed, and claims another operation: two
     claims under one token, the first held by nobody who knows."""
-    original = _claim.Claimer.claim_next
 
-    def claim_next(self: Any, *args: Any) -> Any:
-        store = self.ctx.store
-        get = store.get
+    class NoMarker(_marker.Marker):
+        def read(self) -> None:
+            return None
 
-        def forgetful(key: Any, *more: Any, **kw: Any) -> Any:
-            values = key.values() if isinstance(key, dict) else [key]
-            if any(isinstance(v, str) and v.startswith(keys.CLAIM_MARKER_PREFIX) for v in values):
-                return None
-            return get(key, *more, **kw)
+        def point(self, operation_id: str, fence: int) -> None:
+            pass
 
-        store.get = forgetful
-        try:
-            return original(self, *args)
-        finally:
-            del store.get
+        def seal(self) -> None:
+            pass
 
-    return _patched(_claim.Claimer, "claim_next", claim_next)
+    return _patched(_claim, "Marker", NoMarker)
+
+
+@contextlib.contextmanager
+def unconditional_marker() -> Iterator[None]:
+    """Issue 33: the marker is written unconditionally before the claim write, and a resend that
+    cannot confirm the operation it names (still queued: the first request has not written its
+    claim yet) claims another and re-points the marker; the first then claims the one it named."""
+
+    class Unconditional(_marker.Marker):
+        def point(self, operation_id: str, fence: int) -> None:
+            self.ctx.store.update(
+                self.key,
+                "SET claimed_op = :op, claimed_fence = :cf",
+                _expr.NOT_AN_OPERATION,
+                dict(_expr.STATE),
+                {":op": operation_id, ":cf": fence},
+                returns="NONE",
+            )
+            self.pair, self.sole = (operation_id, fence), True
+
+    def resume(self: Any, marker: Any, _lease_ms: Any, types: Any) -> tuple[bool, Any]:
+        assert marker.pair is not None
+        key = self.ctx.key(marker.tenant_id, marker.pair[0])
+        found = self.confirm_claim(key, marker.worker_id, marker.token, types)
+        return (True, found) if isinstance(found, Claim) else (False, None)
+
+    with _patched(_claim, "Marker", Unconditional), _patched(_claim.Claimer, "resume", resume):
+        yield
 
 
 def no_inline_compaction() -> contextlib.AbstractContextManager[None]:
@@ -95,6 +118,17 @@ class Mutation:
     #: The safety invariant that finds it, or ``liveness`` (a state with no way out).
     invariant: str
 
+
+#: One worker, two class-B operations, one lost answer.
+_CLAIM_TOKEN_BOUND = Bound(
+    kinds=("b", "b"),
+    attempts=1,
+    clock_jumps=0,
+    lost_answers=1,
+    requeues=0,
+    erase=False,
+    cancel=False,
+)
 
 MUTATIONS = (
     Mutation(
@@ -122,15 +156,15 @@ MUTATIONS = (
         "claim_token_without_marker",
         "a claim token resent after a lost answer giving two claims",
         claim_token_without_marker,
-        Bound(
-            kinds=("b", "b"),
-            attempts=1,
-            clock_jumps=0,
-            lost_answers=1,
-            requeues=0,
-            erase=False,
-            cancel=False,
-        ),
+        _CLAIM_TOKEN_BOUND,
+        "one_claim_per_token",
+    ),
+    Mutation(
+        "unconditional_marker",
+        "a claim-next resent while it runs giving two claims",
+        unconditional_marker,
+        # The same, the lost answer replaced by a claim-next resent while it runs.
+        dataclasses.replace(_CLAIM_TOKEN_BOUND, lost_answers=0, inflight=1),
         "one_claim_per_token",
     ),
     Mutation(
