@@ -14,18 +14,55 @@ operation, so that the operation item stays under 1 KB and each of its writes co
   find it (:func:`delete_all`: every payload item under the operation's prefix).
 * **Read** by :func:`read` with a strongly consistent ``GetItem`` (the claim answer, the payload
   route, the worker runtime), checked against the operation's hash like an S3 object.
+* **Deleted by DynamoDB's TTL, not by a purge pass** (issue 32, step 4). The item carries the
+  table's TTL attribute: its enqueue + the payload retention + :data:`PAYLOAD_EXPIRY_SLACK_MS`,
+  which covers an ordinary lifecycle (it ends within the slack) with no other write. Only the
+  rare paths write again, each after its operation's own conditional write and each conditional
+  so that it never shortens the payload's life (:func:`push`): an operation parked ``unknown`` or
+  ``quarantined`` holds its payload (the TTL is removed: :func:`hold`), a retry due past the
+  slack pushes it to the retry's time + retention + slack (:func:`after_close`), and an end past
+  the slack, after a park or under the approval gate pushes it to the end + the retention
+  (:func:`after_end`). The operation gets no purge index entry. TTL deletes late (days): every
+  reader treats an item past its expiry as gone (:func:`read`), and an ended operation past its
+  payload retention reads as its purge would have left it (:func:`as_read`).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from leasefence import keys
+from leasefence import history, keys
 from leasefence.engine._context import EngineContext
 from leasefence.errors import PayloadMissing
+from leasefence.limits import PAYLOAD_EXPIRY_SLACK_MS
+from leasefence.model import TERMINAL_STATES, State
 from leasefence.payloads import read_kept
-from leasefence.schema import LAYOUT, LAYOUT_ATTRIBUTE, PAYLOAD_BODY
+from leasefence.schema import (
+    LAYOUT,
+    LAYOUT_ATTRIBUTE,
+    PAYLOAD_BODY,
+    PURGE_PK,
+    PURGE_SK,
+    TTL_ATTRIBUTE,
+    OperationItem,
+)
+from leasefence.store import ConditionFailed
+
+_ENDED = frozenset(s.value for s in TERMINAL_STATES)
+#: What an ended operation's reader no longer shows once its payload retention is over (the
+#: history and the free text the purge's slimming write removed: :data:`leasefence.engine._erasure.SLIMMED_AWAY`).
+_HIDDEN = frozenset(
+    {
+        history.ITEM_HISTORY,
+        history.ITEM_DROPPED,
+        history.ITEM_BYTES,
+        "reason",
+        "checkpoint",
+        "intent",
+    }
+)
 
 
 def in_payload_item(item: Mapping[str, Any]) -> bool:
@@ -38,23 +75,157 @@ def in_payload_item(item: Mapping[str, Any]) -> bool:
     )
 
 
+def _epoch_s(ms: int) -> int:
+    """A time in ms as the TTL attribute holds it (epoch seconds, rounded up: never earlier)."""
+    return -(-ms // 1000)
+
+
+def expires_ms(ctx: EngineContext, since: int) -> int:
+    """The expiry a payload item gets when its operation may still be live at ``since``."""
+    return since + ctx.payload_retention_ms + PAYLOAD_EXPIRY_SLACK_MS
+
+
 def write(
-    ctx: EngineContext, tenant_id: str, operation_id: str, payload_hash: str, text: str
-) -> None:
-    """Put the payload item (before the operation item's put: see the module's docstring)."""
+    ctx: EngineContext,
+    tenant_id: str,
+    operation_id: str,
+    payload_hash: str,
+    text: str,
+    since: int,
+) -> bool:
+    """Write the payload item (before the operation item's put: see the module's docstring) with
+    its expiry (:func:`expires_ms` of ``since``), unless one of this key is already there and not
+    expired: the same bytes (the key holds their hash), whose life this write must not change (a
+    parked operation's payload holds no expiry; an ended one's expires at its end + the
+    retention). False: it was there."""
     key = keys.payload_key(tenant_id, operation_id, payload_hash)
-    ctx.store.put_plain({**key, PAYLOAD_BODY: text})
+    now = ctx.clock()
+    try:
+        ctx.store.update(
+            key,
+            f"SET {PAYLOAD_BODY} = :body, #ttl = :ttl",
+            "attribute_not_exists(operation_id) OR #ttl <= :now",
+            {"#ttl": TTL_ATTRIBUTE},
+            {":body": text, ":ttl": _epoch_s(expires_ms(ctx, since)), ":now": now // 1000},
+            returns="NONE",
+        )
+    except ConditionFailed:
+        return False
+    return True
 
 
-def keeps(existing: Mapping[str, Any], payload_hash: str) -> bool:
+def retention_over(item: Mapping[str, Any], now: int) -> bool:
+    """Whether ``item`` is an ended operation of a payload item, neither purged nor erased by a
+    write, whose payload retention is over (``purge_at``, its end + the retention, passed): its
+    payload item is gone or expired, and its history and free text read as expired."""
+    return (
+        in_payload_item(item)
+        and item.get("state") in _ENDED
+        and PURGE_PK not in item
+        and PURGE_SK in item
+        and int(item[PURGE_SK]) <= now
+        and "payload_purged_at" not in item
+        and "erased_at" not in item
+        and history.ITEM_HISTORY_EXPIRED not in item
+    )
+
+
+def as_read(item: Mapping[str, Any], now: int) -> Mapping[str, Any]:
+    """The item as its readers see it: once :func:`retention_over`, as the purge's slimming write
+    would have left it (payload purged and history expired at ``purge_at``, no free text), though
+    the bytes stay until TTL deletes the item (the identity retention) or an erasure."""
+    if not retention_over(item, now):
+        return item
+    over = int(item[PURGE_SK])
+    kept = {k: v for k, v in item.items() if k not in _HIDDEN}
+    return {**kept, "payload_purged_at": over, history.ITEM_HISTORY_EXPIRED: over}
+
+
+def keeps(existing: Mapping[str, Any], payload_hash: str, now: int) -> bool:
     """Whether an operation item that refused an enqueue refers to the payload item that enqueue
-    wrote (same layout-2 payload, still stored): only then does the item stay."""
+    wrote (same layout-2 payload, still stored and within its retention): only then does the
+    item stay."""
     return (
         in_payload_item(existing)
         and existing.get("payload_hash") == payload_hash
         and "payload_purged_at" not in existing
         and "erased_at" not in existing
+        and not retention_over(existing, now)
     )
+
+
+def push(ctx: EngineContext, item: Mapping[str, Any], until: int, held: bool = False) -> bool:
+    """Make the operation's payload item live until ``until`` (ms) at least: one conditional
+    write that only ever lengthens its life (an item held with no expiry stays held, unless
+    ``held``: the operation ended, and its held payload now expires) and never recreates a deleted
+    one. False when it changed nothing."""
+    key = keys.payload_key(item["tenant_id"], item["operation_id"], item["payload_hash"])
+    later = "#ttl < :ttl"
+    try:
+        ctx.store.update(
+            key,
+            "SET #ttl = :ttl",
+            "attribute_exists(operation_id) AND "
+            + (f"(attribute_not_exists(#ttl) OR {later})" if held else later),
+            {"#ttl": TTL_ATTRIBUTE},
+            {":ttl": _epoch_s(until)},
+            returns="NONE",
+        )
+    except ConditionFailed:
+        return False
+    return True
+
+
+def hold(ctx: EngineContext, item: Mapping[str, Any]) -> None:
+    """A parked operation keeps its payload however long it stays parked: its payload item's TTL
+    is removed (written after the park; the resolution's end gives it one again)."""
+    if not in_payload_item(item):
+        return
+    key = keys.payload_key(item["tenant_id"], item["operation_id"], item["payload_hash"])
+    with contextlib.suppress(ConditionFailed):  # gone: erased (nothing to hold)
+        ctx.store.update(
+            key,
+            "REMOVE #ttl",
+            "attribute_exists(operation_id)",
+            {"#ttl": TTL_ATTRIBUTE},
+            {},
+            returns="NONE",
+        )
+
+
+def after_close(ctx: EngineContext, item: OperationItem) -> OperationItem:
+    """After a fenced command's write (or its replay: a crash may have kept this from landing the
+    first time): a park holds the payload, a retry due past the slack pushes it past the retry,
+    an end pushes it as :func:`after_end` says. Returns ``item``."""
+    if not in_payload_item(item):
+        return item
+    now = int(item["updated_at"])
+    state = item.get("state")
+    if state in (State.UNKNOWN.value, State.QUARANTINED.value):
+        hold(ctx, item)
+    elif state == State.QUEUED.value:
+        due = int(item.get("due_at", now))
+        if due > int(item["created_at"]) + PAYLOAD_EXPIRY_SLACK_MS:
+            push(ctx, item, expires_ms(ctx, due))
+    elif state in _ENDED:
+        after_end(ctx, item, now)
+    return item
+
+
+def after_end(ctx: EngineContext, item: Mapping[str, Any], now: int, parked: bool = False) -> None:
+    """After the write that ended the operation at ``now``: its payload must be kept until
+    ``now`` + the retention. The enqueue's expiry covers that when it ended within the slack of
+    its enqueue (or of its approval; one that never got approved ended within its approval
+    window, which its expiry counts); otherwise, or after a park (which held it: ``parked``, or
+    a requeue by an operator), one conditional push."""
+    if not in_payload_item(item) or "erased_at" in item:
+        return
+    held = parked or bool(item.get("requeued"))
+    if item.get("enqueued_by") is not None and item.get("approved_at") is None and not held:
+        return  # rejected, cancelled or expired while awaiting approval
+    since = int(item.get("approved_at") or item["created_at"])
+    if held or now > since + PAYLOAD_EXPIRY_SLACK_MS:
+        push(ctx, item, now + ctx.payload_retention_ms, held=True)
 
 
 def drop(ctx: EngineContext, tenant_id: str, operation_id: str, payload_hash: str) -> None:
@@ -92,4 +263,7 @@ def read(ctx: EngineContext, tenant_id: str, operation_id: str, payload_hash: st
     found = ctx.store.get(keys.payload_key(tenant_id, operation_id, payload_hash))
     if found is None or PAYLOAD_BODY not in found:
         raise PayloadMissing("the payload was purged or erased")
+    if TTL_ATTRIBUTE in found and int(found[TTL_ATTRIBUTE]) * 1000 <= ctx.clock():
+        # Expired: TTL deletes it some time later (days); it is gone from now on.
+        raise PayloadMissing("the payload's retention is over")
     return read_kept(str(found[PAYLOAD_BODY]), payload_hash)
