@@ -156,11 +156,6 @@ DEFAULT_PAYLOAD_RETENTION_MS = DEFAULT_PAYLOAD_RETENTION_DAYS * DAY_MS
 #: this long after its payload's purge time, whatever the identity retention: a sweeper that fell
 #: this far behind still finds the payload to delete before DynamoDB's TTL deletes the item.
 PURGE_BEFORE_TTL_MS = 7 * DAY_MS
-#: A payload item (layout 2) expires at its enqueue + the payload retention + this slack: an
-#: operation that ends within it needs no other write for its payload to be kept until its end +
-#: the retention (DynamoDB's TTL deletes it). Longer lives push the expiry (the rare paths:
-#: :mod:`leasefence.engine._payload_items`).
-PAYLOAD_EXPIRY_SLACK_MS = DAY_MS
 #: After the identity retention became forever, the TTLs already set on ended identities are
 #: cleared in passes over the table; a pass that started this long after the sweeper first saw
 #: the switch is the last one: by then no function still configured with the old window (the

@@ -151,8 +151,8 @@ def test_a_whole_tenant_of_both_layouts_is_erased(engine, ddb, spec, clock, aws)
 
 def test_beside_the_old_purge_path_a_layout_2_payload_expires_by_ttl(engine, ddb, spec, clock):
     """The old operations keep their purge entries and are purged by the sweeper; operations
-    enqueued by this code under layout 2 get none: their payload items carry the table's TTL
-    (enqueue + retention + slack), and they read as purged once their end + retention passed."""
+    enqueued by this code under layout 2 get none: their payload items get the table's TTL when
+    they end (end + retention), and they read as purged once that passed."""
     c = canonicalize({"order": "new"})
     engine.enqueue(T, "op-new", "refund", c.hash, payload_json=c.body)
     claim = engine.claim(T, "op-new", "w-new")

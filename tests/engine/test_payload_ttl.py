@@ -1,8 +1,9 @@
 """A payload item (layout 2) is deleted by DynamoDB's TTL, not by a purge pass (issue 32, step 4):
-an ordinary lifecycle writes nothing after its end, every reader treats an item past its expiry
-as gone before TTL deletes it, and an operation parked, awaiting approval or waiting on a retry
-past the slack keeps its payload. Months pass on the manual clock, on the embedded endpoint with
-DynamoDB's TTL deletion emulated (fidelity: a day to three after the TTL time, never before)."""
+no TTL while its operation is live (queued for weeks, parked, awaiting approval, waiting on a
+retry), the end + the payload retention once it ended, every reader treating an item past its
+expiry as gone before TTL deletes it. Months pass on the manual clock, on the embedded endpoint
+with DynamoDB's TTL deletion emulated (fidelity: a day to three after the TTL time, never
+before)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from leasefence import Engine, State, keys
 from leasefence.clock import ManualClock
 from leasefence.engine import _payload_items as payload_items
 from leasefence.errors import PayloadMissing
-from leasefence.limits import PAYLOAD_EXPIRY_SLACK_MS
 from leasefence.payloads import canonicalize
 from leasefence.schema import PURGE_PK, TTL_ATTRIBUTE, TableSpec
 from leasefence_tools.local.embedded import EmbeddedAws, Fidelity
@@ -82,6 +82,11 @@ def expiry_ms(engine, op):
     return None if TTL_ATTRIBUTE not in found else int(found[TTL_ATTRIBUTE]) * 1000
 
 
+def ends_at(ms):
+    """The payload item's expiry (ms, whole seconds rounded up) of an operation ended at ``ms``."""
+    return -(-(ms + RETENTION) // 1000) * 1000
+
+
 def reads(engine, op):
     return json.loads(engine.payload(engine.get(T, op))) == PAYLOAD
 
@@ -89,15 +94,15 @@ def reads(engine, op):
 def test_an_ordinary_lifecycle_leaves_its_payload_to_ttl_and_readers_are_honest(world, ttl_aws):
     make, clock, travel = world
     engine = make()
-    created = enqueue(engine, "op-1").created_at
-    assert expiry_ms(engine, "op-1") == created + RETENTION + PAYLOAD_EXPIRY_SLACK_MS
+    enqueue(engine, "op-1")
+    assert expiry_ms(engine, "op-1") is None  # live: nothing may delete it
     claim = engine.claim(T, "op-1", "w1")
     assert json.loads(engine.payload(claim)) == PAYLOAD
     engine.heartbeat(T, "op-1", claim.fence, "w1", intent="charge")
     ended = engine.complete(T, "op-1", claim.fence, "ok").updated_at
     item = engine.store.get({"tenant_id": T, "operation_id": "op-1"})
     assert PURGE_PK not in item  # no purge index entry: nothing for the sweeper
-    assert expiry_ms(engine, "op-1") == created + RETENTION + PAYLOAD_EXPIRY_SLACK_MS  # no push
+    assert expiry_ms(engine, "op-1") == ends_at(ended)
 
     travel(ended + RETENTION - 1 - clock())  # the last moment of the retention
     assert reads(engine, "op-1") and len(engine.history(T, "op-1").entries) == 3
@@ -129,94 +134,73 @@ def test_an_ordinary_lifecycle_leaves_its_payload_to_ttl_and_readers_are_honest(
     assert payload_item(engine, "op-1") is None  # the replay keeps nothing past the retention
 
 
-def test_a_parked_operation_keeps_its_payload_for_months_until_it_ends(world, ttl_aws):
-    make, _clock, travel = world
+def test_live_operations_keep_their_payload_for_months_until_they_end(world, ttl_aws):
+    """Queued with nobody working, parked by its holder or the sweeper, awaiting approval,
+    waiting on a retry: months pass, TTL runs, and every payload is still there."""
+    make, clock, travel = world
     engine = make()
+    enqueue(engine, "backlog-1")
     enqueue(engine, "parked-1")
     claim = engine.claim(T, "parked-1", "w1")
     engine.park_unknown(T, "parked-1", claim.fence, "timeout")
     enqueue(engine, "swept-1", max_attempts=1)
     engine.claim(T, "swept-1", "w1", lease_ms=5_000)
+    enqueue(engine, "gated-1", approval_required=True, approval_valid_ms=30 * DAY, actor="alice")
+    enqueue(engine, "retry-1")
+    claim = engine.claim(T, "retry-1", "w1")
+    engine.fail(T, "retry-1", claim.fence, True, "busy", retry_after_ms=DAY)
     travel(10_000)
-    assert engine.sweep().swept == 1  # the sweeper parks it: unknown
-    for op in ("parked-1", "swept-1"):
-        assert expiry_ms(engine, op) is None  # held: no expiry while parked
-    # A replay of a parked operation gives its payload no expiry back.
+    assert engine.sweep().swept == 1  # the sweeper parks swept-1: unknown
+    live = ("backlog-1", "parked-1", "swept-1", "gated-1", "retry-1")
+    # A replay of a live operation gives its payload no expiry.
     assert not engine.enqueue(T, "parked-1", "refund", C.hash, payload_json=C.body).created
-    assert expiry_ms(engine, "parked-1") is None
 
-    travel(120 * DAY)
+    travel(29 * DAY)
+    engine.approve(T, "gated-1", C.hash, "bob")
+    travel(60 * DAY)  # 89 days: far past the payload retention
     ttl_aws.reap_ttl()
-    assert reads(engine, "parked-1") and reads(engine, "swept-1")
+    for op in live:
+        assert expiry_ms(engine, op) is None and reads(engine, op), op
 
-    resolved = engine.resolve(T, "parked-1", "succeeded", note="checked")
-    assert expiry_ms(engine, "parked-1") == -(-(resolved.updated_at + RETENTION) // 1000) * 1000
+    resolved = engine.resolve(T, "parked-1", "succeeded", note="checked").updated_at
+    assert expiry_ms(engine, "parked-1") == ends_at(resolved)
     engine.resolve(T, "swept-1", "requeue", note="run it again")
-    travel(40 * DAY)  # requeued: held still, until it ends
-    claim = engine.claim(T, "swept-1", "w2")
-    assert json.loads(engine.payload(claim)) == PAYLOAD
-    ended = engine.complete(T, "swept-1", claim.fence, "ok").updated_at
-    assert expiry_ms(engine, "swept-1") == -(-(ended + RETENTION) // 1000) * 1000
+    assert expiry_ms(engine, "swept-1") is None  # requeued: live again
+    for op in ("backlog-1", "swept-1", "gated-1", "retry-1"):
+        claim = engine.claim(T, op, "w2")
+        assert json.loads(engine.payload(claim)) == PAYLOAD, op
+        ended = engine.complete(T, op, claim.fence, "ok").updated_at
+        assert expiry_ms(engine, op) == ends_at(ended), op
 
     travel(RETENTION + 4 * DAY)
     ttl_aws.reap_ttl()
-    assert payload_item(engine, "parked-1") is None and payload_item(engine, "swept-1") is None
+    for op in live:
+        assert payload_item(engine, op) is None, op
 
 
-def test_an_operation_awaiting_approval_keeps_its_payload_through_its_window(world):
+def test_the_expiry_is_written_once_never_shortened_and_mended_by_a_replay(world):
     make, clock, travel = world
     engine = make()
-    created = enqueue(
-        engine, "gated-1", approval_required=True, approval_valid_ms=30 * DAY, actor="alice"
-    ).created_at
-    deadline = created + 30 * DAY
-    assert expiry_ms(engine, "gated-1") == deadline + RETENTION + PAYLOAD_EXPIRY_SLACK_MS
-    enqueue(engine, "gated-2", approval_required=True, approval_valid_ms=DAY, actor="alice")
-    travel(30 * DAY - HOUR)  # approved at the last hour of its window
-    engine.approve(T, "gated-1", C.hash, "bob")
-    assert engine.sweep().approvals_expired == 1  # gated-2: ended within its window's expiry
-    assert expiry_ms(engine, "gated-2") == created + DAY + RETENTION + PAYLOAD_EXPIRY_SLACK_MS
-    travel(3 * DAY)  # then a backlog: claimed three days after its approval
-    claim = engine.claim(T, "gated-1", "w1")
-    assert json.loads(engine.payload(claim)) == PAYLOAD
-    ended = engine.complete(T, "gated-1", claim.fence, "ok").updated_at
-    assert expiry_ms(engine, "gated-1") == -(-(ended + RETENTION) // 1000) * 1000
-    travel(ended + RETENTION - 1 - clock())
-    assert reads(engine, "gated-1")
-
-
-def test_a_retry_due_past_the_slack_pushes_the_expiry_and_a_push_never_shortens_it(world):
-    make, _clock, travel = world
-    engine = make(retention=0)  # the payload goes at the end: only the slack covers a lifecycle
-    created = enqueue(engine, "retry-1").created_at
-    assert expiry_ms(engine, "retry-1") == created + PAYLOAD_EXPIRY_SLACK_MS
-    travel(20 * HOUR)
-    claim = engine.claim(T, "retry-1", "w1")
-    retry = engine.fail(T, "retry-1", claim.fence, True, "busy", retry_after_ms=DAY)
-    due = retry.updated_at + DAY  # past the slack: its payload must outlive the wait
-    assert expiry_ms(engine, "retry-1") == due + PAYLOAD_EXPIRY_SLACK_MS
-    travel(DAY)  # without the push it would have expired 20 hours ago
-    claim = engine.claim(T, "retry-1", "w1")
-    assert json.loads(engine.payload(claim)) == PAYLOAD
-    engine.complete(T, "retry-1", claim.fence, "ok")
-    # The end's push (end + retention 0) would be earlier: refused, the expiry stays.
-    assert expiry_ms(engine, "retry-1") == due + PAYLOAD_EXPIRY_SLACK_MS
-    # A replay of a live operation does not move its payload's expiry either.
-    enqueue(engine, "live-1")
-    before = expiry_ms(engine, "live-1")
+    enqueue(engine, "op-2")
+    claim = engine.claim(T, "op-2", "w1")
+    real = payload_items.after_end
+    payload_items.after_end = lambda ctx, item: None  # a crash right after the ending write
+    try:
+        ended = engine.complete(T, "op-2", claim.fence, "ok").updated_at
+    finally:
+        payload_items.after_end = real
+    assert expiry_ms(engine, "op-2") is None
     travel(HOUR)
-    assert not engine.enqueue(T, "live-1", "refund", C.hash, payload_json=C.body).created
-    assert expiry_ms(engine, "live-1") == before
-
-
-def test_an_end_past_the_slack_pushes_the_expiry_to_the_end_plus_the_retention(world):
-    make, _clock, travel = world
-    engine = make()
-    created = enqueue(engine, "late-1").created_at
-    travel(3 * DAY)  # a backlog: claimed three days after its enqueue
-    claim = engine.claim(T, "late-1", "w1")
-    ended = engine.complete(T, "late-1", claim.fence, "ok").updated_at
-    assert expiry_ms(engine, "late-1") == -(-(ended + RETENTION) // 1000) * 1000
-    assert expiry_ms(engine, "late-1") > created + RETENTION + PAYLOAD_EXPIRY_SLACK_MS
-    travel(RETENTION - 1)
-    assert reads(engine, "late-1")
+    engine.complete(T, "op-2", claim.fence, "ok")  # the client's retry: a replay, and the mend
+    assert expiry_ms(engine, "op-2") == ends_at(ended)  # the end's time, not the replay's
+    # A later write for the same end (a replay of a replay) changes nothing, nor shortens it.
+    engine._ctx.payload_retention_ms = 0
+    engine.complete(T, "op-2", claim.fence, "ok")
+    assert expiry_ms(engine, "op-2") == ends_at(ended)
+    # An erased operation's payload item is gone, and an ending write never brings it back.
+    enqueue(engine, "op-3")
+    claim = engine.claim(T, "op-3", "w1")
+    engine.complete(T, "op-3", claim.fence, "ok")
+    engine.erase(T, "op-3")
+    engine.complete(T, "op-3", claim.fence, "ok")
+    assert payload_item(engine, "op-3") is None

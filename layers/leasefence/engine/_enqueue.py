@@ -193,9 +193,7 @@ class Enqueuer:
             # Kept in a payload item of its own, written first (see _payload_items): the
             # operation item's put below decides alone whether this is new, a replay or a
             # conflict; a refused put drops the payload item unless the operation refers to it.
-            # (live from now, or from the approval's deadline: it cannot be claimed before)
-            since = int(item.get("approval_expires_at", now))
-            fresh = payload_items.write(ctx, tenant_id, operation_id, payload_hash, kept, since)
+            fresh = payload_items.write(ctx, tenant_id, operation_id, payload_hash, kept)
         history.start(item, now, actor)  # the history starts in the item, with this entry
         try:
             ctx.store.put_new(item, x.IS_NEW, x.OPERATION_ID)
@@ -211,8 +209,8 @@ class Enqueuer:
                 return EnqueueResult(Operation.from_item(existing), created=False)
             ctx.count(Metric.PAYLOAD_CONFLICTS)
             raise PayloadConflict("operation_id already exists with a different payload") from None
-        if not fresh:  # an earlier enqueue's orphan, same bytes: its expiry counts from now
-            payload_items.push(ctx, item, payload_items.expires_ms(ctx, since))
+        if not fresh:  # it found the same bytes there: kept without a TTL while it is live
+            payload_items.hold(ctx, item)
         log.info(
             "enqueued",
             extra={"op": ctx.tag(tenant_id, operation_id), "target_class": target.value},

@@ -98,7 +98,7 @@ def end_early(
         *expr.add("#seq :one").write(in_a_source + extra_condition),
     )
     assert item is not None
-    payload_items.after_end(ctx, item, now)
+    payload_items.after_end(ctx, item)
     return item
 
 
@@ -326,8 +326,8 @@ class ApprovalGate:
 
 
 def _resolved(ctx: EngineContext, item: OperationItem) -> OperationItem:
-    """A parked operation's payload, held while it was parked, expires once a resolution ended
-    it (a requeued one's stays held until it ends). Returns ``item``."""
+    """A resolution that ended the operation sets its payload's expiry (a requeued one's stays
+    without one until it ends). Returns ``item``."""
     if item.get("state") in {s.value for s in TERMINAL_STATES}:
-        payload_items.after_end(ctx, item, int(item["updated_at"]), parked=True)
+        payload_items.after_end(ctx, item)
     return item

@@ -17,7 +17,6 @@ from typing import Any
 
 from leasefence import history, keys
 from leasefence.engine import _expr as x
-from leasefence.engine import _payload_items as payload_items
 from leasefence.engine._claim import Claimer
 from leasefence.engine._context import EngineContext, Key
 from leasefence.engine._erasure import purge_one
@@ -151,16 +150,16 @@ class Housekeeper:
             f"{x.IS_CLAIMED} AND {x.FENCE_UNCHANGED} AND {x.LEASE_EXPIRED} AND {x.NO_ATTEMPTS_LEFT}"
         )
         try:
-            item = ctx.store.update(
-                ctx.key(tenant_id, operation_id), *expr.add("#seq :one").write(condition)
+            ctx.store.update(
+                ctx.key(tenant_id, operation_id),
+                *expr.add("#seq :one").write(condition),
+                returns="NONE",
             )
         except ConditionFailed as refused:
             current = refused.operation
             if current is not None and self.claimer.repair_due_entry(current, now):
                 result.repaired += 1
             return
-        assert item is not None
-        payload_items.hold(ctx, item)  # parked: it keeps its payload until it is resolved
         result.swept += 1
         result.swept_keys.append((tenant_id, operation_id))
         log.info("swept to unknown", extra={"op": ctx.tag(tenant_id, operation_id)})

@@ -14,17 +14,16 @@ operation, so that the operation item stays under 1 KB and each of its writes co
   find it (:func:`delete_all`: every payload item under the operation's prefix).
 * **Read** by :func:`read` with a strongly consistent ``GetItem`` (the claim answer, the payload
   route, the worker runtime), checked against the operation's hash like an S3 object.
-* **Deleted by DynamoDB's TTL, not by a purge pass** (issue 32, step 4). The item carries the
-  table's TTL attribute: its enqueue + the payload retention + :data:`PAYLOAD_EXPIRY_SLACK_MS`,
-  which covers an ordinary lifecycle (it ends within the slack) with no other write. Only the
-  rare paths write again, each after its operation's own conditional write and each conditional
-  so that it never shortens the payload's life (:func:`push`): an operation parked ``unknown`` or
-  ``quarantined`` holds its payload (the TTL is removed: :func:`hold`), a retry due past the
-  slack pushes it to the retry's time + retention + slack (:func:`after_close`), and an end past
-  the slack, after a park or under the approval gate pushes it to the end + the retention
-  (:func:`after_end`). The operation gets no purge index entry. TTL deletes late (days): every
-  reader treats an item past its expiry as gone (:func:`read`), and an ended operation past its
-  payload retention reads as its purge would have left it (:func:`as_read`).
+* **Deleted by DynamoDB's TTL, not by a purge pass** (issue 32, step 4). While its operation is
+  live (queued however long, claimed, retrying, parked, awaiting approval) the item has no TTL:
+  nothing can delete a payload an operation may still run with, whatever the sweeper does. The
+  write that ends the operation is followed by one write on the payload item (:func:`after_end`)
+  that sets the table's TTL attribute to the end + the payload retention, conditional on the
+  item being there and never shortening a TTL it has (a replay of the ending command writes it
+  again: a crash between the two writes is mended by the client's retry). The operation gets no
+  purge index entry. TTL deletes late (days): every reader treats an item past its expiry as
+  gone (:func:`read`), and an ended operation past its payload retention reads as its purge
+  would have left it (:func:`as_read`).
 """
 
 from __future__ import annotations
@@ -36,8 +35,7 @@ from typing import Any
 from leasefence import history, keys
 from leasefence.engine._context import EngineContext
 from leasefence.errors import PayloadMissing
-from leasefence.limits import PAYLOAD_EXPIRY_SLACK_MS
-from leasefence.model import TERMINAL_STATES, State
+from leasefence.model import TERMINAL_STATES
 from leasefence.payloads import read_kept
 from leasefence.schema import (
     LAYOUT,
@@ -80,33 +78,21 @@ def _epoch_s(ms: int) -> int:
     return -(-ms // 1000)
 
 
-def expires_ms(ctx: EngineContext, since: int) -> int:
-    """The expiry a payload item gets when its operation may still be live at ``since``."""
-    return since + ctx.payload_retention_ms + PAYLOAD_EXPIRY_SLACK_MS
-
-
 def write(
-    ctx: EngineContext,
-    tenant_id: str,
-    operation_id: str,
-    payload_hash: str,
-    text: str,
-    since: int,
+    ctx: EngineContext, tenant_id: str, operation_id: str, payload_hash: str, text: str
 ) -> bool:
-    """Write the payload item (before the operation item's put: see the module's docstring) with
-    its expiry (:func:`expires_ms` of ``since``), unless one of this key is already there and not
-    expired: the same bytes (the key holds their hash), whose life this write must not change (a
-    parked operation's payload holds no expiry; an ended one's expires at its end + the
-    retention). False: it was there."""
+    """Write the payload item (before the operation item's put: see the module's docstring), with
+    no TTL, unless one of this key is already there and not expired: the same bytes (the key
+    holds their hash), whose life this write must not change (an ended operation's expires at
+    its end + the retention). False: it was there."""
     key = keys.payload_key(tenant_id, operation_id, payload_hash)
-    now = ctx.clock()
     try:
         ctx.store.update(
             key,
-            f"SET {PAYLOAD_BODY} = :body, #ttl = :ttl",
+            f"SET {PAYLOAD_BODY} = :body REMOVE #ttl",
             "attribute_not_exists(operation_id) OR #ttl <= :now",
             {"#ttl": TTL_ATTRIBUTE},
-            {":body": text, ":ttl": _epoch_s(expires_ms(ctx, since)), ":now": now // 1000},
+            {":body": text, ":now": ctx.clock() // 1000},
             returns="NONE",
         )
     except ConditionFailed:
@@ -154,35 +140,12 @@ def keeps(existing: Mapping[str, Any], payload_hash: str, now: int) -> bool:
     )
 
 
-def push(ctx: EngineContext, item: Mapping[str, Any], until: int, held: bool = False) -> bool:
-    """Make the operation's payload item live until ``until`` (ms) at least: one conditional
-    write that only ever lengthens its life (an item held with no expiry stays held, unless
-    ``held``: the operation ended, and its held payload now expires) and never recreates a deleted
-    one. False when it changed nothing."""
-    key = keys.payload_key(item["tenant_id"], item["operation_id"], item["payload_hash"])
-    later = "#ttl < :ttl"
-    try:
-        ctx.store.update(
-            key,
-            "SET #ttl = :ttl",
-            "attribute_exists(operation_id) AND "
-            + (f"(attribute_not_exists(#ttl) OR {later})" if held else later),
-            {"#ttl": TTL_ATTRIBUTE},
-            {":ttl": _epoch_s(until)},
-            returns="NONE",
-        )
-    except ConditionFailed:
-        return False
-    return True
-
-
 def hold(ctx: EngineContext, item: Mapping[str, Any]) -> None:
-    """A parked operation keeps its payload however long it stays parked: its payload item's TTL
-    is removed (written after the park; the resolution's end gives it one again)."""
-    if not in_payload_item(item):
-        return
+    """A new operation found its payload item there already (same bytes: an earlier enqueue's
+    that crashed before its operation, or an ended one's kept until its TTL): it keeps it for as
+    long as it is live, so a TTL it may have is removed."""
     key = keys.payload_key(item["tenant_id"], item["operation_id"], item["payload_hash"])
-    with contextlib.suppress(ConditionFailed):  # gone: erased (nothing to hold)
+    with contextlib.suppress(ConditionFailed):  # gone meanwhile: nothing to keep
         ctx.store.update(
             key,
             "REMOVE #ttl",
@@ -194,38 +157,30 @@ def hold(ctx: EngineContext, item: Mapping[str, Any]) -> None:
 
 
 def after_close(ctx: EngineContext, item: OperationItem) -> OperationItem:
-    """After a fenced command's write (or its replay: a crash may have kept this from landing the
-    first time): a park holds the payload, a retry due past the slack pushes it past the retry,
-    an end pushes it as :func:`after_end` says. Returns ``item``."""
-    if not in_payload_item(item):
-        return item
-    now = int(item["updated_at"])
-    state = item.get("state")
-    if state in (State.UNKNOWN.value, State.QUARANTINED.value):
-        hold(ctx, item)
-    elif state == State.QUEUED.value:
-        due = int(item.get("due_at", now))
-        if due > int(item["created_at"]) + PAYLOAD_EXPIRY_SLACK_MS:
-            push(ctx, item, expires_ms(ctx, due))
-    elif state in _ENDED:
-        after_end(ctx, item, now)
+    """After a fenced command's write (or its replay): an end sets its payload's expiry
+    (:func:`after_end`). Returns ``item``."""
+    if item.get("state") in _ENDED:
+        after_end(ctx, item)
     return item
 
 
-def after_end(ctx: EngineContext, item: Mapping[str, Any], now: int, parked: bool = False) -> None:
-    """After the write that ended the operation at ``now``: its payload must be kept until
-    ``now`` + the retention. The enqueue's expiry covers that when it ended within the slack of
-    its enqueue (or of its approval; one that never got approved ended within its approval
-    window, which its expiry counts); otherwise, or after a park (which held it: ``parked``, or
-    a requeue by an operator), one conditional push."""
+def after_end(ctx: EngineContext, item: Mapping[str, Any]) -> None:
+    """After the write that ended the operation (or its replay): its payload item expires at the
+    end + the payload retention. One conditional write: only on an item that is there (never
+    recreating one an erasure deleted) and never shortening a TTL it has."""
     if not in_payload_item(item) or "erased_at" in item:
         return
-    held = parked or bool(item.get("requeued"))
-    if item.get("enqueued_by") is not None and item.get("approved_at") is None and not held:
-        return  # rejected, cancelled or expired while awaiting approval
-    since = int(item.get("approved_at") or item["created_at"])
-    if held or now > since + PAYLOAD_EXPIRY_SLACK_MS:
-        push(ctx, item, now + ctx.payload_retention_ms, held=True)
+    until = int(item["updated_at"]) + ctx.payload_retention_ms
+    key = keys.payload_key(item["tenant_id"], item["operation_id"], item["payload_hash"])
+    with contextlib.suppress(ConditionFailed):  # set already (a replay), or gone
+        ctx.store.update(
+            key,
+            "SET #ttl = :ttl",
+            "attribute_exists(operation_id) AND (attribute_not_exists(#ttl) OR #ttl < :ttl)",
+            {"#ttl": TTL_ATTRIBUTE},
+            {":ttl": _epoch_s(until)},
+            returns="NONE",
+        )
 
 
 def drop(ctx: EngineContext, tenant_id: str, operation_id: str, payload_hash: str) -> None:
