@@ -290,7 +290,7 @@ class FencedCommands:
             decided = rules.classify_close_refusal(current, fence, command, fields, target)
             if decided is rules.CloseRefusal.REPLAY:
                 assert current is not None
-                # (a crash after the first write may have kept its rare-path write from landing)
+                # (an end's payload expiry written again: a crash may have kept it from landing)
                 return Operation.from_item(payload_items.after_close(ctx, current))
             if decided is rules.CloseRefusal.NO_ATTEMPTS_LEFT:
                 raise NoAttemptsLeft() from None
@@ -302,7 +302,7 @@ class FencedCommands:
             "closed",
             extra={"op": ctx.tag(tenant_id, operation_id), "fence": fence, "state": target.value},
         )
-        # The payload item's life, on the rare paths (a park, a late retry, a late end).
+        # An end sets its payload item's expiry (a live operation's payload has none).
         return Operation.from_item(payload_items.after_close(ctx, item))
 
     def refusal(self, current: OperationItem | None) -> Exception:

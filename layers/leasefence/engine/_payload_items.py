@@ -49,8 +49,9 @@ from leasefence.schema import (
 from leasefence.store import ConditionFailed
 
 _ENDED = frozenset(s.value for s in TERMINAL_STATES)
-#: What an ended operation's reader no longer shows once its payload retention is over (the
-#: history and the free text the purge's slimming write removed: :data:`leasefence.engine._erasure.SLIMMED_AWAY`).
+#: What an ended operation's reader no longer shows once its payload retention is over: the
+#: history and the free text that the purge's slimming write removes
+#: (:data:`leasefence.engine._erasure.SLIMMED_AWAY`).
 _HIDDEN = frozenset(
     {
         history.ITEM_HISTORY,
