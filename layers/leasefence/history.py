@@ -12,7 +12,9 @@ after its end** (one knob, 30 days by default): the payload purge's conditional 
 removes the list and sets :data:`ITEM_HISTORY_EXPIRED` (``hx``, when), and the operation's slim
 record stays for the rest of its identity window (:func:`leasefence.engine._erasure.purge_one`).
 A slimmed operation's history reads as an empty page with ``expired_at`` (only an erasure, the
-one transition an ended operation accepts, appends an entry after it).
+one transition an ended operation accepts, appends an entry after it). An operation whose payload
+is in a payload item (layout 2) has no purge: its reader shows it slimmed from ``purge_at`` on,
+with no write (:func:`leasefence.engine._payload_items.as_read`).
 
 A compact entry (:func:`compact_entry`) holds what the write knows: ``e`` the transition, ``t``
 the time (ms), and when the write sets them ``a`` the actor, ``s`` the state (left out where

@@ -26,7 +26,9 @@ Layout (one item per operation):
 * ``purge`` index (sparse, keys only): holds an ended operation whose inline payload is still
   stored (in S3, or in the item itself: ``payload_json``, up to 1 KiB of canonical JSON, which
   the purge removes with a conditional update and an erasure with its own write). Partition
-  ``purge_pk`` = ``purge#<shard>`` (set at enqueue, for inline payloads only), sort ``purge_at``
+  ``purge_pk`` = ``purge#<shard>`` (set at enqueue, for inline payloads in S3, and on items of
+  layout 1; a payload item of layout 2 is deleted by DynamoDB's TTL instead, see
+  :mod:`leasefence.engine._payload_items`), sort ``purge_at``
   = when the payload is due for deletion (set when the operation ends: its end plus the payload
   retention; at erasure: now, for an S3 object; an erasure of a payload kept in the item leaves
   the index at once). An operation without an inline payload gets ``purge_at`` but no

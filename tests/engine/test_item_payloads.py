@@ -1,7 +1,7 @@
 """Payloads kept in DynamoDB (at most MAX_ITEM_PAYLOAD_BYTES of canonical JSON: in a payload item
 of their own under layout 2, in the operation's item under layout 1), next to the S3-stored ones items written before kept (and larger ones still get):
-the same hash check, replay and conflict, purge after the payload retention (a REMOVE, no S3
-call), erasure, and never a payload byte in an index, an event, a history entry or a log line."""
+the same hash check, replay and conflict, gone after the payload retention (layout 2: DynamoDB's
+TTL, no purge; layout 1: a REMOVE, no S3 call), erasure, and never a payload byte in an index, an event, a history entry or a log line."""
 
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ def test_a_replay_is_a_replay_and_another_payload_a_conflict_and_neither_writes(
     assert "payload_json" not in raw(ddb, spec, "r-old") and kept(ddb, spec, "r-old") == []
 
 
-def test_purge_removes_the_kept_payload_after_its_retention_and_the_old_s3_objects_as_before(
+def test_a_kept_payload_is_gone_after_its_retention_and_the_old_s3_objects_purged_as_before(
     aws, ddb, spec, clock, bucket
 ):
     engine, store = make_engine(aws, spec, clock, bucket, payload_retention_ms=30 * DAY)
@@ -182,12 +182,13 @@ def test_purge_removes_the_kept_payload_after_its_retention_and_the_old_s3_objec
     assert json.loads(engine.payload(engine.get(T, "p-new"))) == {"card": SECRET}
     assert json.loads(engine.payload(engine.get(T, "p-old"))) == {"card": SECRET}
     clock.advance(2 * DAY)
-    # The kept payload goes with one conditional REMOVE; the old item's object is deleted.
-    assert engine.purge_payloads().purged == 2
+    # The old item's object is deleted by the purge; the payload item needs no purge: past its
+    # operation's end + the retention it reads as purged, and DynamoDB's TTL deletes it.
+    assert engine.purge_payloads().purged == 1
     assert engine.purge_payloads().purged == 0
     assert objects(aws, bucket) == 0
     item = raw(ddb, spec, "p-new")
-    assert kept(ddb, spec, "p-new") == [] and "purge_pk" not in item and "payload_purged_at" in item
+    assert "purge_pk" not in item and "payload_purged_at" not in item
     for operation_id in ("p-new", "p-old"):
         operation = engine.get(T, operation_id)
         assert operation.payload_state == "purged"
@@ -195,17 +196,20 @@ def test_purge_removes_the_kept_payload_after_its_retention_and_the_old_s3_objec
             engine.payload(operation)
     assert engine.get(T, "p-live").payload_state == "stored"  # a live operation keeps it
     assert not enqueue_kept(engine, "p-new", {"card": SECRET}).created  # identity kept
-    assert kept(ddb, spec, "p-new") == []  # and the payload is not kept again
+    assert kept(ddb, spec, "p-new") == []  # and the payload is not kept again (the replay's
+    # refused put dropped the item of its key, which TTL had not deleted yet)
 
 
-def test_the_purge_of_a_kept_payload_needs_no_payload_store(aws, ddb, spec, clock, bucket):
+def test_a_payload_item_expires_with_no_purge_and_no_payload_store(aws, ddb, spec, clock, bucket):
     engine, _ = make_engine(aws, spec, clock, bucket, s3=NoS3(), payload_retention_ms=0)
     enqueue_kept(engine, "n-1", {"x": 1})
     claim = engine.claim_next(T, "w1")
     engine.complete(T, "n-1", claim.fence, "ok")
     clock.advance(1)
-    assert engine.purge_payloads().purged == 1
-    assert kept(ddb, spec, "n-1") == []
+    assert engine.purge_payloads().examined == 0  # nothing filed for the sweeper
+    assert engine.get(T, "n-1").payload_state == "purged"
+    with pytest.raises(PayloadMissing):
+        engine.payload(engine.get(T, "n-1"))
 
 
 def test_erasure_removes_the_kept_payload_in_its_own_write_and_leaves_nothing_for_the_sweeper(
@@ -265,9 +269,10 @@ def test_no_index_holds_the_payload(aws, ddb, spec, clock, bucket):
     enqueue_kept(engine, "i-2", {"card": SECRET})
     claim = engine.claim(T, "i-2", "w1")
     engine.complete(T, "i-2", claim.fence, "ok")
-    for index in (DUE_INDEX, PURGE_INDEX):
-        entries = ddb.scan(TableName=spec.table_name, IndexName=index)["Items"]
-        assert entries and SECRET not in json.dumps(entries)
+    entries = ddb.scan(TableName=spec.table_name, IndexName=DUE_INDEX)["Items"]
+    assert entries and SECRET not in json.dumps(entries)
+    # A payload item expires by TTL: its operation never enters the purge index.
+    assert ddb.scan(TableName=spec.table_name, IndexName=PURGE_INDEX)["Items"] == []
 
 
 def test_the_item_stays_far_below_the_400_kb_limit_with_everything_at_its_maximum(
@@ -337,10 +342,20 @@ def test_no_event_history_entry_or_log_line_carries_the_payload(
     assert not change.is_operation and change.transition is None  # never read as an operation
     from leasefence.streams.filters import dispatch_filters, passes, publisher_filters
 
-    image = {"tenant_id": {"S": T}, "operation_id": {"S": change.operation_id}, "payload_json": {"S": SECRET}}
+    image = {
+        "tenant_id": {"S": T},
+        "operation_id": {"S": change.operation_id},
+        "payload_json": {"S": SECRET},
+    }
     for name, old, new in (("INSERT", None, image), ("REMOVE", image, None)):
-        record = {"eventName": name, "dynamodb": {"Keys": {k: image[k] for k in ("tenant_id", "operation_id")},
-                                                  **({"NewImage": new} if new else {}), **({"OldImage": old} if old else {})}}
+        record = {
+            "eventName": name,
+            "dynamodb": {
+                "Keys": {k: image[k] for k in ("tenant_id", "operation_id")},
+                **({"NewImage": new} if new else {}),
+                **({"OldImage": old} if old else {}),
+            },
+        }
         assert not passes(dispatch_filters(), record) and not passes(publisher_filters(), record)
     for old, new in zip([None, *plain], plain, strict=False):
         change = Change("MODIFY" if old else "INSERT", "1", T, "l-1", old, new)
@@ -358,25 +373,25 @@ def test_a_replay_racing_the_purge_or_the_erasure_leaves_no_payload_item(
     aws, ddb, spec, clock, bucket
 ):
     """Layout 2: the enqueue writes the payload item before the operation item's put; a refused
-    put drops it unless the operation still refers to it. Purge and erasure mark first, then
-    delete, so a replay landing between the mark and the delete, or after both, leaves nothing."""
+    put drops it unless the operation still refers to it (stored, within its retention). The
+    erasure marks first, then deletes, so a replay landing between the mark and the delete, or
+    after both, or after the retention (TTL's work, no purge), leaves nothing."""
     engine, _ = make_engine(aws, spec, clock, bucket, payload_retention_ms=0)
     enqueue_kept(engine, "race-purge", {"card": SECRET})
     claim = engine.claim(T, "race-purge", "w1")
     engine.complete(T, "race-purge", claim.fence, "ok")
     enqueue_kept(engine, "race-erase", {"card": SECRET})  # queued: erased while it waits
     clock.advance(1)
-    assert engine.purge_payloads().purged == 1
+    assert engine.purge_payloads().examined == 0
     engine.erase(T, "race-erase")
+    assert kept(ddb, spec, "race-erase") == []
     for operation_id in ("race-purge", "race-erase"):
-        assert kept(ddb, spec, operation_id) == []
         assert not enqueue_kept(engine, operation_id, {"card": SECRET}).created  # a replay
-        assert kept(ddb, spec, operation_id) == []  # its payload item dropped: marked gone
-    # The replay lands between the mark and the delete: the purge's delete takes it.
+        assert kept(ddb, spec, operation_id) == []  # its payload item dropped: gone
+    # The replay lands between the erasure's mark and its delete: the delete takes it.
     enqueue_kept(engine, "race-mid", {"card": SECRET})
     claim = engine.claim(T, "race-mid", "w1")
     engine.complete(T, "race-mid", claim.fence, "ok")
-    clock.advance(1)
     real_delete_all = payload_items.delete_all
 
     def replay_then_delete(ctx, tenant_id, operation_id):
@@ -385,7 +400,7 @@ def test_a_replay_racing_the_purge_or_the_erasure_leaves_no_payload_item(
 
     payload_items.delete_all = replay_then_delete
     try:
-        assert engine.purge_payloads().purged == 1
+        assert engine.erase(T, "race-mid").payload_state == "erased"
     finally:
         payload_items.delete_all = real_delete_all
     assert kept(ddb, spec, "race-mid") == []

@@ -147,3 +147,44 @@ def test_a_whole_tenant_of_both_layouts_is_erased(engine, ddb, spec, clock, aws)
         step = engine.erase_tenant(T, limit=50, cursor=step.next_cursor)
     assert ddb.scan(TableName=spec.table_name)["Items"] == []
     assert aws.client("s3").list_objects_v2(Bucket="release-payloads").get("KeyCount", 0) == 0
+
+
+def test_beside_the_old_purge_path_a_layout_2_payload_expires_by_ttl(engine, ddb, spec, clock):
+    """The old operations keep their purge entries and are purged by the sweeper; operations
+    enqueued by this code under layout 2 get none: their payload items get the table's TTL when
+    they end (end + retention), and they read as purged once that passed."""
+    c = canonicalize({"order": "new"})
+    engine.enqueue(T, "op-new", "refund", c.hash, payload_json=c.body)
+    claim = engine.claim(T, "op-new", "w-new")
+    assert json.loads(engine.payload(claim)) == {"order": "new"}
+    ended = engine.complete(T, "op-new", claim.fence, "ok").updated_at
+    item = next(
+        i
+        for i in ddb.scan(TableName=spec.table_name)["Items"]
+        if i["operation_id"]["S"] == "op-new"
+    )
+    assert "purge_pk" not in item and item["lv"] == {"N": "2"}
+    (payload_item,) = kept(ddb, spec, "op-new")
+    assert "expires_at_epoch_s" in payload_item
+    claim = engine.claim(T, "op-queued", "w-new")  # an old one ends beside it: purge entry kept
+    engine.complete(T, "op-queued", claim.fence, "ok")
+    old = next(
+        i
+        for i in ddb.scan(TableName=spec.table_name)["Items"]
+        if i["operation_id"]["S"] == "op-queued"
+    )
+    assert "purge_pk" in old
+    clock.advance(ended + 30 * DAY - clock())
+    purged = engine.purge_payloads()
+    assert purged.purged >= 1 and engine.get(T, "op-queued").payload_state == "purged"
+    new = engine.get(T, "op-new")
+    assert (
+        new.payload_state == "purged" and engine.history(T, "op-new").expired_at == ended + 30 * DAY
+    )
+    with pytest.raises(PayloadMissing):
+        engine.payload(new)
+    assert "payload_purged_at" not in next(
+        i
+        for i in ddb.scan(TableName=spec.table_name)["Items"]
+        if i["operation_id"]["S"] == "op-new"
+    )  # no write: the reader knows

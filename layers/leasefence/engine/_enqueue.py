@@ -185,13 +185,15 @@ class Enqueuer:
             )
         if payload_inline:
             item["payload_inline"] = True
-            item[PURGE_PK] = ctx.purge_pk(tenant_id, operation_id)
+            if kept is None:  # in S3: the purge deletes it (a payload item: DynamoDB's TTL)
+                item[PURGE_PK] = ctx.purge_pk(tenant_id, operation_id)
         item[LAYOUT_ATTRIBUTE] = LAYOUT
+        fresh = True
         if kept is not None:
             # Kept in a payload item of its own, written first (see _payload_items): the
             # operation item's put below decides alone whether this is new, a replay or a
             # conflict; a refused put drops the payload item unless the operation refers to it.
-            payload_items.write(ctx, tenant_id, operation_id, payload_hash, kept)
+            fresh = payload_items.write(ctx, tenant_id, operation_id, payload_hash, kept)
         history.start(item, now, actor)  # the history starts in the item, with this entry
         try:
             ctx.store.put_new(item, x.IS_NEW, x.OPERATION_ID)
@@ -200,13 +202,15 @@ class Enqueuer:
             if existing is None:  # refused for an item gone by the store's read-back: retry
                 # (a payload item this enqueue wrote stays: the retry's operation refers to it)
                 raise Unavailable("the operation changed while this enqueue ran, retry") from None
-            if kept is not None and not payload_items.keeps(existing, payload_hash):
+            if kept is not None and not payload_items.keeps(existing, payload_hash, now):
                 payload_items.drop(ctx, tenant_id, operation_id, payload_hash)
             if existing["payload_hash"] == payload_hash:
                 ctx.count(Metric.REPLAYS)
                 return EnqueueResult(Operation.from_item(existing), created=False)
             ctx.count(Metric.PAYLOAD_CONFLICTS)
             raise PayloadConflict("operation_id already exists with a different payload") from None
+        if not fresh:  # it found the same bytes there: kept without a TTL while it is live
+            payload_items.hold(ctx, item)
         log.info(
             "enqueued",
             extra={"op": ctx.tag(tenant_id, operation_id), "target_class": target.value},

@@ -128,7 +128,9 @@ def purge_one(ctx: EngineContext, item: OperationItem) -> bool:
 
     Set: ``hx``, when the history expired (ms): ``GET .../history`` answers an empty page and
     ``history_expired_at``. Operations by reference (a caller's ``payload_ref``) have no purge
-    entry and are not slimmed (docs/performance.md says why)."""
+    entry and are not slimmed (docs/performance.md says why); nor have those whose payload is in a
+    payload item (layout 2): DynamoDB's TTL deletes it, and their readers show them slimmed
+    (:func:`leasefence.engine._payload_items.as_read`)."""
     elsewhere = not kept_in_item(item)  # in S3, or in a payload item (layout 2)
     if item.get("payload_ref") and ctx.payloads is None:
         raise Unavailable("no payload store configured: cannot purge payloads")

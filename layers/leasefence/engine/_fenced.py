@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from leasefence import history
 from leasefence.engine import _expr as x
+from leasefence.engine import _payload_items as payload_items
 from leasefence.engine import _rules as rules
 from leasefence.engine._context import EngineContext
 from leasefence.errors import InvalidInput, StaleFence, TargetRefused
@@ -289,7 +290,8 @@ class FencedCommands:
             decided = rules.classify_close_refusal(current, fence, command, fields, target)
             if decided is rules.CloseRefusal.REPLAY:
                 assert current is not None
-                return Operation.from_item(current)
+                # (an end's payload expiry written again: a crash may have kept it from landing)
+                return Operation.from_item(payload_items.after_close(ctx, current))
             if decided is rules.CloseRefusal.NO_ATTEMPTS_LEFT:
                 raise NoAttemptsLeft() from None
             raise self.refusal(current) from None
@@ -300,7 +302,8 @@ class FencedCommands:
             "closed",
             extra={"op": ctx.tag(tenant_id, operation_id), "fence": fence, "state": target.value},
         )
-        return Operation.from_item(item)
+        # An end sets its payload item's expiry (a live operation's payload has none).
+        return Operation.from_item(payload_items.after_close(ctx, item))
 
     def refusal(self, current: OperationItem | None) -> Exception:
         """The error of a refused fenced command (a stale fence is counted)."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from leasefence import history
 from leasefence.engine import _expr as x
+from leasefence.engine import _payload_items as payload_items
 from leasefence.engine import _rules as rules
 from leasefence.engine._context import EngineContext
 from leasefence.errors import (
@@ -22,7 +23,14 @@ from leasefence.errors import (
 )
 from leasefence.limits import MAX_REASON_LENGTH
 from leasefence.metrics import Metric
-from leasefence.model import OPERATOR_ACTOR, Operation, Resolution, State, Transition
+from leasefence.model import (
+    OPERATOR_ACTOR,
+    TERMINAL_STATES,
+    Operation,
+    Resolution,
+    State,
+    Transition,
+)
 from leasefence.schema import (
     DUE_HOME,
     DUE_PK,
@@ -90,6 +98,7 @@ def end_early(
         *expr.add("#seq :one").write(in_a_source + extra_condition),
     )
     assert item is not None
+    payload_items.after_end(ctx, item)
     return item
 
 
@@ -295,7 +304,9 @@ class ApprovalGate:
                     raise NotFound("operation not found") from None
                 if rules.resolved_already(current, resolution, note or "", actor, request_token):
                     ctx.count(Metric.REPLAYS)
-                    return Operation.from_item(current)  # this decision, sent again: a replay
+                    # This decision, sent again: a replay (its payload's expiry written again,
+                    # in case a crash kept it from landing).
+                    return Operation.from_item(_resolved(ctx, current))
                 if (
                     resolution is Resolution.REQUEUE
                     and current.get("state") in (State.UNKNOWN, State.QUARANTINED)
@@ -311,4 +322,12 @@ class ApprovalGate:
         else:
             raise Unavailable("the operation kept changing while it was requeued; requeue it again")
         assert item is not None
-        return Operation.from_item(item)
+        return Operation.from_item(_resolved(ctx, item))
+
+
+def _resolved(ctx: EngineContext, item: OperationItem) -> OperationItem:
+    """A resolution that ended the operation sets its payload's expiry (a requeued one's stays
+    without one until it ends). Returns ``item``."""
+    if item.get("state") in {s.value for s in TERMINAL_STATES}:
+        payload_items.after_end(ctx, item)
+    return item

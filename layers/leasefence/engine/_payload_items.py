@@ -14,18 +14,54 @@ operation, so that the operation item stays under 1 KB and each of its writes co
   find it (:func:`delete_all`: every payload item under the operation's prefix).
 * **Read** by :func:`read` with a strongly consistent ``GetItem`` (the claim answer, the payload
   route, the worker runtime), checked against the operation's hash like an S3 object.
+* **Deleted by DynamoDB's TTL, not by a purge pass** (issue 32, step 4). While its operation is
+  live (queued however long, claimed, retrying, parked, awaiting approval) the item has no TTL:
+  nothing can delete a payload an operation may still run with, whatever the sweeper does. The
+  write that ends the operation is followed by one write on the payload item (:func:`after_end`)
+  that sets the table's TTL attribute to the end + the payload retention, conditional on the
+  item being there and never shortening a TTL it has (a replay of the ending command writes it
+  again: a crash between the two writes is mended by the client's retry). The operation gets no
+  purge index entry. TTL deletes late (days): every reader treats an item past its expiry as
+  gone (:func:`read`), and an ended operation past its payload retention reads as its purge
+  would have left it (:func:`as_read`).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from leasefence import keys
+from leasefence import history, keys
 from leasefence.engine._context import EngineContext
 from leasefence.errors import PayloadMissing
+from leasefence.model import TERMINAL_STATES
 from leasefence.payloads import read_kept
-from leasefence.schema import LAYOUT, LAYOUT_ATTRIBUTE, PAYLOAD_BODY
+from leasefence.schema import (
+    LAYOUT,
+    LAYOUT_ATTRIBUTE,
+    PAYLOAD_BODY,
+    PURGE_PK,
+    PURGE_SK,
+    TTL_ATTRIBUTE,
+    OperationItem,
+)
+from leasefence.store import ConditionFailed
+
+_ENDED = frozenset(s.value for s in TERMINAL_STATES)
+#: What an ended operation's reader no longer shows once its payload retention is over: the
+#: history and the free text that the purge's slimming write removes
+#: (:data:`leasefence.engine._erasure.SLIMMED_AWAY`).
+_HIDDEN = frozenset(
+    {
+        history.ITEM_HISTORY,
+        history.ITEM_DROPPED,
+        history.ITEM_BYTES,
+        "reason",
+        "checkpoint",
+        "intent",
+    }
+)
 
 
 def in_payload_item(item: Mapping[str, Any]) -> bool:
@@ -38,23 +74,114 @@ def in_payload_item(item: Mapping[str, Any]) -> bool:
     )
 
 
+def _epoch_s(ms: int) -> int:
+    """A time in ms as the TTL attribute holds it (epoch seconds, rounded up: never earlier)."""
+    return -(-ms // 1000)
+
+
 def write(
     ctx: EngineContext, tenant_id: str, operation_id: str, payload_hash: str, text: str
-) -> None:
-    """Put the payload item (before the operation item's put: see the module's docstring)."""
+) -> bool:
+    """Write the payload item (before the operation item's put: see the module's docstring), with
+    no TTL, unless one of this key is already there and not expired: the same bytes (the key
+    holds their hash), whose life this write must not change (an ended operation's expires at
+    its end + the retention). False: it was there."""
     key = keys.payload_key(tenant_id, operation_id, payload_hash)
-    ctx.store.put_plain({**key, PAYLOAD_BODY: text})
+    try:
+        ctx.store.update(
+            key,
+            f"SET {PAYLOAD_BODY} = :body REMOVE #ttl",
+            "attribute_not_exists(operation_id) OR #ttl <= :now",
+            {"#ttl": TTL_ATTRIBUTE},
+            {":body": text, ":now": ctx.clock() // 1000},
+            returns="NONE",
+        )
+    except ConditionFailed:
+        return False
+    return True
 
 
-def keeps(existing: Mapping[str, Any], payload_hash: str) -> bool:
+def retention_over(item: Mapping[str, Any], now: int) -> bool:
+    """Whether ``item`` is an ended operation of a payload item, neither purged nor erased by a
+    write, whose payload retention is over (``purge_at``, its end + the retention, passed): its
+    payload item is gone or expired, and its history and free text read as expired."""
+    return (
+        in_payload_item(item)
+        and item.get("state") in _ENDED
+        and PURGE_PK not in item
+        and PURGE_SK in item
+        and int(item[PURGE_SK]) <= now
+        and "payload_purged_at" not in item
+        and "erased_at" not in item
+        and history.ITEM_HISTORY_EXPIRED not in item
+    )
+
+
+def as_read(item: Mapping[str, Any], now: int) -> Mapping[str, Any]:
+    """The item as its readers see it: once :func:`retention_over`, as the purge's slimming write
+    would have left it (payload purged and history expired at ``purge_at``, no free text), though
+    the bytes stay until TTL deletes the item (the identity retention) or an erasure."""
+    if not retention_over(item, now):
+        return item
+    over = int(item[PURGE_SK])
+    kept = {k: v for k, v in item.items() if k not in _HIDDEN}
+    return {**kept, "payload_purged_at": over, history.ITEM_HISTORY_EXPIRED: over}
+
+
+def keeps(existing: Mapping[str, Any], payload_hash: str, now: int) -> bool:
     """Whether an operation item that refused an enqueue refers to the payload item that enqueue
-    wrote (same layout-2 payload, still stored): only then does the item stay."""
+    wrote (same layout-2 payload, still stored and within its retention): only then does the
+    item stay."""
     return (
         in_payload_item(existing)
         and existing.get("payload_hash") == payload_hash
         and "payload_purged_at" not in existing
         and "erased_at" not in existing
+        and not retention_over(existing, now)
     )
+
+
+def hold(ctx: EngineContext, item: Mapping[str, Any]) -> None:
+    """A new operation found its payload item there already (same bytes: an earlier enqueue's
+    that crashed before its operation, or an ended one's kept until its TTL): it keeps it for as
+    long as it is live, so a TTL it may have is removed."""
+    key = keys.payload_key(item["tenant_id"], item["operation_id"], item["payload_hash"])
+    with contextlib.suppress(ConditionFailed):  # gone meanwhile: nothing to keep
+        ctx.store.update(
+            key,
+            "REMOVE #ttl",
+            "attribute_exists(operation_id)",
+            {"#ttl": TTL_ATTRIBUTE},
+            {},
+            returns="NONE",
+        )
+
+
+def after_close(ctx: EngineContext, item: OperationItem) -> OperationItem:
+    """After a fenced command's write (or its replay): an end sets its payload's expiry
+    (:func:`after_end`). Returns ``item``."""
+    if item.get("state") in _ENDED:
+        after_end(ctx, item)
+    return item
+
+
+def after_end(ctx: EngineContext, item: Mapping[str, Any]) -> None:
+    """After the write that ended the operation (or its replay): its payload item expires at the
+    end + the payload retention. One conditional write: only on an item that is there (never
+    recreating one an erasure deleted) and never shortening a TTL it has."""
+    if not in_payload_item(item) or "erased_at" in item:
+        return
+    until = int(item["updated_at"]) + ctx.payload_retention_ms
+    key = keys.payload_key(item["tenant_id"], item["operation_id"], item["payload_hash"])
+    with contextlib.suppress(ConditionFailed):  # set already (a replay), or gone
+        ctx.store.update(
+            key,
+            "SET #ttl = :ttl",
+            "attribute_exists(operation_id) AND (attribute_not_exists(#ttl) OR #ttl < :ttl)",
+            {"#ttl": TTL_ATTRIBUTE},
+            {":ttl": _epoch_s(until)},
+            returns="NONE",
+        )
 
 
 def drop(ctx: EngineContext, tenant_id: str, operation_id: str, payload_hash: str) -> None:
@@ -92,4 +219,7 @@ def read(ctx: EngineContext, tenant_id: str, operation_id: str, payload_hash: st
     found = ctx.store.get(keys.payload_key(tenant_id, operation_id, payload_hash))
     if found is None or PAYLOAD_BODY not in found:
         raise PayloadMissing("the payload was purged or erased")
+    if TTL_ATTRIBUTE in found and int(found[TTL_ATTRIBUTE]) * 1000 <= ctx.clock():
+        # Expired: TTL deletes it some time later (days); it is gone from now on.
+        raise PayloadMissing("the payload's retention is over")
     return read_kept(str(found[PAYLOAD_BODY]), payload_hash)

@@ -7,6 +7,7 @@ import dataclasses
 from leasefence import cursor as cursors
 from leasefence import history as histories
 from leasefence import keys, listing
+from leasefence.engine import _payload_items as payload_items
 from leasefence.engine._context import EngineContext
 from leasefence.errors import NotFound
 from leasefence.limits import MAX_LIST_PAGE
@@ -24,16 +25,17 @@ class Reads:
         item = self.ctx.store.get_operation(self.ctx.key(tenant_id, operation_id))
         if item is None:
             raise NotFound("operation not found")
-        return Operation.from_item(item)
+        return Operation.from_item(payload_items.as_read(item, self.ctx.clock()))
 
     def history(
         self, tenant_id: str, operation_id: str, limit: int, cursor: str | None
     ) -> histories.HistoryPage:
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
-        item = self.ctx.store.get_operation(self.ctx.key(tenant_id, operation_id))
-        if item is None:
+        found = self.ctx.store.get_operation(self.ctx.key(tenant_id, operation_id))
+        if found is None:
             raise NotFound("operation not found")
+        item = payload_items.as_read(found, self.ctx.clock())
         # The history is in the item (written by each transition's own write); an operation
         # enqueued before that also has a history item, merged in.
         return histories.read(
@@ -70,7 +72,8 @@ class Reads:
         for _round in range(20):
             # Limit counts items read, so the page stops exactly where the cursor will resume.
             page = self.ctx.store.query(start=start, Limit=limit - len(found), **query)
-            found.extend(Operation.from_item(i) for i in page.items)
+            now = self.ctx.clock()
+            found.extend(Operation.from_item(payload_items.as_read(i, now)) for i in page.items)
             start = page.last_key
             if start is None or len(found) >= limit:
                 break

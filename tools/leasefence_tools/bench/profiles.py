@@ -816,6 +816,12 @@ def _per_purge(purges: dict[str, dict[str, Any]], idle: dict[str, Any]) -> dict[
     """One purged payload's share of a purging sweeper run, the idle run's own cost taken off
     (the run itself is the schedule's: counted with the idle runs)."""
     u_run, c_run = purges["units"], purges["counts"]
+    if not u_run["purged"] and not c_run["purged"]:
+        # Nothing filed for a purge: the payloads are in payload items (layout 2), which
+        # DynamoDB's TTL deletes for free; the sweeper's run is the idle one.
+        out = _finish({"functions": {}, "aws": {}})
+        out["purged_per_run"] = [0, 0]
+        return out
     if not u_run["purged"] or not c_run["purged"]:
         raise RuntimeError("the purge found no payload due")
     units_side = _combine(u_run["tally"], {}, 1)

@@ -15,7 +15,7 @@ from typing import Any
 
 from leasefence import history, keys
 from leasefence.engine import DAY_MS, Engine
-from leasefence.errors import InvalidTransition
+from leasefence.errors import InvalidTransition, PayloadMissing
 from leasefence.model import Operation, State, TargetClass
 from leasefence_tools.torture.chaos import ChaosHooks
 from leasefence_tools.torture.checker import history_of
@@ -68,14 +68,16 @@ def months_phase(
 
     def keep_histories() -> None:
         """Read every history that has not expired yet: the jump may take an ended operation
-        past its history retention (the payload purge slims it), and the checker judges what
-        the history held from this copy (:func:`leasefence_tools.torture.checker.history_of`)."""
+        past its history retention (the payload purge slims it, or, for a payload item, its
+        reader shows it slim from then on), and the checker judges what the history held from
+        this copy (:func:`leasefence_tools.torture.checker.history_of`)."""
         for tenant, operation_id, _target in list(enqueued):
             item = checker.store.get({"tenant_id": tenant, "operation_id": operation_id})
             if item is None or history.ITEM_HISTORY_EXPIRED in item:
                 continue
-            entries, dropped, _expired = history_of(checker, tenant, operation_id)
-            report.histories_kept[(tenant, operation_id)] = (entries, dropped, dict(item))
+            entries, dropped, expired = history_of(checker, tenant, operation_id)
+            if expired is None:  # (an expired one keeps the copy an earlier jump took)
+                report.histories_kept[(tenant, operation_id)] = (entries, dropped, dict(item))
 
     def jump(days: int) -> int:
         keep_histories()
@@ -126,7 +128,8 @@ def months_phase(
     for tenant, operation_id, _target in backlog + parked:  # every live payload is still there
         if (tenant, operation_id) in hooks.erased:
             continue  # erased by the operator while parked (composed runs)
-        if now[(tenant, operation_id)].payload_state not in ("stored", "external"):
+        live = now[(tenant, operation_id)]
+        if live.payload_state not in ("stored", "external") or not _readable(checker, live):
             report.violate(
                 "payload_purged_while_live",
                 tenant,
@@ -144,7 +147,15 @@ def months_phase(
                 operation_id,
                 f"payload {operation.payload_state} 45 days after the end",
             )
-    stats["payloads_purged_after_45_days"] = report.purged
+        elif payload_items_left(checker, tenant, operation_id):  # TTL's work (days late at most)
+            report.violate(
+                "payload_kept",
+                tenant,
+                operation_id,
+                "a payload item left 45 days after the end",
+            )
+        stats["payloads_purged_after_45_days"] += operation.payload_state == "purged"
+    stats["payloads_purged_by_the_sweeper"] = report.purged
 
     # 2. Late replays and conflicts of finished operations; erasures; requeues of old unknowns.
     for tenant, operation_id, target in rng.sample(finished, min(sample, len(finished))):
@@ -203,6 +214,32 @@ def operations(engine: Engine, tenants: Iterable[str]) -> dict[tuple[str, str], 
             if cursor is None:
                 break
     return found
+
+
+def _readable(engine: Engine, operation: Operation) -> bool:
+    """Whether a stored payload reads (an external one is the caller's: not read)."""
+    if operation.payload_state != "stored":
+        return True
+    try:
+        engine.payload(operation)
+    except PayloadMissing:
+        return False
+    return True
+
+
+def payload_items_left(engine: Engine, tenant: str, operation_id: str) -> int:
+    """How many payload items (layout 2) of the operation the table still holds."""
+    return len(
+        engine.store.query(
+            KeyConditionExpression="tenant_id = :t AND begins_with(operation_id, :p)",
+            values={
+                ":t": keys.operation_partition(tenant, operation_id),
+                ":p": keys.payload_prefix(operation_id),
+            },
+            ProjectionExpression="operation_id",
+            ConsistentRead=True,
+        ).items
+    )
 
 
 def identities(engine: Engine, tenants: Iterable[str]) -> int:
