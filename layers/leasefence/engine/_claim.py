@@ -187,11 +187,11 @@ class Claimer:
         types = validate_job_types(job_types)
         marker = None
         if token is not None:
-            marker = keys.tenant_key(tenant_id, keys.claim_marker_id(worker_id, token))
+            marker = self.ctx.marker_key(tenant_id, keys.claim_marker_id(worker_id, token))
             found = self.ctx.store.get(marker)
             if found is not None and "claimed_op" in found:
                 again = self.confirm_claim(
-                    self.ctx.key(tenant_id, found["claimed_op"]), worker_id, token, types
+                    self.ctx.locate(tenant_id, found["claimed_op"]), worker_id, token, types
                 )
                 if isinstance(again, Claim):
                     return again
@@ -234,7 +234,7 @@ class Claimer:
         token = _client_claim_token(claim_token)
         lease_ms = _claim_lease(lease_ms)
         types = validate_job_types(job_types)
-        snapshot = self.ctx.store.get_operation(self.ctx.key(tenant_id, operation_id))
+        snapshot = self.ctx.find(tenant_id, operation_id)
         if snapshot is None:
             raise NotFound("operation not found")
         return self.try_claim(snapshot, worker_id, lease_ms, types, retries=3, claim_token=token)
@@ -246,7 +246,8 @@ class Claimer:
         lease_ms: int | None,
         job_types: Iterable[str] | None,
     ) -> Claim | None:
-        validate_id("tenant_id", item.get("tenant_id"))
+        partition = item.get("tenant_id")
+        validate_id("tenant_id", keys.tenant_of(partition) if isinstance(partition, str) else None)
         validate_id("operation_id", item.get("operation_id"))
         validate_id("worker_id", worker_id)
         return self.try_claim(
@@ -353,7 +354,7 @@ class Claimer:
             known = self._held.get(key)
         if known is not None and known[0] == int(entry["fence"]) and known[1] > now:
             return None
-        item = self.ctx.store.get_operation(self.ctx.key(*key), consistent=False)
+        item = self.ctx.store.get_operation(keys.item_key(entry), consistent=False)
         if item is None:
             return None
         if self.remember_held(item, now):
@@ -392,7 +393,7 @@ class Claimer:
         attr, pk = misfiled
         try:
             self.ctx.store.update(
-                self.ctx.key(item["tenant_id"], item["operation_id"]),
+                keys.item_key(item),
                 "SET #at = :lease",
                 f"{x.IS_CLAIMED} AND {x.FENCE_UNCHANGED} AND {x.LEASE_AT_LEAST} AND {x.IN_INDEX}",
                 dict(x.STATE_FENCE, **{"#at": attr, "#pk": pk}),
@@ -437,14 +438,15 @@ class Claimer:
         about to be claimed is recorded there before its claim write.
         """
         ctx = self.ctx
-        tenant_id, operation_id = snapshot["tenant_id"], snapshot["operation_id"]
+        tenant_id, operation_id = keys.tenant_of(snapshot["tenant_id"]), snapshot["operation_id"]
+        key = keys.item_key(snapshot)  # where it lives (never derived again)
         claim_token = claim_token or uuid.uuid4().hex
         started = ctx.clock()
         marked = None
         for _ in range(retries + 1):
             if rules.is_claim_of(snapshot, worker_id, claim_token):
                 confirmed = self.confirm_claim(
-                    ctx.key(tenant_id, operation_id), worker_id, claim_token, types
+                    key, worker_id, claim_token, types
                 )
                 if isinstance(confirmed, Claim):
                     return confirmed
@@ -465,7 +467,7 @@ class Claimer:
                 marked = operation_id
             try:
                 item = self.write_retrying(
-                    ctx.key(tenant_id, operation_id),
+                    key,
                     # Built from this try's snapshot (the loop moves on to the refused item).
                     partial(
                         claim_write,
@@ -574,7 +576,7 @@ class Claimer:
         log.info(
             "claimed again" if replay else "claimed",
             extra={
-                "op": self.ctx.tag(item["tenant_id"], item["operation_id"]),
+                "op": self.ctx.tag(keys.tenant_of(item["tenant_id"]), item["operation_id"]),
                 "fence": int(item["fence"]),
                 "takeover": takeover,
             },

@@ -95,7 +95,7 @@ class FencedCommands:
             expr.set("intent = :intent")
         try:
             item = self.ctx.store.update_operation(
-                self.ctx.key(tenant_id, operation_id), *expr.write(condition)
+                self.ctx.locate(tenant_id, operation_id), *expr.write(condition)
             )
         except ConditionFailed as refused:
             current = refused.operation
@@ -140,7 +140,7 @@ class FencedCommands:
             raise InvalidInput(
                 f"a class-A completion needs 1 to {MAX_BUSINESS_WRITES} business writes"
             )
-        own = to_item(self.ctx.key(tenant_id, operation_id))
+        own = to_item(self.ctx.locate(tenant_id, operation_id))
         for i, write in enumerate(writes):
             if _names_item(write, self.ctx.store.table_name, own):
                 raise InvalidInput(
@@ -266,7 +266,7 @@ class FencedCommands:
             expr.values[":ppk"] = ctx.parked_pk(target, tenant_id, operation_id)
             expr.set("#ppk = :ppk", "#pat = :now")
         expr.add("#seq :one")
-        key = ctx.key(tenant_id, operation_id)
+        key = ctx.locate(tenant_id, operation_id)
         try:
             if writes is None:
                 item = ctx.store.update_operation(key, *expr.write(condition))

@@ -39,10 +39,11 @@ def in_payload_item(item: Mapping[str, Any]) -> bool:
 
 
 def write(
-    ctx: EngineContext, tenant_id: str, operation_id: str, payload_hash: str, text: str
+    ctx: EngineContext, partition: str, operation_id: str, payload_hash: str, text: str
 ) -> None:
-    """Put the payload item (before the operation item's put: see the module's docstring)."""
-    key = keys.payload_key(tenant_id, operation_id, payload_hash)
+    """Put the payload item (before the operation item's put: see the module's docstring), in
+    the operation's partition (``partition``: its write shard)."""
+    key = keys.payload_key(partition, operation_id, payload_hash)
     ctx.store.put_plain({**key, PAYLOAD_BODY: text})
 
 
@@ -57,16 +58,15 @@ def keeps(existing: Mapping[str, Any], payload_hash: str) -> bool:
     )
 
 
-def drop(ctx: EngineContext, tenant_id: str, operation_id: str, payload_hash: str) -> None:
+def drop(ctx: EngineContext, partition: str, operation_id: str, payload_hash: str) -> None:
     """Delete one payload item (harmless when already gone)."""
-    ctx.store.delete_plain(keys.payload_key(tenant_id, operation_id, payload_hash))
+    ctx.store.delete_plain(keys.payload_key(partition, operation_id, payload_hash))
 
 
-def delete_all(ctx: EngineContext, tenant_id: str, operation_id: str) -> int:
-    """Delete every payload item of the operation (its own and any orphan): one query of its
-    prefix and a delete each. Returns how many it deleted."""
+def delete_all(ctx: EngineContext, partition: str, operation_id: str) -> int:
+    """Delete every payload item of the operation in ``partition`` (its own and any orphan): one
+    query of its prefix and a delete each. Returns how many it deleted."""
     prefix = keys.payload_prefix(operation_id)
-    partition = keys.operation_partition(tenant_id, operation_id)
     deleted, start = 0, None
     while True:
         page = ctx.store.query(
@@ -86,10 +86,10 @@ def delete_all(ctx: EngineContext, tenant_id: str, operation_id: str) -> int:
         start = page.last_key
 
 
-def read(ctx: EngineContext, tenant_id: str, operation_id: str, payload_hash: str) -> bytes:
-    """The payload an operation of layout 2 refers to, checked against its hash;
-    :class:`PayloadMissing` when its item is gone (purged, erased) or does not match."""
-    found = ctx.store.get(keys.payload_key(tenant_id, operation_id, payload_hash))
+def read(ctx: EngineContext, partition: str, operation_id: str, payload_hash: str) -> bytes:
+    """The payload an operation of layout 2 (in ``partition``) refers to, checked against its
+    hash; :class:`PayloadMissing` when its item is gone (purged, erased) or does not match."""
+    found = ctx.store.get(keys.payload_key(partition, operation_id, payload_hash))
     if found is None or PAYLOAD_BODY not in found:
         raise PayloadMissing("the payload was purged or erased")
     return read_kept(str(found[PAYLOAD_BODY]), payload_hash)

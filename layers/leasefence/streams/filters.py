@@ -17,6 +17,7 @@ from typing import Any
 
 from leasefence import history
 from leasefence.model import State, Transition
+from leasefence import keys
 from leasefence.schema import PURGE_SK
 
 #: Transitions after which the operation is queued and claimable at once.
@@ -38,7 +39,15 @@ def dispatch_filters(tenants: Sequence[str] | None = None) -> list[dict[str, Any
     if tenants is not None:
         if not tenants:
             raise ValueError("a dispatch filter needs at least one tenant (or None: every tenant)")
-        pattern["dynamodb"]["Keys"] = {"tenant_id": {"S": list(tenants)}}
+        # A tenant's items are in its bare partition and in its write shards (<tenant>\x7f<n>).
+        pattern["dynamodb"]["Keys"] = {
+            "tenant_id": {
+                "S": [
+                    *tenants,
+                    *({"prefix": f"{t}{keys.SHARD_MARK}"} for t in tenants),
+                ]
+            }
+        }
     return [pattern]
 
 
