@@ -232,7 +232,7 @@ class Api(Construct):
 
         Its DynamoDB permissions only reach items whose partition key is the session's tenant
         (``dynamodb:LeadingKeys``): the table's ``tenant_id`` (the bare tenant id and its write
-        shards, ``<tenant_id>\x7f<n>``: :func:`leasefence.keys.shard_partition`) and the ``due``
+        shards, ``<tenant_id>\t<n>``: :func:`leasefence.keys.shard_partition`) and the ``due``
         index's ``<tenant_id>#<shard>#<job type>`` partitions. Two statements, so that a tenant
         named ``T`` cannot read table rows of a tenant named ``T#0``.
         """
@@ -258,7 +258,7 @@ class Api(Construct):
                 resources=[storage.table.table_arn],
                 # The bare tenant id (write shard 0, where every item of one-shard deployments
                 # is) and its write shards. A session tag value holds no '*', '?' or control
-                # character, and no tenant id holds the shard mark (DEL): the two patterns match
+                # character, and no tenant id holds the shard mark (a tab): the two patterns match
                 # exactly this tenant's partitions, never another tenant's (not even 'T#1''s).
                 conditions={
                     "ForAllValues:StringLike": {

@@ -16,7 +16,7 @@ that sends one the pattern admits is never refused for it.
   :data:`MAX_POSITION_BYTES` bytes of it; the page starts after it. A listing walks the
   tenant's write shards in order, each in id order: a position in shard 0 is the last operation
   id (the cursors of a deployment with one shard, as before), one in shard ``n >= 1`` is
-  ``\x7f<n>\x7f`` + the id (:func:`decode_listing_position`; no operation id has a control
+  ``\t<n>\t`` + the id (:func:`decode_listing_position`; no operation id has a control
   character, so the two never meet).
 * Histories (``GET /v1/operations/{id}/history``): the ``seq`` of the last entry of the page, in
   decimal (:data:`HISTORY_CURSOR_PATTERN`); the page starts after it.
@@ -69,14 +69,14 @@ def encode_operation_cursor(operation_id: str) -> str:
     return "o" + base64.urlsafe_b64encode(operation_id.encode("utf-8")).decode("ascii").rstrip("=")
 
 
-#: Starts a listing position in a write shard above 0: ``\x7f<shard>\x7f<operation id>``.
-_SHARD_POSITION = re.compile("\x7f([0-9]{1,4})\x7f(.*)", re.DOTALL)
+#: Starts a listing position in a write shard above 0: ``\t<shard>\t<operation id>``.
+_SHARD_POSITION = re.compile("\t([0-9]{1,4})\t(.*)", re.DOTALL)
 
 
 def encode_listing_cursor(shard: int, operation_id: str) -> str:
     """The cursor of a listing page that ended at ``operation_id`` of write shard ``shard`` (the
     empty id: before the shard's first operation)."""
-    return encode_operation_cursor(operation_id if shard == 0 else f"\x7f{shard}\x7f{operation_id}")
+    return encode_operation_cursor(operation_id if shard == 0 else f"\t{shard}\t{operation_id}")
 
 
 def decode_listing_position(cursor: str) -> tuple[int, str]:

@@ -25,13 +25,14 @@ def fit_key(prefix: str, part: str, max_bytes: int) -> str:
 
 
 #: Separates a tenant id from its write shard in the base table's partition key (shard ``n >= 1``
-#: is ``<tenant>\x7f<n>``). DEL: a control character, which no tenant id has
+#: is ``<tenant>\t<n>``). A tab: a control character, which no tenant id has
 #: (:data:`leasefence.validation.CONTROL_CHARACTERS`), so no shard's key can equal another
-#: tenant's bare id (with ``#`` it could: tenant ``a``'s shard 1 would be tenant ``a#1``'s
-#: partition), and the per-tenant IAM pattern ``<tenant>\x7f*`` reaches that tenant's shards and
-#: nobody else's. IAM policies may hold it (their character set is U+0009, U+000A, U+000D and
-#: U+0020 to U+00FF).
-SHARD_MARK = "\x7f"
+#: tenant's id (with ``#`` it could: tenant ``a``'s shard 1 would be tenant ``a#1``'s partition),
+#: and the per-tenant IAM pattern ``<tenant>\t*`` reaches that tenant's shards and nobody else's.
+#: Of the control characters, the one IAM policies name as allowed (with LF and CR), and one that
+#: every JSON encoder writes escaped (``\t``), so templates stay ASCII (DEL, which IAM allows too,
+#: is written raw and refused by YAML parsers such as cfn-lint's).
+SHARD_MARK = "\t"
 
 def shard_partition(tenant_id: str, shard: int) -> str:
     """The base table's partition key of a tenant's write shard: shard 0 is the bare tenant id,

@@ -1,5 +1,5 @@
 """Write shards of the base table (issue 33): an operation's partition key is its tenant's write
-shard (``<tenant>\\x7f<n>``, shard 0 the bare tenant id), a hash of its identity modulo the
+shard (``<tenant>\\t<n>``, shard 0 the bare tenant id), a hash of its identity modulo the
 deployment's write count. Everything by id stays one ``GetItem``; listing, counting, a tenant's
 erasure, the sweeper and the stream work across shards; growing the count moves no item."""
 

@@ -143,10 +143,10 @@ def test_tenant_isolation_role(synth) -> None:
     statements = {s.get("Sid"): s for s in role_statements(tpl, tenant)}
     own_items = statements["OwnTenantItems"]
     assert own_items["Resource"] == getatt(table)
-    # The bare tenant id and its write shards (<tenant>\x7f<n>); see the policy test below.
+    # The bare tenant id and its write shards (<tenant>\t<n>); see the policy test below.
     assert own_items["Condition"] == {
         "ForAllValues:StringLike": {
-            "dynamodb:LeadingKeys": ["${aws:PrincipalTag/tenant_id}", "${aws:PrincipalTag/tenant_id}\x7f*"]
+            "dynamodb:LeadingKeys": ["${aws:PrincipalTag/tenant_id}", "${aws:PrincipalTag/tenant_id}\t*"]
         }
     }
     shards = statements["OwnTenantDueShards"]

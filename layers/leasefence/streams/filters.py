@@ -39,7 +39,7 @@ def dispatch_filters(tenants: Sequence[str] | None = None) -> list[dict[str, Any
     if tenants is not None:
         if not tenants:
             raise ValueError("a dispatch filter needs at least one tenant (or None: every tenant)")
-        # A tenant's items are in its bare partition and in its write shards (<tenant>\x7f<n>).
+        # A tenant's items are in its bare partition and in its write shards (<tenant>\t<n>).
         pattern["dynamodb"]["Keys"] = {
             "tenant_id": {
                 "S": [
