@@ -267,3 +267,29 @@ def test_a_stream_record_of_a_shard_names_the_tenant_and_keeps_the_item_s_key():
     )
     assert change.tenant_id == "acme"
     assert change.key == {"tenant_id": partition, "operation_id": "op-1"}
+
+
+def test_engines_of_both_growth_phases_side_by_side_never_make_two_items_of_one_identity(
+    aws, ddb, clock
+):
+    """Growing in two deploys: ``1,16`` (writes at 1, checks 16) next to ``16,1`` (writes at 16,
+    checks 1). Whichever enqueues an id first, the other answers a replay or a conflict."""
+    spec = make_spec(aws, (1,))
+    before = engine_for(ddb, spec, clock, (1, 16))
+    after = engine_for(ddb, spec, clock, (16, 1))
+    ids = [f"op-{i}" for i in range(24)]
+    moved = [op for op in ids if keys.operation_partition(T, op, 16) != T]
+    assert len(moved) > 12  # most ids have two different keys under the two counts
+    for i, op in enumerate(ids):
+        first, second = (before, after) if i % 2 else (after, before)
+        assert first.enqueue(T, op, "refund", H).created
+        assert not second.enqueue(T, op, "refund", H).created
+        with pytest.raises(PayloadConflict):
+            second.enqueue(T, op, "refund", H2)
+        assert second.get(T, op).operation_id == op
+    stored = [
+        i["operation_id"]["S"]
+        for i in ddb.scan(TableName=spec.table_name)["Items"]
+        if i["operation_id"]["S"].startswith("op-")
+    ]
+    assert sorted(stored) == sorted(ids)  # one item per identity
