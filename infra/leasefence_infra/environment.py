@@ -33,7 +33,14 @@ PUBLISHER_ENV = ("LEASEFENCE_EVENT_BUS",)
 #: On the API function: the alarm topic, the alert route the go/no-go report names.
 API_ENV = ("LEASEFENCE_ALARM_TOPIC",)
 #: Every variable the construct sets (a worker's own ``environment`` may not replace one).
-RESERVED_ENV = (*SHARED_ENV, *OPTIONAL_SHARED_ENV, *TENANT_ENV, *WORKER_ENV, *PUBLISHER_ENV, *API_ENV)
+RESERVED_ENV = (
+    *SHARED_ENV,
+    *OPTIONAL_SHARED_ENV,
+    *TENANT_ENV,
+    *WORKER_ENV,
+    *PUBLISHER_ENV,
+    *API_ENV,
+)
 
 #: POWERTOOLS_SERVICE_NAME, and the ``service`` dimension of every metric.
 SERVICE_NAME = "leasefence"

@@ -445,7 +445,9 @@ class LeaseFenceServiceProps:
             not isinstance(counts, tuple)
             or not counts
             or any(
-                isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= schema.MAX_OPERATION_SHARDS
+                isinstance(n, bool)
+                or not isinstance(n, int)
+                or not 1 <= n <= schema.MAX_OPERATION_SHARDS
                 for n in counts
             )
             or len(set(counts)) != len(counts)

@@ -34,6 +34,7 @@ def fit_key(prefix: str, part: str, max_bytes: int) -> str:
 #: is written raw and refused by YAML parsers such as cfn-lint's).
 SHARD_MARK = "\t"
 
+
 def shard_partition(tenant_id: str, shard: int) -> str:
     """The base table's partition key of a tenant's write shard: shard 0 is the bare tenant id,
     shard ``n >= 1`` is ``<tenant>`` + :data:`SHARD_MARK` + ``n``."""

@@ -67,9 +67,9 @@ from leasefence.limits import (
 from leasefence.schema import (
     DEFAULT_DUE_SHARDS,
     DEFAULT_OPERATION_SHARDS,
-    MAX_OPERATION_SHARDS,
     DEFAULT_SWEEP_SHARDS,
     DEFAULT_TABLE_NAME,
+    MAX_OPERATION_SHARDS,
     TableSpec,
 )
 

@@ -20,7 +20,7 @@ nothing.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, cast
@@ -303,7 +303,7 @@ class Store:
         item: Mapping[str, Any],
         condition: str,
         names: dict[str, str],
-        absent: list[Key],
+        absent: Sequence[Key],
     ) -> None:
         """:meth:`put_new`, and atomically with it no item at any key of ``absent`` (a
         ``TransactWriteItems`` of condition checks and the put; just the put when ``absent`` is

@@ -143,7 +143,9 @@ def test_old_operations_are_replayed_read_and_driven_to_their_end_by_the_new_cod
         )
     # A new operation beside them is layout 2: its payload in a payload item.
     c = canonicalize({"order": "new"})
-    assert engine.enqueue(T, "op-fresh", "refund", c.hash, payload_json=c.body).operation.layout == 2
+    assert (
+        engine.enqueue(T, "op-fresh", "refund", c.hash, payload_json=c.body).operation.layout == 2
+    )
     assert len(kept(ddb, spec, "op-fresh")) == 1
     new_partition = kept(ddb, spec, "op-fresh")[0]["tenant_id"]["S"]
     assert new_partition == keys.operation_partition(T, "op-fresh", spec.write_shards)

@@ -215,7 +215,7 @@ def test_a_listing_cursor_of_one_shard_reads_as_before_and_a_shard_cursor_resume
     assert cursor.decode_listing_position(cursor.encode_listing_cursor(3, "")) == (3, "")
 
 
-def test_the_worker_s_stream_filter_passes_its_tenant_s_shards_and_no_other_tenant(aws):
+def test_the_worker_s_stream_filter_passes_its_tenant_s_shards_and_no_other_tenant():
     pattern = filters.dispatch_filters(["a"])
 
     def record(partition):

@@ -8,10 +8,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from tests.support.infra import getatt, index_arn, logical_id, role_statements, service_of
 
 from leasefence import keys, schema
+from leasefence.errors import InvalidInput
 from leasefence.validation import validate_id
+from tests.support.infra import getatt, index_arn, logical_id, role_statements, service_of
 
 TAG = "${aws:PrincipalTag/tenant_id}"
 # Session tag values (the tenants a token can name): letters, digits, spaces and _.:/=+-@.
@@ -23,9 +24,7 @@ OTHER_TENANTS = ["ab", "a.b", "a#1", "a#", "a\\", "a*", "a?", "b", " a", "A", "a
 
 def _iam_like(pattern: str, value: str) -> bool:
     """IAM's StringLike: ``*`` any run of characters, ``?`` one, everything else literal."""
-    regex = "".join(
-        ".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern
-    )
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
     return re.fullmatch(regex, value, re.DOTALL) is not None
 
 
@@ -87,7 +86,7 @@ def test_a_write_shard_key_is_never_an_id_a_tenant_can_have():
     for tenant in TOKEN_TENANTS + OTHER_TENANTS:
         for key in _table_keys(tenant)[1:]:
             assert keys.SHARD_MARK in key
-            with pytest.raises(Exception):
+            with pytest.raises(InvalidInput):
                 validate_id("tenant_id", key)
 
 

@@ -445,9 +445,7 @@ class Claimer:
         marked = None
         for _ in range(retries + 1):
             if rules.is_claim_of(snapshot, worker_id, claim_token):
-                confirmed = self.confirm_claim(
-                    key, worker_id, claim_token, types
-                )
+                confirmed = self.confirm_claim(key, worker_id, claim_token, types)
                 if isinstance(confirmed, Claim):
                     return confirmed
                 if confirmed is None or rules.is_claim_of(confirmed, worker_id, claim_token):

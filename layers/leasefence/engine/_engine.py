@@ -622,8 +622,9 @@ class Engine:
         cursor: str | None = None,
         filters: listing.Filters | None = None,
     ) -> Page:
-        """One tenant's operations (write shard by write shard, each in id order), optionally in one state and matching ``filters``
-        (:mod:`leasefence.listing`). An operator path: it reads the tenant's partition (the filters
+        """One tenant's operations (write shard by write shard, each in id order), optionally in
+        one state and matching ``filters`` (:mod:`leasefence.listing`). An operator path: it reads
+        the tenant's partitions (the filters
         are applied after the read, so a page may be short and still carry a cursor)."""
         return self._reads.list(tenant_id, state, limit, cursor, filters)
 

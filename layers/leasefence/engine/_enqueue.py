@@ -205,7 +205,8 @@ class Enqueuer:
                 # (a payload item this enqueue wrote stays: the retry's operation refers to it)
                 raise Unavailable("the operation changed while this enqueue ran, retry") from None
             if kept is not None and (
-                existing["tenant_id"] != partition or not payload_items.keeps(existing, payload_hash)
+                existing["tenant_id"] != partition
+                or not payload_items.keeps(existing, payload_hash)
             ):
                 payload_items.drop(ctx, partition, operation_id, payload_hash)
             if existing["payload_hash"] == payload_hash:

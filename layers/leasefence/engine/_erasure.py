@@ -185,9 +185,7 @@ def _mark_purged(ctx: EngineContext, item: OperationItem, keep_filed: bool) -> b
         else:  # an item written before seq was kept
             condition += "attribute_not_exists(#seq)"
     try:
-        ctx.store.update(
-            keys.item_key(item), *expr.write(condition), returns="NONE"
-        )
+        ctx.store.update(keys.item_key(item), *expr.write(condition), returns="NONE")
     except ConditionFailed:
         return False
     return True
@@ -253,9 +251,7 @@ def erase_write(
     return expr.add("#seq :one").write(condition)
 
 
-def _encode_erasure_cursor(
-    phase: str, position: str, held: bool = False, shard: int = 0
-) -> str:
+def _encode_erasure_cursor(phase: str, position: str, held: bool = False, shard: int = 0) -> str:
     """Where the next step starts: the phase, the position in it (rows: in write shard
     ``shard``), and (rows) whether this pass over the rows left a claimed one alone so far."""
     fields: dict[str, Any] = {"p": phase, "at": position}
@@ -385,35 +381,11 @@ class Eraser:
         self.enqueuer.forget_tenant(tenant_id)  # its directory is about to go
         ctx.catalogue.forget(tenant_id)  # its catalogue goes with its rows
         if phase == "rows":
-            # Every write shard in turn; at most ``limit`` rows and ``limit`` queries a step.
-            partitions, budget = ctx.partitions(tenant_id), limit
-            while shard < len(partitions):
-                partition = partitions[shard]
-                page = ctx.store.query(
-                    # Operations, payload items and histories; the tenant's own items
-                    # (directory, catalogue, settings, claim markers: sort keys before
-                    # HISTORY_PREFIX) go last.
-                    KeyConditionExpression="tenant_id = :t AND operation_id >= :first",
-                    values={":t": partition, ":first": keys.HISTORY_PREFIX},
-                    ConsistentRead=True,
-                    Limit=budget,
-                    start={"tenant_id": partition, "operation_id": position}
-                    if position and position >= keys.HISTORY_PREFIX
-                    else None,
-                )
-                for item in page.items:
-                    self.erase_row(item, result)
-                held_before = held_before or result.held > 0
-                budget -= max(1, len(page.items))
-                if page.last_key is not None:
-                    position = page.last_key["operation_id"]
-                else:
-                    shard, position = shard + 1, ""
-                if budget <= 0 and shard < len(partitions):
-                    result.next_cursor = _encode_erasure_cursor(
-                        "rows", position or "", held_before, shard
-                    )
-                    return self.step(result)
+            resume = self.erase_rows(tenant_id, limit, position, held_before, shard, result)
+            if resume is not None:
+                result.next_cursor = resume
+                return self.step(result)
+            held_before = held_before or result.held > 0
             phase, position = "objects", None
         if self.tenant_rows_left(tenant_id):
             # This pass left claimed rows alone: run it again once they ended. Otherwise rows
@@ -445,6 +417,44 @@ class Eraser:
     def step(self, result: TenantErasure) -> TenantErasure:
         self.ctx.count(Metric.TENANT_ERASURE_STEPS)
         return result
+
+    def erase_rows(
+        self,
+        tenant_id: str,
+        limit: int,
+        position: str | None,
+        held_before: bool,
+        shard: int,
+        result: TenantErasure,
+    ) -> str | None:
+        """One step of the rows phase: every write shard in turn from ``shard``, at most
+        ``limit`` rows and ``limit`` queries. The cursor to resume with, or None: all read."""
+        ctx = self.ctx
+        partitions, budget = ctx.partitions(tenant_id), limit
+        while shard < len(partitions):
+            partition = partitions[shard]
+            page = ctx.store.query(
+                # Operations, payload items and histories; the tenant's own items (directory,
+                # catalogue, settings, claim markers: sort keys before HISTORY_PREFIX) go last.
+                KeyConditionExpression="tenant_id = :t AND operation_id >= :first",
+                values={":t": partition, ":first": keys.HISTORY_PREFIX},
+                ConsistentRead=True,
+                Limit=budget,
+                start={"tenant_id": partition, "operation_id": position}
+                if position and position >= keys.HISTORY_PREFIX
+                else None,
+            )
+            for item in page.items:
+                self.erase_row(item, result)
+            held_before = held_before or result.held > 0
+            budget -= max(1, len(page.items))
+            if page.last_key is not None:
+                position = page.last_key["operation_id"]
+            else:
+                shard, position = shard + 1, ""
+            if budget <= 0 and shard < len(partitions):
+                return _encode_erasure_cursor("rows", position or "", held_before, shard)
+        return None
 
     def hold_tenant(self, tenant_id: str) -> int:
         """Hold the tenant for its erasure (one conditional write on its settings item: the

@@ -15,9 +15,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from leasefence import history
+from leasefence import history, keys
 from leasefence.model import State, Transition
-from leasefence import keys
 from leasefence.schema import PURGE_SK
 
 #: Transitions after which the operation is queued and claimable at once.

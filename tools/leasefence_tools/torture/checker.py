@@ -14,8 +14,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from leasefence.engine import Engine
 from leasefence import keys
+from leasefence.engine import Engine
 from leasefence.keys import FIRST_OPERATION_ID
 from leasefence.model import TERMINAL_STATES, Operation, State, TargetClass, Transition
 from leasefence.streams.events import detail_type
