@@ -9,6 +9,7 @@ what every phase sees.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
@@ -19,12 +20,13 @@ from leasefence.metrics import Metric, MetricSink
 from leasefence.model import State
 from leasefence.privacy import keyed_hash
 from leasefence.schema import TableSpec
-from leasefence.store import Store
+from leasefence.store import ConditionFailed, Store
 
 if TYPE_CHECKING:
     from leasefence.engine._engine import Engine
 
 Key = dict[str, str]
+T = TypeVar("T")
 
 
 @dataclass
@@ -86,6 +88,23 @@ class EngineContext:
                 return keys.item_key(item)
         return candidates[0]
 
+    def at_operation(self, tenant_id: str, operation_id: str, write: Callable[[Key], T]) -> T:
+        """``write(key)`` at the write count's key, with no read first; in a deployment that
+        changed its write count, when that was refused for want of an item there
+        (:class:`ConditionFailed` without one), once more where :meth:`find` finds the
+        operation under another count. For the commands of every lifecycle (heartbeat,
+        complete, fail): an operation written under the write count costs no extra read."""
+        first, *others = self.candidates(tenant_id, operation_id)
+        try:
+            return write(first)
+        except ConditionFailed as refused:
+            if refused.item is not None or not others:
+                raise
+            for key in others:
+                if self.store.get(key) is not None:
+                    return write(key)
+            raise
+
     def marker_key(self, tenant_id: str, marker_id: str) -> Key:
         """A claim marker's key (:func:`leasefence.keys.claim_marker_key`)."""
         return keys.claim_marker_key(tenant_id, marker_id, self.spec.write_shards)
@@ -116,9 +135,6 @@ class EngineContext:
 
     def purge_pk(self, tenant_id: str, operation_id: str) -> str:
         return keys.purge_partition(keys.shard_of(tenant_id, operation_id, self.spec.sweep_shards))
-
-
-T = TypeVar("T")
 
 
 class Shared(Generic[T]):

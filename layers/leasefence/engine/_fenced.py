@@ -15,7 +15,7 @@ from typing import Any, cast
 from leasefence import history
 from leasefence.engine import _expr as x
 from leasefence.engine import _rules as rules
-from leasefence.engine._context import EngineContext
+from leasefence.engine._context import EngineContext, Key
 from leasefence.errors import InvalidInput, StaleFence, TargetRefused
 from leasefence.limits import (
     MAX_BUSINESS_WRITES,
@@ -94,8 +94,10 @@ class FencedCommands:
             )
             expr.set("intent = :intent")
         try:
-            item = self.ctx.store.update_operation(
-                self.ctx.locate(tenant_id, operation_id), *expr.write(condition)
+            item = self.ctx.at_operation(
+                tenant_id,
+                operation_id,
+                lambda key: self.ctx.store.update_operation(key, *expr.write(condition)),
             )
         except ConditionFailed as refused:
             current = refused.operation
@@ -266,13 +268,19 @@ class FencedCommands:
             expr.values[":ppk"] = ctx.parked_pk(target, tenant_id, operation_id)
             expr.set("#ppk = :ppk", "#pat = :now")
         expr.add("#seq :one")
-        key = ctx.locate(tenant_id, operation_id)
-        try:
+
+        def close_at(key: Key) -> OperationItem | None:
             if writes is None:
-                item = ctx.store.update_operation(key, *expr.write(condition))
-            else:
-                ctx.store.transact([ctx.store.update_action(key, *expr.write(condition)), *writes])
-                item = ctx.store.get_operation(key)
+                return ctx.store.update_operation(key, *expr.write(condition))
+            ctx.store.transact([ctx.store.update_action(key, *expr.write(condition)), *writes])
+            return ctx.store.get_operation(key)
+
+        try:
+            item = (
+                ctx.at_operation(tenant_id, operation_id, close_at)
+                if writes is None
+                else close_at(ctx.locate(tenant_id, operation_id))
+            )
         except ConditionFailed as refused:
             if refused.reasons is not None and refused.reasons[0] is None:
                 # The fence held; one of the caller's own guards refused. Nothing was written.
