@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from leasefence import Engine, PayloadConflict, keys
-from leasefence.errors import InvalidInput
+from leasefence.errors import InvalidInput, NotFound
 from leasefence.payloads import canonicalize
 from leasefence.schema import TableSpec
 from leasefence.streams import filters, records
@@ -172,10 +172,14 @@ def test_growing_the_write_count_from_1_to_4_to_16_moves_nothing(aws, ddb, clock
     for op in made:
         claim = sixteen.claim(T, op, "w16")
         assert claim is not None
+        clock.advance(10)
+        assert sixteen.heartbeat(T, op, claim.fence, "w16") > claim.lease_expires_at
         sixteen.complete(T, op, claim.fence, "ok")
         assert sixteen.history(T, op).entries[-1]["transition"] == "complete"
         assert sixteen.payload(sixteen.get(T, op))  # read from its payload item, beside it
     assert partitions_holding(ddb, spec, set(made)) == before  # nothing moved
+    with pytest.raises(NotFound):  # nowhere under any count: refused as before
+        sixteen.complete(T, "never-enqueued", 1, "ok")
     # The one-shard engine still sees its own operations; it never wrote elsewhere.
     assert one.get(T, "a-3").state == "succeeded"
 
