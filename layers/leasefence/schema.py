@@ -6,7 +6,9 @@ key names, the two sparse indexes and their projections cannot drift apart.
 Layout (one item per operation):
 
 * table key: ``tenant_id`` (HASH) + ``operation_id`` (RANGE). Two attributes, no separator, so no
-  choice of characters in either id can make two identities collide.
+  choice of characters in either id can make two identities collide. ``tenant_id`` holds the
+  tenant's write shard of the operation (:func:`keys.operation_partition`: the bare tenant id
+  for shard 0, ``<tenant>\t<n>`` above it; :attr:`TableSpec.operation_shards`).
 * ``due`` index (sparse): holds an operation while it is ``queued`` or ``claimed`` with attempts
   left. Partition ``due_pk`` = ``<tenant>#<shard>#<job_type>`` (see :func:`keys.due_partition`:
   injective), sort ``due_at`` = when it becomes claimable (available time when queued, lease
