@@ -233,9 +233,10 @@ class Api(Construct):
         """A role the API function assumes per tenant, tagged ``tenant_id=<claim>``.
 
         Its DynamoDB permissions only reach items whose partition key is the session's tenant
-        (``dynamodb:LeadingKeys``): the table's ``tenant_id`` and the ``due`` index's
-        ``<tenant_id>#<shard>`` partitions. Two statements, so that a tenant named ``T`` cannot
-        read table rows of a tenant named ``T#0``.
+        (``dynamodb:LeadingKeys``): the table's ``tenant_id`` (the bare tenant id and its write
+        shards, ``<tenant_id>\t<n>``: :func:`leasefence.keys.shard_partition`) and the ``due``
+        index's ``<tenant_id>#<shard>#<job type>`` partitions. Two statements, so that a tenant
+        named ``T`` cannot read table rows of a tenant named ``T#0``.
         """
         storage = self._storage
         principal = iam.PrincipalWithConditions(
@@ -257,8 +258,17 @@ class Api(Construct):
                 sid="OwnTenantItems",
                 actions=list(API_TABLE_ACTIONS),
                 resources=[storage.table.table_arn],
+                # The bare tenant id (write shard 0, where every item of one-shard deployments
+                # is) and its write shards. A session tag value holds no '*', '?' or control
+                # character, and no tenant id holds the shard mark (a tab): the two patterns match
+                # exactly this tenant's partitions, never another tenant's (not even 'T#1''s).
                 conditions={
-                    "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [TENANT_TAG_VARIABLE]}
+                    "ForAllValues:StringLike": {
+                        "dynamodb:LeadingKeys": [
+                            TENANT_TAG_VARIABLE,
+                            f"{TENANT_TAG_VARIABLE}{keys.SHARD_MARK}*",
+                        ]
+                    }
                 },
             )
         )

@@ -17,6 +17,9 @@ SHARED_ENV = (
     "POWERTOOLS_LOG_LEVEL",
     "POWERTOOLS_TRACER_CAPTURE_RESPONSE",
 )
+#: On every function that runs the engine, only when set to other than its default (a
+#: deployment of one write shard keeps the template it had before issue 33).
+OPTIONAL_SHARED_ENV = ("LEASEFENCE_OPERATION_SHARDS",)
 #: On the API function with tenant isolation.
 TENANT_ENV = ("LEASEFENCE_TENANT_ROLE_ARN", "LEASEFENCE_TENANT_SESSION_TAG")
 #: On the worker function only.
@@ -30,7 +33,14 @@ PUBLISHER_ENV = ("LEASEFENCE_EVENT_BUS",)
 #: On the API function: the alarm topic, the alert route the go/no-go report names.
 API_ENV = ("LEASEFENCE_ALARM_TOPIC",)
 #: Every variable the construct sets (a worker's own ``environment`` may not replace one).
-RESERVED_ENV = (*SHARED_ENV, *TENANT_ENV, *WORKER_ENV, *PUBLISHER_ENV, *API_ENV)
+RESERVED_ENV = (
+    *SHARED_ENV,
+    *OPTIONAL_SHARED_ENV,
+    *TENANT_ENV,
+    *WORKER_ENV,
+    *PUBLISHER_ENV,
+    *API_ENV,
+)
 
 #: POWERTOOLS_SERVICE_NAME, and the ``service`` dimension of every metric.
 SERVICE_NAME = "leasefence"
@@ -48,6 +58,7 @@ def shared_environment(
     fence_epoch: int,
     metrics_namespace: str,
     powertools_log_level: str,
+    operation_shards: tuple[int, ...] = (1,),
 ) -> dict[str, str]:
     """:data:`SHARED_ENV`, filled in (names follow the brought-in or created resources)."""
     environment = {
@@ -70,4 +81,6 @@ def shared_environment(
         "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
     }
     assert set(environment) == set(SHARED_ENV)
+    if operation_shards != (1,):
+        environment["LEASEFENCE_OPERATION_SHARDS"] = ",".join(str(n) for n in operation_shards)
     return environment

@@ -111,6 +111,11 @@ class LeaseFenceServiceProps:
     """Shards of the `due` index per tenant and job type (1-100): more spread claims wider."""
     sweep_shards: int = schema.DEFAULT_SWEEP_SHARDS
     """Shards of the `sweep`, `parked` and `purge` indexes (1-100)."""
+    operation_shards: tuple[int, ...] = schema.DEFAULT_OPERATION_SHARDS
+    """Write shards of the table per tenant (each 1-256): the first count is where new
+    operations go, any others are counts this deployment wrote with before (keep them listed:
+    their operations are found there). `(1,)`: the bare tenant id, as before issue 33. Grow it
+    only (see the scale page, "Write shards"), e.g. `(16, 1)` after `(1,)`."""
     identity_retention_days: int | None = 400
     """How long an ended operation's identity is kept (item TTL); `None`: forever. Replays and
     "fences never repeat" hold within it. At least `payload_retention_days` and 1."""
@@ -435,6 +440,22 @@ class LeaseFenceServiceProps:
             raise TypeError("removal_policy must be an aws_cdk.RemovalPolicy")
         for name in ("due_shards", "sweep_shards"):
             _int_in(self, name, 1, MAX_SHARDS)
+        counts = self.operation_shards
+        if (
+            not isinstance(counts, tuple)
+            or not counts
+            or any(
+                isinstance(n, bool)
+                or not isinstance(n, int)
+                or not 1 <= n <= schema.MAX_OPERATION_SHARDS
+                for n in counts
+            )
+            or len(set(counts)) != len(counts)
+        ):
+            raise ValueError(
+                "operation_shards must be a tuple of distinct counts from 1 to "
+                f"{schema.MAX_OPERATION_SHARDS}, the one new operations go to first"
+            )
         _int_in(self, "payload_retention_days", 0, None)
         _int_in(self, "fence_epoch", 0, MAX_FENCE_EPOCH)
         if self.identity_retention_days is not None:

@@ -179,6 +179,7 @@ class LeaseFenceService(Construct, ServiceAccess):
             bucket_name=self.storage.payload_bucket.bucket_name,
             due_shards=props.due_shards,
             sweep_shards=props.sweep_shards,
+            operation_shards=props.operation_shards,
             log_hash_secret_arn=self.storage.log_hash_key.secret_arn,
             identity_retention_days=props.identity_retention_days,
             payload_retention_days=props.payload_retention_days,

@@ -93,7 +93,8 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     ``tenantIsolation``, ``snapStart``, ``logRetentionDays``, ``logLevel``, ``systemLogLevel`` (Lambda's platform lines:
     ``DEBUG``, ``INFO`` or ``WARN``), ``tracing`` (X-Ray,
     off by default), ``events`` (outcome events, off by default), ``alarms`` (on by default),
-    ``dashboard`` (off by default), ``dueShards``, ``sweepShards``,
+    ``dashboard`` (off by default), ``dueShards``, ``sweepShards``, ``operationShards`` (``16`` or
+    ``16,1``: write shards per tenant, the first where new operations go),
     ``destroyOnRemoval`` (dev stacks only: tables, buckets, keys are deleted with the stack),
     ``metricsNamespace`` (default ``LeaseFence/<stack name>/LeaseFence``), ``allowPlaceholderIssuer``
     (offline synth only: without ``jwtIssuer`` or ``createUserPool`` synthesis is refused),
@@ -141,6 +142,8 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     ):
         if get(key) is not None:
             props[prop] = int(get(key))
+    if get("operationShards") is not None:  # "16" or "16,1" (the first: where new ones go)
+        props["operation_shards"] = tuple(int(n) for n in str(get("operationShards")).split(","))
     if get("identityRetentionDays") is not None:
         identity_days = str(get("identityRetentionDays"))
         props["identity_retention_days"] = (

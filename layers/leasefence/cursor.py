@@ -11,9 +11,13 @@ OpenAPI document states exactly which cursors are accepted (the pattern), and a 
 that sends one the pattern admits is never refused for it.
 
 * Operation listings (``GET /v1/operations``): ``o`` and the unpadded base64url of the UTF-8 of
-  the last operation id of the page (:data:`OPERATION_CURSOR_PATTERN`). Any such string is a
-  position: its bytes read as UTF-8 (a byte that is not UTF-8 reads as U+FFFD), at most
-  :data:`MAX_POSITION_BYTES` bytes of it; the page starts after it in id order.
+  the page's last position (:data:`OPERATION_CURSOR_PATTERN`). Any such string is a position:
+  its bytes read as UTF-8 (a byte that is not UTF-8 reads as U+FFFD), at most
+  :data:`MAX_POSITION_BYTES` bytes of it; the page starts after it. A listing walks the
+  tenant's write shards in order, each in id order: a position in shard 0 is the last operation
+  id (the cursors of a deployment with one shard, as before), one in shard ``n >= 1`` is
+  ``\t<n>\t`` + the id (:func:`decode_listing_position`; no operation id has a control
+  character, so the two never meet).
 * Histories (``GET /v1/operations/{id}/history``): the ``seq`` of the last entry of the page, in
   decimal (:data:`HISTORY_CURSOR_PATTERN`); the page starts after it.
 
@@ -63,6 +67,26 @@ def invalid() -> InvalidInput:
 def encode_operation_cursor(operation_id: str) -> str:
     """The cursor of a listing page that ended at ``operation_id``."""
     return "o" + base64.urlsafe_b64encode(operation_id.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+#: Starts a listing position in a write shard above 0: ``\t<shard>\t<operation id>``.
+_SHARD_POSITION = re.compile("\t([0-9]{1,4})\t(.*)", re.DOTALL)
+
+
+def encode_listing_cursor(shard: int, operation_id: str) -> str:
+    """The cursor of a listing page that ended at ``operation_id`` of write shard ``shard`` (the
+    empty id: before the shard's first operation)."""
+    return encode_operation_cursor(operation_id if shard == 0 else f"\t{shard}\t{operation_id}")
+
+
+def decode_listing_position(cursor: str) -> tuple[int, str]:
+    """The write shard and the position in it that a listing cursor names. Total over the
+    pattern: a position that is not a shard's reads as one in shard 0, as before."""
+    position = decode_operation_cursor(cursor)
+    shard = _SHARD_POSITION.fullmatch(position)
+    if shard is None:
+        return 0, position
+    return int(shard.group(1)), shard.group(2)
 
 
 def decode_operation_cursor(cursor: str) -> str:

@@ -483,14 +483,15 @@ class HistoryPage:
 
 def read(
     store: Store,
-    tenant_id: str,
+    partition: str,
     operation_id: str,
     created_at: int,
     limit: int = 50,
     cursor: str | None = None,
     item: Mapping[str, Any] | None = None,
 ) -> HistoryPage:
-    """One page of the history of the operation created at ``created_at``, oldest first, after
+    """One page of the history of the operation created at ``created_at`` (its item in
+    ``partition``: the tenant's write shard it lives in), oldest first, after
     the cursor (an earlier page's ``next_cursor``). ``item``: the operation item as read (its
     in-item history); the history item written before is read (one eventually consistent read)
     only when the item has none of its own (:func:`in_item`), or no item is given."""
@@ -501,7 +502,7 @@ def read(
     dropped = 0
     expired = None if item is None else item.get(ITEM_HISTORY_EXPIRED)
     if expired is None and (item is None or not in_item(item)):
-        stored = store.get(_key(tenant_id, operation_id), consistent=False)
+        stored = store.get(_key(partition, operation_id), consistent=False)
         if stored is not None and int(stored.get("created_at", -1)) == created_at:
             legacy = list(stored.get("entries") or [])
             dropped = int(stored.get("dropped", 0))

@@ -44,11 +44,9 @@ class HistoryContention(Exception):
     """The history kept changing under an insert: the record fails and is delivered again."""
 
 
-def _key(tenant_id: str, operation_id: str) -> dict[str, str]:
-    return {
-        "tenant_id": keys.operation_partition(tenant_id, operation_id),
-        "operation_id": keys.history_id(operation_id),
-    }
+def _key(partition: str, operation_id: str) -> dict[str, str]:
+    """The history item of the operation whose item lives in ``partition`` (next to it)."""
+    return {"tenant_id": partition, "operation_id": keys.history_id(operation_id)}
 
 
 def record(

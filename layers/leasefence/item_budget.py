@@ -43,7 +43,7 @@ from leasefence.limits import (
     MAX_TEXT_BYTES,
 )
 from leasefence.model import Resolution, State, TargetClass, Transition
-from leasefence.schema import PAYLOAD_BODY
+from leasefence.schema import MAX_OPERATION_SHARDS, PAYLOAD_BODY
 
 #: A number's size at most (DynamoDB: about one byte per two significant digits, plus one).
 NUMBER_BYTES = 21
@@ -67,7 +67,8 @@ _HASH_BYTES = len("sha256:") + 64
 #: Per attribute of the operation item, its largest value in bytes (see the module's docstring).
 ATTRIBUTE_BYTES: dict[str, int] = {
     # identity
-    "tenant_id": MAX_ID_BYTES,
+    # the partition key: the tenant id and its write shard (a tab and up to three digits)
+    "tenant_id": MAX_ID_BYTES + len(f"\t{MAX_OPERATION_SHARDS - 1}"),
     "operation_id": MAX_ID_BYTES,
     "job_type": MAX_ID_BYTES,
     "target_class": max(len(c.value) for c in TargetClass),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
+from typing import Any
 
 from leasefence.limits import MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES
 
@@ -22,34 +24,75 @@ def fit_key(prefix: str, part: str, max_bytes: int) -> str:
     return prefix + KEY_DIGEST_MARK + hashlib.sha256(part.encode()).hexdigest()
 
 
-#: How many write shards the base table's partition key has per tenant (layout 2). Issue 33
-#: raises it; shard 0 is the bare tenant id, so every item written before layout 2 stays where it
-#: is and this layout moved nothing.
-OPERATION_SHARDS = 1
+#: Separates a tenant id from its write shard in the base table's partition key (shard ``n >= 1``
+#: is ``<tenant>\t<n>``). A tab: a control character, which no tenant id has
+#: (:data:`leasefence.validation.CONTROL_CHARACTERS`), so no shard's key can equal another
+#: tenant's id (with ``#`` it could: tenant ``a``'s shard 1 would be tenant ``a#1``'s partition),
+#: and the per-tenant IAM pattern ``<tenant>\t*`` reaches that tenant's shards and nobody else's.
+#: Of the control characters, the one IAM policies name as allowed (with LF and CR), and one that
+#: every JSON encoder writes escaped (``\t``), so templates stay ASCII (DEL, which IAM allows too,
+#: is written raw and refused by YAML parsers such as cfn-lint's).
+SHARD_MARK = "\t"
 
 
-def operation_partition(tenant_id: str, operation_id: str) -> str:
-    """The base table's partition key of an operation item, its history item and its payload
-    items: the operation's write shard in its tenant (:func:`shard_of` over
-    :data:`OPERATION_SHARDS`). Shard 0 is the bare tenant id (every item written by main 4f60178
-    is there); a shard ``n >= 1`` will be ``<escaped tenant>#<n>`` (:func:`escape_tenant`: the
-    tenant ends at its first unescaped ``#``, like a due partition), which issue 33 builds
-    together with the per-tenant IAM condition that matches it (``dynamodb:LeadingKeys`` on
-    ``<tenant>`` and ``<tenant>#*``). Every read and write of those items derives its key here."""
-    shard = shard_of(tenant_id, operation_id, OPERATION_SHARDS)
-    if shard != 0:  # pragma: no cover - one shard until issue 33
-        raise NotImplementedError("write shards above 0 arrive with issue 33")
-    return tenant_id
+def shard_partition(tenant_id: str, shard: int) -> str:
+    """The base table's partition key of a tenant's write shard: shard 0 is the bare tenant id,
+    shard ``n >= 1`` is ``<tenant>`` + :data:`SHARD_MARK` + ``n``."""
+    return tenant_id if shard == 0 else f"{tenant_id}{SHARD_MARK}{shard}"
 
 
-def operation_key(tenant_id: str, operation_id: str) -> dict[str, str]:
-    """The key of an operation item."""
-    return {"tenant_id": operation_partition(tenant_id, operation_id), "operation_id": operation_id}
+def operation_partition(tenant_id: str, operation_id: str, shards: int = 1) -> str:
+    """The base table's partition key of an operation item and its payload items, for a
+    deployment that writes ``shards`` write shards per tenant: the shard is a hash of the
+    identity modulo ``shards`` (:func:`shard_of`). With one shard it is the bare tenant id.
+    Where an existing item lives is its own key (:func:`item_key`), which never moves; an
+    engine that finds an operation by id alone looks where each of its deployment's shard
+    counts would have put it (``Engine``'s ``locate``)."""
+    return shard_partition(tenant_id, shard_of(tenant_id, operation_id, shards))
+
+
+def operation_partitions(tenant_id: str, operation_id: str, counts: tuple[int, ...]) -> list[str]:
+    """Where an operation may live in a deployment whose write shard counts are ``counts`` (the
+    first: where new operations go; the others: counts it wrote with before, or will write
+    with soon). Distinct, the write count's first."""
+    return list(dict.fromkeys(operation_partition(tenant_id, operation_id, n) for n in counts))
+
+
+def tenant_partitions(tenant_id: str, counts: tuple[int, ...]) -> list[str]:
+    """Every write shard of the tenant a deployment with shard counts ``counts`` may have
+    written: shards 0 to the largest count - 1 (what a listing, a count or an erasure reads)."""
+    return [shard_partition(tenant_id, n) for n in range(max(counts))]
+
+
+def tenant_of(partition: str) -> str:
+    """The tenant id of a base-table partition key (a write shard's or the bare tenant's)."""
+    return partition.split(SHARD_MARK, 1)[0]
+
+
+def shard_in(partition: str) -> int:
+    """The write shard of a base-table partition key (0 for the bare tenant id)."""
+    _, mark, shard = partition.partition(SHARD_MARK)
+    return int(shard) if mark else 0
+
+
+def item_key(item: Mapping[str, Any]) -> dict[str, str]:
+    """The key an item (or an index entry of it) is stored under: where it lives, never derived
+    again (an item written under another shard count stays where it was written)."""
+    return {"tenant_id": item["tenant_id"], "operation_id": item["operation_id"]}
+
+
+def operation_key(tenant_id: str, operation_id: str, shards: int = 1) -> dict[str, str]:
+    """The key a new operation item gets (``shards``: the deployment's write shard count)."""
+    return {
+        "tenant_id": operation_partition(tenant_id, operation_id, shards),
+        "operation_id": operation_id,
+    }
 
 
 def tenant_key(tenant_id: str, sort_key: str) -> dict[str, str]:
-    """The key of one of a tenant's own items (directory, catalogue, settings, claim markers) or
-    of the deployment's (:data:`FLEET_TENANT`): in the tenant's own partition, never sharded."""
+    """The key of one of a tenant's own items (directory, catalogue, settings) or of the
+    deployment's (:data:`FLEET_TENANT`): in the tenant's bare partition (shard 0), never sharded:
+    each is written once per tenant and job type or by an operator, and read through caches."""
     return {"tenant_id": tenant_id, "operation_id": sort_key}
 
 
@@ -141,6 +184,18 @@ def claim_marker_id(worker_id: str, claim_token: str) -> str:
     return CLAIM_MARKER_PREFIX + hashlib.sha256(len(w).to_bytes(4, "big") + w + t).hexdigest()
 
 
+def claim_marker_key(tenant_id: str, marker_id: str, shards: int = 1) -> dict[str, str]:
+    """A claim marker's key: written once per claim with a token, so it is spread over the
+    tenant's write shards like operations (a hash of the marker's id: a resend of the request
+    finds it with nothing but the worker id and the token). Growing the shard count moves where
+    new markers go; a resend across the change finds no marker and claims anew, which is what a
+    resend after the marker's expiry does too."""
+    return {
+        "tenant_id": operation_partition(tenant_id, marker_id, shards),
+        "operation_id": marker_id,
+    }
+
+
 #: An operation's history item lives in its tenant's partition under this prefix + the operation
 #: id: no operation id can take that sort key (no control characters), and it sorts before every
 #: operation id, so listings never meet it.
@@ -175,10 +230,11 @@ def payload_id(operation_id: str, payload_hash: str) -> str:
     return payload_prefix(operation_id) + payload_hash.removeprefix("sha256:")
 
 
-def payload_key(tenant_id: str, operation_id: str, payload_hash: str) -> dict[str, str]:
-    """The key of the payload item holding ``payload_hash``'s payload of the operation."""
+def payload_key(partition: str, operation_id: str, payload_hash: str) -> dict[str, str]:
+    """The key of the payload item holding ``payload_hash``'s payload of the operation whose
+    item lives in ``partition`` (a payload item lives next to its operation item)."""
     return {
-        "tenant_id": operation_partition(tenant_id, operation_id),
+        "tenant_id": partition,
         "operation_id": payload_id(operation_id, payload_hash),
     }
 

@@ -1,15 +1,16 @@
 """Reading a tenant's operations for people: the filters of ``GET /v1/operations`` and the bounded
 counts per state of ``GET /v1/state-counts`` (the operator console's views).
 
-Both read the tenant's own partition (``tenant_id`` = the caller's tenant, from the first possible
-operation id: the tenant's directory, catalogue and history items sort before it) and apply the
-filters as a ``FilterExpression``: DynamoDB's ``Limit`` counts items read before the filter, so a
+Both read the tenant's write shards in order (``tenant_id`` = each of the caller's tenant's
+partitions, :func:`leasefence.keys.tenant_partitions`; in each from the first possible operation
+id: the tenant's directory, catalogue, claim-marker, payload and history items sort before it)
+and apply the filters as a ``FilterExpression``: DynamoDB's ``Limit`` counts items read before the filter, so a
 page of a narrow filter can be short (even empty) and still carry a cursor. Nothing here writes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,7 +111,8 @@ class Filters:
 @dataclass
 class StateCounts:
     """How many of the tenant's operations (that match the filters) are in each state, among the
-    first ``examined`` operations in id order; ``complete``: that was all of them."""
+    first ``examined`` operations (write shard by write shard, each in id order); ``complete``:
+    that was all of them."""
 
     counts: dict[str, int] = field(default_factory=lambda: {s.value: 0 for s in State})
     examined: int = 0
@@ -125,11 +127,12 @@ class StateCounts:
         }
 
 
-def partition_query(tenant_id: str, filters: Filters) -> dict[str, Any]:
-    """The ``Query`` of one tenant's operations (strongly consistent), with ``filters``."""
+def partition_query(partition: str, filters: Filters) -> dict[str, Any]:
+    """The ``Query`` of the operations of one of a tenant's write shards (strongly consistent),
+    with ``filters``."""
     query: dict[str, Any] = {
         "KeyConditionExpression": "tenant_id = :t AND operation_id >= :first",
-        "values": {":t": tenant_id, ":first": keys.FIRST_OPERATION_ID},
+        "values": {":t": partition, ":first": keys.FIRST_OPERATION_ID},
         "ConsistentRead": True,
     }
     expression, names, values = filters.expression()
@@ -142,34 +145,40 @@ def partition_query(tenant_id: str, filters: Filters) -> dict[str, Any]:
 
 def count_states(
     query_page: Callable[..., Any],
-    tenant_id: str,
+    partitions: Sequence[str],
     filters: Filters,
     limit: int = DEFAULT_COUNT_ITEMS,
 ) -> StateCounts:
-    """Counts per state over at most ``limit`` operations of the tenant (in id order), reading
-    only their state. ``query_page`` is the store's ``query``."""
+    """Counts per state over at most ``limit`` operations of the tenant whose write shards are
+    ``partitions`` (shard by shard, each in id order), reading only their state.
+    ``query_page`` is the store's ``query``."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_COUNT_ITEMS:
         raise InvalidInput(f"limit must be from 1 to {MAX_COUNT_ITEMS}")
-    query = partition_query(tenant_id, filters.without_state())
-    names = dict(query.get("ExpressionAttributeNames") or {})
-    names["#c_state"] = "state"
-    query["ExpressionAttributeNames"] = names
-    query["ProjectionExpression"] = "#c_state"
-    # Counting is a view: an eventually consistent read is half the price and good enough.
-    query["ConsistentRead"] = False
     result = StateCounts()
-    start = None
-    while result.examined < limit:
-        page = query_page(
-            start=start, Limit=limit - result.examined, Select="SPECIFIC_ATTRIBUTES", **query
-        )
-        for item in page.items:
-            state = item.get("state")
-            if state in result.counts:
-                result.counts[state] += 1
-        result.examined += page.scanned if page.scanned else len(page.items)
-        start = page.last_key
-        if start is None:
-            result.complete = True
-            break
+    for partition in partitions:
+        if result.examined >= limit:
+            return result  # shards left unread
+        query = partition_query(partition, filters.without_state())
+        names = dict(query.get("ExpressionAttributeNames") or {})
+        names["#c_state"] = "state"
+        query["ExpressionAttributeNames"] = names
+        query["ProjectionExpression"] = "#c_state"
+        # Counting is a view: an eventually consistent read is half the price and good enough.
+        query["ConsistentRead"] = False
+        start: Any = None
+        while True:
+            page = query_page(
+                start=start, Limit=limit - result.examined, Select="SPECIFIC_ATTRIBUTES", **query
+            )
+            for item in page.items:
+                state = item.get("state")
+                if state in result.counts:
+                    result.counts[state] += 1
+            result.examined += page.scanned if page.scanned else len(page.items)
+            start = page.last_key
+            if start is None:
+                break
+            if result.examined >= limit:
+                return result  # stopped at the limit within this shard
+    result.complete = True
     return result

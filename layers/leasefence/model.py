@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from leasefence.keys import tenant_of
+
 
 class State(StrEnum):
     QUEUED = "queued"
@@ -136,7 +138,7 @@ class Operation:
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> Operation:
         return cls(
-            tenant_id=item["tenant_id"],
+            tenant_id=tenant_of(item["tenant_id"]),
             operation_id=item["operation_id"],
             job_type=item["job_type"],
             state=State(item["state"]),

@@ -6,7 +6,9 @@ key names, the two sparse indexes and their projections cannot drift apart.
 Layout (one item per operation):
 
 * table key: ``tenant_id`` (HASH) + ``operation_id`` (RANGE). Two attributes, no separator, so no
-  choice of characters in either id can make two identities collide.
+  choice of characters in either id can make two identities collide. ``tenant_id`` holds the
+  tenant's write shard of the operation (:func:`keys.operation_partition`: the bare tenant id
+  for shard 0, ``<tenant>\t<n>`` above it; :attr:`TableSpec.operation_shards`).
 * ``due`` index (sparse): holds an operation while it is ``queued`` or ``claimed`` with attempts
   left. Partition ``due_pk`` = ``<tenant>#<shard>#<job_type>`` (see :func:`keys.due_partition`:
   injective), sort ``due_at`` = when it becomes claimable (available time when queued, lease
@@ -206,6 +208,9 @@ STREAM_SPECIFICATION = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IM
 DEFAULT_TABLE_NAME = "leasefence-operations"
 DEFAULT_DUE_SHARDS = 4
 DEFAULT_SWEEP_SHARDS = 4
+DEFAULT_OPERATION_SHARDS: Final = (1,)
+#: The most write shards per tenant: a listing, a count or a tenant's erasure reads each.
+MAX_OPERATION_SHARDS: Final = 256
 
 
 @dataclass(frozen=True)
@@ -215,10 +220,23 @@ class TableSpec:
     table_name: str = DEFAULT_TABLE_NAME
     due_shards: int = DEFAULT_DUE_SHARDS
     sweep_shards: int = DEFAULT_SWEEP_SHARDS
+    #: The base table's write shards per tenant (:func:`leasefence.keys.operation_partition`):
+    #: the first count is where new operations go; any others are counts the deployment wrote
+    #: with before (or will write with: see docs/scale.md, "Write shards"), whose keys an
+    #: operation found by id alone may still have. ``(1,)``: the bare tenant id only.
+    operation_shards: tuple[int, ...] = DEFAULT_OPERATION_SHARDS
 
     def __post_init__(self) -> None:
         if self.due_shards < 1 or self.sweep_shards < 1:
             raise ValueError("shard counts must be at least 1")
+        counts = self.operation_shards
+        if not counts or any(not 1 <= n <= MAX_OPERATION_SHARDS for n in counts):
+            raise ValueError(f"write shard counts must be from 1 to {MAX_OPERATION_SHARDS}")
+
+    @property
+    def write_shards(self) -> int:
+        """How many write shards per tenant new operations are spread over."""
+        return self.operation_shards[0]
 
 
 def attribute_definitions() -> list[dict[str, str]]:

@@ -11,6 +11,9 @@ Environment:
 ``LEASEFENCE_PAYLOAD_BUCKET``      S3 bucket for inline payloads (default ``leasefence-payloads``)
 ``LEASEFENCE_DUE_SHARDS``          shards of the ``due`` index (default 4)
 ``LEASEFENCE_SWEEP_SHARDS``        shards of the ``sweep`` index (default 4)
+``LEASEFENCE_OPERATION_SHARDS``    write shards of the base table per tenant (default 1): a count, or
+                                   counts separated by commas, the first where new operations go,
+                                   the others counts the deployment wrote with (docs/scale.md)
 ``LEASEFENCE_DYNAMODB_ENDPOINT``   DynamoDB endpoint override (local stacks)
 ``LEASEFENCE_S3_ENDPOINT``         S3 endpoint override (local stacks)
 ``LEASEFENCE_LOG_HASH_KEY``        key for the keyed hashes in logs (see :mod:`leasefence.privacy`)
@@ -63,8 +66,10 @@ from leasefence.limits import (
 )
 from leasefence.schema import (
     DEFAULT_DUE_SHARDS,
+    DEFAULT_OPERATION_SHARDS,
     DEFAULT_SWEEP_SHARDS,
     DEFAULT_TABLE_NAME,
+    MAX_OPERATION_SHARDS,
     TableSpec,
 )
 
@@ -100,6 +105,20 @@ def _retention_days(env: dict[str, str], name: str, default: int | None) -> int 
     return value
 
 
+def _counts_env(env: dict[str, str], name: str) -> tuple[int, ...]:
+    """Write shard counts: ``16`` or ``16,4,1`` (the first is where new operations go)."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return DEFAULT_OPERATION_SHARDS
+    try:
+        counts = tuple(dict.fromkeys(int(part) for part in raw.split(",")))
+    except ValueError:
+        raise ValueError(f"{name} must be counts separated by commas, got {raw!r}") from None
+    if any(not 1 <= n <= MAX_OPERATION_SHARDS for n in counts):
+        raise ValueError(f"{name}: each count must be from 1 to {MAX_OPERATION_SHARDS}")
+    return counts
+
+
 def _int_env(env: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
@@ -129,6 +148,7 @@ class Settings:
     payload_bucket: str = DEFAULT_PAYLOAD_BUCKET
     due_shards: int = DEFAULT_DUE_SHARDS
     sweep_shards: int = DEFAULT_SWEEP_SHARDS
+    operation_shards: tuple[int, ...] = DEFAULT_OPERATION_SHARDS
     dynamodb_endpoint: str | None = None
     s3_endpoint: str | None = None
     region: str | None = None
@@ -160,6 +180,7 @@ class Settings:
             payload_bucket=env.get("LEASEFENCE_PAYLOAD_BUCKET") or DEFAULT_PAYLOAD_BUCKET,
             due_shards=_int_env(env, "LEASEFENCE_DUE_SHARDS", DEFAULT_DUE_SHARDS),
             sweep_shards=_int_env(env, "LEASEFENCE_SWEEP_SHARDS", DEFAULT_SWEEP_SHARDS),
+            operation_shards=_counts_env(env, "LEASEFENCE_OPERATION_SHARDS"),
             dynamodb_endpoint=env.get("LEASEFENCE_DYNAMODB_ENDPOINT") or None,
             s3_endpoint=env.get("LEASEFENCE_S3_ENDPOINT") or None,
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
@@ -207,7 +228,10 @@ class Settings:
     @property
     def table_spec(self) -> TableSpec:
         return TableSpec(
-            table_name=self.table_name, due_shards=self.due_shards, sweep_shards=self.sweep_shards
+            table_name=self.table_name,
+            due_shards=self.due_shards,
+            sweep_shards=self.sweep_shards,
+            operation_shards=self.operation_shards,
         )
 
 

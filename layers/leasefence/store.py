@@ -20,7 +20,7 @@ nothing.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, cast
@@ -297,6 +297,42 @@ class Store:
             ExpressionAttributeNames=names,
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
+
+    def put_new_where_absent(
+        self,
+        item: Mapping[str, Any],
+        condition: str,
+        names: dict[str, str],
+        absent: Sequence[Key],
+    ) -> None:
+        """:meth:`put_new`, and atomically with it no item at any key of ``absent`` (a
+        ``TransactWriteItems`` of condition checks and the put; just the put when ``absent`` is
+        empty). A refusal raises :class:`ConditionFailed` whose ``item`` is the item found."""
+        if not absent:
+            self.put_new(item, condition, names)
+            return
+        checks = [
+            {
+                "ConditionCheck": {
+                    "TableName": self.table_name,
+                    "Key": to_item(key),
+                    "ConditionExpression": condition,
+                    "ExpressionAttributeNames": names,
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            }
+            for key in absent
+        ]
+        put = {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": to_item(item),
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+        self.transact([*checks, put])
 
     def put_plain(self, item: Mapping[str, Any]) -> None:
         """An unconditional put (an item whose every write of one key writes the same bytes)."""

@@ -3,10 +3,14 @@
 purge index entry, no payload item, no ``lv``) are replayed, claimed, completed, resolved,
 approved, listed, read, purged and erased by this code, next to operations it enqueues itself
 under layout 2. Nothing is moved or rewritten by the upgrade: shard 0 of the operation partition
-is the bare tenant id, where 4f60178 put every item."""
+is the bare tenant id, where 4f60178 put every item. Each test runs twice: with one write shard
+(the default), and with the deployment grown to 16 write shards at the upgrade
+(``operation_shards=(16, 1)``: new operations spread over 16, the old ones found where the one
+shard put them)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -16,6 +20,7 @@ import pytest
 from leasefence import Engine, PayloadConflict, keys
 from leasefence.errors import PayloadMissing
 from leasefence.payloads import PayloadStore, canonicalize
+from leasefence.schema import TableSpec
 
 RECORD = json.loads((Path(__file__).parent / "releases" / "layout1-4f60178.json").read_text())
 T = "release-tenant"
@@ -28,6 +33,17 @@ PAYLOADS = {
     "op-failed": {"order": "f", "cents": 500},
     "op-approval": {"order": "a", "cents": 600},
 }
+
+
+_tables = itertools.count()
+
+
+@pytest.fixture(params=[(1,), (16, 1)], ids=["one-write-shard", "grown-to-16-write-shards"])
+def spec(request, aws):
+    name = f"release-{next(_tables)}-{random.getrandbits(32):08x}"
+    return aws.create_tables(
+        TableSpec(table_name=name, due_shards=4, sweep_shards=2, operation_shards=request.param)
+    )
 
 
 @pytest.fixture
@@ -50,12 +66,20 @@ def engine(aws, ddb, spec, clock):
 
 
 def kept(ddb, spec, operation_id):
-    return ddb.query(
-        TableName=spec.table_name,
-        ConsistentRead=True,
-        KeyConditionExpression="tenant_id = :t AND begins_with(operation_id, :p)",
-        ExpressionAttributeValues={":t": {"S": T}, ":p": {"S": keys.payload_prefix(operation_id)}},
-    )["Items"]
+    """Every payload item of the operation, in whichever of the tenant's write shards."""
+    return [
+        item
+        for partition in keys.tenant_partitions(T, spec.operation_shards)
+        for item in ddb.query(
+            TableName=spec.table_name,
+            ConsistentRead=True,
+            KeyConditionExpression="tenant_id = :t AND begins_with(operation_id, :p)",
+            ExpressionAttributeValues={
+                ":t": {"S": partition},
+                ":p": {"S": keys.payload_prefix(operation_id)},
+            },
+        )["Items"]
+    ]
 
 
 def test_the_record_is_layout_1_at_the_keys_layout_2_derives():
@@ -119,8 +143,14 @@ def test_old_operations_are_replayed_read_and_driven_to_their_end_by_the_new_cod
         )
     # A new operation beside them is layout 2: its payload in a payload item.
     c = canonicalize({"order": "new"})
-    assert engine.enqueue(T, "op-new", "refund", c.hash, payload_json=c.body).operation.layout == 2
-    assert len(kept(ddb, spec, "op-new")) == 1
+    assert (
+        engine.enqueue(T, "op-fresh", "refund", c.hash, payload_json=c.body).operation.layout == 2
+    )
+    assert len(kept(ddb, spec, "op-fresh")) == 1
+    new_partition = kept(ddb, spec, "op-fresh")[0]["tenant_id"]["S"]
+    assert new_partition == keys.operation_partition(T, "op-fresh", spec.write_shards)
+    assert engine.get(T, "op-fresh").tenant_id == T
+    assert len(engine.list(T, limit=50).operations) == 9
     # Erased: the old item's kept payload goes with the erasure's write.
     assert engine.erase(T, "op-succeeded").payload_state == "erased"
     with pytest.raises(PayloadMissing):
@@ -133,13 +163,13 @@ def test_old_operations_are_replayed_read_and_driven_to_their_end_by_the_new_cod
     assert not any(
         "payload_json" in i
         for i in ddb.scan(TableName=spec.table_name)["Items"]
-        if i["operation_id"]["S"] != keys.payload_id("op-new", c.hash)
+        if i["operation_id"]["S"] != keys.payload_id("op-fresh", c.hash)
     )
 
 
 def test_a_whole_tenant_of_both_layouts_is_erased(engine, ddb, spec, clock, aws):
     c = canonicalize({"order": "new"})
-    engine.enqueue(T, "op-new", "refund", c.hash, payload_json=c.body)
+    engine.enqueue(T, "op-fresh", "refund", c.hash, payload_json=c.body)
     engine.complete(T, "op-claimed", engine.get(T, "op-claimed").fence, "ok")
     step = engine.erase_tenant(T, limit=50)
     while not step.finished:

@@ -143,8 +143,11 @@ def test_tenant_isolation_role(synth) -> None:
     statements = {s.get("Sid"): s for s in role_statements(tpl, tenant)}
     own_items = statements["OwnTenantItems"]
     assert own_items["Resource"] == getatt(table)
+    # The bare tenant id and its write shards (<tenant>\t<n>); see the policy test below.
     assert own_items["Condition"] == {
-        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["${aws:PrincipalTag/tenant_id}"]}
+        "ForAllValues:StringLike": {
+            "dynamodb:LeadingKeys": ["${aws:PrincipalTag/tenant_id}", "${aws:PrincipalTag/tenant_id}\t*"]
+        }
     }
     shards = statements["OwnTenantDueShards"]
     assert shards["Resource"] == index_arn(table, schema.DUE_INDEX)

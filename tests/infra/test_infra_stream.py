@@ -114,7 +114,8 @@ def test_worker_mapping(variant) -> None:
         "eventName": ["INSERT", "MODIFY"],
         "dynamodb": {
             "NewImage": {"state": {"S": ["queued"]}, "transition": {"S": ["enqueue", "retry", "requeue", "approve"]}},
-            "Keys": {"tenant_id": {"S": want["tenants"]}},
+            # A tenant's bare partition and its write shards (<tenant>\t<n>).
+            "Keys": {"tenant_id": {"S": [*want["tenants"], *({"prefix": f"{t}\t"} for t in want["tenants"])]}},
         },
     }]
     assert filters_json == filters.filter_criteria(filters.dispatch_filters(want["tenants"]))

@@ -94,7 +94,8 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
     "listOperations": RouteDoc(
         "List this tenant's operations (operators; approvers: those awaiting approval)",
         {**_ok(200, "A page of operations", models.OperationPage), **_error_responses(*_AUTH)},
-        "In id order. The filters (state, job_type, target_class, updated_after, "
+        "In id order (a deployment with more than one write shard per tenant: shard by shard, "
+        "each in id order). The filters (state, job_type, target_class, updated_after, "
         "updated_before, q) are applied to the items a page reads, so a page of a narrow filter may "
         "hold fewer than limit operations (even none) and still carry a next_cursor. With only the "
         "`leasefence/approve` scope (an approver's inbox): state=awaiting_approval only (anything "
@@ -288,7 +289,8 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
     "countOperations": RouteDoc(
         "How many of this tenant's operations are in each state (operators)",
         {**_ok(200, "Counts per state", models.StateCountsOut), **_error_responses(*_AUTH)},
-        "Reads at most `limit` operations (default 1000, at most 5000) in id order, only "
+        "Reads at most `limit` operations (default 1000, at most 5000) in id order (shard by "
+        "shard with more than one write shard), only "
         "their state: complete is true when that was all of them (else the counts are a lower "
         "bound). The same filters as GET /v1/operations but state.",
     ),

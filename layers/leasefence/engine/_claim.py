@@ -240,7 +240,7 @@ class Claimer:
         :class:`Unavailable` while the first request's write may still be in flight."""
         assert marker.pair is not None
         operation_id, fence = marker.pair
-        key = self.ctx.key(marker.tenant_id, operation_id)
+        key = self.ctx.locate(marker.tenant_id, operation_id)
         found = self.confirm_claim(key, marker.worker_id, marker.token, types)
         if isinstance(found, Claim):
             return True, found
@@ -288,7 +288,7 @@ class Claimer:
         token = _client_claim_token(claim_token)
         lease_ms = _claim_lease(lease_ms)
         types = validate_job_types(job_types)
-        snapshot = self.ctx.store.get_operation(self.ctx.key(tenant_id, operation_id))
+        snapshot = self.ctx.find(tenant_id, operation_id)
         if snapshot is None:
             raise NotFound("operation not found")
         return self.try_claim(snapshot, worker_id, lease_ms, types, retries=3, claim_token=token)
@@ -300,7 +300,8 @@ class Claimer:
         lease_ms: int | None,
         job_types: Iterable[str] | None,
     ) -> Claim | None:
-        validate_id("tenant_id", item.get("tenant_id"))
+        partition = item.get("tenant_id")
+        validate_id("tenant_id", keys.tenant_of(partition) if isinstance(partition, str) else None)
         validate_id("operation_id", item.get("operation_id"))
         validate_id("worker_id", worker_id)
         return self.try_claim(
@@ -407,7 +408,7 @@ class Claimer:
             known = self._held.get(key)
         if known is not None and known[0] == int(entry["fence"]) and known[1] > now:
             return None
-        item = self.ctx.store.get_operation(self.ctx.key(*key), consistent=False)
+        item = self.ctx.store.get_operation(keys.item_key(entry), consistent=False)
         if item is None:
             return None
         if self.remember_held(item, now):
@@ -446,7 +447,7 @@ class Claimer:
         attr, pk = misfiled
         try:
             self.ctx.store.update(
-                self.ctx.key(item["tenant_id"], item["operation_id"]),
+                keys.item_key(item),
                 "SET #at = :lease",
                 f"{x.IS_CLAIMED} AND {x.FENCE_UNCHANGED} AND {x.LEASE_AT_LEAST} AND {x.IN_INDEX}",
                 dict(x.STATE_FENCE, **{"#at": attr, "#pk": pk}),
@@ -491,14 +492,13 @@ class Claimer:
         names the operation and the fence of each claim write before it is sent
         (:meth:`Marker.point`: one claim token, one claim)."""
         ctx = self.ctx
-        tenant_id, operation_id = snapshot["tenant_id"], snapshot["operation_id"]
+        tenant_id, operation_id = keys.tenant_of(snapshot["tenant_id"]), snapshot["operation_id"]
+        key = keys.item_key(snapshot)  # where it lives (never derived again)
         claim_token = claim_token or uuid.uuid4().hex
         started = ctx.clock()
         for _ in range(retries + 1):
             if rules.is_claim_of(snapshot, worker_id, claim_token):
-                confirmed = self.confirm_claim(
-                    ctx.key(tenant_id, operation_id), worker_id, claim_token, types
-                )
+                confirmed = self.confirm_claim(key, worker_id, claim_token, types)
                 if isinstance(confirmed, Claim):
                     return confirmed
                 if confirmed is None or rules.is_claim_of(confirmed, worker_id, claim_token):
@@ -516,7 +516,7 @@ class Claimer:
                 self.write_retrying_marker(marker, operation_id, int(snapshot["fence"]), started)
             try:
                 item = self.write_retrying(
-                    ctx.key(tenant_id, operation_id),
+                    key,
                     # Built from this try's snapshot (the loop moves on to the refused item).
                     partial(
                         claim_write,
@@ -637,7 +637,7 @@ class Claimer:
         log.info(
             "claimed again" if replay else "claimed",
             extra={
-                "op": self.ctx.tag(item["tenant_id"], item["operation_id"]),
+                "op": self.ctx.tag(keys.tenant_of(item["tenant_id"]), item["operation_id"]),
                 "fence": int(item["fence"]),
                 "takeover": takeover,
             },

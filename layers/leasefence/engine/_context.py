@@ -9,6 +9,7 @@ what every phase sees.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
@@ -19,12 +20,13 @@ from leasefence.metrics import Metric, MetricSink
 from leasefence.model import State
 from leasefence.privacy import keyed_hash
 from leasefence.schema import TableSpec
-from leasefence.store import Store
+from leasefence.store import ConditionFailed, Store
 
 if TYPE_CHECKING:
     from leasefence.engine._engine import Engine
 
 Key = dict[str, str]
+T = TypeVar("T")
 
 
 @dataclass
@@ -50,10 +52,66 @@ class EngineContext:
     def count(self, metric: Metric, value: float = 1) -> None:
         self.metrics(metric, value)
 
-    @staticmethod
-    def key(tenant_id: str, operation_id: str) -> Key:
-        """An operation item's key (:func:`leasefence.keys.operation_key`)."""
-        return keys.operation_key(tenant_id, operation_id)
+    def key(self, tenant_id: str, operation_id: str) -> Key:
+        """The key a new operation item gets: its write shard under the deployment's write count
+        (:func:`leasefence.keys.operation_key`). An existing operation found by id alone is
+        where :meth:`locate` finds it; one read from an index or a page is at its own key
+        (:func:`leasefence.keys.item_key`)."""
+        return keys.operation_key(tenant_id, operation_id, self.spec.write_shards)
+
+    def candidates(self, tenant_id: str, operation_id: str) -> list[Key]:
+        """Every key the operation may have in this deployment (its write count's first)."""
+        return [
+            {"tenant_id": partition, "operation_id": operation_id}
+            for partition in keys.operation_partitions(
+                tenant_id, operation_id, self.spec.operation_shards
+            )
+        ]
+
+    def find(self, tenant_id: str, operation_id: str, consistent: bool = True) -> Any:
+        """The operation item (or None): one ``GetItem`` where the write count puts it, and only
+        in a deployment that changed its write count, one more per other count until found."""
+        for key in self.candidates(tenant_id, operation_id):
+            item = self.store.get_operation(key, consistent=consistent)
+            if item is not None:
+                return item
+        return None
+
+    def locate(self, tenant_id: str, operation_id: str) -> Key:
+        """The key of the operation for a command by id: :meth:`key`, with no read, unless the
+        deployment changed its write count; then the key where :meth:`find` finds it (the
+        write count's when it is nowhere: the command then answers as for a missing one)."""
+        candidates = self.candidates(tenant_id, operation_id)
+        if len(candidates) > 1:
+            item = self.find(tenant_id, operation_id)
+            if item is not None:
+                return keys.item_key(item)
+        return candidates[0]
+
+    def at_operation(self, tenant_id: str, operation_id: str, write: Callable[[Key], T]) -> T:
+        """``write(key)`` at the write count's key, with no read first; in a deployment that
+        changed its write count, when that was refused for want of an item there
+        (:class:`ConditionFailed` without one), once more where :meth:`find` finds the
+        operation under another count. For the commands of every lifecycle (heartbeat,
+        complete, fail): an operation written under the write count costs no extra read."""
+        first, *others = self.candidates(tenant_id, operation_id)
+        try:
+            return write(first)
+        except ConditionFailed as refused:
+            if refused.item is not None or not others:
+                raise
+            for key in others:
+                if self.store.get(key) is not None:
+                    return write(key)
+            raise
+
+    def marker_key(self, tenant_id: str, marker_id: str) -> Key:
+        """A claim marker's key (:func:`leasefence.keys.claim_marker_key`)."""
+        return keys.claim_marker_key(tenant_id, marker_id, self.spec.write_shards)
+
+    def partitions(self, tenant_id: str) -> list[str]:
+        """Every write shard of the tenant (:func:`leasefence.keys.tenant_partitions`)."""
+        return keys.tenant_partitions(tenant_id, self.spec.operation_shards)
 
     @staticmethod
     def tag(tenant_id: str, operation_id: str) -> str:
@@ -77,9 +135,6 @@ class EngineContext:
 
     def purge_pk(self, tenant_id: str, operation_id: str) -> str:
         return keys.purge_partition(keys.shard_of(tenant_id, operation_id, self.spec.sweep_shards))
-
-
-T = TypeVar("T")
 
 
 class Shared(Generic[T]):

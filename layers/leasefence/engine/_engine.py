@@ -612,6 +612,12 @@ class Engine:
     def get(self, tenant_id: str, operation_id: str) -> Operation:
         return self._reads.get(tenant_id, operation_id)
 
+    def stored_item(self, tenant_id: str, operation_id: str) -> OperationItem | None:
+        """The operation's item as stored (None: none), in whichever of the tenant's write
+        shards it lives: for tools that check the table (the torture run), not for callers."""
+        item: OperationItem | None = self._ctx.find(tenant_id, operation_id)
+        return item
+
     def list(
         self,
         tenant_id: str,
@@ -620,8 +626,9 @@ class Engine:
         cursor: str | None = None,
         filters: listing.Filters | None = None,
     ) -> Page:
-        """One tenant's operations in id order, optionally in one state and matching ``filters``
-        (:mod:`leasefence.listing`). An operator path: it reads the tenant's partition (the filters
+        """One tenant's operations (write shard by write shard, each in id order), optionally in
+        one state and matching ``filters`` (:mod:`leasefence.listing`). An operator path: it reads
+        the tenant's partitions (the filters
         are applied after the read, so a page may be short and still carry a cursor)."""
         return self._reads.list(tenant_id, state, limit, cursor, filters)
 

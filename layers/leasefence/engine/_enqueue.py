@@ -141,8 +141,12 @@ class Enqueuer:
         ctx = self.ctx
         now = ctx.clock()
         due_home = ctx.due_pk(tenant_id, operation_id, job_type)
+        # Its write shard; in a deployment that changed its write count, the keys the other
+        # counts give it must hold nothing (checked in the put's own transaction).
+        key, *elsewhere = ctx.candidates(tenant_id, operation_id)
+        partition = key["tenant_id"]
         item: OperationItem = {
-            "tenant_id": tenant_id,
+            "tenant_id": partition,
             "operation_id": operation_id,
             "job_type": job_type,
             "target_class": target.value,
@@ -193,17 +197,20 @@ class Enqueuer:
             # Kept in a payload item of its own, written first (see _payload_items): the
             # operation item's put below decides alone whether this is new, a replay or a
             # conflict; a refused put drops the payload item unless the operation refers to it.
-            fresh = payload_items.write(ctx, tenant_id, operation_id, payload_hash, kept)
+            fresh = payload_items.write(ctx, partition, operation_id, payload_hash, kept)
         history.start(item, now, actor)  # the history starts in the item, with this entry
         try:
-            ctx.store.put_new(item, x.IS_NEW, x.OPERATION_ID)
+            ctx.store.put_new_where_absent(item, x.IS_NEW, x.OPERATION_ID, elsewhere)
         except ConditionFailed as refused:
             existing = refused.operation
             if existing is None:  # refused for an item gone by the store's read-back: retry
                 # (a payload item this enqueue wrote stays: the retry's operation refers to it)
                 raise Unavailable("the operation changed while this enqueue ran, retry") from None
-            if kept is not None and not payload_items.keeps(existing, payload_hash, now):
-                payload_items.drop(ctx, tenant_id, operation_id, payload_hash)
+            if kept is not None and (
+                existing["tenant_id"] != partition
+                or not payload_items.keeps(existing, payload_hash, now)
+            ):
+                payload_items.drop(ctx, partition, operation_id, payload_hash)
             if existing["payload_hash"] == payload_hash:
                 ctx.count(Metric.REPLAYS)
                 return EnqueueResult(Operation.from_item(existing), created=False)
@@ -249,7 +256,7 @@ class Enqueuer:
     ) -> EnqueueResult:
         """An enqueue refused before any write: the replay it is, when this identity was already
         enqueued with this payload hash (one strongly consistent read), else the refusal."""
-        existing = self.ctx.store.get_operation(self.ctx.key(tenant_id, operation_id))
+        existing = self.ctx.find(tenant_id, operation_id)
         if existing is None or existing.get("payload_hash") != payload_hash:
             raise refusal
         self.ctx.count(Metric.REPLAYS)

@@ -32,9 +32,16 @@ from leasefence.model import (
 )
 from leasefence.payloads import read_kept
 from leasefence.privacy import keyed_hash
-from leasefence.schema import DUE_HOME, LAYOUT, PURGE_PK, PURGE_SK, OperationItem
+from leasefence.schema import (
+    DUE_HOME,
+    LAYOUT,
+    MAX_OPERATION_SHARDS,
+    PURGE_PK,
+    PURGE_SK,
+    OperationItem,
+)
 from leasefence.store import ConditionFailed, Item
-from leasefence.validation import validate_actor, validate_id, validate_limit
+from leasefence.validation import is_int, validate_actor, validate_id, validate_limit
 
 log = logging.getLogger("leasefence.engine")
 
@@ -145,7 +152,7 @@ def purge_one(ctx: EngineContext, item: OperationItem) -> bool:
     # Deleted: the operation leaves the purge index (pinned to the purge time it was filed at).
     try:
         ctx.store.update(
-            ctx.key(item["tenant_id"], item["operation_id"]),
+            keys.item_key(item),
             "REMOVE #ppk, #pat",
             f"{x.PURGE_TIME_UNCHANGED} AND attribute_exists(payload_purged_at)",
             {"#ppk": PURGE_PK, "#pat": PURGE_SK},
@@ -180,9 +187,7 @@ def _mark_purged(ctx: EngineContext, item: OperationItem, keep_filed: bool) -> b
         else:  # an item written before seq was kept
             condition += "attribute_not_exists(#seq)"
     try:
-        ctx.store.update(
-            ctx.key(item["tenant_id"], item["operation_id"]), *expr.write(condition), returns="NONE"
-        )
+        ctx.store.update(keys.item_key(item), *expr.write(condition), returns="NONE")
     except ConditionFailed:
         return False
     return True
@@ -248,20 +253,32 @@ def erase_write(
     return expr.add("#seq :one").write(condition)
 
 
-def _encode_erasure_cursor(phase: str, position: str, held: bool = False) -> str:
-    """Where the next step starts: the phase, the position in it, and (rows) whether this pass
-    over the rows left a claimed one alone so far."""
-    return cursors.encode({"p": phase, "at": position, **({"h": 1} if held else {})})
+def _encode_erasure_cursor(phase: str, position: str, held: bool = False, shard: int = 0) -> str:
+    """Where the next step starts: the phase, the position in it (rows: in write shard
+    ``shard``), and (rows) whether this pass over the rows left a claimed one alone so far."""
+    fields: dict[str, Any] = {"p": phase, "at": position}
+    if held:
+        fields["h"] = 1
+    if shard:
+        fields["s"] = shard
+    return cursors.encode(fields)
 
 
-def _decode_erasure_cursor(cursor: str | None) -> tuple[str, str | None, bool]:
+def _decode_erasure_cursor(cursor: str | None) -> tuple[str, str | None, bool, int]:
     if not cursor:
-        return "rows", None, False
+        return "rows", None, False, 0
     fields = cursors.decode(cursor, ("p", "at"))
     phase, position, held = fields["p"], fields["at"], fields.get("h", 0)
-    if phase not in ERASURE_PHASES or not isinstance(position, str) or held not in (0, 1):
+    shard = fields.get("s", 0)
+    if (
+        phase not in ERASURE_PHASES
+        or not isinstance(position, str)
+        or held not in (0, 1)
+        or not is_int(shard)
+        or not 0 <= shard < MAX_OPERATION_SHARDS
+    ):
         raise cursors.invalid()
-    return phase, position, bool(held)
+    return phase, position, bool(held), shard
 
 
 class Eraser:
@@ -289,8 +306,9 @@ class Eraser:
         if operation.payload_json is not None:
             return read_kept(operation.payload_json, operation.payload_hash)
         if operation.payload_ref is None and operation.layout >= LAYOUT:  # in a payload item
+            partition = self.ctx.locate(operation.tenant_id, operation.operation_id)["tenant_id"]
             return payload_items.read(
-                self.ctx, operation.tenant_id, operation.operation_id, operation.payload_hash
+                self.ctx, partition, operation.operation_id, operation.payload_hash
             )
         if operation.payload_ref is None:  # kept in the item, and no longer there
             raise PayloadMissing("the payload was purged or erased")
@@ -307,13 +325,15 @@ class Eraser:
         validate_id("operation_id", operation_id)
         actor = validate_actor(actor, OPERATOR_ACTOR)
         ctx = self.ctx
-        key = ctx.key(tenant_id, operation_id)
-        current = ctx.store.get_operation(key)
+        current = ctx.find(tenant_id, operation_id)
+        key = keys.item_key(current) if current is not None else ctx.key(tenant_id, operation_id)
         item: OperationItem | None = None
         for _ in range(3):
             if current is None:
-                # No operation, but maybe the payload item of an enqueue that crashed before it.
-                payload_items.delete_all(ctx, tenant_id, operation_id)
+                # No operation, but maybe the payload item of an enqueue that crashed before it
+                # (in any partition the operation could have had).
+                for candidate in ctx.candidates(tenant_id, operation_id):
+                    payload_items.delete_all(ctx, candidate["tenant_id"], operation_id)
                 raise NotFound("operation not found")
             stored = self.inline(tenant_id, operation_id, Operation.from_item(current))
             purge_pk = ctx.purge_pk(tenant_id, operation_id) if stored else None
@@ -358,30 +378,16 @@ class Eraser:
         validate_limit(limit, MAX_STEP_ITEMS)
         ctx = self.ctx
         result = TenantErasure()
-        phase, position, held_before = _decode_erasure_cursor(cursor)
+        phase, position, held_before, shard = _decode_erasure_cursor(cursor)
         since = self.hold_tenant(tenant_id)
         self.enqueuer.forget_tenant(tenant_id)  # its directory is about to go
         ctx.catalogue.forget(tenant_id)  # its catalogue goes with its rows
         if phase == "rows":
-            page = ctx.store.query(
-                # Operations and histories; the tenant's own items (directory, catalogue,
-                # settings: sort keys before HISTORY_PREFIX) go last.
-                KeyConditionExpression="tenant_id = :t AND operation_id >= :first",
-                values={":t": tenant_id, ":first": keys.HISTORY_PREFIX},
-                ConsistentRead=True,
-                Limit=limit,
-                start={"tenant_id": tenant_id, "operation_id": position}
-                if position and position >= keys.HISTORY_PREFIX
-                else None,
-            )
-            for item in page.items:
-                self.erase_row(item, result)
-            held_before = held_before or result.held > 0
-            if page.last_key is not None:
-                result.next_cursor = _encode_erasure_cursor(
-                    "rows", page.last_key["operation_id"], held_before
-                )
+            resume = self.erase_rows(tenant_id, limit, position, held_before, shard, result)
+            if resume is not None:
+                result.next_cursor = resume
                 return self.step(result)
+            held_before = held_before or result.held > 0
             phase, position = "objects", None
         if self.tenant_rows_left(tenant_id):
             # This pass left claimed rows alone: run it again once they ended. Otherwise rows
@@ -414,6 +420,44 @@ class Eraser:
         self.ctx.count(Metric.TENANT_ERASURE_STEPS)
         return result
 
+    def erase_rows(
+        self,
+        tenant_id: str,
+        limit: int,
+        position: str | None,
+        held_before: bool,
+        shard: int,
+        result: TenantErasure,
+    ) -> str | None:
+        """One step of the rows phase: every write shard in turn from ``shard``, at most
+        ``limit`` rows and ``limit`` queries. The cursor to resume with, or None: all read."""
+        ctx = self.ctx
+        partitions, budget = ctx.partitions(tenant_id), limit
+        while shard < len(partitions):
+            partition = partitions[shard]
+            page = ctx.store.query(
+                # Operations, payload items and histories; the tenant's own items (directory,
+                # catalogue, settings, claim markers: sort keys before HISTORY_PREFIX) go last.
+                KeyConditionExpression="tenant_id = :t AND operation_id >= :first",
+                values={":t": partition, ":first": keys.HISTORY_PREFIX},
+                ConsistentRead=True,
+                Limit=budget,
+                start={"tenant_id": partition, "operation_id": position}
+                if position and position >= keys.HISTORY_PREFIX
+                else None,
+            )
+            for item in page.items:
+                self.erase_row(item, result)
+            held_before = held_before or result.held > 0
+            budget -= max(1, len(page.items))
+            if page.last_key is not None:
+                position = page.last_key["operation_id"]
+            else:
+                shard, position = shard + 1, ""
+            if budget <= 0 and shard < len(partitions):
+                return _encode_erasure_cursor("rows", position or "", held_before, shard)
+        return None
+
     def hold_tenant(self, tenant_id: str) -> int:
         """Hold the tenant for its erasure (one conditional write on its settings item: the
         first start is kept, read from the refusal on a later step) and mark its catalogue
@@ -437,44 +481,48 @@ class Eraser:
         return since
 
     def tenant_rows_left(self, tenant_id: str) -> bool:
-        """Whether any operation or history of the tenant is left (one consistent read)."""
-        return bool(
+        """Whether any operation, payload item or history of the tenant is left (one consistent
+        read per write shard, until one has some)."""
+        return any(
             self.ctx.store.query(
                 KeyConditionExpression="tenant_id = :t AND operation_id >= :first",
-                values={":t": tenant_id, ":first": keys.HISTORY_PREFIX},
+                values={":t": partition, ":first": keys.HISTORY_PREFIX},
                 ConsistentRead=True,
                 Limit=1,
             ).items
+            for partition in self.ctx.partitions(tenant_id)
         )
 
     def erase_tenant_items(self, tenant_id: str, since: int, result: TenantErasure) -> None:
-        """The tenant's own items (job-type directory, catalogue entries, then the settings item
-        that holds it), each deleted once: the erasure is finished."""
+        """The tenant's own items (job-type directory, catalogue entries, claim markers in every
+        write shard, then the settings item that holds it), each deleted once: the erasure is
+        finished."""
         ctx = self.ctx
-        start = None
-        while True:
-            page = ctx.store.query(
-                KeyConditionExpression="tenant_id = :t AND operation_id < :first",
-                values={":t": tenant_id, ":first": keys.HISTORY_PREFIX},
-                ConsistentRead=True,
-                start=start,
-            )
-            for item in page.items:
-                if item["operation_id"] == keys.SETTINGS_ID:
-                    continue
-                try:
-                    ctx.store.delete(
-                        keys.tenant_key(tenant_id, item["operation_id"]),
-                        "attribute_exists(#k)",
-                        {"#k": "operation_id"},
-                        {},
-                    )
-                    result.rows_deleted += 1
-                except ConditionFailed:
-                    pass  # another step deleted it first
-            if page.last_key is None:
-                break
-            start = page.last_key
+        for partition in ctx.partitions(tenant_id):
+            start = None
+            while True:
+                page = ctx.store.query(
+                    KeyConditionExpression="tenant_id = :t AND operation_id < :first",
+                    values={":t": partition, ":first": keys.HISTORY_PREFIX},
+                    ConsistentRead=True,
+                    start=start,
+                )
+                for item in page.items:
+                    if item["operation_id"] == keys.SETTINGS_ID and partition == tenant_id:
+                        continue
+                    try:
+                        ctx.store.delete(
+                            keys.item_key(item),
+                            "attribute_exists(#k)",
+                            {"#k": "operation_id"},
+                            {},
+                        )
+                        result.rows_deleted += 1
+                    except ConditionFailed:
+                        pass  # another step deleted it first
+                if page.last_key is None:
+                    break
+                start = page.last_key
         try:
             ctx.store.delete(
                 keys.tenant_key(tenant_id, keys.SETTINGS_ID),
@@ -499,7 +547,7 @@ class Eraser:
             item.get("payload_ref")
             and payloads is not None
             and payloads.owns(
-                item["tenant_id"],
+                keys.tenant_of(item["tenant_id"]),
                 item["operation_id"],
                 item.get("payload_hash", ""),
                 item["payload_ref"],
@@ -516,7 +564,7 @@ class Eraser:
         try:
             ctx.store.delete(
                 # The row's own key (an operation, its history or its payload item).
-                {"tenant_id": item["tenant_id"], "operation_id": item["operation_id"]},
+                keys.item_key(item),
                 f"{x.NOT_AN_OPERATION} OR {x.NOT_CLAIMED}",
                 dict(x.STATE),
                 {":claimed": State.CLAIMED.value},

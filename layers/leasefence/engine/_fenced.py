@@ -16,7 +16,7 @@ from leasefence import history
 from leasefence.engine import _expr as x
 from leasefence.engine import _payload_items as payload_items
 from leasefence.engine import _rules as rules
-from leasefence.engine._context import EngineContext
+from leasefence.engine._context import EngineContext, Key
 from leasefence.errors import InvalidInput, StaleFence, TargetRefused
 from leasefence.limits import (
     MAX_BUSINESS_WRITES,
@@ -95,8 +95,10 @@ class FencedCommands:
             )
             expr.set("intent = :intent")
         try:
-            item = self.ctx.store.update_operation(
-                self.ctx.key(tenant_id, operation_id), *expr.write(condition)
+            item = self.ctx.at_operation(
+                tenant_id,
+                operation_id,
+                lambda key: self.ctx.store.update_operation(key, *expr.write(condition)),
             )
         except ConditionFailed as refused:
             current = refused.operation
@@ -141,7 +143,7 @@ class FencedCommands:
             raise InvalidInput(
                 f"a class-A completion needs 1 to {MAX_BUSINESS_WRITES} business writes"
             )
-        own = to_item(self.ctx.key(tenant_id, operation_id))
+        own = to_item(self.ctx.locate(tenant_id, operation_id))
         for i, write in enumerate(writes):
             if _names_item(write, self.ctx.store.table_name, own):
                 raise InvalidInput(
@@ -267,13 +269,19 @@ class FencedCommands:
             expr.values[":ppk"] = ctx.parked_pk(target, tenant_id, operation_id)
             expr.set("#ppk = :ppk", "#pat = :now")
         expr.add("#seq :one")
-        key = ctx.key(tenant_id, operation_id)
-        try:
+
+        def close_at(key: Key) -> OperationItem | None:
             if writes is None:
-                item = ctx.store.update_operation(key, *expr.write(condition))
-            else:
-                ctx.store.transact([ctx.store.update_action(key, *expr.write(condition)), *writes])
-                item = ctx.store.get_operation(key)
+                return ctx.store.update_operation(key, *expr.write(condition))
+            ctx.store.transact([ctx.store.update_action(key, *expr.write(condition)), *writes])
+            return ctx.store.get_operation(key)
+
+        try:
+            item = (
+                ctx.at_operation(tenant_id, operation_id, close_at)
+                if writes is None
+                else close_at(ctx.locate(tenant_id, operation_id))
+            )
         except ConditionFailed as refused:
             if refused.reasons is not None and refused.reasons[0] is None:
                 # The fence held; one of the caller's own guards refused. Nothing was written.

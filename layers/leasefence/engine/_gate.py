@@ -94,7 +94,7 @@ def end_early(
     expr.name(extra_names or {}).value(extra_values or {})
     expr.end_of_life(now, ctx.identity_retention_ms, ctx.payload_retention_ms)
     item = ctx.store.update_operation(
-        ctx.key(tenant_id, operation_id),
+        ctx.locate(tenant_id, operation_id),
         *expr.add("#seq :one").write(in_a_source + extra_condition),
     )
     assert item is not None
@@ -138,7 +138,7 @@ class ApprovalGate:
         )
         try:
             item = ctx.store.update_operation(
-                ctx.key(tenant_id, operation_id), *expr.write(condition)
+                ctx.locate(tenant_id, operation_id), *expr.write(condition)
             )
         except ConditionFailed as refused:
             error = rules.approval_refusal(refused.operation, payload_hash, actor)
@@ -295,7 +295,7 @@ class ApprovalGate:
         for _ in range(3):
             try:
                 item = ctx.store.update_operation(
-                    ctx.key(tenant_id, operation_id), *expr.write(condition)
+                    ctx.locate(tenant_id, operation_id), *expr.write(condition)
                 )
                 break
             except ConditionFailed as refused:

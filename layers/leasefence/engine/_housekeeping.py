@@ -115,7 +115,7 @@ class Housekeeper:
         and the lease it read (a late heartbeat or another sweeper wins, and nothing changes)."""
         ctx = self.ctx
         now = ctx.clock()
-        tenant_id, operation_id = entry["tenant_id"], entry["operation_id"]
+        tenant_id, operation_id = keys.tenant_of(entry["tenant_id"]), entry["operation_id"]
         expr = x.Expr(
             x.STATE_FENCE,
             x.TRANSITION_NAMES,
@@ -151,7 +151,7 @@ class Housekeeper:
         )
         try:
             ctx.store.update(
-                ctx.key(tenant_id, operation_id),
+                keys.item_key(entry),
                 *expr.add("#seq :one").write(condition),
                 returns="NONE",
             )
@@ -168,7 +168,7 @@ class Housekeeper:
         """The sweeper's end of an approval not given in time: ``failed_terminal`` with outcome
         ``approval_expired``, conditional on the operation still awaiting approval past its
         deadline (an approval that won the race stands; a second sweeper changes nothing)."""
-        tenant_id, operation_id = entry["tenant_id"], entry["operation_id"]
+        tenant_id, operation_id = keys.tenant_of(entry["tenant_id"]), entry["operation_id"]
         try:
             end_early(
                 self.ctx,
@@ -195,7 +195,7 @@ class Housekeeper:
         for entry in self.due_entries(PURGE_INDEX, PURGE_PK, PURGE_SK, keys.purge_partition, limit):
             result.examined += 1
             try:
-                item = ctx.store.get_operation(ctx.key(entry["tenant_id"], entry["operation_id"]))
+                item = ctx.store.get_operation(keys.item_key(entry))
                 if (
                     item is None
                     or PURGE_PK not in item
@@ -280,7 +280,7 @@ class Housekeeper:
         for item in page.items:
             try:
                 ctx.store.update(
-                    ctx.key(item["tenant_id"], item["operation_id"]),
+                    keys.item_key(item),
                     "REMOVE #ttl",
                     "#ttl = :seen",
                     {"#ttl": TTL_ATTRIBUTE},

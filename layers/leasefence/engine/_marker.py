@@ -76,7 +76,7 @@ class Marker:
         self.tenant_id = tenant_id
         self.worker_id = worker_id
         self.token = token
-        self.key: Key = keys.tenant_key(tenant_id, keys.claim_marker_id(worker_id, token))
+        self.key: Key = ctx.marker_key(tenant_id, keys.claim_marker_id(worker_id, token))
         #: The pair as this request last knew it (read or written); None: none.
         self.pair: tuple[str, int] | None = None
         #: Whether this request wrote :attr:`pair` itself and nobody took it over since.
@@ -158,7 +158,7 @@ class Marker:
         store, pair_values = self.ctx.store, self._pair_values()
         operation_id, fence = self.pair
         check = store.check_action(
-            self.ctx.key(self.tenant_id, operation_id),
+            self.ctx.locate(self.tenant_id, operation_id),
             PAIR_SPENT,
             dict(x.STATE_FENCE),
             {

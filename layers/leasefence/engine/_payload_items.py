@@ -80,13 +80,14 @@ def _epoch_s(ms: int) -> int:
 
 
 def write(
-    ctx: EngineContext, tenant_id: str, operation_id: str, payload_hash: str, text: str
+    ctx: EngineContext, partition: str, operation_id: str, payload_hash: str, text: str
 ) -> bool:
-    """Write the payload item (before the operation item's put: see the module's docstring), with
-    no TTL, unless one of this key is already there and not expired: the same bytes (the key
-    holds their hash), whose life this write must not change (an ended operation's expires at
-    its end + the retention). False: it was there."""
-    key = keys.payload_key(tenant_id, operation_id, payload_hash)
+    """Write the payload item in the operation's partition (``partition``: its write shard), before
+    the operation item's put (see the module's docstring), with no TTL, unless one of this key is
+    already there and not expired: the same bytes (the key holds their hash), whose life this
+    write must not change (an ended operation's expires at its end + the retention). False: it
+    was there."""
+    key = keys.payload_key(partition, operation_id, payload_hash)
     try:
         ctx.store.update(
             key,
@@ -184,16 +185,15 @@ def after_end(ctx: EngineContext, item: Mapping[str, Any]) -> None:
         )
 
 
-def drop(ctx: EngineContext, tenant_id: str, operation_id: str, payload_hash: str) -> None:
+def drop(ctx: EngineContext, partition: str, operation_id: str, payload_hash: str) -> None:
     """Delete one payload item (harmless when already gone)."""
-    ctx.store.delete_plain(keys.payload_key(tenant_id, operation_id, payload_hash))
+    ctx.store.delete_plain(keys.payload_key(partition, operation_id, payload_hash))
 
 
-def delete_all(ctx: EngineContext, tenant_id: str, operation_id: str) -> int:
-    """Delete every payload item of the operation (its own and any orphan): one query of its
-    prefix and a delete each. Returns how many it deleted."""
+def delete_all(ctx: EngineContext, partition: str, operation_id: str) -> int:
+    """Delete every payload item of the operation in ``partition`` (its own and any orphan): one
+    query of its prefix and a delete each. Returns how many it deleted."""
     prefix = keys.payload_prefix(operation_id)
-    partition = keys.operation_partition(tenant_id, operation_id)
     deleted, start = 0, None
     while True:
         page = ctx.store.query(
@@ -213,10 +213,10 @@ def delete_all(ctx: EngineContext, tenant_id: str, operation_id: str) -> int:
         start = page.last_key
 
 
-def read(ctx: EngineContext, tenant_id: str, operation_id: str, payload_hash: str) -> bytes:
-    """The payload an operation of layout 2 refers to, checked against its hash;
-    :class:`PayloadMissing` when its item is gone (purged, erased) or does not match."""
-    found = ctx.store.get(keys.payload_key(tenant_id, operation_id, payload_hash))
+def read(ctx: EngineContext, partition: str, operation_id: str, payload_hash: str) -> bytes:
+    """The payload an operation of layout 2 (in ``partition``) refers to, checked against its
+    hash; :class:`PayloadMissing` when its item is gone (purged, erased) or does not match."""
+    found = ctx.store.get(keys.payload_key(partition, operation_id, payload_hash))
     if found is None or PAYLOAD_BODY not in found:
         raise PayloadMissing("the payload was purged or erased")
     if TTL_ATTRIBUTE in found and int(found[TTL_ATTRIBUTE]) * 1000 <= ctx.clock():

@@ -22,7 +22,7 @@ class Reads:
     def get(self, tenant_id: str, operation_id: str) -> Operation:
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
-        item = self.ctx.store.get_operation(self.ctx.key(tenant_id, operation_id))
+        item = self.ctx.find(tenant_id, operation_id)
         if item is None:
             raise NotFound("operation not found")
         return Operation.from_item(payload_items.as_read(item, self.ctx.clock()))
@@ -32,7 +32,7 @@ class Reads:
     ) -> histories.HistoryPage:
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
-        found = self.ctx.store.get_operation(self.ctx.key(tenant_id, operation_id))
+        found = self.ctx.find(tenant_id, operation_id)
         if found is None:
             raise NotFound("operation not found")
         item = payload_items.as_read(found, self.ctx.clock())
@@ -40,7 +40,7 @@ class Reads:
         # enqueued before that also has a history item, merged in.
         return histories.read(
             self.ctx.store,
-            tenant_id,
+            item["tenant_id"],  # the partition the operation (and its history item) is in
             operation_id,
             int(item["created_at"]),
             limit=limit,
@@ -66,34 +66,47 @@ class Reads:
         chosen = filters or listing.Filters()
         if state is not None:
             chosen = dataclasses.replace(chosen, state=listing.Filters.of(state=state).state)
-        start = _decode_cursor(cursor, tenant_id) if cursor else None
-        query = listing.partition_query(tenant_id, chosen)
+        partitions = self.ctx.partitions(tenant_id)
+        shard, position = cursors.decode_listing_position(cursor) if cursor else (0, "")
         found: list[Operation] = []
-        for _round in range(20):
-            # Limit counts items read, so the page stops exactly where the cursor will resume.
-            page = self.ctx.store.query(start=start, Limit=limit - len(found), **query)
-            now = self.ctx.clock()
-            found.extend(Operation.from_item(payload_items.as_read(i, now)) for i in page.items)
-            start = page.last_key
-            if start is None or len(found) >= limit:
+        # The tenant's write shards in order, each in id order; 20 queries at most per page.
+        rounds = 20
+        while shard < len(partitions) and rounds > 0:
+            query = listing.partition_query(partitions[shard], chosen)
+            start = _start_key(partitions[shard], position)
+            while rounds > 0:
+                rounds -= 1
+                # Limit counts items read, so the page stops exactly where the cursor resumes.
+                page = self.ctx.store.query(start=start, Limit=limit - len(found), **query)
+                now = self.ctx.clock()
+                found.extend(Operation.from_item(payload_items.as_read(i, now)) for i in page.items)
+                start = page.last_key
+                if start is None or len(found) >= limit:
+                    break
+            if start is not None:  # stopped inside this shard
+                return Page(found, cursors.encode_listing_cursor(shard, start["operation_id"]))
+            shard, position = shard + 1, ""
+            if len(found) >= limit:
                 break
-        next_cursor = cursors.encode_operation_cursor(start["operation_id"]) if start else None
-        return Page(operations=found, next_cursor=next_cursor)
+        more = shard < len(partitions)
+        return Page(found, cursors.encode_listing_cursor(shard, "") if more else None)
 
     def state_counts(
         self, tenant_id: str, filters: listing.Filters | None, limit: int
     ) -> listing.StateCounts:
         validate_id("tenant_id", tenant_id)
         return listing.count_states(
-            self.ctx.store.query, tenant_id, filters or listing.Filters(), limit=limit
+            self.ctx.store.query,
+            self.ctx.partitions(tenant_id),
+            filters or listing.Filters(),
+            limit=limit,
         )
 
 
-def _decode_cursor(cursor: str, tenant_id: str) -> dict[str, str] | None:
-    """The key a listing resumes after: any position the cursor's pattern admits (one before the
-    first possible id: the start, None). The cursor names only a position; the tenant always
-    comes from the caller."""
-    position = cursors.decode_operation_cursor(cursor)
+def _start_key(partition: str, position: str) -> dict[str, str] | None:
+    """The key a listing of one write shard resumes after: any position the cursor's pattern
+    admits (one before the first possible id: the shard's start, None). The cursor names only a
+    position; the tenant always comes from the caller."""
     if position < keys.FIRST_OPERATION_ID:
         return None
-    return {"tenant_id": tenant_id, "operation_id": position}
+    return {"tenant_id": partition, "operation_id": position}

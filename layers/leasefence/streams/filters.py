@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from leasefence import history
+from leasefence import history, keys
 from leasefence.model import State, Transition
 from leasefence.schema import PURGE_SK
 
@@ -38,7 +38,15 @@ def dispatch_filters(tenants: Sequence[str] | None = None) -> list[dict[str, Any
     if tenants is not None:
         if not tenants:
             raise ValueError("a dispatch filter needs at least one tenant (or None: every tenant)")
-        pattern["dynamodb"]["Keys"] = {"tenant_id": {"S": list(tenants)}}
+        # A tenant's items are in its bare partition and in its write shards (<tenant>\t<n>).
+        pattern["dynamodb"]["Keys"] = {
+            "tenant_id": {
+                "S": [
+                    *tenants,
+                    *({"prefix": f"{t}{keys.SHARD_MARK}"} for t in tenants),
+                ]
+            }
+        }
     return [pattern]
 
 

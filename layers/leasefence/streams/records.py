@@ -37,12 +37,20 @@ class Change:
 
     event_name: str  # INSERT | MODIFY | REMOVE
     sequence_number: str
+    #: The tenant (its write shard taken off the item's partition key: :attr:`partition`).
     tenant_id: str
     operation_id: str
     old: dict[str, Any] | None
     new: dict[str, Any] | None
     #: The stream's ARN (Lambda adds it to each record), or None.
     source_arn: str | None = None
+    #: The item's partition key as stored (the tenant's write shard); the tenant id when None.
+    partition: str | None = None
+
+    @property
+    def key(self) -> dict[str, str]:
+        """The item's key, where it lives."""
+        return {"tenant_id": self.partition or self.tenant_id, "operation_id": self.operation_id}
 
     @property
     def is_operation(self) -> bool:
@@ -72,14 +80,15 @@ def parse(record: Mapping[str, Any]) -> Change:
         if event_name not in ("INSERT", "MODIFY", "REMOVE"):
             raise ValueError(f"unknown eventName {event_name!r}")
         key = from_item(body["Keys"]) or {}
-        tenant_id, operation_id = key["tenant_id"], key["operation_id"]
+        partition, operation_id = key["tenant_id"], key["operation_id"]
         if (
-            not isinstance(tenant_id, str)
+            not isinstance(partition, str)
             or not isinstance(operation_id, str)
-            or not tenant_id
+            or not partition
             or not operation_id
         ):
             raise ValueError("keys are not two strings")
+        tenant_id = keys.tenant_of(partition)
         old = from_item(body.get("OldImage"))
         new = from_item(body.get("NewImage"))
         if (event_name == "REMOVE") != (new is None) or (event_name == "INSERT") != (old is None):
@@ -92,13 +101,14 @@ def parse(record: Mapping[str, Any]) -> Change:
             old,
             new,
             record.get("eventSourceARN"),
+            partition,
         )
         if change.is_operation:
             validate_id("tenant_id", tenant_id)
             validate_id("operation_id", operation_id)
             for image in (old, new):
                 if image is not None and (image.get("tenant_id"), image.get("operation_id")) != (
-                    tenant_id,
+                    partition,
                     operation_id,
                 ):
                     raise ValueError("an image does not match the record's keys")

@@ -208,7 +208,7 @@ def _superseded(record: dict[str, Any], current: Callable[[str, str], Any]) -> b
     if not change.is_operation or change.event_name == "REMOVE":
         return False
     image = change.new or {}
-    now = current(change.tenant_id, change.operation_id)
+    now = current(change.key["tenant_id"], change.operation_id)
     if now is None:
         return True
     if int(now.get("created_at", 0)) != int(image.get("created_at", 0)):

@@ -34,6 +34,12 @@ def cli(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-months", dest="months", action="store_false")
     parser.add_argument(
+        "--operation-shards",
+        type=int,
+        default=1,
+        help="write shards of the table per tenant (default 1: the bare tenant id)",
+    )
+    parser.add_argument(
         "--timeout-s",
         type=float,
         default=0.0,
@@ -49,6 +55,7 @@ def cli(argv: list[str] | None = None) -> int:
         months=args.months,
         indeterminate=args.indeterminate,
         timeout_s=args.timeout_s,
+        operation_shards=args.operation_shards,
     )
 
 

@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from leasefence import keys
 from leasefence.engine import Engine
 from leasefence.keys import FIRST_OPERATION_ID
 from leasefence.model import TERMINAL_STATES, Operation, State, TargetClass, Transition
@@ -310,18 +311,19 @@ def raw_operations(engine: Engine, tenants: Iterable[str]) -> dict[Key, dict[str
     """Every operation item of these tenants as stored (with its ``seq``), a page at a time."""
     found: dict[Key, dict[str, Any]] = {}
     for tenant in sorted(tenants):
-        start = None
-        while True:
-            page = engine.store.query(
-                KeyConditionExpression="tenant_id = :t AND operation_id >= :first",
-                values={":t": tenant, ":first": FIRST_OPERATION_ID},
-                ConsistentRead=True,
-                start=start,
-            )
-            found.update({(tenant, item["operation_id"]): item for item in page.items})
-            start = page.last_key
-            if start is None:
-                break
+        for partition in keys.tenant_partitions(tenant, engine.spec.operation_shards):
+            start = None
+            while True:
+                page = engine.store.query(
+                    KeyConditionExpression="tenant_id = :t AND operation_id >= :first",
+                    values={":t": partition, ":first": FIRST_OPERATION_ID},
+                    ConsistentRead=True,
+                    start=start,
+                )
+                found.update({(tenant, item["operation_id"]): item for item in page.items})
+                start = page.last_key
+                if start is None:
+                    break
     return found
 
 

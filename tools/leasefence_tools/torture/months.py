@@ -72,7 +72,7 @@ def months_phase(
         reader shows it slim from then on), and the checker judges what the history held from
         this copy (:func:`leasefence_tools.torture.checker.history_of`)."""
         for tenant, operation_id, _target in list(enqueued):
-            item = checker.store.get({"tenant_id": tenant, "operation_id": operation_id})
+            item = checker.stored_item(tenant, operation_id)
             if item is None or history.ITEM_HISTORY_EXPIRED in item:
                 continue
             entries, dropped, expired = history_of(checker, tenant, operation_id)
@@ -247,17 +247,18 @@ def identities(engine: Engine, tenants: Iterable[str]) -> int:
     histories, directories, catalogue entries, claim markers) the table holds now."""
     found = 0
     for tenant in tenants:
-        start = None
-        while True:
-            page = engine.store.query(
-                KeyConditionExpression="tenant_id = :t AND operation_id >= :first",
-                values={":t": tenant, ":first": keys.FIRST_OPERATION_ID},
-                ProjectionExpression="operation_id",
-                ConsistentRead=True,
-                start=start,
-            )
-            found += len(page.items)
-            start = page.last_key
-            if start is None:
-                break
+        for partition in keys.tenant_partitions(tenant, engine.spec.operation_shards):
+            start = None
+            while True:
+                page = engine.store.query(
+                    KeyConditionExpression="tenant_id = :t AND operation_id >= :first",
+                    values={":t": partition, ":first": keys.FIRST_OPERATION_ID},
+                    ProjectionExpression="operation_id",
+                    ConsistentRead=True,
+                    start=start,
+                )
+                found += len(page.items)
+                start = page.last_key
+                if start is None:
+                    break
     return found

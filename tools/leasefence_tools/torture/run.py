@@ -318,7 +318,12 @@ def run_torture(settings: Settings) -> dict[str, Any]:
     )
     api: InProcessApi | None = None
     with EmbeddedAws(process=True, fidelity=fidelity) as aws:
-        spec = TableSpec(table_name=TABLE, due_shards=1, sweep_shards=2)
+        spec = TableSpec(
+            table_name=TABLE,
+            due_shards=1,
+            sweep_shards=2,
+            operation_shards=(settings.operation_shards,),
+        )
         client = aws.client()
         create_table(client, spec, stream=settings.compose)  # the publisher reads its stream
         s3 = aws.client("s3")
