@@ -256,9 +256,14 @@ def install_fast_update_expressions() -> None:
     * the tree walkers look up which node types they process once, not at every node;
     * the SET/REMOVE/ADD "one clause each" check runs once, at the top of the tree, instead
       of at every nested node (quadratic in the number of actions). The top counts every
-      clause, so any expression the nested checks refuse, it refuses.
+      clause, so any expression the nested checks refuse, it refuses;
+    * the validator's own copy of the tree is made by a pickle round trip, not ``deepcopy``:
+      the same copy (both go through the nodes' ``__reduce_ex__``; no node type defines a copy
+      of its own), a fifth of the time (a claim's tree: 1.8 -> 0.4 ms).
     """
+    import copy
     import functools
+    import pickle
 
     from moto.dynamodb.parsing import expressions, validators
 
@@ -317,6 +322,13 @@ def install_fast_update_expressions() -> None:
         return count_actions(self, node)
 
     validators.ActionCountValidator.verify_action_counts = verify_action_counts  # type: ignore[method-assign]
+
+    def tree_copy(value: Any, memo: Any = None) -> Any:
+        if isinstance(value, Node):  # the validator's copy of the expression's tree
+            return pickle.loads(pickle.dumps(value, pickle.HIGHEST_PROTOCOL))  # our own bytes
+        return copy.deepcopy(value, memo)  # anything else it copies (a list value of an item)
+
+    validators.deepcopy = tree_copy  # type: ignore[assignment]
     DepthFirstTraverser._leasefence_fast = True
 
 
@@ -1576,6 +1588,31 @@ class EmbeddedAws:
         from leasefence_tools.local.in_process import serve_in_process
 
         return serve_in_process(client, self.app, lambda: self._server is not None)
+
+    def records_reader(self) -> Any:
+        """A ``GetRecords`` of this endpoint's streams for a reader in this process (thread
+        mode), or None (process mode): ``read(iterator, limit)`` answers the wire JSON, read
+        through the same serialized application as an attached client's calls but without
+        botocore (:func:`~leasefence_tools.local.in_process.call_json`). Once the endpoint
+        stopped it raises, as a client of a stopped endpoint does."""
+        if self.process or self.app is None:
+            return None
+        from leasefence_tools.local.in_process import call_json
+
+        app, endpoint = self.app, self.endpoint
+
+        def read(iterator: str, limit: int) -> dict[str, Any]:
+            if self._server is None:
+                raise ConnectionError(f"the endpoint {endpoint} stopped")
+            return call_json(
+                app,
+                endpoint,
+                "DynamoDBStreams_20120810.GetRecords",
+                {"ShardIterator": iterator, "Limit": limit},
+                "dynamodb",
+            )
+
+        return read
 
     def create_tables(self, spec: schema.TableSpec | None = None) -> schema.TableSpec:
         spec = spec or schema.TableSpec()

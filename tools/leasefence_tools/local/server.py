@@ -780,6 +780,7 @@ class LocalStack:
                 poll_interval_s=self.stream_poll_interval,
                 failure_bucket=bucket,
                 starting_position=starting_position or self.stream_starting_position,
+                read_records=self._records_reader(),
             ).start()
         self.streams = True
 
@@ -795,6 +796,12 @@ class LocalStack:
         attach = getattr(self.aws, "attach", None)
         ours = client.meta.endpoint_url.rstrip("/") == self.aws.endpoint.rstrip("/")
         return attach(client) if attach is not None and ours else client
+
+    def _records_reader(self) -> Any:
+        """The embedded endpoint's in-process ``GetRecords`` for the mappings, or None (an
+        external DynamoDB, or an endpoint in another process: the streams client then)."""
+        reader = getattr(self.aws, "records_reader", None)
+        return None if self.external_dynamodb or reader is None else reader()
 
     def _spec(self) -> Any:
         return self.runtime.settings.table_spec

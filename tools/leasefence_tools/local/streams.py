@@ -65,6 +65,8 @@ def lambda_record(record: Mapping[str, Any], stream_arn: str) -> dict[str, Any]:
     created = body.get("ApproximateCreationDateTime")
     if isinstance(created, datetime):
         body["ApproximateCreationDateTime"] = created.timestamp()
+    elif isinstance(created, int):  # the wire JSON (a records reader): as botocore's datetime gives
+        body["ApproximateCreationDateTime"] = float(created)
     shaped = {k: v for k, v in record.items() if k != "dynamodb"}
     shaped["dynamodb"] = body
     shaped["eventSourceARN"] = stream_arn
@@ -86,6 +88,7 @@ class EventSourceMapping:
         timeout_ms: int = 300_000,
         failure_bucket: str | None = None,
         starting_position: str | None = None,
+        read_records: Any = None,
     ) -> None:
         """``config``: the mapping's settings (:mod:`leasefence.streams.mappings`; batch size,
         retries, bisect, filters, starting position and the kind of on-failure destination are
@@ -94,7 +97,10 @@ class EventSourceMapping:
         environment); ``failure_queue_url`` / ``failure_bucket``: the on-failure destination
         (the bucket for a mapping whose ``failure_destination`` is ``s3``); ``timeout_ms``: the
         function's timeout (what ``context.get_remaining_time_in_millis`` counts down);
-        ``starting_position``: instead of the config's."""
+        ``starting_position``: instead of the config's; ``read_records(iterator, limit)``:
+        ``GetRecords`` answering the wire JSON instead of the streams client's (the embedded
+        endpoint's :meth:`~leasefence_tools.local.embedded.EmbeddedAws.records_reader`, which
+        leaves botocore's parsing of every record out)."""
         self.name = name
         self.config = config
         self.table_name = table_name
@@ -115,6 +121,9 @@ class EventSourceMapping:
         self._sqs = clients("sqs")
         self._s3 = clients("s3")
         self._ddb = clients("dynamodb")
+        self._read_records = read_records or (
+            lambda iterator, limit: self._streams.get_records(ShardIterator=iterator, Limit=limit)
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.stream_arn = ""
@@ -182,7 +191,7 @@ class EventSourceMapping:
         came = False
         for shard, iterator in list(self._iterators.items()):
             try:
-                answer = self._streams.get_records(ShardIterator=iterator, Limit=1000)
+                answer = self._read_records(iterator, 1000)
             except Exception:
                 # An iterator is used once; one whose answer was lost (the endpoint read it, the
                 # client timed out and sent it again) or that expired is gone for good. Lambda's
