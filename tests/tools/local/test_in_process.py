@@ -92,7 +92,14 @@ def test_the_records_reader_gives_the_mappings_what_the_streams_client_gives():
             AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST",
             StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
         )["TableDescription"]["LatestStreamArn"]
+        reader = aws.records_reader()
+        written = reader.written()
+        assert not written.is_set()
         ddb.put_item(TableName="streamed", Item={"pk": {"S": "a"}, "n": {"N": "1"}})
+        assert written.is_set()  # a record written: the reader's wake-up
+        written.clear()
+        ddb.get_item(TableName="streamed", Key={"pk": {"S": "a"}})
+        assert not written.is_set()  # a read writes no record
         ddb.update_item(
             TableName="streamed", Key={"pk": {"S": "a"}}, UpdateExpression="SET h = :h, n = n + :one",
             ExpressionAttributeValues={":h": {"L": [{"M": {"s": {"S": "x"}}}]}, ":one": {"N": "1"}},
@@ -104,7 +111,7 @@ def test_the_records_reader_gives_the_mappings_what_the_streams_client_gives():
             found = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")
             return found["ShardIterator"]
 
-        read = aws.records_reader()
+        read = reader.read
         raw = read(iterator(), 1000)
         parsed = streams.get_records(ShardIterator=iterator(), Limit=1000)
         assert [r["eventName"] for r in raw["Records"]] == ["INSERT", "MODIFY", "REMOVE"]

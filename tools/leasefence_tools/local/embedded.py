@@ -23,6 +23,7 @@ import random
 import threading
 import time
 import types
+import weakref
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
@@ -1405,6 +1406,66 @@ def _serve_in_child(host: str, port: int, ready: Any, fidelity: Fidelity | bool 
     threading.Event().wait()  # until the parent terminates this process
 
 
+#: One event per in-process stream reader, set whenever a stream record is written here.
+_STREAM_LISTENERS: weakref.WeakSet[threading.Event] = weakref.WeakSet()
+
+
+def install_stream_notifications() -> None:
+    """Tell the in-process stream readers (:meth:`RecordsReader.written`) when a record is added
+    to a table's stream, so that they read when there is something to read instead of polling
+    an idle stream 20 times a second."""
+    from moto.dynamodb.models.table import StreamShard
+
+    if getattr(StreamShard, "_leasefence_notifies", False):
+        return
+    original = StreamShard.add
+
+    def add(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            for event in list(_STREAM_LISTENERS):
+                event.set()
+
+    StreamShard.add = add  # type: ignore[method-assign]
+    StreamShard._leasefence_notifies = True  # type: ignore[attr-defined]
+
+
+class RecordsReader:
+    """``GetRecords`` of an endpoint running in this process, for the local event source
+    mappings: :meth:`read` answers the wire JSON, through the same serialized application as an
+    attached client's calls (lock, fidelity, timings) but without botocore's request building
+    and its model-driven parsing of every record
+    (:func:`~leasefence_tools.local.in_process.call_json`); :meth:`written` says when there is
+    something new to read. Once the endpoint stopped, :meth:`read` raises, as a client of a
+    stopped endpoint does."""
+
+    def __init__(self, aws: EmbeddedAws) -> None:
+        install_stream_notifications()
+        self.aws = aws
+
+    def read(self, iterator: str, limit: int) -> dict[str, Any]:
+        from leasefence_tools.local.in_process import call_json
+
+        if self.aws.app is None or self.aws._server is None:
+            raise ConnectionError(f"the endpoint {self.aws.endpoint} stopped")
+        return call_json(
+            self.aws.app,
+            self.aws.endpoint,
+            "DynamoDBStreams_20120810.GetRecords",
+            {"ShardIterator": iterator, "Limit": limit},
+            "dynamodb",
+        )
+
+    def written(self) -> threading.Event:
+        """A new event of the reader's own, set whenever a stream record is added in this
+        process (moto's backends are the process's: any table; a spurious wake-up costs one
+        empty read)."""
+        event = threading.Event()
+        _STREAM_LISTENERS.add(event)
+        return event
+
+
 class EmbeddedAws:
     """moto's server, serialized, in a background thread (or, with ``process=True``, in a child
     process, so the endpoint and its callers do not share one interpreter lock).
@@ -1589,30 +1650,12 @@ class EmbeddedAws:
 
         return serve_in_process(client, self.app, lambda: self._server is not None)
 
-    def records_reader(self) -> Any:
-        """A ``GetRecords`` of this endpoint's streams for a reader in this process (thread
-        mode), or None (process mode): ``read(iterator, limit)`` answers the wire JSON, read
-        through the same serialized application as an attached client's calls but without
-        botocore (:func:`~leasefence_tools.local.in_process.call_json`). Once the endpoint
-        stopped it raises, as a client of a stopped endpoint does."""
+    def records_reader(self) -> RecordsReader | None:
+        """This endpoint's streams for a reader in this process (thread mode), or None (process
+        mode): see :class:`RecordsReader`."""
         if self.process or self.app is None:
             return None
-        from leasefence_tools.local.in_process import call_json
-
-        app, endpoint = self.app, self.endpoint
-
-        def read(iterator: str, limit: int) -> dict[str, Any]:
-            if self._server is None:
-                raise ConnectionError(f"the endpoint {endpoint} stopped")
-            return call_json(
-                app,
-                endpoint,
-                "DynamoDBStreams_20120810.GetRecords",
-                {"ShardIterator": iterator, "Limit": limit},
-                "dynamodb",
-            )
-
-        return read
+        return RecordsReader(self)
 
     def create_tables(self, spec: schema.TableSpec | None = None) -> schema.TableSpec:
         spec = spec or schema.TableSpec()

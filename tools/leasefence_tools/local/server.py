@@ -780,7 +780,7 @@ class LocalStack:
                 poll_interval_s=self.stream_poll_interval,
                 failure_bucket=bucket,
                 starting_position=starting_position or self.stream_starting_position,
-                read_records=self._records_reader(),
+                reader=self._records_reader(),
             ).start()
         self.streams = True
 
