@@ -13,6 +13,7 @@ transactions. See :class:`Fidelity` and :class:`FidelityState`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import itertools
@@ -254,7 +255,8 @@ def install_fast_update_expressions() -> None:
 
     * an update expression is parsed once per distinct text (moto parses it twice per request;
       the tree is only read, and its validator works on its own deep copy);
-    * the tree walkers look up which node types they process once, not at every node;
+    * the tree walkers look up which processor a node's class gets once per class, not at
+      every node (each lookup was a walk of ``isinstance`` checks through ABCMeta);
     * the SET/REMOVE/ADD "one clause each" check runs once, at the top of the tree, instead
       of at every nested node (quadratic in the number of actions). The top counts every
       clause, so any expression the nested checks refuse, it refuses;
@@ -263,9 +265,9 @@ def install_fast_update_expressions() -> None:
       of its own), a fifth of the time (a claim's tree: 1.8 -> 0.4 ms).
     """
     import copy
-    import functools
     import pickle
 
+    from moto.dynamodb import comparisons
     from moto.dynamodb.parsing import expressions, validators
 
     # moto marks ast_nodes and expressions '# type: ignore' whole: mypy sees no names in them.
@@ -291,21 +293,42 @@ def install_fast_update_expressions() -> None:
         processing(self)
         return self._leasefence_types
 
+    #: Per (walker class, node class): the position of the node's processor in the walker's
+    #: map (-1: none). Each walker class's map has the same node classes in the same order
+    #: (only its bound methods differ per walker), and the walkers are made anew per request.
+    positions: dict[tuple[type, type], int] = {}
+    #: Per class: whether its instances are tree nodes (``Node``'s metaclass is ABCMeta, whose
+    #: ``isinstance`` is slow).
+    node_classes: dict[type, bool] = {}
+
+    def processor_for(self: Any, kind: type) -> Any:
+        table = processing(self)
+        key = (type(self), kind)
+        at = positions.get(key)
+        if at is None:
+            at = positions[key] = next(
+                (i for i, (node_type, _) in enumerate(table) if issubclass(kind, node_type)), -1
+            )
+        return None if at < 0 else table[at][1]
+
     def process(self: Any, node: Any) -> Any:
-        for node_type, processor in processing(self):
-            if isinstance(node, node_type):
-                return processor(node)
-        return None
+        found = processor_for(self, type(node))
+        return None if found is None else found(node)
 
     def traverse_node_recursively(self: Any, node: Any, child_id: int = -1) -> Any:
-        if isinstance(node, Node):
+        kind = type(node)
+        is_node = node_classes.get(kind)
+        if is_node is None:
+            is_node = node_classes[kind] = issubclass(kind, Node)
+        if is_node:
             parent_node = node.parent
             if node.children is not None:
                 for i, child_node in enumerate(node.children):
                     self.pre_processing_of_child(node, i)
                     self.traverse_node_recursively(child_node, i)
-            if isinstance(node, nodes_to_be_processed(self)):
-                node = self.process(node)
+            processor = processor_for(self, kind)
+            if processor is not None:
+                node = processor(node)
                 node.parent = parent_node
                 if parent_node:
                     parent_node.children[child_id] = node
@@ -330,6 +353,23 @@ def install_fast_update_expressions() -> None:
         return copy.deepcopy(value, memo)  # anything else it copies (a list value of an item)
 
     validators.deepcopy = tree_copy  # type: ignore[assignment]
+
+    # Condition expressions: the tokens of one text, once (immutable named tuples, their
+    # children lists empty and never filled: later steps build new nodes); a text that does not
+    # lex raises every time, as before (an exception is not cached).
+    lexer = comparisons.ConditionExpressionParser
+    lex = lexer._lex_condition_expression
+
+    @functools.lru_cache(maxsize=512)
+    def tokens(text: str) -> tuple[Any, ...]:
+        bare = lexer.__new__(lexer)  # the lexer reads only the text and class constants
+        bare.condition_expression = text
+        return tuple(lex(bare))
+
+    def lex_condition_expression(self: Any) -> deque[Any]:
+        return deque(tokens(self.condition_expression))
+
+    lexer._lex_condition_expression = lex_condition_expression  # type: ignore[method-assign]
     DepthFirstTraverser._leasefence_fast = True
 
 
@@ -583,15 +623,18 @@ def install_event_account_field() -> None:
 
 
 def install_fast_dispatch() -> None:
-    """moto's server lists its own package directory on disk to route every request; the list
-    does not change while it runs, so it is read once."""
+    """moto's server lists its own package directory on disk to route every request, and lists
+    the methods of the service's response class (``inspect.getmembers``) to find the action's;
+    neither changes while it runs, so each is read once (the methods once per class)."""
     from moto import backends
+    from moto.core import responses
 
     if getattr(backends, "_leasefence_cached_modules", None) is not None:
         return
     modules = tuple(backends.list_of_moto_modules())
     backends._leasefence_cached_modules = modules
     backends.list_of_moto_modules = lambda: modules
+    responses.method_names_from_class = functools.cache(responses.method_names_from_class)
 
 
 class _Untracked(list):
