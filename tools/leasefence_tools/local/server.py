@@ -556,6 +556,11 @@ def _listening(service: str, host: str, port: int, setting: str) -> Iterator[Non
         raise PortUnavailable(service, host, port, setting, error) from error
 
 
+#: The local event source mappings read a shard at most four times a second, as Lambda's poll
+#: a DynamoDB stream shard: records written within one interval come in one read and one batch.
+STREAM_POLL_INTERVAL_S = 0.25
+
+
 class LocalStack:
     """Embedded DynamoDB + S3, table and bucket, the HTTP API, the sweeper on a timer, and with
     ``streams`` the stream-driven worker and publisher."""
@@ -576,7 +581,7 @@ class LocalStack:
         worker_tenants: Sequence[str] = (),
         worker_lease_seconds: int = 60,
         event_bus: str | None = None,
-        stream_poll_interval: float = 0.05,
+        stream_poll_interval: float = STREAM_POLL_INTERVAL_S,
         stream_starting_position: str | None = None,
         dynamodb_endpoint: str | None = None,
         table_prefix: str | None = None,
@@ -585,6 +590,8 @@ class LocalStack:
         :meth:`start_streams`). ``worker_handlers`` (``module:NAME``) and ``worker_tenants``:
         what the worker function runs, for whom (no handlers: no stream worker, the publisher
         only). ``event_bus``: the bus on the embedded endpoint (default ``leasefence-local``).
+        ``stream_poll_interval``: the mappings read the stream at most this often (on the
+        embedded endpoint they read when records are written; on an external one they poll).
         ``stream_starting_position``: where the mappings start instead of their own (the
         publisher's ``TRIM_HORIZON``), e.g. ``LATEST`` on a table that already holds another
         stack's records (embedded endpoints in one process share their tables).
