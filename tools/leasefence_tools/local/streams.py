@@ -52,6 +52,10 @@ from leasefence.streams.mappings import FAILED_BATCH_PREFIX, StreamMapping
 READ_LIMIT = 1000
 #: With wake-ups on writes (an in-process reader): how often an idle stream is read anyway.
 IDLE_READ_S = 1.0
+#: With wake-ups: how long after the first write to an idle stream it is read. Never at the
+#: writer's own instant (no mapping on AWS is that quick, and the writer's invocation may have
+#: more to write); about when the 20-a-second polling read it before.
+WAKE_DELAY_S = 0.05
 
 
 @dataclass
@@ -207,7 +211,8 @@ class EventSourceMapping:
                 # Woken by writes: records written within one interval come in one read (Lambda
                 # itself polls a shard four times a second); an idle stream is read once a second.
                 self._stop.wait(max(0.0, self.poll_interval_s - (time.monotonic() - started)))
-                written.wait(IDLE_READ_S)
+                if not written.is_set() and written.wait(IDLE_READ_S):
+                    self._stop.wait(WAKE_DELAY_S)  # woken at the writer's instant: let it finish
 
     def poll_once(self) -> bool:
         """Read each shard once and deliver what passes the filters; True if records came."""
