@@ -79,3 +79,56 @@ def test_the_stack_times_each_route_in_the_handler(stack, sdk):
     assert handler["api POST /v1/claims"]["count"] == 1
     assert handler["api POST /v1/claims"]["p50_ms"] > 0
     assert _get(stack.base_url + "/__leasefence/timings", "DELETE")[0] == 405
+
+
+def test_the_records_reader_gives_the_mappings_what_the_streams_client_gives():
+    from leasefence_tools.local.in_process import InProcessError, call_json
+    from leasefence_tools.local.streams import lambda_record
+
+    with EmbeddedAws() as aws:
+        ddb, streams = aws.client(), aws.client("dynamodbstreams")
+        arn = ddb.create_table(
+            TableName="streamed", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST",
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        )["TableDescription"]["LatestStreamArn"]
+        reader = aws.records_reader()
+        written = reader.written()
+        assert not written.is_set()
+        ddb.put_item(TableName="streamed", Item={"pk": {"S": "a"}, "n": {"N": "1"}})
+        assert written.is_set()  # a record written: the reader's wake-up
+        written.clear()
+        ddb.get_item(TableName="streamed", Key={"pk": {"S": "a"}})
+        assert not written.is_set()  # a read writes no record
+        ddb.update_item(
+            TableName="streamed", Key={"pk": {"S": "a"}}, UpdateExpression="SET h = :h, n = n + :one",
+            ExpressionAttributeValues={":h": {"L": [{"M": {"s": {"S": "x"}}}]}, ":one": {"N": "1"}},
+        )
+        ddb.delete_item(TableName="streamed", Key={"pk": {"S": "a"}})
+        shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+
+        def iterator() -> str:
+            found = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")
+            return found["ShardIterator"]
+
+        read = reader.read
+        raw = read(iterator(), 1000)
+        parsed = streams.get_records(ShardIterator=iterator(), Limit=1000)
+        assert [r["eventName"] for r in raw["Records"]] == ["INSERT", "MODIFY", "REMOVE"]
+        ours = [lambda_record(r, arn) for r in raw["Records"]]
+        theirs = [lambda_record(r, arn) for r in parsed["Records"]]
+        for mine, botocores in zip(ours, theirs, strict=True):
+            created = mine["dynamodb"].pop("ApproximateCreationDateTime")
+            assert isinstance(created, float)
+            assert created == pytest.approx(botocores["dynamodb"].pop("ApproximateCreationDateTime"), abs=1e-6)
+            assert mine == botocores
+        assert read(raw["NextShardIterator"], 1000)["Records"] == []  # the next iterator works
+        # An iterator is used once (pruned): moto's error, raised in process as it is for an
+        # attached client; the mapping takes a new iterator after any error.
+        with pytest.raises((InProcessError, KeyError)):
+            read(raw["NextShardIterator"], 1000)
+        with pytest.raises(InProcessError) as refused:  # an error answer: its status and code
+            call_json(aws.app, aws.endpoint, "DynamoDB_20120810.DescribeTable", {"TableName": "none"}, "dynamodb")
+        assert (refused.value.status, refused.value.code) == (400, "ResourceNotFoundException")
+    with pytest.raises(ConnectionError):  # once stopped, as a client of a stopped endpoint
+        read("any", 1000)

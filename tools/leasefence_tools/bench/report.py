@@ -656,7 +656,8 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
             f"s: {r['poll_start_p50_ms']:g} ms (p99 {lat['polling_1s']['p99_ms']:g})",
             f"Enqueue over HTTP to the handler's first line, {lat['stream']['runs']} operations "
             "one at a time on the local stack: the event source mapping reads the embedded table's "
-            f"stream every {lat['stream_poll_interval_ms']} ms when idle, the worker function "
+            "stream when a record is written to it (at most once every "
+            f"{lat['stream_poll_interval_ms']} ms), the worker function "
             "claims the operation named by the record (one write, no read) and runs it. The "
             f"enqueue request itself takes {lat['enqueue_request']['p50_ms']:g} ms of that (p50). "
             "Next to it a worker polling the same stack with the worker function's idle wait (1 "

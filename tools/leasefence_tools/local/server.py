@@ -556,6 +556,12 @@ def _listening(service: str, host: str, port: int, setting: str) -> Iterator[Non
         raise PortUnavailable(service, host, port, setting, error) from error
 
 
+#: The local event source mappings read a shard at most 20 times a second (Lambda's poll a
+#: DynamoDB stream shard about four times a second): records written within one interval come
+#: in one read and one batch.
+STREAM_POLL_INTERVAL_S = 0.05
+
+
 class LocalStack:
     """Embedded DynamoDB + S3, table and bucket, the HTTP API, the sweeper on a timer, and with
     ``streams`` the stream-driven worker and publisher."""
@@ -576,7 +582,7 @@ class LocalStack:
         worker_tenants: Sequence[str] = (),
         worker_lease_seconds: int = 60,
         event_bus: str | None = None,
-        stream_poll_interval: float = 0.05,
+        stream_poll_interval: float = STREAM_POLL_INTERVAL_S,
         stream_starting_position: str | None = None,
         dynamodb_endpoint: str | None = None,
         table_prefix: str | None = None,
@@ -585,6 +591,8 @@ class LocalStack:
         :meth:`start_streams`). ``worker_handlers`` (``module:NAME``) and ``worker_tenants``:
         what the worker function runs, for whom (no handlers: no stream worker, the publisher
         only). ``event_bus``: the bus on the embedded endpoint (default ``leasefence-local``).
+        ``stream_poll_interval``: the mappings read the stream at most this often (on the
+        embedded endpoint they read when records are written; on an external one they poll).
         ``stream_starting_position``: where the mappings start instead of their own (the
         publisher's ``TRIM_HORIZON``), e.g. ``LATEST`` on a table that already holds another
         stack's records (embedded endpoints in one process share their tables).
@@ -780,6 +788,7 @@ class LocalStack:
                 poll_interval_s=self.stream_poll_interval,
                 failure_bucket=bucket,
                 starting_position=starting_position or self.stream_starting_position,
+                reader=self._records_reader(),
             ).start()
         self.streams = True
 
@@ -795,6 +804,12 @@ class LocalStack:
         attach = getattr(self.aws, "attach", None)
         ours = client.meta.endpoint_url.rstrip("/") == self.aws.endpoint.rstrip("/")
         return attach(client) if attach is not None and ours else client
+
+    def _records_reader(self) -> Any:
+        """The embedded endpoint's in-process ``GetRecords`` for the mappings, or None (an
+        external DynamoDB, or an endpoint in another process: the streams client then)."""
+        reader = getattr(self.aws, "records_reader", None)
+        return None if self.external_dynamodb or reader is None else reader()
 
     def _spec(self) -> Any:
         return self.runtime.settings.table_spec

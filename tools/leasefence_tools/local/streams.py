@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Mapping
@@ -46,6 +47,15 @@ from typing import Any
 
 from leasefence.streams.filters import passes
 from leasefence.streams.mappings import FAILED_BATCH_PREFIX, StreamMapping
+
+#: Records one ``GetRecords`` asks for (DynamoDB Streams' maximum).
+READ_LIMIT = 1000
+#: With wake-ups on writes (an in-process reader): how often an idle stream is read anyway.
+IDLE_READ_S = 1.0
+#: With wake-ups: how long after the first write to an idle stream it is read. Never at the
+#: writer's own instant (no mapping on AWS is that quick, and the writer's invocation may have
+#: more to write); about when the 20-a-second polling read it before.
+WAKE_DELAY_S = 0.05
 
 
 @dataclass
@@ -65,6 +75,8 @@ def lambda_record(record: Mapping[str, Any], stream_arn: str) -> dict[str, Any]:
     created = body.get("ApproximateCreationDateTime")
     if isinstance(created, datetime):
         body["ApproximateCreationDateTime"] = created.timestamp()
+    elif isinstance(created, int):  # the wire JSON (a records reader): as botocore's datetime gives
+        body["ApproximateCreationDateTime"] = float(created)
     shaped = {k: v for k, v in record.items() if k != "dynamodb"}
     shaped["dynamodb"] = body
     shaped["eventSourceARN"] = stream_arn
@@ -86,6 +98,7 @@ class EventSourceMapping:
         timeout_ms: int = 300_000,
         failure_bucket: str | None = None,
         starting_position: str | None = None,
+        reader: Any = None,
     ) -> None:
         """``config``: the mapping's settings (:mod:`leasefence.streams.mappings`; batch size,
         retries, bisect, filters, starting position and the kind of on-failure destination are
@@ -94,7 +107,11 @@ class EventSourceMapping:
         environment); ``failure_queue_url`` / ``failure_bucket``: the on-failure destination
         (the bucket for a mapping whose ``failure_destination`` is ``s3``); ``timeout_ms``: the
         function's timeout (what ``context.get_remaining_time_in_millis`` counts down);
-        ``starting_position``: instead of the config's."""
+        ``starting_position``: instead of the config's; ``reader``: the embedded endpoint's
+        in-process :class:`~leasefence_tools.local.embedded.RecordsReader` (``GetRecords`` as
+        wire JSON, without botocore's parsing of every record, and a wake-up when records are
+        written: the mapping then reads when the stream has something new, at most once per
+        ``poll_interval_s``, instead of polling it every ``poll_interval_s``)."""
         self.name = name
         self.config = config
         self.table_name = table_name
@@ -115,6 +132,11 @@ class EventSourceMapping:
         self._sqs = clients("sqs")
         self._s3 = clients("s3")
         self._ddb = clients("dynamodb")
+        self._reader = reader
+        #: Set by the reader when records are written (None: poll every ``poll_interval_s``).
+        self._written: threading.Event | None = None
+        #: Whether the last poll stopped at the read limit (more is waiting).
+        self._full = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.stream_arn = ""
@@ -130,6 +152,8 @@ class EventSourceMapping:
         :meth:`stop`, resume where it stopped (as a disabled mapping that is enabled again)."""
         self.open()
         self._stop.clear()
+        if self._reader is not None and self._written is None:
+            self._written = self._reader.written()
         self._thread = threading.Thread(target=self._run, name=f"esm-{self.name}", daemon=True)
         self._thread.start()
         return self
@@ -160,6 +184,8 @@ class EventSourceMapping:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._written is not None:
+            self._written.set()  # out of its wait for records
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
@@ -167,22 +193,37 @@ class EventSourceMapping:
     # ------------------------------------------------------------------ polling
 
     def _run(self) -> None:
+        written = self._written
         while not self._stop.is_set():
+            started = time.monotonic()
+            if written is not None:
+                written.clear()  # a record written from here on is read now or wakes the next
             try:
                 busy = self.poll_once()
             except Exception as error:  # noqa: BLE001 - the mapping keeps polling, as Lambda's does
                 self.stats.errors.append(f"{type(error).__name__}: {error}"[:300])
                 sys.stderr.write(f"event source mapping {self.name}: {type(error).__name__}\n")
-                busy = False
-            if not busy:
-                self._stop.wait(self.poll_interval_s)
+                busy = self._full = False
+            if written is None:  # no wake-ups: poll again at once while records come
+                if not busy:
+                    self._stop.wait(self.poll_interval_s)
+            elif not self._full:
+                # Woken by writes: records written within one interval come in one read (Lambda
+                # itself polls a shard four times a second); an idle stream is read once a second.
+                self._stop.wait(max(0.0, self.poll_interval_s - (time.monotonic() - started)))
+                if not written.is_set() and written.wait(IDLE_READ_S):
+                    self._stop.wait(WAKE_DELAY_S)  # woken at the writer's instant: let it finish
 
     def poll_once(self) -> bool:
         """Read each shard once and deliver what passes the filters; True if records came."""
         came = False
         for shard, iterator in list(self._iterators.items()):
             try:
-                answer = self._streams.get_records(ShardIterator=iterator, Limit=1000)
+                answer = (
+                    self._streams.get_records(ShardIterator=iterator, Limit=READ_LIMIT)
+                    if self._reader is None
+                    else self._reader.read(iterator, READ_LIMIT)
+                )
             except Exception:
                 # An iterator is used once; one whose answer was lost (the endpoint read it, the
                 # client timed out and sent it again) or that expired is gone for good. Lambda's
@@ -192,6 +233,7 @@ class EventSourceMapping:
                 raise
             self._iterators[shard] = answer["NextShardIterator"]
             raw = answer.get("Records", [])
+            self._full = len(raw) >= READ_LIMIT
             if raw:
                 self._read_to[shard] = raw[-1]["dynamodb"]["SequenceNumber"]
             records = [lambda_record(r, self.stream_arn) for r in raw]
