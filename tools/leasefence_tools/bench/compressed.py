@@ -20,14 +20,16 @@ botocore does not retry (``total_max_attempts=1``): every throttle reaches the s
 translator (``Unavailable``), the producer resends (an enqueue is idempotent) and the runtime
 backs off, and the endpoint counts each throttled request.
 
-The layout is today's: one write shard per tenant (the base table's partition key is the tenant
-id), the default due shards. The sharded layout's run needs the engine's write shards (issue 33's
-sharded keys), which this module does not fake.
+The layout is the engine's own (:class:`~leasefence.schema.TableSpec`): ``operation_shards``
+write shards per tenant (1: the base table's partition key is the tenant id) and ``due_shards``
+due shards (the default when not given), so the same run shows the one-shard layout and the
+sharded one side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import threading
@@ -97,6 +99,8 @@ def run(
     speed: float = 1,
     lease_ms: int = 8_000,
     deadline_s: float = 120,
+    operation_shards: int = 1,
+    due_shards: int | None = None,
 ) -> dict[str, Any]:
     """Offer ``operations`` lifecycles at ``rate / compression`` per second; wait until every one
     succeeded (or ``deadline_s``). Returns the figures and the handler's :class:`Ledger`
@@ -111,7 +115,10 @@ def run(
     try:
         assert aws.app is not None
         aws.app.state.partitions.clock = lambda: time.monotonic() * speed  # type: ignore[attr-defined]
-        spec = aws.create_tables(TableSpec(table_name="compressed"))
+        layout = TableSpec(table_name="compressed", operation_shards=(operation_shards,))
+        if due_shards is not None:
+            layout = dataclasses.replace(layout, due_shards=due_shards)
+        spec = aws.create_tables(layout)
 
         def engine(seed: int) -> Engine:
             client = aws.client(
@@ -160,7 +167,7 @@ def run(
         aws.stop()
     throttled = int(stats.get("partition_throttled", 0))
     return {
-        "layout": {"operation_shards": 1, "due_shards": spec.due_shards},
+        "layout": {"operation_shards": spec.write_shards, "due_shards": spec.due_shards},
         "rate_offered_per_s": rate,
         "compression": compression,
         "local_rate_offered_per_s": round(operations / max(offered_s, 1e-9), 1),
@@ -170,6 +177,7 @@ def run(
         "rate_achieved_equivalent_per_s": round(done / elapsed * compression),
         "throttled_requests": throttled,
         "throttled_by_reason": stats.get("partition_throttled_by_reason", {}),
+        "throttled_by_partition": stats.get("partition_throttled_by_partition", {}),
         "throttled_per_lifecycle": round(throttled / max(done, 1), 2),
         "store_retries": ledger.events["StoreRetries"],
         "ledger": ledger,
@@ -187,9 +195,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--speed", type=float, default=1, help="how many times faster the meter clock runs"
     )
+    parser.add_argument(
+        "--operation-shards", type=int, default=1, help="write shards per tenant (the layout)"
+    )
+    parser.add_argument("--due-shards", type=int, default=None, help="due shards (the default)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    result = run(args.rate, args.compression, args.operations, args.workers, args.speed)
+    result = run(
+        args.rate,
+        args.compression,
+        args.operations,
+        args.workers,
+        args.speed,
+        operation_shards=args.operation_shards,
+        due_shards=args.due_shards,
+    )
     result.pop("ledger")
     print(json.dumps(result, indent=2) if args.json else json.dumps(result))
     return 0
