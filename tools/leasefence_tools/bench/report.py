@@ -366,7 +366,16 @@ def run(quick: bool = False) -> dict[str, Any]:
     for layout, run in sections["scale"].get("compressed", {}).items():
         report["scale"][f"compressed_{layout}"] = {
             k: run[k]
-            for k in ("layout", "rate_offered_per_s", "compression", "throttled_requests")
+            for k in (
+                "layout",
+                "rate_offered_per_s",
+                "rate_offered_equivalent_per_s",
+                "compression",
+                "operations",
+                "offered",
+                "succeeded",
+                "throttled_requests",
+            )
         } | {"throttled_by_partition": run["throttled_by_partition"]}
     report["meta"] = {
         "quick": quick,
@@ -746,7 +755,9 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
                 "compressed_10000_sharded_throttled",
                 "== 0",
                 sharded["throttled_requests"],
-                sharded["throttled_requests"] == 0 and one["throttled_requests"] > 0,
+                sharded["throttled_requests"] == 0
+                and one["throttled_requests"] > 0
+                and sharded["rate_offered_equivalent_per_s"] >= 9_500,
                 f"{sharded['throttled_requests']} throttled requests at "
                 f"{sharded['layout']['operation_shards']} write and "
                 f"{sharded['layout']['due_shards']} due shards; "
@@ -754,7 +765,8 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
                 "Issue 33, measured: one tenant's lifecycles at 10,000/s divided by "
                 f"{one['compression']:g} on the partition-limited embedded endpoint (limits divided "
                 "the same), both layouts; met when the sharded run throttles nothing and the "
-                "one-shard run throttles. See docs/scale.md.",
+                "one-shard run throttles, the sharded run having really offered the rate (within "
+                "5%: the machine may offer less). See docs/scale.md.",
             )
         )
     rows.extend(_issue_24_rows(r, s))

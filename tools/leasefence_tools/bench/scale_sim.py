@@ -10,10 +10,12 @@ table and for each index. One tenant's lifecycles load three kinds of partition:
   expiry, and a delete at completion: 4 write units, all on the operation's shard; the claim's
   query reads 0.5 unit from the shard it probes. The sort key (``due_at``) only grows, so
   DynamoDB cannot relieve a hot shard by splitting it: each shard is a hard 1,000 write units/s.
-* **its base-table partition** (partition key ``tenant_id``): 3 write units per lifecycle, plus 1
-  per refused claim write (contention). With split-for-heat (random operation ids as sort keys,
-  no local secondary index) DynamoDB can spread one partition key over several partitions; without
-  it one tenant is capped at 1,000 / (3 + waste) lifecycles/s whatever the shard count.
+* **its base-table partitions** (one per write shard, :func:`leasefence.keys.operation_partition`):
+  3 write units per lifecycle, plus 1 per refused claim write (contention); a claim token's
+  marker, 1 read and 1 write unit, on a write shard of its own
+  (:func:`leasefence.keys.claim_marker_key`). With one write shard and no split for heat one
+  tenant is capped at 1,000 / (3 + waste) lifecycles/s whatever the due shard count
+  (:func:`table`; :func:`layouts` puts every measured unit where the keys put it).
 * **the ``sweep`` index shards** (``sweep#<shard>``, shared by all tenants): only claims on the
   final attempt (every class-D operation, and the last retry of others) enter it: a put at the
   claim and a delete at completion, 2 write units.
@@ -219,7 +221,10 @@ def _second_over(
     }
     for kind, limit in _KINDS:
         # Write shard 0 is the bare tenant partition: it also holds the tenant's own items.
-        table = [o * load.operation[kind] + m * load.marker[kind] for o, m in zip(ops, markers)]
+        table = [
+            o * load.operation[kind] + m * load.marker[kind]
+            for o, m in zip(ops, markers, strict=True)
+        ]
         table[0] += total * load.tenant[kind]
         if max(table) > limit:
             return f"table {kind.lower()}"
