@@ -404,7 +404,8 @@ HOW = {
     "backend with engine-built items (setup only) and index queries answered by the verified accelerator "
     "(see leasefence_tools.bench.harness)",
     "cold start": "measured import times in fresh interpreters",
-    "scale": "computed: a simulation over the measured unit costs and DynamoDB's per-partition limits",
+    "scale": "computed: a simulation over the measured unit costs and DynamoDB's per-partition limits; "
+    "the compressed runs (full profile) measured on the embedded endpoint with those limits scaled down",
     "not measured": "real DynamoDB latency, GSI propagation lag, adaptive capacity and burst credit",
 }
 
