@@ -762,7 +762,7 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{sharded['throttled_requests']} throttled requests at "
                 f"{sharded['layout']['operation_shards']} write and "
                 f"{sharded['layout']['due_shards']} due shards; "
-                f"{one['throttled_requests']} at one write shard",
+                f"{one['throttled_requests']:,} at one write shard",
                 "Issue 33, measured: one tenant's lifecycles at 10,000/s divided by "
                 f"{one['compression']:g} on the partition-limited embedded endpoint (limits divided "
                 "the same), both layouts; met when the sharded run throttles nothing and the "
