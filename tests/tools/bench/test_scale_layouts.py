@@ -3,10 +3,11 @@ one tenant sustains with every partition (table and index) within DynamoDB's lim
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
-from leasefence import Engine
+from leasefence import Engine, keys
 from leasefence_tools.bench import scale_sim
 from leasefence_tools.bench.meter import Meter
 from leasefence_tools.bench.scale_sim import LifecycleLoad, layout_bound
@@ -32,9 +33,45 @@ def test_the_meter_records_where_each_unit_lands(aws, spec, clock):
     assert plain.operation == {"Write": 3, "Read": 0}
     assert plain.due == {"Write": 4, "Read": 0.5 * queries}
     assert plain.tenant == {"Write": 0, "Read": 0} and plain.shared == {}
-    # A claim token's marker is the tenant's own item: read strongly consistent, then written.
-    assert token.tenant == {"Write": 1, "Read": 1}
-    assert token.operation == plain.operation
+    # A claim token's marker: read strongly consistent, then written, on a write shard of its own.
+    assert token.marker == {"Write": 1, "Read": 1}
+    assert token.operation == plain.operation and token.tenant == {"Write": 0, "Read": 0}
+
+
+def test_each_bucket_is_where_the_keys_functions_place_the_item(aws, spec, clock):
+    """The simulation's buckets follow leasefence.keys: with 16 write shards every table unit of a
+    lifecycle lands on the partition the bucket's key function gives (operation, marker, tenant)."""
+    sharded = dataclasses.replace(spec, operation_shards=(16,))
+    meter = Meter(aws.client(), units=True)
+    engine = Engine(client=meter.client(aws.client()), spec=sharded, clock=clock, rng=random.Random(5))
+    seen = set()
+    for i in range(12):
+        op, token = f"op-{i + 1}", f"tok-{i}"
+        with meter.phase(op):
+            engine.enqueue("acme", op, "refund", H)
+            claim = engine.claim_next("acme", "w1", lease_ms=30_000, job_types=["refund"], claim_token=token)
+            assert claim is not None and claim.operation_id == op
+            engine.complete("acme", op, claim.fence, "done")
+        for p in (p for c in meter.usage(op).calls for p in c.partitions if p.index is None):
+            sort = p.sort_key["S"]
+            where = {
+                "operation": keys.operation_partition("acme", op, 16),
+                "marker": keys.claim_marker_key("acme", sort, 16)["tenant_id"],
+                "tenant": keys.tenant_key("acme", sort)["tenant_id"],
+            }[scale_sim.placement(sort)]
+            assert p.partition == {"S": where}
+            seen.add((scale_sim.placement(sort), where))
+    # Operations and markers really spread over the write shards (not all on shard 0).
+    assert len({w for kind, w in seen if kind == "operation"}) > 4
+    assert len({w for kind, w in seen if kind == "marker"}) > 4
+
+
+def test_markers_spread_over_the_write_shards():
+    """One read and one write unit per lifecycle on the marker's own shard: spread like the
+    operations (the bare partition would cap the rate near 1,000/s whatever the shard count)."""
+    load = LifecycleLoad(operation={"Write": 3.0, "Read": 0.0}, marker={"Write": 1.0, "Read": 1.0})
+    sharded = layout_bound(load, operation_shards=32, due_shards=1, seconds=50)
+    assert sharded["bound_per_s"] > 5000 and sharded["binding"] == "table write"
 
 
 def test_a_tenant_partition_caps_the_rate_whatever_the_shard_count():

@@ -260,3 +260,18 @@ def test_a_throttled_tenant_loses_no_write_and_finishes_every_operation_once():
     for op, seen in ledger.fences.items():
         assert seen == sorted(seen) and seen[0] >= 1, op
     print({k: v for k, v in result.items() if k != "ledger"})
+
+
+def test_the_sharded_layout_runs_on_the_limited_endpoint_and_names_its_hot_partitions():
+    """The compressed run with the engine's write shards (4) and due shards (4): every operation
+    ends once, the layout is the one asked for, the items spread over the tenant's write shards,
+    and each throttled request is counted under the partition it hit."""
+    result = compressed.run(
+        rate=10_000, compression=20, operations=20, workers=2, speed=10, deadline_s=90,
+        operation_shards=4, due_shards=4,
+    )
+    assert result["layout"] == {"operation_shards": 4, "due_shards": 4}
+    assert result["succeeded"] == 20
+    assert result["ledger"].runs == Counter(dict.fromkeys((f"op-{i:05d}" for i in range(20)), 1))
+    assert sum(result["throttled_by_partition"].values()) == result["throttled_requests"]
+    print({k: v for k, v in result.items() if k != "ledger"})

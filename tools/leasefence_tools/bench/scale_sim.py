@@ -10,10 +10,12 @@ table and for each index. One tenant's lifecycles load three kinds of partition:
   expiry, and a delete at completion: 4 write units, all on the operation's shard; the claim's
   query reads 0.5 unit from the shard it probes. The sort key (``due_at``) only grows, so
   DynamoDB cannot relieve a hot shard by splitting it: each shard is a hard 1,000 write units/s.
-* **its base-table partition** (partition key ``tenant_id``): 3 write units per lifecycle, plus 1
-  per refused claim write (contention). With split-for-heat (random operation ids as sort keys,
-  no local secondary index) DynamoDB can spread one partition key over several partitions; without
-  it one tenant is capped at 1,000 / (3 + waste) lifecycles/s whatever the shard count.
+* **its base-table partitions** (one per write shard, :func:`leasefence.keys.operation_partition`):
+  3 write units per lifecycle, plus 1 per refused claim write (contention); a claim token's
+  marker, 1 read and 1 write unit, on a write shard of its own
+  (:func:`leasefence.keys.claim_marker_key`). With one write shard and no split for heat one
+  tenant is capped at 1,000 / (3 + waste) lifecycles/s whatever the due shard count
+  (:func:`table`; :func:`layouts` puts every measured unit where the keys put it).
 * **the ``sweep`` index shards** (``sweep#<shard>``, shared by all tenants): only claims on the
   final attempt (every class-D operation, and the last retry of others) enter it: a put at the
   claim and a delete at completion, 2 write units.
@@ -35,7 +37,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from leasefence.keys import TENANT_ITEM_PREFIX
+from leasefence import keys
 from leasefence.schema import DEFAULT_DUE_SHARDS, DEFAULT_SWEEP_SHARDS, DUE_INDEX
 from leasefence_tools.bench.units import PartitionUnits
 
@@ -147,13 +149,17 @@ _KINDS = (("Write", PARTITION_WCU), ("Read", PARTITION_RCU))
 @dataclass
 class LifecycleLoad:
     """One lifecycle's units by the kind of partition they land on, each ``{"Write": w, "Read":
-    r}``: the operation's own items on the table (its write shard's partition), the tenant's own
-    items on the table (markers, directory, catalogue, settings: the bare tenant partition, which
-    is also write shard 0's), the ``due`` index (the operation's due shard) and every other index
-    (partitions shared by all tenants: ``sweep``, ``parked``, ``purge``), by name."""
+    r}``, as :mod:`leasefence.keys` places each item (:func:`placement`): the operation's own items
+    on the table (its write shard's partition: :func:`~leasefence.keys.operation_partition`), its
+    claim token's marker (a write shard of its own, a hash of the marker's id:
+    :func:`~leasefence.keys.claim_marker_key`), the tenant's own items (directory, catalogue,
+    settings: :func:`~leasefence.keys.tenant_key`, the bare tenant partition, which is also write
+    shard 0's), the ``due`` index (the operation's due shard) and every other index (partitions
+    shared by all tenants: ``sweep``, ``parked``, ``purge``), by name."""
 
     operation: dict[str, float] = field(default_factory=lambda: {"Write": 0.0, "Read": 0.0})
     tenant: dict[str, float] = field(default_factory=lambda: {"Write": 0.0, "Read": 0.0})
+    marker: dict[str, float] = field(default_factory=lambda: {"Write": 0.0, "Read": 0.0})
     due: dict[str, float] = field(default_factory=lambda: {"Write": 0.0, "Read": 0.0})
     shared: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -172,14 +178,28 @@ class LifecycleLoad:
         for p in landed:
             if p.index is None:
                 sort = next(iter((p.sort_key or {"S": ""}).values()))
-                tenant_item = isinstance(sort, str) and sort.startswith(TENANT_ITEM_PREFIX)
-                bucket = load.tenant if tenant_item else load.operation
+                bucket = getattr(load, placement(str(sort)))
             elif p.index == DUE_INDEX:
                 bucket = load.due
             else:
                 bucket = load.shared.setdefault(p.index, {"Write": 0.0, "Read": 0.0})
             bucket[p.kind] += p.units / lifecycles
         return load
+
+
+def placement(sort_key: str) -> str:
+    """Which :class:`LifecycleLoad` bucket a table item with ``sort_key`` lands in: the key
+    function of :mod:`leasefence.keys` that places it. ``"marker"``: a claim marker
+    (:func:`~leasefence.keys.claim_marker_key`, spread over the write shards by its own id);
+    ``"tenant"``: the tenant's own items (:func:`~leasefence.keys.tenant_key`, the bare
+    partition); ``"operation"``: the operation item, its payload and history items
+    (:func:`~leasefence.keys.operation_partition` of the operation's id). The bench's test checks
+    this against the keys an engine with write shards really writes."""
+    if sort_key.startswith(keys.CLAIM_MARKER_PREFIX):
+        return "marker"
+    if sort_key.startswith(keys.TENANT_ITEM_PREFIX):
+        return "tenant"
+    return "operation"
 
 
 def _over(counts: list[int], units: float, limit: float) -> bool:
@@ -191,6 +211,8 @@ def _second_over(
 ) -> str | None:
     """Draw one second at ``rate`` lifecycles/s; the first partition kind past its limit, if any."""
     ops = [_poisson(rng, rate / shards["operation"]) for _ in range(shards["operation"])]
+    # A claim's marker hashes to a write shard of its own (its id, not the operation's).
+    markers = [_poisson(rng, rate / shards["operation"]) for _ in range(shards["operation"])]
     dues = [_poisson(rng, rate / shards["due"]) for _ in range(shards["due"])]
     total = sum(ops)
     shared = {
@@ -199,8 +221,12 @@ def _second_over(
     }
     for kind, limit in _KINDS:
         # Write shard 0 is the bare tenant partition: it also holds the tenant's own items.
-        zero = ops[0] * load.operation[kind] + total * load.tenant[kind]
-        if _over(ops, load.operation[kind], limit) or zero > limit:
+        table = [
+            o * load.operation[kind] + m * load.marker[kind]
+            for o, m in zip(ops, markers, strict=True)
+        ]
+        table[0] += total * load.tenant[kind]
+        if max(table) > limit:
             return f"table {kind.lower()}"
         if _over(dues, load.due[kind], limit):
             return f"due index {kind.lower()}"
@@ -237,8 +263,9 @@ def layout_bound(
                     return first
         return None
 
+    table_extra = {kind: load.tenant[kind] + load.marker[kind] for kind, _ in _KINDS}
     per_lifecycle = [
-        (count, units[kind] + (load.tenant[kind] if units is load.operation else 0.0), limit)
+        (count, units[kind] + (table_extra[kind] if units is load.operation else 0.0), limit)
         for count, units in ((operation_shards, load.operation), (due_shards, load.due))
         for kind, limit in _KINDS
     ] + [

@@ -142,6 +142,9 @@ class PartitionMeter:
                     self.stats["partition_throttled"] += 1
                     by_reason = self.stats["partition_throttled_by_reason"]
                     by_reason[charge.reason] = by_reason.get(charge.reason, 0) + 1
+                    where = self.stats.setdefault("partition_throttled_by_partition", {})
+                    name = f"{charge.index or 'table'} {charge.kind.lower()} {charge.partition}"
+                    where[name] = where.get(name, 0) + 1
                     return charge
                 pending[charge.slot] = pending.get(charge.slot, 0.0) + charge.units
             return None
