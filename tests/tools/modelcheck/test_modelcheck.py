@@ -19,6 +19,7 @@ CLEAN_STATES = {
     "approval_by_reference": 1,
     "claim_token_without_marker": 163,
     "no_inline_compaction": 22,
+    "no_room_for_size": 43,
 }
 #: The counterexample's length (steps, the enqueues first) each mutation is found with.
 TRACE_STEPS = {
@@ -27,6 +28,7 @@ TRACE_STEPS = {
     "approval_by_reference": 2,
     "claim_token_without_marker": 3,
     "no_inline_compaction": 5,
+    "no_room_for_size": 7,
 }
 
 

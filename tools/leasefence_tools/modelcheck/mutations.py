@@ -86,6 +86,13 @@ def no_inline_compaction() -> contextlib.AbstractContextManager[None]:
     return _patched(history, "make_room", lambda _store, _item: False)
 
 
+def no_room_for_size() -> contextlib.AbstractContextManager[None]:
+    """A write refused for the item's size with no transition out: the engine's answer to an
+    update refused for size (compact the history, send the update again) removed, so the
+    holder's completion is refused, and so is every write after it, forever."""
+    return _patched(history, "make_room_at", lambda _store, _key: False)
+
+
 @dataclass(frozen=True)
 class Mutation:
     name: str
@@ -146,6 +153,23 @@ MUTATIONS = (
             erase=False,
             cancel=False,
             history_room=5,
+        ),
+        "liveness",
+    ),
+    Mutation(
+        "no_room_for_size",
+        "a write refused for size with no transition out",
+        no_room_for_size,
+        Bound(
+            kinds=("b",),
+            attempts=3,
+            clock_jumps=0,
+            lost_answers=0,
+            requeues=0,
+            erase=False,
+            cancel=False,
+            history_room=4,
+            size_limits=1,
         ),
         "liveness",
     ),

@@ -31,9 +31,10 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from leasefence import errors
+from leasefence import errors, history
 from leasefence.model import Claim, State, TargetClass
 from leasefence_tools.modelcheck.inflight import advance, stepping_client
+from leasefence_tools.modelcheck.size_limit import at_limit_client
 
 if TYPE_CHECKING:
     from leasefence_tools.modelcheck.world import World
@@ -60,6 +61,8 @@ class Bound:
     inflight: int = 0
     #: The engine's history bounds scaled down to this room (:mod:`.small_history`); None: as is.
     history_room: int | None = None
+    #: Items put at the store's size limit (:mod:`.size_limit`), at most one per operation.
+    size_limits: int = 0
 
     def ops(self) -> list[tuple[str, str]]:
         return [(f"o{index + 1}", kind) for index, kind in enumerate(self.kinds)]
@@ -73,6 +76,7 @@ class Bound:
             + (", cancel" if self.cancel else "")
             + (f", {self.inflight} claim-next resent while it runs" if self.inflight else "")
             + (f", history room {self.history_room}" if self.history_room else "")
+            + (f", {self.size_limits} item(s) put at the size limit" if self.size_limits else "")
         )
 
 
@@ -94,6 +98,8 @@ def initial_local(bound: Bound) -> dict[str, Any]:
         "history": {},
         "inflight_budget": bound.inflight,
         "inflight": {},
+        "size_limits": bound.size_limits,
+        "at_limit": [],
     }
 
 
@@ -208,6 +214,8 @@ def enabled(bound: Bound, local: dict[str, Any], ops: dict[str, dict[str, Any]])
             steps.extend([("approve", op, APPROVER), ("approve", op, PRODUCER), ("reject", op)])
         if state in (State.SUCCEEDED, State.FAILED_TERMINAL, State.CANCELLED):
             steps.append(("conflict", op))  # an ended identity, its payload purged or erased
+        if local["size_limits"] and op not in local["at_limit"] and history.needs_room(item):
+            steps.append(("limit", op))  # its history as long as an item at the limit holds
     return steps
 
 
@@ -249,7 +257,8 @@ def apply(world: World, local: dict[str, Any], step: tuple, now: int) -> Observe
     seen = Observed(step_name(step))
     if name in ("claim_next_inflight", "advance"):
         return _inflight(world, local, step, now, seen)
-    engine = world.engine(now)
+    at_limit = local["at_limit"]
+    engine = world.engine(now, client=at_limit_client(world, at_limit) if at_limit else None)
     if name in ("claim", "claim_next"):
         _, worker, op, lost = step
         wstate = local["workers"][worker]
@@ -279,6 +288,10 @@ def apply(world: World, local: dict[str, Any], step: tuple, now: int) -> Observe
         return seen
     if name == "sweep":
         engine.sweep(limit=10)
+        return seen
+    if name == "limit":
+        local["size_limits"] -= 1
+        at_limit.append(step[1])
         return seen
     if name == "jump":
         local["jumps"] -= 1
@@ -360,7 +373,7 @@ def _operator(engine: Any, local: dict[str, Any], step: tuple, seen: Observed) -
         if name == "resolve":
             if step[2] == "requeue":
                 local["requeues"][op] -= 1
-            token = f"r{op}.{local['requeues'][op]}.{step[2]}"
+            token = f"{op}.r{local['requeues'][op]}.{step[2]}"
             engine.resolve(TENANT, op, step[2], actor="operator", request_token=token)
         elif name == "cancel":
             engine.cancel(TENANT, op, actor=PRODUCER)
