@@ -10,7 +10,7 @@ import time
 
 from leasefence_tools.modelcheck.explorer import explore
 from leasefence_tools.modelcheck.memo import MemoClient
-from leasefence_tools.modelcheck.mutations import MUTATIONS
+from leasefence_tools.modelcheck.mutations import LARGE_MUTATIONS, MUTATIONS
 from leasefence_tools.modelcheck.protocol import Bound
 from leasefence_tools.modelcheck.symmetry import NONE, OPS, WORKERS_ONLY
 from leasefence_tools.modelcheck.world import World
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     with World() as world:
         if args.mutations:
             missed = 0
-            for mutation in MUTATIONS:
+            for mutation in (*MUTATIONS, *LARGE_MUTATIONS):
                 with mutation.apply():
                     result = explore(mutation.bound, world=world, symmetry=args.symmetry)
                 print(f"== {mutation.name} ({mutation.finding})\n{result.summary()}\n")

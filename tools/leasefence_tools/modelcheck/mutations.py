@@ -8,12 +8,14 @@ leasefence_tools.modelcheck --mutations`` run each one at its bound and expect a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from leasefence import history, keys
 from leasefence.engine import _claim, _enqueue, _expr, _rules
+from leasefence.worker.http_backend import HttpBackend
 from leasefence_tools.modelcheck.protocol import Bound
 
 
@@ -91,6 +93,21 @@ def no_room_for_size() -> contextlib.AbstractContextManager[None]:
     update refused for size (compact the history, send the update again) removed, so the
     holder's completion is refused, and so is every write after it, forever."""
     return _patched(history, "make_room_at", lambda _store, _key: False)
+
+
+def http_claim_from_request() -> contextlib.AbstractContextManager[None]:
+    """Issue 21 (a cut lease with a class-B target over HTTP): the HTTP worker backend builds
+    its claim from the lease it asked for, not the one granted, and states no claim time, so a
+    class-B target derives the claim time as ``lease_expires_at - lease asked``: earlier than
+    the claim when a job type's maximum lease cut it. Once pruning forgets that holder's entry,
+    the target's horizon is older than a stalled predecessor's claim and lets its write in."""
+    original = HttpBackend._claim
+
+    def claim(self: Any, answer: Any, worker_id: str, lease_ms: int) -> Any:
+        old_answer = dataclasses.replace(answer, lease_ms=None, lease_seconds=None, claimed_at=None)
+        return original(self, old_answer, worker_id, lease_ms)
+
+    return _patched(HttpBackend, "_claim", claim)
 
 
 @dataclass(frozen=True)
@@ -172,5 +189,27 @@ MUTATIONS = (
             size_limits=1,
         ),
         "liveness",
+    ),
+)
+
+#: Mutations whose bound is too large for ``make test`` (a few thousand states, minutes of CPU):
+#: ``python -m leasefence_tools.modelcheck --mutations`` runs them after the others; a test
+#: replays the counterexample.
+LARGE_MUTATIONS = (
+    Mutation(
+        "http_claim_from_request",
+        "a cut lease with a class-B target over HTTP",
+        http_claim_from_request,
+        Bound(
+            kinds=("f", "f"),
+            workers=2,
+            attempts=2,
+            clock_jumps=1,
+            lost_answers=0,
+            requeues=0,
+            erase=False,
+            cancel=False,
+        ),
+        "only_the_holder_writes",
     ),
 )

@@ -31,7 +31,8 @@ import re
 from collections.abc import Sequence
 
 from leasefence import keys
-from leasefence_tools.modelcheck.protocol import Bound, payload_of
+from leasefence.targets.fenced_table import ENTRY_PREFIX, fence_attribute
+from leasefence_tools.modelcheck.protocol import TENANT, Bound, asked_lease, payload_of
 
 #: Claim tokens a worker can reach (``w1.0`` ... ): more than any bound sends.
 _TOKENS = 64
@@ -61,8 +62,16 @@ class Canon:
     :data:`WORKERS_ONLY` or :data:`NONE`)."""
 
     def __init__(self, bound: Bound, mode: str = OPS) -> None:
-        workers = [f"w{index + 1}" for index in range(bound.workers)]
-        worker_maps = _permutations(workers) if mode != NONE else [{}]
+        # Workers that ask for the same lease are interchangeable (kind f: the first asks less).
+        by_lease: dict[int, list[str]] = {}
+        for index in range(bound.workers):
+            by_lease.setdefault(asked_lease(bound, index), []).append(f"w{index + 1}")
+        worker_maps: list[dict[str, str]] = [{}]
+        if mode != NONE:
+            for names in by_lease.values():
+                worker_maps = [
+                    {**done, **more} for done in worker_maps for more in _permutations(names)
+                ]
         op_maps = _op_permutations(bound) if mode == OPS else [{}]
         self.renamings: list[dict[str, str]] = []
         for wmap, omap in itertools.product(worker_maps, op_maps):
@@ -82,6 +91,8 @@ class Canon:
             if old.startswith("o"):
                 for other in (False, True):
                     out[payload_of(old, other)[1][7:]] = payload_of(new, other)[1][7:]
+                start = len(ENTRY_PREFIX)
+                out[fence_attribute(TENANT, old)[start:]] = fence_attribute(TENANT, new)[start:]
             else:
                 for n in range(_TOKENS):
                     old_marker = keys.claim_marker_id(old, f"{old}.{n}")
@@ -119,10 +130,11 @@ class Canon:
 
 #: What a renaming may change: a worker or operation id (not after a letter, not before a
 #: digit) or a SHA-256 in hex (a payload's hash, also after the ``\\u0000`` in a payload item's
-#: key; a claim marker's key).
+#: key; a claim marker's key), or the identity digest that names a class-B target's fence entry.
 _NAMES = re.compile(
     r"(?<![A-Za-z])[ow][0-9]+(?![0-9])"
     r"|(?:(?<=\\u0000)|(?<![0-9a-f]))[0-9a-f]{64}(?![0-9a-f])"
+    r"|(?<=lf_fence_)[0-9a-f]{40}"
 )
 
 
