@@ -110,6 +110,18 @@ def http_claim_from_request() -> contextlib.AbstractContextManager[None]:
     return _patched(HttpBackend, "_claim", claim)
 
 
+def _without_faults(**bound: Any) -> Bound:
+    """A bound with no clock jump, lost answer, requeue, erase or cancel unless ``bound`` says."""
+    quiet: dict[str, Any] = {
+        "clock_jumps": 0,
+        "lost_answers": 0,
+        "requeues": 0,
+        "erase": False,
+        "cancel": False,
+    }
+    return Bound(**{**quiet, **bound})
+
+
 @dataclass(frozen=True)
 class Mutation:
     name: str
@@ -139,55 +151,28 @@ MUTATIONS = (
         "approval_by_reference",
         "an approval of a payload nobody saw",
         approval_by_reference,
-        Bound(kinds=("r",), clock_jumps=0, lost_answers=0, requeues=0, erase=False, cancel=False),
+        _without_faults(kinds=("r",)),
         "approval_releases_only_approved_bytes",
     ),
     Mutation(
         "claim_token_without_marker",
         "a claim token resent after a lost answer giving two claims",
         claim_token_without_marker,
-        Bound(
-            kinds=("b", "b"),
-            attempts=1,
-            clock_jumps=0,
-            lost_answers=1,
-            requeues=0,
-            erase=False,
-            cancel=False,
-        ),
+        _without_faults(kinds=("b", "b"), attempts=1, lost_answers=1),
         "one_claim_per_token",
     ),
     Mutation(
         "no_inline_compaction",
         "a claim or requeue refused 503 forever while the history has no room",
         no_inline_compaction,
-        Bound(
-            kinds=("b",),
-            attempts=3,
-            clock_jumps=0,
-            lost_answers=0,
-            requeues=0,
-            erase=False,
-            cancel=False,
-            history_room=5,
-        ),
+        _without_faults(kinds=("b",), attempts=3, history_room=5),
         "liveness",
     ),
     Mutation(
         "no_room_for_size",
         "a write refused for size with no transition out",
         no_room_for_size,
-        Bound(
-            kinds=("b",),
-            attempts=3,
-            clock_jumps=0,
-            lost_answers=0,
-            requeues=0,
-            erase=False,
-            cancel=False,
-            history_room=4,
-            size_limits=1,
-        ),
+        _without_faults(kinds=("b",), attempts=3, history_room=4, size_limits=1),
         "liveness",
     ),
 )
@@ -200,16 +185,7 @@ LARGE_MUTATIONS = (
         "http_claim_from_request",
         "a cut lease with a class-B target over HTTP",
         http_claim_from_request,
-        Bound(
-            kinds=("f", "f"),
-            workers=2,
-            attempts=2,
-            clock_jumps=1,
-            lost_answers=0,
-            requeues=0,
-            erase=False,
-            cancel=False,
-        ),
+        _without_faults(kinds=("f", "f"), workers=2, attempts=2, clock_jumps=1),
         "only_the_holder_writes",
     ),
 )
