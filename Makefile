@@ -144,7 +144,8 @@ torture: install-python
 	$(BIN)/leasefence torture --operations $${OPERATIONS:-5000} --seed $${SEED:-1}
 
 # Every interleaving of the protocol at the larger bound, on the real engine (docs/reliability.md,
-# "Model check"); ARGS for another bound (python -m leasefence_tools.modelcheck --help).
+# "Model check"; interchangeable workers and operations merged by symmetry, ARGS=--symmetry none for
+# the exact search); ARGS for another bound (python -m leasefence_tools.modelcheck --help).
 modelcheck: install-python
 	$(BIN)/python -m leasefence_tools.modelcheck --kinds bb --workers 2 --attempts 3 $(ARGS)
 	$(BIN)/python -m leasefence_tools.modelcheck --mutations

@@ -18,6 +18,7 @@ CLEAN_STATES = {
     "claim_token_without_marker": 163,
     "unconditional_marker": 1018,
     "no_inline_compaction": 22,
+    "no_room_for_size": 43,
 }
 #: The counterexample's length (steps, the enqueues first) each mutation is found with.
 TRACE_STEPS = {
@@ -27,6 +28,7 @@ TRACE_STEPS = {
     "claim_token_without_marker": 3,
     "unconditional_marker": 7,
     "no_inline_compaction": 5,
+    "no_room_for_size": 7,
 }
 
 

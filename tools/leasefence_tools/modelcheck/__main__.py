@@ -5,13 +5,15 @@ distinct states, the time and whether the search finished with every invariant h
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 
 from leasefence_tools.modelcheck.explorer import explore
 from leasefence_tools.modelcheck.memo import MemoClient
-from leasefence_tools.modelcheck.mutations import MUTATIONS
+from leasefence_tools.modelcheck.mutations import LARGE_MUTATIONS, MUTATIONS
 from leasefence_tools.modelcheck.protocol import Bound
+from leasefence_tools.modelcheck.symmetry import NONE, OPS, WORKERS_ONLY
 from leasefence_tools.modelcheck.world import World
 
 
@@ -28,15 +30,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-erase", action="store_true")
     parser.add_argument("--no-cancel", action="store_true")
+    parser.add_argument(
+        "--symmetry",
+        choices=(OPS, WORKERS_ONLY, NONE),
+        default=OPS,
+        help="ids renamed into one state: workers and operations of one kind (ops), workers"
+        " only (exact), or none",
+    )
     parser.add_argument("--max-states", type=int, default=None)
     parser.add_argument("--mutations", action="store_true", help="run the mutations instead")
     args = parser.parse_args(argv)
+    # Every explored step is a real engine call: its log lines (a lost ownership, a refusal)
+    # are the search's ordinary business, printed thousands of times; the summary says what
+    # matters.
+    logging.disable(logging.WARNING)
     with World() as world:
         if args.mutations:
             missed = 0
-            for mutation in MUTATIONS:
+            for mutation in (*MUTATIONS, *LARGE_MUTATIONS):
                 with mutation.apply():
-                    result = explore(mutation.bound, world=world)
+                    result = explore(mutation.bound, world=world, symmetry=args.symmetry)
                 print(f"== {mutation.name} ({mutation.finding})\n{result.summary()}\n")
                 missed += result.violation is None and not result.dead_ends
             return 1 if missed else 0
@@ -57,10 +70,17 @@ def main(argv: list[str] | None = None) -> int:
             seconds = time.perf_counter() - started
             print(f"  {states} states, {left} left to expand, {seconds:.0f} s", file=sys.stderr)
 
-        result = explore(bound, world=world, max_states=args.max_states, progress=progress)
+        result = explore(
+            bound,
+            world=world,
+            max_states=args.max_states,
+            progress=progress,
+            symmetry=args.symmetry,
+        )
         client = world.client
         hits = client.hits if isinstance(client, MemoClient) else 0
     print(result.summary())
+    print(f"symmetry: {args.symmetry}")
     print(f"store requests: {client.requests}, answered from the memo: {hits}")
     if not result.finished and result.violation is None:
         print(f"stopped at --max-states {args.max_states}: NOT exhaustive")

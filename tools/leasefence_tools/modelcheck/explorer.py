@@ -1,7 +1,9 @@
 """Breadth-first search over every interleaving at a bound, with a visited set.
 
 A state is the table's items and the actors' local states, known by their canonical digest
-(:meth:`World.digest`); a state seen before is not expanded again (as TLC and stateright do). The
+(:class:`~leasefence_tools.modelcheck.symmetry.Canon`: with symmetry reduction, the smallest over
+the renamings of interchangeable workers and operations); a state seen before is not expanded
+again (as TLC and stateright do). The
 search ends when no unexpanded state is left: every step of every actor from every reachable
 state has been run against the engine. Every transition is checked against the safety invariants
 (:data:`~leasefence_tools.modelcheck.invariants.SAFETY`) and every new state's history against
@@ -11,7 +13,6 @@ explored graph leads to a state where every operation has ended (:func:`dead_end
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 import zlib
@@ -33,6 +34,7 @@ from leasefence_tools.modelcheck.protocol import (
     ops_view,
 )
 from leasefence_tools.modelcheck.small_history import small_history
+from leasefence_tools.modelcheck.symmetry import NONE, Canon
 from leasefence_tools.modelcheck.world import START_MS, Snapshot, World
 
 K = TypeVar("K")
@@ -106,15 +108,17 @@ def explore(
     world: World | None = None,
     max_states: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    symmetry: str = NONE,
 ) -> Result:
     """Every interleaving at ``bound``; stops at the first violation (with its trace).
     ``progress`` is called with the distinct states and the states left to expand, every
-    2,000 states."""
+    2,000 states. ``symmetry``: the ids renamed into one state
+    (:mod:`~leasefence_tools.modelcheck.symmetry`; none by default)."""
     own = world is None
     world = world or World()
     try:
         with small_history(bound.history_room):
-            return _explore(world, bound, max_states, progress)
+            return _explore(world, bound, max_states, progress, Canon(bound, symmetry))
     finally:
         if own:
             world.close()
@@ -125,6 +129,7 @@ def _explore(
     bound: Bound,
     max_states: int | None,
     progress: Callable[[int, int], None] | None,
+    canon: Canon,
 ) -> Result:
     started = time.perf_counter(), time.process_time()
     result = Result(bound)
@@ -134,7 +139,7 @@ def _explore(
     enqueue_all(world.engine(START_MS), bound, local)
     saved, items = world.capture()
     packed = _pack(local)
-    root = world.digest(packed, saved)
+    root = canon.digest(packed, saved, world.texts)
     # Per state only what expanding it needs: its table snapshot and its actors' local state
     # (compressed canonical JSON); the graph as tuples of 16-byte digests.
     states: dict[bytes, tuple[Snapshot, bytes]] = {root: (saved, zlib.compress(packed, 1))}
@@ -154,13 +159,14 @@ def _explore(
     while queue:
         key = queue.popleft()
         saved, packed = states[key]
-        local = json.loads(zlib.decompress(packed))
+        raw = zlib.decompress(packed)
+        local = json.loads(raw)
         world.restore(saved)
         before = ops_view(world.items())
         successors = set()
         for step in enabled(bound, local, before):
             world.restore(saved)
-            after_local = copy.deepcopy(local)
+            after_local = json.loads(raw)  # a fresh copy (plain JSON: faster than deepcopy)
             seen = apply(world, after_local, step, local["now"])
             result.transitions += 1
             after_saved, items = world.capture()
@@ -173,7 +179,7 @@ def _explore(
                     result.trace = [*trace_to(key), seen.step]
                     return _done(result, states, started)
             after_packed = _pack(after_local)
-            child = world.digest(after_packed, after_saved)
+            child = canon.digest(after_packed, after_saved, world.texts)
             successors.add(child)
             if child in states:
                 continue

@@ -16,6 +16,7 @@ from typing import Any
 from leasefence import history
 from leasefence.engine import _claim, _enqueue, _expr, _marker, _rules
 from leasefence.model import Claim
+from leasefence.worker.http_backend import HttpBackend
 from leasefence_tools.modelcheck.protocol import Bound
 
 
@@ -109,6 +110,40 @@ def no_inline_compaction() -> contextlib.AbstractContextManager[None]:
     return _patched(history, "make_room", lambda _store, _item: False)
 
 
+def no_room_for_size() -> contextlib.AbstractContextManager[None]:
+    """A write refused for the item's size with no transition out: the engine's answer to an
+    update refused for size (compact the history, send the update again) removed, so the
+    holder's completion is refused, and so is every write after it, forever."""
+    return _patched(history, "make_room_at", lambda _store, _key: False)
+
+
+def http_claim_from_request() -> contextlib.AbstractContextManager[None]:
+    """Issue 21 (a cut lease with a class-B target over HTTP): the HTTP worker backend builds
+    its claim from the lease it asked for, not the one granted, and states no claim time, so a
+    class-B target derives the claim time as ``lease_expires_at - lease asked``: earlier than
+    the claim when a job type's maximum lease cut it. Once pruning forgets that holder's entry,
+    the target's horizon is older than a stalled predecessor's claim and lets its write in."""
+    original = HttpBackend._claim
+
+    def claim(self: Any, answer: Any, worker_id: str, lease_ms: int) -> Any:
+        old_answer = dataclasses.replace(answer, lease_ms=None, lease_seconds=None, claimed_at=None)
+        return original(self, old_answer, worker_id, lease_ms)
+
+    return _patched(HttpBackend, "_claim", claim)
+
+
+def _without_faults(**bound: Any) -> Bound:
+    """A bound with no clock jump, lost answer, requeue, erase or cancel unless ``bound`` says."""
+    quiet: dict[str, Any] = {
+        "clock_jumps": 0,
+        "lost_answers": 0,
+        "requeues": 0,
+        "erase": False,
+        "cancel": False,
+    }
+    return Bound(**{**quiet, **bound})
+
+
 @dataclass(frozen=True)
 class Mutation:
     name: str
@@ -120,15 +155,7 @@ class Mutation:
 
 
 #: One worker, two class-B operations, one lost answer.
-_CLAIM_TOKEN_BOUND = Bound(
-    kinds=("b", "b"),
-    attempts=1,
-    clock_jumps=0,
-    lost_answers=1,
-    requeues=0,
-    erase=False,
-    cancel=False,
-)
+_CLAIM_TOKEN_BOUND = _without_faults(kinds=("b", "b"), attempts=1, lost_answers=1)
 
 MUTATIONS = (
     Mutation(
@@ -149,7 +176,7 @@ MUTATIONS = (
         "approval_by_reference",
         "an approval of a payload nobody saw",
         approval_by_reference,
-        Bound(kinds=("r",), clock_jumps=0, lost_answers=0, requeues=0, erase=False, cancel=False),
+        _without_faults(kinds=("r",)),
         "approval_releases_only_approved_bytes",
     ),
     Mutation(
@@ -171,16 +198,27 @@ MUTATIONS = (
         "no_inline_compaction",
         "a claim or requeue refused 503 forever while the history has no room",
         no_inline_compaction,
-        Bound(
-            kinds=("b",),
-            attempts=3,
-            clock_jumps=0,
-            lost_answers=0,
-            requeues=0,
-            erase=False,
-            cancel=False,
-            history_room=5,
-        ),
+        _without_faults(kinds=("b",), attempts=3, history_room=5),
         "liveness",
+    ),
+    Mutation(
+        "no_room_for_size",
+        "a write refused for size with no transition out",
+        no_room_for_size,
+        _without_faults(kinds=("b",), attempts=3, history_room=4, size_limits=1),
+        "liveness",
+    ),
+)
+
+#: Mutations whose bound is too large for ``make test`` (a few thousand states, minutes of CPU):
+#: ``python -m leasefence_tools.modelcheck --mutations`` runs them after the others; a test
+#: replays the counterexample.
+LARGE_MUTATIONS = (
+    Mutation(
+        "http_claim_from_request",
+        "a cut lease with a class-B target over HTTP",
+        http_claim_from_request,
+        _without_faults(kinds=("f", "f"), workers=2, attempts=2, clock_jumps=1),
+        "only_the_holder_writes",
     ),
 )

@@ -31,9 +31,11 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from leasefence import errors
+from leasefence import errors, history
 from leasefence.model import Claim, State, TargetClass
+from leasefence_tools.modelcheck import fenced_target
 from leasefence_tools.modelcheck.inflight import advance, stepping_client
+from leasefence_tools.modelcheck.size_limit import at_limit_client
 
 if TYPE_CHECKING:
     from leasefence_tools.modelcheck.world import World
@@ -60,6 +62,8 @@ class Bound:
     inflight: int = 0
     #: The engine's history bounds scaled down to this room (:mod:`.small_history`); None: as is.
     history_room: int | None = None
+    #: Items put at the store's size limit (:mod:`.size_limit`), at most one per operation.
+    size_limits: int = 0
 
     def ops(self) -> list[tuple[str, str]]:
         return [(f"o{index + 1}", kind) for index, kind in enumerate(self.kinds)]
@@ -73,12 +77,19 @@ class Bound:
             + (", cancel" if self.cancel else "")
             + (f", {self.inflight} claim-next resent while it runs" if self.inflight else "")
             + (f", history room {self.history_room}" if self.history_room else "")
+            + (f", {self.size_limits} item(s) put at the size limit" if self.size_limits else "")
         )
 
 
 def payload_of(op: str, other: bool = False) -> tuple[bytes, str]:
     body = json.dumps({"op": op, "other": other}, separators=(",", ":"), sort_keys=True).encode()
     return body, "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def asked_lease(bound: Bound, index: int) -> int:
+    """The lease worker ``index`` (from 0) asks for: with operations of kind ``f``, the workers
+    after the first ask for more than the job type allows (their leases are cut)."""
+    return LEASE_MS if index == 0 or fenced_target.KIND not in bound.kinds else 3 * LEASE_MS
 
 
 def initial_local(bound: Bound) -> dict[str, Any]:
@@ -88,21 +99,31 @@ def initial_local(bound: Bound) -> dict[str, Any]:
         "lost": bound.lost_answers,
         "requeues": dict.fromkeys(ops, bound.requeues),
         "erased": [],
-        "workers": {f"w{index + 1}": {"n": 0, "hold": None} for index in range(bound.workers)},
+        "workers": {
+            f"w{index + 1}": {"n": 0, "hold": None, "asks": asked_lease(bound, index)}
+            for index in range(bound.workers)
+        },
+        "fenced": [op for op, kind in bound.ops() if kind == fenced_target.KIND],
         "target_b": {},
         "calls_d": {},
         "history": {},
         "inflight_budget": bound.inflight,
         "inflight": {},
+        "size_limits": bound.size_limits,
+        "at_limit": [],
     }
 
 
 def enqueue_all(engine: Any, bound: Bound, local: dict[str, Any]) -> None:
     """The producer's enqueues (step zero): refused ones leave their operation absent."""
+    if fenced_target.KIND in bound.kinds:
+        entry = fenced_target.catalogue_entry(bound.attempts, LEASE_MS)
+        engine.catalogue.put(TENANT, fenced_target.JOB_TYPE, entry)
     for op, kind in bound.ops():
         body, digest = payload_of(op)
         arguments: dict[str, Any] = {"actor": PRODUCER}
-        if kind == "b":
+        job_type = fenced_target.JOB_TYPE if kind == fenced_target.KIND else "job"
+        if kind in ("b", fenced_target.KIND):
             arguments.update(target_class=TargetClass.B, max_attempts=bound.attempts)
         elif kind == "d":
             arguments.update(target_class=TargetClass.D, max_attempts=1)
@@ -113,7 +134,7 @@ def enqueue_all(engine: Any, bound: Bound, local: dict[str, Any]) -> None:
         else:
             arguments.update(payload_json=body, payload_inline=True)
         with contextlib.suppress(errors.LeaseFenceError):
-            engine.enqueue(TENANT, op, "job", digest, **arguments)
+            engine.enqueue(TENANT, op, job_type, digest, **arguments)
             local["history"][op] = ["enqueue"]
 
 
@@ -168,7 +189,7 @@ def enabled(bound: Bound, local: dict[str, Any], ops: dict[str, dict[str, Any]])
             steps.append(("resend", worker))
         else:
             kind, stage = kinds[hold["op"]], hold["stage"]
-            if kind == "b":
+            if kind in ("b", fenced_target.KIND):
                 nxt = {"claimed": "raise", "raised": "write", "written": "complete"}[stage]
                 steps.append((nxt, worker))
                 if stage == "claimed":
@@ -208,6 +229,8 @@ def enabled(bound: Bound, local: dict[str, Any], ops: dict[str, dict[str, Any]])
             steps.extend([("approve", op, APPROVER), ("approve", op, PRODUCER), ("reject", op)])
         if state in (State.SUCCEEDED, State.FAILED_TERMINAL, State.CANCELLED):
             steps.append(("conflict", op))  # an ended identity, its payload purged or erased
+        if local["size_limits"] and op not in local["at_limit"] and history.needs_room(item):
+            steps.append(("limit", op))  # its history as long as an item at the limit holds
     return steps
 
 
@@ -225,20 +248,27 @@ def step_name(step: tuple) -> str:
     return " ".join(str(part) for part in step)
 
 
-def _hold(claim: Claim) -> dict[str, Any]:
-    return {
+def _hold(local: dict[str, Any], worker: str, claim: Claim) -> dict[str, Any]:
+    hold = {
         "op": claim.operation_id,
         "fence": claim.fence,
         "stage": "claimed",
         "intent": claim.intent is not None,
     }
+    if claim.operation_id in local["fenced"]:
+        asked = local["workers"][worker]["asks"]
+        hold["claim"] = fenced_target.worker_claim(claim, worker, asked)
+    return hold
 
 
-def _claim(engine: Any, kind: str, worker: str, op: str | None, token: str) -> Claim | None:
+def _claim(
+    engine: Any, local: dict[str, Any], kind: str, worker: str, op: str | None, token: str
+) -> Claim | None:
+    asked = local["workers"][worker]["asks"]
     try:
         if kind == "claim_next":
-            return engine.claim_next(TENANT, worker, LEASE_MS, claim_token=token)
-        return engine.claim(TENANT, op, worker, LEASE_MS, claim_token=token)
+            return engine.claim_next(TENANT, worker, asked, claim_token=token)
+        return engine.claim(TENANT, op, worker, asked, claim_token=token)
     except errors.LeaseFenceError:
         return None
 
@@ -249,12 +279,13 @@ def apply(world: World, local: dict[str, Any], step: tuple, now: int) -> Observe
     seen = Observed(step_name(step))
     if name in ("claim_next_inflight", "advance"):
         return _inflight(world, local, step, now, seen)
-    engine = world.engine(now)
+    at_limit = local["at_limit"]
+    engine = world.engine(now, client=at_limit_client(world, at_limit) if at_limit else None)
     if name in ("claim", "claim_next"):
         _, worker, op, lost = step
         wstate = local["workers"][worker]
         token = f"{worker}.{wstate['n']}"
-        claim = _claim(engine, name, worker, op, token)
+        claim = _claim(engine, local, name, worker, op, token)
         if claim is not None or name == "claim_next":
             wstate["n"] += 1
         seen.accepted = claim is not None
@@ -262,7 +293,7 @@ def apply(world: World, local: dict[str, Any], step: tuple, now: int) -> Observe
             local["lost"] -= 1
             wstate["hold"] = {"resend": name, "op": op, "token": token, "got": _brief(claim)}
         elif claim is not None:
-            wstate["hold"] = _hold(claim)
+            wstate["hold"] = _hold(local, worker, claim)
             seen.facts["claimed"] = (worker, claim.operation_id, claim.fence, token)
         return seen
     if name == "resend":
@@ -270,15 +301,19 @@ def apply(world: World, local: dict[str, Any], step: tuple, now: int) -> Observe
         hold = local["workers"][worker]["hold"]
         if hold["resend"] == "complete":
             return _complete(engine, local, worker, hold, seen, resent=True)
-        claim = _claim(engine, hold["resend"], worker, hold["op"], hold["token"])
+        claim = _claim(engine, local, hold["resend"], worker, hold["op"], hold["token"])
         seen.accepted = claim is not None
         seen.facts["resent_claim"] = (hold["got"], _brief(claim))
-        local["workers"][worker]["hold"] = None if claim is None else _hold(claim)
+        local["workers"][worker]["hold"] = None if claim is None else _hold(local, worker, claim)
         if claim is not None:
             seen.facts["claimed"] = (worker, claim.operation_id, claim.fence, hold["token"])
         return seen
     if name == "sweep":
         engine.sweep(limit=10)
+        return seen
+    if name == "limit":
+        local["size_limits"] -= 1
+        at_limit.append(step[1])
         return seen
     if name == "jump":
         local["jumps"] -= 1
@@ -291,6 +326,18 @@ def apply(world: World, local: dict[str, Any], step: tuple, now: int) -> Observe
     op, fence = hold["op"], hold["fence"]
     seen.facts["fenced"] = (op, fence)
     try:
+        if name in {"raise", "write"} and op in local["fenced"]:
+            highest = local["target_b"].get(op, 0)
+            seen.accepted = fenced_target.target_write(
+                world, now, TENANT, op, fence, hold["claim"], write=name == "write"
+            )
+            if seen.accepted:
+                local["target_b"][op] = max(fence, highest)
+                hold["stage"] = "raised" if name == "raise" else "written"
+                seen.facts["b_write"] = (op, fence, highest)
+            else:
+                local["workers"][worker]["hold"] = None
+            return seen
         if name in {"raise", "write"}:
             highest = local["target_b"].get(op, 0)
             seen.accepted = fence >= highest
@@ -360,7 +407,7 @@ def _operator(engine: Any, local: dict[str, Any], step: tuple, seen: Observed) -
         if name == "resolve":
             if step[2] == "requeue":
                 local["requeues"][op] -= 1
-            token = f"r{op}.{local['requeues'][op]}.{step[2]}"
+            token = f"{op}.r{local['requeues'][op]}.{step[2]}"
             engine.resolve(TENANT, op, step[2], actor="operator", request_token=token)
         elif name == "cancel":
             engine.cancel(TENANT, op, actor=PRODUCER)
@@ -408,7 +455,9 @@ def _inflight(
         wstate["hold"] = {"resend": "claim_next", "op": None, "token": token, "got": None}
     record = local["inflight"][worker]
     engine = world.engine(record["now"], client=stepping_client(world.client, record))
-    done, claim = advance(lambda: _claim(engine, "claim_next", worker, None, record["token"]))
+    done, claim = advance(
+        lambda: _claim(engine, local, "claim_next", worker, None, record["token"])
+    )
     if done:
         del local["inflight"][worker]
         seen.accepted = claim is not None

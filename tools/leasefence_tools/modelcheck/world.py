@@ -90,6 +90,8 @@ class World:
         ]
         self._pool: dict[bytes, bytes] = {}
         self._current: Snapshot | None = None
+        #: The canonical JSON of each item at the last :meth:`capture`, in key order.
+        self.texts: list[bytes] = []
 
     def close(self) -> None:
         from moto.dynamodb.models import dynamodb_backends
@@ -117,7 +119,7 @@ class World:
         """The table as it is: a snapshot to come back to, and every item as DynamoDB JSON in
         key order. A snapshot names each item by the digest of its canonical JSON; the pool keeps
         that JSON once per item, compressed (states share most of their items)."""
-        items, names = [], []
+        items, names, texts = [], [], []
         for item in self._sorted():
             attributes = item.to_json()["Attributes"]
             text = json.dumps(attributes, sort_keys=True, separators=(",", ":")).encode()
@@ -126,7 +128,9 @@ class World:
                 self._pool[name] = zlib.compress(text, 1)
             items.append(attributes)
             names.append(name)
+            texts.append(text)
         self._current = tuple(names)
+        self.texts = texts
         return self._current, items
 
     def current(self, changed: bool = False) -> Snapshot:
@@ -177,11 +181,15 @@ class World:
             for range_key in sorted(self._table.items[hash_key], key=str)
         ]
 
+    def item_size(self, key: dict[str, Any]) -> int:
+        """The size moto gives the item under ``key`` (DynamoDB JSON), 0 when there is none."""
+        from moto.dynamodb.models.dynamo_type import DynamoType
+
+        range_attr = self._table.range_key_attr
+        by_range = self._table.items.get(DynamoType(key[self._table.hash_key_attr]), {})
+        item = by_range.get(DynamoType(key[range_attr]) if range_attr else None)
+        return 0 if item is None else int(item.size())
+
     def items(self) -> list[dict[str, Any]]:
         """Every item, as DynamoDB JSON, in key order."""
         return [item.to_json()["Attributes"] for item in self._sorted()]
-
-    @staticmethod
-    def digest(local: bytes, saved: Snapshot) -> bytes:
-        """A digest of a snapshot of the table and the actors' local states (canonical JSON)."""
-        return hashlib.blake2b(b"".join(saved) + local, digest_size=16).digest()
