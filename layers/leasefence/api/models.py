@@ -19,13 +19,14 @@ import typing
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model, model_validator
 
 from leasefence import resources
 from leasefence.catalogue import RUNBOOK_URL_PATTERN
 from leasefence.limits import (
     MAX_APPROVAL_VALID_SECONDS,
     MAX_ATTEMPTS,
+    MAX_BATCH_ITEMS,
     MAX_CHECKPOINT_DEPTH,
     MAX_FENCE,
     MAX_LEASE_SECONDS,
@@ -356,6 +357,82 @@ class CancelRequest(Strict):
     """No fields: send `{}` (or no body). Unknown fields are refused like everywhere."""
 
 
+# ---------------------------------------------------------------------------------- batches
+# A batch names up to MAX_BATCH_ITEMS operations, each once; each item is the body of its
+# one-at-a-time route plus the operation's id, and gets that route's answer (BatchOut).
+
+
+def _distinct(items: list[Any]) -> list[Any]:
+    seen: set[str] = set()
+    for item in items:
+        if item.operation_id in seen:
+            raise ValueError("each operation_id at most once per batch")
+        seen.add(item.operation_id)
+    return items
+
+
+def _batch_of(item: Any, what: str) -> Any:
+    return Annotated[
+        list[item],  # type: ignore[valid-type]
+        Field(
+            min_length=1,
+            max_length=MAX_BATCH_ITEMS,
+            description=f"1-{MAX_BATCH_ITEMS} {what}, each operation_id at most once; each is "
+            "its own conditional write, answered in the same place of `results`",
+        ),
+        AfterValidator(_distinct),
+    ]
+
+
+class EnqueueBatchRequest(Strict):
+    """Up to 25 enqueues, each as `POST /v1/operations` takes it."""
+
+    items: _batch_of(EnqueueRequest, "enqueues")  # type: ignore[valid-type]
+
+
+class HeartbeatItem(HeartbeatRequest):
+    operation_id: Id
+
+
+class HeartbeatBatchRequest(Strict):
+    """Up to 25 lease renewals, each as `POST /v1/operations/{id}/heartbeat` takes it, with the
+    operation's id."""
+
+    items: _batch_of(HeartbeatItem, "renewals")  # type: ignore[valid-type]
+
+
+class CompleteItem(CompleteRequest):
+    action: Literal["complete"]
+    operation_id: Id
+
+
+class FailItem(FailRequest):
+    action: Literal["fail"]
+    operation_id: Id
+
+
+class UnknownItem(ParkRequest):
+    action: Literal["unknown"]
+    operation_id: Id
+
+
+class QuarantineItem(ParkRequest):
+    action: Literal["quarantine"]
+    operation_id: Id
+
+
+FinishItem = Annotated[
+    CompleteItem | FailItem | UnknownItem | QuarantineItem, Field(discriminator="action")
+]
+
+
+class FinishBatchRequest(Strict):
+    """Up to 25 fenced finishes, each as its route takes it (`action`: `complete`, `fail`,
+    `unknown` or `quarantine`), with the operation's id."""
+
+    items: _batch_of(FinishItem, "finishes")  # type: ignore[valid-type]
+
+
 # ---------------------------------------------------------------------------------- responses
 
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
@@ -537,3 +614,26 @@ class GatewayErrorOut(BaseModel):
     request timed out`. Tell it by its status; the Python SDK raises the same errors for both."""
 
     message: str
+
+
+def batch_out(name: str, answer: Any) -> type[BaseModel]:
+    """The answer of a batch route: one result per item, in the items' order, each carrying
+    the status and body that item's one-at-a-time route would have answered (``answer``), or
+    its error (the contract's error body)."""
+    item = create_model(
+        f"{name}Result",
+        __doc__="One item's answer: what its one-at-a-time route would have answered",
+        operation_id=(str, ...),
+        status=(int, Field(description="The HTTP status the item would have had alone")),
+        body=(answer | ErrorOut, Field(description="That answer's body, or its error")),
+    )
+    return create_model(
+        name,
+        __doc__="Answered 200 once every item was processed, whatever each item's own status",
+        results=(list[item], Field(description="One per item, in the items' order")),  # type: ignore[valid-type]
+    )
+
+
+EnqueueBatchOut = batch_out("EnqueueBatchOut", EnqueueOut)
+HeartbeatBatchOut = batch_out("HeartbeatBatchOut", LeaseOut)
+FinishBatchOut = batch_out("FinishBatchOut", OperationEnvelope)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
@@ -25,6 +26,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from leasefence import resources
 from leasefence.api import _console, errors, models
+from leasefence.api._batch import batch_answer
 from leasefence.api._shared import (
     AfterQuery,
     BeforeQuery,
@@ -93,7 +95,16 @@ def health():
 
 @register("enqueueOperation")
 def enqueue(body: models.EnqueueRequest):
-    caller = caller_of("enqueueOperation")
+    return _enqueue(caller_of("enqueueOperation"), body)
+
+
+@register("enqueueBatch")
+def enqueue_batch(body: models.EnqueueBatchRequest):
+    caller = caller_of("enqueueBatch")
+    return batch_answer(body.items, lambda item: _enqueue(caller, item))
+
+
+def _enqueue(caller: Caller, body: models.EnqueueRequest) -> Response:
     tenant = caller.tenant_id
     engine = runtime().engine_for(tenant)
     inline = "payload" in body.model_fields_set
@@ -267,14 +278,23 @@ def _claim_payload(engine: Any, grant: Any) -> Any:
 
 @register("heartbeat")
 def heartbeat(id: OperationPath, body: models.HeartbeatRequest):
-    tenant = caller_of("heartbeat").tenant_id
+    return _heartbeat(caller_of("heartbeat").tenant_id, path_id(id), body)
+
+
+@register("heartbeatBatch")
+def heartbeat_batch(body: models.HeartbeatBatchRequest):
+    tenant = caller_of("heartbeatBatch").tenant_id
+    return batch_answer(body.items, lambda item: _heartbeat(tenant, item.operation_id, item))
+
+
+def _heartbeat(tenant: str, operation_id: str, body: models.HeartbeatRequest) -> Response:
     checkpoint = body.checkpoint if "checkpoint" in body.model_fields_set else MISSING
     expires = (
         runtime()
         .engine_for(tenant)
         .heartbeat(
             tenant,
-            path_id(id),
+            operation_id,
             body.fence,
             body.worker_id,
             lease_ms=None if body.lease_seconds is None else body.lease_seconds * 1000,
@@ -287,22 +307,28 @@ def heartbeat(id: OperationPath, body: models.HeartbeatRequest):
 
 @register("completeOperation")
 def complete(id: OperationPath, body: models.CompleteRequest):
-    tenant = caller_of("completeOperation").tenant_id
+    return _complete(caller_of("completeOperation").tenant_id, path_id(id), body)
+
+
+def _complete(tenant: str, operation_id: str, body: models.CompleteRequest) -> Response:
     return operation_answer(
-        runtime().engine_for(tenant).complete(tenant, path_id(id), body.fence, body.outcome_code)
+        runtime().engine_for(tenant).complete(tenant, operation_id, body.fence, body.outcome_code)
     )
 
 
 @register("failOperation")
 def fail(id: OperationPath, body: models.FailRequest):
-    tenant = caller_of("failOperation").tenant_id
+    return _fail(caller_of("failOperation").tenant_id, path_id(id), body)
+
+
+def _fail(tenant: str, operation_id: str, body: models.FailRequest) -> Response:
     retry_after_ms = None if body.retry_after_seconds is None else body.retry_after_seconds * 1000
     return operation_answer(
         runtime()
         .engine_for(tenant)
         .fail(
             tenant,
-            path_id(id),
+            operation_id,
             body.fence,
             body.retryable,
             body.reason,
@@ -313,17 +339,40 @@ def fail(id: OperationPath, body: models.FailRequest):
 
 @register("parkUnknown")
 def unknown(id: OperationPath, body: models.ParkRequest):
-    tenant = caller_of("parkUnknown").tenant_id
+    return _unknown(caller_of("parkUnknown").tenant_id, path_id(id), body)
+
+
+def _unknown(tenant: str, operation_id: str, body: models.ParkRequest) -> Response:
     return operation_answer(
-        runtime().engine_for(tenant).park_unknown(tenant, path_id(id), body.fence, body.reason)
+        runtime().engine_for(tenant).park_unknown(tenant, operation_id, body.fence, body.reason)
     )
 
 
 @register("quarantineOperation")
 def quarantine(id: OperationPath, body: models.ParkRequest):
-    tenant = caller_of("quarantineOperation").tenant_id
+    return _quarantine(caller_of("quarantineOperation").tenant_id, path_id(id), body)
+
+
+def _quarantine(tenant: str, operation_id: str, body: models.ParkRequest) -> Response:
     return operation_answer(
-        runtime().engine_for(tenant).quarantine(tenant, path_id(id), body.fence, body.reason)
+        runtime().engine_for(tenant).quarantine(tenant, operation_id, body.fence, body.reason)
+    )
+
+
+#: A finish batch's item ``action`` -> the one-at-a-time route's code.
+_FINISHES: dict[str, Callable[[str, str, Any], Response]] = {
+    "complete": _complete,
+    "fail": _fail,
+    "unknown": _unknown,
+    "quarantine": _quarantine,
+}
+
+
+@register("finishBatch")
+def finish_batch(body: models.FinishBatchRequest):
+    tenant = caller_of("finishBatch").tenant_id
+    return batch_answer(
+        body.items, lambda item: _FINISHES[item.action](tenant, item.operation_id, item)
     )
 
 

@@ -103,6 +103,15 @@ def with_hooks(handler: Handler) -> Handler:
     )
 
 
+def _renewal_wait(interval_s: float, aligned: bool) -> float:
+    """The wait before a job's next renewal: ``interval_s``; with ``aligned`` (a backend that
+    batches renewals), to the next multiple of it on the process's monotonic clock, so that the
+    jobs of one process renew at the same instants and share one request (never longer)."""
+    if not aligned:
+        return interval_s
+    return interval_s - time.monotonic() % interval_s
+
+
 # ---------------------------------------------------------------- the worker
 
 
@@ -346,7 +355,8 @@ class Worker:
         lease_ends = time.monotonic() + job.claim.lease_ms / 1000
         stalled = False
         interval_s = self.renewal_interval_ms(job.claim) / 1000
-        while not job.finished.wait(interval_s):
+        aligned = getattr(job.backend, "aligned_renewals", False)
+        while not job.finished.wait(_renewal_wait(interval_s, aligned)):
             if job.cancelled.is_set():
                 return
             progress, checkpoint = job._progress_snapshot()
