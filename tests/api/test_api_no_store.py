@@ -28,6 +28,8 @@ CUSTOMER_ROUTES = {
     "rejectOperation",
     "cancelOperation",
     "getHistory",
+    "enqueueBatch",  # issue 33: the batches whose items answer operations
+    "finishBatch",
 }
 
 
@@ -109,6 +111,11 @@ def test_every_route_with_customer_data_answers_no_store(stack, api, tenant):
         client=approver,
     )
     call("rejectOperation", "POST", op_path("n-7", "reject"), {"note": "no"}, client=approver)
+    item = {"operation_id": "n-9", "job_type": "job", "payload": payload}
+    call("enqueueBatch", "POST", "/v1/batch/enqueue", {"items": [item]})
+    held = claimed(api, "n-9")
+    done = {"action": "complete", "operation_id": "n-9", "fence": held["fence"], "outcome_code": "ok"}
+    call("finishBatch", "POST", "/v1/batch/finish", {"items": [done]})
     assert set(seen) == CUSTOMER_ROUTES
     for route, headers in seen.items():
         assert headers.get("Cache-Control") == "no-store", route
