@@ -81,11 +81,11 @@ from leasefence.resources import (
 
 __all__ = [
     "Claim",
-    "ItemResult",
     "EnqueueResult",
     "Forbidden",
     "HistoryEntry",
     "HistoryPage",
+    "ItemResult",
     "JobType",
     "LeaseFenceClient",
     "Operation",
@@ -517,9 +517,7 @@ class LeaseFenceClient:
         ``fail``, ``unknown`` or ``quarantine``), ``operation_id`` and the body that call sends
         (``fence`` and ``outcome_code``; or ``retryable``, ``reason``, optional
         ``retry_after_seconds``; or ``reason``)."""
-        return self._batch(
-            "finish", items, lambda body: Operation.from_json(body["operation"])
-        )
+        return self._batch("finish", items, lambda body: Operation.from_json(body["operation"]))
 
     def _finish(
         self, operation_id: str, action: str, body: dict[str, Any], idempotent: bool = True

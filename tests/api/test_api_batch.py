@@ -10,8 +10,6 @@ import threading
 import time
 
 import pytest
-from tests.support.api import claimed, enqueue, op_path
-from tests.support.proxy import FaultyProxy
 
 from leasefence.api.security import PRODUCE
 from leasefence.client import LeaseFenceClient
@@ -19,6 +17,8 @@ from leasefence.errors import PayloadConflict, StaleFence
 from leasefence.limits import MAX_BATCH_ITEMS
 from leasefence.worker import FunctionHandler, Worker
 from leasefence.worker.http_backend import HttpBackend
+from tests.support.api import claimed, enqueue, op_path
+from tests.support.proxy import FaultyProxy
 
 
 def item(operation_id: str, **fields) -> dict:
@@ -102,7 +102,8 @@ def test_batch_heartbeat_renews_the_good_fences_beside_a_stale_one(api):
         "items": [
             {"operation_id": "bh-1", "fence": 1, "worker_id": "worker-1", "lease_seconds": 600},
             {"operation_id": "bh-2", "fence": 2, "worker_id": "worker-1"},  # stale: fence 1 holds it
-            {"operation_id": "bh-3", "fence": 1, "worker_id": "worker-1", "lease_seconds": 600, "checkpoint": {"at": 3}},
+            {"operation_id": "bh-3", "fence": 1, "worker_id": "worker-1", "lease_seconds": 600,
+             "checkpoint": {"at": 3}},
             {"operation_id": "bh-none", "fence": 1, "worker_id": "worker-1"},
         ]
     }
@@ -129,7 +130,8 @@ def test_batch_finish_each_action_and_a_stale_fence(api):
     body = {
         "items": [
             {"action": "complete", "operation_id": "bf-ok", "fence": 1, "outcome_code": "done"},
-            {"action": "fail", "operation_id": "bf-fail", "fence": 1, "retryable": True, "reason": "busy", "retry_after_seconds": 0},
+            {"action": "fail", "operation_id": "bf-fail", "fence": 1, "retryable": True, "reason": "busy",
+             "retry_after_seconds": 0},
             {"action": "unknown", "operation_id": "bf-unknown", "fence": 1, "reason": "timeout"},
             {"action": "quarantine", "operation_id": "bf-quarantine", "fence": 1, "reason": "bad input"},
             {"action": "complete", "operation_id": "bf-stale", "fence": 7, "outcome_code": "done"},
@@ -167,7 +169,9 @@ def test_a_malformed_finish_batch_writes_nothing(api):
 
 def test_sdk_batches_are_typed_and_resent_after_a_lost_answer(stack, token, api):
     enqueue(api, "bs-taken", {"other": True})
-    drop_first = lambda method, path, n: "drop" if path.startswith("/v1/batch/") and n == 0 else None  # noqa: E731
+    def drop_first(_method, path, n):
+        return "drop" if path.startswith("/v1/batch/") and n == 0 else None
+
     proxy = FaultyProxy(stack.base_url, drop_first)
     try:
         sdk = LeaseFenceClient(proxy.url, token, retries=2, backoff=0.001)
@@ -211,7 +215,7 @@ def test_a_batched_fleet_renews_all_its_leases_in_one_request_per_interval(stack
     """Four workers over one batched backend, each holding a lease while its handler makes
     progress: the renewals of one instant share a request; every job completes."""
     names = [f"bw-{i}" for i in range(4)]
-    proxy = FaultyProxy(stack.base_url, lambda method, path, n: None)
+    proxy = FaultyProxy(stack.base_url, lambda *_: None)
     started = threading.Barrier(len(names))
 
     def slow(job):

@@ -6,6 +6,7 @@ processed. Partial success is normal: an item's refusal never undoes or skips an
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
@@ -27,6 +28,7 @@ def item_result(operation_id: str, one: Callable[[], Response]) -> dict[str, Any
 
 def batch_answer(items: Sequence[Any], one: Callable[[Any], Response]) -> Response:
     """200 with one result per item (:func:`item_result`), in the items' order."""
-    return answer(
-        200, {"results": [item_result(item.operation_id, lambda i=item: one(i)) for item in items]}
-    )
+    results = []
+    for item in items:
+        results.append(item_result(item.operation_id, partial(one, item)))
+    return answer(200, {"results": results})

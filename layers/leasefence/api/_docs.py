@@ -153,7 +153,9 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
     "enqueueBatch": RouteDoc(
         "Record up to 25 operations, each as POST /v1/operations would",
         {
-            **_ok(200, "Every item processed: each result is its own answer", models.EnqueueBatchOut),
+            **_ok(
+                200, "Every item processed: each result is its own answer", models.EnqueueBatchOut
+            ),
             **_error_responses(400, 413, *_AUTH),
         },
         _BATCH,
@@ -161,7 +163,9 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
     "heartbeatBatch": RouteDoc(
         "Extend up to 25 leases, each as POST /v1/operations/{id}/heartbeat would",
         {
-            **_ok(200, "Every item processed: each result is its own answer", models.HeartbeatBatchOut),
+            **_ok(
+                200, "Every item processed: each result is its own answer", models.HeartbeatBatchOut
+            ),
             **_error_responses(400, *_AUTH),
         },
         _BATCH,
@@ -169,7 +173,9 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
     "finishBatch": RouteDoc(
         "Complete, fail, park or quarantine up to 25 claims, each as its own route would",
         {
-            **_ok(200, "Every item processed: each result is its own answer", models.FinishBatchOut),
+            **_ok(
+                200, "Every item processed: each result is its own answer", models.FinishBatchOut
+            ),
             **_error_responses(400, *_AUTH),
         },
         _BATCH,

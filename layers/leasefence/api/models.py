@@ -19,7 +19,15 @@ import typing
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    create_model,
+    model_validator,
+)
 
 from leasefence import resources
 from leasefence.catalogue import RUNBOOK_URL_PATTERN
@@ -373,7 +381,7 @@ def _distinct(items: list[Any]) -> list[Any]:
 
 def _batch_of(item: Any, what: str) -> Any:
     return Annotated[
-        list[item],  # type: ignore[valid-type]
+        list[item],
         Field(
             min_length=1,
             max_length=MAX_BATCH_ITEMS,

@@ -44,9 +44,7 @@ class Coalescer(Generic[T, R]):
         self._open: _Batch[T, R] | None = None
         self._lock = threading.Lock()
 
-    def submit(
-        self, item: T, deadline: float | None = None, try_timeout: float | None = None
-    ) -> R:
+    def submit(self, item: T, deadline: float | None = None, try_timeout: float | None = None) -> R:
         with self._lock:
             batch = self._open
             leader = batch is None
@@ -81,4 +79,3 @@ class Coalescer(Generic[T, R]):
             batch.error = error
         finally:
             batch.done.set()
-
