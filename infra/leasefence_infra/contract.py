@@ -44,6 +44,7 @@ ROUTES: tuple[tuple[str, str, str | None], ...] = (
     ("POST", "/v1/operations/{id}/cancel", SCOPE_PRODUCE),
     # Batches: several operations in one request, each its own write and answer.
     ("POST", "/v1/batch/enqueue", SCOPE_PRODUCE),
+    ("POST", "/v1/batch/claim", SCOPE_WORK),
     ("POST", "/v1/batch/heartbeat", SCOPE_WORK),
     ("POST", "/v1/batch/finish", SCOPE_WORK),
     # For the operator console (docs/api-contract-extensions.md, section 14).

@@ -131,7 +131,7 @@ class ItemResult(Generic[T]):
     is that call's HTTP status; ``value`` its result (None on an error), ``error`` the typed
     error that call would have raised (None on success)."""
 
-    operation_id: str
+    operation_id: str | None  # a claim item that claimed nothing: None
     status: int
     value: T | None
     error: LeaseFenceError | None
@@ -481,6 +481,34 @@ class LeaseFenceClient:
             )[1]
             results.extend(_item_result(r, read) for r in data["results"])
         return results
+
+    def claim_batch(
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        deadline: float | None = None,
+        try_timeout: float | None = None,
+    ) -> builtins.list[ItemResult[Claim | None]]:
+        """Make several claims (25 a request): each item holds the body ``claim`` sends
+        (``worker_id``, optional ``lease_seconds``, ``job_types``, ``operation_id``,
+        ``claim_token``: a fresh one when it has none). Each value is a :class:`Claim`, or None
+        when nothing was claimable (status 204). Every item carries its own claim token, so a
+        lost answer is resent whole and each claim that was made is answered again."""
+        sent = [
+            {**item, "claim_token": item.get("claim_token") or uuid.uuid4().hex} for item in items
+        ]
+        answers = self._batch("claim", sent, lambda body: body, deadline, try_timeout)
+        return [
+            ItemResult(
+                answer.operation_id,
+                answer.status,
+                None
+                if answer.value is None
+                else Claim.from_json(answer.value["claim"], claim_token=item["claim_token"]),
+                answer.error,
+            )
+            for item, answer in zip(sent, answers, strict=True)
+        ]
 
     def enqueue_batch(
         self, items: Iterable[Mapping[str, Any]]

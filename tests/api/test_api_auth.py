@@ -29,6 +29,7 @@ SAMPLE_BODIES = {
     "rejectOperation": {"note": "no"},
     "cancelOperation": {},
     "enqueueBatch": {"items": [{"operation_id": "s-1", "job_type": "job", "payload": 1}]},
+    "claimBatch": {"items": [{"worker_id": "w", "claim_token": "t"}]},
     "heartbeatBatch": {"items": [{"operation_id": "s-1", "fence": 1, "worker_id": "w"}]},
     "finishBatch": {"items": [{"action": "complete", "operation_id": "s-1", "fence": 1, "outcome_code": "ok"}]},
 }
@@ -153,6 +154,7 @@ def test_scope_table_is_the_contracts():
         ("POST", "/v1/operations/{id}/cancel"): PRODUCE,
         # Batches (issue 33): each item under its own route's scope.
         ("POST", "/v1/batch/enqueue"): PRODUCE,
+        ("POST", "/v1/batch/claim"): WORK,
         ("POST", "/v1/batch/heartbeat"): WORK,
         ("POST", "/v1/batch/finish"): WORK,
         # The operator console (issue 25): counts for operators, an open table, the page's files.

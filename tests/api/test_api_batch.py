@@ -164,6 +164,48 @@ def test_a_malformed_finish_batch_writes_nothing(api):
     assert state(api, "bfm-1")["state"] == "claimed"
 
 
+# ------------------------------------------------------------------------------------ claim
+
+
+def test_batch_claim_answers_each_claim_and_its_resend(api):
+    for name in ("bc-1", "bc-2"):
+        enqueue(api, name, job_type="bc")
+    body = {
+        "items": [
+            {"worker_id": "w1", "job_types": ["bc"], "claim_token": "t-1"},
+            {"worker_id": "w1", "operation_id": "bc-none", "claim_token": "t-2"},
+            {"worker_id": "w2", "job_types": ["bc"], "claim_token": "t-3", "lease_seconds": 30},
+            {"worker_id": "w3", "job_types": ["bc"], "claim_token": "t-4"},
+        ]
+    }
+    reply = api.post("/v1/batch/claim", body)
+    assert statuses(reply) == [200, 404, 200, 204]
+    results = reply.json["results"]
+    claimed_ids = {results[0]["operation_id"], results[2]["operation_id"]}
+    assert claimed_ids == {"bc-1", "bc-2"}
+    assert results[0]["body"]["claim"]["fence"] == results[2]["body"]["claim"]["fence"] == 1
+    assert results[2]["body"]["claim"]["lease_seconds"] == 30
+    assert results[1]["body"]["error"]["code"] == "not_found"
+    assert results[3] == {"operation_id": None, "status": 204, "body": None}
+    # The answer was lost: the resend with the same tokens answers the same claims again.
+    again = api.post("/v1/batch/claim", body)
+    assert statuses(again) == [200, 404, 200, 204]
+    assert [r["operation_id"] for r in again.json["results"]] == [r["operation_id"] for r in results]
+    assert [state(api, n)["attempts"] for n in ("bc-1", "bc-2")] == [1, 1]
+    assert [state(api, n)["fence"] for n in ("bc-1", "bc-2")] == [1, 1]
+
+
+def test_a_batch_claim_with_a_token_twice_claims_nothing(api):
+    enqueue(api, "bct-1", job_type="bct")
+    items = [{"worker_id": "w1", "job_types": ["bct"], "claim_token": "same"}] * 2
+    reply = api.post("/v1/batch/claim", {"items": items})
+    assert reply.status == 422 and "claim_token" in reply.json["error"]["message"]
+    assert state(api, "bct-1")["state"] == "queued"
+    over = [{"worker_id": "w1", "job_types": ["bct"]}] * (MAX_BATCH_ITEMS + 1)
+    assert api.post("/v1/batch/claim", {"items": over}).status == 422
+    assert state(api, "bct-1")["state"] == "queued"
+
+
 # ------------------------------------------------------------------------------------ the SDK
 
 
@@ -183,8 +225,13 @@ def test_sdk_batches_are_typed_and_resent_after_a_lost_answer(stack, token, api)
         assert isinstance(results[1].error, PayloadConflict)
         with pytest.raises(PayloadConflict):
             results[1].result()
-        for name in ("bs-1", "bs-2"):
-            claimed(api, name)
+        grants = sdk.claim_batch([
+            {"worker_id": "worker-1", "operation_id": "bs-1"},
+            {"worker_id": "worker-1", "operation_id": "bs-2", "claim_token": "mine"},
+        ])
+        assert proxy.count("POST", "/v1/batch/claim") == 2  # lost once: the same claims again
+        assert [g.result().fence for g in grants] == [1, 1]
+        assert grants[1].result().claim_token == "mine"
         renewed = sdk.heartbeat_batch([
             {"operation_id": "bs-1", "fence": 1, "worker_id": "worker-1"},
             {"operation_id": "bs-2", "fence": 9, "worker_id": "worker-1"},
@@ -245,6 +292,8 @@ def test_a_batched_fleet_renews_all_its_leases_in_one_request_per_interval(stack
         assert singles == 0 and proxy.count("POST", "/v1/batch/finish") >= 1
         # Each job renews about 3 times in its 0.6 s; the four share their instants.
         assert 1 <= renewals <= 5, proxy.seen
+        assert proxy.count("POST", "/v1/claims") == 0 and proxy.count("POST", "/v1/batch/claim") >= 1
+        print(f"requests per lifecycle (claim, renewals, finish): {len(proxy.seen) / len(names):.2f}")
     finally:
         proxy.close()
 

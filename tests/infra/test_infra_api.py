@@ -52,6 +52,7 @@ CONTRACT_ROUTES = {
     "POST /v1/operations/{id}/cancel": "leasefence/produce",
     # issue 33 (contract extensions): batches of enqueues, heartbeats and finishes
     "POST /v1/batch/enqueue": "leasefence/produce",
+    "POST /v1/batch/claim": "leasefence/work",
     "POST /v1/batch/heartbeat": "leasefence/work",
     "POST /v1/batch/finish": "leasefence/work",
     # issue 25 (contract extensions): the operator console, its reads and its files

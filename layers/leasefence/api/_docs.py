@@ -160,6 +160,17 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
         },
         _BATCH,
     ),
+    "claimBatch": RouteDoc(
+        "Make up to 25 claims, each as POST /v1/claims would",
+        {
+            **_ok(200, "Every item processed: each result is its own answer", models.ClaimBatchOut),
+            **_error_responses(400, *_AUTH),
+        },
+        _BATCH + " A claim item's `operation_id` is the operation claimed (or named); an item with "
+        "nothing claimable is answered `status` 204 with a null `body` and `operation_id`. Each "
+        "item is one claim with its own `claim_token`, each token at most once per batch: a "
+        "claimed job's lease runs from its own claim, so the last item's waits for the others.",
+    ),
     "heartbeatBatch": RouteDoc(
         "Extend up to 25 leases, each as POST /v1/operations/{id}/heartbeat would",
         {

@@ -371,11 +371,11 @@ class CancelRequest(Strict):
 
 
 def _distinct(items: list[Any]) -> list[Any]:
-    seen: set[str] = set()
-    for item in items:
-        if item.operation_id in seen:
-            raise ValueError("each operation_id at most once per batch")
-        seen.add(item.operation_id)
+    for name in ("operation_id", "claim_token"):
+        named = [getattr(item, name, None) for item in items]
+        named = [value for value in named if value is not None]
+        if len(set(named)) != len(named):
+            raise ValueError(f"each {name} at most once per batch")
     return items
 
 
@@ -390,6 +390,14 @@ def _batch_of(item: Any, what: str) -> Any:
         ),
         AfterValidator(_distinct),
     ]
+
+
+class ClaimBatchRequest(Strict):
+    """Up to 25 claims, each as `POST /v1/claims` takes it (its own `worker_id`, `claim_token`,
+    lease and job types): each is one claim with its own token, so a resend after a lost answer
+    answers each claim that was made again."""
+
+    items: _batch_of(ClaimRequest, "claims")  # type: ignore[valid-type]
 
 
 class EnqueueBatchRequest(Strict):
@@ -624,16 +632,24 @@ class GatewayErrorOut(BaseModel):
     message: str
 
 
-def batch_out(name: str, answer: Any) -> type[BaseModel]:
+def batch_out(name: str, answer: Any, unnamed: bool = False) -> type[BaseModel]:
     """The answer of a batch route: one result per item, in the items' order, each carrying
     the status and body that item's one-at-a-time route would have answered (``answer``), or
     its error (the contract's error body)."""
     item = create_model(
         f"{name}Result",
         __doc__="One item's answer: what its one-at-a-time route would have answered",
-        operation_id=(str, ...),
+        operation_id=(
+            str | None if unnamed else str,
+            Field(
+                description="The item's operation (a claim: the one claimed or named; null: none)"
+            ),
+        ),
         status=(int, Field(description="The HTTP status the item would have had alone")),
-        body=(answer | ErrorOut, Field(description="That answer's body, or its error")),
+        body=(
+            answer | ErrorOut | None if unnamed else answer | ErrorOut,
+            Field(description="That answer's body, or its error (null: a 204, no body)"),
+        ),
     )
     return create_model(
         name,
@@ -645,3 +661,4 @@ def batch_out(name: str, answer: Any) -> type[BaseModel]:
 EnqueueBatchOut = batch_out("EnqueueBatchOut", EnqueueOut)
 HeartbeatBatchOut = batch_out("HeartbeatBatchOut", LeaseOut)
 FinishBatchOut = batch_out("FinishBatchOut", OperationEnvelope)
+ClaimBatchOut = batch_out("ClaimBatchOut", ClaimEnvelope, unnamed=True)

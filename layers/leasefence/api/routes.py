@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
@@ -26,7 +27,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from leasefence import resources
 from leasefence.api import _console, errors, models
-from leasefence.api._batch import batch_answer
+from leasefence.api._batch import batch_answer, item_result
 from leasefence.api._shared import (
     AfterQuery,
     BeforeQuery,
@@ -230,7 +231,24 @@ def get_operation(id: OperationPath):
 
 @register("claimOperation")
 def claim(body: models.ClaimRequest):
-    tenant = caller_of("claimOperation").tenant_id
+    return _claim(caller_of("claimOperation").tenant_id, body)
+
+
+@register("claimBatch")
+def claim_batch(body: models.ClaimBatchRequest):
+    tenant = caller_of("claimBatch").tenant_id
+    results = []
+    for item in body.items:
+        result = item_result(item.operation_id, partial(_claim, tenant, item))
+        if result["status"] == 200:
+            result["operation_id"] = result["body"]["claim"]["operation_id"]
+        elif result["status"] == 204:
+            result["body"] = None
+        results.append(result)
+    return answer(200, {"results": results})
+
+
+def _claim(tenant: str, body: models.ClaimRequest) -> Response:
     if body.operation_id is None and is_shadow_tenant(tenant):
         # Shadow operations record what an existing consumer did; no worker may be handed one.
         raise Forbidden(

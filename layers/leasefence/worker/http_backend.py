@@ -31,8 +31,9 @@ granted one is not known yet); a heartbeat from the end of the lease as last ren
 backend keeps per claim from the moment it sent the request that granted or renewed it (never
 later than the server's own count).
 
-With ``batched=True`` (a busy fleet of workers sharing one backend), the renewals and closing
-writes go through the batch routes (``POST /v1/batch/heartbeat``, ``POST /v1/batch/finish``):
+With ``batched=True`` (a busy fleet of workers sharing one backend), the claims, renewals and
+closing writes go through the batch routes (``POST /v1/batch/claim``, ``/heartbeat``,
+``/finish``), each claim with its own claim token:
 calls made at about the same time by the backend's workers share one request
 (:class:`~leasefence.worker.coalesce.Coalescer`), each keeping its own answer and error, and the
 runtime renews every lease it holds at the same instants (:attr:`HttpBackend.aligned_renewals`),
@@ -72,9 +73,10 @@ def _ms(moment: datetime) -> int:
 #: to this long to be claimed.
 IDLE_MAX_SLEEP_MS = 20_000
 
-#: How long the first renewal of a batch waits for the fleet's other renewals of the same
-#: instant (``batched=True``): they are aligned, so a few ms gather them all.
-RENEWAL_WINDOW_S = 0.02
+#: How long the first claim, renewal or closing write of a batch waits for the fleet's others
+#: (``batched=True``): renewals are aligned, so a few ms gather them all; claims and closing
+#: writes that come within it share a request.
+BATCH_WINDOW_S = 0.02
 
 
 class HttpBackend:
@@ -86,18 +88,28 @@ class HttpBackend:
         self.tenant_id = tenant_id
         #: Renew at shared instants, so that the renewals of one interval share a request.
         self.aligned_renewals = batched
+        self._claims: Coalescer[dict[str, Any], ItemResult[HttpClaim | None]] | None = None
         self._renewals: Coalescer[dict[str, Any], ItemResult[datetime]] | None = None
         self._finishes: Coalescer[dict[str, Any], ItemResult[Any]] | None = None
         if batched:
+            self._claims = Coalescer(
+                lambda items, deadline, try_timeout: client.claim_batch(
+                    items, deadline=deadline, try_timeout=try_timeout
+                ),
+                MAX_BATCH_ITEMS,
+                BATCH_WINDOW_S,
+            )
             self._renewals = Coalescer(
                 lambda items, deadline, try_timeout: client.heartbeat_batch(
                     items, deadline=deadline, try_timeout=try_timeout
                 ),
                 MAX_BATCH_ITEMS,
-                RENEWAL_WINDOW_S,
+                BATCH_WINDOW_S,
             )
             self._finishes = Coalescer(
-                lambda items, _deadline, _try: client.finish_batch(items), MAX_BATCH_ITEMS
+                lambda items, _deadline, _try: client.finish_batch(items),
+                MAX_BATCH_ITEMS,
+                BATCH_WINDOW_S,
             )
         #: Per worker id: the token of a claim request whose answer never came, sent again next.
         self._unanswered: dict[str, str] = {}
@@ -146,11 +158,11 @@ class HttpBackend:
             self._unanswered[worker_id] = token
         sent = time.monotonic()
         try:
-            claim = self.client.claim(
+            claim = self._claim_once(
                 worker_id,
-                lease_seconds=lease_seconds,
-                job_types=list(job_types) if job_types is not None else None,
-                claim_token=token,
+                lease_seconds,
+                list(job_types) if job_types is not None else None,
+                token,
                 deadline=sent + lease_seconds,
                 try_timeout=lease_seconds / 3,
             )
@@ -167,6 +179,35 @@ class HttpBackend:
         granted = self._claim(claim, worker_id, lease_seconds * 1000)
         self._lease_renewed(granted, sent, granted.lease_ms)
         return granted
+
+    def _claim_once(
+        self,
+        worker_id: str,
+        lease_seconds: int,
+        job_types: list[str] | None,
+        token: str,
+        deadline: float,
+        try_timeout: float,
+    ) -> HttpClaim | None:
+        """One claim: in a shared claim batch when batched (its item's error raised), else
+        ``POST /v1/claims``."""
+        if self._claims is None:
+            return self.client.claim(
+                worker_id,
+                lease_seconds=lease_seconds,
+                job_types=job_types,
+                claim_token=token,
+                deadline=deadline,
+                try_timeout=try_timeout,
+            )
+        item: dict[str, Any] = {
+            "worker_id": worker_id,
+            "lease_seconds": lease_seconds,
+            "claim_token": token,
+        }
+        if job_types is not None:
+            item["job_types"] = job_types
+        return self._claims.submit(item, deadline, try_timeout).result()
 
     def _lease_renewed(self, claim: Claim, sent: float, lease_ms: int) -> None:
         """The claim's lease runs (at least) ``lease_ms`` from ``sent``; leases that ran out are
