@@ -326,6 +326,7 @@ class Worker:
         if job.cancelled.is_set():
             self.events(Metric.ABANDONED_AFTER_LOST_OWNERSHIP, 1)
             return
+        job.closing.set()
         try:
             retry_unavailable(job, write)
         except (StaleFence, NotFound) as refused:
@@ -357,7 +358,7 @@ class Worker:
         interval_s = self.renewal_interval_ms(job.claim) / 1000
         aligned = getattr(job.backend, "aligned_renewals", False)
         while not job.finished.wait(_renewal_wait(interval_s, aligned)):
-            if job.cancelled.is_set():
+            if job.cancelled.is_set() or job.closing.is_set():
                 return
             progress, checkpoint = job._progress_snapshot()
             if progress == renewed_at and checkpoint is MISSING:
@@ -372,7 +373,8 @@ class Worker:
                 lease_ends = time.monotonic() + job.claim.lease_ms / 1000
                 self.events(Metric.HEARTBEATS, 1)
             except (StaleFence, NotFound) as refused:
-                job.lose(f"heartbeat refused: {refused.code}")
+                if not job.closing.is_set():  # else the closing write came first: not a loss
+                    job.lose(f"heartbeat refused: {refused.code}")
                 return
             except Unavailable:
                 if checkpoint is not MISSING:
