@@ -63,7 +63,7 @@ def _run_mode(
     from leasefence_tools.local.tokens import ALL_SCOPES
 
     client = CountingClient(stack.base_url, stack.token(tenant, ALL_SCOPES))
-    items = [
+    items: list[dict[str, Any]] = [
         {"operation_id": f"op-{i}", "job_type": JOB_TYPE, "payload": {"n": i}}
         for i in range(operations)
     ]
@@ -128,7 +128,7 @@ def measure(
     from leasefence_tools.local.server import LocalStack
 
     with LocalStack(port=0, dynamodb_port=0, sweep_interval=None) as stack:
-        result = {
+        result: dict[str, Any] = {
             mode: _run_mode(
                 stack, f"bench-{mode}", mode == "batched", operations, workers, job_ms, lease_ms
             )
