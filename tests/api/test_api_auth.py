@@ -29,7 +29,7 @@ SAMPLE_BODIES = {
     "rejectOperation": {"note": "no"},
     "cancelOperation": {},
     "enqueueBatch": {"items": [{"operation_id": "s-1", "job_type": "job", "payload": 1}]},
-    "claimBatch": {"items": [{"worker_id": "w", "claim_token": "t"}]},
+    "claimBatch": {"items": [{"worker_id": "w", "job_types": ["job"], "claim_token": "t"}]},
     "heartbeatBatch": {"items": [{"operation_id": "s-1", "fence": 1, "worker_id": "w"}]},
     "finishBatch": {"items": [{"action": "complete", "operation_id": "s-1", "fence": 1, "outcome_code": "ok"}]},
 }

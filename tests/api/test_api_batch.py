@@ -174,7 +174,7 @@ def test_batch_claim_answers_each_claim_and_its_resend(api):
     body = {
         "items": [
             {"worker_id": "w1", "job_types": ["bc"], "claim_token": "t-1"},
-            {"worker_id": "w1", "operation_id": "bc-none", "claim_token": "t-2"},
+            {"worker_id": "w1", "operation_id": "bc-none", "job_types": ["bc"], "claim_token": "t-2"},
             {"worker_id": "w2", "job_types": ["bc"], "claim_token": "t-3", "lease_seconds": 30},
             {"worker_id": "w3", "job_types": ["bc"], "claim_token": "t-4"},
         ]
@@ -204,6 +204,12 @@ def test_a_batch_claim_with_a_token_twice_claims_nothing(api):
     assert state(api, "bct-1")["state"] == "queued"
     over = [{"worker_id": "w1", "job_types": ["bct"]}] * (MAX_BATCH_ITEMS + 1)
     assert api.post("/v1/batch/claim", {"items": over}).status == 422
+    # Its reads stay bounded: every item names its job types, 50 in all at most.
+    unnamed = api.post("/v1/batch/claim", {"items": [{"worker_id": "w1"}]})
+    assert unnamed.status == 422 and "job_types" in unnamed.json["error"]["message"]
+    wide = [{"worker_id": "w1", "job_types": ["bct", *(f"t{i}" for i in range(25))]}] * 2
+    too_many = api.post("/v1/batch/claim", {"items": wide})
+    assert too_many.status == 422 and "at most 50 job types" in too_many.json["error"]["message"]
     assert state(api, "bct-1")["state"] == "queued"
 
 
@@ -227,8 +233,8 @@ def test_sdk_batches_are_typed_and_resent_after_a_lost_answer(stack, token, api)
         with pytest.raises(PayloadConflict):
             results[1].result()
         grants = sdk.claim_batch([
-            {"worker_id": "worker-1", "operation_id": "bs-1"},
-            {"worker_id": "worker-1", "operation_id": "bs-2", "claim_token": "mine"},
+            {"worker_id": "worker-1", "operation_id": "bs-1", "job_types": ["job"]},
+            {"worker_id": "worker-1", "operation_id": "bs-2", "job_types": ["job"], "claim_token": "mine"},
         ])
         assert proxy.count("POST", "/v1/batch/claim") == 2  # lost once: the same claims again
         assert [g.result().fence for g in grants] == [1, 1]

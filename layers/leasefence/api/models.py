@@ -36,6 +36,7 @@ from leasefence.limits import (
     MAX_ATTEMPTS,
     MAX_BATCH_ITEMS,
     MAX_CHECKPOINT_DEPTH,
+    MAX_CLAIM_JOB_TYPES,
     MAX_FENCE,
     MAX_LEASE_SECONDS,
     MAX_RETRY_AFTER_SECONDS,
@@ -205,7 +206,7 @@ class ClaimRequest(Strict):
         description="Default: the job type's lease_seconds when it is catalogued, else 60; above "
         "its max_lease_seconds, that maximum",
     )
-    job_types: list[Id] | None = Field(default=None, min_length=1, max_length=50)
+    job_types: list[Id] | None = Field(default=None, min_length=1, max_length=MAX_CLAIM_JOB_TYPES)
     operation_id: Id | None = Field(
         default=None, description="Claim this operation only (404 if it does not exist)"
     )
@@ -395,9 +396,23 @@ def _batch_of(item: Any, what: str) -> Any:
 class ClaimBatchRequest(Strict):
     """Up to 25 claims, each as `POST /v1/claims` takes it (its own `worker_id`, `claim_token`,
     lease and job types): each is one claim with its own token, so a resend after a lost answer
-    answers each claim that was made again."""
+    answers each claim that was made again. Each item names its `job_types`, and the items name
+    at most 50 in all (counted with repeats): a batch then reads about what one claim naming 50
+    job types reads, however many claims it makes."""
 
     items: _batch_of(ClaimRequest, "claims")  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _bounded_reads(self) -> ClaimBatchRequest:
+        if any(item.job_types is None for item in self.items):
+            raise ValueError("each claim of a batch names its job_types")
+        named = sum(len(item.job_types or ()) for item in self.items)
+        if named > MAX_CLAIM_JOB_TYPES:
+            raise ValueError(
+                f"the claims of a batch name at most {MAX_CLAIM_JOB_TYPES} job types in all "
+                f"(here {named})"
+            )
+        return self
 
 
 class EnqueueBatchRequest(Strict):

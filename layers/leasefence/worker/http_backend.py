@@ -53,7 +53,7 @@ from typing import Any
 from leasefence.client import Claim as HttpClaim
 from leasefence.client import ItemResult, LeaseFenceClient
 from leasefence.errors import Unavailable
-from leasefence.limits import MAX_BATCH_ITEMS
+from leasefence.limits import MAX_BATCH_ITEMS, MAX_CLAIM_JOB_TYPES
 from leasefence.model import Claim, TargetClass
 from leasefence.validation import MISSING
 from leasefence.worker.coalesce import Coalescer
@@ -88,17 +88,12 @@ class HttpBackend:
         self.tenant_id = tenant_id
         #: Renew at shared instants, so that the renewals of one interval share a request.
         self.aligned_renewals = batched
-        self._claims: Coalescer[dict[str, Any], ItemResult[HttpClaim | None]] | None = None
+        #: Per job-type list (batched): the shared claim batches of the workers claiming it.
+        self._claims: dict[tuple[str, ...], Coalescer[dict[str, Any], ItemResult[Any]]] = {}
+        self._batched = batched
         self._renewals: Coalescer[dict[str, Any], ItemResult[datetime]] | None = None
         self._finishes: Coalescer[dict[str, Any], ItemResult[Any]] | None = None
         if batched:
-            self._claims = Coalescer(
-                lambda items, deadline, try_timeout: client.claim_batch(
-                    items, deadline=deadline, try_timeout=try_timeout
-                ),
-                MAX_BATCH_ITEMS,
-                BATCH_WINDOW_S,
-            )
             self._renewals = Coalescer(
                 lambda items, deadline, try_timeout: client.heartbeat_batch(
                     items, deadline=deadline, try_timeout=try_timeout
@@ -189,9 +184,10 @@ class HttpBackend:
         deadline: float,
         try_timeout: float,
     ) -> HttpClaim | None:
-        """One claim: in a shared claim batch when batched (its item's error raised), else
-        ``POST /v1/claims``."""
-        if self._claims is None:
+        """One claim: in a shared claim batch of the workers claiming the same job types when
+        batched (its item's error raised), else ``POST /v1/claims`` (so too a claim of every job
+        type: a batch's claims name theirs, at most 50 in all)."""
+        if not self._batched or job_types is None:
             return self.client.claim(
                 worker_id,
                 lease_seconds=lease_seconds,
@@ -207,7 +203,21 @@ class HttpBackend:
         }
         if job_types is not None:
             item["job_types"] = job_types
-        return self._claims.submit(item, deadline, try_timeout).result()
+        return self._claim_batch(tuple(job_types)).submit(item, deadline, try_timeout).result()
+
+    def _claim_batch(
+        self, job_types: tuple[str, ...]
+    ) -> Coalescer[dict[str, Any], ItemResult[Any]]:
+        with self._lock:
+            if job_types not in self._claims:
+                self._claims[job_types] = Coalescer(
+                    lambda items, deadline, try_timeout: self.client.claim_batch(
+                        items, deadline=deadline, try_timeout=try_timeout
+                    ),
+                    max(1, min(MAX_BATCH_ITEMS, MAX_CLAIM_JOB_TYPES // max(1, len(job_types)))),
+                    BATCH_WINDOW_S,
+                )
+            return self._claims[job_types]
 
     def _lease_renewed(self, claim: Claim, sent: float, lease_ms: int) -> None:
         """The claim's lease runs (at least) ``lease_ms`` from ``sent``; leases that ran out are
