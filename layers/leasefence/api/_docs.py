@@ -169,7 +169,9 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
         _BATCH + " A claim item's `operation_id` is the operation claimed (or named); an item with "
         "nothing claimable is answered `status` 204 with a null `body` and `operation_id`. Each "
         "item is one claim with its own `claim_token`, each token at most once per batch: a "
-        "claimed job's lease runs from its own claim, so the last item's waits for the others.",
+        "claimed job's lease runs from its own claim, so the last item's waits for the others. "
+        "Each item names its `job_types`, and the items name at most 50 in all (else 422): a "
+        "batch reads about what one claim of 50 job types reads.",
     ),
     "heartbeatBatch": RouteDoc(
         "Extend up to 25 leases, each as POST /v1/operations/{id}/heartbeat would",
