@@ -123,6 +123,10 @@ DEFAULT_MAX_BODY_BYTES = 6 * 1024 * 1024
 #: is written item after item, so the cap keeps the last item's wait (and the request's time in
 #: the API function) short.
 MAX_BATCH_ITEMS = 25
+#: A claim batch begins no claim later than this after its request began (ms): the rest are
+#: answered 503 without being made, so a batch of slow claims (many job types on an idle tenant)
+#: stays well inside API Gateway's 29 s.
+CLAIM_BATCH_BUDGET_MS = 5_000
 #: A class-A completion carries 1 to this many business writes (one transaction of 100 actions).
 MAX_BUSINESS_WRITES = 99
 

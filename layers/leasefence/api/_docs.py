@@ -71,8 +71,9 @@ _BATCH = (
     "`results` (same place): `status` and `body` are what the item's one-at-a-time route would "
     "have answered, an error's body included (one stale fence among good ones: the others still "
     "succeed). The request answers 200 once every item was processed, whatever their statuses; "
-    "a body that is malformed as a whole (any item invalid, more than 25 items, an operation_id "
-    "twice) is refused (422 invalid_request) and nothing is written. A resend after a lost answer "
+    "a body that is malformed as a whole (any item invalid, more than 25 items) is refused (422 "
+    "invalid_request) and nothing is written. An operation_id named twice is written twice, in "
+    "order. A resend after a lost answer "
     "gets each item's answer again as its one-at-a-time route would (a replay), with no second "
     "effect. An item answered 503 may be sent again."
 )
@@ -168,10 +169,9 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
         },
         _BATCH + " A claim item's `operation_id` is the operation claimed (or named); an item with "
         "nothing claimable is answered `status` 204 with a null `body` and `operation_id`. Each "
-        "item is one claim with its own `claim_token`, each token at most once per batch: a "
-        "claimed job's lease runs from its own claim, so the last item's waits for the others. "
-        "Each item names its `job_types`, and the items name at most 50 in all (else 422): a "
-        "batch reads about what one claim of 50 job types reads.",
+        "item is one claim with its own `claim_token`; a claimed job's lease runs from its own "
+        "claim. A claim not begun within 5 s of the request is answered 503 (unavailable) in its "
+        "place and not made: send it again.",
     ),
     "heartbeatBatch": RouteDoc(
         "Extend up to 25 leases, each as POST /v1/operations/{id}/heartbeat would",

@@ -20,7 +20,6 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -371,48 +370,27 @@ class CancelRequest(Strict):
 # one-at-a-time route plus the operation's id, and gets that route's answer (BatchOut).
 
 
-def _distinct(items: list[Any]) -> list[Any]:
-    for name in ("operation_id", "claim_token"):
-        named = [getattr(item, name, None) for item in items]
-        named = [value for value in named if value is not None]
-        if len(set(named)) != len(named):
-            raise ValueError(f"each {name} at most once per batch")
-    return items
-
-
 def _batch_of(item: Any, what: str) -> Any:
     return Annotated[
         list[item],
         Field(
             min_length=1,
             max_length=MAX_BATCH_ITEMS,
-            description=f"1-{MAX_BATCH_ITEMS} {what}, each operation_id at most once; each is "
-            "its own conditional write, answered in the same place of `results`",
+            description=f"1-{MAX_BATCH_ITEMS} {what}, made in order: each is its own "
+            "conditional write (an id named twice: the second sees the first's write), answered "
+            "in the same place of `results`",
         ),
-        AfterValidator(_distinct),
     ]
 
 
 class ClaimBatchRequest(Strict):
     """Up to 25 claims, each as `POST /v1/claims` takes it (its own `worker_id`, `claim_token`,
     lease and job types): each is one claim with its own token, so a resend after a lost answer
-    answers each claim that was made again. Each item names its `job_types`, and the items name
-    at most 50 in all (counted with repeats): a batch then reads about what one claim naming 50
-    job types reads, however many claims it makes."""
+    answers each claim that was made again. The claims are made in order; those not begun within
+    5 seconds of the request are answered 503 `unavailable` without being made (send them
+    again)."""
 
     items: _batch_of(ClaimRequest, "claims")  # type: ignore[valid-type]
-
-    @model_validator(mode="after")
-    def _bounded_reads(self) -> ClaimBatchRequest:
-        if any(item.job_types is None for item in self.items):
-            raise ValueError("each claim of a batch names its job_types")
-        named = sum(len(item.job_types or ()) for item in self.items)
-        if named > MAX_CLAIM_JOB_TYPES:
-            raise ValueError(
-                f"the claims of a batch name at most {MAX_CLAIM_JOB_TYPES} job types in all "
-                f"(here {named})"
-            )
-        return self
 
 
 class EnqueueBatchRequest(Strict):

@@ -50,8 +50,9 @@ from leasefence.api.errors import Forbidden
 from leasefence.api.security import ROUTES, Caller, caller_from_event, route
 from leasefence.clock import to_rfc3339
 from leasefence.cursor import HISTORY_CURSOR_PATTERN, OPERATION_CURSOR_PATTERN
-from leasefence.errors import InvalidInput, LeaseFenceError, PayloadConflict
+from leasefence.errors import InvalidInput, LeaseFenceError, PayloadConflict, Unavailable
 from leasefence.keys import is_shadow_tenant
+from leasefence.limits import CLAIM_BATCH_BUDGET_MS
 from leasefence.model import EnqueueResult
 from leasefence.observability import record_claim_latency
 from leasefence.payloads import canonicalize, fits_in_item
@@ -238,14 +239,25 @@ def claim(body: models.ClaimRequest):
 def claim_batch(body: models.ClaimBatchRequest):
     tenant = caller_of("claimBatch").tenant_id
     results = []
+    ends = time.monotonic() + CLAIM_BATCH_BUDGET_MS / 1000
     for item in body.items:
-        result = item_result(item.operation_id, partial(_claim, tenant, item))
+        if time.monotonic() >= ends:
+            late = Unavailable(
+                "not claimed: the batch ran out of time before this claim; send it again"
+            )
+            result = item_result(item.operation_id, partial(_raise, late))
+        else:
+            result = item_result(item.operation_id, partial(_claim, tenant, item))
         if result["status"] == 200:
             result["operation_id"] = result["body"]["claim"]["operation_id"]
         elif result["status"] == 204:
             result["body"] = None
         results.append(result)
     return answer(200, {"results": results})
+
+
+def _raise(error: Exception) -> Response:
+    raise error
 
 
 def _claim(tenant: str, body: models.ClaimRequest) -> Response:

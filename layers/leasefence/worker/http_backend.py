@@ -53,7 +53,7 @@ from typing import Any
 from leasefence.client import Claim as HttpClaim
 from leasefence.client import ItemResult, LeaseFenceClient
 from leasefence.errors import Unavailable
-from leasefence.limits import MAX_BATCH_ITEMS, MAX_CLAIM_JOB_TYPES
+from leasefence.limits import MAX_BATCH_ITEMS
 from leasefence.model import Claim, TargetClass
 from leasefence.validation import MISSING
 from leasefence.worker.coalesce import Coalescer
@@ -185,9 +185,8 @@ class HttpBackend:
         try_timeout: float,
     ) -> HttpClaim | None:
         """One claim: in a shared claim batch of the workers claiming the same job types when
-        batched (its item's error raised), else ``POST /v1/claims`` (so too a claim of every job
-        type: a batch's claims name theirs, at most 50 in all)."""
-        if not self._batched or job_types is None:
+        batched (its item's error raised), else ``POST /v1/claims``."""
+        if not self._batched:
             return self.client.claim(
                 worker_id,
                 lease_seconds=lease_seconds,
@@ -203,7 +202,9 @@ class HttpBackend:
         }
         if job_types is not None:
             item["job_types"] = job_types
-        return self._claim_batch(tuple(job_types)).submit(item, deadline, try_timeout).result()
+        return (
+            self._claim_batch(tuple(job_types or ())).submit(item, deadline, try_timeout).result()
+        )
 
     def _claim_batch(
         self, job_types: tuple[str, ...]
@@ -214,7 +215,7 @@ class HttpBackend:
                     lambda items, deadline, try_timeout: self.client.claim_batch(
                         items, deadline=deadline, try_timeout=try_timeout
                     ),
-                    max(1, min(MAX_BATCH_ITEMS, MAX_CLAIM_JOB_TYPES // max(1, len(job_types)))),
+                    MAX_BATCH_ITEMS,
                     BATCH_WINDOW_S,
                 )
             return self._claims[job_types]
