@@ -67,8 +67,10 @@ def test_batch_enqueue_resent_is_a_replay_item_by_item(api):
         [item("bm-1"), {"operation_id": "bm-2", "payload": {}}],  # an item without job_type
         [item(f"bm-{i}") for i in range(MAX_BATCH_ITEMS + 1)],  # over the cap
         [],  # nothing
+        [item("bm-1"), item("bm-2", payload={"n": 2**53})],  # not I-JSON: no canonical form
+        [item("bm-1"), item("bm-2", payload_hash="sha256:" + "0" * 64)],  # not the payload's hash
     ],
-    ids=["invalid-item", "over-cap", "empty"],
+    ids=["invalid-item", "over-cap", "empty", "not-i-json", "wrong-hash"],
 )
 def test_a_malformed_batch_is_refused_whole_and_writes_nothing(api, items):
     reply = api.post("/v1/batch/enqueue", {"items": items})

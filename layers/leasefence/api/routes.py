@@ -55,7 +55,7 @@ from leasefence.keys import is_shadow_tenant
 from leasefence.limits import CLAIM_BATCH_BUDGET_MS
 from leasefence.model import EnqueueResult
 from leasefence.observability import record_claim_latency
-from leasefence.payloads import canonicalize, fits_in_item
+from leasefence.payloads import CanonicalPayload, canonicalize, fits_in_item
 from leasefence.settings import runtime
 from leasefence.validation import MISSING
 
@@ -97,23 +97,42 @@ def health():
 
 @register("enqueueOperation")
 def enqueue(body: models.EnqueueRequest):
-    return _enqueue(caller_of("enqueueOperation"), body)
+    return _enqueue(caller_of("enqueueOperation"), body, _canonical(body))
 
 
 @register("enqueueBatch")
 def enqueue_batch(body: models.EnqueueBatchRequest):
     caller = caller_of("enqueueBatch")
-    return batch_answer(body.items, lambda item: _enqueue(caller, item))
+    # Every item's payload first: one the schema refuses (not I-JSON, a hash that is not its
+    # own) or over the size limit refuses the whole request before anything is written.
+    canonicals = {}
+    for index, item in enumerate(body.items):
+        try:
+            canonicals[id(item)] = _canonical(item)
+        except LeaseFenceError as refused:
+            refused.message = f"items.{index}: {refused.message}"
+            raise
+    return batch_answer(body.items, lambda item: _enqueue(caller, item, canonicals[id(item)]))
 
 
-def _enqueue(caller: Caller, body: models.EnqueueRequest) -> Response:
+def _canonical(body: models.EnqueueRequest) -> CanonicalPayload | None:
+    """The inline payload's canonical JSON (None: by reference), checked against the hash sent
+    beside it."""
+    if "payload" not in body.model_fields_set:
+        return None
+    canonical = canonicalize(body.payload)
+    if body.payload_hash is not None and body.payload_hash != canonical.hash:
+        raise InvalidInput("payload_hash does not match the payload's canonical JSON")
+    return canonical
+
+
+def _enqueue(
+    caller: Caller, body: models.EnqueueRequest, canonical: CanonicalPayload | None
+) -> Response:
     tenant = caller.tenant_id
     engine = runtime().engine_for(tenant)
-    inline = "payload" in body.model_fields_set
-    canonical = canonicalize(body.payload) if inline else None
+    inline = canonical is not None
     if canonical is not None:
-        if body.payload_hash is not None and body.payload_hash != canonical.hash:
-            raise InvalidInput("payload_hash does not match the payload's canonical JSON")
         payload_hash = canonical.hash
     else:
         # EnqueueRequest's validator requires both when there is no inline payload.

@@ -156,10 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m leasefence_tools.bench.batched_http")
     parser.add_argument("--operations", type=int, default=200)
     parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--job-ms", type=int, default=600)
+    parser.add_argument("--lease-ms", type=int, default=1500)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    result = measure(args.operations, args.workers)
-    print(json.dumps(result) if args.json else render(result))
+    result = measure(args.operations, args.workers, args.job_ms, args.lease_ms)
+    print("\n" + (json.dumps(result) if args.json else render(result)))
     return 0
 
 
