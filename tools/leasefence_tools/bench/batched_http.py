@@ -10,8 +10,10 @@ tenant of its own:
   (claims, renewals and closing writes shared across the fleet).
 
 ``workers`` threads, each a :class:`~leasefence.worker.Worker` sharing one backend, run jobs
-whose handler reports progress every 50 ms for ``job_ms`` (so leases are renewed: the lease is
-``lease_ms``, renewed every third of it), until every operation has ended. Every HTTP request the
+whose handler reports progress every 50 ms for half to one and a half times ``job_ms`` (drawn
+from a seeded generator, so that the workers fall out of step as a real fleet's do; the leases
+are renewed: the lease is ``lease_ms``, renewed every third of it), until every operation has
+ended. Every HTTP request the
 SDK sends is counted by its route; a lifecycle is one operation from enqueue to its closing
 write, and ``requests_per_lifecycle`` divides every request of the mode (idle polls included)
 by the operations.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import threading
 import time
 from collections import Counter
@@ -78,8 +81,12 @@ def _run_mode(
     finished = [0]
     lock = threading.Lock()
 
+    durations = random.Random(7)  # the same jobs in both modes
+
     def job(running: Any) -> str:
-        end = time.monotonic() + job_ms / 1000
+        with lock:
+            seconds = job_ms / 1000 * durations.uniform(0.5, 1.5)
+        end = time.monotonic() + seconds
         while time.monotonic() < end:
             running.progress()
             time.sleep(0.05)
@@ -142,7 +149,7 @@ def measure(
 def render(result: dict[str, Any]) -> str:
     lines = [
         f"HTTP requests per lifecycle, {result['batched']['workers']} workers, jobs of "
-        f"{result['job_ms']} ms, leases of {result['lease_ms']} ms "
+        f"{result['job_ms']} ms +-50%, leases of {result['lease_ms']} ms "
         f"(target for a busy batched worker: <= {result['target_requests_per_lifecycle']})"
     ]
     for mode in ("one_at_a_time", "batched"):
