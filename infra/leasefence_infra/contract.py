@@ -42,6 +42,11 @@ ROUTES: tuple[tuple[str, str, str | None], ...] = (
     ("POST", "/v1/operations/{id}/approve", SCOPE_APPROVE),
     ("POST", "/v1/operations/{id}/reject", SCOPE_APPROVE),
     ("POST", "/v1/operations/{id}/cancel", SCOPE_PRODUCE),
+    # Batches: several operations in one request, each its own write and answer.
+    ("POST", "/v1/batch/enqueue", SCOPE_PRODUCE),
+    ("POST", "/v1/batch/claim", SCOPE_WORK),
+    ("POST", "/v1/batch/heartbeat", SCOPE_WORK),
+    ("POST", "/v1/batch/finish", SCOPE_WORK),
     # For the operator console (docs/api-contract-extensions.md, section 14).
     ("GET", "/v1/state-counts", SCOPE_OPERATE),
     ("GET", "/v1/target-classes", None),

@@ -118,6 +118,15 @@ MAX_ITEM_PAYLOAD_BYTES = 1024
 MAX_SCHEMA_BYTES = 16_384
 #: Request bodies larger than this are refused with 413 (``LEASEFENCE_MAX_BODY_BYTES``).
 DEFAULT_MAX_BODY_BYTES = 6 * 1024 * 1024
+#: A batch request (``POST /v1/batch/...``) names 1 to this many operations, each its own
+#: conditional write with its own answer: a claimed job's lease runs from its claim, and a batch
+#: is written item after item, so the cap keeps the last item's wait (and the request's time in
+#: the API function) short.
+MAX_BATCH_ITEMS = 25
+#: A claim batch begins no claim later than this after its request began (ms): the rest are
+#: answered 503 without being made, so a batch of slow claims (many job types on an idle tenant)
+#: stays well inside API Gateway's 29 s.
+CLAIM_BATCH_BUDGET_MS = 5_000
 #: A class-A completion carries 1 to this many business writes (one transaction of 100 actions).
 MAX_BUSINESS_WRITES = 99
 

@@ -28,6 +28,10 @@ SAMPLE_BODIES = {
     "approveOperation": {"payload_hash": "sha256:" + "0" * 64},
     "rejectOperation": {"note": "no"},
     "cancelOperation": {},
+    "enqueueBatch": {"items": [{"operation_id": "s-1", "job_type": "job", "payload": 1}]},
+    "claimBatch": {"items": [{"worker_id": "w", "job_types": ["job"], "claim_token": "t"}]},
+    "heartbeatBatch": {"items": [{"operation_id": "s-1", "fence": 1, "worker_id": "w"}]},
+    "finishBatch": {"items": [{"action": "complete", "operation_id": "s-1", "fence": 1, "outcome_code": "ok"}]},
 }
 PROTECTED = [r for r in ROUTES if r.scope is not None]
 
@@ -148,6 +152,11 @@ def test_scope_table_is_the_contracts():
         ("POST", "/v1/operations/{id}/approve"): APPROVE,  # extensions: the approval gate
         ("POST", "/v1/operations/{id}/reject"): APPROVE,
         ("POST", "/v1/operations/{id}/cancel"): PRODUCE,
+        # Batches (issue 33): each item under its own route's scope.
+        ("POST", "/v1/batch/enqueue"): PRODUCE,
+        ("POST", "/v1/batch/claim"): WORK,
+        ("POST", "/v1/batch/heartbeat"): WORK,
+        ("POST", "/v1/batch/finish"): WORK,
         # The operator console (issue 25): counts for operators, an open table, the page's files.
         ("GET", "/v1/state-counts"): OPERATE,
         ("GET", "/v1/target-classes"): None,

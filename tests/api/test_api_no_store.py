@@ -28,6 +28,9 @@ CUSTOMER_ROUTES = {
     "rejectOperation",
     "cancelOperation",
     "getHistory",
+    "enqueueBatch",  # issue 33: the batches whose items answer operations or claims
+    "claimBatch",
+    "finishBatch",
 }
 
 
@@ -109,6 +112,12 @@ def test_every_route_with_customer_data_answers_no_store(stack, api, tenant):
         client=approver,
     )
     call("rejectOperation", "POST", op_path("n-7", "reject"), {"note": "no"}, client=approver)
+    item = {"operation_id": "n-9", "job_type": "job", "payload": payload}
+    call("enqueueBatch", "POST", "/v1/batch/enqueue", {"items": [item]})
+    granted = call("claimBatch", "POST", "/v1/batch/claim", {"items": [{"worker_id": "w9", "operation_id": "n-9", "job_types": ["job"]}]})
+    held = granted.json["results"][0]["body"]["claim"]
+    done = {"action": "complete", "operation_id": "n-9", "fence": held["fence"], "outcome_code": "ok"}
+    call("finishBatch", "POST", "/v1/batch/finish", {"items": [done]})
     assert set(seen) == CUSTOMER_ROUTES
     for route, headers in seen.items():
         assert headers.get("Cache-Control") == "no-store", route

@@ -50,6 +50,11 @@ CONTRACT_ROUTES = {
     "POST /v1/operations/{id}/approve": "leasefence/approve",
     "POST /v1/operations/{id}/reject": "leasefence/approve",
     "POST /v1/operations/{id}/cancel": "leasefence/produce",
+    # issue 33 (contract extensions): batches of enqueues, heartbeats and finishes
+    "POST /v1/batch/enqueue": "leasefence/produce",
+    "POST /v1/batch/claim": "leasefence/work",
+    "POST /v1/batch/heartbeat": "leasefence/work",
+    "POST /v1/batch/finish": "leasefence/work",
     # issue 25 (contract extensions): the operator console, its reads and its files
     "GET /v1/state-counts": "leasefence/operate",
     "GET /v1/target-classes": None,

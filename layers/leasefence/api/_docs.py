@@ -66,6 +66,18 @@ _AUTH = (401, 403, 422, 429, 503)
 _HTML = {"text/html": {"schema": {"type": "string"}}}
 _FENCED = (400, 401, 403, 404, 409, 422, 429, 503)
 
+_BATCH = (
+    "Each item is its own conditional write, made in order, and gets its own answer in "
+    "`results` (same place): `status` and `body` are what the item's one-at-a-time route would "
+    "have answered, an error's body included (one stale fence among good ones: the others still "
+    "succeed). The request answers 200 once every item was processed, whatever their statuses; "
+    "a body that is malformed as a whole (any item invalid, more than 25 items) is refused (422 "
+    "invalid_request) and nothing is written. An operation_id named twice is written twice, in "
+    "order. A resend after a lost answer "
+    "gets each item's answer again as its one-at-a-time route would (a replay), with no second "
+    "effect. An item answered 503 may be sent again."
+)
+
 #: operationId -> what the document says of the route.
 ROUTE_DOCS: dict[str, RouteDoc] = {
     "health": RouteDoc(
@@ -139,6 +151,48 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
     "quarantineOperation": RouteDoc(
         "The input cannot be processed: park as quarantined",
         {**_ok(200, "Quarantined", models.OperationEnvelope), **_error_responses(*_FENCED)},
+    ),
+    "enqueueBatch": RouteDoc(
+        "Record up to 25 operations, each as POST /v1/operations would",
+        {
+            **_ok(
+                200, "Every item processed: each result is its own answer", models.EnqueueBatchOut
+            ),
+            **_error_responses(400, 413, *_AUTH),
+        },
+        _BATCH,
+    ),
+    "claimBatch": RouteDoc(
+        "Make up to 25 claims, each as POST /v1/claims would",
+        {
+            **_ok(200, "Every item processed: each result is its own answer", models.ClaimBatchOut),
+            **_error_responses(400, *_AUTH),
+        },
+        _BATCH + " A claim item's `operation_id` is the operation claimed (or named); an item with "
+        "nothing claimable is answered `status` 204 with a null `body` and `operation_id`. Each "
+        "item is one claim with its own `claim_token`; a claimed job's lease runs from its own "
+        "claim. A claim not begun within 5 s of the request is answered 503 (unavailable) in its "
+        "place and not made: send it again.",
+    ),
+    "heartbeatBatch": RouteDoc(
+        "Extend up to 25 leases, each as POST /v1/operations/{id}/heartbeat would",
+        {
+            **_ok(
+                200, "Every item processed: each result is its own answer", models.HeartbeatBatchOut
+            ),
+            **_error_responses(400, *_AUTH),
+        },
+        _BATCH,
+    ),
+    "finishBatch": RouteDoc(
+        "Complete, fail, park or quarantine up to 25 claims, each as its own route would",
+        {
+            **_ok(
+                200, "Every item processed: each result is its own answer", models.FinishBatchOut
+            ),
+            **_error_responses(400, *_AUTH),
+        },
+        _BATCH,
     ),
     "getPayload": RouteDoc(
         "The inline payload as enqueued (its RFC 8785 canonical JSON)",

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
@@ -25,6 +27,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from leasefence import resources
 from leasefence.api import _console, errors, models
+from leasefence.api._batch import batch_answer, item_result
 from leasefence.api._shared import (
     AfterQuery,
     BeforeQuery,
@@ -47,11 +50,12 @@ from leasefence.api.errors import Forbidden
 from leasefence.api.security import ROUTES, Caller, caller_from_event, route
 from leasefence.clock import to_rfc3339
 from leasefence.cursor import HISTORY_CURSOR_PATTERN, OPERATION_CURSOR_PATTERN
-from leasefence.errors import InvalidInput, LeaseFenceError, PayloadConflict
+from leasefence.errors import InvalidInput, LeaseFenceError, PayloadConflict, Unavailable
 from leasefence.keys import is_shadow_tenant
+from leasefence.limits import CLAIM_BATCH_BUDGET_MS
 from leasefence.model import EnqueueResult
 from leasefence.observability import record_claim_latency
-from leasefence.payloads import canonicalize, fits_in_item
+from leasefence.payloads import CanonicalPayload, canonicalize, fits_in_item
 from leasefence.settings import runtime
 from leasefence.validation import MISSING
 
@@ -93,14 +97,42 @@ def health():
 
 @register("enqueueOperation")
 def enqueue(body: models.EnqueueRequest):
-    caller = caller_of("enqueueOperation")
+    return _enqueue(caller_of("enqueueOperation"), body, _canonical(body))
+
+
+@register("enqueueBatch")
+def enqueue_batch(body: models.EnqueueBatchRequest):
+    caller = caller_of("enqueueBatch")
+    # Every item's payload first: one the schema refuses (not I-JSON, a hash that is not its
+    # own) or over the size limit refuses the whole request before anything is written.
+    canonicals = {}
+    for index, item in enumerate(body.items):
+        try:
+            canonicals[id(item)] = _canonical(item)
+        except LeaseFenceError as refused:
+            refused.message = f"items.{index}: {refused.message}"
+            raise
+    return batch_answer(body.items, lambda item: _enqueue(caller, item, canonicals[id(item)]))
+
+
+def _canonical(body: models.EnqueueRequest) -> CanonicalPayload | None:
+    """The inline payload's canonical JSON (None: by reference), checked against the hash sent
+    beside it."""
+    if "payload" not in body.model_fields_set:
+        return None
+    canonical = canonicalize(body.payload)
+    if body.payload_hash is not None and body.payload_hash != canonical.hash:
+        raise InvalidInput("payload_hash does not match the payload's canonical JSON")
+    return canonical
+
+
+def _enqueue(
+    caller: Caller, body: models.EnqueueRequest, canonical: CanonicalPayload | None
+) -> Response:
     tenant = caller.tenant_id
     engine = runtime().engine_for(tenant)
-    inline = "payload" in body.model_fields_set
-    canonical = canonicalize(body.payload) if inline else None
+    inline = canonical is not None
     if canonical is not None:
-        if body.payload_hash is not None and body.payload_hash != canonical.hash:
-            raise InvalidInput("payload_hash does not match the payload's canonical JSON")
         payload_hash = canonical.hash
     else:
         # EnqueueRequest's validator requires both when there is no inline payload.
@@ -219,7 +251,35 @@ def get_operation(id: OperationPath):
 
 @register("claimOperation")
 def claim(body: models.ClaimRequest):
-    tenant = caller_of("claimOperation").tenant_id
+    return _claim(caller_of("claimOperation").tenant_id, body)
+
+
+@register("claimBatch")
+def claim_batch(body: models.ClaimBatchRequest):
+    tenant = caller_of("claimBatch").tenant_id
+    results = []
+    ends = time.monotonic() + CLAIM_BATCH_BUDGET_MS / 1000
+    for item in body.items:
+        if time.monotonic() >= ends:
+            late = Unavailable(
+                "not claimed: the batch ran out of time before this claim; send it again"
+            )
+            result = item_result(item.operation_id, partial(_raise, late))
+        else:
+            result = item_result(item.operation_id, partial(_claim, tenant, item))
+        if result["status"] == 200:
+            result["operation_id"] = result["body"]["claim"]["operation_id"]
+        elif result["status"] == 204:
+            result["body"] = None
+        results.append(result)
+    return answer(200, {"results": results})
+
+
+def _raise(error: Exception) -> Response:
+    raise error
+
+
+def _claim(tenant: str, body: models.ClaimRequest) -> Response:
     if body.operation_id is None and is_shadow_tenant(tenant):
         # Shadow operations record what an existing consumer did; no worker may be handed one.
         raise Forbidden(
@@ -267,14 +327,23 @@ def _claim_payload(engine: Any, grant: Any) -> Any:
 
 @register("heartbeat")
 def heartbeat(id: OperationPath, body: models.HeartbeatRequest):
-    tenant = caller_of("heartbeat").tenant_id
+    return _heartbeat(caller_of("heartbeat").tenant_id, path_id(id), body)
+
+
+@register("heartbeatBatch")
+def heartbeat_batch(body: models.HeartbeatBatchRequest):
+    tenant = caller_of("heartbeatBatch").tenant_id
+    return batch_answer(body.items, lambda item: _heartbeat(tenant, item.operation_id, item))
+
+
+def _heartbeat(tenant: str, operation_id: str, body: models.HeartbeatRequest) -> Response:
     checkpoint = body.checkpoint if "checkpoint" in body.model_fields_set else MISSING
     expires = (
         runtime()
         .engine_for(tenant)
         .heartbeat(
             tenant,
-            path_id(id),
+            operation_id,
             body.fence,
             body.worker_id,
             lease_ms=None if body.lease_seconds is None else body.lease_seconds * 1000,
@@ -287,22 +356,28 @@ def heartbeat(id: OperationPath, body: models.HeartbeatRequest):
 
 @register("completeOperation")
 def complete(id: OperationPath, body: models.CompleteRequest):
-    tenant = caller_of("completeOperation").tenant_id
+    return _complete(caller_of("completeOperation").tenant_id, path_id(id), body)
+
+
+def _complete(tenant: str, operation_id: str, body: models.CompleteRequest) -> Response:
     return operation_answer(
-        runtime().engine_for(tenant).complete(tenant, path_id(id), body.fence, body.outcome_code)
+        runtime().engine_for(tenant).complete(tenant, operation_id, body.fence, body.outcome_code)
     )
 
 
 @register("failOperation")
 def fail(id: OperationPath, body: models.FailRequest):
-    tenant = caller_of("failOperation").tenant_id
+    return _fail(caller_of("failOperation").tenant_id, path_id(id), body)
+
+
+def _fail(tenant: str, operation_id: str, body: models.FailRequest) -> Response:
     retry_after_ms = None if body.retry_after_seconds is None else body.retry_after_seconds * 1000
     return operation_answer(
         runtime()
         .engine_for(tenant)
         .fail(
             tenant,
-            path_id(id),
+            operation_id,
             body.fence,
             body.retryable,
             body.reason,
@@ -313,17 +388,40 @@ def fail(id: OperationPath, body: models.FailRequest):
 
 @register("parkUnknown")
 def unknown(id: OperationPath, body: models.ParkRequest):
-    tenant = caller_of("parkUnknown").tenant_id
+    return _unknown(caller_of("parkUnknown").tenant_id, path_id(id), body)
+
+
+def _unknown(tenant: str, operation_id: str, body: models.ParkRequest) -> Response:
     return operation_answer(
-        runtime().engine_for(tenant).park_unknown(tenant, path_id(id), body.fence, body.reason)
+        runtime().engine_for(tenant).park_unknown(tenant, operation_id, body.fence, body.reason)
     )
 
 
 @register("quarantineOperation")
 def quarantine(id: OperationPath, body: models.ParkRequest):
-    tenant = caller_of("quarantineOperation").tenant_id
+    return _quarantine(caller_of("quarantineOperation").tenant_id, path_id(id), body)
+
+
+def _quarantine(tenant: str, operation_id: str, body: models.ParkRequest) -> Response:
     return operation_answer(
-        runtime().engine_for(tenant).quarantine(tenant, path_id(id), body.fence, body.reason)
+        runtime().engine_for(tenant).quarantine(tenant, operation_id, body.fence, body.reason)
+    )
+
+
+#: A finish batch's item ``action`` -> the one-at-a-time route's code.
+_FINISHES: dict[str, Callable[[str, str, Any], Response]] = {
+    "complete": _complete,
+    "fail": _fail,
+    "unknown": _unknown,
+    "quarantine": _quarantine,
+}
+
+
+@register("finishBatch")
+def finish_batch(body: models.FinishBatchRequest):
+    tenant = caller_of("finishBatch").tenant_id
+    return batch_answer(
+        body.items, lambda item: _FINISHES[item.action](tenant, item.operation_id, item)
     )
 
 

@@ -106,6 +106,11 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/v1/operations/{id}/approve", APPROVE, "approveOperation"),
     RouteSpec("POST", "/v1/operations/{id}/reject", APPROVE, "rejectOperation"),
     RouteSpec("POST", "/v1/operations/{id}/cancel", PRODUCE, "cancelOperation"),
+    # Batches: several operations in one request, each its own write and answer.
+    RouteSpec("POST", "/v1/batch/enqueue", PRODUCE, "enqueueBatch"),
+    RouteSpec("POST", "/v1/batch/claim", WORK, "claimBatch"),
+    RouteSpec("POST", "/v1/batch/heartbeat", WORK, "heartbeatBatch"),
+    RouteSpec("POST", "/v1/batch/finish", WORK, "finishBatch"),
     # For the operator console (docs/api-contract-extensions.md, section 14).
     RouteSpec("GET", "/v1/state-counts", OPERATE, "countOperations"),
     RouteSpec("GET", "/v1/target-classes", None, "listTargetClasses"),

@@ -103,6 +103,15 @@ def with_hooks(handler: Handler) -> Handler:
     )
 
 
+def _renewal_wait(interval_s: float, aligned: bool) -> float:
+    """The wait before a job's next renewal: ``interval_s``; with ``aligned`` (a backend that
+    batches renewals), to the next multiple of it on the process's monotonic clock, so that the
+    jobs of one process renew at the same instants and share one request (never longer)."""
+    if not aligned:
+        return interval_s
+    return interval_s - time.monotonic() % interval_s
+
+
 # ---------------------------------------------------------------- the worker
 
 
@@ -317,6 +326,7 @@ class Worker:
         if job.cancelled.is_set():
             self.events(Metric.ABANDONED_AFTER_LOST_OWNERSHIP, 1)
             return
+        job.closing.set()
         try:
             retry_unavailable(job, write)
         except (StaleFence, NotFound) as refused:
@@ -346,8 +356,9 @@ class Worker:
         lease_ends = time.monotonic() + job.claim.lease_ms / 1000
         stalled = False
         interval_s = self.renewal_interval_ms(job.claim) / 1000
-        while not job.finished.wait(interval_s):
-            if job.cancelled.is_set():
+        aligned = getattr(job.backend, "aligned_renewals", False)
+        while not job.finished.wait(_renewal_wait(interval_s, aligned)):
+            if job.cancelled.is_set() or job.closing.is_set():
                 return
             progress, checkpoint = job._progress_snapshot()
             if progress == renewed_at and checkpoint is MISSING:
@@ -362,7 +373,8 @@ class Worker:
                 lease_ends = time.monotonic() + job.claim.lease_ms / 1000
                 self.events(Metric.HEARTBEATS, 1)
             except (StaleFence, NotFound) as refused:
-                job.lose(f"heartbeat refused: {refused.code}")
+                if not job.closing.is_set():  # else the closing write came first: not a loss
+                    job.lose(f"heartbeat refused: {refused.code}")
                 return
             except Unavailable:
                 if checkpoint is not MISSING:

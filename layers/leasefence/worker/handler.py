@@ -194,6 +194,9 @@ class Job:
         self.backend = backend
         self.cancelled = threading.Event()
         self.finished = threading.Event()
+        #: Set when the runtime starts the closing write: no renewal after it (one that raced it
+        #: and was refused is no loss of ownership: the claim was being closed).
+        self.closing = threading.Event()
         self.completed = False
         self.lost_reason: str | None = None
         self._events = events

@@ -32,6 +32,15 @@ after the lease the worker holds has run out. A claim counts from the lease aske
 granted one is not known yet); a heartbeat from the end of the lease as last renewed, which the
 backend keeps per claim from the moment it sent the request that granted or renewed it (never
 later than the server's own count).
+
+With ``batched=True`` (a busy fleet of workers sharing one backend), the claims, renewals and
+closing writes go through the batch routes (``POST /v1/batch/claim``, ``/heartbeat``,
+``/finish``), each claim with its own claim token:
+calls made at about the same time by the backend's workers share one request
+(:class:`~leasefence.worker.coalesce.Coalescer`), each keeping its own answer and error, and the
+runtime renews every lease it holds at the same instants (:attr:`HttpBackend.aligned_renewals`),
+so the fleet sends one heartbeat request per interval instead of one per lease. Without it
+every call is its own request, as before.
 """
 
 from __future__ import annotations
@@ -44,10 +53,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from leasefence.client import Claim as HttpClaim
-from leasefence.client import LeaseFenceClient
+from leasefence.client import ItemResult, LeaseFenceClient
 from leasefence.errors import Unavailable
+from leasefence.limits import MAX_BATCH_ITEMS
 from leasefence.model import Claim, TargetClass
 from leasefence.validation import MISSING
+from leasefence.worker.coalesce import Coalescer
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -70,14 +81,39 @@ IDLE_MAX_SLEEP_MS = 20_000
 #: lets the worker claim again.
 CLAIM_TOKEN_PATIENCE_S = 60.0
 
+#: How long the first claim, renewal or closing write of a batch waits for the fleet's others
+#: (``batched=True``): renewals are aligned, so a few ms gather them all; claims and closing
+#: writes that come within it share a request.
+BATCH_WINDOW_S = 0.02
+
 
 class HttpBackend:
     #: Workers over this backend back off while idle (see :data:`IDLE_MAX_SLEEP_MS`).
     idle_max_sleep_ms: int | None = IDLE_MAX_SLEEP_MS
 
-    def __init__(self, client: LeaseFenceClient, tenant_id: str) -> None:
+    def __init__(self, client: LeaseFenceClient, tenant_id: str, batched: bool = False) -> None:
         self.client = client
         self.tenant_id = tenant_id
+        #: Renew at shared instants, so that the renewals of one interval share a request.
+        self.aligned_renewals = batched
+        #: Per job-type list (batched): the shared claim batches of the workers claiming it.
+        self._claims: dict[tuple[str, ...], Coalescer[dict[str, Any], ItemResult[Any]]] = {}
+        self._batched = batched
+        self._renewals: Coalescer[dict[str, Any], ItemResult[datetime]] | None = None
+        self._finishes: Coalescer[dict[str, Any], ItemResult[Any]] | None = None
+        if batched:
+            self._renewals = Coalescer(
+                lambda items, deadline, try_timeout: client.heartbeat_batch(
+                    items, deadline=deadline, try_timeout=try_timeout
+                ),
+                MAX_BATCH_ITEMS,
+                BATCH_WINDOW_S,
+            )
+            self._finishes = Coalescer(
+                lambda items, _deadline, _try: client.finish_batch(items),
+                MAX_BATCH_ITEMS,
+                BATCH_WINDOW_S,
+            )
         #: Per worker id: the token of a claim request whose answer never came, sent again next
         #: (within :data:`CLAIM_TOKEN_PATIENCE_S` of its first send, the second element).
         self._unanswered: dict[str, tuple[str, float]] = {}
@@ -126,11 +162,11 @@ class HttpBackend:
             token, first_sent = self._unanswered.get(worker_id) or (uuid.uuid4().hex, sent)
             self._unanswered[worker_id] = (token, first_sent)
         try:
-            claim = self.client.claim(
+            claim = self._claim_once(
                 worker_id,
-                lease_seconds=lease_seconds,
-                job_types=list(job_types) if job_types is not None else None,
-                claim_token=token,
+                lease_seconds,
+                list(job_types) if job_types is not None else None,
+                token,
                 deadline=sent + lease_seconds,
                 try_timeout=lease_seconds / 3,
             )
@@ -150,6 +186,51 @@ class HttpBackend:
         granted = self._claim(claim, worker_id, lease_seconds * 1000)
         self._lease_renewed(granted, sent, granted.lease_ms)
         return granted
+
+    def _claim_once(
+        self,
+        worker_id: str,
+        lease_seconds: int,
+        job_types: list[str] | None,
+        token: str,
+        deadline: float,
+        try_timeout: float,
+    ) -> HttpClaim | None:
+        """One claim: in a shared claim batch of the workers claiming the same job types when
+        batched (its item's error raised), else ``POST /v1/claims``."""
+        if not self._batched:
+            return self.client.claim(
+                worker_id,
+                lease_seconds=lease_seconds,
+                job_types=job_types,
+                claim_token=token,
+                deadline=deadline,
+                try_timeout=try_timeout,
+            )
+        item: dict[str, Any] = {
+            "worker_id": worker_id,
+            "lease_seconds": lease_seconds,
+            "claim_token": token,
+        }
+        if job_types is not None:
+            item["job_types"] = job_types
+        return (
+            self._claim_batch(tuple(job_types or ())).submit(item, deadline, try_timeout).result()
+        )
+
+    def _claim_batch(
+        self, job_types: tuple[str, ...]
+    ) -> Coalescer[dict[str, Any], ItemResult[Any]]:
+        with self._lock:
+            if job_types not in self._claims:
+                self._claims[job_types] = Coalescer(
+                    lambda items, deadline, try_timeout: self.client.claim_batch(
+                        items, deadline=deadline, try_timeout=try_timeout
+                    ),
+                    MAX_BATCH_ITEMS,
+                    BATCH_WINDOW_S,
+                )
+            return self._claims[job_types]
 
     def _lease_renewed(self, claim: Claim, sent: float, lease_ms: int) -> None:
         """The claim's lease runs (at least) ``lease_ms`` from ``sent``; leases that ran out are
@@ -178,35 +259,60 @@ class HttpBackend:
             lease_ends = self._lease_ends.get((claim.operation_id, claim.fence))
         # A claim this backend did not make: its whole lease, from now.
         deadline = lease_ends if lease_ends is not None else sent + claim.lease_ms / 1000
-        expires = self.client.heartbeat(
-            claim.operation_id,
-            claim.fence,
-            claim.worker_id,
-            deadline=deadline,
-            try_timeout=claim.lease_ms / 3000,
-            **kwargs,
-        )
+        if self._renewals is not None:
+            item = {
+                "operation_id": claim.operation_id,
+                "fence": claim.fence,
+                "worker_id": claim.worker_id,
+                **kwargs,
+            }
+            expires = self._renewals.submit(item, deadline, claim.lease_ms / 3000).result()
+        else:
+            expires = self.client.heartbeat(
+                claim.operation_id,
+                claim.fence,
+                claim.worker_id,
+                deadline=deadline,
+                try_timeout=claim.lease_ms / 3000,
+                **kwargs,
+            )
         # Renewed for the lease asked for, which the server may cut: never counted as longer than
         # the claim's own.
         self._lease_renewed(claim, sent, min(lease_ms or claim.lease_ms, claim.lease_ms))
         return _ms(expires)
 
+    def _finish(self, claim: Claim, action: str, body: dict[str, Any]) -> bool:
+        """Through a shared finish batch when batched (its item's error raised); False when
+        not batched: the caller makes its one-at-a-time call."""
+        if self._finishes is None:
+            return False
+        item = {"action": action, "operation_id": claim.operation_id, "fence": claim.fence}
+        self._finishes.submit({**item, **body}).result()
+        return True
+
     def complete(self, claim: Claim, outcome_code: str) -> None:
-        self.client.complete(claim.operation_id, claim.fence, outcome_code)
+        if not self._finish(claim, "complete", {"outcome_code": outcome_code}):
+            self.client.complete(claim.operation_id, claim.fence, outcome_code)
 
     def fail(
         self, claim: Claim, retryable: bool, reason: str, retry_after_ms: int | None = None
     ) -> None:
         seconds = None if retry_after_ms is None else -(-retry_after_ms // 1000)
-        self.client.fail(
-            claim.operation_id, claim.fence, retryable, reason, retry_after_seconds=seconds
-        )
+        body: dict[str, Any] = {"retryable": retryable, "reason": reason}
+        if seconds is not None:
+            body["retry_after_seconds"] = seconds
+        if not self._finish(claim, "fail", body):
+            self.client.fail(
+                claim.operation_id, claim.fence, retryable, reason, retry_after_seconds=seconds
+            )
 
     def park_unknown(self, claim: Claim, reason: str) -> None:
-        self.client.unknown(claim.operation_id, claim.fence, reason)
+        if not self._finish(claim, "unknown", {"reason": reason}):
+            self.client.unknown(claim.operation_id, claim.fence, reason)
 
     def quarantine(self, claim: Claim, reason: str) -> None:
-        self.client.quarantine(claim.operation_id, claim.fence, reason)
+        if not self._finish(claim, "quarantine", {"reason": reason}):
+            self.client.quarantine(claim.operation_id, claim.fence, reason)
 
     def load_payload(self, claim: Claim) -> Any:
         """The payload the claim answer carried (no request), else ``GET .../payload`` (a

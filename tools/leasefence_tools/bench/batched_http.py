@@ -1,0 +1,183 @@
+"""HTTP requests per lifecycle for a busy fleet of HTTP workers: one request per call against
+the batch routes (issue 33's target for a busy batched worker: at most 1.5).
+
+``python -m leasefence_tools.bench.batched_http [--operations N] [--workers N] [--json]`` starts a
+local stack in this process (embedded endpoint, free ports, no sweeper), and for each mode, on a
+tenant of its own:
+
+* ``one_at_a_time``: ``enqueue`` per operation, workers over ``HttpBackend(client, tenant)``;
+* ``batched``: ``enqueue_batch`` (25 a request), workers over ``HttpBackend(..., batched=True)``
+  (claims, renewals and closing writes shared across the fleet).
+
+``workers`` threads, each a :class:`~leasefence.worker.Worker` sharing one backend, run jobs
+whose handler reports progress every 50 ms for half to one and a half times ``job_ms`` (drawn
+from a seeded generator, so that the workers fall out of step as a real fleet's do; the leases
+are renewed: the lease is ``lease_ms``, renewed every third of it), until every operation has
+ended. Every HTTP request the
+SDK sends is counted by its route; a lifecycle is one operation from enqueue to its closing
+write. The queue holds ``2 x workers`` operations more than the run ends, so the fleet is busy
+to the end (a busy fleet's figure: no idle polls); ``requests_per_lifecycle`` is the enqueue
+requests per operation enqueued plus every other request per lifecycle ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from leasefence.api.security import match_route
+from leasefence.client import LeaseFenceClient
+from leasefence.worker import FunctionHandler, Worker
+from leasefence.worker.http_backend import HttpBackend
+
+JOB_TYPE = "bench-batched"
+ENQUEUE_ROUTES = ("POST /v1/operations", "POST /v1/batch/enqueue")
+#: Issue 33's target: HTTP requests per lifecycle for a busy batched worker.
+TARGET_REQUESTS = 1.5
+
+
+class CountingClient(LeaseFenceClient):
+    """The SDK, counting each request it sends by its route (``POST /v1/batch/claim``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent: Counter[str] = Counter()
+        self._count_lock = threading.Lock()
+
+    def _once(self, method: str, path: str, body: Any, timeout: float) -> Any:
+        matched = match_route(method, path.split("?", 1)[0])
+        with self._count_lock:
+            self.sent[matched[0].key if matched else f"{method} {path}"] += 1
+        return super()._once(method, path, body, timeout)
+
+
+def _run_mode(
+    stack: Any,
+    tenant: str,
+    batched: bool,
+    operations: int,
+    workers: int,
+    job_ms: int,
+    lease_ms: int,
+) -> dict[str, Any]:
+    from leasefence_tools.local.tokens import ALL_SCOPES
+
+    client = CountingClient(stack.base_url, stack.token(tenant, ALL_SCOPES))
+    # A backlog past the run's end: the fleet stays busy (no idle polls) to the last lifecycle.
+    items: list[dict[str, Any]] = [
+        {"operation_id": f"op-{i}", "job_type": JOB_TYPE, "payload": {"n": i}}
+        for i in range(operations + 2 * workers)
+    ]
+    if batched:
+        refused = [r for r in client.enqueue_batch(items) if not r.ok]
+        if refused:
+            raise RuntimeError(f"{len(refused)} enqueues refused")
+    else:
+        for item in items:
+            client.enqueue(item["operation_id"], JOB_TYPE, item["payload"])
+    done = threading.Semaphore(0)
+    finished = [0]
+    lock = threading.Lock()
+
+    durations = random.Random(7)  # the same jobs in both modes
+
+    def job(running: Any) -> str:
+        with lock:
+            seconds = job_ms / 1000 * durations.uniform(0.5, 1.5)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            running.progress()
+            time.sleep(0.05)
+        with lock:
+            finished[0] += 1
+        done.release()
+        return "ok"
+
+    backend = HttpBackend(client, tenant, batched=batched)
+    fleet = [
+        Worker(
+            backend,
+            {JOB_TYPE: FunctionHandler(job)},
+            worker_id=f"w{i}",
+            lease_ms=lease_ms,
+            idle_sleep_ms=50,
+            idle_max_sleep_ms=50,
+        )
+        for i in range(workers)
+    ]
+    started = time.monotonic()
+    threads = [
+        threading.Thread(target=w.run, kwargs={"until": lambda: finished[0] >= operations})
+        for w in fleet
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    elapsed = time.monotonic() - started
+    # Enqueues per operation enqueued, every other request per lifecycle ended.
+    by_route = {
+        route: n / (len(items) if route in ENQUEUE_ROUTES else finished[0])
+        for route, n in sorted(client.sent.items())
+    }
+    return {
+        "operations": finished[0],
+        "workers": workers,
+        "requests": sum(client.sent.values()),
+        "requests_per_lifecycle": round(sum(by_route.values()), 3),
+        "by_route": {route: round(n, 3) for route, n in by_route.items()},
+        "seconds": round(elapsed, 2),
+    }
+
+
+def measure(
+    operations: int = 200, workers: int = 8, job_ms: int = 600, lease_ms: int = 1500
+) -> dict[str, Any]:
+    """Both modes on one local stack (see the module's docstring)."""
+    from leasefence_tools.local.server import LocalStack
+
+    with LocalStack(port=0, dynamodb_port=0, sweep_interval=None) as stack:
+        result: dict[str, Any] = {
+            mode: _run_mode(
+                stack, f"bench-{mode}", mode == "batched", operations, workers, job_ms, lease_ms
+            )
+            for mode in ("one_at_a_time", "batched")
+        }
+    result["target_requests_per_lifecycle"] = TARGET_REQUESTS
+    result["job_ms"], result["lease_ms"] = job_ms, lease_ms
+    return result
+
+
+def render(result: dict[str, Any]) -> str:
+    lines = [
+        f"HTTP requests per lifecycle, {result['batched']['workers']} workers, jobs of "
+        f"{result['job_ms']} ms +-50%, leases of {result['lease_ms']} ms "
+        f"(target for a busy batched worker: <= {result['target_requests_per_lifecycle']})"
+    ]
+    for mode in ("one_at_a_time", "batched"):
+        figures = result[mode]
+        routes = ", ".join(f"{route} {n:g}" for route, n in figures["by_route"].items())
+        lines.append(f"  {mode}: {figures['requests_per_lifecycle']:g} ({routes})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m leasefence_tools.bench.batched_http")
+    parser.add_argument("--operations", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--job-ms", type=int, default=600)
+    parser.add_argument("--lease-ms", type=int, default=1500)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    result = measure(args.operations, args.workers, args.job_ms, args.lease_ms)
+    print("\n" + (json.dumps(result) if args.json else render(result)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
