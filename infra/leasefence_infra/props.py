@@ -28,6 +28,7 @@ from leasefence import observability_defaults, schema
 from leasefence.keys import is_shadow_tenant
 from leasefence.limits import MAX_FENCE_EPOCH
 
+from . import prop_checks
 from .alarm_topic import refuse_unusable_topic
 from .function import LOG_LEVELS
 from .powertools import check_choice as check_powertools_layer
@@ -334,7 +335,7 @@ class LeaseFenceServiceProps:
                     f"got {self.jwt_issuer!r}"
                 )
         if self.authorizer is not None:
-            _require(
+            prop_checks.require(
                 self.authorizer, "bind", "authorizer", "an aws_apigatewayv2.IHttpRouteAuthorizer"
             )
             if self.jwt_audience:
@@ -363,7 +364,7 @@ class LeaseFenceServiceProps:
                     "service_client_tenant configures the shipped pre token generation trigger: "
                     "it needs create_user_pool=True and no pre_token_generation of your own"
                 )
-            _tenant_id("service_client_tenant", self.service_client_tenant)
+            prop_checks.tenant_id("service_client_tenant", self.service_client_tenant)
         if self.console_client_id is not None:
             if not self.console or not self.jwt_issuer:
                 raise ValueError(
@@ -376,7 +377,7 @@ class LeaseFenceServiceProps:
             if not isinstance(console_scope, str) or not console_scope or " " in console_scope:
                 raise ValueError(f"console_scopes: {console_scope!r} is not one OAuth scope")
         if self.iam_tenant is not None:
-            _tenant_id("iam_tenant", self.iam_tenant)
+            prop_checks.tenant_id("iam_tenant", self.iam_tenant)
             if is_shadow_tenant(self.iam_tenant):
                 raise ValueError(
                     f"iam_tenant {self.iam_tenant!r} is a shadow tenant: shadow mode needs the "
@@ -401,7 +402,7 @@ class LeaseFenceServiceProps:
 
     def _check_data(self) -> None:
         if self.table is not None:
-            _require(
+            prop_checks.require(
                 self.table, "table_arn", "table", "an aws_dynamodb.ITable (e.g. LeaseFenceTable)"
             )
             if getattr(self.table, "table_stream_arn", None) is None:
@@ -417,21 +418,23 @@ class LeaseFenceServiceProps:
                 f"table_name {name!r} is not a DynamoDB table name (3-255 of A-Z a-z 0-9 _ . -)"
             )
         if self.payload_bucket is not None:
-            _require(self.payload_bucket, "bucket_arn", "payload_bucket", "an aws_s3.IBucket")
+            prop_checks.require(
+                self.payload_bucket, "bucket_arn", "payload_bucket", "an aws_s3.IBucket"
+            )
             if self.server_access_logs_bucket is not None:
                 raise ValueError(
                     "server_access_logs_bucket configures the bucket the service creates; "
                     "set up logging on the bucket you bring"
                 )
         if self.server_access_logs_bucket is not None:
-            _require(
+            prop_checks.require(
                 self.server_access_logs_bucket,
                 "bucket_arn",
                 "server_access_logs_bucket",
                 "an aws_s3.IBucket",
             )
         if self.encryption_key is not None:
-            _require(self.encryption_key, "key_arn", "encryption_key", "an aws_kms.IKey")
+            prop_checks.require(self.encryption_key, "key_arn", "encryption_key", "an aws_kms.IKey")
             if self.create_encryption_key:
                 raise ValueError(
                     "give either encryption_key or create_encryption_key=True, not both"
@@ -439,7 +442,7 @@ class LeaseFenceServiceProps:
         if not isinstance(self.removal_policy, RemovalPolicy):
             raise TypeError("removal_policy must be an aws_cdk.RemovalPolicy")
         for name in ("due_shards", "sweep_shards"):
-            _int_in(self, name, 1, MAX_SHARDS)
+            prop_checks.int_in(self, name, 1, MAX_SHARDS)
         counts = self.operation_shards
         if (
             not isinstance(counts, tuple)
@@ -456,10 +459,10 @@ class LeaseFenceServiceProps:
                 "operation_shards must be a tuple of distinct counts from 1 to "
                 f"{schema.MAX_OPERATION_SHARDS}, the one new operations go to first"
             )
-        _int_in(self, "payload_retention_days", 0, None)
-        _int_in(self, "fence_epoch", 0, MAX_FENCE_EPOCH)
+        prop_checks.int_in(self, "payload_retention_days", 0, None)
+        prop_checks.int_in(self, "fence_epoch", 0, MAX_FENCE_EPOCH)
         if self.identity_retention_days is not None:
-            _int_in(self, "identity_retention_days", 1, None)
+            prop_checks.int_in(self, "identity_retention_days", 1, None)
             if self.identity_retention_days < self.payload_retention_days:
                 raise ValueError(
                     "identity_retention_days must be at least payload_retention_days "
@@ -494,7 +497,7 @@ class LeaseFenceServiceProps:
                 "(1-255 of A-Z a-z 0-9 . - _ / # : space, not starting with AWS/)"
             )
         for name in ("api_memory_mb", "sweeper_memory_mb"):
-            _int_in(self, name, 128, 10240)
+            prop_checks.int_in(self, name, 128, 10240)
         if self.core_layer is not None and not isinstance(self.core_layer, lambda_.Code):
             raise TypeError("core_layer must be an aws_lambda.Code (e.g. core_layer_code(...))")
         check_powertools_layer(self.powertools_layer)
@@ -518,14 +521,14 @@ class LeaseFenceServiceProps:
             raise ValueError(
                 "throttling_rate_limit must be a positive number of requests per second"
             )
-        _int_in(self, "throttling_burst_limit", 1, None)
+        prop_checks.int_in(self, "throttling_burst_limit", 1, None)
 
     def _check_operations(self) -> None:
         for name in ("events", "alarms", "dashboard"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False")
         if self.alarm_topic is not None:
-            _require(self.alarm_topic, "topic_arn", "alarm_topic", "an aws_sns.ITopic")
+            prop_checks.require(self.alarm_topic, "topic_arn", "alarm_topic", "an aws_sns.ITopic")
             if not self.alarms:
                 raise ValueError(
                     "alarm_topic needs alarms=True (the alarms are what publish to it)"
@@ -534,7 +537,9 @@ class LeaseFenceServiceProps:
         if self.dashboard and not self.alarms:
             raise ValueError("dashboard needs alarms=True (it shows the alarms' states)")
         if self.event_bus is not None:
-            _require(self.event_bus, "event_bus_arn", "event_bus", "an aws_events.IEventBus")
+            prop_checks.require(
+                self.event_bus, "event_bus_arn", "event_bus", "an aws_events.IEventBus"
+            )
             if not self.events:
                 raise ValueError(
                     "event_bus needs events=True (outcome events are off by default: "
@@ -553,7 +558,7 @@ class LeaseFenceServiceProps:
             "stale_fence_alarm_threshold",
             "api_5xx_alarm_threshold",
         ):
-            _int_in(self, name, 1, None)
+            prop_checks.int_in(self, name, 1, None)
         percent = self.takeover_alarm_percent
         if (
             isinstance(percent, bool)
@@ -575,34 +580,3 @@ class LeaseFenceServiceProps:
                     f"tag {key!r}={value!r}: keys 1-128 and values up to 256 characters of "
                     "letters, digits, spaces and _ . : / = + - @; keys may not start with aws:"
                 )
-
-
-def _tenant_id(name: str, value: Any) -> None:
-    from leasefence.errors import InvalidInput
-    from leasefence.validation import validate_id
-
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a tenant id (a string), got {type(value).__name__}")
-    try:
-        validate_id("tenant_id", value)
-    except InvalidInput as error:
-        raise ValueError(f"{name}: {error.message}") from None
-    if value != value.strip():
-        raise ValueError(f"{name}: {value!r} has leading or trailing whitespace")
-
-
-def _require(value: Any, attribute: str, name: str, what: str) -> None:
-    if not hasattr(value, attribute):
-        raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
-
-
-def _int_in(props: LeaseFenceServiceProps, name: str, low: int, high: int | None) -> None:
-    value = getattr(props, name)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or value < low
-        or (high is not None and value > high)
-    ):
-        bound = f"from {low} to {high}" if high is not None else f"at least {low}"
-        raise ValueError(f"{name} must be a whole number {bound}, got {value!r}")

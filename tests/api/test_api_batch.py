@@ -205,10 +205,10 @@ def test_a_batch_claim_over_the_cap_claims_nothing(api):
 
 
 def test_claims_not_begun_within_the_budget_are_503_and_not_made(api, monkeypatch):
-    import leasefence.api.routes as routes
+    import leasefence.api._batch as batch_routes
 
     enqueue(api, "bcb-1", job_type="bcb")
-    monkeypatch.setattr(routes, "CLAIM_BATCH_BUDGET_MS", 0)
+    monkeypatch.setattr(batch_routes, "CLAIM_BATCH_BUDGET_MS", 0)
     reply = api.post("/v1/batch/claim", {"items": [{"worker_id": "w1", "job_types": ["bcb"], "claim_token": "b1"}]})
     assert statuses(reply) == [503]
     assert reply.json["results"][0]["body"]["error"]["code"] == "unavailable"

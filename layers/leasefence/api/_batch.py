@@ -5,14 +5,20 @@ processed. Partial success is normal: an item's refusal never undoes or skips an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
 
-from leasefence.api import errors
+from leasefence.api import errors, models_batch
 from leasefence.api._shared import answer
+from leasefence.api.security import Caller
+from leasefence.errors import LeaseFenceError, Unavailable
+from leasefence.limits import CLAIM_BATCH_BUDGET_MS
+from leasefence.payloads import CanonicalPayload
 
 
 def item_result(operation_id: str, one: Callable[[], Response]) -> dict[str, Any]:
@@ -32,3 +38,73 @@ def batch_answer(items: Sequence[Any], one: Callable[[Any], Response]) -> Respon
     for item in items:
         results.append(item_result(item.operation_id, partial(one, item)))
     return answer(200, {"results": results})
+
+
+def _raise(error: Exception) -> Response:
+    raise error
+
+
+@dataclass(frozen=True)
+class OneAtATime:
+    """The one-at-a-time routes' own code that the batches run per item."""
+
+    enqueue: Callable[[Caller, Any, CanonicalPayload | None], Response]
+    canonical: Callable[[Any], CanonicalPayload | None]
+    claim: Callable[[str, Any], Response]
+    heartbeat: Callable[[str, str, Any], Response]
+    #: A finish item's ``action`` -> its route's code.
+    finishes: Mapping[str, Callable[[str, str, Any], Response]]
+
+
+def register_routes(
+    register: Callable[[str], Any], caller_of: Callable[[str], Caller], one: OneAtATime
+) -> None:
+    """Register the batch routes with ``register`` (the resolver's), each item run by ``one``."""
+
+    @register("enqueueBatch")
+    def enqueue_batch(body: models_batch.EnqueueBatchRequest):
+        caller = caller_of("enqueueBatch")
+        # Every item's payload first: one the schema refuses (not I-JSON, a hash that is not its
+        # own) or over the size limit refuses the whole request before anything is written.
+        canonicals = {}
+        for index, item in enumerate(body.items):
+            try:
+                canonicals[id(item)] = one.canonical(item)
+            except LeaseFenceError as refused:
+                refused.message = f"items.{index}: {refused.message}"
+                raise
+        return batch_answer(
+            body.items, lambda item: one.enqueue(caller, item, canonicals[id(item)])
+        )
+
+    @register("claimBatch")
+    def claim_batch(body: models_batch.ClaimBatchRequest):
+        tenant = caller_of("claimBatch").tenant_id
+        results = []
+        ends = time.monotonic() + CLAIM_BATCH_BUDGET_MS / 1000
+        for item in body.items:
+            if time.monotonic() >= ends:
+                late = Unavailable(
+                    "not claimed: the batch ran out of time before this claim; send it again"
+                )
+                result = item_result(item.operation_id, partial(_raise, late))
+            else:
+                result = item_result(item.operation_id, partial(one.claim, tenant, item))
+            if result["status"] == 200:
+                result["operation_id"] = result["body"]["claim"]["operation_id"]
+            elif result["status"] == 204:
+                result["body"] = None
+            results.append(result)
+        return answer(200, {"results": results})
+
+    @register("heartbeatBatch")
+    def heartbeat_batch(body: models_batch.HeartbeatBatchRequest):
+        tenant = caller_of("heartbeatBatch").tenant_id
+        return batch_answer(body.items, lambda item: one.heartbeat(tenant, item.operation_id, item))
+
+    @register("finishBatch")
+    def finish_batch(body: models_batch.FinishBatchRequest):
+        tenant = caller_of("finishBatch").tenant_id
+        return batch_answer(
+            body.items, lambda item: one.finishes[item.action](tenant, item.operation_id, item)
+        )

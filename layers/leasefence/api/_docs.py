@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from pydantic import TypeAdapter
 
-from leasefence.api import models
+from leasefence.api import models, models_batch
 from leasefence.api.app import JSON
 
 
@@ -156,7 +156,9 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
         "Record up to 25 operations, each as POST /v1/operations would",
         {
             **_ok(
-                200, "Every item processed: each result is its own answer", models.EnqueueBatchOut
+                200,
+                "Every item processed: each result is its own answer",
+                models_batch.EnqueueBatchOut,
             ),
             **_error_responses(400, 413, *_AUTH),
         },
@@ -165,7 +167,11 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
     "claimBatch": RouteDoc(
         "Make up to 25 claims, each as POST /v1/claims would",
         {
-            **_ok(200, "Every item processed: each result is its own answer", models.ClaimBatchOut),
+            **_ok(
+                200,
+                "Every item processed: each result is its own answer",
+                models_batch.ClaimBatchOut,
+            ),
             **_error_responses(400, *_AUTH),
         },
         _BATCH + " A claim item's `operation_id` is the operation claimed (or named); an item with "
@@ -178,7 +184,9 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
         "Extend up to 25 leases, each as POST /v1/operations/{id}/heartbeat would",
         {
             **_ok(
-                200, "Every item processed: each result is its own answer", models.HeartbeatBatchOut
+                200,
+                "Every item processed: each result is its own answer",
+                models_batch.HeartbeatBatchOut,
             ),
             **_error_responses(400, *_AUTH),
         },
@@ -188,7 +196,9 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
         "Complete, fail, park or quarantine up to 25 claims, each as its own route would",
         {
             **_ok(
-                200, "Every item processed: each result is its own answer", models.FinishBatchOut
+                200,
+                "Every item processed: each result is its own answer",
+                models_batch.FinishBatchOut,
             ),
             **_error_responses(400, *_AUTH),
         },

@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from functools import partial
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from leasefence import resources
-from leasefence.api import _console, errors, models
-from leasefence.api._batch import batch_answer, item_result
+from leasefence.api import _batch, _console, errors, models
 from leasefence.api._shared import (
     AfterQuery,
     BeforeQuery,
@@ -50,9 +47,8 @@ from leasefence.api.errors import Forbidden
 from leasefence.api.security import ROUTES, Caller, caller_from_event, route
 from leasefence.clock import to_rfc3339
 from leasefence.cursor import HISTORY_CURSOR_PATTERN, OPERATION_CURSOR_PATTERN
-from leasefence.errors import InvalidInput, LeaseFenceError, PayloadConflict, Unavailable
+from leasefence.errors import InvalidInput, LeaseFenceError, PayloadConflict
 from leasefence.keys import is_shadow_tenant
-from leasefence.limits import CLAIM_BATCH_BUDGET_MS
 from leasefence.model import EnqueueResult
 from leasefence.observability import record_claim_latency
 from leasefence.payloads import CanonicalPayload, canonicalize, fits_in_item
@@ -98,21 +94,6 @@ def health():
 @register("enqueueOperation")
 def enqueue(body: models.EnqueueRequest):
     return _enqueue(caller_of("enqueueOperation"), body, _canonical(body))
-
-
-@register("enqueueBatch")
-def enqueue_batch(body: models.EnqueueBatchRequest):
-    caller = caller_of("enqueueBatch")
-    # Every item's payload first: one the schema refuses (not I-JSON, a hash that is not its
-    # own) or over the size limit refuses the whole request before anything is written.
-    canonicals = {}
-    for index, item in enumerate(body.items):
-        try:
-            canonicals[id(item)] = _canonical(item)
-        except LeaseFenceError as refused:
-            refused.message = f"items.{index}: {refused.message}"
-            raise
-    return batch_answer(body.items, lambda item: _enqueue(caller, item, canonicals[id(item)]))
 
 
 def _canonical(body: models.EnqueueRequest) -> CanonicalPayload | None:
@@ -254,31 +235,6 @@ def claim(body: models.ClaimRequest):
     return _claim(caller_of("claimOperation").tenant_id, body)
 
 
-@register("claimBatch")
-def claim_batch(body: models.ClaimBatchRequest):
-    tenant = caller_of("claimBatch").tenant_id
-    results = []
-    ends = time.monotonic() + CLAIM_BATCH_BUDGET_MS / 1000
-    for item in body.items:
-        if time.monotonic() >= ends:
-            late = Unavailable(
-                "not claimed: the batch ran out of time before this claim; send it again"
-            )
-            result = item_result(item.operation_id, partial(_raise, late))
-        else:
-            result = item_result(item.operation_id, partial(_claim, tenant, item))
-        if result["status"] == 200:
-            result["operation_id"] = result["body"]["claim"]["operation_id"]
-        elif result["status"] == 204:
-            result["body"] = None
-        results.append(result)
-    return answer(200, {"results": results})
-
-
-def _raise(error: Exception) -> Response:
-    raise error
-
-
 def _claim(tenant: str, body: models.ClaimRequest) -> Response:
     if body.operation_id is None and is_shadow_tenant(tenant):
         # Shadow operations record what an existing consumer did; no worker may be handed one.
@@ -328,12 +284,6 @@ def _claim_payload(engine: Any, grant: Any) -> Any:
 @register("heartbeat")
 def heartbeat(id: OperationPath, body: models.HeartbeatRequest):
     return _heartbeat(caller_of("heartbeat").tenant_id, path_id(id), body)
-
-
-@register("heartbeatBatch")
-def heartbeat_batch(body: models.HeartbeatBatchRequest):
-    tenant = caller_of("heartbeatBatch").tenant_id
-    return batch_answer(body.items, lambda item: _heartbeat(tenant, item.operation_id, item))
 
 
 def _heartbeat(tenant: str, operation_id: str, body: models.HeartbeatRequest) -> Response:
@@ -405,23 +355,6 @@ def quarantine(id: OperationPath, body: models.ParkRequest):
 def _quarantine(tenant: str, operation_id: str, body: models.ParkRequest) -> Response:
     return operation_answer(
         runtime().engine_for(tenant).quarantine(tenant, operation_id, body.fence, body.reason)
-    )
-
-
-#: A finish batch's item ``action`` -> the one-at-a-time route's code.
-_FINISHES: dict[str, Callable[[str, str, Any], Response]] = {
-    "complete": _complete,
-    "fail": _fail,
-    "unknown": _unknown,
-    "quarantine": _quarantine,
-}
-
-
-@register("finishBatch")
-def finish_batch(body: models.FinishBatchRequest):
-    tenant = caller_of("finishBatch").tenant_id
-    return batch_answer(
-        body.items, lambda item: _FINISHES[item.action](tenant, item.operation_id, item)
     )
 
 
@@ -642,6 +575,22 @@ def get_controls():
 
 
 _console.register_routes(register, caller_of)
+_batch.register_routes(
+    register,
+    caller_of,
+    _batch.OneAtATime(
+        enqueue=_enqueue,
+        canonical=_canonical,
+        claim=_claim,
+        heartbeat=_heartbeat,
+        finishes={
+            "complete": _complete,
+            "fail": _fail,
+            "unknown": _unknown,
+            "quarantine": _quarantine,
+        },
+    ),
+)
 
 # Every route is declared in ROUTES (Powertools keeps its routes in private lists).
 assert {r.operation_id for r in ROUTES} == {

@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 from leasefence import history, keys
 from leasefence.engine import _expr as x
 from leasefence.engine import _rules as rules
+from leasefence.engine._claim_write import Write, claim_write
 from leasefence.engine._context import EngineContext, Key
 from leasefence.engine._marker import IN_PROGRESS, NO_FENCE, Marker, MarkerMoved
 from leasefence.engine._reads import Reads
@@ -26,17 +27,14 @@ from leasefence.errors import NotFound, Unavailable
 from leasefence.limits import (
     CLAIM_RETRY_BUDGET_MS,
     CONTENTION_MEMORY,
-    DEFAULT_LEASE_MS,
     MEMORY_ENTRIES,
 )
 from leasefence.metrics import Metric
-from leasefence.model import TERMINAL_STATES, Claim, State, Transition
+from leasefence.model import TERMINAL_STATES, Claim, State
 from leasefence.schema import (
     DUE_INDEX,
     DUE_PK,
     DUE_SK,
-    SWEEP_PK,
-    SWEEP_SK,
     OperationItem,
 )
 from leasefence.store import ConditionFailed
@@ -44,7 +42,6 @@ from leasefence.validation import validate_id, validate_job_types, validate_leas
 
 log = logging.getLogger("leasefence.engine")
 
-Write = tuple[str, str, dict[str, str], dict[str, Any]]
 R = TypeVar("R")
 
 #: How many times a claim-next reads its token's marker again after another request with the
@@ -54,94 +51,6 @@ MARKER_ROUNDS = 4
 
 class LostRace(Exception):
     """Another claimer took the candidate between this claimer's read and its write."""
-
-
-def claim_write(
-    snapshot: OperationItem,
-    now: int,
-    worker_id: str,
-    lease_ms: int | None,
-    types: tuple[str, ...] | None,
-    claim_token: str,
-    sweep_pk: str,
-    fence_floor: int,
-) -> Write:
-    """The claim's conditional update at time ``now``, pinned to the snapshot's counters.
-
-    ``lease_ms`` None: the item's ``lease_default_ms`` (its job type's default), else
-    :data:`~leasefence.limits.DEFAULT_LEASE_MS`, computed inside the write. A lease asked for is
-    refused above the item's ``lease_max_ms`` (the caller retries with that maximum)."""
-    fence, attempts, max_attempts = (
-        int(snapshot["fence"]),
-        int(snapshot["attempts"]),
-        int(snapshot["max_attempts"]),
-    )
-    expr = x.Expr(x.STATE_FENCE, x.TRANSITION_NAMES, x.ACTOR, {"#due": DUE_SK})
-    # Pinned to the snapshot's fence (the condition).
-    new_fence = rules.claim_fence(fence, fence_floor)
-    expr.history(
-        history.compact_entry(
-            Transition.CLAIM, now, actor=worker_id, fence=new_fence, attempts=attempts + 1
-        )
-    )
-    expr.value(
-        {
-            ":tr": Transition.CLAIM.value,
-            ":one": 1,
-            ":f": fence,
-            ":f1": new_fence,
-            ":a": attempts,
-            ":a1": attempts + 1,
-            ":m": max_attempts,
-            ":queued": State.QUEUED.value,
-            ":claimed": State.CLAIMED.value,
-            ":now": now,
-            ":w": worker_id,
-            ":tok": claim_token,
-        }
-    )
-    # Nobody claimed it since it was read, and it is claimable now: queued and due, or its
-    # holder's lease lapsed (a takeover).
-    condition = f"{x.FENCE_UNCHANGED} AND {x.COUNTERS_UNCHANGED} AND ({x.QUEUED_AND_DUE} OR {x.LEASE_LAPSED})"
-    # Every loop of an operation passes a claim: its history must have room (a refusal for that
-    # compacts it and claims again), so the list stays bounded without the publisher.
-    condition += f" AND {expr.history_room()}"
-    if lease_ms is None:
-        expr.values[":lease"] = DEFAULT_LEASE_MS
-        # Every operand is read from the item as it was before this write.
-        lease = "if_not_exists(lease_default_ms, :lease)"
-        expires = f":now + {lease}"
-    else:
-        expr.values[":lease"] = lease_ms
-        lease, expires = ":lease", ":now + :lease"
-        condition += f" AND {x.LEASE_ALLOWED}"
-    if types:
-        of_types, type_values = x.job_type_in(types)
-        condition += f" AND {of_types}"
-        expr.value(type_values)
-    expr.set(
-        "claimed_from = #state",
-        "#state = :claimed",
-        "#fence = :f1",
-        "attempts = :a1",
-        "lease_owner = :w",
-        f"lease_expires_at = {expires}",
-        f"lease_ms = {lease}",
-        "claimed_at = :now",
-        "claim_token = :tok",
-        "updated_at = :now",
-        "#tr = :tr",
-        "#actor = :w",
-    )
-    if attempts + 1 >= max_attempts:
-        # The final attempt leaves the claim index for the sweeper's index: if this lease
-        # lapses, the operation is parked as unknown, never claimed again.
-        expr.name({"#dpk": DUE_PK, "#spk": SWEEP_PK, "#sat": SWEEP_SK})
-        expr.value({":spk": sweep_pk})
-        expr.set("#spk = :spk", f"#sat = {expires}").remove("#dpk", "#due")
-    else:
-        expr.set(f"#due = {expires}")
-    return expr.add("#seq :one").write(condition)
 
 
 class Claimer:

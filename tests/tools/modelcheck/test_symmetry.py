@@ -14,7 +14,7 @@ from leasefence_tools.modelcheck.protocol import Bound, apply, enqueue_all, init
 from leasefence_tools.modelcheck.symmetry import NONE, OPS, WORKERS_ONLY, Canon
 from leasefence_tools.modelcheck.world import START_MS, World
 
-from .test_modelcheck import CLEAN_STATES
+from tests.tools.modelcheck.test_modelcheck import CLEAN_STATES
 
 TWO_BY_TWO = Bound(kinds=("b", "b"), workers=2, attempts=3)
 

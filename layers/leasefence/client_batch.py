@@ -1,0 +1,162 @@
+"""The SDK's batches: :class:`ItemResult` (one item's answer, as its one-at-a-time call would
+have given it) and :class:`BatchCalls`, the batch methods of
+:class:`~leasefence.client.LeaseFenceClient` (``POST /v1/batch/...``, 25 items a request)."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from leasefence.answer_errors import answer_error
+from leasefence.errors import LeaseFenceError
+from leasefence.limits import MAX_BATCH_ITEMS
+from leasefence.resources import Claim, EnqueueResult, Operation, from_json
+
+T = TypeVar("T")
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """A time as the API writes it (ISO 8601, ``Z`` for UTC)."""
+    return None if value is None else datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+@dataclass(frozen=True)
+class ItemResult(Generic[T]):
+    """One item's answer in a batch: what its one-at-a-time call would have answered. ``status``
+    is that call's HTTP status; ``value`` its result (None on an error), ``error`` the typed
+    error that call would have raised (None on success)."""
+
+    operation_id: str | None  # a claim item that claimed nothing: None
+    status: int
+    value: T | None
+    error: LeaseFenceError | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def result(self) -> T:
+        """The value, or the item's error raised (as the one-at-a-time call would)."""
+        if self.error is not None:
+            raise self.error
+        return self.value  # type: ignore[return-value]
+
+
+def _item_result(data: Mapping[str, Any], read: Callable[[Any], T]) -> ItemResult[T]:
+    status, body = int(data["status"]), data["body"]
+    if 200 <= status < 300:
+        return ItemResult(data["operation_id"], status, read(body), None)
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    return ItemResult(data["operation_id"], status, None, answer_error(status, raw))
+
+
+class BatchCalls:
+    """The batch methods; the client supplies :meth:`request`."""
+
+    if TYPE_CHECKING:
+
+        def request(
+            self,
+            method: str,
+            path: str,
+            body: Any = ...,
+            idempotent: bool = True,
+            *,
+            deadline: float | None = None,
+            try_timeout: float | None = None,
+        ) -> tuple[int, Any]: ...
+
+    def _batch(
+        self,
+        route: str,
+        items: Iterable[Mapping[str, Any]],
+        read: Callable[[Any], T],
+        deadline: float | None = None,
+        try_timeout: float | None = None,
+    ) -> builtins.list[ItemResult[T]]:
+        """``items`` sent :data:`~leasefence.limits.MAX_BATCH_ITEMS` to a request, in order;
+        every item is safe to repeat (its one-at-a-time route's replay), so a lost answer is
+        resent whole and each item gets its own answer again."""
+        pending = [dict(item) for item in items]
+        results: builtins.list[ItemResult[T]] = []
+        for start in range(0, len(pending), MAX_BATCH_ITEMS):
+            chunk = pending[start : start + MAX_BATCH_ITEMS]
+            data = self.request(
+                "POST",
+                f"/v1/batch/{route}",
+                {"items": chunk},
+                deadline=deadline,
+                try_timeout=try_timeout,
+            )[1]
+            results.extend(_item_result(r, read) for r in data["results"])
+        return results
+
+    def claim_batch(
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        deadline: float | None = None,
+        try_timeout: float | None = None,
+    ) -> builtins.list[ItemResult[Claim | None]]:
+        """Make several claims (25 a request): each item holds the body ``claim`` sends
+        (``worker_id``, optional ``lease_seconds``, ``job_types``, ``operation_id``,
+        ``claim_token``: a fresh one when it has none). Each value is a :class:`Claim`, or None
+        when nothing was claimable (status 204). Every item carries its own claim token, so a
+        lost answer is resent whole and each claim that was made is answered again."""
+        sent = [
+            {**item, "claim_token": item.get("claim_token") or uuid.uuid4().hex} for item in items
+        ]
+        answers = self._batch("claim", sent, lambda body: body, deadline, try_timeout)
+        return [
+            ItemResult(
+                answer.operation_id,
+                answer.status,
+                None
+                if answer.value is None
+                else Claim.from_json(answer.value["claim"], claim_token=item["claim_token"]),
+                answer.error,
+            )
+            for item, answer in zip(sent, answers, strict=True)
+        ]
+
+    def enqueue_batch(
+        self, items: Iterable[Mapping[str, Any]]
+    ) -> builtins.list[ItemResult[EnqueueResult]]:
+        """Record several operations (25 a request): each item holds the body ``enqueue`` sends
+        (``operation_id``, ``job_type``, ``payload`` or ``payload_ref`` + ``payload_hash``,
+        optional ``max_attempts``, ``target_class``). One result per item, in order: a refusal
+        (a payload conflict, say) is that item's ``error``; the other items are recorded."""
+        return self._batch("enqueue", items, lambda body: from_json(EnqueueResult, body))
+
+    def heartbeat_batch(
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        deadline: float | None = None,
+        try_timeout: float | None = None,
+    ) -> builtins.list[ItemResult[datetime]]:
+        """Renew several leases (25 a request): each item holds ``operation_id`` and the body
+        ``heartbeat`` sends (``fence``, ``worker_id``, optional ``lease_seconds``,
+        ``checkpoint``, ``intent``). Each value is that lease's new expiry; a
+        :class:`StaleFence` error: stop that job."""
+        return self._batch(
+            "heartbeat",
+            items,
+            lambda body: parse_time(body["lease_expires_at"]),  # type: ignore[arg-type,return-value]
+            deadline,
+            try_timeout,
+        )
+
+    def finish_batch(
+        self, items: Iterable[Mapping[str, Any]]
+    ) -> builtins.list[ItemResult[Operation]]:
+        """Finish several claims (25 a request): each item holds ``action`` (``complete``,
+        ``fail``, ``unknown`` or ``quarantine``), ``operation_id`` and the body that call sends
+        (``fence`` and ``outcome_code``; or ``retryable``, ``reason``, optional
+        ``retry_after_seconds``; or ``reason``)."""
+        return self._batch("finish", items, lambda body: Operation.from_json(body["operation"]))
