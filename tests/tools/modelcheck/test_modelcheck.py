@@ -4,6 +4,8 @@ passes the same bounds with every state explored, and how much is explored is pi
 from __future__ import annotations
 
 import pytest
+from leasefence import errors
+from leasefence.engine import _claim
 
 from leasefence_tools.modelcheck.explorer import dead_ends, explore
 from leasefence_tools.modelcheck.mutations import MUTATIONS
@@ -93,3 +95,27 @@ def test_a_claim_next_resent_while_it_runs_claims_once_issue_33(world):
     assert result.violation is not None and "resend w1" in result.trace, result.summary()
     resend = result.trace.index("resend w1")
     assert any("in flight: sends UpdateItem" in step for step in result.trace[resend:])
+
+
+@pytest.mark.parametrize(
+    ("error", "stops"),
+    [
+        (errors.LeaseFenceError("store error ValidationException"), True),
+        (errors.StoreMisconfigured("operations table not found"), True),
+        (errors.Unavailable("store busy, retry"), False),
+    ],
+    ids=["untranslated store refusal", "misconfigured store", "transient"],
+)
+def test_an_internal_error_stops_the_search_a_refusal_does_not(world, monkeypatch, error, stops):
+    # A claim write the store refuses as malformed used to read as "no claim" to the model's
+    # actors, hiding the engine's bug; now only the protocol's refusals are refusals.
+    def refused(*_args, **_kwargs):
+        raise error
+
+    monkeypatch.setattr(_claim.Claimer, "try_claim", refused)
+    bound = MUTATIONS[0].bound  # any bound with a claim
+    if stops:
+        with pytest.raises(type(error)):
+            explore(bound, world=world)
+    else:
+        assert explore(bound, world=world).finished

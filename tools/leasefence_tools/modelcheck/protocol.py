@@ -261,6 +261,14 @@ def _hold(local: dict[str, Any], worker: str, claim: Claim) -> dict[str, Any]:
     return hold
 
 
+def expected(refused: errors.LeaseFenceError) -> None:
+    """A refusal the protocol allows (the step is refused, the actor moves on); an internal error
+    (status 500: the store's untranslated refusal, a misconfigured store) is the engine's bug or
+    the harness's, never a refusal: it stops the search."""
+    if refused.status >= 500 and not refused.retryable:
+        raise refused
+
+
 def _claim(
     engine: Any, local: dict[str, Any], kind: str, worker: str, op: str | None, token: str
 ) -> Claim | None:
@@ -269,7 +277,8 @@ def _claim(
         if kind == "claim_next":
             return engine.claim_next(TENANT, worker, asked, claim_token=token)
         return engine.claim(TENANT, op, worker, asked, claim_token=token)
-    except errors.LeaseFenceError:
+    except errors.LeaseFenceError as refused:
+        expected(refused)
         return None
 
 
@@ -380,7 +389,8 @@ def apply(world: World, local: dict[str, Any], step: tuple, now: int) -> Observe
             engine.heartbeat(TENANT, op, fence, worker, LEASE_MS)
             hold["renewed"] = True
         seen.accepted = True
-    except errors.LeaseFenceError:
+    except errors.LeaseFenceError as refused:
+        expected(refused)
         local["workers"][worker]["hold"] = None  # lost ownership: stop
     return seen
 
@@ -393,7 +403,8 @@ def _complete(
     try:
         engine.complete(TENANT, op, fence, "ok")
         seen.accepted = True
-    except errors.LeaseFenceError:
+    except errors.LeaseFenceError as refused:
+        expected(refused)
         seen.accepted = False
     if resent:
         seen.facts["resent_complete"] = (hold["first"], seen.accepted)
@@ -429,13 +440,15 @@ def _operator(engine: Any, local: dict[str, Any], step: tuple, seen: Observed) -
                 read = engine.payload(engine.get(TENANT, op))
                 digest = "sha256:" + hashlib.sha256(read).hexdigest()
                 seen.facts["approved_read"] = True
-            except errors.LeaseFenceError:
+            except errors.LeaseFenceError as refused:
+                expected(refused)
                 digest = engine.get(TENANT, op).payload_hash
                 seen.facts["approved_read"] = False
             engine.approve(TENANT, op, digest, step[2])
             seen.facts["approved_by"] = step[2]
         seen.accepted = True
-    except errors.LeaseFenceError:
+    except errors.LeaseFenceError as refused:
+        expected(refused)
         seen.accepted = False
     return seen
 
