@@ -204,3 +204,29 @@ def test_the_expiry_is_written_once_never_shortened_and_mended_by_a_replay(world
     engine.erase(T, "op-3")
     engine.complete(T, "op-3", claim.fence, "ok")
     assert payload_item(engine, "op-3") is None
+
+
+@pytest.mark.parametrize("command", ["cancel", "reject"])
+def test_a_cancel_or_reject_sent_again_mends_an_expiry_that_did_not_land(world, command):
+    # The composed torture run (seed 2, 1,000 operations) found a cancelled operation's payload
+    # item kept without an expiry: the cancel's ending write landed, the expiry's write did not
+    # (a store fault between the two), and the client's resend was answered as a replay without
+    # writing it. Complete, fail and resolve mended it on a replay; cancel and reject did not.
+    make, clock, travel = world
+    engine = make()
+    op = f"ended-by-{command}"
+    enqueue(engine, op, approval_required=True, approval_valid_ms=30 * DAY, actor="alice")
+    real = payload_items.after_end
+    payload_items.after_end = lambda ctx, item: None  # a fault right after the ending write
+    try:
+        if command == "cancel":
+            ended = engine.cancel(T, op, actor="alice").updated_at
+        else:
+            ended = engine.reject(T, op, "bob", "no").updated_at
+    finally:
+        payload_items.after_end = real
+    assert expiry_ms(engine, op) is None
+    travel(HOUR)
+    again = engine.cancel(T, op, actor="alice") if command == "cancel" else engine.reject(T, op, "bob", "no")
+    assert again.state in (State.CANCELLED, State.FAILED_TERMINAL)
+    assert expiry_ms(engine, op) == ends_at(ended)  # the end's time, not the resend's

@@ -7,7 +7,8 @@ Each is one conditional write; what refused it is read from the refusal's ``ALL_
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from leasefence import history
 from leasefence.engine import _expr as x
@@ -175,7 +176,9 @@ class ApprovalGate:
             error = rules.rejection_refusal(refused.operation)
             if error is None:
                 assert refused.item is not None
-                return Operation.from_item(refused.item)  # rejected already: a replay
+                # Rejected already: a replay (its payload's expiry written again, in
+                # case a fault between the two writes kept it from landing).
+                return Operation.from_item(_resolved(ctx, refused.item))
             raise error from None
         ctx.count(Metric.REJECTIONS)
         log.info("rejected", extra={"op": ctx.tag(tenant_id, operation_id)})
@@ -205,7 +208,9 @@ class ApprovalGate:
             error = rules.cancel_refusal(refused.operation)
             if error is None:
                 assert refused.item is not None
-                return Operation.from_item(refused.item)  # cancelled already: a replay
+                # Cancelled already: a replay (its payload's expiry written again, in
+                # case a fault between the two writes kept it from landing).
+                return Operation.from_item(_resolved(ctx, refused.item))
             raise error from None
         ctx.count(Metric.CANCELLATIONS)
         log.info("cancelled", extra={"op": ctx.tag(tenant_id, operation_id)})
@@ -325,7 +330,10 @@ class ApprovalGate:
         return Operation.from_item(_resolved(ctx, item))
 
 
-def _resolved(ctx: EngineContext, item: OperationItem) -> OperationItem:
+_Item = TypeVar("_Item", bound=Mapping[str, Any])
+
+
+def _resolved(ctx: EngineContext, item: _Item) -> _Item:
     """A resolution that ended the operation sets its payload's expiry (a requeued one's stays
     without one until it ends). Returns ``item``."""
     if item.get("state") in {s.value for s in TERMINAL_STATES}:
