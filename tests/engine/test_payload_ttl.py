@@ -16,7 +16,7 @@ import pytest
 from leasefence import Engine, State, keys
 from leasefence.clock import ManualClock
 from leasefence.engine import _payload_items as payload_items
-from leasefence.errors import PayloadMissing
+from leasefence.errors import PayloadMissing, Unavailable
 from leasefence.payloads import canonicalize
 from leasefence.schema import PURGE_PK, TTL_ATTRIBUTE, TableSpec
 from leasefence_tools.local.embedded import EmbeddedAws, Fidelity
@@ -230,3 +230,31 @@ def test_a_cancel_or_reject_sent_again_mends_an_expiry_that_did_not_land(world, 
     again = engine.cancel(T, op, actor="alice") if command == "cancel" else engine.reject(T, op, "bob", "no")
     assert again.state in (State.CANCELLED, State.FAILED_TERMINAL)
     assert expiry_ms(engine, op) == ends_at(ended)  # the end's time, not the resend's
+
+
+def test_an_approval_the_sweeper_expires_gets_its_expiry_through_a_transient_fault(world):
+    # The sweeper never sends its end again: a store fault on the expiry's write (after the
+    # ending write landed) is tried again at once, or the payload item would keep no expiry (the
+    # composed run's payload_kept, seed 2: an approval nobody gave, expired by the sweeper).
+    make, clock, travel = world
+    engine = make()
+    enqueue(engine, "gated-x", approval_required=True, approval_valid_ms=DAY, actor="alice")
+    travel(DAY + HOUR)
+    store, real = engine.store, engine.store.update
+    faults = []
+
+    def flaky(key, *args, **kwargs):
+        if key["operation_id"].startswith("\x02") and not faults:
+            faults.append(key)
+            raise Unavailable("store busy, retry")
+        return real(key, *args, **kwargs)
+
+    store.update = flaky
+    try:
+        assert engine.sweep().approvals_expired == 1
+    finally:
+        store.update = real
+    assert faults, "the expiry's write met no fault"
+    ended = engine.get(T, "gated-x")
+    assert ended.state is State.FAILED_TERMINAL
+    assert expiry_ms(engine, "gated-x") == ends_at(ended.updated_at)

@@ -34,7 +34,7 @@ from typing import Any
 
 from leasefence import history, keys
 from leasefence.engine._context import EngineContext
-from leasefence.errors import PayloadMissing
+from leasefence.errors import PayloadMissing, Unavailable
 from leasefence.model import TERMINAL_STATES
 from leasefence.payloads import read_kept
 from leasefence.schema import (
@@ -166,6 +166,10 @@ def after_close(ctx: EngineContext, item: OperationItem) -> OperationItem:
     return item
 
 
+#: Tries of the expiry's write after an end (a transient store failure tried again at once).
+EXPIRY_TRIES = 3
+
+
 def after_end(ctx: EngineContext, item: Mapping[str, Any]) -> None:
     """After the write that ended the operation (or its replay): its payload item expires at the
     end + the payload retention. One conditional write: only on an item that is there (never
@@ -174,15 +178,25 @@ def after_end(ctx: EngineContext, item: Mapping[str, Any]) -> None:
         return
     until = int(item["updated_at"]) + ctx.payload_retention_ms
     key = keys.payload_key(item["tenant_id"], item["operation_id"], item["payload_hash"])
-    with contextlib.suppress(ConditionFailed):  # set already (a replay), or gone
-        ctx.store.update(
-            key,
-            "SET #ttl = :ttl",
-            "attribute_exists(operation_id) AND (attribute_not_exists(#ttl) OR #ttl < :ttl)",
-            {"#ttl": TTL_ATTRIBUTE},
-            {":ttl": _epoch_s(until)},
-            returns="NONE",
-        )
+    for attempt in range(1, EXPIRY_TRIES + 1):
+        try:
+            ctx.store.update(
+                key,
+                "SET #ttl = :ttl",
+                "attribute_exists(operation_id) AND (attribute_not_exists(#ttl) OR #ttl < :ttl)",
+                {"#ttl": TTL_ATTRIBUTE},
+                {":ttl": _epoch_s(until)},
+                returns="NONE",
+            )
+            return
+        except ConditionFailed:
+            return  # set already (a replay), or gone
+        except Unavailable:
+            # The same write again (it only ever sets this end's expiry): the ending write is
+            # done, and a caller that never resends (the sweeper ending an approval) would
+            # otherwise leave the payload item without an expiry.
+            if attempt == EXPIRY_TRIES:
+                raise
 
 
 def drop(ctx: EngineContext, partition: str, operation_id: str, payload_hash: str) -> None:
