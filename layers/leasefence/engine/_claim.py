@@ -19,8 +19,9 @@ from typing import Any, TypeVar, cast
 from leasefence import history, keys
 from leasefence.engine import _expr as x
 from leasefence.engine import _rules as rules
-from leasefence.engine._claim_write import Write, claim_write
+from leasefence.engine._claim_write import claim_write
 from leasefence.engine._context import EngineContext, Key
+from leasefence.engine._expr import Write
 from leasefence.engine._marker import IN_PROGRESS, NO_FENCE, Marker, MarkerMoved
 from leasefence.engine._reads import Reads
 from leasefence.errors import NotFound, Unavailable

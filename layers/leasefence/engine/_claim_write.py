@@ -4,16 +4,13 @@ moved to the lease's expiry (or the sweep entry filed)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from leasefence import history
 from leasefence.engine import _expr as x
 from leasefence.engine import _rules as rules
+from leasefence.engine._expr import Write
 from leasefence.limits import DEFAULT_LEASE_MS
 from leasefence.model import State, Transition
 from leasefence.schema import DUE_PK, DUE_SK, SWEEP_PK, SWEEP_SK, OperationItem
-
-Write = tuple[str, str, dict[str, str], dict[str, Any]]
 
 
 def claim_write(

@@ -24,6 +24,9 @@ from leasefence.schema import DUE_HOME, PURGE_SK, TTL_ATTRIBUTE
 # ------------------------------------------------------------------ placeholders
 
 #: Attribute names that are DynamoDB reserved words, or that read better as placeholders.
+#: A conditional update's arguments: ``(update, condition, names, values)``.
+Write = tuple[str, str, dict[str, str], dict[str, Any]]
+
 STATE_FENCE = {"#state": "state", "#fence": "fence"}
 STATE = {"#state": "state"}
 #: What every transition writes besides its own changes: its name, who made it, and ``seq`` + 1
@@ -198,6 +201,6 @@ class Expr:
                 parts.append(f"{keyword} {', '.join(clauses)}")
         return " ".join(parts)
 
-    def write(self, condition: str) -> tuple[str, str, dict[str, str], dict[str, Any]]:
+    def write(self, condition: str) -> Write:
         """``(update, condition, names, values)``: the arguments of a conditional update."""
         return self.render(), condition, self.names, self.values

@@ -7,8 +7,7 @@ Each is one conditional write; what refused it is read from the refusal's ``ALL_
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from leasefence import history
 from leasefence.engine import _expr as x
@@ -26,7 +25,6 @@ from leasefence.limits import MAX_REASON_LENGTH
 from leasefence.metrics import Metric
 from leasefence.model import (
     OPERATOR_ACTOR,
-    TERMINAL_STATES,
     Operation,
     Resolution,
     State,
@@ -178,7 +176,7 @@ class ApprovalGate:
                 assert refused.item is not None
                 # Rejected already: a replay (its payload's expiry written again, in
                 # case a fault between the two writes kept it from landing).
-                return Operation.from_item(_resolved(ctx, refused.item))
+                return Operation.from_item(payload_items.after_close(ctx, refused.item))
             raise error from None
         ctx.count(Metric.REJECTIONS)
         log.info("rejected", extra={"op": ctx.tag(tenant_id, operation_id)})
@@ -210,7 +208,7 @@ class ApprovalGate:
                 assert refused.item is not None
                 # Cancelled already: a replay (its payload's expiry written again, in
                 # case a fault between the two writes kept it from landing).
-                return Operation.from_item(_resolved(ctx, refused.item))
+                return Operation.from_item(payload_items.after_close(ctx, refused.item))
             raise error from None
         ctx.count(Metric.CANCELLATIONS)
         log.info("cancelled", extra={"op": ctx.tag(tenant_id, operation_id)})
@@ -311,7 +309,7 @@ class ApprovalGate:
                     ctx.count(Metric.REPLAYS)
                     # This decision, sent again: a replay (its payload's expiry written again,
                     # in case a crash kept it from landing).
-                    return Operation.from_item(_resolved(ctx, current))
+                    return Operation.from_item(payload_items.after_close(ctx, current))
                 if (
                     resolution is Resolution.REQUEUE
                     and current.get("state") in (State.UNKNOWN, State.QUARANTINED)
@@ -327,15 +325,4 @@ class ApprovalGate:
         else:
             raise Unavailable("the operation kept changing while it was requeued; requeue it again")
         assert item is not None
-        return Operation.from_item(_resolved(ctx, item))
-
-
-_Item = TypeVar("_Item", bound=Mapping[str, Any])
-
-
-def _resolved(ctx: EngineContext, item: _Item) -> _Item:
-    """A resolution that ended the operation sets its payload's expiry (a requeued one's stays
-    without one until it ends). Returns ``item``."""
-    if item.get("state") in {s.value for s in TERMINAL_STATES}:
-        payload_items.after_end(ctx, item)
-    return item
+        return Operation.from_item(payload_items.after_close(ctx, item))

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from leasefence import history, keys
 from leasefence.engine._context import EngineContext
@@ -44,7 +44,6 @@ from leasefence.schema import (
     PURGE_PK,
     PURGE_SK,
     TTL_ATTRIBUTE,
-    OperationItem,
 )
 from leasefence.store import ConditionFailed
 
@@ -158,9 +157,13 @@ def hold(ctx: EngineContext, item: Mapping[str, Any]) -> None:
         )
 
 
-def after_close(ctx: EngineContext, item: OperationItem) -> OperationItem:
-    """After a fenced command's write (or its replay): an end sets its payload's expiry
-    (:func:`after_end`). Returns ``item``."""
+_Item = TypeVar("_Item", bound=Mapping[str, Any])
+
+
+def after_close(ctx: EngineContext, item: _Item) -> _Item:
+    """After a command's write (or its replay): one that ended the operation sets its payload's
+    expiry (:func:`after_end`; a requeued or parked one's stays without one until it ends).
+    Returns ``item``."""
     if item.get("state") in _ENDED:
         after_end(ctx, item)
     return item
