@@ -22,7 +22,9 @@ from leasefence_tools.bench.report import REQUIRED_KEYS, STREAM_KEYS
 def _command() -> list[str]:
     script = Path(sys.executable).parent / "leasefence"
     if script.exists():
-        probe = subprocess.run([str(script), "bench", "--help"], capture_output=True, text=True, timeout=60)
+        probe = subprocess.run(
+            [str(script), "bench", "--help"], capture_output=True, text=True, timeout=60
+        )
         if probe.returncode == 0 and "--quick" in probe.stdout:
             return [str(script), "bench"]
     return [sys.executable, "-m", "leasefence_tools.bench"]
@@ -32,17 +34,30 @@ def test_quick_bench_reports_every_figure(tmp_path):
     out = tmp_path / "report.json"
     result = subprocess.run(
         [*_command(), "--quick", "--json", "--out", str(out)],
-        capture_output=True, text=True, timeout=240,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
     for key in REQUIRED_KEYS + STREAM_KEYS:
         assert key in report, key
-        assert isinstance(report[key], Number) and not isinstance(report[key], bool), (key, report[key])
+        assert isinstance(report[key], Number) and not isinstance(report[key], bool), (
+            key,
+            report[key],
+        )
     assert {row["name"] for row in report["targets"]} >= {
-        "wcu_per_lifecycle", "rcu_per_lifecycle", "wcu_per_heartbeat", "throughput_ratio_8", "throughput_ratio_32",
-        "wasted_claims_per_success", "depth_read_ratio", "fairness_claims_before_small_tenant", "import_ratio_max",
-        "stream_start_p50", "stream path cost",
+        "wcu_per_lifecycle",
+        "rcu_per_lifecycle",
+        "wcu_per_heartbeat",
+        "throughput_ratio_8",
+        "throughput_ratio_32",
+        "wasted_claims_per_success",
+        "depth_read_ratio",
+        "fairness_claims_before_small_tenant",
+        "import_ratio_max",
+        "stream_start_p50",
+        "stream path cost",
     }
     assert json.loads(out.read_text())["wcu_per_lifecycle"] == report["wcu_per_lifecycle"]
     # Issue 16, deterministic at any scale (a manual clock): a long job's heartbeats in a polled
@@ -54,14 +69,18 @@ def test_quick_bench_reports_every_figure(tmp_path):
 
     # Issue 16: dollars per million lifecycles by profile, from what this run measured.
     costs = report["cost_per_million"]
-    assert set(costs) == {f"leasefence_{p}" for p in profiles.PROFILES} | set(cost_per_million.ALTERNATIVES)
+    assert set(costs) == {f"leasefence_{p}" for p in profiles.PROFILES} | set(
+        cost_per_million.ALTERNATIVES
+    )
     assert all(isinstance(v, Number) and v > 0 for v in costs.values()), costs
     measured = report["sections"]["profiles"]["profiles"]
     lines = report["sections"]["cost_per_million"]["profiles"]
     for name in profiles.PROFILES:
         wcu = measured[name]["wcu"]
         assert wcu >= report["wcu_per_lifecycle"]  # the lifecycle's own writes and then some
-        assert lines[name]["dynamodb_writes"] == round(wcu * prices.usd("dynamodb_write_request_unit") * 1e6, 4)
+        assert lines[name]["dynamodb_writes"] == round(
+            wcu * prices.usd("dynamodb_write_request_unit") * 1e6, 4
+        )
         assert measured[name]["billed_ms"]["api"] > 0 and lines[name]["lambda_duration"] > 0
     # Enqueue, claim (its answer carries the payload: no GET .../payload), complete.
     assert measured["http_workers"]["api_requests"] == 3
@@ -90,16 +109,33 @@ def test_quick_bench_reports_every_figure(tmp_path):
         assert profile["lines"]["s3_requests"] == 0 and profile["lines"]["s3_storage"] == 0, name
         # The history is in the operation's item, written by each transition's own write.
         assert profile["lines"]["dynamodb_writes_history"] == 0, name
-        assert measured[name]["wcu_history"] == 0 and measured[name]["stored"]["ended"]["history_bytes"] == 0
+        assert (
+            measured[name]["wcu_history"] == 0
+            and measured[name]["stored"]["ended"]["history_bytes"] == 0
+        )
+        # The payload item is stored (and billed) until its expiry, then TTL takes it.
+        stored = measured[name]["stored"]
+        assert (
+            stored["ended"]["payload_item_bytes"] > report["sections"]["profiles"]["payload_bytes"]
+        )
+        assert stored["after_purge"]["payload_item_bytes"] == 0
+        assert (
+            stored["ended"]["table_bytes"]
+            > stored["ended"]["item_bytes"] + stored["ended"]["payload_item_bytes"]
+        )
         # Index writes counted: at least the lifecycle's own units.
         assert report["wru_per_lifecycle_all"][name] >= measured[name]["wcu"] - 1e-9
         assert profile["by_component"]["heartbeats"] > 0
         # The bench's payload is in a payload item: DynamoDB's TTL deletes it, no purge to price.
         assert profile["by_component"]["payload_purge"] == 0
     assert set(all_in["alternatives"]) == set(cost_per_million.ALTERNATIVES)
-    assert isinstance(report["idle_worker_month_usd"], Number) and report["idle_worker_month_usd"] > 0
+    assert (
+        isinstance(report["idle_worker_month_usd"], Number) and report["idle_worker_month_usd"] > 0
+    )
     events = report["sections"]["profiles"]["events"]
-    assert events["heartbeat_http"]["api_requests"] == 1 and events["heartbeat_in_process"]["wcu"] >= 1
+    assert (
+        events["heartbeat_http"]["api_requests"] == 1 and events["heartbeat_in_process"]["wcu"] >= 1
+    )
     assert events["idle_poll_http"]["wcu"] == 0  # an idle poll writes nothing
     # No purge: the payload items carry the table's TTL, and no operation was filed for a purge.
     assert events["purge"]["purged_per_run"] == [0, 0]
@@ -127,16 +163,26 @@ def test_quick_bench_reports_every_figure(tmp_path):
         assert target["target"].split()[0] in ("<=", ">="), target
     assert lean["all_in_usd_per_million"]["http_workers"]["lines"]["dynamodb_writes_table"] > 0
     assert len(lean["engine_efficiency"]["runs"]) == 1  # three in a full run
-    assert {row["name"] for row in report["targets"]} >= {"item_write_units", "largest_item_bytes",
-                                                           "engine_efficiency"}
+    assert {row["name"] for row in report["targets"]} >= {
+        "item_write_units",
+        "largest_item_bytes",
+        "engine_efficiency",
+    }
     # The optional parts and the comparison for the same job (what the README's table prints).
     assert {k: v["default"] for k, v in all_in["options"].items()} == {
-        "events": False, "alarms": True, "dashboard": False}
+        "events": False,
+        "alarms": True,
+        "dashboard": False,
+    }
     compared = all_in["comparison"]
     assert set(compared["alternatives"]) == set(cost_per_million.ALTERNATIVES)
     assert all("same_job" in alt for alt in compared["alternatives"].values())
-    readme = subprocess.run([*_command(), "--readme-table", str(out)], capture_output=True, text=True, timeout=120)
-    assert readme.returncode == 0 and readme.stdout.startswith("| | guarantees |"), readme.stderr[-2000:]
+    readme = subprocess.run(
+        [*_command(), "--readme-table", str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert readme.returncode == 0 and readme.stdout.startswith("| | guarantees |"), readme.stderr[
+        -2000:
+    ]
 
     # Every log and EMF line the functions wrote was checked: no raw id, no payload.
     privacy = report["sections"]["profiles"]["log_privacy"]

@@ -433,6 +433,7 @@ def _run_all(
     from leasefence import history, keys
     from leasefence.client import LeaseFenceClient
     from leasefence.observability import logger
+    from leasefence.schema import TTL_ATTRIBUTE
     from leasefence.settings import runtime
     from leasefence.worker import Worker
     from leasefence.worker.http_backend import HttpBackend
@@ -497,14 +498,22 @@ def _run_all(
         _wait(partial(history_done, tenant, op), f"the history of {op}")
         quiet()
 
-    def stored(tenant: str, op: str) -> dict[str, int]:
-        """Bytes the operation leaves stored: its items (table) and their index entries, each
-        with DynamoDB's 100 bytes of overhead; ``history_expired`` 1 when the purge slimmed the
-        operation (the slim ended record: its history gone, ``hx`` set)."""
+    def stored(tenant: str, op: str, at_ms: int | None = None) -> dict[str, int]:
+        """Bytes the operation leaves stored: its items (table: the operation, its history, and
+        its payload item unless that is past its expiry at ``at_ms``, as DynamoDB's TTL deletes
+        it) and their index entries, each with DynamoDB's 100 bytes of overhead;
+        ``history_expired`` 1 when the purge slimmed the operation (the slim ended record: its
+        history gone, ``hx`` set)."""
         table_bytes = index_bytes = 0
         sizes = []
         operation = item(tenant, op)
-        for found in (operation, item(tenant, keys.history_id(op))):
+        kept = None
+        if operation is not None and "payload_hash" in operation:
+            kept = item(tenant, keys.payload_id(op, operation["payload_hash"]["S"]))
+            expiry = (kept or {}).get(TTL_ATTRIBUTE, {}).get("N")
+            if kept is not None and at_ms is not None and expiry and int(expiry) * 1000 <= at_ms:
+                kept = None  # past its expiry: gone for the bill
+        for found in (operation, item(tenant, keys.history_id(op)), kept):
             sizes.append(U.item_size(found))
             if not found:
                 continue
@@ -518,6 +527,7 @@ def _run_all(
             "index_bytes": index_bytes,
             "item_bytes": sizes[0],
             "history_bytes": sizes[1],
+            "payload_item_bytes": sizes[2],
             "history_expired": int(ITEM_HISTORY_EXPIRED in (operation or {})),
         }
 
@@ -751,8 +761,11 @@ def _run_all(
     idle = out["events"]["idle_sweeper_run"]
     out["events"]["purge"] = _per_purge(purges, idle)
 
+    # As of the second purge's clock: each payload item's expiry (its end + the payload
+    # retention) has passed, so TTL has taken it.
+    purged_at = real_clock() + days_ms * 2
     after_purge = {
-        name: [stored(t, op) for t, op in lst[:runs]] for name, lst in ops.items() if lst
+        name: [stored(t, op, purged_at) for t, op in lst[:runs]] for name, lst in ops.items() if lst
     }
 
     # The end of the identity retention: TTL deletes the operation item (free: not metered,
@@ -902,7 +915,13 @@ def _finish(raw: dict[str, Any]) -> dict[str, Any]:
 
 def _mean_bytes(rows: list[dict[str, int]]) -> dict[str, float]:
     if not rows:
-        return {"table_bytes": 0, "index_bytes": 0, "item_bytes": 0, "history_bytes": 0}
+        return {
+            "table_bytes": 0,
+            "index_bytes": 0,
+            "item_bytes": 0,
+            "history_bytes": 0,
+            "payload_item_bytes": 0,
+        }
     return {k: round(sum(r[k] for r in rows) / len(rows), 1) for k in rows[0]}
 
 
