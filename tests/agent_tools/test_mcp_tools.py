@@ -143,12 +143,20 @@ def test_a_call_without_its_run_and_key_is_refused(engine, refunds):
 def test_the_id_comes_from_run_and_logical_call_not_the_framework_call_id():
     one = call_operation_id("refund", "run-1", "step-3")
     assert one == call_operation_id("refund", "run-1", "step-3")
-    assert len({one, call_operation_id("refund", "run-1", "step-4"),
+    assert (
+        len(
+            {
+                one,
+                call_operation_id("refund", "run-1", "step-4"),
                 call_operation_id("refund", "run-2", "step-3"),
                 call_operation_id("charge", "run-1", "step-3"),
                 # no separator trick makes two calls one
-                call_operation_id("refund", "run-1\", \"step", "3"),
-                call_operation_id("refund", "run-1", "\", \"step-3")}) == 6
+                call_operation_id("refund", 'run-1", "step', "3"),
+                call_operation_id("refund", "run-1", '", "step-3'),
+            }
+        )
+        == 6
+    )
     assert one.startswith("agent-call-") and len(one) == len("agent-call-") + 64
 
 
@@ -175,9 +183,7 @@ def test_approval_then_replay_calls_the_target_once(engine, refunds):
     ]
 
 
-def test_resume_after_a_crash_with_a_fresh_call_id_calls_the_target_once(
-    engine, refunds, clock
-):
+def test_resume_after_a_crash_with_a_fresh_call_id_calls_the_target_once(engine, refunds, clock):
     approve_first = server(engine, refunds, "server-a")
     assert body(call(approve_first, ARGS, "run-1", "step-3", "call_1"))["code"] == (
         "approval_required"

@@ -114,7 +114,11 @@ class CallLedger(Protocol):
     backend: Backend
 
     def enqueue(
-        self, operation_id: str, spec: ToolSpec, arguments: dict[str, Any], payload: CanonicalPayload
+        self,
+        operation_id: str,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        payload: CanonicalPayload,
     ) -> EnqueueResult: ...
 
     def get(self, operation_id: str) -> Operation: ...
@@ -133,7 +137,11 @@ class EngineLedger:
         self.backend = EngineBackend(engine, [tenant_id])
 
     def enqueue(
-        self, operation_id: str, spec: ToolSpec, arguments: dict[str, Any], payload: CanonicalPayload
+        self,
+        operation_id: str,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        payload: CanonicalPayload,
     ) -> EnqueueResult:
         engine, tenant = self.engine, self.tenant_id
         admission = engine.admit(
@@ -267,7 +275,10 @@ class FencedCalls:
         state, oid = op.state, op.operation_id
         details: dict[str, Any] = {"fence": op.fence}
         if state is State.AWAITING_APPROVAL:
-            details |= {"payload_hash": op.payload_hash, "approval_expires_at": op.approval_expires_at}
+            details |= {
+                "payload_hash": op.payload_hash,
+                "approval_expires_at": op.approval_expires_at,
+            }
             return CallOutcome(
                 False,
                 "approval_required",
@@ -309,4 +320,3 @@ class FencedCalls:
 def _refused(refused: LeaseFenceError, operation_id: str) -> CallOutcome:
     code = "unavailable" if isinstance(refused, Unavailable) else refused.code
     return CallOutcome(False, code, refused.message, operation_id)
-
