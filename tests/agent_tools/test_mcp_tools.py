@@ -249,7 +249,7 @@ def test_a_stale_fence_is_an_error_result_with_its_code(engine, refunds, clock):
     approve(engine)
     answers: list[Any] = []
 
-    def stall(job: Job) -> None:
+    def stall(_job: Job) -> None:
         refunds.during = None
         clock.advance(LEASE + 1)
         answers.append(call(mcp_b, ARGS, "run-1", "step-3", "c3"))  # takes over, refunds

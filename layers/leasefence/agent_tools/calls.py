@@ -111,7 +111,8 @@ class CallOutcome:
 class CallLedger(Protocol):
     """Where calls are recorded: one tenant, the server's credentials. ``backend`` runs claims."""
 
-    backend: Backend
+    @property
+    def backend(self) -> Backend: ...
 
     def enqueue(
         self,
