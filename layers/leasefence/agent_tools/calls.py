@@ -30,12 +30,13 @@ from typing import Any, Protocol
 
 from leasefence.engine import Engine
 from leasefence.errors import InvalidInput, LeaseFenceError, PayloadConflict, Unavailable
+from leasefence.limits import MAX_ID_LENGTH
 from leasefence.model import Claim, EnqueueResult, Operation, State, TargetClass
 from leasefence.payloads import CanonicalPayload, canonicalize, fits_in_item
 from leasefence.validation import validate_id
 from leasefence.worker._runtime import Worker
 from leasefence.worker.backend import Backend, EngineBackend
-from leasefence.worker.handler import FunctionHandler, Job, Permanent, Reconciled
+from leasefence.worker.handler import Ambiguous, FunctionHandler, Job, Permanent, Reconciled
 
 #: The derivation's version tag: part of the hashed input, so a future derivation cannot collide.
 CALL_ID_VERSION = "leasefence.agent-call.v1"
@@ -62,7 +63,8 @@ class ToolSpec:
     ``run(job, **arguments)`` makes the side effect through the target helper of its class
     (``job`` carries the fence: :class:`~leasefence.targets.fenced_table.FencedTable`,
     :func:`~leasefence.targets.idempotent_api.call`, :func:`~leasefence.targets.single_shot.call_once`)
-    and returns a short outcome code (at most 256 characters), what a replay answers with.
+    and returns a short outcome code, what a replay answers with (cut to 256 characters; anything
+    but a string or None parks the call ``unknown``: the side effect may have been made).
     ``on_claim`` and ``reconcile`` are the worker handler's hooks (class B raises its target's
     fence in ``on_claim``; a resumed call after a crash reconciles before it runs)."""
 
@@ -81,9 +83,10 @@ class ToolSpec:
             if not isinstance(arguments, dict):
                 raise Permanent("the stored payload is not a tool call's arguments")
             outcome = self.run(job, **arguments)
-            if outcome is not None and not isinstance(outcome, str):
-                raise Permanent(f"tool returned {type(outcome).__name__}, not an outcome code")
-            return outcome
+            if outcome is None or isinstance(outcome, str):
+                # The side effect is made: record it, its code cut to what an outcome holds.
+                return outcome[:MAX_ID_LENGTH] if outcome else outcome
+            raise Ambiguous(f"tool returned {type(outcome).__name__}, not an outcome code")
 
         return FunctionHandler(run, self.reconcile, self.on_claim)
 
