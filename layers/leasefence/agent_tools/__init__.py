@@ -8,11 +8,12 @@ from leasefence.agent_tools.calls import (
     CALL_ID_VERSION,
     CallLedger,
     CallOutcome,
-    EngineLedger,
+    CallState,
     FencedCalls,
     ToolSpec,
     call_operation_id,
 )
+from leasefence.agent_tools.ledgers import ClientLedger, EngineLedger
 from leasefence.agent_tools.mcp_server import META_CALL_KEY, META_RUN_ID, FencedTools, call_result
 
 __all__ = [
@@ -21,6 +22,8 @@ __all__ = [
     "META_RUN_ID",
     "CallLedger",
     "CallOutcome",
+    "CallState",
+    "ClientLedger",
     "EngineLedger",
     "FencedCalls",
     "FencedTools",

@@ -28,14 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from leasefence.engine import Engine
 from leasefence.errors import InvalidInput, LeaseFenceError, PayloadConflict, Unavailable
 from leasefence.limits import MAX_ID_LENGTH
-from leasefence.model import Claim, EnqueueResult, Operation, State, TargetClass
-from leasefence.payloads import CanonicalPayload, canonicalize, fits_in_item
+from leasefence.model import Claim, State, TargetClass
+from leasefence.payloads import CanonicalPayload, canonicalize
 from leasefence.validation import validate_id
 from leasefence.worker._runtime import Worker
-from leasefence.worker.backend import Backend, EngineBackend
+from leasefence.worker.backend import Backend
 from leasefence.worker.handler import Ambiguous, FunctionHandler, Job, Permanent, Reconciled
 
 #: The derivation's version tag: part of the hashed input, so a future derivation cannot collide.
@@ -111,6 +110,22 @@ class CallOutcome:
         return {("result" if self.ok else "error"): {**body, **self.details}}
 
 
+@dataclass(frozen=True)
+class CallState:
+    """A call's operation as a ledger reads it (in-process or over HTTP); times RFC 3339."""
+
+    operation_id: str
+    state: State
+    fence: int
+    payload_hash: str
+    outcome_code: str | None = None
+    reason: str | None = None
+    lease_expires_at: str | None = None
+    approval_expires_at: str | None = None
+    #: Enqueued under the approval gate (awaiting approval, or it was once).
+    gated: bool = False
+
+
 class CallLedger(Protocol):
     """Where calls are recorded: one tenant, the server's credentials. ``backend`` runs claims."""
 
@@ -123,65 +138,14 @@ class CallLedger(Protocol):
         spec: ToolSpec,
         arguments: dict[str, Any],
         payload: CanonicalPayload,
-    ) -> EnqueueResult: ...
+    ) -> CallState:
+        """Enqueue the call (a replay answers the operation as it is); ``spec.approval`` asks
+        for the approval gate. :class:`~leasefence.errors.PayloadConflict` for other arguments."""
+        ...
 
-    def get(self, operation_id: str) -> Operation: ...
+    def get(self, operation_id: str) -> CallState: ...
 
     def claim(self, operation_id: str, worker_id: str, lease_ms: int) -> Claim | None: ...
-
-
-class EngineLedger:
-    """In-process: the engine, for one tenant, enqueueing as ``actor`` (the server's identity:
-    what the gate keeps as ``enqueued_by``, so it can never approve its own calls)."""
-
-    def __init__(self, engine: Engine, tenant_id: str, actor: str) -> None:
-        self.engine = engine
-        self.tenant_id = tenant_id
-        self.actor = actor
-        self.backend = EngineBackend(engine, [tenant_id])
-
-    def enqueue(
-        self,
-        operation_id: str,
-        spec: ToolSpec,
-        arguments: dict[str, Any],
-        payload: CanonicalPayload,
-    ) -> EnqueueResult:
-        engine, tenant = self.engine, self.tenant_id
-        admission = engine.admit(
-            tenant,
-            operation_id,
-            spec.job_type,
-            payload.hash,
-            target_class=spec.target_class,
-            max_attempts=spec.max_attempts,
-            payload=arguments,
-            payload_given=True,
-            actor=self.actor,
-        )
-        if isinstance(admission, EnqueueResult):
-            return admission
-        if not fits_in_item(payload):
-            raise InvalidInput("the arguments' canonical JSON is over 1 KiB: pass a reference")
-        return engine.enqueue(
-            tenant,
-            operation_id,
-            spec.job_type,
-            payload.hash,
-            max_attempts=spec.max_attempts,
-            target_class=spec.target_class,
-            actor=self.actor,
-            admission=admission,
-            approval_required=spec.approval or admission.approval_required,
-            approval_valid_ms=spec.approval_valid_ms,
-            payload_json=payload.body,
-        )
-
-    def get(self, operation_id: str) -> Operation:
-        return self.engine.get(self.tenant_id, operation_id)
-
-    def claim(self, operation_id: str, worker_id: str, lease_ms: int) -> Claim | None:
-        return self.engine.claim(self.tenant_id, operation_id, worker_id, lease_ms=lease_ms)
 
 
 #: An ended or parked operation, answered without running anything: (ok, code, message).
@@ -233,7 +197,7 @@ class FencedCalls:
         except InvalidInput as bad:
             return CallOutcome(False, "invalid_request", bad.message)
         try:
-            op = self.ledger.enqueue(operation_id, spec, arguments, payload).operation
+            op = self.ledger.enqueue(operation_id, spec, arguments, payload)
         except PayloadConflict:
             return CallOutcome(
                 False,
@@ -244,11 +208,20 @@ class FencedCalls:
             )
         except LeaseFenceError as refused:
             return _refused(refused, operation_id)
+        if spec.approval and not op.gated:
+            return CallOutcome(
+                False,
+                "approval_not_enforced",
+                "the tool requires approval but its operation was enqueued without the gate "
+                "(over HTTP: the job type's catalogue entry must set approval_required)",
+                operation_id,
+                op.state,
+            )
         if op.state in {State.QUEUED, State.CLAIMED}:
             return self._run(spec, op)
         return self._answer(op, replayed=True)
 
-    def _run(self, spec: ToolSpec, op: Operation) -> CallOutcome:
+    def _run(self, spec: ToolSpec, op: CallState) -> CallOutcome:
         try:
             claim = self.ledger.claim(op.operation_id, self.worker_id, self.lease_ms)
         except LeaseFenceError as refused:
@@ -275,7 +248,7 @@ class FencedCalls:
             )
         return self._answer(self.ledger.get(op.operation_id), replayed=False)
 
-    def _answer(self, op: Operation, replayed: bool) -> CallOutcome:
+    def _answer(self, op: CallState, replayed: bool) -> CallOutcome:
         state, oid = op.state, op.operation_id
         details: dict[str, Any] = {"fence": op.fence}
         if state is State.AWAITING_APPROVAL:
