@@ -464,30 +464,37 @@ def run_torture(settings: Settings) -> dict[str, Any]:
         if http is not None and actors is not None:
             for i in range(settings.http_worker_count):
                 tenant = tenants[i % len(tenants)]
-                worker = TortureWorker(
-                    TortureHttpBackend(
-                        http.client(f"worker{i}-{tenant}", tenant, [WORK], f"worker:{tenant}"),
-                        tenant,
-                        report,
-                        backend.claims,
-                        window.finished,
-                        actors.park,
-                        external,
-                    ),
-                    # Class A completes in the engine's own transaction: in-process workers only.
-                    {jt: kit.handler() for jt, kit in by_type.items() if jt != "refund-a"},
-                    worker_id=f"h{i}",
-                    lease_ms=settings.http_lease_ms,
-                    heartbeat_interval_ms=max(10, int(settings.http_lease_ms / settings.speed / 3)),
-                    idle_sleep_ms=10,
-                    speed=settings.speed,
+                batched = settings.batched_http_worker(i)
+                shared = TortureHttpBackend(
+                    http.client(f"worker{i}-{tenant}", tenant, [WORK], f"worker:{tenant}"),
+                    tenant,
+                    report,
+                    backend.claims,
+                    window.finished,
+                    actors.park,
+                    external,
+                    batched=batched,
                 )
-                hooks.workers[worker.worker_id] = (
-                    "http",
-                    settings.http_lease_ms,
-                    worker.heartbeat_interval_ms,
-                )
-                workers.append(worker)
+                # A batched fleet: several workers over one backend, sharing its batches.
+                for k in range(settings.batched_fleet if batched else 1):
+                    worker = TortureWorker(
+                        shared,
+                        # Class A completes in the engine's own transaction: in-process only.
+                        {jt: kit.handler() for jt, kit in by_type.items() if jt != "refund-a"},
+                        worker_id=f"h{i}-b{k}" if batched else f"h{i}",
+                        lease_ms=settings.http_lease_ms,
+                        heartbeat_interval_ms=max(
+                            10, int(settings.http_lease_ms / settings.speed / 3)
+                        ),
+                        idle_sleep_ms=10,
+                        speed=settings.speed,
+                    )
+                    hooks.workers[worker.worker_id] = (
+                        "http_batched" if batched else "http",
+                        settings.http_lease_ms,
+                        worker.heartbeat_interval_ms,
+                    )
+                    workers.append(worker)
 
         def work(worker: Worker) -> None:
             idle = 0.02
@@ -870,5 +877,13 @@ def main(
     if "indeterminate" in summary:
         rates = summary["indeterminate"]["calls"]
         print(f"torture: answers lost (indeterminate calls): {format_rates(rates)}", flush=True)
+    batched = summary.get("composed", {}).get("batched")
+    if batched:
+        print(
+            f"torture: batched HTTP workers ended {batched['lifecycles']:,} lifecycles "
+            f"({batched['claims']:,} claims); batch requests {batched['requests']}, "
+            f"items {batched['items']}",
+            flush=True,
+        )
     print(json.dumps(summary))
     return 1 if summary["violations"] else 0
