@@ -84,10 +84,10 @@ def test_bounded_torture_run_with_every_feature_on_has_no_violation():
     assert any(k.startswith("http_") for k in composed["slow_jobs"])
     assert any(k.startswith("engine_") for k in composed["slow_jobs"])
     # Batched HTTP workers (a fleet sharing one batched backend) ended lifecycles through every
-    # batch route they use.
+    # batch route they use; some producers enqueued through the enqueue batch.
     batched = composed["batched"]
     assert batched["lifecycles"] > 0 and batched["claims"] >= batched["lifecycles"], batched
-    for route in ("claim", "heartbeat", "finish"):
+    for route in ("claim", "heartbeat", "finish", "enqueue"):
         assert batched["requests"].get(route, 0) > 0, batched
     assert summary["publisher"]["records_to_destination"] == 0
     # Histories with indeterminate calls: at least 5% of each kind lost its answer, and every

@@ -29,7 +29,8 @@ every feature on the same operations at once:
   for different leases; every other HTTP worker is a batched fleet (``Settings.batched_fleet``
   threads over one ``HttpBackend(batched=True)``: claims, renewals and closing writes through
   ``POST /v1/batch/...``), whose lifecycles the summary counts (``composed.batched``);
-* enqueues over the API and in-process, inline and by reference (the producers' own store);
+* enqueues over the API (some as an item of ``POST /v1/batch/enqueue``) and in-process, inline
+  and by reference (the producers' own store);
 * class B posts to shared accounts (its tenant's, and one every tenant's operations write,
   whose fence entries are pruned to the fewest allowed) besides its own ledger entry, and its
   holders stall more often (``b_stall_rate``);

@@ -268,6 +268,7 @@ class Mode:
     http: bool = False
     by_ref: bool = False
     anonymous: bool = False  # over HTTP with a token that names nobody
+    batched: bool = False  # over HTTP as an item of ``POST /v1/batch/enqueue``
 
     @property
     def approval(self) -> bool:
@@ -291,6 +292,11 @@ def torture_worker_id(i: int) -> str:
     return f"w{i}" if i else "w0-" + "\U0001f6e0" * 253
 
 
+def _only_item(send_batch: Any, item: dict[str, Any]) -> Any:
+    """A batch of one item: its answer, or its refusal raised."""
+    return send_batch([item])[0].result()
+
+
 def plan(settings: Settings, tenant: str, operation_id: str, target: TargetClass, kit: Kit) -> Mode:
     """The composed run's choice for one operation (each a coin of its own)."""
     seed = settings.seed
@@ -301,6 +307,7 @@ def plan(settings: Settings, tenant: str, operation_id: str, target: TargetClass
         http=approval or coin("http") < settings.http_enqueue_rate,
         by_ref=coin("by-ref") < settings.by_ref_rate,
         anonymous=approval and coin("anonymous") < settings.anonymous_producer_rate,
+        batched=coin("batched-enqueue") < settings.batched_enqueue_rate,
     )
 
 
@@ -644,22 +651,23 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                     return result.created
                 return enqueue_inline(tenant, operation_id, mode.job_type, target, variant)
             producer = (actors.anonymous if mode.anonymous else actors.producers)[tenant]
+            fields: dict[str, Any] = {"target_class": target.value}
+            if mode.by_ref:
+                fields |= {"payload_ref": ref, "payload_hash": value_hash}
             try:
-                if mode.by_ref:
+                if mode.batched:  # its item's refusal raised as the one-at-a-time call's
+                    item = {"operation_id": operation_id, "job_type": mode.job_type, **fields}
+                    if not mode.by_ref:
+                        item["payload"] = value
+                    # Sent again whole while it is not answered (an ``Unavailable`` item too).
+                    answer = retrying(partial(_only_item, producer.enqueue_batch, item))
+                elif mode.by_ref:
                     answer = retrying(
-                        lambda: producer.enqueue(
-                            operation_id,
-                            mode.job_type,
-                            payload_ref=ref,
-                            payload_hash=value_hash,
-                            target_class=target.value,
-                        )
+                        lambda: producer.enqueue(operation_id, mode.job_type, **fields)
                     )
                 else:
                     answer = retrying(
-                        lambda: producer.enqueue(
-                            operation_id, mode.job_type, value, target_class=target.value
-                        )
+                        lambda: producer.enqueue(operation_id, mode.job_type, value, **fields)
                     )
             except (InvalidInput, Forbidden) as refused:
                 if mode.approval and mode.by_ref and isinstance(refused, InvalidInput):

@@ -80,6 +80,8 @@ class Settings:
     #: own store; the rest inline).
     http_enqueue_rate: float = 0.4
     by_ref_rate: float = 0.25
+    #: Of the enqueues over HTTP, those sent as an item of ``POST /v1/batch/enqueue``.
+    batched_enqueue_rate: float = 0.3
     #: Operations of the approval-required job type; their producers' tokens name nobody at
     #: this rate (an enqueuer that cannot be told from an approver).
     approval_rate: float = 0.06
