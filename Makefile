@@ -138,10 +138,12 @@ demo: install-python
 bench: install-python
 	$(BIN)/leasefence bench --out bench-report.json
 
-# Every feature composed on the same operations (leasefence_tools.torture); SEED and OPERATIONS
-# choose the run (python -m leasefence_tools.torture --help for the other switches).
+# Every feature composed on the same operations (leasefence_tools.torture), over the sharded layout
+# (SHARDS write shards per tenant, 16 by default); SEED and OPERATIONS choose the run
+# (python -m leasefence_tools.torture --help for the other switches).
 torture: install-python
-	$(BIN)/leasefence torture --operations $${OPERATIONS:-5000} --seed $${SEED:-1}
+	$(BIN)/leasefence torture --operations $${OPERATIONS:-5000} --seed $${SEED:-1} \
+		--operation-shards $${SHARDS:-16}
 
 # Every interleaving of the protocol at the larger bound, on the real engine (docs/reliability.md,
 # "Model check"; interchangeable workers and operations merged by symmetry, ARGS=--symmetry none for

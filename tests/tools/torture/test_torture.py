@@ -25,7 +25,8 @@ def quiet():
 )  # about 230 s on a busy shared 2-core machine; generous, since other load slows it
 def test_bounded_torture_run_with_every_feature_on_has_no_violation():
     """1,000 operations and 500+ injected faults with every feature composed on the same
-    operations (catalogue limits that cut leases, HTTP and in-process workers, by-reference
+    operations (catalogue limits that cut leases, HTTP workers one at a time and batched beside
+    in-process workers, by-reference
     payloads, shared class-B accounts, approvals, cancels, erasure and requeue of parked
     operations, lost answers on every command, the publisher with failing writes and events),
     index lag and TTL deletion on, then months passing (the months phase). The composed run
@@ -82,6 +83,12 @@ def test_bounded_torture_run_with_every_feature_on_has_no_violation():
     assert composed["approval_operations"] > 0 and composed["approved"] > 0
     assert any(k.startswith("http_") for k in composed["slow_jobs"])
     assert any(k.startswith("engine_") for k in composed["slow_jobs"])
+    # Batched HTTP workers (a fleet sharing one batched backend) ended lifecycles through every
+    # batch route they use; some producers enqueued through the enqueue batch.
+    batched = composed["batched"]
+    assert batched["lifecycles"] > 0 and batched["claims"] >= batched["lifecycles"], batched
+    for route in ("claim", "heartbeat", "finish", "enqueue"):
+        assert batched["requests"].get(route, 0) > 0, batched
     assert summary["publisher"]["records_to_destination"] == 0
     # Histories with indeterminate calls: at least 5% of each kind lost its answer, and every
     # operation whose history shows its calls was explained by some resolution of them.

@@ -34,11 +34,25 @@ def torture(
         min=0.0,
         help="Wall-clock budget in seconds (0: 300 plus 1.5 per operation).",
     ),
+    operation_shards: int = typer.Option(
+        1,
+        "--operation-shards",
+        min=1,
+        help="Write shards of the table per tenant (1: the bare tenant id).",
+    ),
 ) -> None:
     """Randomized fault injection over all four target classes; exits non-zero on any violation."""
     from leasefence_tools.torture import main as run
 
-    raise typer.Exit(run(operations=operations, seed=seed, workers=workers, timeout_s=timeout_s))
+    raise typer.Exit(
+        run(
+            operations=operations,
+            seed=seed,
+            workers=workers,
+            timeout_s=timeout_s,
+            operation_shards=operation_shards,
+        )
+    )
 
 
 @app.command()

@@ -26,8 +26,11 @@ every feature on the same operations at once:
 * HTTP workers (the worker runtime with :class:`~leasefence.worker.http_backend.HttpBackend`,
   over the API function run in this process) beside in-process workers, on the same operations
   (a takeover, a retry or a requeue moves an operation from one kind to the other); they ask
-  for different leases;
-* enqueues over the API and in-process, inline and by reference (the producers' own store);
+  for different leases; every other HTTP worker is a batched fleet (``Settings.batched_fleet``
+  threads over one ``HttpBackend(batched=True)``: claims, renewals and closing writes through
+  ``POST /v1/batch/...``), whose lifecycles the summary counts (``composed.batched``);
+* enqueues over the API (some as an item of ``POST /v1/batch/enqueue``) and in-process, inline
+  and by reference (the producers' own store);
 * class B posts to shared accounts (its tenant's, and one every tenant's operations write,
   whose fence entries are pruned to the fewest allowed) besides its own ledger entry, and its
   holders stall more often (``b_stall_rate``);
@@ -40,7 +43,7 @@ every feature on the same operations at once:
 * an operator who erases parked ``unknown`` operations and then requeues them
   (``erase_parked``, ``requeue``);
 * lost HTTP answers on every command (``http_answer_lost``: claim, complete, fail, resolve,
-  approve, cancel, erase, catalogue ``PUT``), sent again by the SDK or the caller;
+  approve, cancel, erase, catalogue ``PUT``, the batches), sent again by the SDK or the caller;
 * the publisher (history and events, on the table's stream through the local event source
   mapping) with failing history writes (``history_*``) and ``PutEvents`` calls
   (``event_refused``, ``event_answer_lost``).

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from leasefence_tools.torture.run import main
+from leasefence_tools.torture.settings import Settings
 
 
 def cli(argv: list[str] | None = None) -> int:
@@ -40,6 +41,12 @@ def cli(argv: list[str] | None = None) -> int:
         help="write shards of the table per tenant (default 1: the bare tenant id)",
     )
     parser.add_argument(
+        "--batched-fleet",
+        type=int,
+        default=Settings.batched_fleet,
+        help="worker threads of each batched HTTP worker (every other HTTP worker; 0: none)",
+    )
+    parser.add_argument(
         "--timeout-s",
         type=float,
         default=0.0,
@@ -56,6 +63,7 @@ def cli(argv: list[str] | None = None) -> int:
         indeterminate=args.indeterminate,
         timeout_s=args.timeout_s,
         operation_shards=args.operation_shards,
+        batched_fleet=args.batched_fleet,
     )
 
 

@@ -228,27 +228,38 @@ def cancel_rule(state: str, attempts: int) -> list[Finding]:
     return []
 
 
+def _lost_claim_rule(lost: dict[str, Any], got: Any, at: int) -> list[Finding]:
+    """A claim whose answer was lost, sent again with its token at ``at``: answered the same
+    claim (``got``: ``[operation, fence]``) while it holds."""
+    if lost.get("token") is None:
+        return []  # no token: nothing can recognize it (issue 21 case 8)
+    if got != [lost["operation_id"], lost["fence"]] and at < lost["lease_expires_at"]:
+        return [
+            (
+                "lost_claim_not_recognized",
+                f"claim {lost['operation_id']} fence {lost['fence']} sent again with its "
+                f"token got {got}",
+            )
+        ]
+    return []
+
+
 def retry_rule(record: dict[str, Any]) -> list[Finding]:
     """A command sent again after its answer was lost answers as the first one did.
 
     * a claim with a ``claim_token``: the same claim (operation and fence), while it holds;
+      each claim of a claim batch (``claims``) alike, from its item's answer;
     * a catalogue ``PUT``: ``changed`` tells the truth about the first try;
     * an operation command: not refused, when nothing happened to the operation in between
       (its state, fence and ``updated_at`` are still what the lost answer said)."""
     if "claim" in record:
-        lost = record["claim"]
-        if lost.get("token") is None:
-            return []  # no token: nothing can recognize it (issue 21 case 8)
-        got = record.get("retry_claim")
-        if got != [lost["operation_id"], lost["fence"]] and record["at"] < lost["lease_expires_at"]:
-            return [
-                (
-                    "lost_claim_not_recognized",
-                    f"claim {lost['operation_id']} fence {lost['fence']} sent again with its "
-                    f"token got {got}",
-                )
-            ]
-        return []
+        return _lost_claim_rule(record["claim"], record.get("retry_claim"), record["at"])
+    if "claims" in record:  # a claim batch: item by item
+        return [
+            finding
+            for lost in record["claims"]
+            for finding in _lost_claim_rule(lost, lost.get("retry_claim"), record["at"])
+        ]
     if "changed" in record:
         if record["changed"] and not record.get("retry_changed"):
             return [("retry_untruthful", f"{record['path']}: changed, then changed false")]
@@ -661,8 +672,22 @@ def _check_composed(
         "slow_jobs": dict(sorted(lapsed.items())),
         # How long HTTP long jobs waited for a renewal at worst (ms: median, slowest).
         "http_renewal_waits_ms": [waits[len(waits) // 2], waits[-1]] if waits else [],
+        "batched": batched_summary(report.counts),
         "counts": dict(sorted(report.counts.items())),
         "errors": list(report.errors),
+    }
+
+
+def batched_summary(counts: Counter[str]) -> dict[str, Any]:
+    """What went through the batched HTTP workers: the lifecycles they ended (their closing
+    write a batch item), the claims they made, and the batch requests sent per route with their
+    items (more items than requests: calls of several workers shared a request)."""
+    routes = sorted(k.partition(":")[2] for k in counts if k.startswith("batch_requests:"))
+    return {
+        "lifecycles": counts["batched_finishes"],
+        "claims": counts["batched_claims"],
+        "requests": {r: counts[f"batch_requests:{r}"] for r in routes},
+        "items": {r: counts[f"batch_items:{r}"] for r in routes},
     }
 
 

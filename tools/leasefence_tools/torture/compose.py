@@ -38,7 +38,7 @@ from leasefence.worker.http_backend import HttpBackend
 from leasefence_tools.testing.faults import FaultyClient
 from leasefence_tools.testing.kits import FencedTableKit, Job, Kit
 from leasefence_tools.torture.chaos import SWAPPED, ChaosEvents, ChaosHooks, StoreChaos
-from leasefence_tools.torture.indeterminate import INFO, http_answer, http_call
+from leasefence_tools.torture.indeterminate import INFO, http_answers, http_calls
 from leasefence_tools.torture.settings import (
     FINAL_STATES,
     FastClock,
@@ -252,22 +252,16 @@ class Http:
         record = {"client": client.name, "method": method, "path": path, "status": status}
         self.report.fault("http_answer_lost")
         if path == "/v1/claims" and status == 200 and answer:
-            claim = answer["claim"]
-            lost = {
-                "tenant_id": client.tenant_id,
-                "operation_id": claim["operation_id"],
-                "fence": int(claim["fence"]),
-                "lease_expires_at": _ms(claim["lease_expires_at"]),
-                "token": (body or {}).get("claim_token"),
-            }
-            self.report.note(
-                client.tenant_id,
-                claim["operation_id"],
-                f"claim answer lost, fence {claim['fence']}",
-            )
-            with self.report.lock:
-                self.report.lost_claims.append(lost)
-            record["claim"] = lost
+            record["claim"] = self._lost_claim(client, answer["claim"], body)
+        elif path == "/v1/batch/claim" and status == 200 and answer:
+            # Each claim the batch made, judged item by item when the batch is sent again.
+            record["claims"] = [
+                {**self._lost_claim(client, result["body"]["claim"], item), "item": index}
+                for index, (item, result) in enumerate(
+                    zip(_batch_items(path, "claim", body), answer["results"], strict=False)
+                )
+                if result["status"] == 200
+            ]
         elif isinstance(answer, dict) and isinstance(answer.get("operation"), dict):
             operation = answer["operation"]
             record["operation"] = {
@@ -279,6 +273,24 @@ class Http:
             record["changed"] = bool(answer["changed"])
         return record
 
+    def _lost_claim(
+        self, client: ApiClient, claim: dict[str, Any], sent: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """A claim made by a request whose answer was lost (noted, and kept for the report)."""
+        lost = {
+            "tenant_id": client.tenant_id,
+            "operation_id": claim["operation_id"],
+            "fence": int(claim["fence"]),
+            "lease_expires_at": _ms(claim["lease_expires_at"]),
+            "token": (sent or {}).get("claim_token"),
+        }
+        self.report.note(
+            client.tenant_id, claim["operation_id"], f"claim answer lost, fence {claim['fence']}"
+        )
+        with self.report.lock:
+            self.report.lost_claims.append(lost)
+        return lost
+
     def retried(self, client: ApiClient, lost: dict[str, Any], status: int, raw: bytes) -> None:
         """The request whose answer was lost, sent again: what it answered this time."""
         answer = _json(raw)
@@ -288,6 +300,12 @@ class Http:
             entry["retry_claim"] = (
                 None if claim is None else [claim["operation_id"], int(claim["fence"])]
             )
+        elif "claims" in lost:  # a claim batch: what each item that had claimed answers now
+            results = ((answer or {}).get("results") or []) if status == 200 else []
+            entry["claims"] = [
+                {**claimed, "retry_claim": _item_claim(results, claimed["item"])}
+                for claimed in lost["claims"]
+            ]
         elif "changed" in lost:
             entry["retry_changed"] = bool((answer or {}).get("changed"))
         elif "operation" in lost and 400 <= status < 500:
@@ -304,6 +322,31 @@ class Http:
                 pass
         with self.report.lock:
             self.report.retries.append(entry)
+
+
+def _item_claim(results: list[Any], index: int) -> list[Any] | None:
+    """``[operation, fence]`` of the claim a claim batch's item ``index`` answered, or None."""
+    result = results[index] if index < len(results) else None
+    if not isinstance(result, dict) or result.get("status") != 200:
+        return None
+    claim = result["body"]["claim"]
+    return [claim["operation_id"], int(claim["fence"])]
+
+
+def _batch_items(path: str, route: str, body: Any) -> list[Any]:
+    """The items of a ``POST /v1/batch/<route>`` body (none for any other request)."""
+    if path != f"/v1/batch/{route}" or not isinstance(body, dict):
+        return []
+    items = body.get("items")
+    return items if isinstance(items, list) else []
+
+
+def _count_batch(report: Report, path: str, body: Any) -> None:
+    """Batch requests and their items, per route (the run's report shows they were sent)."""
+    route = path.removeprefix("/v1/batch/")
+    if route != path:
+        report.count(f"batch_requests:{route}")
+        report.count(f"batch_items:{route}", len(_batch_items(path, route, body)))
 
 
 def _json(raw: bytes) -> Any:
@@ -337,16 +380,22 @@ class ApiClient(LeaseFenceClient):
             lost_before = self.pending.pop(request, None)
             self.sent[request] += 1
             nth = self.sent[request]
-        if path == "/v1/claims" and settings.claim_tokens and "claim_token" not in (body or {}):
-            report.count("claims_without_token")
+        if settings.claim_tokens:
+            claims = [body] if path == "/v1/claims" else _batch_items(path, "claim", body)
+            untokened = sum(1 for c in claims if "claim_token" not in (c or {}))
+            if untokened:
+                report.count("claims_without_token", untokened)
+        _count_batch(report, path, body)
         log = report.calls
-        call = None if log is None else http_call(self.name, self.tenant_id, method, path, body)
+        calls = [] if log is None else http_calls(self.name, self.tenant_id, method, path, body)
         lost = None
-        if call is not None:
-            log.begin(call)
-            lost = log.lose(call)
+        if calls:
+            for _, call in calls:
+                log.begin(call)
+            lost = log.lose_together([call for _, call in calls])
             if lost == "before":  # the request never reaches the API; the client cannot tell
-                log.end(call, INFO)
+                for _, call in calls:
+                    log.end(call, INFO)
                 raise ConnectionResetError("injected: the request was lost")
         status, headers, raw = self.http.api.respond(method, path, data, self.claims)
         if lost_before is not None:
@@ -355,13 +404,14 @@ class ApiClient(LeaseFenceClient):
                     self.pending.setdefault(request, lost_before)
             else:
                 self.http.retried(self, lost_before, status, raw)
-        if call is not None:
-            if lost is None:
-                http_answer(log, call, status, _json(raw))
-            else:  # it ran; its answer is lost
-                log.end(call, INFO)
+        if calls:
+            if lost is None:  # a batch's answer is judged item by item
+                http_answers(log, calls, status, _json(raw))
+            else:  # it ran; its answer is lost (every item's, in a batch)
+                for _, call in calls:
+                    log.end(call, INFO)
         if (lost == "after" and status < 500) or (
-            call is None
+            not calls
             and method != "GET"
             and status < 500
             and chance(settings.seed, "http-lost", self.name, *request, nth)
@@ -381,7 +431,9 @@ class ApiClient(LeaseFenceClient):
 class TortureHttpBackend(HttpBackend):
     """The worker runtime's HTTP backend, unchanged, plus what the checker needs: every claim a
     worker received, every operation it finished, and payloads by reference from the
-    producers' store."""
+    producers' store. ``batched``: the backend of a fleet of workers whose claims, renewals and
+    closing writes share batch requests (``POST /v1/batch/...``); what its workers claim and
+    finish is counted (``batched_claims``, ``batched_finishes``)."""
 
     def __init__(
         self,
@@ -392,10 +444,16 @@ class TortureHttpBackend(HttpBackend):
         finished: Callable[[str, str], None],
         parked: Callable[[str, str], None],
         external: ExternalStore,
+        batched: bool = False,
     ) -> None:
-        super().__init__(client, tenant_id)
+        super().__init__(client, tenant_id, batched=batched)
         self.report, self.claims = report, claims
         self.finished, self.parked, self.external = finished, parked, external
+
+    def _closed(self, claim: Claim) -> None:
+        if self._batched:
+            self.report.count("batched_finishes")
+        self.finished(claim.tenant_id, claim.operation_id)
 
     def claim_next(
         self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None = None
@@ -407,6 +465,8 @@ class TortureHttpBackend(HttpBackend):
             )
             with self.report.lock:
                 self.claims.append((claim.tenant_id, claim.operation_id, claim.fence))
+            if self._batched:
+                self.report.count("batched_claims")
         return claim
 
     def heartbeat(
@@ -421,26 +481,34 @@ class TortureHttpBackend(HttpBackend):
 
     def complete(self, claim: Claim, outcome_code: str) -> None:
         super().complete(claim, outcome_code)
-        self.finished(claim.tenant_id, claim.operation_id)
+        self._closed(claim)
 
     def fail(
         self, claim: Claim, retryable: bool, reason: str, retry_after_ms: int | None = None
     ) -> None:
+        """As the backend's own, but told the state it left (final or queued again)."""
         seconds = None if retry_after_ms is None else -(-retry_after_ms // 1000)
-        operation = self.client.fail(
-            claim.operation_id, claim.fence, retryable, reason, retry_after_seconds=seconds
-        )
+        if self._finishes is not None:
+            item: dict[str, Any] = {"action": "fail", "operation_id": claim.operation_id}
+            item |= {"fence": claim.fence, "retryable": retryable, "reason": reason}
+            if seconds is not None:
+                item["retry_after_seconds"] = seconds
+            operation = self._finishes.submit(item).result()
+        else:
+            operation = self.client.fail(
+                claim.operation_id, claim.fence, retryable, reason, retry_after_seconds=seconds
+            )
         if State(operation.state) in FINAL_STATES:
-            self.finished(claim.tenant_id, claim.operation_id)
+            self._closed(claim)
 
     def park_unknown(self, claim: Claim, reason: str) -> None:
         super().park_unknown(claim, reason)
-        self.finished(claim.tenant_id, claim.operation_id)
+        self._closed(claim)
         self.parked(claim.tenant_id, claim.operation_id)
 
     def quarantine(self, claim: Claim, reason: str) -> None:
         super().quarantine(claim, reason)
-        self.finished(claim.tenant_id, claim.operation_id)
+        self._closed(claim)
 
     def load_payload(self, claim: Claim) -> Any:
         if self.external.owns(claim.payload_ref):

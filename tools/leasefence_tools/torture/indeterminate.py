@@ -16,6 +16,10 @@ for it) or follows the documented recovery, and the call says which (:attr:`Call
   item); over HTTP the operator's next try is a new request (a new ``request_token``): the
   first one's process is retired.
 
+A batch request (``POST /v1/batch/...``, :func:`http_calls`) is one call per item of these kinds:
+one coin loses its answer, which makes every item ``info``; an answer is judged item by item
+(:func:`http_answers`).
+
 The checker (:func:`indeterminate_rule`) knows nothing from inside: per operation it takes the
 calls that could have touched it and its stored history, and accepts them only if SOME
 resolution of the indeterminate calls explains them. For each subset of the ``info`` calls taken
@@ -39,7 +43,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from leasefence.errors import LeaseFenceError, Unavailable
 from leasefence.model import Transition
@@ -140,6 +144,17 @@ class CallLog:
             self.lost[call.kind] += 1
             self.lost_before[call.kind] += before
         return "before" if before else "after"
+
+    def lose_together(self, calls: list[Call]) -> str | None:
+        """:meth:`lose` for one request carrying several calls (a batch): one coin, the first
+        call's; a lost answer is every call's (each counted as lost)."""
+        lost = self.lose(calls[0])
+        if lost is not None:
+            with self.lock:
+                for call in calls[1:]:
+                    self.lost[call.kind] += 1
+                    self.lost_before[call.kind] += lost == "before"
+        return lost
 
     def end(self, call: Call, outcome: str, answer: str = "") -> None:
         call.completed = self.clock()
@@ -510,6 +525,62 @@ def http_call(process: str, tenant_id: str, method: str, path: str, body: Any) -
             resolution=str(body.get("resolution")),
         )
     return None
+
+
+#: The batch routes (``POST /v1/batch/<route>``): each item's one-at-a-time request.
+_BATCH_PREFIX = "/v1/batch/"
+
+
+def _batch_item_call(process: str, tenant_id: str, route: str, item: Any) -> Call | None:
+    """The :class:`Call` one item of a batch is: the one its one-at-a-time request would be (a
+    finish item only when it completes; a renewal is none)."""
+    if not isinstance(item, dict):
+        return None
+    if route == "enqueue":
+        return http_call(process, tenant_id, "POST", "/v1/operations", item)
+    if route == "claim":
+        return http_call(process, tenant_id, "POST", "/v1/claims", item)
+    if route == "finish" and item.get("action") == "complete":
+        path = f"/v1/operations/{quote(str(item.get('operation_id')), safe='')}/complete"
+        return http_call(process, tenant_id, "POST", path, item)
+    return None
+
+
+def http_calls(
+    process: str, tenant_id: str, method: str, path: str, body: Any
+) -> list[tuple[int | None, Call]]:
+    """The calls an SDK request is, each with its item's index in a batch (None: the request
+    is one call): at most one for a one-at-a-time request, one per item of the four kinds for a
+    batch (``POST /v1/batch/...``)."""
+    if not path.startswith(_BATCH_PREFIX):
+        call = http_call(process, tenant_id, method, path, body)
+        return [] if call is None else [(None, call)]
+    if method != "POST" or not isinstance(body, dict) or not isinstance(body.get("items"), list):
+        return []
+    route = path[len(_BATCH_PREFIX) :].split("?", 1)[0]
+    found: list[tuple[int | None, Call]] = []
+    for index, item in enumerate(body["items"]):
+        call = _batch_item_call(process, tenant_id, route, item)
+        if call is not None:
+            found.append((index, call))
+    return found
+
+
+def http_answers(
+    log: CallLog, calls: list[tuple[int | None, Call]], status: int, answer: Any
+) -> None:
+    """Record what the client got for each call of a request: a batch answered 200 item by
+    item (each item's status and body, as its one-at-a-time request's), any other answer for
+    every call alike (a 5xx or a 429: none of them answered; a 4xx: none of them ran)."""
+    results = (answer or {}).get("results") if isinstance(answer, dict) else None
+    for index, call in calls:
+        if index is None or status != 200:
+            http_answer(log, call, status, answer)
+        elif isinstance(results, list) and index < len(results):
+            result = results[index]
+            http_answer(log, call, int(result["status"]), result.get("body"))
+        else:  # an answer without this item's result: nothing says what became of it
+            log.end(call, INFO)
 
 
 def http_answer(log: CallLog, call: Call, status: int, answer: Any) -> None:

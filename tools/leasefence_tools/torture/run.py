@@ -268,6 +268,7 @@ class Mode:
     http: bool = False
     by_ref: bool = False
     anonymous: bool = False  # over HTTP with a token that names nobody
+    batched: bool = False  # over HTTP as an item of ``POST /v1/batch/enqueue``
 
     @property
     def approval(self) -> bool:
@@ -291,6 +292,11 @@ def torture_worker_id(i: int) -> str:
     return f"w{i}" if i else "w0-" + "\U0001f6e0" * 253
 
 
+def _only_item(send_batch: Any, item: dict[str, Any]) -> Any:
+    """A batch of one item: its answer, or its refusal raised."""
+    return send_batch([item])[0].result()
+
+
 def plan(settings: Settings, tenant: str, operation_id: str, target: TargetClass, kit: Kit) -> Mode:
     """The composed run's choice for one operation (each a coin of its own)."""
     seed = settings.seed
@@ -301,6 +307,7 @@ def plan(settings: Settings, tenant: str, operation_id: str, target: TargetClass
         http=approval or coin("http") < settings.http_enqueue_rate,
         by_ref=coin("by-ref") < settings.by_ref_rate,
         anonymous=approval and coin("anonymous") < settings.anonymous_producer_rate,
+        batched=coin("batched-enqueue") < settings.batched_enqueue_rate,
     )
 
 
@@ -464,30 +471,37 @@ def run_torture(settings: Settings) -> dict[str, Any]:
         if http is not None and actors is not None:
             for i in range(settings.http_worker_count):
                 tenant = tenants[i % len(tenants)]
-                worker = TortureWorker(
-                    TortureHttpBackend(
-                        http.client(f"worker{i}-{tenant}", tenant, [WORK], f"worker:{tenant}"),
-                        tenant,
-                        report,
-                        backend.claims,
-                        window.finished,
-                        actors.park,
-                        external,
-                    ),
-                    # Class A completes in the engine's own transaction: in-process workers only.
-                    {jt: kit.handler() for jt, kit in by_type.items() if jt != "refund-a"},
-                    worker_id=f"h{i}",
-                    lease_ms=settings.http_lease_ms,
-                    heartbeat_interval_ms=max(10, int(settings.http_lease_ms / settings.speed / 3)),
-                    idle_sleep_ms=10,
-                    speed=settings.speed,
+                batched = settings.batched_http_worker(i)
+                shared = TortureHttpBackend(
+                    http.client(f"worker{i}-{tenant}", tenant, [WORK], f"worker:{tenant}"),
+                    tenant,
+                    report,
+                    backend.claims,
+                    window.finished,
+                    actors.park,
+                    external,
+                    batched=batched,
                 )
-                hooks.workers[worker.worker_id] = (
-                    "http",
-                    settings.http_lease_ms,
-                    worker.heartbeat_interval_ms,
-                )
-                workers.append(worker)
+                # A batched fleet: several workers over one backend, sharing its batches.
+                for k in range(settings.batched_fleet if batched else 1):
+                    worker = TortureWorker(
+                        shared,
+                        # Class A completes in the engine's own transaction: in-process only.
+                        {jt: kit.handler() for jt, kit in by_type.items() if jt != "refund-a"},
+                        worker_id=f"h{i}-b{k}" if batched else f"h{i}",
+                        lease_ms=settings.http_lease_ms,
+                        heartbeat_interval_ms=max(
+                            10, int(settings.http_lease_ms / settings.speed / 3)
+                        ),
+                        idle_sleep_ms=10,
+                        speed=settings.speed,
+                    )
+                    hooks.workers[worker.worker_id] = (
+                        "http_batched" if batched else "http",
+                        settings.http_lease_ms,
+                        worker.heartbeat_interval_ms,
+                    )
+                    workers.append(worker)
 
         def work(worker: Worker) -> None:
             idle = 0.02
@@ -637,22 +651,23 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                     return result.created
                 return enqueue_inline(tenant, operation_id, mode.job_type, target, variant)
             producer = (actors.anonymous if mode.anonymous else actors.producers)[tenant]
+            fields: dict[str, Any] = {"target_class": target.value}
+            if mode.by_ref:
+                fields |= {"payload_ref": ref, "payload_hash": value_hash}
             try:
-                if mode.by_ref:
+                if mode.batched:  # its item's refusal raised as the one-at-a-time call's
+                    item = {"operation_id": operation_id, "job_type": mode.job_type, **fields}
+                    if not mode.by_ref:
+                        item["payload"] = value
+                    # Sent again whole while it is not answered (an ``Unavailable`` item too).
+                    answer = retrying(partial(_only_item, producer.enqueue_batch, item))
+                elif mode.by_ref:
                     answer = retrying(
-                        lambda: producer.enqueue(
-                            operation_id,
-                            mode.job_type,
-                            payload_ref=ref,
-                            payload_hash=value_hash,
-                            target_class=target.value,
-                        )
+                        lambda: producer.enqueue(operation_id, mode.job_type, **fields)
                     )
                 else:
                     answer = retrying(
-                        lambda: producer.enqueue(
-                            operation_id, mode.job_type, value, target_class=target.value
-                        )
+                        lambda: producer.enqueue(operation_id, mode.job_type, value, **fields)
                     )
             except (InvalidInput, Forbidden) as refused:
                 if mode.approval and mode.by_ref and isinstance(refused, InvalidInput):
@@ -870,5 +885,13 @@ def main(
     if "indeterminate" in summary:
         rates = summary["indeterminate"]["calls"]
         print(f"torture: answers lost (indeterminate calls): {format_rates(rates)}", flush=True)
+    batched = summary.get("composed", {}).get("batched")
+    if batched:
+        print(
+            f"torture: batched HTTP workers ended {batched['lifecycles']:,} lifecycles "
+            f"({batched['claims']:,} claims); batch requests {batched['requests']}, "
+            f"items {batched['items']}",
+            flush=True,
+        )
     print(json.dumps(summary))
     return 1 if summary["violations"] else 0

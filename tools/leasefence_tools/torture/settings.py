@@ -60,6 +60,11 @@ class Settings:
     compose: bool = True
     #: Workers over the HTTP API, one tenant each (-1: one per tenant); the rest are in-process.
     http_workers: int = -1
+    #: Every other HTTP worker (the second, the fourth...) is a batched fleet: this many worker
+    #: threads sharing one ``HttpBackend(batched=True)``, whose claims, renewals and closing
+    #: writes made at about the same time share a request (``POST /v1/batch/...``); 0: no
+    #: batched worker (each batched HTTP worker adds ``batched_fleet - 1`` threads).
+    batched_fleet: int = 2
     #: The lease HTTP workers ask for (engine ms): more than the cut job types allow. Their
     #: renewal interval (a third of it) is longer than the cut lease.
     http_lease_ms: int = 60_000
@@ -75,6 +80,8 @@ class Settings:
     #: own store; the rest inline).
     http_enqueue_rate: float = 0.4
     by_ref_rate: float = 0.25
+    #: Of the enqueues over HTTP, those sent as an item of ``POST /v1/batch/enqueue``.
+    batched_enqueue_rate: float = 0.3
     #: Operations of the approval-required job type; their producers' tokens name nobody at
     #: this rate (an enqueuer that cannot be told from an approver).
     approval_rate: float = 0.06
@@ -117,6 +124,10 @@ class Settings:
             return 0
         wanted = self.tenants if self.http_workers < 0 else self.http_workers
         return max(0, min(wanted, self.workers - 1))
+
+    def batched_http_worker(self, number: int) -> bool:
+        """Whether HTTP worker ``number`` (from 0) is a batched fleet."""
+        return self.batched_fleet > 0 and number % 2 == 1
 
 
 class FastClock:

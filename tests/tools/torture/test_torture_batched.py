@@ -1,0 +1,161 @@
+"""Batched HTTP workers in the torture run: batch requests recorded item by item as the
+indeterminate checker's calls (a lost batch answer makes every item indeterminate), a claim
+batch sent again after a lost answer judged item by item, and a planted bug in the batch route
+caught in a small composed run."""
+
+from __future__ import annotations
+
+import logging
+import zlib
+
+import pytest
+
+from leasefence.api import _batch
+from leasefence_tools.torture import Settings, run_torture
+from leasefence_tools.torture.checker import retry_rule
+from leasefence_tools.torture.indeterminate import (
+    FAIL,
+    INFO,
+    OK,
+    CallLog,
+    http_answers,
+    http_calls,
+)
+
+
+@pytest.fixture(autouse=True)
+def quiet():
+    logging.getLogger("leasefence").setLevel(logging.CRITICAL)
+    yield
+    logging.getLogger("leasefence").setLevel(logging.NOTSET)
+
+
+def claim_body(operation_id, fence):
+    return {
+        "claim": {
+            "operation_id": operation_id,
+            "fence": fence,
+            "lease_expires_at": "2026-12-06T20:00:00Z",
+        }
+    }
+
+
+FINISH = {
+    "items": [
+        {"action": "complete", "operation_id": "op/1", "fence": 2, "outcome_code": "ok"},
+        {"action": "fail", "operation_id": "op-2", "fence": 1, "retryable": True, "reason": "x"},
+        {"action": "complete", "operation_id": "op-3", "fence": 4, "outcome_code": "ok"},
+    ]
+}
+
+
+def test_a_finish_batch_is_one_call_per_complete_item_each_judged_by_its_own_status():
+    calls = http_calls("w1", "t", "POST", "/v1/batch/finish", FINISH)
+    assert [(i, c.kind, c.operation_id, c.fence) for i, c in calls] == [
+        (0, "complete", "op/1", 2),
+        (2, "complete", "op-3", 4),
+    ]
+    log = CallLog(seed=1, rate=0.0, clock=iter(range(100)).__next__)
+    for _, call in calls:
+        log.begin(call)
+    answer = {
+        "results": [
+            {"operation_id": "op/1", "status": 200, "body": {"operation": {}}},
+            {"operation_id": "op-2", "status": 200, "body": {"operation": {}}},
+            {
+                "operation_id": "op-3",
+                "status": 409,
+                "body": {"error": {"code": "stale_fence", "message": "m"}},
+            },
+        ]
+    }
+    http_answers(log, calls, 200, answer)
+    assert [(c.outcome, c.answer) for _, c in calls] == [(OK, "done"), (FAIL, "stale_fence")]
+
+
+def test_a_claim_batch_answer_names_each_items_claim_and_a_lost_answer_is_every_items():
+    body = {"items": [{"worker_id": "w1", "claim_token": "k1"}, {"worker_id": "w2"}]}
+    calls = http_calls("client", "t", "POST", "/v1/batch/claim", body)
+    assert [(c.process, c.token) for _, c in calls] == [("w1", "k1"), ("w2", None)]
+    log = CallLog(seed=1, rate=0.0, clock=iter(range(100)).__next__)
+    answer = {
+        "results": [
+            {"operation_id": "op-9", "status": 200, "body": claim_body("op-9", 3)},
+            {"operation_id": None, "status": 204, "body": None},
+        ]
+    }
+    http_answers(log, calls, 200, answer)
+    assert [(c.outcome, c.answer, c.operation_id, c.fence) for _, c in calls] == [
+        (OK, "claimed", "op-9", 3),
+        (OK, "none", None, None),
+    ]
+    # The whole request busy (or its answer lost): no item was answered.
+    again = http_calls("client", "t", "POST", "/v1/batch/claim", body)
+    http_answers(log, again, 503, {"error": {"code": "unavailable", "message": "m"}})
+    assert [c.outcome for _, c in again] == [INFO, INFO]
+    # Renewals are none of the four kinds; a one-at-a-time request is one call, no item.
+    assert http_calls("c", "t", "POST", "/v1/batch/heartbeat", {"items": [{"fence": 1}]}) == []
+    [(index, single)] = http_calls("c", "t", "POST", "/v1/claims", {"worker_id": "w1"})
+    assert index is None and single.kind == "claim"
+
+
+def test_the_lost_answer_coin_of_a_batch_is_one_for_all_its_items():
+    body = {"items": [{"worker_id": f"w{n}", "claim_token": f"k{n}"} for n in range(3)]}
+    log = CallLog(seed=2, rate=1.0, clock=iter(range(100)).__next__)
+    calls = [c for _, c in http_calls("client", "t", "POST", "/v1/batch/claim", body)]
+    assert log.lose_together(calls) in ("before", "after")
+    assert log.rates()["claim"]["lost_by_chaos"] == 3
+
+
+def test_retry_rule_judges_a_claim_batch_sent_again_item_by_item():
+    def lost(operation_id, item, token="k"):
+        return {
+            "operation_id": operation_id,
+            "fence": 2,
+            "lease_expires_at": 10_000,
+            "token": token,
+            "item": item,
+        }
+
+    record = {
+        "path": "/v1/batch/claim",
+        "at": 9_000,
+        "claims": [
+            {**lost("op-1", 0), "retry_claim": ["op-1", 2]},
+            {**lost("op-2", 1), "retry_claim": ["op-5", 1]},
+        ],
+    }
+    [(kind, detail)] = retry_rule(record)
+    assert kind == "lost_claim_not_recognized" and "op-2" in detail
+    record["claims"][1]["retry_claim"] = ["op-2", 2]
+    assert retry_rule(record) == []
+
+
+def test_a_batch_route_that_drops_an_items_claim_from_its_answer_is_caught(monkeypatch):
+    """Plant a bug in the batch route: some claim items that claimed are answered 204 (nothing
+    claimable), so the worker never runs them and they lapse to a takeover. The one-at-a-time
+    route is untouched: only the batched HTTP workers' items are wrong, and the checker finds
+    claims their calls cannot explain, judging each item by its own answer."""
+    answered = _batch.item_result
+    dropped: set[str] = set()
+
+    def drop_some_claims(operation_id, one):
+        result = answered(operation_id, one)
+        body = result["body"]
+        if result["status"] == 200 and isinstance(body, dict) and "claim" in body:
+            claimed = body["claim"]["operation_id"]
+            if zlib.crc32(claimed.encode()) % 2 == 0:
+                dropped.add(claimed)
+                return {"operation_id": operation_id, "status": 204, "body": None}
+        return result
+
+    monkeypatch.setattr(_batch, "item_result", drop_some_claims)
+    summary = run_torture(Settings(operations=30, seed=4, workers=4, months=False))
+    assert dropped and summary["composed"]["batched"]["requests"]["claim"] > 0
+    found = summary["violation_kinds"]
+    assert found.get("no_resolution", 0) > 0, summary["indeterminate"]
+    # Each finding is an operation whose claim was dropped: a claim in its history that no
+    # call explains.
+    caught = [v for v in summary["first_violations"] if v["kind"] == "no_resolution"]
+    assert all(v["operation_id"] in dropped for v in caught), (dropped, caught)
+    assert "claim fence 1 at" in caught[0]["detail"]
