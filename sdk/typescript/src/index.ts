@@ -3,3 +3,8 @@ export type { JsonValue } from "./json.js";
 export * from "./errors.js";
 export type { CallBounds } from "./transport.js";
 export * from "./client.js";
+export * from "./outcomes.js";
+export * from "./worker.js";
+export * from "./identity.js";
+export * from "./idempotency.js";
+export * from "./fenced-table.js";
