@@ -9,7 +9,9 @@
  *   being left to lapse. After `CLAIM_TOKEN_PATIENCE_MS` the token is given up for a new one.
  * - Heartbeats follow progress: the lease is renewed only when the handler called
  *   `job.progress()` since the last renewal, so a stuck handler loses its lease instead of holding
- *   it forever (its fence still protects the targets).
+ *   it forever (its fence still protects the targets). A renewal within the lease starts no try
+ *   past its end; one after it ran out (a handler that stalled, then went on) is sent anyway, and
+ *   its refusal aborts the job's signal.
  * - Lost ownership: when a heartbeat is refused (`stale_fence`, `not_found`) or a fenced write is
  *   (`FencedTable`), the job's `signal` aborts (its reason a `LostOwnership`), `job.guard()` throws,
  *   and the worker makes no further write for that claim, whatever the handler returns.
@@ -348,11 +350,15 @@ export class Worker {
       const { count, checkpoint } = job.takeProgress();
       if (count === renewedAt && checkpoint === undefined) continue; // no progress: let the lease run out
       const sent = performance.now();
+      // Within the lease, no try starts past its end. A job that made no progress until its lease
+      // ran out asks once more anyway: the answer says whether it still holds (nobody claimed it
+      // meanwhile) or lost it (its signal aborts).
+      const bounds = sent < leaseEnds ? { deadline: leaseEnds, tryTimeoutMs: job.claim.lease_ms / 3 } : { tryTimeoutMs: job.claim.lease_ms / 3 };
       try {
         await this.client.heartbeat(
           job.operationId,
           { fence: job.fence, worker_id: this.workerId, ...(checkpoint ? { checkpoint: checkpoint.value } : {}) },
-          { deadline: leaseEnds, tryTimeoutMs: job.claim.lease_ms / 3 },
+          bounds,
         );
         renewedAt = count;
         leaseEnds = sent + job.claim.lease_ms;
