@@ -25,6 +25,24 @@ import { PYTHON, startLocal, type Local } from "./support/local.js";
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const unique = (what: string) => `${what}-${randomUUID().slice(0, 8)}`;
 
+/** `attempt()` until it gives something truthy (a claim once the lease lapsed), within `ms`. */
+async function eventually<T>(attempt: () => Promise<T>, ms = 15_000): Promise<NonNullable<T>> {
+  const until = performance.now() + ms;
+  for (;;) {
+    const got = await attempt();
+    if (got) return got as NonNullable<T>;
+    if (performance.now() > until) throw new Error("gave up waiting");
+    await sleep(100);
+  }
+}
+
+/** A promise and the function that resolves it. */
+function signal() {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
 /** A fetch that loses the answer of the first request whose path ends with `suffix` (it reaches the server). */
 function losingFirstAnswer(suffix: string) {
   const bodies: string[] = [];
@@ -202,10 +220,11 @@ describe("worker", () => {
     const lf = local.client(tenant);
     await lf.enqueue({ operation_id: id, job_type: "post", payload: { amount: 10 }, target_class: "B" });
     const outcome: { error?: unknown; aborted?: boolean } = {};
-    const handler = (who: string, stallMs: number) => ({
+    const rescued = signal();
+    const handler = (who: string, stall: Promise<void>) => ({
       onClaim: (job: Job) => table.raiseFence(job, key),
       run: async (job: Job) => {
-        await sleep(stallMs); // no progress: no heartbeat, the 1 s lease lapses
+        await stall; // the zombie makes no progress (no heartbeat): its 1 s lease lapses meanwhile
         try {
           await table.write(job, key, { balance: who }, { append: { postings: [who] } });
         } catch (error) {
@@ -216,11 +235,11 @@ describe("worker", () => {
         return `posted-by-${who}`;
       },
     });
-    const stalled = new Worker({ client: lf, tenantId: tenant, workerId: "zombie", leaseSeconds: 1, handlers: { post: handler("zombie", 1800) } });
-    const rescuer = new Worker({ client: lf, tenantId: tenant, workerId: "rescuer", leaseSeconds: 30, handlers: { post: handler("rescuer", 0) } });
+    const stalled = new Worker({ client: lf, tenantId: tenant, workerId: "zombie", leaseSeconds: 1, handlers: { post: handler("zombie", rescued.promise) } });
+    const rescuer = new Worker({ client: lf, tenantId: tenant, workerId: "rescuer", leaseSeconds: 30, handlers: { post: handler("rescuer", Promise.resolve()) } });
     const zombie = stalled.runOnce();
-    await sleep(1200);
-    assert.equal(await rescuer.runOnce(), true); // takes over with fence 2 after the lease lapsed
+    await eventually(() => rescuer.runOnce()); // takes over with fence 2 once the zombie's lease lapsed
+    rescued.resolve(); // the zombie wakes up and writes
     assert.equal(await zombie, true);
     assert.ok(outcome.error instanceof LostOwnership, String(outcome.error));
     assert.match((outcome.error as Error).message, /seen 2/);
@@ -260,13 +279,14 @@ describe("worker", () => {
     const lf = local.client(tenant);
     await lf.enqueue({ operation_id: id, job_type: "slow", payload: 3 });
     const seen: { reason?: unknown; guard?: unknown } = {};
+    const rescued = signal();
     const stalled = new Worker({
       client: lf,
       tenantId: tenant,
       leaseSeconds: 1,
       handlers: {
         slow: async (job) => {
-          await sleep(1600); // stalled past the lease: another worker claims meanwhile
+          await rescued.promise; // stalled past the lease: another worker claims meanwhile
           job.progress(); // progress again: the next heartbeat is refused
           await new Promise((resolve) => job.signal.addEventListener("abort", resolve, { once: true }));
           seen.reason = job.signal.reason;
@@ -282,9 +302,9 @@ describe("worker", () => {
       },
     });
     const zombie = stalled.runOnce();
-    await sleep(1200);
-    const rescuer = await lf.claim({ worker_id: "rescuer", lease_seconds: 30 });
-    assert.equal(rescuer?.fence, 2);
+    const rescuer = await eventually(() => lf.claim({ worker_id: "rescuer", lease_seconds: 30 }));
+    assert.equal(rescuer.fence, 2);
+    rescued.resolve();
     await zombie;
     assert.ok(seen.reason instanceof LostOwnership);
     assert.match((seen.reason as Error).message, /heartbeat refused: stale_fence/);

@@ -8,6 +8,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 
 import {
+  Ambiguous,
   AlreadyAttempted,
   Forbidden,
   InvalidInput,
@@ -18,10 +19,12 @@ import {
   Unauthorized,
   Unavailable,
   answerError,
+  callIdempotent,
   entryValue,
   idempotencyKey,
   identityDigest,
   parseEntry,
+  reconcileIdempotent,
   stateOf,
 } from "../src/index.js";
 
@@ -76,6 +79,30 @@ test("identities are length-prefixed: separators inside ids do not collide", () 
   assert.notEqual(identityDigest("a#", "b"), identityDigest("a", "#b"));
   assert.match(idempotencyKey("t", "op"), /^lf-[0-9a-f]{48}$/);
   assert.notEqual(idempotencyKey("t1", "op"), idempotencyKey("t2", "op"));
+});
+
+test("class C: one key per operation; a lost answer is Ambiguous, and the lookup then finds the effect", async () => {
+  const results = new Map<string, { id: string }>();
+  let loseNext = true;
+  const provider = {
+    async execute(key: string, request: { to: string }) {
+      if (!results.has(key)) results.set(key, { id: `effect-${results.size + 1}:${request.to}` });
+      if (loseNext) {
+        loseNext = false;
+        throw Object.assign(new Error("no answer"), { name: "TimeoutError" });
+      }
+      return results.get(key)!;
+    },
+    async lookup(key: string) {
+      return results.get(key);
+    },
+  };
+  const job = { tenantId: "t", operationId: "receipt-1", guard() {} };
+  assert.equal((await reconcileIdempotent(job, provider)).kind, "not_done");
+  await assert.rejects(callIdempotent(job, provider, { to: "a@example.com" }), Ambiguous);
+  assert.deepEqual(await reconcileIdempotent(job, provider, (r) => `sent:${r.id}`), { kind: "done", outcomeCode: "sent:effect-1:a@example.com" });
+  assert.deepEqual(await callIdempotent(job, provider, { to: "a@example.com" }), { id: "effect-1:a@example.com" });
+  assert.deepEqual([...results.keys()], [idempotencyKey("t", "receipt-1")]);
 });
 
 test("src/openapi.ts is what openapi.json generates (npm run generate)", async () => {
