@@ -31,7 +31,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export CDK_DISABLE_VERSION_CHECK := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install install-python lock run lint collect dynalite test test-dynalite docs dist synth deploy demo bench torture modelcheck screenshots clean
+.PHONY: install install-python lock run lint collect dynalite test test-typescript test-dynalite docs dist synth deploy demo bench torture modelcheck screenshots clean
 
 # Both parts: install-python (.venv: run, lint, demo, ...) and the CDK part (Node.js).
 install: $(STAMP) $(NODE_STAMP) $(WHEELS_STAMP)
@@ -97,7 +97,20 @@ $(DYNALITE_STAMP): $(DYNALITE)/package.json $(DYNALITE)/package-lock.json
 	npm ci --prefix $(DYNALITE) --no-audit --no-fund --loglevel=error
 	@touch $(DYNALITE_STAMP)
 
-test: install lint collect dynalite
+# The TypeScript SDK (sdk/typescript, its own lockfile): npm ci, then its tests on Node's test
+# runner (tsc first) against a leasefence local of their own on free ports.
+TS_SDK := sdk/typescript
+TS_SDK_STAMP := $(TS_SDK)/node_modules/.installed
+
+$(TS_SDK_STAMP): $(TS_SDK)/package.json $(TS_SDK)/package-lock.json
+	@$(NEED_NODE)
+	npm ci --prefix $(TS_SDK) --no-audit --no-fund --loglevel=error
+	@touch $(TS_SDK_STAMP)
+
+test-typescript: install-python $(TS_SDK_STAMP)
+	cd $(TS_SDK) && npm test
+
+test: install lint collect dynalite test-typescript
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=12
 
 # The engine's tests with dynalite as their DynamoDB (LEASEFENCE_TEST_DYNAMODB_ENDPOINT, any
@@ -158,4 +171,4 @@ screenshots: install-python
 	$(BIN)/python -m tests.console.screenshots docs/console
 
 clean:
-	rm -rf $(VENV) node_modules $(DYNALITE)/node_modules cdk.out site .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules $(DYNALITE)/node_modules $(TS_SDK)/node_modules $(TS_SDK)/build $(TS_SDK)/dist cdk.out site .pytest_cache .mypy_cache .ruff_cache

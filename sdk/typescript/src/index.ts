@@ -1,0 +1,10 @@
+export type { paths, components, operations } from "./openapi.js";
+export type { JsonValue } from "./json.js";
+export * from "./errors.js";
+export type { CallBounds } from "./transport.js";
+export * from "./client.js";
+export * from "./outcomes.js";
+export * from "./worker.js";
+export * from "./identity.js";
+export * from "./idempotency.js";
+export * from "./fenced-table.js";
