@@ -187,6 +187,28 @@ class HttpBackend:
         self._lease_renewed(granted, sent, granted.lease_ms)
         return granted
 
+    def claim_operation(
+        self, worker_id: str, operation_id: str, lease_ms: int, job_types: Iterable[str] | None
+    ) -> Claim | None:
+        """Claim one named operation if it is claimable now (``POST /v1/claims`` with its
+        ``operation_id``), None if not: the claim as GRANTED, its lease counted as
+        :meth:`claim_next` counts it (a decorated record handler claims what it enqueued)."""
+        lease_seconds = max(1, lease_ms // 1000)
+        sent = time.monotonic()
+        claim = self.client.claim(
+            worker_id,
+            lease_seconds=lease_seconds,
+            job_types=list(job_types) if job_types is not None else None,
+            operation_id=operation_id,
+            deadline=sent + lease_seconds,
+            try_timeout=lease_seconds / 3,
+        )
+        if claim is None:
+            return None
+        granted = self._claim(claim, worker_id, lease_seconds * 1000)
+        self._lease_renewed(granted, sent, granted.lease_ms)
+        return granted
+
     def _claim_once(
         self,
         worker_id: str,

@@ -1,0 +1,242 @@
+"""The ``fenced`` record decorator under Powertools' BatchProcessor: signature, partial batch
+failures, a redelivery during the lease, a poison message, an ``unknown`` outcome, a stalled
+handler whose stale class-B write is refused."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+import uuid
+from typing import Any
+
+import pytest
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+from aws_lambda_powertools.utilities.batch import process_partial_response as powertools_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from leasefence.engine._rules import backoff_ceiling_ms
+from leasefence.model import State
+from leasefence.targets import fenced_table
+from leasefence.worker import Ambiguous, EngineBackend, Job, Reconciled
+from leasefence.worker.fenced import (
+    FenceConfig,
+    NotFinished,
+    Parked,
+    PoisonMessage,
+    TryLater,
+    fenced,
+)
+
+TENANT = "acme"
+LEASE_S = 30
+BY_REFUND = "powertools_json(body).refund_id"
+
+
+def sqs_record(body: Any, message_id: str | None = None) -> dict[str, Any]:
+    return {
+        "messageId": message_id or str(uuid.uuid4()),
+        "receiptHandle": "handle",
+        "body": json.dumps(body),
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {},
+        "md5OfBody": "",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:eu-west-1:123456789012:refunds",
+        "awsRegion": "eu-west-1",
+    }
+
+
+def process(records: list[dict[str, Any]], handler: Any, context: Any = None) -> list[str]:
+    """The message ids BatchProcessor reports as batch item failures."""
+    response = powertools_response(
+        event={"Records": records},
+        record_handler=handler,
+        processor=BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False),
+        context=context,
+    )
+    return [failure["itemIdentifier"] for failure in response["batchItemFailures"]]
+
+
+@pytest.fixture
+def backend(engine):
+    return EngineBackend(engine, [TENANT])
+
+
+def test_the_handler_keeps_its_name_and_signature_less_job(backend):
+    seen = {}
+
+    @fenced(backend, FenceConfig(job_type="refund", lease_seconds=LEASE_S))
+    def record_handler(record: SQSRecord, lambda_context: Any, job: Job) -> str:
+        """Refund one order."""
+        seen["context"], seen["fence"] = lambda_context, job.fence
+        return "refunded"
+
+    assert record_handler.__name__ == "record_handler"
+    assert record_handler.__doc__ == "Refund one order."
+    assert list(inspect.signature(record_handler).parameters) == ["record", "lambda_context"]
+    context = object()
+    # BatchProcessor passes lambda_context only when the signature it inspects declares it.
+    assert process([sqs_record({"refund_id": "r-1"})], record_handler, context) == []
+    assert seen == {"context": context, "fence": 1}
+
+
+def test_partial_batch_failures_as_powertools_reports_them(backend, engine, clock):
+    runs: list[str] = []
+
+    @fenced(
+        backend,
+        FenceConfig(job_type="refund", operation_id=BY_REFUND, lease_seconds=LEASE_S),
+        reconcile=lambda job: Reconciled.not_done(),  # it raises before any side effect
+    )
+    def record_handler(record: SQSRecord) -> str:
+        body = record.json_body
+        runs.append(body["refund_id"])
+        if body["refund_id"] == "r-bug":
+            raise RuntimeError("a bug in the handler")
+        return "refunded"
+
+    ok, bug = sqs_record({"refund_id": "r-ok", "cents": 100}), sqs_record({"refund_id": "r-bug"})
+    failed = process([ok, bug], record_handler)
+    assert failed == [bug["messageId"]]
+    assert engine.get(TENANT, "r-ok").state == State.SUCCEEDED
+    assert engine.get(TENANT, "r-ok").outcome_code == "refunded"
+    assert engine.get(TENANT, "r-bug").state == State.QUEUED  # a retryable failure: a later try
+    with pytest.raises(TryLater):  # redelivered before the retry's backoff ended: not run
+        record_handler(record=SQSRecord(bug))
+    clock.advance(backoff_ceiling_ms(1) + 1)
+    with pytest.raises(NotFinished, match="retryable"):
+        record_handler(record=SQSRecord(bug))
+    # The succeeded one delivered again: acknowledged without a second run.
+    assert process([ok], record_handler) == []
+    assert runs == ["r-ok", "r-bug", "r-bug"]
+
+
+def test_a_redelivery_during_the_lease_goes_back_to_the_queue_and_does_not_run(backend, engine):
+    runs: list[int] = []
+    message = sqs_record({"refund_id": "r-1"})
+    answers: list[BaseException] = []
+
+    @fenced(backend, FenceConfig(job_type="refund", operation_id=BY_REFUND, lease_seconds=LEASE_S))
+    def record_handler(record: SQSRecord, job: Job) -> None:
+        runs.append(job.fence)
+        if len(runs) == 1:  # SQS delivers the message again while this delivery holds the lease
+            try:
+                record_handler(record=SQSRecord(message))
+            except TryLater as kept:
+                answers.append(kept)
+
+    assert process([message], record_handler) == []
+    assert runs == [1] and len(answers) == 1  # the redelivery ran nothing and kept its message
+    assert "r-1" not in str(answers[0])  # named by its keyed hash only
+    # The same redelivery as Powertools sees it while the lease is held: a batch item failure.
+    engine.enqueue(TENANT, "r-2", "refund", _hash({"refund_id": "r-2"}))
+    held = engine.claim(TENANT, "r-2", "another-delivery", lease_ms=LEASE_S * 1000)
+    second = sqs_record({"refund_id": "r-2"})
+    assert process([second], record_handler) == [second["messageId"]]
+    assert engine.get(TENANT, "r-2").fence == held.fence and runs == [1]
+
+
+def _hash(payload: Any) -> str:
+    from leasefence.payloads import canonicalize
+
+    return canonicalize(payload).hash
+
+
+def test_a_poison_message_is_a_batch_item_failure_that_never_runs(backend, engine):
+    runs: list[int] = []
+
+    @fenced(backend, FenceConfig(job_type="refund", operation_id=BY_REFUND, lease_seconds=LEASE_S))
+    def record_handler(record: SQSRecord) -> None:
+        runs.append(record.json_body["cents"])
+
+    first = sqs_record({"refund_id": "r-1", "cents": 100})
+    poison = sqs_record({"refund_id": "r-1", "cents": 999_999})  # the same id, another payload
+    assert process([first, poison], record_handler) == [poison["messageId"]]
+    for _ in range(3):  # every receive until the redrive policy moves it to the DLQ
+        with pytest.raises(PoisonMessage, match="payload_conflict"):
+            record_handler(record=SQSRecord(poison))
+    assert runs == [100]
+    assert engine.get(TENANT, "r-1").state == State.SUCCEEDED  # the first one, unchanged
+
+
+def test_unknown_keeps_the_message_until_an_operator_decides(backend, engine):
+    runs: list[int] = []
+    reconciles: list[int] = []
+
+    def reconcile(job: Job) -> Reconciled:
+        reconciles.append(job.fence)
+        return Reconciled.done("looked-up")
+
+    @fenced(
+        backend,
+        FenceConfig(job_type="sms", operation_id=BY_REFUND, lease_seconds=LEASE_S),
+        reconcile=reconcile,
+    )
+    def record_handler(record: SQSRecord, job: Job) -> None:
+        runs.append(job.fence)
+        raise Ambiguous("the gateway timed out after the request was sent")
+
+    message = sqs_record({"refund_id": "r-1"})
+    assert process([message], record_handler) == [message["messageId"]]
+    assert engine.get(TENANT, "r-1").state == State.UNKNOWN
+    with pytest.raises(Parked, match="unknown"):
+        record_handler(record=SQSRecord(message))  # redelivered: still parked, not run
+    assert runs == [1]
+    # The operator requeues; the message (redriven from the DLQ) is reconciled, not run again.
+    engine.resolve(TENANT, "r-1", "requeue", actor="operator")
+    assert process([message], record_handler) == []
+    assert runs == [1] and reconciles == [2]
+    assert engine.get(TENANT, "r-1").outcome_code == "looked-up"
+
+
+def test_a_stalled_handler_s_stale_write_is_refused_by_a_class_b_table(backend, engine, clock, ddb):
+    ddb.create_table(
+        TableName="fenced-ledger",
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    ledger = fenced_table.FencedTable(ddb, "fenced-ledger")
+    stalled, wake = threading.Event(), threading.Event()
+
+    def account(job: Job) -> dict[str, str]:
+        return {"pk": job.payload["account"]}
+
+    def posted(job: Job) -> Reconciled:
+        entries = (ledger.read(account(job)) or {}).get("entries", [])
+        return Reconciled.done("posted") if entries else Reconciled.not_done()
+
+    @fenced(
+        backend,
+        FenceConfig(job_type="post", operation_id=BY_REFUND, target_class="B", lease_seconds=5),
+        reconcile=posted,
+        on_claim=lambda job: ledger.raise_fence(job, account(job)),
+    )
+    def record_handler(record: SQSRecord, job: Job) -> str:
+        if job.fence == 1:  # the first delivery stalls past its lease before its write
+            stalled.set()
+            wake.wait(10)
+        ledger.write(job, account(job), {}, append={"entries": [job.fence]})
+        return "posted"
+
+    message = sqs_record({"refund_id": "r-1", "account": "acct-9"})
+    first: list[BaseException] = []
+
+    def deliver_first() -> None:
+        try:
+            record_handler(record=SQSRecord(message))
+        except NotFinished as kept:
+            first.append(kept)
+
+    thread = threading.Thread(target=deliver_first)
+    thread.start()
+    assert stalled.wait(10)
+    clock.advance(5_001)  # the lease lapsed; SQS delivers the message again
+    assert process([message], record_handler) == []
+    wake.set()
+    thread.join(10)
+    assert len(first) == 1 and "lost ownership" in first[0].reason
+    assert ledger.read({"pk": "acct-9"})["entries"] == [2]  # the stale write never landed
+    assert engine.get(TENANT, "r-1").state == State.SUCCEEDED
+    assert process([message], record_handler) == []  # the stalled one's message, acknowledged
