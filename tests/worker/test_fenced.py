@@ -5,14 +5,10 @@ handler whose stale class-B write is refused."""
 from __future__ import annotations
 
 import inspect
-import json
 import threading
-import uuid
 from typing import Any
 
 import pytest
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
-from aws_lambda_powertools.utilities.batch import process_partial_response as powertools_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from leasefence.engine._rules import backoff_ceiling_ms
@@ -27,35 +23,11 @@ from leasefence.worker.fenced import (
     TryLater,
     fenced,
 )
+from tests.support.sqs import process, sqs_record
 
 TENANT = "acme"
 LEASE_S = 30
 BY_REFUND = "powertools_json(body).refund_id"
-
-
-def sqs_record(body: Any, message_id: str | None = None) -> dict[str, Any]:
-    return {
-        "messageId": message_id or str(uuid.uuid4()),
-        "receiptHandle": "handle",
-        "body": json.dumps(body),
-        "attributes": {"ApproximateReceiveCount": "1"},
-        "messageAttributes": {},
-        "md5OfBody": "",
-        "eventSource": "aws:sqs",
-        "eventSourceARN": "arn:aws:sqs:eu-west-1:123456789012:refunds",
-        "awsRegion": "eu-west-1",
-    }
-
-
-def process(records: list[dict[str, Any]], handler: Any, context: Any = None) -> list[str]:
-    """The message ids BatchProcessor reports as batch item failures."""
-    response = powertools_response(
-        event={"Records": records},
-        record_handler=handler,
-        processor=BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False),
-        context=context,
-    )
-    return [failure["itemIdentifier"] for failure in response["batchItemFailures"]]
 
 
 @pytest.fixture
