@@ -14,6 +14,7 @@ from aws_lambda_powertools.utilities.batch import (
     EventType,
     process_partial_response,
 )
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -30,7 +31,7 @@ leasefence = HttpBackend(
     LeaseFenceClient(os.environ["LEASEFENCE_API_URL"], os.environ["LEASEFENCE_TOKEN"]),
     tenant_id=os.environ["LEASEFENCE_TENANT"],
 )
-config = FenceConfig(job_type="refund", operation_id="powertools_json(body).refund_id", target_class="C")
+config = FenceConfig(job_type="refund", operation_id="powertools_json(body).refund_id")
 
 
 def refunded(job: Job) -> Reconciled:  # a previous holder may have called: look the key up
@@ -45,7 +46,7 @@ def record_handler(record: SQSRecord, job: Job) -> str:
     return f"refunded:{result['id']}"
 
 
-def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     return process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )
