@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import inspect
 import threading
+import uuid
 from typing import Any
 
 import pytest
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
+from leasefence import Engine
 from leasefence.engine._rules import backoff_ceiling_ms
+from leasefence.errors import InvalidInput
 from leasefence.model import State
+from leasefence.payloads import PayloadStore
 from leasefence.targets import fenced_table
 from leasefence.worker import Ambiguous, EngineBackend, Job, Reconciled
 from leasefence.worker.fenced import (
@@ -212,3 +216,44 @@ def test_a_stalled_handler_s_stale_write_is_refused_by_a_class_b_table(backend, 
     assert ledger.read({"pk": "acct-9"})["entries"] == [2]  # the stale write never landed
     assert engine.get(TENANT, "r-1").state == State.SUCCEEDED
     assert process([message], record_handler) == []  # the stalled one's message, acknowledged
+
+
+def test_a_result_that_is_no_outcome_code_completes_as_ok(backend, engine):
+    long_result = "x" * 300
+
+    @fenced(backend, FenceConfig(job_type="refund", lease_seconds=LEASE_S))
+    def record_handler(record: SQSRecord) -> str:
+        return long_result if record.json_body["long"] else "refunded"
+
+    long_one, short_one = sqs_record({"long": True}), sqs_record({"long": False})
+    assert record_handler(record=SQSRecord(long_one)) == long_result  # Powertools keeps it
+    assert process([short_one], record_handler) == []
+    assert engine.get(TENANT, long_one["messageId"]).outcome_code == "ok"
+    assert engine.get(TENANT, short_one["messageId"]).outcome_code == "refunded"
+    # A redelivery of an ended operation runs nothing and has no result of its own.
+    assert record_handler(record=SQSRecord(long_one)) is None
+
+
+def test_in_process_a_large_body_goes_to_the_payload_store(aws, spec, clock, engine):
+    bucket = f"fenced-{uuid.uuid4().hex[:8]}"
+    s3 = aws.client("s3")
+    s3.create_bucket(Bucket=bucket)
+    with_store = Engine(
+        client=aws.client(), spec=spec, clock=clock, payloads=PayloadStore(bucket, client=s3)
+    )
+    seen: list[Any] = []
+    config = FenceConfig(job_type="refund", operation_id=BY_REFUND, lease_seconds=LEASE_S)
+
+    def handler(record: SQSRecord, job: Job) -> None:
+        seen.append(job.payload)
+
+    big = {"refund_id": "r-big", "note": "n" * 4096}
+    fenced_handler = fenced(EngineBackend(with_store, [TENANT]), config)(handler)
+    assert process([sqs_record(big)], fenced_handler) == []
+    assert seen == [big]  # loaded back from S3 by the worker runtime
+    with pytest.raises(PoisonMessage):  # the same id, another large body: nothing left behind
+        fenced_handler(record=SQSRecord(sqs_record({**big, "note": "m" * 4096})))
+    assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 1
+    # Without a payload store (the engine fixture's), a body over the item's limit is refused.
+    with pytest.raises(InvalidInput, match="payload store"):
+        fenced(EngineBackend(engine, [TENANT]), config)(handler)(record=SQSRecord(sqs_record(big)))

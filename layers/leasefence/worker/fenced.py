@@ -65,6 +65,7 @@ from leasefence.errors import InvalidInput, PayloadConflict
 from leasefence.model import PARKED_STATES, TERMINAL_STATES, Claim, EnqueueResult, State
 from leasefence.payloads import canonicalize, fits_in_item
 from leasefence.privacy import keyed_hash
+from leasefence.validation import validate_id
 from leasefence.worker._runtime import Worker
 from leasefence.worker.backend import Backend, EngineBackend
 from leasefence.worker.handler import FunctionHandler, Job, Reconciled
@@ -169,6 +170,17 @@ def _pick(spec: str | Callable[[Any], Any], record: Any) -> Any:
     from aws_lambda_powertools.utilities.jmespath_utils import query
 
     return query(data=record_data(record), envelope=spec)
+
+
+def _outcome_code(result: Any) -> str | None:
+    """The handler's result as the operation's outcome code: a string that is one (1-256
+    characters, no control characters); anything else completes as ``ok``."""
+    if not isinstance(result, str):
+        return None
+    try:
+        return validate_id("outcome_code", result)
+    except InvalidInput:
+        return None
 
 
 # ---------------------------------------------------------------- enqueue and claim by id
@@ -314,7 +326,7 @@ def fenced(
     """Fence a record handler: see the module's docstring. ``reconcile`` and ``on_claim`` are the
     worker runtime's hooks (class B raises its target fences ``on_claim``; a handler that can look
     its side effect up reconciles). The handler's return value is the record's result in the
-    batch response; a string is also the operation's outcome code (else ``ok``)."""
+    batch response; a string that is a valid outcome code is also the operation's (else ``ok``)."""
     intake = _intake(backend)
     worker_id = config.worker_id or f"fenced-{uuid.uuid4().hex[:12]}"
 
@@ -374,7 +386,7 @@ def _deliver(
 
     def run(job: Job) -> str | None:
         results.append(call(job))
-        return results[0] if isinstance(results[0], str) else None
+        return _outcome_code(results[0])
 
     closing = _Closing(backend)
     handler = FunctionHandler(run, reconcile, on_claim)
