@@ -1,10 +1,6 @@
 #!/usr/bin/env python3
 """The refund worker's CDK app: ``python refund_worker_app.py`` (or ``npx cdk synth`` in this
 folder) synthesizes it offline into ``cdk.out/``; ``npx cdk deploy -c jwtIssuer=<your IdP's
-issuer> -c jwtAudience=<its audience>`` deploys it."""The refund worker's CDK app: ``python refund_worker_app.py`` (or ``npx cdk synth`` in this folder)
-synthesizes it offline into ``cdk.out/``; ``npx cdk deploy -c jwtIssuer=<your IdP's issuer>
--c jwtAudience=<its audience>`` deploys it."""The refund worker's CDK app: ``python refund_worker_app.py`` (or ``npx cdk synth`` in this
-folder) synthesizes it offline into ``cdk.out/``; ``npx cdk deploy -c jwtIssuer=<your IdP's
 issuer> -c jwtAudience=<its audience>`` deploys it."""
 
 from __future__ import annotations
