@@ -9,13 +9,13 @@ import uuid
 
 import pytest
 
-from leasefence.targets.fenced_table import FencedTable
 from leasefence.client import LeaseFenceClient
+from leasefence.targets.fenced_table import FencedTable
 from leasefence.worker import FunctionHandler, Job, Worker
 from leasefence.worker.http_backend import HttpBackend
 from leasefence_tools.local.tokens import ALL_SCOPES
 from tests.support.api import new_tenant
-from tests.support.sqs import example_on_path
+from tests.support.examples import example_on_path
 
 example_on_path("refund_worker")
 from refund_worker import jobs  # noqa: E402
@@ -84,4 +84,3 @@ def test_a_stalled_worker_is_refused_by_the_refunds_table(refunds, producer_and_
     assert [entry["refund"] for entry in entries] == ["refund-9"]  # one refund: fence 2's
     assert producer.get("refund-9").fence == 2
     assert producer.get("refund-9").state == "succeeded"
-

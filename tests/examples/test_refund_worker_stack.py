@@ -10,9 +10,9 @@ import os
 
 import pytest
 
+from tests.support.examples import example_on_path
 from tests.support.infra import actions_by_resource, resources, role_statements
 from tests.support.layer import prebuilt_layer
-from tests.support.sqs import example_on_path
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")

@@ -13,7 +13,8 @@ from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingErro
 
 from leasefence_tools.local.tokens import ALL_SCOPES
 from tests.support.api import new_tenant
-from tests.support.sqs import example_on_path, failures, sqs_record
+from tests.support.examples import example_on_path
+from tests.support.sqs import failures, sqs_record
 
 example_on_path("sqs_migration")
 

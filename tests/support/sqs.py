@@ -4,17 +4,11 @@
 from __future__ import annotations
 
 import json
-import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 from aws_lambda_powertools.utilities.batch import process_partial_response as powertools_response
-
-from tests.support import ROOT
-
-EXAMPLES = ROOT / "examples"
 
 
 def sqs_record(body: Any, message_id: str | None = None, receive_count: int = 1) -> dict[str, Any]:
@@ -46,12 +40,3 @@ def process(records: list[dict[str, Any]], handler: Any, context: Any = None) ->
         context=context,
     )
     return failures(response)
-
-
-def example_on_path(name: str) -> Path:
-    """``examples/<name>`` on ``sys.path``, as its README runs it (its package imports by its own
-    name, as in a Lambda layer)."""
-    folder = EXAMPLES / name
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-    return folder
