@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import threading
 import uuid
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from leasefence.errors import InvalidInput
 from leasefence.model import State
 from leasefence.payloads import PayloadStore
 from leasefence.targets import fenced_table
-from leasefence.worker import Ambiguous, EngineBackend, Job, Reconciled
+from leasefence.worker import Ambiguous, EngineBackend, Job, Permanent, Reconciled
 from leasefence.worker.fenced import (
     FenceConfig,
     NotFinished,
@@ -175,6 +176,7 @@ def test_a_stalled_handler_s_stale_write_is_refused_by_a_class_b_table(backend, 
     )
     ledger = fenced_table.FencedTable(ddb, "fenced-ledger")
     stalled, wake = threading.Event(), threading.Event()
+    counts: Counter[str] = Counter()
 
     def account(job: Job) -> dict[str, str]:
         return {"pk": job.payload["account"]}
@@ -188,6 +190,7 @@ def test_a_stalled_handler_s_stale_write_is_refused_by_a_class_b_table(backend, 
         FenceConfig(job_type="post", operation_id=BY_REFUND, target_class="B", lease_seconds=5),
         reconcile=posted,
         on_claim=lambda job: ledger.raise_fence(job, account(job)),
+        events=lambda name, value: counts.update({name: int(value)}),
     )
     def record_handler(record: SQSRecord, job: Job) -> str:
         if job.fence == 1:  # the first delivery stalls past its lease before its write
@@ -214,6 +217,7 @@ def test_a_stalled_handler_s_stale_write_is_refused_by_a_class_b_table(backend, 
     thread.join(10)
     assert len(first) == 1 and "lost ownership" in first[0].reason
     assert ledger.read({"pk": "acct-9"})["entries"] == [2]  # the stale write never landed
+    assert counts["LostOwnership"] == 1 and counts["Reconciles"] == 1  # the runtime's metrics
     assert engine.get(TENANT, "r-1").state == State.SUCCEEDED
     assert process([message], record_handler) == []  # the stalled one's message, acknowledged
 
@@ -257,3 +261,17 @@ def test_in_process_a_large_body_goes_to_the_payload_store(aws, spec, clock, eng
     # Without a payload store (the engine fixture's), a body over the item's limit is refused.
     with pytest.raises(InvalidInput, match="payload store"):
         fenced(EngineBackend(engine, [TENANT]), config)(handler)(record=SQSRecord(sqs_record(big)))
+
+
+def test_a_permanent_failure_ends_the_operation_and_is_acknowledged(backend, engine):
+    runs: list[int] = []
+
+    @fenced(backend, FenceConfig(job_type="refund", operation_id=BY_REFUND, lease_seconds=LEASE_S))
+    def record_handler(record: SQSRecord, job: Job) -> None:
+        runs.append(job.fence)
+        raise Permanent("the account is closed")
+
+    message = sqs_record({"refund_id": "r-1"})
+    assert process([message], record_handler) == []  # ended: SQS deletes it, no DLQ round
+    assert engine.get(TENANT, "r-1").state == State.FAILED_TERMINAL
+    assert process([message], record_handler) == [] and runs == [1]  # never runs again

@@ -62,6 +62,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from leasefence.errors import InvalidInput, PayloadConflict
+from leasefence.metrics import MetricSink
 from leasefence.model import PARKED_STATES, TERMINAL_STATES, Claim, EnqueueResult, State
 from leasefence.payloads import canonicalize, fits_in_item
 from leasefence.privacy import keyed_hash
@@ -322,11 +323,14 @@ def fenced(
     *,
     reconcile: Callable[[Job], Reconciled] | None = None,
     on_claim: Callable[[Job], None] | None = None,
+    events: MetricSink | None = None,
 ) -> Callable[[F], F]:
     """Fence a record handler: see the module's docstring. ``reconcile`` and ``on_claim`` are the
     worker runtime's hooks (class B raises its target fences ``on_claim``; a handler that can look
     its side effect up reconciles). The handler's return value is the record's result in the
-    batch response; a string that is a valid outcome code is also the operation's (else ``ok``)."""
+    batch response; a string that is a valid outcome code is also the operation's (else ``ok``).
+    ``events``: where the worker runtime counts (``LostOwnership``, ``Heartbeats``, ...), e.g.
+    :func:`leasefence.observability.record_event`; default: nowhere."""
     intake = _intake(backend)
     worker_id = config.worker_id or f"fenced-{uuid.uuid4().hex[:12]}"
 
@@ -341,7 +345,9 @@ def fenced(
             def call(job: Job) -> Any:
                 return handler(*args, **kwargs, **({JOB_PARAMETER: job} if takes_job else {}))
 
-            return _deliver(intake, backend, config, worker_id, record, call, reconcile, on_claim)
+            return _deliver(
+                intake, backend, config, worker_id, record, call, reconcile, on_claim, events
+            )
 
         if takes_job:
             fenced_handler.__signature__ = signature.replace(  # type: ignore[attr-defined]
@@ -361,6 +367,7 @@ def _deliver(
     call: Callable[[Job], Any],
     reconcile: Callable[[Job], Reconciled] | None,
     on_claim: Callable[[Job], None] | None,
+    events: MetricSink | None,
 ) -> Any:
     """One record: enqueue, claim, run, answer (see the module's docstring)."""
     operation_id = str(_pick(config.operation_id, record))
@@ -390,7 +397,9 @@ def _deliver(
 
     closing = _Closing(backend)
     handler = FunctionHandler(run, reconcile, on_claim)
-    runner = Worker(closing, {config.job_type: handler}, worker_id, config.lease_seconds * 1000)
+    runner = Worker(
+        closing, {config.job_type: handler}, worker_id, config.lease_seconds * 1000, events=events
+    )
     job = runner.process(claim)
     if job.completed or closing.closed in TERMINAL_STATES:
         return results[0] if results else None
