@@ -265,8 +265,13 @@ def test_in_process_a_large_body_goes_to_the_payload_store(aws, spec, clock, eng
 
 def test_a_permanent_failure_ends_the_operation_and_is_acknowledged(backend, engine):
     runs: list[int] = []
+    config = FenceConfig(
+        job_type="refund",
+        operation_id=lambda record: record.json_body["refund_id"],  # a function of the record
+        lease_seconds=LEASE_S,
+    )
 
-    @fenced(backend, FenceConfig(job_type="refund", operation_id=BY_REFUND, lease_seconds=LEASE_S))
+    @fenced(backend, config)
     def record_handler(record: SQSRecord, job: Job) -> None:
         runs.append(job.fence)
         raise Permanent("the account is closed")
@@ -275,3 +280,19 @@ def test_a_permanent_failure_ends_the_operation_and_is_acknowledged(backend, eng
     assert process([message], record_handler) == []  # ended: SQS deletes it, no DLQ round
     assert engine.get(TENANT, "r-1").state == State.FAILED_TERMINAL
     assert process([message], record_handler) == [] and runs == [1]  # never runs again
+
+
+def test_a_record_without_a_body_needs_a_payload_named(backend, engine):
+    event_record = {"eventID": "e-1", "detail": {"order": "A-1"}}  # not SQS: no body
+    runs: list[Any] = []
+
+    def handler(record: dict[str, Any], job: Job) -> None:
+        runs.append(job.payload)
+
+    with pytest.raises(InvalidInput, match="no body"):
+        fenced(backend, FenceConfig(job_type="sync", operation_id="eventID"))(handler)(
+            record=event_record
+        )
+    named = FenceConfig(job_type="sync", operation_id="eventID", payload="detail")
+    fenced(backend, named)(handler)(record=event_record)
+    assert runs == [{"order": "A-1"}] and engine.get(TENANT, "e-1").state == State.SUCCEEDED

@@ -375,6 +375,8 @@ def _deliver(
     payload = (
         _body(record_data(record)) if config.payload is None else _pick(config.payload, record)
     )
+    if payload is None:
+        raise InvalidInput("the record has no body: name its payload (FenceConfig.payload)")
     try:
         state = intake.enqueue(operation_id, config, payload)
     except PayloadConflict as conflict:
