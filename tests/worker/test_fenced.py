@@ -18,7 +18,7 @@ from leasefence.engine._rules import backoff_ceiling_ms
 from leasefence.errors import InvalidInput
 from leasefence.model import State
 from leasefence.payloads import PayloadStore
-from leasefence.targets import fenced_table
+from leasefence.targets import fenced_table, same_table, single_shot
 from leasefence.worker import Ambiguous, EngineBackend, Job, Permanent, Reconciled
 from leasefence.worker.fenced import (
     FenceConfig,
@@ -296,3 +296,43 @@ def test_a_record_without_a_body_needs_a_payload_named(backend, engine):
     named = FenceConfig(job_type="sync", operation_id="eventID", payload="detail")
     fenced(backend, named)(handler)(record=event_record)
     assert runs == [{"order": "A-1"}] and engine.get(TENANT, "e-1").state == State.SUCCEEDED
+
+
+def test_class_a_and_class_d_helpers_take_the_job(backend, engine, ddb):
+    ddb.create_table(
+        TableName="fenced-orders",
+        AttributeDefinitions=[{"AttributeName": "order_id", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "order_id", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    ddb.put_item(
+        TableName="fenced-orders", Item={"order_id": {"S": "A-1"}, "status": {"S": "paid"}}
+    )
+    sent: list[str] = []
+
+    @fenced(backend, FenceConfig(job_type="refund", operation_id=BY_REFUND, target_class="A"))
+    def refund(record: SQSRecord, job: Job) -> None:  # class A: commits with the completion
+        order = {"order_id": record.json_body["order"]}
+        paid_to_refunded = same_table.update(
+            "fenced-orders",
+            order,
+            "SET #s = :refunded",
+            condition="#s = :paid",
+            names={"#s": "status"},
+            values={":paid": "paid", ":refunded": "refunded"},
+        )
+        job.complete_with("refunded", [paid_to_refunded])
+
+    @fenced(backend, FenceConfig(job_type="sms", operation_id=BY_REFUND, target_class="D"))
+    def sms(record: SQSRecord, job: Job) -> str:  # class D: intent first, one call
+        single_shot.call_once(job, lambda: sent.append(record.json_body["to"]), what="sms")
+        return "sent"
+
+    a = sqs_record({"refund_id": "r-a", "order": "A-1"})
+    d = sqs_record({"refund_id": "r-d", "to": "+100"})
+    assert process([a], refund) == [] and process([d], sms) == []
+    order = ddb.get_item(TableName="fenced-orders", Key={"order_id": {"S": "A-1"}})["Item"]
+    assert order["status"]["S"] == "refunded"
+    assert engine.get(TENANT, "r-a").outcome_code == "refunded"
+    assert engine.get(TENANT, "r-d").state == State.SUCCEEDED and sent == ["+100"]
+    assert engine.get(TENANT, "r-d").target_class == "D"
