@@ -15,7 +15,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from leasefence import Engine
 from leasefence.engine._rules import backoff_ceiling_ms
-from leasefence.errors import InvalidInput
+from leasefence.errors import InvalidInput, SelfApproval
 from leasefence.model import State
 from leasefence.payloads import PayloadStore
 from leasefence.targets import fenced_table, same_table, single_shot
@@ -336,3 +336,21 @@ def test_class_a_and_class_d_helpers_take_the_job(backend, engine, ddb):
     assert engine.get(TENANT, "r-a").outcome_code == "refunded"
     assert engine.get(TENANT, "r-d").state == State.SUCCEEDED and sent == ["+100"]
     assert engine.get(TENANT, "r-d").target_class == "D"
+
+
+def test_a_job_type_that_requires_approval_waits_for_it(backend, engine):
+    engine.catalogue.put(TENANT, "payout", {"target_class": "D", "approval_required": True})
+    runs: list[int] = []
+
+    @fenced(backend, FenceConfig(job_type="payout", operation_id=BY_REFUND, worker_id="consumer"))
+    def record_handler(record: SQSRecord, job: Job) -> None:
+        runs.append(job.fence)
+
+    message = sqs_record({"refund_id": "p-1", "cents": 500})
+    assert process([message], record_handler) == [message["messageId"]]  # TryLater: not yet
+    operation = engine.get(TENANT, "p-1")
+    assert operation.state == State.AWAITING_APPROVAL and runs == []
+    with pytest.raises(SelfApproval):  # the consumer enqueued it: it can never approve it
+        engine.approve(TENANT, "p-1", operation.payload_hash, actor="consumer")
+    engine.approve(TENANT, "p-1", operation.payload_hash, actor="approver")
+    assert process([message], record_handler) == [] and runs == [1]

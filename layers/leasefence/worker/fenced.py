@@ -199,11 +199,14 @@ class _EngineIntake:
     """In-process (IAM access to the table): the payload kept in the operation's item, or in the
     engine's payload store when it is larger."""
 
-    def __init__(self, backend: EngineBackend) -> None:
+    def __init__(self, backend: EngineBackend, actor: str) -> None:
         if len(backend.tenants) != 1:
             raise ValueError("a fenced record handler serves one tenant: give it a backend of one")
         self.engine = backend.engine
         self.tenant_id = backend.tenants[0]
+        #: Who enqueues (the history's actor; a job type that requires approval needs one, and
+        #: that identity can never approve it).
+        self.actor = actor
 
     def enqueue(self, operation_id: str, config: FenceConfig, payload: Any) -> str:
         canonical = canonicalize(payload)
@@ -217,6 +220,7 @@ class _EngineIntake:
             max_attempts=config.max_attempts,
             payload=payload,
             payload_given=True,
+            actor=self.actor,
         )
         if isinstance(admitted, EnqueueResult):  # already enqueued with this payload: a replay
             return str(admitted.operation.state)
@@ -234,6 +238,7 @@ class _EngineIntake:
                 max_attempts=config.max_attempts,
                 target_class=config.target_class,
                 payload_inline=stored is not None,
+                actor=self.actor,
                 admission=admitted,
                 payload_json=canonical.body if kept else None,
             )
@@ -276,9 +281,9 @@ class _HttpIntake:
         )
 
 
-def _intake(backend: Backend) -> _Intake:
+def _intake(backend: Backend, worker_id: str) -> _Intake:
     if isinstance(backend, EngineBackend):
-        return _EngineIntake(backend)
+        return _EngineIntake(backend, worker_id)
     if isinstance(backend, HttpBackend):
         return _HttpIntake(backend)
     raise TypeError("fenced needs an EngineBackend or an HttpBackend")
@@ -331,8 +336,8 @@ def fenced(
     batch response; a string that is a valid outcome code is also the operation's (else ``ok``).
     ``events``: where the worker runtime counts (``LostOwnership``, ``Heartbeats``, ...), e.g.
     :func:`leasefence.observability.record_event`; default: nowhere."""
-    intake = _intake(backend)
     worker_id = config.worker_id or f"fenced-{uuid.uuid4().hex[:12]}"
+    intake = _intake(backend, worker_id)
 
     def decorate(handler: F) -> F:
         signature = inspect.signature(handler)
