@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -13,6 +14,7 @@ from leasefence.client import LeaseFenceClient
 from leasefence.targets.fenced_table import FencedTable
 from leasefence.worker import FunctionHandler, Job, Worker
 from leasefence.worker.http_backend import HttpBackend
+from leasefence_tools.local.embedded import LOCAL_REGION
 from leasefence_tools.local.tokens import ALL_SCOPES
 from tests.support.api import new_tenant
 from tests.support.examples import example_on_path
@@ -24,18 +26,24 @@ LEASE_MS = 1_000
 
 
 @pytest.fixture
-def refunds(aws, monkeypatch) -> FencedTable:
-    """The example's refunds table (keyed by ``account``), on the embedded DynamoDB."""
-    client, name = aws.client(), f"refunds-{uuid.uuid4().hex[:8]}"
-    client.create_table(
+def refunds(aws, monkeypatch) -> Iterator[FencedTable]:
+    """The example's refunds table (keyed by ``account``) on the embedded DynamoDB, as the example
+    reaches it: named by ``REFUNDS_TABLE``, the client from the environment."""
+    name = f"refunds-{uuid.uuid4().hex[:8]}"
+    aws.client().create_table(
         TableName=name,
         AttributeDefinitions=[{"AttributeName": "account", "AttributeType": "S"}],
         KeySchema=[{"AttributeName": "account", "KeyType": "HASH"}],
         BillingMode="PAY_PER_REQUEST",
     )
-    table = FencedTable(client, name)
-    monkeypatch.setattr(jobs, "refunds", lambda: table)
-    return table
+    monkeypatch.setenv(jobs.TABLE_ENV, name)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", aws.endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", LOCAL_REGION)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
+    jobs.refunds.cache_clear()
+    yield jobs.refunds()
+    jobs.refunds.cache_clear()
 
 
 @pytest.fixture
