@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from types import ModuleType
+import uuid
+from types import ModuleType, SimpleNamespace
 
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 
+from leasefence_tools.local.embedded import LOCAL_REGION
 from leasefence_tools.local.tokens import ALL_SCOPES
 from tests.support.api import new_tenant
 from tests.support.examples import example_on_path
@@ -49,10 +51,39 @@ def test_a_batch_answers_as_powertools_reports_it(after):
     assert payments.calls - calls == 2
 
 
-def test_the_handler_keeps_the_signature_batch_processor_inspects(after, monkeypatch):
-    monkeypatch.setenv("IDEMPOTENCY_TABLE", "idempotency")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
-    before = importlib.import_module("sqs_migration.before")
+@pytest.fixture(scope="module")
+def before(aws) -> ModuleType:
+    """``sqs_migration.before`` with its idempotency table on the embedded DynamoDB."""
+    table = f"idempotency-{uuid.uuid4().hex[:8]}"
+    aws.client().create_table(
+        TableName=table,
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("IDEMPOTENCY_TABLE", table)
+        env.setenv("AWS_ENDPOINT_URL_DYNAMODB", aws.endpoint)
+        env.setenv("AWS_DEFAULT_REGION", LOCAL_REGION)
+        env.setenv("AWS_ACCESS_KEY_ID", "local")
+        env.setenv("AWS_SECRET_ACCESS_KEY", "local")
+        yield importlib.import_module("sqs_migration.before")
+
+
+def test_a_resent_refund_runs_twice_before_and_once_after(before, after):
+    calls = after.payments.calls  # one provider stand-in for both
+    refund = {"refund_id": "refund-resent", "cents": 500}
+    first, resent = sqs_record(refund), sqs_record(refund)  # two message ids, one refund
+    context = SimpleNamespace(get_remaining_time_in_millis=lambda: 30_000)  # Lambda's context
+    assert failures(before.lambda_handler({"Records": [first, resent]}, context)) == []
+    assert after.payments.calls - calls == 2  # keyed by messageId: both ran
+    refund = {"refund_id": "refund-resent-2", "cents": 500}
+    first, resent = sqs_record(refund), sqs_record(refund)
+    assert failures(after.lambda_handler({"Records": [first, resent]}, None)) == []
+    assert after.payments.calls - calls == 3  # keyed by the refund: once
+
+
+def test_the_handler_keeps_the_signature_batch_processor_inspects(after, before):
     assert after.record_handler.__name__ == before.record_handler.__name__
     assert list(inspect.signature(after.record_handler).parameters) == ["record"]
     assert list(inspect.signature(before.record_handler).parameters) == ["record"]
