@@ -14,10 +14,9 @@ from leasefence.client import LeaseFenceClient
 from leasefence.targets.fenced_table import FencedTable
 from leasefence.worker import FunctionHandler, Job, Worker
 from leasefence.worker.http_backend import HttpBackend
-from leasefence_tools.local.embedded import LOCAL_REGION
 from leasefence_tools.local.tokens import ALL_SCOPES
 from tests.support.api import new_tenant
-from tests.support.examples import example_on_path
+from tests.support.examples import example_on_path, point_boto3_at
 
 example_on_path("refund_worker")
 from refund_worker import jobs  # noqa: E402
@@ -37,10 +36,7 @@ def refunds(aws, monkeypatch) -> Iterator[FencedTable]:
         BillingMode="PAY_PER_REQUEST",
     )
     monkeypatch.setenv(jobs.TABLE_ENV, name)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", aws.endpoint)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", LOCAL_REGION)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
+    point_boto3_at(aws, monkeypatch)
     jobs.refunds.cache_clear()
     yield jobs.refunds()
     jobs.refunds.cache_clear()

@@ -12,10 +12,9 @@ from types import ModuleType, SimpleNamespace
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 
-from leasefence_tools.local.embedded import LOCAL_REGION
 from leasefence_tools.local.tokens import ALL_SCOPES
 from tests.support.api import new_tenant
-from tests.support.examples import example_on_path
+from tests.support.examples import example_on_path, point_boto3_at
 from tests.support.sqs import failures, sqs_record
 
 example_on_path("sqs_migration")
@@ -63,10 +62,7 @@ def before(aws) -> ModuleType:
     )
     with pytest.MonkeyPatch.context() as env:
         env.setenv("IDEMPOTENCY_TABLE", table)
-        env.setenv("AWS_ENDPOINT_URL_DYNAMODB", aws.endpoint)
-        env.setenv("AWS_DEFAULT_REGION", LOCAL_REGION)
-        env.setenv("AWS_ACCESS_KEY_ID", "local")
-        env.setenv("AWS_SECRET_ACCESS_KEY", "local")
+        point_boto3_at(aws, env)
         yield importlib.import_module("sqs_migration.before")
 
 
