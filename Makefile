@@ -70,7 +70,7 @@ run: install-python
 	$(BIN)/leasefence local --samples $(ARGS)
 
 # Lint, format check and type check; make test runs it first, so CI fails on any of them.
-LINT_PATHS := layers tools functions infra
+LINT_PATHS := layers tools functions infra examples
 
 lint: install-python
 	$(BIN)/ruff check $(LINT_PATHS)

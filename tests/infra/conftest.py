@@ -22,10 +22,8 @@ is pure Python) so the session needs no network; ``test_infra_app.py`` runs the 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,9 +49,10 @@ from aws_cdk import aws_scheduler as scheduler  # noqa: E402
 from aws_cdk.assertions import Template  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 from constructs import Construct  # noqa: E402
-from leasefence_infra import LeaseFenceService, LocalLayerBundler, WorkerProps, package_layer_code  # noqa: E402
+from leasefence_infra import LeaseFenceService, WorkerProps, package_layer_code  # noqa: E402
 from leasefence_infra.stack import DEMO_WORKER_HANDLERS, LeaseFenceStack  # noqa: E402
 from tests.support.infra import ORDERS_KEY_ARN  # noqa: E402
+from tests.support.layer import prebuilt_layer as build_prebuilt_layer  # noqa: E402
 
 DEFAULT_PROPS = {
     "jwt_issuer": "https://issuer.example.com/",
@@ -169,13 +168,7 @@ class Synth:
 def prebuilt_layer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The core layer tree without pip: the real bundler's copy of the package (same exclusions),
     plus the venv's rfc8785 where pip would have put the wheel."""
-    out = tmp_path_factory.mktemp("core-layer")
-    site = LocalLayerBundler(requirements=()).build(out)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    spec = importlib.util.find_spec("rfc8785")
-    assert spec is not None and spec.origin, "rfc8785 must be installed in the venv"
-    shutil.copytree(Path(spec.origin).parent, site / "rfc8785", ignore=ignore)
-    return out
+    return build_prebuilt_layer(tmp_path_factory.mktemp("core-layer"))
 
 
 @pytest.fixture(scope="session")

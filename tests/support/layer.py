@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
 from pathlib import Path
 
-from leasefence_infra.bundling import PACKAGE_DIR, is_cache
+from leasefence_infra.bundling import PACKAGE_DIR, LocalLayerBundler, is_cache
 from tests.support import ROOT
 from tests.support.boundary import tool_imports
 
@@ -52,3 +54,15 @@ def assert_runtime_package_only(package: Path) -> None:
     assert {p.relative_to(package) for p in package.rglob("*") if p.is_file()} == source
     # And nothing in it imports the tools.
     assert tool_imports(sorted(package.rglob("*.py"))) == []
+
+
+def prebuilt_layer(out: Path) -> Path:
+    """The core layer tree in ``out`` without pip: the real bundler's copy of the package (same
+    exclusions), plus the venv's rfc8785 where pip would have put the wheel. A synth that takes
+    it (``core_layer=lambda_.Code.from_asset(str(out))``) needs no network and no wheel cache."""
+    site = LocalLayerBundler(requirements=()).build(out)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    spec = importlib.util.find_spec("rfc8785")
+    assert spec is not None and spec.origin, "rfc8785 must be installed in the venv"
+    shutil.copytree(Path(spec.origin).parent, site / "rfc8785", ignore=ignore)
+    return out

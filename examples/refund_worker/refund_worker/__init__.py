@@ -1,0 +1,1 @@
+"""A class-B refund worker: see ``jobs``."""

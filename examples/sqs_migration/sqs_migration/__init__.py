@@ -1,0 +1,1 @@
+"""An SQS consumer moved from Powertools idempotency (``before``) to leasefence (``after``)."""
