@@ -29,7 +29,7 @@ from leasefence.agent_tools import META_CALL_KEY, META_RUN_ID
 from leasefence_tools.local.embedded import EmbeddedAws
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from refund_server import Orders, build_server  # type: ignore[import-not-found]  # the example's own
+from refund_server import Orders, build_server  # the example's own module
 
 TENANT, SERVER, APPROVER = "agents", "refund-agent-server", "approver-1"
 
