@@ -1,12 +1,11 @@
 // A lifecycle (enqueue, claim, heartbeat, complete) through the client @hey-api/openapi-ts
 // generates from openapi.json (into ./hey). tsc --strict checks it, the @ts-expect-error lines
 // included: each must be an error, or the build fails. LEASEFENCE_URL, LEASEFENCE_TOKEN,
-// OPERATION_ID: env.
+// OPERATION_ID: env (lifecycle_common.ts).
 import { client } from "./hey/client.gen";
+import { env, run, staleAnswer } from "./lifecycle_common";
 import { claimOperation, completeOperation, enqueueOperation, heartbeat } from "./hey/sdk.gen";
 import type { EnqueueRequest, ErrorDetail } from "./hey/types.gen";
-
-declare const process: { env: Record<string, string | undefined>; exitCode?: number };
 
 // @ts-expect-error operation_id is required
 export const noOperationId: EnqueueRequest = { job_type: "t", payload: {} };
@@ -17,9 +16,9 @@ export const noPayload: EnqueueRequest = { operation_id: "o", job_type: "t" };
 // An error code the document does not list is still a code (the list is open).
 export const newerCode: ErrorDetail["code"] = "a_code_added_later";
 
-async function main(): Promise<void> {
-  client.setConfig({ baseUrl: process.env.LEASEFENCE_URL, auth: () => process.env.LEASEFENCE_TOKEN });
-  const operationId = process.env.OPERATION_ID ?? "";
+run(async () => {
+  client.setConfig({ baseUrl: env.url, auth: () => env.token });
+  const operationId = env.operationId;
   const enqueued = await enqueueOperation({
     body: { operation_id: operationId, job_type: "generated", payload: [1, "two", { three: 3 }] },
   });
@@ -35,18 +34,11 @@ async function main(): Promise<void> {
   const stale = await completeOperation({ path, body: { fence: claim.fence + 1, outcome_code: "done" } });
   const done = await completeOperation({ path, body: { fence: claim.fence, outcome_code: "done" } });
   if (!done.data) throw new Error(`complete: ${done.response.status}`);
-  console.log(
-    JSON.stringify({
-      enqueued: enqueued.response.status,
-      fence: claim.fence,
-      lease_expires_at: beat.data.lease_expires_at,
-      stale: [stale.response.status, stale.error && "error" in stale.error ? stale.error.error.code : null],
-      state: done.data.operation.state,
-    }),
-  );
-}
-
-main().catch((error: unknown) => {
-  console.error(error);
-  process.exitCode = 1;
+  return {
+    enqueued: enqueued.response.status,
+    fence: claim.fence,
+    lease_expires_at: beat.data.lease_expires_at,
+    stale: staleAnswer(stale.response.status, stale.error),
+    state: done.data.operation.state,
+  };
 });

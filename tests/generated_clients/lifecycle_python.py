@@ -9,14 +9,14 @@ import sys
 
 sys.path.insert(0, sys.argv[1])
 
-from leasefence_client import AuthenticatedClient  # noqa: E402
-from leasefence_client.api.operations import (  # noqa: E402
+from leasefence_client import AuthenticatedClient
+from leasefence_client.api.operations import (
     claim_operation,
     complete_operation,
     enqueue_operation,
     heartbeat,
 )
-from leasefence_client.models import (  # noqa: E402
+from leasefence_client.models import (
     ClaimEnvelope,
     ClaimRequest,
     CompleteRequest,
@@ -29,7 +29,9 @@ from leasefence_client.models import (  # noqa: E402
     OperationEnvelope,
 )
 
-client = AuthenticatedClient(base_url=os.environ["LEASEFENCE_URL"], token=os.environ["LEASEFENCE_TOKEN"])
+client = AuthenticatedClient(
+    base_url=os.environ["LEASEFENCE_URL"], token=os.environ["LEASEFENCE_TOKEN"]
+)
 operation_id = os.environ["OPERATION_ID"]
 
 # The model refuses a body without operation_id (mypy refuses it too, and payload=None:
@@ -48,17 +50,22 @@ enqueued = enqueue_operation.sync_detailed(
 )
 assert isinstance(enqueued.parsed, EnqueueOut), enqueued
 claimed = claim_operation.sync(
-    client=client, body=ClaimRequest(worker_id="py-worker", operation_id=operation_id, lease_seconds=30)
+    client=client,
+    body=ClaimRequest(worker_id="py-worker", operation_id=operation_id, lease_seconds=30),
 )
 assert isinstance(claimed, ClaimEnvelope), claimed
 fence = claimed.claim.fence
-beat = heartbeat.sync(client=client, id=operation_id, body=HeartbeatRequest(fence=fence, worker_id="py-worker"))
+beat = heartbeat.sync(
+    client=client, id=operation_id, body=HeartbeatRequest(fence=fence, worker_id="py-worker")
+)
 assert isinstance(beat, LeaseOut), beat
 stale = complete_operation.sync_detailed(
     client=client, id=operation_id, body=CompleteRequest(fence=fence + 1, outcome_code="done")
 )
 assert isinstance(stale.parsed, ErrorOut), stale
-done = complete_operation.sync(client=client, id=operation_id, body=CompleteRequest(fence=fence, outcome_code="done"))
+done = complete_operation.sync(
+    client=client, id=operation_id, body=CompleteRequest(fence=fence, outcome_code="done")
+)
 assert isinstance(done, OperationEnvelope), done
 print(
     json.dumps(

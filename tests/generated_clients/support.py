@@ -22,7 +22,11 @@ DOCUMENT = ROOT / "openapi.json"
 
 def tool(name: str) -> Path:
     """An npm tool of this folder, or the generator venv's ``openapi-python-client``."""
-    path = GENERATOR_VENV / "bin" / name if name == "openapi-python-client" else NODE_MODULES / ".bin" / name
+    path = (
+        GENERATOR_VENV / "bin" / name
+        if name == "openapi-python-client"
+        else NODE_MODULES / ".bin" / name
+    )
     if not path.exists():
         pytest.fail(f"{name} is not installed: run `make generated-clients` (make test does)")
     return path
@@ -32,13 +36,16 @@ def run(*args: Any, cwd: Path | None = None, env: dict[str, str] | None = None) 
     """Run a command; its output, or a failure that shows it."""
     done = subprocess.run(
         [str(a) for a in args],
+        check=False,
         cwd=cwd,
         env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert done.returncode == 0, f"{args[0]} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == 0, (
+        f"{args[0]} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+    )
     return done.stdout
 
 

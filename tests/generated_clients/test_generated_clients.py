@@ -48,17 +48,19 @@ def _assert_lifecycle(stack, env: dict[str, str], seen: dict[str, Any]) -> None:
     assert seen["fence"] >= 1
     assert seen["stale"] == [409, "stale_fence"]
     assert seen["state"] == "succeeded"
-    operation = Api(stack.base_url, env["LEASEFENCE_TOKEN"]).get(f"/v1/operations/{env['OPERATION_ID']}")
+    operation = Api(stack.base_url, env["LEASEFENCE_TOKEN"]).get(
+        f"/v1/operations/{env['OPERATION_ID']}"
+    )
     assert operation.status == 200
     assert (operation.json["state"], operation.json["outcome_code"]) == ("succeeded", "done")
     assert operation.json["fence"] == seen["fence"]
 
 
 def _typescript_project(tmp_path: Path, lifecycle: str) -> Path:
-    """A folder with this folder's tsconfig.json, the lifecycle file and its node_modules."""
+    """A folder with this folder's tsconfig.json, the lifecycle files and its node_modules."""
     (tmp_path / "node_modules").symlink_to(NODE_MODULES)
-    shutil.copy(HERE / "tsconfig.json", tmp_path)
-    shutil.copy(HERE / lifecycle, tmp_path)
+    for name in ("tsconfig.json", "lifecycle_common.ts", lifecycle):
+        shutil.copy(HERE / name, tmp_path)
     return tmp_path
 
 
@@ -66,9 +68,18 @@ def test_openapi_typescript(stack, lifecycle_env, tmp_path) -> None:
     project = _typescript_project(tmp_path, "lifecycle_openapi_typescript.ts")
     # --default-non-nullable false: a request field with a default may be left out (the
     # generator's default makes it required, as it is in an answer).
-    run(tool("openapi-typescript"), DOCUMENT, "--default-non-nullable", "false", "-o", project / "api.d.ts")
+    run(
+        tool("openapi-typescript"),
+        DOCUMENT,
+        "--default-non-nullable",
+        "false",
+        "-o",
+        project / "api.d.ts",
+    )
     run(tool("tsc"), "-p", project)
-    seen = last_json(run("node", project / "out" / "lifecycle_openapi_typescript.js", env=lifecycle_env))
+    seen = last_json(
+        run("node", project / "out" / "lifecycle_openapi_typescript.js", env=lifecycle_env)
+    )
     _assert_lifecycle(stack, lifecycle_env, seen)
 
 
@@ -112,7 +123,12 @@ def test_openapi_python_client(stack, lifecycle_env, tmp_path) -> None:
         HERE / "python_types_check.py",
         env={"MYPYPATH": str(package.parent)},
     )
-    output = run(GENERATOR_VENV / "bin" / "python", HERE / "lifecycle_python.py", package.parent, env=lifecycle_env)
+    output = run(
+        GENERATOR_VENV / "bin" / "python",
+        HERE / "lifecycle_python.py",
+        package.parent,
+        env=lifecycle_env,
+    )
     seen = last_json(output)
     _assert_lifecycle(stack, lifecycle_env, seen)
     assert seen["refused_without_operation_id"] is True
