@@ -13,6 +13,7 @@ from leasefence_client import AuthenticatedClient
 from leasefence_client.api.operations import (
     claim_operation,
     complete_operation,
+    enqueue_batch,
     enqueue_operation,
     heartbeat,
 )
@@ -20,6 +21,9 @@ from leasefence_client.models import (
     ClaimEnvelope,
     ClaimRequest,
     CompleteRequest,
+    EnqueueBatchOut,
+    EnqueueBatchRequest,
+    EnqueueByReference,
     EnqueueInline,
     EnqueueOut,
     ErrorDetail,
@@ -67,6 +71,24 @@ done = complete_operation.sync(
     client=client, id=operation_id, body=CompleteRequest(fence=fence, outcome_code="done")
 )
 assert isinstance(done, OperationEnvelope), done
+# A batch: both alternatives of the body, and each item's own answer (201, then 409 for the id
+# above with another payload), each body parsed as its alternative (EnqueueOut, ErrorOut).
+batch = enqueue_batch.sync(
+    client=client,
+    body=EnqueueBatchRequest(
+        items=[
+            EnqueueByReference(
+                operation_id=f"{operation_id}-ref",
+                job_type="generated",
+                payload_ref="s3://bucket/key",
+                payload_hash="sha256:" + "0" * 64,
+            ),
+            EnqueueInline(operation_id=operation_id, job_type="generated", payload="another"),
+        ]
+    ),
+)
+assert isinstance(batch, EnqueueBatchOut), batch
+batched = [[r.status, type(r.body).__name__] for r in batch.results]
 print(
     json.dumps(
         {
@@ -77,6 +99,7 @@ print(
             "state": done.operation.state.value,
             "refused_without_operation_id": refused,
             "newer_code": newer,
+            "batched": batched,
         }
     )
 )

@@ -1,9 +1,9 @@
 """Clients generated from openapi.json by three mainstream generators each complete a lifecycle
-(enqueue, claim, heartbeat, a stale complete refused, complete) against the local stack, and
-type the enqueue body as the document means it: a body without ``operation_id``, with
-``payload: null``, or with neither payload nor reference does not type-check (``tsc --strict``
-without skipLibCheck over the ``@ts-expect-error`` lines of the lifecycle files; mypy
-``--warn-unused-ignores`` over python_types_check.py).
+(enqueue, claim, heartbeat, a stale complete refused, complete; the Python one a batch too)
+against the local stack, and type the enqueue body as the document means it: a body without
+``operation_id``, with ``payload: null``, or with neither payload nor reference does not
+type-check (``tsc --strict`` without skipLibCheck over the ``@ts-expect-error`` lines of the
+lifecycle files; mypy ``--warn-unused-ignores`` over python_types_check.py).
 
 Each generator writes into the test's temporary folder: what is checked is what the committed
 document generates today, so nothing generated is committed (nor can go stale).
@@ -133,3 +133,4 @@ def test_openapi_python_client(stack, lifecycle_env, tmp_path) -> None:
     _assert_lifecycle(stack, lifecycle_env, seen)
     assert seen["refused_without_operation_id"] is True
     assert seen["newer_code"] == "a_code_added_later"
+    assert seen["batched"] == [[201, "EnqueueOut"], [409, "ErrorOut"]]
