@@ -10,14 +10,6 @@ export const env = {
   operationId: process.env.OPERATION_ID ?? "",
 };
 
-/** A stale complete's answer: its status and, for the service's own error body, its code. */
-export function staleAnswer(status: number, error: unknown): [number, string | null] {
-  const code = typeof error === "object" && error !== null && "error" in error
-    ? (error as { error: { code: string } }).error.code
-    : null;
-  return [status, code];
-}
-
 export interface Seen {
   enqueued: number;
   fence: number;
@@ -26,10 +18,23 @@ export interface Seen {
   state: string;
 }
 
+/** What a lifecycle saw: the enqueue's status, the claim's fence, the renewed lease, the stale
+ * complete's status and (for the service's own error body) its code, the final state. */
+export function seen(
+  enqueued: number, fence: number, leaseExpiresAt: string,
+  stale: { status: number; error: unknown }, state: string,
+): Seen {
+  const error = stale.error;
+  const code = typeof error === "object" && error !== null && "error" in error
+    ? (error as { error: { code: string } }).error.code
+    : null;
+  return { enqueued, fence, lease_expires_at: leaseExpiresAt, stale: [stale.status, code], state };
+}
+
 /** Run the lifecycle: print what it saw, or the error (exit code 1). */
 export function run(lifecycle: () => Promise<Seen>): void {
   lifecycle().then(
-    (seen) => console.log(JSON.stringify(seen)),
+    (saw) => console.log(JSON.stringify(saw)),
     (error: unknown) => {
       console.error(error);
       process.exitCode = 1;

@@ -3,7 +3,7 @@
 // included: each must be an error, or the build fails. LEASEFENCE_URL, LEASEFENCE_TOKEN,
 // OPERATION_ID: env (lifecycle_common.ts).
 import { client } from "./hey/client.gen";
-import { env, run, staleAnswer } from "./lifecycle_common";
+import { env, run, seen } from "./lifecycle_common";
 import { claimOperation, completeOperation, enqueueOperation, heartbeat } from "./hey/sdk.gen";
 import type { EnqueueRequest, ErrorDetail } from "./hey/types.gen";
 
@@ -34,11 +34,8 @@ run(async () => {
   const stale = await completeOperation({ path, body: { fence: claim.fence + 1, outcome_code: "done" } });
   const done = await completeOperation({ path, body: { fence: claim.fence, outcome_code: "done" } });
   if (!done.data) throw new Error(`complete: ${done.response.status}`);
-  return {
-    enqueued: enqueued.response.status,
-    fence: claim.fence,
-    lease_expires_at: beat.data.lease_expires_at,
-    stale: staleAnswer(stale.response.status, stale.error),
-    state: done.data.operation.state,
-  };
+  return seen(
+    enqueued.response.status, claim.fence, beat.data.lease_expires_at,
+    { status: stale.response.status, error: stale.error }, done.data.operation.state,
+  );
 });

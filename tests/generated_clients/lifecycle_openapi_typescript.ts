@@ -2,7 +2,7 @@
 // from openapi.json and openapi-fetch. tsc --strict checks it, the @ts-expect-error lines included:
 // each must be an error, or the build fails. LEASEFENCE_URL, LEASEFENCE_TOKEN, OPERATION_ID: env (lifecycle_common.ts).
 import createClient from "openapi-fetch";
-import { env, run, staleAnswer } from "./lifecycle_common";
+import { env, run, seen } from "./lifecycle_common";
 import type { components, paths } from "./api";
 
 type EnqueueRequest = components["schemas"]["EnqueueRequest"];
@@ -50,11 +50,8 @@ run(async () => {
     body: { fence: claim.fence, outcome_code: "done" },
   });
   if (!done.data) throw new Error(`complete: ${done.response.status}`);
-  return {
-    enqueued: enqueued.response.status,
-    fence: claim.fence,
-    lease_expires_at: beat.data.lease_expires_at,
-    stale: staleAnswer(stale.response.status, stale.error),
-    state: done.data.operation.state,
-  };
+  return seen(
+    enqueued.response.status, claim.fence, beat.data.lease_expires_at,
+    { status: stale.response.status, error: stale.error }, done.data.operation.state,
+  );
 });
