@@ -188,8 +188,8 @@ class EnqueueRequest(_EnqueueFields):
 
     The document states this body as :class:`EnqueueInline` or :class:`EnqueueByReference`
     (``oneOf`` of the two, nothing beside it), which generated clients type correctly; this
-    model validates either, as strictly as the two state (and accepts an explicit null for an
-    optional field, as every request model does).
+    model validates it as it always did: either form, and beside an inline payload a
+    `payload_hash` equal to the payload's own (a check no schema can state).
 
     Beside the rules the schemas state, an enqueue may be refused for what no schema can state:
     a payload over 256 KiB as canonical JSON (413), and the tenant's catalogue and settings (a
