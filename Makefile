@@ -31,7 +31,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export CDK_DISABLE_VERSION_CHECK := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install install-python lock run lint collect dynalite test test-typescript test-dynalite docs dist synth deploy demo bench torture modelcheck screenshots clean
+.PHONY: install install-python lock run lint collect dynalite generated-clients test test-typescript test-dynalite docs dist synth deploy demo bench torture modelcheck screenshots clean
 
 # Both parts: install-python (.venv: run, lint, demo, ...) and the CDK part (Node.js).
 install: $(STAMP) $(NODE_STAMP) $(WHEELS_STAMP)
@@ -110,7 +110,27 @@ $(TS_SDK_STAMP): $(TS_SDK)/package.json $(TS_SDK)/package-lock.json
 test-typescript: install-python $(TS_SDK_STAMP)
 	cd $(TS_SDK) && npm test
 
-test: install lint collect dynalite test-typescript
+
+# The client generators and linters the tests of openapi.json run (tests/generated_clients): the
+# npm ones from that folder's own lockfile, openapi-python-client in a virtualenv of its own
+# (it needs typer<0.28; the project locks a newer one), from python-requirements.lock.
+GENERATED := tests/generated_clients
+GENERATED_STAMP := $(GENERATED)/node_modules/.installed
+GENERATOR_VENV := $(VENV)/openapi-python-client
+GENERATOR_STAMP := $(GENERATOR_VENV)/.installed
+
+generated-clients: $(GENERATED_STAMP) $(GENERATOR_STAMP)
+
+$(GENERATED_STAMP): $(GENERATED)/package.json $(GENERATED)/package-lock.json
+	npm ci --prefix $(GENERATED) --no-audit --no-fund --loglevel=error
+	@touch $(GENERATED_STAMP)
+
+$(GENERATOR_STAMP): $(GENERATED)/python-requirements.lock $(STAMP)
+	$(BIN)/uv venv --quiet --allow-existing --python $(BIN)/python $(GENERATOR_VENV)
+	$(BIN)/uv pip install --quiet --python $(GENERATOR_VENV)/bin/python -r $(GENERATED)/python-requirements.lock
+	@touch $(GENERATOR_STAMP)
+
+test: install lint collect dynalite generated-clients test-typescript
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=12
 
 # The engine's tests with dynalite as their DynamoDB (LEASEFENCE_TEST_DYNAMODB_ENDPOINT, any
@@ -171,4 +191,4 @@ screenshots: install-python
 	$(BIN)/python -m tests.console.screenshots docs/console
 
 clean:
-	rm -rf $(VENV) node_modules $(DYNALITE)/node_modules $(TS_SDK)/node_modules $(TS_SDK)/build $(TS_SDK)/dist cdk.out site .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules $(DYNALITE)/node_modules $(GENERATED)/node_modules $(TS_SDK)/node_modules $(TS_SDK)/build $(TS_SDK)/dist cdk.out site .pytest_cache .mypy_cache .ruff_cache

@@ -45,12 +45,20 @@ def test_openapi_describes_every_route_with_its_scope():
         op = documented[(route.method, route.template)]
         assert op["operationId"] == route.operation_id
         if route.scope is None:
-            assert "security" not in op
+            assert op["security"] == []  # public, explicitly (not the document's default)
         else:
             assert op["security"] == [{"bearerAuth": [scope]} for scope in route.scopes]
             assert {"401", "403"} <= set(op["responses"])
     schemas = SPEC["components"]["schemas"]
-    assert schemas["EnqueueRequest"]["additionalProperties"] is False
+    # The enqueue body: a oneOf of named, complete alternatives and nothing beside it.
+    assert schemas["EnqueueRequest"] == {
+        "oneOf": [
+            {"$ref": "#/components/schemas/EnqueueInline"},
+            {"$ref": "#/components/schemas/EnqueueByReference"},
+        ]
+    }
+    assert schemas["EnqueueInline"]["additionalProperties"] is False
+    assert schemas["EnqueueByReference"]["additionalProperties"] is False
     assert "HTTPValidationError" not in schemas
 
 

@@ -4,8 +4,8 @@ and the same statuses, and the same error codes.
 
 The routes table lists each route's own answers; the answers every route shares are one sentence
 above it, and :func:`shared_statuses` is that sentence: 401, 403, 422, 429 and 503 for a route with a
-scope, and 400 for one that takes a body (a row may name one of those too, for a reason of its
-own). A status is written in bold (``**409**``), so that
+scope, and 400 and 413 for one that takes a body (a row may name one of those too, for a reason
+of its own). A status is written in bold (``**409**``), so that
 other numbers in a row (``256 KiB``) are not read as statuses.
 """
 
@@ -35,7 +35,9 @@ Route = tuple[str, str]
 
 def shared_statuses(scoped: bool, has_body: bool) -> set[str]:
     """What the sentence above the routes table says every such route may also answer."""
-    return ({"401", "403", "422", "429", "503"} if scoped else set()) | ({"400"} if has_body else set())
+    return ({"401", "403", "422", "429", "503"} if scoped else set()) | (
+        {"400", "413"} if has_body else set()
+    )
 
 
 def spec() -> dict[str, Any]:
@@ -77,9 +79,10 @@ def openapi_routes(document: dict[str, Any]) -> dict[Route, tuple[set[str], set[
 
 
 def documented_codes(document: dict[str, Any]) -> set[str]:
-    """The error codes openapi.json lists (ErrorDetail.code's description)."""
-    described = document["components"]["schemas"]["ErrorDetail"]["properties"]["code"]
-    return {code.strip() for code in described["description"].split(",")}
+    """The error codes openapi.json lists (the ErrorCode enum ErrorDetail.code refers to)."""
+    code = document["components"]["schemas"]["ErrorDetail"]["properties"]["code"]
+    assert code["anyOf"] == [{"$ref": "#/components/schemas/ErrorCode"}, {"type": "string"}]
+    return set(document["components"]["schemas"]["ErrorCode"]["enum"])
 
 
 def statuses_of_codes() -> dict[str, set[str]]:

@@ -24,11 +24,20 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    RootModel,
     create_model,
     model_validator,
 )
 
 from leasefence import resources
+from leasefence.api.models_errors import (  # noqa: F401  (the error answers' models, re-exported)
+    ERROR_CODES,
+    ErrorCode,
+    ErrorDetail,
+    ErrorOut,
+    FieldProblem,
+    GatewayErrorOut,
+)
 from leasefence.catalogue import RUNBOOK_URL_PATTERN
 from leasefence.limits import (
     MAX_APPROVAL_VALID_SECONDS,
@@ -95,19 +104,28 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-#: Any value RFC 8785 (I-JSON) canonicalizes: integers within +-(2**53 - 1), any other number,
-#: and strings, booleans, null, arrays and objects of such values (a payload's hash is taken over
-#: its canonical JSON, so a larger integer has none). The OpenAPI document's ``IJsonValue``.
-IJSON_VALUE_SCHEMA: dict[str, Any] = {
-    "description": "A JSON value RFC 8785 can canonicalize: integers within +-(2**53 - 1)",
-    "anyOf": [
-        {"type": ["string", "boolean", "null"]},
-        {"type": "number", "not": {"type": "integer"}},
-        {"type": "integer", "minimum": -MAX_FENCE, "maximum": MAX_FENCE},
-        {"type": "array", "items": {"$ref": "#/components/schemas/IJsonValue"}},
-        {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/IJsonValue"}},
-    ],
-}
+class IJsonValue(RootModel[Any]):
+    """The document's schema of an inline payload (the server checks it with :func:`canonicalize
+    <leasefence.payloads.canonicalize>`): any JSON value RFC 8785 (I-JSON) canonicalizes but null.
+    Not recursive, so that every client generator handles it: what an array or object holds is
+    any JSON value, its integers within +-(2**53 - 1) too (the server checks that)."""
+
+    model_config = ConfigDict(
+        title="IJsonValue",
+        json_schema_extra={
+            "description": "Any JSON value RFC 8785 can canonicalize, but null: integers within "
+            "+-(2**53 - 1), here and anywhere inside an array or object (a payload's hash is "
+            "taken over its canonical JSON, so a larger integer has none; answered 422)",
+            "anyOf": [
+                {"type": "object", "additionalProperties": True},
+                {"type": "array", "items": {}},
+                {"type": "string"},
+                {"type": "boolean"},
+                {"type": "integer", "minimum": -MAX_FENCE, "maximum": MAX_FENCE},
+                {"type": "number", "not": {"type": "integer"}},
+            ],
+        },
+    )
 
 
 class Strict(BaseModel):
@@ -124,61 +142,72 @@ _CLASS_D_ONE_ATTEMPT: dict[str, Any] = {
 # ---------------------------------------------------------------------------------- requests
 
 
-class EnqueueRequest(Strict):
+class _EnqueueFields(Strict):
+    """The fields every enqueue body has, whichever way it gives its payload."""
+
+    model_config = ConfigDict(json_schema_extra=_CLASS_D_ONE_ATTEMPT)
+
+    operation_id: Id
+    job_type: Id
+    max_attempts: Attempts | None = Field(default=None, description="Default 5 (1 for class D)")
+    target_class: TargetClassName = "C"
+
+
+_INLINE_PAYLOAD = (
+    "Any JSON value but null; at most 256 KiB as RFC 8785 canonical JSON. Its hash is SHA-256 "
+    "over that canonical JSON."
+)
+PayloadRef = Annotated[str, Field(min_length=1, max_length=MAX_TEXT, pattern=NO_CONTROL)]
+
+
+def _component(model: type[BaseModel]) -> dict[str, str]:
+    """A reference to ``model``'s schema among the document's components."""
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+class EnqueueInline(_EnqueueFields):
+    """An enqueue whose payload leasefence stores: `payload` required, `payload_ref` and
+    `payload_hash` absent (or null). (A `payload_hash` equal to the payload's own is tolerated as
+    a check, another is 422: no schema can state that, so this one leaves it out.)"""
+
+    payload: IJsonValue = Field(description=_INLINE_PAYLOAD)
+    payload_ref: None = None
+    payload_hash: None = None
+
+
+class EnqueueByReference(_EnqueueFields):
+    """An enqueue whose payload you store (`payload_ref` and `payload_hash`, required; no
+    `payload`)."""
+
+    payload_ref: PayloadRef
+    payload_hash: PayloadHash = Field(description="The hash of the payload `payload_ref` names")
+
+
+class EnqueueRequest(_EnqueueFields):
     """Either `payload` (stored inline) or `payload_ref` + `payload_hash` (stored by you).
 
-    Beside the rules this schema states, an enqueue may be refused for what no schema can state:
+    The document states this body as :class:`EnqueueInline` or :class:`EnqueueByReference`
+    (``oneOf`` of the two, nothing beside it), which generated clients type correctly; this
+    model validates it as it always did: either form, and beside an inline payload a
+    `payload_hash` equal to the payload's own (a check no schema can state).
+
+    Beside the rules the schemas state, an enqueue may be refused for what no schema can state:
     a payload over 256 KiB as canonical JSON (413), and the tenant's catalogue and settings (a
     job type outside the catalogue in strict mode, a class or attempt budget that contradicts
     its entry, a payload its `payload_schema` refuses, a by-reference payload for a job type that
     requires approval, a 101st job type: 422 with the codes the responses list)."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "anyOf": [
-                {
-                    "title": "inline payload",
-                    "required": ["payload"],
-                    "properties": {
-                        "payload_ref": {"type": "null"},
-                        "payload_hash": {"type": "null"},
-                    },
-                },
-                {
-                    "title": "payload by reference",
-                    "required": ["payload_ref", "payload_hash"],
-                    "properties": {
-                        "payload_ref": {"type": "string"},
-                        "payload_hash": {"type": "string"},
-                    },
-                    "not": {"required": ["payload"]},
-                },
-            ],
-            **_CLASS_D_ONE_ATTEMPT,
-        }
-    )
-
-    operation_id: Id
-    job_type: Id
-    payload: Any = Field(
-        default=None,
-        description="Any JSON value but null; at most 256 KiB as RFC 8785 canonical JSON. "
-        "Its hash is SHA-256 over that canonical JSON.",
-        json_schema_extra={
-            "allOf": [{"$ref": "#/components/schemas/IJsonValue"}],
-            "not": {"type": "null"},
-        },
-    )
-    payload_ref: str | None = Field(
-        default=None, min_length=1, max_length=MAX_TEXT, pattern=NO_CONTROL
-    )
+    payload: Any = Field(default=None, description=_INLINE_PAYLOAD)
+    payload_ref: PayloadRef | None = None
     payload_hash: PayloadHash | None = Field(
         default=None,
         description="Required with payload_ref, and only with it (beside an inline payload, a "
         "hash equal to the payload's own is tolerated as a check; another is 422)",
     )
-    max_attempts: Attempts | None = Field(default=None, description="Default 5 (1 for class D)")
-    target_class: TargetClassName = "C"
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
+        return {"oneOf": [_component(EnqueueInline), _component(EnqueueByReference)]}
 
     @model_validator(mode="after")
     def _one_payload(self) -> EnqueueRequest:
@@ -522,34 +551,6 @@ class ControlsOut(BaseModel):
     job_types: list[JobTypeControlsOut]
 
 
-class FieldProblem(BaseModel):
-    field: str
-    type: str
-    message: str
-
-
-class ErrorDetail(BaseModel):
-    code: str = Field(
-        description="invalid_request, unauthorized, forbidden, not_found, payload_conflict, "
-        "stale_fence, invalid_transition, payload_too_large, payload_missing, payload_mismatch, "
-        "unknown_job_type, version_conflict, already_attempted, tenant_erasing, too_many_job_types, "
-        "inline_payload_required, method_not_allowed, unavailable, internal_error"
-    )
-    message: str
-    details: list[FieldProblem] | None = Field(
-        default=None, description="Per-field problems (422 only)"
-    )
-
-
-class ErrorOut(BaseModel):
-    error: ErrorDetail
-
-
-class GatewayErrorOut(BaseModel):
-    """An answer API Gateway writes itself on AWS, before or instead of leasefence (its JWT
-    authorizer's 401, a missing scope's 403, its throttling's 429, a failed or timed-out
-    invocation's 500, 503 or 504): no `error` object, only a `message` such as `Unauthorized`,
-    `Forbidden`, `Too Many Requests`, `Internal Server Error`, `Service Unavailable` or `Endpoint
-    request timed out`. Tell it by its status; the Python SDK raises the same errors for both."""
-
-    message: str
+#: Schemas the document holds beside those of the routes' models: the alternatives of
+#: ``EnqueueRequest`` (and what they refer to).
+DOCUMENT_MODELS: tuple[type[BaseModel], ...] = (EnqueueInline, EnqueueByReference)

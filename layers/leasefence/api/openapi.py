@@ -15,7 +15,10 @@ from typing import Any
 
 from leasefence.api.links import LINKS
 
-API_VERSION = "1.0.0"
+#: The document's version. 1.1.0 describes the same requests and answers as 1.0.0 in shapes generators
+#: type correctly (the enqueue body's two alternatives named, error codes an open enum): a client
+#: generated from 1.0.0 keeps working.
+API_VERSION = "1.1.0"
 TITLE = "leasefence"
 DESCRIPTION = (
     "Job claims with leases (liveness) and per-operation fencing tokens (safety).\n\n"
@@ -60,16 +63,54 @@ def _query_without_null(operation: dict[str, Any]) -> None:
             schema.update(kept[0])
 
 
-def build_spec() -> dict[str, Any]:
-    from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
+#: Every route that takes a body answers 413 to one above the deployment's limit
+#: (``LEASEFENCE_MAX_BODY_BYTES``), before it is parsed.
+BODY_TOO_LARGE = {
+    "description": "The request body is larger than the deployment's limit (payload_too_large)",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}},
+}
 
-    from leasefence.api.models import IJSON_VALUE_SCHEMA
+
+def _shape(operation: dict[str, Any]) -> None:
+    """One route's entry as this API answers: its links, explicit ``security: []`` when public,
+    no empty bodies, 413 where a body is taken, and its 422 as ``ErrorOut`` (Powertools documents
+    its own 422 body on every route; a route without input has no 422 at all)."""
+    _query_without_null(operation)
+    # A public route says so (an operation without `security` inherits the document's).
+    operation.setdefault("security", [])
+    for status, links in LINKS.get(operation.get("operationId", ""), {}).items():
+        operation["responses"][status]["links"] = links
+    responses = operation.get("responses", {})
+    default_422 = (
+        responses.get("422", {}).get("content", {}).get("application/json", {}).get("schema", {})
+    )
+    for response in responses.values():
+        if response.get("content") == {}:
+            del response["content"]  # no body (204)
+        for content in response.get("content", {}).values():
+            if "anyOf" in content.get("schema", {}):  # either error shape: no "Return"
+                content["schema"].pop("title", None)
+    if "requestBody" in operation:
+        responses.setdefault("413", BODY_TOO_LARGE)
+    if default_422.get("$ref") == "#/components/schemas/HTTPValidationError":
+        if operation.get("parameters") or operation.get("requestBody"):
+            default_422["$ref"] = "#/components/schemas/ErrorOut"
+        else:
+            del responses["422"]
+
+
+def build_spec() -> dict[str, Any]:
+    from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, License
+    from pydantic.json_schema import models_json_schema
+
+    from leasefence.api.models import DOCUMENT_MODELS
     from leasefence.api.routes import app
 
     raw = app.get_openapi_json_schema(
         title=TITLE,
         version=API_VERSION,
         description=DESCRIPTION,
+        license_info=License(name="Apache-2.0", identifier="Apache-2.0"),
         security_schemes={
             "bearerAuth": HTTPBearer(
                 bearerFormat="JWT",
@@ -78,34 +119,16 @@ def build_spec() -> dict[str, Any]:
         },
     )
     spec = json.loads(raw)
-    # Powertools documents its own 422 body on every route; this API answers errors as ErrorOut,
-    # and a route without input has no 422 at all.
     for methods in spec.get("paths", {}).values():
         for operation in methods.values():
-            _query_without_null(operation)
-            for status, links in LINKS.get(operation.get("operationId", ""), {}).items():
-                operation["responses"][status]["links"] = links
-            responses = operation.get("responses", {})
-            default_422 = (
-                responses.get("422", {})
-                .get("content", {})
-                .get("application/json", {})
-                .get("schema", {})
-            )
-            for response in responses.values():
-                if response.get("content") == {}:
-                    del response["content"]  # no body (204)
-                for content in response.get("content", {}).values():
-                    if "anyOf" in content.get("schema", {}):  # either error shape: no "Return"
-                        content["schema"].pop("title", None)
-            if default_422.get("$ref") == "#/components/schemas/HTTPValidationError":
-                if operation.get("parameters") or operation.get("requestBody"):
-                    default_422["$ref"] = "#/components/schemas/ErrorOut"
-                else:
-                    del responses["422"]
-    # Drop the schemas nothing refers to any more.
+            _shape(operation)
     schemas = spec.get("components", {}).get("schemas", {})
-    schemas["IJsonValue"] = IJSON_VALUE_SCHEMA
+    _, extra = models_json_schema(
+        [(model, "validation") for model in DOCUMENT_MODELS],
+        ref_template="#/components/schemas/{model}",
+    )
+    schemas.update(extra["$defs"])
+    # Drop the schemas nothing refers to any more.
     used: set[str] = set()
     _referenced({k: v for k, v in spec.items() if k != "components"}, used)
     pending = list(used)

@@ -13,8 +13,12 @@ test("request bodies are typed as the document means them", () => {
     payload_ref: "s3://bucket/key",
     payload_hash: `sha256:${"0".repeat(64)}`,
   };
+  // @ts-expect-error an enqueue body without operation_id
+  const noId: EnqueueRequest = { job_type: "charge", payload: { amount: 1 } };
+  // @ts-expect-error payload: null (the server answers 422)
+  const nullPayload: EnqueueRequest = { operation_id: "op-3", job_type: "charge", payload: null };
   // @ts-expect-error a finish item needs its action's fields (complete: outcome_code)
   const finish: FinishBatchItem = { action: "complete", operation_id: "op-1", fence: 1 };
   const handler = (job: Job<{ amount: number }>) => job.payload.amount + job.fence;
-  assert.equal([inline, byReference, finish, handler].length, 4);
+  assert.equal([inline, byReference, noId, nullPayload, finish, handler].length, 6);
 });
