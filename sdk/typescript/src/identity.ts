@@ -1,16 +1,20 @@
-import { createHash } from "node:crypto";
+import { createHash, type Hash, type Hmac } from "node:crypto";
+
+/** Feed each part to `hash` with its length in front (4 bytes, big-endian): `("a#", "b")` and `("a", "#b")` differ. */
+export function lengthPrefixed<H extends Hash | Hmac>(hash: H, parts: readonly string[]): H {
+  for (const part of parts) {
+    const bytes = Buffer.from(part, "utf8");
+    const length = Buffer.alloc(4);
+    length.writeUInt32BE(bytes.length);
+    hash.update(length).update(bytes);
+  }
+  return hash;
+}
 
 /**
  * SHA-256 (hex) over the length-prefixed pair, as the Python SDK derives it
  * (`leasefence.targets.identity`): `("a#", "b")` and `("a", "#b")` differ.
  */
 export function identityDigest(tenantId: string, operationId: string): string {
-  const hash = createHash("sha256");
-  for (const part of [tenantId, operationId]) {
-    const bytes = Buffer.from(part, "utf8");
-    const length = Buffer.alloc(4);
-    length.writeUInt32BE(bytes.length);
-    hash.update(length).update(bytes);
-  }
-  return hash.digest("hex");
+  return lengthPrefixed(createHash("sha256"), [tenantId, operationId]).digest("hex");
 }

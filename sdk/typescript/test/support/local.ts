@@ -16,7 +16,8 @@ import { CreateTableCommand, DynamoDBClient } from "@aws-sdk/client-dynamodb";
 
 import { LeaseFenceClient, type ClientOptions } from "../../src/index.js";
 
-const PACKAGE = resolve(fileURLToPath(import.meta.url), "../../../..");
+/** sdk/typescript, from build/sdk/typescript/test/support/ (the tests' build keeps the repository's layout). */
+export const PACKAGE = resolve(fileURLToPath(import.meta.url), "../../../../../..");
 export const REPOSITORY = resolve(PACKAGE, "../..");
 export const PYTHON = process.env["LEASEFENCE_PYTHON"] ?? join(REPOSITORY, ".venv/bin/python");
 const LEASEFENCE = process.env["LEASEFENCE_BIN"] ?? join(REPOSITORY, ".venv/bin/leasefence");
@@ -30,8 +31,8 @@ export interface Local {
   token(tenant: string, scopes?: string[], subject?: string): string;
   client(tenant: string, options?: Partial<ClientOptions>): LeaseFenceClient;
   dynamodb(): DynamoDBClient;
-  /** A target table keyed by `pk` (string) on the embedded endpoint. */
-  createTable(name: string): Promise<void>;
+  /** A target table keyed by `key` (a string; default `pk`) on the embedded endpoint. */
+  createTable(name: string, key?: string): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -83,12 +84,12 @@ export async function startLocal(timeoutMs = 90_000): Promise<Local> {
     token,
     client: (tenant, options = {}) => new LeaseFenceClient({ baseUrl, token: token(tenant), ...options }),
     dynamodb,
-    async createTable(name) {
+    async createTable(name, key = "pk") {
       await dynamodb().send(
         new CreateTableCommand({
           TableName: name,
-          KeySchema: [{ AttributeName: "pk", KeyType: "HASH" }],
-          AttributeDefinitions: [{ AttributeName: "pk", AttributeType: "S" }],
+          KeySchema: [{ AttributeName: key, KeyType: "HASH" }],
+          AttributeDefinitions: [{ AttributeName: key, AttributeType: "S" }],
           BillingMode: "PAY_PER_REQUEST",
         }),
       );
