@@ -235,9 +235,16 @@ describe("worker", () => {
         return `posted-by-${who}`;
       },
     });
-    const stalled = new Worker({ client: lf, tenantId: tenant, workerId: "zombie", leaseSeconds: 1, handlers: { post: handler("zombie", rescued.promise) } });
+    const zombieClaimed = signal();
+    const zombieHandler = handler("zombie", rescued.promise);
+    const onClaim = async (job: Job) => {
+      await zombieHandler.onClaim(job);
+      zombieClaimed.resolve();
+    };
+    const stalled = new Worker({ client: lf, tenantId: tenant, workerId: "zombie", leaseSeconds: 1, handlers: { post: { ...zombieHandler, onClaim } } });
     const rescuer = new Worker({ client: lf, tenantId: tenant, workerId: "rescuer", leaseSeconds: 30, handlers: { post: handler("rescuer", Promise.resolve()) } });
     const zombie = stalled.runOnce();
+    await zombieClaimed.promise; // the zombie holds fence 1 before the rescuer asks
     await eventually(() => rescuer.runOnce()); // takes over with fence 2 once the zombie's lease lapsed
     rescued.resolve(); // the zombie wakes up and writes
     assert.equal(await zombie, true);
@@ -280,12 +287,14 @@ describe("worker", () => {
     await lf.enqueue({ operation_id: id, job_type: "slow", payload: 3 });
     const seen: { reason?: unknown; guard?: unknown } = {};
     const rescued = signal();
+    const claimed = signal();
     const stalled = new Worker({
       client: lf,
       tenantId: tenant,
       leaseSeconds: 1,
       handlers: {
         slow: async (job) => {
+          claimed.resolve();
           await rescued.promise; // stalled past the lease: another worker claims meanwhile
           job.progress(); // progress again: the next heartbeat is refused
           await new Promise((resolve) => job.signal.addEventListener("abort", resolve, { once: true }));
@@ -302,6 +311,7 @@ describe("worker", () => {
       },
     });
     const zombie = stalled.runOnce();
+    await claimed.promise; // the stalled worker holds fence 1 before the rescuer asks
     const rescuer = await eventually(() => lf.claim({ worker_id: "rescuer", lease_seconds: 30 }));
     assert.equal(rescuer.fence, 2);
     rescued.resolve();
