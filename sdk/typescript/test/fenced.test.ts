@@ -7,6 +7,7 @@ import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 
 import { BatchProcessor, EventType, FullBatchFailureError, processPartialResponse } from "@aws-lambda-powertools/batch";
+import type { SQSRecord } from "aws-lambda";
 
 import {
   Ambiguous,
@@ -26,20 +27,31 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const unique = (what: string) => `${what}-${randomUUID().slice(0, 8)}`;
 
 type Refund = { refund_id: string; cents: number };
-/** The part of an SQS record the handlers read (Powertools passes the whole record). */
-type Message = { messageId: string; body: string; eventSource: string };
+type Message = SQSRecord;
 
+/** An SQS record as Lambda delivers it. */
 const message = (messageId: string, refund: Refund): Message => ({
   messageId,
+  receiptHandle: `handle-${messageId}`,
   body: JSON.stringify(refund),
+  attributes: {
+    ApproximateReceiveCount: "1",
+    SentTimestamp: String(Date.now()),
+    SenderId: "AIDAEXAMPLE",
+    ApproximateFirstReceiveTimestamp: String(Date.now()),
+  },
+  messageAttributes: {},
+  md5OfBody: "",
   eventSource: "aws:sqs",
+  eventSourceARN: "arn:aws:sqs:us-east-1:123456789012:refunds",
+  awsRegion: "us-east-1",
 });
 const refundId = (record: Message) => (JSON.parse(record.body) as Refund).refund_id;
 
 /** One invocation: the batch through Powertools, as a Lambda handler would send it. */
 function deliver<T>(records: Message[], handler: (record: Message) => Promise<T>, options: { inOrder?: boolean } = {}) {
   const processor = new BatchProcessor(EventType.SQS);
-  const sent = processPartialResponse({ Records: records } as never, handler as never, processor, {
+  const sent = processPartialResponse({ Records: records }, handler, processor, {
     processInParallel: !options.inOrder,
   });
   return { processor, response: sent };
