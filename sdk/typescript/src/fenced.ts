@@ -41,11 +41,9 @@
  * `BatchProcessor` calls it; its result is the handler's. A string result that is a valid outcome
  * code (1-256 characters, no control characters) is also the operation's outcome (else `ok`).
  */
-import { createHmac, randomBytes } from "node:crypto";
-
 import type { LeaseFenceClient } from "./client.js";
 import { InvalidInput, PayloadConflict } from "./errors.js";
-import { lengthPrefixed } from "./identity.js";
+import { keyedHash } from "./identity.js";
 import type { JsonValue } from "./json.js";
 import type { Reconciled } from "./outcomes.js";
 import { type Job, Worker } from "./worker.js";
@@ -55,14 +53,7 @@ export const ENDED_STATES: ReadonlySet<string> = new Set(["succeeded", "failed_t
 /** The states an operator must resolve. */
 export const PARKED_STATES: ReadonlySet<string> = new Set(["unknown", "quarantined"]);
 
-const HASH_KEY = randomBytes(32);
-
-/** A short, non-reversible tag for an operation id (keyed per process): what errors and logs name. */
-function tag(tenantId: string, operationId: string): string {
-  return lengthPrefixed(createHmac("sha256", HASH_KEY), [tenantId, operationId]).digest("hex").slice(0, 16);
-}
-
-/** The record's message stays in the queue (a batch item failure). `op` names the operation by a keyed hash, never by its id. */
+/** The record's message stays in the queue (a batch item failure). `op` names the operation by its keyed hash (`keyedHash(tenantId, operationId)`), never by its id. */
 export class MessageKept extends Error {
   constructor(
     readonly reason: string,
@@ -156,7 +147,7 @@ export function fenced<R, P = JsonValue, C = unknown, T = unknown>(
 
   return async function fencedHandler(record: R, context?: C): Promise<T | undefined> {
     const operationId = pickId(record);
-    const op = tag(options.tenantId, operationId);
+    const op = keyedHash(options.tenantId, operationId);
     const payload = pickPayload(record);
     let state: string;
     try {
@@ -165,7 +156,7 @@ export function fenced<R, P = JsonValue, C = unknown, T = unknown>(
         job_type: options.jobType,
         payload: payload as JsonValue,
         ...(options.targetClass ? { target_class: options.targetClass } : {}),
-        ...(options.maxAttempts ? { max_attempts: options.maxAttempts } : {}),
+        ...(options.maxAttempts !== undefined ? { max_attempts: options.maxAttempts } : {}),
       });
       state = enqueued.operation.state;
     } catch (error) {

@@ -1,4 +1,4 @@
-import { createHash, type Hash, type Hmac } from "node:crypto";
+import { createHash, createHmac, randomBytes, type Hash, type Hmac } from "node:crypto";
 
 /** Feed each part to `hash` with its length in front (4 bytes, big-endian): `("a#", "b")` and `("a", "#b")` differ. */
 export function lengthPrefixed<H extends Hash | Hmac>(hash: H, parts: readonly string[]): H {
@@ -17,4 +17,18 @@ export function lengthPrefixed<H extends Hash | Hmac>(hash: H, parts: readonly s
  */
 export function identityDigest(tenantId: string, operationId: string): string {
   return lengthPrefixed(createHash("sha256"), [tenantId, operationId]).digest("hex");
+}
+
+let logKey: Buffer | undefined;
+
+/**
+ * A short, stable, non-reversible tag for ids in logs and errors (never the raw ids): the Python
+ * side's `leasefence.privacy.keyed_hash`, the same tags under the same `LEASEFENCE_LOG_HASH_KEY`.
+ * Without that key, a random one per process: the tags still hide the ids but do not correlate
+ * across processes.
+ */
+export function keyedHash(...parts: string[]): string {
+  const configured = process.env["LEASEFENCE_LOG_HASH_KEY"];
+  logKey ??= configured ? Buffer.from(configured, "utf8") : randomBytes(32);
+  return lengthPrefixed(createHmac("sha256", logKey), parts).digest("hex").slice(0, 16);
 }

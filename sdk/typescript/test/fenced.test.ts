@@ -3,8 +3,10 @@
 // a redelivery during the lease, an ambiguous outcome, and a stalled handler whose stale class-B
 // write the table refuses.
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
+import { promisify } from "node:util";
 
 import { BatchProcessor, EventType, FullBatchFailureError, processPartialResponse } from "@aws-lambda-powertools/batch";
 import type { SQSRecord } from "aws-lambda";
@@ -21,7 +23,10 @@ import {
   fenced,
   type Job,
 } from "../src/index.js";
-import { startLocal, type Local } from "./support/local.js";
+import { PYTHON, startLocal, type Local } from "./support/local.js";
+
+// Kept messages name operations by keyed hash: with this key, the Python side's own hashes.
+process.env["LEASEFENCE_LOG_HASH_KEY"] = "fenced-test-key";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const unique = (what: string) => `${what}-${randomUUID().slice(0, 8)}`;
@@ -99,6 +104,9 @@ describe("fenced", () => {
     const poison = processor.errors[0];
     assert.ok(poison instanceof PoisonMessage, String(poison));
     assert.ok(!poison.message.includes(r1), "errors name the operation by a keyed hash, not its id");
+    const hashed = "import sys; from leasefence.privacy import keyed_hash; print(keyed_hash(*sys.argv[1:]))";
+    const { stdout } = await promisify(execFile)(PYTHON, ["-c", hashed, tenantId, r1]);
+    assert.equal(poison.op, stdout.trim()); // the tag the Python decorator logs for this operation
     assert.deepEqual(
       processor.successMessages.map((record) => (record as Message).messageId),
       ["m1", "m2", "m4"],
