@@ -2,17 +2,15 @@
 // once, a closed account fails for good, and a worker that stalls past its lease is refused by the
 // refunds table after another took the refund over.
 import assert from "node:assert/strict";
-import { randomUUID } from "node:crypto";
 import { after, before, test } from "node:test";
 
 import { PutItemCommand } from "@aws-sdk/client-dynamodb";
 
 import { refundHandlers, refundWorker, type Refund } from "../../../examples/typescript/refund-worker.js";
 import { FencedTable, Worker, type Job } from "../src/index.js";
+import { signal, sleep, unique } from "./support/helpers.js";
 import { startLocal, type Local } from "./support/local.js";
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const unique = (what: string) => `${what}-${randomUUID().slice(0, 8)}`;
 
 let local: Local;
 before(async () => {
@@ -60,29 +58,27 @@ test("a stalled worker is refused by the refunds table", { timeout: 30_000 }, as
   const refunds = await refundsTable();
   await producer.enqueue({ operation_id: "refund-9", job_type: "refund", payload: { account: "acct-9", cents: 700 }, target_class: "B" });
   const example = refundHandlers(refunds).refund!;
-  let stalled!: () => void;
-  const isStalled = new Promise<void>((r) => (stalled = r));
-  let wake!: () => void;
-  const woken = new Promise<void>((r) => (wake = r));
+  const stalled = signal();
+  const wake = signal();
   const handlers = {
     refund: {
       ...example,
       run: async (job: Job<Refund>) => {
         if (job.fence === 1) {
-          stalled(); // the first holder stalls past its lease before its write
-          await woken;
+          stalled.resolve(); // the first holder stalls past its lease before its write
+          await wake.promise;
         }
         return example.run(job);
       },
     },
   };
   const zombie = new Worker({ client: producer, tenantId: tenant, leaseSeconds: 1, handlers }).runOnce();
-  await isStalled;
+  await stalled.promise;
   const rescuer = new Worker({ client: producer, tenantId: tenant, handlers });
   for (const until = performance.now() + 15_000; !(await rescuer.runOnce()); await sleep(100)) {
     assert.ok(performance.now() < until, "the lease never lapsed");
   }
-  wake();
+  wake.resolve();
   await zombie;
   const entries = (await refunds.read({ account: "acct-9" }))?.["refunds"] as { refund: string }[];
   assert.deepEqual(entries.map((entry) => entry.refund), ["refund-9"]); // one refund: fence 2's

@@ -4,7 +4,6 @@
 // write the table refuses.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { promisify } from "node:util";
 
@@ -23,13 +22,12 @@ import {
   fenced,
   type Job,
 } from "../src/index.js";
+import { signal, sleep, unique } from "./support/helpers.js";
 import { PYTHON, startLocal, type Local } from "./support/local.js";
 
 // Kept messages name operations by keyed hash: with this key, the Python side's own hashes.
 process.env["LEASEFENCE_LOG_HASH_KEY"] = "fenced-test-key";
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const unique = (what: string) => `${what}-${randomUUID().slice(0, 8)}`;
 
 type Refund = { refund_id: string; cents: number };
 type Message = SQSRecord;
@@ -60,12 +58,6 @@ function deliver<T>(records: Message[], handler: (record: Message) => Promise<T>
     processInParallel: !options.inOrder,
   });
   return { processor, response: sent };
-}
-
-function gate() {
-  let open!: () => void;
-  const opened = new Promise<void>((r) => (open = r));
-  return { opened, open };
 }
 
 let local: Local;
@@ -122,21 +114,21 @@ describe("fenced", () => {
   test("a redelivery during the lease does not run the handler again: TryLater, then acknowledged once it ended", { timeout: 30_000 }, async () => {
     const tenantId = unique("t");
     const client = local.client(tenantId);
-    const running = gate();
-    const release = gate();
+    const running = signal();
+    const release = signal();
     let calls = 0;
     const recordHandler = fenced(
       async (_record: Message, job: Job<Refund>) => {
         calls += 1;
-        running.open();
-        await release.opened;
+        running.resolve();
+        await release.promise;
         job.guard();
         return "sent";
       },
       { client, tenantId, jobType: "email", leaseSeconds: 30 },
     );
     const first = deliver([message("m1", { refund_id: "x", cents: 1 })], recordHandler);
-    await running.opened;
+    await running.promise;
     // SQS hands the same message to another invocation (its visibility timeout ran out): every
     // record of that batch fails, which Powertools reports by throwing.
     const again = deliver([message("m1", { refund_id: "x", cents: 1 })], recordHandler);
@@ -145,7 +137,7 @@ describe("fenced", () => {
       assert.ok(error.recordErrors[0] instanceof TryLater, String(error.recordErrors[0]));
       return true;
     });
-    release.open();
+    release.resolve();
     assert.deepEqual(await first.response, { batchItemFailures: [] });
     const late = deliver([message("m1", { refund_id: "x", cents: 1 })], recordHandler);
     assert.deepEqual(await late.response, { batchItemFailures: [] });
@@ -186,14 +178,14 @@ describe("fenced", () => {
     await local.createTable(tableName);
     const table = new FencedTable({ tableName, client: local.dynamodb() });
     const key = { pk: "acct-1" };
-    const stalled = gate();
-    const wake = gate();
+    const stalled = signal();
+    const wake = signal();
     const refused: unknown[] = [];
     const recordHandler = fenced(
       async (_record: Message, job: Job<Refund>) => {
         if (job.fence === 1) {
-          stalled.open();
-          await wake.opened; // no progress: the 1 s lease lapses meanwhile
+          stalled.resolve();
+          await wake.promise; // no progress: the 1 s lease lapses meanwhile
         }
         try {
           await table.write(job, key, { last_refund: job.operationId }, { append: { refunds: [job.fence] } });
@@ -216,7 +208,7 @@ describe("fenced", () => {
     const record = message("m1", { refund_id: "r", cents: 700 });
     const zombie = deliver([record], recordHandler);
     const zombieDone = zombie.response.catch((error: unknown) => error);
-    await stalled.opened;
+    await stalled.promise;
     for (const until = performance.now() + 15_000; ; ) {
       // redeliveries: kept (TryLater) until the stalled delivery's lease lapsed, then taken over
       const { response } = deliver([record], recordHandler);
@@ -229,7 +221,7 @@ describe("fenced", () => {
       assert.ok(performance.now() < until, "the lease never lapsed");
       await sleep(200);
     }
-    wake.open();
+    wake.resolve();
     const late = await zombieDone;
     assert.ok(late instanceof FullBatchFailureError, String(late));
     assert.ok(late.recordErrors[0] instanceof NotFinished, String(late.recordErrors[0]));

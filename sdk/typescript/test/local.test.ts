@@ -3,7 +3,6 @@
 // fencing of a stalled worker's stale write, read back by the Python SDK.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { promisify } from "node:util";
 
@@ -20,10 +19,9 @@ import {
   idempotencyKey,
   type Job,
 } from "../src/index.js";
+import { signal, sleep, unique } from "./support/helpers.js";
 import { PYTHON, startLocal, type Local } from "./support/local.js";
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const unique = (what: string) => `${what}-${randomUUID().slice(0, 8)}`;
 
 /** `attempt()` until it gives something truthy (a claim once the lease lapsed), within `ms`. */
 async function eventually<T>(attempt: () => Promise<T>, ms = 15_000): Promise<NonNullable<T>> {
@@ -34,13 +32,6 @@ async function eventually<T>(attempt: () => Promise<T>, ms = 15_000): Promise<No
     if (performance.now() > until) throw new Error("gave up waiting");
     await sleep(100);
   }
-}
-
-/** A promise and the function that resolves it. */
-function signal() {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => (resolve = r));
-  return { promise, resolve };
 }
 
 /** A fetch that loses the answer of the first request whose path ends with `suffix` (it reaches the server). */
