@@ -6,7 +6,7 @@ import type { Context, SQSEvent, SQSRecord } from "aws-lambda";
 import { FencedTable, LeaseFenceClient, fenced, type Job } from "@leasefence/sdk";
 
 type Refund = { refund_id: string; account: string; cents: number };
-const client = new LeaseFenceClient({ baseUrl: process.env["LEASEFENCE_URL"] ?? "", token: process.env["LEASEFENCE_TOKEN"] ?? "" });
+const client = new LeaseFenceClient({ baseUrl: process.env["LEASEFENCE_BASE_URL"] ?? "http://127.0.0.1:8765", token: process.env["LEASEFENCE_TOKEN"] ?? "" });
 const refunds = new FencedTable({ tableName: "refunds" });
 const account = (job: Job<Refund>) => ({ account: job.payload.account });
 
