@@ -8,3 +8,4 @@ export * from "./worker.js";
 export * from "./identity.js";
 export * from "./idempotency.js";
 export * from "./fenced-table.js";
+export * from "./fenced.js";

@@ -27,7 +27,7 @@
  * Handlers run on Node's event loop: a handler that blocks it (a long synchronous loop) blocks
  * its heartbeats too; await between steps.
  */
-import type { Claim, LeaseFenceClient } from "./client.js";
+import type { Claim, LeaseFenceClient, Operation } from "./client.js";
 import { NotFound, PayloadMissing, StaleFence, Unavailable } from "./errors.js";
 import type { JsonValue } from "./json.js";
 import { Ambiguous, LostOwnership, Permanent, Reconciled, Retry, Uninterpretable } from "./outcomes.js";
@@ -57,6 +57,8 @@ export class Job<P = JsonValue> {
   lostReason: string | undefined;
   /** Set once the closing write started: a heartbeat refused after it is no loss. */
   closing = false;
+  /** The operation's state once this claim's closing write went through (undefined: none did). */
+  closedState: string | undefined;
   private readonly controller = new AbortController();
   private progressCount = 0;
   private pendingCheckpoint: { value: JsonValue } | undefined;
@@ -141,7 +143,7 @@ export interface WorkerOptions {
   claimAnyType?: boolean;
 }
 
-type Closing = { what: string; write: () => Promise<unknown> };
+type Closing = { what: string; write: () => Promise<Operation> };
 
 export class Worker {
   readonly workerId: string;
@@ -217,7 +219,7 @@ export class Worker {
     try {
       claim = await this.client.claim(
         { worker_id: this.workerId, lease_seconds: this.leaseSeconds, claim_token: pending.token, ...(types ? { job_types: types } : {}) },
-        { deadline: sent + this.leaseSeconds * 1000, tryTimeoutMs: (this.leaseSeconds * 1000) / 3 },
+        this.claimBounds(sent),
       );
     } catch (error) {
       if (!(error instanceof Unavailable) || performance.now() - pending.firstSent >= CLAIM_TOKEN_PATIENCE_MS) {
@@ -227,6 +229,18 @@ export class Worker {
     }
     this.unanswered = undefined;
     return claim;
+  }
+
+  /** Claim one named operation if it is claimable now, else null (a fenced record handler claims what it enqueued). */
+  claimOperation(operationId: string): Promise<Claim | null> {
+    const types = this.jobTypes;
+    const body = { worker_id: this.workerId, lease_seconds: this.leaseSeconds, operation_id: operationId, ...(types ? { job_types: types } : {}) };
+    return this.client.claim(body, this.claimBounds(performance.now()));
+  }
+
+  /** A claim's bounds: no try starts past the lease it asks for, each waits a third of it. */
+  private claimBounds(sent: number) {
+    return { deadline: sent + this.leaseSeconds * 1000, tryTimeoutMs: (this.leaseSeconds * 1000) / 3 };
   }
 
   /** See one claim through: its payload, the handler, the closing write. */
@@ -318,7 +332,7 @@ export class Worker {
     const until = performance.now() + job.claim.lease_ms / 2;
     for (let attempt = 0; ; attempt++) {
       try {
-        await closing.write();
+        job.closedState = (await closing.write()).state;
         return;
       } catch (error) {
         if (error instanceof StaleFence || error instanceof NotFound) {

@@ -3,7 +3,6 @@
 // fencing of a stalled worker's stale write, read back by the Python SDK.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { promisify } from "node:util";
 
@@ -20,10 +19,9 @@ import {
   idempotencyKey,
   type Job,
 } from "../src/index.js";
+import { signal, sleep, unique } from "./support/helpers.js";
 import { PYTHON, startLocal, type Local } from "./support/local.js";
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const unique = (what: string) => `${what}-${randomUUID().slice(0, 8)}`;
 
 /** `attempt()` until it gives something truthy (a claim once the lease lapsed), within `ms`. */
 async function eventually<T>(attempt: () => Promise<T>, ms = 15_000): Promise<NonNullable<T>> {
@@ -34,13 +32,6 @@ async function eventually<T>(attempt: () => Promise<T>, ms = 15_000): Promise<No
     if (performance.now() > until) throw new Error("gave up waiting");
     await sleep(100);
   }
-}
-
-/** A promise and the function that resolves it. */
-function signal() {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => (resolve = r));
-  return { promise, resolve };
 }
 
 /** A fetch that loses the answer of the first request whose path ends with `suffix` (it reaches the server). */
@@ -235,9 +226,16 @@ describe("worker", () => {
         return `posted-by-${who}`;
       },
     });
-    const stalled = new Worker({ client: lf, tenantId: tenant, workerId: "zombie", leaseSeconds: 1, handlers: { post: handler("zombie", rescued.promise) } });
+    const zombieClaimed = signal();
+    const zombieHandler = handler("zombie", rescued.promise);
+    const onClaim = async (job: Job) => {
+      await zombieHandler.onClaim(job);
+      zombieClaimed.resolve();
+    };
+    const stalled = new Worker({ client: lf, tenantId: tenant, workerId: "zombie", leaseSeconds: 1, handlers: { post: { ...zombieHandler, onClaim } } });
     const rescuer = new Worker({ client: lf, tenantId: tenant, workerId: "rescuer", leaseSeconds: 30, handlers: { post: handler("rescuer", Promise.resolve()) } });
     const zombie = stalled.runOnce();
+    await zombieClaimed.promise; // the zombie holds fence 1 before the rescuer asks
     await eventually(() => rescuer.runOnce()); // takes over with fence 2 once the zombie's lease lapsed
     rescued.resolve(); // the zombie wakes up and writes
     assert.equal(await zombie, true);
@@ -280,12 +278,14 @@ describe("worker", () => {
     await lf.enqueue({ operation_id: id, job_type: "slow", payload: 3 });
     const seen: { reason?: unknown; guard?: unknown } = {};
     const rescued = signal();
+    const claimed = signal();
     const stalled = new Worker({
       client: lf,
       tenantId: tenant,
       leaseSeconds: 1,
       handlers: {
         slow: async (job) => {
+          claimed.resolve();
           await rescued.promise; // stalled past the lease: another worker claims meanwhile
           job.progress(); // progress again: the next heartbeat is refused
           await new Promise((resolve) => job.signal.addEventListener("abort", resolve, { once: true }));
@@ -302,6 +302,7 @@ describe("worker", () => {
       },
     });
     const zombie = stalled.runOnce();
+    await claimed.promise; // the stalled worker holds fence 1 before the rescuer asks
     const rescuer = await eventually(() => lf.claim({ worker_id: "rescuer", lease_seconds: 30 }));
     assert.equal(rescuer.fence, 2);
     rescued.resolve();

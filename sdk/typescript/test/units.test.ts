@@ -2,9 +2,7 @@
 // numbers, class-C keys, and the generated types being what openapi.json generates.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { resolve } from "node:path";
 import { test } from "node:test";
-import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 
 import {
@@ -27,8 +25,7 @@ import {
   reconcileIdempotent,
   stateOf,
 } from "../src/index.js";
-
-const PACKAGE = resolve(fileURLToPath(import.meta.url), "../../..");
+import { PACKAGE } from "./support/local.js";
 
 test("the service's error bodies become their classes, by code", () => {
   const stale = answerError(409, JSON.stringify({ error: { code: "stale_fence", message: "fence 1 < 2" } }));

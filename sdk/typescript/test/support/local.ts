@@ -16,7 +16,8 @@ import { CreateTableCommand, DynamoDBClient } from "@aws-sdk/client-dynamodb";
 
 import { LeaseFenceClient, type ClientOptions } from "../../src/index.js";
 
-const PACKAGE = resolve(fileURLToPath(import.meta.url), "../../../..");
+/** sdk/typescript, from build/sdk/typescript/test/support/ (the tests' build keeps the repository's layout). */
+export const PACKAGE = resolve(fileURLToPath(import.meta.url), "../../../../../..");
 export const REPOSITORY = resolve(PACKAGE, "../..");
 export const PYTHON = process.env["LEASEFENCE_PYTHON"] ?? join(REPOSITORY, ".venv/bin/python");
 const LEASEFENCE = process.env["LEASEFENCE_BIN"] ?? join(REPOSITORY, ".venv/bin/leasefence");
@@ -30,12 +31,27 @@ export interface Local {
   token(tenant: string, scopes?: string[], subject?: string): string;
   client(tenant: string, options?: Partial<ClientOptions>): LeaseFenceClient;
   dynamodb(): DynamoDBClient;
-  /** A target table keyed by `pk` (string) on the embedded endpoint. */
-  createTable(name: string): Promise<void>;
+  /** A target table keyed by `key` (a string; default `pk`) on the embedded endpoint. */
+  createTable(name: string, key?: string): Promise<void>;
+  /** What `SHARED_STACK` carries to the test files. */
+  shared: string;
+  /** Stops the stack this file started (nothing for a shared one). */
   stop(): Promise<void>;
 }
 
+/** The environment variable through which `run.ts` shares its stack with the test files. */
+export const SHARED_STACK = "LEASEFENCE_TS_TEST_STACK";
+
+/**
+ * The stack the test files share (`run.ts` started it: `npm test`), or one of this file's own
+ * (a test file run alone). Tests keep apart by tenant and table names of their own.
+ */
 export async function startLocal(timeoutMs = 90_000): Promise<Local> {
+  const shared = process.env[SHARED_STACK];
+  if (shared) {
+    const { baseUrl, dynamodbEndpoint, secret } = JSON.parse(shared) as Shared;
+    return localOf(baseUrl, dynamodbEndpoint, secret, async () => {});
+  }
   const folder = await mkdtemp(join(tmpdir(), "leasefence-ts-"));
   const secret = randomBytes(24).toString("hex");
   const child: ChildProcess = spawn(
@@ -57,6 +73,20 @@ export async function startLocal(timeoutMs = 90_000): Promise<Local> {
   }
   const baseUrl = output.match(/API base URL:\s+(\S+)/)![1]!;
   const dynamodbEndpoint = output.match(/DynamoDB endpoint:\s+(\S+)/)![1]!;
+  return localOf(baseUrl, dynamodbEndpoint, secret, async () => {
+    if (child.exitCode === null) {
+      child.kill("SIGTERM");
+      const killer = setTimeout(() => child.kill("SIGKILL"), 20_000);
+      await exited;
+      clearTimeout(killer);
+    }
+    await rm(folder, { recursive: true, force: true });
+  });
+}
+
+type Shared = { baseUrl: string; dynamodbEndpoint: string; secret: string };
+
+function localOf(baseUrl: string, dynamodbEndpoint: string, secret: string, stop: () => Promise<void>): Local {
 
   function token(tenant: string, scopes = ALL_SCOPES, subject = `ts:${tenant}`): string {
     const now = Math.floor(Date.now() / 1000);
@@ -83,24 +113,17 @@ export async function startLocal(timeoutMs = 90_000): Promise<Local> {
     token,
     client: (tenant, options = {}) => new LeaseFenceClient({ baseUrl, token: token(tenant), ...options }),
     dynamodb,
-    async createTable(name) {
+    async createTable(name, key = "pk") {
       await dynamodb().send(
         new CreateTableCommand({
           TableName: name,
-          KeySchema: [{ AttributeName: "pk", KeyType: "HASH" }],
-          AttributeDefinitions: [{ AttributeName: "pk", AttributeType: "S" }],
+          KeySchema: [{ AttributeName: key, KeyType: "HASH" }],
+          AttributeDefinitions: [{ AttributeName: key, AttributeType: "S" }],
           BillingMode: "PAY_PER_REQUEST",
         }),
       );
     },
-    async stop() {
-      if (child.exitCode === null) {
-        child.kill("SIGTERM");
-        const killer = setTimeout(() => child.kill("SIGKILL"), 20_000);
-        await exited;
-        clearTimeout(killer);
-      }
-      await rm(folder, { recursive: true, force: true });
-    },
+    shared: JSON.stringify({ baseUrl, dynamodbEndpoint, secret } satisfies Shared),
+    stop,
   };
 }
