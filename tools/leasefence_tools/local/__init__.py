@@ -6,3 +6,9 @@
 #: connections dropped or reset; 1024 is waitress's own default, and Linux caps it at
 #: ``net.core.somaxconn`` (4096 on current kernels).
 LISTEN_BACKLOG = 1024
+
+#: The API function's execution environments under ``leasefence local`` (processes, started as
+#: concurrent requests need them): a lifecycle's three calls hold an environment about 40 ms, so
+#: one caps 16 workers near 24 lifecycles a second; four let the handlers' own Python run on
+#: every core while others wait for the embedded endpoint, at about 100 MB of memory each.
+API_ENVIRONMENTS = 4
