@@ -68,7 +68,7 @@ def test_two_environments_serve_concurrent_requests_and_keep_each_requests_state
         except Exception as error:  # noqa: BLE001 - collected, asserted below
             errors.append(repr(error))
 
-    before = stack.environment_timings.snapshot()
+    before, relayed = stack.environment_timings.snapshot(), stack.environments.relayed
     with LambdaLog(tmp_path / FILE) as log:
         threads = [threading.Thread(target=run, args=(tenants[n % 2], n)) for n in range(8)]
         for thread in threads:
@@ -87,6 +87,9 @@ def test_two_environments_serve_concurrent_requests_and_keep_each_requests_state
     assert set(served) == {"api environment 1", "api environment 2"}
     assert all(count > 0 for count in served.values())  # side by side: both took requests
     assert sum(served.values()) == 8 * 2 * REQUESTS_PER_THREAD
+    # Their store calls came to the stack's endpoint through their pipes (an enqueue writes, a
+    # read reads: at least one call a request), not over HTTP.
+    assert stack.environments.relayed - relayed >= 8 * 2 * REQUESTS_PER_THREAD
     # Each request's log line, written in its environment, came back with its own answer: one
     # line per request, a correlation id each, and the tenant tag (the stack's hash key, handed
     # to every environment) of the tenant that made it.

@@ -61,15 +61,27 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    """CPU seconds of ``pid`` and of every process under it (the API function's execution
-    environments are processes of the stack's), or None where ``/proc`` cannot tell."""
+def _own_cpu_seconds(pid: int) -> float | None:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
-    return own + sum(_cpu_seconds(child) or 0.0 for child in _children(pid))
+
+
+def _cpu_seconds(pid: int) -> tuple[float, float] | None:
+    """CPU seconds of ``pid`` itself and of every process under it (the API function's execution
+    environments are processes of the stack's), or None where ``/proc`` cannot tell."""
+    own = _own_cpu_seconds(pid)
+    if own is None:
+        return None
+    under = 0.0
+    pending = _children(pid)
+    while pending:
+        child = pending.pop()
+        under += _own_cpu_seconds(child) or 0.0
+        pending += _children(child)
+    return own, under
 
 
 def _timings(base_url: str, reset: bool = False) -> dict[str, Any]:
@@ -206,7 +218,10 @@ def measure(
         environments = api_timings.get("environments", {})
         endpoint_times = _timings(endpoint)
     lifecycles = len(done)
-    cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    own = under = cpu = None
+    if cpu_before is not None and cpu_after is not None:
+        own, under = (after - before for after, before in zip(cpu_after, cpu_before, strict=True))
+        cpu = own + under
     return {
         "stack": "leasefence local --samples (its own process, "
         + ("default options)" if not args else " ".join(args) + ")"),
@@ -223,9 +238,11 @@ def measure(
             route: round(statistics.median(values) * 1000, 1) if values else None
             for route, values in calls.items()
         },
-        "stack_cpu_ms_per_lifecycle": round(cpu * 1000 / lifecycles, 1)
-        if cpu is not None and lifecycles
-        else None,
+        "stack_cpu_ms_per_lifecycle": _per(cpu, lifecycles),
+        # Of which the stack's own process (HTTP API, embedded endpoint, stream functions,
+        # sweeper) and the processes under it (the API function's execution environments).
+        "stack_process_cpu_ms_per_lifecycle": _per(own, lifecycles),
+        "environments_cpu_ms_per_lifecycle": _per(under, lifecycles),
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "cpu_count": os.cpu_count(),
@@ -233,6 +250,10 @@ def measure(
         "environments": {name: int(row["count"]) for name, row in environments.items()},
         "endpoint": endpoint_times,
     }
+
+
+def _per(seconds: float | None, lifecycles: int) -> float | None:
+    return round(seconds * 1000 / lifecycles, 1) if seconds is not None and lifecycles else None
 
 
 def render(result: dict[str, Any]) -> str:
@@ -243,7 +264,9 @@ def render(result: dict[str, Any]) -> str:
         f"({result['lifecycle']}): {result['lifecycles_per_s']} lifecycles/s "
         f"(target {result['target_per_s']:g}); client p50 "
         + ", ".join(f"{route} {p50[route]} ms" for route in ROUTES),
-        f"  stack CPU {result['stack_cpu_ms_per_lifecycle']} ms per lifecycle; load average "
+        f"  stack CPU {result['stack_cpu_ms_per_lifecycle']} ms per lifecycle (its process "
+        f"{result['stack_process_cpu_ms_per_lifecycle']}, the API function's environments "
+        f"{result['environments_cpu_ms_per_lifecycle']}); load average "
         f"{result['load_average_before'][0]} before, {result['load_average_after'][0]} after "
         f"({result['cpu_count']} CPUs); enqueue {result['enqueue_per_s']}/s from one client",
         "  in the handler (p50 / mean ms, count):",

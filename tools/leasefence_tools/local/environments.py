@@ -49,6 +49,10 @@ START_TIMEOUT_S = 120.0
 STOP_GRACE_S = 5.0
 
 
+#: The services whose clients the handlers get from their runtime (the stack attaches the same).
+RELAYED_SERVICES = ("dynamodb", "s3", "events")
+
+
 class EnvironmentLost(RuntimeError):
     """An invocation ended its environment: past its timeout, or the process died."""
 
@@ -74,7 +78,7 @@ def _serve(connection: Any) -> None:
     output = io.StringIO()
     sys.stdout = sys.stderr = output  # what the handler writes goes back with its answer
     try:
-        function, config, paths, hash_key = connection.recv()
+        function, config, paths, hash_key, endpoint = connection.recv()
         for path in paths:
             if path not in sys.path:
                 sys.path.append(path)
@@ -87,7 +91,9 @@ def _serve(connection: Any) -> None:
         powertools = logger.logger_handler
         if hasattr(powertools, "setStream"):
             powertools.setStream(output)
-        settings.install(config)
+        runtime = settings.install(config)
+        if endpoint:
+            _relay_to_stack(runtime, connection, endpoint)
         handler = load_function(function).lambda_handler
         # What SnapStart's before-snapshot hooks do: the first event's imports (the validated
         # resolver, the engine), before this environment is handed a request.
@@ -104,7 +110,7 @@ def _serve(connection: Any) -> None:
             return
         if message is None:
             return
-        event, timeout_ms = message
+        _, event, timeout_ms = message
         context = LambdaContext(f"leasefence-{function}", timeout_ms)
         started = time.perf_counter()
         failed: str | None = None
@@ -115,7 +121,24 @@ def _serve(connection: Any) -> None:
             traceback.print_exc(file=output)
             failed = type(error).__name__
         seconds = time.perf_counter() - started
-        connection.send((result, failed, _taken(output), seconds))
+        connection.send(("done", result, failed, _taken(output), seconds))
+
+
+def _relay_to_stack(runtime: Any, connection: Any, endpoint: str) -> None:
+    """The handlers' clients of the stack's embedded endpoint send each request to the stack on
+    ``connection``, which serves it in the endpoint's application while this invocation waits
+    (the same lock, fidelity and timings as an HTTP request; without the HTTP)."""
+    from leasefence_tools.local.in_process import relay
+
+    lock = threading.Lock()  # one request at a time on the pipe, whatever threads a handler runs
+
+    def ask(*parts: Any) -> Any:
+        with lock:
+            connection.send(("aws", parts))
+            return connection.recv()
+
+    for service in RELAYED_SERVICES:
+        relay(runtime.client(service), ask, lambda url: url.startswith(endpoint))
 
 
 def _taken(output: io.StringIO) -> str:
@@ -134,15 +157,23 @@ class _Environment:
         self.process = process
         self.connection = connection
 
-    def call(self, event: dict[str, Any], timeout_ms: int) -> tuple[Any, str | None, str, float]:
+    def call(
+        self, event: dict[str, Any], timeout_ms: int, serve: Any
+    ) -> tuple[Any, str | None, str, float]:
+        """Invoke; meanwhile answer the handler's requests to the endpoint with ``serve``."""
+        deadline = time.monotonic() + timeout_ms / 1000 + 1
         try:
-            self.connection.send((event, timeout_ms))
-            if not self.connection.poll(timeout_ms / 1000 + 1):
-                raise EnvironmentLost(
-                    f"environment {self.number} did not answer within {timeout_ms} ms"
-                )
-            return tuple(self.connection.recv())  # type: ignore[return-value]
-        except (EOFError, OSError, BrokenPipeError) as error:
+            self.connection.send(("invoke", event, timeout_ms))
+            while True:
+                if not self.connection.poll(max(0.0, deadline - time.monotonic())):
+                    raise EnvironmentLost(
+                        f"environment {self.number} did not answer within {timeout_ms} ms"
+                    )
+                message = self.connection.recv()
+                if message[0] == "done":
+                    return tuple(message[1:])  # type: ignore[return-value]
+                self.connection.send(serve(*message[1]))
+        except (EOFError, OSError) as error:
             raise EnvironmentLost(f"environment {self.number} ended ({error!r})") from None
 
     def end(self, grace_s: float = 0.0) -> None:
@@ -174,6 +205,8 @@ class Environments:
         config: Any,
         paths: list[str] | None = None,
         timings: Timings | None = None,
+        endpoint: str | None = None,
+        serve: Any = None,
     ) -> None:
         if count < 1:
             raise ValueError("count must be at least 1")
@@ -182,6 +215,13 @@ class Environments:
         self.config = config
         self.paths = list(paths or ())
         self.timings = timings
+        #: With ``serve(method, url, headers, body) -> (status, headers, body)``: the
+        #: environments' requests to ``endpoint`` come to this process and are answered by it
+        #: (the embedded endpoint's application, when it runs here); else they go over HTTP.
+        self.endpoint = endpoint if serve is not None else None
+        self._serve = serve
+        #: Requests of the environments to the endpoint that this process answered.
+        self.relayed = 0
         self._idle: queue.SimpleQueue[_Environment | BaseException] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._live: dict[int, _Environment | None] = {}  # None: starting
@@ -248,7 +288,9 @@ class Environments:
                 stdin=subprocess.DEVNULL,
             )
             theirs.close()
-            parent.send((self.function, self.config, self.paths, privacy.current_key()))
+            parent.send(
+                (self.function, self.config, self.paths, privacy.current_key(), self.endpoint)
+            )
             if not parent.poll(START_TIMEOUT_S):
                 raise EnvironmentLost(f"environment {number} did not start")
             state, text = parent.recv()
@@ -314,7 +356,7 @@ class Environments:
         :class:`InvocationFailed` when it cannot answer)."""
         env = self._take()
         try:
-            result, failed, text, seconds = env.call(event, timeout_ms)
+            result, failed, text, seconds = env.call(event, timeout_ms, self._relayed)
         except EnvironmentLost:
             with self._lock:
                 self._live.pop(env.number, None)
@@ -328,6 +370,11 @@ class Environments:
         if failed is not None:
             raise InvocationFailed(f"{self.function}: the handler raised {failed}")
         return Answer(result, seconds, env.number)
+
+    def _relayed(self, *parts: Any) -> Any:
+        with self._lock:
+            self.relayed += 1
+        return self._serve(*parts)
 
     @staticmethod
     def _write(text: str) -> None:

@@ -748,7 +748,12 @@ class LocalStack:
         if self.api_environments:
             paths = [str(p) for p in (FUNCTIONS_DIR, REPO_ROOT) if p is not None]
             self.environments = self.invoker.environments = Environments(
-                "api", self.api_environments, config, paths=paths, timings=self.environment_timings
+                "api",
+                self.api_environments,
+                config,
+                paths=paths,
+                timings=self.environment_timings,
+                **self._relay(),
             ).start()
         else:
             load_function("api")
@@ -841,6 +846,18 @@ class LocalStack:
         attach = getattr(self.aws, "attach", None)
         ours = client.meta.endpoint_url.rstrip("/") == self.aws.endpoint.rstrip("/")
         return attach(client) if attach is not None and ours else client
+
+    def _relay(self) -> dict[str, Any]:
+        """How the API function's environments reach the embedded endpoint: when it runs in this
+        process, through their pipe to this process, which serves each request in the endpoint's
+        application (lock, fidelity and timings as over HTTP, without the HTTP); else over
+        HTTP."""
+        from leasefence_tools.local.in_process import wsgi_answer
+
+        app = getattr(self.aws, "app", None)
+        if app is None or getattr(self.aws, "process", False):
+            return {}
+        return {"endpoint": self.aws.endpoint, "serve": lambda *parts: wsgi_answer(app, *parts)}
 
     def _records_reader(self) -> Any:
         """The embedded endpoint's in-process ``GetRecords`` for the mappings, or None (an
