@@ -14,10 +14,10 @@ from typing import Any
 
 import typer
 
-from ._app import app, events_app
-from ._client import DEV_TENANT, default_scopes, found_stack
 from leasefence_tools.local import API_ENVIRONMENTS
 
+from ._app import app, events_app
+from ._client import DEV_TENANT, default_scopes, found_stack
 from ._options import STATE_DIR
 
 #: Who the console link of ``leasefence local`` signs in as by default (not the dev token's

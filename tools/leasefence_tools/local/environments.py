@@ -27,6 +27,7 @@ the only point of linearization: nothing about the store is decided here).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import queue
 import socket
@@ -171,21 +172,17 @@ class _Environment:
                     )
                 message = self.connection.recv()
                 if message[0] == "done":
-                    return tuple(message[1:])  # type: ignore[return-value]
+                    return tuple(message[1:])
                 self.connection.send(serve(*message[1]))
         except (EOFError, OSError) as error:
             raise EnvironmentLost(f"environment {self.number} ended ({error!r})") from None
 
     def end(self, grace_s: float = 0.0) -> None:
         if grace_s:
-            try:
+            with contextlib.suppress(OSError):
                 self.connection.send(None)
-            except (OSError, BrokenPipeError):
-                pass
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                pass
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait(5)

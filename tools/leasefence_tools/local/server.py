@@ -612,7 +612,8 @@ class LocalStack:
     ) -> None:
         """``api_environments``: 0 runs the API function in this process (one environment, one
         invocation at a time; what a test that reaches into the handlers' runtime needs), N in
-        up to N processes of its own (:mod:`leasefence_tools.local.environments`). ``streams``: start the event source mappings with the stack (or later:
+        up to N processes of its own (:mod:`leasefence_tools.local.environments`).
+        ``streams``: start the event source mappings with the stack (or later:
         :meth:`start_streams`). ``worker_handlers`` (``module:NAME``) and ``worker_tenants``:
         what the worker function runs, for whom (no handlers: no stream worker, the publisher
         only). ``event_bus``: the bus on the embedded endpoint (default ``leasefence-local``).
