@@ -9,6 +9,7 @@ LISTEN_BACKLOG = 1024
 
 #: The API function's execution environments under ``leasefence local`` (processes, started as
 #: concurrent requests need them): a lifecycle's three calls hold an environment about 40 ms, so
-#: one caps 16 workers near 24 lifecycles a second; four let the handlers' own Python run on
-#: every core while others wait for the embedded endpoint, at about 100 MB of memory each.
-API_ENVIRONMENTS = 4
+#: one capped 16 workers near 24 lifecycles a second; two lift that bound to about 50, above what
+#: the stack's own process serves, and more added CPU without rate on a 2-core machine
+#: (docs/local-stack.md).
+API_ENVIRONMENTS = 2
