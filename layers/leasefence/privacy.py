@@ -23,6 +23,12 @@ def _key() -> bytes:
     return _KEY
 
 
+def current_key() -> bytes:
+    """The key in use (the local stack hands it to the API function's other execution
+    environments, so that their logs' hashes match its own)."""
+    return _key()
+
+
 def set_key(key: bytes) -> None:
     global _KEY
     _KEY = key

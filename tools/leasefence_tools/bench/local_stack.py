@@ -13,8 +13,11 @@ none is left. A lifecycle is those three calls. It reports:
 * ``endpoint``: per DynamoDB (Streams, S3, EventBridge) operation, the time the request held the
   embedded endpoint (one request at a time) and the time it waited for its turn
   (``GET /__leasefence/timings`` on the endpoint);
-* the stack process's CPU seconds per lifecycle (Linux ``/proc``), and the load average before
-  and after: the machine is shared, so a rate means little without it.
+* ``environments``: how many invocations each execution environment of the API function served
+  (``leasefence local`` runs it in processes of its own, as Lambda runs concurrent invocations);
+* the CPU seconds per lifecycle of the stack's process and the processes under it (Linux
+  ``/proc``), and the load average before and after: the machine is shared, so a rate means
+  little without it.
 """
 
 from __future__ import annotations
@@ -48,12 +51,37 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _cpu_seconds(pid: int) -> float | None:
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            found += [int(child) for child in children.read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _own_cpu_seconds(pid: int) -> float | None:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _cpu_seconds(pid: int) -> tuple[float, float] | None:
+    """CPU seconds of ``pid`` itself and of every process under it (the API function's execution
+    environments are processes of the stack's), or None where ``/proc`` cannot tell."""
+    own = _own_cpu_seconds(pid)
+    if own is None:
+        return None
+    under = 0.0
+    pending = _children(pid)
+    while pending:
+        child = pending.pop()
+        under += _own_cpu_seconds(child) or 0.0
+        pending += _children(child)
+    return own, under
 
 
 def _timings(base_url: str, reset: bool = False) -> dict[str, Any]:
@@ -125,12 +153,19 @@ class _Stack:
 _ENTRY = "import sys; from leasefence_tools.cli import main; sys.argv[0] = 'leasefence'; main()"
 
 
-def measure(operations: int = 400, workers: int = 16) -> dict[str, Any]:
-    """One run (see the module docstring)."""
+def measure(
+    operations: int = 400, workers: int = 16, api_environments: int | None = None
+) -> dict[str, Any]:
+    """One run (see the module docstring); ``api_environments``: the stack's
+    ``--api-environments`` (None: its default, as ``make run`` starts it)."""
     from leasefence.client import LeaseFenceClient
 
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="leasefence-bench-") as tmp, _Stack(Path(tmp)) as stack:
+    args = () if api_environments is None else ("--api-environments", str(api_environments))
+    with (
+        tempfile.TemporaryDirectory(prefix="leasefence-bench-") as tmp,
+        _Stack(Path(tmp), args) as stack,
+    ):
         base_url, endpoint = stack.state["base_url"], stack.state["dynamodb_endpoint"]
         token, pid = stack.state["token"], int(stack.state["pid"])
         producer = LeaseFenceClient(base_url, token)
@@ -178,12 +213,18 @@ def measure(operations: int = 400, workers: int = 16) -> dict[str, Any]:
             thread.join()
         elapsed = time.perf_counter() - started
         cpu_after = _cpu_seconds(pid)
-        handler = _timings(base_url)["handler"]
+        api_timings = _timings(base_url)
+        handler = api_timings["handler"]
+        environments = api_timings.get("environments", {})
         endpoint_times = _timings(endpoint)
     lifecycles = len(done)
-    cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    own = under = cpu = None
+    if cpu_before is not None and cpu_after is not None:
+        own, under = (after - before for after, before in zip(cpu_after, cpu_before, strict=True))
+        cpu = own + under
     return {
-        "stack": "leasefence local --samples (its own process, default options)",
+        "stack": "leasefence local --samples (its own process, "
+        + ("default options)" if not args else " ".join(args) + ")"),
         "operations": operations,
         "workers": workers,
         "lifecycle": "claim (naming the job type), heartbeat, complete: three HTTP calls",
@@ -197,15 +238,22 @@ def measure(operations: int = 400, workers: int = 16) -> dict[str, Any]:
             route: round(statistics.median(values) * 1000, 1) if values else None
             for route, values in calls.items()
         },
-        "stack_cpu_ms_per_lifecycle": round(cpu * 1000 / lifecycles, 1)
-        if cpu is not None and lifecycles
-        else None,
+        "stack_cpu_ms_per_lifecycle": _per(cpu, lifecycles),
+        # Of which the stack's own process (HTTP API, embedded endpoint, stream functions,
+        # sweeper) and the processes under it (the API function's execution environments).
+        "stack_process_cpu_ms_per_lifecycle": _per(own, lifecycles),
+        "environments_cpu_ms_per_lifecycle": _per(under, lifecycles),
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "cpu_count": os.cpu_count(),
         "handler": handler,
+        "environments": {name: int(row["count"]) for name, row in environments.items()},
         "endpoint": endpoint_times,
     }
+
+
+def _per(seconds: float | None, lifecycles: int) -> float | None:
+    return round(seconds * 1000 / lifecycles, 1) if seconds is not None and lifecycles else None
 
 
 def render(result: dict[str, Any]) -> str:
@@ -216,11 +264,19 @@ def render(result: dict[str, Any]) -> str:
         f"({result['lifecycle']}): {result['lifecycles_per_s']} lifecycles/s "
         f"(target {result['target_per_s']:g}); client p50 "
         + ", ".join(f"{route} {p50[route]} ms" for route in ROUTES),
-        f"  stack CPU {result['stack_cpu_ms_per_lifecycle']} ms per lifecycle; load average "
+        f"  stack CPU {result['stack_cpu_ms_per_lifecycle']} ms per lifecycle (its process "
+        f"{result['stack_process_cpu_ms_per_lifecycle']}, the API function's environments "
+        f"{result['environments_cpu_ms_per_lifecycle']}); load average "
         f"{result['load_average_before'][0]} before, {result['load_average_after'][0]} after "
         f"({result['cpu_count']} CPUs); enqueue {result['enqueue_per_s']}/s from one client",
         "  in the handler (p50 / mean ms, count):",
     ]
+    if result.get("environments"):
+        lines.insert(
+            2,
+            "  API function's execution environments (invocations each): "
+            + ", ".join(f"{n}" for n in result["environments"].values()),
+        )
     for name, row in result["handler"].items():
         lines.append(
             f"    {name:45s} {row['p50_ms']:7.2f} / {row['mean_ms']:7.2f}  {row['count']:6d}"
@@ -245,9 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="leasefence bench --only local-stack")
     parser.add_argument("--operations", type=int, default=400)
     parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument(
+        "--api-environments", type=int, default=None, help="the stack's (default: its own)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    result = measure(args.operations, args.workers)
+    result = measure(args.operations, args.workers, args.api_environments)
     print(json.dumps(result) if args.json else render(result))
     return 1 if result["errors"] else 0
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import typer
 
+from leasefence_tools.local import API_ENVIRONMENTS
+
 from ._app import app, events_app
 from ._client import DEV_TENANT, default_scopes, found_stack
 from ._options import STATE_DIR
@@ -96,6 +98,13 @@ def local(
         "TransactWriteItems or ReturnValuesOnConditionCheckFailure; without streams the stream "
         "worker and publisher are off.",
     ),
+    api_environments: int = typer.Option(
+        API_ENVIRONMENTS,
+        "--api-environments",
+        min=0,
+        help="Execution environments of the API function: processes started as concurrent "
+        "requests need them, as Lambda does (0: one, in this process).",
+    ),
     table_prefix: str | None = typer.Option(
         None,
         "--table-prefix",
@@ -137,6 +146,7 @@ def local(
         worker_tenants=tenants,
         dynamodb_endpoint=dynamodb_endpoint,
         table_prefix=table_prefix or (own_prefix(folder.folder) if dynamodb_endpoint else None),
+        api_environments=api_environments,
     )
     log = lambda_log.LambdaLog(folder.folder / lambda_log.FILE, echo=logs).open()
     try:

@@ -31,41 +31,57 @@ class _Body(BytesIO):
             chunk = self.read()
 
 
+def wsgi_answer(
+    app: Any, method: str, url: str, headers: list[tuple[str, str]], body: bytes | str
+) -> tuple[int, dict[str, str], bytes]:
+    """One request to the WSGI ``app``: ``(status, headers, body)`` of its answer."""
+    from werkzeug.test import EnvironBuilder, run_wsgi_app
+
+    parts = urlsplit(url)
+    environ = EnvironBuilder(
+        path=parts.path or "/",
+        base_url=f"{parts.scheme}://{parts.netloc}",
+        query_string=parts.query,
+        method=method,
+        headers=headers,
+        data=body,
+    ).get_environ()
+    chunks, status, answer_headers = run_wsgi_app(app, environ, buffered=True)
+    return int(status.split(" ", 1)[0]), dict(answer_headers.items()), b"".join(chunks)
+
+
+def request_parts(request: Any) -> tuple[str, str, list[tuple[str, str]], bytes | str]:
+    """A botocore request as ``(method, url, headers, body)`` (plain values: they may cross a
+    pipe to the process that serves the endpoint)."""
+    body = request.body
+    if hasattr(body, "read"):
+        body = body.read()
+    headers = [(k, v.decode() if isinstance(v, bytes) else v) for k, v in request.headers.items()]
+    return request.method, request.url, headers, body if isinstance(body, (bytes, str)) else b""
+
+
+def relay(client: Any, serve: Any, serving: Any = lambda _url: True) -> Any:
+    """Answer ``client``'s requests whose URL ``serving(url)`` accepts with ``serve(method,
+    url, headers, body) -> (status, headers, body)`` (botocore's ``before-send`` event, as moto's
+    own in-process mode and botocore's Stubber use it); any other goes over HTTP. Returns
+    ``client``."""
+    from botocore.awsrequest import AWSResponse
+
+    def send(request: Any, **_: Any) -> AWSResponse | None:
+        if not serving(request.url):
+            return None
+        status, headers, answer = serve(*request_parts(request))
+        return AWSResponse(request.url, status, headers, _Body(answer))
+
+    client.meta.events.register("before-send", send)
+    return client
+
+
 def serve_in_process(client: Any, app: Any, serving: Any = lambda: True) -> Any:
     """Send ``client``'s requests to the WSGI ``app`` in this process while ``serving()`` is
     true (after that, over HTTP: to an endpoint that stopped, as any other client). Returns
     ``client``."""
-    from botocore.awsrequest import AWSResponse
-    from werkzeug.test import EnvironBuilder, run_wsgi_app
-
-    def send(request: Any, **_: Any) -> AWSResponse | None:
-        if not serving():
-            return None
-        url = urlsplit(request.url)
-        body = request.body
-        if hasattr(body, "read"):
-            body = body.read()
-        environ = EnvironBuilder(
-            path=url.path or "/",
-            base_url=f"{url.scheme}://{url.netloc}",
-            query_string=url.query,
-            method=request.method,
-            headers=[
-                (k, v.decode() if isinstance(v, bytes) else v) for k, v in request.headers.items()
-            ],
-            data=body if isinstance(body, (bytes, str)) else b"",
-        ).get_environ()
-        chunks, status, headers = run_wsgi_app(app, environ, buffered=True)
-        answer = b"".join(chunks)
-        return AWSResponse(
-            request.url,
-            int(status.split(" ", 1)[0]),
-            dict(headers.items()),
-            _Body(answer),
-        )
-
-    client.meta.events.register("before-send", send)
-    return client
+    return relay(client, lambda *parts: wsgi_answer(app, *parts), lambda _url: serving())
 
 
 class InProcessError(Exception):

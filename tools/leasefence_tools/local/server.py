@@ -14,8 +14,12 @@ With ``streams`` it also reads the table's stream as Lambda's event source mappi
 publisher function (history, outcome events to a bus on the embedded endpoint) with the same
 handler code and event shapes as on AWS.
 
-One invocation runs at a time (Lambda runs one event per execution environment, and the
-Powertools resolver keeps per-request state in class attributes).
+Each function runs one invocation at a time in an execution environment (Lambda runs one event
+per environment, and the Powertools resolver keeps per-request state in class attributes). The
+API function runs in this process (one environment), or with ``api_environments`` in up to that
+many processes, as Lambda runs concurrent invocations
+(:mod:`leasefence_tools.local.environments`; ``leasefence local`` runs up to
+:data:`~leasefence_tools.local.API_ENVIRONMENTS`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from leasefence.api import errors as api_errors
 from leasefence.api.security import match_route
 from leasefence_tools.local import LISTEN_BACKLOG, lambda_log
 from leasefence_tools.local import tokens as auth
+from leasefence_tools.local.environments import Environments
 from leasefence_tools.local.timings import TIMINGS_PATH, Timings
 from leasefence_tools.local.timings import answer as timings_answer
 
@@ -133,18 +138,30 @@ class LambdaContext:
 class Invoker:
     """Invokes the functions one at a time, as a single execution environment would; with a
     ``runtime`` (a local stack's), each invocation runs with it whatever the process installs.
-    ``timings``: where each invocation's time in the handler goes (per API route)."""
+    ``timings``: where each invocation's time in the handler goes (per API route).
+    ``environments``: a function's own execution environments (processes) instead, which run
+    its invocations side by side."""
 
-    def __init__(self, runtime: Any = None, timings: Timings | None = None) -> None:
+    def __init__(
+        self,
+        runtime: Any = None,
+        timings: Timings | None = None,
+        environments: Environments | None = None,
+    ) -> None:
         self.lock = threading.Lock()
         self.runtime = runtime
         self.timings = timings
+        self.environments = environments
 
     def invoke(self, name: str, event: dict[str, Any], timeout_ms: int | None = None) -> Any:
         from leasefence import settings
 
-        handler: Callable[..., Any] = load_function(name).lambda_handler
         timeout = timeout_ms or (API_TIMEOUT_MS if name == "api" else SWEEPER_TIMEOUT_MS)
+        if self.environments is not None and self.environments.function == name:
+            answer = self.environments.invoke(event, timeout)
+            self._record(name, event, answer.seconds)
+            return answer.result
+        handler: Callable[..., Any] = load_function(name).lambda_handler
         context = LambdaContext(f"leasefence-{name}", timeout)
         with self.lock, lambda_log.invocation():
             started = time.perf_counter()
@@ -154,11 +171,12 @@ class Invoker:
                 with settings.using(self.runtime):
                     return handler(event, context)
             finally:
-                if self.timings is not None:
-                    route = event.get("routeKey") if name == "api" else None
-                    self.timings.add(
-                        f"{name} {route}" if route else name, time.perf_counter() - started
-                    )
+                self._record(name, event, time.perf_counter() - started)
+
+    def _record(self, name: str, event: dict[str, Any], seconds: float) -> None:
+        if self.timings is not None:
+            route = event.get("routeKey") if name == "api" else None
+            self.timings.add(f"{name} {route}" if route else name, seconds)
 
 
 def scheduled_event(now: datetime | None = None) -> dict[str, Any]:
@@ -387,7 +405,11 @@ class LocalApi:
         """One request through authorizer and handler: ``(status, headers, body)``."""
         path = target.partition("?")[0]
         if path.startswith(TIMINGS_PATH) and self.invoker.timings is not None:
-            found = timings_answer(method, path, {"handler": self.invoker.timings})
+            sections = {"handler": self.invoker.timings}
+            environments = self.invoker.environments
+            if environments is not None and environments.timings is not None:
+                sections["environments"] = environments.timings
+            found = timings_answer(method, path, sections)
             if found is not None:
                 return found[0], [("Content-Type", "application/json")], found[1]
         if method == "GET" and path == "/openapi.json":
@@ -586,8 +608,12 @@ class LocalStack:
         stream_starting_position: str | None = None,
         dynamodb_endpoint: str | None = None,
         table_prefix: str | None = None,
+        api_environments: int = 0,
     ) -> None:
-        """``streams``: start the event source mappings with the stack (or later:
+        """``api_environments``: 0 runs the API function in this process (one environment, one
+        invocation at a time; what a test that reaches into the handlers' runtime needs), N in
+        up to N processes of its own (:mod:`leasefence_tools.local.environments`).
+        ``streams``: start the event source mappings with the stack (or later:
         :meth:`start_streams`). ``worker_handlers`` (``module:NAME``) and ``worker_tenants``:
         what the worker function runs, for whom (no handlers: no stream worker, the publisher
         only). ``event_bus``: the bus on the embedded endpoint (default ``leasefence-local``).
@@ -614,6 +640,9 @@ class LocalStack:
         self.quiet = quiet
         #: Time in each function's handler, per API route (``GET /__leasefence/timings``).
         self.timings = Timings()
+        #: Time in the API function's handler per execution environment (with
+        #: ``api_environments``): how the invocations spread.
+        self.environment_timings = Timings()
         self.invoker = Invoker(timings=self.timings)
         #: The sweeper's own execution environment (a function of its own, as on AWS: a sweep
         #: no longer holds the API's invocations back).
@@ -645,6 +674,9 @@ class LocalStack:
         #: the streams are off when they were asked for but the endpoint has none.
         self.external_dynamodb = dynamodb_endpoint
         self.table_prefix = table_prefix
+        self.api_environments = api_environments
+        #: The API function's environments (None: in this process).
+        self.environments: Environments | None = None
         self.capabilities: Any = None
         self.streams_off_reason: str | None = None
 
@@ -714,7 +746,18 @@ class LocalStack:
             s3.create_bucket(Bucket=bucket)
         self.table_name, self.bucket = table, bucket
         # Load the functions now (as a cold start would), so the first request is not the one to pay.
-        load_function("api")
+        if self.api_environments:
+            paths = [str(p) for p in (FUNCTIONS_DIR, REPO_ROOT) if p is not None]
+            self.environments = self.invoker.environments = Environments(
+                "api",
+                self.api_environments,
+                config,
+                paths=paths,
+                timings=self.environment_timings,
+                **self._relay(),
+            ).start()
+        else:
+            load_function("api")
         load_function("sweeper")
         try:
             with _listening("HTTP API", self.host, self.port, "port"):
@@ -805,6 +848,18 @@ class LocalStack:
         ours = client.meta.endpoint_url.rstrip("/") == self.aws.endpoint.rstrip("/")
         return attach(client) if attach is not None and ours else client
 
+    def _relay(self) -> dict[str, Any]:
+        """How the API function's environments reach the embedded endpoint: when it runs in this
+        process, through their pipe to this process, which serves each request in the endpoint's
+        application (lock, fidelity and timings as over HTTP, without the HTTP); else over
+        HTTP."""
+        from leasefence_tools.local.in_process import wsgi_answer
+
+        app = getattr(self.aws, "app", None)
+        if app is None or getattr(self.aws, "process", False):
+            return {}
+        return {"endpoint": self.aws.endpoint, "serve": lambda *parts: wsgi_answer(app, *parts)}
+
     def _records_reader(self) -> Any:
         """The embedded endpoint's in-process ``GetRecords`` for the mappings, or None (an
         external DynamoDB, or an endpoint in another process: the streams client then)."""
@@ -865,6 +920,8 @@ class LocalStack:
             self._sweeper.join(timeout=10)
         if self.api is not None:
             self.api.stop()
+        if self.environments is not None:
+            self.environments.stop()
         if self._own_aws and self.aws is not None:
             self.aws.stop()
         if self.runtime is not None:
