@@ -4,6 +4,7 @@ advice, the park reason, intent and checkpoint on the operation, and the deploym
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote, urlencode
 
@@ -37,6 +38,30 @@ def test_root_redirects_to_the_console_and_the_page_is_served_without_a_token(ht
     assert status == 404
     status, _ = anonymous.json("GET", "/console/../v1/settings")
     assert status in (401, 404)  # never the settings without a token
+
+
+def test_the_console_is_native_modules_each_served_preloaded_and_resolvable(http):
+    # Issue 37: the script is split into ES modules served as they are (no build step). Every
+    # module of the package is served under the same strict policy, preloaded by the page, and
+    # every relative import names a module that is served.
+    from leasefence import console
+
+    anonymous = http(None)
+    _, _, page = anonymous.call("GET", "/console")
+    modules = sorted(name for name in console.ASSETS if name.endswith(".js"))
+    assert "console.js" in modules and len(modules) > 5
+    preloaded = set(re.findall(r'<link rel="modulepreload" href="console/([\w.-]+)">', page))
+    assert preloaded == set(modules) - {"console.js"}
+    imported: set[str] = set()
+    for name in modules:
+        status, headers, text = anonymous.call("GET", f"/console/{name}")
+        assert status == 200 and headers["Content-Type"].startswith("text/javascript"), name
+        assert headers["Content-Security-Policy"].startswith("default-src 'none'; script-src 'self';")
+        assert "http://" not in text and "https://" not in text, f"{name} loads nothing from elsewhere"
+        for target in re.findall(r'^import [^;]+ from "\./([\w.-]+)";$', text, re.MULTILINE):
+            assert target in modules, f"{name} imports {target}, which is not served"
+            imported.add(target)
+    assert imported == set(modules) - {"console.js"}, "every module is used"
 
 
 def test_sign_in_configuration_follows_the_environment(http, monkeypatch):

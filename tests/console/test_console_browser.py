@@ -20,55 +20,14 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from tests.support.browser import SECRET, browser, local_stack
+from tests.support.browser import SECRET, WAIT_MS, client_of as _client, wait_state as _wait_state
 from playwright.sync_api import expect
 
 from leasefence.client import LeaseFenceClient
 from leasefence_tools.local.tokens import mint
 
 pytestmark = pytest.mark.timeout(240)
-WAIT_MS = 15_000
 expect.set_options(timeout=WAIT_MS)
-
-
-@pytest.fixture(scope="module")
-def local(tmp_path_factory):
-    with local_stack(tmp_path_factory.mktemp("console-local")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    with browser() as launched:
-        yield launched
-
-
-@pytest.fixture
-def page(chromium, local):
-    context = chromium.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(WAIT_MS)
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    # Offline: every request the page (or Swagger UI) makes goes to the service itself.
-    elsewhere: list[str] = []
-    opened.on("request", lambda request: None if request.url.startswith((local.base_url + "/", "data:", "about:"))
-              else elsewhere.append(request.url))
-    yield opened
-    context.close()
-    assert errors == [], f"the page raised: {errors}"
-    assert elsewhere == [], f"the page asked elsewhere: {elsewhere}"
-
-
-def _client(local, sub: str, scopes: str = "produce work operate approve") -> LeaseFenceClient:
-    return LeaseFenceClient(local.base_url, local.token(sub, scopes), retries=2, backoff=0.05)
-
-
-def _wait_state(client: LeaseFenceClient, op_id: str, state: str) -> None:
-    deadline = time.monotonic() + 10
-    while client.get(op_id).state != state:
-        assert time.monotonic() < deadline, f"{op_id} never became {state}: {client.get(op_id)}"
-        time.sleep(0.1)
 
 
 def test_the_printed_link_signs_in_and_shows_the_samples(local, page):
