@@ -331,6 +331,23 @@ def test_target_class_advice_is_open_and_covers_every_class_and_resolution(http)
     assert body["target_classes"] == advice.target_classes()
 
 
+def test_a_resolutions_risk_depends_on_the_class_and_the_operations_intent(http):
+    # Issue 37: the rule the console (never the primary choice, a confirmation naming the risk)
+    # and a bulk requeue share: class D's requeue is dangerous while an intent is on record.
+    intent = {"fence": 1, "what": "send the mail"}
+    assert advice.risk("D", "requeue", intent) is not None
+    assert "intent is on record" in advice.risk("D", "requeue", intent)
+    assert advice.risk("D", "requeue", None) is None
+    for cls in "ABC":
+        assert advice.risk(cls, "requeue", intent) is None
+    for resolution in ("succeeded", "failed_terminal"):
+        assert advice.risk("D", resolution, intent) is None
+    status, body = http(None).json("GET", "/v1/target-classes")
+    risks = {c["target_class"]: c["risks"] for c in body["target_classes"]}
+    assert risks == {"A": {}, "B": {}, "C": {}, "D": {"requeue": {
+        "when": "intent", "risk": advice.risk("D", "requeue", intent)}}}
+
+
 def test_settings_show_the_deployments_retention(http, tenant):
     status, body = http(tenant, [OPERATE]).json("GET", "/v1/settings")
     assert status == 200

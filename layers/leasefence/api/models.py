@@ -488,6 +488,14 @@ class ResolutionsAdvice(BaseModel):
     failed_terminal: str
 
 
+class ResolutionRisk(BaseModel):
+    when: Literal["intent"] = Field(
+        description="The operation's fact that makes the resolution dangerous (intent: an "
+        "intent is on record)"
+    )
+    risk: str = Field(description="The risk, in words")
+
+
 class TargetClassOut(BaseModel):
     target_class: TargetClassName
     name: str
@@ -495,6 +503,11 @@ class TargetClassOut(BaseModel):
     reconcile: str = Field(description="How to find out whether the side effect happened")
     resolutions: ResolutionsAdvice = Field(
         description="What each resolution of an unknown or quarantined operation means for it"
+    )
+    risks: dict[str, ResolutionRisk] = Field(
+        default_factory=dict,
+        description="Resolutions that are dangerous for this class given an operation's facts "
+        "(never the console's primary choice; a bulk requeue names such operations)",
     )
 
 

@@ -102,3 +102,14 @@ export async function advice() {
   return state.advice;
 }
 
+// The catalogue's entries by job type (owner, runbook, approval summary), read at most once a
+// minute; {} when the token may not read the catalogue.
+export async function jobTypes() {
+  const now = Date.now();
+  if (!state.jobTypes || now - state.jobTypes.at > 60000) {
+    let entries = [];
+    try { entries = (await api("GET", "/v1/job-types")).data.job_types; } catch { entries = []; }
+    state.jobTypes = { at: now, byName: Object.fromEntries(entries.map((j) => [j.job_type, j])) };
+  }
+  return state.jobTypes.byName;
+}

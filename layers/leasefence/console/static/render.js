@@ -93,13 +93,15 @@ export function needs(scope, what) {
 }
 
 // An action button: disabled, with the reason shown next to it, when the token lacks every scope
-// that would open it.
+// that would open it, or when the operation's state makes the API refuse it (attrs.refused: why).
 export function action(label, scopes, onclick, attrs = {}) {
+  const { refused, ...rest } = attrs;
   const missing = !scopes.some((s) => has(s));
+  const why = missing ? `needs ${scopes.join(" or ")}` : refused || null;
   const reasonId = `why-${uuid()}`;
-  const button = h("button", { type: "button", ...attrs, disabled: missing || attrs.disabled, "aria-describedby": missing ? reasonId : null, onclick }, label);
-  return missing
-    ? h("span", { class: "gated" }, button, h("span", { class: "why", id: reasonId }, `needs ${scopes.join(" or ")}`))
+  const button = h("button", { type: "button", ...rest, disabled: Boolean(why) || rest.disabled, "aria-describedby": why ? reasonId : null, onclick }, label);
+  return why
+    ? h("span", { class: "gated" }, button, h("span", { class: "why", id: reasonId, "data-test": "why" }, why))
     : button;
 }
 
@@ -134,3 +136,14 @@ export function opLink(op) {
   return h("a", { href: link(["op", op.operation_id]), class: "opid", "data-test": "op-link" }, op.operation_id);
 }
 
+// The job type's owner and runbook, from its catalogue entry (links out).
+export function ownerRunbook(jobType, entry) {
+  if (!entry) return h("span", { class: "muted", "data-test": "owner-runbook" }, "not catalogued: no owner or runbook on record");
+  return h("span", { "data-test": "owner-runbook" }, "owner ", h("strong", { "data-test": "owner" }, entry.owner || "–"), " · ",
+    entry.runbook_url ? h("a", { href: entry.runbook_url, rel: "noreferrer noopener", target: "_blank", "data-test": "runbook" }, "runbook") : "no runbook");
+}
+
+// An operation's intent in words (class D: what the holder was about to do, under which fence).
+export function intentText(op) {
+  return op.intent ? `"${op.intent.what}" under fence ${op.intent.fence}` : null;
+}

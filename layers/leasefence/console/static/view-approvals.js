@@ -4,6 +4,7 @@ import { SCOPES, api, has } from "./core.js";
 import { liveStamp, liveToggle, poll } from "./live.js";
 import { action, add, age, badge, errorBox, facts, fill, fmtTime, h, json, link, needs, parseHash, toast } from "./render.js";
 import { route } from "./router.js";
+import { cliCommand, cliLine } from "./safety.js";
 import { loadHistory, timeline } from "./timeline.js";
 
 export async function viewApprovals(main) {
@@ -113,7 +114,9 @@ export async function viewApproval(main, id) {
     h("section", { class: "decide" }, h("h2", {}, "Decide"),
       awaiting ? null : h("p", { class: "notice" }, `It is ${op.state}: nothing to decide.`),
       h("p", { class: "muted" }, "Approving sends the hash of the payload shown above: if the payload changed since, the API refuses it (payload_mismatch). You cannot approve what you enqueued."),
-      h("div", { class: "actions" }, approve), h("label", { for: "reject-note" }, "Note"), note, h("div", { class: "actions" }, reject), out));
+      h("div", { class: "actions" }, approve), awaiting ? cliLine(cliCommand("approve", op), "cli-approve") : null,
+      h("label", { for: "reject-note" }, "Note"), note, h("div", { class: "actions" }, reject),
+      awaiting ? cliLine(cliCommand("reject", op), "cli-reject") : null, out));
   const history = h("section", { class: "history" }, h("h2", {}, "History"));
   add(main, history);
   try {

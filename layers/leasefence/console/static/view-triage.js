@@ -1,8 +1,8 @@
 // Triage: the parked operations (unknown, quarantined), oldest first, each with its resolve panel.
 
-import { SCOPES, advice, api, has } from "./core.js";
+import { SCOPES, advice, api, has, jobTypes } from "./core.js";
 import { liveStamp, liveToggle, poll } from "./live.js";
-import { add, age, badge, errorBox, fill, fmtTime, h, needs, opLink } from "./render.js";
+import { add, age, badge, errorBox, fill, fmtTime, h, needs, opLink, ownerRunbook } from "./render.js";
 import { resolveForm } from "./resolve.js";
 
 export async function viewTriage(main) {
@@ -25,10 +25,11 @@ export async function viewTriage(main) {
       if (fingerprints[s] === text || sections[s].contains(document.activeElement) && fingerprints[s]) continue;
       fingerprints[s] = text;
       const ops = data.operations.sort((a, b) => a.updated_at.localeCompare(b.updated_at));
+      const catalogue = await jobTypes();
       const now = Date.now();
       const rows = ops.map((op) => {
         const detail = h("tr", { class: "detail", hidden: !open.has(op.operation_id) },
-          h("td", { colspan: 7 }, resolveForm(op, classes[op.target_class], () => { open.delete(op.operation_id); fingerprints[s] = null; render(); })));
+          h("td", { colspan: 8 }, resolveForm(op, classes[op.target_class], () => { open.delete(op.operation_id); fingerprints[s] = null; render(); }, catalogue[op.job_type])));
         const toggle = h("button", { type: "button", "aria-expanded": String(open.has(op.operation_id)), "data-test": "triage-open", onclick: () => {
           const shown = detail.hidden;
           detail.hidden = !shown;
@@ -39,11 +40,12 @@ export async function viewTriage(main) {
           h("td", {}, opLink(op)), h("td", {}, op.job_type), h("td", { class: "num" }, op.target_class),
           h("td", { title: fmtTime(op.updated_at), "data-test": "age" }, age(op.updated_at, now)),
           h("td", { class: "num" }, `${op.attempts}/${op.max_attempts}`),
-          h("td", { class: "clip" }, op.reason || "–"), h("td", {}, toggle)), detail];
+          h("td", { class: "clip" }, op.reason || "–"), h("td", {}, ownerRunbook(op.job_type, catalogue[op.job_type])),
+          h("td", {}, toggle)), detail];
       });
       fill(sections[s], h("h2", {}, badge(s), ` ${ops.length}${data.next_cursor ? "+" : ""}`),
         ops.length ? h("table", { class: "ops" },
-          h("thead", {}, h("tr", {}, ["Operation", "Job type", "Class", "Parked", "Attempts", "Reason", ""].map((c) => h("th", { scope: "col" }, c)))),
+          h("thead", {}, h("tr", {}, ["Operation", "Job type", "Class", "Parked", "Attempts", "Reason", "Owner and runbook", ""].map((c) => h("th", { scope: "col" }, c)))),
           h("tbody", {}, rows)) : h("p", { class: "muted" }, `Nothing is ${s}.`));
     }
     liveStamp();
