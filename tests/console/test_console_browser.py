@@ -81,6 +81,7 @@ def test_approve_binds_the_hash_shown_and_a_self_approval_is_refused(local, page
     expect(page.locator("[data-test=requester]")).to_have_text("agent-7")
     expect(page.locator("[data-test=seen-hash]")).to_have_text(expected_hash)
     page.click("[data-test=approve]")
+    page.click("#confirm-yes")  # the dialog shows the exact payload approved (issue 37)
     error = page.locator("[data-test=api-error]")
     expect(error).to_contain_text("403 forbidden")
     expect(error).to_contain_text("enqueued")  # the API's own reason: the approver enqueued it
@@ -91,6 +92,7 @@ def test_approve_binds_the_hash_shown_and_a_self_approval_is_refused(local, page
     expect(page.locator("[data-test=payload-hash]")).to_have_text(expected_hash)
     expect(page.get_by_role("cell", name="B-1")).to_be_visible()  # the payload, readable
     page.click("[data-test=approve]")
+    page.click("#confirm-yes")  # the dialog shows the exact payload approved (issue 37)
     expect(page.locator("[data-test=approved]")).to_contain_text("Approved by approver-1")
     approved = agent.get("refund-b1")
     assert approved.state == "queued" and approved.approved_by == "approver-1"

@@ -29,7 +29,7 @@ from pydantic import (
 )
 
 from leasefence import resources
-from leasefence.catalogue import RUNBOOK_URL_PATTERN
+from leasefence.catalogue import MAX_SUMMARY_FIELDS, RUNBOOK_URL_PATTERN
 from leasefence.limits import (
     MAX_APPROVAL_VALID_SECONDS,
     MAX_ATTEMPTS,
@@ -337,6 +337,13 @@ class JobTypeRequest(Strict):
         description="A JSON Schema that inline payloads must match (local $refs only; at most "
         "16 KiB). A job type with one refuses payloads by reference",
     )
+    approval_summary: list[Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SUMMARY_FIELDS,
+        description="With approval_required: the payload fields (each one a property payload_schema "
+        "declares) that the approvers' inbox shows for each operation (GET /v1/approvals)",
+    )
     expected_version: Version | None = Field(
         default=None,
         description="Write only if the entry is at this version (0: only if it does not exist); "
@@ -449,6 +456,9 @@ class JobTypeOut(BaseModel):
     approval_required: bool
     approval_valid_seconds: int | None
     payload_schema: dict[str, Any] | None
+    approval_summary: list[str] | None = Field(
+        default=None, description="The payload fields the approvers' inbox shows"
+    )
     updated_at: Timestamp
     updated_by: str | None = Field(description="The identity in the writer's token")
 

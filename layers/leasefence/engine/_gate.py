@@ -182,10 +182,22 @@ class ApprovalGate:
         log.info("rejected", extra={"op": ctx.tag(tenant_id, operation_id)})
         return Operation.from_item(item)
 
-    def cancel(self, tenant_id: str, operation_id: str, actor: str | None) -> Operation:
+    def cancel(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        actor: str | None,
+        expected_state: State | None = None,
+    ) -> Operation:
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
         actor = validate_actor(actor, OPERATOR_ACTOR)
+        sources = (State.QUEUED, State.AWAITING_APPROVAL)
+        if expected_state is not None:
+            # Pinned to the state the operator saw (a bulk triage's items).
+            if State(expected_state) not in sources:
+                raise InvalidInput("expected_state of a cancel must be queued or awaiting_approval")
+            sources = (State(expected_state),)
         ctx = self.ctx
         try:
             item = end_early(
@@ -196,14 +208,22 @@ class ApprovalGate:
                 State.CANCELLED,
                 rules.OUTCOME_CANCELLED,
                 actor,
-                (State.QUEUED, State.AWAITING_APPROVAL),
+                sources,
                 None,
                 extra_condition=f" AND {x.NEVER_ATTEMPTED}",
                 extra_names={"#fence": "fence"},
                 extra_values={":zero": 0},
             )
         except ConditionFailed as refused:
-            error = rules.cancel_refusal(refused.operation)
+            current = refused.operation
+            if current is not None and current.get("state") in (
+                State.QUEUED,
+                State.AWAITING_APPROVAL,
+            ):
+                changed = rules.changed_since_seen(current, expected_state, None)
+                if changed is not None and not int(current.get("attempts", 0)):
+                    raise changed from None
+            error = rules.cancel_refusal(current)
             if error is None:
                 assert refused.item is not None
                 # Cancelled already: a replay (its payload's expiry written again, in
@@ -222,9 +242,13 @@ class ApprovalGate:
         note: str,
         actor: str | None,
         request_token: str | None,
+        expected: tuple[State | None, int | None] = (None, None),
     ) -> Operation:
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
+        seen_state, seen_fence = expected
+        if seen_state is not None and State(seen_state) not in (State.UNKNOWN, State.QUARANTINED):
+            raise InvalidInput("expected_state of a resolve must be unknown or quarantined")
         try:
             resolution = Resolution(resolution)
         except ValueError as error:
@@ -258,6 +282,13 @@ class ApprovalGate:
         expr.set("resolution_note = :note", "updated_at = :now", "#tr = :tr", "#actor = :actor")
         expr.set("#ras = :as").remove("#ppk", "#pat")
         condition = x.IS_PARKED
+        # Pinned to what the operator saw (a bulk triage's items): the state and the fence read.
+        if seen_state is not None:
+            expr.value({":seen": State(seen_state).value})
+            condition += " AND #state = :seen"
+        if seen_fence is not None:
+            expr.name({"#fence": "fence"}).value({":seenf": seen_fence})
+            condition += " AND #fence = :seenf"
         if request_token is None:
             expr.remove("#rtok")
         else:
@@ -310,6 +341,12 @@ class ApprovalGate:
                     # This decision, sent again: a replay (its payload's expiry written again,
                     # in case a crash kept it from landing).
                     return Operation.from_item(payload_items.after_close(ctx, current))
+                changed = rules.changed_since_seen(current, seen_state, seen_fence)
+                if changed is not None and current.get("state") in (
+                    State.UNKNOWN,
+                    State.QUARANTINED,
+                ):
+                    raise changed
                 if (
                     resolution is Resolution.REQUEUE
                     and current.get("state") in (State.UNKNOWN, State.QUARANTINED)

@@ -2,33 +2,52 @@
 
 import { SCOPES, api, has } from "./core.js";
 import { liveStamp, liveToggle, poll } from "./live.js";
-import { action, add, age, badge, errorBox, facts, fill, fmtTime, h, json, link, needs, parseHash, toast } from "./render.js";
+import { action, add, age, badge, confirmDialog, errorBox, facts, fill, fmtTime, h, json, link, needs, parseHash, toast } from "./render.js";
 import { route } from "./router.js";
 import { cliCommand, cliLine } from "./safety.js";
 import { loadHistory, timeline } from "./timeline.js";
 
+// What a row's summary cell says: the declared payload fields, or why there are none.
+const NO_SUMMARY = {
+  not_declared: "no summary declared (approval_summary in the catalogue)",
+  needs_scope: "the payload needs leasefence/approve to read",
+  erased: "payload erased",
+  purged: "payload purged",
+  external: "payload by reference",
+  missing: "payload missing",
+};
+
+export function summaryCell(row) {
+  if (row.summary_state !== "shown") return h("span", { class: "muted", "data-test": "summary", "data-state": row.summary_state }, NO_SUMMARY[row.summary_state] || row.summary_state);
+  return h("span", { "data-test": "summary", "data-state": "shown" }, Object.entries(row.summary).map(([k, v], i) => [
+    i ? " · " : null, h("span", { class: "muted" }, `${k} `), h("strong", { "data-field": k }, typeof v === "object" ? JSON.stringify(v) : String(v))]));
+}
+
 export async function viewApprovals(main) {
   fill(main, h("h1", {}, "Approvals"),
-    h("p", { class: "muted" }, "Operations waiting for a person: nothing claims them until approved."));
+    h("p", { class: "muted" }, "Operations waiting for a person: nothing claims them until approved. Soonest deadline first."));
   if (!has(SCOPES.approve) && !has(SCOPES.operate)) { add(main, needs(SCOPES.approve, "The approvals inbox")); return; }
   if (!has(SCOPES.approve)) add(main, needs(SCOPES.approve, "Approving or rejecting"));
   const list = h("div", { "data-test": "approvals" });
   add(main, liveToggle(), list);
   let shown = "";
   const render = async () => {
-    const { data, text } = await api("GET", "/v1/operations?state=awaiting_approval&limit=200");
+    const { data, text } = await api("GET", "/v1/approvals?limit=200");
     if (text !== shown) {
       shown = text;
       const now = Date.now();
-      const ops = data.operations.sort((a, b) => (a.approval_expires_at || "").localeCompare(b.approval_expires_at || ""));
-      fill(list, ops.length ? h("table", { class: "ops" },
-        h("thead", {}, h("tr", {}, ["Operation", "Job type", "Requested by", "Requested", "Deadline", ""].map((c) => h("th", { scope: "col" }, c)))),
-        h("tbody", {}, ops.map((op) => h("tr", { "data-test": "approval-row", "data-id": op.operation_id },
-          h("td", {}, h("a", { href: link(["approval", op.operation_id]), class: "opid" }, op.operation_id)),
-          h("td", {}, op.job_type), h("td", {}, op.enqueued_by || "–"),
-          h("td", { title: fmtTime(op.created_at) }, age(op.created_at, now)),
-          h("td", { title: fmtTime(op.approval_expires_at) }, age(op.approval_expires_at, now)),
-          h("td", {}, h("a", { class: "button", href: link(["approval", op.operation_id]) }, "Review")))))) :
+      const rows = data.approvals;
+      fill(list, rows.length ? h("table", { class: "ops" },
+        h("thead", {}, h("tr", {}, ["Operation", "Job type", "What for", "Requested by", "Requested", "Expires", ""].map((c) => h("th", { scope: "col" }, c)))),
+        h("tbody", {}, rows.map((row) => {
+          const op = row.operation;
+          return h("tr", { "data-test": "approval-row", "data-id": op.operation_id },
+            h("td", {}, h("a", { href: link(["approval", op.operation_id]), class: "opid" }, op.operation_id)),
+            h("td", {}, op.job_type), h("td", {}, summaryCell(row)), h("td", { "data-test": "requested-by" }, op.enqueued_by || "–"),
+            h("td", { title: fmtTime(op.created_at) }, age(op.created_at, now)),
+            h("td", { title: fmtTime(op.approval_expires_at), "data-test": "expires" }, age(op.approval_expires_at, now)),
+            h("td", {}, h("a", { class: "button", href: link(["approval", op.operation_id]) }, "Review")));
+        }))) :
         h("p", { class: "muted" }, "Nothing awaits approval."));
     }
     liveStamp();
@@ -58,11 +77,13 @@ export async function viewApproval(main, id) {
   const out = h("div", { "data-test": "action-result" });
   const payloadBox = h("section", {}, h("h2", {}, "Payload"));
   let seenHash = null;
+  let seenText = null;
   try {
     const { text } = await api("GET", `/v1/operations/${encodeURIComponent(id)}/payload`);
     // The hash of exactly the bytes shown (RFC 8785 canonical JSON, as stored): what an approval binds.
     seenHash = "sha256:" + [...new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)))]
       .map((b) => b.toString(16).padStart(2, "0")).join("");
+    seenText = text;
     add(payloadBox, readable(JSON.parse(text)),
       h("details", {}, h("summary", {}, "As stored (canonical JSON)"), h("pre", { class: "json" }, text)));
   } catch (error) {
@@ -73,8 +94,16 @@ export async function viewApproval(main, id) {
   const awaiting = op.state === "awaiting_approval";
   const approve = action("Approve this payload", [SCOPES.approve], async () => {
     fill(out, );
+    // The dialog shows the exact bytes whose hash the approval sends (what it binds).
+    const ok = await confirmDialog(`Approve ${id}?`, [
+      h("p", {}, "You approve exactly this payload, as stored (canonical JSON):"),
+      h("pre", { class: "json", "data-test": "confirm-payload" }, seenText),
+      h("p", {}, "Its hash, which the approval sends: ", h("code", { class: "hash", "data-test": "confirm-hash" }, seenHash)),
+      h("p", { class: "muted" }, "If the payload changed since it was shown, the API refuses the approval (payload_mismatch)."),
+    ], "Approve");
+    if (!ok) return;
     try {
-      const { data } = await api("POST", `/v1/operations/${encodeURIComponent(id)}/approve`, { payload_hash: seenHash || op.payload_hash });
+      const { data } = await api("POST", `/v1/operations/${encodeURIComponent(id)}/approve`, { payload_hash: seenHash });
       toast(`${id} approved: ${data.operation.state}`);
       add(out, h("p", { class: "ok", "data-test": "approved" }, `Approved by ${data.operation.approved_by}: it is ${data.operation.state}.`));
       setTimeout(() => { if (parseHash().parts[1] === id) route(); }, 1500);
