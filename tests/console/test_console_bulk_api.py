@@ -152,3 +152,26 @@ def test_bulk_triage_is_capped_checked_as_a_whole_and_cancel_needs_produce(http,
     _, body = producer.json("POST", "/v1/batch/triage", {**base, "action": "cancel", "items": items})
     assert [(r["status"], (r["body"].get("error") or {}).get("code")) for r in body["results"]] == [
         (200, None), (409, "stale_fence"), (404, "not_found")]
+
+
+def test_the_cli_sends_the_same_route_by_ids_or_by_filter(console_stack, http, tenant, monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from leasefence_tools.cli import app as cli
+
+    _parked(http, tenant, 3)
+    monkeypatch.setenv("LEASEFENCE_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("LEASEFENCE_BASE_URL", console_stack.base_url)
+    monkeypatch.setenv("LEASEFENCE_TOKEN", console_stack.token(tenant, [OPERATE], subject="operator-cli"))
+    runner = CliRunner()
+    result = runner.invoke(cli, ["ops", "triage", "resolve", "outage-000", "--resolution", "succeeded",
+                                 "--note", "verified at the provider"])
+    assert result.exit_code == 0, result.output
+    assert "1 of 1 done" in result.output
+    # By filter: every unknown operation, resolved to ids (and their fences) before sending.
+    result = runner.invoke(cli, ["ops", "triage", "requeue", "--state", "unknown", "--note", "outage over"])
+    assert result.exit_code == 0, result.output
+    assert "2 of 2 done" in result.output
+    states = {op: http(tenant, [OPERATE]).json("GET", f"/v1/operations/{op}")[1]["state"]
+              for op in ("outage-000", "outage-001", "outage-002")}
+    assert states == {"outage-000": "succeeded", "outage-001": "queued", "outage-002": "queued"}
