@@ -12,6 +12,7 @@ import { hooks, route, views } from "./router.js";
 import { finishOidc, loadConfig, renderSignIn, renderWho, signedOut, takeToken, tokenFromFragment } from "./signin.js";
 import { viewApproval, viewApprovals } from "./view-approvals.js";
 import { viewCatalogue } from "./view-catalogue.js";
+import { viewDashboard } from "./view-dashboard.js";
 import { viewOperation } from "./view-operation.js";
 import { viewOperations } from "./view-operations.js";
 import { viewSettings } from "./view-settings.js";
@@ -26,6 +27,7 @@ Object.assign(views, {
   triage: (main) => viewTriage(main),
   approvals: (main) => viewApprovals(main),
   approval: (main, parts) => viewApproval(main, parts.slice(1).join("/")),
+  dashboard: (main, parts, params) => viewDashboard(main, params),
   catalogue: (main) => viewCatalogue(main),
   settings: (main) => viewSettings(main),
 });
