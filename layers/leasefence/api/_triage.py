@@ -109,7 +109,7 @@ def register_routes(register: Callable[[str], Any], caller_of: Callable[[str], C
             raise InvalidInput("an operation is named twice in items")
         engine = runtime().engine_for(tenant)
         accepted = set(body.accept_risks)
-        resolution = "requeue" if body.action == "requeue" else body.resolution
+        resolution = "requeue" if body.action == "requeue" else str(body.resolution)
 
         def one(item: models_triage.TriageItem):
             op_id = item.operation_id

@@ -8,12 +8,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from leasefence.api.models import MAX_TEXT, Id, OperationEnvelope, OperationOut, RequestToken, Strict
+from leasefence.api.models import (
+    MAX_TEXT,
+    Id,
+    OperationEnvelope,
+    OperationOut,
+    RequestToken,
+    Strict,
+)
 from leasefence.api.models_batch import batch_out
 from leasefence.limits import MAX_FENCE, MAX_TRIAGE_ITEMS
 from leasefence.resources import StateName
 
-SummaryState = Literal["shown", "not_declared", "needs_scope", "erased", "purged", "external", "missing"]
+SummaryState = Literal[
+    "shown", "not_declared", "needs_scope", "erased", "purged", "external", "missing"
+]
 
 
 class ApprovalRow(BaseModel):

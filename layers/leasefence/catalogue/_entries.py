@@ -217,7 +217,7 @@ class JobTypeSpec:
         )
 
     def to_public(self) -> dict[str, Any]:
-        public = {
+        public: dict[str, Any] = {
             "target_class": self.target_class.value,
             "max_attempts": self.max_attempts,
             "lease_seconds": self.lease_seconds,
@@ -372,7 +372,9 @@ def plan(
             )
         elif old != new:
             before, after = old.to_public(), new.to_public()
-            diff = {k: (before.get(k), after.get(k)) for k in FIELDS if before.get(k) != after.get(k)}
+            diff = {
+                k: (before.get(k), after.get(k)) for k in FIELDS if before.get(k) != after.get(k)
+            }
             changes.append(Change("changed", name, diff, new))
     return changes
 

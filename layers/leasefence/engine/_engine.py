@@ -494,7 +494,10 @@ class Engine:
         write's own answer. ``expected_state``: the state the operator saw (a bulk triage's
         items), part of the condition; one that moved on since is :class:`StaleFence`."""
         return self._gate.cancel(
-            tenant_id, operation_id, actor, None if expected_state is None else State(expected_state)
+            tenant_id,
+            operation_id,
+            actor,
+            None if expected_state is None else State(expected_state),
         )
 
     def oldest_parked_age_ms(self, state: State | str = State.UNKNOWN) -> int:

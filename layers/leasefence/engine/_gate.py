@@ -48,6 +48,30 @@ log = logging.getLogger("leasefence.engine")
 _INDEXES = {"#dpk": DUE_PK, "#due": DUE_SK, "#spk": SWEEP_PK, "#sat": SWEEP_SK}
 
 
+def _pinned(expr: x.Expr, expected: tuple[State | None, int | None]) -> str:
+    """The condition's part that pins a resolve to what the operator saw (a bulk triage's
+    items): the state and the fence read ("" when nothing is pinned)."""
+    seen_state, seen_fence = expected
+    condition = ""
+    if seen_state is not None:
+        if State(seen_state) not in (State.UNKNOWN, State.QUARANTINED):
+            raise InvalidInput("expected_state of a resolve must be unknown or quarantined")
+        expr.value({":seen": State(seen_state).value})
+        condition += " AND #state = :seen"
+    if seen_fence is not None:
+        expr.name({"#fence": "fence"}).value({":seenf": seen_fence})
+        condition += " AND #fence = :seenf"
+    return condition
+
+
+def _refuse_if_moved_on(current: Any, expected: tuple[State | None, int | None]) -> None:
+    """A pinned resolve refused because the parked operation moved on since it was read:
+    :class:`~leasefence.errors.StaleFence` (one no longer parked is refused as before)."""
+    changed = rules.changed_since_seen(current, *expected)
+    if changed is not None and current.get("state") in (State.UNKNOWN, State.QUARANTINED):
+        raise changed from None
+
+
 def end_early(
     ctx: EngineContext,
     tenant_id: str,
@@ -192,7 +216,7 @@ class ApprovalGate:
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
         actor = validate_actor(actor, OPERATOR_ACTOR)
-        sources = (State.QUEUED, State.AWAITING_APPROVAL)
+        sources: tuple[State, ...] = (State.QUEUED, State.AWAITING_APPROVAL)
         if expected_state is not None:
             # Pinned to the state the operator saw (a bulk triage's items).
             if State(expected_state) not in sources:
@@ -246,9 +270,6 @@ class ApprovalGate:
     ) -> Operation:
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
-        seen_state, seen_fence = expected
-        if seen_state is not None and State(seen_state) not in (State.UNKNOWN, State.QUARANTINED):
-            raise InvalidInput("expected_state of a resolve must be unknown or quarantined")
         try:
             resolution = Resolution(resolution)
         except ValueError as error:
@@ -281,24 +302,16 @@ class ApprovalGate:
         )
         expr.set("resolution_note = :note", "updated_at = :now", "#tr = :tr", "#actor = :actor")
         expr.set("#ras = :as").remove("#ppk", "#pat")
-        condition = x.IS_PARKED
-        # Pinned to what the operator saw (a bulk triage's items): the state and the fence read.
-        if seen_state is not None:
-            expr.value({":seen": State(seen_state).value})
-            condition += " AND #state = :seen"
-        if seen_fence is not None:
-            expr.name({"#fence": "fence"}).value({":seenf": seen_fence})
-            condition += " AND #fence = :seenf"
+        condition = x.IS_PARKED + _pinned(expr, expected)
         if request_token is None:
             expr.remove("#rtok")
         else:
             expr.values[":tok"] = request_token
             expr.set("#rtok = :tok")
             condition += f" AND {x.NOT_THIS_REQUEST}"
-        transition = rules.resolution_transition(resolution)
         expr.history(
             history.compact_entry(
-                transition,
+                rules.resolution_transition(resolution),
                 now,
                 actor=actor,
                 state=State.QUEUED if resolution is Resolution.REQUEUE else resolution.value,
@@ -341,12 +354,7 @@ class ApprovalGate:
                     # This decision, sent again: a replay (its payload's expiry written again,
                     # in case a crash kept it from landing).
                     return Operation.from_item(payload_items.after_close(ctx, current))
-                changed = rules.changed_since_seen(current, seen_state, seen_fence)
-                if changed is not None and current.get("state") in (
-                    State.UNKNOWN,
-                    State.QUARANTINED,
-                ):
-                    raise changed
+                _refuse_if_moved_on(current, expected)
                 if (
                     resolution is Resolution.REQUEUE
                     and current.get("state") in (State.UNKNOWN, State.QUARANTINED)

@@ -316,7 +316,9 @@ def ops_triage(
         if operation_ids:
             seen = [client.get(op_id) for op_id in operation_ids]
         else:
-            filters = {k: v for k, v in (("job_type", job_type), ("target_class", target_class)) if v}
+            filters = {
+                k: v for k, v in (("job_type", job_type), ("target_class", target_class)) if v
+            }
             seen, cursor = [], None
             while True:
                 page = client.list(state=state, limit=500, cursor=cursor, **filters)
@@ -325,7 +327,11 @@ def ops_triage(
                 if not cursor:
                     break
         items = [
-            {"operation_id": op.operation_id, "expected_state": op.state, "expected_fence": op.fence}
+            {
+                "operation_id": op.operation_id,
+                "expected_state": op.state,
+                "expected_fence": op.fence,
+            }
             for op in seen
         ]
         if not items:
@@ -336,7 +342,11 @@ def ops_triage(
         )
     table = Table("operation", "status", "now / why")
     for result in results:
-        why = result.value.state if result.ok else f"{result.error.code}: {result.error}"  # type: ignore[union-attr]
+        why = (
+            result.value.state
+            if result.value is not None
+            else f"{result.error.code}: {result.error}"
+        )
         table.add_row(str(result.operation_id), str(result.status), str(why))
     Console().print(table)
     done = sum(r.ok for r in results)
