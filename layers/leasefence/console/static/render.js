@@ -1,7 +1,7 @@
 // Shared rendering: elements, badges, times, facts, the error box, the confirmation dialog, links
 // within the console, and the action button gated on scopes.
 
-import { has, scopesOf, state, uuid } from "./core.js";
+import { api, has, scopesOf, state, uuid } from "./core.js";
 
 export function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
@@ -146,4 +146,15 @@ export function ownerRunbook(jobType, entry) {
 // An operation's intent in words (class D: what the holder was about to do, under which fence).
 export function intentText(op) {
   return op.intent ? `"${op.intent.what}" under fence ${op.intent.fence}` : null;
+}
+
+// One operation's page: its heading, and the operation read (null: the API's refusal is shown).
+export async function operationPage(main, title, id) {
+  fill(main, h("h1", {}, h("span", { class: "muted" }, `${title} `), h("span", { "data-test": "op-title" }, id)));
+  try {
+    return (await api("GET", `/v1/operations/${encodeURIComponent(id)}`)).data;
+  } catch (error) {
+    add(main, errorBox(error, "Reading the operation"));
+    return null;
+  }
 }

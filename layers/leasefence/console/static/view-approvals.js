@@ -2,7 +2,7 @@
 
 import { SCOPES, api, has } from "./core.js";
 import { liveStamp, liveToggle, poll } from "./live.js";
-import { action, add, age, badge, confirmDialog, errorBox, facts, fill, fmtTime, h, json, link, needs, parseHash, toast } from "./render.js";
+import { action, add, age, badge, confirmDialog, errorBox, facts, fill, fmtTime, h, json, link, needs, operationPage, parseHash, toast } from "./render.js";
 import { route } from "./router.js";
 import { cliCommand, cliLine } from "./safety.js";
 import { loadHistory, timeline } from "./timeline.js";
@@ -66,14 +66,8 @@ export function readable(value) {
 }
 
 export async function viewApproval(main, id) {
-  fill(main, h("h1", {}, h("span", { class: "muted" }, "Approve "), h("span", { "data-test": "op-title" }, id)));
-  let op;
-  try {
-    op = (await api("GET", `/v1/operations/${encodeURIComponent(id)}`)).data;
-  } catch (error) {
-    add(main, errorBox(error, "Reading the operation"));
-    return;
-  }
+  const op = await operationPage(main, "Approve", id);
+  if (op === null) return;
   const out = h("div", { "data-test": "action-result" });
   const payloadBox = h("section", {}, h("h2", {}, "Payload"));
   let seenHash = null;

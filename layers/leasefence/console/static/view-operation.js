@@ -2,7 +2,7 @@
 // actions its state allows (each with its CLI command), the resolve panel when parked, history.
 
 import { SCOPES, advice, api, has, jobTypes } from "./core.js";
-import { action, add, age, badge, confirmDialog, errorBox, facts, fill, fmtTime, h, intentText, json, link, needs, ownerRunbook, toast } from "./render.js";
+import { action, add, age, badge, confirmDialog, errorBox, facts, fill, fmtTime, h, intentText, json, link, needs, operationPage, ownerRunbook, toast } from "./render.js";
 import { cliCommand, cliLine, refusal } from "./safety.js";
 import { resolveForm } from "./resolve.js";
 import { route } from "./router.js";
@@ -15,32 +15,29 @@ export function leaseText(op) {
 }
 
 
-export async function cancelOp(op, out, after) {
-  const ok = await confirmDialog(`Cancel ${op.operation_id}?`,
-    h("p", {}, "It ends ", badge("cancelled"), " and will never run. Only an operation no worker ever claimed (or one awaiting approval) can be cancelled."),
-    "Cancel the operation");
-  if (!ok) return;
-  try {
-    await api("POST", `/v1/operations/${encodeURIComponent(op.operation_id)}/cancel`, {});
-    toast(`${op.operation_id} cancelled`);
-    after();
-  } catch (error) {
-    fill(out, errorBox(error, "Cancel refused"));
-  }
-}
-
-export async function eraseOp(op, out, after) {
-  const ok = await confirmDialog(`Erase ${op.operation_id}?`,
-    [h("p", {}, "Deletes its stored payload and free text (reasons, notes, checkpoint, the intent's description). Its identity, hash, fences and state are kept."),
+// What cancel and erase say before they act (each behind a confirmation), and their route.
+const CONFIRMED = {
+  cancel: {
+    title: "Cancel", yes: "Cancel the operation", done: "cancelled",
+    body: () => h("p", {}, "It ends ", badge("cancelled"), " and will never run. Only an operation no worker ever claimed (or one awaiting approval) can be cancelled."),
+  },
+  erase: {
+    title: "Erase", yes: "Erase", done: "erased",
+    body: () => [h("p", {}, "Deletes its stored payload and free text (reasons, notes, checkpoint, the intent's description). Its identity, hash, fences and state are kept."),
       h("p", {}, h("strong", {}, "This cannot be undone."))],
-    "Erase");
-  if (!ok) return;
+  },
+};
+
+// Asks, then POSTs /v1/operations/{id}/{act}; the API's refusal shown in `out`.
+export async function confirmedAction(act, op, out, after) {
+  const spec = CONFIRMED[act];
+  if (!(await confirmDialog(`${spec.title} ${op.operation_id}?`, spec.body(), spec.yes))) return;
   try {
-    await api("POST", `/v1/operations/${encodeURIComponent(op.operation_id)}/erase`, {});
-    toast(`${op.operation_id} erased`);
+    await api("POST", `/v1/operations/${encodeURIComponent(op.operation_id)}/${act}`, {});
+    toast(`${op.operation_id} ${spec.done}`);
     after();
   } catch (error) {
-    fill(out, errorBox(error, "Erase refused"));
+    fill(out, errorBox(error, `${spec.title} refused`));
   }
 }
 
@@ -74,8 +71,8 @@ export function fromHistory(op, entries) {
 
 function actionsOf(op, out, reload) {
   const offered = [
-    ["cancel", "Cancel…", [SCOPES.produce], () => cancelOp(op, out, reload)],
-    ["erase", "Erase…", [SCOPES.operate], () => eraseOp(op, out, reload)],
+    ["cancel", "Cancel…", [SCOPES.produce], () => confirmedAction("cancel", op, out, reload)],
+    ["erase", "Erase…", [SCOPES.operate], () => confirmedAction("erase", op, out, reload)],
   ];
   return offered.map(([act, label, scopes, onclick]) => action(label, scopes, onclick, { "data-test": act, refused: refusal(op, act) }));
 }
@@ -89,14 +86,8 @@ function cliOf(op) {
 }
 
 export async function viewOperation(main, id) {
-  fill(main, h("h1", {}, h("span", { class: "muted" }, "Operation "), h("span", { "data-test": "op-title" }, id)));
-  let op;
-  try {
-    op = (await api("GET", `/v1/operations/${encodeURIComponent(id)}`)).data;
-  } catch (error) {
-    add(main, errorBox(error, "Reading the operation"));
-    return;
-  }
+  const op = await operationPage(main, "Operation", id);
+  if (op === null) return;
   const [classes, catalogue, read] = await Promise.all([
     advice().catch(() => ({})),
     has(SCOPES.operate) ? jobTypes() : Promise.resolve({}),
