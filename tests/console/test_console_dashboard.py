@@ -76,3 +76,22 @@ def test_the_dashboards_figures_equal_a_seeded_scenarios_counts(local, page):
     expect(figure(total, "parked-now")).to_have_text("4")
     # The timeline: every ended lifecycle is in the last bucket's rates (the scenario is minutes old).
     expect(page.locator("[data-test=dash-timeline] tbody tr")).to_have_count(12)
+
+
+def test_the_operations_list_orders_a_page_by_urgency_and_says_within_the_page(local, page):
+    tenant = f"order-{uuid.uuid4().hex[:8]}"
+    client = client_of(local, "seeder", tenant=tenant)
+    for op_id in ("op-1", "op-2", "op-3"):
+        client.enqueue(op_id, "sync", {"id": op_id})
+    claim = client.claim("worker-d", operation_id="op-2")
+    client.unknown("op-2", claim.fence, "timed out")
+    claim = client.claim("worker-d", operation_id="op-1")
+    client.complete("op-1", claim.fence, "done")  # op-3 is now the oldest change, op-1 the newest
+    token = local.token("operator-d", "operate", tenant=tenant)
+    ids = "rows => rows.map(r => r.dataset.id)"
+    for order, expected in (("id", ["op-1", "op-2", "op-3"]), ("oldest", ["op-3", "op-2", "op-1"]),
+                            ("state", ["op-2", "op-3", "op-1"])):
+        page.goto(f"{local.base_url}/console#token={token}&view=/operations%3Forder%3D{order}")
+        expect(page.locator("[data-test=op-row]")).to_have_count(3)
+        assert page.locator("[data-test=op-row]").evaluate_all(ids) == expected, order
+        expect(page.locator("[data-test=order-text]")).to_contain_text("across pages" if order == "id" else "within this page")

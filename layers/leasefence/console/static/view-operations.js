@@ -30,6 +30,15 @@ export function toLocalInput(iso) {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
+// How a page may be ordered (the API lists in id order: any other order is within the page).
+const URGENCY = ["unknown", "quarantined", "awaiting_approval", "claimed", "queued", "failed_terminal", "succeeded", "cancelled"];
+export const ORDERS = {
+  id: ["id", "in id order (across pages)", null],
+  oldest: ["oldest first", "oldest change first, within this page", (a, b) => a.updated_at.localeCompare(b.updated_at)],
+  state: ["by state", "parked first, then by state, oldest first within each, within this page",
+    (a, b) => URGENCY.indexOf(a.state) - URGENCY.indexOf(b.state) || a.updated_at.localeCompare(b.updated_at)],
+};
+
 export const FILTERS = ["state", "job_type", "target_class", "updated_after", "updated_before", "q", "limit", "cursor"];
 
 export function filterQuery(params, withState = true) {
@@ -53,7 +62,7 @@ export async function viewOperations(main, params) {
     event.preventDefault();
     const data = new FormData(form);
     const next = {};
-    for (const name of ["state", "job_type", "target_class", "q", "limit"]) next[name] = (data.get(name) || "").trim();
+    for (const name of ["state", "job_type", "target_class", "q", "limit", "order"]) next[name] = (data.get(name) || "").trim();
     for (const name of ["updated_after", "updated_before"]) {
       const value = data.get(name);
       next[name] = value ? new Date(value).toISOString() : "";
@@ -69,6 +78,8 @@ export async function viewOperations(main, params) {
     h("label", {}, "before ", h("input", { type: "datetime-local", name: "updated_before", value: toLocalInput(params.get("updated_before")) })),
     h("label", {}, "Text ", h("input", { type: "search", name: "q", value: params.get("q") || "", placeholder: "id, job type or reason", size: 18, "data-test": "filter-text" })),
     h("label", {}, "Page ", h("select", { name: "limit" }, ["25", "50", "100", "200"].map((n) => h("option", { value: n, selected: (params.get("limit") || "50") === n }, n)))),
+    h("label", {}, "Order ", h("select", { name: "order", "data-test": "order" }, Object.entries(ORDERS).map(([value, [label]]) =>
+      h("option", { value, selected: (params.get("order") || "id") === value }, label)))),
     h("button", { type: "submit", class: "primary", "data-test": "apply-filters" }, "Apply"),
     h("a", { href: "#/operations", class: "button" }, "Clear"));
   const counts = h("div", { class: "counts", "data-test": "counts", "aria-label": "Operations per state" });
@@ -99,15 +110,16 @@ export async function viewOperations(main, params) {
       const focusInside = results.contains(document.activeElement);
       if (!focusInside || !shown) {
         shown = fingerprint;
-        const ops = page.data.operations;
+        const [, orderText, compare] = ORDERS[params.get("order")] || ORDERS.id;
+        const ops = compare ? [...page.data.operations].sort(compare) : page.data.operations;
         fill(results, opTable(ops, page.data.next_cursor
           ? "Nothing matched in this page of the tenant's operations; the next page may hold more."
           : "No operation matches."));
         fill(pager, 
           params.get("cursor") ? h("button", { type: "button", onclick: () => history.back() }, "Previous page") : null,
           page.data.next_cursor ? h("a", { class: "button", "data-test": "next-page",
-            href: link(["operations"], { ...Object.fromEntries(filterQuery(params)), cursor: page.data.next_cursor }) }, "Next page") : null,
-          h("span", { class: "muted" }, ` ${ops.length} shown, in id order`));
+            href: link(["operations"], { ...Object.fromEntries(filterQuery(params)), cursor: page.data.next_cursor, order: params.get("order") }) }, "Next page") : null,
+          h("span", { class: "muted", "data-test": "order-text" }, ` ${ops.length} shown, ${orderText}`));
       }
     }
     liveStamp();
