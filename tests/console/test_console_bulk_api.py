@@ -35,11 +35,13 @@ def test_approval_summary_is_declared_in_the_catalogue_and_validated_against_the
     assert status == 200 and body["job_type"]["approval_summary"] == ["amount", "currency", "reason"]
     status, body = _refund_type(operator, ("amount", "iban"))
     assert (status, body["error"]["code"]) == (422, "invalid_request") and "iban" in body["error"]["message"]
+    # The fuzz test's hook recognizes this rule (between two fields) by its message's start.
+    assert body["error"]["message"].startswith("approval_summary names fields the payload_schema does not")
     status, body = operator.json("PUT", "/v1/job-types/mail", {"target_class": "B", "approval_summary": ["to"]})
-    assert status == 422 and "approval_required" in body["error"]["message"]
+    assert status == 422 and "approval_required: true and a payload_schema" in body["error"]["message"]
     status, body = operator.json("PUT", "/v1/job-types/mail", {
         "target_class": "B", "approval_required": True, "approval_summary": ["to"]})
-    assert status == 422 and "payload_schema" in body["error"]["message"]
+    assert status == 422 and "approval_required: true and a payload_schema" in body["error"]["message"]
     # Nothing was stored by the refusals: the entry is as first declared.
     assert operator.json("GET", "/v1/job-types/refund")[1]["approval_summary"] == ["amount", "currency", "reason"]
     # An entry without a summary keeps its fingerprint: the same PUT again changes nothing.
@@ -139,7 +141,10 @@ def test_bulk_triage_is_capped_checked_as_a_whole_and_cancel_needs_produce(http,
     many = [{**item, "operation_id": f"x{n}"} for n in range(MAX_TRIAGE_ITEMS + 1)]
     base = {"action": "requeue", "request_token": "t-1"}
     assert operator.json("POST", "/v1/batch/triage", {**base, "items": many})[0] == 422
-    assert operator.json("POST", "/v1/batch/triage", {**base, "items": [item, item]})[0] == 422
+    # Named twice: written in order, each its own answer (as the batch routes do).
+    status, body = operator.json("POST", "/v1/batch/triage", {**base, "items": [item, item]})
+    assert (status, [r["status"] for r in body["results"]]) == (200, [404, 404])
+    assert operator.json("POST", "/v1/batch/triage", {**base, "resolution": "succeeded", "items": [item]})[0] == 422
     assert operator.json("POST", "/v1/batch/triage", {**base, "action": "resolve", "items": [item]})[0] == 422
     status, body = operator.json("POST", "/v1/batch/triage", {**base, "action": "cancel", "items": [item]})
     assert (status, body["error"]["code"]) == (403, "forbidden")

@@ -104,9 +104,6 @@ def register_routes(register: Callable[[str], Any], caller_of: Callable[[str], C
             raise Forbidden(f"a bulk cancel needs the scope {PRODUCE} too")
         if (body.action == "resolve") != (body.resolution is not None):
             raise InvalidInput("resolution is required with action resolve, and only with it")
-        named = [item.operation_id for item in body.items]
-        if len(set(named)) != len(named):
-            raise InvalidInput("an operation is named twice in items")
         engine = runtime().engine_for(tenant)
         accepted = set(body.accept_risks)
         resolution = "requeue" if body.action == "requeue" else str(body.resolution)

@@ -305,6 +305,20 @@ class JobTypeRequest(Strict):
                     },
                     "else": {"properties": {"approval_valid_seconds": {"type": "null"}}},
                 },
+                {
+                    # A summary names payload fields: it needs the gate and a schema to name.
+                    "if": {
+                        "required": ["approval_summary"],
+                        "properties": {"approval_summary": {"type": "array"}},
+                    },
+                    "then": {
+                        "required": ["approval_required", "payload_schema"],
+                        "properties": {
+                            "approval_required": {"const": True},
+                            "payload_schema": {"type": "object"},
+                        },
+                    },
+                },
             ]
         }
     )
@@ -341,8 +355,9 @@ class JobTypeRequest(Strict):
         default=None,
         min_length=1,
         max_length=MAX_SUMMARY_FIELDS,
-        description="With approval_required: the payload fields (each one a property payload_schema "
-        "declares) that the approvers' inbox shows for each operation (GET /v1/approvals)",
+        description="With approval_required and payload_schema: the payload fields that the "
+        "approvers' inbox shows for each operation (GET /v1/approvals); each must be a property "
+        "payload_schema declares (a rule between two fields: 422 invalid_request otherwise)",
     )
     expected_version: Version | None = Field(
         default=None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from leasefence.api.models import (
     MAX_TEXT,
@@ -15,9 +15,10 @@ from leasefence.api.models import (
     OperationOut,
     RequestToken,
     Strict,
+    Version,
 )
 from leasefence.api.models_batch import batch_out
-from leasefence.limits import MAX_FENCE, MAX_TRIAGE_ITEMS
+from leasefence.limits import MAX_TRIAGE_ITEMS
 from leasefence.resources import StateName
 
 SummaryState = Literal[
@@ -48,8 +49,8 @@ class TriageItem(Strict):
     expected_state: StateName = Field(
         description="The state the operator saw: the item's write is conditional on it"
     )
-    expected_fence: int = Field(
-        ge=0, le=MAX_FENCE, description="The fence the operator saw: the write is conditional on it"
+    expected_fence: Version = Field(
+        description="The fence the operator saw: the write is conditional on it"
     )
 
 
@@ -57,7 +58,16 @@ class TriageBatchRequest(Strict):
     """One operator decision for up to 100 operations named by id (a filter is resolved to ids
     before anything is sent). Each item is its own conditional write, pinned to the state and
     fence the operator saw, with its own answer; a resend with the same `request_token` after a
-    lost answer answers each item done as a replay."""
+    lost answer answers each item done as a replay. The items are written in order: an id named
+    twice is the same decision twice (the second a replay of the first)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"action": {"const": "resolve"}}},
+            "then": {"required": ["resolution"], "properties": {"resolution": {"type": "string"}}},
+            "else": {"properties": {"resolution": {"type": "null"}}},
+        }
+    )
 
     action: Literal["resolve", "requeue", "cancel"] = Field(
         description="resolve (with resolution), requeue (a resolve with resolution requeue), or "

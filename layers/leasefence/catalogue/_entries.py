@@ -100,8 +100,8 @@ def _summary(value: Any, approval: bool, schema: Any) -> tuple[str, ...]:
     """``approval_summary``: the payload fields an approver sees in the inbox, each one a
     property the entry's ``payload_schema`` declares (so every admitted payload's value for it
     is of a known shape)."""
-    if not approval:
-        raise InvalidInput("approval_summary needs approval_required: true")
+    if not approval or schema is None:
+        raise InvalidInput("approval_summary needs approval_required: true and a payload_schema")
     if (
         not isinstance(value, list)
         or not 1 <= len(value) <= MAX_SUMMARY_FIELDS
@@ -113,7 +113,10 @@ def _summary(value: Any, approval: bool, schema: Any) -> tuple[str, ...]:
         )
     properties = schema.get("properties") if isinstance(schema, Mapping) else None
     if not isinstance(properties, Mapping):
-        raise InvalidInput("approval_summary needs a payload_schema that declares its properties")
+        raise InvalidInput(
+            "approval_summary names fields the payload_schema does not declare (it declares no "
+            "properties)"
+        )
     missing = [name for name in value if name not in properties]
     if missing:
         raise InvalidInput(
