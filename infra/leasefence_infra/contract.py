@@ -47,6 +47,9 @@ ROUTES: tuple[tuple[str, str, str | None], ...] = (
     ("POST", "/v1/batch/claim", SCOPE_WORK),
     ("POST", "/v1/batch/heartbeat", SCOPE_WORK),
     ("POST", "/v1/batch/finish", SCOPE_WORK),
+    # The operator's bulk routes: the approvers' inbox and bulk triage.
+    ("GET", "/v1/approvals", SCOPE_APPROVE),
+    ("POST", "/v1/batch/triage", SCOPE_OPERATE),
     # For the operator console (docs/api-contract-extensions.md, section 14).
     ("GET", "/v1/state-counts", SCOPE_OPERATE),
     ("GET", "/v1/target-classes", None),
@@ -74,4 +77,6 @@ ALSO_SCOPES: dict[tuple[str, str], tuple[str, ...]] = {
     ("GET", "/v1/operations/{id}"): (SCOPE_OPERATE, SCOPE_APPROVE),
     ("GET", "/v1/operations/{id}/payload"): (SCOPE_APPROVE,),
     ("GET", "/v1/operations/{id}/history"): (SCOPE_APPROVE,),
+    # The approvers' inbox, which operators read too.
+    ("GET", "/v1/approvals"): (SCOPE_OPERATE,),
 }

@@ -5,6 +5,11 @@ table, served as ``GET /v1/target-classes`` and shown by the operator console ne
 The words follow the README's "Target classes": what the fence enforces for that class, how to
 find out whether the side effect happened, and what each resolution (``requeue``, ``succeeded``,
 ``failed_terminal``) then does.
+
+:data:`RISKS` says which resolution is dangerous for a class given an operation's facts (class D:
+requeue while an intent is on record): the console never makes it the primary choice and asks for
+a confirmation naming the risk, and a bulk requeue refuses to sweep such an operation in unless
+the request names it (:func:`risk`).
 """
 
 from __future__ import annotations
@@ -80,6 +85,30 @@ ADVICE: dict[TargetClass, dict[str, Any]] = {
 }
 
 
+#: Per class: resolution -> (the operation's fact that makes it dangerous, the risk in words).
+#: Facts: ``intent`` (an intent is on record: a call may have been made under its fence).
+RISKS: dict[TargetClass, dict[Resolution, tuple[str, str]]] = {
+    TargetClass.D: {
+        Resolution.REQUEUE: (
+            "intent",
+            "An intent is on record: a call may already have been made under that fence. A "
+            "requeue does not call again (the next claim parks it as unknown again), so it only "
+            "postpones the decision; verify at the target, then mark it succeeded or failed.",
+        ),
+    },
+}
+
+
+def risk(target_class: TargetClass | str, resolution: Resolution | str, intent: Any) -> str | None:
+    """The risk of ``resolution`` for an operation of ``target_class`` with ``intent`` (None
+    when none is recorded), in words; None when the resolution is not dangerous for it."""
+    found = RISKS.get(TargetClass(target_class), {}).get(Resolution(resolution))
+    if found is None:
+        return None
+    fact, text = found
+    return text if fact == "intent" and intent is not None else None
+
+
 def target_classes() -> list[dict[str, Any]]:
     """The table as the API serves it: one object per class, A to D."""
     return [
@@ -89,6 +118,10 @@ def target_classes() -> list[dict[str, Any]]:
             "guarantee": advice["guarantee"],
             "reconcile": advice["reconcile"],
             "resolutions": {r.value: text for r, text in advice["resolutions"].items()},
+            "risks": {
+                r.value: {"when": fact, "risk": text}
+                for r, (fact, text) in RISKS.get(cls, {}).items()
+            },
         }
         for cls, advice in ADVICE.items()
     ]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from leasefence.answer_errors import answer_error
 from leasefence.errors import LeaseFenceError
-from leasefence.limits import MAX_BATCH_ITEMS
+from leasefence.limits import MAX_BATCH_ITEMS, MAX_TRIAGE_ITEMS
 from leasefence.resources import Claim, EnqueueResult, Operation, from_json
 
 T = TypeVar("T")
@@ -160,3 +160,39 @@ class BatchCalls:
         (``fence`` and ``outcome_code``; or ``retryable``, ``reason``, optional
         ``retry_after_seconds``; or ``reason``)."""
         return self._batch("finish", items, lambda body: Operation.from_json(body["operation"]))
+
+    def triage(
+        self,
+        action: str,
+        items: Iterable[Mapping[str, Any]],
+        note: str = "",
+        *,
+        resolution: str | None = None,
+        accept_risks: Iterable[str] = (),
+        request_token: str | None = None,
+    ) -> builtins.list[ItemResult[Operation]]:
+        """One operator decision for several operations (``POST /v1/batch/triage``, 100 a
+        request): ``action`` ``resolve`` (with ``resolution``), ``requeue`` or ``cancel``; each
+        item holds ``operation_id`` and what you saw of it, ``expected_state`` and
+        ``expected_fence`` (an operation that moved on since is answered :class:`StaleFence`
+        in its place). ``accept_risks``: ids to requeue despite their class's risk (class D
+        with an intent on record; else refused in their place). The request's token is sent
+        with every request, so a lost answer is resent whole and each item done is a replay."""
+        token = request_token or uuid.uuid4().hex
+        risky = set(accept_risks)
+        pending = [dict(item) for item in items]
+        results: builtins.list[ItemResult[Operation]] = []
+        for start in range(0, len(pending), MAX_TRIAGE_ITEMS):
+            chunk = pending[start : start + MAX_TRIAGE_ITEMS]
+            body: dict[str, Any] = {"action": action, "note": note, "request_token": token}
+            if resolution is not None:
+                body["resolution"] = resolution
+            named = sorted(risky & {str(item["operation_id"]) for item in chunk})
+            if named:
+                body["accept_risks"] = named
+            data = self.request("POST", "/v1/batch/triage", {**body, "items": chunk})[1]
+            results.extend(
+                _item_result(r, lambda b: Operation.from_json(b["operation"]))
+                for r in data["results"]
+            )
+        return results

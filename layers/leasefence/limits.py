@@ -123,6 +123,10 @@ DEFAULT_MAX_BODY_BYTES = 6 * 1024 * 1024
 #: is written item after item, so the cap keeps the last item's wait (and the request's time in
 #: the API function) short.
 MAX_BATCH_ITEMS = 25
+#: A bulk triage (``POST /v1/batch/triage``) names 1 to this many operations: an outage's parked
+#: operations in one operator action, each its own read and conditional write (a few seconds at
+#: most in the API function).
+MAX_TRIAGE_ITEMS = 100
 #: A claim batch begins no claim later than this after its request began (ms): the rest are
 #: answered 503 without being made, so a batch of slow claims (many job types on an idle tenant)
 #: stays well inside API Gateway's 29 s.

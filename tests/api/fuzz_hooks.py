@@ -2,7 +2,8 @@
 
 One hook, and only for rules the OpenAPI document states in words because no JSON Schema can
 state them: a job type's ``lease_seconds`` must not exceed its ``max_lease_seconds`` (a comparison
-of two fields), and its ``payload_schema`` must be a JSON Schema leasefence can compile. A
+of two fields), its ``payload_schema`` must be a JSON Schema leasefence can compile, and each field
+its ``approval_summary`` names must be a property of that schema. A
 schema-valid declaration refused for one of these (422 ``invalid_request`` with exactly that
 message) is not counted as "a schema-valid request rejected". Every other refusal of a
 schema-valid request still fails the run.
@@ -19,6 +20,7 @@ import schemathesis
 STATED_IN_WORDS = (
     ("PUT /v1/job-types/{job_type}", "lease_seconds must not exceed max_lease_seconds"),
     ("PUT /v1/job-types/{job_type}", "payload_schema "),
+    ("PUT /v1/job-types/{job_type}", "approval_summary names fields the payload_schema does not"),
 )
 
 

@@ -157,6 +157,9 @@ def test_scope_table_is_the_contracts():
         ("POST", "/v1/batch/claim"): WORK,
         ("POST", "/v1/batch/heartbeat"): WORK,
         ("POST", "/v1/batch/finish"): WORK,
+        # The operator's bulk routes (issue 37): the approvers' inbox, bulk triage.
+        ("GET", "/v1/approvals"): APPROVE,
+        ("POST", "/v1/batch/triage"): OPERATE,
         # The operator console (issue 25): counts for operators, an open table, the page's files.
         ("GET", "/v1/state-counts"): OPERATE,
         ("GET", "/v1/target-classes"): None,
@@ -172,6 +175,7 @@ def test_scope_table_is_the_contracts():
         ("GET", "/v1/operations/{id}"): (OPERATE, APPROVE),
         ("GET", "/v1/operations/{id}/payload"): (APPROVE,),
         ("GET", "/v1/operations/{id}/history"): (APPROVE,),
+        ("GET", "/v1/approvals"): (OPERATE,),
     }
 
 

@@ -87,6 +87,7 @@ include-operation-id = [
   "enqueueBatch", "claimBatch", "heartbeatBatch", "finishBatch",
   "listJobTypes", "getJobType", "putJobType", "deleteJobType", "getSettings", "putSettings",
   "countOperations", "listTargetClasses", "consoleRedirect", "consolePage", "consoleAsset",
+  "listApprovals", "triageBatch",
 ]
 phases.stateful.enabled = false
 

@@ -1,6 +1,8 @@
 """The console tests' local stack: the session's embedded AWS endpoint (tests/conftest.py), a
 table and a bucket of their own, the HTTP API on a free port served in-process by the real
-handlers (the browser tests start a real ``leasefence local`` of their own instead)."""
+handlers; and the browser tests' own: a real ``leasefence local --samples`` and Debian's Chromium
+(one of each per test session, shared by the browser test files), and a page that fails its test
+when it raised or asked anything of another origin."""
 
 from __future__ import annotations
 
@@ -86,3 +88,42 @@ def sdk(console_stack):
         return LeaseFenceClient(console_stack.base_url, token, retries=2, backoff=0.01)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def local(tmp_path_factory):
+    from tests.support.browser import local_stack
+
+    with local_stack(tmp_path_factory.mktemp("console-local")) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    from tests.support.browser import browser
+
+    with browser() as launched:
+        yield launched
+
+
+@pytest.fixture
+def page(chromium, local):
+    from tests.support.browser import WAIT_MS
+
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(WAIT_MS)
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    # Offline: every request the page (or Swagger UI) makes goes to the service itself.
+    elsewhere: list[str] = []
+    opened.on(
+        "request",
+        lambda request: None
+        if request.url.startswith((local.base_url + "/", "data:", "about:"))
+        else elsewhere.append(request.url),
+    )
+    yield opened
+    context.close()
+    assert errors == [], f"the page raised: {errors}"
+    assert elsewhere == [], f"the page asked elsewhere: {elsewhere}"

@@ -4,6 +4,7 @@ advice, the park reason, intent and checkpoint on the operation, and the deploym
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote, urlencode
 
@@ -37,6 +38,30 @@ def test_root_redirects_to_the_console_and_the_page_is_served_without_a_token(ht
     assert status == 404
     status, _ = anonymous.json("GET", "/console/../v1/settings")
     assert status in (401, 404)  # never the settings without a token
+
+
+def test_the_console_is_native_modules_each_served_preloaded_and_resolvable(http):
+    # Issue 37: the script is split into ES modules served as they are (no build step). Every
+    # module of the package is served under the same strict policy, preloaded by the page, and
+    # every relative import names a module that is served.
+    from leasefence import console
+
+    anonymous = http(None)
+    _, _, page = anonymous.call("GET", "/console")
+    modules = sorted(name for name in console.ASSETS if name.endswith(".js"))
+    assert "console.js" in modules and len(modules) > 5
+    preloaded = set(re.findall(r'<link rel="modulepreload" href="console/([\w.-]+)">', page))
+    assert preloaded == set(modules) - {"console.js"}
+    imported: set[str] = set()
+    for name in modules:
+        status, headers, text = anonymous.call("GET", f"/console/{name}")
+        assert status == 200 and headers["Content-Type"].startswith("text/javascript"), name
+        assert headers["Content-Security-Policy"].startswith("default-src 'none'; script-src 'self';")
+        assert "http://" not in text and "https://" not in text, f"{name} loads nothing from elsewhere"
+        for target in re.findall(r'^import [^;]+ from "\./([\w.-]+)";$', text, re.MULTILINE):
+            assert target in modules, f"{name} imports {target}, which is not served"
+            imported.add(target)
+    assert imported == set(modules) - {"console.js"}, "every module is used"
 
 
 def test_sign_in_configuration_follows_the_environment(http, monkeypatch):
@@ -304,6 +329,23 @@ def test_target_class_advice_is_open_and_covers_every_class_and_resolution(http)
     # Class D's requeue says the truth of the runtime: with an intent on record it does not act.
     assert "intent" in table["D"]["resolutions"]["requeue"]
     assert body["target_classes"] == advice.target_classes()
+
+
+def test_a_resolutions_risk_depends_on_the_class_and_the_operations_intent(http):
+    # Issue 37: the rule the console (never the primary choice, a confirmation naming the risk)
+    # and a bulk requeue share: class D's requeue is dangerous while an intent is on record.
+    intent = {"fence": 1, "what": "send the mail"}
+    assert advice.risk("D", "requeue", intent) is not None
+    assert "intent is on record" in advice.risk("D", "requeue", intent)
+    assert advice.risk("D", "requeue", None) is None
+    for cls in "ABC":
+        assert advice.risk(cls, "requeue", intent) is None
+    for resolution in ("succeeded", "failed_terminal"):
+        assert advice.risk("D", resolution, intent) is None
+    status, body = http(None).json("GET", "/v1/target-classes")
+    risks = {c["target_class"]: c["risks"] for c in body["target_classes"]}
+    assert risks == {"A": {}, "B": {}, "C": {}, "D": {"requeue": {
+        "when": "intent", "risk": advice.risk("D", "requeue", intent)}}}
 
 
 def test_settings_show_the_deployments_retention(http, tenant):

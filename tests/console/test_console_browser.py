@@ -1,7 +1,8 @@
 """The operator console in a real browser (Debian's Chromium, driven by Playwright) against a real
 ``leasefence local --samples`` (issue 25): sign in from the link it prints, find an operation by
 filter, open its timeline, approve with the right hash, watch a self-approval refused, resolve an
-``unknown`` with a note, cancel, see a refused action's error, and read-only views without a scope.
+``unknown`` with a note, cancel, see a refused action's error, and read-only views without a scope
+(issue 37's safe defaults, bulk triage and dashboard: the other test_console_*.py files).
 
 Every check reads the page as a person would, then the API confirms what the click did."""
 
@@ -20,55 +21,14 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from tests.support.browser import SECRET, browser, local_stack
+from tests.support.browser import SECRET, WAIT_MS, client_of as _client, wait_state as _wait_state
 from playwright.sync_api import expect
 
 from leasefence.client import LeaseFenceClient
 from leasefence_tools.local.tokens import mint
 
 pytestmark = pytest.mark.timeout(240)
-WAIT_MS = 15_000
 expect.set_options(timeout=WAIT_MS)
-
-
-@pytest.fixture(scope="module")
-def local(tmp_path_factory):
-    with local_stack(tmp_path_factory.mktemp("console-local")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    with browser() as launched:
-        yield launched
-
-
-@pytest.fixture
-def page(chromium, local):
-    context = chromium.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(WAIT_MS)
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    # Offline: every request the page (or Swagger UI) makes goes to the service itself.
-    elsewhere: list[str] = []
-    opened.on("request", lambda request: None if request.url.startswith((local.base_url + "/", "data:", "about:"))
-              else elsewhere.append(request.url))
-    yield opened
-    context.close()
-    assert errors == [], f"the page raised: {errors}"
-    assert elsewhere == [], f"the page asked elsewhere: {elsewhere}"
-
-
-def _client(local, sub: str, scopes: str = "produce work operate approve") -> LeaseFenceClient:
-    return LeaseFenceClient(local.base_url, local.token(sub, scopes), retries=2, backoff=0.05)
-
-
-def _wait_state(client: LeaseFenceClient, op_id: str, state: str) -> None:
-    deadline = time.monotonic() + 10
-    while client.get(op_id).state != state:
-        assert time.monotonic() < deadline, f"{op_id} never became {state}: {client.get(op_id)}"
-        time.sleep(0.1)
 
 
 def test_the_printed_link_signs_in_and_shows_the_samples(local, page):
@@ -121,6 +81,7 @@ def test_approve_binds_the_hash_shown_and_a_self_approval_is_refused(local, page
     expect(page.locator("[data-test=requester]")).to_have_text("agent-7")
     expect(page.locator("[data-test=seen-hash]")).to_have_text(expected_hash)
     page.click("[data-test=approve]")
+    page.click("#confirm-yes")  # the dialog shows the exact payload approved (issue 37)
     error = page.locator("[data-test=api-error]")
     expect(error).to_contain_text("403 forbidden")
     expect(error).to_contain_text("enqueued")  # the API's own reason: the approver enqueued it
@@ -131,6 +92,7 @@ def test_approve_binds_the_hash_shown_and_a_self_approval_is_refused(local, page
     expect(page.locator("[data-test=payload-hash]")).to_have_text(expected_hash)
     expect(page.get_by_role("cell", name="B-1")).to_be_visible()  # the payload, readable
     page.click("[data-test=approve]")
+    page.click("#confirm-yes")  # the dialog shows the exact payload approved (issue 37)
     expect(page.locator("[data-test=approved]")).to_contain_text("Approved by approver-1")
     approved = agent.get("refund-b1")
     assert approved.state == "queued" and approved.approved_by == "approver-1"
@@ -163,8 +125,6 @@ def test_cancel_with_confirmation_and_a_refused_cancel_shows_the_apis_error(loca
     producer = _client(local, "producer-1")
     producer.enqueue("cancel-b1", "nightly-report", {"day": 1})
     producer.enqueue("cancel-b2", "nightly-report", {"day": 2})
-    claim = producer.claim("w-9", operation_id="cancel-b2")
-    producer.fail("cancel-b2", claim.fence, True, "try later")  # queued again after an attempt
     page.goto(local.link("producer-1", "produce", view="/op/cancel-b1"))
     page.click("[data-test=cancel]")
     dialog = page.locator("dialog#confirm")
@@ -175,22 +135,31 @@ def test_cancel_with_confirmation_and_a_refused_cancel_shows_the_apis_error(loca
     page.click("#confirm-yes")
     _wait_state(producer, "cancel-b1", "cancelled")
     expect(page.locator("[data-test=op-state]")).to_have_text("cancelled")
+    # Offered while no worker claimed it; claimed and failed behind the page's back, the API
+    # refuses the cancel, and the page shows its answer.
     page.goto(local.link("producer-1", "produce", view="/op/cancel-b2"))
     page.click("[data-test=cancel]")
     page.keyboard.press("Enter")  # the focused button is "Keep it"
     assert producer.get("cancel-b2").state == "queued"
+    claim = producer.claim("w-9", operation_id="cancel-b2")
+    producer.fail("cancel-b2", claim.fence, True, "try later")  # queued again after an attempt
     page.click("[data-test=cancel]")
     page.click("#confirm-yes")
     error = page.locator("[data-test=action-result] [data-test=api-error]")
     expect(error).to_contain_text("409 already_attempted")
     expect(error.locator("pre")).to_contain_text('"code":"already_attempted"')  # the API's body
     assert producer.get("cancel-b2").state == "queued"
+    # Read again, the page no longer offers it, and says why (issue 37).
+    page.reload()
+    expect(page.locator("[data-test=cancel]")).to_be_disabled()
+    expect(page.locator("[data-test=why]", has_text="claimed it before")).to_be_visible()
 
 
 def test_without_a_scope_views_are_read_only_and_say_why(local, page):
     page.goto(local.link("producer-2", "produce", view="/operations"))
     expect(page.locator("[data-test=needs-scope]")).to_contain_text("leasefence/operate")
-    page.goto(local.link("producer-2", "produce", view="/op/receipt-5001"))
+    _client(local, "producer-2").enqueue("scope-q1", "nightly-report", {"day": 1})
+    page.goto(local.link("producer-2", "produce", view="/op/scope-q1"))
     erase = page.locator("[data-test=erase]")
     expect(erase).to_be_disabled()
     expect(page.locator(".why", has_text="needs leasefence/operate")).to_be_visible()
@@ -269,12 +238,9 @@ def test_an_operator_alone_reads_an_operation_its_lease_intent_and_checkpoint(lo
     # Cancel is the producer's: disabled, and says why.
     expect(page.locator("[data-test=cancel]")).to_be_disabled()
     expect(page.locator(".why", has_text="needs leasefence/produce")).to_be_visible()
-    # Erase of a claimed operation: the API refuses, and the page shows its answer.
-    page.click("[data-test=erase]")
-    page.click("#confirm-yes")
-    error = page.locator("[data-test=action-result] [data-test=api-error]")
-    expect(error).to_contain_text("409 invalid_transition")
-    expect(error.locator("pre")).to_contain_text('"code":"invalid_transition"')
+    # Erase of a claimed operation, which the API would refuse, is not offered (issue 37).
+    expect(page.locator("[data-test=erase]")).to_be_disabled()
+    expect(page.locator(".why", has_text="it is claimed")).to_be_visible()
 
 
 def test_reject_needs_a_note_and_erase_asks_first(local, page):

@@ -55,6 +55,9 @@ CONTRACT_ROUTES = {
     "POST /v1/batch/claim": "leasefence/work",
     "POST /v1/batch/heartbeat": "leasefence/work",
     "POST /v1/batch/finish": "leasefence/work",
+    # issue 37 (contract extensions): the approvers' inbox and bulk triage
+    "GET /v1/approvals": "leasefence/approve",
+    "POST /v1/batch/triage": "leasefence/operate",
     # issue 25 (contract extensions): the operator console, its reads and its files
     "GET /v1/state-counts": "leasefence/operate",
     "GET /v1/target-classes": None,
@@ -70,6 +73,7 @@ CONTRACT_ALSO = {
     "GET /v1/operations/{id}": ("leasefence/operate", "leasefence/approve"),  # issue 25: operators too
     "GET /v1/operations/{id}/payload": ("leasefence/approve",),
     "GET /v1/operations/{id}/history": ("leasefence/approve",),
+    "GET /v1/approvals": ("leasefence/operate",),  # issue 37: operators read the inbox too
 }
 
 

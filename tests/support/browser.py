@@ -26,6 +26,8 @@ from urllib.parse import quote
 from leasefence_tools.local.tokens import mint
 
 SECRET = "console-browser-secret-0123456789abcdef"
+#: How long a browser test waits for the page (a refresh is 5 s; the machine may be busy).
+WAIT_MS = 15_000
 #: How Chromium starts here: headless, and nothing that reaches out to the network on its own.
 CHROMIUM_ARGS = (
     "--headless=new",
@@ -126,3 +128,18 @@ def browser() -> Iterator[Any]:
             yield launched
         finally:
             launched.close()
+
+
+def client_of(local: Local, sub: str, scopes: str = "produce work operate approve", tenant: str = "dev") -> Any:
+    """An SDK client of the local stack as ``sub`` (space-separated scopes, without the prefix)."""
+    from leasefence.client import LeaseFenceClient
+
+    return LeaseFenceClient(local.base_url, local.token(sub, scopes, tenant), retries=2, backoff=0.05)
+
+
+def wait_state(client: Any, op_id: str, state: str, timeout_s: float = 10.0) -> None:
+    """Until ``op_id`` is in ``state`` (the page's click reached the API), or fail saying so."""
+    deadline = time.monotonic() + timeout_s
+    while client.get(op_id).state != state:
+        assert time.monotonic() < deadline, f"{op_id} never became {state}: {client.get(op_id)}"
+        time.sleep(0.1)

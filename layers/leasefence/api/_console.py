@@ -93,7 +93,7 @@ def register_routes(register: Callable[[str], Any], caller_of: Callable[[str], C
         asset: Annotated[
             str,
             Path(
-                description="console.js, console.css, index.html or config.json",
+                description="index.html, console.css, config.json or one of the console's modules (*.js)",
                 json_schema_extra={"minLength": 1, "maxLength": 64, "pattern": models.NO_CONTROL},
             ),
         ],

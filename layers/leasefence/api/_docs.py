@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from pydantic import TypeAdapter
 
-from leasefence.api import models, models_batch
+from leasefence.api import models, models_batch, models_triage
 from leasefence.api.app import JSON
 
 
@@ -191,6 +191,39 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
             **_error_responses(400, *_AUTH),
         },
         _BATCH,
+    ),
+    "listApprovals": RouteDoc(
+        "The approvers' inbox: what awaits approval, with the summary its job type declares",
+        {
+            **_ok(200, "A page of operations awaiting approval", models_triage.ApprovalsPage),
+            **_error_responses(*_AUTH),
+        },
+        "The operations awaiting approval, a page at a time (soonest deadline first within a "
+        "page), each with `summary`: the payload fields its job type's catalogue entry names in "
+        "`approval_summary` (validated against its `payload_schema` when declared). The summary "
+        "is read only for a token that may read payloads (`leasefence/approve` or "
+        "`leasefence/work`); `summary_state` says why there is none (`needs_scope`, "
+        "`not_declared`, `erased`, `purged`, `external`, `missing`).",
+    ),
+    "triageBatch": RouteDoc(
+        "Resolve, requeue or cancel up to 100 operations named by id, with one note",
+        {
+            **_ok(
+                200,
+                "Every item processed: each result is its own answer",
+                models_triage.TriageBatchOut,
+            ),
+            **_error_responses(400, *_AUTH),
+        },
+        "Each item is its own conditional write, pinned to the `expected_state` and "
+        "`expected_fence` the operator saw (an operation that moved on since: 409 `stale_fence` "
+        "in its place, nothing written), with the answer its one-at-a-time route would give "
+        "(POST /v1/operations/{id}/resolve or /cancel). Each item's request token is derived "
+        "from `request_token`, so the same request sent again after a lost answer is answered "
+        "item by item as replays. A requeue of an operation whose class makes requeue dangerous "
+        "for its facts (class D with an intent on record: `risks` in GET /v1/target-classes) is "
+        "refused in its place (422) unless `accept_risks` names it. `cancel` needs "
+        "`leasefence/produce` too (else 403 for the whole request).",
     ),
     "finishBatch": RouteDoc(
         "Complete, fail, park or quarantine up to 25 claims, each as its own route would",

@@ -38,7 +38,7 @@ from leasefence.api.models_errors import (  # noqa: F401  (the error answers' mo
     FieldProblem,
     GatewayErrorOut,
 )
-from leasefence.catalogue import RUNBOOK_URL_PATTERN
+from leasefence.catalogue import MAX_SUMMARY_FIELDS, RUNBOOK_URL_PATTERN
 from leasefence.limits import (
     MAX_APPROVAL_VALID_SECONDS,
     MAX_ATTEMPTS,
@@ -334,6 +334,20 @@ class JobTypeRequest(Strict):
                     },
                     "else": {"properties": {"approval_valid_seconds": {"type": "null"}}},
                 },
+                {
+                    # A summary names payload fields: it needs the gate and a schema to name.
+                    "if": {
+                        "required": ["approval_summary"],
+                        "properties": {"approval_summary": {"type": "array"}},
+                    },
+                    "then": {
+                        "required": ["approval_required", "payload_schema"],
+                        "properties": {
+                            "approval_required": {"const": True},
+                            "payload_schema": {"type": "object"},
+                        },
+                    },
+                },
             ]
         }
     )
@@ -365,6 +379,14 @@ class JobTypeRequest(Strict):
         default=None,
         description="A JSON Schema that inline payloads must match (local $refs only; at most "
         "16 KiB). A job type with one refuses payloads by reference",
+    )
+    approval_summary: list[Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SUMMARY_FIELDS,
+        description="With approval_required and payload_schema: the payload fields that the "
+        "approvers' inbox shows for each operation (GET /v1/approvals); each must be a property "
+        "payload_schema declares (a rule between two fields: 422 invalid_request otherwise)",
     )
     expected_version: Version | None = Field(
         default=None,
@@ -478,6 +500,9 @@ class JobTypeOut(BaseModel):
     approval_required: bool
     approval_valid_seconds: int | None
     payload_schema: dict[str, Any] | None
+    approval_summary: list[str] | None = Field(
+        default=None, description="The payload fields the approvers' inbox shows"
+    )
     updated_at: Timestamp
     updated_by: str | None = Field(description="The identity in the writer's token")
 
@@ -517,6 +542,14 @@ class ResolutionsAdvice(BaseModel):
     failed_terminal: str
 
 
+class ResolutionRisk(BaseModel):
+    when: Literal["intent"] = Field(
+        description="The operation's fact that makes the resolution dangerous (intent: an "
+        "intent is on record)"
+    )
+    risk: str = Field(description="The risk, in words")
+
+
 class TargetClassOut(BaseModel):
     target_class: TargetClassName
     name: str
@@ -524,6 +557,11 @@ class TargetClassOut(BaseModel):
     reconcile: str = Field(description="How to find out whether the side effect happened")
     resolutions: ResolutionsAdvice = Field(
         description="What each resolution of an unknown or quarantined operation means for it"
+    )
+    risks: dict[str, ResolutionRisk] = Field(
+        default_factory=dict,
+        description="Resolutions that are dangerous for this class given an operation's facts "
+        "(never the console's primary choice; a bulk requeue names such operations)",
     )
 
 

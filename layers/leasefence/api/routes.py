@@ -24,7 +24,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from leasefence import resources
-from leasefence.api import _batch, _console, errors, models
+from leasefence.api import _batch, _console, _triage, errors, models
 from leasefence.api._shared import (
     AfterQuery,
     BeforeQuery,
@@ -575,6 +575,7 @@ def get_controls():
 
 
 _console.register_routes(register, caller_of)
+_triage.register_routes(register, caller_of)
 _batch.register_routes(
     register,
     caller_of,

@@ -111,6 +111,9 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/v1/batch/claim", WORK, "claimBatch"),
     RouteSpec("POST", "/v1/batch/heartbeat", WORK, "heartbeatBatch"),
     RouteSpec("POST", "/v1/batch/finish", WORK, "finishBatch"),
+    # The operator's bulk routes (issue 37): the approvers' inbox and bulk triage.
+    RouteSpec("GET", "/v1/approvals", APPROVE, "listApprovals", also=(OPERATE,)),
+    RouteSpec("POST", "/v1/batch/triage", OPERATE, "triageBatch"),
     # For the operator console (docs/api-contract-extensions.md, section 14).
     RouteSpec("GET", "/v1/state-counts", OPERATE, "countOperations"),
     RouteSpec("GET", "/v1/target-classes", None, "listTargetClasses"),

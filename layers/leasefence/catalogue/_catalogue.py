@@ -185,6 +185,9 @@ class Catalogue:
             "payload_schema": None
             if spec.payload_schema is None
             else canonical(spec.payload_schema),
+            "approval_summary": None
+            if spec.approval_summary is None
+            else list(spec.approval_summary),
             "fingerprint": spec.fingerprint,
             "updated_at": now,
             "updated_by": actor,

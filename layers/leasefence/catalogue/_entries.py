@@ -41,6 +41,7 @@ __all__ = [
     "MAX_APPROVAL_VALID_SECONDS",
     "MAX_LEASE_SECONDS",
     "MAX_SCHEMA_BYTES",
+    "MAX_SUMMARY_FIELDS",
     "MAX_TEXT",
     "RUNBOOK_URL_PATTERN",
     "Admission",
@@ -63,7 +64,10 @@ FIELDS = (
     "approval_required",
     "approval_valid_seconds",
     "payload_schema",
+    "approval_summary",
 )
+#: At most this many payload fields summarize an approval in the approvers' inbox.
+MAX_SUMMARY_FIELDS = 6
 
 
 def _int(spec: Mapping[str, Any], name: str, default: int | None, low: int, high: int) -> int:
@@ -90,6 +94,35 @@ RUNBOOK_URL_PATTERN = (
     r"(?:[/?#][^\x00-\x20\x7f-\x9f]*)?$"
 )
 _RUNBOOK_URL = re.compile(RUNBOOK_URL_PATTERN)
+
+
+def _summary(value: Any, approval: bool, schema: Any) -> tuple[str, ...]:
+    """``approval_summary``: the payload fields an approver sees in the inbox, each one a
+    property the entry's ``payload_schema`` declares (so every admitted payload's value for it
+    is of a known shape)."""
+    if not approval or schema is None:
+        raise InvalidInput("approval_summary needs approval_required: true and a payload_schema")
+    if (
+        not isinstance(value, list)
+        or not 1 <= len(value) <= MAX_SUMMARY_FIELDS
+        or not all(isinstance(v, str) and 1 <= len(v) <= MAX_TEXT for v in value)
+        or len(set(value)) != len(value)
+    ):
+        raise InvalidInput(
+            f"approval_summary must be a list of 1-{MAX_SUMMARY_FIELDS} distinct payload field names"
+        )
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    if not isinstance(properties, Mapping):
+        raise InvalidInput(
+            "approval_summary names fields the payload_schema does not declare (it declares no "
+            "properties)"
+        )
+    missing = [name for name in value if name not in properties]
+    if missing:
+        raise InvalidInput(
+            f"approval_summary names fields the payload_schema does not declare: {', '.join(missing)}"
+        )
+    return tuple(value)
 
 
 def canonical(value: Any) -> str:
@@ -125,6 +158,8 @@ class JobTypeSpec:
     approval_required: bool = False
     approval_valid_seconds: int | None = None
     payload_schema: dict[str, Any] | None = None
+    #: The payload fields the approvers' inbox shows (declared by payload_schema).
+    approval_summary: tuple[str, ...] | None = None
 
     @classmethod
     def parse(cls, spec: Mapping[str, Any]) -> JobTypeSpec:
@@ -170,6 +205,7 @@ class JobTypeSpec:
         schema = spec.get("payload_schema")
         if schema is not None:
             compile_schema(schema)
+        summary = spec.get("approval_summary")
         return cls(
             target_class=target,
             max_attempts=attempts,
@@ -180,10 +216,11 @@ class JobTypeSpec:
             approval_required=approval,
             approval_valid_seconds=valid,
             payload_schema=schema,
+            approval_summary=None if summary is None else _summary(summary, approval, schema),
         )
 
     def to_public(self) -> dict[str, Any]:
-        return {
+        public: dict[str, Any] = {
             "target_class": self.target_class.value,
             "max_attempts": self.max_attempts,
             "lease_seconds": self.lease_seconds,
@@ -194,6 +231,10 @@ class JobTypeSpec:
             "approval_valid_seconds": self.approval_valid_seconds,
             "payload_schema": self.payload_schema,
         }
+        # Only when declared, so that the fingerprint of an entry without one stays what it was.
+        if self.approval_summary is not None:
+            public["approval_summary"] = list(self.approval_summary)
+        return public
 
     @property
     def fingerprint(self) -> str:
@@ -226,6 +267,9 @@ class JobTypeEntry:
                 else int(item["approval_valid_ms"]) // 1000
             ),
             payload_schema=None if schema is None else json.loads(schema),
+            approval_summary=None
+            if item.get("approval_summary") is None
+            else tuple(item["approval_summary"]),
         )
         return cls(
             job_type=item["job_type"],
@@ -240,6 +284,7 @@ class JobTypeEntry:
         return {
             "job_type": self.job_type,
             "version": self.version,
+            "approval_summary": None,
             **self.spec.to_public(),
             "updated_at": to_rfc3339(self.updated_at),
             "updated_by": self.updated_by,
@@ -330,7 +375,9 @@ def plan(
             )
         elif old != new:
             before, after = old.to_public(), new.to_public()
-            diff = {k: (before[k], after[k]) for k in FIELDS if before[k] != after[k]}
+            diff = {
+                k: (before.get(k), after.get(k)) for k in FIELDS if before.get(k) != after.get(k)
+            }
             changes.append(Change("changed", name, diff, new))
     return changes
 

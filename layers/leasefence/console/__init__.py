@@ -1,6 +1,7 @@
-"""The operator console: static files (one page, one script, one style sheet; no framework, no
-CDN, no build step) that the API function serves itself at ``GET /console`` and
-``GET /console/{asset}``, and ``GET /`` redirecting there.
+"""The operator console: static files (one page, one style sheet, and native ES modules: an entry
+``console.js``, shared ``core``/``render``/``live``/``router``/``signin`` helpers and one module per
+view; no framework, no CDN, no build step) that the API function serves itself at ``GET /console``
+and ``GET /console/{asset}``, and ``GET /`` redirecting there.
 
 The files are open (like ``GET /v1/health``): they hold no data. Every piece of data the page
 shows, and every action it takes, is a call to the same HTTP API with the signed-in person's
@@ -23,14 +24,20 @@ from __future__ import annotations
 import json
 import os
 from importlib import resources
+from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
-#: The console's files: name -> content type.
+_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+}
+#: The console's files (every file of ``static/``, flat): name -> content type.
 ASSETS = {
-    "index.html": "text/html; charset=utf-8",
-    "console.js": "text/javascript; charset=utf-8",
-    "console.css": "text/css; charset=utf-8",
+    entry.name: _TYPES[PurePosixPath(entry.name).suffix]
+    for entry in resources.files(__package__).joinpath("static").iterdir()
+    if PurePosixPath(entry.name).suffix in _TYPES
 }
 CONFIG_ASSET = "config.json"
 PATH = "/console"

@@ -423,8 +423,14 @@ class Engine:
         note: str = "",
         actor: str | None = None,
         request_token: str | None = None,
+        expected_state: State | str | None = None,
+        expected_fence: int | None = None,
     ) -> Operation:
         """Operator decision for a parked operation (``unknown`` or ``quarantined`` only).
+
+        ``expected_state``/``expected_fence``: the state and fence the operator saw (a bulk
+        triage's items), part of the write's condition; an operation that moved on since is
+        :class:`~leasefence.errors.StaleFence` (409 ``stale_fence``), nothing written.
 
         ``requeue`` grants a fresh attempt budget; the fence keeps rising and the next claim has
         ``reconcile_required``. ``actor``: the operator's identity (the API passes the token's
@@ -437,7 +443,15 @@ class Engine:
         it (so it is not applied again even once the operation is parked again); without one, the
         item's last transition is this decision (same resolution, actor and note).
         """
-        return self._gate.resolve(tenant_id, operation_id, resolution, note, actor, request_token)
+        return self._gate.resolve(
+            tenant_id,
+            operation_id,
+            resolution,
+            note,
+            actor,
+            request_token,
+            (None if expected_state is None else State(expected_state), expected_fence),
+        )
 
     def approve(
         self, tenant_id: str, operation_id: str, payload_hash: str, actor: str
@@ -460,7 +474,13 @@ class Engine:
         is a replay."""
         return self._gate.reject(tenant_id, operation_id, actor, note)
 
-    def cancel(self, tenant_id: str, operation_id: str, actor: str | None = None) -> Operation:
+    def cancel(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        actor: str | None = None,
+        expected_state: State | str | None = None,
+    ) -> Operation:
         """``queued`` or ``awaiting_approval`` -> ``cancelled`` (final: retention, payload purge
         and index removal as every final state), only while no worker ever claimed it: one write
         conditional on the state and on no attempt made (``attempts`` and ``fence`` still 0), so
@@ -471,8 +491,14 @@ class Engine:
         skip the reconcile its next claim must make, so it is :class:`AlreadyAttempted` (409
         ``already_attempted``); a claimed or ended operation is :class:`InvalidTransition`.
         Cancelling a cancelled one again is a replay. Each refusal is read from the refused
-        write's own answer."""
-        return self._gate.cancel(tenant_id, operation_id, actor)
+        write's own answer. ``expected_state``: the state the operator saw (a bulk triage's
+        items), part of the condition; one that moved on since is :class:`StaleFence`."""
+        return self._gate.cancel(
+            tenant_id,
+            operation_id,
+            actor,
+            None if expected_state is None else State(expected_state),
+        )
 
     def oldest_parked_age_ms(self, state: State | str = State.UNKNOWN) -> int:
         """How long the oldest operation in ``state`` (unknown or quarantined) has waited, in ms

@@ -48,6 +48,30 @@ log = logging.getLogger("leasefence.engine")
 _INDEXES = {"#dpk": DUE_PK, "#due": DUE_SK, "#spk": SWEEP_PK, "#sat": SWEEP_SK}
 
 
+def _pinned(expr: x.Expr, expected: tuple[State | None, int | None]) -> str:
+    """The condition's part that pins a resolve to what the operator saw (a bulk triage's
+    items): the state and the fence read ("" when nothing is pinned)."""
+    seen_state, seen_fence = expected
+    condition = ""
+    if seen_state is not None:
+        if State(seen_state) not in (State.UNKNOWN, State.QUARANTINED):
+            raise InvalidInput("expected_state of a resolve must be unknown or quarantined")
+        expr.value({":seen": State(seen_state).value})
+        condition += " AND #state = :seen"
+    if seen_fence is not None:
+        expr.name({"#fence": "fence"}).value({":seenf": seen_fence})
+        condition += " AND #fence = :seenf"
+    return condition
+
+
+def _refuse_if_moved_on(current: Any, expected: tuple[State | None, int | None]) -> None:
+    """A pinned resolve refused because the parked operation moved on since it was read:
+    :class:`~leasefence.errors.StaleFence` (one no longer parked is refused as before)."""
+    changed = rules.changed_since_seen(current, *expected)
+    if changed is not None and current.get("state") in (State.UNKNOWN, State.QUARANTINED):
+        raise changed from None
+
+
 def end_early(
     ctx: EngineContext,
     tenant_id: str,
@@ -182,10 +206,22 @@ class ApprovalGate:
         log.info("rejected", extra={"op": ctx.tag(tenant_id, operation_id)})
         return Operation.from_item(item)
 
-    def cancel(self, tenant_id: str, operation_id: str, actor: str | None) -> Operation:
+    def cancel(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        actor: str | None,
+        expected_state: State | None = None,
+    ) -> Operation:
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
         actor = validate_actor(actor, OPERATOR_ACTOR)
+        sources: tuple[State, ...] = (State.QUEUED, State.AWAITING_APPROVAL)
+        if expected_state is not None:
+            # Pinned to the state the operator saw (a bulk triage's items).
+            if State(expected_state) not in sources:
+                raise InvalidInput("expected_state of a cancel must be queued or awaiting_approval")
+            sources = (State(expected_state),)
         ctx = self.ctx
         try:
             item = end_early(
@@ -196,14 +232,22 @@ class ApprovalGate:
                 State.CANCELLED,
                 rules.OUTCOME_CANCELLED,
                 actor,
-                (State.QUEUED, State.AWAITING_APPROVAL),
+                sources,
                 None,
                 extra_condition=f" AND {x.NEVER_ATTEMPTED}",
                 extra_names={"#fence": "fence"},
                 extra_values={":zero": 0},
             )
         except ConditionFailed as refused:
-            error = rules.cancel_refusal(refused.operation)
+            current = refused.operation
+            if current is not None and current.get("state") in (
+                State.QUEUED,
+                State.AWAITING_APPROVAL,
+            ):
+                changed = rules.changed_since_seen(current, expected_state, None)
+                if changed is not None and not int(current.get("attempts", 0)):
+                    raise changed from None
+            error = rules.cancel_refusal(current)
             if error is None:
                 assert refused.item is not None
                 # Cancelled already: a replay (its payload's expiry written again, in
@@ -222,6 +266,7 @@ class ApprovalGate:
         note: str,
         actor: str | None,
         request_token: str | None,
+        expected: tuple[State | None, int | None] = (None, None),
     ) -> Operation:
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
@@ -257,17 +302,16 @@ class ApprovalGate:
         )
         expr.set("resolution_note = :note", "updated_at = :now", "#tr = :tr", "#actor = :actor")
         expr.set("#ras = :as").remove("#ppk", "#pat")
-        condition = x.IS_PARKED
+        condition = x.IS_PARKED + _pinned(expr, expected)
         if request_token is None:
             expr.remove("#rtok")
         else:
             expr.values[":tok"] = request_token
             expr.set("#rtok = :tok")
             condition += f" AND {x.NOT_THIS_REQUEST}"
-        transition = rules.resolution_transition(resolution)
         expr.history(
             history.compact_entry(
-                transition,
+                rules.resolution_transition(resolution),
                 now,
                 actor=actor,
                 state=State.QUEUED if resolution is Resolution.REQUEUE else resolution.value,
@@ -310,6 +354,7 @@ class ApprovalGate:
                     # This decision, sent again: a replay (its payload's expiry written again,
                     # in case a crash kept it from landing).
                     return Operation.from_item(payload_items.after_close(ctx, current))
+                _refuse_if_moved_on(current, expected)
                 if (
                     resolution is Resolution.REQUEUE
                     and current.get("state") in (State.UNKNOWN, State.QUARANTINED)

@@ -296,6 +296,24 @@ def cancel_refusal(current: Item | None) -> LeaseFenceError | None:
     )
 
 
+def changed_since_seen(
+    current: Item, seen_state: State | str | None, seen_fence: int | None
+) -> LeaseFenceError | None:
+    """Why a write pinned to the state and fence an operator saw was refused, when the
+    operation moved on since (:class:`StaleFence`: read it again and decide again); None when
+    it is still as seen (or nothing was pinned)."""
+    state, fence = current.get("state"), int(current.get("fence", 0))
+    if (seen_state is None or state == State(seen_state)) and (
+        seen_fence is None or fence == seen_fence
+    ):
+        return None
+    return StaleFence(
+        f"the operation changed since it was read (it is {state} under fence {fence}; it was "
+        f"read {seen_state or state} under fence {fence if seen_fence is None else seen_fence}): "
+        "read it again and decide again"
+    )
+
+
 def resolution_transition(resolution: Resolution) -> Transition:
     return Transition.REQUEUE if resolution is Resolution.REQUEUE else Transition.RESOLVE
 

@@ -475,6 +475,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/approvals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The approvers' inbox: what awaits approval, with the summary its job type declares
+         * @description The operations awaiting approval, a page at a time (soonest deadline first within a page), each with `summary`: the payload fields its job type's catalogue entry names in `approval_summary` (validated against its `payload_schema` when declared). The summary is read only for a token that may read payloads (`leasefence/approve` or `leasefence/work`); `summary_state` says why there is none (`needs_scope`, `not_declared`, `erased`, `purged`, `external`, `missing`).
+         */
+        get: operations["listApprovals"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/batch/triage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resolve, requeue or cancel up to 100 operations named by id, with one note
+         * @description Each item is its own conditional write, pinned to the `expected_state` and `expected_fence` the operator saw (an operation that moved on since: 409 `stale_fence` in its place, nothing written), with the answer its one-at-a-time route would give (POST /v1/operations/{id}/resolve or /cancel). Each item's request token is derived from `request_token`, so the same request sent again after a lost answer is answered item by item as replays. A requeue of an operation whose class makes requeue dangerous for its facts (class D with an intent on record: `risks` in GET /v1/target-classes) is refused in its place (422) unless `accept_risks` names it. `cancel` needs `leasefence/produce` too (else 403 for the whole request).
+         */
+        post: operations["triageBatch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/batch/enqueue": {
         parameters: {
             query?: never;
@@ -559,6 +599,33 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** ApprovalRow */
+        ApprovalRow: {
+            operation: components["schemas"]["OperationOut"];
+            /**
+             * Summary
+             * @description The payload fields the job type's catalogue entry names in approval_summary (a field the payload lacks is left out); null unless summary_state is shown
+             */
+            summary: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Summary State
+             * @description shown; not_declared (the entry names no summary, or the job type is not catalogued); needs_scope (the token may not read payloads: leasefence/approve or leasefence/work); erased, purged, external (a payload by reference) or missing
+             * @enum {string}
+             */
+            summary_state: "shown" | "not_declared" | "needs_scope" | "erased" | "purged" | "external" | "missing";
+        };
+        /** ApprovalsPage */
+        ApprovalsPage: {
+            /**
+             * Approvals
+             * @description Soonest deadline first within the page
+             */
+            approvals: components["schemas"]["ApprovalRow"][];
+            /** Next Cursor */
+            next_cursor: string | null;
+        };
         /** ApproveRequest */
         ApproveRequest: {
             /**
@@ -1235,6 +1302,11 @@ export interface components {
                 [key: string]: unknown;
             } | null;
             /**
+             * Approval Summary
+             * @description The payload fields the approvers' inbox shows
+             */
+            approval_summary?: string[] | null;
+            /**
              * Updated At
              * Format: date-time
              */
@@ -1303,13 +1375,18 @@ export interface components {
                 [key: string]: unknown;
             } | null;
             /**
+             * Approval Summary
+             * @description With approval_required and payload_schema: the payload fields that the approvers' inbox shows for each operation (GET /v1/approvals); each must be a property payload_schema declares (a rule between two fields: 422 invalid_request otherwise)
+             */
+            approval_summary?: string[] | null;
+            /**
              * Expected Version
              * @description Write only if the entry is at this version (0: only if it does not exist); else 409 version_conflict
              */
             expected_version?: number | null;
             /** Request Token */
             request_token?: string | null;
-        } & (unknown & unknown);
+        } & (unknown & unknown & unknown);
         /** LeaseOut */
         LeaseOut: {
             /**
@@ -1475,6 +1552,20 @@ export interface components {
              */
             note?: string;
         };
+        /** ResolutionRisk */
+        ResolutionRisk: {
+            /**
+             * When
+             * @description The operation's fact that makes the resolution dangerous (intent: an intent is on record)
+             * @constant
+             */
+            when: "intent";
+            /**
+             * Risk
+             * @description The risk, in words
+             */
+            risk: string;
+        };
         /** ResolutionsAdvice */
         ResolutionsAdvice: {
             /** Requeue */
@@ -1565,11 +1656,108 @@ export interface components {
             reconcile: string;
             /** @description What each resolution of an unknown or quarantined operation means for it */
             resolutions: components["schemas"]["ResolutionsAdvice"];
+            /**
+             * Risks
+             * @description Resolutions that are dangerous for this class given an operation's facts (never the console's primary choice; a bulk requeue names such operations)
+             */
+            risks?: {
+                [key: string]: components["schemas"]["ResolutionRisk"];
+            };
         };
         /** TargetClassesOut */
         TargetClassesOut: {
             /** Target Classes */
             target_classes: components["schemas"]["TargetClassOut"][];
+        };
+        /**
+         * TriageBatchOut
+         * @description Answered 200 once every item was processed, whatever each item's own status
+         */
+        TriageBatchOut: {
+            /**
+             * Results
+             * @description One per item, in the items' order
+             */
+            results: components["schemas"]["TriageBatchOutResult"][];
+        };
+        /**
+         * TriageBatchOutResult
+         * @description One item's answer: what its one-at-a-time route would have answered
+         */
+        TriageBatchOutResult: {
+            /**
+             * Operation Id
+             * @description The item's operation (a claim: the one claimed or named; null: none)
+             */
+            operation_id: string;
+            /**
+             * Status
+             * @description The HTTP status the item would have had alone
+             */
+            status: number;
+            /**
+             * Body
+             * @description That answer's body, or its error (null: a 204, no body)
+             */
+            body: components["schemas"]["OperationEnvelope"] | components["schemas"]["ErrorOut"];
+        };
+        /**
+         * TriageBatchRequest
+         * @description One operator decision for up to 100 operations named by id (a filter is resolved to ids
+         *     before anything is sent). Each item is its own conditional write, pinned to the state and
+         *     fence the operator saw, with its own answer; a resend with the same `request_token` after a
+         *     lost answer answers each item done as a replay. The items are written in order: an id named
+         *     twice is the same decision twice (the second a replay of the first).
+         */
+        TriageBatchRequest: {
+            /**
+             * Action
+             * @description resolve (with resolution), requeue (a resolve with resolution requeue), or cancel (needs leasefence/produce too)
+             * @enum {string}
+             */
+            action: "resolve" | "requeue" | "cancel";
+            /**
+             * Resolution
+             * @description With action resolve: what the operator found
+             */
+            resolution?: ("succeeded" | "failed_terminal") | null;
+            /**
+             * Note
+             * @description One note for every item
+             * @default
+             */
+            note?: string;
+            /**
+             * Request Token
+             * @description Your name for this request (e.g. a UUID), the same on every retry of it: a retry after a lost answer is then recognized as this request
+             */
+            request_token: string;
+            /**
+             * Accept Risks
+             * @description Operations the operator requeues despite the class's risk (class D with an intent on record): a requeue of such an operation not named here is refused (422)
+             */
+            accept_risks?: string[];
+            /** Items */
+            items: components["schemas"]["TriageItem"][];
+        };
+        /** TriageItem */
+        TriageItem: {
+            /**
+             * Operation Id
+             * @description 1-256 characters, no control characters
+             */
+            operation_id: string;
+            /**
+             * Expected State
+             * @description The state the operator saw: the item's write is conditional on it
+             * @enum {string}
+             */
+            expected_state: "queued" | "claimed" | "succeeded" | "failed_terminal" | "unknown" | "quarantined" | "awaiting_approval" | "cancelled";
+            /**
+             * Expected Fence
+             * @description The fence the operator saw: the write is conditional on it
+             */
+            expected_fence: number;
         };
         /** UnknownItem */
         UnknownItem: {
@@ -3313,7 +3501,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description console.js, console.css, index.html or config.json */
+                /** @description index.html, console.css, config.json or one of the console's modules (*.js) */
                 asset: string;
             };
             cookie?: never;
@@ -4104,6 +4292,169 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    listApprovals: {
+        parameters: {
+            query?: {
+                /** @description Page size (1-200) */
+                limit?: number;
+                /** @description next_cursor of the last page */
+                cursor?: string;
+                /** @description Only operations of this job type */
+                job_type?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of operations awaiting approval */
+            200: {
+                headers: {
+                    /** @description no-store: the answer carries customer data (a payload, an outcome, an intent or a checkpoint); no shared cache or browser may keep it */
+                    "Cache-Control"?: "no-store";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApprovalsPage"];
+                };
+            };
+            /** @description Missing, malformed, badly signed or expired token (on AWS: the JWT authorizer's own body) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"] | components["schemas"]["GatewayErrorOut"];
+                };
+            };
+            /** @description The token lacks the route's scope (on AWS: possibly API Gateway's own body) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"] | components["schemas"]["GatewayErrorOut"];
+                };
+            };
+            /** @description Invalid request (invalid_request) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Throttled by API Gateway (on AWS only; its own body); retry after a backoff */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayErrorOut"];
+                };
+            };
+            /** @description Temporarily unavailable; safe to retry (on AWS also API Gateway's own 500, 503 or 504 for a failed or timed-out invocation, with its own body) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"] | components["schemas"]["GatewayErrorOut"];
+                };
+            };
+        };
+    };
+    triageBatch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TriageBatchRequest"];
+            };
+        };
+        responses: {
+            /** @description Every item processed: each result is its own answer */
+            200: {
+                headers: {
+                    /** @description no-store: the answer carries customer data (a payload, an outcome, an intent or a checkpoint); no shared cache or browser may keep it */
+                    "Cache-Control"?: "no-store";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TriageBatchOut"];
+                };
+            };
+            /** @description Malformed JSON body */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Missing, malformed, badly signed or expired token (on AWS: the JWT authorizer's own body) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"] | components["schemas"]["GatewayErrorOut"];
+                };
+            };
+            /** @description The token lacks the route's scope (on AWS: possibly API Gateway's own body) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"] | components["schemas"]["GatewayErrorOut"];
+                };
+            };
+            /** @description The request body is larger than the deployment's limit (payload_too_large) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Invalid request (invalid_request) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Throttled by API Gateway (on AWS only; its own body); retry after a backoff */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayErrorOut"];
+                };
+            };
+            /** @description Temporarily unavailable; safe to retry (on AWS also API Gateway's own 500, 503 or 504 for a failed or timed-out invocation, with its own body) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"] | components["schemas"]["GatewayErrorOut"];
                 };
             };
         };

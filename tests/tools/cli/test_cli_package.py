@@ -35,7 +35,7 @@ COMMANDS = [
     "publisher",
 ]
 GROUPS = {
-    "ops": ["list", "show", "history", "resolve", "erase", "approve", "reject", "cancel"],
+    "ops": ["list", "show", "history", "resolve", "erase", "approve", "reject", "cancel", "triage"],
     "job-types": ["list", "show", "put", "delete", "apply"],
     "events": ["tail"],
     "shadow": ["report"],

@@ -279,3 +279,77 @@ def ops_cancel(
         _show(
             api_client(base_url, token_value, tenant, sub, state_dir=state_dir).cancel(operation_id)
         )
+
+
+@ops.command("triage")
+def ops_triage(
+    action: str = typer.Argument(..., help="resolve, requeue or cancel."),
+    operation_ids: list[str] = typer.Argument(
+        None, help="The operations (none: every one the filters below match, resolved first)."
+    ),
+    resolution: str | None = typer.Option(
+        None, "--resolution", help="With resolve: succeeded or failed_terminal."
+    ),
+    note: str = typer.Option("", "--note", help="Why (one note, kept with each operation)."),
+    state: str = typer.Option(
+        "unknown", "--state", help="With no ids: the state to select (cancel: queued)."
+    ),
+    job_type: str | None = typer.Option(None, "--job-type", help="With no ids: only this type."),
+    target_class: str | None = typer.Option(None, "--class", help="With no ids: only this class."),
+    accept_risk: list[str] = typer.Option(
+        [], "--accept-risk", help="Requeue this id despite its class's risk (repeat)."
+    ),
+    base_url: str | None = BASE_URL,
+    state_dir: str | None = STATE_DIR,
+    token_value: str | None = TOKEN,
+    tenant: str | None = TENANT,
+) -> None:
+    """One decision for many operations (POST /v1/batch/triage), each pinned to the state and
+    fence read here: one that moved on since is refused in its row (stale_fence), the others
+    are done. A requeue of a class-D operation with an intent on record is refused unless named
+    with --accept-risk. Sent again after a lost answer, each row done is a replay."""
+    from rich.console import Console
+    from rich.table import Table
+
+    client = api_client(base_url, token_value, tenant, state_dir=state_dir)
+    with api_errors():
+        if operation_ids:
+            seen = [client.get(op_id) for op_id in operation_ids]
+        else:
+            filters = {
+                k: v for k, v in (("job_type", job_type), ("target_class", target_class)) if v
+            }
+            seen, cursor = [], None
+            while True:
+                page = client.list(state=state, limit=500, cursor=cursor, **filters)
+                seen.extend(page.operations)
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+        items = [
+            {
+                "operation_id": op.operation_id,
+                "expected_state": op.state,
+                "expected_fence": op.fence,
+            }
+            for op in seen
+        ]
+        if not items:
+            typer.echo("nothing matched: nothing sent")
+            return
+        results = client.triage(
+            action, items, note, resolution=resolution, accept_risks=accept_risk
+        )
+    table = Table("operation", "status", "now / why")
+    for result in results:
+        why = (
+            result.value.state
+            if result.value is not None
+            else f"{result.error.code}: {result.error}"
+        )
+        table.add_row(str(result.operation_id), str(result.status), str(why))
+    Console().print(table)
+    done = sum(r.ok for r in results)
+    typer.echo(f"{done} of {len(results)} done")
+    if done < len(results):
+        raise typer.Exit(1)

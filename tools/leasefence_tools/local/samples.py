@@ -77,6 +77,7 @@ def seed(
                 "approval_required": True,
                 "approval_valid_seconds": 86_400,
                 "payload_schema": REFUND_SCHEMA,
+                "approval_summary": ["amount", "currency", "reason"],
             },
         )
     )
