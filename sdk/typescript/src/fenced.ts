@@ -44,7 +44,7 @@
 import type { LeaseFenceClient } from "./client.js";
 import { InvalidInput, PayloadConflict } from "./errors.js";
 import { keyedHash } from "./identity.js";
-import type { JsonValue } from "./json.js";
+import type { JsonValue, Payload } from "./json.js";
 import type { Reconciled } from "./outcomes.js";
 import { type Job, Worker } from "./worker.js";
 
@@ -154,7 +154,7 @@ export function fenced<R, P = JsonValue, C = unknown, T = unknown>(
       const enqueued = await options.client.enqueue({
         operation_id: operationId,
         job_type: options.jobType,
-        payload: payload as JsonValue,
+        payload: payload as Payload, // a null body is the service's 422 (InvalidInput)
         ...(options.targetClass ? { target_class: options.targetClass } : {}),
         ...(options.maxAttempts !== undefined ? { max_attempts: options.maxAttempts } : {}),
       });

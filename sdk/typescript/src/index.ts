@@ -1,5 +1,5 @@
 export type { paths, components, operations } from "./openapi.js";
-export type { JsonValue } from "./json.js";
+export type { JsonValue, Payload } from "./json.js";
 export * from "./errors.js";
 export type { CallBounds } from "./transport.js";
 export * from "./client.js";
