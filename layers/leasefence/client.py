@@ -65,6 +65,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
+from leasefence import otel
 from leasefence.answer_errors import answer_error
 from leasefence.api.errors import Forbidden, Unauthorized
 from leasefence.client_batch import BatchCalls, ItemResult, parse_time
@@ -193,7 +194,7 @@ class LeaseFenceClient(BatchCalls):
     # ------------------------------------------------------------------ transport
 
     def _once(
-        self, method: str, path: str, body: Any, timeout: float
+        self, method: str, path: str, body: Any, timeout: float, headers: dict[str, str]
     ) -> tuple[int, dict[str, str], bytes]:
         data = (
             None
@@ -203,6 +204,8 @@ class LeaseFenceClient(BatchCalls):
         request = urllib.request.Request(self.base_url + path, data=data, method=method)  # noqa: S310 - http(s), checked in __init__
         request.add_header("Accept", "application/json")
         request.add_header("User-Agent", self.user_agent)
+        for name, value in headers.items():
+            request.add_header(name, value)
         if data is not None:
             request.add_header("Content-Type", "application/json")
         if self.token:
@@ -238,6 +241,7 @@ class LeaseFenceClient(BatchCalls):
         *,
         deadline: float | None = None,
         try_timeout: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
         """``(status, decoded JSON or None)`` for a 2xx; raises the mapped error otherwise.
 
@@ -251,9 +255,9 @@ class LeaseFenceClient(BatchCalls):
                 timeout = min(timeout, deadline - time.monotonic())
                 if timeout <= 0:
                     raise Unavailable("no answer from the API within the time the lease leaves")
-            headers: dict[str, str] | None = None
+            answer_headers: dict[str, str] | None = None
             try:
-                status, headers, raw = self._once(method, path, body, timeout)
+                status, answer_headers, raw = self._once(method, path, body, timeout, headers or {})
             except _NotSent as error:
                 if attempt < self.retries and self._backoff(attempt, None, deadline):
                     attempt += 1
@@ -271,13 +275,13 @@ class LeaseFenceClient(BatchCalls):
                 status in _RETRY_STATUSES
                 and attempt < self.retries
                 and (idempotent or status == 429)
-                and self._backoff(attempt, headers, deadline)
+                and self._backoff(attempt, answer_headers, deadline)
             ):
                 attempt += 1
                 continue
             if 200 <= status < 300:
                 return status, (json.loads(raw) if raw else None)
-            raise self._error(status, raw, headers)
+            raise self._error(status, raw, answer_headers)
 
     def _backoff(
         self, attempt: int, headers: dict[str, str] | None, deadline: float | None
@@ -327,7 +331,11 @@ class LeaseFenceClient(BatchCalls):
             body["max_attempts"] = max_attempts
         if target_class is not None:
             body["target_class"] = target_class
-        return from_json(EnqueueResult, self.request("POST", "/v1/operations", body)[1])
+        with otel.producer_span(job_type):  # its context goes as the traceparent header
+            trace_context = otel.current_trace_context()
+            headers = trace_context.headers() if trace_context is not None else None
+            answer = self.request("POST", "/v1/operations", body, headers=headers)[1]
+        return from_json(EnqueueResult, answer)
 
     def get(self, operation_id: str) -> Operation:
         return Operation.from_json(

@@ -97,6 +97,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from leasefence import otel
 from leasefence.clock import Clock, system_clock
 from leasefence.errors import LeaseFenceError, TargetRefused
 from leasefence.metrics import Metric
@@ -328,9 +329,22 @@ class FencedTable:
     ) -> dict[str, Any] | None:
         """One conditional write under the fence; returns the item as it is after it."""
         job.guard()
-        claim_time = self._claim_time(job)
         fence_ok = "(#lf < :fnext OR (attribute_not_exists(#lf) AND (attribute_not_exists(#hz) OR #hz < :claimed)))"
         condition = f"{fence_ok} AND ({business})" if business else fence_ok
+        with otel.target_write_span(job, self.store.table_name) as span:
+            return self._conditional_write(job, key, update, names, values, condition, span)
+
+    def _conditional_write(
+        self,
+        job: Job,
+        key: dict[str, Any],
+        update: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        condition: str,
+        span: Any,
+    ) -> dict[str, Any] | None:
+        claim_time = self._claim_time(job)
         try:
             response = self._call(
                 "update_item",
@@ -348,12 +362,14 @@ class FencedTable:
             state = state_of(refused.item)
             seen = state.entries.get(names["#lf"])
             if seen is not None and seen[0] > job.fence:
+                otel.refused(span, seen[0])
                 self.events(Metric.STALE_TARGET_WRITES_REJECTED, 1)
                 job.lose(f"{_REFUSED} it has seen fence {seen[0]}")
                 raise LostOwnership(
                     f"target refused fence {job.fence}: it has seen {seen[0]}"
                 ) from None
             if seen is None and state.horizon is not None and state.horizon >= claim_time:
+                otel.refused(span, None)
                 self.events(Metric.TARGET_HORIZON_REFUSALS, 1)
                 reason = (
                     f"target refused fence {job.fence}: it no longer keeps this operation's fence entry "
