@@ -238,13 +238,12 @@ class Claim:
         Doc(
             "The W3C traceparent to continue (OpenTelemetry): the claim's span when the service "
             "traces claims, else the producer's as enqueued (its `traceparent` header); null "
-            "when the operation was enqueued without one and the claim was not traced",
-            always=True,
+            "when the operation was enqueued without one and the claim was not traced"
         ),
     ] = None
     tracestate: Annotated[
         str | None,
-        Doc("The W3C tracestate that goes with traceparent, or null", always=True),
+        Doc("The W3C tracestate that goes with traceparent, or null"),
     ] = None
     claim_token: Annotated[
         str | None,

@@ -98,7 +98,7 @@ def test_one_trace_from_enqueue_through_a_takeover_to_the_target_write(engine, c
     table = _ledger(ddb, "ledger-otel")
     tracer = trace.get_tracer("test")
     backend = EngineBackend(engine, ["acme"])
-    second = Worker(backend, {"ledger": FunctionHandler(lambda job: None)}, worker_id="w2")
+    second = Worker(backend, {}, worker_id="w2")
     refused: list[int] = []
 
     def stall():
@@ -115,7 +115,10 @@ def test_one_trace_from_enqueue_through_a_takeover_to_the_target_write(engine, c
         heartbeat_interval_ms=60_000,
     )
     second.lease_ms = 1_000
-    with tracer.start_as_current_span("checkout") as root, otel.producer_span("ledger", "acme", "refund-7"):
+    with (
+        tracer.start_as_current_span("checkout") as root,
+        otel.producer_span("ledger", "acme", "refund-7"),
+    ):
         engine.enqueue(
             "acme", "refund-7", "ledger", H1, target_class="B",
             trace_context=otel.current_trace_context(),
@@ -131,7 +134,7 @@ def test_one_trace_from_enqueue_through_a_takeover_to_the_target_write(engine, c
 
 
 def test_over_http_the_sdk_sends_it_the_api_keeps_it_and_the_claim_carries_it(
-    stack, sdk, tenant, ddb, spans
+    sdk, tenant, ddb, spans
 ):
     """The SDK's enqueue sends ``traceparent``; the API (served in process here, so its claim
     spans land in the same exporter) keeps it and answers each claim with the claim span's

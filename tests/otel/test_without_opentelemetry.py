@@ -20,7 +20,7 @@ def test_nothing_is_traced_and_nothing_breaks_without_opentelemetry(ddb, spec):
         from leasefence.clock import ManualClock
         from leasefence.schema import TableSpec
         from leasefence.tracecontext import TraceContext
-        from leasefence.worker import EngineBackend, FunctionHandler, Worker
+        from leasefence.worker import EngineBackend, FunctionHandler, Reconciled, Worker
 
         assert not otel.enabled() and otel.current_trace_context() is None
         with otel.producer_span("ledger", "acme", "op"):
@@ -42,7 +42,7 @@ def test_nothing_is_traced_and_nothing_breaks_without_opentelemetry(ddb, spec):
         ran = []
         worker = Worker(EngineBackend(engine, ["acme"]),
                         {{"ledger": FunctionHandler(lambda job: ran.append(job.claim.traceparent),
-                                                    lambda job: __import__("leasefence.worker").worker.Reconciled.not_done())}},
+                                                    lambda job: Reconciled.not_done())}},
                         worker_id="w2")
         assert worker.run_once() and ran == [parent]
         assert engine.get("acme", "op").state == "succeeded"
