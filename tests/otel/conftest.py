@@ -5,10 +5,21 @@ from __future__ import annotations
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-_EXPORTER = InMemorySpanExporter()
+
+class _Exporter(InMemorySpanExporter):
+    """Keeps spans only while a test of this folder runs: the provider stays set for the rest of
+    the process (OpenTelemetry sets it once), and later tests' claims must not pile up here."""
+
+    active = False
+
+    def export(self, spans):
+        return super().export(spans) if self.active else SpanExportResult.SUCCESS
+
+
+_EXPORTER = _Exporter()
 
 
 def _provider() -> TracerProvider:
@@ -28,5 +39,7 @@ def spans():
     """The finished spans of this test (the exporter, cleared before it)."""
     _provider()
     _EXPORTER.clear()
+    _EXPORTER.active = True
     yield _EXPORTER
+    _EXPORTER.active = False
     _EXPORTER.clear()
