@@ -56,9 +56,7 @@ def test_the_sdk_types_are_the_resources_with_their_names_kept(name):
     assert [f.name for f in dataclasses.fields(cls)] == SDK_FIELDS[name]
 
 
-@pytest.mark.parametrize(
-    "resource", sorted(MODELS, key=lambda r: r.__name__), ids=lambda r: r.__name__
-)
+@pytest.mark.parametrize("resource", sorted(MODELS, key=lambda r: r.__name__), ids=lambda r: r.__name__)
 def test_the_openapi_schema_of_a_resource_is_derived_from_it(resource):
     schema = SCHEMAS[MODELS[resource]]
     fields = resources.wire_fields(resource)
@@ -71,9 +69,7 @@ def test_the_openapi_schema_of_a_resource_is_derived_from_it(resource):
         if field.doc.text:
             assert prop["description"] == field.doc.text
         value_schema = next((p for p in prop.get("anyOf", [prop]) if p != {"type": "null"}), prop)
-        for keyword, value in (
-            field.doc.schema or {}
-        ).items():  # an enum, a pattern: the value's own
+        for keyword, value in (field.doc.schema or {}).items():  # an enum, a pattern: the value's own
             assert value_schema[keyword] == value, (field.name, keyword)
         base = resources.optional(field.type)[0]
         if base is datetime:
@@ -105,11 +101,7 @@ def test_an_answer_is_dumped_from_the_engines_record_and_read_back_by_the_sdk():
     record = _operation()
     answer = resources.dump(resources.Operation, record)
     assert list(answer) == SDK_FIELDS["Operation"]
-    assert (
-        answer["state"] == "claimed"
-        and answer["target_class"] == "B"
-        and answer["payload_state"] == "stored"
-    )
+    assert answer["state"] == "claimed" and answer["target_class"] == "B" and answer["payload_state"] == "stored"
     assert answer["lease_expires_at"] == to_rfc3339(1_800_000_060_001) == "2027-01-15T08:01:00.001Z"
     assert answer["erased_at"] is None and answer["approved_by"] is None
     read = client.Operation.from_json(json.loads(json.dumps(answer)))
@@ -186,47 +178,22 @@ def test_links_lead_from_an_enqueue_and_a_claim_to_the_operation_routes():
                 linked.setdefault(source["operationId"], set()).add(link["operationId"])
                 target_path, _target_method, target = by_id[link["operationId"]]
                 response_schema = response["content"]["application/json"]["schema"]
-                request_body = (
-                    (source.get("requestBody") or {}).get("content", {}).get("application/json", {})
-                )
-                for where, expression in [
-                    *link.get("parameters", {}).items(),
-                    *link.get("requestBody", {}).items(),
-                ]:
+                request_body = (source.get("requestBody") or {}).get("content", {}).get("application/json", {})
+                for where, expression in [*link.get("parameters", {}).items(), *link.get("requestBody", {}).items()]:
                     for value in expression if isinstance(expression, list) else [expression]:
                         if value.startswith("$response.body#"):
-                            assert _points_at(response_schema, value.split("#", 1)[1]), (
-                                name,
-                                value,
-                            )
+                            assert _points_at(response_schema, value.split("#", 1)[1]), (name, value)
                         elif value.startswith("$request.body#"):
-                            assert _points_at(request_body["schema"], value.split("#", 1)[1]), (
-                                name,
-                                value,
-                            )
+                            assert _points_at(request_body["schema"], value.split("#", 1)[1]), (name, value)
                     if where.startswith("path."):
                         assert "{" + where[5:] + "}" in target_path, (name, where)
                     elif where.startswith("query."):
-                        assert where[6:] in {p["name"] for p in target.get("parameters", [])}, (
-                            name,
-                            where,
-                        )
+                        assert where[6:] in {p["name"] for p in target.get("parameters", [])}, (name, where)
                     else:
-                        body = _resolve(
-                            target["requestBody"]["content"]["application/json"]["schema"]
-                        )
+                        body = _resolve(target["requestBody"]["content"]["application/json"]["schema"])
                         assert where in body["properties"], (name, where)
                 assert status.startswith("2")
-    assert linked["enqueueOperation"] >= {
-        "getOperation",
-        "getHistory",
-        "claimOperation",
-        "cancelOperation",
-    }
+    assert linked["enqueueOperation"] >= {"getOperation", "getHistory", "claimOperation", "cancelOperation"}
     assert linked["claimOperation"] == {
-        "heartbeat",
-        "completeOperation",
-        "failOperation",
-        "parkUnknown",
-        "quarantineOperation",
+        "heartbeat", "completeOperation", "failOperation", "parkUnknown", "quarantineOperation"
     }

@@ -15,48 +15,19 @@ from tests.support.api import claim, claimed, enqueue, op_path
 HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 RFC3339_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 OPERATION_FIELDS = {
-    "operation_id",
-    "job_type",
-    "state",
-    "fence",
-    "attempts",
-    "max_attempts",
-    "target_class",
-    "payload_hash",
-    "payload_ref",
-    "outcome_code",
-    "lease_owner",
-    "lease_expires_at",
-    "created_at",
-    "updated_at",
-    "payload_state",
-    "erased_at",
-    "job_type_version",  # extensions: docs/api-contract-extensions.md
-    "approval_expires_at",
-    "approved_by",  # extensions: the approval gate
-    "enqueued_by",
-    "reason",
-    "intent",
-    "checkpoint",  # extensions: the operator console (issue 25)
+    "operation_id", "job_type", "state", "fence", "attempts", "max_attempts", "target_class", "payload_hash",
+    "payload_ref", "outcome_code", "lease_owner", "lease_expires_at", "created_at", "updated_at",
+    "payload_state", "erased_at", "job_type_version",  # extensions: docs/api-contract-extensions.md
+    "approval_expires_at", "approved_by",  # extensions: the approval gate
+    "enqueued_by", "reason", "intent", "checkpoint",  # extensions: the operator console (issue 25)
 }
 CLAIM_FIELDS = {
-    "operation_id",
-    "job_type",
-    "fence",
-    "attempts",
-    "lease_expires_at",
-    "payload_ref",
-    "payload_hash",
-    "target_class",
-    "reconcile_required",
-    "checkpoint",
+    "operation_id", "job_type", "fence", "attempts", "lease_expires_at", "payload_ref", "payload_hash",
+    "target_class", "reconcile_required", "checkpoint",
     "intent",  # extension: docs/api-contract-extensions.md
-    "claimed_at",
-    "lease_ms",
-    "lease_seconds",  # extension: the lease as granted
+    "claimed_at", "lease_ms", "lease_seconds",  # extension: the lease as granted
     "payload",  # extension: the claim answer carries the stored payload
-    "traceparent",
-    "tracestate",  # extension: the trace context to continue (issue 36)
+    "traceparent", "tracestate",  # extension: the trace context to continue (issue 36)
 }
 
 
@@ -90,9 +61,7 @@ def test_health_is_open(api):
 def test_unknown_route_is_404_in_the_contract_shape(api):
     assert_error(api.get("/v1/nothing-here"), 404, "not_found")
     assert_error(api.call("PATCH", "/v1/operations/x/nothing"), 404, "not_found")
-    assert_error(
-        api.get("/v1/nothing-here", token=None), 404, "not_found"
-    )  # no route, no authorizer
+    assert_error(api.get("/v1/nothing-here", token=None), 404, "not_found")  # no route, no authorizer
 
 
 @pytest.mark.parametrize(
@@ -122,9 +91,7 @@ def test_an_undeclared_method_on_a_known_path_is_405_with_allow(api, method, pat
 
 def test_enqueue_creates_then_replays(api):
     payload = {"amount": 1200, "currency": "EUR", "items": [1, 2, 3]}
-    first = api.post(
-        "/v1/operations", {"operation_id": "order-1", "job_type": "charge", "payload": payload}
-    )
+    first = api.post("/v1/operations", {"operation_id": "order-1", "job_type": "charge", "payload": payload})
     assert first.status == 201, first.text
     body = first.json
     assert body["created"] is True
@@ -134,12 +101,8 @@ def test_enqueue_creates_then_replays(api):
     assert op["state"] == "queued" and op["fence"] == 0 and op["attempts"] == 0
     assert op["max_attempts"] == 5 and op["target_class"] == "C"
     assert op["payload_hash"] == sha(payload)
-    assert (
-        op["payload_ref"] is None
-    )  # kept in the operation's item (payload_state "stored"): no object
-    assert (
-        op["payload_state"] == "stored" and op["outcome_code"] is None and op["lease_owner"] is None
-    )
+    assert op["payload_ref"] is None  # kept in the operation's item (payload_state "stored"): no object
+    assert op["payload_state"] == "stored" and op["outcome_code"] is None and op["lease_owner"] is None
     assert op["lease_expires_at"] is None
     assert RFC3339_RE.match(op["created_at"]) and RFC3339_RE.match(op["updated_at"])
 
@@ -153,9 +116,7 @@ def test_enqueue_creates_then_replays(api):
 def test_replay_changes_nothing(api):
     enqueue(api, "op-r", {"a": 1})
     grant = claimed(api, "op-r")
-    again = api.post(
-        "/v1/operations", {"operation_id": "op-r", "job_type": "job", "payload": {"a": 1}}
-    )
+    again = api.post("/v1/operations", {"operation_id": "op-r", "job_type": "job", "payload": {"a": 1}})
     assert again.status == 200 and again.json["created"] is False
     current = api.get(op_path("op-r")).json
     assert current["state"] == "claimed" and current["fence"] == grant["fence"] == 1
@@ -164,20 +125,12 @@ def test_replay_changes_nothing(api):
 
 def test_conflict_when_the_same_id_has_another_payload(api):
     enqueue(api, "op-c", {"a": 1})
-    reply = api.post(
-        "/v1/operations", {"operation_id": "op-c", "job_type": "job", "payload": {"a": 2}}
-    )
+    reply = api.post("/v1/operations", {"operation_id": "op-c", "job_type": "job", "payload": {"a": 2}})
     assert_error(reply, 409, "payload_conflict")
     assert api.get(op_path("op-c")).json["payload_hash"] == sha({"a": 1})
     # By reference too: the hash decides.
     reply = api.post(
-        "/v1/operations",
-        {
-            "operation_id": "op-c",
-            "job_type": "job",
-            "payload_ref": "s3://x/y",
-            "payload_hash": sha({"a": 3}),
-        },
+        "/v1/operations", {"operation_id": "op-c", "job_type": "job", "payload_ref": "s3://x/y", "payload_hash": sha({"a": 3})}
     )
     assert_error(reply, 409, "payload_conflict")
 
@@ -186,12 +139,7 @@ def test_enqueue_by_reference(api):
     digest = "sha256:" + "ab" * 32
     reply = api.post(
         "/v1/operations",
-        {
-            "operation_id": "ref-1",
-            "job_type": "job",
-            "payload_ref": "s3://mine/obj-1",
-            "payload_hash": digest,
-        },
+        {"operation_id": "ref-1", "job_type": "job", "payload_ref": "s3://mine/obj-1", "payload_hash": digest},
     )
     assert reply.status == 201, reply.text
     assert reply.json["operation"]["payload_ref"] == "s3://mine/obj-1"
@@ -230,20 +178,10 @@ def test_enqueue_refuses_invalid_bodies_and_writes_nothing(api, fields):
 
 
 def test_class_d_defaults_to_one_attempt(api):
-    reply = api.post(
-        "/v1/operations",
-        {"operation_id": "d-1", "job_type": "job", "payload": 1, "target_class": "D"},
-    )
+    reply = api.post("/v1/operations", {"operation_id": "d-1", "job_type": "job", "payload": 1, "target_class": "D"})
     assert reply.status == 201 and reply.json["operation"]["max_attempts"] == 1
     reply = api.post(
-        "/v1/operations",
-        {
-            "operation_id": "d-2",
-            "job_type": "job",
-            "payload": 1,
-            "target_class": "D",
-            "max_attempts": 1,
-        },
+        "/v1/operations", {"operation_id": "d-2", "job_type": "job", "payload": 1, "target_class": "D", "max_attempts": 1}
     )
     assert reply.status == 201
 
@@ -268,9 +206,7 @@ def test_id_of_256_characters_is_fine(api):
     assert api.get(op_path(long_id)).json["operation_id"] == long_id
 
 
-@pytest.mark.parametrize(
-    "odd_id", ["a/b", "a#b", "a?b=c&d", "100%", "sp ace", "ünï-☃", "..", "a+b", "%2F"]
-)
+@pytest.mark.parametrize("odd_id", ["a/b", "a#b", "a?b=c&d", "100%", "sp ace", "ünï-☃", "..", "a+b", "%2F"])
 def test_ids_with_reserved_characters_round_trip_through_the_path(api, odd_id):
     enqueue(api, odd_id)
     grant = claimed(api, odd_id)
@@ -286,36 +222,20 @@ def test_path_id_that_is_not_utf8_is_refused(api):
 def test_oversize_payload_is_413_and_the_limit_is_inclusive(api):
     # A JSON string's canonical form is the text plus two quotes.
     limit = 256 * 1024
-    fits = api.post(
-        "/v1/operations",
-        {"operation_id": "big-ok", "job_type": "job", "payload": "x" * (limit - 2)},
-    )
+    fits = api.post("/v1/operations", {"operation_id": "big-ok", "job_type": "job", "payload": "x" * (limit - 2)})
     assert fits.status == 201, fits.text[:200]
-    too_big = api.post(
-        "/v1/operations",
-        {"operation_id": "big-no", "job_type": "job", "payload": "x" * (limit - 1)},
-    )
+    too_big = api.post("/v1/operations", {"operation_id": "big-no", "job_type": "job", "payload": "x" * (limit - 1)})
     assert_error(too_big, 413, "payload_too_large")
     assert_error(api.get(op_path("big-no")), 404, "not_found")
     # Whitespace does not count: the limit is on canonical JSON.
-    padded = (
-        '{"operation_id":"big-ws","job_type":"job","payload":['
-        + ",".join(["1" + " " * 64] * 8000)
-        + "]}"
-    )
+    padded = '{"operation_id":"big-ws","job_type":"job","payload":[' + ",".join(["1" + " " * 64] * 8000) + "]}"
     assert len(padded) > limit
     assert api.post("/v1/operations", raw=padded).status == 201
 
 
 @pytest.mark.parametrize(
     "raw",
-    [
-        '{"operation_id": ',
-        "not json",
-        '{"a": NaN}',
-        '{"operation_id":"x","operation_id":"y"}',
-        "[" * 100_000,
-    ],
+    ['{"operation_id": ', "not json", '{"a": NaN}', '{"operation_id":"x","operation_id":"y"}', "[" * 100_000],
     ids=["truncated", "text", "nan", "duplicate-key", "deep"],
 )
 def test_malformed_json_is_400(api, raw):
@@ -323,17 +243,12 @@ def test_malformed_json_is_400(api, raw):
     assert_error(api.post("/v1/claims", raw=raw), 400, "invalid_request")
 
 
-@pytest.mark.parametrize(
-    "raw", ["[]", '"text"', "42", "null", ""], ids=["array", "string", "number", "null", "empty"]
-)
+@pytest.mark.parametrize("raw", ["[]", '"text"', "42", "null", ""], ids=["array", "string", "number", "null", "empty"])
 def test_a_body_that_is_not_an_object_is_422(api, raw):
     assert_error(api.post("/v1/operations", raw=raw), 422, "invalid_request")
 
 
-@pytest.mark.parametrize(
-    "route",
-    ["/v1/operations", "/v1/claims", "/v1/operations/arr/erase", "/v1/operations/arr/complete"],
-)
+@pytest.mark.parametrize("route", ["/v1/operations", "/v1/claims", "/v1/operations/arr/erase", "/v1/operations/arr/complete"])
 def test_an_array_body_is_422_even_when_its_first_item_would_do(api, route):
     enqueue(api, "arr")
     first_item = {
@@ -351,33 +266,23 @@ def test_an_array_body_is_422_even_when_its_first_item_would_do(api, route):
 def test_integers_are_json_schema_integers_2_0_included(api):
     # JSON Schema's integer is any number without a fraction: 2.0 is the integer 2 (the OpenAPI
     # document says integer, so it is accepted); 2.5, "2" and true are not integers.
-    reply = api.post(
-        "/v1/operations",
-        raw='{"operation_id":"i-1","job_type":"job","payload":1,"max_attempts":3.0}',
-    )
+    reply = api.post("/v1/operations", raw='{"operation_id":"i-1","job_type":"job","payload":1,"max_attempts":3.0}')
     assert reply.status == 201 and reply.json["operation"]["max_attempts"] == 3
     grant = claim(api, "w-i", lease_seconds=30).json["claim"]
     assert grant["lease_seconds"] == 30
     fence = grant["fence"]
-    beat = api.post(
-        op_path("i-1", "heartbeat"),
-        raw=f'{{"fence":{fence}.0,"worker_id":"w-i","lease_seconds":20.0}}',
-    )
+    beat = api.post(op_path("i-1", "heartbeat"), raw=f'{{"fence":{fence}.0,"worker_id":"w-i","lease_seconds":20.0}}')
     assert beat.status == 200, beat.text
     for bad in (f"{fence}.5", f'"{fence}"', "true", "1e400"):
         reply = api.post(op_path("i-1", "complete"), raw=f'{{"fence":{bad},"outcome_code":"ok"}}')
         assert reply.status in (400, 422), (bad, reply.text)
         assert reply.json["error"]["code"] == "invalid_request"
-    done = api.post(
-        op_path("i-1", "complete"), raw=f'{{"fence":{float(fence)},"outcome_code":"ok"}}'
-    )
+    done = api.post(op_path("i-1", "complete"), raw=f'{{"fence":{float(fence)},"outcome_code":"ok"}}')
     assert done.status == 200 and done.json["operation"]["state"] == "succeeded"
 
 
 def test_a_payload_integer_beyond_2_53_is_refused_as_the_document_says(api):
-    reply = api.post(
-        "/v1/operations", {"operation_id": "big-int", "job_type": "job", "payload": {"n": 2**53}}
-    )
+    reply = api.post("/v1/operations", {"operation_id": "big-int", "job_type": "job", "payload": {"n": 2**53}})
     assert_error(reply, 422, "invalid_request")
     assert_error(api.get(op_path("big-int")), 404, "not_found")
     assert enqueue(api, "safe-int", {"n": 2**53 - 1}).status == 201
@@ -386,12 +291,7 @@ def test_a_payload_integer_beyond_2_53_is_refused_as_the_document_says(api):
 def test_a_payload_ref_of_any_characters_is_never_a_5xx(api):
     # A caller's own payload_ref is compared with the store's keys: non-ASCII characters once made
     # that comparison raise (500) on reading the payload and on erasure.
-    body = {
-        "operation_id": "ref-ü",
-        "job_type": "job",
-        "payload_ref": "s3://mine/ünï-☃",
-        "payload_hash": "sha256:" + "cd" * 32,
-    }
+    body = {"operation_id": "ref-ü", "job_type": "job", "payload_ref": "s3://mine/ünï-☃", "payload_hash": "sha256:" + "cd" * 32}
     assert api.post("/v1/operations", body).status == 201
     assert_error(api.get(op_path("ref-ü", "payload")), 404, "not_found")
     erased = api.post(op_path("ref-ü", "erase"), {})
@@ -400,19 +300,13 @@ def test_a_payload_ref_of_any_characters_is_never_a_5xx(api):
 
 def test_json_body_is_read_whatever_its_content_type_label(api):
     body = json.dumps({"operation_id": "ct-1", "job_type": "job", "payload": 1}).encode()
-    for content_type in (
-        "text/plain",
-        "application/x-www-form-urlencoded",
-        "application/json; charset=utf-8",
-    ):
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", "application/json; charset=utf-8"):
         reply = api.call("POST", "/v1/operations", raw=body, headers={"Content-Type": content_type})
         assert reply.status in (200, 201), (content_type, reply.text)
 
 
 def test_validation_errors_name_the_fields(api):
-    reply = api.post(
-        "/v1/operations", {"operation_id": "v", "job_type": "job", "payload": 1, "max_attemps": 3}
-    )
+    reply = api.post("/v1/operations", {"operation_id": "v", "job_type": "job", "payload": 1, "max_attemps": 3})
     assert_error(reply, 422, "invalid_request")
     assert "max_attemps" in reply.json["error"]["message"]
     assert reply.json["error"]["details"][0]["field"] == "max_attemps"
@@ -469,19 +363,10 @@ def test_any_cursor_the_pattern_admits_is_a_position(api):
     for i in range(4):
         enqueue(api, f"p-{i}")
     # "o" + base64url("p-1"): the page starts after p-1, whether or not a page ever ended there.
-    assert [
-        o["operation_id"] for o in api.get("/v1/operations?cursor=ocC0x").json["operations"]
-    ] == ["p-2", "p-3"]
-    assert [
-        o["operation_id"] for o in api.get("/v1/operations?cursor=ocC0").json["operations"]
-    ] == ["p-0", "p-1", "p-2", "p-3"]
-    assert api.get("/v1/operations?cursor=o_w").json == {
-        "operations": [],
-        "next_cursor": None,
-    }  # after U+FFFD
-    assert (
-        len(api.get("/v1/operations?cursor=o").json["operations"]) == 4
-    )  # empty position: the start
+    assert [o["operation_id"] for o in api.get("/v1/operations?cursor=ocC0x").json["operations"]] == ["p-2", "p-3"]
+    assert [o["operation_id"] for o in api.get("/v1/operations?cursor=ocC0").json["operations"]] == ["p-0", "p-1", "p-2", "p-3"]
+    assert api.get("/v1/operations?cursor=o_w").json == {"operations": [], "next_cursor": None}  # after U+FFFD
+    assert len(api.get("/v1/operations?cursor=o").json["operations"]) == 4  # empty position: the start
     assert len(api.get("/v1/operations?cursor=").json["operations"]) == 4  # no cursor
 
 
@@ -532,11 +417,7 @@ def test_a_claim_resent_with_its_claim_token_answers_the_same_claim(api):
     named = claim(api, "worker-1", lease_seconds=30, claim_token="tok-1", operation_id="t-1")
     assert named.status == 200 and named.json == first.json
     op = api.get(op_path("t-1")).json
-    assert (op["fence"], op["attempts"], op["lease_expires_at"]) == (
-        1,
-        1,
-        first.json["claim"]["lease_expires_at"],
-    )
+    assert (op["fence"], op["attempts"], op["lease_expires_at"]) == (1, 1, first.json["claim"]["lease_expires_at"])
     assert claim(api, "worker-2", claim_token="tok-1").status == 204
     assert claim(api, "worker-1", claim_token="tok-2").status == 204  # another request: nothing due
     done = api.post(op_path("t-1", "complete"), {"fence": 1, "outcome_code": "ok"})
@@ -552,15 +433,8 @@ def test_the_claim_answer_carries_the_stored_payload_and_a_resend_carries_it_aga
     payload = {"b": [1, 2, {"c": None}], "a": "ü", "x": 3.5}
     enqueue(api, "cp-1", payload)
     enqueue(api, "cp-2", [1, "two"])
-    api.post(
-        "/v1/operations",
-        {
-            "operation_id": "cp-3",
-            "job_type": "job",
-            "payload_ref": "s3://mine/x",
-            "payload_hash": "sha256:" + "3" * 64,
-        },
-    )
+    api.post("/v1/operations", {"operation_id": "cp-3", "job_type": "job", "payload_ref": "s3://mine/x",
+                                "payload_hash": "sha256:" + "3" * 64})
     first = claimed(api, "cp-1", claim_token="tok-cp")
     assert first["payload"] == payload and first["payload_hash"] == sha(payload)
     resent = claim(api, "worker-1", claim_token="tok-cp", operation_id="cp-1")
@@ -570,12 +444,7 @@ def test_the_claim_answer_carries_the_stored_payload_and_a_resend_carries_it_aga
     grants = {nxt.json["claim"]["operation_id"]: nxt.json["claim"]}
     again = claim(api, "worker-2", job_types=["job"], claim_token="tok-next")
     assert again.json == nxt.json  # the resend of a claim-next: the same claim, payload included
-    grants.update(
-        {
-            g["operation_id"]: g
-            for g in (claimed(api, op) for op in ("cp-2", "cp-3") if op not in grants)
-        }
-    )
+    grants.update({g["operation_id"]: g for g in (claimed(api, op) for op in ("cp-2", "cp-3") if op not in grants)})
     assert grants["cp-2"]["payload"] == [1, "two"]
     assert grants["cp-3"]["payload"] is None and grants["cp-3"]["payload_ref"] == "s3://mine/x"
 
@@ -613,30 +482,19 @@ def test_claim_without_worker_is_422(api):
 def test_heartbeat_extends_the_lease_and_keeps_a_checkpoint(api):
     enqueue(api, "h-1")
     grant = claimed(api, "h-1", lease_seconds=5)
-    reply = api.post(
-        op_path("h-1", "heartbeat"),
-        {"fence": 1, "worker_id": "worker-1", "lease_seconds": 600, "checkpoint": {"page": 3}},
-    )
+    reply = api.post(op_path("h-1", "heartbeat"), {"fence": 1, "worker_id": "worker-1", "lease_seconds": 600,
+                                                   "checkpoint": {"page": 3}})
     assert reply.status == 200, reply.text
     assert set(reply.json) == {"lease_expires_at"}
     assert reply.json["lease_expires_at"] > grant["lease_expires_at"]
-    expires = datetime.fromisoformat(
-        reply.json["lease_expires_at"].replace("Z", "+00:00")
-    ).timestamp()
+    expires = datetime.fromisoformat(reply.json["lease_expires_at"].replace("Z", "+00:00")).timestamp()
     assert abs(expires - (time.time() + 600)) < 5  # lease_seconds from now
     assert api.get(op_path("h-1")).json["lease_expires_at"] == reply.json["lease_expires_at"]
     # The checkpoint is handed to the next claim of this operation.
-    failed = api.post(
-        op_path("h-1", "fail"),
-        {"fence": 1, "retryable": True, "reason": "flaky", "retry_after_seconds": 0},
-    )
+    failed = api.post(op_path("h-1", "fail"), {"fence": 1, "retryable": True, "reason": "flaky", "retry_after_seconds": 0})
     assert failed.status == 200 and failed.json["operation"]["state"] == "queued"
     again = claimed(api, "h-1", worker="worker-2")
-    assert (
-        again["fence"] == 2
-        and again["checkpoint"] == {"page": 3}
-        and again["reconcile_required"] is True
-    )
+    assert again["fence"] == 2 and again["checkpoint"] == {"page": 3} and again["reconcile_required"] is True
 
 
 def test_heartbeat_without_lease_seconds_uses_the_claims(api):
@@ -649,38 +507,14 @@ def test_heartbeat_without_lease_seconds_uses_the_claims(api):
 def test_heartbeat_refusals(api):
     enqueue(api, "h-3")
     claimed(api, "h-3")
-    assert_error(
-        api.post(op_path("h-3", "heartbeat"), {"fence": 2, "worker_id": "worker-1"}),
-        409,
-        "stale_fence",
-    )
-    assert_error(
-        api.post(op_path("h-3", "heartbeat"), {"fence": 1, "worker_id": "other"}),
-        409,
-        "stale_fence",
-    )
-    assert_error(
-        api.post(op_path("nope", "heartbeat"), {"fence": 1, "worker_id": "worker-1"}),
-        404,
-        "not_found",
-    )
-    assert_error(
-        api.post(op_path("h-3", "heartbeat"), {"fence": 0, "worker_id": "worker-1"}),
-        422,
-        "invalid_request",
-    )
-    assert_error(
-        api.post(op_path("h-3", "heartbeat"), {"fence": "1", "worker_id": "worker-1"}),
-        422,
-        "invalid_request",
-    )
-    assert_error(
-        api.post(
-            op_path("h-3", "heartbeat"), {"fence": 1, "worker_id": "worker-1", "lease_seconds": 901}
-        ),
-        422,
-        "invalid_request",
-    )
+    assert_error(api.post(op_path("h-3", "heartbeat"), {"fence": 2, "worker_id": "worker-1"}), 409, "stale_fence")
+    assert_error(api.post(op_path("h-3", "heartbeat"), {"fence": 1, "worker_id": "other"}), 409, "stale_fence")
+    assert_error(api.post(op_path("nope", "heartbeat"), {"fence": 1, "worker_id": "worker-1"}), 404, "not_found")
+    assert_error(api.post(op_path("h-3", "heartbeat"), {"fence": 0, "worker_id": "worker-1"}), 422, "invalid_request")
+    assert_error(api.post(op_path("h-3", "heartbeat"), {"fence": "1", "worker_id": "worker-1"}), 422,
+                 "invalid_request")
+    assert_error(api.post(op_path("h-3", "heartbeat"), {"fence": 1, "worker_id": "worker-1", "lease_seconds": 901}),
+                 422, "invalid_request")
     deep = {"fence": 1, "worker_id": "worker-1", "checkpoint": json.loads("[" * 40 + "]" * 40)}
     assert_error(api.post(op_path("h-3", "heartbeat"), deep), 422, "invalid_request")
     big = {"fence": 1, "worker_id": "worker-1", "checkpoint": "x" * 5000}
@@ -694,104 +528,53 @@ def test_complete_is_repeatable_by_the_same_fence_only(api):
     assert done.status == 200, done.text
     op = done.json["operation"]
     assert set(done.json) == {"operation"} and set(op) == OPERATION_FIELDS
-    assert (
-        op["state"] == "succeeded" and op["outcome_code"] == "charged" and op["lease_owner"] is None
-    )
+    assert op["state"] == "succeeded" and op["outcome_code"] == "charged" and op["lease_owner"] is None
     again = api.post(op_path("k-1", "complete"), {"fence": 1, "outcome_code": "charged"})
     assert again.status == 200 and again.json == done.json
-    assert_error(
-        api.post(op_path("k-1", "complete"), {"fence": 1, "outcome_code": "other"}),
-        409,
-        "stale_fence",
-    )
-    assert_error(
-        api.post(op_path("k-1", "complete"), {"fence": 2, "outcome_code": "charged"}),
-        409,
-        "stale_fence",
-    )
-    assert_error(
-        api.post(op_path("k-x", "complete"), {"fence": 1, "outcome_code": "charged"}),
-        404,
-        "not_found",
-    )
+    assert_error(api.post(op_path("k-1", "complete"), {"fence": 1, "outcome_code": "other"}), 409, "stale_fence")
+    assert_error(api.post(op_path("k-1", "complete"), {"fence": 2, "outcome_code": "charged"}), 409, "stale_fence")
+    assert_error(api.post(op_path("k-x", "complete"), {"fence": 1, "outcome_code": "charged"}), 404, "not_found")
     assert_error(api.post(op_path("k-1", "complete"), {"fence": 1}), 422, "invalid_request")
 
 
 def test_complete_before_any_claim_is_stale(api):
     enqueue(api, "k-2")
-    assert_error(
-        api.post(op_path("k-2", "complete"), {"fence": 1, "outcome_code": "x"}), 409, "stale_fence"
-    )
+    assert_error(api.post(op_path("k-2", "complete"), {"fence": 1, "outcome_code": "x"}), 409, "stale_fence")
 
 
 def test_fail_requeues_or_terminates(api):
     enqueue(api, "f-1", max_attempts=2)
     claimed(api, "f-1")
-    reply = api.post(
-        op_path("f-1", "fail"),
-        {"fence": 1, "retryable": True, "reason": "busy", "retry_after_seconds": 600},
-    )
+    reply = api.post(op_path("f-1", "fail"), {"fence": 1, "retryable": True, "reason": "busy", "retry_after_seconds": 600})
     assert reply.status == 200 and reply.json["operation"]["state"] == "queued"
     assert claim(api, operation_id="f-1").status == 204  # not before the delay
     enqueue(api, "f-2", max_attempts=1)
     claimed(api, "f-2")
     reply = api.post(op_path("f-2", "fail"), {"fence": 1, "retryable": True, "reason": "busy"})
-    assert (
-        reply.status == 200 and reply.json["operation"]["state"] == "failed_terminal"
-    )  # no attempts left
+    assert reply.status == 200 and reply.json["operation"]["state"] == "failed_terminal"  # no attempts left
     enqueue(api, "f-3")
     claimed(api, "f-3")
-    reply = api.post(
-        op_path("f-3", "fail"), {"fence": 1, "retryable": False, "reason": "card declined"}
-    )
+    reply = api.post(op_path("f-3", "fail"), {"fence": 1, "retryable": False, "reason": "card declined"})
     assert reply.status == 200 and reply.json["operation"]["state"] == "failed_terminal"
-    assert_error(
-        api.post(op_path("f-3", "fail"), {"fence": 2, "retryable": False, "reason": "x"}),
-        409,
-        "stale_fence",
-    )
-    assert_error(
-        api.post(op_path("f-3", "fail"), {"fence": 1, "retryable": "no", "reason": "x"}),
-        422,
-        "invalid_request",
-    )
-    assert_error(
-        api.post(op_path("f-3", "fail"), {"fence": 1, "retryable": True, "reason": ""}),
-        422,
-        "invalid_request",
-    )
-    assert_error(
-        api.post(
-            op_path("f-3", "fail"),
-            {"fence": 1, "retryable": True, "reason": "x", "retry_after_seconds": -1},
-        ),
-        422,
-        "invalid_request",
-    )
-    assert_error(
-        api.post(op_path("f-9", "fail"), {"fence": 1, "retryable": True, "reason": "x"}),
-        404,
-        "not_found",
-    )
+    assert_error(api.post(op_path("f-3", "fail"), {"fence": 2, "retryable": False, "reason": "x"}), 409, "stale_fence")
+    assert_error(api.post(op_path("f-3", "fail"), {"fence": 1, "retryable": "no", "reason": "x"}), 422, "invalid_request")
+    assert_error(api.post(op_path("f-3", "fail"), {"fence": 1, "retryable": True, "reason": ""}), 422, "invalid_request")
+    assert_error(api.post(op_path("f-3", "fail"), {"fence": 1, "retryable": True, "reason": "x",
+                                                   "retry_after_seconds": -1}), 422, "invalid_request")
+    assert_error(api.post(op_path("f-9", "fail"), {"fence": 1, "retryable": True, "reason": "x"}), 404, "not_found")
 
 
 @pytest.mark.parametrize("action,state", [("unknown", "unknown"), ("quarantine", "quarantined")])
 def test_park(api, action, state):
     enqueue(api, f"p-{action}")
     claimed(api, f"p-{action}")
-    assert_error(
-        api.post(op_path(f"p-{action}", action), {"fence": 2, "reason": "why"}), 409, "stale_fence"
-    )
+    assert_error(api.post(op_path(f"p-{action}", action), {"fence": 2, "reason": "why"}), 409, "stale_fence")
     reply = api.post(op_path(f"p-{action}", action), {"fence": 1, "reason": "why"})
     assert reply.status == 200, reply.text
     assert reply.json["operation"]["state"] == state
-    assert (
-        claim(api, operation_id=f"p-{action}").status == 204
-    )  # parked: nothing automatic takes it
+    assert claim(api, operation_id=f"p-{action}").status == 204  # parked: nothing automatic takes it
     assert_error(api.post(op_path(f"p-{action}", action), {"fence": 1}), 422, "invalid_request")
-    assert_error(
-        api.post(op_path("p-none", action), {"fence": 1, "reason": "why"}), 404, "not_found"
-    )
+    assert_error(api.post(op_path("p-none", action), {"fence": 1, "reason": "why"}), 404, "not_found")
 
 
 # ---------------------------------------------------------------------------------- payload
@@ -807,9 +590,7 @@ def test_payload_is_returned_as_enqueued(api, payload):
     reply = api.get(op_path("pl-1", "payload"))
     assert reply.status == 200, reply.text
     assert reply.json == payload
-    assert reply.text.encode() == rfc8785.dumps(
-        payload
-    )  # its canonical JSON, which hashes to payload_hash
+    assert reply.text.encode() == rfc8785.dumps(payload)  # its canonical JSON, which hashes to payload_hash
     assert sha(payload) == api.get(op_path("pl-1")).json["payload_hash"]
 
 
@@ -822,30 +603,17 @@ def test_payload_404s(api):
 
 def test_resolve_only_parked_operations(api):
     enqueue(api, "rs-1")
-    assert_error(
-        api.post(op_path("rs-1", "resolve"), {"resolution": "succeeded", "note": "x"}),
-        409,
-        "invalid_transition",
-    )
+    assert_error(api.post(op_path("rs-1", "resolve"), {"resolution": "succeeded", "note": "x"}), 409,
+                 "invalid_transition")
     claimed(api, "rs-1")
-    assert_error(
-        api.post(op_path("rs-1", "resolve"), {"resolution": "succeeded"}), 409, "invalid_transition"
-    )
+    assert_error(api.post(op_path("rs-1", "resolve"), {"resolution": "succeeded"}), 409, "invalid_transition")
     api.post(op_path("rs-1", "unknown"), {"fence": 1, "reason": "timeout"})
-    assert_error(
-        api.post(op_path("rs-1", "resolve"), {"resolution": "maybe"}), 422, "invalid_request"
-    )
-    reply = api.post(
-        op_path("rs-1", "resolve"), {"resolution": "succeeded", "note": "checked the ledger"}
-    )
+    assert_error(api.post(op_path("rs-1", "resolve"), {"resolution": "maybe"}), 422, "invalid_request")
+    reply = api.post(op_path("rs-1", "resolve"), {"resolution": "succeeded", "note": "checked the ledger"})
     assert reply.status == 200, reply.text
     assert reply.json["operation"]["state"] == "succeeded"
-    assert_error(
-        api.post(op_path("rs-1", "resolve"), {"resolution": "requeue"}), 409, "invalid_transition"
-    )
-    assert_error(
-        api.post(op_path("rs-none", "resolve"), {"resolution": "requeue"}), 404, "not_found"
-    )
+    assert_error(api.post(op_path("rs-1", "resolve"), {"resolution": "requeue"}), 409, "invalid_transition")
+    assert_error(api.post(op_path("rs-none", "resolve"), {"resolution": "requeue"}), 404, "not_found")
 
 
 def test_a_resolve_sent_again_after_it_succeeded_is_a_replay(api):
@@ -859,11 +627,7 @@ def test_a_resolve_sent_again_after_it_succeeded_is_a_replay(api):
     assert first.status == 200, first.text
     again = api.post(op_path("rr-1", "resolve"), body)
     assert (again.status, again.json) == (200, first.json), again.text
-    assert_error(
-        api.post(op_path("rr-1", "resolve"), {"resolution": "failed_terminal"}),
-        409,
-        "invalid_transition",
-    )
+    assert_error(api.post(op_path("rr-1", "resolve"), {"resolution": "failed_terminal"}), 409, "invalid_transition")
     # With a request token, even once a worker claimed what the requeue released.
     enqueue(api, "rr-2")
     claimed(api, "rr-2")
@@ -872,16 +636,10 @@ def test_a_resolve_sent_again_after_it_succeeded_is_a_replay(api):
     assert api.post(op_path("rr-2", "resolve"), body).json["operation"]["state"] == "queued"
     claimed(api, "rr-2")
     again = api.post(op_path("rr-2", "resolve"), body)
-    assert (again.status, again.json["operation"]["state"], again.json["operation"]["fence"]) == (
-        200,
-        "claimed",
-        2,
-    )
+    assert (again.status, again.json["operation"]["state"], again.json["operation"]["fence"]) == (200, "claimed", 2)
     other = {**body, "request_token": "another"}
     assert_error(api.post(op_path("rr-2", "resolve"), other), 409, "invalid_transition")
-    assert_error(
-        api.post(op_path("rr-2", "resolve"), {**body, "request_token": ""}), 422, "invalid_request"
-    )
+    assert_error(api.post(op_path("rr-2", "resolve"), {**body, "request_token": ""}), 422, "invalid_request")
 
 
 def test_requeue_from_quarantine_gives_a_fresh_budget_and_a_rising_fence(api):
@@ -892,9 +650,7 @@ def test_requeue_from_quarantine_gives_a_fresh_budget_and_a_rising_fence(api):
     assert reply.status == 200 and reply.json["operation"]["state"] == "queued"
     grant = claimed(api, "rq-1")
     assert grant["fence"] == 2 and grant["reconcile_required"] is True
-    failed = api.post(
-        op_path("rq-1", "fail"), {"fence": 2, "retryable": False, "reason": "still bad"}
-    )
+    failed = api.post(op_path("rq-1", "fail"), {"fence": 2, "retryable": False, "reason": "still bad"})
     assert failed.json["operation"]["state"] == "failed_terminal"
     resolved = api.post(op_path("rq-1", "resolve"), {"resolution": "failed_terminal"})
     assert_error(resolved, 409, "invalid_transition")
