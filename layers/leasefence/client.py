@@ -60,6 +60,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -101,6 +102,8 @@ __all__ = [
 _MISSING: Any = object()
 T = TypeVar("T")
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: The headers of the request being sent (beside the client's own), for :meth:`_once`.
+_HEADERS: ContextVar[dict[str, str]] = ContextVar("leasefence_request_headers", default={})  # noqa: B039 - never mutated
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,7 @@ class LeaseFenceClient(BatchCalls):
     # ------------------------------------------------------------------ transport
 
     def _once(
-        self, method: str, path: str, body: Any, timeout: float, headers: dict[str, str]
+        self, method: str, path: str, body: Any, timeout: float
     ) -> tuple[int, dict[str, str], bytes]:
         data = (
             None
@@ -204,7 +207,7 @@ class LeaseFenceClient(BatchCalls):
         request = urllib.request.Request(self.base_url + path, data=data, method=method)  # noqa: S310 - http(s), checked in __init__
         request.add_header("Accept", "application/json")
         request.add_header("User-Agent", self.user_agent)
-        for name, value in headers.items():
+        for name, value in _HEADERS.get().items():  # the request's own (request(headers=...))
             request.add_header(name, value)
         if data is not None:
             request.add_header("Content-Type", "application/json")
@@ -257,7 +260,11 @@ class LeaseFenceClient(BatchCalls):
                     raise Unavailable("no answer from the API within the time the lease leaves")
             answer_headers: dict[str, str] | None = None
             try:
-                status, answer_headers, raw = self._once(method, path, body, timeout, headers or {})
+                sent = _HEADERS.set(headers or {})
+                try:
+                    status, answer_headers, raw = self._once(method, path, body, timeout)
+                finally:
+                    _HEADERS.reset(sent)
             except _NotSent as error:
                 if attempt < self.retries and self._backoff(attempt, None, deadline):
                     attempt += 1

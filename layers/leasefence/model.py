@@ -228,8 +228,9 @@ class Claim:
     layout: int = 1
     #: The trace context the worker continues (:mod:`leasefence.otel`): the claim span's when
     #: the claimer traced the claim, else the producer's as the operation keeps it; None when
-    #: the operation was enqueued without one and nobody traced the claim.
-    trace_context: TraceContext | None = None
+    #: the operation was enqueued without one and nobody traced the claim. Telemetry, not the
+    #: claim: a resent claim request answers the same claim in a span of its own.
+    trace_context: TraceContext | None = field(default=None, compare=False)
 
     @property
     def traceparent(self) -> str | None:

@@ -240,11 +240,11 @@ class Claim:
             "traces claims, else the producer's as enqueued (its `traceparent` header); null "
             "when the operation was enqueued without one and the claim was not traced"
         ),
-    ] = None
+    ] = dataclasses.field(default=None, compare=False)
     tracestate: Annotated[
         str | None,
         Doc("The W3C tracestate that goes with traceparent, or null"),
-    ] = None
+    ] = dataclasses.field(default=None, compare=False)
     claim_token: Annotated[
         str | None,
         Doc(
