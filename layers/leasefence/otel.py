@@ -97,20 +97,21 @@ def _operation_attributes(claim_or_op: Any) -> dict[str, Any]:
 
 @contextmanager
 def producer_span(
-    job_type: str, tenant_id: str | None = None, operation_id: str = ""
+    job_type: str | None, tenant_id: str | None = None, operation_id: str = ""
 ) -> Iterator[None]:
-    """``leasefence enqueue <job type>`` around an enqueue; inside it,
-    :func:`current_trace_context` is the context the operation keeps. ``leasefence.op`` (the
-    operation's keyed hash) only when the tenant is known (an in-process producer): the SDK's
-    caller is a token, whose tenant the client does not know."""
+    """``leasefence enqueue <job type>`` around an enqueue (``job_type`` None: ``leasefence
+    enqueue batch``, a batch's); inside it, :func:`current_trace_context` is the context the
+    operation keeps. ``leasefence.op`` (the operation's keyed hash) only when the tenant is known
+    (an in-process producer): the SDK's caller is a token, whose tenant the client does not
+    know."""
     if trace is None:
         yield
         return
-    attributes = {"leasefence.job_type": job_type}
+    attributes = {} if job_type is None else {"leasefence.job_type": job_type}
     if tenant_id is not None:
         attributes["leasefence.op"] = keyed_hash(tenant_id, operation_id)
     with _tracer().start_as_current_span(
-        f"leasefence enqueue {job_type}", kind=SpanKind.PRODUCER, attributes=attributes
+        f"leasefence enqueue {job_type or 'batch'}", kind=SpanKind.PRODUCER, attributes=attributes
     ):
         yield
 

@@ -230,3 +230,22 @@ def test_the_engine_refuses_a_malformed_trace_context(engine):
         )  # fmt: skip
     with pytest.raises(NotFound):
         engine.get("acme", "op")
+
+
+def test_a_batch_enqueue_keeps_the_producer_context_with_every_item(sdk, spans):
+    tracer = trace.get_tracer("test")
+    with tracer.start_as_current_span("import") as root:
+        results = sdk.enqueue_batch(
+            [{"operation_id": f"b-{i}", "job_type": "mail", "payload": i} for i in range(3)]
+        )
+    assert all(r.error is None for r in results)
+    batch = _one(spans.get_finished_spans(), "leasefence enqueue batch")
+    assert batch.parent.span_id == root.context.span_id
+    for _ in range(3):
+        claim = sdk.claim("w")
+        assert claim is not None
+        # the claim span's context, in the producer's trace
+        assert claim.traceparent.split("-")[1] == format(root.context.trace_id, "032x")
+    claims = [s for s in spans.get_finished_spans() if s.name == "leasefence claim mail"]
+    assert len(claims) == 3
+    assert {s.parent.span_id for s in claims} == {batch.context.span_id}

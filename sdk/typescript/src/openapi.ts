@@ -3972,7 +3972,12 @@ export interface operations {
     enqueueBatch: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The producer's W3C trace context (OpenTelemetry's traceparent), kept with the operation and handed to every claim (the claim's traceparent). A malformed one is ignored, as W3C Trace Context asks of a receiver: the operation is enqueued without it. A replay keeps the first enqueue's */
+                traceparent?: string | null;
+                /** @description The W3C tracestate that goes with traceparent: kept when it is at most 512 printable ASCII characters, dropped otherwise */
+                tracestate?: string | null;
+            };
             path?: never;
             cookie?: never;
         };
