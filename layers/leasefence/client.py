@@ -60,11 +60,13 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
+from leasefence import otel
 from leasefence.answer_errors import answer_error
 from leasefence.api.errors import Forbidden, Unauthorized
 from leasefence.client_batch import BatchCalls, ItemResult, parse_time
@@ -100,6 +102,8 @@ __all__ = [
 _MISSING: Any = object()
 T = TypeVar("T")
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: The headers of the request being sent (beside the client's own), for :meth:`_once`.
+_HEADERS: ContextVar[dict[str, str]] = ContextVar("leasefence_request_headers", default={})  # noqa: B039 - never mutated
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,8 @@ class LeaseFenceClient(BatchCalls):
         request = urllib.request.Request(self.base_url + path, data=data, method=method)  # noqa: S310 - http(s), checked in __init__
         request.add_header("Accept", "application/json")
         request.add_header("User-Agent", self.user_agent)
+        for name, value in _HEADERS.get().items():  # the request's own (request(headers=...))
+            request.add_header(name, value)
         if data is not None:
             request.add_header("Content-Type", "application/json")
         if self.token:
@@ -238,6 +244,7 @@ class LeaseFenceClient(BatchCalls):
         *,
         deadline: float | None = None,
         try_timeout: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
         """``(status, decoded JSON or None)`` for a 2xx; raises the mapped error otherwise.
 
@@ -251,9 +258,13 @@ class LeaseFenceClient(BatchCalls):
                 timeout = min(timeout, deadline - time.monotonic())
                 if timeout <= 0:
                     raise Unavailable("no answer from the API within the time the lease leaves")
-            headers: dict[str, str] | None = None
+            answer_headers: dict[str, str] | None = None
             try:
-                status, headers, raw = self._once(method, path, body, timeout)
+                sent = _HEADERS.set(headers or {})
+                try:
+                    status, answer_headers, raw = self._once(method, path, body, timeout)
+                finally:
+                    _HEADERS.reset(sent)
             except _NotSent as error:
                 if attempt < self.retries and self._backoff(attempt, None, deadline):
                     attempt += 1
@@ -271,13 +282,13 @@ class LeaseFenceClient(BatchCalls):
                 status in _RETRY_STATUSES
                 and attempt < self.retries
                 and (idempotent or status == 429)
-                and self._backoff(attempt, headers, deadline)
+                and self._backoff(attempt, answer_headers, deadline)
             ):
                 attempt += 1
                 continue
             if 200 <= status < 300:
                 return status, (json.loads(raw) if raw else None)
-            raise self._error(status, raw, headers)
+            raise self._error(status, raw, answer_headers)
 
     def _backoff(
         self, attempt: int, headers: dict[str, str] | None, deadline: float | None
@@ -327,7 +338,11 @@ class LeaseFenceClient(BatchCalls):
             body["max_attempts"] = max_attempts
         if target_class is not None:
             body["target_class"] = target_class
-        return from_json(EnqueueResult, self.request("POST", "/v1/operations", body)[1])
+        with otel.producer_span(job_type):  # its context goes as the traceparent header
+            trace_context = otel.current_trace_context()
+            headers = trace_context.headers() if trace_context is not None else None
+            answer = self.request("POST", "/v1/operations", body, headers=headers)[1]
+        return from_json(EnqueueResult, answer)
 
     def get(self, operation_id: str) -> Operation:
         return Operation.from_json(

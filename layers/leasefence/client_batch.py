@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from leasefence import otel
 from leasefence.answer_errors import answer_error
 from leasefence.errors import LeaseFenceError
 from leasefence.limits import MAX_BATCH_ITEMS, MAX_TRIAGE_ITEMS
@@ -69,6 +70,7 @@ class BatchCalls:
             *,
             deadline: float | None = None,
             try_timeout: float | None = None,
+            headers: dict[str, str] | None = None,
         ) -> tuple[int, Any]: ...
 
     def _batch(
@@ -78,6 +80,7 @@ class BatchCalls:
         read: Callable[[Any], T],
         deadline: float | None = None,
         try_timeout: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> builtins.list[ItemResult[T]]:
         """``items`` sent :data:`~leasefence.limits.MAX_BATCH_ITEMS` to a request, in order;
         every item is safe to repeat (its one-at-a-time route's replay), so a lost answer is
@@ -92,6 +95,7 @@ class BatchCalls:
                 {"items": chunk},
                 deadline=deadline,
                 try_timeout=try_timeout,
+                headers=headers,
             )[1]
             results.extend(_item_result(r, read) for r in data["results"])
         return results
@@ -130,8 +134,14 @@ class BatchCalls:
         """Record several operations (25 a request): each item holds the body ``enqueue`` sends
         (``operation_id``, ``job_type``, ``payload`` or ``payload_ref`` + ``payload_hash``,
         optional ``max_attempts``, ``target_class``). One result per item, in order: a refusal
-        (a payload conflict, say) is that item's ``error``; the other items are recorded."""
-        return self._batch("enqueue", items, lambda body: from_json(EnqueueResult, body))
+        (a payload conflict, say) is that item's ``error``; the other items are recorded. The
+        current trace context goes with them (``traceparent``), as with ``enqueue``."""
+        with otel.producer_span(None):
+            trace_context = otel.current_trace_context()
+            headers = trace_context.headers() if trace_context is not None else None
+            return self._batch(
+                "enqueue", items, lambda body: from_json(EnqueueResult, body), headers=headers
+            )
 
     def heartbeat_batch(
         self,

@@ -44,6 +44,7 @@ from leasefence.limits import (
 )
 from leasefence.model import Resolution, State, TargetClass, Transition
 from leasefence.schema import MAX_OPERATION_SHARDS, PAYLOAD_BODY
+from leasefence.tracecontext import MAX_TRACESTATE_BYTES, TRACEPARENT_BYTES
 
 #: A number's size at most (DynamoDB: about one byte per two significant digits, plus one).
 NUMBER_BYTES = 21
@@ -79,6 +80,9 @@ ATTRIBUTE_BYTES: dict[str, int] = {
     "lv": NUMBER_BYTES,
     "job_type_version": NUMBER_BYTES,
     "created_at": NUMBER_BYTES,
+    # the producer's trace context (:mod:`leasefence.tracecontext`: validated and bounded)
+    "traceparent": TRACEPARENT_BYTES,
+    "tracestate": MAX_TRACESTATE_BYTES,
     # state and fences
     "state": _STATE_BYTES,
     "fence": NUMBER_BYTES,

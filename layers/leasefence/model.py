@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from leasefence.keys import tenant_of
+from leasefence.tracecontext import TraceContext
 
 
 class State(StrEnum):
@@ -225,6 +226,21 @@ class Claim:
     payload_json: str | None = field(default=None, repr=False, compare=False)
     #: The table layout of the claimed item (see :attr:`Operation.layout`).
     layout: int = 1
+    #: The trace context the worker continues (:mod:`leasefence.otel`): the claim span's when
+    #: the claimer traced the claim, else the producer's as the operation keeps it; None when
+    #: the operation was enqueued without one and nobody traced the claim. Telemetry, not the
+    #: claim: a resent claim request answers the same claim in a span of its own.
+    trace_context: TraceContext | None = field(default=None, compare=False)
+
+    @property
+    def traceparent(self) -> str | None:
+        """The W3C ``traceparent`` of :attr:`trace_context` (what a claim answer carries)."""
+        return None if self.trace_context is None else self.trace_context.traceparent
+
+    @property
+    def tracestate(self) -> str | None:
+        """Its ``tracestate``, when there is one."""
+        return None if self.trace_context is None else self.trace_context.tracestate
 
 
 @dataclass(frozen=True)

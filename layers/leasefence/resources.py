@@ -233,6 +233,18 @@ class Claim:
             "erased, or could not be read when the claim was answered (GET .../payload says why)"
         ),
     ] = dataclasses.field(default=None, repr=False)
+    traceparent: Annotated[
+        str | None,
+        Doc(
+            "The W3C traceparent to continue (OpenTelemetry): the claim's span when the service "
+            "traces claims, else the producer's as enqueued (its `traceparent` header); null "
+            "when the operation was enqueued without one and the claim was not traced"
+        ),
+    ] = dataclasses.field(default=None, compare=False)
+    tracestate: Annotated[
+        str | None,
+        Doc("The W3C tracestate that goes with traceparent, or null"),
+    ] = dataclasses.field(default=None, compare=False)
     claim_token: Annotated[
         str | None,
         Doc(

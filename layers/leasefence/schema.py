@@ -120,6 +120,10 @@ class OperationItem(TypedDict, total=False):
     #: by the enqueue's conditional put, removed by the purge or the erasure; in no index.
     payload_json: str
     job_type_version: int
+    #: The producer's W3C trace context (:mod:`leasefence.tracecontext`), when the enqueue
+    #: carried one: written by the enqueue's put, never changed after, handed on by every claim.
+    traceparent: str
+    tracestate: str
     created_at: int
     # state and fences
     state: str

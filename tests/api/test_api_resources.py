@@ -28,7 +28,7 @@ SDK_FIELDS = {
     "Claim": [
         "operation_id", "job_type", "fence", "attempts", "lease_expires_at", "payload_ref", "payload_hash",
         "target_class", "reconcile_required", "checkpoint", "intent", "claimed_at", "lease_ms", "lease_seconds",
-        "payload", "claim_token",
+        "payload", "traceparent", "tracestate", "claim_token",
     ],
     "HistoryEntry": [
         "sequence", "time", "transition", "previous_state", "state", "fence", "attempt", "actor", "previous_actor",

@@ -27,6 +27,7 @@ CLAIM_FIELDS = {
     "intent",  # extension: docs/api-contract-extensions.md
     "claimed_at", "lease_ms", "lease_seconds",  # extension: the lease as granted
     "payload",  # extension: the claim answer carries the stored payload
+    "traceparent", "tracestate",  # extension: the trace context to continue (issue 36)
 }
 
 

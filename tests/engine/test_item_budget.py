@@ -26,6 +26,7 @@ from leasefence.limits import (
 from leasefence.payloads import canonicalize
 from leasefence.schema import OPERATION_ATTRIBUTES
 from leasefence.stored import CUT_MARK, stored_id
+from leasefence.tracecontext import MAX_TRACESTATE_BYTES, TraceContext
 from leasefence_tools.bench import units as U
 
 
@@ -39,6 +40,11 @@ PRODUCER, APPROVER, OPERATOR = wide(3), wide(4), wide(5)
 WORKERS = [wide(6), wide(7)]
 TEXT = wide(8, MAX_TEXT_LENGTH)  # a reason or a note: 1,024 characters, 4 KiB
 INTENT = wide(9)
+#: The producer's trace context at its largest: a traceparent, a tracestate of 512 characters.
+TRACE = TraceContext(
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    "k=" + "v" * (MAX_TRACESTATE_BYTES - 2),
+)
 
 
 class Meter:
@@ -100,7 +106,7 @@ def test_many_attempts_with_4_byte_ids_and_the_largest_fields_no_publisher_every
     step(
         lambda: engine.enqueue(
             TENANT, OP, JOB, kept.hash, payload_json=kept.body, actor=PRODUCER,
-            max_attempts=100, approval_required=True,
+            max_attempts=100, approval_required=True, trace_context=TRACE,
         )
     )  # fmt: skip
     step(lambda: engine.approve(TENANT, OP, kept.hash, APPROVER))

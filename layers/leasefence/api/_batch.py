@@ -14,11 +14,12 @@ from typing import Any
 from aws_lambda_powertools.event_handler import Response
 
 from leasefence.api import errors, models_batch
-from leasefence.api._shared import answer
+from leasefence.api._shared import Traceparent, Tracestate, answer
 from leasefence.api.security import Caller
 from leasefence.errors import LeaseFenceError, Unavailable
 from leasefence.limits import CLAIM_BATCH_BUDGET_MS
 from leasefence.payloads import CanonicalPayload
+from leasefence.tracecontext import TraceContext
 
 
 def item_result(operation_id: str, one: Callable[[], Response]) -> dict[str, Any]:
@@ -48,7 +49,7 @@ def _raise(error: Exception) -> Response:
 class OneAtATime:
     """The one-at-a-time routes' own code that the batches run per item."""
 
-    enqueue: Callable[[Caller, Any, CanonicalPayload | None], Response]
+    enqueue: Callable[[Caller, Any, CanonicalPayload | None, TraceContext | None], Response]
     canonical: Callable[[Any], CanonicalPayload | None]
     claim: Callable[[str, Any], Response]
     heartbeat: Callable[[str, str, Any], Response]
@@ -62,8 +63,14 @@ def register_routes(
     """Register the batch routes with ``register`` (the resolver's), each item run by ``one``."""
 
     @register("enqueueBatch")
-    def enqueue_batch(body: models_batch.EnqueueBatchRequest):
+    def enqueue_batch(
+        body: models_batch.EnqueueBatchRequest,
+        traceparent: Traceparent = None,
+        tracestate: Tracestate = None,
+    ):
         caller = caller_of("enqueueBatch")
+        # The producer's trace context, kept with every item (malformed: ignored, as one at a time)
+        trace = TraceContext.from_headers(traceparent, tracestate)
         # Every item's payload first: one the schema refuses (not I-JSON, a hash that is not its
         # own) or over the size limit refuses the whole request before anything is written.
         canonicals = {}
@@ -74,7 +81,7 @@ def register_routes(
                 refused.message = f"items.{index}: {refused.message}"
                 raise
         return batch_answer(
-            body.items, lambda item: one.enqueue(caller, item, canonicals[id(item)])
+            body.items, lambda item: one.enqueue(caller, item, canonicals[id(item)], trace)
         )
 
     @register("claimBatch")

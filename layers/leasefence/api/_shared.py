@@ -11,13 +11,14 @@ handlers of :mod:`leasefence.api.routes` (operations, job types, settings) and o
 from __future__ import annotations
 
 import calendar
+import json
 import re
 from typing import Annotated, Any
 from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
-from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Query
 
 from leasefence import listing, resources
 from leasefence.api import models
@@ -25,7 +26,8 @@ from leasefence.api._docs import NO_STORE_HEADER, ROUTE_DOCS, no_store
 from leasefence.api.app import JSON, strict_json_loads
 from leasefence.api.errors import Forbidden
 from leasefence.api.security import APPROVE, Caller, route
-from leasefence.errors import InvalidInput
+from leasefence.errors import InvalidInput, LeaseFenceError
+from leasefence.tracecontext import MAX_TRACESTATE_BYTES
 from leasefence.validation import validate_id
 
 
@@ -125,6 +127,18 @@ def public_claim(grant: Any, payload: Any = None) -> dict[str, Any]:
     )
 
 
+def claim_payload(engine: Any, grant: Any) -> Any:
+    """The payload a claim answer carries: the one leasefence stores for the operation, read as
+    ``GET .../payload`` reads it (checked against its hash), so the worker needs no request of its
+    own. None (the field is null) when there is none (by reference) or it cannot be read now
+    (purged, erased, its store refusing or unreachable): the claim is granted either way, and the
+    worker's ``GET .../payload`` answers why (410, 503). The payload is never logged."""
+    try:
+        return json.loads(engine.payload(grant))
+    except LeaseFenceError:
+        return None
+
+
 def operation_answer(operation: Any) -> Response:
     return answer(200, {"operation": public(operation)})
 
@@ -134,6 +148,29 @@ OperationPath = Annotated[
     Path(
         description="The operation id, percent-encoded (1-256 characters once decoded, no control characters)",
         json_schema_extra={"minLength": 1, "maxLength": 256, "pattern": models.NO_CONTROL},
+    ),
+]
+
+# ---------------------------------------------------------------------------------- trace context
+
+Traceparent = Annotated[
+    str | None,
+    Header(
+        description=(
+            "The producer's W3C trace context (OpenTelemetry's traceparent), kept with the "
+            "operation and handed to every claim (the claim's traceparent). A malformed one is "
+            "ignored, as W3C Trace Context asks of a receiver: the operation is enqueued "
+            "without it. A replay keeps the first enqueue's"
+        ),
+    ),
+]
+Tracestate = Annotated[
+    str | None,
+    Header(
+        description=(
+            f"The W3C tracestate that goes with traceparent: kept when it is at most "
+            f"{MAX_TRACESTATE_BYTES} printable ASCII characters, dropped otherwise"
+        ),
     ),
 ]
 

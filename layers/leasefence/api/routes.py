@@ -16,7 +16,6 @@ SnapStart it is imported before the snapshot (:mod:`leasefence.snapstart`).
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Annotated, Any
 
@@ -32,7 +31,10 @@ from leasefence.api._shared import (
     JobTypeQuery,
     OperationPath,
     TextQuery,
+    Traceparent,
+    Tracestate,
     answer,
+    claim_payload,
     filters_of,
     json_body,
     operation_answer,
@@ -47,12 +49,13 @@ from leasefence.api.errors import Forbidden
 from leasefence.api.security import ROUTES, Caller, caller_from_event, route
 from leasefence.clock import to_rfc3339
 from leasefence.cursor import HISTORY_CURSOR_PATTERN, OPERATION_CURSOR_PATTERN
-from leasefence.errors import InvalidInput, LeaseFenceError, PayloadConflict
+from leasefence.errors import InvalidInput, PayloadConflict
 from leasefence.keys import is_shadow_tenant
 from leasefence.model import EnqueueResult
 from leasefence.observability import record_claim_latency
 from leasefence.payloads import CanonicalPayload, canonicalize, fits_in_item
 from leasefence.settings import runtime
+from leasefence.tracecontext import TraceContext
 from leasefence.validation import MISSING
 
 app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=json_body)
@@ -92,8 +95,11 @@ def health():
 
 
 @register("enqueueOperation")
-def enqueue(body: models.EnqueueRequest):
-    return _enqueue(caller_of("enqueueOperation"), body, _canonical(body))
+def enqueue(
+    body: models.EnqueueRequest, traceparent: Traceparent = None, tracestate: Tracestate = None
+):
+    trace = TraceContext.from_headers(traceparent, tracestate)  # malformed: ignored (W3C)
+    return _enqueue(caller_of("enqueueOperation"), body, _canonical(body), trace)
 
 
 def _canonical(body: models.EnqueueRequest) -> CanonicalPayload | None:
@@ -108,7 +114,10 @@ def _canonical(body: models.EnqueueRequest) -> CanonicalPayload | None:
 
 
 def _enqueue(
-    caller: Caller, body: models.EnqueueRequest, canonical: CanonicalPayload | None
+    caller: Caller,
+    body: models.EnqueueRequest,
+    canonical: CanonicalPayload | None,
+    trace: Any = None,
 ) -> Response:
     tenant = caller.tenant_id
     engine = runtime().engine_for(tenant)
@@ -159,6 +168,7 @@ def _enqueue(
             admission=admission,
             # A small payload is kept in the operation's item, written by the same put.
             payload_json=canonical.body if kept and canonical is not None else None,
+            trace_context=trace,
         )
     except PayloadConflict:
         if stored is not None:
@@ -266,19 +276,7 @@ def _claim(tenant: str, body: models.ClaimRequest) -> Response:
     record_claim_latency((time.perf_counter() - started) * 1000)
     if grant is None:
         return Response(status_code=204, content_type=None, body="")
-    return answer(200, {"claim": public_claim(grant, payload=_claim_payload(engine, grant))})
-
-
-def _claim_payload(engine: Any, grant: Any) -> Any:
-    """The payload a claim answer carries: the one leasefence stores for the operation, read as
-    ``GET .../payload`` reads it (checked against its hash), so the worker needs no request of its
-    own. None (the field is null) when there is none (by reference) or it cannot be read now
-    (purged, erased, its store refusing or unreachable): the claim is granted either way, and the
-    worker's ``GET .../payload`` answers why (410, 503). The payload is never logged."""
-    try:
-        return json.loads(engine.payload(grant))
-    except LeaseFenceError:
-        return None
+    return answer(200, {"claim": public_claim(grant, payload=claim_payload(engine, grant))})
 
 
 @register("heartbeat")

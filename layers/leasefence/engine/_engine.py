@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, cast
 
-from leasefence import history, listing
+from leasefence import history, listing, otel
 from leasefence.catalogue import Admission, Catalogue
 from leasefence.clock import Clock, system_clock
 from leasefence.engine._claim import Claimer
@@ -72,6 +72,7 @@ from leasefence.model import (
 )
 from leasefence.schema import OperationItem, TableSpec
 from leasefence.store import Store
+from leasefence.tracecontext import TraceContext
 from leasefence.validation import MISSING, is_int
 
 #: Called with (metric name, value) for every domain event worth counting.
@@ -171,6 +172,7 @@ class Engine:
         approval_required: bool = False,
         approval_valid_ms: int | None = None,
         payload_json: bytes | None = None,
+        trace_context: TraceContext | None = None,
     ) -> EnqueueResult:
         """Durably record an operation bound to its payload hash: one conditional put.
 
@@ -200,6 +202,11 @@ class Engine:
         :meth:`cancel`, or the sweeper once ``approval_valid_ms`` passed: default
         :data:`DEFAULT_APPROVAL_VALID_MS`, at most :data:`MAX_APPROVAL_VALID_MS`). ``actor`` is
         kept as ``enqueued_by``: that identity can never approve it.
+
+        ``trace_context``: the producer's W3C trace context (:mod:`leasefence.tracecontext`:
+        validated, bounded; the API passes the request's ``traceparent`` header, an in-process
+        producer :func:`leasefence.otel.current_trace_context`), kept with the operation and
+        handed on by every claim (:mod:`leasefence.otel`). A replay keeps the first one.
         """
         return self._enqueuer.enqueue(
             tenant_id,
@@ -215,6 +222,7 @@ class Engine:
             approval_required,
             approval_valid_ms,
             payload_json,
+            trace_context,
         )
 
     def admit(
@@ -296,7 +304,10 @@ class Engine:
         cannot tell whether the first request's write will still commit raises
         :class:`~leasefence.errors.Unavailable` ("in progress"), never claims another.
         """
-        return self._claimer.claim_next(tenant_id, worker_id, lease_ms, job_types, claim_token)
+        with otel.claim_span() as continued:  # a span per claim granted (OpenTelemetry)
+            return continued(
+                self._claimer.claim_next(tenant_id, worker_id, lease_ms, job_types, claim_token)
+            )
 
     def claim(
         self,
@@ -316,9 +327,12 @@ class Engine:
         ``claimed`` under that claim: not taken over, parked or finished). That is decided by a
         conditional write (:meth:`_confirm_claim`) or read from the refused claim write's
         ``ALL_OLD`` item, never from a read alone. Without a token, a resend is a new claim."""
-        return self._claimer.claim(
-            tenant_id, operation_id, worker_id, lease_ms, job_types, claim_token
-        )
+        with otel.claim_span() as continued:
+            return continued(
+                self._claimer.claim(
+                    tenant_id, operation_id, worker_id, lease_ms, job_types, claim_token
+                )
+            )
 
     def claim_seen(
         self,
@@ -332,7 +346,8 @@ class Engine:
         attempt counters, exactly as a claim of an index entry. If the operation changed since
         (another worker took it), the write is refused and the refusal's current item decides:
         claimable now, one more try; otherwise None (the work is taken)."""
-        return self._claimer.claim_seen(item, worker_id, lease_ms, job_types)
+        with otel.claim_span() as continued:
+            return continued(self._claimer.claim_seen(item, worker_id, lease_ms, job_types))
 
     def heartbeat(
         self,

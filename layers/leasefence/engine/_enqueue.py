@@ -48,6 +48,7 @@ from leasefence.schema import (
     OperationItem,
 )
 from leasefence.store import ConditionFailed
+from leasefence.tracecontext import TraceContext
 from leasefence.validation import (
     is_int,
     validate_actor,
@@ -86,6 +87,7 @@ class Enqueuer:
         approval_required: bool,
         approval_valid_ms: int | None,
         payload_json: bytes | None = None,
+        trace_context: TraceContext | None = None,
     ) -> EnqueueResult:
         validate_id("tenant_id", tenant_id)
         validate_id("operation_id", operation_id)
@@ -93,6 +95,10 @@ class Enqueuer:
         validate_hash(payload_hash)
         validate_text("payload_ref", payload_ref, MAX_PAYLOAD_REF_LENGTH, required=False)
         kept = _kept_payload(payload_json, payload_hash, payload_ref)
+        if trace_context is not None:  # bounded, as the item's budget counts it
+            trace_context = TraceContext.checked(
+                trace_context.traceparent, trace_context.tracestate
+            )
         payload_inline = payload_inline or kept is not None
         if admission is None:
             admitted = self.admit(
@@ -191,6 +197,8 @@ class Enqueuer:
             item["payload_inline"] = True
             if kept is None:  # in S3: the purge deletes it (a payload item: DynamoDB's TTL)
                 item[PURGE_PK] = ctx.purge_pk(tenant_id, operation_id)
+        if trace_context is not None:
+            item.update(trace_context.item_fields())  # type: ignore[typeddict-item]
         item[LAYOUT_ATTRIBUTE] = LAYOUT
         fresh = True
         if kept is not None:

@@ -28,6 +28,7 @@ from leasefence.errors import (
 from leasefence.limits import BACKOFF_BASE_MS, BACKOFF_CAP_MS, FENCE_EPOCH_SPAN
 from leasefence.model import Claim, Operation, Resolution, State, Transition
 from leasefence.schema import DUE_PK, DUE_SK, SWEEP_PK, SWEEP_SK, OperationItem
+from leasefence.tracecontext import TraceContext
 
 Item = OperationItem
 
@@ -144,6 +145,7 @@ def claim_of(item: OperationItem, worker_id: str, takeover: bool) -> Claim:
         layout=operation.layout,
         # A claim written before ``claimed_at`` was kept, and not renewed since, says it so.
         claimed_at=int(item.get("claimed_at", lease_expires_at - lease_ms)),
+        trace_context=TraceContext.of_item(item),
     )
 
 

@@ -97,6 +97,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from leasefence import otel
 from leasefence.clock import Clock, system_clock
 from leasefence.errors import LeaseFenceError, TargetRefused
 from leasefence.metrics import Metric
@@ -331,39 +332,42 @@ class FencedTable:
         claim_time = self._claim_time(job)
         fence_ok = "(#lf < :fnext OR (attribute_not_exists(#lf) AND (attribute_not_exists(#hz) OR #hz < :claimed)))"
         condition = f"{fence_ok} AND ({business})" if business else fence_ok
-        try:
-            response = self._call(
-                "update_item",
-                Key=self._key(key),
-                UpdateExpression=update,
-                ConditionExpression=condition,
-                ExpressionAttributeNames={**names, "#hz": HORIZON},
-                ExpressionAttributeValues=_attrs(
-                    {**values, ":fnext": job.fence + 1, ":claimed": claim_time}
-                ),
-                ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except _Refused as refused:
-            state = state_of(refused.item)
-            seen = state.entries.get(names["#lf"])
-            if seen is not None and seen[0] > job.fence:
-                self.events(Metric.STALE_TARGET_WRITES_REJECTED, 1)
-                job.lose(f"{_REFUSED} it has seen fence {seen[0]}")
-                raise LostOwnership(
-                    f"target refused fence {job.fence}: it has seen {seen[0]}"
-                ) from None
-            if seen is None and state.horizon is not None and state.horizon >= claim_time:
-                self.events(Metric.TARGET_HORIZON_REFUSALS, 1)
-                reason = (
-                    f"target refused fence {job.fence}: it no longer keeps this operation's fence entry "
-                    f"and its horizon ({state.horizon}) is not older than this claim ({claim_time}): "
-                    "a stale holder, or a claim older than what the item remembers"
+        with otel.target_write_span(job, self.store.table_name) as span:
+            try:
+                response = self._call(
+                    "update_item",
+                    Key=self._key(key),
+                    UpdateExpression=update,
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames={**names, "#hz": HORIZON},
+                    ExpressionAttributeValues=_attrs(
+                        {**values, ":fnext": job.fence + 1, ":claimed": claim_time}
+                    ),
+                    ReturnValues="ALL_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 )
-                job.lose(f"{_REFUSED} {reason}")
-                raise HorizonRefused(reason) from None
-            raise TargetRefused("the target's own condition was not met") from None
-        return decode(response.get("Attributes"))
+            except _Refused as refused:
+                state = state_of(refused.item)
+                seen = state.entries.get(names["#lf"])
+                if seen is not None and seen[0] > job.fence:
+                    otel.refused(span, seen[0])
+                    self.events(Metric.STALE_TARGET_WRITES_REJECTED, 1)
+                    job.lose(f"{_REFUSED} it has seen fence {seen[0]}")
+                    raise LostOwnership(
+                        f"target refused fence {job.fence}: it has seen {seen[0]}"
+                    ) from None
+                if seen is None and state.horizon is not None and state.horizon >= claim_time:
+                    otel.refused(span, None)
+                    self.events(Metric.TARGET_HORIZON_REFUSALS, 1)
+                    reason = (
+                        f"target refused fence {job.fence}: it no longer keeps this operation's fence entry "
+                        f"and its horizon ({state.horizon}) is not older than this claim ({claim_time}): "
+                        "a stale holder, or a claim older than what the item remembers"
+                    )
+                    job.lose(f"{_REFUSED} {reason}")
+                    raise HorizonRefused(reason) from None
+                raise TargetRefused("the target's own condition was not met") from None
+            return decode(response.get("Attributes"))
 
     # ------------------------------------------------------------ pruning
 

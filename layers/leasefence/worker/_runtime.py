@@ -51,7 +51,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from leasefence import snapstart
+from leasefence import otel, snapstart
 from leasefence.errors import NotFound, PayloadMissing, StaleFence, Unavailable
 from leasefence.limits import MAX_REASON_LENGTH
 from leasefence.metrics import Metric, MetricSink, no_metrics
@@ -232,7 +232,8 @@ class Worker:
         )
         renewer.start()
         try:
-            self._execute(job)
+            with otel.process_span(claim):  # the claim's trace continued (OpenTelemetry)
+                self._execute(job)
         finally:
             job.finished.set()
             renewer.join()

@@ -57,6 +57,7 @@ from leasefence.client import ItemResult, LeaseFenceClient
 from leasefence.errors import Unavailable
 from leasefence.limits import MAX_BATCH_ITEMS
 from leasefence.model import Claim, TargetClass
+from leasefence.tracecontext import TraceContext
 from leasefence.validation import MISSING
 from leasefence.worker.coalesce import Coalescer
 
@@ -151,6 +152,7 @@ class HttpBackend:
             intent=claim.intent,
             claimed_at=claimed_at,
             payload=claim.payload,
+            trace_context=TraceContext.from_headers(claim.traceparent, claim.tracestate),
         )
 
     def claim_next(

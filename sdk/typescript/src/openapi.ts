@@ -756,6 +756,16 @@ export interface components {
              * @description The payload as enqueued (the JSON value whose canonical JSON hashes to payload_hash), for a payload leasefence stores (payload_state stored): no GET .../payload needed. null when the payload is the caller's (payload_ref), purged, erased, or could not be read when the claim was answered (GET .../payload says why)
              */
             payload: unknown;
+            /**
+             * Traceparent
+             * @description The W3C traceparent to continue (OpenTelemetry): the claim's span when the service traces claims, else the producer's as enqueued (its `traceparent` header); null when the operation was enqueued without one and the claim was not traced
+             */
+            traceparent: string | null;
+            /**
+             * Tracestate
+             * @description The W3C tracestate that goes with traceparent, or null
+             */
+            tracestate: string | null;
         };
         /** ClaimRequest */
         ClaimRequest: {
@@ -3647,7 +3657,12 @@ export interface operations {
     enqueueOperation: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The producer's W3C trace context (OpenTelemetry's traceparent), kept with the operation and handed to every claim (the claim's traceparent). A malformed one is ignored, as W3C Trace Context asks of a receiver: the operation is enqueued without it. A replay keeps the first enqueue's */
+                traceparent?: string | null;
+                /** @description The W3C tracestate that goes with traceparent: kept when it is at most 512 printable ASCII characters, dropped otherwise */
+                tracestate?: string | null;
+            };
             path?: never;
             cookie?: never;
         };
@@ -4462,7 +4477,12 @@ export interface operations {
     enqueueBatch: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The producer's W3C trace context (OpenTelemetry's traceparent), kept with the operation and handed to every claim (the claim's traceparent). A malformed one is ignored, as W3C Trace Context asks of a receiver: the operation is enqueued without it. A replay keeps the first enqueue's */
+                traceparent?: string | null;
+                /** @description The W3C tracestate that goes with traceparent: kept when it is at most 512 printable ASCII characters, dropped otherwise */
+                tracestate?: string | null;
+            };
             path?: never;
             cookie?: never;
         };
