@@ -112,31 +112,70 @@ class Claimer:
         token: str | None,
         marker: Marker | None,
     ) -> Claim | None:
-        """A claim from the tenant's due partitions, in random order (a lost race's partitions
-        read again at the end)."""
-        partitions = [
-            (job_type, shard)
-            for job_type in (types if types is not None else self.reads.job_types(tenant_id))
-            for shard in range(self.ctx.spec.due_shards)
-        ]
-        self.ctx.rng.shuffle(partitions)
+        """A claim from the tenant's due partitions: for each job type the shards below its
+        spread first, then (now and then) every other shard, each group in random order (a lost
+        race's partitions read again at the end). What the probes met moves the spreads: a lost
+        race or a throttled probe raises the job type's, an empty poll may lower it
+        (:mod:`leasefence.engine._spread`)."""
+        spread = self.ctx.spread
+        types = types if types is not None else tuple(self.reads.job_types(tenant_id))
+        first: list[tuple[str, int]] = []
+        rest: list[tuple[str, int]] = []
+        for job_type in types:
+            below, beyond = spread.probe_order(tenant_id, job_type)
+            first += [(job_type, shard) for shard in below]
+            rest += [(job_type, shard) for shard in beyond]
+        self.ctx.rng.shuffle(first)
+        self.ctx.rng.shuffle(rest)
         raced = []
-        for job_type, shard in partitions:
-            claim, lost = self.claim_from_partition(
+        claim = None
+        for job_type, shard in first + rest:
+            claim, lost = self.probe(
                 tenant_id, job_type, shard, worker_id, lease_ms, True, token, marker
             )
             if claim is not None:
-                return claim
+                break
             if lost:
                 raced.append((job_type, shard))
-        # A lost race left the rest of those pages stale: read them again, trying every candidate.
-        for job_type, shard in raced:
-            claim, _ = self.claim_from_partition(
-                tenant_id, job_type, shard, worker_id, lease_ms, False, token, marker
+                spread.raise_spread(tenant_id, job_type)
+        else:
+            # A lost race left the rest of those pages stale: read them again, trying every
+            # candidate.
+            for job_type, shard in raced:
+                claim, _ = self.probe(
+                    tenant_id, job_type, shard, worker_id, lease_ms, False, token, marker
+                )
+                if claim is not None:
+                    break
+        if claim is not None:
+            spread.note_poll(tenant_id, claim.job_type, found=True)
+            spread.note_lifecycle(
+                tenant_id, claim.job_type, spread.spread(tenant_id, claim.job_type)
             )
-            if claim is not None:
-                return claim
-        return None
+        else:
+            for job_type in types:
+                spread.note_poll(tenant_id, job_type, found=False)
+        return claim
+
+    def probe(
+        self,
+        tenant_id: str,
+        job_type: str,
+        shard: int,
+        worker_id: str,
+        lease_ms: int | None,
+        stop_at_race: bool,
+        token: str | None,
+        marker: Marker | None,
+    ) -> tuple[Claim | None, bool]:
+        """:meth:`claim_from_partition`; throttled, it raises the job type's spread first."""
+        try:
+            return self.claim_from_partition(
+                tenant_id, job_type, shard, worker_id, lease_ms, stop_at_race, token, marker
+            )
+        except Unavailable:
+            self.ctx.spread.raise_spread(tenant_id, job_type)
+            raise
 
     def resume(
         self, marker: Marker, lease_ms: int | None, types: tuple[str, ...] | None

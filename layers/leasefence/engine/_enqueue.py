@@ -201,6 +201,9 @@ class Enqueuer:
         history.start(item, now, actor)  # the history starts in the item, with this entry
         try:
             ctx.store.put_new_where_absent(item, x.IS_NEW, x.OPERATION_ID, elsewhere)
+        except Unavailable:
+            ctx.spread.raise_spread(tenant_id, job_type)  # throttled: spread the next ones wider
+            raise
         except ConditionFailed as refused:
             existing = refused.operation
             if existing is None:  # refused for an item gone by the store's read-back: retry
