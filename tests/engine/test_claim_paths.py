@@ -59,10 +59,10 @@ def test_a_live_claim_behind_its_entry_is_read_once_then_skipped_without_writes(
     claim, usage = polled(meter, poller, clock, 10_000)
     assert claim is None
     assert (usage.requests["query"], usage.requests["get_item"], usage.requests["update_item"]) == (
-        1,
+        4,
         1,
         0,
-    )  # remembered: the idle poll is the spread's read and one query (spread 1)
+    )  # remembered: the idle poll is the spread's read and the shards' queries (no spread yet)
     assert int(raw(engine, "op-1")[DUE_SK]) == filed_at  # nothing was re-filed
 
 

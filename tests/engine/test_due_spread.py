@@ -62,12 +62,16 @@ def hint(engine):
 
 
 def due_shard(engine, op):
-    return keys.parse_due_partition(engine.store.get({"tenant_id": T, "operation_id": op})[DUE_PK])[1]
+    return keys.parse_due_partition(engine.store.get({"tenant_id": T, "operation_id": op})[DUE_PK])[
+        1
+    ]
 
 
 def high_shard_op(spread):
     """An operation id whose shard under ``spread`` is not 0."""
-    return next(f"op-{i}" for i in range(1000) if keys.shard_of(T, f"op-{i}", spread) >= spread // 2)
+    return next(
+        f"op-{i}" for i in range(1000) if keys.shard_of(T, f"op-{i}", spread) >= spread // 2
+    )
 
 
 def poll(meter, engine):
@@ -80,10 +84,16 @@ def poll(meter, engine):
 def test_a_lone_job_at_idle_is_in_shard_zero_and_one_query_claims_it(ddb, wide, clock, meter):
     producer = engine_on(ddb, wide, clock)
     claimer = engine_on(meter.client(ddb), wide, clock, seed=2)
+    # A pair without a hint probes every shard, as before (entries of before may be anywhere);
+    # idle for a minute, its spread falls to 1, and after the grace one query is an idle poll.
+    assert poll(meter, claimer)[1]["query"] == SHARDS
+    clock.advance(SPREAD_IDLE_MS)
+    assert poll(meter, claimer)[1]["query"] == SHARDS
+    assert int(hint(producer)["spread"]) == 1
+    clock.advance(SPREAD_GRACE_MS)
     assert poll(meter, claimer)[1]["query"] == 1  # an idle poll: one query, not 64
     producer.enqueue(T, "lone", JOB, H)
     assert due_shard(producer, "lone") == 0
-    clock.advance(SPREAD_CACHE_MS)
     claim, requests = poll(meter, claimer)
     assert claim is not None and claim.operation_id == "lone"
     assert requests["query"] == 1
@@ -128,6 +138,7 @@ def test_within_the_grace_claimers_probe_up_to_the_spread_before_the_fall(ddb, w
 
 def test_the_spread_rises_with_one_engine_s_rate_and_falls_to_one_at_idle(ddb, wide, clock, meter):
     producer = engine_on(ddb, wide, clock)
+    set_hint(producer, 1, 1, clock() - SPREAD_GRACE_MS)
     for i in range(120):  # 120 in one second from one engine: more than one shard is meant for
         producer.enqueue(T, f"burst-{i}", JOB, H)
     raised = hint(producer)
@@ -156,6 +167,7 @@ def test_claimers_racing_while_the_spread_moves_never_claim_one_job_twice(own_en
     spec = aws.create_tables(TableSpec(table_name="spread-race", due_shards=16, sweep_shards=2))
     engines = [engine_on(aws.client(), spec, clock, seed=i) for i in range(8)]
     ops = [f"op-{i:03d}" for i in range(120)]
+    set_hint(engines[0], 1, 1, clock() - SPREAD_GRACE_MS)
     for op in ops[:60]:
         engines[0].enqueue(T, op, JOB, H)
     barrier = threading.Barrier(len(engines))
@@ -166,7 +178,9 @@ def test_claimers_racing_while_the_spread_moves_never_claim_one_job_twice(own_en
         if i == 0:  # a producer that keeps enqueuing while the others claim and the spread rises
             for op in ops[60:]:
                 engines[0].enqueue(T, op, JOB, H)
-        while (claim := engines[i].claim_next(T, f"w{i}", lease_ms=600_000, job_types=[JOB])) is not None:
+        while (
+            claim := engines[i].claim_next(T, f"w{i}", lease_ms=600_000, job_types=[JOB])
+        ) is not None:
             claims.append(claim.operation_id)
         return claims
 

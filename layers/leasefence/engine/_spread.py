@@ -13,9 +13,10 @@ lost and no two engines undo each other:
 - **raised** (doubled, or to what this engine's own rate needs) when a claimer loses a race, a
   store request of the job type is throttled, or one engine alone sends more than
   :data:`~leasefence.limits.SPREAD_SHARD_RATE` lifecycles a second per shard;
-- **lowered** to 1 when an engine's claim-nexts of it have found nothing for
-  :data:`~leasefence.limits.SPREAD_IDLE_MS` and the last change is older than
-  :data:`~leasefence.limits.SPREAD_GRACE_MS`.
+- **lowered** to 1 (from any spread, or from none: a pair without a hint item uses every
+  shard, as before the spread, so due entries written before it are all found) when an
+  engine's claim-nexts of it have found nothing for :data:`~leasefence.limits.SPREAD_IDLE_MS`
+  and the last change is older than :data:`~leasefence.limits.SPREAD_GRACE_MS`.
 
 The hint is advice, never an ownership decision: an entry in any shard stays claimable by the
 claim's own conditional write. No entry is stranded: after a fall claimers probe up to the
@@ -54,19 +55,24 @@ V = TypeVar("V")
 
 @dataclass(frozen=True)
 class Hint:
-    """A (tenant, job type)'s spread as read (``version`` 0: no hint item exists)."""
+    """A (tenant, job type)'s spread as read. ``spread`` 0: no hint item (a pair never seen idle,
+    or one with due entries from before the spread, in any shard): every shard, as before."""
 
-    spread: int = 1
-    previous: int = 1
+    spread: int = 0
+    previous: int = 0
     changed_at: int = 0
     version: int = 0
 
-    def reach(self, now: int) -> int:
+    def width(self, shards: int) -> int:
+        """The spread within a deployment of ``shards`` due shards."""
+        return min(self.spread or shards, shards)
+
+    def reach(self, now: int, shards: int) -> int:
         """How many shards claimers probe first: the spread, or the one before it for
         :data:`~leasefence.limits.SPREAD_GRACE_MS` after a fall."""
         if now - self.changed_at < SPREAD_GRACE_MS:
-            return max(self.spread, self.previous)
-        return self.spread
+            return max(self.width(shards), min(self.previous or shards, shards))
+        return self.width(shards)
 
 
 class _Memory(OrderedDict[Pair, V]):
@@ -100,7 +106,7 @@ class DueSpread:
 
     def hint(self, tenant_id: str, job_type: str) -> Hint:
         """The hint, from this engine's cache if younger than the cache period. A failed read
-        answers the cached hint, or spread 1 (shard 0 is always probed first)."""
+        answers the cached hint, or none (every shard, as before the spread)."""
         pair, now = (tenant_id, job_type), self.ctx.clock()
         with self._lock:
             cached = self._hints.get(pair)
@@ -125,7 +131,7 @@ class DueSpread:
         return hint
 
     def spread(self, tenant_id: str, job_type: str) -> int:
-        return min(self.hint(tenant_id, job_type).spread, self.ctx.spec.due_shards)
+        return self.hint(tenant_id, job_type).width(self.ctx.spec.due_shards)
 
     def enqueue_shard(self, tenant_id: str, operation_id: str, job_type: str) -> int:
         """The due shard of a new operation: a hash of its id modulo the spread."""
@@ -138,7 +144,7 @@ class DueSpread:
         :data:`~leasefence.limits.SPREAD_FULL_PROBE_MS` of this engine's polls of the pair (the
         period counted from its first poll), every other shard (else none)."""
         pair, now, shards = (tenant_id, job_type), self.ctx.clock(), self.ctx.spec.due_shards
-        reach = min(self.hint(tenant_id, job_type).reach(now), shards)
+        reach = self.hint(tenant_id, job_type).reach(now, shards)
         if reach == shards:
             return list(range(shards)), []
         with self._lock:
@@ -174,15 +180,16 @@ class DueSpread:
         if now - since < SPREAD_IDLE_MS:
             return
         hint = self.hint(tenant_id, job_type)
-        if hint.spread > 1 and now - hint.changed_at >= SPREAD_GRACE_MS:
+        if hint.spread != 1 and now - hint.changed_at >= SPREAD_GRACE_MS:
             self.change(tenant_id, job_type, hint, 1)
 
     def raise_spread(self, tenant_id: str, job_type: str, needed: int = 0) -> None:
         """Contention or throttling on the pair (or ``needed`` shards for this engine's rate):
         double the spread, up to the deployment's due shards."""
-        hint = self.hint(tenant_id, job_type)
-        target = min(max(hint.spread * 2, needed), self.ctx.spec.due_shards)
-        if target > hint.spread:
+        hint, shards = self.hint(tenant_id, job_type), self.ctx.spec.due_shards
+        width = hint.width(shards)
+        target = min(max(width * 2, needed), shards)
+        if target > width:
             self.change(tenant_id, job_type, hint, target)
 
     def change(self, tenant_id: str, job_type: str, hint: Hint, spread: int) -> None:
@@ -195,7 +202,8 @@ class DueSpread:
                 return
             self._changed.remember(pair, now)
         names = {"#s": "spread", "#p": "previous", "#c": "changed_at", "#v": "version"}
-        values = {":s": spread, ":p": hint.reach(now), ":now": now, ":v": hint.version + 1}
+        reach = hint.reach(now, self.ctx.spec.due_shards)
+        values = {":s": spread, ":p": reach, ":now": now, ":v": hint.version + 1}
         if hint.version:
             condition = "#v = :read"
             values[":read"] = hint.version
@@ -214,7 +222,7 @@ class DueSpread:
             spread = 0  # someone else changed it first, or the store is busy: read it again
         with self._lock:
             if spread:
-                changed = Hint(spread, hint.reach(now), now, hint.version + 1)
+                changed = Hint(spread, reach, now, hint.version + 1)
                 self._hints.remember(pair, (now, changed))
             else:
                 self._hints.pop(pair, None)
