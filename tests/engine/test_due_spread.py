@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from leasefence import Engine, keys
+from leasefence.engine._spread import Hint, hint_item
 from leasefence.limits import (
     SPREAD_CACHE_MS,
     SPREAD_FULL_PROBE_MS,
@@ -46,15 +47,7 @@ def engine_on(client, spec, clock, seed=1):
 
 
 def set_hint(engine, spread, previous, changed_at, version=1):
-    engine.store.put_plain(
-        {
-            **keys.tenant_key(T, keys.spread_id(JOB)),
-            "spread": spread,
-            "previous": previous,
-            "changed_at": changed_at,
-            "version": version,
-        }
-    )
+    engine.store.put_plain(hint_item(T, JOB, Hint(spread, previous, changed_at, version)))
 
 
 def hint(engine):
@@ -136,7 +129,7 @@ def test_within_the_grace_claimers_probe_up_to_the_spread_before_the_fall(ddb, w
     assert claim is not None and claim.operation_id == op
 
 
-def test_the_spread_rises_with_one_engine_s_rate_and_falls_to_one_at_idle(ddb, wide, clock, meter):
+def test_the_spread_rises_with_one_engine_s_rate_and_falls_to_one_at_idle(ddb, wide, clock):
     producer = engine_on(ddb, wide, clock)
     set_hint(producer, 1, 1, clock() - SPREAD_GRACE_MS)
     for i in range(120):  # 120 in one second from one engine: more than one shard is meant for
@@ -190,7 +183,7 @@ def test_claimers_racing_while_the_spread_moves_never_claim_one_job_twice(own_en
     # cache period.
     clock.advance(SPREAD_CACHE_MS)
     claimed += [op for e in engines for op in iter(lambda e=e: _next(e), None)]
-    assert Counter(claimed) == Counter({op: 1 for op in ops})
+    assert Counter(claimed) == Counter(dict.fromkeys(ops, 1))
 
 
 def _next(engine):

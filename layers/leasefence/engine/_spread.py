@@ -108,6 +108,8 @@ class DueSpread:
         """The hint, from this engine's cache if younger than the cache period. A failed read
         answers the cached hint, or none (every shard, as before the spread)."""
         pair, now = (tenant_id, job_type), self.ctx.clock()
+        if self.ctx.spec.due_shards == 1:
+            return Hint(1, 1)  # nothing to choose: no read
         with self._lock:
             cached = self._hints.get(pair)
         if cached is not None and now - cached[0] < SPREAD_CACHE_MS:
@@ -226,6 +228,18 @@ class DueSpread:
                 self._hints.remember(pair, (now, changed))
             else:
                 self._hints.pop(pair, None)
+
+
+def hint_item(tenant_id: str, job_type: str, hint: Hint) -> dict[str, object]:
+    """The hint item of a pair as :class:`DueSpread` writes it (for tools and tests that set a
+    spread, e.g. the one an idle pair settles at: ``Hint(1, 1, 0, 1)``)."""
+    return {
+        **_key(tenant_id, job_type),
+        "spread": hint.spread,
+        "previous": hint.previous,
+        "changed_at": hint.changed_at,
+        "version": hint.version,
+    }
 
 
 def _key(tenant_id: str, job_type: str) -> dict[str, str]:
