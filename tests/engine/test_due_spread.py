@@ -16,6 +16,7 @@ import pytest
 
 from leasefence import Engine, keys
 from leasefence.engine._spread import Hint, hint_item
+from leasefence.errors import Unavailable
 from leasefence.limits import (
     SPREAD_CACHE_MS,
     SPREAD_FULL_PROBE_MS,
@@ -24,6 +25,7 @@ from leasefence.limits import (
 )
 from leasefence.schema import DUE_PK, TableSpec
 from leasefence_tools.bench.meter import Meter
+from leasefence_tools.testing.faults import THROTTLE, FaultyClient
 
 H = "sha256:" + "5" * 64
 T = "tenant-s"
@@ -189,3 +191,18 @@ def test_claimers_racing_while_the_spread_moves_never_claim_one_job_twice(own_en
 def _next(engine):
     claim = engine.claim_next(T, "late", lease_ms=600_000, job_types=[JOB])
     return None if claim is None else claim.operation_id
+
+
+def test_a_throttled_claim_query_or_enqueue_doubles_the_spread(ddb, wide, clock):
+    faulty = FaultyClient(ddb)
+    engine = engine_on(faulty, wide, clock)
+    set_hint(engine, 2, 2, clock() - SPREAD_GRACE_MS)
+    faulty.fail_next("query", THROTTLE)
+    with pytest.raises(Unavailable):
+        engine.claim_next(T, "w", job_types=[JOB])
+    assert (int(hint(engine)["spread"]), int(hint(engine)["version"])) == (4, 2)
+    clock.advance(SPREAD_CACHE_MS)
+    faulty.fail_next("put_item", THROTTLE)
+    with pytest.raises(Unavailable):
+        engine.enqueue(T, "throttled", JOB, H)
+    assert int(hint(engine)["spread"]) == 8

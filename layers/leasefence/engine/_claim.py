@@ -130,9 +130,10 @@ class Claimer:
         raced = []
         claim = None
         for job_type, shard in first + rest:
-            claim, lost = self.probe(
-                tenant_id, job_type, shard, worker_id, lease_ms, True, token, marker
-            )
+            with spread.throttled(tenant_id, job_type):
+                claim, lost = self.claim_from_partition(
+                    tenant_id, job_type, shard, worker_id, lease_ms, True, token, marker
+                )
             if claim is not None:
                 break
             if lost:
@@ -142,9 +143,10 @@ class Claimer:
             # A lost race left the rest of those pages stale: read them again, trying every
             # candidate.
             for job_type, shard in raced:
-                claim, _ = self.probe(
-                    tenant_id, job_type, shard, worker_id, lease_ms, False, token, marker
-                )
+                with spread.throttled(tenant_id, job_type):
+                    claim, _ = self.claim_from_partition(
+                        tenant_id, job_type, shard, worker_id, lease_ms, False, token, marker
+                    )
                 if claim is not None:
                     break
         if claim is not None:
@@ -156,26 +158,6 @@ class Claimer:
             for job_type in types:
                 spread.note_poll(tenant_id, job_type, found=False)
         return claim
-
-    def probe(
-        self,
-        tenant_id: str,
-        job_type: str,
-        shard: int,
-        worker_id: str,
-        lease_ms: int | None,
-        stop_at_race: bool,
-        token: str | None,
-        marker: Marker | None,
-    ) -> tuple[Claim | None, bool]:
-        """:meth:`claim_from_partition`; throttled, it raises the job type's spread first."""
-        try:
-            return self.claim_from_partition(
-                tenant_id, job_type, shard, worker_id, lease_ms, stop_at_race, token, marker
-            )
-        except Unavailable:
-            self.ctx.spread.raise_spread(tenant_id, job_type)
-            raise
 
     def resume(
         self, marker: Marker, lease_ms: int | None, types: tuple[str, ...] | None

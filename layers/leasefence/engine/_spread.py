@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -193,6 +195,16 @@ class DueSpread:
         target = min(max(width * 2, needed), shards)
         if target > width:
             self.change(tenant_id, job_type, hint, target)
+
+    @contextmanager
+    def throttled(self, tenant_id: str, job_type: str) -> Iterator[None]:
+        """Around a request of the pair: throttled (:class:`Unavailable`), raise the spread, and
+        let the caller see the error."""
+        try:
+            yield
+        except Unavailable:
+            self.raise_spread(tenant_id, job_type)
+            raise
 
     def change(self, tenant_id: str, job_type: str, hint: Hint, spread: int) -> None:
         """One write conditional on the hint as read (at most one try per engine, pair and cache
