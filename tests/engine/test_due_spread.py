@@ -83,7 +83,8 @@ def test_a_lone_job_at_idle_is_in_shard_zero_and_one_query_claims_it(ddb, wide, 
     # idle for a minute, its spread falls to 1, and after the grace one query is an idle poll.
     assert poll(meter, claimer)[1]["query"] == SHARDS
     clock.advance(SPREAD_IDLE_MS)
-    assert poll(meter, claimer)[1]["query"] == SHARDS
+    # every shard, then the check that shards 1 to 63 hold no entry at all: it falls
+    assert poll(meter, claimer)[1]["query"] == 2 * SHARDS - 1
     assert int(hint(producer)["spread"]) == 1
     clock.advance(SPREAD_GRACE_MS)
     assert poll(meter, claimer)[1]["query"] == 1  # an idle poll: one query, not 64
@@ -145,8 +146,9 @@ def test_the_spread_rises_with_one_engine_s_rate_and_falls_to_one_at_idle(ddb, w
     assert {due_shard(producer, op) for op in later} - {0}  # new ones spread wider
     claimer = engine_on(ddb, wide, clock, seed=3)
     drained = 0
-    while claimer.claim_next(T, "w", lease_ms=600_000, job_types=[JOB]) is not None:
+    while (claim := claimer.claim_next(T, "w", lease_ms=600_000, job_types=[JOB])) is not None:
         drained += 1
+        claimer.complete(T, claim.operation_id, claim.fence, "done")
     assert drained == 140  # every one found, in whatever shard
     clock.advance(SPREAD_IDLE_MS + SPREAD_GRACE_MS)
     assert claimer.claim_next(T, "w", job_types=[JOB]) is None  # idle since the drain
@@ -206,3 +208,28 @@ def test_a_throttled_claim_query_or_enqueue_doubles_the_spread(ddb, wide, clock)
     with pytest.raises(Unavailable):
         engine.enqueue(T, "throttled", JOB, H)
     assert int(hint(engine)["spread"]) == 8
+
+
+def test_the_spread_never_falls_under_a_claimed_job_so_its_takeover_is_not_delayed(aws, clock):
+    spec = aws.create_tables(
+        TableSpec(table_name=f"spread-{random.getrandbits(32):08x}", due_shards=8, sweep_shards=2)
+    )
+    engine = engine_on(aws.client(), spec, clock)
+    poller = engine_on(aws.client(), spec, clock, seed=4)
+    set_hint(engine, 8, 8, clock() - SPREAD_GRACE_MS)
+    op = high_shard_op(8)
+    engine.enqueue(T, op, JOB, H)
+    lease = 2 * (SPREAD_IDLE_MS + SPREAD_GRACE_MS)
+    claim = engine.claim(T, op, "crashed", lease_ms=lease)
+    crashed_at = clock()
+    while (taken := poller.claim_next(T, "w", job_types=[JOB])) is None:  # an idle worker's polls
+        assert clock() - crashed_at <= lease + 15_000
+        clock.advance(15_000)
+    assert (taken.operation_id, taken.takeover, taken.fence) == (op, True, claim.fence + 1)
+    assert int(hint(engine)["spread"]) == 8  # the claimed job's entry kept it from falling
+    # Done, the high shards are empty: the next idle period lowers it.
+    poller.complete(T, op, taken.fence, "done")
+    for _ in range(3):
+        clock.advance(SPREAD_IDLE_MS)
+        assert poller.claim_next(T, "w", job_types=[JOB]) is None
+    assert int(hint(engine)["spread"]) == 1

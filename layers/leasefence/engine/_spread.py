@@ -15,15 +15,19 @@ lost and no two engines undo each other:
   :data:`~leasefence.limits.SPREAD_SHARD_RATE` lifecycles a second per shard;
 - **lowered** to 1 (from any spread, or from none: a pair without a hint item uses every
   shard, as before the spread, so due entries written before it are all found) when an
-  engine's claim-nexts of it have found nothing for :data:`~leasefence.limits.SPREAD_IDLE_MS`
-  and the last change is older than :data:`~leasefence.limits.SPREAD_GRACE_MS`.
+  engine's claim-nexts of it have found nothing for :data:`~leasefence.limits.SPREAD_IDLE_MS`,
+  the last change is older than :data:`~leasefence.limits.SPREAD_GRACE_MS`, and every shard
+  but 0 holds no entry of the pair at all (:meth:`DueSpread.high_shards_empty`: a claimed
+  operation's entry waits there for its lease to lapse, a retry's for its backoff).
 
 The hint is advice, never an ownership decision: an entry in any shard stays claimable by the
 claim's own conditional write. No entry is stranded: after a fall claimers probe up to the
 spread before it for :data:`~leasefence.limits.SPREAD_GRACE_MS` (an enqueue that used a cached
-spread is found by the next poll), and every engine that polls a (tenant, job type) probes
+spread is found by the next poll), it never falls while a shard above 0 holds an entry, and
+every engine that polls a (tenant, job type) probes
 every due shard at least once per :data:`~leasefence.limits.SPREAD_FULL_PROBE_MS` (the bound
-for an enqueue delayed past the grace).
+for an enqueue delayed past the grace, and for an operation that re-enters the index at its
+``due_home`` after the fall: approved, or requeued by an operator).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from leasefence.limits import (
     SPREAD_IDLE_MS,
     SPREAD_SHARD_RATE,
 )
+from leasefence.schema import DUE_INDEX, DUE_PK
 from leasefence.store import ConditionFailed
 
 if TYPE_CHECKING:
@@ -184,8 +189,31 @@ class DueSpread:
         if now - since < SPREAD_IDLE_MS:
             return
         hint = self.hint(tenant_id, job_type)
-        if hint.spread != 1 and now - hint.changed_at >= SPREAD_GRACE_MS:
+        if hint.spread == 1 or now - hint.changed_at < SPREAD_GRACE_MS:
+            return
+        with self._lock:
+            self._empty_since.remember(pair, now)  # checked again after another idle period
+        if self.high_shards_empty(tenant_id, job_type):
             self.change(tenant_id, job_type, hint, 1)
+
+    def high_shards_empty(self, tenant_id: str, job_type: str) -> bool:
+        """Whether every due shard but 0 holds no entry of the pair at all, due or not: a
+        claimed operation's entry (its lease), a retry's (its backoff). Only then may the spread
+        fall, so a takeover or a retry is never left in a shard claimers no longer probe. One
+        query of one entry per shard, in random order, stopping at the first that has one."""
+        shards = list(range(1, self.ctx.spec.due_shards))
+        self.ctx.rng.shuffle(shards)
+        for shard in shards:
+            page = self.ctx.store.query(
+                IndexName=DUE_INDEX,
+                KeyConditionExpression="#pk = :pk",
+                ExpressionAttributeNames={"#pk": DUE_PK},
+                values={":pk": keys.due_partition(tenant_id, shard, job_type)},
+                Limit=1,
+            )
+            if page.items:
+                return False
+        return True
 
     def raise_spread(self, tenant_id: str, job_type: str, needed: int = 0) -> None:
         """Contention or throttling on the pair (or ``needed`` shards for this engine's rate):
