@@ -113,7 +113,8 @@ class DueSpread:
 
     def hint(self, tenant_id: str, job_type: str) -> Hint:
         """The hint, from this engine's cache if younger than the cache period. A failed read
-        answers the cached hint, or none (every shard, as before the spread)."""
+        answers the cached hint, however old; with none, the caller sees the error (retried as
+        any :class:`Unavailable`)."""
         pair, now = (tenant_id, job_type), self.ctx.clock()
         if self.ctx.spec.due_shards == 1:
             return Hint(1, 1)  # nothing to choose: no read
@@ -124,7 +125,9 @@ class DueSpread:
         try:
             item = self.ctx.store.get(_key(tenant_id, job_type), consistent=False)
         except Unavailable:
-            return cached[1] if cached is not None else Hint()
+            if cached is not None:
+                return cached[1]
+            raise  # no guess: a wider guess would file entries where claimers do not probe
         hint = (
             Hint(
                 int(item["spread"]),
