@@ -100,6 +100,10 @@ MEMORY_ENTRIES = 10_000
 #: hint it read (ms). Each engine reads each hint at most once per period: at 10,000 lifecycles/s
 #: that is one eventually consistent read per engine and second, whatever the rate.
 SPREAD_CACHE_MS = 1_000
+#: How long a claim trusts the hint it read (ms): a claimer's stale hint costs probes or a few
+#: seconds' delay in seeing a raise, never an entry (enqueues, whose stale hint the grace
+#: below must cover, trust it ``SPREAD_CACHE_MS``). As long as the catalogue's cache.
+SPREAD_CLAIM_CACHE_MS = 5_000
 #: After a spread falls, claimers still probe up to the spread before it for this long (ms), so
 #: an enqueue that used a cached spread from before the change (at most ``SPREAD_CACHE_MS`` old)
 #: is found by the next poll: longer than an idle worker's longest wait (20 s).

@@ -19,6 +19,7 @@ from leasefence.engine._spread import Hint, hint_item
 from leasefence.errors import Unavailable
 from leasefence.limits import (
     SPREAD_CACHE_MS,
+    SPREAD_CLAIM_CACHE_MS,
     SPREAD_FULL_PROBE_MS,
     SPREAD_GRACE_MS,
     SPREAD_IDLE_MS,
@@ -184,8 +185,8 @@ def test_claimers_racing_while_the_spread_moves_never_claim_one_job_twice(own_en
     with ThreadPoolExecutor(len(engines)) as pool:
         claimed = [op for batch in pool.map(drain, range(len(engines))) for op in batch]
     # A job enqueued after its claimers' cached spread was read is found by a poll after the
-    # cache period.
-    clock.advance(SPREAD_CACHE_MS)
+    # claim's cache period.
+    clock.advance(SPREAD_CLAIM_CACHE_MS)
     claimed += [op for e in engines for op in iter(lambda e=e: _next(e), None)]
     assert Counter(claimed) == Counter(dict.fromkeys(ops, 1))
 

@@ -29,6 +29,7 @@ from leasefence.limits import (
     CLAIM_RETRY_BUDGET_MS,
     CONTENTION_MEMORY,
     MEMORY_ENTRIES,
+    SPREAD_CLAIM_CACHE_MS,
 )
 from leasefence.metrics import Metric
 from leasefence.model import TERMINAL_STATES, Claim, State
@@ -151,9 +152,8 @@ class Claimer:
                     break
         if claim is not None:
             spread.note_poll(tenant_id, claim.job_type, found=True)
-            spread.note_lifecycle(
-                tenant_id, claim.job_type, spread.spread(tenant_id, claim.job_type)
-            )
+            width = spread.spread(tenant_id, claim.job_type, SPREAD_CLAIM_CACHE_MS)
+            spread.note_lifecycle(tenant_id, claim.job_type, width)
         else:
             for job_type in types:
                 spread.note_poll(tenant_id, job_type, found=False)

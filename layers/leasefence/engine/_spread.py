@@ -45,6 +45,7 @@ from leasefence.limits import (
     MEMORY_ENTRIES,
     SECOND_MS,
     SPREAD_CACHE_MS,
+    SPREAD_CLAIM_CACHE_MS,
     SPREAD_FULL_PROBE_MS,
     SPREAD_GRACE_MS,
     SPREAD_IDLE_MS,
@@ -111,7 +112,7 @@ class DueSpread:
 
     # ------------------------------------------------------------------ reading
 
-    def hint(self, tenant_id: str, job_type: str) -> Hint:
+    def hint(self, tenant_id: str, job_type: str, max_age_ms: int = SPREAD_CACHE_MS) -> Hint:
         """The hint, from this engine's cache if younger than the cache period. A failed read
         answers the cached hint, however old; with none, the caller sees the error (retried as
         any :class:`Unavailable`)."""
@@ -120,7 +121,7 @@ class DueSpread:
             return Hint(1, 1)  # nothing to choose: no read
         with self._lock:
             cached = self._hints.get(pair)
-        if cached is not None and now - cached[0] < SPREAD_CACHE_MS:
+        if cached is not None and now - cached[0] < max_age_ms:
             return cached[1]
         try:
             item = self.ctx.store.get(_key(tenant_id, job_type), consistent=False)
@@ -142,8 +143,8 @@ class DueSpread:
             self._hints.remember(pair, (now, hint))
         return hint
 
-    def spread(self, tenant_id: str, job_type: str) -> int:
-        return self.hint(tenant_id, job_type).width(self.ctx.spec.due_shards)
+    def spread(self, tenant_id: str, job_type: str, max_age_ms: int = SPREAD_CACHE_MS) -> int:
+        return self.hint(tenant_id, job_type, max_age_ms).width(self.ctx.spec.due_shards)
 
     def enqueue_shard(self, tenant_id: str, operation_id: str, job_type: str) -> int:
         """The due shard of a new operation: a hash of its id modulo the spread."""
@@ -156,7 +157,7 @@ class DueSpread:
         :data:`~leasefence.limits.SPREAD_FULL_PROBE_MS` of this engine's polls of the pair (the
         period counted from its first poll), every other shard (else none)."""
         pair, now, shards = (tenant_id, job_type), self.ctx.clock(), self.ctx.spec.due_shards
-        reach = self.hint(tenant_id, job_type).reach(now, shards)
+        reach = self.hint(tenant_id, job_type, SPREAD_CLAIM_CACHE_MS).reach(now, shards)
         if reach == shards:
             return list(range(shards)), []
         with self._lock:
