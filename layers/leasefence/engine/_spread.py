@@ -189,7 +189,10 @@ class DueSpread:
             if found:
                 self._empty_since.pop(pair, None)
                 return
-            since = self._empty_since.setdefault(pair, now)
+            since = self._empty_since.get(pair)
+            if since is None:
+                since = now
+                self._empty_since.remember(pair, now)
         if now - since < SPREAD_IDLE_MS:
             return
         hint = self.hint(tenant_id, job_type)
