@@ -1,10 +1,11 @@
 """Claims: a due operation taken under a lease and a new fence, in one conditional write.
 
 A :class:`Claimer` reads the tenant's ``due`` partitions a page at a time (those below each job
-type's spread first: :mod:`leasefence.engine._spread`), tries candidates in random order and writes a claim pinned to the fence and attempt counters it read
-(:func:`claim_write`). It remembers, with bounded memory, which tenants it recently lost races
-for (it then reads larger pages) and which live claims it saw (skipped without a request until
-their lease as read). Resent requests are recognized by their claim token.
+type's spread first: :mod:`leasefence.engine._spread`), tries candidates in random order and
+writes a claim pinned to the fence and attempt counters it read (:func:`claim_write`). It
+remembers, with bounded memory, which tenants it recently lost races for (it then reads larger
+pages) and which live claims it saw (skipped without a request until their lease as read).
+Resent requests are recognized by their claim token.
 """
 
 from __future__ import annotations
