@@ -172,6 +172,16 @@ def catalogue_id(job_type: str) -> str:
     return fit_key(CATALOGUE_PREFIX, job_type, MAX_SORT_KEY_BYTES)
 
 
+#: The due spread hint of a job type (``engine._spread``): how many due shards its enqueues use
+#: now. In the tenant's own partition under this prefix + the job type (no operation id can take
+#: it; listings and the streams' filters never meet it; a tenant's erasure deletes it).
+SPREAD_PREFIX = "\x00spread:"
+
+
+def spread_id(job_type: str) -> str:
+    return fit_key(SPREAD_PREFIX, job_type, MAX_SORT_KEY_BYTES)
+
+
 #: A claim-next marker: which operation a claim request with a client claim token claimed, so a
 #: resend of that request (its answer was lost) finds the same claim. In the tenant's partition
 #: under this prefix + a digest of (worker id, claim token): no operation id can take that sort

@@ -96,6 +96,29 @@ CONTENTION_MEMORY = 20
 #: How many tenants (contention), live leases and registered job types an engine remembers at
 #: most, each: the oldest are forgotten first.
 MEMORY_ENTRIES = 10_000
+#: The due spread (``engine._spread``): how long an engine trusts the (tenant, job type) spread
+#: hint it read (ms). Each engine reads each hint at most once per period: at 10,000 lifecycles/s
+#: that is one eventually consistent read per engine and second, whatever the rate.
+SPREAD_CACHE_MS = 1_000
+#: How long a claim trusts the hint it read (ms): a claimer's stale hint costs probes or a few
+#: seconds' delay in seeing a raise, never an entry (enqueues, whose stale hint the grace
+#: below must cover, trust it ``SPREAD_CACHE_MS``). As long as the catalogue's cache.
+SPREAD_CLAIM_CACHE_MS = 5_000
+#: After a spread falls, claimers still probe up to the spread before it for this long (ms), so
+#: an enqueue that used a cached spread from before the change (at most ``SPREAD_CACHE_MS`` old)
+#: is found by the next poll: longer than an idle worker's longest wait (20 s).
+SPREAD_GRACE_MS = 60_000
+#: A spread above 1 falls back to 1 once an engine's claim-nexts of that (tenant, job type) have
+#: found nothing for this long (ms), and no change of the hint is younger than ``SPREAD_GRACE_MS``.
+SPREAD_IDLE_MS = 60_000
+#: Every engine that polls a (tenant, job type) probes every due shard, not only those below the
+#: spread, at least once per this period (ms): the bound on how long a due entry in a shard at or
+#: above the spread (an enqueue delayed past the grace) can wait. At 64 due shards it adds 32
+#: read units per period to an idle worker's polls (about 1.6 per poll at one poll every 15 s).
+SPREAD_FULL_PROBE_MS = 300_000
+#: Lifecycles per second one engine sends to one due shard before it raises the spread (a due
+#: shard holds about 200 a second: 1,000 write units at 4 per lifecycle, with headroom).
+SPREAD_SHARD_RATE = 100
 #: How long a claim-next marker (the operation a claim request with a client token is about to
 #: claim) is kept.
 CLAIM_MARKER_TTL_MS = DAY_MS

@@ -54,14 +54,15 @@ def test_a_live_claim_behind_its_entry_is_read_once_then_skipped_without_writes(
     filed_at = int(raw(engine, "op-1")[DUE_SK])
     claim, usage = polled(meter, poller, clock, 2_000)  # the entry says due since 1 s
     assert claim is None
-    assert (usage.requests["get_item"], usage.requests["update_item"]) == (1, 0)
+    # the item, and the job type's due spread (issue 33)
+    assert (usage.requests["get_item"], usage.requests["update_item"]) == (2, 0)
     claim, usage = polled(meter, poller, clock, 10_000)
     assert claim is None
     assert (usage.requests["query"], usage.requests["get_item"], usage.requests["update_item"]) == (
         4,
+        1,
         0,
-        0,
-    )  # remembered: the idle poll is the shards' queries alone
+    )  # remembered: the idle poll is the spread's read and the shards' queries (no spread yet)
     assert int(raw(engine, "op-1")[DUE_SK]) == filed_at  # nothing was re-filed
 
 

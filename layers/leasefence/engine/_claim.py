@@ -1,10 +1,11 @@
 """Claims: a due operation taken under a lease and a new fence, in one conditional write.
 
-A :class:`Claimer` reads the tenant's ``due`` partitions a page at a time, tries candidates in
-random order and writes a claim pinned to the fence and attempt counters it read
-(:func:`claim_write`). It remembers, with bounded memory, which tenants it recently lost races
-for (it then reads larger pages) and which live claims it saw (skipped without a request until
-their lease as read). Resent requests are recognized by their claim token.
+A :class:`Claimer` reads the tenant's ``due`` partitions a page at a time (those below each job
+type's spread first: :mod:`leasefence.engine._spread`), tries candidates in random order and
+writes a claim pinned to the fence and attempt counters it read (:func:`claim_write`). It
+remembers, with bounded memory, which tenants it recently lost races for (it then reads larger
+pages) and which live claims it saw (skipped without a request until their lease as read).
+Resent requests are recognized by their claim token.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from leasefence.limits import (
     CLAIM_RETRY_BUDGET_MS,
     CONTENTION_MEMORY,
     MEMORY_ENTRIES,
+    SPREAD_CLAIM_CACHE_MS,
 )
 from leasefence.metrics import Metric
 from leasefence.model import TERMINAL_STATES, Claim, State
@@ -112,31 +114,51 @@ class Claimer:
         token: str | None,
         marker: Marker | None,
     ) -> Claim | None:
-        """A claim from the tenant's due partitions, in random order (a lost race's partitions
-        read again at the end)."""
-        partitions = [
-            (job_type, shard)
-            for job_type in (types if types is not None else self.reads.job_types(tenant_id))
-            for shard in range(self.ctx.spec.due_shards)
-        ]
-        self.ctx.rng.shuffle(partitions)
+        """A claim from the tenant's due partitions: for each job type the shards below its
+        spread first, then (now and then) every other shard, each group in random order (a lost
+        race's partitions read again at the end). What the probes met moves the spreads: a lost
+        race or a throttled probe raises the job type's, an empty poll may lower it
+        (:mod:`leasefence.engine._spread`)."""
+        spread = self.ctx.spread
+        types = types if types is not None else tuple(self.reads.job_types(tenant_id))
+        first: list[tuple[str, int]] = []
+        rest: list[tuple[str, int]] = []
+        for job_type in types:
+            below, beyond = spread.probe_order(tenant_id, job_type)
+            first += [(job_type, shard) for shard in below]
+            rest += [(job_type, shard) for shard in beyond]
+        self.ctx.rng.shuffle(first)
+        self.ctx.rng.shuffle(rest)
         raced = []
-        for job_type, shard in partitions:
-            claim, lost = self.claim_from_partition(
-                tenant_id, job_type, shard, worker_id, lease_ms, True, token, marker
-            )
+        claim = None
+        for job_type, shard in first + rest:
+            with spread.throttled(tenant_id, job_type):
+                claim, lost = self.claim_from_partition(
+                    tenant_id, job_type, shard, worker_id, lease_ms, True, token, marker
+                )
             if claim is not None:
-                return claim
+                break
             if lost:
                 raced.append((job_type, shard))
-        # A lost race left the rest of those pages stale: read them again, trying every candidate.
-        for job_type, shard in raced:
-            claim, _ = self.claim_from_partition(
-                tenant_id, job_type, shard, worker_id, lease_ms, False, token, marker
-            )
-            if claim is not None:
-                return claim
-        return None
+                spread.raise_spread(tenant_id, job_type)
+        else:
+            # A lost race left the rest of those pages stale: read them again, trying every
+            # candidate.
+            for job_type, shard in raced:
+                with spread.throttled(tenant_id, job_type):
+                    claim, _ = self.claim_from_partition(
+                        tenant_id, job_type, shard, worker_id, lease_ms, False, token, marker
+                    )
+                if claim is not None:
+                    break
+        if claim is not None:
+            spread.note_poll(tenant_id, claim.job_type, found=True)
+            width = spread.spread(tenant_id, claim.job_type, SPREAD_CLAIM_CACHE_MS)
+            spread.note_lifecycle(tenant_id, claim.job_type, width)
+        else:
+            for job_type in types:
+                spread.note_poll(tenant_id, job_type, found=False)
+        return claim
 
     def resume(
         self, marker: Marker, lease_ms: int | None, types: tuple[str, ...] | None

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from leasefence import keys
 from leasefence.catalogue import Catalogue
 from leasefence.clock import Clock
+from leasefence.engine._spread import DueSpread
 from leasefence.metrics import Metric, MetricSink
 from leasefence.model import State
 from leasefence.privacy import keyed_hash
@@ -48,6 +49,11 @@ class EngineContext:
     catalogue: Catalogue
     #: Every fence this engine hands out is above this (see :data:`~leasefence.limits.FENCE_EPOCH_SPAN`).
     fence_floor: int = 0
+    #: How many due shards each (tenant, job type) uses now (:mod:`leasefence.engine._spread`).
+    spread: DueSpread = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.spread = DueSpread(self)
 
     def count(self, metric: Metric, value: float = 1) -> None:
         self.metrics(metric, value)
@@ -121,8 +127,10 @@ class EngineContext:
     # ------------------------------------------------------------------ index partitions
 
     def due_pk(self, tenant_id: str, operation_id: str, job_type: str) -> str:
+        """A new operation's due partition: its shard below the pair's spread
+        (:meth:`~leasefence.engine._spread.DueSpread.enqueue_shard`)."""
         return keys.due_partition(
-            tenant_id, keys.shard_of(tenant_id, operation_id, self.spec.due_shards), job_type
+            tenant_id, self.spread.enqueue_shard(tenant_id, operation_id, job_type), job_type
         )
 
     def sweep_pk(self, tenant_id: str, operation_id: str) -> str:

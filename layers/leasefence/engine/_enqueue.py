@@ -208,7 +208,8 @@ class Enqueuer:
             fresh = payload_items.write(ctx, partition, operation_id, payload_hash, kept)
         history.start(item, now, actor)  # the history starts in the item, with this entry
         try:
-            ctx.store.put_new_where_absent(item, x.IS_NEW, x.OPERATION_ID, elsewhere)
+            with ctx.spread.throttled(tenant_id, job_type):  # throttled: spread the next ones wider
+                ctx.store.put_new_where_absent(item, x.IS_NEW, x.OPERATION_ID, elsewhere)
         except ConditionFailed as refused:
             existing = refused.operation
             if existing is None:  # refused for an item gone by the store's read-back: retry

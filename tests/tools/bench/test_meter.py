@@ -79,7 +79,8 @@ def test_scale_simulation_respects_the_partition_limit():
 
 def test_the_catalogue_costs_one_cached_read(metered, clock):
     """An enqueue reads the job type's entry (and, for an uncatalogued type, the tenant's
-    settings) once per engine per cache period, eventually consistent: 0.5 unit each."""
+    settings) once per engine per cache period, eventually consistent: 0.5 unit each; the due
+    spread's hint the same way."""
     from leasefence.catalogue import CACHE_MS
 
     meter, engine = metered
@@ -95,18 +96,20 @@ def test_the_catalogue_costs_one_cached_read(metered, clock):
         engine.enqueue("acme", "op-4", "refund", H)
         engine.enqueue("acme", "op-5", "misc", H)
     catalogued, uncatalogued, cached = (meter.usage(p) for p in ("catalogued", "uncatalogued", "cached"))
-    assert (catalogued.rcu, catalogued.wcu, catalogued.wcu_index) == (0.5, 2, 1)  # entry; item + due put
-    assert (uncatalogued.rcu, uncatalogued.wcu) == (1.0, 2)  # no entry, so the settings too
+    # each also reads its job type's due spread (0.5, cached 1 s: engine._spread)
+    assert (catalogued.rcu, catalogued.wcu, catalogued.wcu_index) == (1.0, 2, 1)  # entry; item + due put
+    assert (uncatalogued.rcu, uncatalogued.wcu) == (1.5, 2)  # no entry, so the settings too
     assert (cached.rcu, cached.wcu) == (0, 4)
 
 
 def test_count_only_mode_still_gives_the_read_units_of_plain_reads(aws, spec, clock):
     meter = Meter(aws.client(), units=False)
     engine = Engine(client=meter.client(aws.client()), spec=spec, clock=clock)
-    with meter.phase("idle"):  # nothing queued: one empty page per shard, 0.5 each
+    # nothing queued, and no due spread yet (its hint read, 0.5): one empty page per shard, 0.5 each
+    with meter.phase("idle"):
         assert engine.claim_next("nobody", "w1", lease_ms=30_000, job_types=["refund"]) is None
     usage = meter.usage("idle")
-    assert (usage.requests["query"], usage.rcu) == (spec.due_shards, 0.5 * spec.due_shards)
+    assert (usage.requests["query"], usage.rcu) == (spec.due_shards, 0.5 * spec.due_shards + 0.5)
     engine.enqueue("acme", "op-4", "refund", H)
     with meter.phase("get"):
         engine.get("acme", "op-4")  # strongly consistent: 1 unit up to 4 KB

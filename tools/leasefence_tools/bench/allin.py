@@ -46,6 +46,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from leasefence.limits import SPREAD_FULL_PROBE_MS
 from leasefence.observability_defaults import (
     DEFAULT_LOG_LEVEL,
     DEFAULT_TRACING,
@@ -53,6 +54,7 @@ from leasefence.observability_defaults import (
     powertools_log_level,
     system_log_level,
 )
+from leasefence.schema import DEFAULT_DUE_SHARDS
 from leasefence.settings import DEFAULT_IDENTITY_RETENTION_DAYS, DEFAULT_PAYLOAD_RETENTION_DAYS
 from leasefence.worker.http_backend import IDLE_MAX_SLEEP_MS
 from leasefence_tools.bench import prices
@@ -508,10 +510,17 @@ def idle_worker_month_usd(measured: dict[str, Any], a: Assumptions) -> dict[str,
         for f, n in w["functions"].items()
     }
     bill.window("idle", w, polls)
+    # The due spread: a poll reads the hint and shard 0 (measured); once per full-probe period
+    # the engine reads every other due shard too (0.5 unit each), priced here.
+    full_probes = SECONDS_PER_MONTH / (SPREAD_FULL_PROBE_MS / 1000)
+    full_probe_rru = full_probes * (DEFAULT_DUE_SHARDS - 1) * 0.5
+    bill.dynamodb("idle", "dynamodb_reads", full_probe_rru, False)
     result = bill.result()
     return {
         "usd": round(result["total"] / MILLION, 4),
         "polls": round(polls),
+        "full_probes": round(full_probes),
+        "full_probe_rru": round(full_probe_rru),
         "poll_mean_s": a.idle_poll_mean_s,
         "lines": {k: round(v / MILLION, 4) for k, v in result["lines"].items()},
     }

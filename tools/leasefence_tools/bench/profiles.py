@@ -56,6 +56,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
+from leasefence.engine._spread import Hint, hint_item
 from leasefence.history import ITEM_HISTORY_EXPIRED
 from leasefence.worker import FunctionHandler, Job
 from leasefence_tools.bench import units as U
@@ -710,6 +711,10 @@ def _run_all(
         heartbeat_in_process, setup=claimed_in_process, teardown=complete_in_process
     )
 
+    # The idle tenant as it stands after its first idle minutes: its job type's due spread fell
+    # to 1, so a poll reads the hint and shard 0 (a pair never seen idle probes every shard; the
+    # full probe every few minutes is priced by the idle worker's month: allin).
+    rt.engine.store.put_plain(hint_item(IDLE_TENANT, JOB_B, Hint(1, 1, 0, 1)))
     idle_backend = HttpBackend(client(IDLE_TENANT), IDLE_TENANT)
 
     def idle_poll(_ctx: Any) -> None:

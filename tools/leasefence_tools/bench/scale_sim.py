@@ -38,11 +38,33 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from leasefence import keys
+from leasefence.limits import SPREAD_CACHE_MS, SPREAD_FULL_PROBE_MS
 from leasefence.schema import DEFAULT_DUE_SHARDS, DEFAULT_SWEEP_SHARDS, DUE_INDEX
 from leasefence_tools.bench.units import PartitionUnits
 
 PARTITION_WCU = 1000.0
 PARTITION_RCU = 3000.0
+#: An idle worker's mean wait between polls (s): the worker runtime's backoff, up to 20 s.
+IDLE_POLL_MEAN_S = 15.0
+#: Engines (API function instances) serving one tenant's busy job type at 10,000 lifecycles/s:
+#: 4 requests a lifecycle of about 30 ms each. Each reads the pair's spread hint once per
+#: ``SPREAD_CACHE_MS``, eventually consistent (0.5 unit), on the tenant's bare partition.
+HINT_ENGINES = 1_200
+
+
+def idle_poll_rcu(due_shards: int, claim_rcu: float = 0.5) -> dict[str, float]:
+    """Read units of one idle poll of one job type (no claim token), with the due spread: the
+    spread hint (0.5), one empty page (shard 0), and the full probe of every shard an engine
+    makes once per ``SPREAD_FULL_PROBE_MS`` spread over the polls in it; before the spread:
+    one empty page per shard."""
+    if due_shards == 1:
+        return {"idle_poll_rcu": claim_rcu, "idle_poll_rcu_every_shard": claim_rcu}
+    polls_per_full = SPREAD_FULL_PROBE_MS / 1000 / IDLE_POLL_MEAN_S
+    full = (due_shards - 1) * claim_rcu / polls_per_full
+    return {
+        "idle_poll_rcu": round(0.5 + claim_rcu + full, 3),
+        "idle_poll_rcu_every_shard": due_shards * claim_rcu,
+    }
 
 
 @dataclass(frozen=True)
@@ -126,7 +148,7 @@ def table(
                 "binding_without_split": "base-table partition"
                 if base_no_split < index_bound
                 else "due-index shards",
-                "idle_poll_rcu": shards * costs.claim_rcu,
+                **idle_poll_rcu(shards, costs.claim_rcu),
             }
         )
     sweep_bound = max_rate(sweep_shards, costs.sweep_index_wcu, PARTITION_WCU, seconds)
@@ -207,7 +229,11 @@ def _over(counts: list[int], units: float, limit: float) -> bool:
 
 
 def _second_over(
-    rate: float, load: LifecycleLoad, shards: dict[str, int], rng: random.Random
+    rate: float,
+    load: LifecycleLoad,
+    shards: dict[str, int],
+    rng: random.Random,
+    fixed_tenant_reads: float = 0.0,
 ) -> str | None:
     """Draw one second at ``rate`` lifecycles/s; the first partition kind past its limit, if any."""
     ops = [_poisson(rng, rate / shards["operation"]) for _ in range(shards["operation"])]
@@ -226,6 +252,8 @@ def _second_over(
             for o, m in zip(ops, markers, strict=True)
         ]
         table[0] += total * load.tenant[kind]
+        if kind == "Read":
+            table[0] += fixed_tenant_reads  # the due spread's hint, per engine and second
         if max(table) > limit:
             return f"table {kind.lower()}"
         if _over(dues, load.due[kind], limit):
@@ -244,19 +272,24 @@ def layout_bound(
     seconds: int = 200,
     seed: int = 1,
     quantile: float = 0.99,
+    hint_engines: int = HINT_ENGINES,
 ) -> dict[str, Any]:
     """The highest rate (lifecycles/s, one tenant) at which no partition, table or index, passes
     its limit in ``quantile`` of simulated seconds, and the partition that binds just above it.
 
     Each lifecycle's operation falls in a write shard and a due shard uniformly (hashes of its
-    id); each second's count per shard is Poisson; no burst credit, no split for heat."""
+    id); each second's count per shard is Poisson; no burst credit, no split for heat. Under load
+    the due spread is at its widest (every due shard: raised by contention, throttling or rate),
+    and ``hint_engines`` engines read its hint item, 0.5 unit each per cache period, on the
+    tenant's bare partition (write shard 0)."""
     shards = {"operation": operation_shards, "due": due_shards, "shared": shared_shards}
+    hint_reads = hint_engines * 0.5 * 1000 / SPREAD_CACHE_MS
     allowed = int(seconds * (1 - quantile))
 
     def binding(rate: float) -> str | None:
         rng, over, first = random.Random(seed), 0, None
         for _ in range(seconds):
-            which = _second_over(rate, load, shards, rng)
+            which = _second_over(rate, load, shards, rng, hint_reads)
             if which is not None:
                 over, first = over + 1, first or which
                 if over > allowed:
@@ -318,6 +351,8 @@ def layouts(
             "shared_index_shards": DEFAULT_SWEEP_SHARDS,
             "one_tenant_one_job_type": True,
             "shards_uniform": "operation ids hash uniformly to write and due shards",
+            "due_spread": "at its widest under load (every due shard)",
+            "spread_hint_reads_per_s": HINT_ENGINES * 0.5 * 1000 / SPREAD_CACHE_MS,
         },
     }
 
@@ -325,13 +360,14 @@ def layouts(
 def render(result: dict[str, Any]) -> str:
     lines = [
         "| due shards | lifecycles/s per tenant (index bound) | ideal (uniform) | without "
-        "split-for-heat | binding | idle poll RCU |",
-        "| ---: | ---: | ---: | ---: | --- | ---: |",
+        "split-for-heat | binding | idle poll RCU | before the spread |",
+        "| ---: | ---: | ---: | ---: | --- | ---: | ---: |",
     ]
     for row in result["rows"]:
         lines.append(
             f"| {row['due_shards']} | {row['due_index_bound_per_s']:,} | {row['ideal_per_s']:,} | "
-            f"{row['tenant_bound_no_split_per_s']:,} | {row['binding_without_split']} | {row['idle_poll_rcu']:g} |"
+            f"{row['tenant_bound_no_split_per_s']:,} | {row['binding_without_split']} | {row['idle_poll_rcu']:g} | "
+            f"{row['idle_poll_rcu_every_shard']:g} |"
         )
     lines.append("")
     lines.append(
