@@ -4,9 +4,11 @@ passes the same bounds with every state explored, and how much is explored is pi
 from __future__ import annotations
 
 import pytest
+from moto.dynamodb.models.dynamo_type import Item
+
 from leasefence import errors
 from leasefence.engine import _claim
-
+from leasefence.schema import PARTITION_KEY, SORT_KEY
 from leasefence_tools.modelcheck.explorer import dead_ends, explore
 from leasefence_tools.modelcheck.mutations import MUTATIONS
 from leasefence_tools.modelcheck.world import World
@@ -119,3 +121,54 @@ def test_an_internal_error_stops_the_search_a_refusal_does_not(world, monkeypatc
             explore(bound, world=world)
     else:
         assert explore(bound, world=world).finished
+
+
+def test_the_search_leaves_moto_no_item_to_keep(world):
+    """moto tracks every item it builds (for its dashboard); the world lets go of them at each
+    restore, so what the search keeps grows with its states, not with its steps (before: about
+    60 KB per explored state)."""
+    result = explore(MUTATIONS[3].bound, world=world)
+    assert result.transitions > 500
+    assert len(Item.instances_tracked) < 50
+
+
+def test_a_request_on_one_item_is_remembered_by_that_item_alone(world):
+    """The same update of one item, the other items different, is answered from the memo and
+    leaves the table as moto leaves it."""
+
+    def key(name):
+        return {PARTITION_KEY: {"S": f"memo#{name}"}, SORT_KEY: {"S": "x"}}
+
+    def update(name):
+        world.client.update_item(
+            TableName=world.spec.table_name,
+            Key=key(name),
+            UpdateExpression="ADD n :one",
+            ConditionExpression="attribute_not_exists(done)",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+        )
+
+    def put(name, value):
+        item = {**key(name), "v": {"S": value}}
+        world.client.put_item(TableName=world.spec.table_name, Item=item)
+
+    world.restore(None)
+    put("a", "first")
+    put("b", "first")
+    both_first = world.current(changed=True)
+    update("a")
+    sent = world.items()
+    world.restore(both_first)
+    put("b", "second")  # another table, the same item a
+    hits = world.client.hits
+    update("a")
+    assert world.client.hits == hits + 1
+    remembered = world.items()
+    assert [item for item in remembered if item[PARTITION_KEY]["S"] == "memo#a"] == [
+        item for item in sent if item[PARTITION_KEY]["S"] == "memo#a"
+    ]
+    assert {item[PARTITION_KEY]["S"]: item.get("v") for item in remembered} == {
+        "memo#a": {"S": "first"},
+        "memo#b": {"S": "second"},
+    }
+    world.restore(None)

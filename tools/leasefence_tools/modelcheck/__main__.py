@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import resource
 import sys
 import time
 
@@ -68,7 +69,11 @@ def main(argv: list[str] | None = None) -> int:
 
         def progress(states: int, left: int) -> None:
             seconds = time.perf_counter() - started
-            print(f"  {states} states, {left} left to expand, {seconds:.0f} s", file=sys.stderr)
+            print(
+                f"  {states} states, {left} left to expand, {seconds:.0f} s,"
+                f" peak memory {_peak_mb()} MB",
+                file=sys.stderr,
+            )
 
         result = explore(
             bound,
@@ -82,9 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     print(result.summary())
     print(f"symmetry: {args.symmetry}")
     print(f"store requests: {client.requests}, answered from the memo: {hits}")
+    print(f"peak memory (resident): {_peak_mb()} MB")
     if not result.finished and result.violation is None:
         print(f"stopped at --max-states {args.max_states}: NOT exhaustive")
     return 0 if result.finished and result.violation is None and not result.dead_ends else 1
+
+
+def _peak_mb() -> int:
+    """This process's largest resident set so far, in MB (Linux reports kB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
 
 
 if __name__ == "__main__":

@@ -72,6 +72,11 @@ class Result:
             lines.append(f"LIVENESS: {self.dead_ends} state(s) from which no operation can end")
             lines.append(f"counterexample ({len(self.trace)} steps):")
             lines.extend(f"  {index + 1}. {step}" for index, step in enumerate(self.trace))
+        elif not self.finished:
+            lines.append(
+                "search stopped before the end of the bound: every invariant held so far; NOT"
+                " exhaustive, liveness not checked"
+            )
         else:
             lines.append(
                 "search finished: nothing left at the bound; every invariant held and every"

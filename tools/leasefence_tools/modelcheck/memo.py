@@ -7,13 +7,11 @@ request to the same table again and again: the sweep of the same items from stat
 only in what a worker remembers, the history read of every new state, the same claim in sibling
 states. A request on one item (get, put, update, delete) is remembered by that item alone: moto's
 answer and what it writes depend on the item under the request's key and nothing else (its
-condition and update expressions read only that item), so the same update of the same item is
-answered from here whatever the other operations' items hold (two operations' states multiply;
-their items' requests then add). Many requests are answered from here (``make modelcheck`` prints how many). The engine's
-requests and their
+condition and update expressions read only that item; checked each time moto runs one), so the
+same update of the same item is answered from here whatever the other items hold. Many requests
+are answered from here (``make modelcheck`` prints how many). The engine's requests and their
 answers are byte for byte what moto would give; ``World(memo=False)`` leaves it out, and a test
-checks that a bound explores the same states either way
-(``MemoClient.remember``).
+checks that a bound explores the same states either way (``MemoClient.remember``).
 """
 
 from __future__ import annotations
@@ -85,7 +83,9 @@ class MemoClient(DirectClient):
         self._keep(key, (status, zlib.compress(answer, 1), after))
         return status, answer
 
-    def _one_item(self, operation: Any, body: bytes, before: tuple[bytes, ...]) -> tuple[int, bytes]:
+    def _one_item(
+        self, operation: Any, body: bytes, before: tuple[bytes, ...]
+    ) -> tuple[int, bytes]:
         """A request on one item, remembered by (request bytes, that item): the answer and the
         item it leaves (kept as ``(old, new)`` names; the rest of the table is untouched)."""
         request = json.loads(body)
