@@ -9,6 +9,7 @@ from moto.dynamodb.models.dynamo_type import Item
 from leasefence import errors
 from leasefence.engine import _claim
 from leasefence.schema import PARTITION_KEY, SORT_KEY
+from leasefence_tools.modelcheck.checkpoint import Checkpoint
 from leasefence_tools.modelcheck.explorer import dead_ends, explore
 from leasefence_tools.modelcheck.mutations import MUTATIONS
 from leasefence_tools.modelcheck.world import World
@@ -172,3 +173,33 @@ def test_a_request_on_one_item_is_remembered_by_that_item_alone(world):
         "memo#b": {"S": "second"},
     }
     world.restore(None)
+
+
+def test_a_search_taken_up_from_its_checkpoint_explores_what_one_run_does(world, tmp_path):
+    """Stopped twice (at a state count, then by its stop flag) and taken up from its file each
+    time, the search ends with the states, transitions and verdict of one run; a file saved
+    for another bound is refused."""
+    bound = MUTATIONS[3].bound
+    whole = explore(bound, world=world)
+    checkpoint = Checkpoint(tmp_path / "search.pickle")
+    first = explore(bound, world=world, max_states=60, checkpoint=checkpoint)
+    assert (first.finished, first.states) == (False, 60)
+    checkpoint.stop = True
+    second = explore(bound, world=world, checkpoint=checkpoint)
+    assert (second.finished, second.states) == (False, 60)
+    checkpoint.stop = False
+    last = explore(bound, world=world, checkpoint=checkpoint)
+    assert (last.finished, last.states, last.transitions) == (
+        True,
+        whole.states,
+        whole.transitions,
+    )
+    assert (last.violation, last.dead_ends) == (whole.violation, whole.dead_ends) == (None, 0)
+    mutated = Checkpoint(tmp_path / "mutated.pickle")
+    with MUTATIONS[3].apply():  # found after 12 states in one run
+        stopped = explore(bound, world=world, max_states=6, checkpoint=mutated)
+        caught = explore(bound, world=world, checkpoint=mutated)
+    assert stopped.violation is None and not stopped.finished
+    assert caught.violation is not None and caught.violation.startswith(MUTATIONS[3].invariant)
+    with pytest.raises(ValueError, match="another bound"):
+        explore(MUTATIONS[0].bound, world=world, checkpoint=checkpoint)

@@ -177,6 +177,15 @@ class World:
         self._table.items = table
         self._current = () if saved is None else saved
 
+    def pool(self) -> tuple[dict[bytes, bytes], dict[bytes, Any], dict[bytes, Any]]:
+        """The item pool (with each item's key and place in key order), to save a search."""
+        return self._pool, self._keys, self._order
+
+    def add_pool(self, pool: tuple[dict[bytes, bytes], dict[bytes, Any], dict[bytes, Any]]) -> None:
+        """Items of a saved search's pool (:meth:`pool`) added to this one."""
+        for mine, saved in zip((self._pool, self._keys, self._order), pool, strict=True):
+            mine.update(saved)
+
     def _key(self, attributes: dict[str, Any]) -> tuple[str, str]:
         """An item's key attributes (DynamoDB JSON) as text, from its attributes or a request's
         ``Key``."""
