@@ -183,8 +183,10 @@ class World:
 
     def add_pool(self, pool: tuple[dict[bytes, bytes], dict[bytes, Any], dict[bytes, Any]]) -> None:
         """Items of a saved search's pool (:meth:`pool`) added to this one."""
-        for mine, saved in zip((self._pool, self._keys, self._order), pool, strict=True):
-            mine.update(saved)
+        items, keys, order = pool
+        self._pool.update(items)
+        self._keys.update(keys)
+        self._order.update(order)
 
     def _key(self, attributes: dict[str, Any]) -> tuple[str, str]:
         """An item's key attributes (DynamoDB JSON) as text, from its attributes or a request's
