@@ -180,9 +180,11 @@ torture: install-python
 
 # Every interleaving of the protocol at the larger bound, on the real engine (docs/reliability.md,
 # "Model check"; interchangeable workers and operations merged by symmetry, ARGS=--symmetry none for
-# the exact search); ARGS for another bound (python -m leasefence_tools.modelcheck --help).
+# the exact search); ARGS for another bound (python -m leasefence_tools.modelcheck --help). The
+# search is saved in .modelcheck/ as it goes (and on Ctrl-C): running it again takes it up.
 modelcheck: install-python
-	$(BIN)/python -m leasefence_tools.modelcheck --kinds bb --workers 2 --attempts 3 $(ARGS)
+	$(BIN)/python -m leasefence_tools.modelcheck --kinds bb --workers 2 --attempts 3 \
+		--checkpoint .modelcheck/bb-2-workers-3-attempts.pickle $(ARGS)
 	$(BIN)/python -m leasefence_tools.modelcheck --mutations
 
 # The operator console's screenshots (docs/console/*.png, shown by docs/console.md): a real

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import resource
+import signal
 import sys
 import time
+from pathlib import Path
 
+from leasefence_tools.modelcheck.checkpoint import Checkpoint
 from leasefence_tools.modelcheck.explorer import explore
 from leasefence_tools.modelcheck.memo import MemoClient
 from leasefence_tools.modelcheck.mutations import LARGE_MUTATIONS, MUTATIONS
@@ -38,6 +42,16 @@ def main(argv: list[str] | None = None) -> int:
         " only (exact), or none",
     )
     parser.add_argument("--max-states", type=int, default=None)
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="a file the search is saved to as it goes (and on SIGINT or SIGTERM), and taken up"
+        " from when it exists",
+    )
+    parser.add_argument(
+        "--checkpoint-every", type=float, default=300.0, help="seconds between two saves"
+    )
     parser.add_argument("--mutations", action="store_true", help="run the mutations instead")
     args = parser.parse_args(argv)
     # Every explored step is a real engine call: its log lines (a lost ownership, a refusal)
@@ -68,23 +82,41 @@ def main(argv: list[str] | None = None) -> int:
 
         def progress(states: int, left: int) -> None:
             seconds = time.perf_counter() - started
-            print(f"  {states} states, {left} left to expand, {seconds:.0f} s", file=sys.stderr)
+            print(
+                f"  {states} states, {left} left to expand, {seconds:.0f} s,"
+                f" peak memory {_peak_mb()} MB",
+                file=sys.stderr,
+            )
 
+        checkpoint = None
+        if args.checkpoint is not None:
+            checkpoint = Checkpoint(args.checkpoint, every_s=args.checkpoint_every)
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, lambda *_: setattr(checkpoint, "stop", True))
         result = explore(
             bound,
             world=world,
             max_states=args.max_states,
             progress=progress,
             symmetry=args.symmetry,
+            checkpoint=checkpoint,
         )
         client = world.client
         hits = client.hits if isinstance(client, MemoClient) else 0
     print(result.summary())
     print(f"symmetry: {args.symmetry}")
     print(f"store requests: {client.requests}, answered from the memo: {hits}")
+    print(f"peak memory (resident): {_peak_mb()} MB")
     if not result.finished and result.violation is None:
-        print(f"stopped at --max-states {args.max_states}: NOT exhaustive")
+        print("stopped before the end of the bound: NOT exhaustive")
+        if args.checkpoint is not None:
+            print(f"saved to {args.checkpoint}: the same command takes it up")
     return 0 if result.finished and result.violation is None and not result.dead_ends else 1
+
+
+def _peak_mb() -> int:
+    """This process's largest resident set so far, in MB (Linux reports kB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
 
 
 if __name__ == "__main__":

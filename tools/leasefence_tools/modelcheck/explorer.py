@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from leasefence import errors, history
 from leasefence.model import Transition
 from leasefence_tools.modelcheck import invariants
+from leasefence_tools.modelcheck.checkpoint import Checkpoint
 from leasefence_tools.modelcheck.protocol import (
     TENANT,
     Bound,
@@ -72,6 +73,11 @@ class Result:
             lines.append(f"LIVENESS: {self.dead_ends} state(s) from which no operation can end")
             lines.append(f"counterexample ({len(self.trace)} steps):")
             lines.extend(f"  {index + 1}. {step}" for index, step in enumerate(self.trace))
+        elif not self.finished:
+            lines.append(
+                "search stopped before the end of the bound: every invariant held so far; NOT"
+                " exhaustive, liveness not checked"
+            )
         else:
             lines.append(
                 "search finished: nothing left at the bound; every invariant held and every"
@@ -109,16 +115,20 @@ def explore(
     max_states: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     symmetry: str = NONE,
+    checkpoint: Checkpoint | None = None,
 ) -> Result:
     """Every interleaving at ``bound``; stops at the first violation (with its trace).
     ``progress`` is called with the distinct states and the states left to expand, every
     2,000 states. ``symmetry``: the ids renamed into one state
-    (:mod:`~leasefence_tools.modelcheck.symmetry`; none by default)."""
+    (:mod:`~leasefence_tools.modelcheck.symmetry`; none by default). ``checkpoint``: the search
+    taken up from its file when there is one, and saved to it as it goes
+    (:mod:`~leasefence_tools.modelcheck.checkpoint`)."""
     own = world is None
     world = world or World()
     try:
         with small_history(bound.history_room):
-            return _explore(world, bound, max_states, progress, Canon(bound, symmetry))
+            canon = Canon(bound, symmetry)
+            return _explore(world, bound, max_states, progress, canon, checkpoint)
     finally:
         if own:
             world.close()
@@ -130,6 +140,7 @@ def _explore(
     max_states: int | None,
     progress: Callable[[int, int], None] | None,
     canon: Canon,
+    checkpoint: Checkpoint | None = None,
 ) -> Result:
     started = time.perf_counter(), time.process_time()
     result = Result(bound)
@@ -148,6 +159,31 @@ def _explore(
     ends = {root} if invariants.is_end(ops_view(items)) else set()
     step_names: dict[str, str] = {}
     queue = deque([root])
+    signature = (bound, canon.mode)
+    resumed = checkpoint.load(signature) if checkpoint is not None else None
+    if resumed is not None:
+        world.add_pool(resumed["pool"])
+        states, parents, edges = resumed["states"], resumed["parents"], resumed["edges"]
+        ends, step_names = resumed["ends"], resumed["step_names"]
+        queue, result.transitions = deque(resumed["queue"]), resumed["transitions"]
+        # The times count every run of the search, this one from where the last stopped.
+        wall, cpu = resumed["seconds"]
+        started = time.perf_counter() - wall, time.process_time() - cpu
+
+    def save() -> None:
+        assert checkpoint is not None
+        search = {
+            "states": states,
+            "parents": parents,
+            "edges": edges,
+            "ends": ends,
+            "step_names": step_names,
+            "queue": list(queue),
+            "transitions": result.transitions,
+            "seconds": (time.perf_counter() - started[0], time.process_time() - started[1]),
+            "pool": world.pool(),
+        }
+        checkpoint.save(signature, search)
 
     def trace_to(key: bytes) -> list[str]:
         steps = []
@@ -157,7 +193,12 @@ def _explore(
         return ["enqueue every operation", *reversed(steps)]
 
     while queue:
+        if checkpoint is not None and checkpoint.due():
+            save()
+            if checkpoint.stop:
+                return _done(result, states, started)
         key = queue.popleft()
+        expanded = result.transitions
         saved, packed = states[key]
         raw = zlib.decompress(packed)
         local = json.loads(raw)
@@ -203,8 +244,15 @@ def _explore(
             if progress is not None and len(states) % 2_000 == 0:
                 progress(len(states), len(queue))
             if max_states is not None and len(states) >= max_states:
+                # Taken up again, this state is expanded anew (its new successors are known).
+                queue.appendleft(key)
+                result.transitions = expanded
+                if checkpoint is not None:
+                    save()
                 return _done(result, states, started)
         edges[key] = tuple(successors)
+    if checkpoint is not None:
+        save()
     result.finished = True
     stuck = dead_ends(edges, ends)
     result.dead_ends = len(stuck)

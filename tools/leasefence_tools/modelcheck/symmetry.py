@@ -62,6 +62,7 @@ class Canon:
     :data:`WORKERS_ONLY` or :data:`NONE`)."""
 
     def __init__(self, bound: Bound, mode: str = OPS) -> None:
+        self.mode = mode
         # Workers that ask for the same lease are interchangeable (kind f: the first asks less).
         by_lease: dict[int, list[str]] = {}
         for index in range(bound.workers):
