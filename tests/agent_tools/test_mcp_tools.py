@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-import anyio
 import pytest
 from mcp.server.fastmcp import FastMCP
 from mcp.shared.memory import create_connected_server_and_client_session
@@ -28,6 +27,7 @@ from leasefence.payloads import canonicalize
 from leasefence.targets.fenced_table import FencedTable
 from leasefence.worker import Job, Reconciled
 from leasefence_tools.testing.kits import _create_table
+from tests.support.asyncio_thread import run as run_async
 
 TENANT = "acme"
 SERVER = "agent-server"  # the identity the server enqueues as
@@ -104,7 +104,7 @@ def call(mcp: FastMCP, arguments: dict[str, Any], run: str, key: str, call_id: s
             meta = {META_RUN_ID: run, META_CALL_KEY: key, "framework/call_id": call_id}
             return await session.call_tool("refund", arguments, meta=meta)
 
-    return anyio.run(go)
+    return run_async(go)
 
 
 def body(result: Any) -> dict[str, Any]:
@@ -124,7 +124,7 @@ def test_the_tool_schema_is_the_functions_arguments_without_the_job(engine, refu
         async with create_connected_server_and_client_session(server(engine, refunds, "w")) as s:
             return (await s.list_tools()).tools
 
-    (tool,) = anyio.run(tools)
+    (tool,) = run_async(tools)
     assert tool.name == "refund" and tool.description == "Refund part of an order."
     assert set(tool.inputSchema["properties"]) == {"order_id", "amount_cents"}
     assert sorted(tool.inputSchema["required"]) == ["amount_cents", "order_id"]
@@ -135,7 +135,7 @@ def test_a_call_without_its_run_and_key_is_refused(engine, refunds):
         async with create_connected_server_and_client_session(server(engine, refunds, "w")) as s:
             return await s.call_tool("refund", ARGS)
 
-    result = anyio.run(go)
+    result = run_async(go)
     assert result.isError and body(result)["code"] == "run_required"
     assert engine.list(TENANT).operations == [] and refunds.refunds("order-42") == []
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
 import pytest
 from mcp.server.fastmcp import FastMCP
 from mcp.shared.memory import create_connected_server_and_client_session
@@ -22,6 +21,7 @@ from leasefence.client import LeaseFenceClient
 from leasefence.errors import Forbidden
 from leasefence.targets import idempotent_api
 from leasefence.worker import Job
+from tests.support.asyncio_thread import run as run_async
 
 ARGS = {"to": "ada@example.com", "subject": "Your refund"}
 
@@ -66,7 +66,7 @@ def call(mcp: FastMCP, tool: str, arguments: dict[str, Any], key: str) -> dict[s
             meta = {META_RUN_ID: "run-9", META_CALL_KEY: key}
             return await session.call_tool(tool, arguments, meta=meta)
 
-    result = anyio.run(go)
+    result = run_async(go)
     body = result.structuredContent
     assert result.isError == ("error" in body)
     return body.get("error") or body["result"]

@@ -31,6 +31,8 @@ CUSTOMER_ROUTES = {
     "enqueueBatch",  # issue 33: the batches whose items answer operations or claims
     "claimBatch",
     "finishBatch",
+    "listApprovals",  # issue 37: the approvers' inbox (payload summaries) and bulk triage
+    "triageBatch",
 }
 
 
@@ -104,6 +106,7 @@ def test_every_route_with_customer_data_answers_no_store(stack, api, tenant):
     approver = Api(stack.base_url, stack.token(tenant, [APPROVE], subject="approver-1"))
     for op in ("n-6", "n-7"):
         enqueue(api, op, payload, job_type="payout")
+    call("listApprovals", "GET", "/v1/approvals")
     call(
         "approveOperation",
         "POST",
@@ -118,6 +121,14 @@ def test_every_route_with_customer_data_answers_no_store(stack, api, tenant):
     held = granted.json["results"][0]["body"]["claim"]
     done = {"action": "complete", "operation_id": "n-9", "fence": held["fence"], "outcome_code": "ok"}
     call("finishBatch", "POST", "/v1/batch/finish", {"items": [done]})
+    enqueue(api, "n-10")
+    held = claimed(api, "n-10")
+    api.post(op_path("n-10", "unknown"), {"fence": held["fence"], "reason": "outage"})
+    seen_item = {"operation_id": "n-10", "expected_state": "unknown", "expected_fence": held["fence"]}
+    triage = {"action": "resolve", "resolution": "succeeded", "note": "checked",
+              "request_token": "b2a7c3e0-0d43-4c1c-9b8e-5f0f3c2a1d10", "items": [seen_item]}
+    triaged = call("triageBatch", "POST", "/v1/batch/triage", triage)
+    assert triaged.json["results"][0]["status"] == 200, triaged.text
     assert set(seen) == CUSTOMER_ROUTES
     for route, headers in seen.items():
         assert headers.get("Cache-Control") == "no-store", route

@@ -9,6 +9,7 @@ import typing
 from leasefence import history, schema
 from leasefence.payloads import PayloadStore, canonicalize
 from leasefence.schema import OPERATION_ATTRIBUTES, OperationItem
+from leasefence.tracecontext import TraceContext
 
 T = "acme"
 H = "sha256:" + "7" * 64
@@ -83,7 +84,9 @@ def test_the_item_type_names_every_attribute_the_engine_writes(aws, engine, cloc
     engine.reject(T, "d", actor="approver", note="no")
     engine.erase(T, "d")
     snap("d")
-    engine.enqueue(T, "e", "other", H)
+    # A producer's trace context (issue 36) is kept with the operation.
+    context = TraceContext("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "vendor=value")
+    engine.enqueue(T, "e", "other", H, trace_context=context)
     engine.cancel(T, "e")
     snap("e")
     kept = canonicalize({"kept": 1})  # a payload kept in the item

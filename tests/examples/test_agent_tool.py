@@ -7,12 +7,12 @@ import subprocess
 import sys
 from typing import Any
 
-import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from leasefence.agent_tools import META_CALL_KEY, META_RUN_ID
 from tests.support import ROOT
+from tests.support.asyncio_thread import run as run_async
 
 EXAMPLE = ROOT / "examples" / "agent_tool"
 
@@ -50,7 +50,7 @@ def test_the_server_serves_the_fenced_tool_over_stdio() -> None:
             gated = await client.call_tool("refund", arguments, meta=meta)
             return tools, unnamed, gated
 
-    tools, unnamed, gated = anyio.run(session)
+    tools, unnamed, gated = run_async(session)
     assert [t.name for t in tools] == ["refund"]
     assert set(tools[0].inputSchema["properties"]) == {"order_id", "amount_cents"}
     assert unnamed.isError and unnamed.structuredContent["error"]["code"] == "run_required"

@@ -65,7 +65,8 @@ def test_quick_bench_reports_every_figure(tmp_path):
     takeover = report["sections"]["cost"]["long_job"]["takeover"]
     assert report["wcu_per_heartbeat"] <= 1.5
     assert report["takeover_latency_max_ms"] == takeover["max_ms"] <= takeover["bound_ms"]
-    assert report["rcu_idle_poll"] == 2.0  # one empty page per shard, 4 shards
+    # The due spread (issue 33): a settled idle poll reads the cached spread hint and shard 0 only.
+    assert report["rcu_idle_poll"] == 1.0
 
     # Issue 16: dollars per million lifecycles by profile, from what this run measured.
     costs = report["cost_per_million"]
