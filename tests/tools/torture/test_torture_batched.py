@@ -5,14 +5,17 @@ caught in a small composed run."""
 
 from __future__ import annotations
 
+import json
 import logging
 import zlib
+from types import SimpleNamespace
 
 import pytest
 
 from leasefence.api import _batch
 from leasefence_tools.torture import Settings, run_torture
 from leasefence_tools.torture.checker import retry_rule
+from leasefence_tools.torture.compose import Http, _ms
 from leasefence_tools.torture.indeterminate import (
     FAIL,
     INFO,
@@ -21,6 +24,7 @@ from leasefence_tools.torture.indeterminate import (
     http_answers,
     http_calls,
 )
+from leasefence_tools.torture.settings import Report
 
 
 @pytest.fixture(autouse=True)
@@ -129,6 +133,79 @@ def test_retry_rule_judges_a_claim_batch_sent_again_item_by_item():
     assert kind == "lost_claim_not_recognized" and "op-2" in detail
     record["claims"][1]["retry_claim"] = ["op-2", 2]
     assert retry_rule(record) == []
+
+
+class ScriptedApi:
+    """An API answering each request with the next of ``answers`` (a claim batch's results)."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+
+    def respond(self, *_request):
+        status, body = self.answers.pop(0)
+        return status, {}, json.dumps(body).encode()
+
+
+def item(status, body=None, operation_id=None):
+    return {"operation_id": operation_id, "status": status, "body": body}
+
+
+BUSY = {"error": {"code": "unavailable", "message": "store unreachable or response lost, retry"}}
+
+
+def test_a_claim_batch_item_answered_busy_on_its_resend_is_judged_by_the_next_batch_carrying_it():
+    """A claim batch's answer is lost; its resend runs, but that claim's item answers 503 (the
+    API's store was busy for it): no answer yet, as a busy one-at-a-time claim, not "nothing
+    claimed". The worker keeps its token and sends it again in a later batch (other items beside
+    it, in another place): that item's answer is the one compared with the lost claim."""
+    settings = SimpleNamespace(seed=1, claim_tokens=True, http_lost_rate=1.0)
+    report = Report(settings=settings)
+    lease_end = "2026-12-06T20:00:00Z"
+    now = _ms("2026-12-06T19:59:00Z")
+    claimed = {"claim": {"operation_id": "op-1", "fence": 2, "lease_expires_at": lease_end}}
+    api = ScriptedApi(
+        (200, {"results": [item(200, claimed, "op-1")]}),  # its answer lost
+        (200, {"results": [item(503, BUSY)]}),  # the resend: this item's store was busy
+        (200, {"results": [item(204), item(200, claimed, "op-1")]}),  # a later batch
+    )
+    http = Http(api, settings, report, lambda: now, observer=None)
+    client = http.client("w", "t", ["work"], None)
+    first = {"items": [{"worker_id": "w1", "claim_token": "k1"}]}
+    with pytest.raises(ConnectionResetError):
+        client._once("POST", "/v1/batch/claim", first)
+    settings.http_lost_rate = 0.0
+    client._once("POST", "/v1/batch/claim", first)
+    assert [f for record in report.retries for f in retry_rule(record)] == []
+    later = {"items": [{"worker_id": "w0", "claim_token": "k0"}, first["items"][0]]}
+    client._once("POST", "/v1/batch/claim", later)
+    judged = [c for record in report.retries for c in record.get("claims", [])]
+    assert [(c["token"], c["retry_claim"]) for c in judged] == [("k1", ["op-1", 2])]
+    assert [f for record in report.retries for f in retry_rule(record)] == []
+    assert client.awaiting == {}
+
+
+def test_a_claim_batch_item_that_answers_none_when_carried_again_is_still_caught():
+    settings = SimpleNamespace(seed=1, claim_tokens=True, http_lost_rate=1.0)
+    report = Report(settings=settings)
+    claimed = {
+        "claim": {"operation_id": "op-1", "fence": 2, "lease_expires_at": "2026-12-06T20:00:00Z"}
+    }
+    api = ScriptedApi(
+        (200, {"results": [item(200, claimed, "op-1")]}),
+        (200, {"results": [item(429, BUSY)]}),
+        (503, BUSY),  # the whole next batch busy: still no answer
+        (200, {"results": [item(204)]}),  # carried again: nothing claimed
+    )
+    http = Http(api, settings, report, lambda: _ms("2026-12-06T19:59:00Z"), observer=None)
+    client = http.client("w", "t", ["work"], None)
+    body = {"items": [{"worker_id": "w1", "claim_token": "k1"}]}
+    with pytest.raises(ConnectionResetError):
+        client._once("POST", "/v1/batch/claim", body)
+    settings.http_lost_rate = 0.0
+    for _ in range(3):
+        client._once("POST", "/v1/batch/claim", body)
+    [(kind, detail)] = [f for record in report.retries for f in retry_rule(record)]
+    assert kind == "lost_claim_not_recognized" and "op-1 fence 2" in detail
 
 
 def test_a_batch_route_that_drops_an_items_claim_from_its_answer_is_caught(monkeypatch):

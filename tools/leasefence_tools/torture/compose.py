@@ -291,8 +291,17 @@ class Http:
             self.report.lost_claims.append(lost)
         return lost
 
-    def retried(self, client: ApiClient, lost: dict[str, Any], status: int, raw: bytes) -> None:
-        """The request whose answer was lost, sent again: what it answered this time."""
+    def retried(
+        self,
+        client: ApiClient,
+        lost: dict[str, Any],
+        status: int,
+        raw: bytes,
+        body: Any = None,
+    ) -> None:
+        """The request whose answer was lost, sent again: what it answered this time. A claim
+        batch's ``body`` (the request sent again, None: the lost one's own items, in their
+        order) places each claim by its token."""
         answer = _json(raw)
         entry = {**lost, "retry_status": status, "at": self.clock()}
         if "claim" in lost:
@@ -302,10 +311,27 @@ class Http:
             )
         elif "claims" in lost:  # a claim batch: what each item that had claimed answers now
             results = ((answer or {}).get("results") or []) if status == 200 else []
-            entry["claims"] = [
-                {**claimed, "retry_claim": _item_claim(results, claimed["item"])}
-                for claimed in lost["claims"]
+            tokens = [
+                (item or {}).get("claim_token")
+                for item in _batch_items(lost["path"], "claim", body)
             ]
+            judged, unanswered = [], []
+            for claimed in lost["claims"]:
+                index = claimed["item"]
+                if body is not None:
+                    index = tokens.index(claimed["token"]) if claimed["token"] in tokens else -1
+                if _item_busy(results, index):
+                    # The item answered 5xx or 429 (its own store was busy, the batch ran out
+                    # of time): no answer yet, as a busy one-at-a-time claim; the worker sends
+                    # its token again in a later batch, and that answer is the one compared.
+                    unanswered.append(claimed)
+                else:
+                    judged.append({**claimed, "retry_claim": _item_claim(results, index)})
+            entry["claims"] = judged
+            if unanswered:
+                client.await_claims(lost, unanswered)
+            if not judged:
+                return
         elif "changed" in lost:
             entry["retry_changed"] = bool((answer or {}).get("changed"))
         elif "operation" in lost and 400 <= status < 500:
@@ -324,9 +350,16 @@ class Http:
             self.report.retries.append(entry)
 
 
+def _item_busy(results: list[Any], index: int) -> bool:
+    """Whether a claim batch's item ``index`` answered 5xx or 429 (no answer: it may run again)."""
+    result = results[index] if 0 <= index < len(results) else None
+    status = result.get("status") if isinstance(result, dict) else None
+    return isinstance(status, int) and (status >= 500 or status == 429)
+
+
 def _item_claim(results: list[Any], index: int) -> list[Any] | None:
     """``[operation, fence]`` of the claim a claim batch's item ``index`` answered, or None."""
-    result = results[index] if index < len(results) else None
+    result = results[index] if 0 <= index < len(results) else None
     if not isinstance(result, dict) or result.get("status") != 200:
         return None
     claim = result["body"]["claim"]
@@ -363,8 +396,19 @@ class ApiClient(LeaseFenceClient):
         super().__init__("http://torture.invalid", None, retries=4, backoff=0.002, max_backoff=0.05)
         self.http, self.name, self.tenant_id, self.claims = http, name, tenant_id, claims
         self.pending: dict[tuple[str, str, str], dict[str, Any]] = {}
+        #: Per claim token: a lost claim batch's claim whose item its resend answered 5xx or 429
+        #: (the lost record, holding that one claim), compared when a batch carries it again.
+        self.awaiting: dict[str, dict[str, Any]] = {}
         self.sent: Counter[tuple[str, str, str]] = Counter()
         self.lock = threading.Lock()
+
+    def await_claims(self, lost: dict[str, Any], claims: list[dict[str, Any]]) -> None:
+        """``claims`` of the lost claim batch ``lost`` got no answer from its resend (their items
+        answered 5xx or 429): the next claim batch carrying each one's token answers it."""
+        with self.lock:
+            for claimed in claims:
+                if claimed["token"] is not None:
+                    self.awaiting[claimed["token"]] = {**lost, "claims": [claimed]}
 
     def _once(
         self,
@@ -398,12 +442,20 @@ class ApiClient(LeaseFenceClient):
                     log.end(call, INFO)
                 raise ConnectionResetError("injected: the request was lost")
         status, headers, raw = self.http.api.respond(method, path, data, self.claims)
+        tokens = {(item or {}).get("claim_token") for item in _batch_items(path, "claim", body)}
+        with self.lock:  # before lost_before's: a claim it leaves unanswered waits for the next
+            awaited = [self.awaiting.pop(t) for t in tokens if t in self.awaiting]
         if lost_before is not None:
             if status >= 500 or status == 429:  # busy: no answer yet, the next try is compared
                 with self.lock:
                     self.pending.setdefault(request, lost_before)
             else:
                 self.http.retried(self, lost_before, status, raw)
+        for lost_claim in awaited:  # a claim whose resent item got no answer, carried again
+            if status >= 500 or status == 429:
+                self.await_claims(lost_claim, lost_claim["claims"])
+            else:
+                self.http.retried(self, lost_claim, status, raw, body)
         if calls:
             if lost is None:  # a batch's answer is judged item by item
                 http_answers(log, calls, status, _json(raw))
