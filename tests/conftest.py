@@ -27,7 +27,11 @@ def ddb(aws):
 
 @pytest.fixture
 def spec(aws):
-    spec = TableSpec(table_name=f"ops-{next(_tables)}", due_shards=4, sweep_shards=2)
+    # One write shard set: tests that read items by the bare tenant id. The default (each tenant's
+    # counts recorded at its first enqueue) is tests/engine/test_tenant_layout.py's.
+    spec = TableSpec(
+        table_name=f"ops-{next(_tables)}", due_shards=4, sweep_shards=2, operation_shards=(1,)
+    )
     return aws.create_tables(spec)
 
 
@@ -52,7 +56,6 @@ def events():
 @pytest.fixture
 def engine(ddb, spec, clock, events):
     return Engine(client=ddb, spec=spec, clock=clock, rng=random.Random(7), events=events)
-
 
 
 def pytest_collection_modifyitems(items):

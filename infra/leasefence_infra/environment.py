@@ -58,7 +58,7 @@ def shared_environment(
     fence_epoch: int,
     metrics_namespace: str,
     powertools_log_level: str,
-    operation_shards: tuple[int, ...] = (1,),
+    operation_shards: tuple[int, ...] | None = None,
 ) -> dict[str, str]:
     """:data:`SHARED_ENV`, filled in (names follow the brought-in or created resources)."""
     environment = {
@@ -81,6 +81,6 @@ def shared_environment(
         "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
     }
     assert set(environment) == set(SHARED_ENV)
-    if operation_shards != (1,):
+    if operation_shards is not None:  # None: each tenant's counts as recorded (the engine's)
         environment["LEASEFENCE_OPERATION_SHARDS"] = ",".join(str(n) for n in operation_shards)
     return environment

@@ -112,11 +112,14 @@ class LeaseFenceServiceProps:
     """Shards of the `due` index per tenant and job type (1-100): more spread claims wider."""
     sweep_shards: int = schema.DEFAULT_SWEEP_SHARDS
     """Shards of the `sweep`, `parked` and `purge` indexes (1-100)."""
-    operation_shards: tuple[int, ...] = schema.DEFAULT_OPERATION_SHARDS
-    """Write shards of the table per tenant (each 1-256): the first count is where new
-    operations go, any others are counts this deployment wrote with before (keep them listed:
-    their operations are found there). `(1,)`: the bare tenant id, as before issue 33. Grow it
-    only (see the scale page, "Write shards"), e.g. `(16, 1)` after `(1,)`."""
+    operation_shards: tuple[int, ...] | None = schema.DEFAULT_OPERATION_SHARDS
+    """Write shards of the table per tenant (each 1-256). None (the default): each tenant's
+    counts are recorded at its first enqueue, 64 for a new tenant and 1 for a tenant whose
+    operations are at the bare tenant id already (a deployment from before the record), so an
+    upgrade moves nothing (see the scale page, "Write shards"). A tuple sets them for every
+    tenant: the first count is where new operations go, any others are counts this deployment
+    wrote with before (keep them listed: their operations are found there); `(1,)`: the bare
+    tenant id. Grow it only, e.g. `(16, 1)` after `(1,)`."""
     identity_retention_days: int | None = 400
     """How long an ended operation's identity is kept (item TTL); `None`: forever. Replays and
     "fences never repeat" hold within it. At least `payload_retention_days` and 1."""
@@ -444,7 +447,7 @@ class LeaseFenceServiceProps:
         for name in ("due_shards", "sweep_shards"):
             prop_checks.int_in(self, name, 1, MAX_SHARDS)
         counts = self.operation_shards
-        if (
+        if counts is not None and (
             not isinstance(counts, tuple)
             or not counts
             or any(

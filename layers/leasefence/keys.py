@@ -166,6 +166,10 @@ DIRECTORY_PARTITION = "directory#0"
 #: differs from :data:`DIRECTORY_ID` at its tenth character, so no job type makes them collide.
 CATALOGUE_PREFIX = "\x00job-type:"
 SETTINGS_ID = "\x00settings"
+#: A tenant's write shard counts, recorded at its first enqueue (:mod:`leasefence.engine._layout`):
+#: in the bare partition like the settings, never changed and never erased (it holds no data of
+#: the tenant's, and an engine caches it for its life).
+LAYOUT_ID = "\x00layout"
 
 
 def catalogue_id(job_type: str) -> str:

@@ -210,9 +210,15 @@ INDEX_PROJECTION = ("state", "fence", "attempts", "max_attempts", "job_type")
 STREAM_SPECIFICATION = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
 
 DEFAULT_TABLE_NAME = "leasefence-operations"
-DEFAULT_DUE_SHARDS = 4
+DEFAULT_DUE_SHARDS = 64
 DEFAULT_SWEEP_SHARDS = 4
-DEFAULT_OPERATION_SHARDS: Final = (1,)
+#: No counts set for the deployment: each tenant's are recorded at its first enqueue
+#: (:mod:`leasefence.engine._layout`): :data:`NEW_TENANT_WRITE_SHARDS` for a tenant with no
+#: operation yet, 1 for one whose operations are at the bare tenant id already.
+DEFAULT_OPERATION_SHARDS: Final = None
+#: A new tenant's write shards when the deployment sets none (10,000 lifecycles per second for
+#: one tenant with 64 due shards: docs/scale.md).
+NEW_TENANT_WRITE_SHARDS: Final = 64
 #: The most write shards per tenant: a listing, a count or a tenant's erasure reads each.
 MAX_OPERATION_SHARDS: Final = 256
 
@@ -227,20 +233,19 @@ class TableSpec:
     #: The base table's write shards per tenant (:func:`leasefence.keys.operation_partition`):
     #: the first count is where new operations go; any others are counts the deployment wrote
     #: with before (or will write with: see docs/scale.md, "Write shards"), whose keys an
-    #: operation found by id alone may still have. ``(1,)``: the bare tenant id only.
-    operation_shards: tuple[int, ...] = DEFAULT_OPERATION_SHARDS
+    #: operation found by id alone may still have. ``(1,)``: the bare tenant id only. None (the
+    #: default): each tenant's counts as recorded at its first enqueue
+    #: (:mod:`leasefence.engine._layout`).
+    operation_shards: tuple[int, ...] | None = DEFAULT_OPERATION_SHARDS
 
     def __post_init__(self) -> None:
         if self.due_shards < 1 or self.sweep_shards < 1:
             raise ValueError("shard counts must be at least 1")
         counts = self.operation_shards
-        if not counts or any(not 1 <= n <= MAX_OPERATION_SHARDS for n in counts):
+        if counts is not None and (
+            not counts or any(not 1 <= n <= MAX_OPERATION_SHARDS for n in counts)
+        ):
             raise ValueError(f"write shard counts must be from 1 to {MAX_OPERATION_SHARDS}")
-
-    @property
-    def write_shards(self) -> int:
-        """How many write shards per tenant new operations are spread over."""
-        return self.operation_shards[0]
 
 
 def attribute_definitions() -> list[dict[str, str]]:

@@ -105,7 +105,7 @@ def _retention_days(env: dict[str, str], name: str, default: int | None) -> int 
     return value
 
 
-def _counts_env(env: dict[str, str], name: str) -> tuple[int, ...]:
+def _counts_env(env: dict[str, str], name: str) -> tuple[int, ...] | None:
     """Write shard counts: ``16`` or ``16,4,1`` (the first is where new operations go)."""
     raw = (env.get(name) or "").strip()
     if not raw:
@@ -148,7 +148,7 @@ class Settings:
     payload_bucket: str = DEFAULT_PAYLOAD_BUCKET
     due_shards: int = DEFAULT_DUE_SHARDS
     sweep_shards: int = DEFAULT_SWEEP_SHARDS
-    operation_shards: tuple[int, ...] = DEFAULT_OPERATION_SHARDS
+    operation_shards: tuple[int, ...] | None = DEFAULT_OPERATION_SHARDS
     dynamodb_endpoint: str | None = None
     s3_endpoint: str | None = None
     region: str | None = None

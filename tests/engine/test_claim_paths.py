@@ -81,7 +81,7 @@ def test_takeover_after_a_crash_waits_for_the_real_lease_not_for_the_remembered_
 
 
 def test_live_claims_filling_a_page_are_refiled_and_the_work_behind_them_claimed(aws, ddb, clock):
-    spec = aws.create_tables(TableSpec(table_name="claim-paths-one-shard", due_shards=1))
+    spec = aws.create_tables(TableSpec(table_name="claim-paths-one-shard", due_shards=1, operation_shards=(1,)))
     worker = Engine(client=ddb, spec=spec, clock=clock)
     for op in ("long-1", "long-2", "long-3"):
         held_long(worker, op)
@@ -102,7 +102,7 @@ def test_a_lost_race_sends_the_claimer_on_and_its_next_claims_read_larger_pages(
     aws, ddb, clock, monkeypatch
 ):
     monkeypatch.setattr(engine_module, "CONTENTION_MEMORY", 2)
-    spec = aws.create_tables(TableSpec(table_name="claim-paths-race", due_shards=1))
+    spec = aws.create_tables(TableSpec(table_name="claim-paths-race", due_shards=1, operation_shards=(1,)))
     limits = []
     rival = Engine(client=ddb, spec=spec, clock=clock)
 

@@ -37,7 +37,7 @@ SHARDS = 64
 @pytest.fixture
 def wide(aws):
     name = f"spread-{random.getrandbits(32):08x}"
-    return aws.create_tables(TableSpec(table_name=name, due_shards=SHARDS, sweep_shards=2))
+    return aws.create_tables(TableSpec(table_name=name, due_shards=SHARDS, sweep_shards=2, operation_shards=(1,)))
 
 
 @pytest.fixture
@@ -162,7 +162,7 @@ def test_the_spread_rises_with_one_engine_s_rate_and_falls_to_one_at_idle(ddb, w
 
 def test_claimers_racing_while_the_spread_moves_never_claim_one_job_twice(own_endpoint, clock):
     aws = own_endpoint
-    spec = aws.create_tables(TableSpec(table_name="spread-race", due_shards=16, sweep_shards=2))
+    spec = aws.create_tables(TableSpec(table_name="spread-race", due_shards=16, sweep_shards=2, operation_shards=(1,)))
     engines = [engine_on(aws.client(), spec, clock, seed=i) for i in range(8)]
     ops = [f"op-{i:03d}" for i in range(120)]
     set_hint(engines[0], 1, 1, clock() - SPREAD_GRACE_MS)
@@ -213,7 +213,7 @@ def test_a_throttled_claim_query_or_enqueue_doubles_the_spread(ddb, wide, clock)
 
 def test_the_spread_never_falls_under_a_claimed_job_so_its_takeover_is_not_delayed(aws, clock):
     spec = aws.create_tables(
-        TableSpec(table_name=f"spread-{random.getrandbits(32):08x}", due_shards=8, sweep_shards=2)
+        TableSpec(table_name=f"spread-{random.getrandbits(32):08x}", due_shards=8, sweep_shards=2, operation_shards=(1,))
     )
     engine = engine_on(aws.client(), spec, clock)
     poller = engine_on(aws.client(), spec, clock, seed=4)

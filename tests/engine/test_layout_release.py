@@ -3,8 +3,10 @@
 purge index entry, no payload item, no ``lv``) are replayed, claimed, completed, resolved,
 approved, listed, read, purged and erased by this code, next to operations it enqueues itself
 under layout 2. Nothing is moved or rewritten by the upgrade: shard 0 of the operation partition
-is the bare tenant id, where 4f60178 put every item. Each test runs twice: with one write shard
-(the default), and with the deployment grown to 16 write shards at the upgrade
+is the bare tenant id, where 4f60178 put every item. Each test runs three times: with the default
+(no counts set: the tenant's counts recorded at its first enqueue after the upgrade, one write
+shard since its operations are at the bare id: :mod:`leasefence.engine._layout`), with one write
+shard set, and with the deployment grown to 16 write shards at the upgrade
 (``operation_shards=(16, 1)``: new operations spread over 16, the old ones found where the one
 shard put them)."""
 
@@ -38,7 +40,10 @@ PAYLOADS = {
 _tables = itertools.count()
 
 
-@pytest.fixture(params=[(1,), (16, 1)], ids=["one-write-shard", "grown-to-16-write-shards"])
+@pytest.fixture(
+    params=[None, (1,), (16, 1)],
+    ids=["recorded-layout-default", "one-write-shard", "grown-to-16-write-shards"],
+)
 def spec(request, aws):
     name = f"release-{next(_tables)}-{random.getrandbits(32):08x}"
     return aws.create_tables(
@@ -65,11 +70,11 @@ def engine(aws, ddb, spec, clock):
     )
 
 
-def kept(ddb, spec, operation_id):
+def kept(engine, ddb, spec, operation_id):
     """Every payload item of the operation, in whichever of the tenant's write shards."""
     return [
         item
-        for partition in keys.tenant_partitions(T, spec.operation_shards)
+        for partition in engine.partitions(T)
         for item in ddb.query(
             TableName=spec.table_name,
             ConsistentRead=True,
@@ -111,7 +116,9 @@ def test_old_operations_are_replayed_read_and_driven_to_their_end_by_the_new_cod
                 canonicalize({"other": op}).hash,
                 payload_json=canonicalize({"other": op}).body,
             )
-        assert kept(ddb, spec, op) == []  # neither left a payload item beside a layout-1 item
+        assert (
+            kept(engine, ddb, spec, op) == []
+        )  # neither left a payload item beside a layout-1 item
         assert json.loads(engine.payload(engine.get(T, op))) == payload
     listed = engine.list(T, limit=50).operations
     assert [o.operation_id for o in listed] == sorted(
@@ -146,9 +153,19 @@ def test_old_operations_are_replayed_read_and_driven_to_their_end_by_the_new_cod
     assert (
         engine.enqueue(T, "op-fresh", "refund", c.hash, payload_json=c.body).operation.layout == 2
     )
-    assert len(kept(ddb, spec, "op-fresh")) == 1
-    new_partition = kept(ddb, spec, "op-fresh")[0]["tenant_id"]["S"]
-    assert new_partition == keys.operation_partition(T, "op-fresh", spec.write_shards)
+    assert len(kept(engine, ddb, spec, "op-fresh")) == 1
+    new_partition = kept(engine, ddb, spec, "op-fresh")[0]["tenant_id"]["S"]
+    # With no counts set, the tenant's first enqueue after the upgrade recorded one write shard:
+    # its operations were at the bare id already, so no key of it ever changes.
+    write_count = (spec.operation_shards or (1,))[0]
+    assert new_partition == keys.operation_partition(T, "op-fresh", write_count)
+    layout = ddb.get_item(
+        TableName=spec.table_name,
+        Key={"tenant_id": {"S": T}, "operation_id": {"S": keys.LAYOUT_ID}},
+    ).get("Item")
+    assert (layout is not None) == (spec.operation_shards is None)
+    if layout is not None:
+        assert layout["write_shards"] == {"L": [{"N": "1"}]}
     assert engine.get(T, "op-fresh").tenant_id == T
     assert len(engine.list(T, limit=50).operations) == 9
     # Erased: the old item's kept payload goes with the erasure's write.
@@ -175,7 +192,10 @@ def test_a_whole_tenant_of_both_layouts_is_erased(engine, ddb, spec, clock, aws)
     while not step.finished:
         clock.advance(step.wait_ms)
         step = engine.erase_tenant(T, limit=50, cursor=step.next_cursor)
-    assert ddb.scan(TableName=spec.table_name)["Items"] == []
+    # Nothing of the tenant's is left but its recorded write shard counts (with none set): no
+    # data of the tenant's, kept so that no engine's cached counts ever go stale.
+    left = [i["operation_id"]["S"] for i in ddb.scan(TableName=spec.table_name)["Items"]]
+    assert left == ([keys.LAYOUT_ID] if spec.operation_shards is None else [])
     assert aws.client("s3").list_objects_v2(Bucket="release-payloads").get("KeyCount", 0) == 0
 
 
@@ -194,7 +214,7 @@ def test_beside_the_old_purge_path_a_layout_2_payload_expires_by_ttl(engine, ddb
         if i["operation_id"]["S"] == "op-new"
     )
     assert "purge_pk" not in item and item["lv"] == {"N": "2"}
-    (payload_item,) = kept(ddb, spec, "op-new")
+    (payload_item,) = kept(engine, ddb, spec, "op-new")
     assert "expires_at_epoch_s" in payload_item
     claim = engine.claim(T, "op-queued", "w-new")  # an old one ends beside it: purge entry kept
     engine.complete(T, "op-queued", claim.fence, "ok")

@@ -42,7 +42,7 @@ def ttl_aws():
 def world(ttl_aws):
     """An engine (payload retention 30 days, identity 400) on a fresh table, a manual clock that
     moves the endpoint's clock with it, and ``travel``."""
-    spec = ttl_aws.create_tables(TableSpec(table_name=f"payload-ttl-{next(_tables)}"))
+    spec = ttl_aws.create_tables(TableSpec(table_name=f"payload-ttl-{next(_tables)}", operation_shards=(1,)))
     clock = ManualClock()
     ttl_aws.set_time(clock())
 

@@ -51,7 +51,7 @@ def world(ttl_aws, monkeypatch):
     of a deployment whose identity retention is forever (its batches small: 3 items, 2 batches)."""
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "leasefence-tests")
-    spec = ttl_aws.create_tables(TableSpec(table_name=f"retention-{next(_tables)}", due_shards=2, sweep_shards=2))
+    spec = ttl_aws.create_tables(TableSpec(table_name=f"retention-{next(_tables)}", due_shards=2, sweep_shards=2, operation_shards=(1,)))
     clock = ManualClock()
     ttl_aws.set_time(clock())
 

@@ -109,7 +109,11 @@ def test_the_write_count_reaches_every_engine_function_only_when_set():
             operation_shards=counts,
         )
 
-    assert "LEASEFENCE_OPERATION_SHARDS" not in env((1,))  # the template of before, unchanged
+    # Not set (the default): no variable, and each tenant's counts are recorded by the engine.
+    assert "LEASEFENCE_OPERATION_SHARDS" not in env(None)
+    assert Settings.from_env(env(None)).table_spec.operation_shards is None
+    assert env((1,))["LEASEFENCE_OPERATION_SHARDS"] == "1"  # set: every tenant one write shard
+    assert Settings.from_env(env((1,))).table_spec.operation_shards == (1,)
     grown = env((16, 1))
     assert grown["LEASEFENCE_OPERATION_SHARDS"] == "16,1"
     assert Settings.from_env(grown).table_spec.operation_shards == (16, 1)

@@ -169,7 +169,7 @@ class Env:
 def env(aws, monkeypatch):
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
     n = next(_names)
-    spec = TableSpec(table_name=f"published-{n}", due_shards=2, sweep_shards=1)
+    spec = TableSpec(table_name=f"published-{n}", due_shards=2, sweep_shards=1, operation_shards=(1,))
     create_table(aws.client(), spec, stream=True)
     bus, bucket = f"bus-published-{n}", f"publisher-failures-{n}"
     aws.client("events").create_event_bus(Name=bus)

@@ -53,7 +53,7 @@ class Stream:
 
 @pytest.fixture
 def table(aws):
-    spec = TableSpec(table_name=f"stream-{next(_tables)}", due_shards=2, sweep_shards=1)
+    spec = TableSpec(table_name=f"stream-{next(_tables)}", due_shards=2, sweep_shards=1, operation_shards=(1,))
     create_table(aws.client(), spec, stream=True)
     return spec
 

@@ -26,19 +26,25 @@ STREAM_TENANTS = ("stream-a", "stream-b")
 
 @pytest.fixture(scope="session")
 def stack(aws):
-    with LocalStack(
-        host="127.0.0.1",
-        port=0,
-        aws=aws,
-        table_name="api-operations",
-        bucket="api-payloads",
-        sweep_interval=None,
-        secret=SECRET,
-        worker_handlers="tests.support.stream_jobs:HANDLERS",
-        worker_tenants=STREAM_TENANTS,
-        worker_lease_seconds=1,
-    ) as running:
-        yield running
+    # One write shard set, for the session (the stack's runtime and the engines these tests make
+    # from the environment must agree): these tests read items and cursors at the bare tenant id.
+    # The default (each tenant's counts recorded at its first enqueue: 64 for a new one) is
+    # tests/engine/test_tenant_layout.py's and tests/api/test_api_tenant_layout.py's.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("LEASEFENCE_OPERATION_SHARDS", "1")
+        with LocalStack(
+            host="127.0.0.1",
+            port=0,
+            aws=aws,
+            table_name="api-operations",
+            bucket="api-payloads",
+            sweep_interval=None,
+            secret=SECRET,
+            worker_handlers="tests.support.stream_jobs:HANDLERS",
+            worker_tenants=STREAM_TENANTS,
+            worker_lease_seconds=1,
+        ) as running:
+            yield running
 
 
 @pytest.fixture
@@ -67,4 +73,3 @@ def make_api(stack):
 @pytest.fixture
 def sdk(stack, token) -> LeaseFenceClient:
     return LeaseFenceClient(stack.base_url, token, retries=2, backoff=0.01)
-

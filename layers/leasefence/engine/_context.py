@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from leasefence import keys
 from leasefence.catalogue import Catalogue
 from leasefence.clock import Clock
+from leasefence.engine._layout import TenantLayouts
 from leasefence.engine._spread import DueSpread
 from leasefence.metrics import Metric, MetricSink
 from leasefence.model import State
@@ -51,9 +52,12 @@ class EngineContext:
     fence_floor: int = 0
     #: How many due shards each (tenant, job type) uses now (:mod:`leasefence.engine._spread`).
     spread: DueSpread = field(init=False, repr=False)
+    #: Each tenant's write shard counts (:mod:`leasefence.engine._layout`).
+    layouts: TenantLayouts = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.spread = DueSpread(self)
+        self.layouts = TenantLayouts(self.store, self.spec)
 
     def count(self, metric: Metric, value: float = 1) -> None:
         self.metrics(metric, value)
@@ -63,14 +67,15 @@ class EngineContext:
         (:func:`leasefence.keys.operation_key`). An existing operation found by id alone is
         where :meth:`locate` finds it; one read from an index or a page is at its own key
         (:func:`leasefence.keys.item_key`)."""
-        return keys.operation_key(tenant_id, operation_id, self.spec.write_shards)
+        return keys.operation_key(tenant_id, operation_id, self.layouts.counts(tenant_id)[0])
 
-    def candidates(self, tenant_id: str, operation_id: str) -> list[Key]:
-        """Every key the operation may have in this deployment (its write count's first)."""
+    def candidates(self, tenant_id: str, operation_id: str, record: bool = False) -> list[Key]:
+        """Every key the operation may have in this deployment (its write count's first; with
+        ``record``, for an enqueue, the tenant's counts are recorded first if they are not)."""
         return [
             {"tenant_id": partition, "operation_id": operation_id}
             for partition in keys.operation_partitions(
-                tenant_id, operation_id, self.spec.operation_shards
+                tenant_id, operation_id, self.layouts.counts(tenant_id, record)
             )
         ]
 
@@ -113,11 +118,11 @@ class EngineContext:
 
     def marker_key(self, tenant_id: str, marker_id: str) -> Key:
         """A claim marker's key (:func:`leasefence.keys.claim_marker_key`)."""
-        return keys.claim_marker_key(tenant_id, marker_id, self.spec.write_shards)
+        return keys.claim_marker_key(tenant_id, marker_id, self.layouts.counts(tenant_id)[0])
 
     def partitions(self, tenant_id: str) -> list[str]:
         """Every write shard of the tenant (:func:`leasefence.keys.tenant_partitions`)."""
-        return keys.tenant_partitions(tenant_id, self.spec.operation_shards)
+        return keys.tenant_partitions(tenant_id, self.layouts.counts(tenant_id))
 
     @staticmethod
     def tag(tenant_id: str, operation_id: str) -> str:

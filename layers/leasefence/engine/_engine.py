@@ -659,6 +659,11 @@ class Engine:
         item: OperationItem | None = self._ctx.find(tenant_id, operation_id)
         return item
 
+    def partitions(self, tenant_id: str) -> list[str]:
+        """The base table's partition keys of the tenant's write shards, the bare tenant id first
+        (what a listing, a count or an erasure reads): for tools that check the table."""
+        return self._ctx.partitions(tenant_id)
+
     def list(
         self,
         tenant_id: str,

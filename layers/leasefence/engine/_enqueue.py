@@ -149,7 +149,7 @@ class Enqueuer:
         due_home = ctx.due_pk(tenant_id, operation_id, job_type)
         # Its write shard; in a deployment that changed its write count, the keys the other
         # counts give it must hold nothing (checked in the put's own transaction).
-        key, *elsewhere = ctx.candidates(tenant_id, operation_id)
+        key, *elsewhere = ctx.candidates(tenant_id, operation_id, record=True)
         partition = key["tenant_id"]
         item: OperationItem = {
             "tenant_id": partition,

@@ -43,6 +43,11 @@ from leasefence.schema import (
 from leasefence.store import ConditionFailed, Item
 from leasefence.validation import is_int, validate_actor, validate_id, validate_limit
 
+#: A tenant's own items its erasure keeps: the settings item (deleted last, it holds the
+#: erasure) and the recorded write shard counts (no data of the tenant's; never changed, since
+#: engines cache them for their life: :mod:`leasefence.engine._layout`).
+_KEPT_TENANT_ITEMS = frozenset({keys.SETTINGS_ID, keys.LAYOUT_ID})
+
 log = logging.getLogger("leasefence.engine")
 
 #: The phases of a tenant erasure, in order (see :meth:`Eraser.erase_tenant`).
@@ -508,7 +513,7 @@ class Eraser:
                     start=start,
                 )
                 for item in page.items:
-                    if item["operation_id"] == keys.SETTINGS_ID and partition == tenant_id:
+                    if partition == tenant_id and item["operation_id"] in _KEPT_TENANT_ITEMS:
                         continue
                     try:
                         ctx.store.delete(

@@ -69,8 +69,9 @@ class Reads:
         partitions = self.ctx.partitions(tenant_id)
         shard, position = cursors.decode_listing_position(cursor) if cursor else (0, "")
         found: list[Operation] = []
-        # The tenant's write shards in order, each in id order; 20 queries at most per page.
-        rounds = 20
+        # The tenant's write shards in order, each in id order; at most 20 queries per page
+        # past one per shard (a tenant of 64 write shards with a few operations: one page).
+        rounds = 20 + len(partitions)
         while shard < len(partitions) and rounds > 0:
             query = listing.partition_query(partitions[shard], chosen)
             start = _start_key(partitions[shard], position)

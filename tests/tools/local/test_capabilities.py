@@ -117,8 +117,8 @@ def test_a_stack_on_an_endpoint_without_streams_and_ttl_serves_with_them_off(aws
         grant = claimed(api, "r-1")
         done = api.post(op_path("r-1", "complete"), {"fence": grant["fence"], "outcome_code": "ok"})
         assert done.status == 200, done.text
-        item = aws.client().get_item(
-            TableName=stack.table_name,
-            Key={"tenant_id": {"S": "acme"}, "operation_id": {"S": "r-1"}},
-        )["Item"]
+        # In whichever write shard the stack's layout put it (a small table of its own).
+        item = next(
+            i for i in aws.client().scan(TableName=stack.table_name)["Items"] if i["operation_id"]["S"] == "r-1"
+        )
         assert item["state"] == {"S": "succeeded"}

@@ -182,7 +182,7 @@ def run(
         aws.stop()
     throttled = int(stats.get("partition_throttled", 0))
     return {
-        "layout": {"operation_shards": spec.write_shards, "due_shards": spec.due_shards},
+        "layout": {"operation_shards": operation_shards, "due_shards": spec.due_shards},
         "rate_offered_per_s": rate,
         "compression": compression,
         "local_rate_offered_per_s": round(len(ops) / max(offered_s, 1e-9), 1),

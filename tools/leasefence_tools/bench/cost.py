@@ -146,7 +146,10 @@ def measure(bench: ServerProcess, runs: int = 5, long_job_heartbeats: int = 30) 
             U.item_size(
                 raw.get_item(
                     TableName=spec.table_name,
-                    Key={"tenant_id": {"S": lonely}, "operation_id": {"S": op}},
+                    Key={
+                        "tenant_id": {"S": U.operation_partition(raw, spec.table_name, lonely, op)},
+                        "operation_id": {"S": op},
+                    },
                 )["Item"]
             )
         )

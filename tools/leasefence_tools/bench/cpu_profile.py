@@ -280,11 +280,14 @@ def local_stack_run(lifecycles: int) -> dict[str, Any]:
 
 def _history_written(raw: Any, table: str, op: str) -> bool:
     from leasefence import keys
+    from leasefence_tools.bench import units as U
+
+    partition = U.operation_partition(raw, table, "profile-stream", op)
 
     def get(sort_key: str) -> dict[str, Any] | None:
         return raw.get_item(
             TableName=table,
-            Key={"tenant_id": {"S": "profile-stream"}, "operation_id": {"S": sort_key}},
+            Key={"tenant_id": {"S": partition}, "operation_id": {"S": sort_key}},
             ConsistentRead=True,
         ).get("Item")
 

@@ -461,10 +461,12 @@ def _run_all(
     model = meter.model(table)
     invoker = Invoker()
 
-    def item(tenant: str, sort_key: str) -> dict[str, Any] | None:
+    def item(tenant: str, sort_key: str, op: str | None = None) -> dict[str, Any] | None:
+        """An item of operation ``op`` (``sort_key`` itself when None), in its write shard."""
+        partition = U.operation_partition(raw, table, tenant, op or sort_key)
         return raw.get_item(
             TableName=table,
-            Key={"tenant_id": {"S": tenant}, "operation_id": {"S": sort_key}},
+            Key={"tenant_id": {"S": partition}, "operation_id": {"S": sort_key}},
             ConsistentRead=True,
         ).get("Item")
 
@@ -476,7 +478,7 @@ def _run_all(
         op_item = item(tenant, op)
         if op_item is not None and history.ITEM_HISTORY_MARK in op_item:
             return True  # the history is in the item, written with each transition
-        hist = item(tenant, keys.history_id(op))
+        hist = item(tenant, keys.history_id(op), op)
         return (
             op_item is not None
             and hist is not None
@@ -510,11 +512,11 @@ def _run_all(
         operation = item(tenant, op)
         kept = None
         if operation is not None and "payload_hash" in operation:
-            kept = item(tenant, keys.payload_id(op, operation["payload_hash"]["S"]))
+            kept = item(tenant, keys.payload_id(op, operation["payload_hash"]["S"]), op)
             expiry = (kept or {}).get(TTL_ATTRIBUTE, {}).get("N")
             if kept is not None and at_ms is not None and expiry and int(expiry) * 1000 <= at_ms:
                 kept = None  # past its expiry: gone for the bill
-        for found in (operation, item(tenant, keys.history_id(op)), kept):
+        for found in (operation, item(tenant, keys.history_id(op), op), kept):
             sizes.append(U.item_size(found))
             if not found:
                 continue
@@ -781,9 +783,13 @@ def _run_all(
     def ttl_delete(target: tuple[str, str]) -> None:
         tenant, op = target
         raw.delete_item(
-            TableName=table, Key={"tenant_id": {"S": tenant}, "operation_id": {"S": op}}
+            TableName=table,
+            Key={
+                "tenant_id": {"S": U.operation_partition(raw, table, tenant, op)},
+                "operation_id": {"S": op},
+            },
         )
-        _wait(lambda: item(tenant, keys.history_id(op)) is None, f"the history of {op} to go")
+        _wait(lambda: item(tenant, keys.history_id(op), op) is None, f"the history of {op} to go")
         quiet()  # (a history in the item went with it: the publisher is not invoked)
 
     out["events"]["end_of_retention"] = window(ttl_delete, setup=lambda: next(doomed))

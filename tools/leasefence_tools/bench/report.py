@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any
 
+from leasefence.schema import NEW_TENANT_WRITE_SHARDS
 from leasefence_tools.bench import (
     allin,
     coldstart,
@@ -79,7 +80,7 @@ class Scale:
     profile_runs: int
     efficiency_runs: int
     """Throughput runs whose median is issue 32's engine efficiency."""
-    sim_operation_shards: int = 64
+    sim_operation_shards: int = NEW_TENANT_WRITE_SHARDS  # the defaults: a new tenant's
     """Write shards of the base table's partition key in the scale simulation's sharded layout."""
     compressed_operations: int = 0
     """Operations of each compressed run on the partition-limited endpoint (0: none)."""
@@ -285,7 +286,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                     if k != "ledger"
                 }
                 for name, (ops, dues) in (
-                    ("one_shard", (1, None)),
+                    ("one_shard", (1, scale_sim.ONE_SHARD_DUE_SHARDS)),
                     ("sharded", (p.sim_operation_shards, p.sim_operation_shards)),
                 )
             },

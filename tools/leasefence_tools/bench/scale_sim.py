@@ -42,6 +42,8 @@ from leasefence.limits import SPREAD_CACHE_MS, SPREAD_FULL_PROBE_MS
 from leasefence.schema import DEFAULT_DUE_SHARDS, DEFAULT_SWEEP_SHARDS, DUE_INDEX
 from leasefence_tools.bench.units import PartitionUnits
 
+#: The due shards of the one-shard layout: the default before the recorded layout (issue 33).
+ONE_SHARD_DUE_SHARDS = 4
 PARTITION_WCU = 1000.0
 PARTITION_RCU = 3000.0
 #: An idle worker's mean wait between polls (s): the worker runtime's backoff, up to 20 s.
@@ -327,12 +329,13 @@ def layouts(
     due_shards: int | None = None,
     seconds: int = 200,
 ) -> dict[str, Any]:
-    """The one-shard layout (today: one write shard, the default due shards) beside ``N`` write
-    shards (and ``N`` due shards, or ``due_shards``), for one tenant."""
+    """The one-shard layout (the defaults before the recorded layout: one write shard, 4 due
+    shards) beside ``N`` write shards (and ``N`` due shards, or ``due_shards``), for one
+    tenant."""
     sharded_due = due_shards or max(operation_shards, DEFAULT_DUE_SHARDS)
     rows = {}
     for name, ops, dues in (
-        ("one_shard", 1, DEFAULT_DUE_SHARDS),
+        ("one_shard", 1, ONE_SHARD_DUE_SHARDS),
         ("sharded", operation_shards, sharded_due),
     ):
         rows[name] = {

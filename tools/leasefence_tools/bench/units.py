@@ -259,3 +259,25 @@ def write_cost(
 def query_read_units(evaluated: Iterable[dict[str, Any]], consistent: bool) -> float:
     """Units for one Query/Scan page: the sizes of every evaluated item, summed, then rounded."""
     return read_units_for(sum(item_size(i) for i in evaluated), consistent)
+
+
+def write_count(raw: Any, table: str, tenant: str) -> int:
+    """The tenant's write shard count as the engine decides it: its recorded count
+    (:mod:`leasefence.engine._layout`), or one write shard when none is recorded. One unmetered
+    read (``raw``)."""
+    from leasefence import keys
+    from leasefence.engine._layout import COUNTS
+
+    record = raw.get_item(
+        TableName=table,
+        Key={"tenant_id": {"S": tenant}, "operation_id": {"S": keys.LAYOUT_ID}},
+        ConsistentRead=True,
+    ).get("Item")
+    return int(record[COUNTS]["L"][0]["N"]) if record else 1
+
+
+def operation_partition(raw: Any, table: str, tenant: str, operation_id: str) -> str:
+    """Where an operation's items are (the operation, its history and payload items)."""
+    from leasefence import keys
+
+    return keys.operation_partition(tenant, operation_id, write_count(raw, table, tenant))

@@ -92,7 +92,11 @@ class World:
         else:
             self.client = DirectClient(boto_client, DEFAULT_ACCOUNT_ID, LOCAL_REGION)
         self.spec = TableSpec(
-            table_name=f"{TABLE}-{uuid.uuid4().hex[:12]}", due_shards=1, sweep_shards=1
+            table_name=f"{TABLE}-{uuid.uuid4().hex[:12]}",
+            due_shards=1,
+            sweep_shards=1,
+            # One write shard, set: the protocol's states, without the tenant's layout record.
+            operation_shards=(1,),
         )
         schema.create_table(self.client, self.spec)
 

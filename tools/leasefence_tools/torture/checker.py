@@ -14,7 +14,6 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from leasefence import keys
 from leasefence.engine import Engine
 from leasefence.keys import FIRST_OPERATION_ID
 from leasefence.model import TERMINAL_STATES, Operation, State, TargetClass, Transition
@@ -322,7 +321,7 @@ def raw_operations(engine: Engine, tenants: Iterable[str]) -> dict[Key, dict[str
     """Every operation item of these tenants as stored (with its ``seq``), a page at a time."""
     found: dict[Key, dict[str, Any]] = {}
     for tenant in sorted(tenants):
-        for partition in keys.tenant_partitions(tenant, engine.spec.operation_shards):
+        for partition in engine.partitions(tenant):
             start = None
             while True:
                 page = engine.store.query(

@@ -247,7 +247,7 @@ def identities(engine: Engine, tenants: Iterable[str]) -> int:
     histories, directories, catalogue entries, claim markers) the table holds now."""
     found = 0
     for tenant in tenants:
-        for partition in keys.tenant_partitions(tenant, engine.spec.operation_shards):
+        for partition in engine.partitions(tenant):
             start = None
             while True:
                 page = engine.store.query(

@@ -30,10 +30,12 @@ export function toLocalInput(iso) {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
-// How a page may be ordered (the API lists in id order: any other order is within the page).
+// How a page may be ordered, always within the page: the API lists a tenant write shard by write
+// shard (64 for a new tenant), each in id order, so no order holds across pages.
 const URGENCY = ["unknown", "quarantined", "awaiting_approval", "claimed", "queued", "failed_terminal", "succeeded", "cancelled"];
 export const ORDERS = {
-  id: ["id", "in id order (across pages)", null],
+  id: ["id", "in id order, within this page (pages follow the tenant's write shards)",
+    (a, b) => (a.operation_id < b.operation_id ? -1 : a.operation_id > b.operation_id ? 1 : 0)],
   oldest: ["oldest first", "oldest change first, within this page", (a, b) => a.updated_at.localeCompare(b.updated_at)],
   state: ["by state", "parked first, then by state, oldest first within each, within this page",
     (a, b) => URGENCY.indexOf(a.state) - URGENCY.indexOf(b.state) || a.updated_at.localeCompare(b.updated_at)],
