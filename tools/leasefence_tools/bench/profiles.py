@@ -665,9 +665,10 @@ def _run_all(
         )
         if not all(r.ok for r in results):
             raise RuntimeError("a batched completion was refused")
-        for c in claims:
+        for c in claims:  # each ended and its history written, then the functions quiet once
             _wait(partial(ended, BATCH_TENANT, c.operation_id), f"{c.operation_id} to end")
-            settle(BATCH_TENANT, c.operation_id)
+            _wait(partial(history_done, BATCH_TENANT, c.operation_id), "its history")
+        quiet()
 
     def via_http_batch(_ctx: Any) -> None:
         """:data:`BATCH` lifecycles through the batch routes: one enqueue, one claim and one
