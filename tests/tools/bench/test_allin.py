@@ -397,3 +397,43 @@ def test_the_readme_table_is_the_renderers_with_the_command_beside_it() -> None:
         return [re.sub(r"\$[\d,]+\.\d\d", "$", row) for row in rows]
 
     assert shape(section) == shape(rendered)
+
+
+def test_the_batched_http_row_bills_the_requests_its_busy_fleet_sent() -> None:
+    """HTTP workers, batched: the batch routes' units and CPU as measured, with the API requests
+    (and so the invocations, access log lines and their half ms) that the busy fleet sent per
+    lifecycle and per lease renewed; the idle month from the batch claim route's poll."""
+    measured = _profiles_measured()
+    life = measured["profiles"]["http_workers"]
+    measured["profiles"]["http_workers_batched"] = copy.deepcopy(life)
+    measured["events"]["heartbeat_http_batched"] = _window(
+        api_requests=0.125, api={"invocations": 0.125, "wcu": 1})
+    measured["events"]["idle_poll_http_batched"] = _window(
+        api_requests=1, api={"invocations": 1, "rcu": 2})
+    a = Assumptions(volume=10 * M, tracing=False, log_level="WARNING")  # one heartbeat a job
+    polls = allin.SECONDS_PER_MONTH / a.idle_poll_mean_s / a.volume
+
+    def billed(lifecycle_requests: float, leases_per_renewal: float) -> dict:
+        fleet = {"lifecycle_requests": lifecycle_requests, "leases_per_renewal": leases_per_renewal,
+                 "workers": 8}
+        return allin.leasefence_profile("http_workers_batched", {**measured, "batched_fleet": fleet}, a)
+
+    busy = billed(1.25, 4)
+    # 1.25 lifecycle requests, a quarter of a renewal request, the idle worker's polls.
+    assert busy["lines"]["api_gateway_requests"] == pytest.approx((1.25 + 0.25 + polls) * 1.00, abs=1e-4)
+    # The lifecycle's publisher invocation besides.
+    assert busy["lines"]["lambda_requests"] == pytest.approx((1.25 + 1 + 0.25 + polls) * 0.20, abs=1e-4)
+    # Units as measured: the lifecycle's table writes (8, 2 of them index and 2 history) and the
+    # renewal's one.
+    assert busy["lines"]["dynamodb_writes_table"] == pytest.approx((4 + 1) * 1.25 / 2, abs=1e-4)
+    # Fewer requests, a lower bill: by the requests' own lines, nothing else.
+    fewer = billed(0.5, 8)
+    saved = busy["total"] - fewer["total"]
+    assert saved > 0.75 + 0.125
+    assert fewer["lines"]["dynamodb_writes_table"] == busy["lines"]["dynamodb_writes_table"]
+    # Without the fleet's figures: the profile's own requests (its full batches).
+    own = allin.leasefence_profile("http_workers_batched", measured, a)
+    assert own["lines"]["api_gateway_requests"] == pytest.approx((2 + 0.125 + polls) * 1.00, abs=1e-4)
+    idle = allin.idle_worker_month_usd(measured, a, "http_workers_batched")
+    plain = allin.idle_worker_month_usd(measured, a)
+    assert idle["lines"]["dynamodb_reads"] > plain["lines"]["dynamodb_reads"]  # 2 units a poll, not 0

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from leasefence.limits import MAX_ITEM_PAYLOAD_BYTES
-from leasefence_tools.bench import cost_per_million, prices, profiles
-from leasefence_tools.bench.report import REQUIRED_KEYS, STREAM_KEYS
+from leasefence_tools.bench import allin, batched_http, cost_per_million, prices, profiles
+from leasefence_tools.bench.report import BATCHED_KEYS, REQUIRED_KEYS, STREAM_KEYS
 
 
 def _command() -> list[str]:
@@ -40,7 +40,7 @@ def test_quick_bench_reports_every_figure(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
-    for key in REQUIRED_KEYS + STREAM_KEYS:
+    for key in REQUIRED_KEYS + STREAM_KEYS + BATCHED_KEYS:
         assert key in report, key
         assert isinstance(report[key], Number) and not isinstance(report[key], bool), (
             key,
@@ -186,6 +186,57 @@ def test_quick_bench_reports_every_figure(tmp_path):
     assert readme.returncode == 0 and readme.stdout.startswith("| | guarantees |"), readme.stderr[
         -2000:
     ]
+
+    # Issue 33: a busy fleet of HTTP workers, one request per call and batched; the batched row
+    # of the all-in table priced from what this run measured.
+    fleet = report["sections"]["batched_http"]
+    one, batched = fleet["one_at_a_time"], fleet["batched"]
+    assert report["http_requests_per_lifecycle_batched"] == batched["requests_per_lifecycle"]
+    assert report["http_requests_per_lifecycle_one_at_a_time"] == one["requests_per_lifecycle"]
+    assert batched["requests_per_lifecycle"] < one["requests_per_lifecycle"]
+    assert all(route.startswith("POST /v1/batch/") for route in batched["by_route"]), batched
+    assert one["by_route"]["POST /v1/operations"] == 1  # an enqueue request per operation
+    figures = report["sections"]["cost_per_million_all_in"]["batched_fleet"]
+    assert figures == batched_http.fleet_figures(fleet)
+    assert figures["lifecycle_requests"] + figures["renewal_requests"] == pytest.approx(
+        batched["requests_per_lifecycle"], abs=0.01
+    )
+    row = all_in["profiles"]["http_workers_batched"]
+    assert report["all_in_http_workers_batched_usd"] == row["total"] > 0
+    assert sum(row["lines"].values()) == pytest.approx(row["total"], abs=0.02)
+    assumed = allin.Assumptions()
+    idle_polls = assumed.idle_worker_months * allin.SECONDS_PER_MONTH / assumed.idle_poll_mean_s
+    billed_requests = (
+        figures["lifecycle_requests"]
+        + assumed.heartbeats() / figures["leases_per_renewal"]
+        + idle_polls / assumed.volume
+    )
+    assert row["lines"]["api_gateway_requests"] == pytest.approx(
+        billed_requests * prices.usd("api_gateway_http_request") * 1e6, abs=1e-3
+    )
+    # The batch routes' own units: each item its own conditional write, as one at a time.
+    batch_window = measured["http_workers_batched"]
+    assert batch_window["wcu"] >= report["wcu_per_lifecycle"]
+    assert row["lines"]["dynamodb_writes_index"] > 0 and row["lines"]["logs_ingestion"] > 0
+    for line in ("dynamodb_storage", "dynamodb_backup_pitr", "lambda_duration"):
+        assert row["lines"][line] > 0, line
+    assert row["by_component"]["heartbeats"] > 0 and row["by_component"]["idle_http_workers"] > 0
+    assert row["lines"]["api_gateway_requests"] < all_in["profiles"]["http_workers"]["lines"][
+        "api_gateway_requests"
+    ]
+    renewals = report["sections"]["profiles"]["events"]["heartbeat_http_batched"]
+    assert renewals["api_requests"] == pytest.approx(1 / profiles.BATCH, abs=1e-3)
+    assert report["idle_worker_month_usd_batched"] > 0
+    contended = report["sections"]["contention"]["batched"]
+    assert contended["batch"] == report["meta"]["parameters"]["batched_workers"]
+    assert contended["claims"] == report["meta"]["parameters"]["ct_batch_claims"]
+    assert report["wasted_claims_per_success_batched"] == contended["wasted_claims_per_success"]
+    assert {row["name"] for row in report["targets"]} >= {
+        "http_requests_per_lifecycle_batched",
+        "all_in_http_workers_batched",
+        "idle_worker_month_usd_batched",
+        "wasted_claims_per_success_batched",
+    }
 
     # Every log and EMF line the functions wrote was checked: no raw id, no payload.
     privacy = report["sections"]["profiles"]["log_privacy"]

@@ -18,7 +18,8 @@ shortcuts), one module per benchmark, :mod:`~leasefence_tools.bench.report` (tar
 :mod:`~leasefence_tools.bench.profiles` (what a lifecycle uses, all in, on the local stack) and
 :mod:`~leasefence_tools.bench.cost_per_million` (that at list prices, next to the alternatives),
 :mod:`~leasefence_tools.bench.local_stack` (HTTP workers against ``leasefence local --samples``;
-``--only local-stack`` runs it alone).
+``--only local-stack`` runs it alone), :mod:`~leasefence_tools.bench.batched_http` (HTTP requests
+per lifecycle of a busy fleet, one request per call and batched: issue 33).
 
 Importing this package starts nothing; the benchmarks import moto only when they run.
 """

@@ -41,6 +41,7 @@ integration: one request, one access log line). Each says what it does not guara
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
@@ -388,20 +389,46 @@ def traced_share(invocations_per_month: float, tracing: bool) -> float:
 #: The heartbeat each profile's worker makes (over HTTP, or in-process in the worker function).
 _HEARTBEAT = {
     "http_workers": "heartbeat_http",
+    "http_workers_batched": "heartbeat_http_batched",
     "worker_function": "heartbeat_in_process",
     "worker_function_polled": "heartbeat_in_process",
     "class_a": "heartbeat_in_process",
 }
 
 
+#: The idle poll each HTTP profile's idle worker makes.
+_IDLE_POLL = {"http_workers": "idle_poll_http", "http_workers_batched": "idle_poll_http_batched"}
+
+
+def with_requests(window: dict[str, Any], requests: float) -> dict[str, Any]:
+    """``window`` with ``requests`` API requests (each an API function invocation) instead of
+    its own: what is billed per request (API Gateway, Lambda requests, the access log and
+    platform lines, traces, half a ms of duration) follows; units, CPU time and the
+    application's log and EMF lines stay as measured."""
+    out = copy.deepcopy(window)
+    out["api_requests"] = requests
+    out["functions"].setdefault("api", {})["invocations"] = requests
+    return out
+
+
 def _components(
     profile: str, measured: dict[str, Any], a: Assumptions
 ) -> list[tuple[str, dict[str, Any], float]]:
-    """(component, window, times per lifecycle) of one profile."""
+    """(component, window, times per lifecycle) of one profile. The batched HTTP profile takes
+    its requests from the busy fleet (``measured["batched_fleet"]``:
+    :func:`leasefence_tools.bench.batched_http.fleet_figures`) when it was measured: the
+    lifecycle's enqueue, claim and finish requests per lifecycle, and one renewal request per
+    ``leases_per_renewal`` leases; else the profile's own full batches."""
     events = measured["events"]
+    lifecycle = measured["profiles"][profile]
+    heartbeat = events[_HEARTBEAT[profile]]
+    fleet = measured.get("batched_fleet")
+    if profile == "http_workers_batched" and fleet:
+        lifecycle = with_requests(lifecycle, fleet["lifecycle_requests"])
+        heartbeat = with_requests(heartbeat, 1 / fleet["leases_per_renewal"])
     return [
-        ("lifecycle", measured["profiles"][profile], 1.0),
-        ("heartbeats", events[_HEARTBEAT[profile]], float(a.heartbeats())),
+        ("lifecycle", lifecycle, 1.0),
+        ("heartbeats", heartbeat, float(a.heartbeats())),
         ("payload_purge", events["purge"], 1.0),
         ("end_of_retention", events["end_of_retention"], 1.0),
     ]
@@ -413,9 +440,9 @@ def _monthly_windows(
     """(component, window, times a month) that a deployment runs whatever its volume."""
     events = measured["events"]
     out = [("sweeper_schedule", events["idle_sweeper_run"], a.schedule_runs_per_month)]
-    if profile == "http_workers":
+    if profile in _IDLE_POLL:
         polls = a.idle_worker_months * SECONDS_PER_MONTH / a.idle_poll_mean_s
-        out.append(("idle_http_workers", events["idle_poll_http"], polls))
+        out.append(("idle_http_workers", events[_IDLE_POLL[profile]], polls))
     else:
         out.append(("worker_schedule", events["idle_worker_tick"], a.schedule_runs_per_month))
     return out
@@ -498,13 +525,16 @@ def _provisioned_floor(bill: Bill) -> None:
         bill.monthly("deployment", "dynamodb_minimum_capacity", floor - paid)
 
 
-def idle_worker_month_usd(measured: dict[str, Any], a: Assumptions) -> dict[str, Any]:
+def idle_worker_month_usd(
+    measured: dict[str, Any], a: Assumptions, profile: str = "http_workers"
+) -> dict[str, Any]:
     """One HTTP worker polling an idle tenant for a month (every :attr:`Assumptions.idle_poll_mean_s`
-    on average), with the sampling a fleet of one such worker would get."""
+    on average), with the sampling a fleet of one such worker would get; ``profile``
+    ``http_workers_batched``: its polls through the batch claim route."""
     polls = SECONDS_PER_MONTH / a.idle_poll_mean_s
     one = replace(a, volume=1)
     bill = Bill(one, measured)
-    w = measured["events"]["idle_poll_http"]
+    w = measured["events"][_IDLE_POLL[profile]]
     bill.traced_share = {
         f: traced_share(n.get("invocations", 0) * polls, a.tracing)
         for f, n in w["functions"].items()
@@ -813,6 +843,12 @@ def compute(
         "alternatives": alternatives,
         "grid": grid,
         "idle_worker_month": idle_worker_month_usd(measured, a),
+        "idle_worker_month_batched": (
+            idle_worker_month_usd(measured, a, "http_workers_batched")
+            if "idle_poll_http_batched" in measured["events"]
+            else None
+        ),
+        "batched_fleet": measured.get("batched_fleet"),
         "options": optional,
         "comparison": compared,
         "with_previous_defaults": {
@@ -1038,4 +1074,12 @@ def render(computed: dict[str, Any]) -> str:
         f"(one idle worker: {_usd(idle['usd'])} a month, {idle['polls']:,} polls). "
         f"Excluded: {a['excluded']}.",
     ]
+    fleet = computed.get("batched_fleet")
+    if fleet:
+        rows[-1] += (
+            f" HTTP workers, batched: the batch routes' units, time and logs per lifecycle, with "
+            f"the {fleet['lifecycle_requests']:g} enqueue, claim and finish requests per "
+            f"lifecycle a busy fleet of {fleet['workers']} sent (leasefence_tools.bench."
+            f"batched_http) and one renewal request per {fleet['leases_per_renewal']:g} leases."
+        )
     return "\n".join(rows)

@@ -17,7 +17,14 @@ ended. Every HTTP request the
 SDK sends is counted by its route; a lifecycle is one operation from enqueue to its closing
 write. The queue holds ``2 x workers`` operations more than the run ends, so the fleet is busy
 to the end (a busy fleet's figure: no idle polls); ``requests_per_lifecycle`` is the enqueue
-requests per operation enqueued plus every other request per lifecycle ended.
+requests per operation enqueued plus every other request per lifecycle ended. Each try is a
+request (a resend after a lost or late answer counts again: ``unanswered_requests`` says how
+many tries went unanswered in time or were answered 5xx); ``items_per_request`` is what a request
+of each route carried on average.
+
+``leasefence bench`` runs it (the section ``batched_http``; 160 lifecycles a mode, 24 with
+``--quick``), and prices the batched fleet's requests all in (:func:`fleet_figures`,
+:mod:`~leasefence_tools.bench.allin`).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from leasefence.api.security import match_route
 from leasefence.client import LeaseFenceClient
 from leasefence.worker import FunctionHandler, Worker
 from leasefence.worker.http_backend import HttpBackend
+from leasefence_tools.bench.quiet import functions_off_stdout
 
 JOB_TYPE = "bench-batched"
 ENQUEUE_ROUTES = ("POST /v1/operations", "POST /v1/batch/enqueue")
@@ -41,19 +49,38 @@ ENQUEUE_ROUTES = ("POST /v1/operations", "POST /v1/batch/enqueue")
 TARGET_REQUESTS = 1.5
 
 
+HEARTBEAT_ROUTES = ("POST /v1/operations/{id}/heartbeat", "POST /v1/batch/heartbeat")
+
+
 class CountingClient(LeaseFenceClient):
-    """The SDK, counting each request it sends by its route (``POST /v1/batch/claim``)."""
+    """The SDK, counting each request it sends by its route (``POST /v1/batch/claim``), and the
+    items it carried (one for a route that is not a batch)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sent: Counter[str] = Counter()
+        self.items: Counter[str] = Counter()
+        #: Requests whose answer never came in time (resent: counted again) or was a 5xx.
+        self.unanswered: Counter[str] = Counter()
         self._count_lock = threading.Lock()
 
     def _once(self, method: str, path: str, body: Any, timeout: float) -> Any:
         matched = match_route(method, path.split("?", 1)[0])
+        route = matched[0].key if matched else f"{method} {path}"
+        carried = body.get("items") if isinstance(body, dict) else None
         with self._count_lock:
-            self.sent[matched[0].key if matched else f"{method} {path}"] += 1
-        return super()._once(method, path, body, timeout)
+            self.sent[route] += 1
+            self.items[route] += len(carried) if isinstance(carried, list) else 1
+        try:
+            answer = super()._once(method, path, body, timeout)
+        except Exception:
+            with self._count_lock:
+                self.unanswered[route] += 1
+            raise
+        if answer[0] >= 500:
+            with self._count_lock:
+                self.unanswered[route] += 1
+        return answer
 
 
 def _run_mode(
@@ -131,7 +158,34 @@ def _run_mode(
         "requests": sum(client.sent.values()),
         "requests_per_lifecycle": round(sum(by_route.values()), 3),
         "by_route": {route: round(n, 3) for route, n in by_route.items()},
+        # Items a request carried on average, by route (claims, leases, closing writes).
+        "items_per_request": {
+            route: round(client.items[route] / n, 2) for route, n in sorted(client.sent.items())
+        },
+        # Of those requests, the ones unanswered in time or answered 5xx (each try counted):
+        # a loaded machine's, which AWS's latency would not see.
+        "unanswered_requests": sum(client.unanswered.values()),
         "seconds": round(elapsed, 2),
+    }
+
+
+def fleet_figures(result: dict[str, Any]) -> dict[str, float]:
+    """What the all-in model (:mod:`leasefence_tools.bench.allin`) takes from the batched fleet:
+    its requests per lifecycle besides renewals (enqueue, claim, finish; every claim request,
+    empty ones included), and the leases one renewal request renewed on average (1 when the run
+    renewed none: one request a lease, the most)."""
+    batched = result["batched"]
+    renewals = [r for r in HEARTBEAT_ROUTES if r in batched["by_route"]]
+    return {
+        "lifecycle_requests": round(
+            sum(n for r, n in batched["by_route"].items() if r not in HEARTBEAT_ROUTES), 4
+        ),
+        "renewal_requests": round(sum(batched["by_route"][r] for r in renewals), 4),
+        "leases_per_renewal": max([batched["items_per_request"][r] for r in renewals] or [1.0]),
+        "requests_per_lifecycle": batched["requests_per_lifecycle"],
+        "workers": batched["workers"],
+        "job_ms": result["job_ms"],
+        "lease_ms": result["lease_ms"],
     }
 
 
@@ -141,7 +195,10 @@ def measure(
     """Both modes on one local stack (see the module's docstring)."""
     from leasefence_tools.local.server import LocalStack
 
-    with LocalStack(port=0, dynamodb_port=0, sweep_interval=None) as stack:
+    with (
+        functions_off_stdout(),
+        LocalStack(port=0, dynamodb_port=0, sweep_interval=None) as stack,
+    ):
         result: dict[str, Any] = {
             mode: _run_mode(
                 stack, f"bench-{mode}", mode == "batched", operations, workers, job_ms, lease_ms
@@ -162,7 +219,10 @@ def render(result: dict[str, Any]) -> str:
     for mode in ("one_at_a_time", "batched"):
         figures = result[mode]
         routes = ", ".join(f"{route} {n:g}" for route, n in figures["by_route"].items())
-        lines.append(f"  {mode}: {figures['requests_per_lifecycle']:g} ({routes})")
+        lines.append(
+            f"  {mode}: {figures['requests_per_lifecycle']:g} ({routes}; "
+            f"{figures['unanswered_requests']} unanswered in time or 5xx)"
+        )
     return "\n".join(lines)
 
 

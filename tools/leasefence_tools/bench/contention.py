@@ -1,5 +1,9 @@
 """Contention: refused claim writes per successful claim, 32 claimers over a deep queue.
 
+With ``batch`` (issue 33's batched workers), each claimer is a ``POST /v1/batch/claim`` request
+instead: its turn makes up to ``batch`` claims in a row, each with a claim token of its own, as
+the API's batch claim runs its items; 32 such requests run at once.
+
 One tenant's queue is filled with the exact items ``Engine.enqueue`` writes (straight into the
 backend: setup only), then 32 threads, each with its own engine and client, call ``claim_next``
 until they have made the planned number of claims together. Every claim's conditional write
@@ -14,6 +18,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -53,9 +58,10 @@ def run(
     candidate_page: int = DEFAULT_CANDIDATE_PAGE,
     label: str = "default",
     contended_page: int = DEFAULT_CONTENDED_PAGE,
+    batch: int = 0,
 ) -> dict[str, Any]:
     """``contended_page`` equal to ``candidate_page``: no larger pages after a lost race (the
-    engine before issue 16)."""
+    engine before issue 16); ``batch``: claimers that are batch claim requests (see above)."""
     spec = bench.create_tables(
         TableSpec(table_name=f"bench-contention-{label}", due_shards=due_shards)
     )
@@ -83,20 +89,26 @@ def run(
         barrier.wait()
         while True:
             with lock:
-                if budget[0] <= 0:
+                turn = min(budget[0], max(1, batch))
+                if turn <= 0:
                     return
-                budget[0] -= 1
-            with meter.phase("claim"):
-                claim = engines[i].claim_next(
-                    TENANT, f"claimer-{i}", lease_ms=600_000, job_types=[JOB_TYPE]
-                )
-            if claim is None:
-                return
-            made[i] += 1
-            with lock:
-                total[0] += 1
-                if total[0] in marks:
-                    snapshots.append((total[0], meter.usage("claim").refused["update_item"]))
+                budget[0] -= turn
+            for _ in range(turn):
+                with meter.phase("claim"):
+                    claim = engines[i].claim_next(
+                        TENANT,
+                        f"claimer-{i}",
+                        lease_ms=600_000,
+                        job_types=[JOB_TYPE],
+                        claim_token=uuid.uuid4().hex if batch else None,
+                    )
+                if claim is None:
+                    return
+                made[i] += 1
+                with lock:
+                    total[0] += 1
+                    if total[0] in marks:
+                        snapshots.append((total[0], meter.usage("claim").refused["update_item"]))
 
     start = time.perf_counter()
     with bench.accelerated(), ThreadPoolExecutor(claimers) as pool:
@@ -124,6 +136,7 @@ def run(
         "due_shards": due_shards,
         "candidate_page": candidate_page,
         "contended_page": contended_page,
+        "batch": batch,
         "refused_claim_writes": usage.refused["update_item"],
         "rcu_per_claim": round(usage.rcu / max(successes, 1), 3),
         "idle_poll_rcu": meter.usage("idle").rcu,

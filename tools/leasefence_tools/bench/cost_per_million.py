@@ -160,6 +160,7 @@ def summary(computed: dict[str, Any]) -> dict[str, float]:
 #: Each profile's and alternative's name in the report's tables.
 LABELS = {
     "http_workers": "leasefence, HTTP workers",
+    "http_workers_batched": "leasefence, HTTP workers, batched",
     "worker_function": "leasefence, worker function (stream)",
     "worker_function_polled": "leasefence, worker function (schedule)",
     "class_a": "leasefence, class A (worker function)",

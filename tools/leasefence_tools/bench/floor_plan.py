@@ -85,7 +85,7 @@ def _requests(w: dict[str, Any], function: str, service: str, delta: float) -> N
 
 def _writer(profile: str) -> str:
     """The function whose invocations make the lifecycle's writes."""
-    return "api" if profile == "http_workers" else "worker"
+    return "api" if profile.startswith("http_workers") else "worker"
 
 
 # ------------------------------------------------------------------------------ the steps

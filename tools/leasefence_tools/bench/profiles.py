@@ -5,6 +5,11 @@ Profiles (each enqueues over the HTTP API with an inline payload of :data:`PAYLO
 
 * ``http_workers``: a worker outside AWS claims over the API (``Worker`` + ``HttpBackend``):
   enqueue, claim (its answer carries the payload), complete: three API requests in all;
+* ``http_workers_batched``: the same through the batch routes, :data:`BATCH` operations at a
+  time (what a fleet of that many batched workers sends: one ``POST /v1/batch/enqueue``, one
+  ``/claim`` and one ``/finish`` for all of them); per lifecycle. The requests a busy fleet really
+  sends per lifecycle are :mod:`~leasefence_tools.bench.batched_http`'s (the all-in model takes
+  them from there);
 * ``worker_function``: the worker function claims from the stream record and runs the job;
 * ``worker_function_polled``: the worker function's schedule instead (its stream mapping off):
   all the profile's operations are queued, then one drain takes them (a schedule tick that finds
@@ -13,9 +18,11 @@ Profiles (each enqueues over the HTTP API with an inline payload of :data:`PAYLO
   transaction (``Job.complete_with``).
 
 Besides the lifecycles, the same measurement of what a lifecycle causes later or around it
-(``events``): one heartbeat (over HTTP, and in-process as the worker function makes it), the
+(``events``): one heartbeat (over HTTP, one lease of :data:`BATCH` renewed in one batch request,
+and in-process as the worker function makes it), the
 payload purge (the sweeper, the payload retention later), the end of the identity retention (the
-TTL deletion and what the stream does with it), an idle HTTP worker's poll, an idle sweeper run
+TTL deletion and what the stream does with it), an idle HTTP worker's poll (one at a time, and
+through the batch claim route), an idle sweeper run
 and an idle schedule tick of the worker function.
 
 Each measurement runs twice, and each figure comes from the pass that does not disturb it:
@@ -64,12 +71,13 @@ from leasefence_tools.bench.meter import Meter
 from leasefence_tools.bench.payload import PAYLOAD  # the job's input: 979 incompressible bytes
 from leasefence_tools.bench.payload import describe as describe_payload
 
-HTTP_TENANT, STREAM_TENANT, POLL_TENANT, CLASS_A_TENANT, IDLE_TENANT = (
+HTTP_TENANT, STREAM_TENANT, POLL_TENANT, CLASS_A_TENANT, IDLE_TENANT, BATCH_TENANT = (
     "profile-http",
     "profile-stream",
     "profile-poll",
     "profile-class-a",
     "profile-idle",
+    "profile-batch",
 )
 JOB_B, JOB_A = "profile-refund", "profile-refund-a"
 LEDGER = "bench-profiles-ledger"
@@ -79,14 +87,25 @@ LEDGER = "bench-profiles-ledger"
 MEMORY_MB = {"api": 1024, "worker": 512, "publisher": 256, "sweeper": 512}
 #: DynamoDB's storage overhead per item and per index entry (bytes).
 ITEM_OVERHEAD = 100
-PROFILES = ("http_workers", "worker_function", "worker_function_polled", "class_a")
+PROFILES = (
+    "http_workers",
+    "http_workers_batched",
+    "worker_function",
+    "worker_function_polled",
+    "class_a",
+)
+#: Operations per batch request in ``http_workers_batched`` and ``heartbeat_http_batched``: a
+#: fleet of 8 workers sharing one backend (the batched HTTP bench's default fleet).
+BATCH = 8
 #: What a lifecycle causes besides its own requests, measured the same way (see the docstring).
 EVENTS = (
     "heartbeat_http",
+    "heartbeat_http_batched",
     "heartbeat_in_process",
     "purge",
     "end_of_retention",
     "idle_poll_http",
+    "idle_poll_http_batched",
     "idle_sweeper_run",
     "idle_worker_tick",
 )
@@ -378,6 +397,8 @@ def _measure(runs: int) -> dict[str, Any]:
         #: The claim answer carries the payload: the HTTP worker sends no GET .../payload.
         "claim_carries_payload": True,
         "memory_mb": MEMORY_MB,
+        #: Operations per batch request in the batched profile and heartbeat.
+        "batch": BATCH,
         "log_level_for_times": shipped_level,
         "profiles": {},
         "events": {},
@@ -606,9 +627,57 @@ def _run_all(
         return op
 
     invocations.secrets.update(
-        {HTTP_TENANT, STREAM_TENANT, POLL_TENANT, CLASS_A_TENANT, IDLE_TENANT}
+        {HTTP_TENANT, STREAM_TENANT, POLL_TENANT, CLASS_A_TENANT, IDLE_TENANT, BATCH_TENANT}
         | {str(PAYLOAD["order_id"]), str(PAYLOAD["note"])[:64]}
+        | {f"batch-worker-{i}" for i in range(BATCH)}
     )
+    batch_api = client(BATCH_TENANT)
+
+    def claimed_in_batch(count: int) -> list[Any]:
+        """``count`` operations enqueued in one request and claimed in one, as ``count`` batched
+        workers sharing a backend claim them (each its own worker id and claim token)."""
+        batch = [new_op("batch") for _ in range(count)]
+        enqueued = batch_api.enqueue_batch(
+            [{"operation_id": op, "job_type": JOB_B, "payload": PAYLOAD} for op in batch]
+        )
+        claims = batch_api.claim_batch(
+            [
+                {"worker_id": f"batch-worker-{i}", "lease_seconds": 30, "job_types": [JOB_B]}
+                for i in range(count)
+            ]
+        )
+        made = [r.result() for r in claims if r.ok and r.value is not None]
+        if not all(r.ok for r in enqueued) or {c.operation_id for c in made} != set(batch):
+            raise RuntimeError("the batch was not enqueued and claimed whole")
+        if not all(c.payload for c in made):  # the job reads its input from the claim
+            raise RuntimeError("a batch claim came without its payload")
+        return made
+
+    def finished_in_batch(claims: list[Any]) -> None:
+        results = batch_api.finish_batch(
+            [
+                {
+                    "action": "complete",
+                    "operation_id": c.operation_id,
+                    "fence": c.fence,
+                    "outcome_code": "refunded",
+                }
+                for c in claims
+            ]
+        )
+        if not all(r.ok for r in results):
+            raise RuntimeError("a batched completion was refused")
+        for c in claims:  # each ended and its history written, then the functions quiet once
+            _wait(partial(ended, BATCH_TENANT, c.operation_id), f"{c.operation_id} to end")
+            _wait(partial(history_done, BATCH_TENANT, c.operation_id), "its history")
+        quiet()
+
+    def via_http_batch(_ctx: Any) -> None:
+        """:data:`BATCH` lifecycles through the batch routes: one enqueue, one claim and one
+        finish request for all of them."""
+        claims = claimed_in_batch(BATCH)
+        finished_in_batch(claims)
+        ops["http_workers_batched"].extend((BATCH_TENANT, c.operation_id) for c in claims)
 
     def via_http(_ctx: Any) -> None:
         op = new_op("http")
@@ -659,6 +728,13 @@ def _run_all(
         via_stream("worker_function", STREAM_TENANT, JOB_B, None)
     )
     out["profiles"]["class_a"] = window(via_stream("class_a", CLASS_A_TENANT, JOB_A, "A"))
+    # The batch routes after the others (their figures as before), warmed just before; per
+    # lifecycle: at least ``runs`` lifecycles, BATCH to an action.
+    plain_setup()
+    via_http_batch(None)
+    ops["http_workers_batched"].clear()
+    batched = window(via_http_batch, n=max(1, math.ceil(runs / BATCH)))
+    out["profiles"]["http_workers_batched"] = _scaled(batched, 1 / BATCH, 4)
     # The schedule alone: the worker's stream mapping goes (the publisher keeps running). Each
     # tick drains ``runs`` queued operations; the window is per operation.
     if "worker" in stack.mappings:
@@ -690,6 +766,26 @@ def _run_all(
     out["events"]["heartbeat_http"] = window(
         heartbeat_http, setup=claimed_over_http, teardown=complete_http
     )
+
+    def heartbeat_http_batched(claims: list[Any]) -> None:
+        renewed = batch_api.heartbeat_batch(
+            [
+                {"operation_id": c.operation_id, "fence": c.fence, "worker_id": f"batch-worker-{i}"}
+                for i, c in enumerate(claims)
+            ]
+        )
+        if not all(r.ok for r in renewed):
+            raise RuntimeError("a batched renewal was refused")
+        quiet()
+
+    # Per lease renewed: BATCH leases renewed in one request.
+    renewals = window(
+        heartbeat_http_batched,
+        setup=lambda: claimed_in_batch(BATCH),
+        teardown=finished_in_batch,
+        n=max(1, math.ceil(runs / BATCH)),
+    )
+    out["events"]["heartbeat_http_batched"] = _scaled(renewals, 1 / BATCH, 4)
 
     def claimed_in_process() -> Any:
         op = new_op("hb")
@@ -724,6 +820,14 @@ def _run_all(
             raise RuntimeError("the idle tenant had work")
 
     out["events"]["idle_poll_http"] = window(idle_poll)
+    # The same poll through the batch claim route (a batched worker alone: a batch of one).
+    idle_batched = HttpBackend(client(IDLE_TENANT), IDLE_TENANT, batched=True)
+
+    def idle_poll_batched(_ctx: Any) -> None:
+        if idle_batched.claim_next("idle-worker", 60_000, [JOB_B]) is not None:
+            raise RuntimeError("the idle tenant had work")
+
+    out["events"]["idle_poll_http_batched"] = window(idle_poll_batched)
 
     def sweeper_run(_ctx: Any) -> None:
         invoker.invoke("sweeper", scheduled_event())

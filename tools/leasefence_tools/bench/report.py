@@ -14,6 +14,7 @@ from typing import Any
 from leasefence.schema import NEW_TENANT_WRITE_SHARDS
 from leasefence_tools.bench import (
     allin,
+    batched_http,
     coldstart,
     compressed,
     contention,
@@ -54,6 +55,15 @@ STREAM_KEYS = (
     "usd_stream_path_per_million_lifecycles",
 )
 
+#: Issue 33's figures for HTTP workers with batching, all numeric.
+BATCHED_KEYS = (
+    "http_requests_per_lifecycle_batched",
+    "http_requests_per_lifecycle_one_at_a_time",
+    "all_in_http_workers_batched_usd",
+    "idle_worker_month_usd_batched",
+    "wasted_claims_per_success_batched",
+)
+
 
 @dataclass(frozen=True)
 class Scale:
@@ -84,6 +94,12 @@ class Scale:
     """Write shards of the base table's partition key in the scale simulation's sharded layout."""
     compressed_operations: int = 0
     """Operations of each compressed run on the partition-limited endpoint (0: none)."""
+    batched_operations: int = 160
+    """Lifecycles of each mode of the batched HTTP fleet (issue 33: requests per lifecycle)."""
+    batched_workers: int = 8
+    """Workers of that fleet, sharing one backend."""
+    ct_batch_claims: int = 1_000
+    """Claims of the contention run whose claimers are batch claim requests (issue 33)."""
 
 
 FULL = Scale(
@@ -130,6 +146,9 @@ QUICK = Scale(
     stream_cost_runs=2,
     profile_runs=1,
     efficiency_runs=1,
+    batched_operations=24,
+    batched_workers=4,
+    ct_batch_claims=100,
 )
 
 
@@ -180,6 +199,15 @@ def run(quick: bool = False) -> dict[str, Any]:
                         contended_page=contended,
                         label=f"s{shards}p{page}c{contended}",
                     )
+            # Issue 33: 32 batch claim requests at once, each up to a fleet's worth of claims.
+            out["batched"] = contention.run(
+                server,
+                p.ct_queued,
+                32,
+                p.ct_batch_claims,
+                label="batched",
+                batch=p.batched_workers,
+            )
             return out
 
         sections["contention"] = _timed("contention", timings, _contention)
@@ -226,12 +254,23 @@ def run(quick: bool = False) -> dict[str, Any]:
     sections["profiles"] = _timed(
         "all-in profiles", timings, lambda: profiles.measure(runs=p.profile_runs)
     )
+    # Issue 33: HTTP requests per lifecycle of a busy fleet, one request per call and batched.
+    sections["batched_http"] = _timed(
+        "batched HTTP workers",
+        timings,
+        lambda: batched_http.measure(operations=p.batched_operations, workers=p.batched_workers),
+    )
     sections["cost_per_million"] = cost_per_million.compute(
         sections["profiles"], sections["cost"]["powertools"]["first_call"]["wcu"]
     )
-    # Issue 24: every line of the bill, at a stated volume and capacity mode.
+    # Issue 24: every line of the bill, at a stated volume and capacity mode; the batched HTTP
+    # workers with the requests their busy fleet sent.
     sections["cost_per_million_all_in"] = allin.compute(
-        sections["profiles"], sections["cost"]["powertools"]["first_call"]["wcu"]
+        {
+            **sections["profiles"],
+            "batched_fleet": batched_http.fleet_figures(sections["batched_http"]),
+        },
+        sections["cost"]["powertools"]["first_call"]["wcu"],
     )
     sections["scale"] = _timed(
         "scale simulation",
@@ -304,6 +343,18 @@ def run(quick: bool = False) -> dict[str, Any]:
             name: p["wru_per_lifecycle_all"] for name, p in all_in["profiles"].items()
         },
         "idle_worker_month_usd": all_in["idle_worker_month"]["usd"],
+        # Issue 33: the batched HTTP workers.
+        "http_requests_per_lifecycle_batched": sections["batched_http"]["batched"][
+            "requests_per_lifecycle"
+        ],
+        "http_requests_per_lifecycle_one_at_a_time": sections["batched_http"]["one_at_a_time"][
+            "requests_per_lifecycle"
+        ],
+        "all_in_http_workers_batched_usd": all_in["profiles"]["http_workers_batched"]["total"],
+        "idle_worker_month_usd_batched": all_in["idle_worker_month_batched"]["usd"],
+        "wasted_claims_per_success_batched": sections["contention"]["batched"][
+            "wasted_claims_per_success"
+        ],
         # Issue 16: dollars per million lifecycles as that model counted them (fewer lines).
         "cost_per_million": cost_per_million.summary(sections["cost_per_million"]),
         "wcu_per_lifecycle": c["lifecycle"]["wcu"],
@@ -569,9 +620,9 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
         )
         return f"{v['due_shards']} shards, {pages}: {v['wasted_claims_per_success']:g}"
 
-    variants = "; ".join(_variant(v) for k, v in ct.items() if k != "default")
+    variants = "; ".join(_variant(v) for k, v in ct.items() if k not in ("default", "batched"))
     best = min(
-        (v for k, v in ct.items() if k != "default"),
+        (v for k, v in ct.items() if k not in ("default", "batched")),
         key=lambda v: v["wasted_claims_per_success"],
         default=None,
     )
@@ -773,6 +824,7 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
             )
         )
     rows.extend(_issue_24_rows(r, s))
+    rows.extend(_batched_rows(r, s))
     rows.extend(lean.rows(r["lean_item"]))
     for row in rows:
         if row["met"] is False and isinstance(row["value"], (int, float)):
@@ -856,6 +908,72 @@ def _issue_24_rows(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]
         )
     )
     return rows
+
+
+def _batched_rows(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 33's targets for HTTP workers with batching: requests per lifecycle of a busy fleet,
+    all in, an idle worker's month, wasted claims."""
+    fleet = s["batched_http"]
+    one, batched = fleet["one_at_a_time"], fleet["batched"]
+    all_in = s["cost_per_million_all_in"]
+    figures = all_in["batched_fleet"]
+    p = all_in["profiles"]["http_workers_batched"]
+    plain = all_in["profiles"]["http_workers"]
+    idle = all_in["idle_worker_month_batched"]
+    ct = s["contention"]["batched"]
+
+    def routes(mode: dict[str, Any]) -> str:
+        return ", ".join(
+            f"{route.removeprefix('POST ')} {n:g} ({mode['items_per_request'][route]:g} a request)"
+            for route, n in mode["by_route"].items()
+        )
+
+    return [
+        _row(
+            "http_requests_per_lifecycle_batched",
+            "<= 1.5",
+            r["http_requests_per_lifecycle_batched"],
+            r["http_requests_per_lifecycle_batched"] <= 1.5,
+            f"{r['http_requests_per_lifecycle_batched']:g} batched, "
+            f"{r['http_requests_per_lifecycle_one_at_a_time']:g} one request per call",
+            f"A busy fleet of {batched['workers']} HTTP workers sharing one backend, "
+            f"{batched['operations']} lifecycles a mode, jobs of {fleet['job_ms']} ms +-50% "
+            f"reporting progress on leases of {fleet['lease_ms']} ms (a renewal every third); "
+            "enqueues per operation enqueued, the rest per lifecycle ended, a backlog to the end "
+            f"(no idle polls). Batched: {routes(batched)}. One at a time: {routes(one)}.",
+        ),
+        _row(
+            "all_in_http_workers_batched",
+            "<= 13.5",
+            p["total"],
+            p["total"] <= 13.5,
+            f"${p['total']:.2f} per million (one request per call: ${plain['total']:.2f})",
+            f"The batch routes' measured units, CPU and logs per lifecycle (batches of "
+            f"{s['profiles']['batch']}), with the fleet's {figures['lifecycle_requests']:g} "
+            "enqueue, claim and finish requests per lifecycle and one renewal request per "
+            f"{figures['leases_per_renewal']:g} leases; every other line as the HTTP workers' "
+            f"row. Largest lines: {_top_lines(p['lines'])}.",
+        ),
+        _row(
+            "idle_worker_month_usd_batched",
+            "<= 0.5",
+            idle["usd"],
+            idle["usd"] <= 0.5,
+            f"${idle['usd']:.2f} a month ({idle['polls']:,} polls)",
+            "An idle batched HTTP worker: each poll a batch claim of one item, backing off as "
+            f"the one-at-a-time worker does. Lines: {_top_lines(idle['lines'])}.",
+        ),
+        _row(
+            "wasted_claims_per_success_batched",
+            "<= 0.1",
+            ct["wasted_claims_per_success"],
+            ct["wasted_claims_per_success"] <= 0.1,
+            f"{ct['wasted_claims_per_success']:g} ({ct['rcu_per_claim']:g} RCU per claim)",
+            f"{ct['claims']:,} claims by 32 batch claim requests at once, each up to "
+            f"{ct['batch']} claims in a row with a claim token each, from a "
+            f"{ct['queued']:,}-deep queue with the defaults.",
+        ),
+    ]
 
 
 def _idle_poll_rcu(s: dict[str, Any]) -> float:

@@ -18,10 +18,8 @@ the polling path, and what the stream path costs per lifecycle.
 
 from __future__ import annotations
 
-import contextlib
 import random
 import statistics
-import sys
 import threading
 import time
 import uuid
@@ -32,6 +30,7 @@ from leasefence.worker import FunctionHandler, Job
 from leasefence_tools.bench import prices
 from leasefence_tools.bench import units as U
 from leasefence_tools.bench.meter import Meter
+from leasefence_tools.bench.quiet import functions_off_stdout
 
 BENCH_TENANT, POLL_TENANT = "bench-stream", "bench-poll"
 JOB_TYPE = "bench-job"
@@ -279,12 +278,5 @@ def cost(runs: int) -> dict[str, Any]:
 def measure(runs: int = 40, cost_runs: int = 5) -> dict[str, Any]:
     """Both, with the functions' logs and metrics kept off stdout (``leasefence bench --json``
     prints its report there)."""
-    from leasefence.observability import logger
-
-    level = logger.log_level
-    logger.setLevel("WARNING")
-    try:
-        with contextlib.redirect_stdout(sys.stderr):  # the metrics' EMF lines
-            return {"latency": latency(runs), "cost": cost(cost_runs)}
-    finally:
-        logger.setLevel(level)
+    with functions_off_stdout():
+        return {"latency": latency(runs), "cost": cost(cost_runs)}
