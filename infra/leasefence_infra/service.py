@@ -256,15 +256,8 @@ class LeaseFenceService(Construct, ServiceAccess):
                 environment=environment,
                 handlers_layer=self.worker_handlers_layer,
             )
-        self.dispatch: StreamDispatch | None = None
-        if self.worker is not None:
-            self.dispatch = StreamDispatch(
-                self,
-                "StreamDispatch",
-                worker=self.worker,
-                table=self.storage.table,
-                key=self.storage.encryption_key,
-            )
+        # One reader of the stream by default: the worker's function also publishes.
+        shared = self.worker is not None and self.worker.props.stream_readers == 1
         self.publisher = Publisher(
             self,
             "Publisher",
@@ -275,7 +268,18 @@ class LeaseFenceService(Construct, ServiceAccess):
             event_bus=props.event_bus,
             access_logs=props.server_access_logs_bucket,
             removal_policy=props.removal_policy,
+            function=self.worker.function if shared and self.worker is not None else None,
         )
+        self.dispatch: StreamDispatch | None = None
+        if self.worker is not None:
+            self.dispatch = StreamDispatch(
+                self,
+                "StreamDispatch",
+                worker=self.worker,
+                table=self.storage.table,
+                key=self.storage.encryption_key,
+                publisher=self.publisher if shared else None,
+            )
         #: The alarms, their topic and the dashboard (``alarms``, ``dashboard``); None: no alarms.
         self.monitoring: Monitoring | None = None
         if props.alarms:

@@ -214,7 +214,7 @@ def _stream_rows(
         publisher.metric_failed_batches(FIVE_MINUTES, label="Publisher")
     ]
     iterator_ages = [metrics.iterator_age(publisher_fn, "Publisher")]
-    if dispatch is not None:
+    if dispatch is not None and dispatch.failure_queue is not None:  # the worker's own mapping
         stream_failures.append(_queue_depth(dispatch.failure_queue, "Worker"))
         iterator_ages.append(metrics.iterator_age(dispatch.function, "Worker"))
     dashboard.add_widgets(
