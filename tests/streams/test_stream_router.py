@@ -215,3 +215,36 @@ def test_an_unknown_dispatch_mode_is_refused(mode):
 
     with pytest.raises(ValueError, match="LEASEFENCE_WORKER_DISPATCH"):
         Settings(worker_dispatch=mode)
+
+
+def test_what_the_router_keeps_the_redrive_replays(aws, table, engine, clock):
+    """The kept object is the one Lambda itself writes (``leasefence publisher redrive`` reads
+    it); a whole batch of the shared mapping in the bucket (a failed invocation) is replayed
+    for its publisher records only."""
+    from leasefence.streams import kept
+    from leasefence.streams.redrive import redrive
+
+    s3 = aws.client("s3")
+    bucket = f"kept-{table.table_name}"
+    s3.create_bucket(Bucket=bucket)
+    stream = Stream(aws, table.table_name)
+    event = _batch(engine, clock, stream)
+
+    def keep(records):
+        kept.put_kept(s3, bucket, records, mapping_id="worker-publishing",
+                      function_arn="leasefence-worker", condition="PublishingFailed", attempts=3)
+
+    def unreachable(record):
+        raise ConnectionError("EventBridge unreachable")
+
+    route, _, _ = _router(engine, lambda j: "ran", unreachable, keep)
+    assert route.handle(event) == {"batchItemFailures": []}
+    # A whole batch as the mapping writes it after its retries: the worker's records in it too.
+    keep(event["Records"])
+    bus = Events()
+    report = redrive(s3, bucket, Publisher(engine.store, lambda: bus, "bus").handle)
+    assert (report.objects, report.failed, report.kept) == (2, [], [])
+    assert report.records == 4  # 2 kept by the router + the batch's 2 publisher records
+    # Each operation's records in its order (the two objects' copies together).
+    assert [json.loads(e["Detail"])["operation_id"] for e in bus.put] == ["op-a", "op-a", "op-c", "op-c"]
+    assert s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
