@@ -4,7 +4,7 @@ Three triggers, one function (the event's shape tells them apart):
 
 * a batch of DynamoDB stream records. With ``LEASEFENCE_PUBLISHER_FAILURES`` set (the default
   deployment: one mapping, :func:`leasefence.streams.mappings.shared`) the batch is routed
-  (:mod:`leasefence.streams.router`): records of work that became claimable now are claimed and
+  (:mod:`leasefence.worker.stream_router`): records of work that became claimable now are claimed and
   started, then the publisher's records are published, neither consumer's failure reaching the
   other. Without it (``WorkerProps(stream_readers=2)``: the worker's own mapping, filtered to
   claimable work) each record's operation is claimed by name and run
@@ -48,7 +48,7 @@ FIRST_EVENT_IMPORTS = preload(
     "leasefence.worker.dispatch",
     "leasefence.worker.handoff",
     "leasefence.streams.publisher",
-    "leasefence.streams.router",
+    "leasefence.worker.stream_router",
     "aws_lambda_powertools.utilities.batch",
 )
 
@@ -143,7 +143,7 @@ def _router(rt, dispatch):
     in the publisher's on-failure bucket."""
     from leasefence.streams import kept
     from leasefence.streams.publisher import Publisher
-    from leasefence.streams.router import PUBLISH_ATTEMPTS, StreamRouter
+    from leasefence.worker.stream_router import PUBLISH_ATTEMPTS, StreamRouter
 
     settings = rt.settings
     publisher = Publisher(

@@ -3,7 +3,7 @@ claimable, instead of it waiting for the next scheduled drain.
 
 By default (``WorkerProps.stream_readers=1``) the mapping is shared with the publisher: one
 reader of the stream (:func:`leasefence.streams.mappings.shared`, the publisher's settings and
-its on-failure bucket), whose function routes each record (:mod:`leasefence.streams.router`).
+its on-failure bucket), whose function routes each record (:mod:`leasefence.worker.stream_router`).
 What follows describes the worker's own mapping (``stream_readers=2``).
 
 The mapping's filter (:func:`leasefence.streams.filters.dispatch_filters`) passes only records of

@@ -19,7 +19,7 @@ compaction needs a conditional write, and one reader of the stream does both, in
 each operation's writes. DynamoDB Streams serves two readers per shard without throttling: with a
 worker, the publisher's work is done by the worker function in the one mapping it shares with
 stream dispatch (``function``: :func:`leasefence.streams.mappings.shared`,
-:mod:`leasefence.streams.router`), which keeps the records it could not publish in this same
+:mod:`leasefence.worker.stream_router`), which keeps the records it could not publish in this same
 bucket; no publisher function is created, and the second reader is the adopter's.
 
 Outcome events are optional (``events``, off by default): without them no bus is created or
@@ -35,6 +35,7 @@ from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_events as events
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
@@ -113,6 +114,15 @@ class Publisher(Construct):
             )
         else:
             self.function = function
+            #: The log group of the publisher function of earlier releases, kept in place: it is
+            #: retained (an upgrade must delete no retained resource, and a stack policy from
+            #: ``leasefence_infra.stateful`` forbids it) and holds that function's logs.
+            self.legacy_log_group = logs.LogGroup(
+                Construct(self, "Function"),
+                "Logs",
+                retention=runtime.log_retention,
+                removal_policy=runtime.removal_policy,
+            )
             for name, value in {
                 **bus_environment,
                 SHARED_PUBLISHER_ENV: self.failure_bucket.bucket_name,

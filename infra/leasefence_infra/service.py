@@ -19,9 +19,11 @@ It composes one construct per concern (see ``infra/README.md`` for the why):
 * ``Worker`` (:mod:`~leasefence_infra.worker`, ``worker=WorkerProps(...)`` only): your job
   handlers, run in process against the engine, drained on a schedule;
 * ``StreamDispatch`` (:mod:`~leasefence_infra.dispatch`, with the worker): the table's stream
-  invokes the worker as soon as work becomes claimable;
+  invokes the worker as soon as work becomes claimable (by default through the one mapping it
+  shares with the publisher: one reader of the stream);
 * ``Publisher`` (:mod:`~leasefence_infra.publisher`): history and outcome events from the
-  table's stream, and the event bus (created unless you bring your own);
+  table's stream (its own function and mapping, or the worker's), its on-failure bucket, and
+  the event bus (created unless you bring your own);
 * ``Monitoring`` (:mod:`~leasefence_infra.monitoring`): dashboard, alarms and their SNS topic.
 * ``InitialCatalogue`` (:mod:`~leasefence_infra.catalogue`, ``job_types={...}`` only): a custom
   resource that declares the deployment's initial job-type catalogue.
@@ -428,7 +430,9 @@ class LeaseFenceService(Construct, ServiceAccess):
 
     @property
     def publisher_function(self) -> lambda_.Function:
-        """The publisher function (history and outcome events), e.g. to grant it your bus's key."""
+        """The function that publishes (history and outcome events), e.g. to grant it your bus's
+        key: the worker's when it shares the stream's one mapping (``stream_readers=1``), else
+        the publisher's own."""
         return self.publisher.function.function
 
     @property

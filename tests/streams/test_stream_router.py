@@ -12,9 +12,10 @@ import pytest
 from tests.streams.test_stream_records import H, Stream, clock, engine, table  # noqa: F401
 
 from leasefence.errors import Unavailable
-from leasefence.streams import filters, mappings, router
+from leasefence.streams import filters, mappings
+from leasefence.worker import stream_router as router
 from leasefence.streams.publisher import Publisher
-from leasefence.streams.router import StreamRouter
+from leasefence.worker.stream_router import StreamRouter
 from leasefence.worker import FunctionHandler, Worker
 from leasefence.worker.handler import Reconciled
 from leasefence.worker.backend import EngineBackend
@@ -248,3 +249,20 @@ def test_what_the_router_keeps_the_redrive_replays(aws, table, engine, clock):
     # Each operation's records in its order (the two objects' copies together).
     assert [json.loads(e["Detail"])["operation_id"] for e in bus.put] == ["op-a", "op-a", "op-c", "op-c"]
     assert s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
+
+
+def test_records_older_than_ten_minutes_are_published_not_dispatched(aws, table, engine, clock):
+    """A mapping that starts at TRIM_HORIZON (created again, or the upgrade from two mappings)
+    replays up to a day of records: their work is the drain's, their outcomes still go out."""
+    stream = Stream(aws, table.table_name)
+    event = _batch(engine, clock, stream)
+    created = max(r["dynamodb"]["ApproximateCreationDateTime"] for r in event["Records"])
+    bus = Events()
+    route, counted, _ = _router(engine, lambda j: "ran", Publisher(engine.store, lambda: bus, "bus").handle, list)
+    route.now = lambda: created + router.DISPATCH_MAX_AGE_S + 1
+    assert route.handle(event) == {"batchItemFailures": []}
+    assert [engine.get("acme", op).state for op in ("op-b", "op-c")] == ["queued", "queued"]
+    assert "StreamDispatched" not in counted and len(bus.put) == 2
+    route.now = lambda: created + router.DISPATCH_MAX_AGE_S - 1  # younger: dispatched
+    route.handle(event)
+    assert [engine.get("acme", op).state for op in ("op-b", "op-c")] == ["succeeded", "succeeded"]

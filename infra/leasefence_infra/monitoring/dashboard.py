@@ -58,7 +58,17 @@ def build_dashboard(
                     "StreamDispatched", "StreamDispatchTaken", "StreamDispatchDeferred"
                 ),
                 width=WIDTH,
-            )
+            ),
+            cw.GraphWidget(
+                title="Worker: stream batches (claims failed, handed off, publishing kept)",
+                left=metrics.metrics(
+                    "StreamDispatchFailed",
+                    "StreamHandedOff",
+                    "StreamHandoffFailed",
+                    "PublishFailuresKept",
+                ),
+                width=WIDTH,
+            ),
         )
     if worker is not None:
         _worker_rows(dashboard, metrics, worker)

@@ -137,7 +137,7 @@ def shared_filters() -> list[dict[str, Any]]:
     (work that became claimable now) become one: any write whose transition is one of those or an
     enqueue, whatever the state, tenant or history mark. What it passes beyond the two filters
     (enqueues of tenants the worker does not serve, enqueues of operations whose history is not in
-    their item) the function drops by the exact filters (:mod:`leasefence.streams.router`)."""
+    their item) the function drops by the exact filters (:mod:`leasefence.worker.stream_router`)."""
     live, *rest = publisher_filters()
     transitions = [t.value for t in EVENT_LIVE]
     transitions += [t.value for t in CLAIMABLE_NOW if t.value not in transitions]

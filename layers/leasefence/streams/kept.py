@@ -5,7 +5,7 @@ themselves in ``payload``) and the name of its object
 
 The local stack's mappings write it as Lambda does (:mod:`leasefence_tools.local.streams`), and the
 shared stream function keeps the records it could not publish there itself
-(:mod:`leasefence.streams.router`), so that ``leasefence publisher redrive``
+(:mod:`leasefence.worker.stream_router`), so that ``leasefence publisher redrive``
 (:mod:`leasefence.streams.redrive`) replays both alike.
 """
 

@@ -113,7 +113,7 @@ def publisher() -> StreamMapping:
 def shared(batch_size: int = 10, parallelization_factor: int = 10) -> StreamMapping:
     """The one mapping of a deployment with a worker: the worker function dispatches the work
     that became claimable and publishes what the publisher would
-    (:class:`leasefence.streams.router.StreamRouter`), so leasefence takes one of the stream's two
+    (:class:`leasefence.worker.stream_router.StreamRouter`), so leasefence takes one of the stream's two
     readers per shard.
 
     * the filter: :func:`leasefence.streams.filters.shared_filters`, five patterns (a superset of

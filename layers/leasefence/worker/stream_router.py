@@ -6,7 +6,8 @@ The mapping's filter is a superset of both (:func:`leasefence.streams.filters.sh
 here each record goes to the consumers whose exact filter it passes, and neither consumer's
 failure reaches the other:
 
-1. **Dispatch first.** Each record for the worker is claimed by name (one conditional write pinned
+1. **Dispatch first.** Each record for the worker (written in the last
+   :data:`DISPATCH_MAX_AGE_S`: older work is the drain's) is claimed by name (one conditional write pinned
    to the record's image: a record delivered again claims nothing), and the claimed jobs start
    (threads, or handed to an asynchronous invocation: :mod:`leasefence.worker.handoff`) before
    anything is published: a slow or failing publish never delays a job. A claim that fails (the
@@ -42,6 +43,11 @@ from leasefence.streams import filters
 
 log = logging.getLogger("leasefence.router")
 
+#: Records older than this are not dispatched (the worker's own mapping's maximum record age):
+#: the scheduled drain has long found their work, and a mapping that starts at ``TRIM_HORIZON``
+#: (created again, or on the upgrade from two mappings) would otherwise spend a refused claim
+#: write on each of up to a day of records.
+DISPATCH_MAX_AGE_S = 600
 #: Attempts at publishing one record before it is kept (the backoff doubles from
 #: :data:`PUBLISH_BACKOFF_S`: at most about 0.3 s of waiting for a record that keeps failing).
 PUBLISH_ATTEMPTS = 3
@@ -62,12 +68,14 @@ class StreamRouter:
         keep: Callable[[Sequence[Record]], None],
         count: MetricSink | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        now: Callable[[], float] = time.time,
     ) -> None:
         self.dispatch = dispatch
         self.publish = publish
         self.keep = keep
         self.count = count if count is not None else (lambda _name, _value: None)
         self.sleep = sleep
+        self.now = now
         self.dispatch_filters = filters.dispatch_filters(sorted(dispatch.tenants))
         self.publisher_filters = filters.publisher_filters()
 
@@ -78,8 +86,13 @@ class StreamRouter:
         batch: list[Record] = list(event.get("Records") or [])
         outcomes: dict[str, int] = {}
         claims: list[Claim] = []
+        oldest = self.now() - DISPATCH_MAX_AGE_S
         for record in batch:
             if not filters.passes(self.dispatch_filters, record):
+                continue
+            created = record.get("dynamodb", {}).get("ApproximateCreationDateTime")
+            if isinstance(created, (int, float)) and created < oldest:
+                outcomes["too_old"] = outcomes.get("too_old", 0) + 1
                 continue
             try:
                 outcome, claim = self.dispatch.claim(record, remaining_ms)
