@@ -156,6 +156,12 @@ UNALARMED_METRICS: dict[str, str] = {
     "StreamDispatched": "stream dispatch's throughput; its failures are alarmed",
     "StreamDispatchTaken": "a record whose work was already taken: normal",
     "StreamDispatchDeferred": "left to the drain, which the WorkerNotRunning alarm covers",
+    "StreamDispatchFailed": "a claim from the shared stream batch failed: left to the drain "
+    "(WorkerNotRunning); its cause, the table throttled, is alarmed (DynamoDbThrottles)",
+    "StreamHandedOff": "the invoke dispatch mode's throughput",
+    "StreamHandoffFailed": "a claim not handed over lapses and the drain takes it over; "
+    "the worker function's throttles and errors are alarmed",
+    "PublishFailuresKept": "alarmed as the on-failure bucket's writes (PublisherFailuresAlarm)",
     "Heartbeats": "lease renewals: normal activity",
     "HeartbeatsSkippedNoProgress": "alarmed when the lease runs out (StalledClaims)",
     "HeartbeatErrors": "the job stops acting and loses its claim (WorkerLostOwnership)",
