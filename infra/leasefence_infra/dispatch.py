@@ -4,6 +4,10 @@ claimable, instead of it waiting for the next scheduled drain.
 By default (``WorkerProps.stream_readers=1``) the mapping is shared with the publisher: one
 reader of the stream (:func:`leasefence.streams.mappings.shared`, the publisher's settings and
 its on-failure bucket), whose function routes each record (:mod:`leasefence.worker.stream_router`).
+It keeps the logical id (``StreamDispatch/Mapping``) and the starting position of the worker's
+own mapping, so that switching between one and two readers updates it in place, and the worker's
+on-failure queue (``StreamDispatch/Failures``) stays: after the switch to one reader nothing new
+is sent there, and deleting it would delete what the two-reader layout had sent.
 What follows describes the worker's own mapping (``stream_readers=2``).
 
 The mapping's filter (:func:`leasefence.streams.filters.dispatch_filters`) passes only records of
@@ -27,11 +31,19 @@ from .publisher import Publisher
 from .stream import stream_failure_queue, subscribe
 from .worker import Worker
 
+#: cdk-nag's reason for the worker's stream queue that a shared mapping keeps (no DLQ of its own).
+KEPT_QUEUE_REASON = (
+    "This queue was the on-failure destination of the worker function's own stream event source "
+    "mapping (stream_readers=2, and every deployment before one stream reader became the "
+    "default); with one reader nothing is sent to it, and it is kept so that an upgrade does not "
+    "delete the messages it holds; it has its own alarm."
+)
+
 
 class StreamDispatch(Construct):
     """The worker function's event source mapping on the table's stream (``Mapping``): shared
-    with ``publisher`` (its on-failure bucket), or with an on-failure queue of its own
-    (``Failures``) when ``publisher`` is None."""
+    with ``publisher`` (its on-failure bucket), or, when ``publisher`` is None, with the
+    on-failure queue ``Failures`` (which a shared mapping keeps, unused: see above)."""
 
     def __init__(
         self,
@@ -47,17 +59,23 @@ class StreamDispatch(Construct):
         #: The mapping's settings and filter (:attr:`WorkerProps.stream_mapping`).
         self.mapping = worker.props.stream_mapping
         self.function = worker.function.function
-        #: The worker's own on-failure queue; None when the mapping is shared (the publisher's
-        #: bucket is its destination).
-        self.failure_queue: sqs.Queue | None = None
-        if publisher is None:
-            self.failure_queue = stream_failure_queue(self, "Failures", what="worker", key=key)
+        #: Whether the mapping is shared with the publisher (one stream reader).
+        self.shared = publisher is not None
+        #: The worker's own mapping's on-failure queue: its destination with two readers; with
+        #: one, kept with what the two-reader layout sent there (alarmed while it holds any).
+        self.failure_queue: sqs.Queue = stream_failure_queue(
+            self,
+            "Failures",
+            what="worker",
+            key=key,
+            reason=None if publisher is None else KEPT_QUEUE_REASON,
+        )
         self.event_source_mapping = subscribe(
             self,
             "Mapping",
             function=worker.function,
             table=table,
             mapping=self.mapping,
-            failure_queue=self.failure_queue,
+            failure_queue=None if publisher is not None else self.failure_queue,
             failure_bucket=publisher.failure_bucket if publisher is not None else None,
         )

@@ -34,7 +34,10 @@ class Events:
         if self.fail:
             raise ConnectionError("EventBridge unreachable")
         self.put += Entries
-        return {"FailedEntryCount": 0, "Entries": [{"EventId": str(i)} for i in range(len(Entries))]}
+        return {
+            "FailedEntryCount": 0,
+            "Entries": [{"EventId": str(i)} for i in range(len(Entries))],
+        }
 
 
 def _batch(engine, clock, stream):
@@ -79,12 +82,10 @@ def test_the_shared_mapping_reads_once_for_both_within_five_filters(aws, table, 
     shared = mappings.shared(batch_size=25, parallelization_factor=5)
     assert len(shared.filters) == 5  # Lambda's default quota of filters per mapping
     assert (shared.function, shared.batch_size, shared.parallelization_factor) == ("worker", 25, 5)
-    # The publisher's settings: no record it needs is dropped or skipped.
-    assert (shared.max_retries, shared.max_record_age_s, shared.starting_position) == (
-        10,
-        -1,
-        "TRIM_HORIZON",
-    )
+    # The publisher's retries: no record it needs is dropped or skipped; the worker's mapping's
+    # starting position, so that the upgrade from two mappings updates that one in place.
+    assert (shared.max_retries, shared.max_record_age_s) == (10, -1)
+    assert shared.starting_position == mappings.worker(["acme"]).starting_position == "LATEST"
     assert (shared.bisect, shared.failure_destination) == (True, "s3")
     stream = Stream(aws, table.table_name)
     records = [*_batch(engine, clock, stream)["Records"]]
@@ -153,7 +154,13 @@ def test_when_nothing_can_be_kept_the_publisher_records_are_retried_not_the_disp
     assert [f["itemIdentifier"] for f in failures] == publisher_seqs
     assert sorted(ran) == ["op-b", "op-c"]
     # Delivered again from there (the mapping's retry): nothing runs twice.
-    redelivered = {"Records": [r for r in event["Records"] if r["dynamodb"]["SequenceNumber"] >= failures[0]["itemIdentifier"]]}
+    redelivered = {
+        "Records": [
+            r
+            for r in event["Records"]
+            if r["dynamodb"]["SequenceNumber"] >= failures[0]["itemIdentifier"]
+        ]
+    }
     route.handle(redelivered)
     assert sorted(ran) == ["op-b", "op-c"] and counted["StreamDispatchTaken"] >= 1
 
@@ -178,9 +185,7 @@ def test_a_dispatch_failure_does_not_lose_an_outcome_event(aws, table, engine, c
     assert [engine.get("acme", op).state for op in ("op-b", "op-c")] == ["queued", "queued"]
 
 
-def test_the_invoke_mode_hands_claims_over_and_the_invocation_runs_them(
-    aws, table, engine, clock
-):
+def test_the_invoke_mode_hands_claims_over_and_the_invocation_runs_them(aws, table, engine, clock):
     stream = Stream(aws, table.table_name)
     event = _batch(engine, clock, stream)
     handed: list[str] = []
@@ -232,8 +237,15 @@ def test_what_the_router_keeps_the_redrive_replays(aws, table, engine, clock):
     event = _batch(engine, clock, stream)
 
     def keep(records):
-        kept.put_kept(s3, bucket, records, mapping_id="worker-publishing",
-                      function_arn="leasefence-worker", condition="PublishingFailed", attempts=3)
+        kept.put_kept(
+            s3,
+            bucket,
+            records,
+            mapping_id="worker-publishing",
+            function_arn="leasefence-worker",
+            condition="PublishingFailed",
+            attempts=3,
+        )
 
     def unreachable(record):
         raise ConnectionError("EventBridge unreachable")
@@ -247,7 +259,12 @@ def test_what_the_router_keeps_the_redrive_replays(aws, table, engine, clock):
     assert (report.objects, report.failed, report.kept) == (2, [], [])
     assert report.records == 4  # 2 kept by the router + the batch's 2 publisher records
     # Each operation's records in its order (the two objects' copies together).
-    assert [json.loads(e["Detail"])["operation_id"] for e in bus.put] == ["op-a", "op-a", "op-c", "op-c"]
+    assert [json.loads(e["Detail"])["operation_id"] for e in bus.put] == [
+        "op-a",
+        "op-a",
+        "op-c",
+        "op-c",
+    ]
     assert s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
 
 
@@ -258,7 +275,9 @@ def test_records_older_than_ten_minutes_are_published_not_dispatched(aws, table,
     event = _batch(engine, clock, stream)
     created = max(r["dynamodb"]["ApproximateCreationDateTime"] for r in event["Records"])
     bus = Events()
-    route, counted, _ = _router(engine, lambda j: "ran", Publisher(engine.store, lambda: bus, "bus").handle, list)
+    route, counted, _ = _router(
+        engine, lambda j: "ran", Publisher(engine.store, lambda: bus, "bus").handle, list
+    )
     route.now = lambda: created + router.DISPATCH_MAX_AGE_S + 1
     assert route.handle(event) == {"batchItemFailures": []}
     assert [engine.get("acme", op).state for op in ("op-b", "op-c")] == ["queued", "queued"]

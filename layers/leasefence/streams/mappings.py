@@ -125,9 +125,17 @@ def shared(batch_size: int = 10, parallelization_factor: int = 10) -> StreamMapp
       and the later records it holds back to the on-failure bucket itself, for
       ``leasefence publisher redrive``): what the mapping retries is what the function could not
       keep, or a batch whose invocation failed outright (a timeout). For those: the publisher's
-      settings (10 retries, bisected, records of any age, ``TRIM_HORIZON``, the S3 bucket), so no
-      record the publisher needs is lost; a redelivered dispatch record claims nothing twice
-      (the claim is pinned to the record's image).
+      settings (10 retries, bisected, records of any age, the S3 bucket), so no record the
+      publisher needs is given up; a redelivered dispatch record claims nothing twice (the claim
+      is pinned to the record's image).
+    * starts at ``LATEST``, as the worker's own mapping (:func:`worker`), and is deployed under
+      that mapping's logical id: the upgrade from two readers (or ``stream_readers=2`` to 1)
+      then *updates* the worker's mapping in place (filter, batch, retries, destination), and it
+      keeps reading from where it was. The starting position is a create-only property of
+      ``AWS::Lambda::EventSourceMapping``: a different one would have CloudFormation create a
+      second mapping of the same function on the same stream before deleting the first, which
+      Lambda refuses (``ResourceConflictException``: the update fails and rolls back). The
+      publisher's own mapping, a different function's, keeps ``TRIM_HORIZON``.
     """
     return StreamMapping(
         "worker",
@@ -138,6 +146,6 @@ def shared(batch_size: int = 10, parallelization_factor: int = 10) -> StreamMapp
         max_retries=10,
         bisect=True,
         max_record_age_s=-1,
-        starting_position="TRIM_HORIZON",
+        starting_position="LATEST",
         failure_destination="s3",
     )

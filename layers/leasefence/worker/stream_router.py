@@ -44,9 +44,9 @@ from leasefence.streams import filters
 log = logging.getLogger("leasefence.router")
 
 #: Records older than this are not dispatched (the worker's own mapping's maximum record age):
-#: the scheduled drain has long found their work, and a mapping that starts at ``TRIM_HORIZON``
-#: (created again, or on the upgrade from two mappings) would otherwise spend a refused claim
-#: write on each of up to a day of records.
+#: the scheduled drain has long found their work. The shared mapping delivers records of any
+#: age (the publisher needs them), so a shard that fell behind (a batch retried for a while, the
+#: function throttled) would otherwise spend a refused claim write on each late record.
 DISPATCH_MAX_AGE_S = 600
 #: Attempts at publishing one record before it is kept (the backoff doubles from
 #: :data:`PUBLISH_BACKOFF_S`: at most about 0.3 s of waiting for a record that keeps failing).

@@ -805,9 +805,10 @@ class LocalStack:
 
     def start_streams(self, starting_position: str | None = None) -> None:
         """Turn the table's stream on (if it is not) and start the event source mappings: the
-        publisher's, and the worker's when handlers were given. Created now, each starts at its
-        own starting position (the publisher's ``TRIM_HORIZON``: everything the stream holds; the
-        worker's ``LATEST``), or at ``starting_position``; stopped by :meth:`stop_streams`, they
+        publisher's, and the worker's when handlers were given (one shared mapping, or with
+        ``stream_readers=2`` two). Created now, each starts at its own starting position (the
+        publisher's ``TRIM_HORIZON``: everything the stream holds; the worker's and the shared
+        one's ``LATEST``), or at ``starting_position``; stopped by :meth:`stop_streams`, they
         resume where they stopped."""
         from leasefence.schema import create_table
         from leasefence.streams import mappings
