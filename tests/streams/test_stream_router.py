@@ -34,10 +34,7 @@ class Events:
         if self.fail:
             raise ConnectionError("EventBridge unreachable")
         self.put += Entries
-        return {
-            "FailedEntryCount": 0,
-            "Entries": [{"EventId": str(i)} for i in range(len(Entries))],
-        }
+        return {"FailedEntryCount": 0, "Entries": [{"EventId": str(i)} for i in range(len(Entries))]}
 
 
 def _batch(engine, clock, stream):
@@ -154,13 +151,7 @@ def test_when_nothing_can_be_kept_the_publisher_records_are_retried_not_the_disp
     assert [f["itemIdentifier"] for f in failures] == publisher_seqs
     assert sorted(ran) == ["op-b", "op-c"]
     # Delivered again from there (the mapping's retry): nothing runs twice.
-    redelivered = {
-        "Records": [
-            r
-            for r in event["Records"]
-            if r["dynamodb"]["SequenceNumber"] >= failures[0]["itemIdentifier"]
-        ]
-    }
+    redelivered = {"Records": [r for r in event["Records"] if r["dynamodb"]["SequenceNumber"] >= failures[0]["itemIdentifier"]]}
     route.handle(redelivered)
     assert sorted(ran) == ["op-b", "op-c"] and counted["StreamDispatchTaken"] >= 1
 
@@ -185,7 +176,9 @@ def test_a_dispatch_failure_does_not_lose_an_outcome_event(aws, table, engine, c
     assert [engine.get("acme", op).state for op in ("op-b", "op-c")] == ["queued", "queued"]
 
 
-def test_the_invoke_mode_hands_claims_over_and_the_invocation_runs_them(aws, table, engine, clock):
+def test_the_invoke_mode_hands_claims_over_and_the_invocation_runs_them(
+    aws, table, engine, clock
+):
     stream = Stream(aws, table.table_name)
     event = _batch(engine, clock, stream)
     handed: list[str] = []
@@ -237,15 +230,8 @@ def test_what_the_router_keeps_the_redrive_replays(aws, table, engine, clock):
     event = _batch(engine, clock, stream)
 
     def keep(records):
-        kept.put_kept(
-            s3,
-            bucket,
-            records,
-            mapping_id="worker-publishing",
-            function_arn="leasefence-worker",
-            condition="PublishingFailed",
-            attempts=3,
-        )
+        kept.put_kept(s3, bucket, records, mapping_id="worker-publishing",
+                      function_arn="leasefence-worker", condition="PublishingFailed", attempts=3)
 
     def unreachable(record):
         raise ConnectionError("EventBridge unreachable")
@@ -259,12 +245,7 @@ def test_what_the_router_keeps_the_redrive_replays(aws, table, engine, clock):
     assert (report.objects, report.failed, report.kept) == (2, [], [])
     assert report.records == 4  # 2 kept by the router + the batch's 2 publisher records
     # Each operation's records in its order (the two objects' copies together).
-    assert [json.loads(e["Detail"])["operation_id"] for e in bus.put] == [
-        "op-a",
-        "op-a",
-        "op-c",
-        "op-c",
-    ]
+    assert [json.loads(e["Detail"])["operation_id"] for e in bus.put] == ["op-a", "op-a", "op-c", "op-c"]
     assert s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
 
 
@@ -275,9 +256,7 @@ def test_records_older_than_ten_minutes_are_published_not_dispatched(aws, table,
     event = _batch(engine, clock, stream)
     created = max(r["dynamodb"]["ApproximateCreationDateTime"] for r in event["Records"])
     bus = Events()
-    route, counted, _ = _router(
-        engine, lambda j: "ran", Publisher(engine.store, lambda: bus, "bus").handle, list
-    )
+    route, counted, _ = _router(engine, lambda j: "ran", Publisher(engine.store, lambda: bus, "bus").handle, list)
     route.now = lambda: created + router.DISPATCH_MAX_AGE_S + 1
     assert route.handle(event) == {"batchItemFailures": []}
     assert [engine.get("acme", op).state for op in ("op-b", "op-c")] == ["queued", "queued"]
