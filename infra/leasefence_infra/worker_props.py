@@ -100,8 +100,12 @@ class WorkerProps:
         shard): one mapping whose function (this one) dispatches work and publishes outcome
         events and history (:func:`leasefence.streams.mappings.shared`), so the second reader is
         yours (a Pipe, an analytics function); a publishing failure never holds dispatch
-        (``docs/constructs.md``, "The table's stream"). 2: the worker's and the publisher's
-        mappings side by side (each with its own settings and function; no reader left).
+        (``docs/constructs.md``, "The table's stream"). This function's role then also holds the
+        publisher's grants (``PutItem``/``UpdateItem``/``DeleteItem`` on the table, the bus), and
+        so do your handlers (``docs/constructs.md``, "What the worker's role can reach"). 2: the
+        worker's and the publisher's mappings side by side (each with its own settings, function
+        and role; no reader left). Switching between 1 and 2 updates the worker's mapping in
+        place (``docs/constructs.md``, "Upgrading from two mappings").
     ``stream_dispatch``
         how a job the stream announces is run, default ``"run"``: inside the stream batch, so
         one shard runs at most ``stream_parallelization x stream_batch_size`` jobs at once.
