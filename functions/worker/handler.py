@@ -1,13 +1,20 @@
 """The worker function: runs jobs as the table's stream announces them, and drains on a schedule.
 
-Two triggers, one function (the event's shape tells them apart):
+Three triggers, one function (the event's shape tells them apart):
 
-* a batch of DynamoDB stream records (the event source mapping, filtered to work that became
-  claimable now: :func:`leasefence.streams.filters.dispatch_filters`): each record's operation
-  is claimed by name and run (:mod:`leasefence.worker.dispatch`), with a partial batch response
-  (Powertools batch utility): a record that cannot be handled is reported by its sequence
-  number, retried from there, and in the end sent to the mapping's on-failure destination;
-  the records after it are still processed;
+* a batch of DynamoDB stream records. With ``LEASEFENCE_PUBLISHER_FAILURES`` set (the default
+  deployment: one mapping, :func:`leasefence.streams.mappings.shared`) the batch is routed
+  (:mod:`leasefence.worker.stream_router`): records of work that became claimable now are claimed and
+  started, then the publisher's records are published, neither consumer's failure reaching the
+  other. Without it (``WorkerProps(stream_readers=2)``: the worker's own mapping, filtered to
+  claimable work) each record's operation is claimed by name and run
+  (:mod:`leasefence.worker.dispatch`), with a partial batch response (Powertools batch
+  utility): a record that cannot be handled is reported by its sequence number, retried from
+  there, and in the end sent to the mapping's on-failure destination; the records after it are
+  still processed. ``LEASEFENCE_WORKER_DISPATCH=invoke``: a claimed job is handed to an
+  asynchronous invocation of this function (:mod:`leasefence.worker.handoff`) instead of run
+  inside the batch;
+* such an invocation (``{"leasefence_claim": ...}``): runs the claim it carries;
 * the schedule (the safety net for delayed retries and expired leases): drains claims for the
   remaining invocation time, stopping at the first empty poll.
 
@@ -27,6 +34,7 @@ module is yours and not counted); with SnapStart they are imported before the sn
 from __future__ import annotations
 
 import importlib
+import os
 
 from leasefence.observability import logger, metrics, record_event, tracer
 from leasefence.settings import runtime
@@ -38,6 +46,9 @@ FIRST_EVENT_IMPORTS = preload(
     "leasefence.payloads",
     "leasefence.worker",
     "leasefence.worker.dispatch",
+    "leasefence.worker.handoff",
+    "leasefence.streams.publisher",
+    "leasefence.worker.stream_router",
     "aws_lambda_powertools.utilities.batch",
 )
 
@@ -52,7 +63,8 @@ ENVIRONMENT = {
     "worker_idle_ms": "LEASEFENCE_WORKER_IDLE_MS",
 }
 
-_built: tuple[object, object, object] | None = None  # (runtime, worker, stream dispatch)
+# (runtime, worker, stream dispatch, stream router or None)
+_built: tuple[object, object, object, object] | None = None
 
 
 def load_handlers(spec: str):
@@ -91,19 +103,66 @@ def build_worker():
 
 
 def _current():
-    """The worker and its stream dispatch, built once per configuration (a container's)."""
+    """The worker, its stream dispatch and (one stream reader) the router, built once per
+    configuration (a container's)."""
     global _built
     rt = runtime()
     if _built is None or _built[0] is not rt:
         from leasefence.worker.dispatch import StreamDispatch
 
         worker = build_worker()
+        settings = rt.settings
+        handoff = None
+        if settings.worker_dispatch == "invoke":
+            from leasefence.worker.handoff import lambda_handoff
+
+            handoff = lambda_handoff(
+                lambda: rt.client("lambda"),
+                _function_name(),
+                os.environ.get("AWS_LAMBDA_FUNCTION_VERSION"),
+            )
+        dispatch = StreamDispatch(
+            worker, rt.engine, settings.worker_tenants, count=record_event, handoff=handoff
+        )
         _built = (
             rt,
             worker,
-            StreamDispatch(worker, rt.engine, rt.settings.worker_tenants, count=record_event),
+            dispatch,
+            _router(rt, dispatch) if settings.publisher_failures else None,
         )
-    return _built[1], _built[2]
+    return _built[1], _built[2], _built[3]
+
+
+def _function_name() -> str:
+    """This function's own name (Lambda sets it), whose asynchronous invocations run claims."""
+    return os.environ.get("AWS_LAMBDA_FUNCTION_NAME") or "leasefence-worker"
+
+
+def _router(rt, dispatch):
+    """The stream router of one reader: this dispatch and the publisher, whose failures are kept
+    in the publisher's on-failure bucket."""
+    from leasefence.streams import kept
+    from leasefence.streams.publisher import Publisher
+    from leasefence.worker.stream_router import PUBLISH_ATTEMPTS, StreamRouter
+
+    settings = rt.settings
+    publisher = Publisher(
+        rt.engine.store, lambda: rt.client("events"), settings.event_bus, count=record_event
+    )
+    function = _function_name()
+
+    def keep(records):
+        kept.put_kept(
+            rt.client("s3"),
+            settings.publisher_failures,
+            records,
+            mapping_id=f"{function}-publishing",
+            function_arn=function,
+            condition="PublishingFailed",
+            attempts=PUBLISH_ATTEMPTS,
+        )
+
+    return StreamRouter(dispatch, publisher.handle, keep, count=record_event)
 
 
 @after_restore
@@ -143,7 +202,21 @@ def on_stream(dispatch, event, context):
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics(raise_on_empty_metrics=False)
 def lambda_handler(event, context):
-    worker, dispatch = _current()
+    worker, dispatch, router = _current()
+    from leasefence.worker.handoff import CLAIM_EVENT
+
     if "Records" in event:
+        if router is not None:
+            return router.handle(event, context.get_remaining_time_in_millis)
         return on_stream(dispatch, event, context)
+    if CLAIM_EVENT in event:
+        return run_handed_off(dispatch, event)
     return drain(worker, context)
+
+
+def run_handed_off(dispatch, event):
+    """Run the claim a stream batch handed to this invocation (the ``invoke`` dispatch mode)."""
+    from leasefence.worker.handoff import claim_from_event
+
+    dispatch.run_handed_off(claim_from_event(event))
+    return {"ran": 1}

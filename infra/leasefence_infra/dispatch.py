@@ -1,6 +1,15 @@
 """Stream dispatch: the table's stream invokes the worker function as soon as work becomes
 claimable, instead of it waiting for the next scheduled drain.
 
+By default (``WorkerProps.stream_readers=1``) the mapping is shared with the publisher: one
+reader of the stream (:func:`leasefence.streams.mappings.shared`, the publisher's settings and
+its on-failure bucket), whose function routes each record (:mod:`leasefence.worker.stream_router`).
+It keeps the logical id (``StreamDispatch/Mapping``) and the starting position of the worker's
+own mapping, so that switching between one and two readers updates it in place, and the worker's
+on-failure queue (``StreamDispatch/Failures``) stays: after the switch to one reader nothing new
+is sent there, and deleting it would delete what the two-reader layout had sent.
+What follows describes the worker's own mapping (``stream_readers=2``).
+
 The mapping's filter (:func:`leasefence.streams.filters.dispatch_filters`) passes only records of
 the worker's tenants where an operation became ``queued`` and claimable now (an enqueue, an
 immediate retry, an operator's requeue); the function claims each by name (one conditional write:
@@ -15,15 +24,26 @@ from __future__ import annotations
 
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from .publisher import Publisher
 from .stream import stream_failure_queue, subscribe
 from .worker import Worker
 
+#: cdk-nag's reason for the worker's stream queue that a shared mapping keeps (no DLQ of its own).
+KEPT_QUEUE_REASON = (
+    "This queue was the on-failure destination of the worker function's own stream event source "
+    "mapping (stream_readers=2, and every deployment before one stream reader became the "
+    "default); with one reader nothing is sent to it, and it is kept so that an upgrade does not "
+    "delete the messages it holds; it has its own alarm."
+)
+
 
 class StreamDispatch(Construct):
-    """The worker function's event source mapping on the table's stream (``Mapping``) and its
-    on-failure queue (``Failures``)."""
+    """The worker function's event source mapping on the table's stream (``Mapping``): shared
+    with ``publisher`` (its on-failure bucket), or, when ``publisher`` is None, with the
+    on-failure queue ``Failures`` (which a shared mapping keeps, unused: see above)."""
 
     def __init__(
         self,
@@ -33,17 +53,29 @@ class StreamDispatch(Construct):
         worker: Worker,
         table: dynamodb.ITable,
         key: kms.IKey | None,
+        publisher: Publisher | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         #: The mapping's settings and filter (:attr:`WorkerProps.stream_mapping`).
         self.mapping = worker.props.stream_mapping
         self.function = worker.function.function
-        self.failure_queue = stream_failure_queue(self, "Failures", what="worker", key=key)
+        #: Whether the mapping is shared with the publisher (one stream reader).
+        self.shared = publisher is not None
+        #: The worker's own mapping's on-failure queue: its destination with two readers; with
+        #: one, kept with what the two-reader layout sent there (alarmed while it holds any).
+        self.failure_queue: sqs.Queue = stream_failure_queue(
+            self,
+            "Failures",
+            what="worker",
+            key=key,
+            reason=None if publisher is None else KEPT_QUEUE_REASON,
+        )
         self.event_source_mapping = subscribe(
             self,
             "Mapping",
             function=worker.function,
             table=table,
             mapping=self.mapping,
-            failure_queue=self.failure_queue,
+            failure_queue=None if publisher is not None else self.failure_queue,
+            failure_bucket=publisher.failure_bucket if publisher is not None else None,
         )

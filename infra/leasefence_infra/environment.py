@@ -28,8 +28,14 @@ WORKER_ENV = (
     "LEASEFENCE_WORKER_TENANTS",
     "LEASEFENCE_WORKER_LEASE_SECONDS",
 )
-#: On the publisher function only: the bus of the outcome events.
+#: On the worker function, only in the ``invoke`` dispatch mode.
+WORKER_DISPATCH_ENV = "LEASEFENCE_WORKER_DISPATCH"
+#: On the publishing function (the publisher's, or the worker's when they share a mapping): the
+#: bus of the outcome events.
 PUBLISHER_ENV = ("LEASEFENCE_EVENT_BUS",)
+#: On the worker function when it also publishes (one stream reader): the publisher's on-failure
+#: bucket, where it keeps the records it could not publish.
+SHARED_PUBLISHER_ENV = "LEASEFENCE_PUBLISHER_FAILURES"
 #: On the API function: the alarm topic, the alert route the go/no-go report names.
 API_ENV = ("LEASEFENCE_ALARM_TOPIC",)
 #: Every variable the construct sets (a worker's own ``environment`` may not replace one).
@@ -39,6 +45,8 @@ RESERVED_ENV = (
     *TENANT_ENV,
     *WORKER_ENV,
     *PUBLISHER_ENV,
+    WORKER_DISPATCH_ENV,
+    SHARED_PUBLISHER_ENV,
     *API_ENV,
 )
 

@@ -15,9 +15,12 @@ drops the records after 24 hours). Each write is alarmed (S3 request metrics, ``
 ``leasefence publisher redrive --bucket <PublisherFailuresBucketName>`` replays and deletes them.
 
 A function rather than EventBridge Pipes: the detail-type depends on both images, history
-compaction needs a conditional write, and one reader of the stream does both (DynamoDB Streams
-serves two readers per shard without throttling: this one and the worker's), in the order of
-each operation's writes.
+compaction needs a conditional write, and one reader of the stream does both, in the order of
+each operation's writes. DynamoDB Streams serves two readers per shard without throttling: with a
+worker, the publisher's work is done by the worker function in the one mapping it shares with
+stream dispatch (``function``: :func:`leasefence.streams.mappings.shared`,
+:mod:`leasefence.worker.stream_router`), which keeps the records it could not publish in this same
+bucket; no publisher function is created, and the second reader is the adopter's.
 
 Outcome events are optional (``events``, off by default): without them no bus is created or
 granted and ``LEASEFENCE_EVENT_BUS`` is not set, so the function keeps and compacts the history
@@ -31,12 +34,14 @@ from collections.abc import Mapping
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_events as events
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from leasefence.streams import mappings
 
-from .environment import PUBLISHER_ENV
+from .environment import PUBLISHER_ENV, SHARED_PUBLISHER_ENV
 from .function import FunctionRuntime, ServiceFunction
 from .storage import Storage
 from .stream import failed_batches_metric, stream_failure_bucket, subscribe
@@ -54,8 +59,9 @@ PUBLISHER_MEMORY_MB = 256
 
 
 class Publisher(Construct):
-    """``Function`` (its own role), its stream ``Mapping`` and on-failure bucket
-    ``FailedBatches``; with ``events``, the ``Bus`` unless one is brought (``event_bus``)."""
+    """``Function`` (its own role) and its stream ``Mapping``, or the worker's function (shared);
+    the on-failure bucket ``FailedBatches``; with ``events``, the ``Bus`` unless one is brought
+    (``event_bus``)."""
 
     def __init__(
         self,
@@ -69,7 +75,11 @@ class Publisher(Construct):
         event_bus: events.IEventBus | None,
         access_logs: s3.IBucket | None = None,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        function: ServiceFunction | None = None,
     ) -> None:
+        """``function``: the function that publishes from a mapping it shares (the worker's:
+        granted what publishing needs; its mapping is the caller's); None: a function and a
+        mapping of the publisher's own."""
         super().__init__(scope, construct_id)
         #: Where outcome events go (created, or the one you brought); None: no events.
         self.event_bus: events.IEventBus | None = None
@@ -87,20 +97,37 @@ class Publisher(Construct):
             access_logs=access_logs,
             removal_policy=removal_policy,
         )
-        self.function = ServiceFunction(
-            self,
-            "Function",
-            runtime=runtime,
-            handler=PUBLISHER_HANDLER,
-            description="leasefence publisher: history and outcome events from the table's stream",
-            # An ARN reaches a bus in another account too (PutEvents takes a name or an ARN).
-            environment={
-                **environment,
-                **({PUBLISHER_ENV[0]: self.event_bus.event_bus_arn} if self.event_bus else {}),
-            },
-            memory_mb=PUBLISHER_MEMORY_MB,
-            timeout=PUBLISHER_TIMEOUT,
-        )
+        # An ARN reaches a bus in another account too (PutEvents takes a name or an ARN).
+        bus_environment = {PUBLISHER_ENV[0]: self.event_bus.event_bus_arn} if self.event_bus else {}
+        #: Whether the function is shared (the worker's) rather than the publisher's own.
+        self.shared = function is not None
+        if function is None:
+            self.function = ServiceFunction(
+                self,
+                "Function",
+                runtime=runtime,
+                handler=PUBLISHER_HANDLER,
+                description="leasefence publisher: history and outcome events from the table's stream",
+                environment={**environment, **bus_environment},
+                memory_mb=PUBLISHER_MEMORY_MB,
+                timeout=PUBLISHER_TIMEOUT,
+            )
+        else:
+            self.function = function
+            #: The log group of the publisher function of earlier releases, kept in place: it is
+            #: retained (an upgrade must delete no retained resource, and a stack policy from
+            #: ``leasefence_infra.stateful`` forbids it) and holds that function's logs.
+            self.legacy_log_group = logs.LogGroup(
+                Construct(self, "Function"),
+                "Logs",
+                retention=runtime.log_retention,
+                removal_policy=runtime.removal_policy,
+            )
+            for name, value in {
+                **bus_environment,
+                SHARED_PUBLISHER_ENV: self.failure_bucket.bucket_name,
+            }.items():
+                function.function.add_environment(name, value)
         role = self.function.role
         storage.grant_table(
             role, PUBLISHER_TABLE_ACTIONS, [storage.table.table_arn], sid="HistoryItems"
@@ -109,14 +136,17 @@ class Publisher(Construct):
             self.event_bus.grant_put_events_to(role)
         storage.log_hash_key.grant_read(role)
         storage.grant_table_key(role)
-        self.event_source_mapping = subscribe(
-            self,
-            "Mapping",
-            function=self.function,
-            table=storage.table,
-            mapping=self.mapping,
-            failure_bucket=self.failure_bucket,
-        )
+        #: The publisher's own mapping; None when it shares the worker's (``StreamDispatch``).
+        self.event_source_mapping: lambda_.EventSourceMapping | None = None
+        if function is None:
+            self.event_source_mapping = subscribe(
+                self,
+                "Mapping",
+                function=self.function,
+                table=storage.table,
+                mapping=self.mapping,
+                failure_bucket=self.failure_bucket,
+            )
 
     def metric_failed_batches(self, period: Duration, label: str | None = None) -> cw.Metric:
         """Batches the mapping gave up on after its retries (objects written to its bucket)."""

@@ -19,9 +19,11 @@ It composes one construct per concern (see ``infra/README.md`` for the why):
 * ``Worker`` (:mod:`~leasefence_infra.worker`, ``worker=WorkerProps(...)`` only): your job
   handlers, run in process against the engine, drained on a schedule;
 * ``StreamDispatch`` (:mod:`~leasefence_infra.dispatch`, with the worker): the table's stream
-  invokes the worker as soon as work becomes claimable;
+  invokes the worker as soon as work becomes claimable (by default through the one mapping it
+  shares with the publisher: one reader of the stream);
 * ``Publisher`` (:mod:`~leasefence_infra.publisher`): history and outcome events from the
-  table's stream, and the event bus (created unless you bring your own);
+  table's stream (its own function and mapping, or the worker's), its on-failure bucket, and
+  the event bus (created unless you bring your own);
 * ``Monitoring`` (:mod:`~leasefence_infra.monitoring`): dashboard, alarms and their SNS topic.
 * ``InitialCatalogue`` (:mod:`~leasefence_infra.catalogue`, ``job_types={...}`` only): a custom
   resource that declares the deployment's initial job-type catalogue.
@@ -256,15 +258,8 @@ class LeaseFenceService(Construct, ServiceAccess):
                 environment=environment,
                 handlers_layer=self.worker_handlers_layer,
             )
-        self.dispatch: StreamDispatch | None = None
-        if self.worker is not None:
-            self.dispatch = StreamDispatch(
-                self,
-                "StreamDispatch",
-                worker=self.worker,
-                table=self.storage.table,
-                key=self.storage.encryption_key,
-            )
+        # One reader of the stream by default: the worker's function also publishes.
+        shared = self.worker is not None and self.worker.props.stream_readers == 1
         self.publisher = Publisher(
             self,
             "Publisher",
@@ -275,7 +270,18 @@ class LeaseFenceService(Construct, ServiceAccess):
             event_bus=props.event_bus,
             access_logs=props.server_access_logs_bucket,
             removal_policy=props.removal_policy,
+            function=self.worker.function if shared and self.worker is not None else None,
         )
+        self.dispatch: StreamDispatch | None = None
+        if self.worker is not None:
+            self.dispatch = StreamDispatch(
+                self,
+                "StreamDispatch",
+                worker=self.worker,
+                table=self.storage.table,
+                key=self.storage.encryption_key,
+                publisher=self.publisher if shared else None,
+            )
         #: The alarms, their topic and the dashboard (``alarms``, ``dashboard``); None: no alarms.
         self.monitoring: Monitoring | None = None
         if props.alarms:
@@ -424,7 +430,9 @@ class LeaseFenceService(Construct, ServiceAccess):
 
     @property
     def publisher_function(self) -> lambda_.Function:
-        """The publisher function (history and outcome events), e.g. to grant it your bus's key."""
+        """The function that publishes (history and outcome events), e.g. to grant it your bus's
+        key: the worker's when it shares the stream's one mapping (``stream_readers=1``), else
+        the publisher's own."""
         return self.publisher.function.function
 
     @property

@@ -2,9 +2,10 @@
 :class:`leasefence.streams.mappings.StreamMapping` (the settings and filter the local stack runs
 too), with its own on-failure destination.
 
-Every mapping starts where its settings say (the worker's at the stream's tip, ``LATEST``; the
-publisher's at ``TRIM_HORIZON``, so that a mapping created again replays what the stream holds
-instead of skipping it), answers with partial batch responses, bisects a failing batch and,
+Every mapping starts where its settings say (the worker's, shared or its own, at the stream's
+tip, ``LATEST``, so that it is updated in place, never replaced, between one and two readers;
+the publisher's at ``TRIM_HORIZON``, so that a mapping created again replays what the stream
+holds instead of skipping it), answers with partial batch responses, bisects a failing batch and,
 after its retries, sends what still fails to its destination, which is alarmed: an SQS queue
 (:func:`stream_failure_queue`: the shard and the sequence numbers, never the records) or an S3
 bucket (:func:`stream_failure_bucket`: Lambda writes the invocation record with the whole batch,
@@ -44,14 +45,21 @@ NO_STREAM_MESSAGE = (
 
 
 def stream_failure_queue(
-    scope: Construct, construct_id: str, *, what: str, key: kms.IKey | None
+    scope: Construct,
+    construct_id: str,
+    *,
+    what: str,
+    key: kms.IKey | None,
+    reason: str | None = None,
 ) -> sqs.Queue:
-    """The on-failure destination of a stream mapping (encrypted, TLS only, 14 days)."""
+    """The on-failure destination of a stream mapping (encrypted, TLS only, 14 days);
+    ``reason``: cdk-nag's, when the queue is not (or no longer) one."""
     return dead_letter_queue(
         scope,
         construct_id,
         key=key,
-        reason=f"This queue is itself the on-failure destination of the {what} function's stream "
+        reason=reason
+        or f"This queue is itself the on-failure destination of the {what} function's stream "
         "event source mapping (records that failed every retry; cdk-nag does not see a mapping's "
         "DestinationConfig as a redrive policy); it has its own alarm.",
     )

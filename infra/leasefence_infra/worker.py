@@ -16,8 +16,10 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from .environment import WORKER_DISPATCH_ENV
 from .function import FunctionRuntime, ServiceFunction
 from .invocation import ScheduledInvocation, failure_queue
+from .nag import acknowledge, finding_resource
 from .storage import Storage
 from .worker_props import WORKER_HANDLER, WorkerProps
 
@@ -73,6 +75,11 @@ class Worker(Construct):
             "LEASEFENCE_WORKER_HANDLERS": props.handlers,
             "LEASEFENCE_WORKER_TENANTS": ",".join(props.tenants),
             "LEASEFENCE_WORKER_LEASE_SECONDS": str(props.lease_seconds),
+            **(
+                {WORKER_DISPATCH_ENV: props.stream_dispatch}
+                if props.stream_dispatch != "run"
+                else {}
+            ),
             **props.environment,
         }
         layers: Sequence[lambda_.ILayerVersion] = runtime.layers
@@ -145,6 +152,31 @@ class Worker(Construct):
             if t.encryption_key is not None
         ]
         storage.grant_data_keys(role, extra_keys=table_keys)
+        if props.stream_dispatch == "invoke":
+            # Its own asynchronous invocations run the claims its stream batches hand over. A
+            # policy of its own, not the role's default one: the function depends on that one,
+            # so naming the function's ARN there would be a cycle.
+            arn = self.function.function.function_arn
+            hand_off = iam.Policy(
+                self,
+                "HandOff",
+                roles=[role],
+                statements=[
+                    iam.PolicyStatement(
+                        sid="HandClaimsToItself",
+                        actions=["lambda:InvokeFunction"],
+                        resources=[arn, f"{arn}:*"],
+                    )
+                ],
+            )
+            acknowledge(
+                hand_off,
+                "AwsSolutions-IAM5",
+                "The worker hands claims to asynchronous invocations of the version it runs "
+                "(stream_dispatch='invoke'; a published version under SnapStart): "
+                "lambda:InvokeFunction on this one function, any of its versions.",
+                applies_to=[finding_resource(hand_off, f"{arn}:*")],
+            )
         self.schedule = ScheduledInvocation(
             self,
             "Schedule",

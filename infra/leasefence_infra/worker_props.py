@@ -24,6 +24,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_scheduler as scheduler
 
 from leasefence.limits import MAX_ID_LENGTH
+from leasefence.settings import WORKER_DISPATCH_MODES
 from leasefence.streams import filters, mappings
 
 from .assets import functions_dir as shipped_functions_dir
@@ -94,6 +95,24 @@ class WorkerProps:
         tenant's records (one partition key) stay in order in one of them, so a shard hands the
         worker at most ``stream_parallelization x stream_batch_size`` jobs at once; the drain
         takes the rest.
+    ``stream_readers``
+        leasefence's readers of the table's stream, default 1 (DynamoDB Streams serves two per
+        shard): one mapping whose function (this one) dispatches work and publishes outcome
+        events and history (:func:`leasefence.streams.mappings.shared`), so the second reader is
+        yours (a Pipe, an analytics function); a publishing failure never holds dispatch
+        (``docs/constructs.md``, "The table's stream"). This function's role then also holds the
+        publisher's grants (``PutItem``/``UpdateItem``/``DeleteItem`` on the table, the bus), and
+        so do your handlers (``docs/constructs.md``, "What the worker's role can reach"). 2: the
+        worker's and the publisher's mappings side by side (each with its own settings, function
+        and role; no reader left). Switching between 1 and 2 updates the worker's mapping in
+        place (``docs/constructs.md``, "Upgrading from two mappings").
+    ``stream_dispatch``
+        how a job the stream announces is run, default ``"run"``: inside the stream batch, so
+        one shard runs at most ``stream_parallelization x stream_batch_size`` jobs at once.
+        ``"invoke"``: the batch claims each job and hands the claim to an asynchronous
+        invocation of this function (:mod:`leasefence.worker.handoff`); batches take
+        milliseconds and the function's concurrency (``max_concurrency``, else the account's)
+        bounds the jobs instead (``docs/scale.md``).
     ``max_concurrency``
         reserved concurrency of the worker function (stream batches and drains together), default
         none: a stream mapping has no concurrency limit of its own (Lambda's maximum concurrency
@@ -117,6 +136,8 @@ class WorkerProps:
     stream_batch_size: int = _STREAM.batch_size
     stream_parallelization: int = _STREAM.parallelization_factor
     max_concurrency: int | None = None
+    stream_readers: int = 1
+    stream_dispatch: str = "run"
 
     @property
     def timeout_or_default(self) -> Duration:
@@ -136,7 +157,10 @@ class WorkerProps:
 
     @property
     def stream_mapping(self) -> mappings.StreamMapping:
-        """The worker's stream mapping: ``mappings.worker(tenants)`` with these settings."""
+        """The worker's stream mapping with these settings: ``mappings.shared`` (one reader), or
+        ``mappings.worker(tenants)`` (``stream_readers=2``)."""
+        if self.stream_readers == 1:
+            return mappings.shared(self.stream_batch_size, self.stream_parallelization)
         return replace(
             mappings.worker(self.tenants),
             batch_size=self.stream_batch_size,
@@ -218,6 +242,15 @@ def validate_worker(
         value = getattr(props, name)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ValueError(f"worker.{name} must be a whole number from {low} to {high}")
+    if props.stream_readers not in (1, 2) or isinstance(props.stream_readers, bool):
+        raise ValueError(
+            "worker.stream_readers must be 1 (one mapping: dispatch and publishing) or 2 "
+            "(DynamoDB Streams serves two readers per shard)"
+        )
+    if props.stream_dispatch not in WORKER_DISPATCH_MODES:
+        raise ValueError(
+            f"worker.stream_dispatch must be one of {', '.join(map(repr, WORKER_DISPATCH_MODES))}"
+        )
     concurrency = props.max_concurrency
     if concurrency is not None and (
         isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1

@@ -70,10 +70,14 @@ class Metric(StrEnum):
     STREAM_DISPATCHED = "StreamDispatched"
     STREAM_DISPATCH_TAKEN = "StreamDispatchTaken"
     STREAM_DISPATCH_DEFERRED = "StreamDispatchDeferred"
+    STREAM_DISPATCH_FAILED = "StreamDispatchFailed"
+    STREAM_HANDED_OFF = "StreamHandedOff"
+    STREAM_HANDOFF_FAILED = "StreamHandoffFailed"
     # -- the publisher (leasefence.streams.publisher) ----------------------------------------
     HISTORY_ENTRIES = "HistoryEntries"
     HISTORY_COMPACTIONS = "HistoryCompactions"
     EVENTS_PUBLISHED = "EventsPublished"
+    PUBLISH_FAILURES_KEPT = "PublishFailuresKept"
     # -- fenced targets (leasefence.targets.fenced_table) ------------------------------------
     INCONSISTENT_CLAIMS_REFUSED = "InconsistentClaimsRefused"
     STALE_TARGET_WRITES_REJECTED = "StaleTargetWritesRejected"

@@ -78,6 +78,9 @@ if TYPE_CHECKING:
     from leasefence.payloads import PayloadStore
 
 DEFAULT_PAYLOAD_BUCKET = "leasefence-payloads"
+#: How stream dispatch starts a claimed job (``LEASEFENCE_WORKER_DISPATCH``,
+#: ``WorkerProps.stream_dispatch``).
+WORKER_DISPATCH_MODES = ("run", "invoke")
 
 #: The DynamoDB client of the functions: each call gives up within about
 #: ``STORE_ATTEMPTS * (CONNECT + READ) + backoff`` seconds (:data:`STORE_CALL_WORST_S`), so the
@@ -169,6 +172,12 @@ class Settings:
     worker_tenants: tuple[str, ...] = ()
     worker_lease_seconds: int = 60
     worker_idle_ms: int = 1_000
+    #: The worker's stream batches also publish (one stream reader): the publisher's on-failure
+    #: bucket, where records it could not publish are kept (None: the worker only dispatches).
+    publisher_failures: str | None = None
+    #: How stream dispatch starts a claimed job: ``run`` (inside the stream batch) or ``invoke``
+    #: (an asynchronous invocation of the worker function: :mod:`leasefence.worker.handoff`).
+    worker_dispatch: str = "run"
     #: The deployment's alarm topic: the alert route the go/no-go report names (control 7).
     alarm_topic: str | None = None
 
@@ -205,6 +214,8 @@ class Settings:
             ),
             worker_lease_seconds=_int_env(env, "LEASEFENCE_WORKER_LEASE_SECONDS", 60),
             worker_idle_ms=_int_env(env, "LEASEFENCE_WORKER_IDLE_MS", 1_000),
+            publisher_failures=env.get("LEASEFENCE_PUBLISHER_FAILURES") or None,
+            worker_dispatch=env.get("LEASEFENCE_WORKER_DISPATCH") or "run",
             alarm_topic=env.get("LEASEFENCE_ALARM_TOPIC") or None,
         )
 
@@ -214,6 +225,10 @@ class Settings:
             and self.identity_retention_days < self.payload_retention_days
         ):
             raise ValueError("the identity retention must be at least the payload retention")
+        if self.worker_dispatch not in WORKER_DISPATCH_MODES:
+            raise ValueError(
+                f"LEASEFENCE_WORKER_DISPATCH must be one of {', '.join(WORKER_DISPATCH_MODES)}"
+            )
 
     @property
     def engine_options(self) -> dict[str, Any]:

@@ -9,7 +9,8 @@
   level DEBUG, tags, a 2-minute stream iterator age alarm; a worker
   with its own handler layer, two tenants, a business table under its own KMS key, a fenced
   target table, its own lease, timeout, schedule, memory and environment, and its own stream
-  batch size, parallelization and reserved concurrency; SnapStart, so its functions are invoked
+  batch size, parallelization and reserved concurrency, two stream readers (its own mapping
+  and the publisher's) and the ``invoke`` dispatch mode; SnapStart, so its functions are invoked
   through their ``live`` alias; an initial job-type catalogue for two tenants; the IAM API for
   tenant ``acme``, a caller role granted produce and work on it, an operators' role granted
   tenant erasure).
@@ -131,6 +132,9 @@ class FullStack(Stack):
             stream_batch_size=25,
             stream_parallelization=5,
             max_concurrency=50,
+            # The worker's and the publisher's mappings side by side, jobs handed to invocations.
+            stream_readers=2,
+            stream_dispatch="invoke",
         )
         self.service = LeaseFenceService(
             self,

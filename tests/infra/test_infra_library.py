@@ -63,9 +63,11 @@ def test_every_taggable_resource_of_the_service_is_tagged(synth, name: str) -> N
     api_fn = logical_id(stack, svc.api.function.function)
     assert _rendered_tags(template["Resources"][api_fn])[COMPONENT_TAG] == "api"
     # Event source mappings and the bus take tags through CDK's newer interface (ITaggableV2).
+    own = [(svc.publisher.event_source_mapping, "publisher"), (svc.publisher.function.function, "publisher")]
     for construct, component in ((svc.dispatch.event_source_mapping, "dispatch"),
-                                 (svc.publisher.event_source_mapping, "publisher"),
-                                 (svc.publisher.function.function, "publisher"),
+                                 # One stream reader (default): the worker's function and mapping.
+                                 *(own if svc.publisher.event_source_mapping is not None else []),
+                                 (svc.publisher.failure_bucket, "publisher"),
                                  *([(svc.event_bus, "publisher")] if svc.event_bus else [])):
         tags = _rendered_tags(template["Resources"][logical_id(stack, construct)])
         assert expected.items() <= tags.items() and tags[COMPONENT_TAG] == component, (construct, tags)

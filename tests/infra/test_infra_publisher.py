@@ -1,6 +1,7 @@
 """The publisher (``publisher.py``): its function, its exact role, and the event bus it
 publishes to (created, or brought in) when outcome events are on (``events``: off by default, on in
-the full stack)."""
+the full stack). Its own function exists with two stream readers (the full stack); by default the
+worker function publishes (``test_infra_stream.py``)."""
 
 from __future__ import annotations
 
@@ -32,8 +33,14 @@ BUS_ARN = "arn:aws:events:eu-west-1:111122223333:event-bus/acme-ops"
 STREAM_READ = frozenset({"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"})
 
 
-def test_publisher_function(variant) -> None:
-    name, stack, svc, tpl = variant
+def _own(synth):
+    """The stack whose publisher has a function of its own (``stream_readers=2``)."""
+    stack = synth.stacks["full"]
+    return "full", stack, stack.service, synth.template_json("full")
+
+
+def test_publisher_function(synth) -> None:
+    name, stack, svc, tpl = _own(synth)
     fn = props(tpl, logical_id(stack, svc.publisher_function))
     sweeper = props(tpl, logical_id(stack, svc.sweeper.function.function))
     assert fn["Handler"] == "publisher.handler.lambda_handler"
@@ -51,10 +58,10 @@ def test_publisher_function(variant) -> None:
     assert {"Ref": logical_id(stack, svc.publisher_function)} not in configs
 
 
-def test_publisher_role_is_exact(variant) -> None:
+def test_publisher_role_is_exact(synth) -> None:
     """History writes without reads, the stream, PutEvents on the bus, its failure bucket (the
     mapping writes failed batches there under aws/lambda/: put and list, no read, no delete)."""
-    name, stack, svc, tpl = variant
+    name, stack, svc, tpl = _own(synth)
     table = logical_id(stack, svc.table)
     statements = role_statements(tpl, logical_id(stack, svc.publisher.function.role))
     assert grant_set(actions_by_resource(statements, "dynamodb:")) == grant_set([
@@ -123,8 +130,9 @@ def test_events_are_off_by_default_no_bus_no_permission_no_rule(synth) -> None:
     assert "events:PutEvents" not in json.dumps(tpl)
     assert "LEASEFENCE_EVENT_BUS" not in json.dumps(tpl)
     assert "EventBusName" not in tpl["Outputs"]
-    # The publisher itself is still there: it compacts the history from the stream.
-    assert props(tpl, logical_id(stack, svc.publisher_function))["Handler"] == "publisher.handler.lambda_handler"
+    # The publisher's code still runs (it compacts the history from the stream), in the worker
+    # function (one stream reader).
+    assert props(tpl, logical_id(stack, svc.publisher_function))["Handler"] == "worker.handler.lambda_handler"
     # What `leasefence publisher redrive --bucket` takes.
     assert tpl["Outputs"]["PublisherFailuresBucketName"]["Value"] == {
         "Ref": logical_id(stack, svc.publisher.failure_bucket)}

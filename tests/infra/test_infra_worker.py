@@ -149,6 +149,10 @@ def test_worker_role_is_exact(variant) -> None:
          getatt(table, "StreamArn")),
         (frozenset({"dynamodb:ListStreams"}), "*"),
     ]
+    if name == "default":  # one stream reader: the worker also publishes (history items)
+        expected_dynamodb += [
+            (frozenset({"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}), getatt(table)),
+        ]
     if name == "full":
         expected_dynamodb += [
             (frozenset({"dynamodb:ConditionCheckItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
@@ -156,20 +160,32 @@ def test_worker_role_is_exact(variant) -> None:
             (frozenset({"dynamodb:UpdateItem", "dynamodb:GetItem"}), _imported_table_arn("acme-ledger")),
         ]
     assert grant_set(actions_by_resource(statements, "dynamodb:")) == grant_set(expected_dynamodb)
+    # One stream reader (default): the publisher's bucket, as the shared mapping's on-failure
+    # destination and where the function keeps what it could not publish (put and list only).
+    failures = logical_id(stack, svc.publisher.failure_bucket)
+    kept = [(frozenset({"s3:PutObject"}), {"Fn::Join": ["", [getatt(failures), "/aws/lambda/*"]]}),
+            (frozenset({"s3:ListBucket"}), getatt(failures))] if name == "default" else []
     assert grant_set(actions_by_resource(statements, "s3:")) == grant_set([
         (frozenset({"s3:GetObject"}), {"Fn::Join": ["", [getatt(bucket), f"/{PAYLOAD_KEY_PREFIX}*"]]}),
         # A missing object is then 404 (payload_missing), never 403 (a refused access).
         (frozenset({"s3:ListBucket"}), getatt(bucket)),
+        *kept,
     ])
-    (listing,) = [s for s in statements if "s3:ListBucket" in as_list(s["Action"])]
+    (listing, *_) = [s for s in statements if "s3:ListBucket" in as_list(s["Action"])]
     assert "Condition" not in listing
     # Its failed invocations and the stream records it could not claim go to their on-failure
     # queues (Lambda sends them with this role).
     send = frozenset({"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"})
     assert grant_set(actions_by_resource(statements, "sqs:")) == grant_set([
         (send, getatt(logical_id(stack, svc.worker.failure_queue))),
-        (send, getatt(logical_id(stack, svc.dispatch.failure_queue))),
+        # The worker's own stream mapping's queue (two readers; one reader: the bucket above).
+        *([(send, getatt(logical_id(stack, svc.dispatch.failure_queue)))] if name == "full" else []),
     ])
+    # The invoke dispatch mode (full): its own invocations, this function and its versions.
+    fn_arn = getatt(logical_id(stack, svc.worker_function))
+    assert grant_set(actions_by_resource(statements, "lambda:")) == grant_set(
+        [(frozenset({"lambda:InvokeFunction"}), fn_arn),
+         (frozenset({"lambda:InvokeFunction"}), {"Fn::Join": ["", [fn_arn, ":*"]]})] if name == "full" else [])
     assert actions_by_resource(statements, "secretsmanager:") == [
         (frozenset({"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}),
          {"Ref": logical_id(stack, svc.storage.log_hash_key)})
@@ -193,7 +209,7 @@ def test_worker_role_is_exact(variant) -> None:
     # Nothing else: no other service, no wildcard action, no condition widening anything.
     services = {a.split(":")[0] for st in statements for a in as_list(st["Action"])}
     assert services == {"dynamodb", "s3", "secretsmanager", "logs", "sqs"} | (
-        {"kms", "xray"} if name == "full" else set())
+        {"kms", "xray", "lambda"} if name == "full" else set())
     for st in statements:
         assert st["Effect"] == "Allow" and "Condition" not in st
         for action in as_list(st["Action"]):
@@ -209,8 +225,11 @@ def test_worker_never_reaches_the_sweep_index_or_lists(variant) -> None:
     assert "/index/*" not in rendered
     for actions, resource in actions_by_resource(statements, "dynamodb:"):
         assert not actions & {"dynamodb:Scan", "dynamodb:BatchGetItem", "dynamodb:BatchWriteItem"}
-        if resource == getatt(table):  # its own table: no Query (no listing), no Put/Delete
-            assert not actions & {"dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"}
+        if resource == getatt(table):  # its own table: no Query (no listing)
+            assert "dynamodb:Query" not in actions
+            # No Put/Delete but the publisher's, when it publishes too (one stream reader).
+            if svc.publisher.function is not svc.worker.function:
+                assert not actions & {"dynamodb:PutItem", "dynamodb:DeleteItem"}
         if "dynamodb:Query" in actions:
             assert resource == index_arn(table, schema.DUE_INDEX)
     assert svc.worker.function.role not in (svc.api.function.role, svc.sweeper.function.role)

@@ -156,6 +156,12 @@ UNALARMED_METRICS: dict[str, str] = {
     "StreamDispatched": "stream dispatch's throughput; its failures are alarmed",
     "StreamDispatchTaken": "a record whose work was already taken: normal",
     "StreamDispatchDeferred": "left to the drain, which the WorkerNotRunning alarm covers",
+    "StreamDispatchFailed": "a claim from the shared stream batch failed: left to the drain "
+    "(WorkerNotRunning); its cause, the table throttled, is alarmed (DynamoDbThrottles)",
+    "StreamHandedOff": "the invoke dispatch mode's throughput",
+    "StreamHandoffFailed": "a claim not handed over lapses and the drain takes it over; "
+    "the worker function's throttles and errors are alarmed",
+    "PublishFailuresKept": "alarmed as the on-failure bucket's writes (PublisherFailuresAlarm)",
     "Heartbeats": "lease renewals: normal activity",
     "HeartbeatsSkippedNoProgress": "alarmed when the lease runs out (StalledClaims)",
     "HeartbeatErrors": "the job stops acting and loses its claim (WorkerLostOwnership)",
@@ -467,7 +473,8 @@ def stream_alarms(
     iterator_age_alarm_age: Duration,
 ) -> None:
     """The stream consumers: records given up on after their retries, and records received late
-    (the publisher always; the worker's stream dispatch when it is deployed)."""
+    (the publisher always; the worker's stream queue when there is a worker, and its iterator
+    age when it has a mapping of its own: ``dispatch_function``, None when it is shared)."""
     iterator_age_s = int(iterator_age_alarm_age.to_seconds())
     factory.alarm(
         "PublisherFailuresAlarm",
@@ -484,18 +491,19 @@ def stream_alarms(
         f"the publisher receives stream records {iterator_age_s}+ s old: history and outcome "
         "events are late (a batch failing and retried, or the function throttled)",
     )
-    if dispatch_failure_queue is None or dispatch_function is None:
+    if dispatch_failure_queue is not None:
+        factory.alarm(
+            "WorkerStreamFailuresAlarm",
+            dispatch_failure_queue.metric_approximate_number_of_messages_visible(
+                period=FIVE_MINUTES, statistic="Maximum"
+            ),
+            1,
+            "stream records the worker's own mapping could not claim after its retries are in its "
+            "stream on-failure queue (with one stream reader: sent before the upgrade to it); the "
+            "scheduled drain still finds their work (read the worker's log group, then purge)",
+        )
+    if dispatch_function is None:
         return
-    factory.alarm(
-        "WorkerStreamFailuresAlarm",
-        dispatch_failure_queue.metric_approximate_number_of_messages_visible(
-            period=FIVE_MINUTES, statistic="Maximum"
-        ),
-        1,
-        "stream records the worker could not claim after its retries are in its stream "
-        "on-failure queue; the scheduled drain still finds their work (read the worker's "
-        "log group)",
-    )
     factory.alarm(
         "WorkerIteratorAgeAlarm",
         AppMetrics.iterator_age(dispatch_function),

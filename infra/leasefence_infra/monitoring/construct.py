@@ -110,7 +110,10 @@ class Monitoring(Construct):
             publisher_failed_batches=publisher.metric_failed_batches(FIVE_MINUTES),
             publisher_function=publisher.function.function,
             dispatch_failure_queue=dispatch.failure_queue if dispatch is not None else None,
-            dispatch_function=dispatch.function if dispatch is not None else None,
+            # A shared mapping's function is the publisher's: its iterator age is alarmed above.
+            dispatch_function=(
+                dispatch.function if dispatch is not None and not dispatch.shared else None
+            ),
             iterator_age_alarm_age=stream_iterator_age_alarm_age,
         )
         throttle_pairs = metrics.table_throttles(table)

@@ -58,7 +58,17 @@ def build_dashboard(
                     "StreamDispatched", "StreamDispatchTaken", "StreamDispatchDeferred"
                 ),
                 width=WIDTH,
-            )
+            ),
+            cw.GraphWidget(
+                title="Worker: stream batches (claims failed, handed off, publishing kept)",
+                left=metrics.metrics(
+                    "StreamDispatchFailed",
+                    "StreamHandedOff",
+                    "StreamHandoffFailed",
+                    "PublishFailuresKept",
+                ),
+                width=WIDTH,
+            ),
         )
     if worker is not None:
         _worker_rows(dashboard, metrics, worker)
@@ -214,9 +224,10 @@ def _stream_rows(
         publisher.metric_failed_batches(FIVE_MINUTES, label="Publisher")
     ]
     iterator_ages = [metrics.iterator_age(publisher_fn, "Publisher")]
-    if dispatch is not None:
+    if dispatch is not None:  # its queue (kept, unused, when the mapping is shared)
         stream_failures.append(_queue_depth(dispatch.failure_queue, "Worker"))
-        iterator_ages.append(metrics.iterator_age(dispatch.function, "Worker"))
+        if not dispatch.shared:  # the worker's own mapping
+            iterator_ages.append(metrics.iterator_age(dispatch.function, "Worker"))
     dashboard.add_widgets(
         cw.GraphWidget(title="Stream: iterator age (ms)", left=iterator_ages, width=WIDTH),
         cw.GraphWidget(

@@ -120,6 +120,13 @@ METRICS: dict[str, MetricSpec] = {
     "StreamDispatched": _count(WORKER),
     "StreamDispatchTaken": _count(WORKER),
     "StreamDispatchDeferred": _count(WORKER),
+    # The one-reader stream batch (leasefence.worker.stream_router, leasefence.worker.handoff):
+    # claims that failed (left to the drain), records it could not publish and kept in the
+    # publisher's bucket, claims handed to asynchronous invocations and hand-offs that failed.
+    "StreamDispatchFailed": _count(WORKER),
+    "PublishFailuresKept": _count(WORKER),
+    "StreamHandedOff": _count(WORKER),
+    "StreamHandoffFailed": _count(WORKER),
     # The runtime's store faults: a renewal that failed, a job abandoned while the table was
     # unavailable, a busy table's write retried.
     "HeartbeatErrors": _count(WORKER),

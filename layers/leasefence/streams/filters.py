@@ -129,6 +129,25 @@ def publisher_filters() -> list[dict[str, Any]]:
     ]
 
 
+def shared_filters() -> list[dict[str, Any]]:
+    """The filter of the one mapping that feeds both the worker's dispatch and the publisher
+    (:func:`leasefence.streams.mappings.shared`): a superset of :func:`dispatch_filters` and
+    :func:`publisher_filters` in five patterns (Lambda's default quota of filters per mapping).
+    The publisher's first pattern (an outcome that leaves the operation live) and the worker's
+    (work that became claimable now) become one: any write whose transition is one of those or an
+    enqueue, whatever the state, tenant or history mark. What it passes beyond the two filters
+    (enqueues of tenants the worker does not serve, enqueues of operations whose history is not in
+    their item) the function drops by the exact filters (:mod:`leasefence.worker.stream_router`)."""
+    live, *rest = publisher_filters()
+    transitions = [t.value for t in EVENT_LIVE]
+    transitions += [t.value for t in CLAIMABLE_NOW if t.value not in transitions]
+    merged = {
+        "eventName": live["eventName"],
+        "dynamodb": {"NewImage": {"transition": {"S": transitions}}},
+    }
+    return [merged, *rest]
+
+
 def filter_criteria(filters: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The ``FilterCriteria`` of an event source mapping (CloudFormation and the Lambda API)."""
     return {

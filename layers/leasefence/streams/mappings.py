@@ -1,8 +1,12 @@
-"""The two event source mappings on the operations table's stream, defined once: the CDK app
+"""The event source mappings on the operations table's stream, defined once: the CDK app
 creates them from these values and the local stack runs them (:mod:`leasefence_tools.local.streams`).
 
-DynamoDB Streams lets at most two readers poll a shard at a time without throttling: these two
-are all there are (history and events share the publisher's read for that reason).
+DynamoDB Streams lets at most two readers poll a shard at a time without throttling. With a
+worker, leasefence reads the stream once (:func:`shared`: one mapping whose function dispatches
+work and publishes outcomes), leaving the second slot to the adopter; without one, the
+publisher's own mapping (:func:`publisher`) is the only reader. :func:`worker` and
+:func:`publisher` side by side (two readers, no slot left) remain for
+``WorkerProps(stream_readers=2)``.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from leasefence.streams.filters import dispatch_filters, publisher_filters
+from leasefence.streams.filters import dispatch_filters, publisher_filters, shared_filters
 
 #: Where Lambda writes a mapping's failed batches in an S3 on-failure destination
 #: (``aws/lambda/<mapping UUID>/<shard>/YYYY/MM/DD/YYYY-MM-DDTHH.MM.SS-<UUID>``).
@@ -102,5 +106,46 @@ def publisher() -> StreamMapping:
         bisect=True,
         max_record_age_s=-1,
         starting_position="TRIM_HORIZON",
+        failure_destination="s3",
+    )
+
+
+def shared(batch_size: int = 10, parallelization_factor: int = 10) -> StreamMapping:
+    """The one mapping of a deployment with a worker: the worker function dispatches the work
+    that became claimable and publishes what the publisher would
+    (:class:`leasefence.worker.stream_router.StreamRouter`), so leasefence takes one of the stream's two
+    readers per shard.
+
+    * the filter: :func:`leasefence.streams.filters.shared_filters`, five patterns (a superset of
+      both; the function applies the exact ones).
+    * batch size and parallelization: the worker's (``WorkerProps.stream_batch_size``,
+      ``stream_parallelization``): in the ``run`` dispatch mode a batch's jobs run side by side.
+    * the function reports no dispatch failure (the work stays queued: the scheduled drain finds
+      it) and no publishing failure it could keep (it retries a record briefly, then writes it
+      and the later records it holds back to the on-failure bucket itself, for
+      ``leasefence publisher redrive``): what the mapping retries is what the function could not
+      keep, or a batch whose invocation failed outright (a timeout). For those: the publisher's
+      settings (10 retries, bisected, records of any age, the S3 bucket), so no record the
+      publisher needs is given up; a redelivered dispatch record claims nothing twice (the claim
+      is pinned to the record's image).
+    * starts at ``LATEST``, as the worker's own mapping (:func:`worker`), and is deployed under
+      that mapping's logical id: the upgrade from two readers (or ``stream_readers=2`` to 1)
+      then *updates* the worker's mapping in place (filter, batch, retries, destination), and it
+      keeps reading from where it was. The starting position is a create-only property of
+      ``AWS::Lambda::EventSourceMapping``: a different one would have CloudFormation create a
+      second mapping of the same function on the same stream before deleting the first, which
+      Lambda refuses (``ResourceConflictException``: the update fails and rolls back). The
+      publisher's own mapping, a different function's, keeps ``TRIM_HORIZON``.
+    """
+    return StreamMapping(
+        "worker",
+        shared_filters(),
+        batch_size=batch_size,
+        batching_window_s=0,
+        parallelization_factor=parallelization_factor,
+        max_retries=10,
+        bisect=True,
+        max_record_age_s=-1,
+        starting_position="LATEST",
         failure_destination="s3",
     )

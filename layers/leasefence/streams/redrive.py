@@ -13,7 +13,9 @@ one is read back from the stream with its ``DDBStreamBatchInfo`` while the strea
 those records), and replays each operation's records in the order of their ``seq`` through
 :class:`~leasefence.streams.publisher.Publisher`, the function's own code: the history places
 each entry by ``seq`` (one it holds already changes nothing) and the event is published again.
-An object is deleted once every record in it went through; when a record fails again the later
+Records in an object that the publisher's filter does not pass (a batch of the shared
+mapping also holds the worker's) are left out. An object is deleted once every record in it went
+through; when a record fails again the later
 records of the same operation wait (so its events stay in order) and the objects holding them
 stay for the next redrive, with the error reported. Given the operation as it is now
 (``current``), a record is not replayed (and counts as done) when what it would say is gone: the
@@ -156,6 +158,8 @@ def read_kept(s3: Any, bucket: str, streams: Any | None = None) -> Iterator[Kept
             yield Kept(key, [], unreadable=f"not JSON: {error}"[:300])
             continue
         found = batch_records(document) if isinstance(document, dict) else None
+        if found is not None:
+            found = [r for r in found if _for_publisher(r)]
         if found is None:
             info = document.get("DDBStreamBatchInfo") if isinstance(document, dict) else None
             if streams is None or not isinstance(info, dict):
@@ -170,6 +174,17 @@ def read_kept(s3: Any, bucket: str, streams: Any | None = None) -> Iterator[Kept
                 yield Kept(key, [], unreadable="the stream no longer holds its records")
                 continue
         yield Kept(key, found)
+
+
+def _for_publisher(record: dict[str, Any]) -> bool:
+    """Whether a kept record is the publisher's: a batch of the shared mapping (worker and
+    publisher, :func:`leasefence.streams.mappings.shared`) holds the worker's records too, which
+    the drain has long served. A record that cannot be read stays, to be reported."""
+    try:
+        records.parse(record)
+    except records.MalformedRecord:
+        return True
+    return filters.passes(filters.publisher_filters(), record)
 
 
 def _order(record: dict[str, Any]) -> tuple[Any, ...]:

@@ -11,6 +11,7 @@ drain's: it stays as the safety net.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +24,8 @@ from leasefence.schema import DUE_SK
 from leasefence.streams import records
 from leasefence.streams.filters import CLAIMABLE_NOW
 from leasefence.worker._runtime import Worker
+
+log = logging.getLogger("leasefence.dispatch")
 
 #: A record can arrive before the enqueuer's clock said the work is due by the worker's clock
 #: (skew between hosts): wait that long at most instead of leaving it to the drain.
@@ -45,13 +48,17 @@ class StreamDispatch:
         engine: Engine,
         tenants: Sequence[str],
         count: MetricSink | None = None,
+        handoff: Callable[[Claim], None] | None = None,
     ) -> None:
+        """``handoff``: the ``invoke`` dispatch mode (:mod:`leasefence.worker.handoff`): each
+        claim is handed to it instead of run here."""
         if not tenants:
             raise ValueError("stream dispatch serves at least one tenant")
         self.worker = worker
         self.engine = engine
         self.tenants = frozenset(tenants)
         self.count = count if count is not None else (lambda _name, _value: None)
+        self.handoff = handoff
 
     def claim(
         self, record: Mapping[str, Any], remaining_ms: Callable[[], int] | None = None
@@ -88,11 +95,27 @@ class StreamDispatch:
         return "claimed", claim
 
     def run(self, claims: Sequence[Claim]) -> None:
-        """Run the claimed jobs side by side, each through the worker runtime (reconcile,
-        heartbeats, closing write); returns when all have finished."""
-        if len(claims) == 1:
+        """Run the claimed jobs (:meth:`start`) and return when all have finished."""
+        if len(claims) == 1 and self.handoff is None:
             self.worker.process(claims[0])
             return
+        self.start(claims)()
+
+    def start(self, claims: Sequence[Claim]) -> Callable[[], None]:
+        """Start the claimed jobs and return what waits for them: each runs in a thread of its
+        own through the worker runtime (reconcile, heartbeats, closing write), or, with a
+        ``handoff``, is handed to it (then nothing waits here). A claim that cannot be handed
+        over is counted and left: its lease lapses and the scheduled drain takes it over."""
+        if self.handoff is not None:
+            for claim in claims:
+                try:
+                    self.handoff(claim)
+                except Exception as error:  # noqa: BLE001 - the drain takes the claim over
+                    self.count(Metric.STREAM_HANDOFF_FAILED, 1)
+                    log.warning("hand-off failed: %s", type(error).__name__)
+                else:
+                    self.count(Metric.STREAM_HANDED_OFF, 1)
+            return lambda: None
         threads = [
             threading.Thread(
                 target=self._runner().process, args=(claim,), name=f"job-{i}", daemon=True
@@ -101,8 +124,17 @@ class StreamDispatch:
         ]
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join()
+
+        def wait() -> None:
+            for thread in threads:
+                thread.join()
+
+        return wait
+
+    def run_handed_off(self, claim: Claim) -> None:
+        """Run a claim a stream batch handed to this invocation (the ``invoke`` mode), through
+        a worker of its own (invocations may share this process: the local stack's do)."""
+        self._runner().process(claim)
 
     def _runner(self) -> Worker:
         """A worker for one job of a batch: the same identity, handlers and lease as

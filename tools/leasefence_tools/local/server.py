@@ -584,6 +584,11 @@ def _listening(service: str, host: str, port: int, setting: str) -> Iterator[Non
 STREAM_POLL_INTERVAL_S = 0.05
 
 
+#: The publisher's on-failure bucket on the embedded endpoint (its mapping's, or the shared
+#: mapping's, where the worker also keeps what it could not publish).
+PUBLISHER_FAILURES = "leasefence-publisher-stream-failures"
+
+
 class LocalStack:
     """Embedded DynamoDB + S3, table and bucket, the HTTP API, the sweeper on a timer, and with
     ``streams`` the stream-driven worker and publisher."""
@@ -609,10 +614,14 @@ class LocalStack:
         dynamodb_endpoint: str | None = None,
         table_prefix: str | None = None,
         api_environments: int = 0,
+        worker_dispatch: str = "run",
+        stream_readers: int = 1,
     ) -> None:
         """``api_environments``: 0 runs the API function in this process (one environment, one
         invocation at a time; what a test that reaches into the handlers' runtime needs), N in
         up to N processes of its own (:mod:`leasefence_tools.local.environments`).
+        ``worker_dispatch``, ``stream_readers``: as ``WorkerProps``' ``stream_dispatch`` and
+        ``stream_readers`` (with handlers: one mapping for the worker and the publisher, or two).
         ``streams``: start the event source mappings with the stack (or later:
         :meth:`start_streams`). ``worker_handlers`` (``module:NAME``) and ``worker_tenants``:
         what the worker function runs, for whom (no handlers: no stream worker, the publisher
@@ -659,6 +668,10 @@ class LocalStack:
         self.worker_handlers = worker_handlers
         self.worker_tenants = tuple(worker_tenants)
         self.worker_lease_seconds = worker_lease_seconds
+        self.worker_dispatch = worker_dispatch
+        self.stream_readers = stream_readers
+        #: The asynchronous invocations of the ``invoke`` dispatch mode (None: ``run``).
+        self.async_lambda: Any = None
         self.event_bus = event_bus
         self.stream_poll_interval = stream_poll_interval
         self.stream_starting_position = stream_starting_position
@@ -723,6 +736,10 @@ class LocalStack:
             worker_handlers=self.worker_handlers,
             worker_tenants=self.worker_tenants,
             worker_lease_seconds=self.worker_lease_seconds,
+            worker_dispatch=self.worker_dispatch,
+            publisher_failures=(
+                PUBLISHER_FAILURES if self.worker_handlers and self.stream_readers == 1 else None
+            ),
             region=current.region or "us-east-1",
         )
         self.event_bus = config.event_bus
@@ -739,6 +756,11 @@ class LocalStack:
         self.invoker.runtime = self.sweeper_invoker.runtime = self.runtime
         for service in ("dynamodb", "s3", "events"):  # the handlers' calls skip the network
             self._attach(self.runtime.client(service))
+        if self.worker_dispatch == "invoke":
+            from leasefence_tools.local.async_invoke import AsyncLambda
+
+            self.async_lambda = AsyncLambda(lambda: Invoker(self.runtime, self.timings))
+            self.runtime.install_client("lambda", self.async_lambda)
         spec = config.table_spec
         create_table(self.client("dynamodb"), spec, stream=self.streams, ttl=self._has("TTL"))
         s3 = self.aws.client("s3")
@@ -783,9 +805,10 @@ class LocalStack:
 
     def start_streams(self, starting_position: str | None = None) -> None:
         """Turn the table's stream on (if it is not) and start the event source mappings: the
-        publisher's, and the worker's when handlers were given. Created now, each starts at its
-        own starting position (the publisher's ``TRIM_HORIZON``: everything the stream holds; the
-        worker's ``LATEST``), or at ``starting_position``; stopped by :meth:`stop_streams`, they
+        publisher's, and the worker's when handlers were given (one shared mapping, or with
+        ``stream_readers=2`` two). Created now, each starts at its own starting position (the
+        publisher's ``TRIM_HORIZON``: everything the stream holds; the worker's and the shared
+        one's ``LATEST``), or at ``starting_position``; stopped by :meth:`stop_streams`, they
         resume where they stopped."""
         from leasefence.schema import create_table
         from leasefence.streams import mappings
@@ -804,14 +827,21 @@ class LocalStack:
         events = self.aws.client("events")
         with contextlib.suppress(events.exceptions.ResourceAlreadyExistsException):
             events.create_event_bus(Name=self.event_bus)
-        wanted = [mappings.publisher()]
+        if self.worker_handlers and self.stream_readers == 1:
+            wanted = [mappings.shared()]  # one reader: the worker also publishes
+        else:
+            wanted = [mappings.publisher()]
+            if self.worker_handlers:
+                wanted.append(mappings.worker(self.worker_tenants))
+            load_function("publisher")
         if self.worker_handlers:
             load_function("worker")
-            wanted.append(mappings.worker(self.worker_tenants))
-        load_function("publisher")
         sqs, s3 = self.aws.client("sqs"), self.aws.client("s3")
         for mapping in wanted:
             name = f"leasefence-{mapping.function}-stream-failures"
+            if mapping.failure_destination == "s3":  # the publisher's bucket, shared or not
+                name = PUBLISHER_FAILURES
+                self.failure_buckets["publisher"] = name
             queue: str | None = None
             bucket: str | None = None
             if mapping.failure_destination == "s3":
@@ -914,6 +944,8 @@ class LocalStack:
         from leasefence import settings
 
         self.stop_streams()
+        if self.async_lambda is not None:
+            self.async_lambda.wait()
         self.mappings.clear()
         self._stop.set()
         if self._sweeper is not None:

@@ -45,8 +45,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from leasefence.streams import kept
 from leasefence.streams.filters import passes
-from leasefence.streams.mappings import FAILED_BATCH_PREFIX, StreamMapping
+from leasefence.streams.mappings import StreamMapping
 
 #: Records one ``GetRecords`` asks for (DynamoDB Streams' maximum).
 READ_LIMIT = 1000
@@ -302,53 +303,24 @@ class EventSourceMapping:
         """What Lambda sends to a stream mapping's on-failure destination: where the records
         are (the stream keeps them for 24 hours); to an S3 destination the records too."""
         moment = datetime.now(UTC)
-        now = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        created = [r["dynamodb"].get("ApproximateCreationDateTime") for r in records]
-        function_arn = "arn:aws:lambda:us-east-1:000000000000:function:leasefence-"
         shard = next(iter(self._iterators), "")
-        message: dict[str, Any] = {
-            "requestContext": {
-                "requestId": str(uuid.uuid4()),
-                "functionArn": function_arn + self.config.function,
-                "condition": "RetryAttemptsExhausted",
-                "approximateInvokeCount": attempts,
-            },
-            "responseContext": {
-                "statusCode": 200,
-                "executedVersion": "$LATEST",
-                "functionError": "Unhandled",
-            },
-            "version": "1.0",
-            "timestamp": now,
-            "DDBStreamBatchInfo": {
-                "shardId": shard,
-                "startSequenceNumber": records[0]["dynamodb"]["SequenceNumber"],
-                "endSequenceNumber": records[-1]["dynamodb"]["SequenceNumber"],
-                "approximateArrivalOfFirstRecord": _iso(created[0]),
-                "approximateArrivalOfLastRecord": _iso(created[-1]),
-                "batchSize": len(records),
-                "streamArn": self.stream_arn,
-            },
-        }
-        if self.config.failure_destination == "s3":
-            message["payload"] = {"Records": records}
-            key = (
-                f"{FAILED_BATCH_PREFIX}{self.uuid}/{shard}/{moment:%Y/%m/%d}/"
-                f"{moment:%Y-%m-%dT%H.%M.%S}-{uuid.uuid4()}"
-            )
+        to_s3 = self.config.failure_destination == "s3"
+        message = kept.invocation_record(
+            records,
+            function_arn=f"arn:aws:lambda:us-east-1:000000000000:function:leasefence-"
+            f"{self.config.function}",
+            attempts=attempts,
+            shard=shard,
+            stream_arn=self.stream_arn,
+            moment=moment,
+            with_records=to_s3,
+        )
+        if to_s3:
             self._s3.put_object(
-                Bucket=self.failure_bucket, Key=key, Body=json.dumps(message).encode()
+                Bucket=self.failure_bucket,
+                Key=kept.object_key(self.uuid, shard, moment),
+                Body=json.dumps(message).encode(),
             )
         else:
             self._sqs.send_message(QueueUrl=self.failure_queue_url, MessageBody=json.dumps(message))
         self.stats.records_to_destination += len(records)
-
-
-def _iso(epoch_s: Any) -> str | None:
-    if not isinstance(epoch_s, (int, float)):
-        return None
-    return (
-        datetime.fromtimestamp(epoch_s, tz=UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
