@@ -10,13 +10,22 @@ from collections import Counter
 
 import pytest
 
-from leasefence import keys
+from leasefence import keys, settings
 from leasefence_tools.local.server import LocalStack
 from tests.support.api import Api, claimed, enqueue, op_path
 
 
 @pytest.fixture
-def default_stack(aws):
+def default_stack(aws, stack):
+    """A stack of its own; the session's stack is the process's runtime again afterwards (a
+    stack installs its runtime for the process when it starts, and forgets it when it stops)."""
+    try:
+        yield from _default_stack(aws)
+    finally:
+        settings.install(stack.runtime.settings)
+
+
+def _default_stack(aws):
     with pytest.MonkeyPatch.context() as env:
         env.delenv("LEASEFENCE_OPERATION_SHARDS", raising=False)
         with LocalStack(

@@ -275,9 +275,9 @@ def test_a_profile_adds_up_its_lifecycle_the_work_around_it_and_the_month() -> N
     assert lines["lambda_requests"] == pytest.approx((3 + 3 * 2 + 1 + 1 + polls + runs) * 0.20, abs=1e-4)
     assert lines["s3_requests"] == pytest.approx(5.00, abs=1e-4)
     assert lines["schedules"] == pytest.approx(runs * 1.00, abs=1e-4)
-    # By the month: 30 alarms, 2 custom metrics, a secret and a key, over the volume; the
+    # By the month: 29 alarms (one stream reader: no worker iterator-age alarm), 2 custom metrics, a secret and a key, over the volume; the
     # dashboard is opt-in.
-    assert lines["cloudwatch_alarms"] == pytest.approx(30 * 0.10 / volume * M)
+    assert lines["cloudwatch_alarms"] == pytest.approx(29 * 0.10 / volume * M)
     assert lines["cloudwatch_dashboard"] == 0
     dashboard = allin.leasefence_profile("http_workers", measured, replace(a, dashboard=True))
     assert dashboard["lines"]["cloudwatch_dashboard"] == pytest.approx(3.00 / volume * M)

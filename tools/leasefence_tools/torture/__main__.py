@@ -37,8 +37,9 @@ def cli(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--operation-shards",
         type=int,
-        default=1,
-        help="write shards of the table per tenant (default 1: the bare tenant id)",
+        default=0,
+        help="write shards of the table per tenant (1: the bare tenant id; default 0: the "
+        "default layout, each tenant's counts recorded at its first enqueue)",
     )
     parser.add_argument(
         "--batched-fleet",

@@ -53,8 +53,9 @@ class Settings:
     index_lag_ms: int = 250  # wall-clock lag of index queries (per item, seeded, up to this)
     identity_retention_days: int = 400
     payload_retention_days: int = 30
-    #: Write shards of the base table per tenant (issue 33; 1: the bare tenant id).
-    operation_shards: int = 1
+    #: Write shards of the base table per tenant (issue 33; 1: the bare tenant id; 0: the default
+    #: layout, each tenant's counts recorded at its first enqueue: 64 for these new tenants).
+    operation_shards: int = 0
 
     # ---- the composed run (``compose``): every feature at once, on the same operations
     compose: bool = True
