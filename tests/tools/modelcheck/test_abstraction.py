@@ -1,0 +1,126 @@
+"""The abstract digest (histories read as their transitions, none once an operation ended): the
+same verdicts as the exact digest, clean and for every mutation, with fewer states; and what it
+leaves out is still checked."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from leasefence import history
+from leasefence_tools.modelcheck.abstraction import abstract_item, abstractable
+from leasefence_tools.modelcheck.explorer import explore
+from leasefence_tools.modelcheck.mutations import MUTATIONS
+from leasefence_tools.modelcheck.protocol import Bound
+from leasefence_tools.modelcheck.symmetry import NONE, OPS, Canon
+from leasefence_tools.modelcheck.world import World
+
+from tests.tools.modelcheck.test_modelcheck import CLEAN_STATES, TRACE_STEPS
+from tests.tools.modelcheck.test_symmetry import _verdict
+
+#: One class-B operation, one worker, two attempts, a clock jump, a lost answer, cancel.
+ONE_OP = Bound(kinds=("b",), workers=1, attempts=2, requeues=0, erase=False)
+
+
+@pytest.fixture(scope="module")
+def world():
+    with World() as world:
+        yield world
+
+
+def _entry(**fields: str) -> dict:
+    return {"M": {k: ({"N": v} if v.isdigit() else {"S": v}) for k, v in fields.items()}}
+
+
+def _item(state: str, entries: list[dict], hb: int = 120) -> bytes:
+    item = {
+        "operation_id": {"S": "o1"},
+        "tenant_id": {"S": "t"},
+        "state": {"S": state},
+        "fence": {"N": "1"},
+        history.ITEM_HISTORY: {"L": entries},
+        history.ITEM_BYTES: {"N": str(hb)},
+    }
+    return json.dumps(item, sort_keys=True, separators=(",", ":")).encode()
+
+
+def test_an_entry_is_read_as_its_transition_and_an_ended_history_not_at_all():
+    by_w1 = [_entry(e="enqueue", a="producer", t="1"), _entry(e="claim", a="w1", t="1")]
+    by_w2 = [_entry(e="enqueue", a="producer", t="1"), _entry(e="claim", a="w2", t="9")]
+    swept = [_entry(e="enqueue", a="producer", t="1"), _entry(e="sweep", a="w2", t="9")]
+    assert abstract_item(_item("claimed", by_w1)) == abstract_item(_item("claimed", by_w2, 130))
+    assert abstract_item(_item("claimed", by_w1))[0] != abstract_item(_item("claimed", swept))[0]
+    assert abstract_item(_item("claimed", by_w1))[1] is None
+    # Ended: any history is the same, and the operation is named (its record is left out too).
+    assert abstract_item(_item("succeeded", by_w1)) == abstract_item(_item("succeeded", swept))
+    assert abstract_item(_item("succeeded", by_w1))[1] == "o1"
+    # Everything else stays: another fence is another state.
+    other = _item("claimed", by_w1).replace(b'"fence":{"N":"1"}', b'"fence":{"N":"2"}')
+    assert abstract_item(other) != abstract_item(_item("claimed", by_w1))
+    no_history = b'{"operation_id":{"S":"\\u0000job-types"}}'
+    assert abstract_item(no_history) == (no_history, None)
+
+
+def test_a_history_near_the_room_bound_stops_the_search():
+    with pytest.raises(AssertionError, match="too near"):
+        abstract_item(_item("claimed", [_entry(e="claim")], hb=history.HISTORY_ROOM_BYTES // 2))
+
+
+def test_bounds_that_compact_keep_their_histories_whole():
+    assert abstractable(ONE_OP)
+    assert not abstractable(dataclasses.replace(ONE_OP, history_room=5))
+    assert not abstractable(dataclasses.replace(ONE_OP, size_limits=1))
+    with pytest.raises(ValueError, match="history room"):
+        Canon(dataclasses.replace(ONE_OP, history_room=5), NONE, abstract=True)
+
+
+#: Every mutation whose bound keeps histories short (the other two compact them).
+ABSTRACTABLE = [m for m in MUTATIONS if abstractable(m.bound)]
+
+
+@pytest.mark.parametrize("mutation", ABSTRACTABLE, ids=lambda m: m.name)
+def test_the_abstract_search_reaches_the_same_verdicts(world, mutation):
+    """The exact search's verdicts are pinned by ``test_modelcheck`` (clean: finished, every
+    invariant held, no dead end, ``CLEAN_STATES``; mutated: the mutation's invariant broken,
+    ``TRACE_STEPS`` long). The abstract search reaches the same ones with at most as many
+    states, and a counterexample as short (breadth first, both shortest)."""
+    abstract = explore(mutation.bound, world=world, abstract=True)
+    assert _verdict(abstract) == (True, None, 0), abstract.summary()
+    assert abstract.states <= CLEAN_STATES[mutation.name]
+    with mutation.apply():
+        abstract = explore(mutation.bound, world=world, abstract=True)
+    assert _verdict(abstract) == (True, mutation.invariant, TRACE_STEPS[mutation.name]), (
+        abstract.summary()
+    )
+
+
+def test_fewer_states_where_histories_differ_and_the_same_verdict_with_symmetry(world):
+    """Fewer states, the same verdict, alone and with symmetry (two workers)."""
+    exact = explore(ONE_OP, world=world)
+    abstract = explore(ONE_OP, world=world, abstract=True)
+    assert _verdict(exact) == _verdict(abstract) == (True, None, 0), abstract.summary()
+    assert abstract.states < exact.states
+    two = dataclasses.replace(ONE_OP, workers=2, lost_answers=0, cancel=False)
+    reduced = explore(two, world=world, symmetry=OPS)
+    both = explore(two, world=world, symmetry=OPS, abstract=True)
+    assert _verdict(reduced) == _verdict(both) == (True, None, 0), both.summary()
+    assert both.states < reduced.states
+
+
+def test_a_wrong_history_of_an_ended_operation_is_caught(world, monkeypatch):
+    """The history reader losing the last entry of an operation that ended: the abstract
+    digest leaves ended histories out, and the check on every transition still finds it."""
+    original = history.expand
+
+    def expand(item, known=None):
+        entries = original(item, known)
+        ended = item.get("state") in ("succeeded", "cancelled", "failed_terminal")
+        return entries[:-1] if ended and len(entries) > 1 else entries
+
+    monkeypatch.setattr(history, "expand", expand)
+    exact = explore(ONE_OP, world=world)
+    abstract = explore(ONE_OP, world=world, abstract=True)
+    assert _verdict(exact) == _verdict(abstract), abstract.summary()
+    assert _verdict(abstract)[1] == "history_complete_and_in_order", abstract.summary()
