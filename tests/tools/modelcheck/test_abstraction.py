@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from leasefence import history
-from leasefence_tools.modelcheck.abstraction import abstract_item, abstractable
+from leasefence import history, keys
+from leasefence_tools.modelcheck.abstraction import Markers, abstract_item, abstractable
 from leasefence_tools.modelcheck.explorer import explore
 from leasefence_tools.modelcheck.mutations import MUTATIONS
 from leasefence_tools.modelcheck.protocol import Bound
@@ -124,3 +124,39 @@ def test_a_wrong_history_of_an_ended_operation_is_caught(world, monkeypatch):
     abstract = explore(ONE_OP, world=world, abstract=True)
     assert _verdict(exact) == _verdict(abstract), abstract.summary()
     assert _verdict(abstract)[1] == "history_complete_and_in_order", abstract.summary()
+
+
+def _marker(worker: str, token: str) -> bytes:
+    item = {"operation_id": {"S": keys.claim_marker_id(worker, token)}, "tenant_id": {"S": "t"}}
+    return json.dumps(item, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _claimed_by(token: str) -> bytes:
+    return _item("claimed", [_entry(e="claim")]).replace(
+        b'"fence"', b'"claim_token":{"S":"%s"},"fence"' % token.encode()
+    )
+
+
+def _renumbered(n: int, hold: dict | None, texts: list[bytes]) -> tuple:
+    actors = {"workers": {"w1": {"n": n, "hold": hold}}}
+    _, out = Markers(["w1"], 16).renumber(actors, [b"x"] * len(texts), list(texts))
+    return actors["workers"]["w1"], out
+
+
+def test_tokens_are_renumbered_in_order_and_dead_markers_left_out():
+    # Tokens w1.3 (in an item) and the next, w1.5: w1.0 and w1.1; w1.0's marker is dead.
+    state, texts = _renumbered(5, None, [_marker("w1", "w1.0"), _claimed_by("w1.3")])
+    assert state == {"n": 1, "hold": None}
+    assert texts == [_claimed_by("w1.0")]
+    # The same up to numbering: one state.
+    assert _renumbered(2, None, [_claimed_by("w1.1")]) == (state, texts)
+    # A resend's token and its marker are live: renamed together, the marker's key with them.
+    resend = {"resend": "claim_next", "op": None, "token": "w1.4", "got": None}
+    state, texts = _renumbered(5, resend, [_marker("w1", "w1.4"), _claimed_by("w1.2")])
+    assert state == {"n": 2, "hold": {**resend, "token": "w1.1"}}
+    assert texts == [_marker("w1", "w1.1"), _claimed_by("w1.0")]
+    # A refused claim whose answer was lost leaves its token unspent: the next one is it.
+    lost = {"resend": "claim", "op": "o1", "token": "w1.3", "got": None}
+    state, texts = _renumbered(3, lost, [_claimed_by("w1.1")])
+    assert state == {"n": 1, "hold": {**lost, "token": "w1.1"}}
+    assert texts == [_claimed_by("w1.0")]

@@ -18,6 +18,10 @@ command's default where :func:`abstractable`):
   out; the erasure replaces the list with its own entry, and the record with it), and nothing
   else reads it.
 
+- *Claim tokens' numbers, and claim markers no request will read again* (:class:`Markers`): a
+  worker's tokens are renumbered in their order among those the state still names, and a
+  marker whose token no resend holds is left out.
+
 Everything else of every item (fence, attempts, state, tokens, lease, times, counters) and
 every actor's local state stays in the digest, so two merged states take the same steps with
 the same answers and the same invariants' verdicts, and reach end states alike (liveness).
@@ -31,15 +35,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from leasefence import history
+from leasefence import history, keys
 from leasefence.limits import HISTORY_ROOM_BYTES
 from leasefence.model import State
 
 if TYPE_CHECKING:
     from leasefence_tools.modelcheck.protocol import Bound
+
+#: What the abstract digest leaves out, as a checkpoint's signature names it (a search saved
+#: with another abstract digest is not taken up).
+LEAVES_OUT = ("history details", "ended histories", "token numbers", "dead markers")
 
 #: Per item (the digest of its canonical JSON): the abstract item's JSON and digest, and the
 #: operation's id when it ended.
@@ -53,6 +62,7 @@ def abstracted(
     local: bytes,
     names: Sequence[bytes],
     texts: Sequence[bytes],
+    markers: Markers,
 ) -> tuple[bytes, list[bytes], list[bytes]]:
     """A state (the actors' local JSON, its items' digests and JSON) as the abstract digest
     reads it; ``cache`` keeps each item's abstract form (items are shared by many states)."""
@@ -61,21 +71,115 @@ def abstracted(
         known = cache.get(name)
         if known is None:
             new_text, op = abstract_item(text)
-            known = cache[name] = (
-                new_text,
-                name if new_text == text else hashlib.blake2b(new_text, digest_size=16).digest(),
-                op,
-            )
+            known = cache[name] = (new_text, _name(new_text) if new_text != text else name, op)
         out_texts.append(known[0])
         out_names.append(known[1])
         if known[2] is not None:
             ended.append(known[2])
-    if ended:
-        actors = json.loads(local)
-        for op in ended:
-            actors["history"].pop(op, None)
-        local = json.dumps(actors, sort_keys=True, separators=(",", ":")).encode()
+    actors = json.loads(local)
+    for op in ended:
+        actors["history"].pop(op, None)
+    if not actors.get("inflight"):
+        out_names, out_texts = markers.renumber(actors, out_names, out_texts)
+    local = json.dumps(actors, sort_keys=True, separators=(",", ":")).encode()
     return local, out_names, out_texts
+
+
+#: A worker's claim token as JSON text (``"w1.3"``: worker ``w1``, its fourth token).
+_TOKEN = re.compile(rb'"(w[0-9]+)\.([0-9]+)"')
+
+
+class Markers:
+    """Claim tokens renumbered, per worker, in the order of their numbers among the tokens the
+    state still refers to; claim markers no request will read again left out.
+
+    A worker's tokens are ``w1.0``, ``w1.1``..., one per claim request, never sent again except
+    by a resend of the request whose answer was lost (the worker's ``hold`` names its token),
+    every one sent at most the worker's next (``n``).
+    The engine compares tokens only for equality (an item's ``claim_token`` with the token a
+    request sends; a claim-next marker's key is a hash of worker and token), and so does the
+    one-claim-per-token invariant; a token after the next is one nobody has seen. So a state
+    whose tokens (the next one among them) are renamed one to one, keeping their order, behaves
+    as the state does.
+    A marker whose token is not a resend its worker holds is never read again (only that
+    worker sends that token, and it sends a new one), so it is left out. States with a call in
+    flight (``inflight``: its recorded answers hold tokens and markers' keys as text) keep
+    theirs."""
+
+    def __init__(self, workers: Sequence[str], tokens: int) -> None:
+        #: A marker's id (after its prefix) -> its worker and token number.
+        self._ids = {
+            _marker_id(worker, n): (worker, n) for worker in workers for n in range(tokens)
+        }
+
+    def renumber(
+        self, actors: dict, names: list[bytes], texts: list[bytes]
+    ) -> tuple[list[bytes], list[bytes]]:
+        live = {
+            hold["token"]
+            for state in actors["workers"].values()
+            if (hold := state["hold"]) is not None and "token" in hold
+        }
+        kept: list[tuple[bytes, bytes, tuple[str, int] | None]] = []
+        used: dict[str, set[int]] = {}
+        for name, text in zip(names, texts, strict=True):
+            marker = self._marker(text)
+            if marker is not None and f"{marker[0]}.{marker[1]}" not in live:
+                continue  # nobody will send its token again
+            if marker is not None:
+                used.setdefault(marker[0], set()).add(marker[1])
+            for worker, n in _TOKEN.findall(text):
+                used.setdefault(worker.decode(), set()).add(int(n))
+            kept.append((name, text, marker))
+        for token in live:
+            worker, n = token.split(".")
+            used.setdefault(worker, set()).add(int(n))
+        # The next token too: every token sent so far is at most it (a claim refused with its
+        # answer lost leaves it unspent, and its resend may make a claim with it).
+        for worker, state in actors["workers"].items():
+            used.setdefault(worker, set()).add(state["n"])
+        order = {worker: {n: i for i, n in enumerate(sorted(ns))} for worker, ns in used.items()}
+        for worker, state in actors["workers"].items():
+            state["n"] = order[worker][state["n"]]
+            hold = state["hold"]
+            if hold is not None and "token" in hold:
+                hold["token"] = f"{worker}.{order[worker][int(hold['token'].split('.')[1])]}"
+
+        def renamed(match: re.Match[bytes]) -> bytes:
+            worker = match.group(1).decode()
+            return b'"%s.%d"' % (match.group(1), order[worker][int(match.group(2))])
+
+        out_names, out_texts = [], []
+        for name, text, marker in kept:
+            new = _TOKEN.sub(renamed, text)
+            if marker is not None:
+                worker, n = marker
+                new = new.replace(
+                    _marker_id(worker, n).encode(),
+                    _marker_id(worker, order[worker][n]).encode(),
+                )
+            out_names.append(name if new == text else _name(new))
+            out_texts.append(new)
+        return out_names, out_texts
+
+    def _marker(self, text: bytes) -> tuple[str, int] | None:
+        start = text.find(_MARKER_TEXT)
+        if start < 0:
+            return None
+        start += len(_MARKER_TEXT)
+        return self._ids.get(text[start : start + 64].decode())
+
+
+#: A claim marker's id as it starts in an item's canonical JSON.
+_MARKER_TEXT = json.dumps(keys.CLAIM_MARKER_PREFIX).encode()[1:-1]
+
+
+def _marker_id(worker: str, n: int) -> str:
+    return keys.claim_marker_id(worker, f"{worker}.{n}")[len(keys.CLAIM_MARKER_PREFIX) :]
+
+
+def _name(text: bytes) -> bytes:
+    return hashlib.blake2b(text, digest_size=16).digest()
 
 
 def abstractable(bound: Bound) -> bool:

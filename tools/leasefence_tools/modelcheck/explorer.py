@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from leasefence import errors, history
 from leasefence.model import Transition
 from leasefence_tools.modelcheck import invariants
+from leasefence_tools.modelcheck.abstraction import LEAVES_OUT
 from leasefence_tools.modelcheck.checkpoint import Checkpoint
 from leasefence_tools.modelcheck.protocol import (
     TENANT,
@@ -160,7 +161,7 @@ def _explore(
     ends = {root} if invariants.is_end(ops_view(items)) else set()
     step_names: dict[str, str] = {}
     queue = deque([root])
-    signature = (bound, canon.mode) + (("abstract",) if canon.abstract else ())
+    signature = (bound, canon.mode) + (LEAVES_OUT if canon.abstract else ())
     resumed = checkpoint.load(signature) if checkpoint is not None else None
     if resumed is not None:
         world.add_pool(resumed["pool"])

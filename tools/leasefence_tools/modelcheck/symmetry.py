@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 from leasefence import keys
 from leasefence.targets.fenced_table import ENTRY_PREFIX, fence_attribute
-from leasefence_tools.modelcheck.abstraction import abstractable, abstracted
+from leasefence_tools.modelcheck.abstraction import Markers, abstractable, abstracted
 from leasefence_tools.modelcheck.protocol import TENANT, Bound, asked_lease, payload_of
 
 #: Claim tokens a worker can reach (``w1.0`` ... ): more than any bound sends.
@@ -73,6 +73,7 @@ class Canon:
         #: Per item (the digest of its JSON), the abstract item's text and digest, and the
         #: operation's id when it ended.
         self._abstract: dict[bytes, tuple[bytes, bytes, str | None]] = {}
+        self._markers = Markers([f"w{index + 1}" for index in range(bound.workers)], _TOKENS)
         # Workers that ask for the same lease are interchangeable (kind f: the first asks less).
         by_lease: dict[int, list[str]] = {}
         for index in range(bound.workers):
@@ -118,7 +119,7 @@ class Canon:
         items (``names``: the digest of each one's canonical JSON, ``texts``) in any order, and
         the local state's canonical JSON."""
         if self.abstract:
-            local, names, texts = abstracted(self._abstract, local, names, texts)
+            local, names, texts = abstracted(self._abstract, local, names, texts, self._markers)
         best = _digest(local, list(names))
         for index, renaming in enumerate(self.renamings):
 
