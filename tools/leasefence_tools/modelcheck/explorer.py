@@ -2,13 +2,14 @@
 
 A state is the table's items and the actors' local states, known by their canonical digest
 (:class:`~leasefence_tools.modelcheck.symmetry.Canon`: with symmetry reduction, the smallest over
-the renamings of interchangeable workers and operations); a state seen before is not expanded
-again (as TLC and stateright do). The
-search ends when no unexpanded state is left: every step of every actor from every reachable
-state has been run against the engine. Every transition is checked against the safety invariants
-(:data:`~leasefence_tools.modelcheck.invariants.SAFETY`) and every new state's history against
-the engine's history reader; once done, liveness: from every explored state some path in the
-explored graph leads to a state where every operation has ended (:func:`dead_ends`).
+the renamings of interchangeable workers and operations; with ``abstract``, of the state as
+:mod:`~leasefence_tools.modelcheck.abstraction` reads it); a state seen before is not expanded
+again (as TLC and stateright do). The search ends when no unexpanded state is left: every step
+of every actor from every reachable state has been run against the engine. Every transition is
+checked against the safety invariants (:data:`~leasefence_tools.modelcheck.invariants.SAFETY`)
+and the history of every operation it changed against the engine's history reader; once done,
+liveness: from every explored state some path in the explored graph leads to a state where
+every operation has ended (:func:`dead_ends`).
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ def explore(
     2,000 states. ``symmetry``: the ids renamed into one state
     (:mod:`~leasefence_tools.modelcheck.symmetry`; none by default). ``checkpoint``: the search
     taken up from its file when there is one, and saved to it as it goes
-    (:mod:`~leasefence_tools.modelcheck.checkpoint`)."""
+    (:mod:`~leasefence_tools.modelcheck.checkpoint`). ``abstract``: states merged by the abstract
+    digest (:mod:`~leasefence_tools.modelcheck.abstraction`; exact at bounds it allows)."""
     own = world is None
     world = world or World()
     try:
