@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 
 import pytest
 
 from leasefence import history, keys
+from leasefence_tools.modelcheck.__main__ import main
 from leasefence_tools.modelcheck.abstraction import Markers, abstract_item, abstractable
 from leasefence_tools.modelcheck.explorer import explore
 from leasefence_tools.modelcheck.mutations import MUTATIONS
@@ -160,3 +162,16 @@ def test_tokens_are_renumbered_in_order_and_dead_markers_left_out():
     state, texts = _renumbered(3, lost, [_claimed_by("w1.1")])
     assert state == {"n": 1, "hold": {**lost, "token": "w1.1"}}
     assert texts == [_claimed_by("w1.0")]
+
+
+def test_the_command_uses_the_abstract_digest_where_exact(capsys):
+    quiet = ["--kinds", "b", "--workers", "1", "--attempts", "1", "--clock-jumps", "0"]
+    quiet += ["--lost-answers", "0", "--requeues", "0", "--no-erase", "--no-cancel"]
+    try:
+        assert main(quiet) == 0
+        out = capsys.readouterr().out
+        assert "search finished" in out and "histories in the digest: transitions only" in out
+        assert main([*quiet, "--exact-histories"]) == 0
+        assert "histories in the digest: exact" in capsys.readouterr().out
+    finally:
+        logging.disable(logging.NOTSET)  # the command silences the engine's log lines
