@@ -183,8 +183,9 @@ torture: install-python
 # 1 clock jump, 1 lost answer, 1 erasure and 1 requeue in all, cancel; symmetry reduced and the
 # abstract digest (ARGS=--symmetry none --exact-histories for the exact search); ARGS for another
 # bound (python -m leasefence_tools.modelcheck --help). Not run to its end yet: stopped after
-# STATES_TBD distinct states with QUEUE_TBD left (docs/reliability.md). The search is saved in .modelcheck/ as
-# it goes (and on Ctrl-C): running it again takes it up.
+# 484,673 distinct states and 2,548,937 transitions with about 48,500 left, 3,184 s CPU, 64 min
+# wall (docs/reliability.md). The search is saved in .modelcheck/ as it goes (and on Ctrl-C):
+# running it again takes it up.
 modelcheck: install-python
 	$(BIN)/python -m leasefence_tools.modelcheck --kinds bb --workers 2 --attempts 3 --erases 1 \
 		--total-requeues 1 --checkpoint .modelcheck/bb-2-workers-3-attempts-budgets-1.pickle $(ARGS)
