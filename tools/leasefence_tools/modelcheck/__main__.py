@@ -17,7 +17,7 @@ from leasefence_tools.modelcheck.explorer import explore
 from leasefence_tools.modelcheck.memo import MemoClient
 from leasefence_tools.modelcheck.mutations import LARGE_MUTATIONS, MUTATIONS
 from leasefence_tools.modelcheck.protocol import Bound
-from leasefence_tools.modelcheck.symmetry import NONE, OPS, WORKERS_ONLY
+from leasefence_tools.modelcheck.symmetry import NONE, OPS, WORKERS_ONLY, abstractable
 from leasefence_tools.modelcheck.world import World
 
 
@@ -28,7 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attempts", type=int, default=3)
     parser.add_argument("--clock-jumps", type=int, default=1)
     parser.add_argument("--lost-answers", type=int, default=1)
-    parser.add_argument("--requeues", type=int, default=1)
+    parser.add_argument("--requeues", type=int, default=1, help="per operation")
+    parser.add_argument(
+        "--total-requeues", type=int, default=None, help="in all (default: --requeues each)"
+    )
+    parser.add_argument(
+        "--erases", type=int, default=None, help="erasures in all (default: each operation once)"
+    )
     parser.add_argument(
         "--inflight", type=int, default=0, help="claim-next requests resent while they run"
     )
@@ -40,6 +46,12 @@ def main(argv: list[str] | None = None) -> int:
         default=OPS,
         help="ids renamed into one state: workers and operations of one kind (ops), workers"
         " only (exact), or none",
+    )
+    parser.add_argument(
+        "--exact-histories",
+        action="store_true",
+        help="every history entry's details in a state's digest (default: its transitions only,"
+        " and none once its operation ended, when the bound has no history room or size limit)",
     )
     parser.add_argument("--max-states", type=int, default=None)
     parser.add_argument(
@@ -74,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             clock_jumps=args.clock_jumps,
             lost_answers=args.lost_answers,
             requeues=args.requeues,
+            total_requeues=args.total_requeues,
+            erases=args.erases,
             erase=not args.no_erase,
             cancel=not args.no_cancel,
             inflight=args.inflight,
@@ -88,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
 
+        abstract = not args.exact_histories and abstractable(bound)
         checkpoint = None
         if args.checkpoint is not None:
             checkpoint = Checkpoint(args.checkpoint, every_s=args.checkpoint_every)
@@ -100,11 +115,13 @@ def main(argv: list[str] | None = None) -> int:
             progress=progress,
             symmetry=args.symmetry,
             checkpoint=checkpoint,
+            abstract=abstract,
         )
         client = world.client
         hits = client.hits if isinstance(client, MemoClient) else 0
     print(result.summary())
     print(f"symmetry: {args.symmetry}")
+    print(f"histories in the digest: {'transitions only' if abstract else 'exact'}")
     print(f"store requests: {client.requests}, answered from the memo: {hits}")
     print(f"peak memory (resident): {_peak_mb()} MB")
     if not result.finished and result.violation is None:

@@ -2,13 +2,14 @@
 
 A state is the table's items and the actors' local states, known by their canonical digest
 (:class:`~leasefence_tools.modelcheck.symmetry.Canon`: with symmetry reduction, the smallest over
-the renamings of interchangeable workers and operations); a state seen before is not expanded
-again (as TLC and stateright do). The
-search ends when no unexpanded state is left: every step of every actor from every reachable
-state has been run against the engine. Every transition is checked against the safety invariants
-(:data:`~leasefence_tools.modelcheck.invariants.SAFETY`) and every new state's history against
-the engine's history reader; once done, liveness: from every explored state some path in the
-explored graph leads to a state where every operation has ended (:func:`dead_ends`).
+the renamings of interchangeable workers and operations; with ``abstract``, of the state as
+:mod:`~leasefence_tools.modelcheck.abstraction` reads it); a state seen before is not expanded
+again (as TLC and stateright do). The search ends when no unexpanded state is left: every step
+of every actor from every reachable state has been run against the engine. Every transition is
+checked against the safety invariants (:data:`~leasefence_tools.modelcheck.invariants.SAFETY`)
+and the history of every operation it changed against the engine's history reader; once done,
+liveness: from every explored state some path in the explored graph leads to a state where
+every operation has ended (:func:`dead_ends`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, TypeVar
 from leasefence import errors, history
 from leasefence.model import Transition
 from leasefence_tools.modelcheck import invariants
+from leasefence_tools.modelcheck.abstraction import LEAVES_OUT
 from leasefence_tools.modelcheck.checkpoint import Checkpoint
 from leasefence_tools.modelcheck.protocol import (
     TENANT,
@@ -116,18 +118,20 @@ def explore(
     progress: Callable[[int, int], None] | None = None,
     symmetry: str = NONE,
     checkpoint: Checkpoint | None = None,
+    abstract: bool = False,
 ) -> Result:
     """Every interleaving at ``bound``; stops at the first violation (with its trace).
     ``progress`` is called with the distinct states and the states left to expand, every
     2,000 states. ``symmetry``: the ids renamed into one state
     (:mod:`~leasefence_tools.modelcheck.symmetry`; none by default). ``checkpoint``: the search
     taken up from its file when there is one, and saved to it as it goes
-    (:mod:`~leasefence_tools.modelcheck.checkpoint`)."""
+    (:mod:`~leasefence_tools.modelcheck.checkpoint`). ``abstract``: states merged by the abstract
+    digest (:mod:`~leasefence_tools.modelcheck.abstraction`; exact at bounds it allows)."""
     own = world is None
     world = world or World()
     try:
         with small_history(bound.history_room):
-            canon = Canon(bound, symmetry)
+            canon = Canon(bound, symmetry, abstract=abstract)
             return _explore(world, bound, max_states, progress, canon, checkpoint)
     finally:
         if own:
@@ -159,7 +163,7 @@ def _explore(
     ends = {root} if invariants.is_end(ops_view(items)) else set()
     step_names: dict[str, str] = {}
     queue = deque([root])
-    signature = (bound, canon.mode)
+    signature = (bound, canon.mode) + (LEAVES_OUT if canon.abstract else ())
     resumed = checkpoint.load(signature) if checkpoint is not None else None
     if resumed is not None:
         world.add_pool(resumed["pool"])
@@ -219,23 +223,29 @@ def _explore(
                     result.violation = f"{invariant.__name__}: {broken}"
                     result.trace = [*trace_to(key), seen.step]
                     return _done(result, states, started)
+            # The history of each operation this step changed (the others' items and records
+            # are the parent's, checked when they last changed): on every transition, not only
+            # into a new state, since an abstract digest (``abstract``) leaves out histories.
+            changed = {op for op in {*before, *after} if before.get(op) != after.get(op)}
+            if changed:
+                engine = world.engine(after_local["now"])
+                broken = invariants.history_complete_and_in_order(
+                    before,
+                    after,
+                    after_local,
+                    seen,
+                    read=lambda op, engine=engine: _read_history(engine, op),
+                    ops=changed,
+                )
+                if broken is not None:
+                    result.violation = f"history_complete_and_in_order: {broken}"
+                    result.trace = [*trace_to(key), seen.step]
+                    return _done(result, states, started)
             after_packed = _pack(after_local)
             child = canon.digest(after_packed, after_saved, world.texts)
             successors.add(child)
             if child in states:
                 continue
-            engine = world.engine(after_local["now"])
-            broken = invariants.history_complete_and_in_order(
-                before,
-                after,
-                after_local,
-                seen,
-                read=lambda op, engine=engine: _read_history(engine, op),
-            )
-            if broken is not None:
-                result.violation = f"history_complete_and_in_order: {broken}"
-                result.trace = [*trace_to(key), seen.step]
-                return _done(result, states, started)
             states[child] = (after_saved, zlib.compress(after_packed, 1))
             parents[child] = (key, step_names.setdefault(seen.step, seen.step))
             if invariants.is_end(after):

@@ -126,14 +126,17 @@ def retries_tell_the_truth(before: Ops, after: Ops, local: dict, seen: Any) -> s
 
 
 def history_complete_and_in_order(
-    before: Ops, after: Ops, local: dict, seen: Any, read: Any = None
+    before: Ops, after: Ops, local: dict, seen: Any, read: Any = None, ops: Any = None
 ) -> str | None:
     """The engine's history reader returns exactly the transitions the checker saw commit, in
     order (an erasure replaces the history with its own entry; past the bound, the first and
-    the newest: :func:`~leasefence_tools.modelcheck.small_history.shown`)."""
+    the newest: :func:`~leasefence_tools.modelcheck.small_history.shown`); ``ops``: these
+    operations only (None: every one)."""
     if read is None:
         return None
     for op, seen_to_commit in local["history"].items():
+        if ops is not None and op not in ops:
+            continue
         expected = shown(seen_to_commit)
         got = read(op)
         if got != expected:

@@ -64,6 +64,10 @@ class Bound:
     history_room: int | None = None
     #: Items put at the store's size limit (:mod:`.size_limit`), at most one per operation.
     size_limits: int = 0
+    #: Erasures in all (with ``erase``); None: each operation can be erased once.
+    erases: int | None = None
+    #: Requeues in all (each operation still at most ``requeues``); None: ``requeues`` each.
+    total_requeues: int | None = None
 
     def ops(self) -> list[tuple[str, str]]:
         return [(f"o{index + 1}", kind) for index, kind in enumerate(self.kinds)]
@@ -73,7 +77,9 @@ class Bound:
             f"operations {''.join(self.kinds)}, {self.workers} worker(s), {self.attempts} attempts,"
             f" {self.clock_jumps} clock jump(s), {self.lost_answers} lost answer(s),"
             f" {self.requeues} requeue(s) per operation"
+            + (f" ({self.total_requeues} in all)" if self.total_requeues is not None else "")
             + (", erase" if self.erase else "")
+            + (f" ({self.erases} in all)" if self.erase and self.erases is not None else "")
             + (", cancel" if self.cancel else "")
             + (f", {self.inflight} claim-next resent while it runs" if self.inflight else "")
             + (f", history room {self.history_room}" if self.history_room else "")
@@ -172,6 +178,8 @@ def enabled(bound: Bound, local: dict[str, Any], ops: dict[str, dict[str, Any]])
     """Every step some actor can take now (a step refused by the engine is still a step)."""
     kinds = dict(bound.ops())
     steps: list[tuple] = []
+    requeues_left = requeues_in_all(bound, local)
+    may_erase = bound.erase and (bound.erases is None or len(local["erased"]) < bound.erases)
     for worker, wstate in local["workers"].items():
         hold = wstate["hold"]
         if worker in local["inflight"]:
@@ -214,12 +222,12 @@ def enabled(bound: Bound, local: dict[str, Any], ops: dict[str, dict[str, Any]])
         state = item["state"]
         if state in (State.UNKNOWN, State.QUARANTINED):
             steps.append(("resolve", op, "succeeded"))
-            if local["requeues"][op]:
+            if local["requeues"][op] and requeues_left:
                 steps.append(("resolve", op, "requeue"))
         if bound.cancel and state in (State.QUEUED, State.AWAITING_APPROVAL):
             steps.append(("cancel", op))
         if (
-            bound.erase
+            may_erase
             and op not in local["erased"]
             and state != State.CLAIMED
             and kinds[op] not in ("g", "r")
@@ -232,6 +240,14 @@ def enabled(bound: Bound, local: dict[str, Any], ops: dict[str, dict[str, Any]])
         if local["size_limits"] and op not in local["at_limit"] and history.needs_room(item):
             steps.append(("limit", op))  # its history as long as an item at the limit holds
     return steps
+
+
+def requeues_in_all(bound: Bound, local: dict[str, Any]) -> bool:
+    """Whether the bound's requeues in all (:attr:`Bound.total_requeues`) leave one more."""
+    if bound.total_requeues is None:
+        return True
+    used = sum(bound.requeues - left for left in local["requeues"].values())
+    return used < bound.total_requeues
 
 
 def step_name(step: tuple) -> str:

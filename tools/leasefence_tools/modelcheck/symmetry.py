@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 from leasefence import keys
 from leasefence.targets.fenced_table import ENTRY_PREFIX, fence_attribute
+from leasefence_tools.modelcheck.abstraction import Markers, abstractable, abstracted
 from leasefence_tools.modelcheck.protocol import TENANT, Bound, asked_lease, payload_of
 
 #: Claim tokens a worker can reach (``w1.0`` ... ): more than any bound sends.
@@ -61,8 +62,18 @@ class Canon:
     """The canonical digest of a state under the bound's symmetries (``mode``: :data:`OPS`,
     :data:`WORKERS_ONLY` or :data:`NONE`)."""
 
-    def __init__(self, bound: Bound, mode: str = OPS) -> None:
+    def __init__(self, bound: Bound, mode: str = OPS, abstract: bool = False) -> None:
+        if abstract and not abstractable(bound):
+            raise ValueError(
+                "histories are read whole at a bound with a history room or size limit"
+            )
         self.mode = mode
+        #: Histories read as their transitions (:mod:`.abstraction`).
+        self.abstract = abstract
+        #: Per item (the digest of its JSON), the abstract item's text and digest, and the
+        #: operation's id when it ended.
+        self._abstract: dict[bytes, tuple[bytes, bytes, str | None]] = {}
+        self._markers = Markers([f"w{index + 1}" for index in range(bound.workers)], _TOKENS)
         # Workers that ask for the same lease are interchangeable (kind f: the first asks less).
         by_lease: dict[int, list[str]] = {}
         for index in range(bound.workers):
@@ -107,6 +118,8 @@ class Canon:
         """The smallest digest of the state over every renaming, the identity included: its
         items (``names``: the digest of each one's canonical JSON, ``texts``) in any order, and
         the local state's canonical JSON."""
+        if self.abstract:
+            local, names, texts = abstracted(self._abstract, local, names, texts, self._markers)
         best = _digest(local, list(names))
         for index, renaming in enumerate(self.renamings):
 
