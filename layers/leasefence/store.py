@@ -480,11 +480,11 @@ class Store:
         extra: dict[str, Any],
         condition: str | None = None,
         condition_values: dict[str, Any] | None = None,
-    ) -> None:
+    ) -> set[str]:
         """``ADD attribute :members`` (a string set) and ``SET`` the ``extra`` attributes: an
         idempotent upsert, conditional when ``condition`` is given (``#set`` names the set;
         ``condition_values`` its placeholders): a refusal raises :class:`ConditionFailed` with
-        the item as it is."""
+        the item as it is. Returns the set as it was before (empty: none)."""
         names = {"#set": attribute}
         values: dict[str, Any] = {":m": {"SS": list(members)}}
         sets = []
@@ -497,15 +497,18 @@ class Store:
             kwargs["ConditionExpression"] = condition
             kwargs["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
             values.update({k: to_attr(v) for k, v in (condition_values or {}).items()})
-        self._call(
+        response = self._call(
             "update_item",
             TableName=self.table_name,
             Key=to_item(key),
             UpdateExpression="ADD #set :m" + (f" SET {', '.join(sets)}" if sets else ""),
             ExpressionAttributeNames=names,
             ExpressionAttributeValues=values,
+            ReturnValues="UPDATED_OLD",
             **kwargs,
         )
+        before = from_item(response.get("Attributes")) or {}
+        return set(before.get(attribute) or ())
 
     def transact(self, actions: list[dict[str, Any]]) -> None:
         """``TransactWriteItems``; a refused condition raises :class:`ConditionFailed` with reasons."""

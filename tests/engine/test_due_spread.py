@@ -199,6 +199,8 @@ def _next(engine):
 def test_a_throttled_claim_query_or_enqueue_doubles_the_spread(ddb, wide, clock):
     faulty = FaultyClient(ddb)
     engine = engine_on(faulty, wide, clock)
+    engine.enqueue(T, "listed", JOB, H)  # the type in the directory: the faults below hit the claim and the put
+    clock.advance(SPREAD_CACHE_MS)  # past the engine's cached hint: it reads the one set below
     set_hint(engine, 2, 2, clock() - SPREAD_GRACE_MS)
     faulty.fail_next("query", THROTTLE)
     with pytest.raises(Unavailable):

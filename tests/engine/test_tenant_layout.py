@@ -172,3 +172,23 @@ def test_a_deployment_that_sets_its_counts_never_reads_or_writes_a_record(ddb, s
     )
     engine.enqueue("set", "a", "job", HASH)
     assert recorded(ddb, spec, "set") is None
+
+
+def test_a_new_job_type_starts_at_one_due_shard_so_a_lone_job_is_one_query_away(ddb, spec, clock):
+    """A type new to the tenant's directory has no due entry anywhere: its hint item is written
+    at the idle spread with the directory (without it, every claim would probe all 64 due
+    shards of each such type until the spread settled)."""
+    producer, claimer = make_engine(ddb, spec, clock), make_engine(ddb, spec, clock, seed=2)
+    for job_type in ("alpha", "beta", "gamma"):
+        producer.enqueue("types", f"{job_type}-1", job_type, HASH)
+    queries = []
+    claimer.store.client.meta.events.register(
+        "before-parameter-build.dynamodb.Query",
+        lambda params, **kw: queries.append(params.get("IndexName")),
+    )
+    claim = claimer.claim_next("types", "w", job_types=["beta"])
+    assert claim is not None and claim.operation_id == "beta-1"
+    assert queries.count("due") == 1
+    queries.clear()
+    assert claimer.claim_next("types", "w") is not None  # every type of the directory
+    assert queries.count("due") <= 2

@@ -286,7 +286,7 @@ class Enqueuer:
                 return
         may_list_it = f"{x.DIRECTORY_NEW} OR {x.TYPE_LISTED} OR {x.DIRECTORY_HAS_ROOM}"
         try:
-            self.ctx.store.add_to_set(
+            listed = self.ctx.store.add_to_set(
                 keys.tenant_key(tenant_id, keys.DIRECTORY_ID),
                 "job_types",
                 [job_type],
@@ -302,6 +302,11 @@ class Enqueuer:
                 "instances)",
                 limit=self.max_job_types,
             ) from None
+        if job_type not in listed:
+            # A type new to the tenant has no due entry in any shard: its claimers start at the
+            # idle spread (one shard) instead of every shard (a pair without a hint item may have
+            # entries from before the spread: leasefence.engine._spread).
+            self.ctx.spread.start(tenant_id, job_type)
         with self._registered_lock:
             self._registered[pair] = None
             while len(self._registered) > MEMORY_ENTRIES:

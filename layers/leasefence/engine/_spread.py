@@ -32,6 +32,7 @@ for an enqueue delayed past the grace, and for an operation that re-enters the i
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -241,6 +242,20 @@ class DueSpread:
             self.raise_spread(tenant_id, job_type)
             raise
 
+    def start(self, tenant_id: str, job_type: str) -> None:
+        """The hint of a pair new to its tenant's directory, at the idle spread (one conditional
+        put; a refusal means another engine wrote it first, which is as good)."""
+        if self.ctx.spec.due_shards == 1:
+            return
+        # Refused: another engine wrote it first. Busy: the pair keeps probing every shard,
+        # as a pair without a hint does (correct, only dearer).
+        with contextlib.suppress(ConditionFailed, Unavailable):
+            self.ctx.store.put_new(
+                hint_item(tenant_id, job_type, IDLE), "attribute_not_exists(#k)", {"#k": "version"}
+            )
+        with self._lock:
+            self._hints.pop((tenant_id, job_type), None)
+
     def change(self, tenant_id: str, job_type: str, hint: Hint, spread: int) -> None:
         """One write conditional on the hint as read (at most one try per engine, pair and cache
         period); refused or throttled, it is dropped: the next signal tries again."""
@@ -275,6 +290,10 @@ class DueSpread:
                 self._hints.remember(pair, (now, changed))
             else:
                 self._hints.pop(pair, None)
+
+
+#: The hint an idle pair settles at, and a new pair starts at: one shard.
+IDLE = Hint(1, 1, 0, 1)
 
 
 def hint_item(tenant_id: str, job_type: str, hint: Hint) -> dict[str, object]:
