@@ -100,6 +100,10 @@ MEMORY_ENTRIES = 10_000
 #: hint it read (ms). Each engine reads each hint at most once per period: at 10,000 lifecycles/s
 #: that is one eventually consistent read per engine and second, whatever the rate.
 SPREAD_CACHE_MS = 1_000
+#: From this many due shards on, a job type new to its tenant's directory starts at one shard (its
+#: hint item written with the directory entry): below it, a claim that probes every shard of a
+#: type without a hint reads at most 3.5 units, not worth a write per new type.
+SPREAD_START_SHARDS = 8
 #: How long a claim trusts the hint it read (ms): a claimer's stale hint costs probes or a few
 #: seconds' delay in seeing a raise, never an entry (enqueues, whose stale hint the grace
 #: below must cover, trust it ``SPREAD_CACHE_MS``). As long as the catalogue's cache.

@@ -51,6 +51,7 @@ from leasefence.limits import (
     SPREAD_GRACE_MS,
     SPREAD_IDLE_MS,
     SPREAD_SHARD_RATE,
+    SPREAD_START_SHARDS,
 )
 from leasefence.schema import DUE_INDEX, DUE_PK
 from leasefence.store import ConditionFailed
@@ -245,7 +246,7 @@ class DueSpread:
     def start(self, tenant_id: str, job_type: str) -> None:
         """The hint of a pair new to its tenant's directory, at the idle spread (one conditional
         put; a refusal means another engine wrote it first, which is as good)."""
-        if self.ctx.spec.due_shards == 1:
+        if self.ctx.spec.due_shards < SPREAD_START_SHARDS:
             return
         # Refused: another engine wrote it first. Busy: the pair keeps probing every shard,
         # as a pair without a hint does (correct, only dearer).
