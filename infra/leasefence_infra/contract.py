@@ -47,6 +47,7 @@ ROUTES: tuple[tuple[str, str, str | None], ...] = (
     ("POST", "/v1/batch/claim", SCOPE_WORK),
     ("POST", "/v1/batch/heartbeat", SCOPE_WORK),
     ("POST", "/v1/batch/finish", SCOPE_WORK),
+    ("POST", "/v1/batch/work", SCOPE_WORK),
     # The operator's bulk routes: the approvers' inbox and bulk triage.
     ("GET", "/v1/approvals", SCOPE_APPROVE),
     ("POST", "/v1/batch/triage", SCOPE_OPERATE),

@@ -56,6 +56,33 @@ def _item_result(data: Mapping[str, Any], read: Callable[[Any], T]) -> ItemResul
     return ItemResult(data["operation_id"], status, None, answer_error(status, raw))
 
 
+def _operation(body: Any) -> Operation:
+    return Operation.from_json(body["operation"])
+
+
+def _lease_expiry(body: Any) -> datetime:
+    return parse_time(body["lease_expires_at"])  # type: ignore[return-value]
+
+
+def _claim_result(item: Mapping[str, Any], data: Mapping[str, Any]) -> ItemResult[Claim | None]:
+    """A claim item's result: its :class:`Claim` (knowing the token it was sent with), or None
+    when nothing was claimable."""
+    answer = _item_result(data, lambda body: body)
+    claim = None
+    if answer.value is not None:
+        claim = Claim.from_json(answer.value["claim"], claim_token=item["claim_token"])
+    return ItemResult(answer.operation_id, answer.status, claim, answer.error)
+
+
+@dataclass(frozen=True)
+class WorkResults:
+    """The answer of :meth:`BatchCalls.work_batch`: one result per item of each list sent."""
+
+    finish: list[ItemResult[Operation]]
+    heartbeat: list[ItemResult[datetime]]
+    claim: list[ItemResult[Claim | None]]
+
+
 class BatchCalls:
     """The batch methods; the client supplies :meth:`request`."""
 
@@ -115,18 +142,18 @@ class BatchCalls:
         sent = [
             {**item, "claim_token": item.get("claim_token") or uuid.uuid4().hex} for item in items
         ]
-        answers = self._batch("claim", sent, lambda body: body, deadline, try_timeout)
-        return [
-            ItemResult(
-                answer.operation_id,
-                answer.status,
-                None
-                if answer.value is None
-                else Claim.from_json(answer.value["claim"], claim_token=item["claim_token"]),
-                answer.error,
-            )
-            for item, answer in zip(sent, answers, strict=True)
-        ]
+        results: builtins.list[ItemResult[Claim | None]] = []
+        for start in range(0, len(sent), MAX_BATCH_ITEMS):
+            chunk = sent[start : start + MAX_BATCH_ITEMS]
+            data = self.request(
+                "POST",
+                "/v1/batch/claim",
+                {"items": chunk},
+                deadline=deadline,
+                try_timeout=try_timeout,
+            )[1]
+            results.extend(_claim_result(i, r) for i, r in zip(chunk, data["results"], strict=True))
+        return results
 
     def enqueue_batch(
         self, items: Iterable[Mapping[str, Any]]
@@ -154,13 +181,7 @@ class BatchCalls:
         ``heartbeat`` sends (``fence``, ``worker_id``, optional ``lease_seconds``,
         ``checkpoint``, ``intent``). Each value is that lease's new expiry; a
         :class:`StaleFence` error: stop that job."""
-        return self._batch(
-            "heartbeat",
-            items,
-            lambda body: parse_time(body["lease_expires_at"]),  # type: ignore[arg-type,return-value]
-            deadline,
-            try_timeout,
-        )
+        return self._batch("heartbeat", items, _lease_expiry, deadline, try_timeout)
 
     def finish_batch(
         self, items: Iterable[Mapping[str, Any]]
@@ -169,7 +190,38 @@ class BatchCalls:
         ``fail``, ``unknown`` or ``quarantine``), ``operation_id`` and the body that call sends
         (``fence`` and ``outcome_code``; or ``retryable``, ``reason``, optional
         ``retry_after_seconds``; or ``reason``)."""
-        return self._batch("finish", items, lambda body: Operation.from_json(body["operation"]))
+        return self._batch("finish", items, _operation)
+
+    def work_batch(
+        self,
+        finish: Iterable[Mapping[str, Any]] = (),
+        heartbeat: Iterable[Mapping[str, Any]] = (),
+        claim: Iterable[Mapping[str, Any]] = (),
+        *,
+        deadline: float | None = None,
+        try_timeout: float | None = None,
+    ) -> WorkResults:
+        """A worker fleet's round trip in one request (``POST /v1/batch/work``, 1 to 25 items in
+        all): the ``finish`` items (as :meth:`finish_batch` takes them), then the ``heartbeat``
+        items (as :meth:`heartbeat_batch`), then the ``claim`` items (as :meth:`claim_batch`: a
+        fresh claim token for an item without one). Answered with each list's results, in
+        order; every item is safe to repeat, so a lost answer is resent whole."""
+        closes, renewals = [dict(item) for item in finish], [dict(item) for item in heartbeat]
+        claims = [
+            {**item, "claim_token": item.get("claim_token") or uuid.uuid4().hex} for item in claim
+        ]
+        data = self.request(
+            "POST",
+            "/v1/batch/work",
+            {"finish": closes, "heartbeat": renewals, "claim": claims},
+            deadline=deadline,
+            try_timeout=try_timeout,
+        )[1]
+        return WorkResults(
+            [_item_result(r, _operation) for r in data["finish"]],
+            [_item_result(r, _lease_expiry) for r in data["heartbeat"]],
+            [_claim_result(item, r) for item, r in zip(claims, data["claim"], strict=True)],
+        )
 
     def triage(
         self,
@@ -201,8 +253,5 @@ class BatchCalls:
             if named:
                 body["accept_risks"] = named
             data = self.request("POST", "/v1/batch/triage", {**body, "items": chunk})[1]
-            results.extend(
-                _item_result(r, lambda b: Operation.from_json(b["operation"]))
-                for r in data["results"]
-            )
+            results.extend(_item_result(r, _operation) for r in data["results"])
         return results

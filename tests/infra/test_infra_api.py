@@ -55,6 +55,7 @@ CONTRACT_ROUTES = {
     "POST /v1/batch/claim": "leasefence/work",
     "POST /v1/batch/heartbeat": "leasefence/work",
     "POST /v1/batch/finish": "leasefence/work",
+    "POST /v1/batch/work": "leasefence/work",
     # issue 37 (contract extensions): the approvers' inbox and bulk triage
     "GET /v1/approvals": "leasefence/approve",
     "POST /v1/batch/triage": "leasefence/operate",

@@ -33,12 +33,14 @@ def item_result(operation_id: str, one: Callable[[], Response]) -> dict[str, Any
     return {"operation_id": operation_id, "status": status, "body": body}
 
 
+def results_of(items: Sequence[Any], one: Callable[[Any], Response]) -> list[dict[str, Any]]:
+    """One result per item (:func:`item_result`), in the items' order."""
+    return [item_result(item.operation_id, partial(one, item)) for item in items]
+
+
 def batch_answer(items: Sequence[Any], one: Callable[[Any], Response]) -> Response:
     """200 with one result per item (:func:`item_result`), in the items' order."""
-    results = []
-    for item in items:
-        results.append(item_result(item.operation_id, partial(one, item)))
-    return answer(200, {"results": results})
+    return answer(200, {"results": results_of(items, one)})
 
 
 def _raise(error: Exception) -> Response:
@@ -55,6 +57,36 @@ class OneAtATime:
     heartbeat: Callable[[str, str, Any], Response]
     #: A finish item's ``action`` -> its route's code.
     finishes: Mapping[str, Callable[[str, str, Any], Response]]
+
+
+def _claims(one: OneAtATime, tenant: str, items: Sequence[Any]) -> list[dict[str, Any]]:
+    """Each claim in order, those not begun within the batch's time budget answered 503."""
+    results = []
+    ends = time.monotonic() + CLAIM_BATCH_BUDGET_MS / 1000
+    for item in items:
+        if time.monotonic() >= ends:
+            late = Unavailable(
+                "not claimed: the batch ran out of time before this claim; send it again"
+            )
+            result = item_result(item.operation_id, partial(_raise, late))
+        else:
+            result = item_result(item.operation_id, partial(one.claim, tenant, item))
+        if result["status"] == 200:
+            result["operation_id"] = result["body"]["claim"]["operation_id"]
+        elif result["status"] == 204:
+            result["body"] = None
+        results.append(result)
+    return results
+
+
+def _finishes(one: OneAtATime, tenant: str, items: Sequence[Any]) -> list[dict[str, Any]]:
+    return results_of(
+        items, lambda item: one.finishes[item.action](tenant, item.operation_id, item)
+    )
+
+
+def _renewals(one: OneAtATime, tenant: str, items: Sequence[Any]) -> list[dict[str, Any]]:
+    return results_of(items, lambda item: one.heartbeat(tenant, item.operation_id, item))
 
 
 def register_routes(
@@ -86,32 +118,27 @@ def register_routes(
 
     @register("claimBatch")
     def claim_batch(body: models_batch.ClaimBatchRequest):
-        tenant = caller_of("claimBatch").tenant_id
-        results = []
-        ends = time.monotonic() + CLAIM_BATCH_BUDGET_MS / 1000
-        for item in body.items:
-            if time.monotonic() >= ends:
-                late = Unavailable(
-                    "not claimed: the batch ran out of time before this claim; send it again"
-                )
-                result = item_result(item.operation_id, partial(_raise, late))
-            else:
-                result = item_result(item.operation_id, partial(one.claim, tenant, item))
-            if result["status"] == 200:
-                result["operation_id"] = result["body"]["claim"]["operation_id"]
-            elif result["status"] == 204:
-                result["body"] = None
-            results.append(result)
-        return answer(200, {"results": results})
+        return answer(200, {"results": _claims(one, caller_of("claimBatch").tenant_id, body.items)})
 
     @register("heartbeatBatch")
     def heartbeat_batch(body: models_batch.HeartbeatBatchRequest):
-        tenant = caller_of("heartbeatBatch").tenant_id
-        return batch_answer(body.items, lambda item: one.heartbeat(tenant, item.operation_id, item))
+        return answer(
+            200, {"results": _renewals(one, caller_of("heartbeatBatch").tenant_id, body.items)}
+        )
 
     @register("finishBatch")
     def finish_batch(body: models_batch.FinishBatchRequest):
-        tenant = caller_of("finishBatch").tenant_id
-        return batch_answer(
-            body.items, lambda item: one.finishes[item.action](tenant, item.operation_id, item)
+        return answer(
+            200, {"results": _finishes(one, caller_of("finishBatch").tenant_id, body.items)}
+        )
+
+    @register("workBatch")
+    def work_batch(body: models_batch.WorkBatchRequest):
+        tenant = caller_of("workBatch").tenant_id
+        # Closing writes first, then renewals, then claims: a worker's next claim comes after
+        # the close of the job it just ran, and a claim's lease runs from its own claim.
+        done = _finishes(one, tenant, body.finish)
+        renewed = _renewals(one, tenant, body.heartbeat)
+        return answer(
+            200, {"finish": done, "heartbeat": renewed, "claim": _claims(one, tenant, body.claim)}
         )

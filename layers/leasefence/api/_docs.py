@@ -237,6 +237,23 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
         },
         _BATCH,
     ),
+    "workBatch": RouteDoc(
+        "A worker fleet's round trip: close, renew and claim, up to 25 items in one request",
+        {
+            **_ok(
+                200,
+                "Every item processed: each result is its own answer",
+                models_batch.WorkBatchOut,
+            ),
+            **_error_responses(400, *_AUTH),
+        },
+        "`finish`, `heartbeat` and `claim` (each optional, 1 to 25 items in all) are made in "
+        "that order, each item as POST /v1/batch/finish, /heartbeat and /claim make it, and "
+        "answered in the list of the same name, in the same place: so a worker closes the job "
+        "it ran and claims its next one in one request, and a fleet's closes, renewals and "
+        "claims of one moment share it. "
+        + _BATCH.replace("in `results` (same place)", "in its list (same place)"),
+    ),
     "getPayload": RouteDoc(
         "The inline payload as enqueued (its RFC 8785 canonical JSON)",
         {

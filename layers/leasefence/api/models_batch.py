@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, Field, create_model, model_validator
 
 from leasefence.api.models import (
     ClaimEnvelope,
@@ -98,11 +98,44 @@ class FinishBatchRequest(Strict):
     items: _batch_of(FinishItem, "finishes")  # type: ignore[valid-type]
 
 
-def batch_out(name: str, answer: Any, unnamed: bool = False) -> type[BaseModel]:
-    """The answer of a batch route: one result per item, in the items' order, each carrying
-    the status and body that item's one-at-a-time route would have answered (``answer``), or
-    its error (the contract's error body)."""
-    item = create_model(
+def _part_of_round(item: Any, what: str) -> Any:
+    return Annotated[
+        list[item],
+        Field(
+            default_factory=list,
+            max_length=MAX_BATCH_ITEMS,
+            description=f"0-{MAX_BATCH_ITEMS} {what}, answered in the same place of the answer's "
+            "list of that name",
+        ),
+    ]
+
+
+class WorkBatchRequest(Strict):
+    """A worker fleet's round trip: closing writes, lease renewals and claims in one request, 1
+    to 25 items in all. The finishes are made first, then the renewals, then the claims, each
+    list in order and each item as its batch route makes it (`POST /v1/batch/finish`,
+    `/heartbeat`, `/claim`): so a worker closes its job and claims its next one in one
+    request."""
+
+    finish: _part_of_round(FinishItem, "finishes")  # type: ignore[valid-type]
+    heartbeat: _part_of_round(HeartbeatItem, "renewals")  # type: ignore[valid-type]
+    claim: _part_of_round(ClaimRequest, "claims")  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _one_to_limit(self) -> WorkBatchRequest:
+        total = len(self.finish) + len(self.heartbeat) + len(self.claim)
+        if not 1 <= total <= MAX_BATCH_ITEMS:
+            raise ValueError(
+                f"send 1 to {MAX_BATCH_ITEMS} items in all (finish, heartbeat and claim): "
+                f"{total} sent"
+            )
+        return self
+
+
+def result_of(name: str, answer: Any, unnamed: bool = False) -> type[BaseModel]:
+    """One item's result in a batch answer: the status and body that item's one-at-a-time route
+    would have answered (``answer``), or its error (the contract's error body)."""
+    return create_model(
         f"{name}Result",
         __doc__="One item's answer: what its one-at-a-time route would have answered",
         operation_id=(
@@ -117,14 +150,39 @@ def batch_out(name: str, answer: Any, unnamed: bool = False) -> type[BaseModel]:
             Field(description="That answer's body, or its error (null: a 204, no body)"),
         ),
     )
+
+
+def batch_out(name: str, result: type[BaseModel]) -> type[BaseModel]:
+    """The answer of a batch route: one ``result`` (:func:`result_of`) per item, in order."""
     return create_model(
         name,
         __doc__="Answered 200 once every item was processed, whatever each item's own status",
-        results=(list[item], Field(description="One per item, in the items' order")),  # type: ignore[valid-type]
+        results=(list[result], Field(description="One per item, in the items' order")),  # type: ignore[valid-type]
     )
 
 
-EnqueueBatchOut = batch_out("EnqueueBatchOut", EnqueueOut)
-HeartbeatBatchOut = batch_out("HeartbeatBatchOut", LeaseOut)
-FinishBatchOut = batch_out("FinishBatchOut", OperationEnvelope)
-ClaimBatchOut = batch_out("ClaimBatchOut", ClaimEnvelope, unnamed=True)
+EnqueueResult = result_of("EnqueueBatchOut", EnqueueOut)
+HeartbeatResult = result_of("HeartbeatBatchOut", LeaseOut)
+FinishResult = result_of("FinishBatchOut", OperationEnvelope)
+ClaimResult = result_of("ClaimBatchOut", ClaimEnvelope, unnamed=True)
+EnqueueBatchOut = batch_out("EnqueueBatchOut", EnqueueResult)
+HeartbeatBatchOut = batch_out("HeartbeatBatchOut", HeartbeatResult)
+FinishBatchOut = batch_out("FinishBatchOut", FinishResult)
+ClaimBatchOut = batch_out("ClaimBatchOut", ClaimResult)
+WorkBatchOut = create_model(
+    "WorkBatchOut",
+    __doc__="Answered 200 once every item was processed: each list one result per item of the "
+    "request's list of that name, in its order (empty when none was sent)",
+    finish=(
+        list[FinishResult],  # type: ignore[valid-type]
+        Field(description="As `POST /v1/batch/finish` answers its items"),
+    ),
+    heartbeat=(
+        list[HeartbeatResult],  # type: ignore[valid-type]
+        Field(description="As `POST /v1/batch/heartbeat` answers its items"),
+    ),
+    claim=(
+        list[ClaimResult],  # type: ignore[valid-type]
+        Field(description="As `POST /v1/batch/claim` answers its items"),
+    ),
+)

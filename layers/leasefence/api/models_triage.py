@@ -17,7 +17,7 @@ from leasefence.api.models import (
     Strict,
     Version,
 )
-from leasefence.api.models_batch import batch_out
+from leasefence.api.models_batch import batch_out, result_of
 from leasefence.limits import MAX_TRIAGE_ITEMS
 from leasefence.resources import StateName
 
@@ -87,4 +87,4 @@ class TriageBatchRequest(Strict):
     items: list[TriageItem] = Field(min_length=1, max_length=MAX_TRIAGE_ITEMS)
 
 
-TriageBatchOut = batch_out("TriageBatchOut", OperationEnvelope)
+TriageBatchOut = batch_out("TriageBatchOut", result_of("TriageBatchOut", OperationEnvelope))

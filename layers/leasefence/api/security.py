@@ -111,6 +111,7 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/v1/batch/claim", WORK, "claimBatch"),
     RouteSpec("POST", "/v1/batch/heartbeat", WORK, "heartbeatBatch"),
     RouteSpec("POST", "/v1/batch/finish", WORK, "finishBatch"),
+    RouteSpec("POST", "/v1/batch/work", WORK, "workBatch"),
     # The operator's bulk routes (issue 37): the approvers' inbox and bulk triage.
     RouteSpec("GET", "/v1/approvals", APPROVE, "listApprovals", also=(OPERATE,)),
     RouteSpec("POST", "/v1/batch/triage", OPERATE, "triageBatch"),

@@ -41,6 +41,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import signal
@@ -158,6 +159,9 @@ class Worker:
         self.shutdown_grace_ms = shutdown_grace_ms
         self.events = events if events is not None else no_metrics
         self._stopping = threading.Event()
+        #: While :meth:`run` loops (and its ``until``): a closing write may carry the next claim.
+        self._looping = False
+        self._until: Callable[[], bool] | None = None
         self.current: Job | None = None
 
     @property
@@ -175,18 +179,28 @@ class Worker:
         token, over HTTP) must reach it within its lease, which may be shorter than the
         backoff's cap."""
         idle = 0
-        while not self._stopping.is_set() and not (until and until()):
-            try:
-                worked = self.run_once()
-            except Unavailable:
-                idle = 0
-                self._stopping.wait(self.idle_wait_ms(1) / 1000)
-                continue
-            if worked:
-                idle = 0
-                continue
-            idle += 1
-            self._stopping.wait(self.idle_wait_ms(idle) / 1000)
+        self._looping, self._until = True, until
+        try:
+            while not self._stopping.is_set() and not (until and until()):
+                try:
+                    worked = self.run_once()
+                except Unavailable:
+                    idle = 0
+                    self._stopping.wait(self.idle_wait_ms(1) / 1000)
+                    continue
+                if worked:
+                    idle = 0
+                    continue
+                idle += 1
+                self._stopping.wait(self.idle_wait_ms(idle) / 1000)
+        finally:
+            self._looping, self._until = False, None
+        # A claim the last closing request made just as the worker stopped: run it rather than
+        # let its lease lapse (an attempt spent on nothing).
+        take_ready = getattr(self.backend, "take_ready", None)
+        ready = take_ready(self.worker_id) if take_ready is not None else None
+        if ready is not None:
+            self.process(ready)
 
     def idle_wait_ms(self, idle_polls: int) -> float:
         """The wait after the ``idle_polls``-th poll in a row that found nothing: without a
@@ -329,7 +343,8 @@ class Worker:
             return
         job.closing.set()
         try:
-            retry_unavailable(job, write)
+            with self._claiming_next():
+                retry_unavailable(job, write)
         except (StaleFence, NotFound) as refused:
             job.lose(f"{_closing_name(write)} refused: {refused.code}")
         except LostOwnership:
@@ -340,6 +355,16 @@ class Worker:
                 "store unavailable: closing write not made, claim left to lapse",
                 extra={"op": _tag(job.claim)},
             )
+
+    def _claiming_next(self) -> contextlib.AbstractContextManager[None]:
+        """Within :meth:`run`, with a backend that can (the batched HTTP backend), while the worker
+        goes on: the closing write's request also claims this worker's next job."""
+        claiming = getattr(self.backend, "claiming_next", None)
+        if claiming is None or not self._looping or self._stopping.is_set():
+            return contextlib.nullcontext()
+        if self._until is not None and self._until():
+            return contextlib.nullcontext()
+        return claiming(self.worker_id, self.lease_ms, self.job_types)
 
     def renewal_interval_ms(self, claim: Claim) -> int:
         """How often a job of this claim renews: the configured interval, but at least three

@@ -45,23 +45,38 @@ class Coalescer(Generic[T, R]):
         self._lock = threading.Lock()
 
     def submit(self, item: T, deadline: float | None = None, try_timeout: float | None = None) -> R:
+        return self.submit_all([item], deadline, try_timeout)[0]
+
+    def submit_all(
+        self, items: Sequence[T], deadline: float | None = None, try_timeout: float | None = None
+    ) -> list[R]:
+        """Several items of one caller, in order, in the same batch (the next one's when the open
+        batch has no room for them all: never split, unless they are more than ``limit``)."""
+        joined: list[tuple[_Batch[T, R], int, bool]] = []
         with self._lock:
             batch = self._open
-            leader = batch is None
-            if batch is None:
-                batch = self._open = _Batch()
-            index = len(batch.items)
-            batch.items.append(item)
-            batch.bounds.append((deadline, try_timeout))
-            if len(batch.items) >= self._limit:
-                self._open = None  # full: the next caller starts another
-        if leader:
-            self._lead(batch)
-        else:
-            batch.done.wait()
-        if batch.error is not None:
-            raise batch.error
-        return batch.results[index]
+            if batch is not None and len(batch.items) + len(items) > self._limit:
+                batch = None  # no room: this caller starts the next one, the open one goes
+            for item in items:
+                leader = batch is None
+                if batch is None:
+                    batch = self._open = _Batch()
+                joined.append((batch, len(batch.items), leader))
+                batch.items.append(item)
+                batch.bounds.append((deadline, try_timeout))
+                if len(batch.items) >= self._limit:
+                    self._open = batch = None  # full: the next item or caller starts another
+        for batch, _index, leader in joined:
+            if leader:
+                self._lead(batch)
+            else:
+                batch.done.wait()
+        results = []
+        for batch, index, _leader in joined:
+            if batch.error is not None:
+                raise batch.error
+            results.append(batch.results[index])
+        return results
 
     def _lead(self, batch: _Batch[T, R]) -> None:
         if self._window_s > 0:

@@ -45,16 +45,18 @@ every call is its own request, as before.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from leasefence.client import Claim as HttpClaim
 from leasefence.client import ItemResult, LeaseFenceClient
-from leasefence.errors import Unavailable
+from leasefence.errors import LeaseFenceError, Unavailable
 from leasefence.limits import MAX_BATCH_ITEMS
 from leasefence.model import Claim, TargetClass
 from leasefence.tracecontext import TraceContext
@@ -62,6 +64,10 @@ from leasefence.validation import MISSING
 from leasefence.worker.coalesce import Coalescer
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _raise(error: Exception) -> Any:
+    raise error
 
 
 def _ms(moment: datetime) -> int:
@@ -97,24 +103,15 @@ class HttpBackend:
         self.tenant_id = tenant_id
         #: Renew at shared instants, so that the renewals of one interval share a request.
         self.aligned_renewals = batched
-        #: Per job-type list (batched): the shared claim batches of the workers claiming it.
-        self._claims: dict[tuple[str, ...], Coalescer[dict[str, Any], ItemResult[Any]]] = {}
-        self._batched = batched
-        self._renewals: Coalescer[dict[str, Any], ItemResult[datetime]] | None = None
-        self._finishes: Coalescer[dict[str, Any], ItemResult[Any]] | None = None
+        #: Batched: the fleet's closes, renewals and claims of one moment, in one request.
+        self._rounds: Coalescer[tuple[str, dict[str, Any]], ItemResult[Any]] | None = None
         if batched:
-            self._renewals = Coalescer(
-                lambda items, deadline, try_timeout: client.heartbeat_batch(
-                    items, deadline=deadline, try_timeout=try_timeout
-                ),
-                MAX_BATCH_ITEMS,
-                BATCH_WINDOW_S,
-            )
-            self._finishes = Coalescer(
-                lambda items, _deadline, _try: client.finish_batch(items),
-                MAX_BATCH_ITEMS,
-                BATCH_WINDOW_S,
-            )
+            self._rounds = Coalescer(self._send_round, MAX_BATCH_ITEMS, BATCH_WINDOW_S)
+        #: Per thread: the claim a closing write is to carry (:meth:`claiming_next`).
+        self._next = threading.local()
+        #: Per worker id: the claim a closing request made for it (None: it found nothing),
+        #: answered by its next :meth:`claim_next` without a request.
+        self._ready: dict[str, Claim | None] = {}
         #: Per worker id: the token of a claim request whose answer never came, sent again next
         #: (within :data:`CLAIM_TOKEN_PATIENCE_S` of its first send, the second element).
         self._unanswered: dict[str, tuple[str, float]] = {}
@@ -123,6 +120,21 @@ class HttpBackend:
         #: it, plus the lease granted. Bounds the next heartbeat.
         self._lease_ends: dict[tuple[str, int], float] = {}
         self._lock = threading.Lock()
+
+    def _send_round(
+        self,
+        items: list[tuple[str, dict[str, Any]]],
+        deadline: float | None,
+        try_timeout: float | None,
+    ) -> list[ItemResult[Any]]:
+        """One ``POST /v1/batch/work`` for the round's items (``(kind, body)``: ``finish``,
+        ``heartbeat`` or ``claim``), each answered with its own result, in the items' order."""
+        lists: dict[str, list[dict[str, Any]]] = {"finish": [], "heartbeat": [], "claim": []}
+        for kind, body in items:
+            lists[kind].append(body)
+        answer = self.client.work_batch(**lists, deadline=deadline, try_timeout=try_timeout)
+        results = {kind: iter(getattr(answer, kind)) for kind in lists}
+        return [next(results[kind]) for kind, _ in items]
 
     def _claim(self, claim: HttpClaim, worker_id: str, lease_ms: int) -> Claim:
         """The worker's claim from the answer: the lease and claim time as GRANTED.
@@ -158,20 +170,58 @@ class HttpBackend:
     def claim_next(
         self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None = None
     ) -> Claim | None:
-        lease_seconds = max(1, lease_ms // 1000)
+        with self._lock:
+            if worker_id in self._ready:  # made with this worker's last closing write
+                return self._ready.pop(worker_id)
+        item, sent, first_sent = self._claim_item(worker_id, lease_ms, job_types)
+        lease_seconds = item["lease_seconds"]
+        bounds = (sent + lease_seconds, lease_seconds / 3)
+
+        def asked() -> HttpClaim | None:
+            if self._rounds is not None:
+                return self._rounds.submit(("claim", item), *bounds).result()
+            return self.client.claim(
+                worker_id,
+                lease_seconds=lease_seconds,
+                job_types=item.get("job_types"),
+                claim_token=item["claim_token"],
+                deadline=bounds[0],
+                try_timeout=bounds[1],
+            )
+
+        return self._claim_answered(worker_id, sent, first_sent, lease_seconds, asked)
+
+    def _claim_item(
+        self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None
+    ) -> tuple[dict[str, Any], float, float]:
+        """The body of this worker's next claim, with its claim token (the unanswered one again,
+        if any), the time it is sent and when its token was first sent."""
         sent = time.monotonic()
         with self._lock:
             token, first_sent = self._unanswered.get(worker_id) or (uuid.uuid4().hex, sent)
             self._unanswered[worker_id] = (token, first_sent)
+        item: dict[str, Any] = {
+            "worker_id": worker_id,
+            "lease_seconds": max(1, lease_ms // 1000),
+            "claim_token": token,
+        }
+        if job_types is not None:
+            item["job_types"] = list(job_types)
+        return item, sent, first_sent
+
+    def _claim_answered(
+        self,
+        worker_id: str,
+        sent: float,
+        first_sent: float,
+        lease_seconds: int,
+        answered: Callable[[], HttpClaim | None],
+    ) -> Claim | None:
+        """The claim ``answered()`` gives, as GRANTED; its token kept for the next claim while
+        the request may still have claimed (:class:`Unavailable`, within
+        :data:`CLAIM_TOKEN_PATIENCE_S`), dropped otherwise."""
         try:
-            claim = self._claim_once(
-                worker_id,
-                lease_seconds,
-                list(job_types) if job_types is not None else None,
-                token,
-                deadline=sent + lease_seconds,
-                try_timeout=lease_seconds / 3,
-            )
+            claim = answered()
         except Unavailable:
             if time.monotonic() - first_sent >= CLAIM_TOKEN_PATIENCE_S:
                 with self._lock:
@@ -188,6 +238,26 @@ class HttpBackend:
         granted = self._claim(claim, worker_id, lease_seconds * 1000)
         self._lease_renewed(granted, sent, granted.lease_ms)
         return granted
+
+    @contextlib.contextmanager
+    def claiming_next(
+        self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None
+    ) -> Iterator[None]:
+        """Batched: the closing writes this thread makes within carry the worker's next claim
+        in their request (``POST /v1/batch/work``); :meth:`claim_next` then answers it without
+        a request. The claim's outcome is kept whatever the close's (a refused close still
+        hands over the claim made with it)."""
+        self._next.ask = (worker_id, lease_ms, None if job_types is None else list(job_types))
+        try:
+            yield
+        finally:
+            self._next.ask = None
+
+    def take_ready(self, worker_id: str) -> Claim | None:
+        """The claim a closing request made for this worker and nobody took yet (a worker that
+        stops runs it rather than let its lease lapse), or None."""
+        with self._lock:
+            return self._ready.pop(worker_id, None)
 
     def claim_operation(
         self, worker_id: str, operation_id: str, lease_ms: int, job_types: Iterable[str] | None
@@ -210,51 +280,6 @@ class HttpBackend:
         granted = self._claim(claim, worker_id, lease_seconds * 1000)
         self._lease_renewed(granted, sent, granted.lease_ms)
         return granted
-
-    def _claim_once(
-        self,
-        worker_id: str,
-        lease_seconds: int,
-        job_types: list[str] | None,
-        token: str,
-        deadline: float,
-        try_timeout: float,
-    ) -> HttpClaim | None:
-        """One claim: in a shared claim batch of the workers claiming the same job types when
-        batched (its item's error raised), else ``POST /v1/claims``."""
-        if not self._batched:
-            return self.client.claim(
-                worker_id,
-                lease_seconds=lease_seconds,
-                job_types=job_types,
-                claim_token=token,
-                deadline=deadline,
-                try_timeout=try_timeout,
-            )
-        item: dict[str, Any] = {
-            "worker_id": worker_id,
-            "lease_seconds": lease_seconds,
-            "claim_token": token,
-        }
-        if job_types is not None:
-            item["job_types"] = job_types
-        return (
-            self._claim_batch(tuple(job_types or ())).submit(item, deadline, try_timeout).result()
-        )
-
-    def _claim_batch(
-        self, job_types: tuple[str, ...]
-    ) -> Coalescer[dict[str, Any], ItemResult[Any]]:
-        with self._lock:
-            if job_types not in self._claims:
-                self._claims[job_types] = Coalescer(
-                    lambda items, deadline, try_timeout: self.client.claim_batch(
-                        items, deadline=deadline, try_timeout=try_timeout
-                    ),
-                    MAX_BATCH_ITEMS,
-                    BATCH_WINDOW_S,
-                )
-            return self._claims[job_types]
 
     def _lease_renewed(self, claim: Claim, sent: float, lease_ms: int) -> None:
         """The claim's lease runs (at least) ``lease_ms`` from ``sent``; leases that ran out are
@@ -283,14 +308,15 @@ class HttpBackend:
             lease_ends = self._lease_ends.get((claim.operation_id, claim.fence))
         # A claim this backend did not make: its whole lease, from now.
         deadline = lease_ends if lease_ends is not None else sent + claim.lease_ms / 1000
-        if self._renewals is not None:
+        if self._rounds is not None:
             item = {
                 "operation_id": claim.operation_id,
                 "fence": claim.fence,
                 "worker_id": claim.worker_id,
                 **kwargs,
             }
-            expires = self._renewals.submit(item, deadline, claim.lease_ms / 3000).result()
+            renewal = ("heartbeat", item)
+            expires = self._rounds.submit(renewal, deadline, claim.lease_ms / 3000).result()
         else:
             expires = self.client.heartbeat(
                 claim.operation_id,
@@ -306,12 +332,37 @@ class HttpBackend:
         return _ms(expires)
 
     def _finish(self, claim: Claim, action: str, body: dict[str, Any]) -> bool:
-        """Through a shared finish batch when batched (its item's error raised); False when
-        not batched: the caller makes its one-at-a-time call."""
-        if self._finishes is None:
+        """Through the fleet's shared round request when batched (its item's error raised),
+        with this worker's next claim when :meth:`claiming_next` asks for it; False when not
+        batched: the caller makes its one-at-a-time call."""
+        if self._rounds is None:
             return False
-        item = {"action": action, "operation_id": claim.operation_id, "fence": claim.fence}
-        self._finishes.submit({**item, **body}).result()
+        close = (
+            "finish",
+            {"action": action, "operation_id": claim.operation_id, "fence": claim.fence, **body},
+        )
+        ask = getattr(self._next, "ask", None)
+        if ask is None:
+            self._rounds.submit(close).result()
+            return True
+        worker_id, lease_ms, job_types = ask
+        item, sent, first_sent = self._claim_item(worker_id, lease_ms, job_types)
+        lease_seconds = item["lease_seconds"]
+        try:
+            closed, claimed = self._rounds.submit_all(
+                [close, ("claim", item)], sent + lease_seconds, lease_seconds / 3
+            )
+        except Unavailable as lost:  # the request: the claim's token is kept for the next try
+            with contextlib.suppress(Unavailable):
+                self._claim_answered(
+                    worker_id, sent, first_sent, lease_seconds, partial(_raise, lost)
+                )
+            raise
+        with contextlib.suppress(LeaseFenceError):  # a refused claim: the next claim asks again
+            ready = self._claim_answered(worker_id, sent, first_sent, lease_seconds, claimed.result)
+            with self._lock:
+                self._ready[worker_id] = ready
+        closed.result()
         return True
 
     def complete(self, claim: Claim, outcome_code: str) -> None:
