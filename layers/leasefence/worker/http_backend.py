@@ -56,6 +56,7 @@ from typing import Any
 
 from leasefence.client import Claim as HttpClaim
 from leasefence.client import ItemResult, LeaseFenceClient
+from leasefence.client import Operation as HttpOperation
 from leasefence.errors import LeaseFenceError, Unavailable
 from leasefence.limits import MAX_BATCH_ITEMS
 from leasefence.model import Claim, TargetClass
@@ -101,6 +102,8 @@ class HttpBackend:
     def __init__(self, client: LeaseFenceClient, tenant_id: str, batched: bool = False) -> None:
         self.client = client
         self.tenant_id = tenant_id
+        #: Calls go through the fleet's shared round requests (``POST /v1/batch/work``).
+        self.batched = batched
         #: Renew at shared instants, so that the renewals of one interval share a request.
         self.aligned_renewals = batched
         #: Batched: the fleet's closes, renewals and claims of one moment, in one request.
@@ -331,20 +334,19 @@ class HttpBackend:
         self._lease_renewed(claim, sent, min(lease_ms or claim.lease_ms, claim.lease_ms))
         return _ms(expires)
 
-    def _finish(self, claim: Claim, action: str, body: dict[str, Any]) -> bool:
+    def _finish(self, claim: Claim, action: str, body: dict[str, Any]) -> HttpOperation | None:
         """Through the fleet's shared round request when batched (its item's error raised),
-        with this worker's next claim when :meth:`claiming_next` asks for it; False when not
-        batched: the caller makes its one-at-a-time call."""
+        with this worker's next claim when :meth:`claiming_next` asks for it: the operation as
+        the write left it; None when not batched: the caller makes its one-at-a-time call."""
         if self._rounds is None:
-            return False
+            return None
         close = (
             "finish",
             {"action": action, "operation_id": claim.operation_id, "fence": claim.fence, **body},
         )
         ask = getattr(self._next, "ask", None)
         if ask is None:
-            self._rounds.submit(close).result()
-            return True
+            return self._rounds.submit(close).result()
         worker_id, lease_ms, job_types = ask
         item, sent, first_sent = self._claim_item(worker_id, lease_ms, job_types)
         lease_seconds = item["lease_seconds"]
@@ -362,31 +364,38 @@ class HttpBackend:
             ready = self._claim_answered(worker_id, sent, first_sent, lease_seconds, claimed.result)
             with self._lock:
                 self._ready[worker_id] = ready
-        closed.result()
-        return True
+        return closed.result()
 
     def complete(self, claim: Claim, outcome_code: str) -> None:
-        if not self._finish(claim, "complete", {"outcome_code": outcome_code}):
+        if self._finish(claim, "complete", {"outcome_code": outcome_code}) is None:
             self.client.complete(claim.operation_id, claim.fence, outcome_code)
 
     def fail(
         self, claim: Claim, retryable: bool, reason: str, retry_after_ms: int | None = None
     ) -> None:
+        self._failed(claim, retryable, reason, retry_after_ms)
+
+    def _failed(
+        self, claim: Claim, retryable: bool, reason: str, retry_after_ms: int | None
+    ) -> HttpOperation:
+        """:meth:`fail`, answered with the operation as it left it (final, or queued again)."""
         seconds = None if retry_after_ms is None else -(-retry_after_ms // 1000)
         body: dict[str, Any] = {"retryable": retryable, "reason": reason}
         if seconds is not None:
             body["retry_after_seconds"] = seconds
-        if not self._finish(claim, "fail", body):
-            self.client.fail(
-                claim.operation_id, claim.fence, retryable, reason, retry_after_seconds=seconds
-            )
+        operation = self._finish(claim, "fail", body)
+        if operation is not None:
+            return operation
+        return self.client.fail(
+            claim.operation_id, claim.fence, retryable, reason, retry_after_seconds=seconds
+        )
 
     def park_unknown(self, claim: Claim, reason: str) -> None:
-        if not self._finish(claim, "unknown", {"reason": reason}):
+        if self._finish(claim, "unknown", {"reason": reason}) is None:
             self.client.unknown(claim.operation_id, claim.fence, reason)
 
     def quarantine(self, claim: Claim, reason: str) -> None:
-        if not self._finish(claim, "quarantine", {"reason": reason}):
+        if self._finish(claim, "quarantine", {"reason": reason}) is None:
             self.client.quarantine(claim.operation_id, claim.fence, reason)
 
     def load_payload(self, claim: Claim) -> Any:

@@ -56,8 +56,8 @@ FINISH = {
 def test_a_finish_batch_is_one_call_per_complete_item_each_judged_by_its_own_status():
     calls = http_calls("w1", "t", "POST", "/v1/batch/finish", FINISH)
     assert [(i, c.kind, c.operation_id, c.fence) for i, c in calls] == [
-        (0, "complete", "op/1", 2),
-        (2, "complete", "op-3", 4),
+        (("results", 0), "complete", "op/1", 2),
+        (("results", 2), "complete", "op-3", 4),
     ]
     log = CallLog(seed=1, rate=0.0, clock=iter(range(100)).__next__)
     for _, call in calls:
@@ -75,6 +75,37 @@ def test_a_finish_batch_is_one_call_per_complete_item_each_judged_by_its_own_sta
     }
     http_answers(log, calls, 200, answer)
     assert [(c.outcome, c.answer) for _, c in calls] == [(OK, "done"), (FAIL, "stale_fence")]
+
+
+def test_a_round_is_one_call_per_claim_and_complete_item_each_judged_from_its_own_list():
+    body = {
+        "finish": FINISH["items"],
+        "heartbeat": [{"operation_id": "op-9", "fence": 1, "worker_id": "w1"}],
+        "claim": [{"worker_id": "w1", "claim_token": "k1"}],
+    }
+    calls = http_calls("w1", "t", "POST", "/v1/batch/work", body)
+    assert [(i, c.kind) for i, c in calls] == [
+        (("finish", 0), "complete"),
+        (("finish", 2), "complete"),
+        (("claim", 0), "claim"),
+    ]
+    log = CallLog(seed=1, rate=0.0, clock=iter(range(100)).__next__)
+    for _, call in calls:
+        log.begin(call)
+    stale = {"error": {"code": "stale_fence", "message": "m"}}
+    claimed = {"claim": {"operation_id": "op-7", "fence": 3}}
+    answer = {
+        "finish": [
+            {"operation_id": "op/1", "status": 409, "body": stale},
+            {"operation_id": "op-2", "status": 200, "body": {"operation": {}}},
+            {"operation_id": "op-3", "status": 200, "body": {"operation": {}}},
+        ],
+        "heartbeat": [{"operation_id": "op-9", "status": 200, "body": {}}],
+        "claim": [{"operation_id": "op-7", "status": 200, "body": claimed}],
+    }
+    http_answers(log, calls, 200, answer)
+    assert [(c.outcome, c.answer) for _, c in calls] == [(FAIL, "stale_fence"), (OK, "done"), (OK, "claimed")]
+    assert (calls[2][1].operation_id, calls[2][1].fence) == ("op-7", 3)
 
 
 def test_a_claim_batch_answer_names_each_items_claim_and_a_lost_answer_is_every_items():
@@ -228,7 +259,7 @@ def test_a_batch_route_that_drops_an_items_claim_from_its_answer_is_caught(monke
 
     monkeypatch.setattr(_batch, "item_result", drop_some_claims)
     summary = run_torture(Settings(operations=30, seed=4, workers=4, months=False))
-    assert dropped and summary["composed"]["batched"]["requests"]["claim"] > 0
+    assert dropped and summary["composed"]["batched"]["round_items"]["claim"] > 0
     found = summary["violation_kinds"]
     assert found.get("no_resolution", 0) > 0, summary["indeterminate"]
     # Each finding is an operation whose claim was dropped: a claim in its history that no

@@ -687,6 +687,7 @@ def batched_summary(counts: Counter[str]) -> dict[str, Any]:
         "claims": counts["batched_claims"],
         "requests": {r: counts[f"batch_requests:{r}"] for r in routes},
         "items": {r: counts[f"batch_items:{r}"] for r in routes},
+        "round_items": {k: counts[f"round_items:{k}"] for k in ("finish", "heartbeat", "claim")},
     }
 
 

@@ -38,7 +38,7 @@ from leasefence.worker.http_backend import HttpBackend
 from leasefence_tools.testing.faults import FaultyClient
 from leasefence_tools.testing.kits import FencedTableKit, Job, Kit
 from leasefence_tools.torture.chaos import SWAPPED, ChaosEvents, ChaosHooks, StoreChaos
-from leasefence_tools.torture.indeterminate import INFO, http_answers, http_calls
+from leasefence_tools.torture.indeterminate import INFO, batch_parts, http_answers, http_calls
 from leasefence_tools.torture.settings import (
     FINAL_STATES,
     FastClock,
@@ -253,12 +253,12 @@ class Http:
         self.report.fault("http_answer_lost")
         if path == "/v1/claims" and status == 200 and answer:
             record["claim"] = self._lost_claim(client, answer["claim"], body)
-        elif path == "/v1/batch/claim" and status == 200 and answer:
+        elif _claim_items(path, body) and status == 200 and answer:
             # Each claim the batch made, judged item by item when the batch is sent again.
             record["claims"] = [
                 {**self._lost_claim(client, result["body"]["claim"], item), "item": index}
                 for index, (item, result) in enumerate(
-                    zip(_batch_items(path, "claim", body), answer["results"], strict=False)
+                    zip(_claim_items(path, body), _claim_results(path, answer), strict=False)
                 )
                 if result["status"] == 200
             ]
@@ -298,10 +298,11 @@ class Http:
         status: int,
         raw: bytes,
         body: Any = None,
+        path: str | None = None,
     ) -> None:
         """The request whose answer was lost, sent again: what it answered this time. A claim
-        batch's ``body`` (the request sent again, None: the lost one's own items, in their
-        order) places each claim by its token."""
+        batch's ``body`` (the request sent again, to ``path``; None: the lost one's own items,
+        in their order) places each claim by its token."""
         answer = _json(raw)
         entry = {**lost, "retry_status": status, "at": self.clock()}
         if "claim" in lost:
@@ -310,11 +311,9 @@ class Http:
                 None if claim is None else [claim["operation_id"], int(claim["fence"])]
             )
         elif "claims" in lost:  # a claim batch: what each item that had claimed answers now
-            results = ((answer or {}).get("results") or []) if status == 200 else []
-            tokens = [
-                (item or {}).get("claim_token")
-                for item in _batch_items(lost["path"], "claim", body)
-            ]
+            carried = path or lost["path"]
+            results = _claim_results(carried, answer) if status == 200 else []
+            tokens = [(item or {}).get("claim_token") for item in _claim_items(carried, body)]
             judged, unanswered = [], []
             for claimed in lost["claims"]:
                 index = claimed["item"]
@@ -366,12 +365,19 @@ def _item_claim(results: list[Any], index: int) -> list[Any] | None:
     return [claim["operation_id"], int(claim["fence"])]
 
 
-def _batch_items(path: str, route: str, body: Any) -> list[Any]:
-    """The items of a ``POST /v1/batch/<route>`` body (none for any other request)."""
-    if path != f"/v1/batch/{route}" or not isinstance(body, dict):
-        return []
-    items = body.get("items")
-    return items if isinstance(items, list) else []
+def _claim_items(path: str, body: Any) -> list[Any]:
+    """The claim items of a batch body (``POST /v1/batch/claim``'s items, ``/work``'s
+    ``claim``; none for any other request)."""
+    return [
+        item for route, _, items in batch_parts(path, body) if route == "claim" for item in items
+    ]
+
+
+def _claim_results(path: str, answer: Any) -> list[Any]:
+    """The results that answer :func:`_claim_items`, in their order."""
+    where = "claim" if path.startswith("/v1/batch/work") else "results"
+    results = answer.get(where) if isinstance(answer, dict) else None
+    return results if isinstance(results, list) else []
 
 
 def _count_batch(report: Report, path: str, body: Any) -> None:
@@ -379,7 +385,11 @@ def _count_batch(report: Report, path: str, body: Any) -> None:
     route = path.removeprefix("/v1/batch/")
     if route != path:
         report.count(f"batch_requests:{route}")
-        report.count(f"batch_items:{route}", len(_batch_items(path, route, body)))
+        parts = batch_parts(path, body)
+        report.count(f"batch_items:{route}", sum(len(items) for _, _, items in parts))
+        if route == "work":  # a round: what it carried, by kind
+            for kind, _, items in parts:
+                report.count(f"round_items:{kind}", len(items))
 
 
 def _json(raw: bytes) -> Any:
@@ -425,7 +435,7 @@ class ApiClient(LeaseFenceClient):
             self.sent[request] += 1
             nth = self.sent[request]
         if settings.claim_tokens:
-            claims = [body] if path == "/v1/claims" else _batch_items(path, "claim", body)
+            claims = [body] if path == "/v1/claims" else _claim_items(path, body)
             untokened = sum(1 for c in claims if "claim_token" not in (c or {}))
             if untokened:
                 report.count("claims_without_token", untokened)
@@ -442,7 +452,7 @@ class ApiClient(LeaseFenceClient):
                     log.end(call, INFO)
                 raise ConnectionResetError("injected: the request was lost")
         status, headers, raw = self.http.api.respond(method, path, data, self.claims)
-        tokens = {(item or {}).get("claim_token") for item in _batch_items(path, "claim", body)}
+        tokens = {(item or {}).get("claim_token") for item in _claim_items(path, body)}
         with self.lock:  # before lost_before's: a claim it leaves unanswered waits for the next
             awaited = [self.awaiting.pop(t) for t in tokens if t in self.awaiting]
         if lost_before is not None:
@@ -455,7 +465,7 @@ class ApiClient(LeaseFenceClient):
             if status >= 500 or status == 429:
                 self.await_claims(lost_claim, lost_claim["claims"])
             else:
-                self.http.retried(self, lost_claim, status, raw, body)
+                self.http.retried(self, lost_claim, status, raw, body, path)
         if calls:
             if lost is None:  # a batch's answer is judged item by item
                 http_answers(log, calls, status, _json(raw))
@@ -503,7 +513,7 @@ class TortureHttpBackend(HttpBackend):
         self.finished, self.parked, self.external = finished, parked, external
 
     def _closed(self, claim: Claim) -> None:
-        if self._batched:
+        if self.batched:
             self.report.count("batched_finishes")
         self.finished(claim.tenant_id, claim.operation_id)
 
@@ -517,7 +527,7 @@ class TortureHttpBackend(HttpBackend):
             )
             with self.report.lock:
                 self.claims.append((claim.tenant_id, claim.operation_id, claim.fence))
-            if self._batched:
+            if self.batched:
                 self.report.count("batched_claims")
         return claim
 
@@ -539,17 +549,7 @@ class TortureHttpBackend(HttpBackend):
         self, claim: Claim, retryable: bool, reason: str, retry_after_ms: int | None = None
     ) -> None:
         """As the backend's own, but told the state it left (final or queued again)."""
-        seconds = None if retry_after_ms is None else -(-retry_after_ms // 1000)
-        if self._finishes is not None:
-            item: dict[str, Any] = {"action": "fail", "operation_id": claim.operation_id}
-            item |= {"fence": claim.fence, "retryable": retryable, "reason": reason}
-            if seconds is not None:
-                item["retry_after_seconds"] = seconds
-            operation = self._finishes.submit(item).result()
-        else:
-            operation = self.client.fail(
-                claim.operation_id, claim.fence, retryable, reason, retry_after_seconds=seconds
-            )
+        operation = self._failed(claim, retryable, reason, retry_after_ms)
         if State(operation.state) in FINAL_STATES:
             self._closed(claim)
 

@@ -546,37 +546,58 @@ def _batch_item_call(process: str, tenant_id: str, route: str, item: Any) -> Cal
     return None
 
 
+def batch_parts(path: str, body: Any) -> list[tuple[str, str, list[Any]]]:
+    """A batch request's items by kind, each ``(route, where, items)``: the batch route the items
+    are of and the list of the answer that answers them. A ``POST /v1/batch/work`` body is its
+    three lists, each as its own route's items, answered in the list of the same name; another
+    batch its ``items``, answered in ``results``; any other request none."""
+    if not path.startswith(_BATCH_PREFIX) or not isinstance(body, dict):
+        return []
+    route = path[len(_BATCH_PREFIX) :].split("?", 1)[0]
+    named = ("finish", "heartbeat", "claim") if route == "work" else ("items",)
+    parts = []
+    for name in named:
+        items = body.get(name)
+        where = "results" if name == "items" else name
+        parts.append(
+            (route if name == "items" else name, where, items if isinstance(items, list) else [])
+        )
+    return parts
+
+
 def http_calls(
     process: str, tenant_id: str, method: str, path: str, body: Any
-) -> list[tuple[int | None, Call]]:
-    """The calls an SDK request is, each with its item's index in a batch (None: the request
-    is one call): at most one for a one-at-a-time request, one per item of the four kinds for a
-    batch (``POST /v1/batch/...``)."""
+) -> list[tuple[tuple[str, int] | None, Call]]:
+    """The calls an SDK request is, each with its item's place in a batch's answer (the answer's
+    list and the index in it; None: the request is one call): at most one for a one-at-a-time
+    request, one per item of the four kinds for a batch (``POST /v1/batch/...``)."""
     if not path.startswith(_BATCH_PREFIX):
         call = http_call(process, tenant_id, method, path, body)
         return [] if call is None else [(None, call)]
-    if method != "POST" or not isinstance(body, dict) or not isinstance(body.get("items"), list):
+    if method != "POST":
         return []
-    route = path[len(_BATCH_PREFIX) :].split("?", 1)[0]
-    found: list[tuple[int | None, Call]] = []
-    for index, item in enumerate(body["items"]):
-        call = _batch_item_call(process, tenant_id, route, item)
-        if call is not None:
-            found.append((index, call))
+    found: list[tuple[tuple[str, int] | None, Call]] = []
+    for route, where, items in batch_parts(path, body):
+        for index, item in enumerate(items):
+            call = _batch_item_call(process, tenant_id, route, item)
+            if call is not None:
+                found.append(((where, index), call))
     return found
 
 
 def http_answers(
-    log: CallLog, calls: list[tuple[int | None, Call]], status: int, answer: Any
+    log: CallLog, calls: list[tuple[tuple[str, int] | None, Call]], status: int, answer: Any
 ) -> None:
     """Record what the client got for each call of a request: a batch answered 200 item by
     item (each item's status and body, as its one-at-a-time request's), any other answer for
     every call alike (a 5xx or a 429: none of them answered; a 4xx: none of them ran)."""
-    results = (answer or {}).get("results") if isinstance(answer, dict) else None
-    for index, call in calls:
-        if index is None or status != 200:
+    for place, call in calls:
+        if place is None or status != 200:
             http_answer(log, call, status, answer)
-        elif isinstance(results, list) and index < len(results):
+            continue
+        where, index = place
+        results = answer.get(where) if isinstance(answer, dict) else None
+        if isinstance(results, list) and index < len(results):
             result = results[index]
             http_answer(log, call, int(result["status"]), result.get("body"))
         else:  # an answer without this item's result: nothing says what became of it
