@@ -18,3 +18,11 @@ def test_the_bench_counts_requests_per_lifecycle_in_both_modes():
     assert batched["by_route"]["POST /v1/batch/enqueue"] == round(1 / 20, 3)  # 12 + 8 items, one request
     assert batched["requests_per_lifecycle"] < one["requests_per_lifecycle"]
     assert "batched:" in batched_http.render(result)
+    # The fleet's claims and closes go in rounds, a close carrying its worker's next claim: fewer
+    # rounds with a claim or a close than the claims and closes they carried.
+    rounds = batched["by_route"]["POST /v1/batch/work"]
+    carried = batched["items_per_request"]
+    assert carried["POST /v1/batch/work: claim"] + carried["POST /v1/batch/work: finish"] > 1.5, carried
+    figures = batched_http.fleet_figures(result)
+    assert figures["lifecycle_requests"] == round(rounds + 1 / 20, 4)
+    assert figures["leases_per_renewal"] >= 1

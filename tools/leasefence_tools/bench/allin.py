@@ -530,7 +530,7 @@ def idle_worker_month_usd(
 ) -> dict[str, Any]:
     """One HTTP worker polling an idle tenant for a month (every :attr:`Assumptions.idle_poll_mean_s`
     on average), with the sampling a fleet of one such worker would get; ``profile``
-    ``http_workers_batched``: its polls through the batch claim route."""
+    ``http_workers_batched``: its polls through the round route (a claim alone)."""
     polls = SECONDS_PER_MONTH / a.idle_poll_mean_s
     one = replace(a, volume=1)
     bill = Bill(one, measured)

@@ -50,6 +50,10 @@ TARGET_REQUESTS = 1.5
 
 
 HEARTBEAT_ROUTES = ("POST /v1/operations/{id}/heartbeat", "POST /v1/batch/heartbeat")
+#: The fleet's round route, and the name its rounds that carried nothing but renewals are
+#: counted under (a renewal that rides with a claim or a close costs no request of its own).
+ROUND_ROUTE = "POST /v1/batch/work"
+RENEWAL_ROUNDS = "POST /v1/batch/work (renewals only)"
 
 
 class CountingClient(LeaseFenceClient):
@@ -67,10 +71,19 @@ class CountingClient(LeaseFenceClient):
     def _once(self, method: str, path: str, body: Any, timeout: float) -> Any:
         matched = match_route(method, path.split("?", 1)[0])
         route = matched[0].key if matched else f"{method} {path}"
-        carried = body.get("items") if isinstance(body, dict) else None
+        kinds = {"items": 1}
+        if route == ROUND_ROUTE:  # a round: counted apart when it carried renewals only
+            kinds = {kind: len(body.get(kind) or []) for kind in ("finish", "heartbeat", "claim")}
+            if kinds["finish"] == kinds["claim"] == 0:
+                route = RENEWAL_ROUNDS
+        elif isinstance(body, dict) and isinstance(body.get("items"), list):
+            kinds = {"items": len(body["items"])}
         with self._count_lock:
             self.sent[route] += 1
-            self.items[route] += len(carried) if isinstance(carried, list) else 1
+            self.items[route] += sum(kinds.values())
+            for kind, n in kinds.items():
+                if kind != "items":
+                    self.items[f"{route}: {kind}"] += n
         try:
             answer = super()._once(method, path, body, timeout)
         except Exception:
@@ -158,9 +171,11 @@ def _run_mode(
         "requests": sum(client.sent.values()),
         "requests_per_lifecycle": round(sum(by_route.values()), 3),
         "by_route": {route: round(n, 3) for route, n in by_route.items()},
-        # Items a request carried on average, by route (claims, leases, closing writes).
+        # Items a request carried on average, by route (claims, leases, closing writes; a
+        # round's by kind too).
         "items_per_request": {
-            route: round(client.items[route] / n, 2) for route, n in sorted(client.sent.items())
+            route: round(client.items[route] / client.sent[route.split(": ")[0]], 2)
+            for route in sorted(client.items)
         },
         # Of those requests, the ones unanswered in time or answered 5xx (each try counted):
         # a loaded machine's, which AWS's latency would not see.
@@ -172,16 +187,24 @@ def _run_mode(
 def fleet_figures(result: dict[str, Any]) -> dict[str, float]:
     """What the all-in model (:mod:`leasefence_tools.bench.allin`) takes from the batched fleet:
     its requests per lifecycle besides renewals (enqueue, claim, finish; every claim request,
-    empty ones included), and the leases one renewal request renewed on average (1 when the run
-    renewed none: one request a lease, the most)."""
+    empty ones included; a round that carried a claim or a close), and the leases renewed per
+    request of renewals alone (every lease renewed, over the requests that carried nothing
+    else: a renewal that rides with a claim or a close adds none; 1 when the run renewed
+    none: one request a lease, the most)."""
     batched = result["batched"]
-    renewals = [r for r in HEARTBEAT_ROUTES if r in batched["by_route"]]
+    by_route, per_request = batched["by_route"], batched["items_per_request"]
+    renewals = [r for r in (*HEARTBEAT_ROUTES, RENEWAL_ROUNDS) if r in by_route]
+    renewal_requests = sum(by_route[r] for r in renewals)
+    # Leases renewed per lifecycle: alone or in rounds of every kind.
+    renewed = sum(by_route[r] * per_request[r] for r in HEARTBEAT_ROUTES if r in by_route) + sum(
+        by_route[r] * per_request.get(f"{r}: heartbeat", 0.0)
+        for r in (ROUND_ROUTE, RENEWAL_ROUNDS)
+        if r in by_route
+    )
     return {
-        "lifecycle_requests": round(
-            sum(n for r, n in batched["by_route"].items() if r not in HEARTBEAT_ROUTES), 4
-        ),
-        "renewal_requests": round(sum(batched["by_route"][r] for r in renewals), 4),
-        "leases_per_renewal": max([batched["items_per_request"][r] for r in renewals] or [1.0]),
+        "lifecycle_requests": round(sum(n for r, n in by_route.items() if r not in renewals), 4),
+        "renewal_requests": round(renewal_requests, 4),
+        "leases_per_renewal": round(renewed / renewal_requests, 2) if renewal_requests else 1.0,
         "requests_per_lifecycle": batched["requests_per_lifecycle"],
         "workers": batched["workers"],
         "job_ms": result["job_ms"],

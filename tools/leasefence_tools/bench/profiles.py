@@ -6,8 +6,8 @@ Profiles (each enqueues over the HTTP API with an inline payload of :data:`PAYLO
 * ``http_workers``: a worker outside AWS claims over the API (``Worker`` + ``HttpBackend``):
   enqueue, claim (its answer carries the payload), complete: three API requests in all;
 * ``http_workers_batched``: the same through the batch routes, :data:`BATCH` operations at a
-  time (what a fleet of that many batched workers sends: one ``POST /v1/batch/enqueue``, one
-  ``/claim`` and one ``/finish`` for all of them); per lifecycle. The requests a busy fleet really
+  time (what a fleet of that many batched workers sends: one ``POST /v1/batch/enqueue``, and
+  ``POST /v1/batch/work`` rounds, one claiming and one closing them all); per lifecycle. The requests a busy fleet really
   sends per lifecycle are :mod:`~leasefence_tools.bench.batched_http`'s (the all-in model takes
   them from there);
 * ``worker_function``: the worker function claims from the stream record and runs the job;
@@ -22,7 +22,7 @@ Besides the lifecycles, the same measurement of what a lifecycle causes later or
 and in-process as the worker function makes it), the
 payload purge (the sweeper, the payload retention later), the end of the identity retention (the
 TTL deletion and what the stream does with it), an idle HTTP worker's poll (one at a time, and
-through the batch claim route), an idle sweeper run
+through the round route), an idle sweeper run
 and an idle schedule tick of the worker function.
 
 Each measurement runs twice, and each figure comes from the pass that does not disturb it:
@@ -640,12 +640,12 @@ def _run_all(
         enqueued = batch_api.enqueue_batch(
             [{"operation_id": op, "job_type": JOB_B, "payload": PAYLOAD} for op in batch]
         )
-        claims = batch_api.claim_batch(
-            [
+        claims = batch_api.work_batch(
+            claim=[
                 {"worker_id": f"batch-worker-{i}", "lease_seconds": 30, "job_types": [JOB_B]}
                 for i in range(count)
             ]
-        )
+        ).claim
         made = [r.result() for r in claims if r.ok and r.value is not None]
         if not all(r.ok for r in enqueued) or {c.operation_id for c in made} != set(batch):
             raise RuntimeError("the batch was not enqueued and claimed whole")
@@ -654,8 +654,8 @@ def _run_all(
         return made
 
     def finished_in_batch(claims: list[Any]) -> None:
-        results = batch_api.finish_batch(
-            [
+        results = batch_api.work_batch(
+            finish=[
                 {
                     "action": "complete",
                     "operation_id": c.operation_id,
@@ -664,7 +664,7 @@ def _run_all(
                 }
                 for c in claims
             ]
-        )
+        ).finish
         if not all(r.ok for r in results):
             raise RuntimeError("a batched completion was refused")
         for c in claims:  # each ended and its history written, then the functions quiet once
@@ -673,8 +673,8 @@ def _run_all(
         quiet()
 
     def via_http_batch(_ctx: Any) -> None:
-        """:data:`BATCH` lifecycles through the batch routes: one enqueue, one claim and one
-        finish request for all of them."""
+        """:data:`BATCH` lifecycles through the batch routes: one enqueue, one claim round and
+        one closing round for all of them."""
         claims = claimed_in_batch(BATCH)
         finished_in_batch(claims)
         ops["http_workers_batched"].extend((BATCH_TENANT, c.operation_id) for c in claims)
@@ -768,12 +768,12 @@ def _run_all(
     )
 
     def heartbeat_http_batched(claims: list[Any]) -> None:
-        renewed = batch_api.heartbeat_batch(
-            [
+        renewed = batch_api.work_batch(
+            heartbeat=[
                 {"operation_id": c.operation_id, "fence": c.fence, "worker_id": f"batch-worker-{i}"}
                 for i, c in enumerate(claims)
             ]
-        )
+        ).heartbeat
         if not all(r.ok for r in renewed):
             raise RuntimeError("a batched renewal was refused")
         quiet()
@@ -820,7 +820,7 @@ def _run_all(
             raise RuntimeError("the idle tenant had work")
 
     out["events"]["idle_poll_http"] = window(idle_poll)
-    # The same poll through the batch claim route (a batched worker alone: a batch of one).
+    # The same poll through the round route (a batched worker alone: a round of one claim).
     idle_batched = HttpBackend(client(IDLE_TENANT), IDLE_TENANT, batched=True)
 
     def idle_poll_batched(_ctx: Any) -> None:
