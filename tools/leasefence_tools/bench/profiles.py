@@ -8,8 +8,8 @@ Profiles (each enqueues over the HTTP API with an inline payload of :data:`PAYLO
 * ``http_workers_batched``: the same through the batch routes, :data:`BATCH` operations at a
   time (what a fleet of that many batched workers sends: one ``POST /v1/batch/enqueue``, and
   ``POST /v1/batch/work`` rounds, one claiming and one closing them all); per lifecycle. The
-  requests a busy fleet really sends per lifecycle are :mod:`~leasefence_tools.bench.batched_http`'s (the all-in model takes
-  them from there);
+  requests a busy fleet really sends per lifecycle are
+  :mod:`~leasefence_tools.bench.batched_http`'s (the all-in model takes them from there);
 * ``worker_function``: the worker function claims from the stream record and runs the job;
 * ``worker_function_polled``: the worker function's schedule instead (its stream mapping off):
   all the profile's operations are queued, then one drain takes them (a schedule tick that finds
