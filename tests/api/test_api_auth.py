@@ -157,6 +157,7 @@ def test_scope_table_is_the_contracts():
         ("POST", "/v1/batch/claim"): WORK,
         ("POST", "/v1/batch/heartbeat"): WORK,
         ("POST", "/v1/batch/finish"): WORK,
+        ("POST", "/v1/batch/work"): WORK,
         # The operator's bulk routes (issue 37): the approvers' inbox, bulk triage.
         ("GET", "/v1/approvals"): APPROVE,
         ("POST", "/v1/batch/triage"): OPERATE,

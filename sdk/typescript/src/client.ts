@@ -35,6 +35,18 @@ export type ClaimBatchItem = BodyOf<"/v1/batch/claim", "post">["items"][number];
 export type EnqueueBatchItem = BodyOf<"/v1/batch/enqueue", "post">["items"][number];
 export type HeartbeatBatchItem = BodyOf<"/v1/batch/heartbeat", "post">["items"][number];
 export type FinishBatchItem = BodyOf<"/v1/batch/finish", "post">["items"][number];
+/** A worker fleet's round (`workBatch`): closes, renewals and claims, 1 to 25 items in all. */
+export interface WorkRound {
+  finish?: readonly FinishBatchItem[];
+  heartbeat?: readonly HeartbeatBatchItem[];
+  claim?: readonly ClaimBatchItem[];
+}
+/** Each list of a round answered: one result per item sent, in order. */
+export interface WorkResults {
+  finish: ItemResult<Operation>[];
+  heartbeat: ItemResult<string>[];
+  claim: ItemResult<Claim | null>[];
+}
 export type ListQuery = NonNullable<operations["listOperations"]["parameters"]["query"]>;
 export type CountQuery = NonNullable<operations["countOperations"]["parameters"]["query"]>;
 export type Resolution = Schemas["ResolveRequest"]["resolution"];
@@ -335,6 +347,27 @@ export class LeaseFenceClient {
       for (const raw of data.results) results.push(itemResult(raw, (body: Schemas["LeaseOut"]) => body.lease_expires_at));
     }
     return results;
+  }
+
+  /**
+   * A worker fleet's round trip in one request (`POST /v1/batch/work`, 1 to 25 items in all): the
+   * closes, then the renewals, then the claims (each with its own claim token: a fresh one where an
+   * item has none), so a worker closes its job and claims its next one at once. Every item is safe
+   * to repeat: a lost answer is resent whole, and each claim made is answered again.
+   */
+  async workBatch(round: WorkRound, bounds: CallBounds = {}): Promise<WorkResults> {
+    const claim = (round.claim ?? []).map((item) => ({ ...item, claim_token: item.claim_token ?? newToken() }));
+    const body = { finish: [...(round.finish ?? [])], heartbeat: [...(round.heartbeat ?? [])], claim };
+    const data = await this.data((signal) => this.api.POST("/v1/batch/work", { body, signal }), bounds);
+    return {
+      finish: data.finish.map((raw) => itemResult(raw, (answer: { operation: Operation }) => answer.operation)),
+      heartbeat: data.heartbeat.map((raw) => itemResult(raw, (answer: Schemas["LeaseOut"]) => answer.lease_expires_at)),
+      claim: data.claim.map((raw, i) =>
+        itemResult(raw, (answer: { claim: Schemas["ClaimOut"] } | null) =>
+          answer ? { ...answer.claim, claim_token: claim[i]!.claim_token } : null,
+        ),
+      ),
+    };
   }
 
   /** Several fenced finishes (complete, fail, unknown, quarantine), made in order. */

@@ -595,6 +595,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/batch/work": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A worker fleet's round trip: close, renew and claim, up to 25 items in one request
+         * @description `finish`, `heartbeat` and `claim` (each optional, 1 to 25 items in all) are made in that order, each item as POST /v1/batch/finish, /heartbeat and /claim make it, and answered in the list of the same name, in the same place: so a worker closes the job it ran and claims its next one in one request, and a fleet's closes, renewals and claims of one moment share it. Each item is its own conditional write, made in order, and gets its own answer in its list (same place): `status` and `body` are what the item's one-at-a-time route would have answered, an error's body included (one stale fence among good ones: the others still succeed). The request answers 200 once every item was processed, whatever their statuses; a body that is malformed as a whole (any item invalid, more than 25 items) is refused (422 invalid_request) and nothing is written. An operation_id named twice is written twice, in order. A resend after a lost answer gets each item's answer again as its one-at-a-time route would (a replay), with no second effect. An item answered 503 may be sent again.
+         */
+        post: operations["workBatch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1788,6 +1808,52 @@ export interface components {
              * @description 1-256 characters, no control characters
              */
             operation_id: string;
+        };
+        /**
+         * WorkBatchOut
+         * @description Answered 200 once every item was processed: each list one result per item of the request's list of that name, in its order (empty when none was sent)
+         */
+        WorkBatchOut: {
+            /**
+             * Finish
+             * @description As `POST /v1/batch/finish` answers its items
+             */
+            finish: components["schemas"]["FinishBatchOutResult"][];
+            /**
+             * Heartbeat
+             * @description As `POST /v1/batch/heartbeat` answers its items
+             */
+            heartbeat: components["schemas"]["HeartbeatBatchOutResult"][];
+            /**
+             * Claim
+             * @description As `POST /v1/batch/claim` answers its items
+             */
+            claim: components["schemas"]["ClaimBatchOutResult"][];
+        };
+        /**
+         * WorkBatchRequest
+         * @description A worker fleet's round trip: closing writes, lease renewals and claims in one request, 1
+         *     to 25 items in all. The finishes are made first, then the renewals, then the claims, each
+         *     list in order and each item as its batch route makes it (`POST /v1/batch/finish`,
+         *     `/heartbeat`, `/claim`): so a worker closes its job and claims its next one in one
+         *     request.
+         */
+        WorkBatchRequest: {
+            /**
+             * Finish
+             * @description 0-25 finishes, answered in the same place of the answer's list of that name
+             */
+            finish?: (components["schemas"]["CompleteItem"] | components["schemas"]["FailItem"] | components["schemas"]["UnknownItem"] | components["schemas"]["QuarantineItem"])[];
+            /**
+             * Heartbeat
+             * @description 0-25 renewals, answered in the same place of the answer's list of that name
+             */
+            heartbeat?: components["schemas"]["HeartbeatItem"][];
+            /**
+             * Claim
+             * @description 0-25 claims, answered in the same place of the answer's list of that name
+             */
+            claim?: components["schemas"]["ClaimRequest"][];
         };
         /**
          * EnqueueByReference
@@ -4766,6 +4832,95 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["FinishBatchOut"];
+                };
+            };
+            /** @description Malformed JSON body */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Missing, malformed, badly signed or expired token (on AWS: the JWT authorizer's own body) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"] | components["schemas"]["GatewayErrorOut"];
+                };
+            };
+            /** @description The token lacks the route's scope (on AWS: possibly API Gateway's own body) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"] | components["schemas"]["GatewayErrorOut"];
+                };
+            };
+            /** @description The request body is larger than the deployment's limit (payload_too_large) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Invalid request (invalid_request) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Throttled by API Gateway (on AWS only; its own body); retry after a backoff */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayErrorOut"];
+                };
+            };
+            /** @description Temporarily unavailable; safe to retry (on AWS also API Gateway's own 500, 503 or 504 for a failed or timed-out invocation, with its own body) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"] | components["schemas"]["GatewayErrorOut"];
+                };
+            };
+        };
+    };
+    workBatch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WorkBatchRequest"];
+            };
+        };
+        responses: {
+            /** @description Every item processed: each result is its own answer */
+            200: {
+                headers: {
+                    /** @description no-store: the answer carries customer data (a payload, an outcome, an intent or a checkpoint); no shared cache or browser may keep it */
+                    "Cache-Control"?: "no-store";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkBatchOut"];
                 };
             };
             /** @description Malformed JSON body */

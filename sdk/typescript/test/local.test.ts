@@ -124,6 +124,24 @@ describe("client", () => {
     );
   });
 
+  test("a round closes a job and claims the next in one request, each item in its own list", { timeout: 30_000 }, async () => {
+    const tenant = unique("t");
+    const lf = local.client(tenant);
+    const ids = [unique("op"), unique("op")];
+    for (const id of ids) await lf.enqueue({ operation_id: id, job_type: "round", payload: { id } });
+    const first = (await lf.workBatch({ claim: [{ worker_id: "r1", job_types: ["round"] }] })).claim[0]!.result()!;
+    const round = await lf.workBatch({
+      finish: [{ action: "complete", operation_id: first.operation_id, fence: first.fence, outcome_code: "sent" }],
+      heartbeat: [{ operation_id: first.operation_id, fence: first.fence, worker_id: "r1" }],
+      claim: [{ worker_id: "r1", job_types: ["round"], claim_token: "next-1" }],
+    });
+    assert.equal(round.finish[0]!.result().state, "succeeded");
+    // The renewal comes after the close: the claim is no longer held.
+    assert.ok(round.heartbeat[0]!.error instanceof StaleFence);
+    const next = round.claim[0]!.result()!;
+    assert.deepEqual([next.operation_id, next.fence, next.claim_token], [ids.find((id) => id !== first.operation_id), 1, "next-1"]);
+  });
+
   test("a lost claim answer is recovered by resending its claim token: the same claim, no attempt spent", { timeout: 30_000 }, async () => {
     const tenant = unique("t");
     const id = unique("op");
