@@ -520,7 +520,13 @@ class TortureHttpBackend(HttpBackend):
     def claim_next(
         self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None = None
     ) -> Claim | None:
-        claim = super().claim_next(worker_id, lease_ms, job_types)
+        return self._received(super().claim_next(worker_id, lease_ms, job_types), worker_id)
+
+    def take_ready(self, worker_id: str) -> Claim | None:
+        return self._received(super().take_ready(worker_id), worker_id)
+
+    def _received(self, claim: Claim | None, worker_id: str) -> Claim | None:
+        """A claim handed to a worker: recorded for the checker."""
         if claim is not None:
             self.report.note(
                 claim.tenant_id, claim.operation_id, f"claimed fence {claim.fence} by {worker_id}"
