@@ -5,39 +5,10 @@ items by the bare tenant id)."""
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 
-import pytest
-
-from leasefence import keys, settings
-from leasefence_tools.local.server import LocalStack
+from leasefence import keys
 from tests.support.api import Api, claimed, enqueue, op_path
-
-
-@pytest.fixture
-def default_stack(aws, stack):
-    """A stack of its own; the session's stack is the process's runtime again afterwards (a
-    stack installs its runtime for the process when it starts, and forgets it when it stops)."""
-    try:
-        yield from _default_stack(aws)
-    finally:
-        settings.install(stack.runtime.settings)
-
-
-def _default_stack(aws):
-    with pytest.MonkeyPatch.context() as env:
-        env.delenv("LEASEFENCE_OPERATION_SHARDS", raising=False)
-        with LocalStack(
-            host="127.0.0.1",
-            port=0,
-            aws=aws,
-            table_name=f"layout-{uuid.uuid4().hex[:10]}",
-            bucket="layout-payloads",
-            sweep_interval=None,
-            secret="layout-tests-secret-0123456789abcdef",
-        ) as running:
-            yield running
 
 
 def test_a_new_tenant_of_the_default_stack_spreads_and_every_route_finds_it(default_stack, aws):

@@ -17,7 +17,13 @@ from leasefence.errors import InvalidInput, NotFound, PayloadMissing
 from leasefence.history import entry_from
 from leasefence.limits import MAX_CHECKPOINT_BYTES, MAX_ITEM_PAYLOAD_BYTES, MAX_TEXT_LENGTH
 from leasefence.payloads import PayloadStore, canonicalize, fits_in_item
-from leasefence.schema import DUE_INDEX, INDEX_PROJECTION, PURGE_INDEX, global_secondary_indexes
+from leasefence.schema import (
+    DUE_INDEX,
+    INDEX_PROJECTION,
+    PURGE_INDEX,
+    TTL_ATTRIBUTE,
+    global_secondary_indexes,
+)
 from leasefence.streams import events
 from leasefence.streams.records import Change
 from leasefence_tools.bench.units import item_size
@@ -121,6 +127,47 @@ def test_a_kept_payload_that_does_not_match_its_hash_is_missing_never_returned(
         engine.payload(engine.get(T, "k-2"))
     with pytest.raises(PayloadMissing):
         engine.payload(engine.claim_next(T, "w1"))
+
+
+def test_a_claims_payload_is_read_eventually_consistent_and_read_again_when_that_shows_none(
+    aws, ddb, spec, clock, bucket
+):
+    """A claim's payload item: one eventually consistent GetItem (half the units of a consistent
+    one); a stale answer (the item missing, or an older life of its key, expired) is read again,
+    consistently. The payload route (an operation, not a claim) reads consistently only."""
+    engine, _ = make_engine(aws, spec, clock, bucket, s3=NoS3())
+    payload = {"x": 1}
+    enqueue_kept(engine, "e-1", payload)
+    operation, claim = engine.get(T, "e-1"), engine.claim_next(T, "w1")
+    payload_id = keys.payload_id("e-1", canonicalize(payload).hash)
+    stale = {}  # what an eventually consistent read shows of a key; absent: the item as it is
+    reads = []
+    real_get = engine.store.get
+
+    def get(key, consistent=True):
+        reads.append(consistent)
+        if not consistent and key["operation_id"] in stale:
+            return stale[key["operation_id"]]
+        return real_get(key, consistent)
+
+    engine.store.get = get
+    assert json.loads(engine.payload(claim)) == payload
+    assert reads == [False]
+    reads.clear()
+    assert json.loads(engine.payload(operation)) == payload
+    assert reads == [True]
+    expired = {**real_get({"tenant_id": T, "operation_id": payload_id}), TTL_ATTRIBUTE: 1}
+    for shown in (None, expired):
+        stale[payload_id] = shown
+        reads.clear()
+        assert json.loads(engine.payload(claim)) == payload
+        assert reads == [False, True]
+    ddb.delete_item(
+        TableName=spec.table_name, Key={"tenant_id": {"S": T}, "operation_id": {"S": payload_id}}
+    )
+    stale.clear()
+    with pytest.raises(PayloadMissing):  # gone: the consistent read says so too
+        engine.payload(claim)
 
 
 def test_the_engine_keeps_only_checked_canonical_json_of_at_most_the_limit(engine):

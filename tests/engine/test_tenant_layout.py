@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from leasefence import Engine, PayloadConflict, keys
+from leasefence import Engine, NotFound, PayloadConflict, keys
 from leasefence.engine._layout import COUNTS
 from leasefence.schema import NEW_TENANT_WRITE_SHARDS, TableSpec
 from leasefence.store import ConditionFailed
@@ -93,8 +93,10 @@ def test_a_tenant_with_operations_at_the_bare_id_records_one_and_keeps_them_wher
     for i in range(5):
         old.enqueue("legacy", f"old-{i}", "job", HASH)
     new = make_engine(ddb, spec, clock)
-    assert new.get("legacy", "old-2").state == "queued"  # found before anything is recorded
-    assert recorded(ddb, spec, "legacy") is None  # a read records nothing
+    assert recorded(ddb, spec, "legacy") is None
+    assert new.get("legacy", "old-2").state == "queued"
+    # The read found operations at the bare id: it recorded what the first enqueue would have.
+    assert recorded(ddb, spec, "legacy") == [1]
     assert not new.enqueue("legacy", "old-1", "job", HASH).created
     with pytest.raises(PayloadConflict):
         new.enqueue("legacy", "old-4", "job", OTHER)
@@ -102,6 +104,96 @@ def test_a_tenant_with_operations_at_the_bare_id_records_one_and_keeps_them_wher
     new.enqueue("legacy", "fresh", "job", HASH)
     assert set(partitions_holding(ddb, spec)) == {"legacy"}  # one partition key, as before
     assert len(new.list("legacy").operations) == 6
+
+
+def legacy_engine(ddb, spec, clock):
+    """An engine of one write shard: every deployment's before the recorded layout."""
+    return Engine(
+        client=ddb,
+        spec=TableSpec(**{**spec.__dict__, "operation_shards": (1,)}),
+        clock=clock,
+        rng=random.Random(3),
+    )
+
+
+def layout_requests(engine):
+    """The engine's requests for the layout from now on: the record's GetItems and PutItems
+    (its key) and the queries of a tenant's bare partition (``_has_bare_operations``)."""
+    sent = []
+
+    def seen(params, model, **kw):
+        key = params.get("Key") or params.get("Item") or {}
+        if key.get("operation_id") == {"S": keys.LAYOUT_ID}:
+            sent.append(model.name)
+        elif model.name == "Query" and "IndexName" not in params:
+            sent.append("Query")
+
+    engine.store.client.meta.events.register("before-parameter-build.dynamodb.*", seen)
+    return sent
+
+
+def test_commands_by_id_of_an_upgraded_tenant_read_its_layout_once_per_engine(ddb, spec, clock):
+    """A tenant of an upgraded deployment before its next enqueue: the first command records
+    ``(1,)``; no later command of any engine queries the bare partition, and each engine reads
+    the record once."""
+    old = legacy_engine(ddb, spec, clock)
+    for i in range(4):
+        old.enqueue("upgraded", f"op-{i}", "job", HASH)
+    first = make_engine(ddb, spec, clock)
+    sent = layout_requests(first)
+    for i in range(4):
+        assert first.get("upgraded", f"op-{i}").state == "queued"
+    claim = first.claim("upgraded", "op-1", "w")
+    first.heartbeat("upgraded", "op-1", claim.fence, "w")
+    first.complete("upgraded", "op-1", claim.fence, "done")
+    assert sent == ["GetItem", "Query", "PutItem"]
+    assert recorded(ddb, spec, "upgraded") == [1]
+    second = make_engine(ddb, spec, clock, seed=2)
+    sent = layout_requests(second)
+    for i in range(4):
+        second.get("upgraded", f"op-{i}")
+    assert sent == ["GetItem"]
+
+
+def test_a_brand_new_tenants_read_records_nothing_and_caches_nothing(ddb, spec, clock):
+    """No operation anywhere: the decision could still change (an engine of one write shard,
+    during a rolling upgrade, may put the tenant's first operation at the bare id), so a read
+    neither records it nor caches it, and sees that operation once it is there."""
+    engine = make_engine(ddb, spec, clock)
+    sent = layout_requests(engine)
+    for _ in range(2):
+        with pytest.raises(NotFound):
+            engine.get("brand-new", "op-1")
+    assert sent == ["GetItem", "Query"] * 2
+    assert recorded(ddb, spec, "brand-new") is None
+    legacy_engine(ddb, spec, clock).enqueue("brand-new", "op-1", "job", HASH)
+    assert engine.get("brand-new", "op-1").state == "queued"
+    assert recorded(ddb, spec, "brand-new") == [1]
+
+
+def test_a_read_and_an_enqueue_deciding_at_once_agree_through_one_conditional_write(
+    ddb, spec, clock
+):
+    """A command that found operations at the bare id records with the enqueue's conditional
+    put: whichever engine's put lands first decides for both, even where the other would have
+    decided otherwise (each made to see what it would at another moment)."""
+    old = legacy_engine(ddb, spec, clock)
+    old.enqueue("mixed", "old-1", "job", HASH)
+    reader, producer = make_engine(ddb, spec, clock), make_engine(ddb, spec, clock, seed=2)
+    producer._ctx.layouts._has_bare_operations = lambda tenant: False  # it would choose 64
+    assert reader.get("mixed", "old-1").state == "queued"  # records 1 first
+    producer.enqueue("mixed", "new-1", "job", HASH)
+    assert recorded(ddb, spec, "mixed") == [1]
+    assert set(partitions_holding(ddb, spec)) == {"mixed"}
+    assert reader.get("mixed", "new-1") and producer.get("mixed", "old-1")
+    # The other order: the enqueue's record stands, and the read takes it from the refusal.
+    old.enqueue("mixed-2", "old-1", "job", HASH)
+    reader, producer = make_engine(ddb, spec, clock, seed=4), make_engine(ddb, spec, clock, seed=5)
+    producer._ctx.layouts._has_bare_operations = lambda tenant: False
+    producer.enqueue("mixed-2", "new-1", "job", HASH)
+    assert recorded(ddb, spec, "mixed-2") == [NEW_TENANT_WRITE_SHARDS]
+    assert reader._ctx.layouts.counts("mixed-2") == (NEW_TENANT_WRITE_SHARDS,)
+    assert reader.get("mixed-2", "new-1").operation_id == "new-1"
 
 
 def test_two_engines_deciding_at_once_agree_through_one_conditional_write(ddb, spec, clock):
@@ -135,16 +227,14 @@ def test_a_refused_record_with_no_item_in_the_answer_reads_it_back(ddb, spec, cl
 
 def test_an_engine_reads_the_record_once_per_tenant(ddb, spec, clock):
     engine = make_engine(ddb, spec, clock)
+    sent = layout_requests(engine)
     engine.enqueue("t3", "a", "job", HASH)
-    sent = []
-    engine.store.client.meta.events.register(
-        "before-call.dynamodb.*", lambda model, params, **kw: sent.append(params.get("Key"))
-    )
+    assert sent == ["GetItem", "Query", "PutItem"]
+    sent.clear()
     for op in ("a", "b", "c"):
         engine.enqueue("t3", op, "job", HASH)
         engine.get("t3", op)
-    layout_reads = [k for k in sent if k and k.get("operation_id") == {"S": keys.LAYOUT_ID}]
-    assert layout_reads == []
+    assert sent == []
 
 
 def test_a_tenant_erasure_keeps_only_the_record(ddb, spec, clock):

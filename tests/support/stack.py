@@ -6,14 +6,21 @@ The sweeper timer is off: tests run the sweeper function explicitly (``stack.swe
 The table's stream and the stream-driven functions are off too, until a test module asks for
 them (the ``streams`` fixture of tests/api/test_stream_e2e.py): the stream worker then serves
 :data:`STREAM_TENANTS` with :data:`tests.support.stream_jobs.HANDLERS`, and no other tenant.
+
+The session's stack sets one write shard; ``default_stack`` is a stack of its own with the default
+layout (each tenant's write shard counts recorded at its first enqueue), as the construct deploys
+it.
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from leasefence import settings
 from leasefence.client import LeaseFenceClient
 from leasefence_tools.local.server import LocalStack
 from leasefence_tools.local.tokens import ALL_SCOPES
@@ -73,3 +80,28 @@ def make_api(stack):
 @pytest.fixture
 def sdk(stack, token) -> LeaseFenceClient:
     return LeaseFenceClient(stack.base_url, token, retries=2, backoff=0.01)
+
+
+@pytest.fixture
+def default_stack(aws: Any, stack: LocalStack) -> Iterator[LocalStack]:
+    """A stack of its own; the session's stack is the process's runtime again afterwards (a
+    stack installs its runtime for the process when it starts, and forgets it when it stops)."""
+    try:
+        yield from _default_stack(aws)
+    finally:
+        settings.install(stack.runtime.settings)
+
+
+def _default_stack(aws: Any) -> Iterator[LocalStack]:
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("LEASEFENCE_OPERATION_SHARDS", raising=False)
+        with LocalStack(
+            host="127.0.0.1",
+            port=0,
+            aws=aws,
+            table_name=f"layout-{uuid.uuid4().hex[:10]}",
+            bucket="layout-payloads",
+            sweep_interval=None,
+            secret="layout-tests-secret-0123456789abcdef",
+        ) as running:
+            yield running

@@ -313,7 +313,11 @@ class Eraser:
         if operation.payload_ref is None and operation.layout >= LAYOUT:  # in a payload item
             partition = self.ctx.locate(operation.tenant_id, operation.operation_id)["tenant_id"]
             return payload_items.read(
-                self.ctx, partition, operation.operation_id, operation.payload_hash
+                self.ctx,
+                partition,
+                operation.operation_id,
+                operation.payload_hash,
+                claimed=isinstance(operation, Claim),
             )
         if operation.payload_ref is None:  # kept in the item, and no longer there
             raise PayloadMissing("the payload was purged or erased")

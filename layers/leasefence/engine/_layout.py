@@ -13,10 +13,26 @@ engine decides, every other reads its decision from the refusal):
 The record never changes, so an engine keeps it for its life (one consistent ``GetItem`` per
 engine and tenant), and no tenant's key function ever changes under its operations: an upgraded
 deployment keeps its tenants where they are (no enqueue transaction, no extra read) while its
-new tenants get 64. Until a tenant's first enqueue records it, a command of the tenant reads
-where the record would put it (nothing is cached, nothing is written). A deployment that sets its
-counts (``LEASEFENCE_OPERATION_SHARDS``) uses them for every tenant, as before, and never reads a
-record.
+new tenants get 64.
+
+Before a tenant's first enqueue records it, a command of the tenant decides the same way:
+
+* operations found at the bare tenant id (a tenant of an upgraded deployment): the decision is
+  ``(1,)``, the only one that keeps them reachable by id, and the one the tenant's next enqueue
+  would record; so the command records it now, with the very conditional put an enqueue makes,
+  and the engine caches what that put (or, refused, the record another engine put first) holds.
+  Every later command of the tenant costs no layout read, in this engine or any other;
+* none there (a brand-new tenant, or one whose operations are all gone): the command reads where
+  the record would put it, ``(NEW_TENANT_WRITE_SHARDS,)``, and nothing is cached and nothing is
+  written. That decision may still change (an operation put at the bare id by an engine of one
+  write shard, during a rolling upgrade, makes the next decision ``(1,)``), so only a record may
+  fix it; the tenant's next command reads again (one ``GetItem`` and one ``Query``).
+
+What the cache may serve is only ever a record as stored, and a record never changes (an erasure
+of the tenant keeps it: :mod:`leasefence.engine._erasure`), so a cached count is never stale.
+
+A deployment that sets its counts (``LEASEFENCE_OPERATION_SHARDS``) uses them for every tenant, as
+before, and never reads a record.
 """
 
 from __future__ import annotations
@@ -43,8 +59,9 @@ class TenantLayouts:
         self._recorded: OrderedDict[str, tuple[int, ...]] = OrderedDict()
 
     def counts(self, tenant_id: str, record: bool = False) -> tuple[int, ...]:
-        """The tenant's counts; with ``record`` (an enqueue, before its first write), recorded
-        first when they are not yet."""
+        """The tenant's counts; recorded first when they are not yet and either ``record`` (an
+        enqueue, before its first write) or the tenant has operations at the bare id (see the
+        module's text)."""
         if self._spec.operation_shards is not None:
             return self._spec.operation_shards
         with self._lock:
@@ -54,9 +71,10 @@ class TenantLayouts:
         key = keys.tenant_key(tenant_id, keys.LAYOUT_ID)
         item = self._store.get(key)
         if item is None:
-            chosen = (1,) if self._has_bare_operations(tenant_id) else (NEW_TENANT_WRITE_SHARDS,)
-            if not record:
-                return chosen
+            upgraded = self._has_bare_operations(tenant_id)
+            chosen = (1,) if upgraded else (NEW_TENANT_WRITE_SHARDS,)
+            if not record and not upgraded:
+                return chosen  # a brand-new tenant's decision may change: see the module's text
             try:
                 self._store.put_new(
                     {**key, COUNTS: list(chosen)},

@@ -12,8 +12,17 @@ operation, so that the operation item stays under 1 KB and each of its writes co
   purge or an erasure leaves no payload item behind. A crash between the two writes leaves an
   orphan that no operation refers to: an erasure of that operation id and a tenant's erasure
   find it (:func:`delete_all`: every payload item under the operation's prefix).
-* **Read** by :func:`read` with a strongly consistent ``GetItem`` (the claim answer, the payload
-  route, the worker runtime), checked against the operation's hash like an S3 object.
+* **Read** by :func:`read`, checked against the operation's hash like an S3 object: with a
+  strongly consistent ``GetItem`` (the payload route), or, for a claim just made (the claim
+  answer, the worker runtime), an eventually consistent one first (half the read units) and the
+  consistent one only when that shows no usable item. An eventually consistent read may miss a
+  recent write or show an item as it was a moment before, never other bytes: the key holds the
+  payload's hash and the body is checked against it. A claimed operation's item was written
+  before the operation itself (so before the claim), so a stale read can only show it missing,
+  or expired (an older life of the same key, ended and since written again without expiry):
+  both go to the consistent read. What it may still show is an item deleted a moment ago (an
+  erasure of the claimed operation racing the claim), which a consistent read just before the
+  delete would show too.
 * **Deleted by DynamoDB's TTL, not by a purge pass** (issue 32, step 4). While its operation is
   live (queued however long, claimed, retrying, parked, awaiting approval) the item has no TTL:
   nothing can delete a payload an operation may still run with, whatever the sweeper does. The
@@ -230,10 +239,26 @@ def delete_all(ctx: EngineContext, partition: str, operation_id: str) -> int:
         start = page.last_key
 
 
-def read(ctx: EngineContext, partition: str, operation_id: str, payload_hash: str) -> bytes:
+def read(
+    ctx: EngineContext,
+    partition: str,
+    operation_id: str,
+    payload_hash: str,
+    claimed: bool = False,
+) -> bytes:
     """The payload an operation of layout 2 (in ``partition``) refers to, checked against its
-    hash; :class:`PayloadMissing` when its item is gone (purged, erased) or does not match."""
-    found = ctx.store.get(keys.payload_key(partition, operation_id, payload_hash))
+    hash; :class:`PayloadMissing` when its item is gone (purged, erased) or does not match.
+    ``claimed``: for a claim just made, an eventually consistent read first (see the module's
+    text)."""
+    key = keys.payload_key(partition, operation_id, payload_hash)
+    if claimed:
+        with contextlib.suppress(PayloadMissing):
+            return _kept(ctx, ctx.store.get(key, consistent=False), payload_hash)
+    return _kept(ctx, ctx.store.get(key), payload_hash)
+
+
+def _kept(ctx: EngineContext, found: Mapping[str, Any] | None, payload_hash: str) -> bytes:
+    """The payload a payload item as read holds (:func:`read`)."""
     if found is None or PAYLOAD_BODY not in found:
         raise PayloadMissing("the payload was purged or erased")
     if TTL_ATTRIBUTE in found and int(found[TTL_ATTRIBUTE]) * 1000 <= ctx.clock():

@@ -91,10 +91,11 @@ def test_quick_bench_reports_every_figure(tmp_path):
         assert (measured[name]["s3_put"], measured[name]["s3_get"]) == (0, 0), name
         assert measured[name]["payload_object_bytes"] == 0, name
     # Claimed from the stream record: no query; the claim reads the payload's own item once
-    # (a strongly consistent GetItem of under 4 KB: 1 read unit), and the due spread's hint once
-    # its 5 s cache has lapsed (an eventually consistent GetItem: 0.5; the bench's lifecycles are
-    # seconds apart, so every claim reads it: an upper bound for a busy worker).
-    assert measured["worker_function"]["rcu"] == 1.5
+    # (an eventually consistent GetItem of under 4 KB, the claim's: 0.5 read units), and the due
+    # spread's hint once its 5 s cache has lapsed (an eventually consistent GetItem: 0.5; the
+    # bench's lifecycles are seconds apart, so every claim reads it: an upper bound for a busy
+    # worker).
+    assert measured["worker_function"]["rcu"] == 1.0
 
     # Issue 24: all in, every line, at a stated volume and capacity mode.
     all_in = report["cost_per_million_all_in"]

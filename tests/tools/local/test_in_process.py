@@ -132,3 +132,33 @@ def test_the_records_reader_gives_the_mappings_what_the_streams_client_gives():
         assert (refused.value.status, refused.value.code) == (400, "ResourceNotFoundException")
     with pytest.raises(ConnectionError):  # once stopped, as a client of a stopped endpoint
         read("any", 1000)
+
+
+def test_the_endpoints_cpu_on_a_callers_thread_is_counted_apart_for_that_thread_only():
+    """What the endpoint computes serving an attached client's request runs on the caller's
+    thread; ``served_cpu_s`` counts it, so the bench leaves it out of a function's CPU (on AWS it
+    is DynamoDB's). A plain client's request (over HTTP: served on another thread) adds nothing."""
+    import time
+
+    from leasefence_tools.local.in_process import served_cpu_s
+
+    with EmbeddedAws() as aws:
+        plain, attached = aws.client(), aws.attach(aws.client())
+        plain.create_table(
+            TableName="spent", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST",
+        )
+        before = served_cpu_s()
+        for i in range(20):
+            plain.put_item(TableName="spent", Item={"pk": {"S": f"p{i}"}})
+        assert served_cpu_s() == before
+        cpu = time.thread_time()
+        for i in range(20):
+            attached.put_item(TableName="spent", Item={"pk": {"S": f"a{i}"}})
+        spent, served = time.thread_time() - cpu, served_cpu_s() - before
+        assert 0 < served < spent  # the endpoint's share, the client's own work left over
+        elsewhere: list[float] = []
+        worker = threading.Thread(target=lambda: elsewhere.append(served_cpu_s()))
+        worker.start()
+        worker.join()
+        assert elsewhere == [0.0]  # per thread

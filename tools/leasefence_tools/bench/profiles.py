@@ -34,8 +34,10 @@ Each measurement runs twice, and each figure comes from the pass that does not d
   by level, so the cost model can apply any log level);
 * **counts and times**: the plain client, the functions at the shipped log level
   (:mod:`leasefence.observability_defaults`); per function: invocations, the CPU time of the
-  invoking thread (``time.thread_time``: what the handler and its AWS clients computed, not what
-  the embedded endpoint did, and much less dependent on the machine's load than wall time), the
+  invoking thread (``time.thread_time``: what the handler and its AWS clients computed, less what
+  the embedded endpoint did on that thread serving its requests in process
+  (:func:`~leasefence_tools.local.in_process.served_cpu_s`: on AWS, DynamoDB's own servers' work),
+  and much less dependent on the machine's load than wall time), the
   wall time (billed per ms: this machine, for reference only), the AWS requests it made by
   service, and the bytes of its EMF metric lines; S3 requests and EventBridge entries.
 
@@ -224,12 +226,12 @@ class _Invocations:
         phase = self.meter.phase(function) if self.meter is not None else contextlib.nullcontext()
         with self._lock:
             self.running += 1
-        cpu, wall = time.thread_time(), time.perf_counter()
+        cpu, wall = _own_cpu_s(), time.perf_counter()
         try:
             with phase:
                 yield
         finally:
-            cpu_ms = (time.thread_time() - cpu) * 1000
+            cpu_ms = (_own_cpu_s() - cpu) * 1000
             wall_ms = (time.perf_counter() - wall) * 1000
             self._local.function = previous
             with self._lock:
@@ -261,6 +263,13 @@ class _Invocations:
         finally:
             for name, handler in originals.items():
                 modules[name].lambda_handler = handler
+
+
+def _own_cpu_s() -> float:
+    """This thread's CPU time (s) but the embedded endpoint's, serving its requests in process."""
+    from leasefence_tools.local.in_process import served_cpu_s
+
+    return time.thread_time() - served_cpu_s()
 
 
 class _Counting:

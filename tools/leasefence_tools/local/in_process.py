@@ -10,15 +10,41 @@ as moto's own in-process mode and botocore's Stubber use it): the same applicati
 lock around each whole request, the same fidelity behaviours and the same timings; only the
 socket and the HTTP server are left out. Anything else (the CLI, a worker in another process)
 reaches the endpoint over HTTP as before.
+
+The endpoint's work then runs on the caller's thread: :func:`served_cpu_s` says how much of that
+thread's CPU time it took, so that a caller measuring its own CPU (the bench's functions: on AWS
+that work runs on DynamoDB's servers, not in the function) can leave it out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from io import BytesIO
 from typing import Any
 from urllib.parse import urlsplit
+
+_ledger = threading.local()
+
+
+def served_cpu_s() -> float:
+    """The CPU time (s, :func:`time.thread_time`) this thread spent so far in the endpoint, serving
+    its own requests in process (:func:`relay`, :func:`call_json`)."""
+    return float(getattr(_ledger, "cpu_s", 0.0))
+
+
+@contextlib.contextmanager
+def _serving() -> Iterator[None]:
+    """Count the CPU time of what runs inside as the endpoint's (:func:`served_cpu_s`)."""
+    started = time.thread_time()
+    try:
+        yield
+    finally:
+        _ledger.cpu_s = served_cpu_s() + time.thread_time() - started
 
 
 class _Body(BytesIO):
@@ -70,7 +96,9 @@ def relay(client: Any, serve: Any, serving: Any = lambda _url: True) -> Any:
     def send(request: Any, **_: Any) -> AWSResponse | None:
         if not serving(request.url):
             return None
-        status, headers, answer = serve(*request_parts(request))
+        parts = request_parts(request)
+        with _serving():
+            status, headers, answer = serve(*parts)
         return AWSResponse(request.url, status, headers, _Body(answer))
 
     client.meta.events.register("before-send", send)
@@ -134,7 +162,8 @@ def call_json(
     def start_response(status: str, _headers: Any, _exc_info: Any = None) -> None:
         started.append(status)
 
-    answer = b"".join(app(environ, start_response))
+    with _serving():
+        answer = b"".join(app(environ, start_response))
     status = int(started[0].split(" ", 1)[0])
     parsed = json.loads(answer) if answer else {}
     if status >= 300:
