@@ -24,7 +24,14 @@ SWEEPER_HANDLER = "sweeper.handler.lambda_handler"
 #: (bounded pages, a one-off pass or two) to remove the TTLs that ended identities got before
 #: (``Engine.clear_ttls``): it reads nothing it could not already read item by item.
 SWEEPER_INDEX_ACTIONS = ("dynamodb:Query",)
-SWEEPER_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan")
+#: Query on the table: only for a tenant whose write shard layout is not recorded yet (one query
+#: of its bare partition, one item: ``leasefence.engine._layout``), as the worker function.
+SWEEPER_TABLE_ACTIONS = (
+    "dynamodb:GetItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:Scan",
+    "dynamodb:Query",
+)
 #: The sweeper deletes payloads that are due (retention after the end, or erasure).
 SWEEPER_BUCKET_ACTIONS = ("s3:DeleteObject",)
 #: One sweep a minute (its ``SweeperNotRunningAlarm`` waits for twice that).

@@ -25,9 +25,17 @@ from .worker_props import WORKER_HANDLER, WorkerProps
 
 #: The operations table: read an operation (claim by id, the post-transaction read), fenced
 #: conditional updates (claim, heartbeat, complete/fail/unknown/quarantine, due-entry repair)
-#: and condition checks inside a class A transaction. No PutItem (it never creates operations),
-#: no DeleteItem, no Query on the table (it never lists), no Scan.
-WORKER_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
+#: and condition checks inside a class A transaction. Query only for a command by id of a tenant
+#: whose write shard layout is not recorded yet (a tenant of a deployment upgraded from before
+#: the record): one query of its bare partition, one item (``leasefence.engine._layout``), whose
+#: answer the record (an UpdateItem) then keeps. No PutItem (it never creates operations), no
+#: DeleteItem, no Scan.
+WORKER_TABLE_ACTIONS = (
+    "dynamodb:GetItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:Query",
+)
 #: Claims: Query the listed tenants' ``due`` shards. Never the ``sweep`` index.
 WORKER_DUE_INDEX_ACTIONS = ("dynamodb:Query",)
 #: Inline payloads, read-only (a job never runs as if it had none: a missing payload is an error).

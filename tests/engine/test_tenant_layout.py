@@ -117,7 +117,7 @@ def legacy_engine(ddb, spec, clock):
 
 
 def layout_requests(engine):
-    """The engine's requests for the layout from now on: the record's GetItems and PutItems
+    """The engine's requests for the layout from now on: the record's GetItems and UpdateItems
     (its key) and the queries of a tenant's bare partition (``_has_bare_operations``)."""
     sent = []
 
@@ -146,7 +146,7 @@ def test_commands_by_id_of_an_upgraded_tenant_read_its_layout_once_per_engine(dd
     claim = first.claim("upgraded", "op-1", "w")
     first.heartbeat("upgraded", "op-1", claim.fence, "w")
     first.complete("upgraded", "op-1", claim.fence, "done")
-    assert sent == ["GetItem", "Query", "PutItem"]
+    assert sent == ["GetItem", "Query", "UpdateItem"]
     assert recorded(ddb, spec, "upgraded") == [1]
     second = make_engine(ddb, spec, clock, seed=2)
     sent = layout_requests(second)
@@ -220,7 +220,7 @@ def test_a_refused_record_with_no_item_in_the_answer_reads_it_back(ddb, spec, cl
         return None if len(calls) == 1 else real_get(key, consistent)  # a stale first read
 
     engine.store.get = get
-    engine.store.put_new = lambda *a, **k: (_ for _ in ()).throw(ConditionFailed(None))
+    engine.store.update = lambda *a, **k: (_ for _ in ()).throw(ConditionFailed(None))
     assert layouts.counts("t2", record=True) == (NEW_TENANT_WRITE_SHARDS,)
     assert calls == [keys.LAYOUT_ID, keys.LAYOUT_ID]
 
@@ -229,7 +229,7 @@ def test_an_engine_reads_the_record_once_per_tenant(ddb, spec, clock):
     engine = make_engine(ddb, spec, clock)
     sent = layout_requests(engine)
     engine.enqueue("t3", "a", "job", HASH)
-    assert sent == ["GetItem", "Query", "PutItem"]
+    assert sent == ["GetItem", "Query", "UpdateItem"]
     sent.clear()
     for op in ("a", "b", "c"):
         engine.enqueue("t3", op, "job", HASH)

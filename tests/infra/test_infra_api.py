@@ -181,7 +181,7 @@ def test_tenant_isolation_role(synth) -> None:
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PARKED_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PURGE_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.DUE_INDEX)),
-        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"}), getatt(table)),
+        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan", "dynamodb:Query"}), getatt(table)),
     ])
 
 

@@ -114,7 +114,7 @@ def test_grants_point_to_the_brought_in_table_bucket_and_keys(byo) -> None:
     assert grant_set(actions_by_resource(sweeper, "dynamodb:")) == grant_set([
         *[(frozenset({"dynamodb:Query"}), index_arn(table, index))
           for index in (schema.SWEEP_INDEX, schema.PARKED_INDEX, schema.PURGE_INDEX, schema.DUE_INDEX)],
-        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"}), getatt(table)),
+        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan", "dynamodb:Query"}), getatt(table)),
     ])
     assert grant_set(actions_by_resource(api, "s3:")) == grant_set([
         (frozenset({"s3:PutObject", "s3:GetObject", "s3:DeleteObject"}), _bucket_arn(f"/{PAYLOAD_KEY_PREFIX}*")),

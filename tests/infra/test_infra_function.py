@@ -181,7 +181,7 @@ def test_dynamodb_permissions_are_exact(synth) -> None:
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PARKED_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.PURGE_INDEX)),
         (frozenset({"dynamodb:Query"}), index_arn(table, schema.DUE_INDEX)),
-        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"}), getatt(table)),
+        (frozenset({"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan", "dynamodb:Query"}), getatt(table)),
     ])
 
 

@@ -76,10 +76,16 @@ class TenantLayouts:
             if not record and not upgraded:
                 return chosen  # a brand-new tenant's decision may change: see the module's text
             try:
-                self._store.put_new(
-                    {**key, COUNTS: list(chosen)},
+                # An UpdateItem that creates the item (not a PutItem): the worker function and the
+                # sweeper, which never create operations, have no PutItem, yet run commands by id
+                # of a tenant with no record yet.
+                self._store.update(
+                    key,
+                    "SET #c = :c",
                     "attribute_not_exists(#k)",
-                    {"#k": "operation_id"},
+                    {"#c": COUNTS, "#k": "operation_id"},
+                    {":c": list(chosen)},
+                    returns="NONE",
                 )
                 item = {COUNTS: list(chosen)}
             except ConditionFailed as refused:  # another engine recorded it first
