@@ -53,19 +53,20 @@ class _CaptureClient:
         item = kwargs["Item"]
         if item["operation_id"]["S"].startswith(keys.SPREAD_PREFIX):
             return {}  # a new type's hint: the items below were filed without it (no reads here)
-        if item["operation_id"]["S"].startswith(keys.TENANT_ITEM_PREFIX):
-            self.directory.append(item)  # the tenant's recorded write shard counts
-        else:
-            self.sink.append(item)
+        self.sink.append(item)
         return {}
 
     def query(self, **_kwargs: Any) -> dict[str, Any]:
         return {"Items": [], "Count": 0, "ScannedCount": 0}  # no operation yet: a new tenant
 
     def update_item(self, **kwargs: Any) -> dict[str, Any]:
-        """The tenant's job-type directory (``Store.add_to_set``: ``ADD #set :m SET #e0 = :e0,
-        ...`` on a new item), kept as the item that upsert leaves."""
+        """The tenant's recorded write shard counts (``SET #c = :c`` on a new item) or its
+        job-type directory (``Store.add_to_set``: ``ADD #set :m SET #e0 = :e0, ...`` on a new
+        item), kept as the item that upsert leaves."""
         names, values = kwargs["ExpressionAttributeNames"], kwargs["ExpressionAttributeValues"]
+        if kwargs["Key"]["operation_id"]["S"] == keys.LAYOUT_ID:
+            self.directory.append(dict(kwargs["Key"], **{names["#c"]: values[":c"]}))
+            return {}
         item = dict(kwargs["Key"], **{names["#set"]: values[":m"]})
         item.update(
             {name: values[":" + ph[1:]] for ph, name in names.items() if ph.startswith("#e")}

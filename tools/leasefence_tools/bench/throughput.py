@@ -127,7 +127,7 @@ def _capture_lifecycle(client: Any, spec: TableSpec) -> dict[str, dict[str, Any]
     # Without the tenant's own items: the one-time listing of the job type in its directory,
     # the reads of its catalogue entry and settings (cached by the engine: not per lifecycle),
     # and the one-time record of its write shard counts (a read, a query of its bare partition
-    # and a put: leasefence.engine._layout).
+    # and a conditional UpdateItem: leasefence.engine._layout).
     recorder.calls = [
         (name, kwargs)
         for name, kwargs in recorder.calls
