@@ -27,8 +27,8 @@ every feature on the same operations at once:
   over the API function run in this process) beside in-process workers, on the same operations
   (a takeover, a retry or a requeue moves an operation from one kind to the other); they ask
   for different leases; every other HTTP worker is a batched fleet (``Settings.batched_fleet``
-  threads over one ``HttpBackend(batched=True)``: claims, renewals and closing writes through
-  ``POST /v1/batch/...``), whose lifecycles the summary counts (``composed.batched``);
+  threads over one ``HttpBackend(batched=True)``: claims, renewals and closing writes in rounds,
+  ``POST /v1/batch/work``), whose lifecycles the summary counts (``composed.batched``);
 * enqueues over the API (some as an item of ``POST /v1/batch/enqueue``) and in-process, inline
   and by reference (the producers' own store);
 * class B posts to shared accounts (its tenant's, and one every tenant's operations write,
