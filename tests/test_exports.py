@@ -65,6 +65,7 @@ CLIENT = {
     "Operation",
     "OperationPage",
     "Unauthorized",
+    "WorkResults",
     "sigv4_signer",
 }
 

@@ -69,7 +69,7 @@ from urllib.parse import quote, urlencode, urlsplit
 from leasefence import otel
 from leasefence.answer_errors import answer_error
 from leasefence.api.errors import Forbidden, Unauthorized
-from leasefence.client_batch import BatchCalls, ItemResult, parse_time
+from leasefence.client_batch import BatchCalls, ItemResult, WorkResults, parse_time
 from leasefence.errors import (
     LeaseFenceError,
     Unavailable,
@@ -96,6 +96,7 @@ __all__ = [
     "Operation",
     "OperationPage",
     "Unauthorized",
+    "WorkResults",
     "sigv4_signer",
 ]
 
