@@ -180,3 +180,28 @@ def test_a_worker_stopped_during_its_round_runs_the_job_that_round_claimed(stack
         assert [(s["state"], s["attempts"]) for s in left] == [("queued", 0)]
     finally:
         proxy.close()
+
+
+def test_a_close_answered_503_is_retried_without_a_second_claim(stack, token, tenant, api, monkeypatch):
+    """The round's close is answered 503 in its place while its claim is made: the worker retries
+    the close alone, and runs the claim that round made (no second claim, no attempt lapsed)."""
+    import leasefence.api._batch as batch_routes
+
+    real = batch_routes._finishes
+    busy = [1]
+
+    def first_busy(one, tenant_id, items):
+        if busy and items:
+            busy.pop()
+            error = {"error": {"code": "unavailable", "message": "injected"}}
+            return [{"operation_id": item.operation_id, "status": 503, "body": error} for item in items]
+        return real(one, tenant_id, items)
+
+    monkeypatch.setattr(batch_routes, "_finishes", first_busy)
+    names = [f"wb-{i}" for i in range(3)]
+    proxy, runs = fleet_run(stack, token, tenant, api, names)
+    try:
+        assert not busy and sorted(runs) == names
+        assert [(state(api, n)["state"], state(api, n)["attempts"]) for n in names] == [("succeeded", 1)] * 3
+    finally:
+        proxy.close()

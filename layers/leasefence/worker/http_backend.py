@@ -345,6 +345,9 @@ class HttpBackend:
             {"action": action, "operation_id": claim.operation_id, "fence": claim.fence, **body},
         )
         ask = getattr(self._next, "ask", None)
+        with self._lock:
+            if ask is not None and ask[0] in self._ready:
+                ask = None  # a try before this one (its close answered 503) made the next claim
         if ask is None:
             return self._rounds.submit(close).result()
         worker_id, lease_ms, job_types = ask
