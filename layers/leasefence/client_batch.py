@@ -201,8 +201,8 @@ class BatchCalls:
         deadline: float | None = None,
         try_timeout: float | None = None,
     ) -> WorkResults:
-        """A worker fleet's round trip in one request (``POST /v1/batch/work``, 1 to 25 items in
-        all): the ``finish`` items (as :meth:`finish_batch` takes them), then the ``heartbeat``
+        """A worker fleet's round trip in one request (``POST /v1/batch/work``, up to 25 items in
+        each list, at least one item): the ``finish`` items (as :meth:`finish_batch` takes them), then the ``heartbeat``
         items (as :meth:`heartbeat_batch`), then the ``claim`` items (as :meth:`claim_batch`: a
         fresh claim token for an item without one). Answered with each list's results, in
         order; every item is safe to repeat, so a lost answer is resent whole."""

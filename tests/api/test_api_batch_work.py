@@ -79,7 +79,8 @@ def test_a_malformed_round_writes_nothing(api):
         {},
         {"finish": [], "heartbeat": [], "claim": []},
         {"claim": [claim] * (MAX_BATCH_ITEMS + 1)},
-        {"claim": [claim] * 13, "heartbeat": [{"operation_id": "x", "fence": 1, "worker_id": "w"}] * 13},
+        {"claim": [claim], "heartbeat": [{"operation_id": "x", "fence": 1, "worker_id": "w"}] * (MAX_BATCH_ITEMS + 1)},
+        {"finish": [], "heartbeat": [], "claim": [], "items": [claim]},
         {"claim": [claim], "finish": [{"action": "explode", "operation_id": "wm-1", "fence": 1}]},
         {"claim": [claim], "renew": []},
     ):

@@ -31,6 +31,7 @@ CUSTOMER_ROUTES = {
     "enqueueBatch",  # issue 33: the batches whose items answer operations or claims
     "claimBatch",
     "finishBatch",
+    "workBatch",
     "listApprovals",  # issue 37: the approvers' inbox (payload summaries) and bulk triage
     "triageBatch",
 }
@@ -121,6 +122,7 @@ def test_every_route_with_customer_data_answers_no_store(stack, api, tenant):
     held = granted.json["results"][0]["body"]["claim"]
     done = {"action": "complete", "operation_id": "n-9", "fence": held["fence"], "outcome_code": "ok"}
     call("finishBatch", "POST", "/v1/batch/finish", {"items": [done]})
+    call("workBatch", "POST", "/v1/batch/work", {"claim": [{"worker_id": "w9", "job_types": ["none"]}]})
     enqueue(api, "n-10")
     held = claimed(api, "n-10")
     api.post(op_path("n-10", "unknown"), {"fence": held["fence"], "reason": "outage"})

@@ -238,7 +238,7 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
         _BATCH,
     ),
     "workBatch": RouteDoc(
-        "A worker fleet's round trip: close, renew and claim, up to 25 items in one request",
+        "A worker fleet's round trip: close, renew and claim, up to 25 of each in one request",
         {
             **_ok(
                 200,
@@ -247,7 +247,7 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
             ),
             **_error_responses(400, *_AUTH),
         },
-        "`finish`, `heartbeat` and `claim` (each optional, 1 to 25 items in all) are made in "
+        "`finish`, `heartbeat` and `claim` (each optional, up to 25 items each, at least one item) are made in "
         "that order, each item as POST /v1/batch/finish, /heartbeat and /claim make it, and "
         "answered in the list of the same name, in the same place: so a worker closes the job "
         "it ran and claims its next one in one request, and a fleet's closes, renewals and "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from leasefence.api.models import (
     ClaimEnvelope,
@@ -111,24 +111,32 @@ def _part_of_round(item: Any, what: str) -> Any:
 
 
 class WorkBatchRequest(Strict):
-    """A worker fleet's round trip: closing writes, lease renewals and claims in one request, 1
-    to 25 items in all. The finishes are made first, then the renewals, then the claims, each
-    list in order and each item as its batch route makes it (`POST /v1/batch/finish`,
-    `/heartbeat`, `/claim`): so a worker closes its job and claims its next one in one
-    request."""
+    """A worker fleet's round trip: closing writes, lease renewals and claims in one request, up
+    to 25 of each and at least one item. The finishes are made first, then the renewals, then
+    the claims, each list in order and each item as its batch route makes it (`POST
+    /v1/batch/finish`, `/heartbeat`, `/claim`): so a worker closes its job and claims its next
+    one in one request."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        # At least one item: one of the lists not empty (what the validator below refuses).
+        json_schema_extra={
+            "anyOf": [
+                {"required": [name], "properties": {name: {"minItems": 1}}}
+                for name in ("finish", "heartbeat", "claim")
+            ]
+        },
+    )
 
     finish: _part_of_round(FinishItem, "finishes")  # type: ignore[valid-type]
     heartbeat: _part_of_round(HeartbeatItem, "renewals")  # type: ignore[valid-type]
     claim: _part_of_round(ClaimRequest, "claims")  # type: ignore[valid-type]
 
     @model_validator(mode="after")
-    def _one_to_limit(self) -> WorkBatchRequest:
-        total = len(self.finish) + len(self.heartbeat) + len(self.claim)
-        if not 1 <= total <= MAX_BATCH_ITEMS:
-            raise ValueError(
-                f"send 1 to {MAX_BATCH_ITEMS} items in all (finish, heartbeat and claim): "
-                f"{total} sent"
-            )
+    def _not_empty(self) -> WorkBatchRequest:
+        if not (self.finish or self.heartbeat or self.claim):
+            raise ValueError("send at least one item (finish, heartbeat or claim)")
         return self
 
 

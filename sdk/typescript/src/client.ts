@@ -35,7 +35,7 @@ export type ClaimBatchItem = BodyOf<"/v1/batch/claim", "post">["items"][number];
 export type EnqueueBatchItem = BodyOf<"/v1/batch/enqueue", "post">["items"][number];
 export type HeartbeatBatchItem = BodyOf<"/v1/batch/heartbeat", "post">["items"][number];
 export type FinishBatchItem = BodyOf<"/v1/batch/finish", "post">["items"][number];
-/** A worker fleet's round (`workBatch`): closes, renewals and claims, 1 to 25 items in all. */
+/** A worker fleet's round (`workBatch`): closes, renewals and claims, up to 25 of each. */
 export interface WorkRound {
   finish?: readonly FinishBatchItem[];
   heartbeat?: readonly HeartbeatBatchItem[];
@@ -350,7 +350,7 @@ export class LeaseFenceClient {
   }
 
   /**
-   * A worker fleet's round trip in one request (`POST /v1/batch/work`, 1 to 25 items in all): the
+   * A worker fleet's round trip in one request (`POST /v1/batch/work`, up to 25 of each): the
    * closes, then the renewals, then the claims (each with its own claim token: a fresh one where an
    * item has none), so a worker closes its job and claims its next one at once. Every item is safe
    * to repeat: a lost answer is resent whole, and each claim made is answered again.

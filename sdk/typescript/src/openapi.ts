@@ -605,8 +605,8 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * A worker fleet's round trip: close, renew and claim, up to 25 items in one request
-         * @description `finish`, `heartbeat` and `claim` (each optional, 1 to 25 items in all) are made in that order, each item as POST /v1/batch/finish, /heartbeat and /claim make it, and answered in the list of the same name, in the same place: so a worker closes the job it ran and claims its next one in one request, and a fleet's closes, renewals and claims of one moment share it. Each item is its own conditional write, made in order, and gets its own answer in its list (same place): `status` and `body` are what the item's one-at-a-time route would have answered, an error's body included (one stale fence among good ones: the others still succeed). The request answers 200 once every item was processed, whatever their statuses; a body that is malformed as a whole (any item invalid, more than 25 items) is refused (422 invalid_request) and nothing is written. An operation_id named twice is written twice, in order. A resend after a lost answer gets each item's answer again as its one-at-a-time route would (a replay), with no second effect. An item answered 503 may be sent again.
+         * A worker fleet's round trip: close, renew and claim, up to 25 of each in one request
+         * @description `finish`, `heartbeat` and `claim` (each optional, up to 25 items each, at least one item) are made in that order, each item as POST /v1/batch/finish, /heartbeat and /claim make it, and answered in the list of the same name, in the same place: so a worker closes the job it ran and claims its next one in one request, and a fleet's closes, renewals and claims of one moment share it. Each item is its own conditional write, made in order, and gets its own answer in its list (same place): `status` and `body` are what the item's one-at-a-time route would have answered, an error's body included (one stale fence among good ones: the others still succeed). The request answers 200 once every item was processed, whatever their statuses; a body that is malformed as a whole (any item invalid, more than 25 items) is refused (422 invalid_request) and nothing is written. An operation_id named twice is written twice, in order. A resend after a lost answer gets each item's answer again as its one-at-a-time route would (a replay), with no second effect. An item answered 503 may be sent again.
          */
         post: operations["workBatch"];
         delete?: never;
@@ -1832,11 +1832,11 @@ export interface components {
         };
         /**
          * WorkBatchRequest
-         * @description A worker fleet's round trip: closing writes, lease renewals and claims in one request, 1
-         *     to 25 items in all. The finishes are made first, then the renewals, then the claims, each
-         *     list in order and each item as its batch route makes it (`POST /v1/batch/finish`,
-         *     `/heartbeat`, `/claim`): so a worker closes its job and claims its next one in one
-         *     request.
+         * @description A worker fleet's round trip: closing writes, lease renewals and claims in one request, up
+         *     to 25 of each and at least one item. The finishes are made first, then the renewals, then
+         *     the claims, each list in order and each item as its batch route makes it (`POST
+         *     /v1/batch/finish`, `/heartbeat`, `/claim`): so a worker closes its job and claims its next
+         *     one in one request.
          */
         WorkBatchRequest: {
             /**
@@ -1854,6 +1854,12 @@ export interface components {
              * @description 0-25 claims, answered in the same place of the answer's list of that name
              */
             claim?: components["schemas"]["ClaimRequest"][];
+        } | {
+            finish: unknown;
+        } | {
+            heartbeat: unknown;
+        } | {
+            claim: unknown;
         };
         /**
          * EnqueueByReference
