@@ -58,86 +58,70 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 class WorkerProps:
     """The worker function of :class:`~leasefence_infra.LeaseFenceService` (optional).
 
-    ``handlers``
-        ``package.module:ATTRIBUTE``: a mapping of job type to handler (``LEASEFENCE_WORKER_HANDLERS``).
-    ``tenants``
-        the tenants this fleet claims for, at least one (``LEASEFENCE_WORKER_TENANTS``). The
-        worker's role reaches every tenant's operations regardless (see ``infra/README.md``).
-    ``code``
-        a layer ``Code`` holding your handler package under ``python/`` (e.g.
-        :func:`~leasefence_infra.bundling.package_layer_code`). Default: none; the module is
-        looked up in the shipped ``functions/`` asset the other functions use (checked at synth).
-        The entry point is always ``worker.handler.lambda_handler`` from that asset.
-    ``lease_seconds``
-        lease of each claim (``LEASEFENCE_WORKER_LEASE_SECONDS``), default 60.
-    ``timeout``
-        function timeout, default 5 minutes; must exceed one lease plus the handler's 5 s margin.
-    ``schedule``
-        default ``rate(1 minute)``; each tick starts one drain (overlapping drains are safe:
-        every claim is a conditional write).
-    ``business_tables``
-        class A tables: ConditionCheckItem/PutItem/UpdateItem/DeleteItem (transaction items).
-    ``fenced_tables``
-        class B target tables: UpdateItem/GetItem.
-    ``environment``
-        extra variables for your handler module (e.g. the names of those tables); may not
-        replace a variable the construct sets.
-    ``memory_mb``
-        default 512.
-    ``lost_ownership_alarm_threshold``
-        ``LostOwnership`` events in 15 minutes that raise the alarm, default 5.
-    ``stream_batch_size``
-        records per stream invocation, default 10 (1-100): a batch's jobs run side by side, one
-        thread each, so it is also how many jobs one invocation runs at once; with no batching
-        window a record is delivered as soon as Lambda's poll of its shard sees it.
-    ``stream_parallelization``
-        batches of one stream shard processed at once, default 10 (1-10, Lambda's most): one
-        tenant's records (one partition key) stay in order in one of them, so a shard hands the
-        worker at most ``stream_parallelization x stream_batch_size`` jobs at once; the drain
-        takes the rest.
-    ``stream_readers``
-        leasefence's readers of the table's stream, default 1 (DynamoDB Streams serves two per
-        shard): one mapping whose function (this one) dispatches work and publishes outcome
-        events and history (:func:`leasefence.streams.mappings.shared`), so the second reader is
-        yours (a Pipe, an analytics function); a publishing failure never holds dispatch
-        (``docs/constructs.md``, "The table's stream"). This function's role then also holds the
-        publisher's grants (``PutItem``/``UpdateItem``/``DeleteItem`` on the table, the bus), and
-        so do your handlers (``docs/constructs.md``, "What the worker's role can reach"). 2: the
-        worker's and the publisher's mappings side by side (each with its own settings, function
-        and role; no reader left). Switching between 1 and 2 updates the worker's mapping in
-        place (``docs/constructs.md``, "Upgrading from two mappings").
-    ``stream_dispatch``
-        how a job the stream announces is run, default ``"run"``: inside the stream batch, so
-        one shard runs at most ``stream_parallelization x stream_batch_size`` jobs at once.
-        ``"invoke"``: the batch claims each job and hands the claim to an asynchronous
-        invocation of this function (:mod:`leasefence.worker.handoff`); batches take
-        milliseconds and the function's concurrency (``max_concurrency``, else the account's)
-        bounds the jobs instead (``docs/scale.md``).
-    ``max_concurrency``
-        reserved concurrency of the worker function (stream batches and drains together), default
-        none: a stream mapping has no concurrency limit of its own (Lambda's maximum concurrency
-        is for SQS sources) and is bounded by shards x ``stream_parallelization``; reserve it to
-        cap what the worker does to your downstream systems (and to keep that much of the
-        account's concurrency for it). A throttled batch is retried by the mapping; the drain
-        still finds work whose record went to the failure queue.
+    Each field is documented where it is declared (and in ``docs/reference/construct-props.md``).
     """
 
     handlers: str
+    """`package.module:ATTRIBUTE`: a mapping of job type to handler (`LEASEFENCE_WORKER_HANDLERS`)."""
     tenants: Sequence[str]
+    """The tenants this fleet claims for, at least one (`LEASEFENCE_WORKER_TENANTS`). The worker's
+    role reaches every tenant's operations regardless (see `infra/README.md`)."""
     code: lambda_.Code | None = None
+    """A layer `Code` holding your handler package under `python/` (e.g.
+    `leasefence_infra.bundling.package_layer_code`). Default: none; the module is looked up in
+    the shipped `functions/` asset the other functions use (checked at synth). The entry point
+    is always `worker.handler.lambda_handler` from that asset."""
     lease_seconds: int = 60
+    """Lease of each claim (`LEASEFENCE_WORKER_LEASE_SECONDS`), default 60."""
     timeout: Duration | None = None
+    """Function timeout, default 5 minutes; must exceed one lease plus the handler's 5 s margin."""
     schedule: scheduler.ScheduleExpression | None = None
+    """Default `rate(1 minute)`; each tick starts one drain (overlapping drains are safe: every
+    claim is a conditional write)."""
     business_tables: Sequence[dynamodb.ITable] = ()
+    """Class A tables: ConditionCheckItem/PutItem/UpdateItem/DeleteItem (transaction items)."""
     fenced_tables: Sequence[dynamodb.ITable] = ()
+    """Class B target tables: UpdateItem/GetItem."""
     environment: Mapping[str, str] = field(default_factory=dict)
+    """Extra variables for your handler module (e.g. the names of those tables); may not replace a
+    variable the construct sets."""
     memory_mb: int = 512
+    """Memory of the worker function in MB, default 512 (its vCPU share grows with it)."""
     lost_ownership_alarm_threshold: int = 5
+    """`LostOwnership` events in 15 minutes that raise the alarm, default 5."""
     stream_batch_size: int = _STREAM.batch_size
+    """Records per stream invocation, default 10 (1-100): a batch's jobs run side by side, one
+    thread each, so it is also how many jobs one invocation runs at once; with no batching
+    window a record is delivered as soon as Lambda's poll of its shard sees it."""
     stream_parallelization: int = _STREAM.parallelization_factor
+    """Batches of one stream shard processed at once, default 10 (1-10, Lambda's most): one
+    tenant's records (one partition key) stay in order in one of them, so a shard hands the
+    worker at most `stream_parallelization x stream_batch_size` jobs at once; the drain takes
+    the rest."""
     max_concurrency: int | None = None
+    """Reserved concurrency of the worker function (stream batches and drains together), default
+    none: a stream mapping has no concurrency limit of its own (Lambda's maximum concurrency is
+    for SQS sources) and is bounded by shards x `stream_parallelization`; reserve it to cap what
+    the worker does to your downstream systems (and to keep that much of the account's
+    concurrency for it). A throttled batch is retried by the mapping; the drain still finds work
+    whose record went to the failure queue."""
     stream_readers: int = 1
+    """Leasefence's readers of the table's stream, default 1 (DynamoDB Streams serves two per
+    shard): one mapping whose function (this one) dispatches work and publishes outcome events
+    and history (`leasefence.streams.mappings.shared`), so the second reader is yours (a Pipe,
+    an analytics function); a publishing failure never holds dispatch (`docs/constructs.md`,
+    "The table's stream"). This function's role then also holds the publisher's grants
+    (`PutItem`/`UpdateItem`/`DeleteItem` on the table, the bus), and so do your handlers
+    (`docs/constructs.md`, "What the worker's role can reach"). 2: the worker's and the
+    publisher's mappings side by side (each with its own settings, function and role; no reader
+    left). Switching between 1 and 2 updates the worker's mapping in place
+    (`docs/constructs.md`, "Upgrading from two mappings")."""
     stream_dispatch: str = "run"
+    """How a job the stream announces is run, default `"run"`: inside the stream batch, so one
+    shard runs at most `stream_parallelization x stream_batch_size` jobs at once. `"invoke"`:
+    the batch claims each job and hands the claim to an asynchronous invocation of this function
+    (`leasefence.worker.handoff`); batches take milliseconds and the function's concurrency
+    (`max_concurrency`, else the account's) bounds the jobs instead (`docs/scale.md`)."""
 
     @property
     def timeout_or_default(self) -> Duration:

@@ -15,6 +15,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from leasefence_infra import LeaseFenceService, LeaseFenceServiceProps, WorkerProps
 from leasefence_infra.props_doc import BEGIN, END, field_docs, replace_table
+from leasefence_infra.worker_props import WorkerProps
 
 ROOT = Path(__file__).resolve().parents[2]
 ISSUER = {"jwt_issuer": "https://idp.example.com/", "jwt_audience": ["leasefence"]}
@@ -143,9 +144,10 @@ def test_unknown_keyword_is_a_type_error_that_names_it() -> None:
 # ----------------------------------------------------------------------------- README props table
 
 
-def test_every_field_has_a_docstring() -> None:
-    docs = field_docs()
-    names = [f.name for f in dataclasses.fields(LeaseFenceServiceProps)]
+@pytest.mark.parametrize("cls", [LeaseFenceServiceProps, WorkerProps])
+def test_every_field_has_a_docstring(cls: type) -> None:
+    docs = field_docs(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
     assert [n for n in names if len(docs.get(n, "")) < 20] == []
     assert set(docs) == set(names)
 
