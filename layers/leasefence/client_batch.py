@@ -64,10 +64,18 @@ def _lease_expiry(body: Any) -> datetime:
     return parse_time(body["lease_expires_at"])  # type: ignore[return-value]
 
 
-def _claim_result(item: Mapping[str, Any], data: Mapping[str, Any]) -> ItemResult[Claim | None]:
+#: The lists of a round (``POST /v1/batch/work``), in the order the server makes them.
+ROUND_LISTS = ("finish", "heartbeat", "claim")
+
+
+def _tokened(items: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Claim items, each with its claim token (a fresh one where it has none)."""
+    return [{**item, "claim_token": item.get("claim_token") or uuid.uuid4().hex} for item in items]
+
+
+def _claimed(item: Mapping[str, Any], answer: ItemResult[Any]) -> ItemResult[Claim | None]:
     """A claim item's result: its :class:`Claim` (knowing the token it was sent with), or None
     when nothing was claimable."""
-    answer = _item_result(data, lambda body: body)
     claim = None
     if answer.value is not None:
         claim = Claim.from_json(answer.value["claim"], claim_token=item["claim_token"])
@@ -139,21 +147,9 @@ class BatchCalls:
         ``claim_token``: a fresh one when it has none). Each value is a :class:`Claim`, or None
         when nothing was claimable (status 204). Every item carries its own claim token, so a
         lost answer is resent whole and each claim that was made is answered again."""
-        sent = [
-            {**item, "claim_token": item.get("claim_token") or uuid.uuid4().hex} for item in items
-        ]
-        results: builtins.list[ItemResult[Claim | None]] = []
-        for start in range(0, len(sent), MAX_BATCH_ITEMS):
-            chunk = sent[start : start + MAX_BATCH_ITEMS]
-            data = self.request(
-                "POST",
-                "/v1/batch/claim",
-                {"items": chunk},
-                deadline=deadline,
-                try_timeout=try_timeout,
-            )[1]
-            results.extend(_claim_result(i, r) for i, r in zip(chunk, data["results"], strict=True))
-        return results
+        sent = _tokened(items)
+        answers = self._batch("claim", sent, lambda body: body, deadline, try_timeout)
+        return [_claimed(item, answer) for item, answer in zip(sent, answers, strict=True)]
 
     def enqueue_batch(
         self, items: Iterable[Mapping[str, Any]]
@@ -201,26 +197,24 @@ class BatchCalls:
         deadline: float | None = None,
         try_timeout: float | None = None,
     ) -> WorkResults:
-        """A worker fleet's round trip in one request (``POST /v1/batch/work``, up to 25 items in
-        each list, at least one item): the ``finish`` items (as :meth:`finish_batch` takes them), then the ``heartbeat``
-        items (as :meth:`heartbeat_batch`), then the ``claim`` items (as :meth:`claim_batch`: a
-        fresh claim token for an item without one). Answered with each list's results, in
-        order; every item is safe to repeat, so a lost answer is resent whole."""
-        closes, renewals = [dict(item) for item in finish], [dict(item) for item in heartbeat]
-        claims = [
-            {**item, "claim_token": item.get("claim_token") or uuid.uuid4().hex} for item in claim
-        ]
+        """A worker fleet's round trip in one request (``POST /v1/batch/work``, up to 25 items
+        in each list, at least one item): the ``finish`` items (as :meth:`finish_batch` takes
+        them), then the ``heartbeat`` items (as :meth:`heartbeat_batch`), then the ``claim``
+        items (as :meth:`claim_batch`: a fresh claim token for an item without one). Answered
+        with each list's results, in order; every item is safe to repeat, so a lost answer is
+        resent whole."""
+        claims = _tokened(claim)
+        body = {"finish": list(finish), "heartbeat": list(heartbeat), "claim": claims}
         data = self.request(
-            "POST",
-            "/v1/batch/work",
-            {"finish": closes, "heartbeat": renewals, "claim": claims},
-            deadline=deadline,
-            try_timeout=try_timeout,
+            "POST", "/v1/batch/work", body, deadline=deadline, try_timeout=try_timeout
         )[1]
         return WorkResults(
             [_item_result(r, _operation) for r in data["finish"]],
             [_item_result(r, _lease_expiry) for r in data["heartbeat"]],
-            [_claim_result(item, r) for item, r in zip(claims, data["claim"], strict=True)],
+            [
+                _claimed(item, _item_result(r, lambda b: b))
+                for item, r in zip(claims, data["claim"], strict=True)
+            ],
         )
 
     def triage(

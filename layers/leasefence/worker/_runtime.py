@@ -159,8 +159,8 @@ class Worker:
         self.shutdown_grace_ms = shutdown_grace_ms
         self.events = events if events is not None else no_metrics
         self._stopping = threading.Event()
-        #: While :meth:`run` loops (and its ``until``): a closing write may carry the next claim.
-        self._looping = False
+        #: While :meth:`run` loops, its ``until`` (never true without one): a closing write may
+        #: then carry the next claim. None: not looping.
         self._until: Callable[[], bool] | None = None
         self.current: Job | None = None
 
@@ -179,7 +179,7 @@ class Worker:
         token, over HTTP) must reach it within its lease, which may be shorter than the
         backoff's cap."""
         idle = 0
-        self._looping, self._until = True, until
+        self._until = until or (lambda: False)
         try:
             while not self._stopping.is_set() and not (until and until()):
                 try:
@@ -194,7 +194,7 @@ class Worker:
                 idle += 1
                 self._stopping.wait(self.idle_wait_ms(idle) / 1000)
         finally:
-            self._looping, self._until = False, None
+            self._until = None
         # A claim the last closing request made just as the worker stopped: run it rather than
         # let its lease lapse (an attempt spent on nothing).
         take_ready = getattr(self.backend, "take_ready", None)
@@ -360,9 +360,8 @@ class Worker:
         """Within :meth:`run`, with a backend that can (the batched HTTP backend), while the worker
         goes on: the closing write's request also claims this worker's next job."""
         claiming = getattr(self.backend, "claiming_next", None)
-        if claiming is None or not self._looping or self._stopping.is_set():
-            return contextlib.nullcontext()
-        if self._until is not None and self._until():
+        until = self._until
+        if claiming is None or until is None or self._stopping.is_set() or until():
             return contextlib.nullcontext()
         return claiming(self.worker_id, self.lease_ms, self.job_types)
 

@@ -51,12 +51,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from typing import Any
 
 from leasefence.client import Claim as HttpClaim
 from leasefence.client import ItemResult, LeaseFenceClient
 from leasefence.client import Operation as HttpOperation
+from leasefence.client_batch import ROUND_LISTS
 from leasefence.errors import LeaseFenceError, Unavailable
 from leasefence.limits import MAX_BATCH_ITEMS
 from leasefence.model import Claim, TargetClass
@@ -65,10 +65,6 @@ from leasefence.validation import MISSING
 from leasefence.worker.coalesce import Coalescer
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _raise(error: Exception) -> Any:
-    raise error
 
 
 def _ms(moment: datetime) -> int:
@@ -132,7 +128,7 @@ class HttpBackend:
     ) -> list[ItemResult[Any]]:
         """One ``POST /v1/batch/work`` for the round's items (``(kind, body)``: ``finish``,
         ``heartbeat`` or ``claim``), each answered with its own result, in the items' order."""
-        lists: dict[str, list[dict[str, Any]]] = {"finish": [], "heartbeat": [], "claim": []}
+        lists: dict[str, list[dict[str, Any]]] = {kind: [] for kind in ROUND_LISTS}
         for kind, body in items:
             lists[kind].append(body)
         answer = self.client.work_batch(**lists, deadline=deadline, try_timeout=try_timeout)
@@ -226,9 +222,7 @@ class HttpBackend:
         try:
             claim = answered()
         except Unavailable:
-            if time.monotonic() - first_sent >= CLAIM_TOKEN_PATIENCE_S:
-                with self._lock:
-                    self._unanswered.pop(worker_id, None)
+            self._claim_unanswered(worker_id, first_sent)
             raise  # the token stays (while it may still be running): the next claim resends it
         except Exception:
             with self._lock:
@@ -242,6 +236,14 @@ class HttpBackend:
         self._lease_renewed(granted, sent, granted.lease_ms)
         return granted
 
+    def _claim_unanswered(self, worker_id: str, first_sent: float) -> None:
+        """A claim request got no answer: its token is sent again with the worker's next claim,
+        unless it was first sent :data:`CLAIM_TOKEN_PATIENCE_S` ago (no request with it can
+        still be running)."""
+        if time.monotonic() - first_sent >= CLAIM_TOKEN_PATIENCE_S:
+            with self._lock:
+                self._unanswered.pop(worker_id, None)
+
     @contextlib.contextmanager
     def claiming_next(
         self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None
@@ -250,7 +252,7 @@ class HttpBackend:
         in their request (``POST /v1/batch/work``); :meth:`claim_next` then answers it without
         a request. The claim's outcome is kept whatever the close's (a refused close still
         hands over the claim made with it)."""
-        self._next.ask = (worker_id, lease_ms, None if job_types is None else list(job_types))
+        self._next.ask = (worker_id, lease_ms, job_types)
         try:
             yield
         finally:
@@ -357,11 +359,8 @@ class HttpBackend:
             closed, claimed = self._rounds.submit_all(
                 [close, ("claim", item)], sent + lease_seconds, lease_seconds / 3
             )
-        except Unavailable as lost:  # the request: the claim's token is kept for the next try
-            with contextlib.suppress(Unavailable):
-                self._claim_answered(
-                    worker_id, sent, first_sent, lease_seconds, partial(_raise, lost)
-                )
+        except Unavailable:  # the request: the claim's token is kept for the next try
+            self._claim_unanswered(worker_id, first_sent)
             raise
         with contextlib.suppress(LeaseFenceError):  # a refused claim: the next claim asks again
             ready = self._claim_answered(worker_id, sent, first_sent, lease_seconds, claimed.result)

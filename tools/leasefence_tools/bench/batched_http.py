@@ -39,6 +39,7 @@ from typing import Any
 
 from leasefence.api.security import match_route
 from leasefence.client import LeaseFenceClient
+from leasefence.client_batch import ROUND_LISTS
 from leasefence.worker import FunctionHandler, Worker
 from leasefence.worker.http_backend import HttpBackend
 from leasefence_tools.bench.quiet import functions_off_stdout
@@ -73,7 +74,7 @@ class CountingClient(LeaseFenceClient):
         route = matched[0].key if matched else f"{method} {path}"
         kinds = {"items": 1}
         if route == ROUND_ROUTE:  # a round: counted apart when it carried renewals only
-            kinds = {kind: len(body.get(kind) or []) for kind in ("finish", "heartbeat", "claim")}
+            kinds = {kind: len(body.get(kind) or []) for kind in ROUND_LISTS}
             if kinds["finish"] == kinds["claim"] == 0:
                 route = RENEWAL_ROUNDS
         elif isinstance(body, dict) and isinstance(body.get("items"), list):

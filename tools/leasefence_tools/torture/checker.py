@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from leasefence.client_batch import ROUND_LISTS
 from leasefence.engine import Engine
 from leasefence.keys import FIRST_OPERATION_ID
 from leasefence.model import TERMINAL_STATES, Operation, State, TargetClass, Transition
@@ -687,7 +688,7 @@ def batched_summary(counts: Counter[str]) -> dict[str, Any]:
         "claims": counts["batched_claims"],
         "requests": {r: counts[f"batch_requests:{r}"] for r in routes},
         "items": {r: counts[f"batch_items:{r}"] for r in routes},
-        "round_items": {k: counts[f"round_items:{k}"] for k in ("finish", "heartbeat", "claim")},
+        "round_items": {k: counts[f"round_items:{k}"] for k in ROUND_LISTS},
     }
 
 

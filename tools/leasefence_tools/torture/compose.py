@@ -375,8 +375,8 @@ def _claim_items(path: str, body: Any) -> list[Any]:
 
 def _claim_results(path: str, answer: Any) -> list[Any]:
     """The results that answer :func:`_claim_items`, in their order."""
-    where = "claim" if path.startswith("/v1/batch/work") else "results"
-    results = answer.get(where) if isinstance(answer, dict) else None
+    places = [where for route, where, _ in batch_parts(path, {}) if route == "claim"]
+    results = answer.get(places[0]) if places and isinstance(answer, dict) else None
     return results if isinstance(results, list) else []
 
 

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
+from leasefence.client_batch import ROUND_LISTS
 from leasefence.errors import LeaseFenceError, Unavailable
 from leasefence.model import Transition
 from leasefence.payloads import canonicalize
@@ -554,15 +555,14 @@ def batch_parts(path: str, body: Any) -> list[tuple[str, str, list[Any]]]:
     if not path.startswith(_BATCH_PREFIX) or not isinstance(body, dict):
         return []
     route = path[len(_BATCH_PREFIX) :].split("?", 1)[0]
-    named = ("finish", "heartbeat", "claim") if route == "work" else ("items",)
-    parts = []
-    for name in named:
+
+    def listed(name: str) -> list[Any]:
         items = body.get(name)
-        where = "results" if name == "items" else name
-        parts.append(
-            (route if name == "items" else name, where, items if isinstance(items, list) else [])
-        )
-    return parts
+        return items if isinstance(items, list) else []
+
+    if route == "work":
+        return [(name, name, listed(name)) for name in ROUND_LISTS]
+    return [(route, "results", listed("items"))]
 
 
 def http_calls(
