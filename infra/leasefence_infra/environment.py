@@ -19,7 +19,7 @@ SHARED_ENV = (
 )
 #: On every function that runs the engine, only when set to other than its default (a
 #: deployment of one write shard keeps the template it had before issue 33).
-OPTIONAL_SHARED_ENV = ("LEASEFENCE_OPERATION_SHARDS",)
+OPTIONAL_SHARED_ENV = ("LEASEFENCE_OPERATION_SHARDS", "LEASEFENCE_PACK_PAYLOADS")
 #: On the API function with tenant isolation.
 TENANT_ENV = ("LEASEFENCE_TENANT_ROLE_ARN", "LEASEFENCE_TENANT_SESSION_TAG")
 #: On the worker function only.
@@ -67,6 +67,7 @@ def shared_environment(
     metrics_namespace: str,
     powertools_log_level: str,
     operation_shards: tuple[int, ...] | None = None,
+    pack_payloads: bool = True,
 ) -> dict[str, str]:
     """:data:`SHARED_ENV`, filled in (names follow the brought-in or created resources)."""
     environment = {
@@ -91,4 +92,6 @@ def shared_environment(
     assert set(environment) == set(SHARED_ENV)
     if operation_shards is not None:  # None: each tenant's counts as recorded (the engine's)
         environment["LEASEFENCE_OPERATION_SHARDS"] = ",".join(str(n) for n in operation_shards)
+    if not pack_payloads:  # packed is the engine's default: a default stack sets nothing
+        environment["LEASEFENCE_PACK_PAYLOADS"] = "false"
     return environment

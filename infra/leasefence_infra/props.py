@@ -129,6 +129,11 @@ class LeaseFenceServiceProps:
     """The fence epoch (`LEASEFENCE_FENCE_EPOCH`): raise it by one, in the same deploy that points
     the service at a table restored to a point in time, so that every fence handed out after the
     restore is above every fence handed out before it (README, "Recovery")."""
+    pack_payloads: bool = True
+    """Payload items keep a payload of up to 1 KiB packed (raw DEFLATE) where that is shorter, so
+    a 1 KB JSON payload costs 1 write unit instead of 2. `False` while readers from before
+    packing (in-process workers or functions of main b4a2cfb or earlier) still read the table:
+    they would take a packed payload for a missing one (deploying page, "Packed payloads")."""
 
     # ------------------------------------------------------------------ compute
     tenant_isolation: bool = False

@@ -186,6 +186,7 @@ class LeaseFenceService(Construct, ServiceAccess):
             identity_retention_days=props.identity_retention_days,
             payload_retention_days=props.payload_retention_days,
             fence_epoch=props.fence_epoch,
+            pack_payloads=props.pack_payloads,
             metrics_namespace=self.metrics_namespace,
             powertools_log_level=runtime.powertools_log_level(),
         )

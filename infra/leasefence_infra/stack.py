@@ -155,6 +155,7 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     props["create_encryption_key"] = context_bool(get("customerManagedKey"), False)
     props["tenant_isolation"] = context_bool(get("tenantIsolation"), False)
     props["snap_start"] = context_bool(get("snapStart"), False)
+    props["pack_payloads"] = context_bool(get("packPayloads"), True)
     if context_bool(get("destroyOnRemoval"), False):
         props["removal_policy"] = RemovalPolicy.DESTROY
     if get("logRetentionDays") is not None:

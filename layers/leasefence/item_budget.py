@@ -218,7 +218,8 @@ def max_item_bytes() -> int:
 def max_payload_item_bytes() -> int:
     """The largest payload item (layout 2: :mod:`leasefence.engine._payload_items`): its keys at
     DynamoDB's key limits (:func:`leasefence.keys.payload_id` fits the sort key) and the payload's
-    canonical JSON at :data:`~leasefence.limits.MAX_ITEM_PAYLOAD_BYTES`."""
+    canonical JSON at :data:`~leasefence.limits.MAX_ITEM_PAYLOAD_BYTES` as text (kept packed only
+    when that is shorter, under a shorter name: :func:`leasefence.payloads.pack`)."""
     return (
         len("tenant_id")
         + MAX_PARTITION_KEY_BYTES

@@ -194,8 +194,11 @@ class OperationItem(TypedDict, total=False):
 #: layout 1 and stay readable, completable and erasable.
 LAYOUT: Final = 2
 LAYOUT_ATTRIBUTE: Final = "lv"
-#: The payload item's one attribute besides its key: the payload's canonical JSON as text.
+#: The payload item's one attribute besides its key (and its expiry): the payload's canonical
+#: JSON as text, or packed (:func:`leasefence.payloads.pack`: binary, raw DEFLATE) where that is
+#: shorter. An item holds one of the two.
 PAYLOAD_BODY: Final = "payload_json"
+PAYLOAD_PACKED: Final = "payload_z"
 
 #: Every attribute an operation item may carry.
 OPERATION_ATTRIBUTES: Final = frozenset(OperationItem.__annotations__)

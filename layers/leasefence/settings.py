@@ -23,6 +23,10 @@ Environment:
                                    400; ``forever``: no TTL). Within it a replay is a replay.
 ``LEASEFENCE_PAYLOAD_RETENTION_DAYS``   how long an ended operation's stored payload is kept (default
                                    30; 0 allowed). ``LEASEFENCE_RETENTION_DAYS`` is an older name for it.
+``LEASEFENCE_PACK_PAYLOADS``       ``false``: payload items keep payloads as text, never packed (default
+                                   ``true``: packed where shorter), while readers from before packing
+                                   (in-process workers, functions of main b4a2cfb or earlier) still
+                                   read the table (docs/deploying.md)
 ``LEASEFENCE_FENCE_EPOCH``         the fence epoch (default 0): raise it by one with every point-in-time
                                    restore, so every fence handed out after the restore is above every
                                    fence handed out before it (see ``Engine.fence_floor``)
@@ -135,6 +139,17 @@ def _int_env(env: dict[str, str], name: str, default: int, minimum: int = 1) -> 
     return value
 
 
+def _bool_env(env: dict[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("true", "1"):
+        return True
+    if raw in ("false", "0"):
+        return False
+    raise ValueError(f"{name} must be true or false, got {raw!r}")
+
+
 def _payload_days(env: dict[str, str]) -> int:
     legacy = _retention_days(env, "LEASEFENCE_RETENTION_DAYS", DEFAULT_PAYLOAD_RETENTION_DAYS)
     days = _retention_days(env, "LEASEFENCE_PAYLOAD_RETENTION_DAYS", legacy)
@@ -161,6 +176,7 @@ class Settings:
     identity_retention_days: int | None = DEFAULT_IDENTITY_RETENTION_DAYS
     payload_retention_days: int = DEFAULT_PAYLOAD_RETENTION_DAYS
     fence_epoch: int = 0
+    pack_payloads: bool = True
     sweep_batch: int = 100
     sweep_max_batches: int = 50
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -201,6 +217,7 @@ class Settings:
             ),
             payload_retention_days=_payload_days(env),
             fence_epoch=_int_env(env, "LEASEFENCE_FENCE_EPOCH", 0, minimum=0),
+            pack_payloads=_bool_env(env, "LEASEFENCE_PACK_PAYLOADS", True),
             sweep_batch=_int_env(env, "LEASEFENCE_SWEEP_BATCH", 100),
             sweep_max_batches=_int_env(env, "LEASEFENCE_SWEEP_MAX_BATCHES", 50),
             max_body_bytes=_int_env(env, "LEASEFENCE_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
@@ -238,6 +255,7 @@ class Settings:
             "identity_retention_ms": None if days is None else days * 86_400_000,
             "payload_retention_ms": self.payload_retention_days * 86_400_000,
             "fence_epoch": self.fence_epoch,
+            "pack_payloads": self.pack_payloads,
         }
 
     @property

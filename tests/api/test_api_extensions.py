@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 from tests.support.api import claim, claimed, enqueue, new_tenant, op_path
+from tests.support.payload_items import text_of
 from typer.testing import CliRunner
 
 from leasefence.api.security import OPERATE, PRODUCE, WORK
@@ -59,7 +60,7 @@ def kept_payloads(tenant: str, operation_id: str) -> list[str]:
         values={":t": tenant, ":p": keys.payload_prefix(operation_id)},
         ConsistentRead=True,
     )
-    return [item["payload_json"] for item in page.items]
+    return [text_of(item) for item in page.items]
 
 
 def http_worker(sdk, tenant, handlers, events=None, name="w1"):

@@ -27,6 +27,7 @@ from leasefence.schema import (
 from leasefence.streams import events
 from leasefence.streams.records import Change
 from leasefence_tools.bench.units import item_size
+from tests.support.payload_items import body_of
 
 T = "acme"
 DAY = 86_400_000
@@ -82,7 +83,7 @@ def kept(ddb, spec, operation_id):
         KeyConditionExpression="tenant_id = :t AND begins_with(operation_id, :p)",
         ExpressionAttributeValues={":t": {"S": T}, ":p": {"S": keys.payload_prefix(operation_id)}},
     )["Items"]
-    return [item["payload_json"]["S"] for item in items]
+    return [body_of(item).decode() for item in items]
 
 
 def objects(aws, bucket):
@@ -350,7 +351,7 @@ def test_the_item_stays_far_below_the_400_kb_limit_with_everything_at_its_maximu
             "operation_id": {"S": keys.payload_id(op, canonical.hash)},
         },
     )["Item"]
-    assert payload["payload_json"]["S"].encode() == canonical.body and "payload_json" not in item
+    assert body_of(payload) == canonical.body and "payload_json" not in item
     assert item_size(item) < 12 * 1024  # under 3% of DynamoDB's 400 KB
 
 
@@ -500,3 +501,137 @@ def test_the_payload_item_of_an_enqueue_that_crashed_before_its_operation_is_era
         if step.finished:
             break
     assert kept(ddb, spec, "crash-3") == []
+
+
+# ------------------------------------------------------------------------- packed payload items
+
+
+def bench_like_payload():
+    """The bench's payload: 979 bytes of canonical JSON whose bulk is random bytes in base64 (it
+    packs to about 3/4 and no further)."""
+    from leasefence_tools.bench.payload import PAYLOAD
+
+    return dict(PAYLOAD)
+
+
+def payload_item(ddb, spec, operation_id, payload):
+    return raw(ddb, spec, keys.payload_id(operation_id, canonicalize(payload).hash))
+
+
+def test_a_payload_of_about_1_kb_is_kept_packed_and_each_of_its_writes_costs_one_unit(
+    aws, spec, clock, bucket
+):
+    """A 979-byte canonical JSON kept as text makes a payload item of over 1 KB: 2 units at the
+    enqueue and 2 at its expiry's write. Packed (raw DEFLATE, about 3/4 of it for base64 text)
+    the item is under 1 KB: 1 unit each, and the claim, the payload route and the expiry read
+    the same bytes as before."""
+    from leasefence_tools.bench.meter import Meter
+
+    meter = Meter(aws.client())
+    engine = Engine(
+        client=meter.client(aws.client()), spec=spec, clock=clock, rng=random.Random(3),
+        payloads=PayloadStore(bucket, client=NoS3()), payload_retention_ms=DAY,
+    )  # fmt: skip
+    payload = bench_like_payload()
+    body = canonicalize(payload).body
+    assert len(body) == 979 and fits_in_item(canonicalize(payload))
+    enqueue_kept(engine, "z-0", {"x": 1})  # the job type's first enqueue registers it
+    with meter.phase("enqueue"):
+        enqueue_kept(engine, "z-1", payload)
+    stored = payload_item(aws.client(), spec, "z-1", payload)
+    assert set(stored) == {"tenant_id", "operation_id", "payload_z"}
+    assert item_size(stored) <= 1024 < item_size(stored) - len(stored["payload_z"]["B"]) + len(body)
+    claim = engine.claim(T, "z-1", "w1")
+    assert engine.payload(claim) == body and engine.payload(engine.get(T, "z-1")) == body
+    with meter.phase("complete"):
+        engine.complete(T, "z-1", claim.fence, "ok")
+    expiring = payload_item(aws.client(), spec, "z-1", payload)
+    assert int(expiring[TTL_ATTRIBUTE]["N"]) * 1000 >= clock() + DAY
+    enqueue_calls = [c for c in meter.usage("enqueue").calls if c.op in ("put_item", "update_item")]
+    complete_calls = [c for c in meter.usage("complete").calls if c.op == "update_item"]
+    # enqueue: the payload item, then the operation item; complete: the operation, the expiry.
+    assert [c.wcu - c.wcu_index for c in enqueue_calls] == [1, 1], [
+        c.describe() for c in enqueue_calls
+    ]
+    assert [c.wcu - c.wcu_index for c in complete_calls] == [1, 1], [
+        c.describe() for c in complete_calls
+    ]
+
+
+def test_a_short_payload_or_one_that_packs_no_shorter_is_kept_as_text():
+    from leasefence.payloads import PACK_FROM_BYTES, pack
+
+    short = canonicalize({"x": "y" * 100}).body
+    assert len(short) < PACK_FROM_BYTES and pack(short) is None
+    # At the threshold and above, text that deflate cannot shorten stays text.
+    noise = random.Random(1)
+    dense = canonicalize("".join(chr(noise.randrange(0x4E00, 0x9FFF)) for _ in range(90))).body
+    assert len(dense) >= PACK_FROM_BYTES
+    packed = pack(dense)
+    assert packed is None or len(packed) < len(dense)
+    assert pack(b"[" + b"1," * 200 + b"1]") is not None
+
+
+def test_a_packed_payload_that_is_tampered_with_or_unpacks_too_far_is_missing(
+    aws, ddb, spec, clock, bucket
+):
+    import zlib
+
+    engine, _ = make_engine(aws, spec, clock, bucket, s3=NoS3())
+    payload = bench_like_payload()
+    enqueue_kept(engine, "z-2", payload)
+    key = {"tenant_id": {"S": T}, "operation_id": {"S": keys.payload_id("z-2", canonicalize(payload).hash)}}
+    packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    other = canonicalize({**payload, "amount_cents": 1}).body  # another payload's bytes
+    bomb = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    for value in (
+        packer.compress(other) + packer.flush(),  # other bytes: the hash refuses them
+        bomb.compress(b" " * 10_000_000) + bomb.flush(),  # unpacks past the limit: stops there
+        b"\xff\x00not deflate",
+    ):
+        ddb.update_item(
+            TableName=spec.table_name, Key=key,
+            UpdateExpression="SET payload_z = :z", ExpressionAttributeValues={":z": {"B": value}},
+        )  # fmt: skip
+        with pytest.raises(PayloadMissing):
+            engine.payload(engine.get(T, "z-2"))
+
+
+def test_a_payload_item_kept_as_text_before_packing_reads_and_a_rewrite_keeps_one_body(
+    aws, ddb, spec, clock, bucket
+):
+    """An item written as text before packing existed (same key: the payload's hash) still
+    reads; when its life is over (expired) and the id is enqueued again, the new write packs it
+    and removes the text, so an item never holds both."""
+    engine, _ = make_engine(aws, spec, clock, bucket, s3=NoS3(), payload_retention_ms=0)
+    payload = bench_like_payload()
+    body = canonicalize(payload).body
+    key = keys.payload_id("z-3", canonicalize(payload).hash)
+    ddb.put_item(
+        TableName=spec.table_name,
+        Item={"tenant_id": {"S": T}, "operation_id": {"S": key}, "payload_json": {"S": body.decode()},
+              TTL_ATTRIBUTE: {"N": "1"}},
+    )  # fmt: skip
+    enqueue_kept(engine, "z-3", payload)  # an expired older life of the key: written again
+    stored = raw(ddb, spec, key)
+    assert "payload_json" not in stored and TTL_ATTRIBUTE not in stored
+    assert body_of(stored) == body
+    ddb.update_item(  # as a payload item written before packing holds it
+        TableName=spec.table_name,
+        Key={"tenant_id": {"S": T}, "operation_id": {"S": key}},
+        UpdateExpression="SET payload_json = :j REMOVE payload_z",
+        ExpressionAttributeValues={":j": {"S": body.decode()}},
+    )
+    claim = engine.claim_next(T, "w1")
+    assert engine.payload(claim) == body
+
+
+def test_with_packing_off_the_payload_item_is_text_as_before_packing(aws, ddb, spec, clock, bucket):
+    """``pack_payloads=False`` (``LEASEFENCE_PACK_PAYLOADS=false``, the construct's
+    ``packPayloads``): what readers from before packing can read."""
+    engine, _ = make_engine(aws, spec, clock, bucket, s3=NoS3(), pack_payloads=False)
+    payload = bench_like_payload()
+    enqueue_kept(engine, "z-4", payload)
+    stored = payload_item(ddb, spec, "z-4", payload)
+    assert "payload_z" not in stored and stored["payload_json"]["S"].encode() == canonicalize(payload).body
+    assert engine.payload(engine.claim_next(T, "w1")) == canonicalize(payload).body

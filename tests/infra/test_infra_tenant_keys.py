@@ -118,3 +118,23 @@ def test_the_write_count_reaches_every_engine_function_only_when_set():
     assert grown["LEASEFENCE_OPERATION_SHARDS"] == "16,1"
     assert Settings.from_env(grown).table_spec.operation_shards == (16, 1)
     assert "LEASEFENCE_OPERATION_SHARDS" in RESERVED_ENV  # a worker's own env cannot change it
+
+
+def test_packing_is_the_engines_default_and_turned_off_only_where_the_props_say_so():
+    from leasefence.settings import Settings
+    from leasefence_infra.environment import RESERVED_ENV, shared_environment
+
+    def env(pack):
+        return shared_environment(
+            table_name="t", bucket_name="b", due_shards=4, sweep_shards=4,
+            log_hash_secret_arn="arn", identity_retention_days=400, payload_retention_days=30,
+            fence_epoch=0, metrics_namespace="n", powertools_log_level="INFO", pack_payloads=pack,
+        )  # fmt: skip
+
+    assert "LEASEFENCE_PACK_PAYLOADS" not in env(True)  # a default stack's template: unchanged
+    assert Settings.from_env(env(True)).engine_options["pack_payloads"] is True
+    assert env(False)["LEASEFENCE_PACK_PAYLOADS"] == "false"
+    assert Settings.from_env(env(False)).engine_options["pack_payloads"] is False
+    assert "LEASEFENCE_PACK_PAYLOADS" in RESERVED_ENV
+    with pytest.raises(ValueError, match="LEASEFENCE_PACK_PAYLOADS"):
+        Settings.from_env({"LEASEFENCE_PACK_PAYLOADS": "off"})

@@ -50,6 +50,9 @@ class EngineContext:
     catalogue: Catalogue
     #: Every fence this engine hands out is above this (see :data:`~leasefence.limits.FENCE_EPOCH_SPAN`).
     fence_floor: int = 0
+    #: Payload items keep a payload packed where that is shorter (:func:`leasefence.payloads.pack`);
+    #: False: always as text, for tables that readers from before packing still read.
+    pack_payloads: bool = True
     #: How many due shards each (tenant, job type) uses now (:mod:`leasefence.engine._spread`).
     spread: DueSpread = field(init=False, repr=False)
     #: Each tenant's write shard counts (:mod:`leasefence.engine._layout`).

@@ -116,6 +116,7 @@ class Engine:
         contended_page: int = DEFAULT_CONTENDED_PAGE,
         max_job_types: int = MAX_JOB_TYPES,
         fence_epoch: int = 0,
+        pack_payloads: bool = True,
     ) -> None:
         if not is_int(fence_epoch) or not 0 <= fence_epoch <= MAX_FENCE_EPOCH:
             raise ValueError(f"fence_epoch must be an integer from 0 to {MAX_FENCE_EPOCH}")
@@ -138,6 +139,7 @@ class Engine:
             payloads=payloads,
             catalogue=Catalogue(store, clock),
             fence_floor=fence_epoch * FENCE_EPOCH_SPAN,
+            pack_payloads=pack_payloads,
         )
         self._reads = Reads(self._ctx)
         self._enqueuer = Enqueuer(self._ctx, max_job_types)
