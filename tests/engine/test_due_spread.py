@@ -23,6 +23,7 @@ from leasefence.limits import (
     SPREAD_FULL_PROBE_MS,
     SPREAD_GRACE_MS,
     SPREAD_IDLE_MS,
+    SPREAD_SHARD_RATE,
 )
 from leasefence.schema import DUE_PK, TableSpec
 from leasefence_tools.bench.meter import Meter
@@ -236,3 +237,20 @@ def test_the_spread_never_falls_under_a_claimed_job_so_its_takeover_is_not_delay
         clock.advance(SPREAD_IDLE_MS)
         assert poller.claim_next(T, "w", job_types=[JOB]) is None
     assert int(hint(engine)["spread"]) == 1
+
+
+def test_an_engine_s_spread_shard_rate_sets_the_rate_at_which_it_widens(ddb, wide, clock):
+    """A run against partition limits divided by N (the bench's compressed runs) divides the
+    engine's per-shard rate by N: the spread widens at the rate the run stands for, not after
+    throttles. 6 enqueues in one second at 2 a shard widen it; at the default (100) the same 6
+    leave it at 1."""
+    for rate, widened in ((2, True), (SPREAD_SHARD_RATE, False)):
+        engine = Engine(client=ddb, spec=wide, clock=clock, rng=random.Random(1),
+                        spread_shard_rate=rate)  # fmt: skip
+        set_hint(engine, 1, 1, clock() - SPREAD_GRACE_MS)
+        for i in range(6):
+            engine.enqueue(T, f"rate-{rate}-{i}", JOB, H)
+        assert (int(hint(engine)["spread"]) > 1) is widened, rate
+        clock.advance(SPREAD_GRACE_MS)
+    with pytest.raises(ValueError):
+        Engine(client=ddb, spec=wide, spread_shard_rate=0)

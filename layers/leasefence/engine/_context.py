@@ -18,6 +18,7 @@ from leasefence.catalogue import Catalogue
 from leasefence.clock import Clock
 from leasefence.engine._layout import TenantLayouts
 from leasefence.engine._spread import DueSpread
+from leasefence.limits import SPREAD_SHARD_RATE
 from leasefence.metrics import Metric, MetricSink
 from leasefence.model import State
 from leasefence.privacy import keyed_hash
@@ -53,6 +54,10 @@ class EngineContext:
     #: Payload items keep a payload packed where that is shorter (:func:`leasefence.payloads.pack`);
     #: False: always as text, for tables that readers from before packing still read.
     pack_payloads: bool = True
+    #: Lifecycles a second one engine sends to one due shard before it raises the spread
+    #: (:data:`~leasefence.limits.SPREAD_SHARD_RATE`, derived from a partition's write limit: a
+    #: run against limits divided by N divides it by N too).
+    spread_shard_rate: float = SPREAD_SHARD_RATE
     #: How many due shards each (tenant, job type) uses now (:mod:`leasefence.engine._spread`).
     spread: DueSpread = field(init=False, repr=False)
     #: Each tenant's write shard counts (:mod:`leasefence.engine._layout`).

@@ -55,6 +55,7 @@ from leasefence.limits import (
     FENCE_EPOCH_SPAN,
     MAX_FENCE_EPOCH,
     MAX_JOB_TYPES,
+    SPREAD_SHARD_RATE,
 )
 from leasefence.metrics import MetricSink, no_metrics
 from leasefence.model import (
@@ -117,7 +118,10 @@ class Engine:
         max_job_types: int = MAX_JOB_TYPES,
         fence_epoch: int = 0,
         pack_payloads: bool = True,
+        spread_shard_rate: float = SPREAD_SHARD_RATE,
     ) -> None:
+        if not spread_shard_rate > 0:
+            raise ValueError("spread_shard_rate must be above 0")
         if not is_int(fence_epoch) or not 0 <= fence_epoch <= MAX_FENCE_EPOCH:
             raise ValueError(f"fence_epoch must be an integer from 0 to {MAX_FENCE_EPOCH}")
         if payload_retention_ms < 0 or (
@@ -140,6 +144,7 @@ class Engine:
             catalogue=Catalogue(store, clock),
             fence_floor=fence_epoch * FENCE_EPOCH_SPAN,
             pack_payloads=pack_payloads,
+            spread_shard_rate=spread_shard_rate,
         )
         self._reads = Reads(self._ctx)
         self._enqueuer = Enqueuer(self._ctx, max_job_types)

@@ -33,6 +33,7 @@ for an enqueue delayed past the grace, and for an operation that re-enters the i
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -50,7 +51,6 @@ from leasefence.limits import (
     SPREAD_FULL_PROBE_MS,
     SPREAD_GRACE_MS,
     SPREAD_IDLE_MS,
-    SPREAD_SHARD_RATE,
     SPREAD_START_SHARDS,
 )
 from leasefence.schema import DUE_INDEX, DUE_PK
@@ -174,15 +174,17 @@ class DueSpread:
     # ------------------------------------------------------------------ what claims and enqueues saw
 
     def note_lifecycle(self, tenant_id: str, job_type: str, spread: int) -> None:
-        """An enqueue or a claim of the pair by this engine: past
-        :data:`~leasefence.limits.SPREAD_SHARD_RATE` per shard in one second, raise."""
+        """An enqueue or a claim of the pair by this engine: past the context's
+        ``spread_shard_rate`` (:data:`~leasefence.limits.SPREAD_SHARD_RATE`) per shard in one
+        second, raise."""
         pair, second = (tenant_id, job_type), self.ctx.clock() // SECOND_MS
         with self._lock:
             at, count = self._rate.get(pair, (second, 0))
             count = count + 1 if at == second else 1
             self._rate.remember(pair, (second, count))
-        if count > spread * SPREAD_SHARD_RATE:
-            self.raise_spread(tenant_id, job_type, -(-count // SPREAD_SHARD_RATE))
+        rate = self.ctx.spread_shard_rate
+        if count > spread * rate:
+            self.raise_spread(tenant_id, job_type, math.ceil(count / rate))
 
     def note_poll(self, tenant_id: str, job_type: str, found: bool) -> None:
         """A claim-next's probes of the pair: work found, or none (idle: maybe lower)."""
