@@ -130,7 +130,7 @@ class LeaseFenceServiceProps:
     the service at a table restored to a point in time, so that every fence handed out after the
     restore is above every fence handed out before it (README, "Recovery")."""
     pack_payloads: bool = True
-    """Payload items keep a payload of up to 1 KiB packed (raw DEFLATE) where that is shorter, so
+    """Payload items keep a payload of 256 bytes to 1 KiB packed (raw DEFLATE) where that is shorter, so
     a 1 KB JSON payload costs 1 write unit instead of 2. `False` while readers from before
     packing (in-process workers or functions of main b4a2cfb or earlier) still read the table:
     they would take a packed payload for a missing one (deploying page, "Packed payloads")."""

@@ -90,7 +90,9 @@ def service_props_from_context(node_or_context: Construct | Mapping[str, Any]) -
     ``serviceClientTenant`` (the tenant of the pool's own app client), ``iamTenant`` (the IAM API
     for callers inside AWS, acting for this tenant),
     ``tableName``, ``retentionDays``, ``deletionProtection``, ``customerManagedKey``,
-    ``tenantIsolation``, ``snapStart``, ``logRetentionDays``, ``logLevel``, ``systemLogLevel`` (Lambda's platform lines:
+    ``tenantIsolation``, ``snapStart``, ``packPayloads`` (on by default: payload items packed where
+    shorter; ``false`` while readers from before packing read the table), ``logRetentionDays``,
+    ``logLevel``, ``systemLogLevel`` (Lambda's platform lines:
     ``DEBUG``, ``INFO`` or ``WARN``), ``tracing`` (X-Ray,
     off by default), ``events`` (outcome events, off by default), ``alarms`` (on by default),
     ``dashboard`` (off by default), ``dueShards``, ``sweepShards``, ``operationShards`` (``16`` or

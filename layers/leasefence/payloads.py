@@ -133,7 +133,8 @@ def _checked(body: bytes, payload_hash: str) -> bytes:
 #: where one of 1 to 2 KB costs two, at its enqueue and again at its expiry's write. Below the
 #: threshold the item is well under 1 KB as text, and nothing is worth its CPU time.
 PACK_FROM_BYTES = 256
-#: DEFLATE's level for packed payloads (fixed: the same bytes packed anywhere pack the same).
+#: DEFLATE's level for packed payloads. Nothing depends on two packings of the same bytes being
+#: equal (zlib builds may differ): the hash is checked on the unpacked bytes.
 PACK_LEVEL = 9
 
 

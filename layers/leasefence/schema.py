@@ -196,7 +196,8 @@ LAYOUT: Final = 2
 LAYOUT_ATTRIBUTE: Final = "lv"
 #: The payload item's one attribute besides its key (and its expiry): the payload's canonical
 #: JSON as text, or packed (:func:`leasefence.payloads.pack`: binary, raw DEFLATE) where that is
-#: shorter. An item holds one of the two.
+#: shorter. A writer of this release leaves one of the two (a writer from before packing that
+#: rewrites an expired packed item leaves both, of the same bytes: a reader takes either).
 PAYLOAD_BODY: Final = "payload_json"
 PAYLOAD_PACKED: Final = "payload_z"
 

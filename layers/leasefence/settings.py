@@ -23,7 +23,7 @@ Environment:
                                    400; ``forever``: no TTL). Within it a replay is a replay.
 ``LEASEFENCE_PAYLOAD_RETENTION_DAYS``   how long an ended operation's stored payload is kept (default
                                    30; 0 allowed). ``LEASEFENCE_RETENTION_DAYS`` is an older name for it.
-``LEASEFENCE_PACK_PAYLOADS``       ``false``: payload items keep payloads as text, never packed (default
+``LEASEFENCE_PACK_PAYLOADS``       ``false`` (or ``0``): payload items keep payloads as text, never packed (default
                                    ``true``: packed where shorter), while readers from before packing
                                    (in-process workers, functions of main b4a2cfb or earlier) still
                                    read the table (docs/deploying.md)

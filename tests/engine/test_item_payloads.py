@@ -5,6 +5,7 @@ TTL, no purge; layout 1: a REMOVE, no S3 call), erasure, and never a payload byt
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
@@ -405,6 +406,28 @@ def test_no_event_history_entry_or_log_line_carries_the_payload(
             },
         }
         assert not passes(dispatch_filters(), record) and not passes(publisher_filters(), record)
+    # A packed payload item's record, as Lambda delivers it (binary values base64 in the JSON):
+    # parsed, never an operation, never a transition (an unfiltered reader does not fail on it).
+    import base64
+
+    from leasefence.payloads import pack
+    from leasefence.streams.records import parse
+
+    bulky = canonicalize({"card": SECRET, "note": "n" * 400}).body
+    packed = {**image, "payload_z": {"B": base64.b64encode(pack(bulky)).decode()}}
+    del packed["payload_json"]
+    for name, old, new in (("INSERT", None, packed), ("REMOVE", packed, None)):
+        parsed = parse({
+            "eventName": name,
+            "dynamodb": {
+                "Keys": {k: packed[k] for k in ("tenant_id", "operation_id")},
+                "SequenceNumber": "7",
+                **({"NewImage": new} if new else {}),
+                **({"OldImage": old} if old else {}),
+            },
+        })  # fmt: skip
+        assert not parsed.is_operation and parsed.transition is None
+        assert bytes((parsed.new or parsed.old)["payload_z"]) == pack(bulky)
     for old, new in zip([None, *plain], plain, strict=False):
         change = Change("MODIFY" if old else "INSERT", "1", T, "l-1", old, new)
         assert SECRET not in json.dumps(entry_from(old, new))
@@ -563,12 +586,10 @@ def test_a_short_payload_or_one_that_packs_no_shorter_is_kept_as_text():
 
     short = canonicalize({"x": "y" * 100}).body
     assert len(short) < PACK_FROM_BYTES and pack(short) is None
-    # At the threshold and above, text that deflate cannot shorten stays text.
-    noise = random.Random(1)
-    dense = canonicalize("".join(chr(noise.randrange(0x4E00, 0x9FFF)) for _ in range(90))).body
-    assert len(dense) >= PACK_FROM_BYTES
-    packed = pack(dense)
-    assert packed is None or len(packed) < len(dense)
+    # At the threshold and above, bytes that deflate cannot shorten are not packed (JSON of 256
+    # bytes or more always packs a little; random bytes do not, which is the branch).
+    dense = random.Random(1).randbytes(400)
+    assert pack(dense) is None
     assert pack(b"[" + b"1," * 200 + b"1]") is not None
 
 
@@ -583,10 +604,8 @@ def test_a_packed_payload_that_is_tampered_with_or_unpacks_too_far_is_missing(
     key = {"tenant_id": {"S": T}, "operation_id": {"S": keys.payload_id("z-2", canonicalize(payload).hash)}}
     packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
     other = canonicalize({**payload, "amount_cents": 1}).body  # another payload's bytes
-    bomb = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
     for value in (
         packer.compress(other) + packer.flush(),  # other bytes: the hash refuses them
-        bomb.compress(b" " * 10_000_000) + bomb.flush(),  # unpacks past the limit: stops there
         b"\xff\x00not deflate",
     ):
         ddb.update_item(
@@ -595,6 +614,19 @@ def test_a_packed_payload_that_is_tampered_with_or_unpacks_too_far_is_missing(
         )  # fmt: skip
         with pytest.raises(PayloadMissing):
             engine.payload(engine.get(T, "z-2"))
+    # Bytes that unpack past the limit are refused even when they hash right: unpacking stops
+    # at MAX_ITEM_PAYLOAD_BYTES + 1 (never more than a kept payload in memory).
+    from leasefence.payloads import read_packed
+
+    big = b" " * 5000
+    bomb = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    packed_big = bomb.compress(big) + bomb.flush()
+    with pytest.raises(PayloadMissing):
+        read_packed(packed_big, "sha256:" + hashlib.sha256(big).hexdigest())
+    at_limit = b" " * MAX_ITEM_PAYLOAD_BYTES
+    packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    packed_at = packer.compress(at_limit) + packer.flush()
+    assert read_packed(packed_at, "sha256:" + hashlib.sha256(at_limit).hexdigest()) == at_limit
 
 
 def test_a_payload_item_kept_as_text_before_packing_reads_and_a_rewrite_keeps_one_body(

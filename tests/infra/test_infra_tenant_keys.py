@@ -138,3 +138,9 @@ def test_packing_is_the_engines_default_and_turned_off_only_where_the_props_say_
     assert "LEASEFENCE_PACK_PAYLOADS" in RESERVED_ENV
     with pytest.raises(ValueError, match="LEASEFENCE_PACK_PAYLOADS"):
         Settings.from_env({"LEASEFENCE_PACK_PAYLOADS": "off"})
+    # The app's context: -c packPayloads=false reaches the props (on by default).
+    from leasefence_infra import service_props_from_context
+
+    base = {"allowPlaceholderIssuer": "true"}
+    assert service_props_from_context(base)["pack_payloads"] is True
+    assert service_props_from_context({**base, "packPayloads": "false"})["pack_payloads"] is False

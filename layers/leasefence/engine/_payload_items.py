@@ -280,12 +280,22 @@ def _kept(ctx: EngineContext, found: Mapping[str, Any] | None, payload_hash: str
 
 def stored_body(found: Mapping[str, Any], payload_hash: str) -> bytes:
     """The canonical JSON a payload item as read holds, text or packed, checked against the hash
-    (expiry aside: for tools and tests that look at items as they are)."""
+    (expiry aside: for tools and tests that look at items as they are). An item can hold both
+    (a writer from before packing rewrote an expired packed item as text, keeping the packed
+    form): either that matches the hash is the payload."""
     if PAYLOAD_PACKED in found:
-        return read_packed(_bytes(found[PAYLOAD_PACKED]), payload_hash)
+        try:
+            return read_packed(_bytes(found[PAYLOAD_PACKED]), payload_hash)
+        except PayloadMissing:
+            if PAYLOAD_BODY not in found:
+                raise
     return read_kept(str(found[PAYLOAD_BODY]), payload_hash)
 
 
 def _bytes(value: Any) -> bytes:
-    """A binary attribute as the store reads it (boto3's ``Binary``) or as bytes."""
-    return bytes(getattr(value, "value", value))
+    """A binary attribute as the store reads it (boto3's ``Binary``) or as bytes; any other
+    value is not a packed payload (:class:`PayloadMissing`, as for bytes that do not match)."""
+    try:
+        return bytes(getattr(value, "value", value))
+    except (TypeError, ValueError):
+        raise PayloadMissing("the stored payload is not packed bytes") from None

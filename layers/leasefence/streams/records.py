@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -89,8 +90,8 @@ def parse(record: Mapping[str, Any]) -> Change:
         ):
             raise ValueError("keys are not two strings")
         tenant_id = keys.tenant_of(partition)
-        old = from_item(body.get("OldImage"))
-        new = from_item(body.get("NewImage"))
+        old = from_item(_binary_decoded(body.get("OldImage")))
+        new = from_item(_binary_decoded(body.get("NewImage")))
         if (event_name == "REMOVE") != (new is None) or (event_name == "INSERT") != (old is None):
             raise ValueError(f"{event_name} record with the wrong images")
         change = Change(
@@ -121,6 +122,31 @@ def parse(record: Mapping[str, Any]) -> Change:
         raise MalformedRecord(
             f"not a record of the operations table: {type(error).__name__}: {error}"
         ) from None
+
+
+def _binary_decoded(image: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """An image with its binary values as bytes: a stream record's JSON carries them base64
+    encoded (a payload item kept packed: ``payload_z``), boto3's deserializer takes bytes."""
+    if image is None:
+        return None
+    return {name: _binary_value(value) for name, value in image.items()}
+
+
+def _binary_value(value: Any) -> Any:
+    if not isinstance(value, Mapping) or len(value) != 1:
+        return value
+    ((kind, inner),) = value.items()
+    if kind == "B" and isinstance(inner, str):
+        return {"B": base64.b64decode(inner, validate=True)}
+    if kind == "BS" and isinstance(inner, list):
+        return {
+            "BS": [base64.b64decode(b, validate=True) if isinstance(b, str) else b for b in inner]
+        }
+    if kind == "M" and isinstance(inner, Mapping):
+        return {"M": {k: _binary_value(v) for k, v in inner.items()}}
+    if kind == "L" and isinstance(inner, list):
+        return {"L": [_binary_value(v) for v in inner]}
+    return value
 
 
 def _check_transition_image(image: dict[str, Any]) -> None:

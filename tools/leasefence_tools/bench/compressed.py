@@ -146,7 +146,8 @@ def run(
             )
             # The rate at which an engine widens a pair's due spread is derived from a partition's
             # write limit: divided by the same compression as the endpoint's limits, so an engine
-            # here sees the rate it stands for (else it would wait for throttles to widen).
+            # here sees the rate it stands for (else it would wait for throttles to widen). Not by
+            # ``speed``: the engine's clock is the wall's, only the endpoint's meter runs faster.
             return Engine(
                 client=client,
                 spec=spec,
