@@ -104,8 +104,10 @@ def write(
     was there."""
     key = keys.payload_key(partition, operation_id, payload_hash)
     packed = pack(text.encode("utf-8")) if ctx.pack_payloads else None
-    body, other = (
-        (PAYLOAD_BODY, PAYLOAD_PACKED) if packed is None else (PAYLOAD_PACKED, PAYLOAD_BODY)
+    body, value, other = (
+        (PAYLOAD_BODY, text, PAYLOAD_PACKED)
+        if packed is None
+        else (PAYLOAD_PACKED, packed, PAYLOAD_BODY)
     )
     try:
         ctx.store.update(
@@ -113,7 +115,7 @@ def write(
             f"SET {body} = :body REMOVE #ttl, {other}",
             "attribute_not_exists(operation_id) OR #ttl <= :now",
             {"#ttl": TTL_ATTRIBUTE},
-            {":body": text if packed is None else packed, ":now": ctx.clock() // 1000},
+            {":body": value, ":now": ctx.clock() // 1000},
             returns="NONE",
         )
     except ConditionFailed:

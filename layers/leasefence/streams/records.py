@@ -126,27 +126,16 @@ def parse(record: Mapping[str, Any]) -> Change:
 
 def _binary_decoded(image: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """An image with its binary values as bytes: a stream record's JSON carries them base64
-    encoded (a payload item kept packed: ``payload_z``), boto3's deserializer takes bytes."""
+    encoded, boto3's deserializer takes bytes. The table's only binary attribute is a packed
+    payload item's ``payload_z``, at the top of its item."""
     if image is None:
         return None
-    return {name: _binary_value(value) for name, value in image.items()}
-
-
-def _binary_value(value: Any) -> Any:
-    if not isinstance(value, Mapping) or len(value) != 1:
-        return value
-    ((kind, inner),) = value.items()
-    if kind == "B" and isinstance(inner, str):
-        return {"B": base64.b64decode(inner, validate=True)}
-    if kind == "BS" and isinstance(inner, list):
-        return {
-            "BS": [base64.b64decode(b, validate=True) if isinstance(b, str) else b for b in inner]
-        }
-    if kind == "M" and isinstance(inner, Mapping):
-        return {"M": {k: _binary_value(v) for k, v in inner.items()}}
-    if kind == "L" and isinstance(inner, list):
-        return {"L": [_binary_value(v) for v in inner]}
-    return value
+    return {
+        name: {"B": base64.b64decode(value["B"], validate=True)}
+        if isinstance(value, Mapping) and isinstance(value.get("B"), str)
+        else value
+        for name, value in image.items()
+    }
 
 
 def _check_transition_image(image: dict[str, Any]) -> None:
