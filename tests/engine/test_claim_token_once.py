@@ -188,3 +188,56 @@ def test_a_resend_that_cannot_tell_answers_in_progress_and_the_token_is_then_sea
     assert resend.claim_next(T, "w1", lease_ms=30_000, claim_token="tok-1") is None
     op = setup.get(T, "op-x")
     assert (op.lease_owner, op.fence, op.attempts) == ("w0", 1, 1)
+
+
+class Recording:
+    """``client``, recording (method, key's sort key, ConsistentRead) of each item read."""
+
+    def __init__(self, client):
+        self._client, self.reads = client, []
+
+    def __getattr__(self, name):
+        method = getattr(self._client, name)
+
+        def call(**request):
+            if name == "get_item":
+                self.reads.append((request["Key"]["operation_id"]["S"], request.get("ConsistentRead")))
+            return method(**request)
+
+        return call
+
+
+def _marker_reads(recording, token="tok-1", worker="w1"):
+    return [c for c in recording.reads if c[0] == keys.claim_marker_id(worker, token)]
+
+
+def test_a_first_send_does_not_read_its_marker_and_a_resend_reads_it_consistently(ddb, spec, clock):
+    """A claim-next's first send writes its marker without reading it (the write is refused where
+    a marker is there); a resend, lost answer or not, reads it strongly consistent and answers the
+    claim it names, spending no attempt and claiming nothing else, also when no work is left."""
+    setup = Engine(client=ddb, spec=spec, clock=clock)
+    setup.enqueue(T, "op-a", "refund", H)
+    recording = Recording(ddb)
+    engine = Engine(client=recording, spec=spec, clock=clock, rng=random.Random(3))
+    first = engine.claim_next(T, "w1", lease_ms=30_000, claim_token="tok-1")
+    assert first is not None and _marker_reads(recording) == []
+    # Sent again (its answer lost) with work queued: its search finds op-b, whose marker write is
+    # refused; it reads the marker and answers op-a's claim.
+    setup.enqueue(T, "op-b", "refund", H)
+    again = engine.claim_next(T, "w1", lease_ms=30_000, claim_token="tok-1")
+    assert (again.operation_id, again.fence) == (first.operation_id, first.fence)
+    assert _marker_reads(recording) and {c for _, c in _marker_reads(recording)} == {True}
+    assert setup.get(T, "op-b").state == State.QUEUED
+    # Sent again with no work left (op-b claimed by another worker): it reads the marker before
+    # answering none, and answers op-a's claim.
+    assert setup.claim_next(T, "w2", lease_ms=30_000) is not None
+    recording.reads.clear()
+    once_more = engine.claim_next(T, "w1", lease_ms=30_000, claim_token="tok-1")
+    assert (once_more.operation_id, once_more.fence) == (first.operation_id, first.fence)
+    assert _marker_reads(recording)
+    assert setup.get(T, first.operation_id).attempts == 1
+    # A new token with no work: one marker read, nothing written, none answered.
+    recording.reads.clear()
+    assert engine.claim_next(T, "w1", lease_ms=30_000, claim_token="tok-2") is None
+    assert len(_marker_reads(recording, "tok-2")) == 1
+    assert _marker(setup, token="tok-2") is None

@@ -91,18 +91,25 @@ class Claimer:
         if token is None:
             return self.search(tenant_id, worker_id, lease_ms, types, None, None)
         marker = Marker(self.ctx, tenant_id, worker_id, token)
-        for _round in range(MARKER_ROUNDS):
+        # The first round takes the marker to be absent, as it is for a first send, without
+        # reading it: a marker that is there refuses this request's first point (created only
+        # where there is none: MarkerMoved), and a search that finds no work and wrote no
+        # marker reads it before answering none. Every later round reads it first.
+        unread = True
+        for _round in range(MARKER_ROUNDS + 1):
             try:
-                if marker.read() is not None:
+                if not unread and marker.read() is not None:
                     answered, claim = self.resume(marker, lease_ms, types)
                     if answered:
                         return claim
                 claim = self.search(tenant_id, worker_id, lease_ms, types, token, marker)
                 if claim is None:
+                    if unread and marker.pair is None and marker.read() is not None:
+                        raise MarkerMoved()  # a resend: go on from what the marker says
                     marker.seal()  # answered none: no request with this token claims any more
                 return claim
             except MarkerMoved:
-                continue  # another request with this token moved the marker: read it again
+                unread = False  # another request with this token moved the marker: read it
         raise Unavailable(IN_PROGRESS)
 
     def search(

@@ -26,10 +26,13 @@ worker's live claim it meant to take over) cannot know whether the first request
 in flight: it answers :class:`~leasefence.errors.Unavailable` ("in progress", retryable with the
 same token), never another claim.
 
-Cost: the ordinary claim-next with a token reads the marker and writes it once (1 unit: the marker
-is about 150 bytes), as before this design; a take or a seal is 1 unit, a proven re-point a
-transaction (2 units for the marker, 2 per KB of the candidate for its check). A request that
-finds neither a marker nor work writes nothing.
+Cost: the ordinary claim-next with a token writes the marker once (1 unit: the marker is about
+150 bytes) and does not read it: a first send takes it to be absent, and the creating write's
+condition (``attribute_not_exists``) refuses it where a marker is there after all (a resend), which
+then reads it and goes on from what it says. A request that finds no work reads it before it
+answers none (a resend's first request may have claimed). A take or a seal is 1 unit, a proven
+re-point a transaction (2 units for the marker, 2 per KB of the candidate for its check). A
+request that finds neither a marker nor work writes nothing.
 """
 
 from __future__ import annotations
