@@ -13,7 +13,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from leasefence_tools.bench import compressed
+from leasefence_tools.bench import compressed, report
 from leasefence_tools.local.embedded import EmbeddedAws, Fidelity
 from leasefence_tools.local.partitions import Charge, PartitionMeter
 
@@ -274,4 +274,40 @@ def test_the_sharded_layout_runs_on_the_limited_endpoint_and_names_its_hot_parti
     assert result["succeeded"] == 20
     assert result["ledger"].runs == Counter(dict.fromkeys((f"op-{i:05d}" for i in range(20)), 1))
     assert sum(result["throttled_by_partition"].values()) == result["throttled_requests"]
+    assert result["meter_window_s"] == 0.1  # a meter clock ten times the wall
     print({k: v for k, v in result.items() if k != "ledger"})
+
+
+def _run(throttled, window_s, operations=1_200, offered=10_000, shards=64):
+    return {
+        "layout": {"operation_shards": shards, "due_shards": shards},
+        "compression": 500,
+        "operations": operations,
+        "meter_window_s": window_s,
+        "rate_offered_equivalent_per_s": offered,
+        "throttled_requests": throttled,
+    }
+
+
+def test_the_bench_judges_the_sharded_layout_by_its_exact_windows_when_it_has_them():
+    """Issue 33's row ``compressed_10000_sharded_throttled``: with a run whose meter windows are the
+    compression's length (each one second at the rate stood for) the sharded layout is judged by
+    it, the 60-s windows' count shown beside it; without one, by the 60-s run, as before."""
+    one = _run(22_798, 60, shards=1)
+    runs = {"one_shard": one, "sharded": _run(42, 60), "sharded_exact": _run(0, 500, 10_000)}
+    row = report.compressed_row(runs)
+    assert (row["value"], row["met"]) == (0, True)
+    assert "10,000 operations, 500-s windows" in row["result"]
+    assert "60-s windows (stricter, noisier): 42 throttled" in row["result"]
+    assert report.compressed_row({"one_shard": one, "sharded": _run(42, 60)})["met"] is False
+    assert report.compressed_row({**runs, "sharded_exact": _run(3, 500, 10_000)})["met"] is False
+    # The rate really offered counts: an exact run that offered too little judges nothing met.
+    slow = {**runs, "sharded_exact": _run(0, 500, 10_000, offered=9_000)}
+    assert report.compressed_row(slow)["met"] is False
+    # Nor is it met when the one-shard layout did not throttle at the same load.
+    assert report.compressed_row({**runs, "one_shard": _run(0, 60, shards=1)})["met"] is False
+
+
+def test_a_long_run_gets_a_deadline_past_its_offering():
+    assert compressed.deadline_for(1_200, 500) == compressed.DEFAULT_DEADLINE_S
+    assert compressed.deadline_for(10_000, 500) == 900  # 500 s offered, 80% more

@@ -94,6 +94,9 @@ class Scale:
     """Write shards of the base table's partition key in the scale simulation's sharded layout."""
     compressed_operations: int = 0
     """Operations of each compressed run on the partition-limited endpoint (0: none)."""
+    compressed_exact_operations: int = 0
+    """Operations of the sharded layout's compressed run with exact windows (meter windows of
+    the compression's length in seconds: each holds one second at the rate stood for; 0: none)."""
     batched_operations: int = 160
     """Lifecycles of each mode of the batched HTTP fleet (issue 33: requests per lifecycle)."""
     batched_workers: int = 8
@@ -124,6 +127,7 @@ FULL = Scale(
     profile_runs=10,
     efficiency_runs=3,
     compressed_operations=1200,
+    compressed_exact_operations=10_000,
 )
 QUICK = Scale(
     cost_runs=2,
@@ -307,6 +311,30 @@ def run(quick: bool = False) -> dict[str, Any]:
     if p.compressed_operations:
         # Issue 33: the one-shard and the sharded layout on the partition-limited endpoint at
         # the scaled equivalent of 10,000 lifecycles/s: throttled requests, and where.
+        # With ``compressed_exact_operations``, the sharded layout once more with windows of
+        # the compression's length: each holds one second at the rate stood for, as DynamoDB
+        # meters it (the 60-s windows' counts vary 2.9 times more: docs/scale.md).
+        runs = [
+            ("one_shard", 1, scale_sim.ONE_SHARD_DUE_SHARDS, p.compressed_operations, None),
+            (
+                "sharded",
+                p.sim_operation_shards,
+                p.sim_operation_shards,
+                p.compressed_operations,
+                None,
+            ),
+        ]
+        if p.compressed_exact_operations:
+            exact_window_s = compressed.REPORT_COMPRESSION
+            runs.append(
+                (
+                    "sharded_exact",
+                    p.sim_operation_shards,
+                    p.sim_operation_shards,
+                    p.compressed_exact_operations,
+                    exact_window_s,
+                )
+            )
         sections["scale"]["compressed"] = _timed(
             "compressed runs",
             timings,
@@ -316,18 +344,18 @@ def run(quick: bool = False) -> dict[str, Any]:
                     for k, v in compressed.run(
                         10_000,
                         compression=compressed.REPORT_COMPRESSION,
-                        operations=p.compressed_operations,
+                        operations=operations,
                         workers=compressed.REPORT_WORKERS,
-                        speed=1 / compressed.REPORT_WINDOW_S,
+                        speed=1 / (window_s or compressed.REPORT_WINDOW_S),
                         operation_shards=ops,
                         due_shards=dues,
+                        deadline_s=compressed.deadline_for(
+                            operations, compressed.REPORT_COMPRESSION
+                        ),
                     ).items()
                     if k != "ledger"
                 }
-                for name, (ops, dues) in (
-                    ("one_shard", (1, scale_sim.ONE_SHARD_DUE_SHARDS)),
-                    ("sharded", (p.sim_operation_shards, p.sim_operation_shards)),
-                )
+                for name, ops, dues, operations, window_s in runs
             },
         )
 
@@ -424,6 +452,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                 "rate_offered_equivalent_per_s",
                 "compression",
                 "operations",
+                "meter_window_s",
                 "offered",
                 "succeeded",
                 "throttled_requests",
@@ -803,26 +832,7 @@ def judge(r: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
         )
     runs = scale.get("compressed")
     if runs:
-        one, sharded = runs["one_shard"], runs["sharded"]
-        rows.append(
-            _row(
-                "compressed_10000_sharded_throttled",
-                "== 0",
-                sharded["throttled_requests"],
-                sharded["throttled_requests"] == 0
-                and one["throttled_requests"] > 0
-                and sharded["rate_offered_equivalent_per_s"] >= 9_500,
-                f"{sharded['throttled_requests']} throttled requests at "
-                f"{sharded['layout']['operation_shards']} write and "
-                f"{sharded['layout']['due_shards']} due shards; "
-                f"{one['throttled_requests']:,} at one write shard",
-                "Issue 33, measured: one tenant's lifecycles at 10,000/s divided by "
-                f"{one['compression']:g} on the partition-limited embedded endpoint (limits divided "
-                "the same), both layouts; met when the sharded run throttles nothing and the "
-                "one-shard run throttles, the sharded run having really offered the rate (within "
-                "5%: the machine may offer less). See docs/scale.md.",
-            )
-        )
+        rows.append(compressed_row(runs))
     rows.extend(_issue_24_rows(r, s))
     rows.extend(_batched_rows(r, s))
     rows.extend(lean.rows(r["lean_item"]))
@@ -997,3 +1007,37 @@ def render_table(report: dict[str, Any]) -> str:
         lines.append(f"| {i} | {row['name']} | {row['target']} | {row['result']} | {status} |")
         notes.append(f"{i}. {row['note']}")
     return "\n".join([*lines, "", *notes])
+
+
+def compressed_row(runs: dict[str, Any]) -> dict[str, Any]:
+    """Issue 33's measured row: the compressed runs (``sections.scale.compressed``), the sharded
+    layout judged by its run with exact windows when the bench made one."""
+    one, windowed = runs["one_shard"], runs["sharded"]
+    # Judged by the exact windows' run when there is one; the 60-s windows' run beside it.
+    sharded = runs.get("sharded_exact", windowed)
+    also = (
+        f"; with {windowed.get('meter_window_s', 60):g}-s windows (stricter, noisier): "
+        f"{windowed['throttled_requests']} throttled, {windowed['operations']:,} operations"
+        if sharded is not windowed
+        else ""
+    )
+    return _row(
+        "compressed_10000_sharded_throttled",
+        "== 0",
+        sharded["throttled_requests"],
+        sharded["throttled_requests"] == 0
+        and one["throttled_requests"] > 0
+        and sharded["rate_offered_equivalent_per_s"] >= 9_500,
+        f"{sharded['throttled_requests']} throttled requests at "
+        f"{sharded['layout']['operation_shards']} write and "
+        f"{sharded['layout']['due_shards']} due shards, "
+        f"{sharded['operations']:,} operations, {sharded.get('meter_window_s', 60):g}-s windows; "
+        f"{one['throttled_requests']:,} at one write shard{also}",
+        "Issue 33, measured: one tenant's lifecycles at 10,000/s divided by "
+        f"{one['compression']:g} on the partition-limited embedded endpoint (limits divided "
+        "the same), both layouts; met when the sharded run throttles nothing and the "
+        "one-shard run throttles, the sharded run having really offered the rate (within "
+        "5%: the machine may offer less). The sharded run judged is the one with meter "
+        "windows of the compression's length when the bench made it (each window one "
+        "second at the rate stood for). See docs/scale.md.",
+    )
