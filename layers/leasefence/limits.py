@@ -141,6 +141,12 @@ MAX_PAYLOAD_BYTES = 256 * 1024
 #: prices, plus its storage for the payload retention, against $5.40 for S3's PUT and GET. A
 #: larger payload can cost two units more per write, no cheaper than S3 (docs/performance.md).
 MAX_ITEM_PAYLOAD_BYTES = 1024
+#: Under layout 2 a payload item keeps what it stores (packed when that is shorter:
+#: :func:`leasefence.payloads.pack`) up to :data:`MAX_ITEM_PAYLOAD_BYTES`: a payload whose
+#: canonical JSON is longer but packs to that is kept packed too, up to this many bytes of
+#: canonical JSON (what a reader unpacks at most). Its two writes cost one unit each where S3's
+#: PUT and GET cost $5.40 per million and two requests on the job's path.
+MAX_PACKED_PAYLOAD_BYTES = 8 * 1024
 #: A job type's payload JSON Schema.
 MAX_SCHEMA_BYTES = 16_384
 #: Request bodies larger than this are refused with 413 (``LEASEFENCE_MAX_BODY_BYTES``).

@@ -133,7 +133,8 @@ class Operation:
     #: the operation's ``repr``.
     payload_json: str | None = field(default=None, repr=False, compare=False)
     #: The table layout its item was written under (:data:`leasefence.schema.LAYOUT`; 1: by main
-    #: 4f60178 or before). Layout 2 keeps a stored payload of up to 1 KiB in a payload item.
+    #: 4f60178 or before). Layout 2 keeps a stored payload that fits 1 KiB (packed or not) in a
+    #: payload item.
     layout: int = 1
 
     @classmethod

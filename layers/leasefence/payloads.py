@@ -1,6 +1,6 @@
-"""Inline payloads: canonical JSON (RFC 8785), bound to the operation by its SHA-256, kept in the
-operation's own item up to :data:`~leasefence.limits.MAX_ITEM_PAYLOAD_BYTES` (``payload_json``:
-:func:`fits_in_item`, :func:`read_kept`), in S3 above it.
+"""Inline payloads: canonical JSON (RFC 8785), bound to the operation by its SHA-256, kept in
+DynamoDB when what is stored is at most :data:`~leasefence.limits.MAX_ITEM_PAYLOAD_BYTES` (text,
+or packed: :func:`fits_in_item`, :func:`read_kept`, :func:`read_packed`), in S3 otherwise.
 
 * The hash is ``"sha256:" + hex(sha256(canonical JSON))``, so key order and whitespace never
   change it, and the stored object's bytes hash to exactly the operation's ``payload_hash``.
@@ -41,7 +41,7 @@ from leasefence.errors import (
     PayloadTooLarge,
     Unavailable,
 )
-from leasefence.limits import MAX_ITEM_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES
+from leasefence.limits import MAX_ITEM_PAYLOAD_BYTES, MAX_PACKED_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES
 from leasefence.metrics import Metric
 
 log = logging.getLogger("leasefence.payloads")
@@ -110,9 +110,21 @@ def canonicalize(value: Any) -> CanonicalPayload:
     return CanonicalPayload(body=body, hash="sha256:" + hashlib.sha256(body).hexdigest())
 
 
-def fits_in_item(payload: CanonicalPayload) -> bool:
-    """Whether the payload is kept in the operation's item (``payload_json``) rather than S3."""
-    return len(payload.body) <= MAX_ITEM_PAYLOAD_BYTES
+def fits_in_item(payload: CanonicalPayload, packing: bool = True) -> bool:
+    """Whether the payload is kept in DynamoDB (a payload item) rather than S3: its canonical JSON
+    is at most :data:`MAX_ITEM_PAYLOAD_BYTES`, or (``packing``: the engine packs payloads) at
+    most :data:`MAX_PACKED_PAYLOAD_BYTES` and packs to at most :data:`MAX_ITEM_PAYLOAD_BYTES`."""
+    return fits_as_stored(payload.body, packing)
+
+
+def fits_as_stored(body: bytes, packing: bool = True) -> bool:
+    """:func:`fits_in_item` for a canonical JSON's bytes."""
+    if len(body) <= MAX_ITEM_PAYLOAD_BYTES:
+        return True
+    if not packing or len(body) > MAX_PACKED_PAYLOAD_BYTES:
+        return False
+    packed = pack(body)
+    return packed is not None and len(packed) <= MAX_ITEM_PAYLOAD_BYTES
 
 
 def read_kept(text: str, payload_hash: str) -> bytes:
@@ -151,13 +163,13 @@ def pack(body: bytes) -> bytes | None:
 def read_packed(packed: bytes, payload_hash: str) -> bytes:
     """The canonical JSON a payload item keeps packed (:func:`pack`), checked against the hash
     as :func:`read_kept` checks text: :class:`PayloadMissing` when the bytes do not unpack to it
-    (unpacking stops past :data:`MAX_ITEM_PAYLOAD_BYTES`: never more than a kept payload)."""
+    (unpacking stops past :data:`MAX_PACKED_PAYLOAD_BYTES`: never more than a kept payload)."""
     unpacker = zlib.decompressobj(-zlib.MAX_WBITS)
     try:
-        body = unpacker.decompress(packed, MAX_ITEM_PAYLOAD_BYTES + 1)
+        body = unpacker.decompress(packed, MAX_PACKED_PAYLOAD_BYTES + 1)
     except zlib.error:
         raise PayloadMissing("the stored payload does not unpack") from None
-    if len(body) > MAX_ITEM_PAYLOAD_BYTES or not unpacker.eof or unpacker.unused_data:
+    if len(body) > MAX_PACKED_PAYLOAD_BYTES or not unpacker.eof or unpacker.unused_data:
         raise PayloadMissing("the stored payload does not unpack")
     return _checked(body, payload_hash)
 

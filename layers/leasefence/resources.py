@@ -113,7 +113,8 @@ class Operation:
         str | None,
         Doc(
             "Where the payload lives: your reference, or leasefence's S3 object; null for a "
-            "payload leasefence keeps in the operation itself (canonical JSON of at most 1 KiB)"
+            "payload leasefence keeps in DynamoDB beside the operation (canonical JSON of at most "
+            "1 KiB, or of at most 8 KiB that packs to 1 KiB)"
         ),
     ]
     outcome_code: str | None

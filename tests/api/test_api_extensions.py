@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 from tests.support.api import claim, claimed, enqueue, new_tenant, op_path
-from tests.support.payload_items import text_of
+from tests.support.payload_items import noise, text_of
 from typer.testing import CliRunner
 
 from leasefence.api.security import OPERATE, PRODUCE, WORK
@@ -43,8 +43,8 @@ def tenant_objects(stack, tenant: str) -> list[str]:
     return [o["Key"] for o in listing.get("Contents", [])]
 
 
-#: Padding that puts a payload's canonical JSON past MAX_ITEM_PAYLOAD_BYTES: stored in S3.
-BIG = "x" * 1100
+#: Padding that puts a payload past what a payload item keeps (1 KiB, packed or not): stored in S3.
+BIG = noise(1500)
 
 
 def raw_item(tenant: str, operation_id: str) -> dict:
@@ -211,33 +211,46 @@ def test_erase_tenant_command(stack, make_api):
 # ---------------------------------------------------------------------------------- payloads kept in the item
 
 
-def test_a_payload_up_to_the_item_limit_is_kept_in_the_item_and_one_byte_more_goes_to_s3(stack, api, tenant):
-    """MAX_ITEM_PAYLOAD_BYTES of canonical JSON is kept in DynamoDB (its payload item) (no object, no
-    payload_ref); one byte more is stored in S3 as before. Both read, hash and claim alike."""
-    from leasefence.limits import MAX_ITEM_PAYLOAD_BYTES
+def test_a_payload_that_fits_1_kib_packed_or_not_is_kept_in_the_item_and_any_other_goes_to_s3(stack, api, tenant):
+    """What a payload item keeps: canonical JSON of MAX_ITEM_PAYLOAD_BYTES (whatever it packs to),
+    or of up to MAX_PACKED_PAYLOAD_BYTES that packs to MAX_ITEM_PAYLOAD_BYTES: in DynamoDB, no
+    object, no payload_ref. One that packs to more (1,500 bytes of noise), or that is longer than
+    MAX_PACKED_PAYLOAD_BYTES however well it packs, is stored in S3 as before. All read, hash and
+    claim alike."""
+    from leasefence.limits import MAX_ITEM_PAYLOAD_BYTES, MAX_PACKED_PAYLOAD_BYTES
+    from leasefence.payloads import pack
 
-    at = {"p": "x" * (MAX_ITEM_PAYLOAD_BYTES - 8)}  # '{"p":"' + n + '"}': n + 8 bytes
-    over = {"p": "x" * (MAX_ITEM_PAYLOAD_BYTES - 7)}
-    assert [len(canonicalize(v).body) for v in (at, over)] == [MAX_ITEM_PAYLOAD_BYTES, MAX_ITEM_PAYLOAD_BYTES + 1]
-    kept = enqueue(api, "th-at", at).json["operation"]
-    assert tenant_objects(stack, tenant) == [] and kept["payload_ref"] is None
-    assert [t.encode() for t in kept_payloads(tenant, "th-at")] == [canonicalize(at).body]
-    in_s3 = enqueue(api, "th-over", over).json["operation"]
-    assert len(tenant_objects(stack, tenant)) == 1 and in_s3["payload_ref"].startswith("s3://")
-    assert kept_payloads(tenant, "th-over") == []
-    for operation_id, value, op in (("th-at", at, kept), ("th-over", over, in_s3)):
+    at = {"p": noise(MAX_ITEM_PAYLOAD_BYTES - 8)}  # '{"p":"' + n + '"}': n + 8 bytes
+    packs = {"p": "x" * (MAX_PACKED_PAYLOAD_BYTES - 8)}
+    over = {"p": noise(1500)}
+    beyond = {"p": "x" * (MAX_PACKED_PAYLOAD_BYTES - 7)}
+    bodies = {k: canonicalize(v).body for k, v in (("at", at), ("packs", packs), ("over", over), ("beyond", beyond))}
+    assert [len(bodies[k]) for k in ("at", "packs", "beyond")] == [
+        MAX_ITEM_PAYLOAD_BYTES, MAX_PACKED_PAYLOAD_BYTES, MAX_PACKED_PAYLOAD_BYTES + 1
+    ]
+    assert len(pack(bodies["packs"])) <= MAX_ITEM_PAYLOAD_BYTES < len(pack(bodies["over"]))
+    kept = {k: enqueue(api, f"th-{k}", v).json["operation"] for k, v in (("at", at), ("packs", packs))}
+    assert tenant_objects(stack, tenant) == [] and {op["payload_ref"] for op in kept.values()} == {None}
+    for k in ("at", "packs"):
+        assert [t.encode() for t in kept_payloads(tenant, f"th-{k}")] == [bodies[k]]
+    in_s3 = {k: enqueue(api, f"th-{k}", v).json["operation"] for k, v in (("over", over), ("beyond", beyond))}
+    assert len(tenant_objects(stack, tenant)) == 2
+    assert all(op["payload_ref"].startswith("s3://") for op in in_s3.values())
+    assert kept_payloads(tenant, "th-over") == kept_payloads(tenant, "th-beyond") == []
+    for k, value in (("at", at), ("packs", packs), ("over", over), ("beyond", beyond)):
+        op = {**kept, **in_s3}[k]
         assert op["payload_state"] == "stored" and op["payload_hash"] == canonicalize(value).hash
-        reply = api.get(op_path(operation_id, "payload"))
-        assert reply.status == 200 and reply.text.encode() == canonicalize(value).body
-        assert claimed(api, operation_id)["payload"] == value
-    # A replay stores nothing; another payload of either size is still a conflict.
-    assert api.post("/v1/operations", {"operation_id": "th-at", "job_type": "job", "payload": at}).status == 200
-    assert api.post("/v1/operations", {"operation_id": "th-over", "job_type": "job", "payload": over}).status == 200
-    assert len(tenant_objects(stack, tenant)) == 1
-    for operation_id, other in (("th-at", over), ("th-over", at)):
+        reply = api.get(op_path(f"th-{k}", "payload"))
+        assert reply.status == 200 and reply.text.encode() == bodies[k]
+        assert claimed(api, f"th-{k}")["payload"] == value
+    # A replay stores nothing; another payload of either kind is still a conflict.
+    for k, value in (("at", at), ("over", over)):
+        assert api.post("/v1/operations", {"operation_id": f"th-{k}", "job_type": "job", "payload": value}).status == 200
+    assert len(tenant_objects(stack, tenant)) == 2
+    for operation_id, other in (("th-at", over), ("th-over", at), ("th-packs", beyond)):
         assert_error(api.post("/v1/operations", {"operation_id": operation_id, "job_type": "job", "payload": other}),
                      409, "payload_conflict")
-    assert len(tenant_objects(stack, tenant)) == 1
+    assert len(tenant_objects(stack, tenant)) == 2
 
 
 def test_an_approval_binds_the_hash_of_a_payload_kept_in_the_item(stack, api, tenant):

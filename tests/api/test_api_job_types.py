@@ -8,6 +8,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+from tests.support.payload_items import noise
 from tests.support.api import claimed, enqueue, op_path
 from typer.testing import CliRunner
 
@@ -61,7 +62,7 @@ def test_catalogue_routes(api, make_api, tenant):
 
 def test_enqueue_under_an_entry(api, stack, tenant):
     assert api.call("PUT", "/v1/job-types/refund", REFUND).status == 200
-    memo = "x" * 1100  # past MAX_ITEM_PAYLOAD_BYTES: these payloads would be stored in S3
+    memo = noise(1500)  # past what a payload item keeps: these payloads would be stored in S3
     reply = enqueue(api, "r-1", {"amount": 5, "memo": memo}, job_type="refund")
     op = reply.json["operation"]
     assert (op["target_class"], op["max_attempts"], op["job_type_version"]) == ("B", 3, 1)

@@ -16,7 +16,12 @@ from leasefence import Engine, PayloadConflict, keys
 from leasefence.engine import _payload_items as payload_items
 from leasefence.errors import InvalidInput, NotFound, PayloadMissing
 from leasefence.history import entry_from
-from leasefence.limits import MAX_CHECKPOINT_BYTES, MAX_ITEM_PAYLOAD_BYTES, MAX_TEXT_LENGTH
+from leasefence.limits import (
+    MAX_CHECKPOINT_BYTES,
+    MAX_ITEM_PAYLOAD_BYTES,
+    MAX_PACKED_PAYLOAD_BYTES,
+    MAX_TEXT_LENGTH,
+)
 from leasefence.payloads import PayloadStore, canonicalize, fits_in_item
 from leasefence.schema import (
     DUE_INDEX,
@@ -28,7 +33,7 @@ from leasefence.schema import (
 from leasefence.streams import events
 from leasefence.streams.records import Change
 from leasefence_tools.bench.units import item_size
-from tests.support.payload_items import body_of
+from tests.support.payload_items import body_of, noise
 
 T = "acme"
 DAY = 86_400_000
@@ -178,20 +183,59 @@ def test_the_engine_keeps_only_checked_canonical_json_of_at_most_the_limit(engin
         engine.enqueue(T, "v-1", "job", canonicalize({"a": 2}).hash, payload_json=small.body)
     with pytest.raises(InvalidInput):  # both forms at once
         engine.enqueue(T, "v-2", "job", small.hash, payload_ref="s3://x/y", payload_json=small.body)
-    big = canonicalize({"p": "x" * MAX_ITEM_PAYLOAD_BYTES})
+    big = canonicalize({"p": noise(MAX_ITEM_PAYLOAD_BYTES + 400)})  # packs to over 1 KiB
     with pytest.raises(InvalidInput):
         engine.enqueue(T, "v-3", "job", big.hash, payload_json=big.body)
+    longest = canonicalize({"p": "x" * (MAX_PACKED_PAYLOAD_BYTES - 7)})  # packs to a few bytes
+    with pytest.raises(InvalidInput):
+        engine.enqueue(T, "v-5", "job", longest.hash, payload_json=longest.body)
     with pytest.raises(InvalidInput):  # inline needs a ref or the bytes
         engine.enqueue(T, "v-4", "job", small.hash, payload_inline=True)
     assert engine.list(T, limit=10).operations == []
 
 
-def test_the_threshold_is_inclusive():
+def test_the_thresholds_are_inclusive_and_packing_decides_between_them():
+    """Canonical JSON of MAX_ITEM_PAYLOAD_BYTES is kept whatever it packs to; longer, up to
+    MAX_PACKED_PAYLOAD_BYTES, only when it packs to MAX_ITEM_PAYLOAD_BYTES, and only by an engine
+    that packs; longer than that, never (what a reader unpacks at most)."""
     # '{"p":"' + n characters + '"}' is n + 8 bytes of canonical JSON.
-    at = canonicalize({"p": "x" * (MAX_ITEM_PAYLOAD_BYTES - 8)})
-    over = canonicalize({"p": "x" * (MAX_ITEM_PAYLOAD_BYTES - 7)})
+    at = canonicalize({"p": noise(MAX_ITEM_PAYLOAD_BYTES - 8)})
+    over = canonicalize({"p": noise(MAX_ITEM_PAYLOAD_BYTES - 7)})
     assert (len(at.body), len(over.body)) == (MAX_ITEM_PAYLOAD_BYTES, MAX_ITEM_PAYLOAD_BYTES + 1)
-    assert fits_in_item(at) and not fits_in_item(over)
+    assert fits_in_item(at) and fits_in_item(at, packing=False)
+    assert fits_in_item(over) and not fits_in_item(over, packing=False)  # packs to under 1 KiB
+    assert not fits_in_item(canonicalize({"p": noise(1500)}))  # packs to over 1 KiB
+    packs = canonicalize({"p": "x" * (MAX_PACKED_PAYLOAD_BYTES - 8)})
+    beyond = canonicalize({"p": "x" * (MAX_PACKED_PAYLOAD_BYTES - 7)})
+    assert (len(packs.body), len(beyond.body)) == (MAX_PACKED_PAYLOAD_BYTES, MAX_PACKED_PAYLOAD_BYTES + 1)
+    assert fits_in_item(packs) and not fits_in_item(packs, packing=False)
+    assert not fits_in_item(beyond)
+
+
+def test_a_payload_of_up_to_8_kib_that_packs_to_1_kib_is_kept_packed_and_reads_back(
+    aws, ddb, spec, clock, bucket
+):
+    """A 3 KiB payload that packs to a few hundred bytes is kept in its payload item (packed, no
+    S3 call), claimed with it, and read back whole; an engine that does not pack refuses it in
+    the item (it belongs in S3 there)."""
+    engine, _ = make_engine(aws, spec, clock, bucket, s3=NoS3())
+    value = {"lines": ["order 1042: 3 x widget, shipped to the warehouse"] * 64}
+    canonical = canonicalize(value)
+    assert MAX_ITEM_PAYLOAD_BYTES < len(canonical.body) <= MAX_PACKED_PAYLOAD_BYTES
+    assert engine.keeps_in_item(canonical)
+    enqueue_kept(engine, "big-1", value)
+    raw = ddb.get_item(
+        TableName=spec.table_name,
+        Key={"tenant_id": {"S": T}, "operation_id": {"S": keys.payload_id("big-1", canonical.hash)}},
+    )["Item"]
+    assert "payload_z" in raw and "payload_json" not in raw and len(raw["payload_z"]["B"]) < 1024
+    assert body_of(raw) == canonical.body
+    claim = engine.claim_next(T, "w1", lease_ms=30_000)
+    assert engine.payload(claim) == canonical.body
+    text_only = Engine(client=ddb, spec=spec, clock=clock, pack_payloads=False)
+    assert not text_only.keeps_in_item(canonical)
+    with pytest.raises(InvalidInput):
+        text_only.enqueue(T, "big-2", "job", canonical.hash, payload_json=canonical.body)
 
 
 def test_a_replay_is_a_replay_and_another_payload_a_conflict_and_neither_writes(
@@ -615,15 +659,15 @@ def test_a_packed_payload_that_is_tampered_with_or_unpacks_too_far_is_missing(
         with pytest.raises(PayloadMissing):
             engine.payload(engine.get(T, "z-2"))
     # Bytes that unpack past the limit are refused even when they hash right: unpacking stops
-    # at MAX_ITEM_PAYLOAD_BYTES + 1 (never more than a kept payload in memory).
+    # at MAX_PACKED_PAYLOAD_BYTES + 1 (never more than a kept payload in memory).
     from leasefence.payloads import read_packed
 
-    big = b" " * 5000
+    big = b" " * (MAX_PACKED_PAYLOAD_BYTES + 1)
     bomb = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
     packed_big = bomb.compress(big) + bomb.flush()
     with pytest.raises(PayloadMissing):
         read_packed(packed_big, "sha256:" + hashlib.sha256(big).hexdigest())
-    at_limit = b" " * MAX_ITEM_PAYLOAD_BYTES
+    at_limit = b" " * MAX_PACKED_PAYLOAD_BYTES
     packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
     packed_at = packer.compress(at_limit) + packer.flush()
     assert read_packed(packed_at, "sha256:" + hashlib.sha256(at_limit).hexdigest()) == at_limit

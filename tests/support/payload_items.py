@@ -20,3 +20,18 @@ def text_of(item: dict[str, Any]) -> str:
         packed = item["payload_z"]
         return zlib.decompress(bytes(getattr(packed, "value", packed)), -zlib.MAX_WBITS).decode()
     return str(item["payload_json"])
+
+
+#: Printable ASCII that canonical JSON keeps as it is (no quote, no backslash).
+_PLAIN = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) not in '"\\')
+
+
+def noise(length: int, seed: int = 0) -> str:
+    """``length`` characters that hardly pack (random printable ASCII: about 6.6 bits a byte, so
+    DEFLATE keeps about 85%): a payload padded with 1,500 of them stays over what a payload item
+    keeps (1 KiB packed) and goes to S3, where padding of repeated characters would pack to a
+    few bytes and stay in DynamoDB."""
+    import random
+
+    rng = random.Random(seed)
+    return "".join(rng.choice(_PLAIN) for _ in range(length))

@@ -28,6 +28,7 @@ from leasefence.worker.fenced import (
     TryLater,
     fenced,
 )
+from tests.support.payload_items import noise
 from tests.support.sqs import process, sqs_record
 
 TENANT = "acme"
@@ -251,12 +252,12 @@ def test_in_process_a_large_body_goes_to_the_payload_store(aws, spec, clock, eng
     def handler(record: SQSRecord, job: Job) -> None:
         seen.append(job.payload)
 
-    big = {"refund_id": "r-big", "note": "n" * 4096}
+    big = {"refund_id": "r-big", "note": noise(4096)}  # packs to over 1 KiB: not in an item
     fenced_handler = fenced(EngineBackend(with_store, [TENANT]), config)(handler)
     assert process([sqs_record(big)], fenced_handler) == []
     assert seen == [big]  # loaded back from S3 by the worker runtime
     with pytest.raises(PoisonMessage):  # the same id, another large body: nothing left behind
-        fenced_handler(record=SQSRecord(sqs_record({**big, "note": "m" * 4096})))
+        fenced_handler(record=SQSRecord(sqs_record({**big, "note": noise(4096, seed=1)})))
     assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 1
     # Without a payload store (the engine fixture's), a body over the item's limit is refused.
     with pytest.raises(InvalidInput, match="payload store"):

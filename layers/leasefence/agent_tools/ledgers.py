@@ -12,7 +12,7 @@ from leasefence.clock import to_rfc3339
 from leasefence.engine import Engine
 from leasefence.errors import InvalidInput
 from leasefence.model import Claim, EnqueueResult, Operation, State
-from leasefence.payloads import CanonicalPayload, fits_in_item
+from leasefence.payloads import CanonicalPayload
 from leasefence.resources import Operation as ApiOperation
 from leasefence.worker.backend import EngineBackend
 from leasefence.worker.http_backend import HttpBackend
@@ -79,8 +79,11 @@ class EngineLedger:
         )
         if isinstance(admission, EnqueueResult):
             return _state(admission.operation)
-        if not fits_in_item(payload):
-            raise InvalidInput("the arguments' canonical JSON is over 1 KiB: pass a reference")
+        if not engine.keeps_in_item(payload):
+            raise InvalidInput(
+                "the arguments' canonical JSON does not fit an item (1 KiB, or 8 KiB that pack "
+                "to 1 KiB): pass a reference"
+            )
         return _state(
             engine.enqueue(
                 tenant,

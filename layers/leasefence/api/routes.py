@@ -53,7 +53,7 @@ from leasefence.errors import InvalidInput, PayloadConflict
 from leasefence.keys import is_shadow_tenant
 from leasefence.model import EnqueueResult
 from leasefence.observability import record_claim_latency
-from leasefence.payloads import CanonicalPayload, canonicalize, fits_in_item
+from leasefence.payloads import CanonicalPayload, canonicalize
 from leasefence.settings import runtime
 from leasefence.tracecontext import TraceContext
 from leasefence.validation import MISSING
@@ -148,7 +148,7 @@ def _enqueue(
     payloads = runtime().payloads
     stored = None
     payload_ref: str | None = body.payload_ref
-    kept = canonical is not None and fits_in_item(canonical)
+    kept = canonical is not None and engine.keeps_in_item(canonical)
     if canonical is not None and not kept:
         # The object first, then the record that points at it: a 2xx is never given for an
         # operation whose payload is not durable. A replay addresses the same key and writes nothing.

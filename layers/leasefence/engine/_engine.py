@@ -71,6 +71,7 @@ from leasefence.model import (
     TenantErasure,
     TtlClearing,
 )
+from leasefence.payloads import CanonicalPayload, fits_in_item
 from leasefence.schema import OperationItem, TableSpec
 from leasefence.store import Store
 from leasefence.tracecontext import TraceContext
@@ -530,6 +531,11 @@ class Engine:
         Shadow tenants' operations are skipped (they are not the fleet's): a shard's pages are
         read on past them, at most :data:`PARKED_SCAN_PAGES` pages of 10."""
         return self._housekeeper.oldest_parked_age_ms(state)
+
+    def keeps_in_item(self, payload: CanonicalPayload) -> bool:
+        """Whether :meth:`enqueue` keeps this inline payload in DynamoDB (``payload_json``: a
+        payload item, text or packed as this engine packs) rather than needing it in S3."""
+        return fits_in_item(payload, packing=self._ctx.pack_payloads)
 
     def payload(self, operation: Operation | Claim) -> bytes:
         """The inline payload of an operation (or of a claim), checked against its hash: from

@@ -29,11 +29,13 @@ from leasefence.errors import (
 from leasefence.limits import (
     MAX_ATTEMPTS,
     MAX_ITEM_PAYLOAD_BYTES,
+    MAX_PACKED_PAYLOAD_BYTES,
     MAX_PAYLOAD_REF_LENGTH,
     MEMORY_ENTRIES,
 )
 from leasefence.metrics import Metric
 from leasefence.model import EnqueueResult, Operation, State, TargetClass, Transition
+from leasefence.payloads import fits_as_stored
 from leasefence.schema import (
     DUE_HOME,
     DUE_PK,
@@ -94,7 +96,7 @@ class Enqueuer:
         validate_id("job_type", job_type)
         validate_hash(payload_hash)
         validate_text("payload_ref", payload_ref, MAX_PAYLOAD_REF_LENGTH, required=False)
-        kept = _kept_payload(payload_json, payload_hash, payload_ref)
+        kept = _kept_payload(payload_json, payload_hash, payload_ref, self.ctx.pack_payloads)
         if trace_context is not None:  # bounded, as the item's budget counts it
             trace_context = TraceContext.checked(
                 trace_context.traceparent, trace_context.tracestate
@@ -319,17 +321,21 @@ class Enqueuer:
                 del self._registered[pair]
 
 
-def _kept_payload(body: bytes | None, payload_hash: str, payload_ref: str | None) -> str | None:
-    """The text of a payload to keep in the item (``payload_json``), checked: canonical JSON of
-    at most :data:`MAX_ITEM_PAYLOAD_BYTES` that hashes to ``payload_hash``, and no
-    ``payload_ref`` beside it. None when there is none."""
+def _kept_payload(
+    body: bytes | None, payload_hash: str, payload_ref: str | None, packing: bool
+) -> str | None:
+    """The text of a payload to keep in a payload item (``payload_json``), checked: canonical
+    JSON that a payload item keeps in at most :data:`MAX_ITEM_PAYLOAD_BYTES` (as text, or
+    ``packing``, packed: :func:`~leasefence.payloads.fits_as_stored`) that hashes to
+    ``payload_hash``, and no ``payload_ref`` beside it. None when there is none."""
     if body is None:
         return None
     if payload_ref is not None:
         raise InvalidInput("a payload kept in the item has no payload_ref")
-    if not isinstance(body, bytes) or len(body) > MAX_ITEM_PAYLOAD_BYTES:
+    if not isinstance(body, bytes) or not fits_as_stored(body, packing):
         raise InvalidInput(
-            f"payload_json must be at most {MAX_ITEM_PAYLOAD_BYTES} bytes of canonical JSON"
+            f"payload_json must be canonical JSON of at most {MAX_ITEM_PAYLOAD_BYTES} bytes"
+            + (f", or packing to that from at most {MAX_PACKED_PAYLOAD_BYTES}" if packing else "")
         )
     if "sha256:" + hashlib.sha256(body).hexdigest() != payload_hash:
         raise InvalidInput("payload_json does not hash to payload_hash")

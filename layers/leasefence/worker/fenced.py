@@ -64,7 +64,7 @@ from typing import Any, Protocol, TypeVar
 from leasefence.errors import InvalidInput, PayloadConflict
 from leasefence.metrics import MetricSink
 from leasefence.model import PARKED_STATES, TERMINAL_STATES, Claim, EnqueueResult, State
-from leasefence.payloads import canonicalize, fits_in_item
+from leasefence.payloads import canonicalize
 from leasefence.privacy import keyed_hash
 from leasefence.validation import validate_id
 from leasefence.worker._runtime import Worker
@@ -224,7 +224,7 @@ class _EngineIntake:
         )
         if isinstance(admitted, EnqueueResult):  # already enqueued with this payload: a replay
             return str(admitted.operation.state)
-        kept = fits_in_item(canonical)
+        kept = engine.keeps_in_item(canonical)
         if not kept and engine.payloads is None:
             raise InvalidInput("a payload over the item's limit needs the engine's payload store")
         stored = None if kept else engine.payloads.put(tenant, operation_id, canonical)

@@ -1467,7 +1467,7 @@ export interface components {
             payload_hash: string;
             /**
              * Payload Ref
-             * @description Where the payload lives: your reference, or leasefence's S3 object; null for a payload leasefence keeps in the operation itself (canonical JSON of at most 1 KiB)
+             * @description Where the payload lives: your reference, or leasefence's S3 object; null for a payload leasefence keeps in DynamoDB beside the operation (canonical JSON of at most 1 KiB, or of at most 8 KiB that packs to 1 KiB)
              */
             payload_ref: string | null;
             /** Outcome Code */

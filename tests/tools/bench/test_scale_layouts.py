@@ -33,8 +33,8 @@ def test_the_meter_records_where_each_unit_lands(aws, spec, clock):
     assert plain.operation == {"Write": 3, "Read": 0}
     assert plain.due == {"Write": 4, "Read": 0.5 * queries}
     assert plain.tenant == {"Write": 0, "Read": 0} and plain.shared == {}
-    # A claim token's marker: read strongly consistent, then written, on a write shard of its own.
-    assert token.marker == {"Write": 1, "Read": 1}
+    # A claim token's marker: written (a first send does not read it), on a write shard of its own.
+    assert token.marker == {"Write": 1, "Read": 0}
     assert token.operation == plain.operation and token.tenant == {"Write": 0, "Read": 0}
 
 

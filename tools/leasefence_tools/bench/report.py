@@ -314,7 +314,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         # With ``compressed_exact_operations``, the sharded layout once more with windows of
         # the compression's length: each holds one second at the rate stood for, as DynamoDB
         # meters it (the 60-s windows' counts vary 2.9 times more: docs/scale.md).
-        runs = [
+        runs: list[tuple[str, int, int, int, int | None]] = [
             ("one_shard", 1, scale_sim.ONE_SHARD_DUE_SHARDS, p.compressed_operations, None),
             (
                 "sharded",

@@ -248,7 +248,6 @@ def _store_lines(stack: Any) -> list[str]:
             f"DynamoDB endpoint:  {stack.dynamodb_endpoint}  (table {stack.table_name}; S3 on the "
             f"same endpoint, bucket {stack.bucket}; linearizable: one request at a time)"
         ]
-    from leasefence.limits import MAX_ITEM_PAYLOAD_BYTES
     from leasefence_tools.local.capabilities import TTL
 
     lacks = stack.capabilities.describe()
@@ -257,7 +256,7 @@ def _store_lines(stack: Any) -> list[str]:
         "this stack's own: kept when it stops; "
         + (f"it lacks {lacks})" if lacks else "it has everything the stack uses)"),
         f"S3, EventBridge:    {stack.aws_endpoint}  (embedded, in memory; bucket {stack.bucket}: "
-        f"payloads over {MAX_ITEM_PAYLOAD_BYTES} bytes of canonical JSON go there, gone when the "
+        "payloads a payload item cannot keep in 1 KiB, packed or not, go there, gone when the "
         "stack stops while the table keeps referring to them)",
     ]
     if not stack.capabilities.supports(TTL):

@@ -20,7 +20,7 @@ from leasefence.api.errors import Forbidden
 from leasefence.engine import DAY_MS, MISSING, Engine
 from leasefence.errors import InvalidInput, LeaseFenceError, PayloadConflict, Unavailable
 from leasefence.model import Claim, TargetClass
-from leasefence.payloads import PayloadStore, canonicalize, fits_in_item
+from leasefence.payloads import PayloadStore, canonicalize
 from leasefence.schema import TableSpec, create_table
 from leasefence.worker import EngineBackend, Worker
 from leasefence_tools.testing.faults import FaultyClient
@@ -584,7 +584,10 @@ def run_torture(settings: Settings) -> dict[str, Any]:
             size, as the code before in-item payloads did: items of both kinds side by side, as
             after an upgrade."""
             canonical = canonicalize(payload(tenant, operation_id, variant))
-            if fits_in_item(canonical) and zlib.crc32(f"{tenant}/{operation_id}".encode()) % 3:
+            if (
+                engine.keeps_in_item(canonical)
+                and zlib.crc32(f"{tenant}/{operation_id}".encode()) % 3
+            ):
                 return bool(
                     retrying(
                         lambda: engine.enqueue(
