@@ -11,6 +11,7 @@ import random
 
 import pytest
 
+from tests.support.runtime import installed
 from leasefence import Engine, PayloadConflict, State, keys, settings
 from leasefence.clock import ManualClock
 from leasefence_tools.local.embedded import EmbeddedAws, Fidelity
@@ -59,21 +60,24 @@ def world(ttl_aws, monkeypatch):
         clock.advance(ms)
         ttl_aws.advance_time(ms)
 
-    rt = settings.install(
-        settings.Settings.from_env(
-            {
-                "LEASEFENCE_TABLE": spec.table_name,
-                "LEASEFENCE_DUE_SHARDS": str(spec.due_shards),
-                "LEASEFENCE_SWEEP_SHARDS": str(spec.sweep_shards),
-                "LEASEFENCE_DYNAMODB_ENDPOINT": ttl_aws.endpoint,
-                "LEASEFENCE_S3_ENDPOINT": ttl_aws.endpoint,
-                "AWS_REGION": "us-east-1",
-                "LEASEFENCE_IDENTITY_RETENTION_DAYS": "forever",
-                "LEASEFENCE_SWEEP_BATCH": "3",
-                "LEASEFENCE_SWEEP_MAX_BATCHES": "2",
-            }
-        )
+    config = settings.Settings.from_env(
+        {
+            "LEASEFENCE_TABLE": spec.table_name,
+            "LEASEFENCE_DUE_SHARDS": str(spec.due_shards),
+            "LEASEFENCE_SWEEP_SHARDS": str(spec.sweep_shards),
+            "LEASEFENCE_DYNAMODB_ENDPOINT": ttl_aws.endpoint,
+            "LEASEFENCE_S3_ENDPOINT": ttl_aws.endpoint,
+            "AWS_REGION": "us-east-1",
+            "LEASEFENCE_IDENTITY_RETENTION_DAYS": "forever",
+            "LEASEFENCE_SWEEP_BATCH": "3",
+            "LEASEFENCE_SWEEP_MAX_BATCHES": "2",
+        }
     )
+    with installed(config) as rt:
+        yield from _sweeper_world(spec, clock, travel, ttl_aws, rt)
+
+
+def _sweeper_world(spec, clock, travel, ttl_aws, rt):
     rt.engine.clock = clock  # the deployed sweeper's engine, on the test's clock
     from functions.sweeper import handler
 
@@ -86,7 +90,6 @@ def world(ttl_aws, monkeypatch):
         payload_retention_ms=30 * DAY,
     )
     yield spec, clock, travel, window, rt.engine, lambda: handler.lambda_handler({}, Context())
-    settings.reset()
 
 
 def ended(engine, op, outcome="ok"):

@@ -11,6 +11,7 @@ import random
 import sys
 import types
 
+from tests.support.runtime import installed
 from leasefence import Engine, settings, snapstart
 
 SHARDS = 16
@@ -34,8 +35,7 @@ def _restore(engine, snapshot_state, *, hooks: bool) -> list[list[int]]:
 
 
 def test_after_restore_reseeds_the_engine_so_restored_instances_do_not_claim_in_lockstep():
-    runtime = settings.install(settings.Settings(table_name="snapstart-ops"))
-    try:
+    with installed(settings.Settings(table_name="snapstart-ops")) as runtime:
         engine = runtime.engine  # built during init, i.e. before the snapshot
         snapshot_state = engine.rng.getstate()
 
@@ -48,22 +48,17 @@ def test_after_restore_reseeds_the_engine_so_restored_instances_do_not_claim_in_
         assert engine.rng.getstate() != snapshot_state  # the hook ran and re-seeded it
         second = _restore(engine, snapshot_state, hooks=True)
         assert first != second
-    finally:
-        settings.reset()
 
 
 def test_after_restore_reseeds_tenant_engines_too():
-    runtime = settings.install(
+    with installed(
         settings.Settings(table_name="snapstart-ops", tenant_role_arn="arn:aws:iam::1:role/t")
-    )
-    try:
+    ) as runtime:
         tenant_engine = Engine(spec=runtime.settings.table_spec, rng=random.Random(7))
         runtime._tenant_engines["t1"] = tenant_engine  # as engine_for("t1") caches it
         before = tenant_engine.rng.getstate()
         snapstart.run_after_restore()
         assert tenant_engine.rng.getstate() != before
-    finally:
-        settings.reset()
 
 
 def test_hooks_register_with_the_lambda_runtime_library_when_it_is_importable(monkeypatch):

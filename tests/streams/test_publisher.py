@@ -16,6 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 from typer.testing import CliRunner
 
+from tests.support.runtime import installed
 from leasefence import Engine, history, settings
 from leasefence.clock import ManualClock
 from leasefence_tools.local.streams import EventSourceMapping
@@ -174,20 +175,23 @@ def env(aws, monkeypatch):
     bus, bucket = f"bus-published-{n}", f"publisher-failures-{n}"
     aws.client("events").create_event_bus(Name=bus)
     aws.client("s3").create_bucket(Bucket=bucket)
-    rt = settings.install(
-        settings.Settings.from_env(
-            {
-                "LEASEFENCE_TABLE": spec.table_name,
-                "LEASEFENCE_DUE_SHARDS": str(spec.due_shards),
-                "LEASEFENCE_SWEEP_SHARDS": str(spec.sweep_shards),
-                "LEASEFENCE_DYNAMODB_ENDPOINT": aws.endpoint,
-                "LEASEFENCE_S3_ENDPOINT": aws.endpoint,
-                "LEASEFENCE_EVENTS_ENDPOINT": aws.endpoint,
-                "LEASEFENCE_EVENT_BUS": bus,
-                "AWS_REGION": "us-east-1",
-            }
-        )
+    config = settings.Settings.from_env(
+        {
+            "LEASEFENCE_TABLE": spec.table_name,
+            "LEASEFENCE_DUE_SHARDS": str(spec.due_shards),
+            "LEASEFENCE_SWEEP_SHARDS": str(spec.sweep_shards),
+            "LEASEFENCE_DYNAMODB_ENDPOINT": aws.endpoint,
+            "LEASEFENCE_S3_ENDPOINT": aws.endpoint,
+            "LEASEFENCE_EVENTS_ENDPOINT": aws.endpoint,
+            "LEASEFENCE_EVENT_BUS": bus,
+            "AWS_REGION": "us-east-1",
+        }
     )
+    with installed(config) as rt:
+        yield from _publisher_env(aws, spec, bus, bucket, rt, monkeypatch)
+
+
+def _publisher_env(aws, spec, bus, bucket, rt, monkeypatch):
     events, table = FlakyEvents(rt.client("events")), FlakyTable(rt.client("dynamodb"))
     rt.install_client("events", events)
     rt.install_client("dynamodb", table)
@@ -200,7 +204,6 @@ def env(aws, monkeypatch):
     env.monkeypatch = monkeypatch
     yield env
     handler._built = None
-    settings.reset()
 
 
 def _five_transitions(engine, clock):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.runtime import installed
 from leasefence import settings
 from leasefence.schema import TableSpec
 
@@ -31,27 +32,25 @@ class Context:
 def worker_function(aws, spec, monkeypatch):
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
     # What the function reads from its environment (LEASEFENCE_WORKER_HANDLERS, ..._TENANTS, ...).
-    rt = settings.install(
-        settings.Settings.from_env(
-            {
-                "LEASEFENCE_TABLE": spec.table_name,
-                "LEASEFENCE_DUE_SHARDS": str(spec.due_shards),
-                "LEASEFENCE_SWEEP_SHARDS": str(spec.sweep_shards),
-                "LEASEFENCE_DYNAMODB_ENDPOINT": aws.endpoint,
-                "LEASEFENCE_S3_ENDPOINT": aws.endpoint,
-                "AWS_REGION": "us-east-1",
-                "LEASEFENCE_WORKER_HANDLERS": "functions.worker.demo_handlers:HANDLERS",
-                "LEASEFENCE_WORKER_TENANTS": "acme,globex",
-                "LEASEFENCE_WORKER_IDLE_MS": "10",
-            }
-        )
+    config = settings.Settings.from_env(
+        {
+            "LEASEFENCE_TABLE": spec.table_name,
+            "LEASEFENCE_DUE_SHARDS": str(spec.due_shards),
+            "LEASEFENCE_SWEEP_SHARDS": str(spec.sweep_shards),
+            "LEASEFENCE_DYNAMODB_ENDPOINT": aws.endpoint,
+            "LEASEFENCE_S3_ENDPOINT": aws.endpoint,
+            "AWS_REGION": "us-east-1",
+            "LEASEFENCE_WORKER_HANDLERS": "functions.worker.demo_handlers:HANDLERS",
+            "LEASEFENCE_WORKER_TENANTS": "acme,globex",
+            "LEASEFENCE_WORKER_IDLE_MS": "10",
+        }
     )
-    from functions.worker import handler
+    with installed(config) as rt:
+        from functions.worker import handler
 
-    handler._built = None
-    yield handler, rt.engine
-    handler._built = None
-    settings.reset()
+        handler._built = None
+        yield handler, rt.engine
+        handler._built = None
 
 
 def test_worker_function_drains_every_tenant_it_serves(worker_function):
