@@ -133,8 +133,9 @@ MAX_CHECKPOINT_BYTES = 4096
 MAX_CHECKPOINT_DEPTH = 32
 #: An inline payload's canonical JSON.
 MAX_PAYLOAD_BYTES = 256 * 1024
-#: An inline payload whose canonical JSON is at most this long is kept in the operation's own
-#: item (``payload_json``, written by the enqueue's conditional put); a longer one goes to S3. At
+#: An inline payload whose canonical JSON is at most this long is kept in DynamoDB (layout 1: the
+#: operation's own item; layout 2: a payload item, packed when that is shorter); a longer one goes
+#: to S3 unless it packs to this (:data:`MAX_PACKED_PAYLOAD_BYTES`). At
 #: most 1 KiB, every write of the item costs at most one write unit more, whatever else the item
 #: holds (ceil((x + 1024) / 1024) <= ceil(x / 1024) + 1): four writes carry it (enqueue, claim,
 #: completion, purge; a heartbeat one more), $2.50 to $3.13 per million lifecycles at on-demand

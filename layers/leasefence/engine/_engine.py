@@ -189,9 +189,11 @@ class Engine:
         retained (:attr:`identity_retention_ms` after the operation ended), whatever was purged
         or erased meanwhile. ``payload_inline``: ``payload_ref`` names an object that
         :attr:`payloads` stored for this identity (set only by the API's inline path).
-        ``payload_json``: an inline payload kept in the operation's own item instead (its
-        canonical JSON, at most :data:`~leasefence.limits.MAX_ITEM_PAYLOAD_BYTES`, hashing to
-        ``payload_hash``; no ``payload_ref``), written by this same put and never changed after.
+        ``payload_json``: an inline payload kept in DynamoDB instead (its canonical JSON, hashing
+        to ``payload_hash``, that :meth:`keeps_in_item` accepts: at most
+        :data:`~leasefence.limits.MAX_ITEM_PAYLOAD_BYTES`, or packing to that; no
+        ``payload_ref``), in a payload item written before the operation's put and never changed
+        after.
         ``actor``: who enqueued it (the API passes the token's subject), recorded with the
         transition.
 

@@ -143,7 +143,11 @@ def run(
     aws = EmbeddedAws(fidelity=fidelity).start()
     try:
         assert aws.app is not None
-        aws.app.state.partitions.clock = lambda: time.monotonic() * speed  # type: ignore[attr-defined]
+        # Meter windows counted from now, not from the machine's uptime: a window of 500 s at
+        # 1/500 speed then holds the run's first 500 s (one second at the rate stood for), not
+        # whatever part of them a window boundary of the uptime cuts off.
+        anchor = time.monotonic()
+        aws.app.state.partitions.clock = lambda: (time.monotonic() - anchor) * speed  # type: ignore[attr-defined]
         # A table of its own: moto's backend outlives the endpoint within a process, and a run
         # after another would find that run's operations already succeeded.
         table = f"compressed-{uuid.uuid4().hex[:12]}"
