@@ -174,8 +174,8 @@ bench: install-python
 # Every feature composed on the same operations (leasefence_tools.torture), over the default layout
 # (each new tenant's write shards recorded at its first enqueue: 64; SHARDS=16, say, fixes a count
 # for every tenant); SEED and OPERATIONS choose the run (python -m leasefence_tools.torture --help
-# for the other switches). Last result: docs/reliability.md (seed 1, 5,000 operations, on afc2b29:
-# 0 violations, 2,661 s).
+# for the other switches). Last result: docs/reliability.md (seed 1, 5,000 operations, on b6dff2f:
+# 0 violations, 1,376 s).
 torture: install-python
 	$(BIN)/leasefence torture --operations $${OPERATIONS:-5000} --seed $${SEED:-1} \
 		--operation-shards $${SHARDS:-0}
