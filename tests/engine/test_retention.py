@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from tests.support.runtime import installed
+from tests.support.runtime import installed, local_environment
 from leasefence import Engine, PayloadConflict, State, keys, settings
 from leasefence.clock import ManualClock
 from leasefence_tools.local.embedded import EmbeddedAws, Fidelity
@@ -60,19 +60,8 @@ def world(ttl_aws, monkeypatch):
         clock.advance(ms)
         ttl_aws.advance_time(ms)
 
-    config = settings.Settings.from_env(
-        {
-            "LEASEFENCE_TABLE": spec.table_name,
-            "LEASEFENCE_DUE_SHARDS": str(spec.due_shards),
-            "LEASEFENCE_SWEEP_SHARDS": str(spec.sweep_shards),
-            "LEASEFENCE_DYNAMODB_ENDPOINT": ttl_aws.endpoint,
-            "LEASEFENCE_S3_ENDPOINT": ttl_aws.endpoint,
-            "AWS_REGION": "us-east-1",
-            "LEASEFENCE_IDENTITY_RETENTION_DAYS": "forever",
-            "LEASEFENCE_SWEEP_BATCH": "3",
-            "LEASEFENCE_SWEEP_MAX_BATCHES": "2",
-        }
-    )
+    more = {"IDENTITY_RETENTION_DAYS": "forever", "SWEEP_BATCH": "3", "SWEEP_MAX_BATCHES": "2"}
+    config = settings.Settings.from_env(local_environment(spec, ttl_aws.endpoint, **more))
     with installed(config) as rt:
         yield from _sweeper_world(spec, clock, travel, ttl_aws, rt)
 

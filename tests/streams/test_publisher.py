@@ -16,7 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 from typer.testing import CliRunner
 
-from tests.support.runtime import installed
+from tests.support.runtime import installed, local_environment
 from leasefence import Engine, history, settings
 from leasefence.clock import ManualClock
 from leasefence_tools.local.streams import EventSourceMapping
@@ -176,16 +176,7 @@ def env(aws, monkeypatch):
     aws.client("events").create_event_bus(Name=bus)
     aws.client("s3").create_bucket(Bucket=bucket)
     config = settings.Settings.from_env(
-        {
-            "LEASEFENCE_TABLE": spec.table_name,
-            "LEASEFENCE_DUE_SHARDS": str(spec.due_shards),
-            "LEASEFENCE_SWEEP_SHARDS": str(spec.sweep_shards),
-            "LEASEFENCE_DYNAMODB_ENDPOINT": aws.endpoint,
-            "LEASEFENCE_S3_ENDPOINT": aws.endpoint,
-            "LEASEFENCE_EVENTS_ENDPOINT": aws.endpoint,
-            "LEASEFENCE_EVENT_BUS": bus,
-            "AWS_REGION": "us-east-1",
-        }
+        local_environment(spec, aws.endpoint, EVENTS_ENDPOINT=aws.endpoint, EVENT_BUS=bus)
     )
     with installed(config) as rt:
         yield from _publisher_env(aws, spec, bus, bucket, rt, monkeypatch)

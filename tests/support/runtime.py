@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 from leasefence import settings
 
@@ -20,3 +21,17 @@ def installed(config: settings.Settings) -> Iterator[settings.Runtime]:
     finally:
         with settings._runtime_lock:
             settings._runtime = before
+
+
+def local_environment(spec: Any, endpoint: str, **more: str) -> dict[str, str]:
+    """The environment a deployed function reads, for a table ``spec`` on one local ``endpoint``
+    (DynamoDB and S3), with ``more`` (``LEASEFENCE_...`` names without the prefix)."""
+    return {
+        "LEASEFENCE_TABLE": spec.table_name,
+        "LEASEFENCE_DUE_SHARDS": str(spec.due_shards),
+        "LEASEFENCE_SWEEP_SHARDS": str(spec.sweep_shards),
+        "LEASEFENCE_DYNAMODB_ENDPOINT": endpoint,
+        "LEASEFENCE_S3_ENDPOINT": endpoint,
+        "AWS_REGION": "us-east-1",
+        **{f"LEASEFENCE_{name}": value for name, value in more.items()},
+    }

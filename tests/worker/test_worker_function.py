@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.runtime import installed
+from tests.support.runtime import installed, local_environment
 from leasefence import settings
 from leasefence.schema import TableSpec
 
@@ -32,19 +32,9 @@ class Context:
 def worker_function(aws, spec, monkeypatch):
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
     # What the function reads from its environment (LEASEFENCE_WORKER_HANDLERS, ..._TENANTS, ...).
-    config = settings.Settings.from_env(
-        {
-            "LEASEFENCE_TABLE": spec.table_name,
-            "LEASEFENCE_DUE_SHARDS": str(spec.due_shards),
-            "LEASEFENCE_SWEEP_SHARDS": str(spec.sweep_shards),
-            "LEASEFENCE_DYNAMODB_ENDPOINT": aws.endpoint,
-            "LEASEFENCE_S3_ENDPOINT": aws.endpoint,
-            "AWS_REGION": "us-east-1",
-            "LEASEFENCE_WORKER_HANDLERS": "functions.worker.demo_handlers:HANDLERS",
-            "LEASEFENCE_WORKER_TENANTS": "acme,globex",
-            "LEASEFENCE_WORKER_IDLE_MS": "10",
-        }
-    )
+    handlers = "functions.worker.demo_handlers:HANDLERS"
+    more = {"WORKER_HANDLERS": handlers, "WORKER_TENANTS": "acme,globex", "WORKER_IDLE_MS": "10"}
+    config = settings.Settings.from_env(local_environment(spec, aws.endpoint, **more))
     with installed(config) as rt:
         from functions.worker import handler
 
