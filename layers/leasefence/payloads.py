@@ -113,18 +113,23 @@ def canonicalize(value: Any) -> CanonicalPayload:
 def fits_in_item(payload: CanonicalPayload, packing: bool = True) -> bool:
     """Whether the payload is kept in DynamoDB (a payload item) rather than S3: its canonical JSON
     is at most :data:`MAX_ITEM_PAYLOAD_BYTES`, or (``packing``: the engine packs payloads) at
-    most :data:`MAX_PACKED_PAYLOAD_BYTES` and packs to at most :data:`MAX_ITEM_PAYLOAD_BYTES`."""
-    return fits_as_stored(payload.body, packing)
+    most :data:`MAX_PACKED_PAYLOAD_BYTES` and packs to at most :data:`MAX_ITEM_PAYLOAD_BYTES`.
+    A short one is not packed to tell."""
+    body = payload.body
+    return len(body) <= MAX_ITEM_PAYLOAD_BYTES or fits_packed(body, packed_form(body, packing))
 
 
-def fits_as_stored(body: bytes, packing: bool = True) -> bool:
-    """:func:`fits_in_item` for a canonical JSON's bytes."""
-    if len(body) <= MAX_ITEM_PAYLOAD_BYTES:
-        return True
-    if not packing or len(body) > MAX_PACKED_PAYLOAD_BYTES:
-        return False
-    packed = pack(body)
-    return packed is not None and len(packed) <= MAX_ITEM_PAYLOAD_BYTES
+def packed_form(body: bytes, packing: bool) -> bytes | None:
+    """What a payload item keeps instead of the text of ``body`` (a canonical JSON): its packed
+    bytes when ``packing`` and packing shortens it (:func:`pack`; never past
+    :data:`MAX_PACKED_PAYLOAD_BYTES`, what a reader unpacks), else None: the text."""
+    return pack(body) if packing and len(body) <= MAX_PACKED_PAYLOAD_BYTES else None
+
+
+def fits_packed(body: bytes, packed: bytes | None) -> bool:
+    """Whether a payload item keeps ``body`` in at most :data:`MAX_ITEM_PAYLOAD_BYTES`: as its
+    text, or as ``packed`` (:func:`packed_form`)."""
+    return len(body if packed is None else packed) <= MAX_ITEM_PAYLOAD_BYTES
 
 
 def read_kept(text: str, payload_hash: str) -> bytes:

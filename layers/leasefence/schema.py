@@ -26,8 +26,8 @@ Layout (one item per operation):
   operation is parked or resolved, never on the hot path.
 
 * ``purge`` index (sparse, keys only): holds an ended operation whose inline payload is still
-  stored (in S3, or in the item itself: ``payload_json``, up to 1 KiB of canonical JSON (layout 1), which
-  the purge removes with a conditional update and an erasure with its own write). Partition
+  stored (in S3, or in the item itself: ``payload_json``, up to 1 KiB of canonical JSON, layout 1,
+  which the purge removes with a conditional update and an erasure with its own write). Partition
   ``purge_pk`` = ``purge#<shard>`` (set at enqueue, for inline payloads in S3, and on items of
   layout 1; a payload item of layout 2 is deleted by DynamoDB's TTL instead, see
   :mod:`leasefence.engine._payload_items`), sort ``purge_at``

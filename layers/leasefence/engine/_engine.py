@@ -308,8 +308,8 @@ class Engine:
         and the token: :func:`keys.claim_marker_id`); a resend finds the marker (a first send
         does not read it: one that is there refuses the first send's conditional write of it)
         and, while the claim it names holds, answers that same claim (:meth:`_confirm_claim`),
-        spending no attempt. The marker is written before the claim, so a claim that committed is always
-        named by it, even when the engine never learned that it committed. One token makes at
+        spending no attempt. The marker is written before the claim, so a claim that committed is
+        always named by it, even when the engine never learned that it committed. One token makes at
         most one claim, also when resent while the first request still runs: the marker is
         changed by conditional writes only (:mod:`leasefence.engine._marker`), and a resend that
         cannot tell whether the first request's write will still commit raises

@@ -35,7 +35,7 @@ from leasefence.limits import (
 )
 from leasefence.metrics import Metric
 from leasefence.model import EnqueueResult, Operation, State, TargetClass, Transition
-from leasefence.payloads import fits_as_stored
+from leasefence.payloads import fits_packed, packed_form
 from leasefence.schema import (
     DUE_HOME,
     DUE_PK,
@@ -207,7 +207,7 @@ class Enqueuer:
             # Kept in a payload item of its own, written first (see _payload_items): the
             # operation item's put below decides alone whether this is new, a replay or a
             # conflict; a refused put drops the payload item unless the operation refers to it.
-            fresh = payload_items.write(ctx, partition, operation_id, payload_hash, kept)
+            fresh = payload_items.write(ctx, partition, operation_id, payload_hash, *kept)
         history.start(item, now, actor)  # the history starts in the item, with this entry
         try:
             with ctx.spread.throttled(tenant_id, job_type):  # throttled: spread the next ones wider
@@ -323,16 +323,17 @@ class Enqueuer:
 
 def _kept_payload(
     body: bytes | None, payload_hash: str, payload_ref: str | None, packing: bool
-) -> str | None:
-    """The text of a payload to keep in a payload item (``payload_json``), checked: canonical
-    JSON that a payload item keeps in at most :data:`MAX_ITEM_PAYLOAD_BYTES` (as text, or
-    ``packing``, packed: :func:`~leasefence.payloads.fits_as_stored`) that hashes to
-    ``payload_hash``, and no ``payload_ref`` beside it. None when there is none."""
+) -> tuple[str, bytes | None] | None:
+    """A payload to keep in a payload item (``payload_json``) as its text and what the item keeps
+    instead when packed (:func:`~leasefence.payloads.packed_form`; None: the text), checked:
+    canonical JSON that the item keeps in at most :data:`MAX_ITEM_PAYLOAD_BYTES`, that hashes
+    to ``payload_hash``, and no ``payload_ref`` beside it. None when there is none."""
     if body is None:
         return None
     if payload_ref is not None:
         raise InvalidInput("a payload kept in the item has no payload_ref")
-    if not isinstance(body, bytes) or not fits_as_stored(body, packing):
+    packed = packed_form(body, packing) if isinstance(body, bytes) else None
+    if not isinstance(body, bytes) or not fits_packed(body, packed):
         raise InvalidInput(
             f"payload_json must be canonical JSON of at most {MAX_ITEM_PAYLOAD_BYTES} bytes"
             + (f", or packing to that from at most {MAX_PACKED_PAYLOAD_BYTES}" if packing else "")
@@ -340,6 +341,6 @@ def _kept_payload(
     if "sha256:" + hashlib.sha256(body).hexdigest() != payload_hash:
         raise InvalidInput("payload_json does not hash to payload_hash")
     try:
-        return body.decode("utf-8")
+        return body.decode("utf-8"), packed
     except UnicodeDecodeError:
         raise InvalidInput("payload_json must be UTF-8 canonical JSON") from None

@@ -51,7 +51,7 @@ from leasefence import history, keys
 from leasefence.engine._context import EngineContext
 from leasefence.errors import PayloadMissing, Unavailable
 from leasefence.model import TERMINAL_STATES
-from leasefence.payloads import pack, read_kept, read_packed
+from leasefence.payloads import read_kept, read_packed
 from leasefence.schema import (
     LAYOUT,
     LAYOUT_ATTRIBUTE,
@@ -95,15 +95,20 @@ def _epoch_s(ms: int) -> int:
 
 
 def write(
-    ctx: EngineContext, partition: str, operation_id: str, payload_hash: str, text: str
+    ctx: EngineContext,
+    partition: str,
+    operation_id: str,
+    payload_hash: str,
+    text: str,
+    packed: bytes | None,
 ) -> bool:
     """Write the payload item in the operation's partition (``partition``: its write shard), before
     the operation item's put (see the module's docstring), with no TTL, unless one of this key is
     already there and not expired: the same bytes (the key holds their hash), whose life this
-    write must not change (an ended operation's expires at its end + the retention). False: it
-    was there."""
+    write must not change (an ended operation's expires at its end + the retention). It keeps
+    ``packed`` (:func:`leasefence.payloads.packed_form`, as the enqueue checked it) or, when
+    None, ``text``. False: it was there."""
     key = keys.payload_key(partition, operation_id, payload_hash)
-    packed = pack(text.encode("utf-8")) if ctx.pack_payloads else None
     body, value, other = (
         (PAYLOAD_BODY, text, PAYLOAD_PACKED)
         if packed is None

@@ -314,27 +314,14 @@ def run(quick: bool = False) -> dict[str, Any]:
         # With ``compressed_exact_operations``, the sharded layout once more with windows of
         # the compression's length: each holds one second at the rate stood for, as DynamoDB
         # meters it (the 60-s windows' counts vary 2.9 times more: docs/scale.md).
-        runs: list[tuple[str, int, int, int, int | None]] = [
-            ("one_shard", 1, scale_sim.ONE_SHARD_DUE_SHARDS, p.compressed_operations, None),
-            (
-                "sharded",
-                p.sim_operation_shards,
-                p.sim_operation_shards,
-                p.compressed_operations,
-                None,
-            ),
+        shards, window_s = p.sim_operation_shards, compressed.REPORT_WINDOW_S
+        runs = [
+            ("one_shard", 1, scale_sim.ONE_SHARD_DUE_SHARDS, p.compressed_operations, window_s),
+            ("sharded", shards, shards, p.compressed_operations, window_s),
         ]
         if p.compressed_exact_operations:
-            exact_window_s = compressed.REPORT_COMPRESSION
-            runs.append(
-                (
-                    "sharded_exact",
-                    p.sim_operation_shards,
-                    p.sim_operation_shards,
-                    p.compressed_exact_operations,
-                    exact_window_s,
-                )
-            )
+            exact = (shards, shards, p.compressed_exact_operations, compressed.REPORT_COMPRESSION)
+            runs.append(("sharded_exact", *exact))
         sections["scale"]["compressed"] = _timed(
             "compressed runs",
             timings,
@@ -346,7 +333,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                         compression=compressed.REPORT_COMPRESSION,
                         operations=operations,
                         workers=compressed.REPORT_WORKERS,
-                        speed=1 / (window_s or compressed.REPORT_WINDOW_S),
+                        speed=1 / window,
                         operation_shards=ops,
                         due_shards=dues,
                         deadline_s=compressed.deadline_for(
@@ -355,7 +342,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                     ).items()
                     if k != "ledger"
                 }
-                for name, ops, dues, operations, window_s in runs
+                for name, ops, dues, operations, window in runs
             },
         )
 
