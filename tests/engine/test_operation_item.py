@@ -120,3 +120,34 @@ def test_the_index_attributes_are_the_schemas_constants():
                  schema.PARKED_SK, schema.PURGE_PK, schema.PURGE_SK, schema.DUE_HOME,
                  schema.TTL_ATTRIBUTE, *schema.INDEX_PROJECTION):
         assert name in OPERATION_ATTRIBUTES, name
+
+
+#: What only a live operation needs: every write that ends one removes it (the ended item stays
+#: for the identity retention, 400 days by default, and is billed for every byte it keeps).
+LIVE_ONLY = ("checkpoint", "lease_ms", "claimed_from", "claimed_at", "attempt_budget", schema.DUE_HOME)
+
+
+def test_every_end_drops_what_only_a_live_operation_needs(engine):
+    engine.catalogue.put(T, "refund", ENTRY)
+    ends = {
+        "completed": lambda op, fence: engine.complete(T, op, fence, "done"),
+        "failed": lambda op, fence: engine.fail(T, op, fence, retryable=False, reason="no"),
+        "resolved": lambda op, fence: engine.resolve(
+            T, op, "succeeded", note="ok", actor="ops",
+            expected_fence=engine.park_unknown(T, op, fence, "lost").fence,
+        ),
+        "quarantined": lambda op, fence: engine.resolve(
+            T, op, "failed_terminal", note="bad", actor="ops",
+            expected_fence=engine.quarantine(T, op, fence, "unreadable").fence,
+        ),
+    }  # fmt: skip
+    for name, end in ends.items():
+        engine.enqueue(T, name, "refund", H, actor="producer")
+        claim = engine.claim(T, name, "w1", claim_token=f"tok-{name}")
+        engine.heartbeat(T, name, claim.fence, "w1", checkpoint={"step": 1})
+        live = engine.store.get({"tenant_id": T, "operation_id": name})
+        assert {"claimed_at", "lease_ms"} <= set(live), name  # what the end must drop is there
+        end(name, claim.fence)
+        item = engine.store.get({"tenant_id": T, "operation_id": name})
+        assert item["state"] in ("succeeded", "failed_terminal"), name
+        assert not set(LIVE_ONLY) & set(item), (name, set(LIVE_ONLY) & set(item))
