@@ -56,8 +56,10 @@ class StreamDispatch(Construct):
         publisher: Publisher | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        #: The mapping's settings and filter (:attr:`WorkerProps.stream_mapping`).
-        self.mapping = worker.props.stream_mapping
+        #: The mapping's settings and filter (:meth:`WorkerProps.stream_mapping`): shared, it
+        #: passes what the publisher publishes only when the service has outcome events.
+        events = publisher is not None and publisher.event_bus is not None
+        self.mapping = worker.props.stream_mapping(events)
         self.function = worker.function.function
         #: Whether the mapping is shared with the publisher (one stream reader).
         self.shared = publisher is not None

@@ -23,8 +23,10 @@ stream dispatch (``function``: :func:`leasefence.streams.mappings.shared`,
 bucket; no publisher function is created, and the second reader is the adopter's.
 
 Outcome events are optional (``events``, off by default): without them no bus is created or
-granted and ``LEASEFENCE_EVENT_BUS`` is not set, so the function keeps and compacts the history
-and publishes nothing (:class:`leasefence.streams.publisher.Publisher` with no bus).
+granted and ``LEASEFENCE_EVENT_BUS`` is not set, and the mapping's filter passes only the records
+of operations enqueued before the history moved into the item (whose history item the function
+still keeps): an operation's end invokes nothing. A history in the item is bounded by its own
+writers (:func:`leasefence.history.make_room`) and, with events, compacted sooner by the function.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ class Publisher(Construct):
             self.event_bus = event_bus or events.EventBus(
                 self, "Bus", description="leasefence outcome events (source leasefence)"
             )
-        self.mapping = mappings.publisher()
+        self.mapping = mappings.publisher(events=events_on)
         #: The mapping's on-failure destination: batches given up on, kept whole until redriven.
         self.failure_bucket = stream_failure_bucket(
             self,

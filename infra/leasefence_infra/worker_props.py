@@ -139,12 +139,14 @@ class WorkerProps:
     def module(self) -> str:
         return self.handlers.partition(":")[0]
 
-    @property
-    def stream_mapping(self) -> mappings.StreamMapping:
-        """The worker's stream mapping with these settings: ``mappings.shared`` (one reader), or
-        ``mappings.worker(tenants)`` (``stream_readers=2``)."""
+    def stream_mapping(self, events: bool) -> mappings.StreamMapping:
+        """The worker's stream mapping with these settings: ``mappings.shared`` (one reader; with
+        ``events``, the service's outcome events, it also passes what the publisher publishes),
+        or ``mappings.worker(tenants)`` (``stream_readers=2``)."""
         if self.stream_readers == 1:
-            return mappings.shared(self.stream_batch_size, self.stream_parallelization)
+            return mappings.shared(
+                self.stream_batch_size, self.stream_parallelization, events, self.tenants
+            )
         return replace(
             mappings.worker(self.tenants),
             batch_size=self.stream_batch_size,

@@ -44,8 +44,10 @@ write, its closing transition, an operator's final resolution), so the list neve
 than :data:`HISTORY_ROOM` + 2 entries, each bounded in bytes: the bound in bytes of the list and
 of the whole item is computed from the limits (:mod:`leasefence.item_budget`) and asserted by a
 test with 4-byte characters in every id and every free-text field at its maximum. Nothing
-depends on the publisher for it. The publisher compacts sooner, so that the list usually stays
-short (each KB of it costs a write unit on every write): it receives every outcome record
+depends on the publisher for it. With outcome events on, the publisher compacts sooner, so that
+the list usually stays short (each KB of it costs a write unit on every write; without events its
+mapping passes it none of these records: :func:`leasefence.streams.filters.publisher_filters`):
+it receives every outcome record
 (every loop of an operation passes one: a retry, a park, a requeue, a takeover all publish an
 event, so no more than two entries are added between two records it sees) and rewrites the list once it holds more than
 :data:`COMPACT_AT` entries, keeping the first and the :data:`MAX_ENTRIES` - 1 newest (stamped with

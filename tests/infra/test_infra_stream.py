@@ -73,9 +73,10 @@ def _full(synth) -> tuple[str, Stack, Any, dict[str, Any]]:
 
 
 def test_one_mapping_reads_the_stream_by_default(variant) -> None:
-    """The default deployment (a worker, stream_readers=1) has one event source mapping on the
-    table's stream: the worker function's, with the publisher's settings and bucket and a
-    five-pattern filter; no publisher function. ``full`` (stream_readers=2) has two."""
+    """The default deployment (a worker, stream_readers=1, no outcome events) has one event
+    source mapping on the table's stream: the worker function's, with the publisher's settings and
+    bucket and a three-pattern filter; no publisher function. ``full`` (stream_readers=2) has
+    two."""
     name, stack, svc, tpl = variant
     stream = getatt(logical_id(stack, svc.table), "StreamArn")
     on_stream = [copy.deepcopy(m["Properties"]) for m in resources(tpl, "AWS::Lambda::EventSourceMapping").values()
@@ -101,15 +102,18 @@ def test_one_mapping_reads_the_stream_by_default(variant) -> None:
         "FunctionResponseTypes": ["ReportBatchItemFailures"],
         "DestinationConfig": {"OnFailure": {"Destination": getatt(logical_id(stack, svc.publisher.failure_bucket))}},
     }
-    changed, in_item = ["INSERT", "MODIFY"], {"N": [{"exists": True}]}
+    changed, before = ["INSERT", "MODIFY"], {"N": [{"exists": False}]}
     patterns = _patterns({"FilterCriteria": filters_json})
-    assert len(patterns) == 5  # Lambda's default quota of filters per mapping
-    # The worker's pattern and the publisher's first, merged; the publisher's other four as they are.
-    assert patterns[0] == {"eventName": changed, "dynamodb": {"NewImage": {"transition": {"S": [
-        "retry", "retry_later", "unknown", "sweep", "quarantine", "requeue", "approve", "enqueue"]}}}}
-    assert patterns[1]["dynamodb"]["NewImage"]["hv"] == in_item
-    assert patterns[1:] == filters.publisher_filters()[1:]
-    assert filters_json == filters.filter_criteria(filters.shared_filters())
+    # No outcome events (the default): the worker's exact pattern for its tenants, and the
+    # publisher's two of operations enqueued before; an operation's end invokes nothing.
+    assert patterns == [
+        {"eventName": changed, "dynamodb": {
+            "NewImage": {"state": {"S": ["queued"]}, "transition": {"S": ["enqueue", "retry", "requeue", "approve"]}},
+            "Keys": {"tenant_id": {"S": ["demo", {"prefix": "demo\t"}]}}}},
+        {"eventName": changed, "dynamodb": {"NewImage": {"hv": before, "transition": {"S": [{"exists": True}]}}}},
+        {"eventName": ["REMOVE"], "dynamodb": {"OldImage": {"hv": before, "transition": {"S": [{"exists": True}]}}}},
+    ]  # fmt: skip
+    assert filters_json == filters.filter_criteria(filters.shared_filters(False, want["tenants"]))
     # The function publishes: the bus (when events are on) and where it keeps what it could not.
     env = props(tpl, logical_id(stack, svc.worker_function))["Environment"]["Variables"]
     assert env["LEASEFENCE_PUBLISHER_FAILURES"] == {"Ref": logical_id(stack, svc.publisher.failure_bucket)}
@@ -388,10 +392,11 @@ def test_the_stream_defaults_are_the_shared_mapping() -> None:
 
     props_default = WorkerProps(handlers="worker.demo_handlers:HANDLERS", tenants=["demo"])
     assert (props_default.stream_readers, props_default.stream_dispatch) == (1, "run")
-    assert props_default.stream_mapping == mappings.shared(10, 10)
+    assert props_default.stream_mapping(events=True) == mappings.shared(10, 10)
+    assert props_default.stream_mapping(events=False) == mappings.shared(10, 10, False, ["demo"])
     shared = mappings.worker(["demo"])
     two = WorkerProps(handlers="worker.demo_handlers:HANDLERS", tenants=["demo"], stream_readers=2)
-    assert two.stream_mapping == shared
+    assert two.stream_mapping(events=True) == two.stream_mapping(events=False) == shared
     assert (shared.batch_size, shared.parallelization_factor, shared.max_retries, shared.max_record_age_s) == (
         10, 10, 2, 600)
     # The drain finds what the worker's mapping misses: it starts at the tip, failures to a queue.
@@ -410,12 +415,28 @@ def test_the_stream_defaults_are_the_shared_mapping() -> None:
 MAPPING_CREATE_ONLY = ("EventSourceArn", "StartingPosition", "StartingPositionTimestamp", "SelfManagedEventSource")
 
 
-def _with_readers(readers: int, layer: Path) -> tuple[Stack, Any, dict[str, Any]]:
+def _with_readers(readers: int, layer: Path, **more: Any) -> tuple[Stack, Any, dict[str, Any]]:
     stack = Stack(App(), "Readers")  # one name: the same logical ids as a deployed stack's
     worker = WorkerProps(handlers="worker.demo_handlers:HANDLERS", tenants=["demo"], stream_readers=readers)
     svc = LeaseFenceService(stack, "LeaseFence", **ISSUER, worker=worker,
-                            core_layer=lambda_.Code.from_asset(str(layer)))
+                            core_layer=lambda_.Code.from_asset(str(layer)), **more)
     return stack, svc, Template.from_stack(stack).to_json()
+
+
+def test_with_outcome_events_the_one_mapping_passes_what_the_publisher_publishes(prebuilt_layer: Path) -> None:
+    """events=True: the one mapping's filter is the five-pattern superset of the worker's and the
+    publisher's (Lambda's default quota of filters per mapping): the worker's pattern and the
+    publisher's first merged, the publisher's other four as they are."""
+    stack, svc, tpl = _with_readers(1, prebuilt_layer, events=True)
+    filters_json = props(tpl, logical_id(stack, svc.dispatch.event_source_mapping))["FilterCriteria"]
+    changed, in_item = ["INSERT", "MODIFY"], {"N": [{"exists": True}]}
+    patterns = _patterns({"FilterCriteria": filters_json})
+    assert len(patterns) == 5
+    assert patterns[0] == {"eventName": changed, "dynamodb": {"NewImage": {"transition": {"S": [
+        "retry", "retry_later", "unknown", "sweep", "quarantine", "requeue", "approve", "enqueue"]}}}}
+    assert patterns[1]["dynamodb"]["NewImage"]["hv"] == in_item
+    assert patterns[1:] == filters.publisher_filters()[1:]
+    assert filters_json == filters.filter_criteria(filters.shared_filters())
 
 
 def test_switching_stream_readers_updates_the_worker_mapping_in_place(prebuilt_layer: Path) -> None:

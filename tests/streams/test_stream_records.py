@@ -129,11 +129,17 @@ def test_filters_pass_exactly_the_records_each_function_needs(aws, table, engine
         [(False, False), (False, False), (False, False)],  # its history went with it
     )
 
+    # Without outcome events (the construct's default) the one mapping of a worker serving acme
+    # passes its work and nothing of the publisher's: no operation here was enqueued before.
+    shared_off = filters.shared_filters(events=False, tenants=["acme"])
+    publisher_off = filters.publisher_filters(events=False)
     for what, record, to_worker, to_publisher in steps:
         assert filters.passes(dispatch, record) is to_worker, what
         assert filters.passes(publisher, record) is to_publisher, what
         tenant = record["dynamodb"]["Keys"]["tenant_id"]["S"]
         assert filters.passes(dispatch_acme, record) is (to_worker and tenant == "acme"), what
+        assert filters.passes(shared_off, record) is (to_worker and tenant == "acme"), what
+        assert not filters.passes(publisher_off, record), what
     # The CDK renders the same patterns as FilterCriteria.
     criteria = filters.filter_criteria(mappings.worker(["acme"]).filters)
     assert [json.loads(f["Pattern"]) for f in criteria["Filters"]] == dispatch_acme
@@ -421,10 +427,14 @@ def test_the_publisher_filter_drops_heartbeats_purges_and_what_the_item_records(
     stream = Stream(aws, table.table_name)
     publisher = filters.publisher_filters()
     assert len(publisher) <= 5  # Lambda's limit of filters per event source mapping
+    # Without outcome events: only the records of an operation enqueued before, as with them.
+    publisher_off, enqueued_before = filters.publisher_filters(events=False), []
 
     def passed(action):
         action()
         got = [r for r in stream.new() if records.parse(r).is_operation]
+        for r in got:
+            assert filters.passes(publisher_off, r) is (bool(enqueued_before) and filters.passes(publisher, r))
         return [filters.passes(publisher, r) for r in got]
 
     inline = {"payload_ref": "stored/1", "payload_inline": True}
@@ -457,6 +467,7 @@ def test_the_publisher_filter_drops_heartbeats_purges_and_what_the_item_records(
         {"tenant_id": "acme", "operation_id": "old"}, "REMOVE hv, h", "attribute_exists(hv)", {}, {}
     )
     stream.new()
+    enqueued_before.append("old")
     claim = engine.claim("acme", "old", "w1", lease_ms=1_000)
     assert passed(lambda: engine.heartbeat("acme", "old", claim.fence, "w1")) == [True, True]
     assert passed(lambda: engine.complete("acme", "old", claim.fence, "ok")) == [True]

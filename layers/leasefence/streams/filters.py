@@ -76,7 +76,7 @@ _IN_ITEM = {"N": [{"exists": True}]}
 _BEFORE = {"N": [{"exists": False}]}
 
 
-def publisher_filters() -> list[dict[str, Any]]:
+def publisher_filters(events: bool = True) -> list[dict[str, Any]]:
     """The publisher's filters: only the records it still needs (:mod:`leasefence.history`: each
     transition writes its own history entry into the operation's item). Of an operation whose
     history is in its item (``hv``): the records that publish an outcome event (which also let
@@ -85,9 +85,28 @@ def publisher_filters() -> list[dict[str, Any]]:
     purge or the item's deletion. A heartbeat of a holder that took over a lapsed lease still
     passes (its image is the takeover's; the publisher skips it by ``seq``): takeovers are rare.
     Of an operation enqueued before (no ``hv``): as before, every write that records a transition
-    and the item's deletion (its history item is written and deleted by the publisher)."""
+    and the item's deletion (its history item is written and deleted by the publisher).
+
+    ``events`` False (a deployment without outcome events, the construct's default): only the
+    records of operations enqueued before. Of the others the publisher would publish nothing and
+    only compact a history that ran past :data:`~leasefence.history.COMPACT_AT` entries, which
+    the writers' own bound (:func:`leasefence.history.make_room`, at
+    :data:`~leasefence.limits.HISTORY_ROOM` entries or :data:`~leasefence.limits.HISTORY_ROOM_BYTES`)
+    keeps bounded anyway: so no invocation for every operation's end."""
     mark = history.ITEM_HISTORY_MARK
     changed = ["INSERT", "MODIFY"]
+    before = [
+        {
+            "eventName": changed,
+            "dynamodb": {"NewImage": {mark: _BEFORE, "transition": {"S": [{"exists": True}]}}},
+        },
+        {
+            "eventName": ["REMOVE"],
+            "dynamodb": {"OldImage": {mark: _BEFORE, "transition": {"S": [{"exists": True}]}}},
+        },
+    ]
+    if not events:
+        return before
     return [
         {
             "eventName": changed,
@@ -118,18 +137,13 @@ def publisher_filters() -> list[dict[str, Any]]:
                 }
             },
         },
-        {
-            "eventName": changed,
-            "dynamodb": {"NewImage": {mark: _BEFORE, "transition": {"S": [{"exists": True}]}}},
-        },
-        {
-            "eventName": ["REMOVE"],
-            "dynamodb": {"OldImage": {mark: _BEFORE, "transition": {"S": [{"exists": True}]}}},
-        },
+        *before,
     ]
 
 
-def shared_filters() -> list[dict[str, Any]]:
+def shared_filters(
+    events: bool = True, tenants: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
     """The filter of the one mapping that feeds both the worker's dispatch and the publisher
     (:func:`leasefence.streams.mappings.shared`): a superset of :func:`dispatch_filters` and
     :func:`publisher_filters` in five patterns (Lambda's default quota of filters per mapping).
@@ -137,7 +151,14 @@ def shared_filters() -> list[dict[str, Any]]:
     (work that became claimable now) become one: any write whose transition is one of those or an
     enqueue, whatever the state, tenant or history mark. What it passes beyond the two filters
     (enqueues of tenants the worker does not serve, enqueues of operations whose history is not in
-    their item) the function drops by the exact filters (:mod:`leasefence.worker.stream_router`)."""
+    their item) the function drops by the exact filters (:mod:`leasefence.worker.stream_router`).
+
+    ``events`` False (no outcome events): the worker's exact filter for ``tenants`` and the
+    publisher's two patterns of operations enqueued before (:func:`publisher_filters`), three in
+    all: an operation's end, and an enqueue of a tenant the worker does not serve (one of HTTP
+    workers), invoke nothing."""
+    if not events:
+        return [*dispatch_filters(tenants), *publisher_filters(events=False)]
     live, *rest = publisher_filters()
     transitions = [t.value for t in EVENT_LIVE]
     transitions += [t.value for t in CLAIMABLE_NOW if t.value not in transitions]

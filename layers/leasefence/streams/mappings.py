@@ -77,8 +77,10 @@ def worker(tenants: Sequence[str] | None) -> StreamMapping:
     )
 
 
-def publisher() -> StreamMapping:
-    """The publisher's mapping: every transition and every deletion of an operation item.
+def publisher(events: bool = True) -> StreamMapping:
+    """The publisher's mapping: every transition and every deletion of an operation item
+    (``events`` False: only those of operations enqueued before the history moved into the item:
+    :func:`leasefence.streams.filters.publisher_filters`).
 
     * batch 100, no batching window: events go out within a poll of the write.
     * parallelization 4: one operation's records stay in order (same partition key, one
@@ -98,7 +100,7 @@ def publisher() -> StreamMapping:
     """
     return StreamMapping(
         "publisher",
-        publisher_filters(),
+        publisher_filters(events),
         batch_size=100,
         batching_window_s=0,
         parallelization_factor=4,
@@ -110,14 +112,20 @@ def publisher() -> StreamMapping:
     )
 
 
-def shared(batch_size: int = 10, parallelization_factor: int = 10) -> StreamMapping:
+def shared(
+    batch_size: int = 10,
+    parallelization_factor: int = 10,
+    events: bool = True,
+    tenants: Sequence[str] | None = None,
+) -> StreamMapping:
     """The one mapping of a deployment with a worker: the worker function dispatches the work
     that became claimable and publishes what the publisher would
     (:class:`leasefence.worker.stream_router.StreamRouter`), so leasefence takes one of the stream's two
     readers per shard.
 
     * the filter: :func:`leasefence.streams.filters.shared_filters`, five patterns (a superset of
-      both; the function applies the exact ones).
+      both; the function applies the exact ones); ``events`` False (no outcome events): three,
+      the worker's for ``tenants`` and the publisher's of operations enqueued before.
     * batch size and parallelization: the worker's (``WorkerProps.stream_batch_size``,
       ``stream_parallelization``): in the ``run`` dispatch mode a batch's jobs run side by side.
     * the function reports no dispatch failure (the work stays queued: the scheduled drain finds
@@ -139,7 +147,7 @@ def shared(batch_size: int = 10, parallelization_factor: int = 10) -> StreamMapp
     """
     return StreamMapping(
         "worker",
-        shared_filters(),
+        shared_filters(events, tenants),
         batch_size=batch_size,
         batching_window_s=0,
         parallelization_factor=parallelization_factor,

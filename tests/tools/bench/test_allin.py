@@ -66,6 +66,33 @@ def test_request_and_unit_lines_follow_the_counted_requests() -> None:
     assert lines["xray_traces"] == 0  # tracing off
 
 
+def test_invocations_only_outcome_events_cause_are_billed_with_events_on_only() -> None:
+    """A stream batch that a mapping without events would not deliver is measured as
+    ``<function>+events``: without events (the default) none of its lines is billed, with them
+    all of it, at its function's memory."""
+    window = copy.deepcopy(WINDOW)
+    window["functions"]["publisher" + allin.EVENTS_ONLY] = window["functions"].pop("publisher")
+    for events in (False, True):
+        bill = _bill(events=events)
+        bill.window("lifecycle", copy.deepcopy(window))
+        tagged = {k: v * M for k, v in bill.lines.items()}
+        assert tagged == pytest.approx(_lines(_bill(events=events)) if events else _lines_without_publisher())
+    # Without events: the API's lines alone.
+    lines = _lines_without_publisher()
+    assert lines["lambda_requests"] == pytest.approx(2 * 0.20)
+    assert lines["dynamodb_writes_table"] == pytest.approx((6 - 2) * 0.625)
+    assert lines["dynamodb_writes_history"] == 0
+
+
+def _lines_without_publisher() -> dict[str, float]:
+    window = copy.deepcopy(WINDOW)
+    window["functions"].pop("publisher")
+    window.update({"wcu": 6, "wcu_index": 2, "rcu": 1})
+    bill = _bill()
+    bill.window("lifecycle", window)
+    return {k: v * M for k, v in bill.lines.items()}
+
+
 def test_duration_is_cpu_at_the_memory_share_plus_request_latency() -> None:
     lines = _lines(_bill())
     # api: 10 CPU-ms at 1024/1769 of a vCPU, 4 DynamoDB requests at 5 ms and a PUT at 15 ms,

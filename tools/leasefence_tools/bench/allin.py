@@ -90,6 +90,10 @@ WITHOUT: dict[str, str] = {
 }
 #: One table and its four global secondary indexes (provisioned: each has its own capacity).
 TABLE_AND_INDEXES = 5
+#: A measured function ``<name>+events``: its invocations that only outcome events cause (a
+#: stream batch that the mapping of a deployment without events would not deliver:
+#: :func:`leasefence.streams.filters.publisher_filters`); billed only with ``events`` on.
+EVENTS_ONLY = "+events"
 
 #: Representative JSON lines as Lambda writes them (its documented ``platform.start`` and
 #: ``platform.report`` records; the ``tracing`` part only with active tracing) and as the HTTP
@@ -254,6 +258,13 @@ class Bill:
         self.platform_kept = obs["lambda_system_log_level"] in ("DEBUG", "INFO")
         self.traced_share: dict[str, float] = {}
 
+    def functions(self, w: dict[str, Any]) -> dict[str, Any]:
+        """The functions of window ``w`` that this deployment invokes (without events, not the
+        invocations only they cause)."""
+        return {
+            f: n for f, n in w["functions"].items() if self.a.events or not f.endswith(EVENTS_ONLY)
+        }
+
     def add(self, component: str, line: str, dollars: float) -> None:
         self.lines[line] = self.lines.get(line, 0.0) + dollars
         self.by_component[component] = self.by_component.get(component, 0.0) + dollars
@@ -270,7 +281,7 @@ class Bill:
         return total
 
     def gb_seconds(self, function: str, node: dict[str, Any]) -> float:
-        mb = self.memory.get(function, 1024)
+        mb = self.memory.get(function.removesuffix(EVENTS_ONLY), 1024)
         share = min(1.0, mb / MB_PER_VCPU)
         ms = node.get("cpu_ms", 0) * self.a.cpu_factor / share
         ms += sum(
@@ -305,17 +316,20 @@ class Bill:
         """A measured usage window (per lifecycle or per event), ``times`` per lifecycle."""
         if not times:
             return
-        functions = w["functions"]
-        publisher_wcu = functions.get("publisher", {}).get("wcu", 0)
-        self.dynamodb(
-            component,
-            "dynamodb_writes_table",
-            (w["wcu"] - w["wcu_index"] - publisher_wcu) * times,
-            True,
+        functions = self.functions(w)
+        unbilled = [n for f, n in w["functions"].items() if f not in functions]
+        wcu, wcu_index, rcu = (
+            w[key] - sum(n.get(key, 0) for n in unbilled) for key in ("wcu", "wcu_index", "rcu")
         )
-        self.dynamodb(component, "dynamodb_writes_index", w["wcu_index"] * times, True)
+        publisher_wcu = sum(
+            n.get("wcu", 0) for f, n in functions.items() if f.startswith("publisher")
+        )
+        self.dynamodb(
+            component, "dynamodb_writes_table", (wcu - wcu_index - publisher_wcu) * times, True
+        )
+        self.dynamodb(component, "dynamodb_writes_index", wcu_index * times, True)
         self.dynamodb(component, "dynamodb_writes_history", publisher_wcu * times, True)
-        self.dynamodb(component, "dynamodb_reads", w["rcu"] * times, False)
+        self.dynamodb(component, "dynamodb_reads", rcu * times, False)
         self.add(
             component,
             "api_gateway_requests",
@@ -455,10 +469,10 @@ def leasefence_profile(profile: str, measured: dict[str, Any], a: Assumptions) -
     # Invocations a month, per function, for the trace sampling.
     per_month: dict[str, float] = {}
     for _, w, times in per_lifecycle:
-        for f, n in w["functions"].items():
+        for f, n in bill.functions(w).items():
             per_month[f] = per_month.get(f, 0.0) + n.get("invocations", 0) * times * a.volume
     for _, w, times in monthly:
-        for f, n in w["functions"].items():
+        for f, n in bill.functions(w).items():
             per_month[f] = per_month.get(f, 0.0) + n.get("invocations", 0) * times
     bill.traced_share = {f: traced_share(n, a.tracing) for f, n in per_month.items()}
 

@@ -69,6 +69,7 @@ from leasefence.engine._spread import Hint, hint_item
 from leasefence.history import ITEM_HISTORY_EXPIRED
 from leasefence.worker import FunctionHandler, Job
 from leasefence_tools.bench import units as U
+from leasefence_tools.bench.allin import EVENTS_ONLY
 from leasefence_tools.bench.meter import Meter
 from leasefence_tools.bench.payload import PAYLOAD  # the job's input: 979 incompressible bytes
 from leasefence_tools.bench.payload import describe as describe_payload
@@ -87,6 +88,11 @@ LEDGER = "bench-profiles-ledger"
 #: ``api_memory_mb`` and ``sweeper_memory_mb``, worker_props.py ``memory_mb``, publisher.py
 #: ``PUBLISHER_MEMORY_MB``).
 MEMORY_MB = {"api": 1024, "worker": 512, "publisher": 256, "sweeper": 512}
+#: The stream functions' invocations that only outcome events cause, tallied apart as
+#: ``<function>+events`` (:data:`~leasefence_tools.bench.allin.EVENTS_ONLY`): the stack runs with
+#: events on, and a deployment without them (the construct's default) never makes these (its
+#: mapping's filter drops every record of their batch: :func:`_events_off_filters`).
+EVENTS_ONLY_FUNCTIONS = tuple(f + EVENTS_ONLY for f in ("worker", "publisher"))
 #: DynamoDB's storage overhead per item and per index entry (bytes).
 ITEM_OVERHEAD = 100
 PROFILES = (
@@ -188,6 +194,9 @@ class _Invocations:
         self.secrets: set[str] = set()
         self.lines_checked = 0
         self.leaks: Counter[str] = Counter()
+        #: Per stream function, the filters its mapping has without outcome events: an
+        #: invocation none of whose records passes them is tallied as ``<function>+events``.
+        self.events_off: dict[str, list[dict[str, Any]]] = {}
 
     def check(self, function: str, text: str) -> None:
         """Count ``text`` as a log line that must carry no raw id and no payload."""
@@ -243,9 +252,23 @@ class _Invocations:
 
     # ---------------------------------------------------------------- installation
 
+    def label(self, name: str, event: Any) -> str:
+        """The name an invocation of ``name`` with ``event`` is tallied under: ``name``, or
+        ``name+events`` for a stream batch that a mapping without outcome events would not
+        have delivered (no record in it passes :attr:`events_off`)."""
+        from leasefence.streams import filters
+
+        wanted = self.events_off.get(name)
+        records = event.get("Records") if isinstance(event, dict) else None
+        if wanted is None or not records:
+            return name
+        if any(filters.passes(wanted, record) for record in records):
+            return name
+        return name + EVENTS_ONLY
+
     def _timing(self, name: str, handler: Callable[..., Any]) -> Callable[..., Any]:
         def timed(event: Any, context: Any) -> Any:
-            with self.within(name, invocation=True):
+            with self.within(self.label(name, event), invocation=True):
                 return handler(event, context)
 
         return timed
@@ -434,6 +457,7 @@ def _measure(runs: int) -> dict[str, Any]:
             worker_tenants=[STREAM_TENANT, CLASS_A_TENANT, POLL_TENANT],
         ) as stack,
     ):
+        invocations.events_off = _events_off_filters(stack)
         original_stream = tap_handler.setStream(sink)
         service_logger.addHandler(log_tap)
         try:
@@ -449,6 +473,18 @@ def _measure(runs: int) -> dict[str, Any]:
     out["custom_metrics"] = sorted(
         f"{name}[{','.join(dims)}]" for name, dims in invocations.metric_names
     )
+    return out
+
+
+def _events_off_filters(stack: Any) -> dict[str, list[dict[str, Any]]]:
+    """What each stream function's mapping would pass in this stack without outcome events
+    (:func:`leasefence.streams.mappings.shared` and :func:`~leasefence.streams.mappings.publisher`
+    with ``events=False``)."""
+    from leasefence.streams import mappings
+
+    out = {"publisher": mappings.publisher(events=False).filters}
+    if stack.worker_handlers and stack.stream_readers == 1:
+        out["worker"] = mappings.shared(events=False, tenants=stack.worker_tenants).filters
     return out
 
 
@@ -571,7 +607,7 @@ def _run_all(
 
     def tally() -> dict[str, Any]:
         now = invocations.tally()
-        for function in (*MEMORY_MB, "other"):
+        for function in (*MEMORY_MB, *EVENTS_ONLY_FUNCTIONS, "other"):
             usage = meter.usage(function)
             node = now.setdefault(function, {})
             node["wcu"] = usage.wcu
@@ -1001,7 +1037,7 @@ def _scale_any(a: Any, factor: float) -> Any:
 def _combine(units: dict[str, Any], counts: dict[str, Any], n: int) -> dict[str, Any]:
     """Per action: units and logs from the units pass, counts and times from the counts pass."""
     functions: dict[str, Any] = {}
-    for function in (*MEMORY_MB, "other"):
+    for function in (*MEMORY_MB, *EVENTS_ONLY_FUNCTIONS, "other"):
         u, c = units.get(function, {}), counts.get(function, {})
         node: dict[str, Any] = {}
         for key in UNIT_KEYS:

@@ -35,6 +35,13 @@ def cli(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-months", dest="months", action="store_false")
     parser.add_argument(
+        "--no-events",
+        dest="events",
+        action="store_false",
+        help="outcome events off, as deployed by default: the publisher's mapping passes only "
+        "the records of operations enqueued before (no publisher compacts a history)",
+    )
+    parser.add_argument(
         "--operation-shards",
         type=int,
         default=0,
@@ -65,6 +72,7 @@ def cli(argv: list[str] | None = None) -> int:
         timeout_s=args.timeout_s,
         operation_shards=args.operation_shards,
         batched_fleet=args.batched_fleet,
+        events=args.events,
     )
 
 

@@ -366,6 +366,7 @@ class Composed:
         accounts: Any,
         approval_ops: set[Key],
     ) -> None:
+        """``events``: the outcome events published (None: the run had none, events off)."""
         self.events = events
         self.accounts = accounts
         self.approval_ops = approval_ops
@@ -606,32 +607,31 @@ def _check_composed(
         item = items.get(key)
         if item is None:
             continue
+        # Every history, with outcome events or without (the history is in the item).
+        entries, dropped, expired = read(tenant, operation_id)
+        histories += 1
+        final_seq = int(item.get("seq", 0))
+        judge(tenant, operation_id, history_rule(entries, dropped, final_seq, expired is not None))
+        judge(
+            tenant,
+            operation_id,
+            history_expiry_rule(expired, entries, item, engine.payload_retention_ms),
+        )
+        judge(tenant, operation_id, history_content_rule(entries, item))
+        kept = report.histories_kept.get(key)
+        if expired is not None:
+            expired_histories += 1
+            if kept is None:
+                expired_unread += 1  # expired before the checker read it: not judged
+            else:
+                # What it held before it expired, judged against the item as it was then;
+                # the events below cover those entries and any after (an erasure's).
+                kept_entries, kept_dropped, kept_item = kept
+                kept_seq = int(kept_item.get("seq", 0))
+                judge(tenant, operation_id, history_rule(kept_entries, kept_dropped, kept_seq))
+                judge(tenant, operation_id, history_content_rule(kept_entries, kept_item))
+                entries = with_kept(kept_entries, entries)
         if composed.events is not None:
-            entries, dropped, expired = read(tenant, operation_id)
-            histories += 1
-            final_seq = int(item.get("seq", 0))
-            judge(
-                tenant, operation_id, history_rule(entries, dropped, final_seq, expired is not None)
-            )
-            judge(
-                tenant,
-                operation_id,
-                history_expiry_rule(expired, entries, item, engine.payload_retention_ms),
-            )
-            judge(tenant, operation_id, history_content_rule(entries, item))
-            kept = report.histories_kept.get(key)
-            if expired is not None:
-                expired_histories += 1
-                if kept is None:
-                    expired_unread += 1  # expired before the checker read it: not judged
-                else:
-                    # What it held before it expired, judged against the item as it was then;
-                    # the events below cover those entries and any after (an erasure's).
-                    kept_entries, kept_dropped, kept_item = kept
-                    kept_seq = int(kept_item.get("seq", 0))
-                    judge(tenant, operation_id, history_rule(kept_entries, kept_dropped, kept_seq))
-                    judge(tenant, operation_id, history_content_rule(kept_entries, kept_item))
-                    entries = with_kept(kept_entries, entries)
             judge(tenant, operation_id, event_order_rule(published.get(key, [])))
             judge(tenant, operation_id, event_delivery_rule(entries, set(published.get(key, []))))
     # Shared class-B items: every operation's postings, in each account's commit order.

@@ -948,10 +948,10 @@ class PublisherRig:
         # The function builds its publisher once per runtime: this one is already built.
         vars(function)["_built"] = (
             runtime(),
-            Publisher(store, lambda: self.events, "torture-bus"),
+            Publisher(store, lambda: self.events, "torture-bus" if settings.events else None),
         )
         self._handler = inspect.unwrap(function.lambda_handler)
-        config = mappings.publisher()
+        config = mappings.publisher(events=settings.events)
         destination: dict[str, Any] = {"failure_queue_url": None}
         if getattr(config, "failure_destination", "sqs") == "s3":
             aws.client("s3").create_bucket(Bucket="torture-publisher-failures")

@@ -820,7 +820,7 @@ def run_torture(settings: Settings) -> dict[str, Any]:
                 rig.drain()
                 stage("publisher drained")
                 composed = Composed(
-                    rig.events.published,
+                    rig.events.published if settings.events else None,
                     kits[TargetClass.B],
                     set(report.approval_ops),
                 )

@@ -97,6 +97,11 @@ class Settings:
     http_lost_rate: float = 0.03
     #: The publisher's history writes and event puts that fail (before or after they happened).
     publisher_fault_rate: float = 0.01
+    #: Outcome events on (the publisher publishes, and its mapping passes every outcome record);
+    #: off, as the construct deploys by default: its mapping passes only the records of
+    #: operations enqueued before, so no publisher compacts a history (its writers bound it), and
+    #: the checker judges the histories without events.
+    events: bool = True
     #: Of the ``unknown`` operations the operator meets in the main phase: erased before its
     #: ``resolve requeue`` (the rest are only requeued).
     erase_parked_rate: float = 0.5
