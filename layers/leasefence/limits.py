@@ -170,13 +170,19 @@ MAX_BUSINESS_WRITES = 99
 
 # ------------------------------------------------------------------ job types and catalogue
 
-#: How many job types a tenant's directory holds at most. Every claim without ``job_types`` reads
-#: the directory (one eventually consistent read: 0.5 unit up to 4 KB, 100 types of 40 characters)
+#: How many job types a tenant's directory holds at most. A claim without ``job_types`` reads the
+#: directory (one eventually consistent read: 0.5 unit up to 4 KB, 100 types of 40 characters; at
+#: most once per :data:`DIRECTORY_CACHE_MS` in one engine while its claims find work)
 #: and queries each type's shards, so a directory that only grew would make every idle poll dearer
 #: (and reach DynamoDB's 400 KB item limit after about 1,500 types of 256 characters).
 MAX_JOB_TYPES = 100
 #: How long an engine trusts what it read of a tenant's catalogue (ms of its clock).
 CATALOGUE_CACHE_MS = 5_000
+#: How long a claim without ``job_types`` trusts the tenant's directory an earlier one read (ms of
+#: the engine's clock; only a directory that names a type). A search of those types that finds no
+#: work reads it again before answering none, so a new job type waits at most this long for a
+#: claim, and only while the types already known have work.
+DIRECTORY_CACHE_MS = 5_000
 
 # ------------------------------------------------------------------ the approval gate
 

@@ -49,3 +49,60 @@ def test_the_directory_limit_is_an_engine_setting(ddb, spec, clock):
     with pytest.raises(InvalidInput, match="2"):
         small.enqueue(T, "c", "gamma", H)
     assert sorted(small.job_types(T)) == ["alpha", "beta"]
+
+
+class Reads:
+    """``client``, counting the directory's reads."""
+
+    def __init__(self, client):
+        self._client, self.directory = client, 0
+
+    def __getattr__(self, name):
+        method = getattr(self._client, name)
+
+        def call(**request):
+            if name == "get_item" and request["Key"]["operation_id"]["S"] == DIRECTORY_ID:
+                self.directory += 1
+            return method(**request)
+
+        return call
+
+
+def test_a_claim_that_finds_work_trusts_the_directory_an_earlier_claim_read(ddb, spec, clock):
+    """A claim without ``job_types`` reads the tenant's directory once per DIRECTORY_CACHE_MS
+    while it finds work; one that finds none reads it again before answering none, so a job type
+    added meanwhile is searched at once."""
+    from leasefence.limits import DIRECTORY_CACHE_MS
+
+    setup = Engine(client=ddb, spec=spec, clock=clock)
+    for i in range(4):
+        setup.enqueue(T, f"r-{i}", "refund", H)
+    counted = Reads(ddb)
+    engine = Engine(client=counted, spec=spec, clock=clock, rng=random.Random(3))
+    assert engine.claim_next(T, "w1").job_type == "refund"
+    assert engine.claim_next(T, "w1").job_type == "refund"
+    assert counted.directory == 1  # the second claim read none
+    # A job type added while the known one has work waits for the cache's time, no longer.
+    setup.enqueue(T, "e-1", "email", H)
+    assert engine.claim_next(T, "w1").job_type == "refund"
+    assert counted.directory == 1
+    clock.advance(DIRECTORY_CACHE_MS)
+    claimed = {engine.claim_next(T, "w1").job_type, engine.claim_next(T, "w1").job_type}
+    assert claimed == {"refund", "email"} and counted.directory == 2
+    # No work in the types known: read again before answering none; a type added since is found.
+    setup.enqueue(T, "s-1", "sms", H)
+    assert engine.claim_next(T, "w1").operation_id == "s-1"
+    assert counted.directory == 3
+    assert engine.claim_next(T, "w1") is None
+    assert counted.directory == 4  # every answer of none read the directory first
+
+
+def test_a_tenant_with_no_job_type_yet_is_read_every_time(ddb, spec, clock):
+    """An empty directory is never trusted: the tenant's first enqueue is found by the next
+    claim, whatever an earlier claim read."""
+    counted = Reads(ddb)
+    engine = Engine(client=counted, spec=spec, clock=clock, rng=random.Random(3))
+    assert engine.claim_next(T, "w1") is None
+    Engine(client=ddb, spec=spec, clock=clock).enqueue(T, "first", "refund", H)
+    assert engine.claim_next(T, "w1").operation_id == "first"
+    assert counted.directory == 2

@@ -287,7 +287,9 @@ class Engine:
         """Claim one due operation of this tenant (queued and available, or an expired lease).
 
         Reads only this tenant's ``due`` partitions of the job types asked for (all the types in
-        the tenant's directory when ``job_types`` is None), a page at a time, partitions in random
+        the tenant's directory when ``job_types`` is None: as this engine read it within
+        :data:`~leasefence.limits.DIRECTORY_CACHE_MS`, and read again before answering None), a
+        page at a time, partitions in random
         order; tries candidates in random order and moves on when another claimer wins one. Due
         work of other job types is never read, so it cannot hide the work asked for. Returns None
         when nothing is claimable.
