@@ -308,7 +308,10 @@ def test_a_profile_adds_up_its_lifecycle_the_work_around_it_and_the_month() -> N
     assert lines["cloudwatch_dashboard"] == 0
     dashboard = allin.leasefence_profile("http_workers", measured, replace(a, dashboard=True))
     assert dashboard["lines"]["cloudwatch_dashboard"] == pytest.approx(3.00 / volume * M)
-    assert lines["cloudwatch_metrics"] == pytest.approx(2 * 0.30 / volume * M)
+    # EventsPublished is emitted only with events on (off here, the default): one metric billed.
+    assert lines["cloudwatch_metrics"] == pytest.approx(1 * 0.30 / volume * M)
+    with_events = allin.leasefence_profile("http_workers", measured, replace(a, events=True))
+    assert with_events["lines"]["cloudwatch_metrics"] == pytest.approx(2 * 0.30 / volume * M)
     assert lines["secrets_and_keys"] == pytest.approx((0.40 + 1.00) / volume * M)
     assert out["total"] == pytest.approx(sum(lines.values()), abs=0.01)
     # The same profile at 1M a month: the lifecycle's lines unchanged, the month's ten times more.

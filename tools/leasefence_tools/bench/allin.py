@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from leasefence.limits import SPREAD_FULL_PROBE_MS
+from leasefence.metrics import Metric
 from leasefence.observability_defaults import (
     DEFAULT_LOG_LEVEL,
     DEFAULT_TRACING,
@@ -486,7 +487,10 @@ def leasefence_profile(profile: str, measured: dict[str, Any], a: Assumptions) -
             bill.add(
                 component, "schedules", times / a.volume * usd("eventbridge_scheduler_invocation")
             )
-    metrics = len(measured.get("custom_metrics", ()))
+    # Billed once a deployment emits one: the publisher counts its events only with events on.
+    metrics = len(
+        [m for m in measured.get("custom_metrics", ()) if a.events or not _events_only(m)]
+    )
     bill.monthly(
         "monitoring", "cloudwatch_metrics", metrics * usd("cloudwatch_custom_metric_month")
     )
@@ -515,6 +519,11 @@ def leasefence_profile(profile: str, measured: dict[str, Any], a: Assumptions) -
     out["heartbeats_per_lifecycle"] = a.heartbeats()
     out["traced_share"] = {f: round(s, 4) for f, s in bill.traced_share.items() if s}
     return out
+
+
+def _events_only(metric: str) -> bool:
+    """Whether ``metric`` (``Name[dimensions]``) is emitted only with outcome events on."""
+    return metric.partition("[")[0] == Metric.EVENTS_PUBLISHED.value
 
 
 def _provisioned_floor(bill: Bill) -> None:
