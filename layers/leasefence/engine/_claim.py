@@ -29,7 +29,6 @@ from leasefence.errors import NotFound, Unavailable
 from leasefence.limits import (
     CLAIM_RETRY_BUDGET_MS,
     CONTENTION_MEMORY,
-    DIRECTORY_CACHE_MS,
     MEMORY_ENTRIES,
     SPREAD_CLAIM_CACHE_MS,
 )
@@ -72,8 +71,6 @@ class Claimer:
         #: (tenant, operation) -> (fence, lease expiry) of claims seen live although their due
         #: entry had lapsed (heartbeats extended the lease): skipped without a request until then.
         self._held: dict[tuple[str, str], tuple[int, int]] = {}
-        #: Per tenant: the job types its directory named, and when that was read.
-        self._directories: dict[str, tuple[tuple[str, ...], int]] = {}
         self._memory_lock = threading.Lock()
 
     # ------------------------------------------------------------------ the three ways to claim
@@ -130,9 +127,7 @@ class Claimer:
         race or a throttled probe raises the job type's, an empty poll may lower it
         (:mod:`leasefence.engine._spread`)."""
         spread = self.ctx.spread
-        known = types is None
-        if types is None:
-            types, known = self.directory(tenant_id)
+        types, known = (types, False) if types is not None else self.reads.directory(tenant_id)
         first: list[tuple[str, int]] = []
         rest: list[tuple[str, int]] = []
         for job_type in types:
@@ -154,8 +149,7 @@ class Claimer:
                 raced.append((job_type, shard))
                 spread.raise_spread(tenant_id, job_type)
         else:
-            # A lost race left the rest of those pages stale: read them again, trying every
-            # candidate.
+            # Lost races left those pages stale: read them again, trying every candidate.
             for job_type, shard in raced:
                 with spread.throttled(tenant_id, job_type):
                     claim, _ = self.claim_from_partition(
@@ -170,31 +164,13 @@ class Claimer:
         else:
             for job_type in types:
                 spread.note_poll(tenant_id, job_type, found=False)
-            if known:
-                # Searched the directory as an earlier claim read it: before answering none,
-                # the types added since (read again, eventually consistent, as uncached).
-                added = tuple(t for t in self.directory(tenant_id, fresh=True)[0] if t not in types)
-                if added:
-                    return self.search(tenant_id, worker_id, lease_ms, added, token, marker)
+            # Searched the directory an earlier claim read: first the types added since.
+            added = known and tuple(
+                t for t in self.reads.directory(tenant_id, fresh=True)[0] if t not in types
+            )
+            if added:
+                return self.search(tenant_id, worker_id, lease_ms, added, token, marker)
         return claim
-
-    def directory(self, tenant_id: str, fresh: bool = False) -> tuple[tuple[str, ...], bool]:
-        """The tenant's job types, and whether they are what an earlier claim read (within
-        :data:`~leasefence.limits.DIRECTORY_CACHE_MS`): a claim that finds work in them reads
-        no directory. ``fresh``: read it now."""
-        now = self.ctx.clock()
-        with self._memory_lock:
-            cached = self._directories.get(tenant_id)
-        if not fresh and cached is not None and now - cached[1] < DIRECTORY_CACHE_MS:
-            return cached[0], True
-        types = tuple(self.reads.job_types(tenant_id))
-        with self._memory_lock:
-            self._directories.pop(tenant_id, None)
-            if types:
-                if len(self._directories) >= MEMORY_ENTRIES:  # bounded: the oldest read goes
-                    self._directories.pop(next(iter(self._directories)))
-                self._directories[tenant_id] = (types, now)
-        return types, False
 
     def resume(
         self, marker: Marker, lease_ms: int | None, types: tuple[str, ...] | None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 from leasefence import cursor as cursors
 from leasefence import history as histories
@@ -10,7 +11,7 @@ from leasefence import keys, listing
 from leasefence.engine import _payload_items as payload_items
 from leasefence.engine._context import EngineContext
 from leasefence.errors import NotFound
-from leasefence.limits import MAX_LIST_PAGE
+from leasefence.limits import DIRECTORY_CACHE_MS, MAX_LIST_PAGE, MEMORY_ENTRIES
 from leasefence.model import Operation, Page, State
 from leasefence.validation import validate_id, validate_limit
 
@@ -18,6 +19,9 @@ from leasefence.validation import validate_id, validate_limit
 class Reads:
     def __init__(self, ctx: EngineContext) -> None:
         self.ctx = ctx
+        #: Per tenant: the job types its directory named, and when that was read.
+        self._directories: dict[str, tuple[tuple[str, ...], int]] = {}
+        self._lock = threading.Lock()
 
     def get(self, tenant_id: str, operation_id: str) -> Operation:
         validate_id("tenant_id", tenant_id)
@@ -52,6 +56,24 @@ class Reads:
         validate_id("tenant_id", tenant_id)
         item = self.ctx.store.get(keys.tenant_key(tenant_id, keys.DIRECTORY_ID), consistent=False)
         return sorted((item or {}).get("job_types", []))
+
+    def directory(self, tenant_id: str, fresh: bool = False) -> tuple[tuple[str, ...], bool]:
+        """The tenant's job types for a claim, and whether they are what an earlier read found
+        (within :data:`~leasefence.limits.DIRECTORY_CACHE_MS`; a directory that names no type is
+        never kept): a claim that finds work in them reads no directory. ``fresh``: read it now."""
+        now = self.ctx.clock()
+        with self._lock:
+            cached = self._directories.get(tenant_id)
+        if not fresh and cached is not None and now - cached[1] < DIRECTORY_CACHE_MS:
+            return cached[0], True
+        types = tuple(self.job_types(tenant_id))
+        with self._lock:
+            self._directories.pop(tenant_id, None)
+            if types:
+                if len(self._directories) >= MEMORY_ENTRIES:  # bounded: the oldest read goes
+                    self._directories.pop(next(iter(self._directories)))
+                self._directories[tenant_id] = (types, now)
+        return types, False
 
     def list(
         self,
