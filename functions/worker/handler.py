@@ -162,7 +162,9 @@ def _router(rt, dispatch):
             attempts=PUBLISH_ATTEMPTS,
         )
 
-    return StreamRouter(dispatch, publisher.handle, keep, count=record_event)
+    return StreamRouter(
+        dispatch, publisher.handle, keep, count=record_event, events=settings.event_bus is not None
+    )
 
 
 @after_restore

@@ -183,6 +183,9 @@ CATALOGUE_CACHE_MS = 5_000
 #: work reads it again before answering none, so a new job type waits at most this long for a
 #: claim, and only while the types already known have work.
 DIRECTORY_CACHE_MS = 5_000
+#: How many tenants' directories one engine keeps at most (up to 100 types of 256 characters
+#: each: about 30 MB at the worst); older reads go first, and those past their time on any read.
+DIRECTORY_CACHE_ENTRIES = 1_000
 
 # ------------------------------------------------------------------ the approval gate
 

@@ -106,3 +106,40 @@ def test_a_tenant_with_no_job_type_yet_is_read_every_time(ddb, spec, clock):
     Engine(client=ddb, spec=spec, clock=clock).enqueue(T, "first", "refund", H)
     assert engine.claim_next(T, "w1").operation_id == "first"
     assert counted.directory == 2
+
+
+def test_the_directory_is_read_again_after_a_tenant_erasure_and_on_a_clock_gone_back(ddb, spec, clock):
+    """What a claim read of a directory is dropped when the same engine erases the tenant, and not
+    trusted from a time the engine's clock has not reached."""
+    setup = Engine(client=ddb, spec=spec, clock=clock)
+    setup.enqueue(T, "r-1", "refund", H)
+    setup.enqueue(T, "r-2", "refund", H)
+    counted = Reads(ddb)
+    engine = Engine(client=counted, spec=spec, clock=clock, rng=random.Random(3))
+    clock.advance(10)
+    assert engine.claim_next(T, "w1") is not None and counted.directory == 1
+    clock.advance(-5)  # a clock that went back (an engine's clock moved by a test or a bench)
+    assert engine.claim_next(T, "w1") is not None and counted.directory == 2
+    clock.advance(5)
+    assert T in engine._reads._directories
+    engine.erase_tenant(T, limit=100, cursor=None)
+    # The erased tenant's job-type names are not kept (white box: the cache itself).
+    assert T not in engine._reads._directories
+    assert engine.claim_next(T, "w1") is None  # both claimed: the erasure holds them
+    assert counted.directory == 3  # read afresh, and trusted: no second read before none
+
+
+def test_directories_past_their_time_are_not_kept(ddb, spec, clock):
+    """The cache holds only directories within their time: reading one drops those past it."""
+    from leasefence.limits import DIRECTORY_CACHE_MS
+
+    setup = Engine(client=ddb, spec=spec, clock=clock)
+    engine = Engine(client=ddb, spec=spec, clock=clock, rng=random.Random(3))
+    for tenant in ("t1", "t2", "t3"):
+        setup.enqueue(tenant, "op", "refund", H)
+        engine.claim_next(tenant, "w1")
+    assert list(engine._reads._directories) == ["t1", "t2", "t3"]
+    clock.advance(DIRECTORY_CACHE_MS)
+    setup.enqueue("t4", "op", "refund", H)
+    engine.claim_next("t4", "w1")
+    assert list(engine._reads._directories) == ["t4"]

@@ -57,7 +57,7 @@ def _batch(engine, clock, stream):
     return {"Records": records}
 
 
-def _router(engine, handler, publish, keep, handoff=None):
+def _router(engine, handler, publish, keep, handoff=None, events=True):
     worker = Worker(
         EngineBackend(engine, ["acme"]),
         # op-c is a retry: reconciled first (nothing was done), then run.
@@ -72,7 +72,11 @@ def _router(engine, handler, publish, keep, handoff=None):
 
     dispatch = StreamDispatch(worker, engine, ["acme"], count=count, handoff=handoff)
     slept: list[float] = []
-    return StreamRouter(dispatch, publish, keep, count=count, sleep=slept.append), counted, slept
+    return (
+        StreamRouter(dispatch, publish, keep, count=count, sleep=slept.append, events=events),
+        counted,
+        slept,
+    )
 
 
 def test_the_shared_mapping_reads_once_for_both_within_five_filters(aws, table, engine, clock):
@@ -95,6 +99,26 @@ def test_the_shared_mapping_reads_once_for_both_within_five_filters(aws, table, 
     passed = [r for r in records if filters.passes(shared.filters, r)]
     assert len(wanted) == 6 and all(r in passed for r in wanted)  # a superset of both
     assert len(passed) < len(records)  # and still a filter (claims, heartbeats, directory: out)
+
+
+def test_without_events_the_router_hands_the_publisher_only_operations_enqueued_before(
+    aws, table, engine, clock
+):
+    """events=False: the batch's work is dispatched as ever, and the publisher gets none of the
+    records the batch brought (op-c's retry came for dispatch; op-a's end would not come at
+    all without events): what its own mapping would pass it."""
+    stream = Stream(aws, table.table_name)
+    event = _batch(engine, clock, stream)
+    published: list[str] = []
+
+    def publish(record):
+        published.append(record["dynamodb"]["Keys"]["operation_id"]["S"])
+        return "recorded"
+
+    route, counted, _ = _router(engine, lambda job: "ran", publish, lambda records: None, events=False)
+    assert route.handle(event) == {"batchItemFailures": []}
+    assert [engine.get("acme", op).outcome_code for op in ("op-b", "op-c")] == ["ran", "ran"]
+    assert published == [] and counted["StreamDispatched"] == 2  # with events: op-a and op-c
 
 
 def test_a_publisher_failure_does_not_delay_a_dispatch(aws, table, engine, clock):

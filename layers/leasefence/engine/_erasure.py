@@ -390,6 +390,7 @@ class Eraser:
         phase, position, held_before, shard = _decode_erasure_cursor(cursor)
         since = self.hold_tenant(tenant_id)
         self.enqueuer.forget_tenant(tenant_id)  # its directory is about to go
+        self.reads.forget(tenant_id)  # and what a claim read of it
         ctx.catalogue.forget(tenant_id)  # its catalogue goes with its rows
         if phase == "rows":
             resume = self.erase_rows(tenant_id, limit, position, held_before, shard, result)

@@ -11,7 +11,7 @@ from leasefence import keys, listing
 from leasefence.engine import _payload_items as payload_items
 from leasefence.engine._context import EngineContext
 from leasefence.errors import NotFound
-from leasefence.limits import DIRECTORY_CACHE_MS, MAX_LIST_PAGE, MEMORY_ENTRIES
+from leasefence.limits import DIRECTORY_CACHE_ENTRIES, DIRECTORY_CACHE_MS, MAX_LIST_PAGE
 from leasefence.model import Operation, Page, State
 from leasefence.validation import validate_id, validate_limit
 
@@ -64,16 +64,25 @@ class Reads:
         now = self.ctx.clock()
         with self._lock:
             cached = self._directories.get(tenant_id)
-        if not fresh and cached is not None and now - cached[1] < DIRECTORY_CACHE_MS:
+        if not fresh and cached is not None and 0 <= now - cached[1] < DIRECTORY_CACHE_MS:
             return cached[0], True
         types = tuple(self.job_types(tenant_id))
         with self._lock:
             self._directories.pop(tenant_id, None)
+            # In the order they were read: the oldest go first, past their time or over the cap.
+            while self._directories and (
+                len(self._directories) >= DIRECTORY_CACHE_ENTRIES
+                or now - next(iter(self._directories.values()))[1] >= DIRECTORY_CACHE_MS
+            ):
+                self._directories.pop(next(iter(self._directories)))
             if types:
-                if len(self._directories) >= MEMORY_ENTRIES:  # bounded: the oldest read goes
-                    self._directories.pop(next(iter(self._directories)))
                 self._directories[tenant_id] = (types, now)
         return types, False
+
+    def forget(self, tenant_id: str) -> None:
+        """Drop what this engine read of ``tenant_id``'s directory (its erasure)."""
+        with self._lock:
+            self._directories.pop(tenant_id, None)
 
     def list(
         self,

@@ -59,7 +59,9 @@ Record = Mapping[str, Any]
 class StreamRouter:
     """``dispatch``: a :class:`~leasefence.worker.dispatch.StreamDispatch` (``claim``, ``start``);
     ``publish``: the publisher's ``handle`` (raises to have a record done again); ``keep``:
-    writes records it gave up on to the on-failure bucket (raises when it cannot)."""
+    writes records it gave up on to the on-failure bucket (raises when it cannot); ``events``:
+    whether the service publishes outcome events (without, the publisher gets only the records of
+    operations enqueued before: :func:`leasefence.streams.filters.publisher_filters`)."""
 
     def __init__(
         self,
@@ -69,6 +71,7 @@ class StreamRouter:
         count: MetricSink | None = None,
         sleep: Callable[[float], None] = time.sleep,
         now: Callable[[], float] = time.time,
+        events: bool = True,
     ) -> None:
         self.dispatch = dispatch
         self.publish = publish
@@ -77,7 +80,9 @@ class StreamRouter:
         self.sleep = sleep
         self.now = now
         self.dispatch_filters = filters.dispatch_filters(sorted(dispatch.tenants))
-        self.publisher_filters = filters.publisher_filters()
+        #: What the publisher gets: as its own mapping would pass it (``events`` False: only the
+        #: records of operations enqueued before, whatever else the batch brought for dispatch).
+        self.publisher_filters = filters.publisher_filters(events)
 
     def handle(
         self, event: Mapping[str, Any], remaining_ms: Callable[[], int] | None = None

@@ -139,6 +139,33 @@ def test_traces_follow_the_default_sampling_at_the_volume() -> None:
     assert _lines(bill)["xray_traces"] == pytest.approx(3 * 5.00)
 
 
+def test_a_function_tallied_in_two_parts_is_sampled_as_one() -> None:
+    """``publisher`` and ``publisher+events`` are one function: one sampling of its invocations
+    (the first each second, then 5%), not one for each part."""
+    measured = _profiles_measured()
+    a = Assumptions(volume=100 * M, tracing=True, events=True, log_level="WARNING")
+    whole = allin.leasefence_profile("http_workers", measured, a)
+    split = copy.deepcopy(measured)
+    for name in ("http_workers", "worker_function"):
+        functions = split["profiles"][name]["functions"]
+        if "publisher" in functions:
+            half = copy.deepcopy(functions["publisher"])
+            for key in ("invocations", "cpu_ms", "emf_bytes", "emf_lines", "wcu", "rcu", "wcu_index"):
+                if key in half:
+                    half[key] = half[key] / 2
+                    functions["publisher"][key] = functions["publisher"][key] / 2
+            half["requests"] = {k: v / 2 for k, v in half["requests"].items()}
+            functions["publisher"]["requests"] = dict(half["requests"])
+            half["log_bytes"] = {k: v / 2 for k, v in half["log_bytes"].items()}
+            functions["publisher"]["log_bytes"] = dict(half["log_bytes"])
+            half["log_lines"] = {k: v / 2 for k, v in half["log_lines"].items()}
+            functions["publisher"]["log_lines"] = dict(half["log_lines"])
+            functions["publisher" + allin.EVENTS_ONLY] = half
+    parts = allin.leasefence_profile("http_workers", split, a)
+    assert parts["lines"]["xray_traces"] == pytest.approx(whole["lines"]["xray_traces"], rel=1e-3)
+    assert parts["total"] == pytest.approx(whole["total"], abs=0.011)
+
+
 def test_provisioned_capacity_prices_the_same_units_as_capacity_hours() -> None:
     on_demand = _lines(_bill())
     provisioned = _lines(_bill(capacity="provisioned"))

@@ -110,4 +110,3 @@ def test_bounded_torture_run_with_every_feature_on_has_no_violation():
     )  # inline, ended 30+ days before
     assert months["ttl_deleted_within_window"] == 0
     assert months["identities_deleted_after_window"] == months["ended_identities"] > 0
-

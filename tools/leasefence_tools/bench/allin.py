@@ -355,7 +355,8 @@ class Bill:
         )
         self.logs(component, log, times)
         traces = sum(
-            n.get("invocations", 0) * self.traced_share.get(f, 0.0) for f, n in functions.items()
+            n.get("invocations", 0) * self.traced_share.get(f.removesuffix(EVENTS_ONLY), 0.0)
+            for f, n in functions.items()
         )
         self.add(component, "xray_traces", traces * times * usd("xray_trace_recorded"))
 
@@ -469,11 +470,14 @@ def leasefence_profile(profile: str, measured: dict[str, Any], a: Assumptions) -
     monthly = _monthly_windows(profile, measured, a)
     # Invocations a month, per function, for the trace sampling.
     per_month: dict[str, float] = {}
+    # (one function's invocations tallied apart, ``<name>+events``, are still one function's)
     for _, w, times in per_lifecycle:
-        for f, n in bill.functions(w).items():
+        for name, n in bill.functions(w).items():
+            f = name.removesuffix(EVENTS_ONLY)
             per_month[f] = per_month.get(f, 0.0) + n.get("invocations", 0) * times * a.volume
     for _, w, times in monthly:
-        for f, n in bill.functions(w).items():
+        for name, n in bill.functions(w).items():
+            f = name.removesuffix(EVENTS_ONLY)
             per_month[f] = per_month.get(f, 0.0) + n.get("invocations", 0) * times
     bill.traced_share = {f: traced_share(n, a.tracing) for f, n in per_month.items()}
 
