@@ -164,12 +164,11 @@ class Claimer:
         else:
             for job_type in types:
                 spread.note_poll(tenant_id, job_type, found=False)
-            # Searched the directory an earlier claim read: first the types added since.
-            added = known and tuple(
-                t for t in self.reads.directory(tenant_id, fresh=True)[0] if t not in types
-            )
-            if added:
-                return self.search(tenant_id, worker_id, lease_ms, added, token, marker)
+            if known:  # searched the directory an earlier claim read: the types added since
+                now_known, _ = self.reads.directory(tenant_id, fresh=True)
+                added = tuple(t for t in now_known if t not in types)
+                if added:
+                    return self.search(tenant_id, worker_id, lease_ms, added, token, marker)
         return claim
 
     def resume(

@@ -289,10 +289,9 @@ class Engine:
         Reads only this tenant's ``due`` partitions of the job types asked for (all the types in
         the tenant's directory when ``job_types`` is None: as this engine read it within
         :data:`~leasefence.limits.DIRECTORY_CACHE_MS`, and read again before answering None), a
-        page at a time, partitions in random
-        order; tries candidates in random order and moves on when another claimer wins one. Due
-        work of other job types is never read, so it cannot hide the work asked for. Returns None
-        when nothing is claimable.
+        page at a time, partitions in random order; tries candidates in random order and moves
+        on when another claimer wins one. Due work of other job types is never read, so it cannot
+        hide the work asked for. Returns None when nothing is claimable.
 
         An entry of a claimed operation is due when its lease (as last filed) lapsed: either its
         holder is gone (a takeover) or heartbeats extended the lease past the entry. The item
