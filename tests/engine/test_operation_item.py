@@ -15,6 +15,7 @@ T = "acme"
 H = "sha256:" + "7" * 64
 ENTRY = {"target_class": "B", "max_attempts": 3, "lease_seconds": 30, "max_lease_seconds": 120}
 GATED = {"target_class": "C", "max_attempts": 2, "approval_required": True}
+TRACE = TraceContext("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "vendor=value")
 
 
 def _operations(engine) -> list[dict]:
@@ -87,6 +88,7 @@ def test_the_item_type_names_every_attribute_the_engine_writes(aws, engine, cloc
     # A producer's trace context (issue 36) is kept with the operation.
     context = TraceContext("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "vendor=value")
     engine.enqueue(T, "e", "other", H, trace_context=context)
+    snap("e")  # (the end drops it: only a claim hands it on)
     engine.cancel(T, "e")
     snap("e")
     kept = canonicalize({"kept": 1})  # a payload kept in the item
@@ -124,7 +126,19 @@ def test_the_index_attributes_are_the_schemas_constants():
 
 #: What only a live operation needs: every write that ends one removes it (the ended item stays
 #: for the identity retention, 400 days by default, and is billed for every byte it keeps).
-LIVE_ONLY = ("checkpoint", "lease_ms", "claimed_from", "claimed_at", "attempt_budget", schema.DUE_HOME)
+LIVE_ONLY = (
+    "checkpoint",
+    "lease_ms",
+    "lease_default_ms",
+    "lease_max_ms",
+    "claimed_from",
+    "claimed_at",
+    "traceparent",
+    "tracestate",
+    "attempt_budget",
+    schema.DUE_HOME,
+    "hb",
+)
 
 
 def test_every_end_drops_what_only_a_live_operation_needs(engine):
@@ -142,12 +156,32 @@ def test_every_end_drops_what_only_a_live_operation_needs(engine):
         ),
     }  # fmt: skip
     for name, end in ends.items():
-        engine.enqueue(T, name, "refund", H, actor="producer")
+        engine.enqueue(T, name, "refund", H, actor="producer", trace_context=TRACE)
         claim = engine.claim(T, name, "w1", claim_token=f"tok-{name}")
         engine.heartbeat(T, name, claim.fence, "w1", checkpoint={"step": 1})
         live = engine.store.get({"tenant_id": T, "operation_id": name})
-        assert {"claimed_at", "lease_ms"} <= set(live), name  # what the end must drop is there
+        # What the end must drop is there (hb: the history's byte count).
+        assert set(LIVE_ONLY) - {"checkpoint", "attempt_budget"} <= set(live), name
         end(name, claim.fence)
         item = engine.store.get({"tenant_id": T, "operation_id": name})
         assert item["state"] in ("succeeded", "failed_terminal"), name
         assert not set(LIVE_ONLY) & set(item), (name, set(LIVE_ONLY) & set(item))
+
+
+def test_an_operator_end_before_any_claim_drops_them_too(engine):
+    engine.catalogue.put(T, "refund", ENTRY)
+    engine.catalogue.put(T, "payout", GATED)
+    engine.enqueue(T, "cancelled", "refund", H, actor="producer", trace_context=TRACE)
+    stored = {"payload_ref": "stored/1", "payload_inline": True}  # the gate binds a stored one
+    engine.enqueue(T, "rejected", "payout", H, actor="producer", trace_context=TRACE, **stored)
+    for name in ("cancelled", "rejected"):
+        live = engine.store.get({"tenant_id": T, "operation_id": name})
+        what = {"lease_default_ms", "lease_max_ms", "hb", "traceparent", "tracestate"}
+        assert what <= set(live), name
+    engine.cancel(T, "cancelled", actor="ops")
+    engine.reject(T, "rejected", actor="approver", note="no")
+    for name in ("cancelled", "rejected"):
+        item = engine.store.get({"tenant_id": T, "operation_id": name})
+        assert item["state"] in ("cancelled", "failed_terminal"), name
+        assert not set(LIVE_ONLY) & set(item), (name, set(LIVE_ONLY) & set(item))
+        assert engine.history(T, name).entries[-1]["transition"] in ("cancel", "reject"), name

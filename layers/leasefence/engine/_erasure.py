@@ -80,6 +80,8 @@ SLIMMED_AWAY = (
     "lease_ms",
     "lease_default_ms",
     "lease_max_ms",
+    "traceparent",
+    "tracestate",
     "attempt_budget",
     "#home_",
 )
@@ -134,8 +136,9 @@ def purge_one(ctx: EngineContext, item: OperationItem) -> bool:
     failure, park or rejection reason; no replay reads it); ``checkpoint``, ``intent`` (the
     handler's and a class-D holder's notes for a later claim: a final state is never claimed
     again; the completion already dropped the checkpoint); ``claimed_at``, ``claimed_from``,
-    ``lease_ms``, ``lease_default_ms``, ``lease_max_ms``, ``attempt_budget``, the due home (what
-    only a live operation needs; items ended before their end dropped them may carry them);
+    ``lease_ms``, ``lease_default_ms``, ``lease_max_ms``, ``traceparent``, ``tracestate``,
+    ``attempt_budget``, the due home (what only a live operation needs; items ended before their
+    end dropped them may carry them);
     ``payload_json`` (the purge itself).
 
     Set: ``hx``, when the history expired (ms): ``GET .../history`` answers an empty page and
