@@ -43,7 +43,8 @@ Layout (one item per operation):
   :func:`keys.catalogue_id`) and one settings item (:data:`keys.SETTINGS_ID`) in the tenant's
   partition, in no index (see :mod:`leasefence.catalogue`). An operation of a catalogued type
   carries ``job_type_version``, ``lease_default_ms`` and ``lease_max_ms`` (not projected: the
-  claim's write reads them from the item).
+  claim's write reads them from the item; the lease bounds until it ends, as everything only a
+  live operation needs: :meth:`leasefence.engine._expr.Expr.end_of_life`).
 
 Retention: an operation item carries no TTL while it can still change. When it ends
 (``succeeded`` or ``failed_terminal``) it gets ``expires_at_epoch_s`` = end + the identity

@@ -34,6 +34,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+from leasefence import hash_form
 from leasefence.errors import (
     InvalidInput,
     ItemTooLarge,
@@ -106,9 +107,14 @@ def _plain(value: Any) -> Any:
 
 
 def from_item(item: Mapping[str, Any] | None) -> Item | None:
+    """An item as the table answers it, in plain Python values (numbers as ``int`` where they
+    are whole) and its payload hash in the text form, whichever form it is stored in
+    (:mod:`leasefence.hash_form`)."""
     if item is None:
         return None
-    return {k: _plain(_DESERIALIZER.deserialize(v)) for k, v in item.items()}
+    plain = {k: _plain(_DESERIALIZER.deserialize(v)) for k, v in item.items()}
+    hash_form.read(plain)
+    return plain
 
 
 def to_item(values: Mapping[str, Any]) -> dict[str, Any]:

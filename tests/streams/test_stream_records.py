@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from leasefence import Engine, history, keys
+from leasefence import Engine, hash_form, history, keys
 from leasefence.clock import ManualClock
 from leasefence_tools.local.events import Subscription
 from leasefence_tools.local.streams import lambda_record
@@ -491,3 +491,22 @@ def test_the_publisher_compacts_a_long_history_on_the_records_it_gets(aws, table
     assert len(item["h"]) <= history.COMPACT_AT and item["hd"] == 76 - len(item["h"])
     assert engine.history("acme", "op-1") == before  # the same answer
     assert engine.store.get({"tenant_id": "acme", "operation_id": keys.history_id("op-1")}) is None
+
+
+def test_a_digest_payload_hash_reads_as_text_in_the_records(aws, table, engine):
+    """An item whose payload hash is stored as its 32-byte digest (leasefence.hash_form): its
+    records' images (binary values base64-encoded, as Lambda delivers them) read it as text."""
+    stream = Stream(aws, table.table_name)
+    engine.enqueue("acme", "op-1", "refund", H)
+    engine.store.client.update_item(
+        TableName=table.table_name,
+        Key={"tenant_id": {"S": "acme"}, "operation_id": {"S": "op-1"}},
+        UpdateExpression="SET payload_hash = :b",
+        ExpressionAttributeValues={":b": {"B": hash_form.as_digest(H)}},
+    )
+    claim = engine.claim("acme", "op-1", "w1", lease_ms=5_000)
+    engine.complete("acme", "op-1", claim.fence, "done")
+    changes = [records.parse(r) for r in stream.new()]
+    images = [c.new for c in changes if c.is_operation and c.new is not None]
+    stored = [r for r in images if r.get("seq", 0) >= 2]  # the claim's and the completion's
+    assert len(stored) == 2 and {i["payload_hash"] for i in images} == {H}

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from leasefence import hash_form
 from leasefence.history import ITEM_BYTES, ITEM_HISTORY
 from leasefence.item_budget import history_bytes
 from leasefence.limits import HISTORY_ROOM, HISTORY_ROOM_BYTES, PURGE_BEFORE_TTL_MS
@@ -79,7 +80,9 @@ LEASE_ALLOWED = "(attribute_not_exists(lease_max_ms) OR lease_max_ms >= :lease)"
 #: Still filed in the index whose partition key ``#pk`` names.
 IN_INDEX = "attribute_exists(#pk)"
 
-SAME_PAYLOAD = "payload_hash = :h"
+#: The item's payload hash is ``:h`` (text) or ``:h_digest`` (the same as 32 bytes): either
+#: stored form (:func:`leasefence.hash_form.condition_values` binds both).
+SAME_PAYLOAD = hash_form.SAME
 APPROVAL_WINDOW_OPEN = "approval_expires_at > :now"
 APPROVAL_WINDOW_CLOSED = "approval_expires_at <= :now"
 NOT_SELF_APPROVAL = "(attribute_not_exists(enqueued_by) OR enqueued_by <> :actor)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from leasefence import history
+from leasefence import hash_form, history
 from leasefence.engine import _expr as x
 from leasefence.engine import _payload_items as payload_items
 from leasefence.engine import _rules as rules
@@ -142,7 +142,7 @@ class ApprovalGate:
             {
                 ":queued": State.QUEUED.value,
                 ":awaiting": State.AWAITING_APPROVAL.value,
-                ":h": payload_hash,
+                **hash_form.condition_values(payload_hash),  # either stored form
                 ":now": ctx.clock(),
                 ":actor": actor,
                 ":tr": Transition.APPROVE.value,

@@ -126,8 +126,9 @@ def parse(record: Mapping[str, Any]) -> Change:
 
 def _binary_decoded(image: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """An image with its binary values as bytes: a stream record's JSON carries them base64
-    encoded, boto3's deserializer takes bytes. The table's only binary attribute is a packed
-    payload item's ``payload_z``, at the top of its item."""
+    encoded, boto3's deserializer takes bytes. The table's binary attributes are a packed
+    payload item's ``payload_z`` and an operation's ``payload_hash`` in its digest form
+    (:mod:`leasefence.hash_form`), both at the top of their items."""
     if image is None:
         return None
     return {

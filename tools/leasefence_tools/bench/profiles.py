@@ -67,6 +67,7 @@ from typing import Any
 
 from leasefence.engine._spread import Hint, hint_item
 from leasefence.history import ITEM_HISTORY_EXPIRED
+from leasefence.store import from_item
 from leasefence.worker import FunctionHandler, Job
 from leasefence_tools.bench import units as U
 from leasefence_tools.bench.allin import EVENTS_ONLY
@@ -578,7 +579,8 @@ def _run_all(
         operation = item(tenant, op)
         kept = None
         if operation is not None and "payload_hash" in operation:
-            kept = item(tenant, keys.payload_id(op, operation["payload_hash"]["S"]), op)
+            text = (from_item(operation) or {})["payload_hash"]  # as text, in either form
+            kept = item(tenant, keys.payload_id(op, text), op)
             expiry = (kept or {}).get(TTL_ATTRIBUTE, {}).get("N")
             if kept is not None and at_ms is not None and expiry and int(expiry) * 1000 <= at_ms:
                 kept = None  # past its expiry: gone for the bill
