@@ -39,6 +39,8 @@ def test_the_meter_refuses_past_the_limit_and_forgets_it_the_next_second():
     assert meter.stats["partition_throttled_by_reason"] == {
         "TableWriteKeyRangeThroughputExceeded": 2
     }
+    # Each refusal counted in its window (the meter clock's whole second): both in second 100.
+    assert meter.stats["partition_throttled_by_window"] == {"100": 2}
     # A charge that would pass the limit is refused once some of it is used, not on a fresh window.
     big = Charge("t", None, '{"S": "k"}', "Write", 7.0)
     assert meter.refusal([big]) is None

@@ -145,6 +145,9 @@ class PartitionMeter:
                     where = self.stats.setdefault("partition_throttled_by_partition", {})
                     name = f"{charge.index or 'table'} {charge.kind.lower()} {charge.partition}"
                     where[name] = where.get(name, 0) + 1
+                    # In which meter window (its number from the meter clock's zero).
+                    windows = self.stats.setdefault("partition_throttled_by_window", {})
+                    windows[str(self._window)] = windows.get(str(self._window), 0) + 1
                     return charge
                 pending[charge.slot] = pending.get(charge.slot, 0.0) + charge.units
             return None
