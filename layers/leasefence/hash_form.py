@@ -49,10 +49,10 @@ def read(item: MutableMapping[str, Any]) -> None:
         item[ATTRIBUTE] = as_text(item[ATTRIBUTE])
 
 
-def condition_values(text: str, name: str = ":h") -> dict[str, Any]:
-    """Values for a condition that the stored hash is ``text`` in either form:
-    ``(payload_hash = :h OR payload_hash = :h_digest)`` (:data:`SAME`)."""
-    return {name: text, f"{name}_digest": as_digest(text)}
+def condition_values(text: str) -> dict[str, Any]:
+    """The values :data:`SAME` names (``:h``, ``:h_digest``): the stored hash is ``text`` in
+    either form."""
+    return {":h": text, ":h_digest": as_digest(text)}
 
 
 #: The item's hash is the one in :func:`condition_values` (either form).

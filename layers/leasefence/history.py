@@ -88,7 +88,7 @@ from leasefence.limits import (
     MAX_ENTRY_TEXT_LENGTH,
     MAX_HISTORY_ENTRIES,
 )
-from leasefence.model import State, Transition
+from leasefence.model import TERMINAL_STATES, State, Transition
 from leasefence.schema import DUE_SK, OperationItem
 from leasefence.store import ConditionFailed, Key, Store
 from leasefence.stored import cut_bytes, stored_id
@@ -192,7 +192,8 @@ COMPACT_AT = MAX_ENTRIES + 10
 #: changes it: set by the enqueue, a compaction and an erasure, raised by each entry's own write.
 #: An item enqueued before it existed counts only the entries appended since (its list stays
 #: bounded by its count, :data:`HISTORY_ROOM`, as before) until its first compaction writes the
-#: exact figure; for every item enqueued since, ``hb`` is the list's size.
+#: exact figure; for every item enqueued since, ``hb`` is the list's size while the operation
+#: lives (the write that ends it removes ``hb``; a compaction after that writes it again).
 ITEM_BYTES = "hb"
 #: A reason or note in an entry in the item is also cut to this many bytes (UTF-8; whole
 #: characters): 256 characters of any script up to three bytes each fit.
@@ -395,11 +396,20 @@ def needs_room(item: Mapping[str, Any] | None) -> bool:
     return item is not None and _over(item, HISTORY_ROOM - 1, HISTORY_ROOM_BYTES - 1)
 
 
+_ENDED = frozenset(s.value for s in TERMINAL_STATES)
+
+
 def _over(item: Mapping[str, Any], entries: int, size: int) -> bool:
-    """Whether the list holds more than ``entries`` entries or ``hb`` is above ``size``."""
-    if not item.get(ITEM_HISTORY):
+    """Whether the list holds more than ``entries`` entries or more than ``size`` bytes (``hb``;
+    measured on the list for an ended item, whose end removed ``hb``; an item enqueued before
+    ``hb`` existed counts as before: its list is bounded by its count)."""
+    listed = item.get(ITEM_HISTORY)
+    if not listed:
         return False
-    return len(item[ITEM_HISTORY]) > entries or int(item.get(ITEM_BYTES, 0)) > size
+    counted = item.get(ITEM_BYTES)
+    if counted is None and item.get("state") in _ENDED:
+        counted = history_bytes(listed)
+    return len(listed) > entries or int(counted or 0) > size
 
 
 def make_room(store: Store, item: Mapping[str, Any]) -> bool:

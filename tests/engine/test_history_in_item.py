@@ -331,3 +331,19 @@ def test_an_entry_that_cannot_be_derived_yet_is_not_shown_with_its_fence_missing
     )  # fmt: skip
     engine.claim(T, "op-2", "w1")
     assert engine.history(T, "op-2") == history.HistoryPage(entries=[], next_cursor=None)
+
+
+def test_an_ended_history_over_its_bytes_is_compacted_though_the_end_dropped_its_count(engine):
+    """The end removes ``hb`` (only a claim's or a requeue's room check reads it); the
+    publisher's compaction of the end's record still finds a history over its bytes (under its
+    count) by measuring the list."""
+    engine.enqueue(T, "op-1", "refund", H, max_attempts=1)
+    _loop(engine, "op-1", 9, reason="€" * 256)  # about 1.6 KB a round: over 12 KiB, 27 entries
+    claim = engine.claim(T, "op-1", "w", lease_ms=1_000)
+    engine.complete(T, "op-1", claim.fence, "done")
+    ended = raw(engine, "op-1")
+    assert history.ITEM_BYTES not in ended and len(ended[history.ITEM_HISTORY]) < history.COMPACT_AT
+    assert history.compact(engine.store, ended)
+    compacted = raw(engine, "op-1")
+    assert len(compacted[history.ITEM_HISTORY]) < len(ended[history.ITEM_HISTORY])
+    assert engine.history(T, "op-1").entries[-1]["transition"] == "complete"

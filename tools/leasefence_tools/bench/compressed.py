@@ -182,8 +182,9 @@ def run(
                 worker_id=f"w{i}",
                 lease_ms=lease_ms,
                 idle_sleep_ms=20,
-                # Backing off when idle, as a worker does: the 20 ms polls that keep up with the
-                # load, doubled after each empty one up to the in-process worker's default wait.
+                # Backing off when idle, as a worker does: waits of up to 20 ms that keep up with
+                # the load, the cap doubled after each empty poll up to the in-process worker's
+                # default wait (each wait drawn between half the cap and the cap).
                 # Without it the idle workers' polls while the run checks its operations after
                 # the load (3 workers, 50 a second each, at C = 500 standing for 75,000 a second,
                 # all on due shard 0 once the spread fell) were counted as the load's throttles.

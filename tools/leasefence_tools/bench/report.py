@@ -444,7 +444,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                 "succeeded",
                 "throttled_requests",
             )
-        } | {"throttled_by_partition": run["throttled_by_partition"]}
+        } | {k: run[k] for k in ("throttled_by_partition", "throttled_by_window")}
     report["meta"] = {
         "quick": quick,
         "parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(p).items()},
