@@ -17,14 +17,14 @@ the hash names both forms (:func:`condition_values`).
 
 from __future__ import annotations
 
-import re
 from collections.abc import MutableMapping
 from typing import Any, Final
+
+from leasefence.validation import HASH_RE
 
 ATTRIBUTE: Final = "payload_hash"
 PREFIX: Final = "sha256:"
 DIGEST_BYTES: Final = 32
-_TEXT = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def as_text(value: Any) -> Any:
@@ -38,7 +38,7 @@ def as_text(value: Any) -> Any:
 
 def as_digest(text: str) -> bytes:
     """The digest form of a text hash (``sha256:`` and 64 lowercase hex digits)."""
-    if not _TEXT.fullmatch(text):
+    if not HASH_RE.fullmatch(text):
         raise ValueError("not a sha256: hash of 64 lowercase hex digits")
     return bytes.fromhex(text[len(PREFIX) :])
 

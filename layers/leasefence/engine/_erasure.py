@@ -68,23 +68,7 @@ def kept_in_item(item: Mapping[str, Any]) -> bool:
 #: What the slimming write removes from an ended operation's item once its history retention
 #: (the payload retention: one knob) is over; see :func:`purge_one` for the decision on every
 #: attribute. ``h``/``hd``: the history list and its dropped count.
-SLIMMED_AWAY = (
-    "#h_",
-    "#hd_",
-    "#hb_",
-    "reason",
-    "checkpoint",
-    "intent",
-    "claimed_at",
-    "claimed_from",
-    "lease_ms",
-    "lease_default_ms",
-    "lease_max_ms",
-    "traceparent",
-    "tracestate",
-    "attempt_budget",
-    "#home_",
-)
+SLIMMED_AWAY = ("#h_", "#hd_", "reason", "intent", *x.LIVE_ONLY)
 
 
 def slims(item: OperationItem) -> bool:

@@ -49,6 +49,22 @@ HISTORY_HAS_ROOM = (
 )
 #: The history's byte count raised by the entry a write appends (``:hb_n``: its bytes).
 HISTORY_COUNTED = "#hb_ = if_not_exists(#hb_, :hb_zero) + :hb_n"
+#: What only a live operation needs, removed by every write that ends one (and by the slimming
+#: of one that ended before): see :meth:`Expr.end_of_life`. ``#home_``: the due home, ``#hb_``:
+#: the history's byte count.
+LIVE_ONLY = (
+    "checkpoint",
+    "lease_ms",
+    "lease_default_ms",
+    "lease_max_ms",
+    "claimed_from",
+    "claimed_at",
+    "traceparent",
+    "tracestate",
+    "attempt_budget",
+    "#home_",
+    "#hb_",
+)
 #: An item under this key exists (an update never creates one).
 EXISTS = "attribute_exists(#op)"
 #: Not an operation item (a claim-next marker is written under its own key, never onto one).
@@ -165,10 +181,10 @@ class Expr:
         has no gap and no entry out of order (:mod:`leasefence.history`)."""
         self.names.update({"#h_": ITEM_HISTORY, "#hb_": ITEM_BYTES})
         self.values.update({":h_entry": [dict(entry)], ":h_none": []})
-        if "#hb_" not in self.removes:  # (an end removes the count: :meth:`end_of_life`)
-            self.values.update({":hb_n": history_bytes([entry]), ":hb_zero": 0})
-            self.set(HISTORY_COUNTED)
-        return self.set("#h_ = list_append(if_not_exists(#h_, :h_none), :h_entry)")
+        self.values.update({":hb_n": history_bytes([entry]), ":hb_zero": 0})
+        return self.set(HISTORY_COUNTED).set(
+            "#h_ = list_append(if_not_exists(#h_, :h_none), :h_entry)"
+        )
 
     def history_room(self) -> str:
         """The condition that the history has room (:data:`HISTORY_HAS_ROOM`), its names and
@@ -205,19 +221,7 @@ class Expr:
         # compaction or erasure writes it again).
         self.names["#home_"] = DUE_HOME
         self._uncount_history()
-        return self.remove(
-            "checkpoint",
-            "lease_ms",
-            "lease_default_ms",
-            "lease_max_ms",
-            "claimed_from",
-            "claimed_at",
-            "traceparent",
-            "tracestate",
-            "attempt_budget",
-            "#home_",
-            "#hb_",
-        )
+        return self.remove(*LIVE_ONLY)
 
     def _uncount_history(self) -> None:
         """Drop :meth:`history`'s count of the entry's bytes (the end removes ``hb``): one
