@@ -146,6 +146,7 @@ ENGINE = {
     "MAX_JOB_TYPES",
     "MISSING",
     "TENANT_ERASURE_SETTLE_MS",
+    "closing_round",
     "validate_actor",
     "validate_id",
 }

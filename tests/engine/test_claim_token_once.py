@@ -63,7 +63,8 @@ def _claim_write(name, request):
 
 
 def _marker_write(name, request):
-    return name == "update_item" and "claimed_op" in request.get("UpdateExpression", "")
+    names = request.get("ExpressionAttributeNames") or {}
+    return name == "update_item" and "claimed_op" in names.values()
 
 
 @pytest.mark.parametrize(

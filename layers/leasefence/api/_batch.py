@@ -16,6 +16,7 @@ from aws_lambda_powertools.event_handler import Response
 from leasefence.api import errors, models_batch
 from leasefence.api._shared import Traceparent, Tracestate, answer
 from leasefence.api.security import Caller
+from leasefence.engine import closing_round
 from leasefence.errors import LeaseFenceError, Unavailable
 from leasefence.limits import CLAIM_BATCH_BUDGET_MS
 from leasefence.payloads import CanonicalPayload
@@ -45,6 +46,10 @@ def batch_answer(items: Sequence[Any], one: Callable[[Any], Response]) -> Respon
 
 def _raise(error: Exception) -> Response:
     raise error
+
+
+#: A close made, whose payload's expiry could not be written (its resend, a replay, writes it).
+_UNWRITTEN = Unavailable("closed, but its payload's expiry is not written yet: send it again")
 
 
 @dataclass(frozen=True)
@@ -136,9 +141,14 @@ def register_routes(
     def work_batch(body: models_batch.WorkBatchRequest):
         tenant = caller_of("workBatch").tenant_id
         # Closing writes first, then renewals, then claims: a worker's next claim comes after
-        # the close of the job it just ran, and a claim's lease runs from its own claim.
-        done = _finishes(one, tenant, body.finish)
-        renewed = _renewals(one, tenant, body.heartbeat)
-        return answer(
-            200, {"finish": done, "heartbeat": renewed, "claim": _claims(one, tenant, body.claim)}
-        )
+        # the close of the job it just ran, and a claim's lease runs from its own claim. In one
+        # round: a claim naming a close (`after`) writes its marker with that close's payload
+        # expiry; the expiries no claim wrote are written when it ends.
+        with closing_round() as closes:
+            done = _finishes(one, tenant, body.finish)
+            renewed = _renewals(one, tenant, body.heartbeat)
+            claimed = _claims(one, tenant, body.claim)
+        for index, result in enumerate(done):
+            if result["status"] == 200 and result["operation_id"] in closes.unwritten:
+                done[index] = item_result(result["operation_id"], partial(_raise, _UNWRITTEN))
+        return answer(200, {"finish": done, "heartbeat": renewed, "claim": claimed})

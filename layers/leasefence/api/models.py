@@ -38,7 +38,6 @@ from leasefence.api.models_errors import (  # noqa: F401  (the error answers' mo
     FieldProblem,
     GatewayErrorOut,
 )
-from leasefence.catalogue import MAX_SUMMARY_FIELDS, RUNBOOK_URL_PATTERN
 from leasefence.limits import (
     MAX_APPROVAL_VALID_SECONDS,
     MAX_ATTEMPTS,
@@ -226,7 +225,19 @@ class EnqueueRequest(_EnqueueFields):
         return self
 
 
+#: JSON Schema for "after needs a claim_token, and no operation_id" (a model validator enforces it).
+_AFTER_NEEDS_A_TOKEN: dict[str, Any] = {
+    "if": {"required": ["after"], "properties": {"after": {"type": "string"}}},
+    "then": {
+        "required": ["claim_token"],
+        "properties": {"claim_token": {"type": "string"}, "operation_id": {"type": "null"}},
+    },
+}
+
+
 class ClaimRequest(Strict):
+    model_config = ConfigDict(json_schema_extra=_AFTER_NEEDS_A_TOKEN)
+
     worker_id: Id
     lease_seconds: LeaseSeconds = Field(
         default=60,
@@ -248,6 +259,21 @@ class ClaimRequest(Strict):
         "no longer holds). Without it, a resend is a new claim. Scoped to the worker_id: "
         "another worker's token never matches",
     )
+    after: Id | None = Field(
+        default=None,
+        description="With claim_token and without operation_id: the operation this worker "
+        "closes in the same request (a finish item of `POST /v1/batch/work`). The token's marker "
+        "is then kept in that operation's stored payload, written with the payload's expiry "
+        "that the close sets anyway: one write unit less per claim. Send the same value with "
+        "every resend of the token (it says where the marker is); 404 when no operation has "
+        "that id",
+    )
+
+    @model_validator(mode="after")
+    def _after_needs_a_token(self) -> ClaimRequest:
+        if self.after is not None and (self.claim_token is None or self.operation_id is not None):
+            raise ValueError("after needs a claim_token, and no operation_id")
+        return self
 
 
 class HeartbeatRequest(Strict):
@@ -313,87 +339,6 @@ class ResolveRequest(Strict):
 
 class EraseRequest(Strict):
     """No fields: send `{}` (or no body). Unknown fields are refused like everywhere."""
-
-
-class JobTypeRequest(Strict):
-    """A job type's catalogue entry. Omitted fields take their defaults (not the old values):
-    a PUT declares the whole entry.
-
-    Two rules no JSON Schema can state are checked too (422 invalid_request): `lease_seconds`
-    must not exceed `max_lease_seconds` (with their defaults when omitted), and `payload_schema`
-    must be a JSON Schema leasefence can use (local `$ref`s only, patterns it can run)."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "allOf": [
-                _CLASS_D_ONE_ATTEMPT,
-                {
-                    "if": {
-                        "required": ["approval_required"],
-                        "properties": {"approval_required": {"const": True}},
-                    },
-                    "else": {"properties": {"approval_valid_seconds": {"type": "null"}}},
-                },
-                {
-                    # A summary names payload fields: it needs the gate and a schema to name.
-                    "if": {
-                        "required": ["approval_summary"],
-                        "properties": {"approval_summary": {"type": "array"}},
-                    },
-                    "then": {
-                        "required": ["approval_required", "payload_schema"],
-                        "properties": {
-                            "approval_required": {"const": True},
-                            "payload_schema": {"type": "object"},
-                        },
-                    },
-                },
-            ]
-        }
-    )
-
-    target_class: TargetClassName = Field(description="What the job type's target can enforce")
-    max_attempts: Attempts | None = Field(
-        default=None, description="The attempt budget (default 5; class D: 1)"
-    )
-    lease_seconds: LeaseSeconds = Field(
-        default=60, description="The lease of a claim that names none"
-    )
-    max_lease_seconds: LeaseSeconds = Field(
-        default=900, description="Longer leases asked for by a claim are cut to this"
-    )
-    owner: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT)
-    runbook_url: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=MAX_TEXT,
-        pattern=RUNBOOK_URL_PATTERN,
-        description="An http(s) URL",
-    )
-    approval_required: bool = False
-    approval_valid_seconds: ApprovalSeconds | None = Field(
-        default=None,
-        description="With approval_required: how long an approval may take (default 86400)",
-    )
-    payload_schema: dict[str, Any] | None = Field(
-        default=None,
-        description="A JSON Schema that inline payloads must match (local $refs only; at most "
-        "16 KiB). A job type with one refuses payloads by reference",
-    )
-    approval_summary: list[Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]] | None = Field(
-        default=None,
-        min_length=1,
-        max_length=MAX_SUMMARY_FIELDS,
-        description="With approval_required and payload_schema: the payload fields that the "
-        "approvers' inbox shows for each operation (GET /v1/approvals); each must be a property "
-        "payload_schema declares (a rule between two fields: 422 invalid_request otherwise)",
-    )
-    expected_version: Version | None = Field(
-        default=None,
-        description="Write only if the entry is at this version (0: only if it does not exist); "
-        "else 409 version_conflict",
-    )
-    request_token: RequestToken | None = None
 
 
 class SettingsRequest(Strict):

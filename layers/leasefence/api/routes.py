@@ -23,7 +23,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from leasefence import resources
-from leasefence.api import _batch, _console, _triage, errors, models
+from leasefence.api import _batch, _console, _triage, errors, models, models_catalogue
 from leasefence.api._shared import (
     AfterQuery,
     BeforeQuery,
@@ -272,6 +272,7 @@ def _claim(tenant: str, body: models.ClaimRequest) -> Response:
             lease_ms=lease_ms,
             job_types=body.job_types,
             claim_token=body.claim_token,
+            after=body.after,
         )
     record_claim_latency((time.perf_counter() - started) * 1000)
     if grant is None:
@@ -494,7 +495,7 @@ def get_job_type(job_type: _JobTypePath):
 
 
 @register("putJobType")
-def put_job_type(job_type: _JobTypePath, body: models.JobTypeRequest):
+def put_job_type(job_type: _JobTypePath, body: models_catalogue.JobTypeRequest):
     caller = caller_of("putJobType")
     spec = body.model_dump(exclude_none=True, exclude={"expected_version", "request_token"})
     entry, changed = (

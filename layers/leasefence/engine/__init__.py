@@ -7,6 +7,7 @@ outcome codes.
 """
 
 from leasefence.engine._engine import Engine, EventSink
+from leasefence.engine._payload_items import closing_round
 from leasefence.engine._rules import (
     ERASED_INTENT,
     OUTCOME_APPROVAL_EXPIRED,
@@ -73,6 +74,7 @@ __all__ = [
     "TENANT_ERASURE_SETTLE_MS",
     "Engine",
     "EventSink",
+    "closing_round",
     "validate_actor",
     "validate_id",
 ]

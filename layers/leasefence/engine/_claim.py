@@ -23,7 +23,7 @@ from leasefence.engine import _rules as rules
 from leasefence.engine._claim_write import claim_write
 from leasefence.engine._context import EngineContext, Key
 from leasefence.engine._expr import Write
-from leasefence.engine._marker import IN_PROGRESS, NO_FENCE, Marker, MarkerMoved
+from leasefence.engine._marker import IN_PROGRESS, NO_FENCE, Marker, MarkerMoved, after_home
 from leasefence.engine._reads import Reads
 from leasefence.errors import NotFound, Unavailable
 from leasefence.limits import (
@@ -34,12 +34,7 @@ from leasefence.limits import (
 )
 from leasefence.metrics import Metric
 from leasefence.model import TERMINAL_STATES, Claim, State
-from leasefence.schema import (
-    DUE_INDEX,
-    DUE_PK,
-    DUE_SK,
-    OperationItem,
-)
+from leasefence.schema import DUE_INDEX, DUE_PK, DUE_SK, OperationItem
 from leasefence.store import ConditionFailed
 from leasefence.validation import validate_id, validate_job_types, validate_lease
 
@@ -82,15 +77,17 @@ class Claimer:
         lease_ms: int | None,
         job_types: Iterable[str] | None,
         claim_token: str | None,
+        after: str | None = None,
     ) -> Claim | None:
         validate_id("tenant_id", tenant_id)
         validate_id("worker_id", worker_id)
         token = _client_claim_token(claim_token)
         lease_ms = _claim_lease(lease_ms)
         types = validate_job_types(job_types)
+        home = None if after is None else after_home(self.ctx, tenant_id, after, token)
         if token is None:
             return self.search(tenant_id, worker_id, lease_ms, types, None, None)
-        marker = Marker(self.ctx, tenant_id, worker_id, token)
+        marker = Marker(self.ctx, tenant_id, worker_id, token, home)
         # The first round takes the marker to be absent, as it is for a first send, without
         # reading it: a marker that is there refuses this request's first point (created only
         # where there is none: MarkerMoved), and a search that finds no work and wrote no

@@ -283,6 +283,7 @@ class Engine:
         lease_ms: int | None = None,
         job_types: Iterable[str] | None = None,
         claim_token: str | None = None,
+        after: str | None = None,
     ) -> Claim | None:
         """Claim one due operation of this tenant (queued and available, or an expired lease).
 
@@ -315,10 +316,19 @@ class Engine:
         changed by conditional writes only (:mod:`leasefence.engine._marker`), and a resend that
         cannot tell whether the first request's write will still commit raises
         :class:`~leasefence.errors.Unavailable` ("in progress"), never claims another.
+
+        ``after`` (with a ``claim_token``): the operation this worker closes in the same request
+        (:func:`closing_round`). The marker is kept in that operation's payload item instead of
+        an item of its own, written together with the payload's expiry that the close sets
+        anyway: one write unit less. Send the same ``after`` with every resend of the token (it
+        says where the marker is). :class:`~leasefence.errors.NotFound` when no operation of the
+        tenant has that id.
         """
         with otel.claim_span() as continued:  # a span per claim granted (OpenTelemetry)
             return continued(
-                self._claimer.claim_next(tenant_id, worker_id, lease_ms, job_types, claim_token)
+                self._claimer.claim_next(
+                    tenant_id, worker_id, lease_ms, job_types, claim_token, after
+                )
             )
 
     def claim(

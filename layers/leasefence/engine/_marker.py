@@ -26,6 +26,17 @@ worker's live claim it meant to take over) cannot know whether the first request
 in flight: it answers :class:`~leasefence.errors.Unavailable` ("in progress", retryable with the
 same token), never another claim.
 
+Where the marker lives (its *home*) follows from the request alone, so that every send of a
+token finds it: its own item (:func:`keys.claim_marker_key`), or, for a request that names the
+operation its worker closes in the same request (``after``: :class:`After`), that operation's
+payload item (``mo`` its owner, a digest of the worker and the token; ``mc``, ``mf``, ``mt``,
+``ms`` as ``claimed_op``, ``claimed_fence``, ``taken``, ``sealed``; ``mx`` its expiry), created
+in the write that sets the item's expiry after the close (:mod:`._payload_items`: one unit for
+both), or as an item of its own under that key when there is none. A payload item hosts one
+token's marker: a second token that names the same operation keeps its marker in its own item.
+Nothing deletes a payload item before its marker's expiry (a purge, an erasure or a dropped
+replay empties it), so a resend never finds the home gone.
+
 Cost: the ordinary claim-next with a token writes the marker once (1 unit: the marker is about
 150 bytes) and does not read it: a first send takes it to be absent, and the creating write's
 condition (``attribute_not_exists``) refuses it where a marker is there after all (a resend), which
@@ -37,24 +48,29 @@ request that finds neither a marker nor work writes nothing.
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 from leasefence import keys
 from leasefence.engine import _expr as x
+from leasefence.engine import _payload_items as payload_items
 from leasefence.engine import _rules as rules
 from leasefence.engine._context import EngineContext, Key
-from leasefence.limits import CLAIM_MARKER_TTL_MS
+from leasefence.engine._payload_items import MARKER_EXPIRY, MARKER_OWNER, Closed
+from leasefence.errors import InvalidInput, NotFound
 from leasefence.model import State
 from leasefence.schema import TTL_ATTRIBUTE
 from leasefence.store import ConditionFailed
+from leasefence.validation import validate_id
 
 #: A marker that names no candidate yet.
-IS_FREE = "attribute_not_exists(claimed_op)"
+IS_FREE = "attribute_not_exists(#mc)"
 #: The pair this request knows the marker by.
-NAMES_PAIR = "claimed_op = :op AND claimed_fence = :cf"
+NAMES_PAIR = "#mc = :op AND #mf = :cf"
 #: Nobody took the pair over from its sole writer, nobody sealed it.
-NOT_TAKEN = "attribute_not_exists(taken)"
-NOT_SEALED = "attribute_not_exists(sealed)"
+NOT_TAKEN = "attribute_not_exists(#mt)"
+NOT_SEALED = "attribute_not_exists(#ms)"
 #: For the candidate's ``ConditionCheck`` (``:moved``: the fence a claim of the pair would give):
 #: the pair's claim was never made and never can be.
 PAIR_SPENT = (
@@ -66,20 +82,85 @@ NO_FENCE = -1
 
 IN_PROGRESS = "a claim-next with this claim token is in progress: send it again"
 
+#: The marker's attributes in its own item, and in a payload item (next to the payload's).
+OWN_NAMES = {
+    "#mc": "claimed_op",
+    "#mf": "claimed_fence",
+    "#mt": "taken",
+    "#ms": "sealed",
+    "#mx": TTL_ATTRIBUTE,
+}
+SHARED_NAMES = {
+    "#mc": "mc",
+    "#mf": "mf",
+    "#mt": "mt",
+    "#ms": "ms",
+    "#mx": MARKER_EXPIRY,
+    "#mo": MARKER_OWNER,
+}
+#: A payload item holds this token's marker.
+OWNED = "#mo = :me"
+
 
 class MarkerMoved(Exception):
     """The marker is not what this request knew it as: read it again and go on from there."""
 
 
+@dataclass
+class After:
+    """The home a claim-next's marker has in the payload item of the operation its request
+    names (``after``), and that operation's close in the same request, if any, whose expiry the
+    marker's creating write sets too (:class:`~leasefence.engine._payload_items.Closed`)."""
+
+    key: Key
+    closed: Closed | None = None
+
+    def fold(self) -> Closed | None:
+        """The close whose payload expiry is still to be written, if any."""
+        return self.closed if self.closed is not None and self.closed.expiry_pending else None
+
+
+def after_home(ctx: EngineContext, tenant_id: str, operation_id: str, token: str | None) -> After:
+    """The marker's home of a claim-next that names ``operation_id`` as ``after``: that
+    operation's payload item (its key from the item as this request's close of it left it, else
+    as read), with that close's expiry to write, if pending."""
+    validate_id("after", operation_id)
+    if token is None:
+        raise InvalidInput("after needs a claim_token (it names where the token's marker is)")
+    round_ = payload_items.current_round()
+    closed = round_.take(tenant_id, operation_id) if round_ is not None else None
+    item = closed.item if closed is not None else ctx.find(tenant_id, operation_id)
+    if item is None:
+        raise NotFound("after: no operation of this tenant has this id")
+    return After(keys.payload_key(item["tenant_id"], operation_id, item["payload_hash"]), closed)
+
+
+def owner_of(marker_id: str) -> bytes:
+    """What a payload item's ``mo`` holds for the marker ``marker_id``: 16 bytes of its digest."""
+    return hashlib.sha256(marker_id.encode()).digest()[:16]
+
+
 class Marker:
     """One claim-next request's view of its token's marker."""
 
-    def __init__(self, ctx: EngineContext, tenant_id: str, worker_id: str, token: str) -> None:
+    def __init__(
+        self,
+        ctx: EngineContext,
+        tenant_id: str,
+        worker_id: str,
+        token: str,
+        after: After | None = None,
+    ) -> None:
         self.ctx = ctx
         self.tenant_id = tenant_id
         self.worker_id = worker_id
         self.token = token
-        self.key: Key = ctx.marker_key(tenant_id, keys.claim_marker_id(worker_id, token))
+        marker_id = keys.claim_marker_id(worker_id, token)
+        self.own_key: Key = ctx.marker_key(tenant_id, marker_id)
+        self.owner = owner_of(marker_id)
+        self.after = after
+        #: Where the marker is: its own item, or the payload item ``after`` names.
+        self.key: Key = self.own_key if after is None else after.key
         #: The pair as this request last knew it (read or written); None: none.
         self.pair: tuple[str, int] | None = None
         #: Whether this request wrote :attr:`pair` itself and nobody took it over since.
@@ -87,15 +168,24 @@ class Marker:
         #: Whether the marker was sealed when read.
         self.sealed = False
 
+    @property
+    def shared(self) -> bool:
+        """Whether the marker's home is a payload item."""
+        return self.key is not self.own_key
+
     def read(self) -> tuple[str, int] | None:
         """The pair the marker names now (strongly consistent); this request is not its writer.
         :attr:`sealed` says whether the token's claiming is over."""
         found = self.ctx.store.get(self.key) or {}
-        self.sole, self.sealed = False, "sealed" in found
-        if "claimed_op" not in found:
+        if self.shared and MARKER_OWNER in found and not self._mine(found):
+            self.key = self.own_key  # the payload item holds another token's: this one's is here
+            found = self.ctx.store.get(self.key) or {}
+        names = self._names()
+        self.sole, self.sealed = False, names["#ms"] in found
+        if names["#mc"] not in found or (self.shared and MARKER_OWNER not in found):
             self.pair = None
         else:
-            self.pair = (found["claimed_op"], int(found.get("claimed_fence", NO_FENCE)))
+            self.pair = (found[names["#mc"]], int(found.get(names["#mf"], NO_FENCE)))
         return self.pair
 
     def point(self, operation_id: str, fence: int) -> None:
@@ -107,41 +197,102 @@ class Marker:
         values: dict[str, Any] = {
             ":new": operation_id,
             ":nf": fence,
-            ":ttl": (self.ctx.clock() + CLAIM_MARKER_TTL_MS) // 1000,
+            ":mx": payload_items.marker_expiry(self.ctx),
         }
-        update = "SET claimed_op = :new, claimed_fence = :nf, #ttl = :ttl REMOVE taken"
-        names = {"#ttl": TTL_ATTRIBUTE, **x.STATE}
+        update = "SET #mc = :new, #mf = :nf, #mx = :mx REMOVE #mt"
         try:
             if self.pair is None:
-                self._update(update, f"{x.NOT_AN_OPERATION} AND {IS_FREE}", names, values)
+                self._create(values)
             elif self.sole:
                 values.update(self._pair_values())
-                condition = f"{x.NOT_AN_OPERATION} AND {NAMES_PAIR} AND {NOT_TAKEN}"
-                self._update(update, condition, names, values)
+                condition = f"{self._guard()} AND {NAMES_PAIR} AND {NOT_TAKEN}"
+                self._keep_item(self._update(update, condition, values, "ALL_NEW"), values)
             else:
-                self._prove_and_point(update, names, values)
+                self._prove_and_point(update, values)
         except ConditionFailed:
             raise MarkerMoved() from None
         self.pair, self.sole = pair, True
 
     def take(self) -> None:
         """Take the pair read over (this request sends its claim write too)."""
-        self._mark("SET taken = :one", NOT_SEALED)
+        self._mark("SET #mt = :one", NOT_TAKEN)
         self.sole = False
 
     def seal(self) -> None:
         """The token's claiming is over: no request with it claims again (a pair that stands is
         still answered while its claim holds). Taken too, so that its sole writer stops."""
         if self.pair is not None:
-            self._mark("SET taken = :one, sealed = :one", None)
+            self._mark("SET #mt = :one, #ms = :one", None)
             self.sole, self.sealed = False, True
 
     # ------------------------------------------------------------------ writes
 
-    def _mark(self, update: str, also: str | None) -> None:
-        condition = NAMES_PAIR if also is None else f"{NAMES_PAIR} AND {also}"
+    def _names(self) -> dict[str, str]:
+        return SHARED_NAMES if self.shared else OWN_NAMES
+
+    def _mine(self, found: dict[str, Any]) -> bool:
+        return bytes(getattr(found[MARKER_OWNER], "value", found[MARKER_OWNER])) == self.owner
+
+    def _guard(self) -> str:
+        """What the home must be for this token's marker: a payload item holding it, or an item
+        of its own (never an operation)."""
+        return OWNED if self.shared else x.NOT_AN_OPERATION
+
+    def _create(self, values: dict[str, Any]) -> None:
+        """The marker's first write, where there is none (refused: :class:`ConditionFailed`)."""
+        base = "SET #mc = :new, #mf = :nf, #mx = :mx REMOVE #mt"
+        if not self.shared:
+            self._update(base, f"{x.NOT_AN_OPERATION} AND {IS_FREE}", values, "NONE")
+            return
+        assert self.after is not None
+        closed = self.after.fold()
+        sets = "#mo = :me, "
+        condition = "attribute_exists(operation_id) AND attribute_not_exists(#mo)"
+        if closed is not None:  # the close's expiry too, in the same write (never shortened)
+            values[":ttl"] = max(closed.expiry_s, values[":mx"])
+            sets = "#ttl = :ttl, " + sets
+            condition += " AND (attribute_not_exists(#ttl) OR #ttl < :ttl)"
         try:
-            self._update(update, condition, {}, {":one": 1, **self._pair_values()})
+            new = self._update(base.replace("SET ", "SET " + sets, 1), condition, values, "ALL_NEW")
+        except ConditionFailed as refused:
+            old = refused.item
+            if old is None:  # no payload item: the marker alone under its key, expiring with it
+                shell = base.replace("SET ", "SET #ttl = :mx, #mo = :me, ", 1)
+                self._update(shell, "attribute_not_exists(operation_id)", values, "NONE")
+                self._expiry_written(closed)  # (no payload item: no expiry to write)
+                return
+            if MARKER_OWNER in old:
+                if self._mine(old):
+                    raise  # a resend: this token's marker is there already
+                self.key = self.own_key  # another token's: this one's goes to its own item
+                self._create(values)
+                return
+            # Refused for its TTL only: as long already (a replay of the close wrote it).
+            assert closed is not None
+            self._expiry_written(closed)
+            self._create(values)
+            return
+        self._expiry_written(closed)
+        self._keep_item(new, values)
+
+    def _expiry_written(self, closed: Closed | None) -> None:
+        if closed is not None:
+            closed.expiry_pending = False
+
+    def _keep_item(self, new: dict[str, Any] | None, values: dict[str, Any]) -> None:
+        """A payload item holding the marker is kept past the marker's expiry: a TTL it has
+        that comes earlier is moved to it (an item without one, of a live operation, keeps
+        none)."""
+        ttl = (new or {}).get(TTL_ATTRIBUTE) if self.shared else None
+        if ttl is not None and int(ttl) < values[":mx"]:
+            payload_items.keep_past_marker(self.ctx, self.key, values[":mx"], live=True)
+
+    def _mark(self, update: str, also: str | None) -> None:
+        condition = f"{self._guard()} AND {NAMES_PAIR}"
+        if also is not None:
+            condition += f" AND {also}"
+        try:
+            self._update(update, condition, {":one": 1, **self._pair_values()}, "NONE")
         except ConditionFailed:
             raise MarkerMoved() from None
 
@@ -149,12 +300,24 @@ class Marker:
         assert self.pair is not None
         return {":op": self.pair[0], ":cf": self.pair[1]}
 
-    def _update(
-        self, update: str, condition: str, names: dict[str, str], values: dict[str, Any]
-    ) -> None:
-        self.ctx.store.update(self.key, update, condition, names, values, returns="NONE")
+    def _expression(
+        self, update: str, condition: str, values: dict[str, Any]
+    ) -> tuple[dict[str, str], dict[str, Any]]:
+        """The names and values ``update`` and ``condition`` use (DynamoDB refuses unused ones)."""
+        text = f"{update} {condition}"
+        names = {**self._names(), "#ttl": TTL_ATTRIBUTE, **x.STATE}
+        used_names = {k: v for k, v in names.items() if k in text}
+        values = {**values, ":me": self.owner}
+        used_values = {k: v for k, v in values.items() if _uses(text, k)}
+        return used_names, used_values
 
-    def _prove_and_point(self, update: str, names: dict[str, str], values: dict[str, Any]) -> None:
+    def _update(
+        self, update: str, condition: str, values: dict[str, Any], returns: str
+    ) -> dict[str, Any] | None:
+        names, used = self._expression(update, condition, values)
+        return self.ctx.store.update(self.key, update, condition, names, used, returns=returns)
+
+    def _prove_and_point(self, update: str, values: dict[str, Any]) -> None:
         """Re-point a pair this request did not write: one transaction, the candidate's check
         proving the pair spent (:data:`PAIR_SPENT`) with the marker's update."""
         assert self.pair is not None
@@ -174,11 +337,19 @@ class Marker:
                 ":cancelled": State.CANCELLED.value,
             },
         )
-        point = store.update_action(
-            self.key,
-            update,
-            f"{x.NOT_AN_OPERATION} AND {NAMES_PAIR} AND {NOT_SEALED}",
-            names,
-            values | pair_values,
-        )
-        store.transact([check, point])
+        condition = f"{self._guard()} AND {NAMES_PAIR} AND {NOT_SEALED}"
+        names, used = self._expression(update, condition, values | pair_values)
+        store.transact([check, store.update_action(self.key, update, condition, names, used)])
+        if self.shared:  # (a transaction answers no item: moved if it comes earlier)
+            payload_items.keep_past_marker(self.ctx, self.key, values[":mx"], live=True)
+
+
+def _uses(text: str, placeholder: str) -> bool:
+    """Whether ``text`` uses the value ``placeholder`` (``:op`` is not ``:one``)."""
+    at = text.find(placeholder)
+    while at != -1:
+        end = at + len(placeholder)
+        if end == len(text) or not (text[end].isalnum() or text[end] == "_"):
+            return True
+        at = text.find(placeholder, end)
+    return False

@@ -39,17 +39,30 @@ operation, so that the operation item stays under 1 KB and each of its writes co
   purge index entry. TTL deletes late (days): every reader treats an item past its expiry as
   gone (:func:`read`), and an ended operation past its payload retention reads as its purge
   would have left it (:func:`as_read`).
+* **A claim marker's home** (:mod:`leasefence.engine._marker`): a claim-next that names the
+  operation its worker closes in the same request (``after``) keeps its token's marker in that
+  operation's payload item (``mo``, ``mc``, ``mf``, ``mt``, ``ms``, ``mx``: about 60 bytes), in
+  the write that sets the item's expiry (the write a round's close makes anyway), or in an item
+  of its own under that key when there is no payload item (a *shell*). Until the marker's expiry
+  (``mx``) nothing deletes the item: its TTL is never set before ``mx``, and a purge, an erasure
+  or a dropped replay removes the payload but keeps the item (:func:`_delete_unless_marked`).
+  In a round (:func:`closing_round`) the expiry of an operation its finish ended waits for the
+  claims, which fold it into their marker's write; what no claim took is written when the round
+  ends.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from leasefence import history, keys
 from leasefence.engine._context import EngineContext
 from leasefence.errors import PayloadMissing, Unavailable
+from leasefence.limits import CLAIM_MARKER_TTL_MS
 from leasefence.model import TERMINAL_STATES
 from leasefence.payloads import read_kept, read_packed
 from leasefence.schema import (
@@ -186,12 +199,86 @@ def hold(ctx: EngineContext, item: Mapping[str, Any]) -> None:
 
 _Item = TypeVar("_Item", bound=Mapping[str, Any])
 
+#: A claim marker kept in a payload item (:mod:`leasefence.engine._marker`): its owner (a digest
+#: of the worker and the claim token) and its expiry (epoch s), past which nothing needs it.
+MARKER_OWNER = "mo"
+MARKER_EXPIRY = "mx"
+
+
+@dataclass
+class Closed:
+    """An operation a round's finish closed (or replayed): as the write left it, and whether its
+    payload item's expiry is still to be written (it ended, and no claim's marker wrote it)."""
+
+    ctx: EngineContext
+    item: Mapping[str, Any]
+    expiry_pending: bool
+
+    @property
+    def expiry_s(self) -> int:
+        """The expiry its end sets on its payload item (epoch s)."""
+        return _epoch_s(int(self.item["updated_at"]) + self.ctx.payload_retention_ms)
+
+    @property
+    def payload_key(self) -> dict[str, str]:
+        return keys.payload_key(
+            self.item["tenant_id"], self.item["operation_id"], self.item["payload_hash"]
+        )
+
+
+@dataclass
+class Round:
+    """The closes of one request (``POST /v1/batch/work``), by (tenant, operation id), and the
+    operations whose expiry failed to be written when it ended (:func:`closing_round`)."""
+
+    closed: dict[tuple[str, str], Closed] = field(default_factory=dict)
+    unwritten: set[str] = field(default_factory=set)
+
+    def take(self, tenant_id: str, operation_id: str) -> Closed | None:
+        return self.closed.get((tenant_id, operation_id))
+
+
+_ROUND: ContextVar[Round | None] = ContextVar("leasefence_round", default=None)
+
+
+@contextlib.contextmanager
+def closing_round() -> Iterator[Round]:
+    """Within: a close's payload expiry (:func:`after_close`) waits, so that a claim of the same
+    request that names the operation (``after``) writes it together with its marker. On leaving,
+    the expiries no claim wrote are written; those that failed (the store unavailable) are in
+    :attr:`Round.unwritten` (the close is to be sent again: its replay writes it)."""
+    round_ = Round()
+    token = _ROUND.set(round_)
+    try:
+        yield round_
+    finally:
+        _ROUND.reset(token)
+        for closed in round_.closed.values():
+            if closed.expiry_pending:
+                try:
+                    after_end(closed.ctx, closed.item)
+                except Unavailable:
+                    round_.unwritten.add(str(closed.item["operation_id"]))
+
+
+def current_round() -> Round | None:
+    """The round this request runs in (:func:`closing_round`), if any."""
+    return _ROUND.get()
+
 
 def after_close(ctx: EngineContext, item: _Item) -> _Item:
     """After a command's write (or its replay): one that ended the operation sets its payload's
-    expiry (:func:`after_end`; a requeued or parked one's stays without one until it ends).
+    expiry (:func:`after_end`; a requeued or parked one's stays without one until it ends), at
+    once or, in a round (:func:`closing_round`), with a claim's marker or when the round ends.
     Returns ``item``."""
-    if item.get("state") in _ENDED:
+    ended = item.get("state") in _ENDED
+    round_ = _ROUND.get()
+    if round_ is not None:
+        pending = ended and in_payload_item(item) and "erased_at" not in item
+        tenant = keys.tenant_of(item["tenant_id"])
+        round_.closed[(tenant, item["operation_id"])] = Closed(ctx, item, pending)
+        return item
+    if ended:
         after_end(ctx, item)
     return item
 
@@ -202,25 +289,17 @@ EXPIRY_TRIES = 3
 
 def after_end(ctx: EngineContext, item: Mapping[str, Any]) -> None:
     """After the write that ended the operation (or its replay): its payload item expires at the
-    end + the payload retention. One conditional write: only on an item that is there (never
-    recreating one an erasure deleted) and never shortening a TTL it has."""
+    end + the payload retention (or a claim marker's expiry, when later). One conditional write:
+    only on an item that is there (never recreating one an erasure deleted) and never shortening
+    a TTL it has."""
     if not in_payload_item(item) or "erased_at" in item:
         return
-    until = int(item["updated_at"]) + ctx.payload_retention_ms
+    until = _epoch_s(int(item["updated_at"]) + ctx.payload_retention_ms)
     key = keys.payload_key(item["tenant_id"], item["operation_id"], item["payload_hash"])
     for attempt in range(1, EXPIRY_TRIES + 1):
         try:
-            ctx.store.update(
-                key,
-                "SET #ttl = :ttl",
-                "attribute_exists(operation_id) AND (attribute_not_exists(#ttl) OR #ttl < :ttl)",
-                {"#ttl": TTL_ATTRIBUTE},
-                {":ttl": _epoch_s(until)},
-                returns="NONE",
-            )
+            expire(ctx, key, until)
             return
-        except ConditionFailed:
-            return  # set already (a replay), or gone
         except Unavailable:
             # The same write again (it only ever sets this end's expiry): the ending write is
             # done, and a caller that never resends (the sweeper ending an approval) would
@@ -229,14 +308,57 @@ def after_end(ctx: EngineContext, item: Mapping[str, Any]) -> None:
                 raise
 
 
+def expire(ctx: EngineContext, key: Mapping[str, str], until_s: int) -> None:
+    """Set the payload item's TTL to ``until_s``, or to its claim marker's expiry when that is
+    later; never shortened, never on an item that is not there."""
+    keeps = "attribute_exists(operation_id) AND (attribute_not_exists(#ttl) OR #ttl < :ttl)"
+    names = {"#ttl": TTL_ATTRIBUTE, "#mx": MARKER_EXPIRY}
+    try:
+        ctx.store.update(
+            key,
+            "SET #ttl = :ttl",
+            f"{keeps} AND (attribute_not_exists(#mx) OR #mx <= :ttl)",
+            names,
+            {":ttl": until_s},
+            returns="NONE",
+        )
+    except ConditionFailed as refused:
+        old = refused.item
+        if old is None or MARKER_EXPIRY not in old or int(old[MARKER_EXPIRY]) <= until_s:
+            return  # set already (a replay), or gone
+        keep_past_marker(ctx, key, int(old[MARKER_EXPIRY]), live=False)
+
+
+def keep_past_marker(ctx: EngineContext, key: Mapping[str, str], mx: int, live: bool) -> None:
+    """The payload item's TTL moved to its claim marker's expiry ``mx`` when it is earlier; with
+    ``live`` (an item whose operation may still be live) only a TTL the item has is moved: an
+    item without one keeps none."""
+    earlier = "#ttl < :ttl" if live else "(attribute_not_exists(#ttl) OR #ttl < :ttl)"
+    with contextlib.suppress(ConditionFailed):
+        ctx.store.update(
+            key,
+            "SET #ttl = :ttl",
+            f"attribute_exists(operation_id) AND {earlier}",
+            {"#ttl": TTL_ATTRIBUTE},
+            {":ttl": mx},
+            returns="NONE",
+        )
+
+
+def marker_expiry(ctx: EngineContext) -> int:
+    """A claim marker written now expires at this epoch second."""
+    return _epoch_s(ctx.clock() + CLAIM_MARKER_TTL_MS)
+
+
 def drop(ctx: EngineContext, partition: str, operation_id: str, payload_hash: str) -> None:
-    """Delete one payload item (harmless when already gone)."""
-    ctx.store.delete_plain(keys.payload_key(partition, operation_id, payload_hash))
+    """Delete one payload item (harmless when already gone; a claim marker's stays, emptied)."""
+    _delete_unless_marked(ctx, keys.payload_key(partition, operation_id, payload_hash))
 
 
 def delete_all(ctx: EngineContext, partition: str, operation_id: str) -> int:
     """Delete every payload item of the operation in ``partition`` (its own and any orphan): one
-    query of its prefix and a delete each. Returns how many it deleted."""
+    query of its prefix and a delete each (an item holding a live claim marker is emptied of its
+    payload instead). Returns how many it deleted or emptied."""
     prefix = keys.payload_prefix(operation_id)
     deleted, start = 0, None
     while True:
@@ -248,13 +370,47 @@ def delete_all(ctx: EngineContext, partition: str, operation_id: str) -> int:
             start=start,
         )
         for found in page.items:
-            ctx.store.delete_plain(
-                {"tenant_id": found["tenant_id"], "operation_id": found["operation_id"]}
+            _delete_unless_marked(
+                ctx, {"tenant_id": found["tenant_id"], "operation_id": found["operation_id"]}
             )
             deleted += 1
         if page.last_key is None:
             return deleted
         start = page.last_key
+
+
+def _delete_unless_marked(ctx: EngineContext, key: Mapping[str, str]) -> None:
+    """Delete a payload item, unless it holds a claim marker that has not expired: then its
+    payload goes and the item stays until the marker's expiry (its TTL set to it when it has
+    none; one it has is past it already: nothing sets one earlier). Conditional writes only; an
+    item gone meanwhile is left gone."""
+    names = {"#mo": MARKER_OWNER, "#mx": MARKER_EXPIRY}
+    for _ in range(EXPIRY_TRIES):
+        try:
+            ctx.store.delete(
+                key,
+                "attribute_not_exists(#mo) OR #mx <= :now",
+                names,
+                {":now": ctx.clock() // 1000},
+            )
+            return
+        except ConditionFailed as refused:
+            if refused.item is None:
+                return
+            mx = int(refused.item[MARKER_EXPIRY])
+        try:
+            ctx.store.update(
+                key,
+                f"REMOVE {PAYLOAD_BODY}, {PAYLOAD_PACKED} SET #ttl = if_not_exists(#ttl, :mx)",
+                "#mx = :mx",
+                {"#mx": MARKER_EXPIRY, "#ttl": TTL_ATTRIBUTE},
+                {":mx": mx},
+                returns="NONE",
+            )
+            return
+        except ConditionFailed:
+            continue  # the marker moved meanwhile: look again
+    raise Unavailable("a claim marker in the payload item kept moving: try again")
 
 
 def read(

@@ -112,8 +112,9 @@ class HttpBackend:
         #: answered by its next :meth:`claim_next` without a request.
         self._ready: dict[str, Claim | None] = {}
         #: Per worker id: the token of a claim request whose answer never came, sent again next
-        #: (within :data:`CLAIM_TOKEN_PATIENCE_S` of its first send, the second element).
-        self._unanswered: dict[str, tuple[str, float]] = {}
+        #: (within :data:`CLAIM_TOKEN_PATIENCE_S` of its first send, the second element), with
+        #: the ``after`` it was first sent with (where its marker is).
+        self._unanswered: dict[str, tuple[str, float, str | None]] = {}
         #: Per claim (operation id, fence): when its lease ends, as far as this worker can count
         #: on it (:func:`time.monotonic`): the send time of the request that granted or renewed
         #: it, plus the lease granted. Bounds the next heartbeat.
@@ -191,19 +192,31 @@ class HttpBackend:
         return self._claim_answered(worker_id, sent, first_sent, lease_seconds, asked)
 
     def _claim_item(
-        self, worker_id: str, lease_ms: int, job_types: Iterable[str] | None
+        self,
+        worker_id: str,
+        lease_ms: int,
+        job_types: Iterable[str] | None,
+        after: str | None = None,
     ) -> tuple[dict[str, Any], float, float]:
         """The body of this worker's next claim, with its claim token (the unanswered one again,
-        if any), the time it is sent and when its token was first sent."""
+        if any, with the ``after`` it was sent with), the time it is sent and when its token was
+        first sent. ``after``: the operation the same request closes (the token's marker is then
+        kept with that operation's payload: :meth:`_finish`)."""
         sent = time.monotonic()
         with self._lock:
-            token, first_sent = self._unanswered.get(worker_id) or (uuid.uuid4().hex, sent)
-            self._unanswered[worker_id] = (token, first_sent)
+            token, first_sent, after = self._unanswered.get(worker_id) or (
+                uuid.uuid4().hex,
+                sent,
+                after,
+            )
+            self._unanswered[worker_id] = (token, first_sent, after)
         item: dict[str, Any] = {
             "worker_id": worker_id,
             "lease_seconds": max(1, lease_ms // 1000),
             "claim_token": token,
         }
+        if after is not None:
+            item["after"] = after
         if job_types is not None:
             item["job_types"] = list(job_types)
         return item, sent, first_sent
@@ -353,7 +366,9 @@ class HttpBackend:
         if ask is None:
             return self._rounds.submit(close).result()
         worker_id, lease_ms, job_types = ask
-        item, sent, first_sent = self._claim_item(worker_id, lease_ms, job_types)
+        item, sent, first_sent = self._claim_item(
+            worker_id, lease_ms, job_types, after=claim.operation_id
+        )
         lease_seconds = item["lease_seconds"]
         try:
             closed, claimed = self._rounds.submit_all(

@@ -353,7 +353,10 @@ export class LeaseFenceClient {
    * A worker fleet's round trip in one request (`POST /v1/batch/work`, up to 25 of each): the
    * closes, then the renewals, then the claims (each with its own claim token: a fresh one where an
    * item has none), so a worker closes its job and claims its next one at once. Every item is safe
-   * to repeat: a lost answer is resent whole, and each claim made is answered again.
+   * to repeat: a lost answer is resent whole, and each claim made is answered again. A claim item
+   * may name the operation a finish item of the same round closes (`after`): its marker is then
+   * written with that operation's payload expiry, one write unit less; resend its token with the
+   * same `after`.
    */
   async workBatch(round: WorkRound, bounds: CallBounds = {}): Promise<WorkResults> {
     const claim = (round.claim ?? []).map((item) => ({ ...item, claim_token: item.claim_token ?? newToken() }));

@@ -812,6 +812,11 @@ export interface components {
              * @description Your token for this claim request (one per claim you mean to make; a UUID will do), sent again unchanged when the answer was lost: while the claim that request made holds (still claimed under it: not taken over, parked or finished), the resend answers that same claim (same fence, no attempt spent). Without operation_id, one token makes at most one claim, also when resent while the first request still runs (503 unavailable 'in progress' until the first one's claim can be answered; 204 once it no longer holds). Without it, a resend is a new claim. Scoped to the worker_id: another worker's token never matches
              */
             claim_token?: string | null;
+            /**
+             * After
+             * @description With claim_token and without operation_id: the operation this worker closes in the same request (a finish item of `POST /v1/batch/work`). The token's marker is then kept in that operation's stored payload, written with the payload's expiry that the close sets anyway: one write unit less per claim. Send the same value with every resend of the token (it says where the marker is); 404 when no operation has that id
+             */
+            after?: string | null;
         };
         /** CompleteItem */
         CompleteItem: {

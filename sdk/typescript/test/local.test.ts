@@ -133,13 +133,17 @@ describe("client", () => {
     const round = await lf.workBatch({
       finish: [{ action: "complete", operation_id: first.operation_id, fence: first.fence, outcome_code: "sent" }],
       heartbeat: [{ operation_id: first.operation_id, fence: first.fence, worker_id: "r1" }],
-      claim: [{ worker_id: "r1", job_types: ["round"], claim_token: "next-1" }],
+      claim: [{ worker_id: "r1", job_types: ["round"], claim_token: "next-1", after: first.operation_id }],
     });
     assert.equal(round.finish[0]!.result().state, "succeeded");
     // The renewal comes after the close: the claim is no longer held.
     assert.ok(round.heartbeat[0]!.error instanceof StaleFence);
     const next = round.claim[0]!.result()!;
     assert.deepEqual([next.operation_id, next.fence, next.claim_token], [ids.find((id) => id !== first.operation_id), 1, "next-1"]);
+    // Sent again with its token and `after` (its answer lost): the same claim, nothing spent.
+    const again = await lf.workBatch({ claim: [{ worker_id: "r1", job_types: ["round"], claim_token: "next-1", after: first.operation_id }] });
+    assert.deepEqual([again.claim[0]!.result()!.operation_id, again.claim[0]!.result()!.fence], [next.operation_id, 1]);
+    assert.equal((await lf.get(next.operation_id)).attempts, 1);
   });
 
   test("a lost claim answer is recovered by resending its claim token: the same claim, no attempt spent", { timeout: 30_000 }, async () => {
