@@ -64,7 +64,9 @@ class Writes:
 
 @pytest.fixture
 def world(ttl_aws):
-    spec = ttl_aws.create_tables(TableSpec(table_name=f"after-{next(_tables)}", operation_shards=(1,)))
+    spec = ttl_aws.create_tables(
+        TableSpec(table_name=f"after-{next(_tables)}", operation_shards=(1,))
+    )
     clock = ManualClock()
     ttl_aws.set_time(clock())
 
@@ -195,7 +197,11 @@ def test_a_resend_while_the_first_runs_claims_one_operation(world, seed):
 
             def call(**request):
                 expression = request.get("UpdateExpression", "")
-                if name == "update_item" and "claimed_from = #state" in expression and not stalled.is_set():
+                if (
+                    name == "update_item"
+                    and "claimed_from = #state" in expression
+                    and not stalled.is_set()
+                ):
                     stalled.set()
                     assert release.wait(30)
                 return method(**request)
@@ -253,7 +259,7 @@ def test_an_erasure_between_send_and_resend_keeps_the_marker(world):
 
 
 def test_without_a_payload_item_the_marker_is_a_shell_under_its_key(world):
-    make, clock, travel, _ = world
+    make, _clock, travel, _ = world
     engine = make()
     enqueue(engine, "ref", payload_ref="s3://bucket/ref")
     a = engine.claim_next(T, "w1", claim_token="t0").operation_id
@@ -294,7 +300,7 @@ def test_with_no_payload_retention_the_item_outlives_the_marker(world):
     """Retention 0: the close's expiry is the end itself, but the item holding a marker stays
     until the marker's expiry, also when the operation ended after the marker was written (a
     retryable failure requeued it in the round, and a later close ended it)."""
-    make, clock, travel, _ = world
+    make, _clock, travel, _ = world
     engine = make(retention=0)
     ops = [f"op-{i}" for i in range(4)]
     for op in ops:
@@ -320,7 +326,7 @@ def test_with_no_payload_retention_the_item_outlives_the_marker(world):
 
 
 def test_a_fold_at_retention_zero_expires_with_the_marker(world):
-    make, clock, travel, _ = world
+    make, clock, _travel, _ = world
     engine = make(retention=0)
     for op in ("a", "b"):
         enqueue(engine, op)
