@@ -206,3 +206,52 @@ def test_a_close_answered_503_is_retried_without_a_second_claim(stack, token, te
         assert [(state(api, n)["state"], state(api, n)["attempts"]) for n in names] == [("succeeded", 1)] * 3
     finally:
         proxy.close()
+
+
+def test_a_looping_batched_worker_names_each_close_in_its_next_claim(stack, token, tenant, api, monkeypatch):
+    """Each claim that rides with its worker's close names it (``after``): its marker is then
+    written with that close's payload expiry, in one write."""
+    import leasefence.api._batch as batch_routes
+
+    real, seen = batch_routes._claims, []
+
+    def recording(one, tenant_id, items):
+        seen.extend(item.after for item in items)
+        return real(one, tenant_id, items)
+
+    monkeypatch.setattr(batch_routes, "_claims", recording)
+    names = [f"wa-{i}" for i in range(3)]
+    proxy, runs = fleet_run(stack, token, tenant, api, names)
+    try:
+        assert sorted(runs) == names
+        assert seen == [None, runs[0], runs[1]], (seen, runs)
+    finally:
+        proxy.close()
+
+
+def test_a_close_whose_payload_expiry_failed_is_answered_503_and_its_resend_writes_it(api, monkeypatch):
+    """The round closed the operation, then could not write its payload's expiry (the store
+    unavailable): the finish is answered 503 in its place, and its resend (a replay) writes it."""
+    from leasefence.engine import _payload_items
+    from leasefence.errors import Unavailable
+
+    enqueue(api, "we-1", job_type="we")
+    claimed(api, "we-1")
+    real, written = _payload_items.after_end, []
+
+    def unavailable(ctx, item):
+        raise Unavailable("injected")
+
+    def recording(ctx, item):
+        written.append(item["operation_id"])
+        return real(ctx, item)
+
+    close = {"finish": [{"action": "complete", "operation_id": "we-1", "fence": 1, "outcome_code": "ok"}]}
+    monkeypatch.setattr(_payload_items, "after_end", unavailable)
+    reply = api.post(WORK, close)
+    assert statuses(reply, "finish") == [503]
+    assert reply.json["finish"][0]["body"]["error"]["code"] == "unavailable"
+    assert state(api, "we-1")["state"] == "succeeded"
+    monkeypatch.setattr(_payload_items, "after_end", recording)
+    reply = api.post(WORK, close)
+    assert statuses(reply, "finish") == [200] and written == ["we-1"]

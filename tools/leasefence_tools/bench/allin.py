@@ -45,7 +45,7 @@ import copy
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from leasefence.limits import SPREAD_FULL_PROBE_MS
 from leasefence.metrics import Metric
@@ -427,6 +427,29 @@ def with_requests(window: dict[str, Any], requests: float) -> dict[str, Any]:
     return out
 
 
+def mixed(a: Any, b: Any, share: float) -> Any:
+    """Two measured windows weighed: ``b``'s numbers ``share`` of the time, ``a``'s the rest (a
+    number one of them lacks counts 0; anything else is ``a``'s)."""
+    if isinstance(a, dict) or isinstance(b, dict):
+        a, b = a if isinstance(a, dict) else {}, b if isinstance(b, dict) else {}
+        return {k: mixed(a.get(k, 0), b.get(k, 0), share) for k in {**a, **b}}
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return a * (1 - share) + b * share
+    return a
+
+
+def lifecycle_of(profile: str, measured: dict[str, Any]) -> dict[str, Any]:
+    """The profile's lifecycle window; the batched HTTP workers' weighs the round that closes
+    and claims in one (``measured["paired"]``: each claim's marker rides with its worker's close,
+    ``after``) by the share of the busy fleet's claims that did (``claims_after_close``)."""
+    lifecycle: dict[str, Any] = measured["profiles"][profile]
+    paired = measured.get("paired", {}).get(profile)
+    share = (measured.get("batched_fleet") or {}).get("claims_after_close", 0.0)
+    if profile == "http_workers_batched" and paired is not None and share:
+        return cast("dict[str, Any]", mixed(lifecycle, paired, share))
+    return lifecycle
+
+
 def _components(
     profile: str, measured: dict[str, Any], a: Assumptions
 ) -> list[tuple[str, dict[str, Any], float]]:
@@ -436,7 +459,7 @@ def _components(
     lifecycle's enqueue, claim and finish requests per lifecycle, and one renewal request per
     ``leases_per_renewal`` leases; else the profile's own full batches."""
     events = measured["events"]
-    lifecycle = measured["profiles"][profile]
+    lifecycle = lifecycle_of(profile, measured)
     heartbeat = events[_HEARTBEAT[profile]]
     fleet = measured.get("batched_fleet")
     if profile == "http_workers_batched" and fleet:
@@ -483,7 +506,7 @@ def leasefence_profile(profile: str, measured: dict[str, Any], a: Assumptions) -
 
     for component, w, times in per_lifecycle:
         bill.window(component, w, times)
-    prof = measured["profiles"][profile]
+    prof = lifecycle_of(profile, measured)
     bill.storage("storage", prof["stored"], prof["payload_object_bytes"])
     for component, w, times in monthly:
         bill.window(component, w, times / a.volume)
@@ -517,7 +540,7 @@ def leasefence_profile(profile: str, measured: dict[str, Any], a: Assumptions) -
     if a.capacity == "provisioned":
         _provisioned_floor(bill)
     out = bill.result()
-    life = measured["profiles"][profile]
+    life = lifecycle_of(profile, measured)
     out["wru_per_lifecycle_all"] = round(life["wcu"], 3)
     out["wru_per_lifecycle_all_in"] = round(sum(w["wcu"] * t for _, w, t in per_lifecycle), 3)
     out["heartbeats_per_lifecycle"] = a.heartbeats()

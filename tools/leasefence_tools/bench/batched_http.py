@@ -55,6 +55,8 @@ HEARTBEAT_ROUTES = ("POST /v1/operations/{id}/heartbeat", "POST /v1/batch/heartb
 #: counted under (a renewal that rides with a claim or a close costs no request of its own).
 ROUND_ROUTE = "POST /v1/batch/work"
 RENEWAL_ROUNDS = "POST /v1/batch/work (renewals only)"
+#: A round's claims that name a close of the same round (``after``), counted apart.
+AFTER = "claim after a close"
 
 
 class CountingClient(LeaseFenceClient):
@@ -75,13 +77,15 @@ class CountingClient(LeaseFenceClient):
         kinds = {"items": 1}
         if route == ROUND_ROUTE:  # a round: counted apart when it carried renewals only
             kinds = {kind: len(body.get(kind) or []) for kind in ROUND_LISTS}
+            # Its claims that name a close of the same round (their markers ride with it).
+            kinds[AFTER] = sum(1 for c in body.get("claim") or [] if c.get("after"))
             if kinds["finish"] == kinds["claim"] == 0:
                 route = RENEWAL_ROUNDS
         elif isinstance(body, dict) and isinstance(body.get("items"), list):
             kinds = {"items": len(body["items"])}
         with self._count_lock:
             self.sent[route] += 1
-            self.items[route] += sum(kinds.values())
+            self.items[route] += sum(n for kind, n in kinds.items() if kind != AFTER)
             for kind, n in kinds.items():
                 if kind != "items":
                     self.items[f"{route}: {kind}"] += n
@@ -178,6 +182,11 @@ def _run_mode(
             route: round(client.items[route] / client.sent[route.split(": ")[0]], 2)
             for route in sorted(client.items)
         },
+        # The share of the rounds' claims that named a close of their round (``after``).
+        "claims_after_close": round(
+            client.items[f"{ROUND_ROUTE}: {AFTER}"] / max(1, client.items[f"{ROUND_ROUTE}: claim"]),
+            3,
+        ),
         # Of those requests, the ones unanswered in time or answered 5xx (each try counted):
         # a loaded machine's, which AWS's latency would not see.
         "unanswered_requests": sum(client.unanswered.values()),
@@ -204,6 +213,9 @@ def fleet_figures(result: dict[str, Any]) -> dict[str, float]:
     )
     return {
         "lifecycle_requests": round(sum(n for r, n in by_route.items() if r not in renewals), 4),
+        # The share of the fleet's claims whose marker rode with a close (the all-in model
+        # weighs the profile's paired and unpaired windows by it).
+        "claims_after_close": batched.get("claims_after_close", 0.0),
         "renewal_requests": round(renewal_requests, 4),
         "leases_per_renewal": round(renewed / renewal_requests, 2) if renewal_requests else 1.0,
         "requests_per_lifecycle": batched["requests_per_lifecycle"],

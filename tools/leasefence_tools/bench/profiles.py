@@ -103,6 +103,10 @@ PROFILES = (
     "worker_function_polled",
     "class_a",
 )
+#: ``http_workers_batched`` in a busy fleet's steady state (``out["paired"]``): each claim
+#: names its worker's close in the same round (``after``), as the HTTP backend's rounds do.
+PAIRED = "http_workers_batched_paired"
+
 #: Operations per batch request in ``http_workers_batched`` and ``heartbeat_http_batched``: a
 #: fleet of 8 workers sharing one backend (the batched HTTP bench's default fleet).
 BATCH = 8
@@ -666,7 +670,7 @@ def _run_all(
     http_backend = HttpBackend(http, HTTP_TENANT)
     http_worker = Worker(http_backend, {JOB_B: HANDLERS[JOB_B]}, lease_ms=30_000)
     invocations.secrets.update({http_worker.worker_id, "hb-worker", "idle-worker"})
-    ops: dict[str, list[tuple[str, str]]] = {name: [] for name in PROFILES}
+    ops: dict[str, list[tuple[str, str]]] = {name: [] for name in (*PROFILES, PAIRED)}
 
     def new_op(name: str) -> str:
         op = f"{name}-{uuid.uuid4().hex[:12]}"
@@ -726,6 +730,52 @@ def _run_all(
         finished_in_batch(claims)
         ops["http_workers_batched"].extend((BATCH_TENANT, c.operation_id) for c in claims)
 
+    #: The claims the paired rounds close next (a busy fleet's jobs in flight).
+    held: list[Any] = []
+
+    def via_http_batch_paired(_ctx: Any) -> None:
+        """:data:`BATCH` lifecycles as a busy fleet's rounds make them: one enqueue request, and
+        one round closing the jobs the round before claimed while claiming as many more, each
+        claim naming its worker's close (``after``: its marker rides with that close's payload
+        expiry). Per round: BATCH enqueues, claims and closes."""
+        batch = [new_op("batch") for _ in range(BATCH)]
+        enqueued = batch_api.enqueue_batch(
+            [{"operation_id": op, "job_type": JOB_B, "payload": PAYLOAD} for op in batch]
+        )
+        previous = list(held)
+        answer = batch_api.work_batch(
+            finish=[
+                {
+                    "action": "complete",
+                    "operation_id": c.operation_id,
+                    "fence": c.fence,
+                    "outcome_code": "refunded",
+                }
+                for c in previous
+            ],
+            claim=[
+                {
+                    "worker_id": f"batch-worker-{i}",
+                    "lease_seconds": 30,
+                    "job_types": [JOB_B],
+                    "claim_token": uuid.uuid4().hex,
+                    "after": c.operation_id,
+                }
+                for i, c in enumerate(previous)
+            ],
+        )
+        made = [r.result() for r in answer.claim if r.ok and r.value is not None]
+        if not all(r.ok for r in (*enqueued, *answer.finish)) or {
+            c.operation_id for c in made
+        } != set(batch):
+            raise RuntimeError("the paired round did not close and claim its batch whole")
+        held[:] = made
+        for c in previous:
+            _wait(partial(ended, BATCH_TENANT, c.operation_id), f"{c.operation_id} to end")
+            _wait(partial(history_done, BATCH_TENANT, c.operation_id), "its history")
+        quiet()
+        ops[PAIRED].extend((BATCH_TENANT, c.operation_id) for c in previous)
+
     def via_http(_ctx: Any) -> None:
         op = new_op("http")
         http.enqueue(op, JOB_B, PAYLOAD)
@@ -782,6 +832,13 @@ def _run_all(
     ops["http_workers_batched"].clear()
     batched = window(via_http_batch, n=max(1, math.ceil(runs / BATCH)))
     out["profiles"]["http_workers_batched"] = _scaled(batched, 1 / BATCH, 4)
+    # The same in a busy fleet's steady state: each claim rides with its worker's close.
+    held[:] = claimed_in_batch(BATCH)
+    via_http_batch_paired(None)  # warm (the code path)
+    ops[PAIRED].clear()
+    paired = window(via_http_batch_paired, n=max(1, math.ceil(runs / BATCH)))
+    finished_in_batch(held)
+    out["paired"] = {"http_workers_batched": _scaled(paired, 1 / BATCH, 4)}
     # The schedule alone: the worker's stream mapping goes (the publisher keeps running). Each
     # tick drains ``runs`` queued operations; the window is per operation.
     if "worker" in stack.mappings:
@@ -945,6 +1002,11 @@ def _run_all(
 
     out["events"]["end_of_retention"] = window(ttl_delete, setup=lambda: next(doomed))
 
+    out["paired"]["http_workers_batched"]["stored"] = {
+        "ended": _mean_bytes(ended_bytes.get(PAIRED, [])),
+        "after_purge": _mean_bytes(after_purge.get(PAIRED, [])),
+    }
+    out["paired"]["http_workers_batched"]["payload_object_bytes"] = 0
     for name in PROFILES:
         profile = out["profiles"][name]
         profile["stored"] = {
