@@ -3,6 +3,8 @@ passes the same bounds with every state explored, and how much is explored is pi
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from moto.dynamodb.models.dynamo_type import Item
 
@@ -22,6 +24,7 @@ CLEAN_STATES = {
     "approval_by_reference": 1,
     "claim_token_without_marker": 163,
     "unconditional_marker": 1120,
+    "erasure_deletes_the_marker": 679,
     "no_inline_compaction": 22,
     "no_room_for_size": 43,
 }
@@ -32,6 +35,7 @@ TRACE_STEPS = {
     "approval_by_reference": 2,
     "claim_token_without_marker": 3,
     "unconditional_marker": 6,
+    "erasure_deletes_the_marker": 5,
     "no_inline_compaction": 5,
     "no_room_for_size": 7,
 }
@@ -102,6 +106,37 @@ def test_a_claim_next_resent_while_it_runs_claims_once_issue_33(world):
     assert "both claimed under token w1.0" in result.violation, result.summary()
     resend = result.trace.index("resend w1")
     assert sum("in flight: sends UpdateItem" in step for step in result.trace[:resend]) == 2
+
+
+def test_a_claim_next_naming_a_close_resent_while_it_runs_claims_once(world):
+    """Issue 33's bound with every claim-next naming o1 (``after``): the token's marker lives in
+    o1's payload item, created, taken and sealed there; every interleaving of the first request's
+    store requests with its resend holds, with every state explored and a way out of each."""
+    mutation = next(m for m in MUTATIONS if m.name == "unconditional_marker")
+    result = explore(dataclasses.replace(mutation.bound, after=True), world=world)
+    assert result.finished, result.summary()
+    assert result.violation is None and result.dead_ends == 0, result.summary()
+    assert result.states == 1462
+
+
+def test_the_world_keeps_binary_attributes_as_moto_does(world):
+    """A binary attribute (a claim marker's owner in a payload item) comes back from a snapshot
+    as the bytes moto holds, not as their base64 text: a condition on it compares alike."""
+    world.restore(None)
+    key = {PARTITION_KEY: {"S": "t"}, SORT_KEY: {"S": "x"}}
+    world.client.put_item(TableName=world.spec.table_name, Item={**key, "mo": {"B": b"\x00owner"}})
+    saved, _ = world.capture()
+    world.client.delete_item(TableName=world.spec.table_name, Key=key)
+    world.capture()
+    world.restore(saved)  # (rebuilt from the snapshot's JSON)
+    world.client.update_item(
+        TableName=world.spec.table_name,
+        Key=key,
+        UpdateExpression="SET n = :one",
+        ConditionExpression="mo = :me",
+        ExpressionAttributeValues={":one": {"N": "1"}, ":me": {"B": b"\x00owner"}},
+    )
+    world.restore(None)
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 from leasefence import history, keys
 from leasefence.limits import HISTORY_ROOM_BYTES
 from leasefence.model import State
+from leasefence_tools.modelcheck.world import canonical
 
 if TYPE_CHECKING:
     from leasefence_tools.modelcheck.protocol import Bound
@@ -213,7 +214,7 @@ def abstract_item(text: bytes) -> tuple[bytes, str | None]:
                 for entry in entries["L"]
             ]
         }
-    text = json.dumps(attributes, sort_keys=True, separators=(",", ":")).encode()
+    text = canonical(attributes)
     return text, attributes["operation_id"]["S"] if ended else None
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from leasefence import history
-from leasefence.engine import _claim, _enqueue, _expr, _marker, _rules
+from leasefence.engine import _claim, _enqueue, _expr, _marker, _payload_items, _rules
 from leasefence.model import Claim
 from leasefence.worker.http_backend import HttpBackend
 from leasefence_tools.modelcheck.protocol import Bound
@@ -101,6 +101,16 @@ def unconditional_marker() -> Iterator[None]:
 
     with _patched(_claim, "Marker", Unconditional), _patched(_claim.Claimer, "resume", resume):
         yield
+
+
+def erasure_deletes_the_marker() -> contextlib.AbstractContextManager[None]:
+    """A claim marker kept in a payload item (``after``) deleted with the payload by an erasure
+    of that operation: the resend finds no marker and claims again."""
+
+    def delete(ctx: Any, key: Any) -> None:
+        ctx.store.delete_plain(key)
+
+    return _patched(_payload_items, "_delete_unless_marked", delete)
 
 
 def no_inline_compaction() -> contextlib.AbstractContextManager[None]:
@@ -193,6 +203,16 @@ MUTATIONS = (
         # The same, the lost answer replaced by a claim-next resent while it runs.
         dataclasses.replace(_CLAIM_TOKEN_BOUND, lost_answers=0, inflight=1),
         "one_claim_per_token",
+    ),
+    Mutation(
+        "erasure_deletes_the_marker",
+        "a marker kept with a payload erased before the resend, giving two claims",
+        erasure_deletes_the_marker,
+        # The claim token's bound, its claims naming o1 (after), and one erasure.
+        dataclasses.replace(_CLAIM_TOKEN_BOUND, after=True, erase=True, erases=1),
+        # The resend finds no marker and answers none: the claim its lost answer made is held
+        # by nobody who knows, and with no clock jump its lease never lapses.
+        "liveness",
     ),
     Mutation(
         "no_inline_compaction",

@@ -68,6 +68,9 @@ class Bound:
     erases: int | None = None
     #: Requeues in all (each operation still at most ``requeues``); None: ``requeues`` each.
     total_requeues: int | None = None
+    #: Every claim-next names the first operation as ``after``: its token's marker lives in
+    #: that operation's payload item (:mod:`leasefence.engine._marker`).
+    after: bool = False
 
     def ops(self) -> list[tuple[str, str]]:
         return [(f"o{index + 1}", kind) for index, kind in enumerate(self.kinds)]
@@ -84,6 +87,7 @@ class Bound:
             + (f", {self.inflight} claim-next resent while it runs" if self.inflight else "")
             + (f", history room {self.history_room}" if self.history_room else "")
             + (f", {self.size_limits} item(s) put at the size limit" if self.size_limits else "")
+            + (", claims naming o1 (after)" if self.after else "")
         )
 
 
@@ -117,6 +121,7 @@ def initial_local(bound: Bound) -> dict[str, Any]:
         "inflight": {},
         "size_limits": bound.size_limits,
         "at_limit": [],
+        "after": ops[0] if bound.after else None,
     }
 
 
@@ -291,7 +296,8 @@ def _claim(
     asked = local["workers"][worker]["asks"]
     try:
         if kind == "claim_next":
-            return engine.claim_next(TENANT, worker, asked, claim_token=token)
+            after = local.get("after")
+            return engine.claim_next(TENANT, worker, asked, claim_token=token, after=after)
         return engine.claim(TENANT, op, worker, asked, claim_token=token)
     except errors.LeaseFenceError as refused:
         expected(refused)

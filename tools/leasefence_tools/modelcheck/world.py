@@ -14,6 +14,7 @@ visited set needs.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import random
@@ -71,6 +72,30 @@ def _forget_items() -> None:
 #: A table's items, each named by the digest of its canonical JSON, in key order.
 Snapshot = tuple[bytes, ...]
 START_MS = 1_800_000_000_000
+
+
+def canonical(attributes: dict[str, Any]) -> bytes:
+    """An item's DynamoDB JSON as canonical bytes (a binary value, as moto holds it, in base64)."""
+    return json.dumps(attributes, sort_keys=True, separators=(",", ":"), default=_binary).encode()
+
+
+def _binary(value: Any) -> str:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"{type(value).__name__} in an item")
+
+
+def _binary_back(value: dict[str, Any]) -> dict[str, Any]:
+    """An attribute from :func:`canonical`'s JSON as moto holds it (a binary value as bytes)."""
+    if "B" in value:
+        return {"B": base64.b64decode(value["B"])}
+    if "BS" in value:
+        return {"BS": [base64.b64decode(v) for v in value["BS"]]}
+    if "M" in value:
+        return {"M": {k: _binary_back(v) for k, v in value["M"].items()}}
+    if "L" in value:
+        return {"L": [_binary_back(v) for v in value["L"]]}
+    return value
 
 
 class World:
@@ -140,7 +165,7 @@ class World:
         items, names, texts = [], [], []
         for item in self._sorted():
             attributes = item.to_json()["Attributes"]
-            text = json.dumps(attributes, sort_keys=True, separators=(",", ":")).encode()
+            text = canonical(attributes)
             name = hashlib.blake2b(text, digest_size=16).digest()
             if name not in self._pool:
                 self._pool[name] = zlib.compress(text, 1)
@@ -227,7 +252,7 @@ class World:
         attrs = LimitedSizeDict.__new__(LimitedSizeDict)
         dict.__init__(attrs)
         for key, value in attributes.items():
-            dict.__setitem__(attrs, key, DynamoType(value))
+            dict.__setitem__(attrs, key, DynamoType(_binary_back(value)))
         item.attrs = attrs
         return item
 
