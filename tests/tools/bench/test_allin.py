@@ -494,3 +494,46 @@ def test_the_batched_http_row_bills_the_requests_its_busy_fleet_sent() -> None:
     idle = allin.idle_worker_month_usd(measured, a, "http_workers_batched")
     plain = allin.idle_worker_month_usd(measured, a)
     assert idle["lines"]["dynamodb_reads"] > plain["lines"]["dynamodb_reads"]  # 2 units a poll, not 0
+
+
+def test_the_batched_row_weighs_the_paired_round_by_the_fleets_share_of_claims_after_a_close() -> None:
+    """A claim that rode with its worker's close (``after``) writes its marker with that close's
+    payload expiry: the profile's paired window has a unit less. The batched row takes the paired
+    window for the share of the busy fleet's claims that did, the other for the rest."""
+    measured = _profiles_measured()
+    life = copy.deepcopy(measured["profiles"]["http_workers"])
+    measured["profiles"]["http_workers_batched"] = life
+    paired = copy.deepcopy(life)
+    paired["wcu"] -= 1
+    paired["functions"]["api"]["wcu"] -= 1
+    paired["functions"]["api"]["requests"]["dynamodb"] -= 1
+    measured["paired"] = {"http_workers_batched": paired}
+    measured["events"]["heartbeat_http_batched"] = _window(api_requests=0.125, api={"invocations": 0.125, "wcu": 1})
+    measured["events"]["idle_poll_http_batched"] = _window(api_requests=1, api={"invocations": 1, "rcu": 2})
+    a = Assumptions(volume=10 * M, tracing=False, log_level="WARNING")
+
+    def billed(share: float) -> dict:
+        fleet = {"lifecycle_requests": 1.0, "leases_per_renewal": 8, "workers": 8, "claims_after_close": share}
+        return allin.leasefence_profile("http_workers_batched", {**measured, "batched_fleet": fleet}, a)
+
+    none, half, every = billed(0.0), billed(0.5), billed(1.0)
+    # One write unit and one request's 5 ms at 1 GB, weighed by the share.
+    unit = prices.usd("dynamodb_write_request_unit") * M
+    assert none["lines"]["dynamodb_writes_table"] - every["lines"]["dynamodb_writes_table"] == pytest.approx(unit, abs=1e-4)
+    assert none["lines"]["dynamodb_writes_table"] - half["lines"]["dynamodb_writes_table"] == pytest.approx(unit / 2, abs=1e-4)
+    assert none["lines"]["lambda_duration"] > half["lines"]["lambda_duration"] > every["lines"]["lambda_duration"]
+    assert none["total"] > half["total"] > every["total"]
+    # Without the paired window (a report from before it), the row is the unpaired window's.
+    del measured["paired"]
+    assert billed(1.0)["total"] == pytest.approx(none["total"])
+
+
+def test_two_windows_are_mixed_number_by_number() -> None:
+    a = {"wcu": 10, "functions": {"api": {"cpu_ms": 4.0, "requests": {"dynamodb": 8}}}, "name": "x"}
+    b = {"wcu": 9, "functions": {"api": {"cpu_ms": 6.0, "requests": {"dynamodb": 7, "s3": 1}}}, "name": "y"}
+    mixed = allin.mixed(a, b, 0.25)
+    assert mixed == {
+        "wcu": 9.75,
+        "functions": {"api": {"cpu_ms": 4.5, "requests": {"dynamodb": 7.75, "s3": 0.25}}},
+        "name": "x",
+    }

@@ -26,3 +26,8 @@ def test_the_bench_counts_requests_per_lifecycle_in_both_modes():
     figures = batched_http.fleet_figures(result)
     assert figures["lifecycle_requests"] == round(rounds + 1 / 20, 4)
     assert figures["leases_per_renewal"] >= 1
+    # Each claim that rode with its worker's close named it (after): all but each worker's
+    # first claim and a claim after an empty poll.
+    assert figures["claims_after_close"] == batched["claims_after_close"]
+    assert 0.5 < figures["claims_after_close"] <= 1, batched
+    assert one["claims_after_close"] == 0
