@@ -18,7 +18,7 @@ from leasefence import Engine, State, keys
 from leasefence.clock import ManualClock
 from leasefence.engine import closing_round
 from leasefence.engine._marker import owner_of
-from leasefence.errors import InvalidInput, NotFound, PayloadMissing
+from leasefence.errors import InvalidInput, InvalidTransition, NotFound, PayloadMissing
 from leasefence.limits import CLAIM_MARKER_TTL_MS
 from leasefence.payloads import canonicalize
 from leasefence.schema import TTL_ATTRIBUTE, TableSpec
@@ -278,7 +278,9 @@ def test_without_a_payload_item_the_marker_is_a_shell_under_its_key(world):
     assert engine.get(T, "b").state == State.CLAIMED
 
 
-def test_two_tokens_after_one_operation_each_keep_one_claim(world):
+def test_a_second_token_naming_the_same_operation_is_refused_and_claims_nothing(world):
+    """One claim names each close: the payload item holds one token's marker, and a claim with
+    another token naming the same operation is refused (its resends alike), nothing claimed."""
     make, *_ = world
     engine = make()
     ops = [f"op-{i}" for i in range(5)]
@@ -286,14 +288,13 @@ def test_two_tokens_after_one_operation_each_keep_one_claim(world):
         enqueue(engine, op)
     a = engine.claim_next(T, "w1", claim_token="t0").operation_id
     first = close_and_claim(engine, a, "t1")
-    # Another token naming the same operation: its marker goes to an item of its own.
-    second = engine.claim_next(T, "w1", claim_token="t2", after=a)
-    assert own_marker(engine, "t2") is not None and own_marker(engine, "t1") is None
-    assert first.operation_id != second.operation_id
-    for token, claim in (("t1", first), ("t2", second), ("t1", first), ("t2", second)):
-        again = engine.claim_next(T, "w1", claim_token=token, after=a)
-        assert (again.operation_id, again.fence) == (claim.operation_id, claim.fence)
-    assert sorted(claimed_ops(engine, ops)) == sorted([first.operation_id, second.operation_id])
+    for _ in range(2):
+        with pytest.raises(InvalidTransition):
+            engine.claim_next(T, "w1", claim_token="t2", after=a)
+    assert own_marker(engine, "t2") is None
+    again = engine.claim_next(T, "w1", claim_token="t1", after=a)
+    assert (again.operation_id, again.fence) == (first.operation_id, first.fence)
+    assert claimed_ops(engine, ops) == [first.operation_id]
 
 
 def test_with_no_payload_retention_the_item_outlives_the_marker(world):

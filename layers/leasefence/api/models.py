@@ -266,7 +266,7 @@ class ClaimRequest(Strict):
         "is then kept in that operation's stored payload, written with the payload's expiry "
         "that the close sets anyway: one write unit less per claim. Send the same value with "
         "every resend of the token (it says where the marker is); 404 when no operation has "
-        "that id",
+        "that id, 409 when a claim with another token named it already",
     )
 
     @model_validator(mode="after")

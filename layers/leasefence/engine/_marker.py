@@ -33,7 +33,8 @@ payload item (``mo`` its owner, a digest of the worker and the token; ``mc``, ``
 ``ms`` as ``claimed_op``, ``claimed_fence``, ``taken``, ``sealed``; ``mx`` its expiry), created
 in the write that sets the item's expiry after the close (:mod:`._payload_items`: one unit for
 both), or as an item of its own under that key when there is none. A payload item hosts one
-token's marker: a second token that names the same operation keeps its marker in its own item.
+token's marker: a claim with another token that names the same operation is refused
+(:class:`~leasefence.errors.InvalidTransition`, nothing claimed), its resends alike.
 Nothing deletes a payload item before its marker's expiry (a purge, an erasure or a dropped
 replay empties it), so a resend never finds the home gone.
 
@@ -58,7 +59,7 @@ from leasefence.engine import _payload_items as payload_items
 from leasefence.engine import _rules as rules
 from leasefence.engine._context import EngineContext, Key
 from leasefence.engine._payload_items import MARKER_EXPIRY, MARKER_OWNER, Closed
-from leasefence.errors import InvalidInput, NotFound
+from leasefence.errors import InvalidInput, InvalidTransition, NotFound
 from leasefence.model import State
 from leasefence.schema import TTL_ATTRIBUTE
 from leasefence.store import ConditionFailed
@@ -81,6 +82,10 @@ PAIR_SPENT = (
 NO_FENCE = -1
 
 IN_PROGRESS = "a claim-next with this claim token is in progress: send it again"
+ANOTHER_TOKEN = (
+    "after: another claim token named this operation (one claim names each close): send this "
+    "claim naming none, or another"
+)
 
 #: The marker's attributes in its own item, and in a payload item (next to the payload's).
 OWN_NAMES = {
@@ -156,11 +161,12 @@ class Marker:
         self.worker_id = worker_id
         self.token = token
         marker_id = keys.claim_marker_id(worker_id, token)
-        self.own_key: Key = ctx.marker_key(tenant_id, marker_id)
         self.owner = owner_of(marker_id)
         self.after = after
+        #: Whether the marker's home is a payload item (``after``), not an item of its own.
+        self.shared = after is not None
         #: Where the marker is: its own item, or the payload item ``after`` names.
-        self.key: Key = self.own_key if after is None else after.key
+        self.key: Key = ctx.marker_key(tenant_id, marker_id) if after is None else after.key
         #: The pair as this request last knew it (read or written); None: none.
         self.pair: tuple[str, int] | None = None
         #: Whether this request wrote :attr:`pair` itself and nobody took it over since.
@@ -168,21 +174,13 @@ class Marker:
         #: Whether the marker was sealed when read.
         self.sealed = False
 
-    @property
-    def shared(self) -> bool:
-        """Whether the marker's home is a payload item."""
-        return self.key is not self.own_key
-
     def read(self) -> tuple[str, int] | None:
         """The pair the marker names now (strongly consistent); this request is not its writer.
         :attr:`sealed` says whether the token's claiming is over."""
         found = self.ctx.store.get(self.key) or {}
-        if self.shared and MARKER_OWNER in found and not self._mine(found):
-            self.key = self.own_key  # the payload item holds another token's: this one's is here
-            found = self.ctx.store.get(self.key) or {}
         names = self._names()
         self.sole, self.sealed = False, names["#ms"] in found
-        if names["#mc"] not in found or (self.shared and MARKER_OWNER not in found):
+        if names["#mc"] not in found or (self.shared and not self._mine(found)):
             self.pair = None
         else:
             self.pair = (found[names["#mc"]], int(found.get(names["#mf"], NO_FENCE)))
@@ -231,6 +229,8 @@ class Marker:
         return SHARED_NAMES if self.shared else OWN_NAMES
 
     def _mine(self, found: dict[str, Any]) -> bool:
+        if MARKER_OWNER not in found:
+            return False
         return bytes(getattr(found[MARKER_OWNER], "value", found[MARKER_OWNER])) == self.owner
 
     def _guard(self) -> str:
@@ -264,9 +264,7 @@ class Marker:
             if MARKER_OWNER in old:
                 if self._mine(old):
                     raise  # a resend: this token's marker is there already
-                self.key = self.own_key  # another token's: this one's goes to its own item
-                self._create(values)
-                return
+                raise InvalidTransition(ANOTHER_TOKEN) from None
             # Refused for its TTL only: as long already (a replay of the close wrote it).
             assert closed is not None
             self._expiry_written(closed)

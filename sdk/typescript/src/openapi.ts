@@ -814,7 +814,7 @@ export interface components {
             claim_token?: string | null;
             /**
              * After
-             * @description With claim_token and without operation_id: the operation this worker closes in the same request (a finish item of `POST /v1/batch/work`). The token's marker is then kept in that operation's stored payload, written with the payload's expiry that the close sets anyway: one write unit less per claim. Send the same value with every resend of the token (it says where the marker is); 404 when no operation has that id
+             * @description With claim_token and without operation_id: the operation this worker closes in the same request (a finish item of `POST /v1/batch/work`). The token's marker is then kept in that operation's stored payload, written with the payload's expiry that the close sets anyway: one write unit less per claim. Send the same value with every resend of the token (it says where the marker is); 404 when no operation has that id, 409 when a claim with another token named it already
              */
             after?: string | null;
         };
