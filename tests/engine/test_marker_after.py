@@ -17,7 +17,7 @@ import pytest
 from leasefence import Engine, State, keys
 from leasefence.clock import ManualClock
 from leasefence.engine import closing_round
-from leasefence.engine._marker import owner_of
+from leasefence.engine._marker import Marker, after_home, owner_of
 from leasefence.errors import InvalidInput, InvalidTransition, NotFound, PayloadMissing
 from leasefence.limits import CLAIM_MARKER_TTL_MS
 from leasefence.payloads import canonicalize
@@ -371,3 +371,66 @@ def test_a_round_writes_the_expiries_no_claim_took(world):
         assert int(payload_item(engine, op)[TTL_ATTRIBUTE]) == -(-(clock() + RETENTION) // 1000)
     # The token's answer "none" was sealed where its marker would have been: none again.
     assert engine.claim_next(T, "w1", claim_token="t1", after=a.operation_id) is None
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["own item", "payload item"])
+def test_a_resend_that_took_the_pair_and_died_before_its_claim_write_does_not_block_the_next(world, after):
+    """A resend takes the pair (it is to send the same claim write) and dies before sending it:
+    the next resend takes it again and claims, rather than answering "in progress" for good."""
+    make, *_ = world
+    engine = make()
+    enqueue(engine, "x")
+    home = after_home(engine._ctx, T, "x", "tok") if after else None
+    first = Marker(engine._ctx, T, "w1", "tok", home)
+    first.point("x", engine.get(T, "x").fence)
+    taker = Marker(engine._ctx, T, "w1", "tok", after_home(engine._ctx, T, "x", "tok") if after else None)
+    taker.read()
+    taker.take()  # ... and dies here
+    claim = engine.claim_next(T, "w1", claim_token="tok", after="x" if after else None)
+    assert claim is not None and (claim.operation_id, claim.fence) == ("x", 1)
+
+
+def test_a_marker_past_its_expiry_gives_way_to_another_token(world):
+    """One token's marker a day old (its resends are over) no longer refuses another token that
+    names the same operation."""
+    make, _, travel, _ = world
+    engine = make()
+    ops = [f"op-{i}" for i in range(4)]
+    for op in ops:
+        enqueue(engine, op)
+    a = engine.claim_next(T, "w1", claim_token="t0").operation_id
+    first = close_and_claim(engine, a, "t1")
+    with pytest.raises(InvalidTransition):
+        engine.claim_next(T, "w2", claim_token="t2", after=a)
+    travel(CLAIM_MARKER_TTL_MS + 1000)
+    second = engine.claim_next(T, "w2", claim_token="t2", after=a)
+    assert second is not None and second.operation_id not in (a, first.operation_id)
+    item = payload_item(engine, a)
+    assert bytes(item["mo"].value) == owner_of(keys.claim_marker_id("w2", "t2"))
+    assert int(item[TTL_ATTRIBUTE]) >= int(item["mx"]) and "mt" not in item and "ms" not in item
+    again = engine.claim_next(T, "w2", claim_token="t2", after=a)
+    assert (again.operation_id, again.fence) == (second.operation_id, second.fence)
+
+
+def test_a_marker_on_an_item_whose_expiry_comes_first_moves_that_expiry_in_its_own_write(world):
+    """The operation ended (outside a round) with no payload retention: its payload item expires
+    at its end. A claim naming it later writes its marker and moves that expiry to the marker's,
+    in one write, so TTL deletes neither before the marker's day is over."""
+    make, clock, travel, aws = world
+    writes = Writes(aws.client())
+    engine = make(retention=0, client=writes)
+    for op in ("a", "b"):
+        enqueue(engine, op)
+    a = engine.claim_next(T, "w1", claim_token="t0")
+    engine.complete(T, "a" if a.operation_id == "a" else "b", a.fence, "sent")
+    done = a.operation_id
+    assert int(payload_item(engine, done)[TTL_ATTRIBUTE]) <= -(-clock() // 1000)
+    writes.log.clear()
+    nxt = engine.claim_next(T, "w1", claim_token="t1", after=done)
+    item = payload_item(engine, done)
+    assert int(item[TTL_ATTRIBUTE]) == int(item["mx"]) >= (clock() + CLAIM_MARKER_TTL_MS) // 1000
+    # Refused once for its expiry, then the marker with the expiry moved: two tries, one write.
+    assert writes.to(keys.payload_prefix(done)) == ["update_item", "update_item"]
+    travel(CLAIM_MARKER_TTL_MS - 60_000)
+    again = engine.claim_next(T, "w1", claim_token="t1", after=done)
+    assert (again.operation_id, again.fence) == (nxt.operation_id, nxt.fence)

@@ -49,7 +49,7 @@ def _raise(error: Exception) -> Response:
 
 
 #: A close made, whose payload's expiry could not be written (its resend, a replay, writes it).
-_UNWRITTEN = Unavailable("closed, but its payload's expiry is not written yet: send it again")
+UNWRITTEN = "closed, but its payload's expiry is not written yet: send it again"
 
 
 @dataclass(frozen=True)
@@ -150,5 +150,6 @@ def register_routes(
             claimed = _claims(one, tenant, body.claim)
         for index, result in enumerate(done):
             if result["status"] == 200 and result["operation_id"] in closes.unwritten:
-                done[index] = item_result(result["operation_id"], partial(_raise, _UNWRITTEN))
+                late = Unavailable(UNWRITTEN)
+                done[index] = item_result(result["operation_id"], partial(_raise, late))
         return answer(200, {"finish": done, "heartbeat": renewed, "claim": claimed})

@@ -105,6 +105,8 @@ SHARED_NAMES = {
 }
 #: A payload item holds this token's marker.
 OWNED = "#mo = :me"
+#: A payload item holds no marker whose expiry is still to come (``:now``: epoch s).
+FREE_HERE = "(attribute_not_exists(#mo) OR #mx < :now)"
 
 
 class MarkerMoved(Exception):
@@ -141,8 +143,9 @@ def after_home(ctx: EngineContext, tenant_id: str, operation_id: str, token: str
 
 
 def owner_of(marker_id: str) -> bytes:
-    """What a payload item's ``mo`` holds for the marker ``marker_id``: 16 bytes of its digest."""
-    return hashlib.sha256(marker_id.encode()).digest()[:16]
+    """What a payload item's ``mo`` holds for the marker ``marker_id``: 8 bytes of its digest
+    (it tells apart the tokens that name one operation within a day: a collision is 2^-64)."""
+    return hashlib.sha256(marker_id.encode()).digest()[:8]
 
 
 class Marker:
@@ -197,14 +200,18 @@ class Marker:
             ":nf": fence,
             ":mx": payload_items.marker_expiry(self.ctx),
         }
-        update = "SET #mc = :new, #mf = :nf, #mx = :mx REMOVE #mt"
+        # A marker item's expiry runs from each point; one in a payload item keeps the one it
+        # was created with (the item's TTL is past it: written in the same write, never moved).
+        update = (
+            "SET #mc = :new, #mf = :nf" + ("" if self.shared else ", #mx = :mx") + " REMOVE #mt"
+        )
         try:
             if self.pair is None:
                 self._create(values)
             elif self.sole:
                 values.update(self._pair_values())
                 condition = f"{self._guard()} AND {NAMES_PAIR} AND {NOT_TAKEN}"
-                self._keep_item(self._update(update, condition, values, "ALL_NEW"), values)
+                self._update(update, condition, values, "NONE")
             else:
                 self._prove_and_point(update, values)
         except ConditionFailed:
@@ -213,7 +220,7 @@ class Marker:
 
     def take(self) -> None:
         """Take the pair read over (this request sends its claim write too)."""
-        self._mark("SET #mt = :one", NOT_TAKEN)
+        self._mark("SET #mt = :one", NOT_SEALED)
         self.sole = False
 
     def seal(self) -> None:
@@ -240,50 +247,52 @@ class Marker:
 
     def _create(self, values: dict[str, Any]) -> None:
         """The marker's first write, where there is none (refused: :class:`ConditionFailed`)."""
-        base = "SET #mc = :new, #mf = :nf, #mx = :mx REMOVE #mt"
         if not self.shared:
-            self._update(base, f"{x.NOT_AN_OPERATION} AND {IS_FREE}", values, "NONE")
+            update = "SET #mc = :new, #mf = :nf, #mx = :mx REMOVE #mt"
+            self._update(update, f"{x.NOT_AN_OPERATION} AND {IS_FREE}", values, "NONE")
             return
         assert self.after is not None
         closed = self.after.fold()
-        sets = "#mo = :me, "
-        condition = "attribute_exists(operation_id) AND attribute_not_exists(#mo)"
-        if closed is not None:  # the close's expiry too, in the same write (never shortened)
+        # A payload item's marker, with its owner and expiry; one whose expiry passed is taken
+        # over (its token's resends are over). In the same write: the item's TTL past the
+        # marker's expiry (the close's own expiry when later, folded), or a TTL it has already
+        # past it; an item without one (a live operation's) keeps none.
+        base = "SET #mo = :me, #mc = :new, #mf = :nf, #mx = :mx REMOVE #mt, #ms"
+        values[":now"] = self.ctx.clock() // 1000
+        free = f"attribute_exists(operation_id) AND {FREE_HERE}"
+        if closed is not None:
             values[":ttl"] = max(closed.expiry_s, values[":mx"])
-            sets = "#ttl = :ttl, " + sets
-            condition += " AND (attribute_not_exists(#ttl) OR #ttl < :ttl)"
+            update = base.replace("SET ", "SET #ttl = :ttl, ", 1)
+            condition = f"{free} AND (attribute_not_exists(#ttl) OR #ttl < :ttl)"
+        else:
+            update, condition = base, f"{free} AND (attribute_not_exists(#ttl) OR #ttl >= :mx)"
         try:
-            new = self._update(base.replace("SET ", "SET " + sets, 1), condition, values, "ALL_NEW")
+            self._update(update, condition, values, "NONE")
         except ConditionFailed as refused:
             old = refused.item
             if old is None:  # no payload item: the marker alone under its key, expiring with it
-                shell = base.replace("SET ", "SET #ttl = :mx, #mo = :me, ", 1)
+                shell = base.replace("SET ", "SET #ttl = :mx, ", 1)
                 self._update(shell, "attribute_not_exists(operation_id)", values, "NONE")
                 self._expiry_written(closed)  # (no payload item: no expiry to write)
                 return
-            if MARKER_OWNER in old:
+            if MARKER_OWNER in old and int(old.get(MARKER_EXPIRY, 0)) >= values[":now"]:
                 if self._mine(old):
                     raise  # a resend: this token's marker is there already
                 raise InvalidTransition(ANOTHER_TOKEN) from None
-            # Refused for its TTL only: as long already (a replay of the close wrote it).
-            assert closed is not None
-            self._expiry_written(closed)
-            self._create(values)
+            if closed is not None:  # its TTL is as long already (a replay of the close wrote it)
+                self._expiry_written(closed)
+                self._create(values)
+                return
+            # A TTL earlier than the marker's expiry (the operation ended a while ago, or its
+            # payload retention is short): moved to it in the marker's write.
+            update = base.replace("SET ", "SET #ttl = :mx, ", 1)
+            self._update(update, f"{free} AND #ttl < :mx", values, "NONE")
             return
         self._expiry_written(closed)
-        self._keep_item(new, values)
 
     def _expiry_written(self, closed: Closed | None) -> None:
         if closed is not None:
             closed.expiry_pending = False
-
-    def _keep_item(self, new: dict[str, Any] | None, values: dict[str, Any]) -> None:
-        """A payload item holding the marker is kept past the marker's expiry: a TTL it has
-        that comes earlier is moved to it (an item without one, of a live operation, keeps
-        none)."""
-        ttl = (new or {}).get(TTL_ATTRIBUTE) if self.shared else None
-        if ttl is not None and int(ttl) < values[":mx"]:
-            payload_items.keep_past_marker(self.ctx, self.key, values[":mx"], live=True)
 
     def _mark(self, update: str, also: str | None) -> None:
         condition = f"{self._guard()} AND {NAMES_PAIR}"
@@ -338,8 +347,6 @@ class Marker:
         condition = f"{self._guard()} AND {NAMES_PAIR} AND {NOT_SEALED}"
         names, used = self._expression(update, condition, values | pair_values)
         store.transact([check, store.update_action(self.key, update, condition, names, used)])
-        if self.shared:  # (a transaction answers no item: moved if it comes earlier)
-            payload_items.keep_past_marker(self.ctx, self.key, values[":mx"], live=True)
 
 
 def _uses(text: str, placeholder: str) -> bool:

@@ -54,6 +54,7 @@ operation, so that the operation item stays under 1 KB and each of its writes co
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -77,6 +78,8 @@ from leasefence.schema import (
 from leasefence.store import ConditionFailed
 
 _ENDED = frozenset(s.value for s in TERMINAL_STATES)
+
+log = logging.getLogger("leasefence.engine")
 #: What an ended operation's reader no longer shows once its payload retention is over: the
 #: history and the free text that the purge's slimming write removes
 #: (:data:`leasefence.engine._erasure.SLIMMED_AWAY`).
@@ -257,7 +260,8 @@ def closing_round() -> Iterator[Round]:
             if closed.expiry_pending:
                 try:
                     after_end(closed.ctx, closed.item)
-                except Unavailable:
+                except Exception:
+                    log.warning("payload expiry not written", exc_info=True)
                     round_.unwritten.add(str(closed.item["operation_id"]))
 
 

@@ -366,8 +366,11 @@ class HttpBackend:
         if ask is None:
             return self._rounds.submit(close).result()
         worker_id, lease_ms, job_types = ask
+        # A close that ends the job names it in the claim (its marker rides with the payload's
+        # expiry); one that leaves it live (a retry, a park) does not: it may be closed again.
+        ends = action == "complete" or (action == "fail" and body.get("retryable") is False)
         item, sent, first_sent = self._claim_item(
-            worker_id, lease_ms, job_types, after=claim.operation_id
+            worker_id, lease_ms, job_types, after=claim.operation_id if ends else None
         )
         lease_seconds = item["lease_seconds"]
         try:

@@ -55,8 +55,10 @@ HEARTBEAT_ROUTES = ("POST /v1/operations/{id}/heartbeat", "POST /v1/batch/heartb
 #: counted under (a renewal that rides with a claim or a close costs no request of its own).
 ROUND_ROUTE = "POST /v1/batch/work"
 RENEWAL_ROUNDS = "POST /v1/batch/work (renewals only)"
-#: A round's claims that name a close of the same round (``after``), counted apart.
-AFTER = "claim after a close"
+#: A round's claims granted (answered 200), and those of them that named a close of the same
+#: round (``after``): their markers rode with its payload expiry.
+GRANTED = "claims granted"
+AFTER = "claims granted after a close"
 
 
 class CountingClient(LeaseFenceClient):
@@ -69,6 +71,8 @@ class CountingClient(LeaseFenceClient):
         self.items: Counter[str] = Counter()
         #: Requests whose answer never came in time (resent: counted again) or was a 5xx.
         self.unanswered: Counter[str] = Counter()
+        #: Rounds' claims granted, and those of them that named a close of their round.
+        self.granted: Counter[str] = Counter()
         self._count_lock = threading.Lock()
 
     def _once(self, method: str, path: str, body: Any, timeout: float) -> Any:
@@ -77,15 +81,13 @@ class CountingClient(LeaseFenceClient):
         kinds = {"items": 1}
         if route == ROUND_ROUTE:  # a round: counted apart when it carried renewals only
             kinds = {kind: len(body.get(kind) or []) for kind in ROUND_LISTS}
-            # Its claims that name a close of the same round (their markers ride with it).
-            kinds[AFTER] = sum(1 for c in body.get("claim") or [] if c.get("after"))
             if kinds["finish"] == kinds["claim"] == 0:
                 route = RENEWAL_ROUNDS
         elif isinstance(body, dict) and isinstance(body.get("items"), list):
             kinds = {"items": len(body["items"])}
         with self._count_lock:
             self.sent[route] += 1
-            self.items[route] += sum(n for kind, n in kinds.items() if kind != AFTER)
+            self.items[route] += sum(kinds.values())
             for kind, n in kinds.items():
                 if kind != "items":
                     self.items[f"{route}: {kind}"] += n
@@ -98,6 +100,16 @@ class CountingClient(LeaseFenceClient):
         if answer[0] >= 500:
             with self._count_lock:
                 self.unanswered[route] += 1
+        elif route == ROUND_ROUTE and answer[0] == 200:
+            # The claims granted, and those of them whose marker rode with a close (``after``).
+            granted = [
+                sent.get("after")
+                for sent, result in zip(body["claim"], json.loads(answer[2])["claim"], strict=True)
+                if result["status"] == 200
+            ]
+            with self._count_lock:
+                self.granted[GRANTED] += len(granted)
+                self.granted[AFTER] += sum(1 for after in granted if after)
         return answer
 
 
@@ -182,11 +194,8 @@ def _run_mode(
             route: round(client.items[route] / client.sent[route.split(": ")[0]], 2)
             for route in sorted(client.items)
         },
-        # The share of the rounds' claims that named a close of their round (``after``).
-        "claims_after_close": round(
-            client.items[f"{ROUND_ROUTE}: {AFTER}"] / max(1, client.items[f"{ROUND_ROUTE}: claim"]),
-            3,
-        ),
+        # The share of the rounds' claims granted whose marker rode with a close (``after``).
+        "claims_after_close": round(client.granted[AFTER] / max(1, client.granted[GRANTED]), 3),
         # Of those requests, the ones unanswered in time or answered 5xx (each try counted):
         # a loaded machine's, which AWS's latency would not see.
         "unanswered_requests": sum(client.unanswered.values()),
