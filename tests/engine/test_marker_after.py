@@ -22,7 +22,6 @@ from leasefence.errors import InvalidInput, InvalidTransition, NotFound, Payload
 from leasefence.limits import CLAIM_MARKER_TTL_MS
 from leasefence.payloads import canonicalize
 from leasefence.schema import TTL_ATTRIBUTE, TableSpec
-from leasefence_tools.local.embedded import EmbeddedAws, Fidelity
 
 T = "acme"
 DAY = 86_400_000
@@ -30,13 +29,6 @@ RETENTION = 30 * DAY
 _tables = itertools.count()
 
 pytestmark = pytest.mark.needs("embedded")
-
-
-@pytest.fixture(scope="module")
-def ttl_aws():
-    fidelity = Fidelity(ttl_lag_ms=3 * DAY, ttl_lag_min_ms=DAY, index_lag_ms=0)
-    with EmbeddedAws(fidelity=fidelity) as aws:
-        yield aws
 
 
 class Writes:
@@ -374,7 +366,9 @@ def test_a_round_writes_the_expiries_no_claim_took(world):
 
 
 @pytest.mark.parametrize("after", [False, True], ids=["own item", "payload item"])
-def test_a_resend_that_took_the_pair_and_died_before_its_claim_write_does_not_block_the_next(world, after):
+def test_a_resend_that_took_the_pair_and_died_before_its_claim_write_does_not_block_the_next(
+    world, after
+):
     """A resend takes the pair (it is to send the same claim write) and dies before sending it:
     the next resend takes it again and claims, rather than answering "in progress" for good."""
     make, *_ = world
@@ -383,7 +377,9 @@ def test_a_resend_that_took_the_pair_and_died_before_its_claim_write_does_not_bl
     home = after_home(engine._ctx, T, "x", "tok") if after else None
     first = Marker(engine._ctx, T, "w1", "tok", home)
     first.point("x", engine.get(T, "x").fence)
-    taker = Marker(engine._ctx, T, "w1", "tok", after_home(engine._ctx, T, "x", "tok") if after else None)
+    taker = Marker(
+        engine._ctx, T, "w1", "tok", after_home(engine._ctx, T, "x", "tok") if after else None
+    )
     taker.read()
     taker.take()  # ... and dies here
     claim = engine.claim_next(T, "w1", claim_token="tok", after="x" if after else None)

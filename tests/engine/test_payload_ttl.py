@@ -19,7 +19,6 @@ from leasefence.engine import _payload_items as payload_items
 from leasefence.errors import PayloadMissing, Unavailable
 from leasefence.payloads import canonicalize
 from leasefence.schema import PURGE_PK, TTL_ATTRIBUTE, TableSpec
-from leasefence_tools.local.embedded import EmbeddedAws, Fidelity
 
 T = "acme"
 HOUR = 3_600_000
@@ -30,19 +29,13 @@ _tables = itertools.count()
 pytestmark = pytest.mark.needs("embedded")
 
 
-@pytest.fixture(scope="module")
-def ttl_aws():
-    """DynamoDB's TTL: an expired item is deleted one to three days after its TTL time."""
-    fidelity = Fidelity(ttl_lag_ms=3 * DAY, ttl_lag_min_ms=DAY, index_lag_ms=0)
-    with EmbeddedAws(fidelity=fidelity) as aws:
-        yield aws
-
-
 @pytest.fixture
 def world(ttl_aws):
     """An engine (payload retention 30 days, identity 400) on a fresh table, a manual clock that
     moves the endpoint's clock with it, and ``travel``."""
-    spec = ttl_aws.create_tables(TableSpec(table_name=f"payload-ttl-{next(_tables)}", operation_shards=(1,)))
+    spec = ttl_aws.create_tables(
+        TableSpec(table_name=f"payload-ttl-{next(_tables)}", operation_shards=(1,))
+    )
     clock = ManualClock()
     ttl_aws.set_time(clock())
 
@@ -227,7 +220,11 @@ def test_a_cancel_or_reject_sent_again_mends_an_expiry_that_did_not_land(world, 
         payload_items.after_end = real
     assert expiry_ms(engine, op) is None
     travel(HOUR)
-    again = engine.cancel(T, op, actor="alice") if command == "cancel" else engine.reject(T, op, "bob", "no")
+    again = (
+        engine.cancel(T, op, actor="alice")
+        if command == "cancel"
+        else engine.reject(T, op, "bob", "no")
+    )
     assert again.state in (State.CANCELLED, State.FAILED_TERMINAL)
     assert expiry_ms(engine, op) == ends_at(ended)  # the end's time, not the resend's
 

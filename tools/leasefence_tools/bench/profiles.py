@@ -704,24 +704,30 @@ def _run_all(
             raise RuntimeError("a batch claim came without its payload")
         return made
 
-    def finished_in_batch(claims: list[Any]) -> None:
-        results = batch_api.work_batch(
-            finish=[
-                {
-                    "action": "complete",
-                    "operation_id": c.operation_id,
-                    "fence": c.fence,
-                    "outcome_code": "refunded",
-                }
-                for c in claims
-            ]
-        ).finish
-        if not all(r.ok for r in results):
-            raise RuntimeError("a batched completion was refused")
-        for c in claims:  # each ended and its history written, then the functions quiet once
+    def completions(claims: list[Any]) -> list[dict[str, Any]]:
+        """The round's finish items completing ``claims``."""
+        return [
+            {
+                "action": "complete",
+                "operation_id": c.operation_id,
+                "fence": c.fence,
+                "outcome_code": "refunded",
+            }
+            for c in claims
+        ]
+
+    def settled(claims: list[Any]) -> None:
+        """Each ended and its history written, then the functions quiet once."""
+        for c in claims:
             _wait(partial(ended, BATCH_TENANT, c.operation_id), f"{c.operation_id} to end")
             _wait(partial(history_done, BATCH_TENANT, c.operation_id), "its history")
         quiet()
+
+    def finished_in_batch(claims: list[Any]) -> None:
+        results = batch_api.work_batch(finish=completions(claims)).finish
+        if not all(r.ok for r in results):
+            raise RuntimeError("a batched completion was refused")
+        settled(claims)
 
     def via_http_batch(_ctx: Any) -> None:
         """:data:`BATCH` lifecycles through the batch routes: one enqueue, one claim round and
@@ -744,15 +750,7 @@ def _run_all(
         )
         previous = list(held)
         answer = batch_api.work_batch(
-            finish=[
-                {
-                    "action": "complete",
-                    "operation_id": c.operation_id,
-                    "fence": c.fence,
-                    "outcome_code": "refunded",
-                }
-                for c in previous
-            ],
+            finish=completions(previous),
             claim=[
                 {
                     "worker_id": f"batch-worker-{i}",
@@ -770,10 +768,7 @@ def _run_all(
         } != set(batch):
             raise RuntimeError("the paired round did not close and claim its batch whole")
         held[:] = made
-        for c in previous:
-            _wait(partial(ended, BATCH_TENANT, c.operation_id), f"{c.operation_id} to end")
-            _wait(partial(history_done, BATCH_TENANT, c.operation_id), "its history")
-        quiet()
+        settled(previous)
         ops[PAIRED].extend((BATCH_TENANT, c.operation_id) for c in previous)
 
     def via_http(_ctx: Any) -> None:
