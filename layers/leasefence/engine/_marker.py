@@ -313,7 +313,7 @@ class Marker:
         """The names and values ``update`` and ``condition`` use (DynamoDB refuses unused ones)."""
         text = f"{update} {condition}"
         names = {**self._names(), "#ttl": TTL_ATTRIBUTE, **x.STATE}
-        used_names = {k: v for k, v in names.items() if k in text}
+        used_names = {k: v for k, v in names.items() if _uses(text, k)}
         values = {**values, ":me": self.owner}
         used_values = {k: v for k, v in values.items() if _uses(text, k)}
         return used_names, used_values
@@ -350,7 +350,7 @@ class Marker:
 
 
 def _uses(text: str, placeholder: str) -> bool:
-    """Whether ``text`` uses the value ``placeholder`` (``:op`` is not ``:one``)."""
+    """Whether ``text`` uses the name or value ``placeholder`` (``:op`` is not ``:one``)."""
     at = text.find(placeholder)
     while at != -1:
         end = at + len(placeholder)

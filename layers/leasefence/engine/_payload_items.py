@@ -220,13 +220,7 @@ class Closed:
     @property
     def expiry_s(self) -> int:
         """The expiry its end sets on its payload item (epoch s)."""
-        return _epoch_s(int(self.item["updated_at"]) + self.ctx.payload_retention_ms)
-
-    @property
-    def payload_key(self) -> dict[str, str]:
-        return keys.payload_key(
-            self.item["tenant_id"], self.item["operation_id"], self.item["payload_hash"]
-        )
+        return end_expiry_s(self.ctx, self.item)
 
 
 @dataclass
@@ -298,7 +292,7 @@ def after_end(ctx: EngineContext, item: Mapping[str, Any]) -> None:
     a TTL it has."""
     if not in_payload_item(item) or "erased_at" in item:
         return
-    until = _epoch_s(int(item["updated_at"]) + ctx.payload_retention_ms)
+    until = end_expiry_s(ctx, item)
     key = keys.payload_key(item["tenant_id"], item["operation_id"], item["payload_hash"])
     for attempt in range(1, EXPIRY_TRIES + 1):
         try:
@@ -310,6 +304,11 @@ def after_end(ctx: EngineContext, item: Mapping[str, Any]) -> None:
             # otherwise leave the payload item without an expiry.
             if attempt == EXPIRY_TRIES:
                 raise
+
+
+def end_expiry_s(ctx: EngineContext, item: Mapping[str, Any]) -> int:
+    """The expiry an ended operation's payload item gets (epoch s): its end + the retention."""
+    return _epoch_s(int(item["updated_at"]) + ctx.payload_retention_ms)
 
 
 def expire(ctx: EngineContext, key: Mapping[str, str], until_s: int) -> None:
@@ -330,23 +329,7 @@ def expire(ctx: EngineContext, key: Mapping[str, str], until_s: int) -> None:
         old = refused.item
         if old is None or MARKER_EXPIRY not in old or int(old[MARKER_EXPIRY]) <= until_s:
             return  # set already (a replay), or gone
-        keep_past_marker(ctx, key, int(old[MARKER_EXPIRY]), live=False)
-
-
-def keep_past_marker(ctx: EngineContext, key: Mapping[str, str], mx: int, live: bool) -> None:
-    """The payload item's TTL moved to its claim marker's expiry ``mx`` when it is earlier; with
-    ``live`` (an item whose operation may still be live) only a TTL the item has is moved: an
-    item without one keeps none."""
-    earlier = "#ttl < :ttl" if live else "(attribute_not_exists(#ttl) OR #ttl < :ttl)"
-    with contextlib.suppress(ConditionFailed):
-        ctx.store.update(
-            key,
-            "SET #ttl = :ttl",
-            f"attribute_exists(operation_id) AND {earlier}",
-            {"#ttl": TTL_ATTRIBUTE},
-            {":ttl": mx},
-            returns="NONE",
-        )
+        expire(ctx, key, int(old[MARKER_EXPIRY]))  # the same write, to the marker's expiry
 
 
 def marker_expiry(ctx: EngineContext) -> int:
